@@ -1,0 +1,88 @@
+//! What differs between stores, declared by each store and read by the conformance suite.
+
+use std::time::Duration;
+
+use crate::validate::{MAX_TTL, MIN_TTL};
+
+/// What a store guarantees beyond the contract and where its limits lie. The conformance suite
+/// derives its timings and its case list from these values.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Capabilities {
+    /// The shortest TTL the store accepts.
+    pub min_ttl: Duration,
+    /// The longest TTL the store accepts.
+    pub max_ttl: Duration,
+    /// TTLs are rounded up to a multiple of this (etcd leases are whole seconds).
+    pub ttl_granularity: Duration,
+    /// A holder that dies (its connection closes) frees its lock at once rather than at TTL.
+    pub frees_on_disconnect: bool,
+    /// Waiters are woken by the store's own notification, not by polling.
+    pub notified_wait: bool,
+    /// Waiters are served oldest first.
+    pub fair_queue: bool,
+}
+
+impl Capabilities {
+    /// The baseline: millisecond TTLs from [`MIN_TTL`] to [`MAX_TTL`], polled waits, no
+    /// disconnect detection, no fairness. Adjust with the `with_*` methods.
+    pub fn new() -> Self {
+        Capabilities {
+            min_ttl: MIN_TTL,
+            max_ttl: MAX_TTL,
+            ttl_granularity: Duration::from_millis(1),
+            frees_on_disconnect: false,
+            notified_wait: false,
+            fair_queue: false,
+        }
+    }
+
+    /// Sets the shortest accepted TTL (at least [`MIN_TTL`]).
+    pub fn with_min_ttl(mut self, min_ttl: Duration) -> Self {
+        self.min_ttl = min_ttl.max(MIN_TTL);
+        self
+    }
+
+    /// Sets the longest accepted TTL (at most [`MAX_TTL`]).
+    pub fn with_max_ttl(mut self, max_ttl: Duration) -> Self {
+        self.max_ttl = max_ttl.min(MAX_TTL);
+        self
+    }
+
+    /// Sets the TTL granularity.
+    pub fn with_ttl_granularity(mut self, granularity: Duration) -> Self {
+        self.ttl_granularity = granularity.max(Duration::from_millis(1));
+        self
+    }
+
+    /// Declares that a dead holder's lock is freed when its connection closes.
+    pub fn with_frees_on_disconnect(mut self, yes: bool) -> Self {
+        self.frees_on_disconnect = yes;
+        self
+    }
+
+    /// Declares notification-based waiting.
+    pub fn with_notified_wait(mut self, yes: bool) -> Self {
+        self.notified_wait = yes;
+        self
+    }
+
+    /// Declares a fair (oldest first) wait queue.
+    pub fn with_fair_queue(mut self, yes: bool) -> Self {
+        self.fair_queue = yes;
+        self
+    }
+
+    /// `ttl` rounded up to the granularity: what the store will actually grant.
+    pub fn granted_ttl(&self, ttl: Duration) -> Duration {
+        let step = self.ttl_granularity.as_nanos().max(1);
+        let steps = ttl.as_nanos().div_ceil(step);
+        Duration::from_nanos(u64::try_from(steps * step).unwrap_or(u64::MAX))
+    }
+}
+
+impl Default for Capabilities {
+    fn default() -> Self {
+        Self::new()
+    }
+}

@@ -1,0 +1,238 @@
+//! What a holder gets: the [`Lease`], its owner id and its fencing token.
+
+use std::any::Any;
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// Anything that carries a fencing token: pass it to the protected resource with every write.
+///
+/// A token is strictly greater than every token the same store issued for the same key before,
+/// so a resource that remembers the highest token it accepted can refuse a superseded holder
+/// (see [`FenceGate`](crate::FenceGate)).
+pub trait FencingToken {
+    /// The token, a `u64` that only grows per key.
+    fn fencing_token(&self) -> u64;
+}
+
+/// A random 128-bit identity minted for one acquisition. Release and extend compare it, so a
+/// stale lease can never act on its successor.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct OwnerId(u128);
+
+impl OwnerId {
+    /// A fresh random id from the thread-local CSPRNG.
+    pub fn random() -> Self {
+        OwnerId(rand::random())
+    }
+
+    /// The id as a number.
+    pub fn as_u128(self) -> u128 {
+        self.0
+    }
+
+    /// Parses the 32-hex-digit form written by `Display`.
+    pub fn parse(text: &str) -> Option<Self> {
+        if text.len() != 32 {
+            return None;
+        }
+        u128::from_str_radix(text, 16).ok().map(OwnerId)
+    }
+}
+
+impl From<u128> for OwnerId {
+    fn from(value: u128) -> Self {
+        OwnerId(value)
+    }
+}
+
+impl fmt::Display for OwnerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:032x}", self.0)
+    }
+}
+
+impl fmt::Debug for OwnerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "OwnerId({self})")
+    }
+}
+
+/// The safety margin taken off every local deadline for clock drift between the holder and the
+/// store: 1% of the TTL plus 2 ms, as in Redlock.
+pub fn drift(ttl: Duration) -> Duration {
+    ttl / 100 + Duration::from_millis(2)
+}
+
+/// A held lock: key, owner id, fencing token, TTL and a local validity deadline.
+///
+/// The deadline is `sent_at + ttl - drift(ttl)`, where `sent_at` is a monotonic clock reading
+/// taken *before* the request that granted (or last extended) the lease was sent. The store's
+/// own expiry starts no earlier than that, so the holder never believes it holds the lock longer
+/// than the store does. It is a belief, not a guarantee: a process paused past the deadline still
+/// runs on afterwards, which is why writes must carry the fencing token.
+///
+/// Cloning is cheap and clones share the deadline, so a keep-alive task and the holder see the
+/// same renewals. Dropping a lease does not release it (some stores free it when their
+/// connection closes, see [`Capabilities::frees_on_disconnect`](crate::Capabilities)); release it
+/// with [`Release::release`](crate::Release::release) or let it expire.
+#[derive(Clone)]
+pub struct Lease {
+    inner: Arc<LeaseInner>,
+}
+
+struct LeaseInner {
+    key: String,
+    owner: OwnerId,
+    token: u64,
+    ttl: Duration,
+    valid_until: Mutex<Instant>,
+    store_state: Option<Box<dyn Any + Send + Sync>>,
+}
+
+impl Lease {
+    /// A lease granted by a request sent at `sent_at`. For store implementations.
+    pub fn new(key: &str, owner: OwnerId, token: u64, ttl: Duration, sent_at: Instant) -> Self {
+        Self::build(key, owner, token, ttl, sent_at, None)
+    }
+
+    /// Like [`Lease::new`], carrying store-specific state (a held session, a lease id) that the
+    /// store gets back with [`Lease::store_state`]. The state is dropped with the last clone.
+    pub fn with_store_state<T: Any + Send + Sync>(
+        key: &str,
+        owner: OwnerId,
+        token: u64,
+        ttl: Duration,
+        sent_at: Instant,
+        state: T,
+    ) -> Self {
+        Self::build(key, owner, token, ttl, sent_at, Some(Box::new(state)))
+    }
+
+    fn build(
+        key: &str,
+        owner: OwnerId,
+        token: u64,
+        ttl: Duration,
+        sent_at: Instant,
+        store_state: Option<Box<dyn Any + Send + Sync>>,
+    ) -> Self {
+        Lease {
+            inner: Arc::new(LeaseInner {
+                key: key.to_owned(),
+                owner,
+                token,
+                ttl,
+                valid_until: Mutex::new(deadline(sent_at, ttl)),
+                store_state,
+            }),
+        }
+    }
+
+    /// The locked key.
+    pub fn key(&self) -> &str {
+        &self.inner.key
+    }
+
+    /// The owner id minted for this acquisition.
+    pub fn owner(&self) -> OwnerId {
+        self.inner.owner
+    }
+
+    /// The fencing token.
+    pub fn fencing_token(&self) -> u64 {
+        self.inner.token
+    }
+
+    /// The TTL the store granted (some stores round the requested TTL up).
+    pub fn ttl(&self) -> Duration {
+        self.inner.ttl
+    }
+
+    /// The local deadline after which the holder must assume the lease is gone.
+    pub fn valid_until(&self) -> Instant {
+        *self
+            .inner
+            .valid_until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Time left before [`Lease::valid_until`], zero once it has passed.
+    pub fn remaining(&self) -> Duration {
+        self.valid_until().saturating_duration_since(Instant::now())
+    }
+
+    /// Whether the local deadline has passed.
+    pub fn is_expired(&self) -> bool {
+        Instant::now() >= self.valid_until()
+    }
+
+    /// Records a confirmation by the store of a request sent at `sent_at`: the deadline moves to
+    /// `sent_at + ttl - drift`, never backwards. For store implementations of `extend`.
+    pub fn confirm(&self, sent_at: Instant) {
+        let mut valid_until = self
+            .inner
+            .valid_until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        *valid_until = (*valid_until).max(deadline(sent_at, self.inner.ttl));
+    }
+
+    /// The store-specific state given to [`Lease::with_store_state`], if it has type `T`.
+    pub fn store_state<T: Any + Send + Sync>(&self) -> Option<&T> {
+        self.inner.store_state.as_ref()?.downcast_ref()
+    }
+}
+
+fn deadline(sent_at: Instant, ttl: Duration) -> Instant {
+    sent_at + ttl.saturating_sub(drift(ttl))
+}
+
+impl FencingToken for Lease {
+    fn fencing_token(&self) -> u64 {
+        self.inner.token
+    }
+}
+
+impl fmt::Debug for Lease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lease")
+            .field("key", &self.inner.key)
+            .field("owner", &self.inner.owner)
+            .field("fencing_token", &self.inner.token)
+            .field("ttl", &self.inner.ttl)
+            .field("remaining", &self.remaining())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What [`Release::release`](crate::Release::release) found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use = "a lost lease means the protected work may have overlapped another holder"]
+pub enum ReleaseOutcome {
+    /// The lease was still held and is now released.
+    Released,
+    /// The lease was already gone (expired, forgotten, or taken by another owner); nothing was
+    /// deleted.
+    Lost,
+}
+
+/// What a store can tell about a key, for diagnostics (`lockctl status`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum KeyStatus {
+    /// Nobody holds the key.
+    Free,
+    /// Somebody holds the key; each field is `None` where the store cannot tell.
+    Held {
+        /// The holder's owner id.
+        owner: Option<OwnerId>,
+        /// The holder's fencing token.
+        token: Option<u64>,
+        /// How long the store will keep the lease without an extend.
+        remaining: Option<Duration>,
+    },
+}

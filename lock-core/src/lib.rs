@@ -1,0 +1,56 @@
+//! The fencelock contract: distributed locks that are honest about what they guarantee.
+//!
+//! A lock store grants [`Lease`]s. A lease is exclusive per key while it lasts, expires at its
+//! TTL unless extended, and carries a fencing token that only grows per key. The lease's local
+//! deadline is conservative: the holder never believes it holds the lock longer than the store
+//! does.
+//!
+//! What no lock can promise: that a holder stops working when its lease ends. A process can
+//! pause (GC, swap, a stopped VM) past any TTL and resume believing it still holds the lock. A
+//! lock on its own is therefore an efficiency tool; correctness needs the protected resource to
+//! check the fencing token on every write ([`FenceGate`], or a `WHERE fence < $token` clause).
+//!
+//! # The pieces
+//! - [`Acquire`], [`Release`], [`Extend`]: the operations, combined in [`LockStore`] and held as
+//!   [`DynLockStore`]. [`FencingToken`] is anything that carries a token.
+//! - [`KeepAlive`] / [`keep_alive`]: automatic extension and the lost signal.
+//! - [`with_lock`]: acquire, keep alive, run a body, release; the body is cancelled on loss.
+//! - [`FenceGate`]: the resource-side check.
+//! - [`MemoryStore`]: the reference store, always compiled.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> lock_core::Result<()> {
+//! use std::time::Duration;
+//! use lock_core::{Acquire, Release, ReleaseOutcome, MemoryStore};
+//!
+//! let store = MemoryStore::new();
+//! let lease = store.try_acquire("nightly-export", Duration::from_secs(10)).await?;
+//! // ... pass lease.fencing_token() with every write ...
+//! assert_eq!(store.release(&lease).await?, ReleaseOutcome::Released);
+//! # Ok(()) }
+//! ```
+#![warn(missing_docs)]
+
+mod capabilities;
+mod error;
+mod fence;
+mod keepalive;
+mod lease;
+mod memory;
+mod scoped;
+mod store;
+pub mod validate;
+
+pub use capabilities::Capabilities;
+pub use error::{BoxError, Error, Result};
+pub use fence::FenceGate;
+pub use keepalive::{keep_alive, KeepAlive};
+pub use lease::{drift, FencingToken, KeyStatus, Lease, OwnerId, ReleaseOutcome};
+pub use memory::MemoryStore;
+pub use scoped::{with_lock, LockOptions};
+pub use store::{Acquire, DynLockStore, Extend, LockStore, Release};
+
+/// Re-exported so stores and callers name the same clock and cancellation types.
+pub use tokio::time::Instant;
+pub use tokio_util::sync::CancellationToken;

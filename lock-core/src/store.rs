@@ -1,0 +1,112 @@
+//! The contract every store implements: [`Acquire`], [`Release`], [`Extend`], combined as
+//! [`LockStore`] and held as [`DynLockStore`].
+
+use std::fmt::Debug;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::{Capabilities, KeyStatus, Lease, ReleaseOutcome, Result};
+
+/// Taking a lock.
+///
+/// # Contract
+/// - At most one unexpired lease exists per key at any instant, across all handles and clients
+///   of the same store.
+/// - Every lease granted for a key carries a fencing token strictly greater than every token the
+///   store granted for that key before: across release, expiry, other clients and contention.
+/// - The key and TTL are validated first (see [`crate::validate`]); a bad one gives
+///   [`Error::InvalidInput`](crate::Error::InvalidInput) and no request is sent.
+/// - The returned lease's local deadline is measured from a clock reading taken before the
+///   granting request was sent.
+#[async_trait]
+pub trait Acquire: Send + Sync {
+    /// Makes exactly one attempt to take `key` for `ttl`.
+    ///
+    /// Fails with [`Error::Busy`](crate::Error::Busy) if another lease holds the key.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may lose a lease the store granted but whose reply was not yet
+    /// read. No such lease outlives its TTL, and nobody else can hold it meanwhile; stores that
+    /// free a lock on disconnect free it at once. Stores document anything stronger.
+    async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Lease>;
+
+    /// Takes `key` for `ttl`, waiting up to `wait` for the current holder to release it or for
+    /// its lease to expire.
+    ///
+    /// The waiter is woken by the store's own notification where
+    /// [`Capabilities::notified_wait`] says so, otherwise by bounded, jittered polling. It never
+    /// gives up before `wait` has passed, and returns
+    /// [`Error::WaitTimedOut`](crate::Error::WaitTimedOut) shortly after. A zero `wait` makes one
+    /// attempt.
+    ///
+    /// # Cancel safety
+    /// As for [`Acquire::try_acquire`]: a dropped waiter stops waiting and leaves nothing held
+    /// past its TTL.
+    async fn acquire(&self, key: &str, ttl: Duration, wait: Duration) -> Result<Lease>;
+}
+
+/// Giving a lock back.
+///
+/// # Contract
+/// Release is compare-and-delete: the store deletes the key only if it is still held by this
+/// lease's owner id (and token). A stale lease can never release its successor.
+#[async_trait]
+pub trait Release: Send + Sync {
+    /// Releases `lease` and wakes waiters on its key.
+    ///
+    /// Returns [`ReleaseOutcome::Released`] if the lease was still held, or
+    /// [`ReleaseOutcome::Lost`] if it had already expired or been taken; in that case nothing is
+    /// deleted.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may leave the lease held; it then expires at its TTL as if release had
+    /// never been called. Calling release again is safe.
+    async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome>;
+}
+
+/// Keeping a lock.
+///
+/// # Contract
+/// Extend is compare-and-expire: it renews the lease for its TTL only if it is still held by
+/// this lease's owner, and never recreates an expired or released lease. On success the lease's
+/// local deadline moves to `sent_at + ttl - drift`, with `sent_at` read before the request was
+/// sent.
+#[async_trait]
+pub trait Extend: Send + Sync {
+    /// Renews `lease` for another [`Lease::ttl`].
+    ///
+    /// Fails with [`Error::LeaseLost`](crate::Error::LeaseLost) if the lease expired or another
+    /// owner holds the key; with a retryable error if the store could not be asked, in which
+    /// case the lease may or may not still be held until its local deadline.
+    ///
+    /// # Cancel safety
+    /// Dropping the future leaves the lease as it was or extended; the local deadline is only
+    /// moved once the store's answer is read, so the holder never over-estimates it.
+    async fn extend(&self, lease: &Lease) -> Result<()>;
+}
+
+/// A lock store: the three operations plus what the store can and cannot do.
+///
+/// Hold it as [`DynLockStore`] so code never names a concrete store.
+#[async_trait]
+pub trait LockStore: Acquire + Release + Extend + Debug + Send + Sync {
+    /// What this store guarantees beyond the contract, and its limits.
+    fn capabilities(&self) -> Capabilities;
+
+    /// What the store can tell about `key`, for diagnostics only: the answer may be stale by
+    /// the time it arrives. Default: [`Error::Unsupported`](crate::Error::Unsupported).
+    ///
+    /// # Cancel safety
+    /// Read-only; dropping the future loses nothing.
+    async fn status(&self, key: &str) -> Result<KeyStatus> {
+        let _ = key;
+        Err(crate::Error::Unsupported {
+            operation: "status",
+        })
+    }
+}
+
+/// The store as a trait object: what applications hold.
+pub type DynLockStore = Arc<dyn LockStore>;

@@ -1,0 +1,104 @@
+//! Input rules shared by every store. Stores call [`check_request`] before sending anything.
+
+use std::time::Duration;
+
+use crate::{Capabilities, Error, Result};
+
+/// The longest key, in bytes of UTF-8.
+pub const MAX_KEY_LEN: usize = 1024;
+/// The shortest TTL any store accepts; a store may ask for more.
+pub const MIN_TTL: Duration = Duration::from_millis(10);
+/// The longest TTL any store accepts: one day. Longer work keeps a shorter lease alive instead.
+pub const MAX_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+/// The longest a waiting acquire may wait: one day.
+pub const MAX_WAIT: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// A key is 1 to [`MAX_KEY_LEN`] bytes of UTF-8. Any character is allowed; stores treat keys as
+/// data, never as code.
+pub fn check_key(key: &str) -> Result<()> {
+    if key.is_empty() {
+        return Err(Error::invalid("key", "must not be empty"));
+    }
+    if key.len() > MAX_KEY_LEN {
+        return Err(Error::invalid(
+            "key",
+            format!(
+                "is {} bytes long; the maximum is {MAX_KEY_LEN} bytes",
+                key.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A TTL lies between the store's [`Capabilities::min_ttl`] and [`Capabilities::max_ttl`].
+pub fn check_ttl(ttl: Duration, capabilities: &Capabilities) -> Result<()> {
+    if ttl.is_zero() {
+        return Err(Error::invalid("ttl", "must be greater than zero"));
+    }
+    if ttl < capabilities.min_ttl {
+        return Err(Error::invalid(
+            "ttl",
+            format!(
+                "{ttl:?} is below this store's minimum of {:?}",
+                capabilities.min_ttl
+            ),
+        ));
+    }
+    if ttl > capabilities.max_ttl {
+        return Err(Error::invalid(
+            "ttl",
+            format!(
+                "{ttl:?} is above this store's maximum of {:?}",
+                capabilities.max_ttl
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A wait bound is at most [`MAX_WAIT`]; zero means one attempt.
+pub fn check_wait(wait: Duration) -> Result<()> {
+    if wait > MAX_WAIT {
+        return Err(Error::invalid(
+            "wait",
+            format!("{wait:?} is above the maximum of {MAX_WAIT:?}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks key and TTL together, the usual first line of an acquire.
+pub fn check_request(key: &str, ttl: Duration, capabilities: &Capabilities) -> Result<()> {
+    check_key(key)?;
+    check_ttl(ttl, capabilities)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_follow_the_documented_rules() {
+        assert!(check_key("a").is_ok());
+        assert!(check_key("ключ 'x' \"y\" ; DROP TABLE t; -- redis.call('del')").is_ok());
+        assert!(check_key(&"k".repeat(MAX_KEY_LEN)).is_ok());
+        let err = check_key(&"k".repeat(MAX_KEY_LEN + 1)).unwrap_err();
+        assert!(err.to_string().contains("maximum is 1024 bytes"), "{err}");
+        let err = check_key("").unwrap_err();
+        assert!(err.to_string().contains("key"), "{err}");
+    }
+
+    #[test]
+    fn ttls_follow_the_store_bounds() {
+        let caps = Capabilities::new().with_min_ttl(Duration::from_secs(1));
+        assert!(check_ttl(Duration::ZERO, &caps).is_err());
+        assert!(check_ttl(Duration::from_millis(999), &caps).is_err());
+        assert!(check_ttl(Duration::from_secs(1), &caps).is_ok());
+        assert!(check_ttl(MAX_TTL, &caps).is_ok());
+        assert!(check_ttl(MAX_TTL + Duration::from_millis(1), &caps).is_err());
+        assert!(check_ttl(Duration::MAX, &caps).is_err());
+        assert!(check_wait(Duration::MAX).is_err());
+        assert!(check_wait(Duration::ZERO).is_ok());
+    }
+}
