@@ -1,0 +1,78 @@
+//! What every case gets: the store, a second handle on demand, its capabilities and timings.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_core::{Capabilities, DynLockStore};
+
+use crate::StoreFactory;
+
+/// The timings the suite uses for a store, derived from its capabilities so that a store with
+/// whole-second TTLs gets whole-second cases.
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    /// The TTL of leases meant to expire during a case.
+    pub short_ttl: Duration,
+    /// The TTL of leases that must not expire during a case.
+    pub long_ttl: Duration,
+    /// How late after its due time an expiry or wake-up may be observed.
+    pub slack: Duration,
+    /// How soon after a release a waiter must hold the key.
+    pub wake_bound: Duration,
+    /// How long one case may run before it counts as hung.
+    pub case_limit: Duration,
+}
+
+impl Timing {
+    /// The timings for a store with `capabilities`.
+    pub fn for_store(capabilities: &Capabilities) -> Self {
+        let short_ttl =
+            capabilities.granted_ttl(capabilities.min_ttl.max(Duration::from_millis(300)));
+        let long_ttl = capabilities.granted_ttl(Duration::from_secs(30).min(capabilities.max_ttl));
+        Timing {
+            short_ttl,
+            long_ttl,
+            slack: short_ttl.max(Duration::from_millis(500)),
+            wake_bound: Duration::from_secs(2),
+            case_limit: Duration::from_secs(60) + short_ttl * 20,
+        }
+    }
+}
+
+/// The context of one case run.
+#[derive(Clone)]
+pub struct Ctx {
+    /// The factory, for more handles and the fault hooks.
+    pub factory: Arc<dyn StoreFactory>,
+    /// The first handle.
+    pub store: DynLockStore,
+    /// The store's capabilities.
+    pub capabilities: Capabilities,
+    /// The timings derived from them.
+    pub timing: Timing,
+    prefix: String,
+}
+
+impl Ctx {
+    pub(crate) async fn new(factory: Arc<dyn StoreFactory>) -> Self {
+        let store = factory.handle().await;
+        let capabilities = store.capabilities();
+        Ctx {
+            timing: Timing::for_store(&capabilities),
+            capabilities,
+            store,
+            factory,
+            prefix: format!("conformance:{:016x}", rand::random::<u64>()),
+        }
+    }
+
+    /// A key of this run only, so concurrent cases on one server never meet.
+    pub fn key(&self, name: &str) -> String {
+        format!("{}:{name}", self.prefix)
+    }
+
+    /// Another handle to the same store.
+    pub async fn handle(&self) -> DynLockStore {
+        self.factory.handle().await
+    }
+}

@@ -1,0 +1,25 @@
+//! What a store hands the suite: fresh handles and two fault hooks.
+
+use async_trait::async_trait;
+use lock_core::{DynLockStore, Lease};
+
+/// One store under test.
+///
+/// Every method must be callable many times; cases run concurrently and use their own random
+/// keys, so one factory (and one server) serves the whole suite.
+#[async_trait]
+pub trait StoreFactory: Send + Sync + 'static {
+    /// A new handle to the store, with connections of its own where the store has them. Leases
+    /// from one handle must exclude leases from every other handle.
+    async fn handle(&self) -> DynLockStore;
+
+    /// A handle to the same kind of store that cannot be reached (for example a closed port, or
+    /// an address that swallows packets). Every operation on it must fail with a retryable
+    /// error within the store's configured timeouts.
+    async fn unreachable_handle(&self) -> DynLockStore;
+
+    /// Makes the store forget `lease` behind its holder's back, as a store that lost its data or
+    /// a session killed by an operator would: afterwards the key is free for others. Used to
+    /// prove that the lost signal fires and that stale leases cannot act.
+    async fn forget(&self, lease: &Lease);
+}

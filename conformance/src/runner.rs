@@ -1,0 +1,181 @@
+//! Running cases: one at a time with a name (for `#[tokio::test]`), or all with a report.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_core::Capabilities;
+use tokio::time::Instant;
+
+use crate::{Ctx, StoreFactory};
+
+/// Why a case failed, in words that name the broken guarantee.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure(pub String);
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Failure {}
+
+impl From<lock_core::Error> for Failure {
+    fn from(error: lock_core::Error) -> Self {
+        Failure(format!("unexpected error: {error}"))
+    }
+}
+
+/// What a case returns.
+pub type CaseResult = Result<(), Failure>;
+
+type CaseFuture = Pin<Box<dyn Future<Output = CaseResult> + Send>>;
+
+/// One conformance case.
+#[derive(Clone, Copy)]
+pub struct Case {
+    /// The behaviour it proves, as a test name.
+    pub name: &'static str,
+    /// Whether the case applies to a store with these capabilities.
+    pub applies: fn(&Capabilities) -> bool,
+    pub(crate) run: fn(Ctx) -> CaseFuture,
+}
+
+impl fmt::Debug for Case {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Case").field("name", &self.name).finish()
+    }
+}
+
+/// How a case ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// It passed.
+    Passed,
+    /// It failed, panicked or ran past its time limit.
+    Failed(Failure),
+    /// The store's capabilities say the case does not apply; the reason names the capability.
+    NotApplicable,
+}
+
+/// One line of a [`Report`].
+#[derive(Debug, Clone)]
+pub struct CaseReport {
+    /// The case's name.
+    pub name: &'static str,
+    /// How it ended.
+    pub outcome: Outcome,
+    /// How long it ran.
+    pub elapsed: Duration,
+}
+
+/// The result of [`run_all`].
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    /// One entry per case, in suite order.
+    pub cases: Vec<CaseReport>,
+}
+
+impl Report {
+    /// Whether no case failed.
+    pub fn passed(&self) -> bool {
+        self.failures().next().is_none()
+    }
+
+    /// The failed cases.
+    pub fn failures(&self) -> impl Iterator<Item = &CaseReport> {
+        self.cases
+            .iter()
+            .filter(|case| matches!(case.outcome, Outcome::Failed(_)))
+    }
+
+    /// The outcome of the case called `name`.
+    pub fn outcome(&self, name: &str) -> Option<&Outcome> {
+        self.cases
+            .iter()
+            .find(|case| case.name == name)
+            .map(|case| &case.outcome)
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let width = self.cases.iter().map(|c| c.name.len()).max().unwrap_or(4);
+        writeln!(f, "{:<width$}  {:<6}  {:>9}", "case", "result", "time")?;
+        for case in &self.cases {
+            let (result, detail) = match &case.outcome {
+                Outcome::Passed => ("pass", String::new()),
+                Outcome::NotApplicable => ("n/a", String::new()),
+                Outcome::Failed(failure) => ("FAIL", format!("  {failure}")),
+            };
+            writeln!(
+                f,
+                "{:<width$}  {:<6}  {:>7}ms{detail}",
+                case.name,
+                result,
+                case.elapsed.as_millis()
+            )?;
+        }
+        let failed = self.failures().count();
+        let passed = self
+            .cases
+            .iter()
+            .filter(|c| c.outcome == Outcome::Passed)
+            .count();
+        write!(f, "{passed} passed, {failed} failed")
+    }
+}
+
+/// Runs the case called `name` against the factory's store, with a time limit derived from the
+/// store's capabilities. A panic inside the case is a failure, not a crash.
+pub async fn run_case(name: &str, factory: Arc<dyn StoreFactory>) -> Outcome {
+    match crate::CASES.iter().find(|case| case.name == name) {
+        Some(case) => run_one(case, factory).await.0,
+        None => Outcome::Failed(Failure(format!("no conformance case is called {name:?}"))),
+    }
+}
+
+/// Runs every case, `parallel` at a time, and reports each.
+pub async fn run_all(factory: Arc<dyn StoreFactory>, parallel: usize) -> Report {
+    use futures_util::stream::{self, StreamExt};
+    let cases = stream::iter(crate::CASES.iter())
+        .map(|case| {
+            let factory = factory.clone();
+            async move {
+                let (outcome, elapsed) = run_one(case, factory).await;
+                CaseReport {
+                    name: case.name,
+                    outcome,
+                    elapsed,
+                }
+            }
+        })
+        .buffered(parallel.max(1))
+        .collect()
+        .await;
+    Report { cases }
+}
+
+async fn run_one(case: &Case, factory: Arc<dyn StoreFactory>) -> (Outcome, Duration) {
+    let started = Instant::now();
+    let ctx = Ctx::new(factory).await;
+    if !(case.applies)(&ctx.capabilities) {
+        return (Outcome::NotApplicable, started.elapsed());
+    }
+    let limit = ctx.timing.case_limit;
+    let task = tokio::spawn((case.run)(ctx));
+    let abort = task.abort_handle();
+    let outcome = match tokio::time::timeout(limit, task).await {
+        Ok(Ok(Ok(()))) => Outcome::Passed,
+        Ok(Ok(Err(failure))) => Outcome::Failed(failure),
+        Ok(Err(join)) => Outcome::Failed(Failure(format!("the case panicked: {join}"))),
+        Err(_) => {
+            abort.abort();
+            Outcome::Failed(Failure(format!("the case hung for more than {limit:?}")))
+        }
+    };
+    (outcome, started.elapsed())
+}
