@@ -105,7 +105,10 @@ fn expect_invalid(result: lock_core::Result<Lease>, input: &str, what: &str) -> 
                 field == input,
                 "{what}: the error named {field:?} ({rule}) instead of {input:?}"
             );
-            ensure!(!rule.is_empty(), "{what}: the error does not say which rule");
+            ensure!(
+                !rule.is_empty(),
+                "{what}: the error does not say which rule"
+            );
             Ok(())
         }
         Ok(_) => Err(Failure(format!("{what}: the request was accepted"))),
@@ -192,8 +195,14 @@ async fn try_acquire_on_a_held_key_is_busy(ctx: Ctx) -> CaseResult {
     let other = ctx.handle().await;
     let lease = ctx.store.try_acquire(&key, ctx.timing.long_ttl).await?;
     let started = Instant::now();
-    expect_busy(other.try_acquire(&key, ctx.timing.long_ttl).await, "other handle")?;
-    expect_busy(ctx.store.try_acquire(&key, ctx.timing.long_ttl).await, "same handle")?;
+    expect_busy(
+        other.try_acquire(&key, ctx.timing.long_ttl).await,
+        "other handle",
+    )?;
+    expect_busy(
+        ctx.store.try_acquire(&key, ctx.timing.long_ttl).await,
+        "same handle",
+    )?;
     ensure!(
         started.elapsed() < ctx.timing.wake_bound,
         "try_acquire waited {:?} instead of making one attempt",
@@ -242,7 +251,10 @@ async fn contend(ctx: &Ctx, key: &str, tasks: usize) -> Result<Vec<u64>, Failure
             .await
             .map_err(|e| Failure(format!("a contender panicked: {e}")))??;
         ensure!(!overlapped, "two contenders held the key at the same time");
-        ensure!(!stale, "a holder's token was not greater than its predecessor's");
+        ensure!(
+            !stale,
+            "a holder's token was not greater than its predecessor's"
+        );
         ensure!(
             outcome == ReleaseOutcome::Released,
             "a holder's release reported {outcome:?}"
@@ -273,7 +285,10 @@ async fn waiting_acquire_gets_the_key_after_release(ctx: Ctx) -> CaseResult {
         async move { other.acquire(&key, ttl, wait).await }
     });
     sleep(Duration::from_millis(100)).await;
-    ensure!(!waiter.is_finished(), "the waiter returned while the key was held");
+    ensure!(
+        !waiter.is_finished(),
+        "the waiter returned while the key was held"
+    );
     released(&ctx.store, &lease, "holder").await?;
     let next = waiter
         .await
@@ -295,7 +310,10 @@ async fn wait_times_out_within_its_bound(ctx: Ctx) -> CaseResult {
     let elapsed = started.elapsed();
     match result {
         Err(Error::WaitTimedOut { waited, .. }) => {
-            ensure!(elapsed >= wait, "gave up early, after {elapsed:?} of {wait:?}");
+            ensure!(
+                elapsed >= wait,
+                "gave up early, after {elapsed:?} of {wait:?}"
+            );
             ensure!(waited >= wait, "reports waiting {waited:?} of {wait:?}");
             ensure!(
                 elapsed <= wait + ctx.timing.slack,
@@ -313,7 +331,10 @@ async fn zero_wait_makes_one_attempt(ctx: Ctx) -> CaseResult {
     let other = ctx.handle().await;
     let lease = ctx.store.try_acquire(&key, ctx.timing.long_ttl).await?;
     let started = Instant::now();
-    match other.acquire(&key, ctx.timing.long_ttl, Duration::ZERO).await {
+    match other
+        .acquire(&key, ctx.timing.long_ttl, Duration::ZERO)
+        .await
+    {
         Err(Error::WaitTimedOut { .. } | Error::Busy { .. }) => {}
         Ok(_) => return Err(Failure("granted while the key was held".into())),
         Err(other) => return Err(Failure(format!("expected WaitTimedOut, got {other}"))),
@@ -381,7 +402,10 @@ async fn waiter_gets_the_key_when_the_holder_expires(ctx: Ctx) -> CaseResult {
         elapsed <= lease.ttl() + ctx.timing.slack + ctx.timing.wake_bound,
         "the waiter got an expired key only after {elapsed:?}"
     );
-    ensure!(next.fencing_token() > lease.fencing_token(), "token did not increase");
+    ensure!(
+        next.fencing_token() > lease.fencing_token(),
+        "token did not increase"
+    );
     released(&other, &next, "waiter").await
 }
 
@@ -407,7 +431,10 @@ async fn many_waiters_all_get_the_lock(ctx: Ctx) -> CaseResult {
         let (token, outcome) = waiter
             .await
             .map_err(|e| Failure(format!("waiter panicked: {e}")))??;
-        ensure!(outcome == ReleaseOutcome::Released, "a waiter's release reported {outcome:?}");
+        ensure!(
+            outcome == ReleaseOutcome::Released,
+            "a waiter's release reported {outcome:?}"
+        );
         tokens.push(token);
     }
     ensure!(
@@ -449,7 +476,10 @@ async fn fair_queue_serves_the_oldest_waiter_first(ctx: Ctx) -> CaseResult {
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .clone();
-    ensure!(order == [0, 1, 2, 3], "waiters were served in the order {order:?}");
+    ensure!(
+        order == [0, 1, 2, 3],
+        "waiters were served in the order {order:?}"
+    );
     Ok(())
 }
 
@@ -459,7 +489,11 @@ async fn release_of_a_held_lease_reports_released(ctx: Ctx) -> CaseResult {
     let key = ctx.key("release");
     let lease = ctx.store.try_acquire(&key, ctx.timing.long_ttl).await?;
     released(&ctx.store, &lease, "holder").await?;
-    let again = ctx.handle().await.try_acquire(&key, ctx.timing.long_ttl).await;
+    let again = ctx
+        .handle()
+        .await
+        .try_acquire(&key, ctx.timing.long_ttl)
+        .await;
     let again = again.map_err(|e| Failure(format!("the key is not free after release: {e}")))?;
     released(&ctx.store, &again, "next holder").await
 }
@@ -476,7 +510,10 @@ async fn release_by_non_owner_is_rejected(ctx: Ctx) -> CaseResult {
         "a stale lease's release reported {outcome:?}"
     );
     expect_busy(
-        ctx.handle().await.try_acquire(&key, ctx.timing.long_ttl).await,
+        ctx.handle()
+            .await
+            .try_acquire(&key, ctx.timing.long_ttl)
+            .await,
         "after a stale release the successor must still hold the key",
     )?;
     released(&other, &current, "successor").await
@@ -671,7 +708,10 @@ async fn tokens_increase_under_contention(ctx: Ctx) -> CaseResult {
 // ---- keys -----------------------------------------------------------------------------------
 
 async fn independent_keys_do_not_contend(ctx: Ctx) -> CaseResult {
-    let a = ctx.store.try_acquire(&ctx.key("a"), ctx.timing.long_ttl).await?;
+    let a = ctx
+        .store
+        .try_acquire(&ctx.key("a"), ctx.timing.long_ttl)
+        .await?;
     let b = ctx
         .handle()
         .await
@@ -711,7 +751,11 @@ async fn keys_are_data_not_code(ctx: Ctx) -> CaseResult {
             .try_acquire(&key, ctx.timing.long_ttl)
             .await
             .map_err(|e| Failure(format!("key {key:?} was not acquired: {e}")))?;
-        ensure!(lease.key() == key, "the lease renamed {key:?} to {:?}", lease.key());
+        ensure!(
+            lease.key() == key,
+            "the lease renamed {key:?} to {:?}",
+            lease.key()
+        );
         expect_busy(
             other.try_acquire(&key, ctx.timing.long_ttl).await,
             &format!("key {key:?}"),
@@ -747,7 +791,10 @@ async fn max_length_key_is_accepted(ctx: Ctx) -> CaseResult {
     let key = format!("{key}{}", "x".repeat(MAX_KEY_LEN - key.len()));
     let lease = ctx.store.try_acquire(&key, ctx.timing.long_ttl).await?;
     expect_busy(
-        ctx.handle().await.try_acquire(&key, ctx.timing.long_ttl).await,
+        ctx.handle()
+            .await
+            .try_acquire(&key, ctx.timing.long_ttl)
+            .await,
         "a maximum-length key",
     )?;
     released(&ctx.store, &lease, "max-length key").await
@@ -879,7 +926,11 @@ async fn lost_signal_fires_when_the_store_forgets_the_lease(ctx: Ctx) -> CaseRes
         "the lost signal fired without a reason"
     );
     tracing::debug!(after = ?forgotten_at.elapsed(), "lost signal fired");
-    let next = ctx.handle().await.try_acquire(&key, ctx.timing.long_ttl).await?;
+    let next = ctx
+        .handle()
+        .await
+        .try_acquire(&key, ctx.timing.long_ttl)
+        .await?;
     released(&ctx.store, &next, "next holder").await
 }
 
@@ -890,9 +941,11 @@ async fn lost_signal_fires_before_store_expiry_when_extends_stall(ctx: Ctx) -> C
     let stalled: Arc<Stalled> = Arc::new(Stalled(ctx.store.clone()));
     let held = KeepAlive::start(stalled, lease.clone());
     let bound = lease.ttl() + ctx.timing.slack;
-    timeout(bound, held.lost())
-        .await
-        .map_err(|_| Failure(format!("no lost signal within {bound:?} while extends hung")))?;
+    timeout(bound, held.lost()).await.map_err(|_| {
+        Failure(format!(
+            "no lost signal within {bound:?} while extends hung"
+        ))
+    })?;
     let lost_at = Instant::now();
     let store_expiry = requested + lease.ttl();
     ensure!(
@@ -905,7 +958,11 @@ async fn lost_signal_fires_before_store_expiry_when_extends_stall(ctx: Ctx) -> C
         "the local deadline is not before the earliest possible store expiry"
     );
     outlive(&ctx, &lease).await;
-    let next = ctx.handle().await.try_acquire(&key, ctx.timing.long_ttl).await?;
+    let next = ctx
+        .handle()
+        .await
+        .try_acquire(&key, ctx.timing.long_ttl)
+        .await?;
     released(&ctx.store, &next, "next holder").await
 }
 
@@ -925,11 +982,20 @@ async fn with_lock_cancels_its_body_on_loss(ctx: Ctx) -> CaseResult {
         }),
     )
     .await
-    .map_err(|_| Failure(format!("with_lock still ran its body {bound:?} after the loss")))?;
-    ensure!(!finished.load(Ordering::SeqCst), "the body ran to completion");
+    .map_err(|_| {
+        Failure(format!(
+            "with_lock still ran its body {bound:?} after the loss"
+        ))
+    })?;
+    ensure!(
+        !finished.load(Ordering::SeqCst),
+        "the body ran to completion"
+    );
     match result {
         Err(Error::LeaseLost { .. }) => Ok(()),
-        Ok(()) => Err(Failure("with_lock returned Ok after losing the lease".into())),
+        Ok(()) => Err(Failure(
+            "with_lock returned Ok after losing the lease".into(),
+        )),
         Err(other) => Err(Failure(format!("expected LeaseLost, got {other}"))),
     }
 }
@@ -975,7 +1041,11 @@ async fn cancelled_acquire_leaves_nothing_held_past_ttl(ctx: Ctx) -> CaseResult 
     // A waiter dropped mid-wait.
     let holder = ctx.store.try_acquire(&key, ttl).await;
     let waiter = ctx.handle().await;
-    let _ = timeout(Duration::from_millis(50), waiter.acquire(&key, ttl, ttl * 4)).await;
+    let _ = timeout(
+        Duration::from_millis(50),
+        waiter.acquire(&key, ttl, ttl * 4),
+    )
+    .await;
     if let Ok(holder) = holder {
         let _ = ctx.store.release(&holder).await;
     }
@@ -1012,7 +1082,11 @@ async fn dropped_waiter_never_acquires_later(ctx: Ctx) -> CaseResult {
         .await
         .try_acquire(&key, ctx.timing.long_ttl)
         .await
-        .map_err(|e| Failure(format!("a dropped waiter took the key in the background: {e}")))?;
+        .map_err(|e| {
+            Failure(format!(
+                "a dropped waiter took the key in the background: {e}"
+            ))
+        })?;
     released(&ctx.store, &next, "next holder").await
 }
 
@@ -1046,7 +1120,11 @@ async fn unreachable_store_gives_a_retryable_error(ctx: Ctx) -> CaseResult {
     let started = Instant::now();
     let tried = timeout(bound, store.try_acquire(&key, ctx.timing.long_ttl))
         .await
-        .map_err(|_| Failure(format!("try_acquire on an unreachable store hung {bound:?}")))?;
+        .map_err(|_| {
+            Failure(format!(
+                "try_acquire on an unreachable store hung {bound:?}"
+            ))
+        })?;
     match tried {
         Err(error) if error.is_retryable() => {}
         Err(error) => return Err(Failure(format!("a non-retryable error: {error}"))),
@@ -1085,6 +1163,9 @@ async fn status_reports_the_holder(ctx: Ctx) -> CaseResult {
     }
     released(&ctx.store, &lease, "holder").await?;
     let after = ctx.store.status(&key).await?;
-    ensure!(after == KeyStatus::Free, "a released key's status is {after:?}");
+    ensure!(
+        after == KeyStatus::Free,
+        "a released key's status is {after:?}"
+    );
     Ok(())
 }

@@ -38,6 +38,7 @@
 //! Each case uses keys under a random prefix, so one server serves concurrent cases.
 #![warn(missing_docs)]
 
+pub mod bench;
 mod cases;
 mod context;
 mod factory;

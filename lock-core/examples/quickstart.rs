@@ -14,7 +14,11 @@ async fn main() -> Result<(), Error> {
 
     // Take the lock, renew it once, give it back.
     let lease = store.try_acquire("nightly-export", ttl).await?;
-    println!("acquired {:?} with fencing token {}", lease.key(), lease.fencing_token());
+    println!(
+        "acquired {:?} with fencing token {}",
+        lease.key(),
+        lease.fencing_token()
+    );
     store.extend(&lease).await?;
     println!("extended: {:?} left", lease.remaining());
 
@@ -28,7 +32,11 @@ async fn main() -> Result<(), Error> {
     // The resource refuses a superseded token.
     let gate = FenceGate::new();
     let next = store.try_acquire("nightly-export", ttl).await?;
-    println!("next holder's token {} > {}", next.fencing_token(), lease.fencing_token());
+    println!(
+        "next holder's token {} > {}",
+        next.fencing_token(),
+        lease.fencing_token()
+    );
     gate.admit(next.fencing_token())?;
     match gate.admit(lease.fencing_token()) {
         Err(error) => println!("the old holder's write is refused: {error}"),
@@ -42,9 +50,12 @@ async fn main() -> Result<(), Error> {
     println!("released: {:?}", store.release(&held.stop()).await?);
 
     // Or let with_lock do all of it.
-    let token = with_lock(&*store, "nightly-export", LockOptions::new(ttl), |lease| async move {
-        lease.fencing_token()
-    })
+    let token = with_lock(
+        &*store,
+        "nightly-export",
+        LockOptions::new(ttl),
+        |lease| async move { lease.fencing_token() },
+    )
     .await?;
     println!("with_lock ran its body under token {token}");
     Ok(())

@@ -115,10 +115,7 @@ impl Error {
     }
 
     /// An [`Error::Unavailable`] keeping `source`.
-    pub fn unavailable(
-        message: impl Into<String>,
-        source: impl Into<BoxError>,
-    ) -> Self {
+    pub fn unavailable(message: impl Into<String>, source: impl Into<BoxError>) -> Self {
         Error::Unavailable {
             message: message.into(),
             source: Some(source.into()),

@@ -179,7 +179,9 @@ impl Acquire for MemoryStore {
                 tracing::debug!(key, token = lease.fencing_token(), "acquired");
                 Ok(lease)
             }
-            Attempt::Held { .. } => Err(Error::Busy { key: key.to_owned() }),
+            Attempt::Held { .. } => Err(Error::Busy {
+                key: key.to_owned(),
+            }),
         }
     }
 
@@ -246,7 +248,12 @@ impl Release for MemoryStore {
             ReleaseOutcome::Lost
         };
         state.tidy(lease.key(), now);
-        tracing::debug!(key = lease.key(), token = lease.fencing_token(), ?outcome, "released");
+        tracing::debug!(
+            key = lease.key(),
+            token = lease.fencing_token(),
+            ?outcome,
+            "released"
+        );
         Ok(outcome)
     }
 }
@@ -300,7 +307,10 @@ impl fmt::Debug for MemoryStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MemoryStore")
             .field("keys", &self.lock().slots.len())
-            .field("reachable", &!self.shared.unreachable.load(Ordering::SeqCst))
+            .field(
+                "reachable",
+                &!self.shared.unreachable.load(Ordering::SeqCst),
+            )
             .finish()
     }
 }
