@@ -171,7 +171,7 @@ pub async fn handoff(
                 };
                 *released_at.lock().unwrap_or_else(PoisonError::into_inner) =
                     (!finished).then(Instant::now);
-                store.release(&lease).await?;
+                let _outcome = store.release(&lease).await?;
                 if finished {
                     return Ok::<_, Error>(());
                 }
