@@ -1,0 +1,161 @@
+//! The contract's timing behaviour on the memory store, under tokio's paused clock: exact and
+//! independent of the machine's speed.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lock_core::{
+    with_lock, Acquire, Capabilities, Error, Extend, KeepAlive, KeyStatus, Lease, LockOptions,
+    LockStore, MemoryStore, Release, ReleaseOutcome, Result,
+};
+use tokio::time::{advance, sleep, Instant};
+
+const TTL: Duration = Duration::from_secs(3);
+
+/// Counts the extends that reach the memory store.
+#[derive(Debug, Default)]
+struct Counting {
+    store: MemoryStore,
+    extends: AtomicUsize,
+}
+
+#[async_trait]
+impl Acquire for Counting {
+    async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Lease> {
+        self.store.try_acquire(key, ttl).await
+    }
+    async fn acquire(&self, key: &str, ttl: Duration, wait: Duration) -> Result<Lease> {
+        self.store.acquire(key, ttl, wait).await
+    }
+}
+
+#[async_trait]
+impl Release for Counting {
+    async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
+        self.store.release(lease).await
+    }
+}
+
+#[async_trait]
+impl Extend for Counting {
+    async fn extend(&self, lease: &Lease) -> Result<()> {
+        self.extends.fetch_add(1, Ordering::SeqCst);
+        self.store.extend(lease).await
+    }
+}
+
+#[async_trait]
+impl LockStore for Counting {
+    fn capabilities(&self) -> Capabilities {
+        self.store.capabilities()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn keep_alive_extends_at_a_third_of_the_ttl() {
+    let store = Arc::new(Counting::default());
+    let lease = store.try_acquire("k", TTL).await.unwrap();
+    let held = KeepAlive::start(store.clone(), lease);
+    sleep(TTL * 10).await;
+    assert!(!held.is_lost(), "{:?}", held.lost_reason());
+    let extends = store.extends.load(Ordering::SeqCst);
+    assert!((29..=31).contains(&extends), "{extends} extends in 10 TTLs");
+    assert!(matches!(
+        store.store.status("k").await.unwrap(),
+        KeyStatus::Held { .. }
+    ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn lost_fires_at_the_local_deadline_before_the_store_expires_the_lease() {
+    let store = Arc::new(MemoryStore::new());
+    let granted_at = Instant::now();
+    let lease = store.try_acquire("k", TTL).await.unwrap();
+    let held = KeepAlive::start(store.clone(), lease.clone());
+    // The holder is cut off: every extend fails with a retryable error.
+    store.set_reachable(false);
+    held.lost().await;
+    let lost_at = Instant::now();
+    assert_eq!(lost_at, lease.valid_until());
+    assert!(
+        lost_at < granted_at + TTL,
+        "lost fired after the store's expiry"
+    );
+    store.set_reachable(true);
+    assert!(
+        matches!(store.status("k").await.unwrap(), KeyStatus::Held { .. }),
+        "the store had already expired the lease when the holder learnt of the loss"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn lost_fires_on_the_first_extend_after_the_store_forgets() {
+    let store = Arc::new(MemoryStore::new());
+    let lease = store.try_acquire("k", TTL).await.unwrap();
+    let held = KeepAlive::start(store.clone(), lease);
+    sleep(TTL / 2).await;
+    store.forget("k");
+    let forgotten_at = Instant::now();
+    held.lost().await;
+    assert!(
+        forgotten_at.elapsed() <= TTL / 3,
+        "{:?}",
+        forgotten_at.elapsed()
+    );
+    assert!(held.lost_reason().unwrap().contains("lost"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_lock_cancels_its_body_when_the_lease_is_lost() {
+    let store = MemoryStore::new();
+    let result = with_lock(&store, "k", LockOptions::new(TTL), |_lease| async {
+        store.forget("k");
+        sleep(Duration::from_secs(3600)).await;
+        "finished"
+    })
+    .await;
+    assert!(matches!(result, Err(Error::LeaseLost { .. })), "{result:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiting_acquire_gives_up_exactly_at_its_bound() {
+    let store = MemoryStore::new();
+    let _held = store
+        .try_acquire("k", Duration::from_secs(60))
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let result = store.acquire("k", TTL, Duration::from_secs(5)).await;
+    match result {
+        Err(Error::WaitTimedOut { waited, .. }) => {
+            assert_eq!(waited, Duration::from_secs(5));
+            assert_eq!(started.elapsed(), Duration::from_secs(5));
+        }
+        other => panic!("expected WaitTimedOut, got {other:?}"),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiter_gets_the_key_at_the_instant_the_holder_expires() {
+    let store = MemoryStore::new();
+    let first = store.try_acquire("k", TTL).await.unwrap();
+    let started = Instant::now();
+    let second = store.acquire("k", TTL, TTL * 2).await.unwrap();
+    assert_eq!(started.elapsed(), TTL);
+    assert!(second.fencing_token() > first.fencing_token());
+    assert_eq!(store.release(&first).await.unwrap(), ReleaseOutcome::Lost);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_expired_lease_cannot_be_extended_back_to_life() {
+    let store = MemoryStore::new();
+    let lease = store.try_acquire("k", TTL).await.unwrap();
+    advance(TTL).await;
+    assert!(matches!(
+        store.extend(&lease).await,
+        Err(Error::LeaseLost { .. })
+    ));
+    assert_eq!(store.status("k").await.unwrap(), KeyStatus::Free);
+}
