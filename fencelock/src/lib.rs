@@ -1,0 +1,30 @@
+//! fencelock: distributed locks that are honest about what they guarantee.
+//!
+//! One contract ([`LockStore`], re-exported from `lock-core`), many stores, one conformance
+//! suite. Pick stores with cargo features (`redis`, `etcd`, `postgres`, or `full`; the
+//! in-memory store is always there) and choose one at run time by URL with [`connect`], so
+//! swapping stores is a configuration change.
+//!
+//! A lease is exclusive while it lasts and carries a fencing token that only grows per key. No
+//! lock can stop a paused process from writing after its lease ends, so a lock alone is an
+//! efficiency tool: for correctness, make the resource check the token ([`FenceGate`], or
+//! `UPDATE … WHERE fence < $token`).
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> fencelock::Result<()> {
+//! use std::time::Duration;
+//! let store = fencelock::connect("memory://").await?;
+//! let lease = store.try_acquire("nightly-export", Duration::from_secs(30)).await?;
+//! println!("token {}", lease.fencing_token());
+//! store.release(&lease).await?;
+//! # Ok(()) }
+//! ```
+#![warn(missing_docs)]
+
+mod connect;
+mod scheme;
+
+pub use connect::connect;
+pub use lock_core::*;
+pub use scheme::{redact, Scheme, KNOWN_SCHEMES};
