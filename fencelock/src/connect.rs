@@ -29,7 +29,7 @@ pub async fn connect(url: &str) -> Result<DynLockStore> {
         return Err(scheme.not_enabled());
     }
     match scheme {
-        Scheme::Memory => Ok(memory(url)),
+        Scheme::Memory => Ok(Arc::new(named_memory(url))),
         // Store arms join here as the store crates land.
         #[allow(unreachable_patterns)]
         other => Err(other.not_enabled()),
@@ -37,7 +37,7 @@ pub async fn connect(url: &str) -> Result<DynLockStore> {
 }
 
 /// Named memory stores live as long as the process, so two `connect("memory://x")` meet.
-fn memory(url: &str) -> DynLockStore {
+pub(crate) fn named_memory(url: &str) -> MemoryStore {
     static STORES: OnceLock<Mutex<HashMap<String, MemoryStore>>> = OnceLock::new();
     let name = url
         .split_once("://")
@@ -47,7 +47,7 @@ fn memory(url: &str) -> DynLockStore {
         .get_or_init(Default::default)
         .lock()
         .unwrap_or_else(PoisonError::into_inner);
-    Arc::new(stores.entry(name.to_owned()).or_default().clone())
+    stores.entry(name.to_owned()).or_default().clone()
 }
 
 #[cfg(test)]

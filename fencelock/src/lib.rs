@@ -23,6 +23,7 @@
 #![warn(missing_docs)]
 
 mod connect;
+pub mod faults;
 mod scheme;
 
 pub use connect::connect;

@@ -1,0 +1,150 @@
+//! Operator actions for fault tests and `lockctl conformance`. A lock holder never needs these.
+
+use std::sync::Arc;
+
+use crate::{DynLockStore, Error, Lease, MemoryStore, Result, Scheme};
+
+/// A handle to a store of `url`'s kind that cannot be reached: the same scheme and options,
+/// pointed at a closed loopback port (the memory store: a store switched unreachable).
+///
+/// If the store refuses to even construct a handle for an unreachable address, the handle
+/// returned answers every call with that connect error, which is what a caller would see.
+///
+/// # Cancel safety
+/// Nothing is held; dropping the future loses nothing.
+pub async fn unreachable(url: &str) -> Result<DynLockStore> {
+    let scheme = Scheme::of(url)?;
+    if scheme == Scheme::Memory {
+        let store = MemoryStore::new();
+        store.set_reachable(false);
+        return Ok(Arc::new(store));
+    }
+    let closed = closed_port()?;
+    let target = retarget(url, &format!("127.0.0.1:{closed}"));
+    match crate::connect(&target).await {
+        Ok(store) => Ok(store),
+        Err(error) if error.is_retryable() => Ok(Arc::new(Refused(error.to_string()))),
+        Err(error) => Err(error),
+    }
+}
+
+/// Makes the store behind `url` forget `lease` behind its holder's back, as an operator
+/// deleting the key (or killing the session) would.
+///
+/// # Cancel safety
+/// The forgetting may or may not have happened when the future is dropped.
+pub async fn forget(url: &str, lease: &Lease) -> Result<()> {
+    match Scheme::of(url)? {
+        Scheme::Memory => {
+            crate::connect::named_memory(url).forget(lease.key());
+            Ok(())
+        }
+        scheme => Err(Error::Unsupported {
+            operation: match scheme {
+                Scheme::Redis | Scheme::Redlock => "forget on redis (not wired yet)",
+                Scheme::Etcd => "forget on etcd (not wired yet)",
+                _ => "forget on postgres (not wired yet)",
+            },
+        }),
+    }
+}
+
+/// A port on loopback that nothing listens on (bound, read, released).
+fn closed_port() -> Result<u16> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")
+        .map_err(|e| Error::unavailable("cannot find a free loopback port", e))?;
+    let port = listener
+        .local_addr()
+        .map_err(|e| Error::unavailable("cannot find a free loopback port", e))?
+        .port();
+    Ok(port)
+}
+
+/// `url` with its host list replaced by `hosts`, keeping scheme, user info, path and query.
+fn retarget(url: &str, hosts: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let user = authority
+        .rsplit_once('@')
+        .map_or(String::new(), |(user, _)| format!("{user}@"));
+    let hosts = if scheme == "redlock" {
+        // A quorum of closed ports.
+        [hosts, hosts, hosts].join(",")
+    } else {
+        hosts.to_owned()
+    };
+    format!("{scheme}://{user}{hosts}{tail}")
+}
+
+/// A store whose every call fails with the connect error that made it.
+#[derive(Debug)]
+struct Refused(String);
+
+impl Refused {
+    fn error(&self) -> Error {
+        Error::Unavailable {
+            message: self.0.clone(),
+            source: None,
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::Acquire for Refused {
+    async fn try_acquire(&self, _: &str, _: std::time::Duration) -> Result<Lease> {
+        Err(self.error())
+    }
+    async fn acquire(
+        &self,
+        _: &str,
+        _: std::time::Duration,
+        _: std::time::Duration,
+    ) -> Result<Lease> {
+        Err(self.error())
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::Release for Refused {
+    async fn release(&self, _: &Lease) -> Result<crate::ReleaseOutcome> {
+        Err(self.error())
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::Extend for Refused {
+    async fn extend(&self, _: &Lease) -> Result<()> {
+        Err(self.error())
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::LockStore for Refused {
+    fn capabilities(&self) -> crate::Capabilities {
+        crate::Capabilities::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retargeting_keeps_everything_but_the_hosts() {
+        assert_eq!(
+            retarget("redis://u:p@h:6379/2?prefix=x", "127.0.0.1:9"),
+            "redis://u:p@127.0.0.1:9/2?prefix=x"
+        );
+        assert_eq!(
+            retarget("etcd://a:1,b:2?prefix=x", "127.0.0.1:9"),
+            "etcd://127.0.0.1:9?prefix=x"
+        );
+        assert_eq!(
+            retarget("redlock://a:1,b:2,c:3", "127.0.0.1:9"),
+            "redlock://127.0.0.1:9,127.0.0.1:9,127.0.0.1:9"
+        );
+    }
+}

@@ -1,0 +1,71 @@
+//! `lockctl bench`: cycle, throughput and handoff against a live store, with a round-trip floor.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use conformance::bench::{self, Table};
+use fencelock::{DynLockStore, Error};
+
+pub async fn bench(url: &str, store: DynLockStore, iterations: usize) -> ExitCode {
+    match measure(url, store, iterations).await {
+        Ok(table) => {
+            println!("benchmark against {}", fencelock::redact(url));
+            print!("{table}");
+            ExitCode::SUCCESS
+        }
+        Err(error) => crate::fail(&error),
+    }
+}
+
+async fn measure(url: &str, store: DynLockStore, iterations: usize) -> Result<Table, Error> {
+    let prefix = format!("lockctl-bench:{:08x}:", std::process::id());
+    let ttl = store.capabilities().granted_ttl(Duration::from_secs(10));
+    let mut table = Table::default();
+
+    // The floor: one read round trip through the same client (`status`).
+    let floor_key = format!("{prefix}floor");
+    let floor = bench::time_each(iterations, |_| async {
+        store.status(&floor_key).await.map(drop)
+    })
+    .await;
+    let floor = match floor {
+        Ok(samples) => Some(samples.p50()),
+        Err(Error::Unsupported { .. }) => None,
+        Err(error) => return Err(error),
+    };
+    if let Some(floor) = floor {
+        table.latency("round trip (status read), p50", floor);
+    }
+
+    let cycle = bench::cycle(&store, &format!("{prefix}cycle"), ttl, iterations).await?;
+    let row = table.latency("acquire+release cycle, p50", cycle.p50());
+    if let Some(floor) = floor.filter(|f| !f.is_zero()) {
+        row.ratio(
+            cycle.p50().as_secs_f64() / (2.0 * floor.as_secs_f64()),
+            None,
+        );
+    }
+    table.latency("acquire+release cycle, p99", cycle.p99());
+
+    let rate = bench::lock_throughput(
+        store.clone(),
+        &format!("{prefix}tp"),
+        ttl,
+        16,
+        Duration::from_secs(2),
+    )
+    .await?;
+    table.rate("throughput, 16 tasks on distinct keys", rate);
+
+    let mut handles = Vec::new();
+    for _ in 0..8 {
+        handles.push(crate::connect(url, Duration::from_secs(10)).await?);
+    }
+    let handoff = bench::handoff(handles, &format!("{prefix}handoff"), ttl, 200).await?;
+    let row = table.latency("handoff, 8 waiters, p50", handoff.p50());
+    if let Some(floor) = floor.filter(|f| !f.is_zero()) {
+        row.ratio(handoff.p50().as_secs_f64() / floor.as_secs_f64(), None);
+    }
+    table.latency("handoff, 8 waiters, p99", handoff.p99());
+    Ok(table)
+}

@@ -1,0 +1,56 @@
+//! `lockctl conformance`: the suite against a live store behind a URL.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use conformance::{async_trait, StoreFactory};
+use fencelock::{DynLockStore, Lease};
+
+/// Handles to the store behind a URL, with the facade's operator actions as fault hooks.
+struct UrlFactory {
+    url: String,
+}
+
+#[async_trait]
+impl StoreFactory for UrlFactory {
+    async fn handle(&self) -> DynLockStore {
+        match fencelock::connect(&self.url).await {
+            Ok(store) => store,
+            // The suite's cases report errors from the store itself; this makes them do so.
+            Err(error) => panic!(
+                "cannot connect to {}: {error}",
+                fencelock::redact(&self.url)
+            ),
+        }
+    }
+
+    async fn unreachable_handle(&self) -> DynLockStore {
+        match fencelock::faults::unreachable(&self.url).await {
+            Ok(store) => store,
+            Err(error) => panic!("cannot build an unreachable handle: {error}"),
+        }
+    }
+
+    async fn forget(&self, lease: &Lease) {
+        if let Err(error) = fencelock::faults::forget(&self.url, lease).await {
+            panic!("cannot make the store forget a lease: {error}");
+        }
+    }
+}
+
+pub async fn conformance(url: &str, parallel: usize) -> ExitCode {
+    if let Err(error) = crate::connect(url, std::time::Duration::from_secs(10)).await {
+        return crate::fail(&error);
+    }
+    println!("conformance suite against {}", fencelock::redact(url));
+    let factory = Arc::new(UrlFactory {
+        url: url.to_owned(),
+    });
+    let report = conformance::run_all(factory, parallel).await;
+    println!("{report}");
+    if report.passed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}

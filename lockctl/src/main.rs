@@ -1,0 +1,173 @@
+//! `lockctl`: lock a command from the shell on any fencelock store.
+//!
+//! ```text
+//! lockctl --url redis://127.0.0.1:6379 run nightly-export --ttl 30s -- ./export.sh
+//! ```
+//!
+//! Exit codes follow sysexits: the command's own code when it ran; 64 bad input; 69 store
+//! unreachable; 70 lease lost while the command ran (the command is terminated); 75 the lock is
+//! held by someone else (and the wait, if any, ran out); 76 the store answered with an error.
+
+use std::ffi::OsString;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use fencelock::{DynLockStore, Error};
+
+mod bench;
+mod check;
+mod duration;
+mod run;
+mod status;
+
+/// The command line.
+#[derive(Debug, Parser)]
+#[command(
+    name = "lockctl",
+    version,
+    about = "Distributed locks with fencing tokens, from the shell"
+)]
+struct Cli {
+    /// The store, e.g. redis://127.0.0.1:6379, etcd://h:2379, postgres://u@h/db, memory://
+    #[arg(long, env = "LOCK_URL", global = true, hide_env_values = true)]
+    url: Option<String>,
+
+    /// How long to try to reach the store before giving up (exit 69).
+    #[arg(long, global = true, default_value = "10s", value_parser = duration::parse)]
+    connect_timeout: Duration,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Acquire KEY, run CMD while keeping the lease alive, release when it ends.
+    Run {
+        /// The lock's key.
+        key: String,
+        /// The lease TTL; the lease is extended at a third of it while CMD runs.
+        #[arg(long, default_value = "30s", value_parser = duration::parse)]
+        ttl: Duration,
+        /// Wait up to this long for the lock (default: one attempt).
+        #[arg(long, value_parser = duration::parse)]
+        wait: Option<Duration>,
+        /// After SIGTERM on a lost lease, how long CMD gets before SIGKILL.
+        #[arg(long, default_value = "10s", value_parser = duration::parse)]
+        grace: Duration,
+        /// The command and its arguments.
+        #[arg(required = true, last = true)]
+        command: Vec<OsString>,
+    },
+    /// Show whether KEY is held, its fencing token and remaining TTL.
+    Status {
+        /// The lock's key.
+        key: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run the conformance suite against the store and print a table of cases.
+    Conformance {
+        /// How many cases run at once.
+        #[arg(long, default_value_t = 4)]
+        parallel: usize,
+    },
+    /// Measure cycle, throughput and handoff against the store's raw round trip.
+    Bench {
+        /// Cycles to time.
+        #[arg(long, default_value_t = 2000)]
+        iterations: usize,
+    },
+}
+
+/// sysexits.h
+pub(crate) mod exit {
+    pub const USAGE: u8 = 64;
+    pub const UNAVAILABLE: u8 = 69;
+    pub const SOFTWARE: u8 = 70;
+    pub const TEMPFAIL: u8 = 75;
+    pub const PROTOCOL: u8 = 76;
+}
+
+/// The exit code for an error that ends `lockctl`.
+pub(crate) fn exit_code(error: &Error) -> u8 {
+    match error {
+        Error::InvalidInput { .. } => exit::USAGE,
+        Error::Busy { .. } | Error::WaitTimedOut { .. } => exit::TEMPFAIL,
+        Error::Unavailable { .. } | Error::Unsupported { .. } => exit::UNAVAILABLE,
+        Error::LeaseLost { .. } | Error::StaleToken { .. } => exit::SOFTWARE,
+        Error::Store { .. } => exit::PROTOCOL,
+        _ => exit::SOFTWARE,
+    }
+}
+
+pub(crate) fn fail(error: &Error) -> ExitCode {
+    eprintln!("lockctl: {error}");
+    ExitCode::from(exit_code(error))
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => {
+            let code = if error.use_stderr() { exit::USAGE } else { 0 };
+            let _ = error.print();
+            return ExitCode::from(code);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("lockctl: cannot start the async runtime: {error}");
+            return ExitCode::from(exit::SOFTWARE);
+        }
+    };
+    runtime.block_on(async move {
+        let Some(url) = cli.url.clone() else {
+            eprintln!("lockctl: no store given: pass --url URL or set LOCK_URL");
+            return ExitCode::from(exit::USAGE);
+        };
+        match cli.command {
+            Command::Conformance { parallel } => return check::conformance(&url, parallel).await,
+            Command::Bench { iterations } => {
+                let store = match connect(&url, cli.connect_timeout).await {
+                    Ok(store) => store,
+                    Err(error) => return fail(&error),
+                };
+                return bench::bench(&url, store, iterations).await;
+            }
+            _ => {}
+        }
+        let store = match connect(&url, cli.connect_timeout).await {
+            Ok(store) => store,
+            Err(error) => return fail(&error),
+        };
+        match cli.command {
+            Command::Run {
+                key,
+                ttl,
+                wait,
+                grace,
+                command,
+            } => run::run(store, &key, ttl, wait, grace, command).await,
+            Command::Status { key, json } => status::status(store, &key, json).await,
+            Command::Conformance { .. } | Command::Bench { .. } => unreachable!("handled above"),
+        }
+    })
+}
+
+/// Connects within `limit`, so an unreachable store is exit 69, never a hang.
+pub(crate) async fn connect(url: &str, limit: Duration) -> Result<DynLockStore, Error> {
+    match tokio::time::timeout(limit, fencelock::connect(url)).await {
+        Ok(result) => result,
+        Err(_) => Err(Error::Unavailable {
+            message: format!("no answer from {} within {limit:?}", fencelock::redact(url)),
+            source: None,
+        }),
+    }
+}
