@@ -172,6 +172,12 @@ impl Acquire for MemoryStore {
     /// # Cancel safety
     /// Cancel safe: the grant happens in one synchronous step, so a dropped future either took
     /// nothing or never ran.
+    #[tracing::instrument(
+        level = "debug",
+        name = "try_acquire",
+        skip(self),
+        fields(store = "memory")
+    )]
     async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Lease> {
         check_request(key, ttl, &self.capabilities())?;
         match self.attempt(key, ttl)? {
@@ -187,6 +193,12 @@ impl Acquire for MemoryStore {
 
     /// # Cancel safety
     /// Cancel safe: a dropped waiter holds nothing.
+    #[tracing::instrument(
+        level = "debug",
+        name = "acquire",
+        skip(self),
+        fields(store = "memory")
+    )]
     async fn acquire(&self, key: &str, ttl: Duration, wait: Duration) -> Result<Lease> {
         check_request(key, ttl, &self.capabilities())?;
         check_wait(wait)?;
@@ -233,6 +245,12 @@ impl Acquire for MemoryStore {
 impl Release for MemoryStore {
     /// # Cancel safety
     /// Cancel safe: one synchronous step.
+    #[tracing::instrument(
+        level = "debug",
+        name = "release",
+        skip_all,
+        fields(store = "memory", key = lease.key(), token = lease.fencing_token())
+    )]
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
         self.check_reachable()?;
         let now = Instant::now();
@@ -262,6 +280,12 @@ impl Release for MemoryStore {
 impl Extend for MemoryStore {
     /// # Cancel safety
     /// Cancel safe: one synchronous step.
+    #[tracing::instrument(
+        level = "trace",
+        name = "extend",
+        skip_all,
+        fields(store = "memory", key = lease.key(), token = lease.fencing_token())
+    )]
     async fn extend(&self, lease: &Lease) -> Result<()> {
         self.check_reachable()?;
         let sent_at = Instant::now();
