@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# The whole check: installs the servers the tests start (Debian packages),
+# then format check, clippy, the tests and the quickstart example.
+# Idempotent: packages already installed are left alone.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [[ -n "${CI:-}" ]]; then
+  export CARGO_TERM_COLOR=never
+fi
+
+timings=()
+total_start=$SECONDS
+
+# step NAME COMMAND...: runs COMMAND and records how long it took.
+step() {
+  local name=$1 start=$SECONDS
+  shift
+  echo "==> $name"
+  "$@"
+  timings+=("$(printf '%-8s %4ds' "$name" $((SECONDS - start)))")
+}
+
+# The Debian packages that the tests and builds need and are not installed.
+missing_packages() {
+  command -v redis-server >/dev/null || echo redis-server
+  command -v etcd >/dev/null || echo etcd-server
+  compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null \
+    || command -v initdb >/dev/null || echo postgresql
+  command -v protoc >/dev/null || echo protobuf-compiler
+}
+
+install_packages() {
+  local missing sudo=()
+  mapfile -t missing < <(missing_packages)
+  if ((${#missing[@]} == 0)); then
+    echo "all needed packages are installed"
+    return
+  fi
+  if ((EUID != 0)); then
+    if ! command -v sudo >/dev/null; then
+      echo "missing Debian packages: ${missing[*]} (run as root: apt-get install ${missing[*]})" >&2
+      exit 1
+    fi
+    sudo=(sudo)
+  fi
+  echo "installing: ${missing[*]}"
+  # Keep the packages' services (redis, etcd, postgresql) from starting: the
+  # tests start their own servers on free ports.
+  local policy=/usr/sbin/policy-rc.d added_policy=
+  if [[ ! -e $policy ]]; then
+    printf '#!/bin/sh\nexit 101\n' | "${sudo[@]}" tee "$policy" >/dev/null
+    "${sudo[@]}" chmod 755 "$policy"
+    added_policy=1
+  fi
+  "${sudo[@]}" apt-get update -qq
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
+  if [[ -n $added_policy ]]; then
+    "${sudo[@]}" rm -f "$policy"
+  fi
+  local still
+  still=$(missing_packages)
+  if [[ -n $still ]]; then
+    echo "still missing after apt-get install: $still" >&2
+    exit 1
+  fi
+}
+
+step packages install_packages
+step fmt cargo fmt --all --check
+step clippy cargo clippy --workspace --all-targets --all-features -- -D warnings
+step test cargo test --workspace --all-features
+step example cargo run -q -p lock-core --example quickstart
+
+echo "==> elapsed"
+printf '%s\n' "${timings[@]}"
+printf '%-8s %4ds\n' total $((SECONDS - total_start))

@@ -1,0 +1,538 @@
+//! `etcd` members on free loopback ports: a single server or a static cluster.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::process::Command;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::process::{self, log_marker, start_error, Proc, TempDir};
+use crate::{Error, Result};
+
+const ENV_URL: &str = "LOCK_TEST_ETCD_URL";
+
+/// Raft timing for tests: fast elections, and a minimum lease TTL of 1 s.
+const HEARTBEAT_MS: u32 = 10;
+const ELECTION_TIMEOUT_MS: u32 = 100;
+
+/// How long [`EtcdCluster::leader`] waits for the members to agree.
+const LEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Timeout of one HTTP request to a member.
+const HTTP_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// A single-member etcd server for tests (or an external server named by
+/// `LOCK_TEST_ETCD_URL`).
+///
+/// Started with `--heartbeat-interval=10 --election-timeout=100`, so the
+/// minimum lease TTL is 1 s. Dropping it kills the process and removes its
+/// temporary directory (data and log).
+#[derive(Debug)]
+pub struct EtcdServer {
+    endpoints: Vec<String>,
+    cluster: Option<EtcdCluster>,
+}
+
+impl EtcdServer {
+    /// Starts a fresh single-member server and waits until `/health` reports
+    /// `"health":"true"` (or returns a handle to `LOCK_TEST_ETCD_URL`, which
+    /// may be `etcd://h:p[,h:p...]`, `http://h:p` or `h:p`).
+    ///
+    /// Fails with [`Error::MissingBinary`] if `etcd` is not installed.
+    pub fn start() -> Result<Self> {
+        if let Some(url) = crate::external_url(ENV_URL) {
+            let endpoints = parse_endpoints(&url);
+            if endpoints.is_empty() {
+                return Err(Error::InvalidArgument(format!("{ENV_URL}={url:?}")));
+            }
+            return Ok(EtcdServer {
+                endpoints,
+                cluster: None,
+            });
+        }
+        let cluster = EtcdCluster::start(1)?;
+        Ok(EtcdServer {
+            endpoints: cluster.endpoints(),
+            cluster: Some(cluster),
+        })
+    }
+
+    /// The client endpoint `127.0.0.1:PORT` (the first one, if external).
+    pub fn endpoint(&self) -> String {
+        self.endpoints[0].clone()
+    }
+
+    /// The URL form used by the store crates: `etcd://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("etcd://{}", self.endpoints.join(","))
+    }
+
+    /// The client port.
+    pub fn port(&self) -> u16 {
+        crate::url_port(&self.endpoints[0], 2379)
+    }
+
+    /// True if this handle points at a server given by `LOCK_TEST_ETCD_URL`.
+    pub fn is_external(&self) -> bool {
+        self.cluster.is_none()
+    }
+
+    /// The server's process id, `None` if external or killed.
+    pub fn pid(&self) -> Option<u32> {
+        self.cluster.as_ref().and_then(|c| c.pid(0))
+    }
+
+    /// Freezes the server (`SIGSTOP`).
+    pub fn pause(&self) -> Result<()> {
+        self.cluster("pause")?.pause(0)
+    }
+
+    /// Lets a paused server run again (`SIGCONT`).
+    pub fn resume(&self) -> Result<()> {
+        self.cluster("resume")?.resume(0)
+    }
+
+    /// Kills the server (`SIGKILL`) and reaps it; it stays down until
+    /// [`restart`](Self::restart).
+    pub fn kill(&mut self) -> Result<()> {
+        self.cluster_mut("kill")?.kill(0)
+    }
+
+    /// Kills the server if it is running and starts it again on the same port
+    /// with the same data directory (data survives), then waits until healthy.
+    pub fn restart(&mut self) -> Result<()> {
+        self.cluster_mut("restart")?.restart(0)
+    }
+
+    fn cluster(&self, op: &str) -> Result<&EtcdCluster> {
+        self.cluster.as_ref().ok_or_else(|| {
+            Error::Unsupported(format!("{op} on the etcd server at {}", self.endpoints[0]))
+        })
+    }
+
+    fn cluster_mut(&mut self, op: &str) -> Result<&mut EtcdCluster> {
+        let endpoint = &self.endpoints[0];
+        self.cluster
+            .as_mut()
+            .ok_or_else(|| Error::Unsupported(format!("{op} on the etcd server at {endpoint}")))
+    }
+}
+
+/// A static etcd cluster on loopback, each member with its own free peer and
+/// client ports, data directory and log (all in one temporary directory).
+///
+/// Always started locally, whatever `LOCK_TEST_ETCD_URL` says. Dropping it
+/// kills every member and removes the temporary directory.
+#[derive(Debug)]
+pub struct EtcdCluster {
+    // Dropped (killed) before `dir` is removed.
+    members: Vec<Member>,
+    binary: PathBuf,
+    initial_cluster: String,
+    token: String,
+    dir: TempDir,
+}
+
+#[derive(Debug)]
+struct Member {
+    proc: Proc,
+    name: String,
+    client_port: u16,
+    peer_port: u16,
+    data_dir: PathBuf,
+    log: PathBuf,
+    /// The raft member id, as reported by the member itself.
+    id: u64,
+}
+
+impl Member {
+    fn what(&self) -> String {
+        format!(
+            "etcd member {} on 127.0.0.1:{}",
+            self.name, self.client_port
+        )
+    }
+
+    /// `(member_id, leader)` from `/v3/maintenance/status`.
+    fn status(&self) -> Option<(u64, u64)> {
+        let body = http(self.client_port, "POST", "/v3/maintenance/status", "{}")?;
+        let id = json_field(&body, "member_id").or_else(|| json_field(&body, "memberId"))?;
+        let leader = json_field(&body, "leader").unwrap_or_default();
+        Some((id.parse().ok()?, leader.parse().unwrap_or(0)))
+    }
+}
+
+impl EtcdCluster {
+    /// Starts a cluster of `members` members (static bootstrap,
+    /// `--initial-cluster-state new`) and waits until every member is healthy.
+    ///
+    /// Fails with [`Error::MissingBinary`] if `etcd` is not installed.
+    pub fn start(members: usize) -> Result<Self> {
+        if members == 0 {
+            return Err(Error::InvalidArgument(
+                "an etcd cluster needs at least one member".into(),
+            ));
+        }
+        let binary = process::find_binary("etcd", "etcd-server")?;
+        let mut last_error = None;
+        for _ in 0..process::START_ATTEMPTS {
+            match Self::try_start(&binary, members)? {
+                Ok(cluster) => return Ok(cluster),
+                Err(e) => last_error = Some(e),
+            }
+        }
+        Err(last_error.expect("at least one attempt"))
+    }
+
+    /// One start on fresh ports. The outer error is final; the inner one
+    /// (a member exited early, e.g. a port was taken) is worth a retry.
+    fn try_start(binary: &std::path::Path, n: usize) -> Result<Result<Self>> {
+        let ports = process::free_ports(2 * n)?;
+        let dir = TempDir::new("etcd", ports[0], None)?;
+        let members: Vec<Member> = (0..n)
+            .map(|i| Member {
+                proc: Proc::none(),
+                name: format!("m{i}"),
+                client_port: ports[2 * i],
+                peer_port: ports[2 * i + 1],
+                data_dir: dir.path().join(format!("m{i}.data")),
+                log: dir.path().join(format!("m{i}.log")),
+                id: 0,
+            })
+            .collect();
+        let initial_cluster = members
+            .iter()
+            .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer_port))
+            .collect::<Vec<_>>()
+            .join(",");
+        let token = dir
+            .path()
+            .file_name()
+            .map_or_else(|| "fencelock".into(), |n| n.to_string_lossy().into_owned());
+        let mut cluster = EtcdCluster {
+            members,
+            binary: binary.to_path_buf(),
+            initial_cluster,
+            token,
+            dir,
+        };
+        for i in 0..n {
+            let m = &cluster.members[i];
+            log_marker(&m.log, &format!("starting {}", m.what()));
+            let cmd = cluster.command(i);
+            cluster.members[i].proc = Proc::spawn(cmd, &cluster.members[i].log)?;
+        }
+
+        // Wait until every member is healthy (has a leader and serves reads).
+        let start = Instant::now();
+        let mut pending: Vec<usize> = (0..n).collect();
+        let mut delay = Duration::from_millis(5);
+        while !pending.is_empty() {
+            for m in &mut cluster.members {
+                if let Some(status) = m.proc.reap_if_exited() {
+                    let reason = format!("it exited ({status}) before the cluster was ready");
+                    return Ok(Err(start_error(&m.what(), reason, &m.log)));
+                }
+            }
+            pending.retain(|&i| !healthy(cluster.members[i].client_port));
+            if pending.is_empty() {
+                break;
+            }
+            if start.elapsed() > process::READY_TIMEOUT {
+                let m = &cluster.members[pending[0]];
+                let reason = format!("not healthy after {:?}", process::READY_TIMEOUT);
+                return Err(start_error(&m.what(), reason, &m.log));
+            }
+            thread::sleep(delay);
+            delay = (delay * 2).min(Duration::from_millis(100));
+        }
+
+        // Learn each member's raft id, for `leader()`.
+        for m in &mut cluster.members {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                if let Some((id, _)) = m.status() {
+                    m.id = id;
+                    break;
+                }
+                if Instant::now() > deadline {
+                    let reason = "no answer to /v3/maintenance/status";
+                    return Err(start_error(&m.what(), reason, &m.log));
+                }
+                thread::sleep(Duration::from_millis(20));
+            }
+        }
+        Ok(Ok(cluster))
+    }
+
+    fn command(&self, i: usize) -> Command {
+        let m = &self.members[i];
+        let client = format!("http://127.0.0.1:{}", m.client_port);
+        let peer = format!("http://127.0.0.1:{}", m.peer_port);
+        let mut cmd = Command::new(&self.binary);
+        cmd.arg(format!("--name={}", m.name))
+            .arg(format!("--data-dir={}", m.data_dir.display()))
+            .arg(format!("--listen-client-urls={client}"))
+            .arg(format!("--advertise-client-urls={client}"))
+            .arg(format!("--listen-peer-urls={peer}"))
+            .arg(format!("--initial-advertise-peer-urls={peer}"))
+            .arg(format!("--initial-cluster={}", self.initial_cluster))
+            .arg("--initial-cluster-state=new")
+            .arg(format!("--initial-cluster-token={}", self.token))
+            .arg(format!("--heartbeat-interval={HEARTBEAT_MS}"))
+            .arg(format!("--election-timeout={ELECTION_TIMEOUT_MS}"))
+            .arg("--logger=zap")
+            .arg("--log-outputs=stderr")
+            .current_dir(self.dir.path());
+        // etcd refuses to start on architectures it does not officially
+        // support unless this names the architecture (GOARCH spelling).
+        if std::env::var_os("ETCD_UNSUPPORTED_ARCH").is_none() {
+            if let Some(goarch) = unsupported_goarch() {
+                cmd.env("ETCD_UNSUPPORTED_ARCH", goarch);
+            }
+        }
+        cmd
+    }
+
+    /// The client endpoints, `127.0.0.1:PORT`, one per member.
+    pub fn endpoints(&self) -> Vec<String> {
+        self.members
+            .iter()
+            .map(|m| format!("127.0.0.1:{}", m.client_port))
+            .collect()
+    }
+
+    /// The URL form used by the store crates: `etcd://h:p,h:p,h:p`.
+    pub fn url(&self) -> String {
+        format!("etcd://{}", self.endpoints().join(","))
+    }
+
+    /// The number of members.
+    pub fn member_count(&self) -> usize {
+        self.members.len()
+    }
+
+    /// Member `i`'s process id, `None` if killed.
+    pub fn pid(&self, i: usize) -> Option<u32> {
+        self.members.get(i).and_then(|m| m.proc.pid())
+    }
+
+    /// The index of the current leader, as agreed by every member that is
+    /// running and not paused. Waits up to 10 s for such an agreement on a
+    /// leader that is itself running and not paused (e.g. while an election
+    /// after pausing the old leader is under way).
+    pub fn leader(&self) -> Result<usize> {
+        let deadline = Instant::now() + LEADER_TIMEOUT;
+        let mut last = String::from("no member answered");
+        loop {
+            let live: Vec<&Member> = self
+                .members
+                .iter()
+                .filter(|m| m.proc.is_running() && !m.proc.is_paused())
+                .collect();
+            let views: Vec<u64> = live
+                .iter()
+                .filter_map(|m| m.status())
+                .map(|s| s.1)
+                .collect();
+            if let Some(&leader) = views.first() {
+                last = format!("members report leaders {views:?}");
+                let index = self.members.iter().position(|m| m.id == leader);
+                if leader != 0 && views.iter().all(|&l| l == leader) {
+                    if let Some(i) = index {
+                        let m = &self.members[i];
+                        if m.proc.is_running() && !m.proc.is_paused() {
+                            return Ok(i);
+                        }
+                    }
+                }
+            }
+            if Instant::now() > deadline {
+                return Err(Error::Etcd(format!(
+                    "no agreed, live leader after {LEADER_TIMEOUT:?} ({last}; member ids {:?})",
+                    self.members.iter().map(|m| m.id).collect::<Vec<_>>()
+                )));
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Freezes member `i` (`SIGSTOP`).
+    pub fn pause(&self, i: usize) -> Result<()> {
+        let m = self.member(i)?;
+        m.proc.pause(&m.what())
+    }
+
+    /// Lets a paused member `i` run again (`SIGCONT`).
+    pub fn resume(&self, i: usize) -> Result<()> {
+        let m = self.member(i)?;
+        m.proc.resume(&m.what())
+    }
+
+    /// Kills member `i` (`SIGKILL`) and reaps it; it stays down until
+    /// [`restart`](Self::restart).
+    pub fn kill(&mut self, i: usize) -> Result<()> {
+        self.member(i)?;
+        self.members[i].proc.kill();
+        Ok(())
+    }
+
+    /// Kills member `i` if it is running and starts it again with the same
+    /// ports and data directory. If a quorum of members (counting this one)
+    /// is running and not paused, waits until the member is healthy;
+    /// otherwise only until it answers HTTP.
+    pub fn restart(&mut self, i: usize) -> Result<()> {
+        self.member(i)?;
+        self.members[i].proc.kill();
+        let cmd = self.command(i);
+        let m = &mut self.members[i];
+        log_marker(&m.log, &format!("restarting {}", m.what()));
+        m.proc = Proc::spawn(cmd, &m.log)?;
+        let others_live = self
+            .members
+            .iter()
+            .enumerate()
+            .filter(|&(j, m)| j != i && m.proc.is_running() && !m.proc.is_paused())
+            .count();
+        let quorum = 2 * (others_live + 1) > self.members.len();
+        let m = &mut self.members[i];
+        let (what, port) = (m.what(), m.client_port);
+        process::wait_ready(&mut m.proc, &what, &m.log, || {
+            if quorum {
+                healthy(port)
+            } else {
+                answers(port)
+            }
+        })
+    }
+
+    fn member(&self, i: usize) -> Result<&Member> {
+        self.members.get(i).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "member index {i} out of range (cluster of {})",
+                self.members.len()
+            ))
+        })
+    }
+}
+
+/// GOARCH of this machine if etcd 3.4 needs `ETCD_UNSUPPORTED_ARCH` for it.
+fn unsupported_goarch() -> Option<&'static str> {
+    match std::env::consts::ARCH {
+        "x86_64" => None,
+        "aarch64" => Some("arm64"),
+        "x86" => Some("386"),
+        "arm" => Some("arm"),
+        "powerpc64" if cfg!(target_endian = "little") => Some("ppc64le"),
+        "powerpc64" => Some("ppc64"),
+        "s390x" => Some("s390x"),
+        "riscv64" => Some("riscv64"),
+        "mips64" if cfg!(target_endian = "little") => Some("mips64le"),
+        "mips64" => Some("mips64"),
+        "loongarch64" => Some("loong64"),
+        other => Some(other),
+    }
+}
+
+/// True if the member on `port` reports `"health":"true"` on `/health`.
+fn healthy(port: u16) -> bool {
+    http(port, "GET", "/health", "")
+        .and_then(|body| json_field(&body, "health"))
+        .is_some_and(|h| h == "true")
+}
+
+/// True if the member on `port` answers HTTP at all (healthy or not).
+fn answers(port: u16) -> bool {
+    http_status(port, "GET", "/health", "").is_some()
+}
+
+/// Endpoints `h:p` from `etcd://h:p,h:p`, `http://h:p/` or `h:p,h:p`.
+fn parse_endpoints(url: &str) -> Vec<String> {
+    url.split(',')
+        .map(|e| {
+            let e = e.trim();
+            let e = e.split_once("://").map_or(e, |(_, rest)| rest);
+            e.trim_end_matches('/').to_string()
+        })
+        .filter(|e| !e.is_empty())
+        .collect()
+}
+
+/// The body of a 200 response to an HTTP/1.0 request to 127.0.0.1:`port`.
+fn http(port: u16, method: &str, path: &str, body: &str) -> Option<String> {
+    match http_status(port, method, path, body)? {
+        (200, body) => Some(body),
+        _ => None,
+    }
+}
+
+/// `(status, body)` of an HTTP/1.0 request (HTTP/1.0, so the response is
+/// neither chunked nor kept alive).
+fn http_status(port: u16, method: &str, path: &str, body: &str) -> Option<(u16, String)> {
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut stream = TcpStream::connect_timeout(&addr, HTTP_TIMEOUT).ok()?;
+    stream.set_read_timeout(Some(HTTP_TIMEOUT)).ok()?;
+    stream.set_write_timeout(Some(HTTP_TIMEOUT)).ok()?;
+    let request = format!(
+        "{method} {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).ok()?;
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).ok()?;
+    let text = String::from_utf8_lossy(&response);
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    let status = head.split_whitespace().nth(1)?.parse().ok()?;
+    Some((status, body.to_string()))
+}
+
+/// The value of the first `"key": value` in a JSON text, as a string
+/// (quoted strings unquoted; numbers and literals as written).
+fn json_field(json: &str, key: &str) -> Option<String> {
+    let pattern = format!("\"{key}\"");
+    let at = json.find(&pattern)? + pattern.len();
+    let rest = json[at..].trim_start().strip_prefix(':')?.trim_start();
+    if let Some(quoted) = rest.strip_prefix('"') {
+        return Some(quoted[..quoted.find('"')?].to_string());
+    }
+    let end = rest
+        .find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '+' | '.')))
+        .unwrap_or(rest.len());
+    Some(rest[..end].to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_fields() {
+        let status = r#"{"header":{"cluster_id":"1","member_id":"10276657743932975437","raft_term":"2"},"version":"3.4.23","leader":"10276657743932975437","raftIndex": 4}"#;
+        assert_eq!(
+            json_field(status, "member_id").as_deref(),
+            Some("10276657743932975437")
+        );
+        assert_eq!(
+            json_field(status, "leader").as_deref(),
+            Some("10276657743932975437")
+        );
+        assert_eq!(json_field(status, "raftIndex").as_deref(), Some("4"));
+        assert_eq!(json_field(status, "nope"), None);
+        assert_eq!(
+            json_field(r#"{"health":"true","reason":""}"#, "health").as_deref(),
+            Some("true")
+        );
+    }
+
+    #[test]
+    fn endpoints_from_urls() {
+        assert_eq!(
+            parse_endpoints("etcd://127.0.0.1:1,127.0.0.1:2"),
+            ["127.0.0.1:1", "127.0.0.1:2"]
+        );
+        assert_eq!(parse_endpoints("http://h:2379/"), ["h:2379"]);
+        assert_eq!(parse_endpoints("h:1, http://h:2"), ["h:1", "h:2"]);
+    }
+}

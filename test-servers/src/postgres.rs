@@ -1,0 +1,409 @@
+//! PostgreSQL (`initdb` + `postgres`) in a temporary directory.
+
+use std::fs;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use crate::process::{self, log_marker, log_tail, start_error, wait_ready, Proc, TempDir};
+use crate::{Error, Result};
+
+const ENV_URL: &str = "LOCK_TEST_POSTGRES_URL";
+
+/// Where Debian installs the server binaries: `/usr/lib/postgresql/<ver>/bin`.
+const DEBIAN_PG_DIR: &str = "/usr/lib/postgresql";
+
+/// How long a graceful stop may take before the server is killed.
+const STOP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A PostgreSQL server for tests: a fresh cluster (`initdb -A trust -U
+/// postgres`) in a temporary directory, served on a free port of 127.0.0.1
+/// with `fsync=on`, `synchronous_commit=on` and `max_connections=1000`; or
+/// an external server named by `LOCK_TEST_POSTGRES_URL`.
+///
+/// PostgreSQL refuses to run as root: when the tests run as root, `initdb`,
+/// `postgres` and `pg_ctl` run as the `postgres` system user, in a directory
+/// under `/tmp` that it owns.
+///
+/// Dropping it shuts the server down (immediate mode, then `SIGKILL` if
+/// needed) and removes the temporary directory.
+#[derive(Debug)]
+pub struct PostgresServer {
+    port: u16,
+    url: String,
+    local: Option<Local>,
+}
+
+#[derive(Debug)]
+struct Bins {
+    postgres: PathBuf,
+    initdb: PathBuf,
+    pg_ctl: PathBuf,
+    pg_isready: PathBuf,
+}
+
+#[derive(Debug)]
+struct Local {
+    // Stopped (see `Drop`) before `dir` is removed.
+    proc: Proc,
+    bins: Bins,
+    /// `(uid, gid)` to run the server as, when we are root.
+    user: Option<(u32, u32)>,
+    data: PathBuf,
+    sockets: PathBuf,
+    log: PathBuf,
+    dir: TempDir,
+}
+
+impl PostgresServer {
+    /// Creates a fresh cluster, starts the server and waits until
+    /// `pg_isready` says it accepts connections (or returns a handle to
+    /// `LOCK_TEST_POSTGRES_URL` if that is set).
+    ///
+    /// Fails with [`Error::MissingBinary`] if PostgreSQL is not installed
+    /// (neither in `/usr/lib/postgresql/*/bin` nor on `PATH`).
+    pub fn start() -> Result<Self> {
+        if let Some(url) = crate::external_url(ENV_URL) {
+            return Ok(PostgresServer {
+                port: crate::url_port(&url, 5432),
+                url,
+                local: None,
+            });
+        }
+        let bins = find_bins()?;
+        let user = if process::is_root() {
+            Some(postgres_user().ok_or_else(|| {
+                Error::Start {
+                    server: "PostgreSQL".into(),
+                    reason: "running as root, and there is no `postgres` user to run it as \
+                         (the Debian package `postgresql` creates one)"
+                        .into(),
+                    log_tail: String::new(),
+                }
+            })?)
+        } else {
+            None
+        };
+
+        let mut port = process::free_ports(1)?[0];
+        // The postgres user must be able to reach its directory.
+        let base = user.map(|_| Path::new("/tmp"));
+        let dir = TempDir::new("pg", port, base)?;
+        let data = dir.path().join("data");
+        let sockets = dir.path().join("sock");
+        fs::create_dir(&sockets)?;
+        if let Some((uid, gid)) = user {
+            std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid))?;
+            std::os::unix::fs::chown(&sockets, Some(uid), Some(gid))?;
+        }
+        let mut local = Local {
+            proc: Proc::none(),
+            log: dir.path().join("postgres.log"),
+            bins,
+            user,
+            data,
+            sockets,
+            dir,
+        };
+        local.initdb()?;
+
+        let mut attempt = 1;
+        loop {
+            match local.launch(port) {
+                Ok(()) => break,
+                // Exited early: most likely the port was taken meanwhile.
+                Err(_) if !local.proc.is_running() && attempt < process::START_ATTEMPTS => {
+                    attempt += 1;
+                    port = process::free_ports(1)?[0];
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(PostgresServer {
+            port,
+            url: format!("postgres://postgres@127.0.0.1:{port}/postgres"),
+            local: Some(local),
+        })
+    }
+
+    /// The URL to connect to: `postgres://postgres@127.0.0.1:PORT/postgres`
+    /// (user `postgres`, no password: `trust` authentication), or the
+    /// external URL.
+    pub fn url(&self) -> String {
+        self.url.clone()
+    }
+
+    /// The TCP port the server listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// True if this handle points at a server given by
+    /// `LOCK_TEST_POSTGRES_URL`.
+    pub fn is_external(&self) -> bool {
+        self.local.is_none()
+    }
+
+    /// The postmaster's process id, `None` if external or killed.
+    pub fn pid(&self) -> Option<u32> {
+        self.local.as_ref().and_then(|l| l.proc.pid())
+    }
+
+    /// Freezes the server (`SIGSTOP` to the postmaster and all its backends).
+    pub fn pause(&self) -> Result<()> {
+        let local = self.local("pause")?;
+        local.proc.pause(&self.what())
+    }
+
+    /// Lets a paused server run again (`SIGCONT`).
+    pub fn resume(&self) -> Result<()> {
+        let local = self.local("resume")?;
+        local.proc.resume(&self.what())
+    }
+
+    /// Kills the postmaster and its backends (`SIGKILL`) and reaps it; the
+    /// server stays down until [`restart`](Self::restart). Like a crash,
+    /// except that it also frees the server's System V shared memory.
+    pub fn kill(&mut self) -> Result<()> {
+        let local = self.local_mut("kill")?;
+        local.proc.kill();
+        cleanup_shared_memory(&local.data);
+        Ok(())
+    }
+
+    /// Shuts the server down cleanly if it is running (`pg_ctl stop -m
+    /// fast`), then starts it again on the same port and data directory and
+    /// waits until it accepts connections.
+    pub fn restart(&mut self) -> Result<()> {
+        let (port, what) = (self.port, self.what());
+        let local = self.local_mut("restart")?;
+        local.stop("fast", &what)?;
+        local.launch(port)
+    }
+
+    /// Simulates a crash: `pg_ctl stop -m immediate` (no checkpoint, as if
+    /// the machine lost power after the last fsync), then starts the server
+    /// again on the same port and data directory; it runs crash recovery, so
+    /// committed data survives. Waits until it accepts connections. If the
+    /// server was killed, it is just started.
+    pub fn crash_and_restart(&mut self) -> Result<()> {
+        let (port, what) = (self.port, self.what());
+        let local = self.local_mut("crash_and_restart")?;
+        local.stop("immediate", &what)?;
+        local.launch(port)
+    }
+
+    fn what(&self) -> String {
+        format!("postgres on 127.0.0.1:{}", self.port)
+    }
+
+    fn local(&self, op: &str) -> Result<&Local> {
+        self.local.as_ref().ok_or_else(|| {
+            Error::Unsupported(format!("{op} on the PostgreSQL server at {}", self.url))
+        })
+    }
+
+    fn local_mut(&mut self, op: &str) -> Result<&mut Local> {
+        let url = &self.url;
+        self.local
+            .as_mut()
+            .ok_or_else(|| Error::Unsupported(format!("{op} on the PostgreSQL server at {url}")))
+    }
+}
+
+impl Local {
+    /// A command for one of the server programs, run as the postgres user
+    /// when we are root.
+    fn command(&self, program: &Path) -> Command {
+        let mut cmd = Command::new(program);
+        if let Some((uid, gid)) = self.user {
+            cmd.uid(uid).gid(gid);
+        }
+        // The postgres user may not be able to enter our working directory.
+        cmd.current_dir(self.dir.path()).env("LC_ALL", "C");
+        cmd
+    }
+
+    fn initdb(&self) -> Result<()> {
+        let mut cmd = self.command(&self.bins.initdb);
+        cmd.arg("-D")
+            .arg(&self.data)
+            .args(["-A", "trust", "-U", "postgres", "--no-sync", "-E", "UTF8"])
+            .arg("--no-locale");
+        let log = self.dir.path().join("initdb.log");
+        process::run_logged(cmd, &log).map_err(|reason| start_error("initdb", reason, &log))
+    }
+
+    /// Starts the postmaster on `port` and waits until it accepts connections.
+    fn launch(&mut self, port: u16) -> Result<()> {
+        let what = format!("postgres on 127.0.0.1:{port}");
+        log_marker(&self.log, &format!("starting {what}"));
+        let mut cmd = self.command(&self.bins.postgres);
+        cmd.arg("-D")
+            .arg(&self.data)
+            .args(["-c", "listen_addresses=127.0.0.1"])
+            .arg("-p")
+            .arg(port.to_string())
+            .arg("-k")
+            .arg(&self.sockets)
+            .args(["-c", "fsync=on", "-c", "synchronous_commit=on"])
+            .args(["-c", "max_connections=1000", "-c", "shared_buffers=64MB"])
+            // Dynamic shared memory in files under the data directory, so a
+            // killed server leaves nothing behind in /dev/shm.
+            .args(["-c", "dynamic_shared_memory_type=mmap"]);
+        self.proc = Proc::spawn(cmd, &self.log)?;
+        let pg_isready = self.bins.pg_isready.clone();
+        wait_ready(&mut self.proc, &what, &self.log, || {
+            is_ready(&pg_isready, port)
+        })
+    }
+
+    /// `pg_ctl stop -m <mode>` if the server is running; always leaves it
+    /// stopped and reaped.
+    fn stop(&mut self, mode: &str, what: &str) -> Result<()> {
+        if !self.proc.is_running() {
+            return Ok(());
+        }
+        self.proc.unpause();
+        let mut cmd = self.command(&self.bins.pg_ctl);
+        cmd.arg("stop")
+            .arg("-D")
+            .arg(&self.data)
+            .args(["-m", mode, "-w", "-t", "30"]);
+        let result = process::run_logged(cmd, &self.log);
+        if !self.proc.wait_timeout(STOP_TIMEOUT) {
+            self.proc.kill();
+        }
+        cleanup_shared_memory(&self.data);
+        result.map_err(|reason| Error::Stop {
+            server: what.to_string(),
+            reason: format!("{reason}; last lines of its log:\n{}", log_tail(&self.log)),
+        })
+    }
+}
+
+impl Drop for Local {
+    fn drop(&mut self) {
+        if self.proc.is_running() {
+            // Immediate shutdown: quick, and it frees all shared memory.
+            self.proc.unpause();
+            self.proc.signal_leader(libc::SIGQUIT);
+            if !self.proc.wait_timeout(Duration::from_secs(5)) {
+                self.proc.kill();
+            }
+        }
+        cleanup_shared_memory(&self.data);
+    }
+}
+
+/// True if `pg_isready` says the server on `port` accepts connections.
+fn is_ready(pg_isready: &Path, port: u16) -> bool {
+    Command::new(pg_isready)
+        .args(["-q", "-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(["-t", "1", "-U", "postgres", "-d", "postgres"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// The server binaries: the highest version in `/usr/lib/postgresql/*/bin`,
+/// else `PATH`.
+fn find_bins() -> Result<Bins> {
+    let mut best: Option<(Vec<u32>, PathBuf)> = None;
+    for entry in fs::read_dir(DEBIAN_PG_DIR).into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Ok(version) = name
+            .split('.')
+            .map(str::parse)
+            .collect::<Result<Vec<u32>, _>>()
+        else {
+            continue;
+        };
+        let bin = entry.path().join("bin");
+        let complete = ["postgres", "initdb", "pg_ctl"]
+            .iter()
+            .all(|b| process::is_executable(&bin.join(b)));
+        if complete && !matches!(&best, Some((v, _)) if *v >= version) {
+            best = Some((version, bin));
+        }
+    }
+    let pg_isready = |bin: Option<&Path>| {
+        bin.map(|b| b.join("pg_isready"))
+            .filter(|p| process::is_executable(p))
+            .map_or_else(
+                || process::find_binary("pg_isready", "postgresql-client"),
+                Ok,
+            )
+    };
+    if let Some((_, bin)) = best {
+        return Ok(Bins {
+            postgres: bin.join("postgres"),
+            initdb: bin.join("initdb"),
+            pg_ctl: bin.join("pg_ctl"),
+            pg_isready: pg_isready(Some(&bin))?,
+        });
+    }
+    Ok(Bins {
+        postgres: process::find_binary("postgres", "postgresql")?,
+        initdb: process::find_binary("initdb", "postgresql")?,
+        pg_ctl: process::find_binary("pg_ctl", "postgresql")?,
+        pg_isready: pg_isready(None)?,
+    })
+}
+
+/// `(uid, gid)` of the `postgres` user, from `/etc/passwd`.
+fn postgres_user() -> Option<(u32, u32)> {
+    let passwd = fs::read_to_string("/etc/passwd").ok()?;
+    passwd.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split(':').collect();
+        match fields.as_slice() {
+            ["postgres", _, uid, gid, ..] => Some((uid.parse().ok()?, gid.parse().ok()?)),
+            _ => None,
+        }
+    })
+}
+
+/// Removes the System V shared memory segment that a killed postmaster
+/// leaves behind (PostgreSQL keeps a small one as an interlock), once no
+/// process is attached any more. Does nothing if `postmaster.pid` is gone
+/// (clean shutdown) or names a segment that no longer exists.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn cleanup_shared_memory(data: &Path) {
+    let Ok(pid_file) = fs::read_to_string(data.join("postmaster.pid")) else {
+        return;
+    };
+    // Line 7: "<shmem key> <shmem id>".
+    let Some(line) = pid_file.lines().nth(6) else {
+        return;
+    };
+    let mut fields = line.split_whitespace();
+    let (Some(Ok(key)), Some(Ok(id))) = (
+        fields.next().map(str::parse::<libc::key_t>),
+        fields.next().map(str::parse::<libc::c_int>),
+    ) else {
+        return;
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        // SAFETY: shmid_ds is plain data; IPC_STAT fills it in.
+        let mut info: libc::shmid_ds = unsafe { std::mem::zeroed() };
+        // SAFETY: `info` is a valid, writable shmid_ds.
+        if unsafe { libc::shmctl(id, libc::IPC_STAT, &mut info) } != 0 || info.shm_perm.__key != key
+        {
+            return; // gone, or the id now belongs to someone else
+        }
+        if info.shm_nattch == 0 || std::time::Instant::now() > deadline {
+            // SAFETY: IPC_RMID takes no buffer. With processes still attached
+            // the segment is destroyed when the last one detaches.
+            unsafe { libc::shmctl(id, libc::IPC_RMID, std::ptr::null_mut()) };
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn cleanup_shared_memory(_data: &Path) {}

@@ -1,0 +1,199 @@
+//! `redis-server` on a free loopback port.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use crate::process::{self, log_marker, wait_ready, Proc, TempDir};
+use crate::{Error, Result};
+
+const ENV_URL: &str = "LOCK_TEST_REDIS_URL";
+
+/// A Redis server for tests: a `redis-server` child process on a free port
+/// of 127.0.0.1 without persistence (`--save "" --appendonly no`), or an
+/// external server named by `LOCK_TEST_REDIS_URL`.
+///
+/// Dropping it kills the process and removes its temporary directory.
+#[derive(Debug)]
+pub struct RedisServer {
+    port: u16,
+    url: String,
+    local: Option<Local>,
+}
+
+#[derive(Debug)]
+struct Local {
+    // Dropped (killed) before `dir` is removed.
+    proc: Proc,
+    binary: PathBuf,
+    log: PathBuf,
+    dir: TempDir,
+}
+
+impl RedisServer {
+    /// Starts a fresh server and waits until it answers `PING` (or returns a
+    /// handle to `LOCK_TEST_REDIS_URL` if that is set).
+    ///
+    /// Fails with [`Error::MissingBinary`] if `redis-server` is not installed.
+    pub fn start() -> Result<Self> {
+        match crate::external_url(ENV_URL) {
+            Some(url) => Ok(RedisServer {
+                port: crate::url_port(&url, 6379),
+                url,
+                local: None,
+            }),
+            None => Self::start_local(),
+        }
+    }
+
+    /// Starts `n` independent servers (masters, as Redlock needs), always
+    /// local, whatever `LOCK_TEST_REDIS_URL` says.
+    pub fn start_many(n: usize) -> Result<Vec<Self>> {
+        (0..n).map(|_| Self::start_local()).collect()
+    }
+
+    fn start_local() -> Result<Self> {
+        let binary = process::find_binary("redis-server", "redis-server")?;
+        let mut last_error = None;
+        for _ in 0..process::START_ATTEMPTS {
+            let port = process::free_ports(1)?[0];
+            let dir = TempDir::new("redis", port, None)?;
+            let log = dir.path().join("redis.log");
+            let mut local = Local {
+                proc: Proc::none(),
+                binary: binary.clone(),
+                log,
+                dir,
+            };
+            match local.launch(port) {
+                Ok(()) => {
+                    return Ok(RedisServer {
+                        port,
+                        url: format!("redis://127.0.0.1:{port}"),
+                        local: Some(local),
+                    })
+                }
+                // Exited early: most likely the port was taken meanwhile.
+                Err(e) if !local.proc.is_running() => last_error = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last_error.expect("at least one attempt"))
+    }
+
+    /// The URL to connect to: `redis://127.0.0.1:PORT` (or the external URL).
+    pub fn url(&self) -> String {
+        self.url.clone()
+    }
+
+    /// The TCP port the server listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// True if this handle points at a server given by `LOCK_TEST_REDIS_URL`
+    /// (no process of ours; fault injection is unsupported).
+    pub fn is_external(&self) -> bool {
+        self.local.is_none()
+    }
+
+    /// The server's process id, `None` if external or killed.
+    pub fn pid(&self) -> Option<u32> {
+        self.local.as_ref().and_then(|l| l.proc.pid())
+    }
+
+    /// Freezes the server (`SIGSTOP`): connections stay open but nothing is
+    /// answered until [`resume`](Self::resume).
+    pub fn pause(&self) -> Result<()> {
+        let local = self.local("pause")?;
+        local.proc.pause(&self.what())
+    }
+
+    /// Lets a paused server run again (`SIGCONT`).
+    pub fn resume(&self) -> Result<()> {
+        let local = self.local("resume")?;
+        local.proc.resume(&self.what())
+    }
+
+    /// Kills the server (`SIGKILL`) and reaps it; it stays down until
+    /// [`restart`](Self::restart). Killing a killed server does nothing.
+    pub fn kill(&mut self) -> Result<()> {
+        self.local_mut("kill")?.proc.kill();
+        Ok(())
+    }
+
+    /// Kills the server if it is running, then starts it again on the same
+    /// port, with an empty data set, and waits until it answers `PING`.
+    pub fn restart(&mut self) -> Result<()> {
+        let port = self.port;
+        let local = self.local_mut("restart")?;
+        local.proc.kill();
+        local.launch(port)
+    }
+
+    fn what(&self) -> String {
+        format!("redis-server on 127.0.0.1:{}", self.port)
+    }
+
+    fn local(&self, op: &str) -> Result<&Local> {
+        self.local
+            .as_ref()
+            .ok_or_else(|| Error::Unsupported(format!("{op} on the Redis server at {}", self.url)))
+    }
+
+    fn local_mut(&mut self, op: &str) -> Result<&mut Local> {
+        let url = &self.url;
+        self.local
+            .as_mut()
+            .ok_or_else(|| Error::Unsupported(format!("{op} on the Redis server at {url}")))
+    }
+}
+
+impl Local {
+    /// Spawns the server on `port` and waits until it answers.
+    fn launch(&mut self, port: u16) -> Result<()> {
+        let what = format!("redis-server on 127.0.0.1:{port}");
+        log_marker(&self.log, &format!("starting {what}"));
+        self.proc = Proc::spawn(command(&self.binary, port, self.dir.path()), &self.log)?;
+        wait_ready(&mut self.proc, &what, &self.log, || ping(port))
+    }
+}
+
+fn command(binary: &Path, port: u16, dir: &Path) -> Command {
+    let mut cmd = Command::new(binary);
+    cmd.arg("--port")
+        .arg(port.to_string())
+        .args(["--bind", "127.0.0.1"])
+        .args(["--save", ""])
+        .args(["--appendonly", "no"])
+        .arg("--dir")
+        .arg(dir)
+        .args(["--daemonize", "no"])
+        .current_dir(dir);
+    cmd
+}
+
+/// True if the server on `port` answers `PING` with `+PONG`.
+fn ping(port: u16) -> bool {
+    let timeout = Duration::from_millis(500);
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let Ok(mut stream) = TcpStream::connect_timeout(&addr, timeout) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(timeout));
+    let _ = stream.set_write_timeout(Some(timeout));
+    if stream.write_all(b"PING\r\n").is_err() {
+        return false;
+    }
+    let mut reply = Vec::new();
+    let mut buf = [0u8; 64];
+    while !reply.ends_with(b"\r\n") {
+        match stream.read(&mut buf) {
+            Ok(0) | Err(_) => return false,
+            Ok(n) => reply.extend_from_slice(&buf[..n]),
+        }
+    }
+    reply.starts_with(b"+PONG")
+}
