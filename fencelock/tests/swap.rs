@@ -1,0 +1,34 @@
+//! The swap example, run as a program against every store compiled in: the same binary, only
+//! `LOCK_URL` changes.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+/// `target/<profile>/examples/swap`, built by `cargo test` alongside this test.
+fn example() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary has a path");
+    let profile_dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("the test binary lives in target/<profile>/deps");
+    profile_dir.join("examples").join("swap")
+}
+
+fn run_swap(url: &str) {
+    let output = Command::new(example())
+        .env("LOCK_URL", url)
+        .output()
+        .expect("the swap example runs (cargo test builds it)");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.lines().last() == Some("ok"),
+        "swap example against {url} failed: {}\n{stdout}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[test]
+fn swap_example_runs_on_the_memory_store() {
+    run_swap("memory://");
+}
