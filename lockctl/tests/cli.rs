@@ -1,0 +1,134 @@
+//! The built `lockctl` binary: exit codes, messages and the command's environment.
+
+use std::process::{Command, Output};
+
+fn lockctl(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_lockctl"))
+        .args(args)
+        .env_remove("LOCK_URL")
+        .output()
+        .expect("lockctl runs")
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[test]
+fn the_command_runs_with_the_lock_in_its_environment_and_its_exit_code_is_passed_on() {
+    let output = lockctl(&[
+        "--url",
+        "memory://",
+        "run",
+        "nightly-export",
+        "--",
+        "sh",
+        "-c",
+        "echo \"$LOCK_KEY $LOCK_FENCING_TOKEN\"; exit 3",
+    ]);
+    assert_eq!(output.status.code(), Some(3), "{}", stderr(&output));
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        "nightly-export 1\n"
+    );
+}
+
+#[test]
+fn bad_input_exits_64_with_a_message_naming_it() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["--url", "memory://", "run", "", "--", "true"], "key"),
+        (
+            &[
+                "--url",
+                "memory://",
+                "run",
+                "k",
+                "--ttl",
+                "0s",
+                "--",
+                "true",
+            ],
+            "greater than zero",
+        ),
+        (
+            &[
+                "--url",
+                "memory://",
+                "run",
+                "k",
+                "--ttl",
+                "soon",
+                "--",
+                "true",
+            ],
+            "duration",
+        ),
+        (
+            &[
+                "--url",
+                "memory://",
+                "run",
+                "k",
+                "--wait",
+                "5 fortnights",
+                "--",
+                "true",
+            ],
+            "unit",
+        ),
+        (
+            &["--url", "zookeeper://h:2181", "run", "k", "--", "true"],
+            "known schemes",
+        ),
+        (&["run", "k", "--", "true"], "LOCK_URL"),
+        (&["--url", "memory://", "run", "k"], "required"),
+        (
+            &["--url", "memory://", "run", &"k".repeat(1025), "--", "true"],
+            "1024",
+        ),
+    ];
+    for (args, needle) in cases {
+        let output = lockctl(args);
+        assert_eq!(
+            output.status.code(),
+            Some(64),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+        assert!(
+            stderr(&output).contains(needle),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+    }
+}
+
+#[test]
+fn a_missing_command_exits_127() {
+    let output = lockctl(&["--url", "memory://", "run", "k", "--", "/no/such/command"]);
+    assert_eq!(output.status.code(), Some(127), "{}", stderr(&output));
+}
+
+#[test]
+fn status_of_a_free_key_prints_json() {
+    let output = lockctl(&["--url", "memory://", "status", "k", "--json"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        "{\"key\":\"k\",\"held\":false}\n"
+    );
+}
+
+#[test]
+fn urls_never_print_passwords() {
+    let output = lockctl(&["--url", "zookeeper://admin:hunter2@h:2181", "status", "k"]);
+    assert!(!stderr(&output).contains("hunter2"), "{}", stderr(&output));
+}
+
+#[test]
+fn conformance_passes_on_the_memory_store() {
+    let output = lockctl(&["--url", "memory://", "conformance"]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(0), "{stdout}{}", stderr(&output));
+    assert!(stdout.contains(" 0 failed"), "{stdout}");
+}
