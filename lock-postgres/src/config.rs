@@ -1,0 +1,440 @@
+//! [`PostgresConfig`]: where the server is and how the store uses it, from a URL.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use lock_core::{Error, Result};
+use sqlx::postgres::{PgConnectOptions, PgSslMode};
+use url::Url;
+
+/// The default namespace: keys of stores with different namespaces never contend.
+pub const DEFAULT_NAMESPACE: &str = "default";
+/// The default schema of the fence table.
+pub const DEFAULT_SCHEMA: &str = "public";
+/// The default name of the fence table.
+pub const DEFAULT_TABLE: &str = "fencelock_fence";
+/// The default bound on opening one connection.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// The default bound on one statement that does not wait for a lock.
+pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
+/// The default number of idle connections a store keeps for reuse.
+pub const DEFAULT_MAX_IDLE: usize = 16;
+
+/// The query-string options this crate reads (and removes before sqlx parses the rest).
+const OWN_OPTIONS: &[&str] = &[
+    "namespace",
+    "schema",
+    "table",
+    "connect_timeout",
+    "command_timeout",
+    "max_idle",
+];
+
+/// The query-string options sqlx understands; anything else is rejected, so a typo such as
+/// `namepsace=` cannot silently put locks in the default namespace.
+const SQLX_OPTIONS: &[&str] = &[
+    "sslmode",
+    "ssl-mode",
+    "sslrootcert",
+    "ssl-root-cert",
+    "ssl-ca",
+    "sslcert",
+    "ssl-cert",
+    "sslkey",
+    "ssl-key",
+    "statement-cache-capacity",
+    "host",
+    "hostaddr",
+    "port",
+    "dbname",
+    "user",
+    "password",
+    "application_name",
+    "options",
+];
+
+/// How to reach PostgreSQL and where to keep the fencing counters.
+///
+/// Built from a URL by [`PostgresConfig::from_url`]:
+///
+/// ```text
+/// postgres[ql]://[user[:password]@]host[:port]/database?option=value&…
+/// ```
+///
+/// | option | default | meaning |
+/// | --- | --- | --- |
+/// | `sslmode` | `prefer` | `disable`, `allow`, `prefer`, `require`, `verify-ca`, `verify-full`; the last three need the crate feature `tls` |
+/// | `user`, `password`, `host`, `port`, `dbname`, `application_name`, `options`, `sslrootcert`, `sslcert`, `sslkey` | | as in libpq (parsed by sqlx) |
+/// | `namespace` | `default` | 1–63 bytes, no NUL; part of every key's hash |
+/// | `schema` | `public` | schema of the fence table (`[A-Za-z_][A-Za-z0-9_]*`, at most 63 bytes) |
+/// | `table` | `fencelock_fence` | name of the fence table (same rule); created if missing |
+/// | `connect_timeout` | `5s` | bound on opening one connection: `10` (seconds, as in libpq), `2s` or `250ms` |
+/// | `command_timeout` | `10s` | bound on one statement that does not wait for a lock |
+/// | `max_idle` | `16` | idle connections kept for reuse; `0` closes each one after use |
+///
+/// Unknown options are rejected. `Debug` and `Display` never show the password.
+#[derive(Clone)]
+pub struct PostgresConfig {
+    pub(crate) connect: PgConnectOptions,
+    redacted: String,
+    pub(crate) namespace: String,
+    pub(crate) schema: String,
+    pub(crate) table: String,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) command_timeout: Duration,
+    pub(crate) max_idle: usize,
+}
+
+impl PostgresConfig {
+    /// Parses a `postgres://` or `postgresql://` URL (see the type's docs for the options).
+    ///
+    /// Fails with [`Error::InvalidInput`] naming `"url"` for a malformed URL, another scheme, an
+    /// unknown or malformed option, or `sslmode=require` (and stricter) without the `tls`
+    /// feature. The message never contains the password.
+    pub fn from_url(url: &str) -> Result<Self> {
+        let bad = |rule: String| Error::invalid("url", rule);
+        let parsed = Url::parse(url).map_err(|e| bad(format!("not a URL: {e}")))?;
+        if !matches!(parsed.scheme(), "postgres" | "postgresql") {
+            return Err(bad(format!(
+                "the scheme must be postgres:// or postgresql://, not {}://",
+                parsed.scheme()
+            )));
+        }
+        let redacted = redact(&parsed);
+
+        let mut config = PostgresConfig {
+            connect: PgConnectOptions::new_without_pgpass(),
+            redacted,
+            namespace: DEFAULT_NAMESPACE.to_owned(),
+            schema: DEFAULT_SCHEMA.to_owned(),
+            table: DEFAULT_TABLE.to_owned(),
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            command_timeout: DEFAULT_COMMAND_TIMEOUT,
+            max_idle: DEFAULT_MAX_IDLE,
+        };
+        let mut passed_on = Vec::new();
+        for (name, value) in parsed.query_pairs() {
+            match &*name {
+                "namespace" => config.namespace = check_namespace(&value)?,
+                "schema" => config.schema = check_identifier("schema", &value)?,
+                "table" => config.table = check_identifier("table", &value)?,
+                "connect_timeout" => {
+                    config.connect_timeout = parse_timeout("connect_timeout", &value)?
+                }
+                "command_timeout" => {
+                    config.command_timeout = parse_timeout("command_timeout", &value)?
+                }
+                "max_idle" => {
+                    config.max_idle = value.parse().map_err(|_| {
+                        bad(format!("max_idle must be a whole number, not {value:?}"))
+                    })?
+                }
+                known if SQLX_OPTIONS.contains(&known) || is_options_entry(known) => {
+                    passed_on.push((name.to_string(), value.to_string()))
+                }
+                unknown => {
+                    return Err(bad(format!(
+                        "unknown option {unknown:?}; this store reads {} and the libpq options {}",
+                        OWN_OPTIONS.join(", "),
+                        SQLX_OPTIONS.join(", ")
+                    )))
+                }
+            }
+        }
+
+        let mut for_sqlx = parsed.clone();
+        if passed_on.is_empty() {
+            for_sqlx.set_query(None);
+        } else {
+            for_sqlx.query_pairs_mut().clear().extend_pairs(passed_on);
+        }
+        config.connect = PgConnectOptions::from_str(for_sqlx.as_str())
+            .map_err(|e| bad(format!("{}: {e}", config.redacted)))?;
+        if requires_tls(config.connect.get_ssl_mode()) && !cfg!(feature = "tls") {
+            return Err(bad(
+                "sslmode=require, verify-ca and verify-full need lock-postgres's `tls` feature"
+                    .into(),
+            ));
+        }
+        if config.connect.get_application_name().is_none() {
+            config.connect = config.connect.application_name("fencelock");
+        }
+        Ok(config)
+    }
+
+    /// The namespace hashed into every key.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// The fence table as `"schema"."table"`.
+    pub fn fence_table(&self) -> String {
+        format!("\"{}\".\"{}\"", self.schema, self.table)
+    }
+
+    /// The bound on opening one connection.
+    pub fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+
+    /// The bound on one statement that does not wait for a lock.
+    pub fn command_timeout(&self) -> Duration {
+        self.command_timeout
+    }
+
+    /// How many idle connections a store keeps for reuse.
+    pub fn max_idle(&self) -> usize {
+        self.max_idle
+    }
+
+    /// Sets the bound on opening one connection.
+    pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Sets the bound on one statement that does not wait for a lock.
+    pub fn with_command_timeout(mut self, timeout: Duration) -> Self {
+        self.command_timeout = timeout;
+        self
+    }
+
+    /// The URL with the password replaced by `***`.
+    pub fn redacted(&self) -> &str {
+        &self.redacted
+    }
+}
+
+impl fmt::Display for PostgresConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.redacted)
+    }
+}
+
+impl fmt::Debug for PostgresConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresConfig")
+            .field("url", &self.redacted)
+            .field("namespace", &self.namespace)
+            .field("fence_table", &self.fence_table())
+            .field("connect_timeout", &self.connect_timeout)
+            .field("command_timeout", &self.command_timeout)
+            .field("max_idle", &self.max_idle)
+            .finish()
+    }
+}
+
+impl FromStr for PostgresConfig {
+    type Err = Error;
+
+    fn from_str(url: &str) -> Result<Self> {
+        Self::from_url(url)
+    }
+}
+
+fn is_options_entry(name: &str) -> bool {
+    name.starts_with("options[") && name.ends_with(']')
+}
+
+fn requires_tls(mode: PgSslMode) -> bool {
+    matches!(
+        mode,
+        PgSslMode::Require | PgSslMode::VerifyCa | PgSslMode::VerifyFull
+    )
+}
+
+/// The URL with the userinfo password and a `password=` option replaced by `***`.
+fn redact(url: &Url) -> String {
+    let mut shown = url.clone();
+    if shown.password().is_some() {
+        let _ = shown.set_password(Some("***"));
+    }
+    if shown.query_pairs().any(|(k, _)| k == "password") {
+        let pairs: Vec<(String, String)> = shown
+            .query_pairs()
+            .map(|(k, v)| {
+                let v = if k == "password" {
+                    "***".to_owned()
+                } else {
+                    v.into_owned()
+                };
+                (k.into_owned(), v)
+            })
+            .collect();
+        shown.query_pairs_mut().clear().extend_pairs(pairs);
+    }
+    shown.to_string()
+}
+
+fn check_namespace(value: &str) -> Result<String> {
+    if value.is_empty() || value.len() > 63 || value.contains('\0') {
+        return Err(Error::invalid(
+            "url",
+            format!("namespace must be 1 to 63 bytes without NUL, not {value:?}"),
+        ));
+    }
+    Ok(value.to_owned())
+}
+
+/// Schema and table names are spliced into SQL (identifiers cannot be bind parameters), so only
+/// plain identifiers are accepted, and they are always quoted.
+fn check_identifier(what: &str, value: &str) -> Result<String> {
+    let mut chars = value.chars();
+    let starts_well = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
+    let rest_ok = chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !starts_well || !rest_ok || value.len() > 63 {
+        return Err(Error::invalid(
+            "url",
+            format!("{what} must match [A-Za-z_][A-Za-z0-9_]* and be at most 63 bytes, not {value:?}"),
+        ));
+    }
+    Ok(value.to_owned())
+}
+
+/// `10` (seconds, as libpq's `connect_timeout`), `10s` or `250ms`; never zero.
+fn parse_timeout(what: &str, value: &str) -> Result<Duration> {
+    let parsed = if let Some(ms) = value.strip_suffix("ms") {
+        ms.parse().ok().map(Duration::from_millis)
+    } else {
+        value
+            .strip_suffix('s')
+            .unwrap_or(value)
+            .parse()
+            .ok()
+            .map(Duration::from_secs)
+    };
+    match parsed {
+        Some(timeout) if !timeout.is_zero() => Ok(timeout),
+        _ => Err(Error::invalid(
+            "url",
+            format!("{what} must be a positive number of seconds (`5`, `5s`) or milliseconds (`500ms`), not {value:?}"),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(url: &str) -> String {
+        match PostgresConfig::from_url(url) {
+            Err(Error::InvalidInput { what: "url", rule }) => rule,
+            other => panic!("{url}: expected an invalid url, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn urls_parse_with_defaults_and_options() {
+        let cases: &[(&str, &str, &str, &str, u16, Duration)] = &[
+            (
+                "postgres://u@127.0.0.1:5433/db",
+                "default",
+                "\"public\".\"fencelock_fence\"",
+                "127.0.0.1",
+                5433,
+                DEFAULT_CONNECT_TIMEOUT,
+            ),
+            (
+                "postgresql://u:pw@h/db?namespace=billing&schema=locks&table=fence_v1&connect_timeout=2",
+                "billing",
+                "\"locks\".\"fence_v1\"",
+                "h",
+                5432,
+                Duration::from_secs(2),
+            ),
+            (
+                "postgres://h/db?connect_timeout=250ms&sslmode=disable&application_name=x",
+                "default",
+                "\"public\".\"fencelock_fence\"",
+                "h",
+                5432,
+                Duration::from_millis(250),
+            ),
+            (
+                "postgres://h:1/db?namespace=%F0%9F%94%92%20space",
+                "🔒 space",
+                "\"public\".\"fencelock_fence\"",
+                "h",
+                1,
+                DEFAULT_CONNECT_TIMEOUT,
+            ),
+        ];
+        for (url, namespace, table, host, port, connect_timeout) in cases {
+            let config = PostgresConfig::from_url(url).unwrap();
+            assert_eq!(config.namespace(), *namespace, "{url}");
+            assert_eq!(config.fence_table(), *table, "{url}");
+            assert_eq!(config.connect.get_host(), *host, "{url}");
+            assert_eq!(config.connect.get_port(), *port, "{url}");
+            assert_eq!(config.connect_timeout(), *connect_timeout, "{url}");
+        }
+    }
+
+    #[test]
+    fn our_options_are_not_passed_to_sqlx() {
+        let config = PostgresConfig::from_url(
+            "postgres://u@h/db?namespace=n&max_idle=0&command_timeout=3s&sslmode=disable",
+        )
+        .unwrap();
+        assert_eq!(config.max_idle(), 0);
+        assert_eq!(config.command_timeout(), Duration::from_secs(3));
+        assert!(matches!(config.connect.get_ssl_mode(), PgSslMode::Disable));
+        assert_eq!(config.connect.get_database(), Some("db"));
+        assert_eq!(config.connect.get_username(), "u");
+        assert_eq!(config.connect.get_application_name(), Some("fencelock"));
+    }
+
+    #[test]
+    fn passwords_never_print() {
+        for url in [
+            "postgres://user:s3cr%40t@h/db",
+            "postgresql://user@h/db?password=s3cr%40t",
+            "postgres://user:s3cr%40t@h/db?password=s3cr%40t&namespace=n",
+        ] {
+            let config = PostgresConfig::from_url(url).unwrap();
+            for shown in [
+                config.to_string(),
+                format!("{config:?}"),
+                config.redacted().to_owned(),
+            ] {
+                assert!(!shown.contains("s3cr"), "{shown}");
+                assert!(shown.contains("***"), "{shown}");
+            }
+        }
+        let shown = PostgresConfig::from_url("postgres://user:pw@h/db")
+            .unwrap()
+            .to_string();
+        assert_eq!(shown, "postgres://user:***@h/db");
+        // A rejected URL does not echo the password either.
+        let message = rule("postgres://user:s3cret@h/db?namepsace=x");
+        assert!(!message.contains("s3cret"), "{message}");
+    }
+
+    #[test]
+    fn bad_urls_are_invalid_input_naming_the_rule() {
+        assert!(rule("redis://h").contains("postgres://"));
+        assert!(rule("not a url").contains("not a URL"));
+        assert!(rule("postgres://h/db?namepsace=x").contains("unknown option \"namepsace\""));
+        assert!(rule("postgres://h/db?namespace=").contains("namespace"));
+        assert!(rule(&format!("postgres://h/db?namespace={}", "n".repeat(64))).contains("63"));
+        assert!(rule("postgres://h/db?table=x;drop").contains("table"));
+        assert!(rule("postgres://h/db?schema=%22x%22").contains("schema"));
+        assert!(rule("postgres://h/db?table=1x").contains("table"));
+        assert!(rule("postgres://h/db?connect_timeout=0").contains("connect_timeout"));
+        assert!(rule("postgres://h/db?connect_timeout=soon").contains("connect_timeout"));
+        assert!(rule("postgres://h/db?max_idle=-1").contains("max_idle"));
+        assert!(rule("postgres://h/db?sslmode=sometimes").contains("postgres://h/db"));
+    }
+
+    #[test]
+    fn strict_sslmodes_need_the_tls_feature() {
+        let result = PostgresConfig::from_url("postgres://h/db?sslmode=require");
+        if cfg!(feature = "tls") {
+            assert!(result.is_ok());
+        } else {
+            assert!(rule("postgres://h/db?sslmode=verify-full").contains("`tls` feature"));
+        }
+    }
+}

@@ -1,0 +1,420 @@
+//! Server sessions: one dedicated connection per held lease, idle ones kept for reuse, and
+//! the mapping of sqlx errors onto the contract's errors.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use lock_core::Error;
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgDatabaseError, PgSeverity};
+use sqlx::{Connection, Row};
+use tokio::sync::OnceCell;
+use tokio::time::timeout;
+
+use crate::store::Statements;
+use crate::PostgresConfig;
+
+/// How often a backend that runs a statement (a lock wait) polls its socket to notice a client
+/// that went away (`client_connection_check_interval`, PostgreSQL 14+), so a dropped waiter's
+/// backend stops waiting instead of taking the lock later.
+pub(crate) const DISCONNECT_CHECK_MS: u32 = 500;
+
+/// Session settings sent in the startup packet (no extra round trip). They come after any
+/// `options` from the URL, so they win.
+fn session_settings() -> [(&'static str, String); 7] {
+    [
+        // A fence bump is durable before its token is handed out.
+        ("synchronous_commit", "on".into()),
+        // ON CONFLICT DO UPDATE must read the latest token, whatever the server default is.
+        ("default_transaction_isolation", "read\\ committed".into()),
+        // Armed per lease by the acquire statement; off while a session is idle in the pool.
+        ("idle_session_timeout", "0".into()),
+        ("lock_timeout", "0".into()),
+        ("statement_timeout", "0".into()),
+        ("idle_in_transaction_session_timeout", "0".into()),
+        (
+            "client_connection_check_interval",
+            DISCONNECT_CHECK_MS.to_string(),
+        ),
+    ]
+}
+
+/// One server session: a connection and the identity of its backend.
+pub(crate) struct Session {
+    pub(crate) conn: PgConnection,
+    /// `pg_backend_pid()` when the session was opened.
+    pub(crate) pid: i32,
+    /// `backend_start` of the backend, as text: with the pid it names the backend uniquely, so
+    /// a cancel never hits a later backend that reused the pid.
+    pub(crate) backend_start: String,
+    _open: OpenCount,
+}
+
+/// Counts open sessions for diagnostics; the count drops with the session.
+struct OpenCount(Arc<AtomicUsize>);
+
+impl OpenCount {
+    fn new(count: &Arc<AtomicUsize>) -> Self {
+        count.fetch_add(1, Ordering::Relaxed);
+        OpenCount(count.clone())
+    }
+}
+
+impl Drop for OpenCount {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A session taken for one operation, and whether it came from the idle list (a reused session
+/// may have died while idle, for example when the server restarted).
+pub(crate) struct Checkout {
+    pub(crate) session: Session,
+    pub(crate) reused: bool,
+}
+
+/// The connections of one store handle and everything needed to open more.
+pub(crate) struct Sessions {
+    pub(crate) config: PostgresConfig,
+    options: PgConnectOptions,
+    idle: Mutex<Vec<Session>>,
+    open: Arc<AtomicUsize>,
+    fence_table_ready: OnceCell<()>,
+    pub(crate) sql: Statements,
+}
+
+impl Sessions {
+    pub(crate) fn new(config: PostgresConfig) -> Self {
+        let options = config.connect.clone().options(session_settings());
+        let sql = Statements::new(&config.fence_table(), &config.schema, &config.table);
+        Sessions {
+            config,
+            options,
+            idle: Mutex::new(Vec::new()),
+            open: Arc::new(AtomicUsize::new(0)),
+            fence_table_ready: OnceCell::new(),
+            sql,
+        }
+    }
+
+    /// Sessions open right now: held by leases, waiting, running a statement, or idle.
+    pub(crate) fn open_count(&self) -> usize {
+        self.open.load(Ordering::Relaxed)
+    }
+
+    /// Idle sessions kept for reuse.
+    pub(crate) fn idle_count(&self) -> usize {
+        self.idle_list().len()
+    }
+
+    fn idle_list(&self) -> std::sync::MutexGuard<'_, Vec<Session>> {
+        self.idle.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// An idle session, or a new one.
+    ///
+    /// # Cancel safety
+    /// Dropping the future drops a half-opened connection; nothing is held.
+    pub(crate) async fn checkout(&self) -> lock_core::Result<Checkout> {
+        if let Some(session) = self.idle_list().pop() {
+            return Ok(Checkout {
+                session,
+                reused: true,
+            });
+        }
+        Ok(Checkout {
+            session: self.open().await?,
+            reused: false,
+        })
+    }
+
+    /// Gives back a session that holds no lock and has its idle timeout off.
+    pub(crate) fn checkin(&self, session: Session) {
+        let mut idle = self.idle_list();
+        if idle.len() < self.config.max_idle {
+            idle.push(session);
+        }
+    }
+
+    /// Closes every idle session: after one of them turned out dead, the rest likely are too.
+    pub(crate) fn discard_idle(&self) {
+        let stale = std::mem::take(&mut *self.idle_list());
+        drop(stale);
+    }
+
+    /// Opens a session within the connect timeout and makes sure the fence table exists.
+    ///
+    /// # Cancel safety
+    /// Dropping the future drops the half-opened connection; nothing is held.
+    pub(crate) async fn open(&self) -> lock_core::Result<Session> {
+        let limit = self.config.connect_timeout;
+        let opening = async {
+            let mut conn = PgConnection::connect_with(&self.options)
+                .await
+                .map_err(|e| connect_error(&self.config, e))?;
+            if conn.server_version_num().is_some_and(|v| v < 140_000) {
+                return Err(Error::Store {
+                    message: format!(
+                        "{} runs PostgreSQL {}; this store needs 14 or newer (idle_session_timeout, client_connection_check_interval)",
+                        self.config.redacted(),
+                        conn.server_version_num().unwrap_or_default()
+                    ),
+                    source: None,
+                });
+            }
+            let row = sqlx::query(crate::store::SESSION_INFO)
+                .fetch_one(&mut conn)
+                .await
+                .map_err(|e| sql_error("reading the session's backend", e))?;
+            let pid: i32 = row
+                .try_get(0)
+                .map_err(|e| sql_error("reading the session's backend", e))?;
+            let backend_start: String = row
+                .try_get(1)
+                .map_err(|e| sql_error("reading the session's backend", e))?;
+            self.fence_table_ready
+                .get_or_try_init(|| self.ensure_fence_table(&mut conn))
+                .await?;
+            Ok(Session {
+                conn,
+                pid,
+                backend_start,
+                _open: OpenCount::new(&self.open),
+            })
+        };
+        match timeout(limit, opening).await {
+            Ok(result) => result,
+            Err(_) => Err(Error::Unavailable {
+                message: format!(
+                    "no connection to {} within the connect timeout of {limit:?}",
+                    self.config.redacted()
+                ),
+                source: None,
+            }),
+        }
+    }
+
+    /// Creates the schema and the fence table if they are missing (only then: `CREATE SCHEMA`
+    /// checks its privilege even when the schema exists). Concurrent creators race harmlessly:
+    /// a duplicate error means another one won.
+    async fn ensure_fence_table(&self, conn: &mut PgConnection) -> lock_core::Result<()> {
+        let (schema_exists, table_exists) = self.fence_table_exists(conn).await?;
+        if table_exists {
+            return Ok(());
+        }
+        let statements = if schema_exists {
+            vec![&self.sql.create_fence_table]
+        } else {
+            vec![&self.sql.create_schema, &self.sql.create_fence_table]
+        };
+        for statement in statements {
+            match sqlx::query(statement).execute(&mut *conn).await {
+                Ok(_) => {}
+                Err(e) if is_duplicate_object(&e) => {}
+                Err(e) => return Err(sql_error("creating the fence table", e)),
+            }
+        }
+        if self.fence_table_exists(conn).await?.1 {
+            tracing::info!(table = %self.config.fence_table(), "created the fence table");
+            Ok(())
+        } else {
+            Err(Error::Store {
+                message: format!(
+                    "the fence table {} is still missing after creating it",
+                    self.config.fence_table()
+                ),
+                source: None,
+            })
+        }
+    }
+
+    async fn fence_table_exists(&self, conn: &mut PgConnection) -> lock_core::Result<(bool, bool)> {
+        let row = sqlx::query(crate::store::FENCE_TABLE_EXISTS)
+            .bind(format!("\"{}\"", self.config.schema))
+            .bind(self.config.fence_table())
+            .fetch_one(conn)
+            .await
+            .map_err(|e| sql_error("looking for the fence table", e))?;
+        let schema: bool = row
+            .try_get(0)
+            .map_err(|e| sql_error("looking for the fence table", e))?;
+        let table: bool = row
+            .try_get(1)
+            .map_err(|e| sql_error("looking for the fence table", e))?;
+        Ok((schema, table))
+    }
+
+    /// Terminates the backend `pid` if it is still the one that started at `backend_start`.
+    pub(crate) async fn terminate(&self, pid: i32, backend_start: &str) -> lock_core::Result<()> {
+        let Checkout { mut session, .. } = self.checkout().await?;
+        let result = bounded(
+            self.config.command_timeout,
+            sqlx::query(crate::store::TERMINATE_BACKEND)
+                .bind(pid)
+                .bind(backend_start)
+                .execute(&mut session.conn),
+        )
+        .await;
+        match result {
+            Ok(_) => {
+                self.checkin(session);
+                Ok(())
+            }
+            Err(fault) => Err(fault.into_error("terminating a cancelled waiter's backend")),
+        }
+    }
+}
+
+/// Cancels a lock wait whose future was dropped: the dropped connection alone does not stop a
+/// backend blocked in `pg_advisory_lock` until it next polls its socket, so a task terminates
+/// the backend from another session at once.
+pub(crate) struct WaitGuard {
+    target: Option<(Arc<Sessions>, i32, String)>,
+}
+
+impl WaitGuard {
+    pub(crate) fn arm(sessions: &Arc<Sessions>, session: &Session) -> Self {
+        WaitGuard {
+            target: Some((
+                sessions.clone(),
+                session.pid,
+                session.backend_start.clone(),
+            )),
+        }
+    }
+
+    pub(crate) fn disarm(mut self) {
+        self.target = None;
+    }
+}
+
+impl Drop for WaitGuard {
+    fn drop(&mut self) {
+        let Some((sessions, pid, backend_start)) = self.target.take() else {
+            return;
+        };
+        // Without a runtime the backend still notices within DISCONNECT_CHECK_MS.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                match sessions.terminate(pid, &backend_start).await {
+                    Ok(()) => tracing::debug!(pid, "terminated a cancelled waiter's backend"),
+                    Err(error) => tracing::debug!(pid, %error, "could not terminate a cancelled waiter's backend; it stops within its disconnect check"),
+                }
+            });
+        }
+    }
+}
+
+/// Why a statement on a session failed.
+pub(crate) enum Fault {
+    /// No answer within the bound: the session is in an unknown state and must be closed.
+    TimedOut(Duration),
+    /// The server or the connection reported an error.
+    Sql(sqlx::Error),
+}
+
+impl Fault {
+    /// Whether the session is gone (connection broken, or the server ended the backend: idle
+    /// timeout, `pg_terminate_backend`, shutdown). Its session-level locks are then gone too.
+    pub(crate) fn session_is_dead(&self) -> bool {
+        match self {
+            Fault::TimedOut(_) => true,
+            Fault::Sql(e) => sql_session_is_dead(e),
+        }
+    }
+
+    /// The SQLSTATE, if the server sent one.
+    pub(crate) fn code(&self) -> Option<String> {
+        match self {
+            Fault::Sql(sqlx::Error::Database(e)) => e.code().map(|c| c.into_owned()),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn into_error(self, what: &str) -> Error {
+        match self {
+            Fault::TimedOut(limit) => Error::Unavailable {
+                message: format!("{what}: no answer within {limit:?}"),
+                source: None,
+            },
+            Fault::Sql(e) => sql_error(what, e),
+        }
+    }
+
+    /// Words for a lost-lease reason.
+    pub(crate) fn describe(&self) -> String {
+        match self {
+            Fault::TimedOut(limit) => format!("its session did not answer within {limit:?} and was closed"),
+            Fault::Sql(e) => format!("its session ended: {e}"),
+        }
+    }
+}
+
+/// Runs a statement within `limit`.
+pub(crate) async fn bounded<T>(
+    limit: Duration,
+    statement: impl Future<Output = Result<T, sqlx::Error>>,
+) -> Result<T, Fault> {
+    match timeout(limit, statement).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) => Err(Fault::Sql(e)),
+        Err(_) => Err(Fault::TimedOut(limit)),
+    }
+}
+
+fn sql_session_is_dead(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::Io(_) | sqlx::Error::Protocol(_) | sqlx::Error::Tls(_) => true,
+        sqlx::Error::Database(e) => e
+            .try_downcast_ref::<PgDatabaseError>()
+            .is_some_and(|e| matches!(e.severity(), PgSeverity::Fatal | PgSeverity::Panic)),
+        _ => false,
+    }
+}
+
+/// SQLSTATEs after which the same call may succeed later: the server is shutting down,
+/// starting, out of connections, or the connection broke.
+fn is_transient(code: &str) -> bool {
+    code.starts_with("08")
+        || matches!(
+            code,
+            "57P01" | "57P02" | "57P03" | "57P05" | "53300" | "53400"
+        )
+}
+
+fn is_duplicate_object(error: &sqlx::Error) -> bool {
+    matches!(error, sqlx::Error::Database(e) if e.code().is_some_and(|c| matches!(&*c, "42P07" | "42P06" | "23505")))
+}
+
+/// A failed statement as a contract error: retryable when the server could not be reached
+/// or is restarting, a store error otherwise.
+pub(crate) fn sql_error(what: &str, error: sqlx::Error) -> Error {
+    let transient = match &error {
+        sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed => true,
+        sqlx::Error::Database(e) => e.code().is_some_and(|c| is_transient(&c)),
+        _ => false,
+    };
+    if transient {
+        Error::unavailable(format!("{what}: {error}"), error)
+    } else {
+        Error::store(format!("{what}: {error}"), error)
+    }
+}
+
+fn connect_error(config: &PostgresConfig, error: sqlx::Error) -> Error {
+    let whom = config.redacted();
+    if let sqlx::Error::Database(e) = &error {
+        if e.code().as_deref() == Some("42704") && e.message().contains("client_connection_check_interval") {
+            return Error::store(
+                format!("{whom} is older than PostgreSQL 14; this store needs idle_session_timeout and client_connection_check_interval"),
+                error,
+            );
+        }
+    }
+    match error {
+        sqlx::Error::Configuration(e) => Error::invalid("url", format!("{whom}: {e}")),
+        sqlx::Error::Tls(_) => Error::store(format!("TLS with {whom} failed: {error}"), error),
+        other => sql_error(&format!("connecting to {whom}"), other),
+    }
+}

@@ -1,0 +1,811 @@
+//! [`PostgresStore`]: the SQL, the acquire/extend/release flows and the trait impls.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lock_core::validate::{check_key, check_request, check_ttl, check_wait};
+use lock_core::{
+    Acquire, Capabilities, Error, Extend, Instant, KeyStatus, Lease, LockStore, OwnerId, Release,
+    ReleaseOutcome, Result,
+};
+use sqlx::postgres::PgRow;
+use sqlx::Row;
+
+use crate::key::Target;
+use crate::session::{bounded, sql_error, Checkout, Fault, Session, Sessions, WaitGuard};
+use crate::PostgresConfig;
+
+// ---- SQL ------------------------------------------------------------------------------------
+// `{fence}` stands for the quoted fence table. Every statement runs in autocommit: one
+// statement, one transaction, committed with synchronous_commit=on before the reply.
+
+/// The backend of a new session; `backend_start` tells a backend from a later one with the
+/// same pid. A single read.
+pub(crate) const SESSION_INFO: &str =
+    "SELECT pg_backend_pid(), backend_start::text FROM pg_stat_activity WHERE pid = pg_backend_pid()";
+
+/// Ends a cancelled waiter's backend, only if it is still the same backend. One statement.
+pub(crate) const TERMINATE_BACKEND: &str = "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = $1 AND backend_start::text = $2";
+
+/// Whether the schema ($1) and the fence table ($2) exist. A single read.
+pub(crate) const FENCE_TABLE_EXISTS: &str =
+    "SELECT to_regnamespace($1) IS NOT NULL, to_regclass($2) IS NOT NULL";
+
+/// The fence table: one durable counter per key (the key itself, as bytes, not its hash, so a
+/// hash collision never merges two counters), plus who took it last, for `status`.
+const CREATE_FENCE_TABLE: &str = "CREATE TABLE IF NOT EXISTS {fence} (
+    namespace  text        NOT NULL,
+    key        bytea       NOT NULL,
+    lock_id    bigint      NOT NULL,
+    token      bigint      NOT NULL,
+    owner      text        NOT NULL,
+    holder_pid integer     NOT NULL,
+    ttl_ms     bigint      NOT NULL,
+    updated_at timestamptz NOT NULL,
+    PRIMARY KEY (namespace, key)
+)";
+
+/// Bumps the fence of the key whose lock this session has just taken. Used inside the acquire
+/// statements, after the lock, never on its own.
+macro_rules! bump_fence {
+    ($source:literal) => {
+        concat!(
+            "INSERT INTO {fence} AS f (namespace, key, lock_id, token, owner, holder_pid, ttl_ms, updated_at)
+             SELECT $2::text, $3::bytea, $1::int8, 1, $5::text, pg_backend_pid(), $4::int8, clock_timestamp()
+               FROM ",
+            $source,
+            "
+             ON CONFLICT (namespace, key) DO UPDATE
+                SET token = f.token + 1, lock_id = EXCLUDED.lock_id, owner = EXCLUDED.owner,
+                    holder_pid = EXCLUDED.holder_pid, ttl_ms = EXCLUDED.ttl_ms,
+                    updated_at = EXCLUDED.updated_at
+             RETURNING f.token"
+        )
+    };
+}
+
+/// This backend holds the single-`bigint` advisory lock $1 (pg_locks shows it as
+/// classid = high 32 bits, objid = low 32 bits, objsubid = 1).
+macro_rules! held_by_this_backend {
+    () => {
+        "SELECT 1 FROM pg_locks
+          WHERE locktype = 'advisory' AND granted AND pid = pg_backend_pid()
+            AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+            AND classid = (($1::int8 >> 32) & 4294967295)::oid
+            AND objid = ($1::int8 & 4294967295)::oid
+            AND objsubid = 1"
+    };
+}
+
+/// One attempt: take the lock ($1) if free; if taken, bump the fence of ($2, $3) and arm the
+/// server-side TTL ($4 ms of silence ends the session). Atomic: one statement, one transaction;
+/// the lock is taken (MATERIALIZED, read by the bump) before the bump, which commits durably
+/// before the reply. Returns granted, token (NULL if not granted), the backend pid.
+const TRY_ACQUIRE: &str = concat!(
+    "WITH lock AS MATERIALIZED (SELECT pg_try_advisory_lock($1::int8) AS granted),
+     bump AS (",
+    bump_fence!("lock WHERE granted"),
+    ")
+     SELECT lock.granted, (SELECT token FROM bump) AS token, pg_backend_pid() AS pid,
+            set_config('idle_session_timeout',
+                       CASE WHEN lock.granted THEN ($4::int8)::text ELSE '0' END, false)
+       FROM lock"
+);
+
+/// Waits in the server's lock queue for at most $6 ms (lock_timeout, set before the wait by
+/// the chained CTEs), then bumps the fence and arms the server-side TTL as [`TRY_ACQUIRE`]
+/// does. Atomic as one statement; on a lock timeout (55P03) the transaction rolls back, but a
+/// lock granted in that instant stays held: see [`RECLAIM_AFTER_TIMEOUT`]. Returns the token,
+/// the backend pid and how long the server waited (µs).
+const WAIT_ACQUIRE: &str = concat!(
+    "WITH settings AS MATERIALIZED (SELECT set_config('lock_timeout', ($6::int8)::text, false) AS lock_timeout),
+     lock AS MATERIALIZED (SELECT pg_advisory_lock($1::int8) AS locked FROM settings),
+     granted AS MATERIALIZED (SELECT clock_timestamp() - statement_timestamp() AS waited FROM lock),
+     bump AS (",
+    bump_fence!("granted"),
+    ")
+     SELECT (SELECT token FROM bump) AS token, pg_backend_pid() AS pid,
+            (SELECT (extract(epoch FROM waited) * 1000000)::int8 FROM granted) AS waited_us,
+            set_config('idle_session_timeout', ($4::int8)::text, false),
+            set_config('lock_timeout', '0', false)"
+);
+
+/// After a lock timeout: if the lock was granted just as the timeout fired, this session holds
+/// it; then bump the fence and arm the TTL as a grant would. Atomic: one statement. Returns the
+/// token, or no row.
+const RECLAIM_AFTER_TIMEOUT: &str = concat!(
+    "WITH held AS MATERIALIZED (",
+    held_by_this_backend!(),
+    "), bump AS (",
+    bump_fence!("held"),
+    ")
+     SELECT token, pg_backend_pid() AS pid, set_config('idle_session_timeout', ($4::int8)::text, false)
+       FROM bump"
+);
+
+/// Extend: any statement restarts the server's idle timer; this one also proves that the
+/// session still holds the lock ($1). A single read.
+const CONFIRM_HELD: &str = concat!(
+    "SELECT pg_backend_pid() AS pid, EXISTS (",
+    held_by_this_backend!(),
+    ") AS held"
+);
+
+/// Release: unlock ($1) and disarm the TTL so the session can idle in the pool. One statement;
+/// `false` means this session did not hold the lock.
+const RELEASE: &str =
+    "SELECT pg_advisory_unlock($1::int8) AS released, set_config('idle_session_timeout', '0', false)";
+
+/// Status of lock $1 and the fence of ($2, $3): the holding backend, how long it has been
+/// silent, and the fence row (whose holder_pid tells whether the row belongs to that holder).
+/// A single read.
+const STATUS: &str = "SELECT l.pid, f.token, f.owner, f.holder_pid, f.ttl_ms, a.state,
+        (extract(epoch FROM clock_timestamp() - a.state_change) * 1000)::int8 AS silent_ms
+   FROM pg_locks l
+   LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+   LEFT JOIN {fence} f ON f.namespace = $2::text AND f.key = $3::bytea AND f.lock_id = $1::int8
+  WHERE l.locktype = 'advisory' AND l.granted
+    AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+    AND l.classid = (($1::int8 >> 32) & 4294967295)::oid
+    AND l.objid = ($1::int8 & 4294967295)::oid
+    AND l.objsubid = 1
+  LIMIT 1";
+
+/// What happens when PgBouncer (or any proxy) in transaction or statement pooling mode sits
+/// between the store and the server.
+const POOLING_PROXY: &str = "the connection's backend changed between statements: a transaction-pooling proxy \
+     (PgBouncer pool_mode=transaction/statement) is in the way, and session advisory locks cannot \
+     work through it; connect directly or use pool_mode=session";
+
+/// The statements with the fence table filled in.
+pub(crate) struct Statements {
+    try_acquire: String,
+    wait_acquire: String,
+    reclaim: String,
+    status: String,
+    pub(crate) create_schema: String,
+    pub(crate) create_fence_table: String,
+}
+
+impl Statements {
+    pub(crate) fn new(fence_table: &str, schema: &str, _table: &str) -> Self {
+        let fill = |sql: &str| sql.replace("{fence}", fence_table);
+        Statements {
+            try_acquire: fill(TRY_ACQUIRE),
+            wait_acquire: fill(WAIT_ACQUIRE),
+            reclaim: fill(RECLAIM_AFTER_TIMEOUT),
+            status: fill(STATUS),
+            create_schema: format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\""),
+            create_fence_table: fill(CREATE_FENCE_TABLE),
+        }
+    }
+}
+
+// ---- the store ------------------------------------------------------------------------------
+
+/// What a lease carries: its dedicated session. Dropping the last clone of the lease without
+/// releasing it closes the session, which frees the lock at once.
+struct Held {
+    lock_id: i64,
+    pid: i32,
+    session: tokio::sync::Mutex<Option<Session>>,
+    sessions: Arc<Sessions>,
+}
+
+/// A lock store on PostgreSQL session advisory locks. See the [crate docs](crate) for what it
+/// guarantees.
+///
+/// Cheap to clone: clones share their idle sessions. Every held lease and every waiting
+/// acquire has a connection of its own.
+#[derive(Clone)]
+pub struct PostgresStore {
+    sessions: Arc<Sessions>,
+}
+
+impl PostgresStore {
+    /// Connects: opens one session (within the connect timeout), creates the fence table if it
+    /// is missing, and keeps the session for reuse.
+    ///
+    /// Fails with [`Error::Unavailable`] if the server cannot be reached in time, and with
+    /// [`Error::Store`] if it refuses (authentication, a missing database, PostgreSQL older than
+    /// 14, no privilege to create the fence table).
+    ///
+    /// # Cancel safety
+    /// Dropping the future closes the half-opened connection; nothing is held.
+    pub async fn connect(config: PostgresConfig) -> Result<PostgresStore> {
+        let store = Self::connect_lazy(config);
+        let session = store.sessions.open().await?;
+        store.sessions.checkin(session);
+        Ok(store)
+    }
+
+    /// A store that opens its first session only when first used, so an unreachable server is
+    /// reported by that first operation.
+    pub fn connect_lazy(config: PostgresConfig) -> PostgresStore {
+        PostgresStore {
+            sessions: Arc::new(Sessions::new(config)),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &PostgresConfig {
+        &self.sessions.config
+    }
+
+    /// The advisory lock id `key` maps to in this store's namespace (see [`crate::lock_id`]).
+    pub fn lock_id(&self, key: &str) -> i64 {
+        crate::lock_id(&self.sessions.config.namespace, key)
+    }
+
+    /// Connections this handle has open right now: one per held lease and per waiting acquire,
+    /// plus the idle ones.
+    pub fn open_connections(&self) -> usize {
+        self.sessions.open_count()
+    }
+
+    /// Idle connections kept for reuse.
+    pub fn idle_connections(&self) -> usize {
+        self.sessions.idle_count()
+    }
+
+    /// Like [`Acquire::try_acquire`], for a raw advisory lock id: the lock that
+    /// `pg_advisory_lock(lock_id)` takes, so the lease excludes other programs that lock the
+    /// same id directly. The lease's key reads `pg_advisory_lock(<id>)`; its fencing counter is
+    /// kept apart from every hashed key's.
+    ///
+    /// # Cancel safety
+    /// As for [`Acquire::try_acquire`].
+    pub async fn try_acquire_raw(&self, lock_id: i64, ttl: Duration) -> Result<Lease> {
+        check_ttl(ttl, &self.capabilities())?;
+        self.try_target(&Target::raw(lock_id), ttl).await
+    }
+
+    /// Like [`Acquire::acquire`], for a raw advisory lock id (see
+    /// [`PostgresStore::try_acquire_raw`]).
+    ///
+    /// # Cancel safety
+    /// As for [`Acquire::acquire`].
+    pub async fn acquire_raw(&self, lock_id: i64, ttl: Duration, wait: Duration) -> Result<Lease> {
+        check_ttl(ttl, &self.capabilities())?;
+        check_wait(wait)?;
+        self.wait_target(&Target::raw(lock_id), ttl, wait).await
+    }
+
+    /// A session for one operation; `fresh` skips the idle list (after a reused session turned
+    /// out dead).
+    async fn checkout(&self, fresh: bool) -> Result<Checkout> {
+        if fresh {
+            self.sessions.discard_idle();
+        }
+        self.sessions.checkout().await
+    }
+
+    async fn try_target(&self, target: &Target, ttl: Duration) -> Result<Lease> {
+        let ttl = whole_millis(ttl);
+        let mut fresh = false;
+        loop {
+            let Checkout {
+                mut session,
+                reused,
+            } = self.checkout(fresh).await?;
+            let owner = OwnerId::random();
+            let sent_at = Instant::now();
+            let reply = bounded(
+                self.sessions.config.command_timeout,
+                sqlx::query(&self.sessions.sql.try_acquire)
+                    .bind(target.lock_id)
+                    .bind(&target.namespace)
+                    .bind(&target.fence_key)
+                    .bind(millis(ttl))
+                    .bind(owner.to_string())
+                    .fetch_one(&mut session.conn),
+            )
+            .await;
+            let row = match reply {
+                Ok(row) => row,
+                // The session died while idle: whatever it took died with it; try a new one.
+                Err(fault) if reused && fault.session_is_dead() => {
+                    tracing::debug!(reason = %fault.describe(), "an idle session was dead; retrying on a new one");
+                    fresh = true;
+                    continue;
+                }
+                // Any lock the statement took is freed when the dropped session closes.
+                Err(fault) => return Err(fault.into_error("try_acquire")),
+            };
+            let (granted, token, pid) = decode(&row, |row| {
+                Ok((
+                    row.try_get::<bool, _>("granted")?,
+                    row.try_get::<Option<i64>, _>("token")?,
+                    row.try_get::<i32, _>("pid")?,
+                ))
+            })?;
+            check_same_backend(&session, pid)?;
+            return match (granted, token) {
+                (true, Some(token)) => Ok(self.lease(target, owner, token, ttl, sent_at, session)),
+                (false, _) => {
+                    self.sessions.checkin(session);
+                    Err(Error::Busy {
+                        key: target.display.clone(),
+                    })
+                }
+                (true, None) => Err(Error::Store {
+                    message: "the acquire statement took the lock but returned no token".into(),
+                    source: None,
+                }),
+            };
+        }
+    }
+
+    async fn wait_target(&self, target: &Target, ttl: Duration, wait: Duration) -> Result<Lease> {
+        let started = Instant::now();
+        if wait.is_zero() {
+            return self
+                .try_target(target, ttl)
+                .await
+                .map_err(|error| match error {
+                    Error::Busy { key } => Error::WaitTimedOut {
+                        key,
+                        waited: started.elapsed(),
+                    },
+                    other => other,
+                });
+        }
+        let deadline = started + wait;
+        let ttl = whole_millis(ttl);
+        let mut fresh = false;
+        loop {
+            let Checkout {
+                mut session,
+                reused,
+            } = self.checkout(fresh).await?;
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                self.sessions.checkin(session);
+                return Err(Error::WaitTimedOut {
+                    key: target.display.clone(),
+                    waited: started.elapsed(),
+                });
+            }
+            let owner = OwnerId::random();
+            // The server's lock_timeout starts after this is sent: it never gives up early.
+            let lock_timeout = whole_millis(remaining);
+            let guard = WaitGuard::arm(&self.sessions, &session);
+            let sent_at = Instant::now();
+            let reply = bounded(
+                lock_timeout + self.sessions.config.command_timeout,
+                sqlx::query(&self.sessions.sql.wait_acquire)
+                    .bind(target.lock_id)
+                    .bind(&target.namespace)
+                    .bind(&target.fence_key)
+                    .bind(millis(ttl))
+                    .bind(owner.to_string())
+                    .bind(millis(lock_timeout))
+                    .fetch_one(&mut session.conn),
+            )
+            .await;
+            if !matches!(reply, Err(Fault::TimedOut(_))) {
+                // The server answered: its backend is no longer waiting.
+                guard.disarm();
+            }
+            match reply {
+                Ok(row) => {
+                    let (token, pid, waited_us) = decode(&row, |row| {
+                        Ok((
+                            row.try_get::<i64, _>("token")?,
+                            row.try_get::<i32, _>("pid")?,
+                            row.try_get::<i64, _>("waited_us")?,
+                        ))
+                    })?;
+                    check_same_backend(&session, pid)?;
+                    let waited = Duration::from_micros(waited_us.max(0).unsigned_abs());
+                    let lease = self.lease(target, owner, token, ttl, sent_at, session);
+                    // The server's TTL runs from the end of the statement; `sent_at` is before
+                    // the wait. After a long wait, restart the TTL to win back the waited time.
+                    if waited > ttl / 16 {
+                        self.extend_lease(&lease).await?;
+                    }
+                    return Ok(lease);
+                }
+                Err(fault) if fault.code().as_deref() == Some("55P03") => {
+                    return self
+                        .reclaim_after_timeout(target, ttl, session, started)
+                        .await;
+                }
+                Err(fault) if reused && fault.session_is_dead() => {
+                    tracing::debug!(reason = %fault.describe(), "an idle session was dead; retrying on a new one");
+                    fresh = true;
+                    continue;
+                }
+                Err(fault) => return Err(fault.into_error("acquire")),
+            }
+        }
+    }
+
+    /// After a lock timeout: the lock may have been granted just as the timeout fired, and a
+    /// session lock survives the rolled-back statement. If this session holds it, finish the
+    /// grant; otherwise the wait timed out and the session is clean.
+    async fn reclaim_after_timeout(
+        &self,
+        target: &Target,
+        ttl: Duration,
+        mut session: Session,
+        started: Instant,
+    ) -> Result<Lease> {
+        let owner = OwnerId::random();
+        let sent_at = Instant::now();
+        let reply = bounded(
+            self.sessions.config.command_timeout,
+            sqlx::query(&self.sessions.sql.reclaim)
+                .bind(target.lock_id)
+                .bind(&target.namespace)
+                .bind(&target.fence_key)
+                .bind(millis(ttl))
+                .bind(owner.to_string())
+                .fetch_optional(&mut session.conn),
+        )
+        .await
+        .map_err(|fault| fault.into_error("checking the lock after a lock timeout"))?;
+        match reply {
+            Some(row) => {
+                let (token, pid) = decode(&row, |row| {
+                    Ok((
+                        row.try_get::<i64, _>("token")?,
+                        row.try_get::<i32, _>("pid")?,
+                    ))
+                })?;
+                check_same_backend(&session, pid)?;
+                tracing::debug!(key = %target.display, token, "the lock was granted as the lock timeout fired");
+                Ok(self.lease(target, owner, token, ttl, sent_at, session))
+            }
+            None => {
+                self.sessions.checkin(session);
+                Err(Error::WaitTimedOut {
+                    key: target.display.clone(),
+                    waited: started.elapsed(),
+                })
+            }
+        }
+    }
+
+    fn lease(
+        &self,
+        target: &Target,
+        owner: OwnerId,
+        token: i64,
+        ttl: Duration,
+        sent_at: Instant,
+        session: Session,
+    ) -> Lease {
+        let held = Held {
+            lock_id: target.lock_id,
+            pid: session.pid,
+            session: tokio::sync::Mutex::new(Some(session)),
+            sessions: self.sessions.clone(),
+        };
+        // Tokens start at 1 and only grow, so they are never negative.
+        let token = token.max(0).unsigned_abs();
+        Lease::with_store_state(&target.display, owner, token, ttl, sent_at, held)
+    }
+
+    async fn extend_lease(&self, lease: &Lease) -> Result<()> {
+        let held = held(lease)?;
+        let mut slot = held.session.lock().await;
+        let Some(session) = slot.as_mut() else {
+            return Err(Error::lost(lease, "it was released, or its session had ended"));
+        };
+        let sent_at = Instant::now();
+        let reply = bounded(
+            held.sessions.config.command_timeout,
+            sqlx::query(CONFIRM_HELD)
+                .bind(held.lock_id)
+                .fetch_one(&mut session.conn),
+        )
+        .await;
+        match reply {
+            Ok(row) => {
+                let (pid, still_held) = decode(&row, |row| {
+                    Ok((
+                        row.try_get::<i32, _>("pid")?,
+                        row.try_get::<bool, _>("held")?,
+                    ))
+                })?;
+                if pid != held.pid {
+                    *slot = None;
+                    return Err(Error::lost(lease, POOLING_PROXY));
+                }
+                if !still_held {
+                    // Closing the session guarantees it holds nothing afterwards either.
+                    *slot = None;
+                    return Err(Error::lost(lease, "its session no longer holds the lock"));
+                }
+                lease.confirm(sent_at);
+                Ok(())
+            }
+            Err(fault) if fault.session_is_dead() => {
+                *slot = None;
+                Err(Error::lost(lease, fault.describe()))
+            }
+            Err(fault) => Err(fault.into_error("extend")),
+        }
+    }
+
+    async fn release_lease(&self, lease: &Lease) -> Result<ReleaseOutcome> {
+        let held = held(lease)?;
+        let mut slot = held.session.lock().await;
+        let Some(mut session) = slot.take() else {
+            return Ok(ReleaseOutcome::Lost);
+        };
+        // From here on a dropped future drops the session, which frees the lock.
+        let reply = bounded(
+            held.sessions.config.command_timeout,
+            sqlx::query(RELEASE)
+                .bind(held.lock_id)
+                .fetch_one(&mut session.conn),
+        )
+        .await;
+        match reply {
+            Ok(row) => {
+                let released = decode(&row, |row| row.try_get::<bool, _>("released"))?;
+                if released {
+                    held.sessions.checkin(session);
+                    Ok(ReleaseOutcome::Released)
+                } else {
+                    Ok(ReleaseOutcome::Lost)
+                }
+            }
+            // The server ended the session (its TTL ran out, or an operator terminated it).
+            Err(fault) if fault.session_is_dead() && !matches!(fault, Fault::TimedOut(_)) => {
+                Ok(ReleaseOutcome::Lost)
+            }
+            // The session is dropped, so the lock is freed as soon as the server notices.
+            Err(fault) => Err(fault.into_error("release")),
+        }
+    }
+
+    async fn status_of(&self, key: &str) -> Result<KeyStatus> {
+        check_key(key)?;
+        let target = Target::hashed(&self.sessions.config.namespace, key);
+        let mut fresh = false;
+        loop {
+            let Checkout {
+                mut session,
+                reused,
+            } = self.checkout(fresh).await?;
+            let reply = bounded(
+                self.sessions.config.command_timeout,
+                sqlx::query(&self.sessions.sql.status)
+                    .bind(target.lock_id)
+                    .bind(&target.namespace)
+                    .bind(&target.fence_key)
+                    .fetch_optional(&mut session.conn),
+            )
+            .await;
+            let row = match reply {
+                Ok(row) => row,
+                Err(fault) if reused && fault.session_is_dead() => {
+                    fresh = true;
+                    continue;
+                }
+                Err(fault) => return Err(fault.into_error("status")),
+            };
+            self.sessions.checkin(session);
+            let Some(row) = row else {
+                return Ok(KeyStatus::Free);
+            };
+            return decode(&row, |row| {
+                let pid: i32 = row.try_get("pid")?;
+                let holder_pid: Option<i32> = row.try_get("holder_pid")?;
+                // The fence row describes the holder only if that backend bumped it; otherwise
+                // another key (a hash collision) or another program holds the lock.
+                if holder_pid != Some(pid) {
+                    return Ok(KeyStatus::Held {
+                        owner: None,
+                        token: None,
+                        remaining: None,
+                    });
+                }
+                let token: Option<i64> = row.try_get("token")?;
+                let owner: Option<String> = row.try_get("owner")?;
+                let ttl_ms: Option<i64> = row.try_get("ttl_ms")?;
+                let state: Option<String> = row.try_get("state")?;
+                let silent_ms: Option<i64> = row.try_get("silent_ms")?;
+                // The server's idle timer runs only while the backend is idle.
+                let remaining = match (ttl_ms, state.as_deref(), silent_ms) {
+                    (Some(ttl), Some("idle"), Some(silent)) => Some(ttl.saturating_sub(silent)),
+                    (Some(ttl), Some(_), _) => Some(ttl),
+                    _ => None,
+                }
+                .map(|ms| Duration::from_millis(ms.max(0).unsigned_abs()));
+                Ok(KeyStatus::Held {
+                    owner: owner.as_deref().and_then(OwnerId::parse),
+                    token: token.map(|t| t.max(0).unsigned_abs()),
+                    remaining,
+                })
+            });
+        }
+    }
+}
+
+fn held(lease: &Lease) -> Result<&Held> {
+    lease.store_state::<Held>().ok_or_else(|| {
+        Error::invalid(
+            "lease",
+            "it was not granted by a PostgreSQL store (it carries no session)",
+        )
+    })
+}
+
+fn check_same_backend(session: &Session, pid: i32) -> Result<()> {
+    if pid == session.pid {
+        Ok(())
+    } else {
+        Err(Error::Store {
+            message: POOLING_PROXY.into(),
+            source: None,
+        })
+    }
+}
+
+fn decode<T>(row: &PgRow, read: impl FnOnce(&PgRow) -> sqlx::Result<T>) -> Result<T> {
+    read(row).map_err(|e| sql_error("decoding the server's answer", e))
+}
+
+/// `duration` rounded up to whole milliseconds: the server's timers count milliseconds.
+fn whole_millis(duration: Duration) -> Duration {
+    let ms = duration.as_nanos().div_ceil(1_000_000);
+    Duration::from_millis(u64::try_from(ms).unwrap_or(u64::MAX))
+}
+
+fn millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+// ---- the contract ---------------------------------------------------------------------------
+
+#[async_trait]
+impl Acquire for PostgresStore {
+    /// # Cancel safety
+    /// The attempt runs on a session owned by the future. Dropping the future closes that
+    /// connection, and the server frees whatever the attempt took as soon as it reads the
+    /// close, at the latest when the session has been silent for the TTL.
+    #[tracing::instrument(level = "debug", name = "try_acquire", skip(self), fields(store = "postgres"))]
+    async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Lease> {
+        check_request(key, ttl, &self.capabilities())?;
+        let target = Target::hashed(&self.sessions.config.namespace, key);
+        let result = self.try_target(&target, ttl).await;
+        match &result {
+            Ok(lease) => tracing::debug!(key, token = lease.fencing_token(), "acquired"),
+            Err(error) => tracing::debug!(key, %error, "not acquired"),
+        }
+        result
+    }
+
+    /// Waits in PostgreSQL's own lock queue (`pg_advisory_lock` under `lock_timeout`), so the
+    /// server wakes the waiter the moment the holder releases or its session ends.
+    ///
+    /// # Cancel safety
+    /// The wait runs on a session owned by the future. Dropping the future closes that
+    /// connection and, from a spawned task, terminates the waiting backend (matched by pid and
+    /// start time), so a dropped waiter never takes the lock later; should that task fail, the
+    /// backend notices the closed connection within 500 ms (`client_connection_check_interval`).
+    /// A lock granted in the instant of the drop is freed when the server reads the close.
+    #[tracing::instrument(level = "debug", name = "acquire", skip(self), fields(store = "postgres"))]
+    async fn acquire(&self, key: &str, ttl: Duration, wait: Duration) -> Result<Lease> {
+        check_request(key, ttl, &self.capabilities())?;
+        check_wait(wait)?;
+        let target = Target::hashed(&self.sessions.config.namespace, key);
+        let started = Instant::now();
+        let result = self.wait_target(&target, ttl, wait).await;
+        let waited_ms = started.elapsed().as_millis() as u64;
+        match &result {
+            Ok(lease) => tracing::debug!(key, token = lease.fencing_token(), waited_ms, "acquired"),
+            Err(error) => tracing::debug!(key, %error, waited_ms, "not acquired"),
+        }
+        result
+    }
+}
+
+#[async_trait]
+impl Release for PostgresStore {
+    /// # Cancel safety
+    /// Dropping the future before the lease's session is taken changes nothing. Dropping it
+    /// after closes the session, which frees the lock as soon as the server reads the close;
+    /// a later release reports [`ReleaseOutcome::Lost`].
+    #[tracing::instrument(
+        level = "debug",
+        name = "release",
+        skip_all,
+        fields(store = "postgres", key = lease.key(), token = lease.fencing_token())
+    )]
+    async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
+        let result = self.release_lease(lease).await;
+        match &result {
+            Ok(outcome) => tracing::debug!(
+                key = lease.key(),
+                token = lease.fencing_token(),
+                ?outcome,
+                "released"
+            ),
+            Err(error) => tracing::debug!(key = lease.key(), %error, "release failed"),
+        }
+        result
+    }
+}
+
+#[async_trait]
+impl Extend for PostgresStore {
+    /// # Cancel safety
+    /// Dropping the future leaves the lease held; the deadline only moves once the answer is
+    /// read. The session stays usable (sqlx drains the unread answer before its next use).
+    #[tracing::instrument(
+        level = "trace",
+        name = "extend",
+        skip_all,
+        fields(store = "postgres", key = lease.key(), token = lease.fencing_token())
+    )]
+    async fn extend(&self, lease: &Lease) -> Result<()> {
+        let result = self.extend_lease(lease).await;
+        match &result {
+            Ok(()) => tracing::trace!(key = lease.key(), token = lease.fencing_token(), "extended"),
+            Err(error) => tracing::debug!(key = lease.key(), %error, "extend failed"),
+        }
+        result
+    }
+}
+
+#[async_trait]
+impl LockStore for PostgresStore {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new()
+            .with_min_ttl(crate::MIN_TTL)
+            .with_frees_on_disconnect(true)
+            .with_notified_wait(true)
+    }
+
+    /// # Cancel safety
+    /// Read-only; dropping the future loses nothing.
+    async fn status(&self, key: &str) -> Result<KeyStatus> {
+        self.status_of(key).await
+    }
+}
+
+impl fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("url", &self.sessions.config.redacted())
+            .field("namespace", &self.sessions.config.namespace)
+            .field("open_connections", &self.open_connections())
+            .field("idle_connections", &self.idle_connections())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statements_name_the_configured_table_and_no_placeholder_is_left() {
+        let sql = Statements::new("\"s\".\"t\"", "s", "t");
+        for statement in [
+            &sql.try_acquire,
+            &sql.wait_acquire,
+            &sql.reclaim,
+            &sql.status,
+            &sql.create_fence_table,
+        ] {
+            assert!(statement.contains("\"s\".\"t\""), "{statement}");
+            assert!(!statement.contains("{fence}"), "{statement}");
+        }
+        assert_eq!(sql.create_schema, "CREATE SCHEMA IF NOT EXISTS \"s\"");
+    }
+
+    #[test]
+    fn ttls_round_up_to_whole_milliseconds() {
+        assert_eq!(whole_millis(Duration::from_micros(1500)), Duration::from_millis(2));
+        assert_eq!(whole_millis(Duration::from_millis(300)), Duration::from_millis(300));
+        assert_eq!(millis(Duration::from_secs(86_400)), 86_400_000);
+    }
+}
