@@ -1,0 +1,67 @@
+//! The whole conformance suite against a real PostgreSQL started by test-servers.
+
+use std::sync::{Arc, OnceLock};
+
+use conformance::{async_trait, StoreFactory};
+use lock_core::{DynLockStore, Lease};
+use lock_postgres::{PostgresConfig, PostgresStore};
+use sqlx::Connection;
+use test_servers::PostgresServer;
+
+/// One server for every test of this file. test-servers kills it when the test process exits
+/// (parent-death signal), although a static is never dropped.
+static SERVER: OnceLock<PostgresServer> = OnceLock::new();
+
+fn server_url() -> String {
+    SERVER
+        .get_or_init(|| PostgresServer::start().unwrap_or_else(|e| panic!("{e}")))
+        .url()
+}
+
+struct PostgresFactory {
+    url: String,
+}
+
+#[async_trait]
+impl StoreFactory for PostgresFactory {
+    async fn handle(&self) -> DynLockStore {
+        let config = PostgresConfig::from_url(&self.url).expect("config");
+        Arc::new(PostgresStore::connect(config).await.expect("connect"))
+    }
+
+    async fn unreachable_handle(&self) -> DynLockStore {
+        // A port that was just free: nothing listens there.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let config = PostgresConfig::from_url(&format!(
+            "postgres://postgres@127.0.0.1:{port}/postgres?connect_timeout=1&command_timeout=1"
+        ))
+        .expect("config");
+        Arc::new(PostgresStore::connect_lazy(config))
+    }
+
+    /// An operator ends the holder's session: the lock goes with it.
+    async fn forget(&self, lease: &Lease) {
+        let lock_id = lock_postgres::lock_id(lock_postgres::DEFAULT_NAMESPACE, lease.key());
+        let mut admin = sqlx::PgConnection::connect(&self.url)
+            .await
+            .expect("admin connection");
+        sqlx::query(
+            "SELECT pg_terminate_backend(pid, 5000) FROM pg_locks
+              WHERE locktype = 'advisory' AND granted AND objsubid = 1
+                AND classid = (($1::int8 >> 32) & 4294967295)::oid
+                AND objid = ($1::int8 & 4294967295)::oid",
+        )
+        .bind(lock_id)
+        .fetch_all(&mut admin)
+        .await
+        .expect("terminate the holder's backend");
+        let _ = admin.close().await;
+    }
+}
+
+conformance::conformance_tests!(async {
+    Arc::new(PostgresFactory { url: server_url() })
+});
