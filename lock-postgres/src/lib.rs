@@ -38,7 +38,22 @@
 //! - **Extend** checks `pg_locks` for this backend and this lock, and fails with `LeaseLost`
 //!   once the session is gone.
 //! - **Waiting** uses the server's lock queue: `pg_advisory_lock` under `lock_timeout`, so a
-//!   waiter is woken by the release itself, and waiters are served in arrival order.
+//!   waiter is woken by the release itself. After a lock timeout (SQLSTATE 55P03) the store
+//!   checks `pg_locks` once more, since the lock can be granted in the very instant the timeout
+//!   fires (a session lock survives the rolled-back statement); if it was, the grant completes.
+//!
+//! # Fairness
+//! Waiters are served in the order their wait reached the server, and a `try_acquire` never
+//! jumps the queue. This is PostgreSQL's lock manager (`lock.c`, `proc.c`): a new request that
+//! conflicts with a *waiter's* request must queue even if the lock is momentarily free
+//! (`conflictTab[mode] & lock->waitMask`), a new waiter is appended at the tail unless it
+//! already holds a lock on the same object (a session here never does: a session holds at most
+//! the one lock of its lease, and waits only while it holds none), and a release grants the lock
+//! to the head of the queue before anyone else can ask. The one exception is the deadlock
+//! detector, which may reorder a queue to break a cycle; a cycle needs a waiter that holds a
+//! lock another waits for, and a waiting session holds only a `ROW EXCLUSIVE` lock on the fence
+//! table, which only DDL on that table conflicts with. `tests/sessions.rs` checks the order with
+//! staggered waiters, and the conformance case `fair_queue_serves_the_oldest_waiter_first` runs.
 //!
 //! # What is guaranteed
 //! - At most one live lease per key (per advisory id) at any instant, across all clients of the

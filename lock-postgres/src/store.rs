@@ -762,6 +762,8 @@ impl LockStore for PostgresStore {
             .with_min_ttl(crate::MIN_TTL)
             .with_frees_on_disconnect(true)
             .with_notified_wait(true)
+            // PostgreSQL's lock queue is first come, first served: see the crate docs.
+            .with_fair_queue(true)
     }
 
     /// # Cancel safety

@@ -1,0 +1,99 @@
+//! Helpers shared by the integration tests: an admin connection and pg_locks lookups.
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use lock_postgres::{PostgresConfig, PostgresStore};
+use sqlx::{Connection, PgConnection, Row};
+
+/// A plain sqlx connection, outside any store.
+pub async fn admin(url: &str) -> PgConnection {
+    PgConnection::connect(url).await.expect("admin connection")
+}
+
+/// A store handle on `url` with extra query options (`"namespace=x&max_idle=0"`).
+pub async fn store(url: &str, options: &str) -> PostgresStore {
+    let url = if options.is_empty() {
+        url.to_owned()
+    } else {
+        format!("{url}?{options}")
+    };
+    PostgresStore::connect(PostgresConfig::from_url(&url).expect("config"))
+        .await
+        .expect("connect")
+}
+
+/// The pids of the backends that hold advisory lock `lock_id`.
+pub async fn holders(admin: &mut PgConnection, lock_id: i64) -> Vec<i32> {
+    sqlx::query(
+        "SELECT pid FROM pg_locks
+          WHERE locktype = 'advisory' AND granted AND objsubid = 1
+            AND classid = (($1::int8 >> 32) & 4294967295)::oid
+            AND objid = ($1::int8 & 4294967295)::oid",
+    )
+    .bind(lock_id)
+    .fetch_all(admin)
+    .await
+    .expect("pg_locks")
+    .iter()
+    .map(|row| row.get::<i32, _>(0))
+    .collect()
+}
+
+/// How many backends wait for advisory lock `lock_id`.
+pub async fn waiters(admin: &mut PgConnection, lock_id: i64) -> i64 {
+    sqlx::query(
+        "SELECT count(*) FROM pg_locks
+          WHERE locktype = 'advisory' AND NOT granted AND objsubid = 1
+            AND classid = (($1::int8 >> 32) & 4294967295)::oid
+            AND objid = ($1::int8 & 4294967295)::oid",
+    )
+    .bind(lock_id)
+    .fetch_one(admin)
+    .await
+    .expect("pg_locks")
+    .get(0)
+}
+
+/// Whether backend `pid` still exists.
+pub async fn backend_exists(admin: &mut PgConnection, pid: i32) -> bool {
+    sqlx::query("SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)")
+        .bind(pid)
+        .fetch_one(admin)
+        .await
+        .expect("pg_stat_activity")
+        .get(0)
+}
+
+/// Polls `check` every 20 ms until it holds or `limit` passes; returns whether it held.
+pub async fn eventually<F, Fut>(limit: Duration, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let started = tokio::time::Instant::now();
+    loop {
+        if check().await {
+            return true;
+        }
+        if started.elapsed() > limit {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Ends the backend holding `lock_id`, as an operator would, and waits until it is gone.
+pub async fn terminate_holder(admin: &mut PgConnection, lock_id: i64) -> usize {
+    sqlx::query(
+        "SELECT pg_terminate_backend(pid, 5000) FROM pg_locks
+          WHERE locktype = 'advisory' AND granted AND objsubid = 1
+            AND classid = (($1::int8 >> 32) & 4294967295)::oid
+            AND objid = ($1::int8 & 4294967295)::oid",
+    )
+    .bind(lock_id)
+    .fetch_all(admin)
+    .await
+    .expect("pg_terminate_backend")
+    .len()
+}
