@@ -288,7 +288,9 @@ fn check_identifier(what: &str, value: &str) -> Result<String> {
     if !starts_well || !rest_ok || value.len() > 63 {
         return Err(Error::invalid(
             "url",
-            format!("{what} must match [A-Za-z_][A-Za-z0-9_]* and be at most 63 bytes, not {value:?}"),
+            format!(
+                "{what} must match [A-Za-z_][A-Za-z0-9_]* and be at most 63 bytes, not {value:?}"
+            ),
         ));
     }
     Ok(value.to_owned())

@@ -92,9 +92,15 @@ mod tests {
     fn hash_v1_test_vectors_never_change() {
         // Pinned (computed independently with Python's hashlib): changing these values breaks
         // every deployed lock.
-        assert_eq!(lock_id("default", "nightly-export"), -7_853_899_317_936_053_717);
+        assert_eq!(
+            lock_id("default", "nightly-export"),
+            -7_853_899_317_936_053_717
+        );
         assert_eq!(lock_id("default", "k\u{0}"), 1_418_000_564_283_776_819);
-        assert_eq!(lock_id("billing", "nightly-export"), -4_831_355_121_944_174_380);
+        assert_eq!(
+            lock_id("billing", "nightly-export"),
+            -4_831_355_121_944_174_380
+        );
     }
 
     #[test]
@@ -107,7 +113,10 @@ mod tests {
     #[test]
     fn pg_locks_ids_split_the_id_like_postgres() {
         // Checked against pg_locks for pg_advisory_lock(-1234567890123).
-        assert_eq!(pg_locks_ids(-1_234_567_890_123), (4_294_967_008, 2_382_691_125));
+        assert_eq!(
+            pg_locks_ids(-1_234_567_890_123),
+            (4_294_967_008, 2_382_691_125)
+        );
         assert_eq!(pg_locks_ids(42), (0, 42));
     }
 

@@ -276,11 +276,7 @@ pub(crate) struct WaitGuard {
 impl WaitGuard {
     pub(crate) fn arm(sessions: &Arc<Sessions>, session: &Session) -> Self {
         WaitGuard {
-            target: Some((
-                sessions.clone(),
-                session.pid,
-                session.backend_start.clone(),
-            )),
+            target: Some((sessions.clone(), session.pid, session.backend_start.clone())),
         }
     }
 
@@ -345,7 +341,9 @@ impl Fault {
     /// Words for a lost-lease reason.
     pub(crate) fn describe(&self) -> String {
         match self {
-            Fault::TimedOut(limit) => format!("its session did not answer within {limit:?} and was closed"),
+            Fault::TimedOut(limit) => {
+                format!("its session did not answer within {limit:?} and was closed")
+            }
             Fault::Sql(e) => format!("its session ended: {e}"),
         }
     }
@@ -405,7 +403,9 @@ pub(crate) fn sql_error(what: &str, error: sqlx::Error) -> Error {
 fn connect_error(config: &PostgresConfig, error: sqlx::Error) -> Error {
     let whom = config.redacted();
     if let sqlx::Error::Database(e) = &error {
-        if e.code().as_deref() == Some("42704") && e.message().contains("client_connection_check_interval") {
+        if e.code().as_deref() == Some("42704")
+            && e.message().contains("client_connection_check_interval")
+        {
             return Error::store(
                 format!("{whom} is older than PostgreSQL 14; this store needs idle_session_timeout and client_connection_check_interval"),
                 error,

@@ -155,7 +155,8 @@ const STATUS: &str = "SELECT l.pid, f.token, f.owner, f.holder_pid, f.ttl_ms, a.
 
 /// What happens when PgBouncer (or any proxy) in transaction or statement pooling mode sits
 /// between the store and the server.
-const POOLING_PROXY: &str = "the connection's backend changed between statements: a transaction-pooling proxy \
+const POOLING_PROXY: &str =
+    "the connection's backend changed between statements: a transaction-pooling proxy \
      (PgBouncer pool_mode=transaction/statement) is in the way, and session advisory locks cannot \
      work through it; connect directly or use pool_mode=session";
 
@@ -493,7 +494,10 @@ impl PostgresStore {
         let held = held(lease)?;
         let mut slot = held.session.lock().await;
         let Some(session) = slot.as_mut() else {
-            return Err(Error::lost(lease, "it was released, or its session had ended"));
+            return Err(Error::lost(
+                lease,
+                "it was released, or its session had ended",
+            ));
         };
         let sent_at = Instant::now();
         let reply = bounded(
@@ -670,7 +674,12 @@ impl Acquire for PostgresStore {
     /// The attempt runs on a session owned by the future. Dropping the future closes that
     /// connection, and the server frees whatever the attempt took as soon as it reads the
     /// close, at the latest when the session has been silent for the TTL.
-    #[tracing::instrument(level = "debug", name = "try_acquire", skip(self), fields(store = "postgres"))]
+    #[tracing::instrument(
+        level = "debug",
+        name = "try_acquire",
+        skip(self),
+        fields(store = "postgres")
+    )]
     async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Lease> {
         check_request(key, ttl, &self.capabilities())?;
         let target = Target::hashed(&self.sessions.config.namespace, key);
@@ -691,7 +700,12 @@ impl Acquire for PostgresStore {
     /// start time), so a dropped waiter never takes the lock later; should that task fail, the
     /// backend notices the closed connection within 500 ms (`client_connection_check_interval`).
     /// A lock granted in the instant of the drop is freed when the server reads the close.
-    #[tracing::instrument(level = "debug", name = "acquire", skip(self), fields(store = "postgres"))]
+    #[tracing::instrument(
+        level = "debug",
+        name = "acquire",
+        skip(self),
+        fields(store = "postgres")
+    )]
     async fn acquire(&self, key: &str, ttl: Duration, wait: Duration) -> Result<Lease> {
         check_request(key, ttl, &self.capabilities())?;
         check_wait(wait)?;
@@ -806,8 +820,97 @@ mod tests {
 
     #[test]
     fn ttls_round_up_to_whole_milliseconds() {
-        assert_eq!(whole_millis(Duration::from_micros(1500)), Duration::from_millis(2));
-        assert_eq!(whole_millis(Duration::from_millis(300)), Duration::from_millis(300));
+        assert_eq!(
+            whole_millis(Duration::from_micros(1500)),
+            Duration::from_millis(2)
+        );
+        assert_eq!(
+            whole_millis(Duration::from_millis(300)),
+            Duration::from_millis(300)
+        );
         assert_eq!(millis(Duration::from_secs(86_400)), 86_400_000);
+    }
+}
+
+/// The rare paths that a live server rarely takes on its own, driven by hand.
+#[cfg(test)]
+mod server_tests {
+    use super::*;
+
+    fn url() -> String {
+        static SERVER: std::sync::OnceLock<test_servers::PostgresServer> =
+            std::sync::OnceLock::new();
+        SERVER
+            .get_or_init(|| test_servers::PostgresServer::start().unwrap_or_else(|e| panic!("{e}")))
+            .url()
+    }
+
+    async fn store() -> PostgresStore {
+        PostgresStore::connect(PostgresConfig::from_url(&url()).unwrap())
+            .await
+            .unwrap()
+    }
+
+    /// A lock granted in the instant its lock timeout fired is held by the session although
+    /// the statement failed: the reclaim completes the grant with a fresh token.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_lock_granted_as_the_timeout_fired_becomes_a_lease() {
+        let store = store().await;
+        let target = Target::hashed("default", "reclaim:granted");
+        let before = store
+            .try_target(&target, Duration::from_secs(30))
+            .await
+            .unwrap();
+        assert_eq!(
+            store.release_lease(&before).await.unwrap(),
+            ReleaseOutcome::Released
+        );
+
+        let Checkout { mut session, .. } = store.sessions.checkout().await.unwrap();
+        sqlx::query("SELECT pg_advisory_lock($1)")
+            .bind(target.lock_id)
+            .execute(&mut session.conn)
+            .await
+            .unwrap();
+        let lease = store
+            .reclaim_after_timeout(&target, Duration::from_secs(30), session, Instant::now())
+            .await
+            .unwrap();
+        assert!(lease.fencing_token() > before.fencing_token());
+        // The TTL is armed and the lock is held exactly once: one release frees it.
+        let other = self::store().await;
+        assert!(matches!(
+            other.try_target(&target, Duration::from_secs(30)).await,
+            Err(Error::Busy { .. })
+        ));
+        assert_eq!(
+            store.release_lease(&lease).await.unwrap(),
+            ReleaseOutcome::Released
+        );
+        let next = other
+            .try_target(&target, Duration::from_secs(30))
+            .await
+            .unwrap();
+        assert_eq!(
+            other.release_lease(&next).await.unwrap(),
+            ReleaseOutcome::Released
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_lock_not_granted_by_the_timeout_is_a_timed_out_wait() {
+        let store = store().await;
+        let target = Target::hashed("default", "reclaim:not-granted");
+        let Checkout { session, .. } = store.sessions.checkout().await.unwrap();
+        let idle_before = store.idle_connections();
+        match store
+            .reclaim_after_timeout(&target, Duration::from_secs(30), session, Instant::now())
+            .await
+        {
+            Err(Error::WaitTimedOut { key, .. }) => assert_eq!(key, "reclaim:not-granted"),
+            other => panic!("expected WaitTimedOut, got {other:?}"),
+        }
+        // The clean session went back to the idle list.
+        assert_eq!(store.idle_connections(), idle_before + 1);
     }
 }

@@ -62,6 +62,4 @@ impl StoreFactory for PostgresFactory {
     }
 }
 
-conformance::conformance_tests!(async {
-    Arc::new(PostgresFactory { url: server_url() })
-});
+conformance::conformance_tests!(async { Arc::new(PostgresFactory { url: server_url() }) });

@@ -46,7 +46,10 @@ async fn terminated_session_fires_the_lost_signal_and_frees_the_key() {
         ReleaseOutcome::Lost,
         "the terminated lease cannot release its successor"
     );
-    assert_eq!(other.release(&next).await.unwrap(), ReleaseOutcome::Released);
+    assert_eq!(
+        other.release(&next).await.unwrap(),
+        ReleaseOutcome::Released
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -83,10 +86,16 @@ async fn silent_holder_loses_the_lock_within_its_ttl_though_connected() {
     );
     assert!(elapsed <= ttl + SLACK, "freed only after {elapsed:?}");
     assert!(!backend_exists(&mut admin, pid).await);
-    assert!(lease.is_expired(), "the local deadline came before the server's");
+    assert!(
+        lease.is_expired(),
+        "the local deadline came before the server's"
+    );
     assert!(holder.extend(&lease).await.unwrap_err().is_lease_lost());
     assert_eq!(holder.release(&lease).await.unwrap(), ReleaseOutcome::Lost);
-    assert_eq!(other.release(&next).await.unwrap(), ReleaseOutcome::Released);
+    assert_eq!(
+        other.release(&next).await.unwrap(),
+        ReleaseOutcome::Released
+    );
 }
 
 /// A holder whose whole process stalls (here: its runtime's only thread blocks, as in a long
@@ -134,9 +143,15 @@ async fn stalled_holder_with_keep_alive_loses_the_lock_at_its_ttl() {
     );
     assert!(next.fencing_token() > token);
     let (lost, extend_lost) = stalled.join().expect("the stalled holder");
-    assert!(lost, "keep-alive reported the loss once the holder ran again");
+    assert!(
+        lost,
+        "keep-alive reported the loss once the holder ran again"
+    );
     assert!(extend_lost, "an extend after the stall is refused");
-    assert_eq!(other.release(&next).await.unwrap(), ReleaseOutcome::Released);
+    assert_eq!(
+        other.release(&next).await.unwrap(),
+        ReleaseOutcome::Released
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -148,7 +163,10 @@ async fn crash_and_restart_keeps_tokens_increasing() {
     let ttl = Duration::from_secs(10);
     for _ in 0..5 {
         let lease = store.try_acquire(key, ttl).await.unwrap();
-        assert_eq!(store.release(&lease).await.unwrap(), ReleaseOutcome::Released);
+        assert_eq!(
+            store.release(&lease).await.unwrap(),
+            ReleaseOutcome::Released
+        );
     }
     // The last token before the crash is handed out to a holder the crash will kill.
     let held = store.try_acquire(key, ttl).await.unwrap();
@@ -174,7 +192,10 @@ async fn crash_and_restart_keeps_tokens_increasing() {
         "token {} after the crash, {before} before",
         next.fencing_token()
     );
-    assert_eq!(store.release(&next).await.unwrap(), ReleaseOutcome::Released);
+    assert_eq!(
+        store.release(&next).await.unwrap(),
+        ReleaseOutcome::Released
+    );
     let mut admin = admin(&url).await;
     assert!(holders(&mut admin, store.lock_id(key)).await.is_empty());
 }

@@ -1,8 +1,6 @@
 //! Helpers shared by the integration tests: an admin connection and pg_locks lookups.
 #![allow(dead_code)]
 
-use std::time::Duration;
-
 use lock_postgres::{PostgresConfig, PostgresStore};
 use sqlx::{Connection, PgConnection, Row};
 
@@ -65,22 +63,22 @@ pub async fn backend_exists(admin: &mut PgConnection, pid: i32) -> bool {
         .get(0)
 }
 
-/// Polls `check` every 20 ms until it holds or `limit` passes; returns whether it held.
-pub async fn eventually<F, Fut>(limit: Duration, mut check: F) -> bool
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let started = tokio::time::Instant::now();
-    loop {
-        if check().await {
-            return true;
+/// Evaluates the async condition every 20 ms until it holds or `limit` passes; gives whether
+/// it held.
+#[macro_export]
+macro_rules! eventually {
+    ($limit:expr, $condition:expr) => {{
+        let started = tokio::time::Instant::now();
+        loop {
+            if $condition {
+                break true;
+            }
+            if started.elapsed() > $limit {
+                break false;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
-        if started.elapsed() > limit {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    }};
 }
 
 /// Ends the backend holding `lock_id`, as an operator would, and waits until it is gone.
