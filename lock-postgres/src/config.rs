@@ -173,6 +173,12 @@ impl PostgresConfig {
         format!("\"{}\".\"{}\"", self.schema, self.table)
     }
 
+    /// The statement that creates the fence table, for an administrator who creates it ahead
+    /// of time (the store then needs no `CREATE` privilege).
+    pub fn fence_table_ddl(&self) -> String {
+        crate::store::fence_table_ddl(&self.fence_table())
+    }
+
     /// The bound on opening one connection.
     pub fn connect_timeout(&self) -> Duration {
         self.connect_timeout
@@ -383,6 +389,9 @@ mod tests {
         assert_eq!(config.max_idle(), 0);
         assert_eq!(config.command_timeout(), Duration::from_secs(3));
         assert!(matches!(config.connect.get_ssl_mode(), PgSslMode::Disable));
+        assert!(config
+            .fence_table_ddl()
+            .starts_with("CREATE TABLE IF NOT EXISTS \"public\".\"fencelock_fence\""));
         assert_eq!(config.connect.get_database(), Some("db"));
         assert_eq!(config.connect.get_username(), "u");
         assert_eq!(config.connect.get_application_name(), Some("fencelock"));

@@ -82,8 +82,14 @@
 //! process, typically a few MB of server memory). One store handle has no limit of its own: the
 //! server's `max_connections` is the limit, and beyond it acquire fails with a retryable
 //! [`Error::Unavailable`](lock_core::Error::Unavailable). Released sessions are kept for reuse
-//! (`max_idle`, default 16). The benchmark (`cargo run --release -p lock-postgres --example
-//! bench`) holds 500 leases with keep-alive on one handle and prints the connection count.
+//! (`max_idle`, default 16). Opening a session costs a TCP connect plus a backend fork (a few
+//! milliseconds), paid again for every lease beyond the idle ones. The benchmark (`cargo run
+//! --release -p lock-postgres --example bench`) holds 500 leases with keep-alive on one handle
+//! and prints the connection count, the server memory per held session and the extend latency
+//! under that load (each extend reads `pg_locks`, whose cost grows with the number of locks).
+//!
+//! An acquire that cannot reach the server fails at once with `Unavailable`: its wait bound is
+//! only ever spent waiting for the lock.
 //!
 //! # PgBouncer and other pooling proxies
 //! Session advisory locks, `idle_session_timeout` and the startup options this store sends
@@ -106,8 +112,8 @@
 //!
 //! # Server requirements
 //! PostgreSQL 14 or newer (`idle_session_timeout`, `client_connection_check_interval`). The
-//! role needs `CREATE` on the schema the first time (or create the table yourself with the
-//! statement in the source, `CREATE_FENCE_TABLE`), then `SELECT`, `INSERT` and `UPDATE` on
+//! role needs `CREATE` on the schema the first time (or create the table yourself with
+//! [`PostgresConfig::fence_table_ddl`]), then `SELECT`, `INSERT` and `UPDATE` on
 //! the table, and may read `pg_locks` and `pg_stat_activity` (everyone can).
 #![warn(missing_docs)]
 

@@ -45,9 +45,6 @@ pub(crate) struct Session {
     pub(crate) conn: PgConnection,
     /// `pg_backend_pid()` when the session was opened.
     pub(crate) pid: i32,
-    /// `backend_start` of the backend, as text: with the pid it names the backend uniquely, so
-    /// a cancel never hits a later backend that reused the pid.
-    pub(crate) backend_start: String,
     _open: OpenCount,
 }
 
@@ -170,16 +167,12 @@ impl Sessions {
             let pid: i32 = row
                 .try_get(0)
                 .map_err(|e| sql_error("reading the session's backend", e))?;
-            let backend_start: String = row
-                .try_get(1)
-                .map_err(|e| sql_error("reading the session's backend", e))?;
             self.fence_table_ready
                 .get_or_try_init(|| self.ensure_fence_table(&mut conn))
                 .await?;
             Ok(Session {
                 conn,
                 pid,
-                backend_start,
                 _open: OpenCount::new(&self.open),
             })
         };
@@ -245,14 +238,16 @@ impl Sessions {
         Ok((schema, table))
     }
 
-    /// Terminates the backend `pid` if it is still the one that started at `backend_start`.
-    pub(crate) async fn terminate(&self, pid: i32, backend_start: &str) -> lock_core::Result<()> {
+    /// Terminates the backend `pid` if it is still waiting for advisory lock `lock_id`: the
+    /// condition names the cancelled waiter, never a later backend that reused the pid for
+    /// something else (at worst another waiter for the same key, which then fails retryably).
+    pub(crate) async fn terminate_waiter(&self, pid: i32, lock_id: i64) -> lock_core::Result<()> {
         let Checkout { mut session, .. } = self.checkout().await?;
         let result = bounded(
             self.config.command_timeout,
-            sqlx::query(crate::store::TERMINATE_BACKEND)
+            sqlx::query(crate::store::TERMINATE_WAITER)
                 .bind(pid)
-                .bind(backend_start)
+                .bind(lock_id)
                 .execute(&mut session.conn),
         )
         .await;
@@ -270,13 +265,13 @@ impl Sessions {
 /// backend blocked in `pg_advisory_lock` until it next polls its socket, so a task terminates
 /// the backend from another session at once.
 pub(crate) struct WaitGuard {
-    target: Option<(Arc<Sessions>, i32, String)>,
+    target: Option<(Arc<Sessions>, i32, i64)>,
 }
 
 impl WaitGuard {
-    pub(crate) fn arm(sessions: &Arc<Sessions>, session: &Session) -> Self {
+    pub(crate) fn arm(sessions: &Arc<Sessions>, session: &Session, lock_id: i64) -> Self {
         WaitGuard {
-            target: Some((sessions.clone(), session.pid, session.backend_start.clone())),
+            target: Some((sessions.clone(), session.pid, lock_id)),
         }
     }
 
@@ -287,13 +282,13 @@ impl WaitGuard {
 
 impl Drop for WaitGuard {
     fn drop(&mut self) {
-        let Some((sessions, pid, backend_start)) = self.target.take() else {
+        let Some((sessions, pid, lock_id)) = self.target.take() else {
             return;
         };
         // Without a runtime the backend still notices within DISCONNECT_CHECK_MS.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
-                match sessions.terminate(pid, &backend_start).await {
+                match sessions.terminate_waiter(pid, lock_id).await {
                     Ok(()) => tracing::debug!(pid, "terminated a cancelled waiter's backend"),
                     Err(error) => tracing::debug!(pid, %error, "could not terminate a cancelled waiter's backend; it stops within its disconnect check"),
                 }

@@ -21,13 +21,14 @@ use crate::PostgresConfig;
 // `{fence}` stands for the quoted fence table. Every statement runs in autocommit: one
 // statement, one transaction, committed with synchronous_commit=on before the reply.
 
-/// The backend of a new session; `backend_start` tells a backend from a later one with the
-/// same pid. A single read.
-pub(crate) const SESSION_INFO: &str =
-    "SELECT pg_backend_pid(), backend_start::text FROM pg_stat_activity WHERE pid = pg_backend_pid()";
+/// The backend of a new session, to detect a pooling proxy later. A single read.
+pub(crate) const SESSION_INFO: &str = "SELECT pg_backend_pid()";
 
-/// Ends a cancelled waiter's backend, only if it is still the same backend. One statement.
-pub(crate) const TERMINATE_BACKEND: &str = "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = $1 AND backend_start::text = $2";
+/// Ends a cancelled waiter's backend ($1), only while it still waits for lock $2. One statement.
+pub(crate) const TERMINATE_WAITER: &str = "SELECT pg_terminate_backend(pid) FROM pg_locks
+  WHERE pid = $1 AND locktype = 'advisory' AND NOT granted AND objsubid = 1
+    AND classid = (($2::int8 >> 32) & 4294967295)::oid
+    AND objid = ($2::int8 & 4294967295)::oid";
 
 /// Whether the schema ($1) and the fence table ($2) exist. A single read.
 pub(crate) const FENCE_TABLE_EXISTS: &str =
@@ -159,6 +160,10 @@ const POOLING_PROXY: &str =
     "the connection's backend changed between statements: a transaction-pooling proxy \
      (PgBouncer pool_mode=transaction/statement) is in the way, and session advisory locks cannot \
      work through it; connect directly or use pool_mode=session";
+
+pub(crate) fn fence_table_ddl(fence_table: &str) -> String {
+    CREATE_FENCE_TABLE.replace("{fence}", fence_table)
+}
 
 /// The statements with the fence table filled in.
 pub(crate) struct Statements {
@@ -372,7 +377,7 @@ impl PostgresStore {
             let owner = OwnerId::random();
             // The server's lock_timeout starts after this is sent: it never gives up early.
             let lock_timeout = whole_millis(remaining);
-            let guard = WaitGuard::arm(&self.sessions, &session);
+            let guard = WaitGuard::arm(&self.sessions, &session, target.lock_id);
             let sent_at = Instant::now();
             let reply = bounded(
                 lock_timeout + self.sessions.config.command_timeout,
@@ -697,7 +702,7 @@ impl Acquire for PostgresStore {
     /// # Cancel safety
     /// The wait runs on a session owned by the future. Dropping the future closes that
     /// connection and, from a spawned task, terminates the waiting backend (matched by pid and
-    /// start time), so a dropped waiter never takes the lock later; should that task fail, the
+    /// by the lock it waits for), so a dropped waiter never takes the lock later; should that task fail, the
     /// backend notices the closed connection within 500 ms (`client_connection_check_interval`).
     /// A lock granted in the instant of the drop is freed when the server reads the close.
     #[tracing::instrument(

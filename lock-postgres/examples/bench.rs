@@ -1,0 +1,385 @@
+//! The PostgreSQL store against the raw SQL it is built on, measured in one run from one client.
+//!
+//! ```sh
+//! cargo run --release -p lock-postgres --example bench
+//! ```
+//!
+//! Starts its own server with test-servers, or uses `LOCK_BENCH_URL` if set. Prints one table:
+//! the raw floor (the same client running `pg_try_advisory_lock` + the fence upsert +
+//! `pg_advisory_unlock` as three plain statements), our acquire + release cycle and its ratio,
+//! throughput with 16 tasks on distinct keys against 16 raw connections doing the same, handoff
+//! latency with 8 waiters on one key, and 500 leases held at once with keep-alive on one store
+//! handle, with the connection count.
+
+use std::error::Error;
+use std::sync::Arc;
+use std::time::Duration;
+
+use conformance::bench::{cycle, handoff, lock_throughput, throughput, time_each, Samples, Table};
+use lock_core::{Acquire, DynLockStore, Extend, KeepAlive, Release};
+use lock_postgres::{PostgresConfig, PostgresStore};
+use sqlx::{Connection, PgConnection, Row};
+use tokio::time::Instant;
+
+const ITERATIONS: usize = 1000;
+const TASKS: usize = 16;
+const RUN_FOR: Duration = Duration::from_secs(3);
+const WAITERS: usize = 8;
+const HANDOFFS: usize = 400;
+const HELD: usize = 500;
+const HELD_TTL: Duration = Duration::from_secs(3);
+const TTL: Duration = Duration::from_secs(30);
+
+/// The raw floor: the same three steps as an acquire + release, as plain statements.
+const RAW_TRY: &str = "SELECT pg_try_advisory_lock($1)";
+const RAW_BUMP: &str = "INSERT INTO public.fencelock_fence AS f
+        (namespace, key, lock_id, token, owner, holder_pid, ttl_ms, updated_at)
+    VALUES ('bench-raw', $2, $1, 1, 'raw', pg_backend_pid(), 0, clock_timestamp())
+    ON CONFLICT (namespace, key) DO UPDATE SET token = f.token + 1
+    RETURNING f.token";
+const RAW_UNLOCK: &str = "SELECT pg_advisory_unlock($1)";
+
+async fn raw_cycle(conn: &mut PgConnection, id: i64) -> lock_core::Result<()> {
+    let fail = |e: sqlx::Error| lock_core::Error::store("raw statement", e);
+    let locked: bool = sqlx::query(RAW_TRY)
+        .bind(id)
+        .fetch_one(&mut *conn)
+        .await
+        .and_then(|r| r.try_get(0))
+        .map_err(fail)?;
+    if !locked {
+        return Err(lock_core::Error::Busy {
+            key: id.to_string(),
+        });
+    }
+    sqlx::query(RAW_BUMP)
+        .bind(id)
+        .bind(id.to_be_bytes().to_vec())
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(fail)?;
+    sqlx::query(RAW_UNLOCK)
+        .bind(id)
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(fail)?;
+    Ok(())
+}
+
+/// Handoff between raw connections that block in `pg_advisory_lock`, then bump the fence as
+/// a separate statement: the same measurement as `conformance::bench::handoff`.
+async fn raw_handoff(
+    url: &str,
+    id: i64,
+    waiters: usize,
+    handoffs: usize,
+) -> lock_core::Result<Samples> {
+    let released_at: Arc<std::sync::Mutex<Option<Instant>>> = Arc::default();
+    let samples: Arc<std::sync::Mutex<Vec<Duration>>> = Arc::default();
+    let mut joins = Vec::new();
+    for _ in 0..waiters {
+        let mut conn = PgConnection::connect(url)
+            .await
+            .map_err(|e| lock_core::Error::store("connect", e))?;
+        let (released_at, samples) = (released_at.clone(), samples.clone());
+        joins.push(tokio::spawn(async move {
+            let fail = |e: sqlx::Error| lock_core::Error::store("raw statement", e);
+            loop {
+                sqlx::query("SELECT pg_advisory_lock($1)")
+                    .bind(id)
+                    .execute(&mut conn)
+                    .await
+                    .map_err(fail)?;
+                sqlx::query(RAW_BUMP)
+                    .bind(id)
+                    .bind(id.to_be_bytes().to_vec())
+                    .fetch_one(&mut conn)
+                    .await
+                    .map_err(fail)?;
+                let now = Instant::now();
+                let finished = {
+                    let mut samples = samples.lock().unwrap_or_else(|e| e.into_inner());
+                    if let Some(previous) =
+                        released_at.lock().unwrap_or_else(|e| e.into_inner()).take()
+                    {
+                        samples.push(now - previous);
+                    }
+                    samples.len() >= handoffs
+                };
+                *released_at.lock().unwrap_or_else(|e| e.into_inner()) =
+                    (!finished).then(Instant::now);
+                sqlx::query(RAW_UNLOCK)
+                    .bind(id)
+                    .execute(&mut conn)
+                    .await
+                    .map_err(fail)?;
+                if finished {
+                    return Ok::<_, lock_core::Error>(());
+                }
+            }
+        }));
+    }
+    let (first, _, rest) = futures_util::future::select_all(joins).await;
+    first.map_err(|e| lock_core::Error::Store {
+        message: format!("a raw waiter panicked: {e}"),
+        source: None,
+    })??;
+    for join in rest {
+        join.abort();
+    }
+    let samples = samples.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    Ok(Samples::new(samples))
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() -> Result<(), Box<dyn Error>> {
+    let (_server, url) = match std::env::var("LOCK_BENCH_URL") {
+        Ok(url) if !url.trim().is_empty() => (None, url),
+        _ => {
+            let server = test_servers::PostgresServer::start()?;
+            let url = server.url();
+            (Some(server), url)
+        }
+    };
+    let config = PostgresConfig::from_url(&url)?;
+    println!("PostgreSQL store benchmark against {config}");
+    let store = PostgresStore::connect(config.clone()).await?;
+    let dyn_store: DynLockStore = Arc::new(store.clone());
+    let mut admin = PgConnection::connect(&url).await?;
+    let version: String = sqlx::query("SHOW server_version")
+        .fetch_one(&mut admin)
+        .await?
+        .get(0);
+    let sync: String = sqlx::query(
+        "SELECT current_setting('fsync') || '/' || current_setting('synchronous_commit')",
+    )
+    .fetch_one(&mut admin)
+    .await?
+    .get(0);
+    println!("server {version}, fsync/synchronous_commit = {sync}\n");
+
+    // Raw round trips on one connection.
+    // One connection, shared with each timed call through a mutex (uncontended).
+    let raw = Arc::new(tokio::sync::Mutex::new(PgConnection::connect(&url).await?));
+    let select_one = time_each(ITERATIONS, |_| {
+        let raw = raw.clone();
+        async move {
+            sqlx::query("SELECT 1")
+                .fetch_one(&mut *raw.lock().await)
+                .await
+                .map(drop)
+                .map_err(|e| lock_core::Error::store("SELECT 1", e))
+        }
+    })
+    .await?;
+    let raw_floor = time_each(ITERATIONS, |_| {
+        let raw = raw.clone();
+        async move { raw_cycle(&mut *raw.lock().await, 424_242).await }
+    })
+    .await?;
+    let raw_upsert = time_each(ITERATIONS, |_| {
+        let raw = raw.clone();
+        async move {
+            sqlx::query(RAW_BUMP)
+                .bind(434_343_i64)
+                .bind(434_343_i64.to_be_bytes().to_vec())
+                .fetch_one(&mut *raw.lock().await)
+                .await
+                .map(drop)
+                .map_err(|e| lock_core::Error::store("raw upsert", e))
+        }
+    })
+    .await?;
+    let connects = time_each(50, |_| {
+        let url = url.clone();
+        async move {
+            let conn = PgConnection::connect(&url)
+                .await
+                .map_err(|e| lock_core::Error::store("connect", e))?;
+            conn.close()
+                .await
+                .map_err(|e| lock_core::Error::store("close", e))
+        }
+    })
+    .await?;
+    let ours = cycle(&dyn_store, "bench:cycle", TTL, ITERATIONS).await?;
+
+    // Throughput: 16 tasks on distinct keys, raw (one connection per task) and ours (one handle).
+    let mut raw_conns = Vec::new();
+    for _ in 0..TASKS {
+        raw_conns.push(Arc::new(tokio::sync::Mutex::new(
+            PgConnection::connect(&url).await?,
+        )));
+    }
+    let raw_rate = throughput(TASKS, RUN_FOR, move |task, _| {
+        let conn = raw_conns[task].clone();
+        async move { raw_cycle(&mut *conn.lock().await, 1_000_000 + task as i64).await }
+    })
+    .await?;
+    let our_rate =
+        lock_throughput(dyn_store.clone(), "bench:throughput:", TTL, TASKS, RUN_FOR).await?;
+
+    // Handoff: 8 waiters on one key, raw connections and then our handles.
+    let raw_handoffs = raw_handoff(&url, 5_555_555, WAITERS, HANDOFFS).await?;
+    let mut handles: Vec<DynLockStore> = Vec::new();
+    for _ in 0..WAITERS {
+        handles.push(Arc::new(PostgresStore::connect(config.clone()).await?));
+    }
+    let handoffs = handoff(handles, "bench:handoff", TTL, HANDOFFS).await?;
+
+    // 500 leases held at once on one handle, kept alive.
+    let held_store = Arc::new(PostgresStore::connect(config.clone()).await?);
+    let started = Instant::now();
+    let mut kept = Vec::with_capacity(HELD);
+    for i in 0..HELD {
+        let lease = held_store
+            .try_acquire(&format!("bench:held:{i}"), HELD_TTL)
+            .await?;
+        kept.push(KeepAlive::start(held_store.clone(), lease));
+    }
+    let acquired_in = started.elapsed();
+    // Extend latency while the 500 keep-alives run (one extend per lease per second).
+    let probe = held_store.try_acquire("bench:held:probe", TTL).await?;
+    // Spread over three TTLs, so the hold period is also the keep-alives' test.
+    let mut extend_samples = Vec::new();
+    for _ in 0..200 {
+        let sent = Instant::now();
+        held_store.extend(&probe).await?;
+        extend_samples.push(sent.elapsed());
+        tokio::time::sleep(HELD_TTL * 3 / 200).await;
+    }
+    let extends = Samples::new(extend_samples);
+    let _ = held_store.release(&probe).await?;
+    let lost = kept.iter().filter(|k| k.is_lost()).count();
+    let store_connections = held_store.open_connections();
+    let server_connections: i64 =
+        sqlx::query("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'fencelock'")
+            .fetch_one(&mut admin)
+            .await?
+            .get(0);
+    let busy: i64 =
+        sqlx::query("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted")
+            .fetch_one(&mut admin)
+            .await?
+            .get(0);
+    let memory = held_session_memory(&mut admin).await;
+    for keep in kept {
+        let lease = keep.stop();
+        let _ = held_store.release(&lease).await?;
+    }
+
+    let mut table = Table::default();
+    table.latency("raw round trip (SELECT 1) p50", select_one.p50());
+    table.latency(
+        "raw floor: try_lock + fence upsert + unlock p50",
+        raw_floor.p50(),
+    );
+    let ratio = us(ours.p50()) / us(raw_floor.p50());
+    table
+        .latency("ours: try_acquire + release p50", ours.p50())
+        .ratio(ratio, Some(("≤ 1.2× raw floor", ratio <= 1.2)));
+    table.latency("ours: try_acquire + release p99", ours.p99());
+    table.rate(format!("raw floor, {TASKS} tasks, distinct keys"), raw_rate);
+    table
+        .rate(format!("ours, {TASKS} tasks, distinct keys"), our_rate)
+        .ratio(our_rate / raw_rate, None);
+    table.latency(
+        "raw fence upsert alone (durable commit) p50",
+        raw_upsert.p50(),
+    );
+    table.latency(
+        format!("raw handoff p50, {WAITERS} waiters (pg_advisory_lock + upsert)"),
+        raw_handoffs.p50(),
+    );
+    let handoff_rtts = us(handoffs.p50()) / us(select_one.p50());
+    table
+        .latency(format!("handoff p50, {WAITERS} waiters"), handoffs.p50())
+        .ratio(
+            handoff_rtts,
+            Some(("p50 ≤ 3 raw round trips (SELECT 1)", handoff_rtts <= 3.0)),
+        );
+    table.latency(format!("handoff p99, {WAITERS} waiters"), handoffs.p99());
+    table.push(
+        "handoff p50 / raw handoff p50",
+        format!("{:.2}", us(handoffs.p50()) / us(raw_handoffs.p50())),
+    );
+    let floor = us(select_one.p50()) + us(raw_upsert.p50());
+    table.push(
+        "handoff p50 / (1 round trip + 1 durable upsert)",
+        format!("{:.2}", us(handoffs.p50()) / floor),
+    );
+    table
+        .push(
+            format!("{HELD} leases held with keep-alive, TTL {HELD_TTL:?}, for 3 TTLs"),
+            format!("{} lost", lost),
+        )
+        .target = Some((format!("{HELD} held, none lost"), lost == 0));
+    table.push(
+        "  connections: the store's / server's (fencelock)",
+        format!("{store_connections} / {server_connections}"),
+    );
+    table.push("  advisory locks granted on the server", format!("{busy}"));
+    table.push(
+        format!("  time to acquire {HELD} (one at a time)"),
+        format!("{:.0} ms", acquired_in.as_secs_f64() * 1e3),
+    );
+    table.latency("  extend p50 while they are kept alive", extends.p50());
+    table.latency("  extend p99 while they are kept alive", extends.p99());
+    table.push("  server memory per held session (PSS)", memory);
+    table.latency("  opening one connection p50", connects.p50());
+    println!("{table}");
+    println!(
+        "samples: {} cycles each, {HANDOFFS} handoffs; raw SELECT 1 p99 {:.1} µs, raw floor p99 {:.1} µs",
+        ITERATIONS,
+        us(select_one.p99()),
+        us(raw_floor.p99())
+    );
+    print_samples_note(&ours);
+    Ok(())
+}
+
+/// Mean proportional set size of the store's backends, when the server runs on this machine.
+async fn held_session_memory(admin: &mut PgConnection) -> String {
+    let pids: Vec<i32> =
+        match sqlx::query("SELECT pid FROM pg_stat_activity WHERE application_name = 'fencelock'")
+            .fetch_all(&mut *admin)
+            .await
+        {
+            Ok(rows) => rows.iter().map(|r| r.get(0)).collect(),
+            Err(_) => return "n/a".into(),
+        };
+    let mut total_kb = 0u64;
+    let mut counted = 0u64;
+    for pid in &pids {
+        let Ok(rollup) = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")) else {
+            continue;
+        };
+        if let Some(kb) = rollup
+            .lines()
+            .find(|l| l.starts_with("Pss:"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<u64>().ok())
+        {
+            total_kb += kb;
+            counted += 1;
+        }
+    }
+    if counted == 0 {
+        "n/a (server not local)".into()
+    } else {
+        format!("{:.1} MiB", total_kb as f64 / counted as f64 / 1024.0)
+    }
+}
+
+fn print_samples_note(ours: &Samples) {
+    println!(
+        "ours: {} samples, p50 {:.1} µs, p99 {:.1} µs",
+        ours.len(),
+        us(ours.p50()),
+        us(ours.p99())
+    );
+}
