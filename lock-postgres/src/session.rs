@@ -315,6 +315,13 @@ impl Fault {
         }
     }
 
+    /// Whether the server or the network ended the session (not a timeout of ours): for a
+    /// session reused from the idle list this means it died while idle, and a new session may
+    /// try again.
+    pub(crate) fn session_ended(&self) -> bool {
+        matches!(self, Fault::Sql(e) if sql_session_is_dead(e))
+    }
+
     /// The SQLSTATE, if the server sent one.
     pub(crate) fn code(&self) -> Option<String> {
         match self {

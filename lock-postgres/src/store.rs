@@ -312,7 +312,7 @@ impl PostgresStore {
             let row = match reply {
                 Ok(row) => row,
                 // The session died while idle: whatever it took died with it; try a new one.
-                Err(fault) if reused && fault.session_is_dead() => {
+                Err(fault) if reused && fault.session_ended() => {
                     tracing::debug!(reason = %fault.describe(), "an idle session was dead; retrying on a new one");
                     fresh = true;
                     continue;
@@ -419,7 +419,7 @@ impl PostgresStore {
                         .reclaim_after_timeout(target, ttl, session, started)
                         .await;
                 }
-                Err(fault) if reused && fault.session_is_dead() => {
+                Err(fault) if reused && fault.session_ended() => {
                     tracing::debug!(reason = %fault.describe(), "an idle session was dead; retrying on a new one");
                     fresh = true;
                     continue;
@@ -565,9 +565,7 @@ impl PostgresStore {
                 }
             }
             // The server ended the session (its TTL ran out, or an operator terminated it).
-            Err(fault) if fault.session_is_dead() && !matches!(fault, Fault::TimedOut(_)) => {
-                Ok(ReleaseOutcome::Lost)
-            }
+            Err(fault) if fault.session_ended() => Ok(ReleaseOutcome::Lost),
             // The session is dropped, so the lock is freed as soon as the server notices.
             Err(fault) => Err(fault.into_error("release")),
         }
@@ -593,7 +591,7 @@ impl PostgresStore {
             .await;
             let row = match reply {
                 Ok(row) => row,
-                Err(fault) if reused && fault.session_is_dead() => {
+                Err(fault) if reused && fault.session_ended() => {
                     fresh = true;
                     continue;
                 }
