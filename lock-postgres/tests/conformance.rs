@@ -25,7 +25,11 @@ struct PostgresFactory {
 #[async_trait]
 impl StoreFactory for PostgresFactory {
     async fn handle(&self) -> DynLockStore {
-        let config = PostgresConfig::from_url(&self.url).expect("config");
+        // Generous: other test processes may load this machine.
+        let separator = if self.url.contains('?') { '&' } else { '?' };
+        let config =
+            PostgresConfig::from_url(&format!("{}{separator}connect_timeout=30", self.url))
+                .expect("config");
         Arc::new(PostgresStore::connect(config).await.expect("connect"))
     }
 

@@ -369,15 +369,15 @@ async fn namespaces_do_not_contend_and_tables_are_created_where_configured() {
 async fn connect_errors_are_classified() {
     let url = server_url();
     // No such database: the server refuses, retrying cannot help.
-    let missing = lock_postgres::PostgresConfig::from_url(&format!(
-        "{}?connect_timeout=2",
-        url.replace("/postgres", "/no_such_db")
-    ))
-    .unwrap();
+    let mut missing = url::Url::parse(&url).unwrap();
+    missing.set_path("/no_such_db");
+    missing.set_query(Some("connect_timeout=30"));
+    let missing = lock_postgres::PostgresConfig::from_url(missing.as_str()).unwrap();
     let error = lock_postgres::PostgresStore::connect(missing)
         .await
         .unwrap_err();
     assert!(matches!(error, Error::Store { .. }), "{error}");
+    assert!(error.to_string().contains("no_such_db"), "{error}");
     // A closed port: retryable, and fast.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()

@@ -11,11 +11,12 @@ pub async fn admin(url: &str) -> PgConnection {
 
 /// A store handle on `url` with extra query options (`"namespace=x&max_idle=0"`).
 pub async fn store(url: &str, options: &str) -> PostgresStore {
-    let url = if options.is_empty() {
-        url.to_owned()
-    } else {
-        format!("{url}?{options}")
-    };
+    // Generous: other test processes may load this machine.
+    let separator = if url.contains('?') { '&' } else { '?' };
+    let mut url = format!("{url}{separator}connect_timeout=30");
+    if !options.is_empty() {
+        url = format!("{url}&{options}");
+    }
     PostgresStore::connect(PostgresConfig::from_url(&url).expect("config"))
         .await
         .expect("connect")
