@@ -105,6 +105,11 @@
 //! terminates its backend from a spawned task: a dropped waiter never takes the lock later. See
 //! each method's `# Cancel safety`.
 //!
+//! # Operator actions
+//! [`PostgresStore::terminate_holder`] ends the session that holds a key, as an administrator's
+//! `pg_terminate_backend` would: the key is free at once and the holder finds out at its next
+//! extend or release. For fault tests and tooling; a lock holder never needs it.
+//!
 //! # The URL
 //! `postgres://` or `postgresql://`, with libpq's usual parameters (`sslmode`, `user`,
 //! `password`, …) and this store's own options (`namespace`, `schema`, `table`,

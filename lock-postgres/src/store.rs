@@ -134,6 +134,14 @@ const CONFIRM_HELD: &str = concat!(
     ") AS held"
 );
 
+/// Operator action: end the backend that holds lock $1 and wait (up to 5 s) until it is gone,
+/// so the lock is free when this returns. One statement.
+const TERMINATE_HOLDER: &str = "SELECT pg_terminate_backend(pid, 5000) FROM pg_locks
+  WHERE locktype = 'advisory' AND granted AND objsubid = 1
+    AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+    AND classid = (($1::int8 >> 32) & 4294967295)::oid
+    AND objid = ($1::int8 & 4294967295)::oid";
+
 /// Release: unlock ($1) and disarm the TTL so the session can idle in the pool. One statement;
 /// `false` means this session did not hold the lock.
 const RELEASE: &str =
@@ -277,6 +285,43 @@ impl PostgresStore {
         check_ttl(ttl, &self.capabilities())?;
         check_wait(wait)?;
         self.wait_target(&Target::raw(lock_id), ttl, wait).await
+    }
+
+    /// Operator action, for fault tests and `lockctl`: ends the server session that holds
+    /// `key`'s lock (in this store's namespace), as an administrator's `pg_terminate_backend`
+    /// would, and waits until the backend is gone, so the key is free when this returns. The
+    /// holder learns at its next extend or release ([`Error::LeaseLost`] /
+    /// [`ReleaseOutcome::Lost`]). Returns whether a holder was found. Needs the privilege to
+    /// signal that backend (the same role, or `pg_signal_backend`).
+    ///
+    /// # Cancel safety
+    /// The termination may or may not have happened when the future is dropped.
+    pub async fn terminate_holder(&self, key: &str) -> Result<bool> {
+        check_key(key)?;
+        self.terminate_holder_raw(self.lock_id(key)).await
+    }
+
+    /// [`PostgresStore::terminate_holder`] for a raw advisory lock id.
+    ///
+    /// # Cancel safety
+    /// As for [`PostgresStore::terminate_holder`].
+    pub async fn terminate_holder_raw(&self, lock_id: i64) -> Result<bool> {
+        let Checkout { mut session, .. } = self.checkout(false).await?;
+        let rows = bounded(
+            self.sessions.config.command_timeout,
+            sqlx::query(TERMINATE_HOLDER)
+                .bind(lock_id)
+                .fetch_all(&mut session.conn),
+        )
+        .await
+        .map_err(|fault| fault.into_error("terminating the holder's session"))?;
+        self.sessions.checkin(session);
+        let mut terminated = false;
+        for row in &rows {
+            terminated |= decode(row, |row| row.try_get::<bool, _>(0))?;
+        }
+        tracing::info!(lock_id, terminated, "terminated the holder's session");
+        Ok(terminated)
     }
 
     /// A session for one operation; `fresh` skips the idle list (after a reused session turned

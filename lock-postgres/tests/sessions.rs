@@ -396,3 +396,28 @@ async fn connect_errors_are_classified() {
     assert!(!error.to_string().contains("secret"), "{error}");
     assert!(started.elapsed() < Duration::from_secs(3));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_can_end_the_holder_of_a_key() {
+    let url = server_url();
+    let holder = store(&url, "").await;
+    let operator = store(&url, "").await;
+    let key = "sessions:operator";
+    assert!(
+        !operator.terminate_holder(key).await.unwrap(),
+        "nobody holds it yet"
+    );
+    let lease = holder.try_acquire(key, TTL).await.unwrap();
+    assert!(operator.terminate_holder(key).await.unwrap());
+    // Free at once for others; the holder learns at its next extend or release.
+    let next = operator
+        .try_acquire(key, TTL)
+        .await
+        .expect("free after termination");
+    assert!(holder.extend(&lease).await.unwrap_err().is_lease_lost());
+    assert_eq!(holder.release(&lease).await.unwrap(), ReleaseOutcome::Lost);
+    assert_eq!(
+        operator.release(&next).await.unwrap(),
+        ReleaseOutcome::Released
+    );
+}
