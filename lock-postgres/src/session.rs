@@ -383,8 +383,10 @@ fn is_transient(code: &str) -> bool {
         )
 }
 
+/// What a concurrent `CREATE … IF NOT EXISTS` can fail with when another creator wins the race:
+/// duplicate table, schema or type (the table's row type), or the catalog's unique index.
 fn is_duplicate_object(error: &sqlx::Error) -> bool {
-    matches!(error, sqlx::Error::Database(e) if e.code().is_some_and(|c| matches!(&*c, "42P07" | "42P06" | "23505")))
+    matches!(error, sqlx::Error::Database(e) if e.code().is_some_and(|c| matches!(&*c, "42P07" | "42P06" | "42710" | "23505")))
 }
 
 /// A failed statement as a contract error: retryable when the server could not be reached

@@ -421,3 +421,25 @@ async fn an_operator_can_end_the_holder_of_a_key() {
         ReleaseOutcome::Released
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_first_connects_all_find_or_create_the_fence_table() {
+    let url = server_url();
+    for round in 0..3 {
+        let options = format!("schema=race_{round}&table=fence_{round}");
+        let connects: Vec<_> = (0..8)
+            .map(|_| {
+                let (url, options) = (url.clone(), options.clone());
+                tokio::spawn(async move { store(&url, &options).await })
+            })
+            .collect();
+        for connect in connects {
+            let store = connect.await.expect("every racing connect succeeds");
+            let lease = store.try_acquire("sessions:race", TTL).await.unwrap();
+            assert_eq!(
+                store.release(&lease).await.unwrap(),
+                ReleaseOutcome::Released
+            );
+        }
+    }
+}
