@@ -66,9 +66,23 @@ install_packages() {
   fi
 }
 
+# `fencelock` with no features must pull in no store client crates.
+facade_is_store_free() {
+  local clients
+  clients=$(cargo tree -q -p fencelock --no-default-features -e normal --prefix none \
+    | grep -E '^(redis|etcd-client|sqlx|tonic) ' || true)
+  if [[ -n $clients ]]; then
+    echo "fencelock without features depends on store clients:" >&2
+    echo "$clients" >&2
+    exit 1
+  fi
+  echo "fencelock without features: no store client crates"
+}
+
 step packages install_packages
 step fmt cargo fmt --all --check
 step clippy cargo clippy --workspace --all-targets --all-features -- -D warnings
+step deps facade_is_store_free
 step test cargo test --workspace --all-features
 step example cargo run -q -p lock-core --example quickstart
 

@@ -30,7 +30,13 @@ pub async fn connect(url: &str) -> Result<DynLockStore> {
     }
     match scheme {
         Scheme::Memory => Ok(Arc::new(named_memory(url))),
-        // Store arms join here as the store crates land.
+        #[cfg(feature = "postgres")]
+        Scheme::Postgres => {
+            let config = lock_postgres::PostgresConfig::from_url(url)?;
+            Ok(Arc::new(
+                lock_postgres::PostgresStore::connect(config).await?,
+            ))
+        }
         #[allow(unreachable_patterns)]
         other => Err(other.not_enabled()),
     }

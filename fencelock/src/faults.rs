@@ -39,12 +39,16 @@ pub async fn forget(url: &str, lease: &Lease) -> Result<()> {
             crate::connect::named_memory(url).forget(lease.key());
             Ok(())
         }
-        scheme => Err(Error::Unsupported {
-            operation: match scheme {
-                Scheme::Redis | Scheme::Redlock => "forget on redis (not wired yet)",
-                Scheme::Etcd => "forget on etcd (not wired yet)",
-                _ => "forget on postgres (not wired yet)",
-            },
+        #[cfg(feature = "postgres")]
+        Scheme::Postgres => {
+            // Ending the holder's session is how an operator frees an advisory lock.
+            let config = lock_postgres::PostgresConfig::from_url(url)?;
+            let store = lock_postgres::PostgresStore::connect(config).await?;
+            store.terminate_holder(lease.key()).await.map(drop)
+        }
+        scheme if !scheme.is_enabled() => Err(scheme.not_enabled()),
+        _ => Err(Error::Unsupported {
+            operation: "forget on this store",
         }),
     }
 }

@@ -32,3 +32,10 @@ fn run_swap(url: &str) {
 fn swap_example_runs_on_the_memory_store() {
     run_swap("memory://");
 }
+
+#[cfg(feature = "postgres")]
+#[test]
+fn swap_example_runs_on_postgres() {
+    let server = test_servers::PostgresServer::start().expect("postgresql");
+    run_swap(&server.url());
+}

@@ -34,12 +34,14 @@ pub async fn run(
     let Some((program, args)) = command.split_first() else {
         return crate::fail(&Error::invalid("command", "is missing after --"));
     };
-    let child = Command::new(program)
+    let mut command = Command::new(program);
+    command
         .args(args)
         .env("LOCK_KEY", key)
         .env("LOCK_FENCING_TOKEN", lease.fencing_token().to_string())
-        .kill_on_drop(true)
-        .spawn();
+        .kill_on_drop(true);
+    die_with_parent(&mut command);
+    let child = command.spawn();
     let child = match child {
         Ok(child) => child,
         Err(error) => {
@@ -168,6 +170,30 @@ fn forward(child: &Child, signal: libc::c_int) {
         }
     }
 }
+
+/// If lockctl itself is killed (`kill -9`, OOM), nothing is left to end the command when the
+/// lease runs out, so the kernel kills it (Linux parent-death signal): a command never runs on
+/// unguarded after its guard is gone.
+#[cfg(target_os = "linux")]
+fn die_with_parent(command: &mut Command) {
+    // SAFETY: only async-signal-safe calls (prctl, getppid, _exit) between fork and exec.
+    let parent = unsafe { libc::getpid() };
+    unsafe {
+        command.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The parent may have died before prctl took effect.
+            if libc::getppid() != parent {
+                libc::_exit(1);
+            }
+            Ok(())
+        });
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn die_with_parent(_: &mut Command) {}
 
 /// SIGTERM, then SIGKILL after `grace`.
 async fn terminate_child(child: &mut Child, grace: Duration) {
