@@ -146,7 +146,7 @@ async fn acquire(
             _ = tick.tick() => {}
         }
         // Who holds it, refreshed once a second.
-        if ticks % 10 == 0 {
+        if ticks.is_multiple_of(10) {
             if let Ok(status) = store.status(key).await {
                 holder = crate::status::describe(key, &status);
             }
