@@ -1,0 +1,444 @@
+//! [`RedisConfig`]: where the server is and how the store names its keys, from a URL.
+//!
+//! The parsing pieces (timeouts, credentials, redaction, one node's connection info) are
+//! `pub(crate)` so the `redlock://` parser builds each of its nodes the same way.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use lock_core::{Error, Result};
+use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo};
+use url::Url;
+
+/// The default key prefix.
+pub const DEFAULT_PREFIX: &str = "fencelock:";
+/// The default bound on opening a connection (TCP connect and handshake).
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// The default bound on one command's round trip.
+pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
+/// The longest key prefix accepted, in bytes.
+pub const MAX_PREFIX_LEN: usize = 256;
+
+/// The query-string options this crate reads; anything else is rejected, so a typo such as
+/// `perfix=` cannot silently put locks under the default prefix.
+pub(crate) const OPTIONS: &[&str] = &["prefix", "connect_timeout", "command_timeout"];
+
+/// How to reach one Redis server and where the store keeps its keys.
+///
+/// Built from a URL by [`RedisConfig::from_url`]:
+///
+/// ```text
+/// redis[s]://[[user]:password@]host[:port][/db][?option=value&…]
+/// ```
+///
+/// | option | default | meaning |
+/// | --- | --- | --- |
+/// | `prefix` | `fencelock:` | prepended to every key name; at most 256 bytes, no `{` or `}` (they would move the Cluster hash tag) |
+/// | `connect_timeout` | `5s` | bound on opening a connection: `10` (seconds), `2s` or `250ms`; never zero |
+/// | `command_timeout` | `5s` | bound on one command's round trip; past it the call fails with the retryable [`Error::Unavailable`] |
+///
+/// The port defaults to 6379 and the database to 0. `rediss://` (TLS) needs the crate feature
+/// `tls`. Unknown options are rejected. `Debug` and `Display` never show the password.
+#[derive(Clone)]
+pub struct RedisConfig {
+    pub(crate) connection: ConnectionInfo,
+    redacted: String,
+    pub(crate) prefix: String,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) command_timeout: Duration,
+}
+
+impl RedisConfig {
+    /// Parses a `redis://` or `rediss://` URL (see the type's docs for the options).
+    ///
+    /// Fails with [`Error::InvalidInput`] naming `"url"` for a malformed URL, another scheme,
+    /// a bad database number, an unknown or malformed option, or `rediss://` without the `tls`
+    /// feature. The message never contains the password.
+    pub fn from_url(url: &str) -> Result<Self> {
+        let parsed = Url::parse(url).map_err(|e| bad_url(format!("not a URL: {e}")))?;
+        let tls = match parsed.scheme() {
+            "redis" => false,
+            "rediss" => true,
+            other => {
+                return Err(bad_url(format!(
+                    "the scheme must be redis:// or rediss://, not {other}://"
+                )))
+            }
+        };
+        let redacted = redact(&parsed);
+        check_tls(tls)?;
+        let host = parsed
+            .host_str()
+            .filter(|h| !h.is_empty())
+            .ok_or_else(|| bad_url(format!("{redacted}: no host")))?;
+        // `[::1]` comes back with its brackets; the socket address wants the bare address.
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let (user, password) = credentials(&parsed)?;
+        let db = parse_db(parsed.path(), &redacted)?;
+
+        let mut config = RedisConfig {
+            connection: node_info(
+                host,
+                parsed.port().unwrap_or(6379),
+                user.as_deref(),
+                password.as_deref(),
+                db,
+                tls,
+            )?,
+            redacted,
+            prefix: DEFAULT_PREFIX.to_owned(),
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            command_timeout: DEFAULT_COMMAND_TIMEOUT,
+        };
+        for (name, value) in parsed.query_pairs() {
+            match &*name {
+                "prefix" => config.prefix = check_prefix(&value)?,
+                "connect_timeout" => {
+                    config.connect_timeout = parse_timeout("connect_timeout", &value)?
+                }
+                "command_timeout" => {
+                    config.command_timeout = parse_timeout("command_timeout", &value)?
+                }
+                unknown => return Err(unknown_option(unknown)),
+            }
+        }
+        Ok(config)
+    }
+
+    /// The prefix of every key name this store writes.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The bound on opening a connection.
+    pub fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+
+    /// The bound on one command's round trip.
+    pub fn command_timeout(&self) -> Duration {
+        self.command_timeout
+    }
+
+    /// Sets the key prefix (same rules as the `prefix` option).
+    pub fn with_prefix(mut self, prefix: &str) -> Result<Self> {
+        self.prefix = check_prefix(prefix)?;
+        Ok(self)
+    }
+
+    /// Sets the bound on opening a connection.
+    pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Sets the bound on one command's round trip.
+    pub fn with_command_timeout(mut self, timeout: Duration) -> Self {
+        self.command_timeout = timeout;
+        self
+    }
+
+    /// The URL with the password replaced by `***`.
+    pub fn redacted(&self) -> &str {
+        &self.redacted
+    }
+}
+
+impl fmt::Display for RedisConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.redacted)
+    }
+}
+
+impl fmt::Debug for RedisConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisConfig")
+            .field("url", &self.redacted)
+            .field("prefix", &self.prefix)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("command_timeout", &self.command_timeout)
+            .finish()
+    }
+}
+
+impl FromStr for RedisConfig {
+    type Err = Error;
+
+    fn from_str(url: &str) -> Result<Self> {
+        Self::from_url(url)
+    }
+}
+
+pub(crate) fn bad_url(rule: String) -> Error {
+    Error::invalid("url", rule)
+}
+
+pub(crate) fn unknown_option(name: &str) -> Error {
+    bad_url(format!(
+        "unknown option {name:?}; this store reads {}",
+        OPTIONS.join(", ")
+    ))
+}
+
+/// `rediss://` is only accepted when the TLS code is compiled in.
+pub(crate) fn check_tls(tls: bool) -> Result<()> {
+    if tls && !cfg!(feature = "tls") {
+        return Err(bad_url(
+            "rediss:// (TLS) needs lock-redis's `tls` feature".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The percent-decoded user name and password of `url`, each `None` when absent or empty.
+pub(crate) fn credentials(url: &Url) -> Result<(Option<String>, Option<String>)> {
+    let decode = |what: &str, raw: &str| {
+        percent_decode(raw)
+            .ok_or_else(|| bad_url(format!("the {what} is not valid percent-encoded UTF-8")))
+    };
+    let user = match url.username() {
+        "" => None,
+        raw => Some(decode("user name", raw)?),
+    };
+    let password = match url.password() {
+        None | Some("") => None,
+        Some(raw) => Some(decode("password", raw)?),
+    };
+    Ok((user, password))
+}
+
+/// Decodes `%XX` escapes (userinfo keeps `+`, `&` and `=` literally, unlike a query string).
+fn percent_decode(raw: &str) -> Option<String> {
+    let bytes = raw.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = raw.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// `""`, `"/"` or `"/N"` with N a database number (0 to 2³¹).
+pub(crate) fn parse_db(path: &str, redacted: &str) -> Result<i64> {
+    let digits = path.trim_start_matches('/');
+    if digits.is_empty() {
+        return Ok(0);
+    }
+    digits
+        .parse::<u32>()
+        .ok()
+        .filter(|db| *db <= i32::MAX as u32)
+        .map(i64::from)
+        .ok_or_else(|| {
+            bad_url(format!(
+                "{redacted}: the path must be a database number such as /0, not {path:?}"
+            ))
+        })
+}
+
+/// How the redis crate reaches one server.
+pub(crate) fn node_info(
+    host: &str,
+    port: u16,
+    user: Option<&str>,
+    password: Option<&str>,
+    db: i64,
+    tls: bool,
+) -> Result<ConnectionInfo> {
+    let addr = if tls {
+        ConnectionAddr::TcpTls {
+            host: host.to_owned(),
+            port,
+            insecure: false,
+            tls_params: None,
+        }
+    } else {
+        ConnectionAddr::Tcp(host.to_owned(), port)
+    };
+    let mut settings = RedisConnectionInfo::default().set_db(db);
+    if let Some(user) = user {
+        settings = settings.set_username(user);
+    }
+    if let Some(password) = password {
+        settings = settings.set_password(password);
+    }
+    let info = addr
+        .into_connection_info()
+        .map_err(|e| bad_url(format!("{host}:{port}: {:?}", e.kind())))?;
+    Ok(info.set_redis_settings(settings))
+}
+
+/// The URL with the userinfo password replaced by `***`.
+pub(crate) fn redact(url: &Url) -> String {
+    let mut shown = url.clone();
+    if shown.password().is_some() {
+        let _ = shown.set_password(Some("***"));
+    }
+    shown.to_string()
+}
+
+/// Any bytes but `{` and `}` (which would change the Cluster hash tag), at most
+/// [`MAX_PREFIX_LEN`] bytes.
+pub(crate) fn check_prefix(value: &str) -> Result<String> {
+    if value.len() > MAX_PREFIX_LEN || value.contains(['{', '}']) {
+        return Err(bad_url(format!(
+            "prefix must be at most {MAX_PREFIX_LEN} bytes without `{{` or `}}`, not {value:?}"
+        )));
+    }
+    Ok(value.to_owned())
+}
+
+/// `5` (seconds), `5s` or `250ms`; never zero.
+pub(crate) fn parse_timeout(what: &str, value: &str) -> Result<Duration> {
+    let parsed = if let Some(ms) = value.strip_suffix("ms") {
+        ms.parse().ok().map(Duration::from_millis)
+    } else {
+        value
+            .strip_suffix('s')
+            .unwrap_or(value)
+            .parse()
+            .ok()
+            .map(Duration::from_secs)
+    };
+    match parsed {
+        Some(timeout) if !timeout.is_zero() => Ok(timeout),
+        _ => Err(bad_url(format!(
+            "{what} must be a positive number of seconds (`5`, `5s`) or milliseconds (`500ms`), not {value:?}"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(url: &str) -> String {
+        match RedisConfig::from_url(url) {
+            Err(Error::InvalidInput { what: "url", rule }) => rule,
+            other => panic!("{url}: expected an invalid url, got {other:?}"),
+        }
+    }
+
+    fn tcp(config: &RedisConfig) -> (String, u16) {
+        match config.connection.addr() {
+            ConnectionAddr::Tcp(host, port) => (host.clone(), *port),
+            other => panic!("not plain TCP: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn urls_parse_with_defaults_and_options() {
+        let config = RedisConfig::from_url("redis://127.0.0.1").unwrap();
+        assert_eq!(tcp(&config), ("127.0.0.1".into(), 6379));
+        assert_eq!(config.prefix(), DEFAULT_PREFIX);
+        assert_eq!(config.connect_timeout(), DEFAULT_CONNECT_TIMEOUT);
+        assert_eq!(config.command_timeout(), DEFAULT_COMMAND_TIMEOUT);
+        assert_eq!(config.connection.redis_settings().db(), 0);
+        assert_eq!(config.connection.redis_settings().username(), None);
+        assert_eq!(config.connection.redis_settings().password(), None);
+
+        let config = RedisConfig::from_url(
+            "redis://app:p%40ss+w&x=y@cache.internal:7000/3?prefix=billing%3A&connect_timeout=2&command_timeout=250ms",
+        )
+        .unwrap();
+        assert_eq!(tcp(&config), ("cache.internal".into(), 7000));
+        assert_eq!(config.prefix(), "billing:");
+        assert_eq!(config.connect_timeout(), Duration::from_secs(2));
+        assert_eq!(config.command_timeout(), Duration::from_millis(250));
+        let settings = config.connection.redis_settings();
+        assert_eq!(settings.db(), 3);
+        assert_eq!(settings.username(), Some("app"));
+        assert_eq!(settings.password(), Some("p@ss+w&x=y"));
+
+        let config = RedisConfig::from_url("redis://:only-pw@[::1]:6380/?prefix=").unwrap();
+        assert_eq!(tcp(&config), ("::1".into(), 6380));
+        assert_eq!(config.prefix(), "");
+        assert_eq!(config.connection.redis_settings().username(), None);
+        assert_eq!(
+            config.connection.redis_settings().password(),
+            Some("only-pw")
+        );
+        assert_eq!(
+            config.connect_timeout(),
+            DEFAULT_CONNECT_TIMEOUT,
+            "a missing option keeps its default"
+        );
+        let config: RedisConfig = "redis://h?command_timeout=7s".parse().unwrap();
+        assert_eq!(config.command_timeout(), Duration::from_secs(7));
+    }
+
+    #[test]
+    fn passwords_never_print() {
+        let config = RedisConfig::from_url("redis://user:s3cr%40t@h:1/2?prefix=p").unwrap();
+        for shown in [
+            config.to_string(),
+            format!("{config:?}"),
+            config.redacted().to_owned(),
+        ] {
+            assert!(!shown.contains("s3cr"), "{shown}");
+            assert!(shown.contains("***"), "{shown}");
+        }
+        assert_eq!(config.to_string(), "redis://user:***@h:1/2?prefix=p");
+        // A rejected URL does not echo the password either.
+        for url in [
+            "redis://user:s3cret@h/db?prefx=x",
+            "redis://user:s3cret@h/x",
+            "redis://user:s3cret@h/0?command_timeout=0",
+        ] {
+            let message = rule(url);
+            assert!(!message.contains("s3cret"), "{message}");
+        }
+    }
+
+    #[test]
+    fn bad_urls_are_invalid_input_naming_the_rule() {
+        assert!(rule("postgres://h/db").contains("redis://"));
+        assert!(rule("not a url").contains("not a URL"));
+        assert!(rule("redis://h?prefx=a").contains("unknown option \"prefx\""));
+        assert!(rule("redis://h?prefx=a").contains("prefix, connect_timeout, command_timeout"));
+        assert!(rule("redis://h?prefix=a%7Bb").contains("prefix"));
+        assert!(rule(&format!("redis://h?prefix={}", "p".repeat(257))).contains("256"));
+        assert!(rule("redis://h/x").contains("database number"));
+        assert!(rule("redis://h/-1").contains("database number"));
+        assert!(rule("redis://h/1/2").contains("database number"));
+        assert!(rule("redis://h?connect_timeout=0").contains("connect_timeout"));
+        assert!(rule("redis://h?connect_timeout=soon").contains("connect_timeout"));
+        assert!(rule("redis://h?command_timeout=0ms").contains("command_timeout"));
+        assert!(rule("redis:///0").contains("host"));
+    }
+
+    #[test]
+    fn timeouts_accept_seconds_and_milliseconds() {
+        assert_eq!(parse_timeout("t", "5").unwrap(), Duration::from_secs(5));
+        assert_eq!(parse_timeout("t", "5s").unwrap(), Duration::from_secs(5));
+        assert_eq!(
+            parse_timeout("t", "250ms").unwrap(),
+            Duration::from_millis(250)
+        );
+        for bad in ["", "0", "0s", "0ms", "-1", "1.5s", "5m", "ms"] {
+            assert!(parse_timeout("t", bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn rediss_needs_the_tls_feature() {
+        let result = RedisConfig::from_url("rediss://user:pw@h:6380");
+        if cfg!(feature = "tls") {
+            let config = result.unwrap();
+            assert!(matches!(
+                config.connection.addr(),
+                ConnectionAddr::TcpTls { port: 6380, .. }
+            ));
+        } else {
+            assert!(rule("rediss://h").contains("`tls` feature"));
+        }
+    }
+}

@@ -1,0 +1,103 @@
+//! fencelock on one Redis server: `SET NX PX` locks with fencing tokens minted in Lua, and
+//! waiters woken by pub/sub.
+//!
+//! ```no_run
+//! # async fn demo() -> lock_core::Result<()> {
+//! use std::time::Duration;
+//! use lock_core::{Acquire, Release};
+//! use lock_redis::{RedisConfig, RedisStore};
+//!
+//! let config = RedisConfig::from_url("redis://cache.internal:6379/0?prefix=billing:")?;
+//! let store = RedisStore::connect(config).await?;
+//! let lease = store.acquire("nightly-export", Duration::from_secs(30), Duration::from_secs(5)).await?;
+//! // ... every write carries lease.fencing_token() ...
+//! store.release(&lease).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # How it works
+//! - **Keys.** A lock key `k` is stored as `{prefix}{k}:lock` (the owner id, with a `PX`
+//!   expiry), its fencing counter as `{prefix}{k}:fence`, and releases are published on
+//!   `{prefix}{k}:released`. The braces are a Redis Cluster hash tag: both keys hash by
+//!   everything up to the first `}`, which is the same text in both, so one script can touch
+//!   them on a Cluster too. Keys and owners always travel as `KEYS`/`ARGV`, never as script
+//!   text.
+//! - **Acquire** is one Lua script (`EVALSHA`, reloaded on `NOSCRIPT`): `SET lock owner NX PX
+//!   ttl`, and if that set the key, the token `max(fence + 1, server TIME in µs)`, written back
+//!   to the fence. A held key answers with its `PTTL`, which a waiter sleeps on.
+//! - **Release** is compare-and-delete in a script that also `PUBLISH`es on the key's channel;
+//!   it answers released or lost. **Extend** is compare-and-`PEXPIRE`, which never recreates a
+//!   missing key.
+//! - **Waiting.** A waiting acquire subscribes to the key's channel on the handle's one shared
+//!   pub/sub connection (one `SUBSCRIBE` per key, counted across waiters) and waits for the
+//!   confirmation before its next attempt, so a release between an attempt and the wait is
+//!   never missed. It then tries again on every release message, when the holder's `PTTL` runs
+//!   out, and at least every [`WAIT_CAP`] (250 ms), so a lost message (a dropped pub/sub
+//!   connection, a busy server) costs a bounded delay, never a TTL.
+//! - **Timeouts.** One multiplexed connection per handle (`ConnectionManager`, reconnected
+//!   after a failure); every command runs under the command timeout, so a hung server
+//!   (`SIGSTOP`) or an unreachable one gives the retryable [`Error::Unavailable`] rather than
+//!   a hang.
+//!
+//! # What is guaranteed
+//! - At most one live lease per key while the server keeps its data: the lock is one key and
+//!   `SET NX` is atomic.
+//! - Tokens only grow per key, even after the server loses its data (restart without
+//!   persistence, `FLUSHALL`, eviction of the fence key): a lost fence restarts from the
+//!   server's clock in microseconds, which is past every earlier token as long as that clock
+//!   only moves forward (every earlier token was at most the clock reading of its own grant,
+//!   unless more than one grant per microsecond pushed the counter ahead of it).
+//! - A lease's local deadline (`sent_at + ttl − drift`) comes before the server's expiry:
+//!   `sent_at` is read before the script is sent, the server counts the TTL (rounded up to a
+//!   millisecond) from when it runs it.
+//! - The keep-alive's lost signal fires before the server's `PTTL` runs out when extends
+//!   cannot be confirmed (a hung or unreachable server), because every command is bounded by
+//!   the command timeout and the deadline keeps a drift margin.
+//!
+//! # What is not
+//! - Like every lock, no protection against a holder that keeps working after its deadline:
+//!   check the fencing token at the resource.
+//! - A holder that dies keeps the lock until its TTL runs out ([`Capabilities`] says
+//!   `frees_on_disconnect: false`).
+//! - **Replication and failover are unsafe.** Redis replicates asynchronously: a lock granted
+//!   on a primary that fails before the write reaches its replica is unknown to the promoted
+//!   replica, and a second holder gets the key. The token then comes from the replica's fence
+//!   and clock: if that clock is behind the old primary's, the new token can be *smaller* than
+//!   one already handed out. Use Redlock (`redlock://`) or etcd when this matters.
+//! - **A server clock stepped backwards** (NTP step, a VM restored from a snapshot) while the
+//!   fence key is also lost can mint a token smaller than an earlier one. With the fence key
+//!   intact, tokens stay monotonic whatever the clock does.
+//! - Waiters are not served in order (`fair_queue: false`): on a release every waiter tries,
+//!   and whoever's script runs first wins.
+//! - Each distinct key leaves its fence key behind (a few dozen bytes, no expiry): that is
+//!   what keeps tokens monotonic across releases.
+//! - On a Redis Cluster, a key that starts with `}` gives an empty hash tag and its two names
+//!   land in different slots (the scripts then fail with `CROSSSLOT`). This store targets one
+//!   server; the naming only keeps the door open.
+//!
+//! # Cancel safety
+//! Every operation is one script on the shared connection. A future dropped after its script
+//! was sent leaves the script to run: a dropped acquire may leave a lease nobody knows of,
+//! which blocks the key until its TTL. A dropped waiter between attempts holds nothing and
+//! gives up its subscription. See each method's `# Cancel safety`.
+//!
+//! # Operator actions
+//! [`RedisStore::evict`] deletes a key's lock behind its holder's back (never its fence) and
+//! wakes the waiters; the holder finds out at its next extend or release.
+//!
+//! # The URL
+//! `redis://[[user]:password@]host[:port][/db][?prefix=…&connect_timeout=…&command_timeout=…]`,
+//! and `rediss://` for TLS with the crate feature `tls`: see [`RedisConfig`].
+//!
+//! [`Error::Unavailable`]: lock_core::Error::Unavailable
+//! [`Capabilities`]: lock_core::Capabilities
+#![warn(missing_docs)]
+
+mod config;
+mod store;
+mod subscriber;
+
+pub use config::{
+    RedisConfig, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, MAX_PREFIX_LEN,
+};
+pub use store::{RedisStore, WAIT_CAP};

@@ -1,0 +1,53 @@
+//! The whole conformance suite against a real Redis started by test-servers.
+
+mod common;
+
+use std::sync::{Arc, OnceLock};
+
+use conformance::{async_trait, StoreFactory};
+use lock_core::{DynLockStore, Lease};
+use lock_redis::{RedisConfig, RedisStore};
+use test_servers::RedisServer;
+
+/// One server for every test of this file. test-servers kills it when the test process exits
+/// (parent-death signal), although a static is never dropped.
+static SERVER: OnceLock<RedisServer> = OnceLock::new();
+
+fn server_url() -> String {
+    SERVER
+        .get_or_init(|| RedisServer::start().unwrap_or_else(|e| panic!("{e}")))
+        .url()
+}
+
+struct RedisFactory {
+    url: String,
+}
+
+#[async_trait]
+impl StoreFactory for RedisFactory {
+    async fn handle(&self) -> DynLockStore {
+        Arc::new(common::store(&self.url, "").await)
+    }
+
+    async fn unreachable_handle(&self) -> DynLockStore {
+        let url = format!(
+            "redis://127.0.0.1:{}?connect_timeout=1s&command_timeout=1s",
+            common::closed_port()
+        );
+        Arc::new(
+            RedisStore::connect_lazy(RedisConfig::from_url(&url).expect("config"))
+                .expect("lazy handle"),
+        )
+    }
+
+    /// An operator deletes the holder's key (its fence stays).
+    async fn forget(&self, lease: &Lease) {
+        let admin = common::store(&self.url, "").await;
+        assert!(
+            admin.evict(lease.key()).await.expect("evict"),
+            "the lease's key was not there to forget"
+        );
+    }
+}
+
+conformance::conformance_tests!(async { Arc::new(RedisFactory { url: server_url() }) });
