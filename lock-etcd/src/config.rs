@@ -1,0 +1,450 @@
+//! [`EtcdConfig`]: where the cluster is and how the store uses it, from a URL.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use lock_core::{Error, Result};
+
+/// The default key prefix: every key this store writes starts with it.
+pub const DEFAULT_PREFIX: &str = "fencelock/";
+/// The default bound on connecting and on the first round trip that proves the cluster answers.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// The default bound on one request (a grant, a transaction, a keep-alive, a read).
+pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
+/// The client port etcd listens on when a URL names none.
+pub const DEFAULT_PORT: u16 = 2379;
+
+/// The query-string options this crate reads; anything else is rejected, so a typo such as
+/// `prefx=` cannot silently put locks under the default prefix.
+const OPTIONS: &[&str] = &["prefix", "connect_timeout", "command_timeout"];
+
+/// How to reach etcd and where to keep the locks.
+///
+/// Built from a URL by [`EtcdConfig::from_url`]:
+///
+/// ```text
+/// etcd://[user:password@]host:port[,host:port…][/][?option=value&…]
+/// etcds://…   (TLS, needs the crate feature `tls`)
+/// ```
+///
+/// | option | default | meaning |
+/// | --- | --- | --- |
+/// | `prefix` | `fencelock/` | prefix of every key this store writes; stores with different prefixes never contend |
+/// | `connect_timeout` | `5s` | bound on connecting (and on the first round trip of [`EtcdStore::connect`](crate::EtcdStore::connect)): `5` (seconds), `5s` or `250ms` |
+/// | `command_timeout` | `5s` | bound on one request to the cluster, same forms |
+///
+/// A host without a port gets etcd's client port 2379; IPv6 hosts are written `[::1]:2379`.
+/// The user name and password may be percent-encoded. Unknown options are rejected. `Debug` and
+/// `Display` never show the password.
+#[derive(Clone)]
+pub struct EtcdConfig {
+    pub(crate) endpoints: Vec<String>,
+    pub(crate) tls: bool,
+    pub(crate) user: Option<(String, String)>,
+    pub(crate) prefix: String,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) command_timeout: Duration,
+}
+
+impl EtcdConfig {
+    /// Parses an `etcd://` or `etcds://` URL (see the type's docs for the options).
+    ///
+    /// Fails with [`Error::InvalidInput`] naming `"url"` for another scheme, a malformed host
+    /// list, an unknown or malformed option, or `etcds://` without the `tls` feature. The
+    /// message never contains the password.
+    pub fn from_url(url: &str) -> Result<Self> {
+        let bad = |rule: String| Error::invalid("url", rule);
+        let (tls, rest) = if let Some(rest) = url.strip_prefix("etcd://") {
+            (false, rest)
+        } else if let Some(rest) = url.strip_prefix("etcds://") {
+            (true, rest)
+        } else {
+            let scheme = url.split_once("://").map_or("(none)", |(s, _)| s);
+            return Err(bad(format!(
+                "the scheme must be etcd:// or etcds://, not {scheme}://"
+            )));
+        };
+        if tls && !cfg!(feature = "tls") {
+            return Err(bad("etcds:// needs lock-etcd's `tls` feature".into()));
+        }
+        let (rest, query) = match rest.split_once('?') {
+            Some((rest, query)) => (rest, Some(query)),
+            None => (rest, None),
+        };
+        let authority = rest.strip_suffix('/').unwrap_or(rest);
+        if authority.contains('/') || authority.contains('#') {
+            return Err(bad(
+                "an etcd URL has no path: etcd://[user:pass@]host:port[,host:port…][?options]"
+                    .into(),
+            ));
+        }
+        // The password may contain '@' only percent-encoded, so the last '@' ends the userinfo.
+        let (userinfo, hosts) = match authority.rsplit_once('@') {
+            Some((userinfo, hosts)) => (Some(userinfo), hosts),
+            None => (None, authority),
+        };
+        let user = match userinfo {
+            None => None,
+            Some(userinfo) => {
+                let (name, password) = userinfo.split_once(':').unwrap_or((userinfo, ""));
+                let name = percent_decode(name).ok_or_else(|| {
+                    bad("the user name is not valid percent-encoded UTF-8".into())
+                })?;
+                let password = percent_decode(password)
+                    .ok_or_else(|| bad("the password is not valid percent-encoded UTF-8".into()))?;
+                if name.is_empty() {
+                    return Err(bad("the user name is empty".into()));
+                }
+                Some((name, password))
+            }
+        };
+        let endpoints = hosts
+            .split(',')
+            .map(parse_host)
+            .collect::<Result<Vec<_>>>()?;
+
+        let mut config = EtcdConfig {
+            endpoints,
+            tls,
+            user,
+            prefix: DEFAULT_PREFIX.to_owned(),
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            command_timeout: DEFAULT_COMMAND_TIMEOUT,
+        };
+        for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+            let decode = |text: &str| {
+                percent_decode(&text.replace('+', " ")).ok_or_else(|| {
+                    bad(format!(
+                        "option {text:?} is not valid percent-encoded UTF-8"
+                    ))
+                })
+            };
+            let (name, value) = (decode(name)?, decode(value)?);
+            match name.as_str() {
+                "prefix" => {
+                    if value.is_empty() {
+                        return Err(bad("prefix must not be empty".into()));
+                    }
+                    config.prefix = value;
+                }
+                "connect_timeout" => {
+                    config.connect_timeout = parse_timeout("connect_timeout", &value)?
+                }
+                "command_timeout" => {
+                    config.command_timeout = parse_timeout("command_timeout", &value)?
+                }
+                unknown => {
+                    return Err(bad(format!(
+                        "unknown option {unknown:?}; this store reads {}",
+                        OPTIONS.join(", ")
+                    )))
+                }
+            }
+        }
+        Ok(config)
+    }
+
+    /// The client endpoints, `host:port` each.
+    pub fn endpoints(&self) -> &[String] {
+        &self.endpoints
+    }
+
+    /// Whether the connection uses TLS (`etcds://`).
+    pub fn is_tls(&self) -> bool {
+        self.tls
+    }
+
+    /// The user name, if the URL names one.
+    pub fn user(&self) -> Option<&str> {
+        self.user.as_ref().map(|(name, _)| name.as_str())
+    }
+
+    /// The prefix of every key this store writes.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The bound on connecting.
+    pub fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+
+    /// The bound on one request.
+    pub fn command_timeout(&self) -> Duration {
+        self.command_timeout
+    }
+
+    /// Sets the key prefix.
+    pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Sets the bound on connecting.
+    pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Sets the bound on one request.
+    pub fn with_command_timeout(mut self, timeout: Duration) -> Self {
+        self.command_timeout = timeout;
+        self
+    }
+
+    /// The endpoints as the client library wants them: `http://host:port` or `https://…`.
+    pub(crate) fn endpoint_urls(&self) -> Vec<String> {
+        let scheme = if self.tls { "https" } else { "http" };
+        self.endpoints
+            .iter()
+            .map(|e| format!("{scheme}://{e}"))
+            .collect()
+    }
+
+    /// The URL with the password replaced by `***` and the options in their parsed form.
+    pub fn redacted(&self) -> String {
+        let scheme = if self.tls { "etcds" } else { "etcd" };
+        let user = match &self.user {
+            Some((name, _)) => format!("{}:***@", percent_encode(name)),
+            None => String::new(),
+        };
+        format!(
+            "{scheme}://{user}{}?prefix={}&connect_timeout={}ms&command_timeout={}ms",
+            self.endpoints.join(","),
+            percent_encode(&self.prefix),
+            self.connect_timeout.as_millis(),
+            self.command_timeout.as_millis()
+        )
+    }
+}
+
+impl fmt::Display for EtcdConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.redacted())
+    }
+}
+
+impl fmt::Debug for EtcdConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdConfig")
+            .field("endpoints", &self.endpoints)
+            .field("tls", &self.tls)
+            .field("user", &self.user())
+            .field("password", &self.user.as_ref().map(|_| "***"))
+            .field("prefix", &self.prefix)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("command_timeout", &self.command_timeout)
+            .finish()
+    }
+}
+
+impl FromStr for EtcdConfig {
+    type Err = Error;
+
+    fn from_str(url: &str) -> Result<Self> {
+        Self::from_url(url)
+    }
+}
+
+/// `host:port`, `host` (port 2379), `[v6]:port` or `[v6]`.
+fn parse_host(text: &str) -> Result<String> {
+    let bad = |rule: String| Error::invalid("url", rule);
+    let (host, port) = if let Some(rest) = text.strip_prefix('[') {
+        let (v6, after) = rest
+            .split_once(']')
+            .ok_or_else(|| bad(format!("host {text:?} opens '[' without closing it")))?;
+        let port = match after {
+            "" => None,
+            _ => Some(
+                after
+                    .strip_prefix(':')
+                    .ok_or_else(|| bad(format!("host {text:?}: expected ':port' after ']'")))?,
+            ),
+        };
+        (format!("[{v6}]"), port)
+    } else {
+        match text.split_once(':') {
+            Some((host, port)) => (host.to_owned(), Some(port)),
+            None => (text.to_owned(), None),
+        }
+    };
+    if host.is_empty() || host == "[]" {
+        return Err(bad(format!(
+            "every endpoint needs a host (host:port, separated by commas), got {text:?}"
+        )));
+    }
+    if host
+        .chars()
+        .any(|c| c.is_whitespace() || matches!(c, '@' | '%' | '?'))
+    {
+        return Err(bad(format!(
+            "host {host:?} contains a character hosts cannot"
+        )));
+    }
+    let port = match port {
+        None => DEFAULT_PORT,
+        Some(port) => port
+            .parse::<u16>()
+            .ok()
+            .filter(|&p| p != 0)
+            .ok_or_else(|| bad(format!("port {port:?} of {host} is not 1 to 65535")))?,
+    };
+    Ok(format!("{host}:{port}"))
+}
+
+fn percent_decode(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = text.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+fn percent_encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~/".contains(&byte) {
+            out.push(byte as char);
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+/// `5` (seconds), `5s` or `250ms`; never zero.
+pub(crate) fn parse_timeout(what: &str, value: &str) -> Result<Duration> {
+    let parsed = if let Some(ms) = value.strip_suffix("ms") {
+        ms.parse().ok().map(Duration::from_millis)
+    } else {
+        value
+            .strip_suffix('s')
+            .unwrap_or(value)
+            .parse()
+            .ok()
+            .map(Duration::from_secs)
+    };
+    match parsed {
+        Some(timeout) if !timeout.is_zero() => Ok(timeout),
+        _ => Err(Error::invalid(
+            "url",
+            format!("{what} must be a positive number of seconds (`5`, `5s`) or milliseconds (`500ms`), not {value:?}"),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(url: &str) -> String {
+        match EtcdConfig::from_url(url) {
+            Err(Error::InvalidInput { what: "url", rule }) => rule,
+            other => panic!("{url}: expected an invalid url, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn urls_parse_with_defaults_and_options() {
+        let config = EtcdConfig::from_url("etcd://127.0.0.1:2379").unwrap();
+        assert_eq!(config.endpoints(), ["127.0.0.1:2379"]);
+        assert_eq!(config.prefix(), DEFAULT_PREFIX);
+        assert_eq!(config.connect_timeout(), DEFAULT_CONNECT_TIMEOUT);
+        assert_eq!(config.command_timeout(), DEFAULT_COMMAND_TIMEOUT);
+        assert!(!config.is_tls());
+        assert_eq!(config.user(), None);
+        assert_eq!(config.endpoint_urls(), ["http://127.0.0.1:2379"]);
+
+        let config = EtcdConfig::from_url(
+            "etcd://app:pw@10.0.0.1:1,10.0.0.2,[::1]:3/?prefix=locks%2Fbilling%2F&connect_timeout=2&command_timeout=250ms",
+        )
+        .unwrap();
+        assert_eq!(
+            config.endpoints(),
+            ["10.0.0.1:1", "10.0.0.2:2379", "[::1]:3"]
+        );
+        assert_eq!(config.user(), Some("app"));
+        assert_eq!(config.prefix(), "locks/billing/");
+        assert_eq!(config.connect_timeout(), Duration::from_secs(2));
+        assert_eq!(config.command_timeout(), Duration::from_millis(250));
+
+        let config =
+            EtcdConfig::from_url("etcd://u%40corp:p%40ss%3Aw@h:1?command_timeout=7s").unwrap();
+        assert_eq!(config.user(), Some("u@corp"));
+        assert_eq!(
+            config.user.as_ref().map(|(_, p)| p.as_str()),
+            Some("p@ss:w")
+        );
+        assert_eq!(config.command_timeout(), Duration::from_secs(7));
+    }
+
+    #[test]
+    fn passwords_never_print() {
+        let config = EtcdConfig::from_url("etcd://user:s3cr%40t@h:1,h:2?prefix=p/").unwrap();
+        for shown in [config.to_string(), format!("{config:?}"), config.redacted()] {
+            assert!(!shown.contains("s3cr"), "{shown}");
+            assert!(shown.contains("***"), "{shown}");
+        }
+        assert!(config
+            .to_string()
+            .starts_with("etcd://user:***@h:1,h:2?prefix=p/"));
+        // A rejected URL does not echo the password either.
+        let message = rule("etcd://user:s3cret@h:1?prefx=x");
+        assert!(!message.contains("s3cret"), "{message}");
+        let message = rule("etcd://user:s3cret@h:99999");
+        assert!(!message.contains("s3cret"), "{message}");
+    }
+
+    #[test]
+    fn bad_urls_are_invalid_input_naming_the_rule() {
+        assert!(rule("redis://h:1").contains("etcd://"));
+        assert!(rule("h:1").contains("etcd://"));
+        assert!(rule("etcd://h:1?prefx=x").contains("unknown option \"prefx\""));
+        assert!(rule("etcd://h:1?prefix=").contains("prefix"));
+        assert!(rule("etcd://h:1,,h:2").contains("host"));
+        assert!(rule("etcd://").contains("host"));
+        assert!(rule("etcd://h:0").contains("port"));
+        assert!(rule("etcd://h:x").contains("port"));
+        assert!(rule("etcd://[::1").contains("'['"));
+        assert!(rule("etcd://h:1/path").contains("no path"));
+        assert!(rule("etcd://h:1?connect_timeout=0").contains("connect_timeout"));
+        assert!(rule("etcd://h:1?command_timeout=soon").contains("command_timeout"));
+        assert!(rule("etcd://:pw@h:1").contains("user name"));
+    }
+
+    #[test]
+    fn tls_urls_need_the_tls_feature() {
+        let result = EtcdConfig::from_url("etcds://h:1");
+        if cfg!(feature = "tls") {
+            let config = result.unwrap();
+            assert!(config.is_tls());
+            assert_eq!(config.endpoint_urls(), ["https://h:1"]);
+        } else {
+            assert!(rule("etcds://h:1").contains("`tls` feature"));
+        }
+    }
+
+    #[test]
+    fn timeouts_parse_like_lock_postgres() {
+        assert_eq!(parse_timeout("t", "5").unwrap(), Duration::from_secs(5));
+        assert_eq!(parse_timeout("t", "5s").unwrap(), Duration::from_secs(5));
+        assert_eq!(
+            parse_timeout("t", "250ms").unwrap(),
+            Duration::from_millis(250)
+        );
+        assert!(parse_timeout("t", "0ms").is_err());
+        assert!(parse_timeout("t", "-1").is_err());
+        assert!(parse_timeout("t", "").is_err());
+    }
+}

@@ -1,0 +1,126 @@
+//! fencelock on etcd v3 (3.4 or newer): an etcd lease per lock, all kept alive over one stream
+//! per handle, the holder entry's create revision as the fencing token, and a fair queue in the
+//! manner of etcd's own Go recipe (`client/v3/concurrency.Mutex`).
+//!
+//! ```no_run
+//! # async fn demo() -> lock_core::Result<()> {
+//! use std::time::Duration;
+//! use lock_core::{Acquire, Release};
+//! use lock_etcd::{EtcdConfig, EtcdStore};
+//!
+//! let config = EtcdConfig::from_url("etcd://10.0.0.1:2379,10.0.0.2:2379,10.0.0.3:2379")?;
+//! let store = EtcdStore::connect(config).await?;
+//! let lease = store.acquire("nightly-export", Duration::from_secs(30), Duration::from_secs(5)).await?;
+//! // ... every write carries lease.fencing_token() ...
+//! store.release(&lease).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # How it works
+//! - **A queue per key.** The lock on `key` is the key-space directory
+//!   `{prefix}{key}/` (`%` and `/` in the key escaped as `%25` and `%2F`, so no key's directory
+//!   holds another key's entries). Each acquisition grants its own etcd lease and puts one entry
+//!   `{prefix}{key}/{owner id}` on it, in a transaction that also reads the directory's oldest
+//!   entry. The entry with the lowest create revision holds the lock; the others wait.
+//! - **The fencing token** is the holder entry's create revision: assigned by Raft, cluster-wide
+//!   and strictly increasing. A later holder's entry is always younger than every earlier
+//!   holder's (an entry only becomes the holder once every older one is gone), so tokens grow
+//!   per key across release, expiry, eviction and leader changes.
+//! - **The TTL is the etcd lease's**: whole seconds, rounded up, at least 1 s. etcd raises a
+//!   shorter TTL to its own minimum (about 1.5 × the election timeout, 2 s with the default
+//!   settings); [`Lease::ttl`](lock_core::Lease::ttl) reports the TTL etcd actually granted.
+//!   etcd deletes the entry when the lease expires. A lease is never kept alive on its own: only
+//!   [`Extend::extend`](lock_core::Extend::extend) (and so [`lock_core::KeepAlive`]) renews it,
+//!   so a lock nobody extends expires at its TTL.
+//! - **One keep-alive stream per handle.** etcd's `LeaseKeepAlive` stream takes any lease id in
+//!   each request. Every extend of every lock of a handle (and every waiter's renewal) goes
+//!   over that one stream, opened on first use and reopened when it breaks; an answer with
+//!   TTL 0 means the lease is gone. Keep-alive traffic is one small message per lock per
+//!   extend (every TTL/3 under `KeepAlive`), never a stream or connection per lock.
+//! - **Waiting** is etcd's recipe: a waiter watches only its predecessor (the newest entry
+//!   older than its own) for deletion, starting from the revision it read the queue at, so a
+//!   release wakes exactly one waiter (no thundering herd). After each deletion it reads the
+//!   queue again in one transaction — the predecessor, and its own entry — because the deleted
+//!   entry may have been a waiter that gave up while an older holder remains. A watch cancelled
+//!   by compaction (or broken) re-reads the queue instead of failing. The waiter renews its own
+//!   lease every TTL/3 while it waits, and renews it once more together with the final read, so
+//!   the lease it returns is measured from that renewal, not from the grant.
+//! - **Before returning after a wait**, the waiter's final read confirms its own entry still
+//!   exists with its own lease and revision (Jepsen's etcd 3.4.3 finding: a waiter whose lease
+//!   expired must not believe it holds the lock). If the entry is gone, it queues again, at the
+//!   back, within the same wait bound.
+//! - **Release** deletes the entry only if its create revision is still the lease's token (a
+//!   retried, stale unlock never deletes a newer holder; etcd issue 22082), then revokes the
+//!   lock's own etcd lease from a spawned task (no other lock uses it).
+//! - **Extend** renews the lease over the stream and, in parallel, reads the entry: it fails
+//!   with `LeaseLost` if etcd answers TTL 0 or the entry is gone or has another revision. The
+//!   new local deadline is measured from a clock reading taken before both were sent.
+//!
+//! # What is guaranteed
+//! - At most one holder per key at any instant, across every client of the cluster, while the
+//!   cluster has a quorum: the holder is whoever owns the oldest entry, and Raft orders every
+//!   entry.
+//! - Tokens only grow per key, including across leader elections and member loss (they are
+//!   revisions, which a cluster never reuses).
+//! - A lease's local deadline (`sent_at + ttl − drift`) is never later than etcd's expiry: the
+//!   leader starts (or restarts) the lease's TTL when it handles the grant or renewal, after
+//!   `sent_at`. A new leader restarts every lease's TTL, which only lengthens it.
+//! - The lost signal of [`lock_core::KeepAlive`] fires when renewals cannot be confirmed before
+//!   the local deadline, which is before etcd expires the lease — etcd's own
+//!   `Session.Done` fires only after.
+//! - Every request is bounded by `command_timeout` (connecting by `connect_timeout`): a stopped
+//!   or unreachable cluster gives a retryable [`Error::Unavailable`](lock_core::Error) in time,
+//!   never a hang. The client asks for a leader on every request, so a member cut off from
+//!   its quorum answers "no leader" at once.
+//!
+//! # What is not
+//! - Like every lock, no protection against a holder that keeps working past its deadline:
+//!   check the fencing token at the resource.
+//! - A holder whose process dies keeps the lock until its lease's TTL runs out
+//!   (`frees_on_disconnect` is false): etcd leases do not end with a connection.
+//! - etcd expires leases in batches (the leader checks about every 500 ms), so a key may stay
+//!   held up to about half a second past its TTL; never shorter.
+//! - etcd's minimum lease TTL depends on the cluster's election timeout; on a slow-election
+//!   cluster a 1 s request is granted more, which [`Lease::ttl`](lock_core::Lease::ttl) shows.
+//! - A waiter whose own lease ends while it waits (its handle was cut off for a whole TTL) loses
+//!   its place in the queue and queues again at the back.
+//! - Keep-alive traffic grows with the number of held locks (one message per lock per extend,
+//!   all over one stream per handle); leases are not shared between locks, so each lock can
+//!   expire, be extended and be evicted on its own.
+//!
+//! # Cancel safety
+//! An acquire future owns its etcd lease until it returns. Dropped at any point, it revokes
+//! that lease from a spawned task, which deletes its queue entry at once: a dropped waiter stops
+//! holding its place and never takes the lock later. If the runtime is gone or the cluster
+//! cannot be reached, the lease is not renewed and expires at its TTL instead. Extend and
+//! release may be dropped at any point; see each method's `# Cancel safety`.
+//!
+//! # Operator actions
+//! [`EtcdStore::evict`] deletes the entry that holds a key and revokes its lease, as an
+//! administrator's `etcdctl del` would: the key passes to the next waiter at once and the
+//! holder finds out at its next extend. For fault tests and tooling; a holder never needs it.
+//!
+//! # The URL
+//! `etcd://[user:pass@]host:port[,host:port…][?prefix=…&connect_timeout=…&command_timeout=…]`,
+//! or `etcds://…` for TLS (crate feature `tls`, rustls with the webpki roots): see
+//! [`EtcdConfig`].
+//!
+//! # Server requirements
+//! etcd 3.4 or newer with the v3 API. With authentication on, the user needs read and write
+//! permission on the prefix (default `fencelock/`); leases need no permission.
+#![warn(missing_docs)]
+
+mod config;
+mod layout;
+mod renewer;
+mod store;
+
+use std::time::Duration;
+
+pub use config::{
+    EtcdConfig, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PORT, DEFAULT_PREFIX,
+};
+pub use store::EtcdStore;
+
+/// The shortest TTL this store accepts: etcd leases are whole seconds.
+pub const MIN_TTL: Duration = Duration::from_secs(1);

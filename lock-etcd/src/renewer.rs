@@ -1,0 +1,197 @@
+//! One keep-alive stream per store handle, renewing any of its leases.
+//!
+//! etcd's `LeaseKeepAlive` is a bidirectional stream whose requests each name a lease id, and
+//! whose responses come back in order. One task owns the stream: callers send it a lease id and
+//! get back whether the lease is still alive. The stream is opened on first use and reopened
+//! after it breaks; a break fails the renewals in flight with a retryable error.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
+
+use etcd_client::{Client, LeaseKeepAliveStream, LeaseKeeper};
+use lock_core::{Error, Result};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+use crate::store::client_error;
+
+/// Is the lease still alive after this renewal?
+type Reply = oneshot::Sender<Result<bool>>;
+
+struct Renewal {
+    lease_id: i64,
+    reply: Reply,
+}
+
+/// The handle's keep-alive stream. Dropping it ends the task and the stream.
+pub(crate) struct Renewer {
+    requests: mpsc::UnboundedSender<Renewal>,
+    task: JoinHandle<()>,
+    timeout: Duration,
+}
+
+impl Renewer {
+    /// Starts the task on the current runtime; the stream opens on the first renewal.
+    pub(crate) fn start(client: Client, timeout: Duration) -> Self {
+        let (requests, received) = mpsc::unbounded_channel();
+        let task = tokio::spawn(run(client, received, timeout));
+        Renewer {
+            requests,
+            task,
+            timeout,
+        }
+    }
+
+    /// Renews `lease_id` once: `Ok(true)` if etcd renewed it, `Ok(false)` if etcd no longer
+    /// knows it (expired or revoked), a retryable error if no answer came within the timeout.
+    ///
+    /// # Cancel safety
+    /// Dropping the future abandons the answer; the renewal may still happen.
+    pub(crate) async fn renew(&self, lease_id: i64) -> Result<bool> {
+        let (reply, answer) = oneshot::channel();
+        self.requests
+            .send(Renewal { lease_id, reply })
+            .map_err(|_| unavailable("the keep-alive task has stopped"))?;
+        match tokio::time::timeout(self.timeout, answer).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(unavailable("the keep-alive stream dropped the renewal")),
+            Err(_) => Err(unavailable(&format!(
+                "no keep-alive answer from etcd within {:?}",
+                self.timeout
+            ))),
+        }
+    }
+}
+
+impl Drop for Renewer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn unavailable(message: &str) -> Error {
+    Error::Unavailable {
+        message: message.to_owned(),
+        source: None,
+    }
+}
+
+struct Open {
+    keeper: LeaseKeeper,
+    responses: LeaseKeepAliveStream,
+    /// Renewals sent and not yet answered, per lease, oldest first: etcd answers in order.
+    pending: HashMap<i64, VecDeque<Reply>>,
+}
+
+enum Event {
+    Request(Option<Renewal>),
+    Response(Result<Option<(i64, bool)>, etcd_client::Error>),
+}
+
+async fn next_response(open: &mut Option<Open>) -> Result<Option<(i64, bool)>, etcd_client::Error> {
+    match open {
+        Some(open) => open
+            .responses
+            .message()
+            .await
+            .map(|m| m.map(|r| (r.id(), r.ttl() > 0))),
+        None => std::future::pending().await,
+    }
+}
+
+async fn run(client: Client, mut received: mpsc::UnboundedReceiver<Renewal>, timeout: Duration) {
+    let mut open: Option<Open> = None;
+    loop {
+        let event = tokio::select! {
+            request = received.recv() => Event::Request(request),
+            response = next_response(&mut open) => Event::Response(response),
+        };
+        match event {
+            Event::Request(None) => return,
+            Event::Request(Some(renewal)) => match open.as_mut() {
+                Some(stream) => {
+                    // The stream's sender is public (feature `pub-response-field`): a keeper
+                    // for any lease id writes to the same stream.
+                    let mut keeper = LeaseKeeper {
+                        id: renewal.lease_id,
+                        sender: stream.keeper.sender.clone(),
+                    };
+                    // A full buffer for a whole timeout means etcd stopped reading: broken.
+                    let sent = tokio::time::timeout(timeout, keeper.keep_alive());
+                    if matches!(sent.await, Ok(Ok(()))) {
+                        stream
+                            .pending
+                            .entry(renewal.lease_id)
+                            .or_default()
+                            .push_back(renewal.reply);
+                    } else {
+                        let _ = renewal
+                            .reply
+                            .send(Err(unavailable("the keep-alive stream closed")));
+                        fail_all(open.take(), "the keep-alive stream closed");
+                    }
+                }
+                None => open = open_with(&client, renewal, timeout).await,
+            },
+            Event::Response(Ok(Some((lease_id, alive)))) => {
+                if let Some(stream) = open.as_mut() {
+                    let reply = stream
+                        .pending
+                        .get_mut(&lease_id)
+                        .and_then(VecDeque::pop_front);
+                    if let Some(reply) = reply {
+                        let _ = reply.send(Ok(alive));
+                    }
+                }
+            }
+            Event::Response(Ok(None)) => fail_all(open.take(), "etcd ended the keep-alive stream"),
+            Event::Response(Err(error)) => {
+                tracing::debug!(%error, "keep-alive stream broke; reopening on the next renewal");
+                fail_all(open.take(), "the keep-alive stream broke");
+            }
+        }
+    }
+}
+
+/// Opens the stream with `renewal` as its first request (the client library's way to open it).
+async fn open_with(client: &Client, renewal: Renewal, timeout: Duration) -> Option<Open> {
+    let mut leases = client.lease_client();
+    match tokio::time::timeout(timeout, leases.keep_alive(renewal.lease_id)).await {
+        Ok(Ok((keeper, responses))) => {
+            let _ = renewal.reply.send(Ok(true));
+            Some(Open {
+                keeper,
+                responses,
+                pending: HashMap::new(),
+            })
+        }
+        // The library reads the first answer itself and reports TTL 0 as this error.
+        Ok(Err(etcd_client::Error::LeaseKeepAliveError(message)))
+            if message.contains("lease not found") =>
+        {
+            let _ = renewal.reply.send(Ok(false));
+            None
+        }
+        Ok(Err(error)) => {
+            let _ = renewal
+                .reply
+                .send(Err(client_error("open the keep-alive stream", error)));
+            None
+        }
+        Err(_) => {
+            let _ = renewal.reply.send(Err(unavailable(&format!(
+                "opening the keep-alive stream took longer than {timeout:?}"
+            ))));
+            None
+        }
+    }
+}
+
+fn fail_all(open: Option<Open>, why: &str) {
+    for reply in open
+        .into_iter()
+        .flat_map(|o| o.pending.into_values().flatten())
+    {
+        let _ = reply.send(Err(unavailable(why)));
+    }
+}

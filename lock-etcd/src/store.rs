@@ -1,0 +1,741 @@
+//! [`EtcdStore`]: the contract on etcd leases, transactions and watches.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, KeyValue, PutOptions,
+    SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse, TxnResponse, WatchFilterType, WatchOptions,
+};
+use lock_core::validate::{check_request, check_wait};
+use lock_core::{
+    Acquire, Capabilities, Error, Extend, Instant, KeyStatus, Lease, LockStore, OwnerId, Release,
+    ReleaseOutcome, Result,
+};
+use tokio::time::{sleep_until, timeout};
+
+use crate::layout::{entry_key, entry_owner, queue_dir};
+use crate::renewer::Renewer;
+use crate::{EtcdConfig, MIN_TTL};
+
+// The requests, one comment line each on why they are atomic.
+//
+// ENQUEUE: one transaction puts our entry on our lease and reads the queue's head in the same
+//   revision, so "we are first" is decided against exactly the queue our entry joined.
+// PREDECESSOR: one transaction reads the newest entry older than ours and our own entry at one
+//   revision, so "no predecessor and our entry (and so our lease) still exists" is one snapshot.
+// RELEASE: delete our entry only if its create revision is still our token (etcd issue 22082:
+//   a retried stale unlock must not delete a newer holder).
+// EXTEND: the keep-alive renews our lease (etcd answers TTL 0 once it is gone) while a read
+//   checks that our entry still exists with our token; both are sent after `sent_at`.
+
+/// HTTP/2 pings keep idle connections checked; etcd refuses pings more often than every 5 s.
+const PING_INTERVAL: Duration = Duration::from_secs(10);
+
+/// What a granted [`Lease`] carries: the entry and the etcd lease it lives on.
+#[derive(Debug)]
+struct Held {
+    entry: String,
+    lease_id: i64,
+}
+
+/// A lock store on etcd v3 (3.4 or newer).
+///
+/// Cloning is cheap; clones share one connection and one keep-alive stream. See the crate docs
+/// for how it works and what it guarantees.
+#[derive(Clone)]
+pub struct EtcdStore {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    client: Client,
+    config: EtcdConfig,
+    renewer: Renewer,
+}
+
+/// What one enqueue found.
+struct Enqueued {
+    /// Our entry's create revision: the token, if we get the lock.
+    revision: i64,
+    /// Whether our entry is the queue's head.
+    first: bool,
+}
+
+impl EtcdStore {
+    /// Connects and proves the cluster answers with one read, within the connect timeout.
+    ///
+    /// Fails with a retryable [`Error::Unavailable`] if no member answers in time, or
+    /// [`Error::Store`] if etcd refuses (for example wrong credentials).
+    ///
+    /// # Cancel safety
+    /// Dropping the future closes whatever connection it had opened; nothing is written.
+    pub async fn connect(config: EtcdConfig) -> Result<EtcdStore> {
+        let store = Self::connect_lazy(config).await?;
+        let probe = store.kv_get(
+            "connect",
+            store.shared.config.prefix.clone(),
+            GetOptions::new().with_count_only(),
+        );
+        match timeout(store.shared.config.connect_timeout, probe).await {
+            Ok(Ok(_)) => Ok(store),
+            Ok(Err(error)) => Err(error),
+            Err(_) => Err(Error::Unavailable {
+                message: format!(
+                    "no etcd member of {} answered within {:?}",
+                    store.shared.config.endpoints.join(","),
+                    store.shared.config.connect_timeout
+                ),
+                source: None,
+            }),
+        }
+    }
+
+    /// Builds a handle without proving the cluster answers: the first operation connects. With
+    /// a user name, the client authenticates here (one round trip, within the connect timeout).
+    ///
+    /// # Cancel safety
+    /// As [`EtcdStore::connect`].
+    pub async fn connect_lazy(config: EtcdConfig) -> Result<EtcdStore> {
+        let mut options = ConnectOptions::new()
+            .with_connect_timeout(config.connect_timeout)
+            .with_keep_alive(PING_INTERVAL, config.command_timeout)
+            .with_keep_alive_while_idle(true)
+            .with_require_leader(true);
+        if let Some((name, password)) = &config.user {
+            options = options.with_user(name.clone(), password.clone());
+        }
+        #[cfg(feature = "tls")]
+        if config.tls {
+            options = options.with_tls(etcd_client::TlsOptions::new().with_enabled_roots());
+        }
+        let endpoints = config.endpoint_urls();
+        let client = match timeout(
+            config.connect_timeout,
+            Client::connect(endpoints, Some(options)),
+        )
+        .await
+        {
+            Ok(Ok(client)) => client,
+            Ok(Err(error)) => return Err(client_error("connect", error)),
+            Err(_) => {
+                return Err(Error::Unavailable {
+                    message: format!(
+                        "connecting to {} took longer than {:?}",
+                        config.endpoints.join(","),
+                        config.connect_timeout
+                    ),
+                    source: None,
+                })
+            }
+        };
+        let renewer = Renewer::start(client.clone(), config.command_timeout);
+        Ok(EtcdStore {
+            shared: Arc::new(Shared {
+                client,
+                config,
+                renewer,
+            }),
+        })
+    }
+
+    /// The configuration this handle was built from.
+    pub fn config(&self) -> &EtcdConfig {
+        &self.shared.config
+    }
+
+    /// The operator's "forget": deletes the entry that holds `key` behind its holder's back and
+    /// revokes the holder's etcd lease, as an administrator with `etcdctl del` would. The key is
+    /// free at once (the next waiter takes it); the holder finds out at its next extend or
+    /// release, and its lost signal fires. Only that one lock is affected: every lock has its
+    /// own etcd lease. Returns whether something was deleted.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may leave the entry deleted and its lease not yet revoked; the lease
+    /// then holds nothing and expires at its TTL.
+    pub async fn evict(&self, key: &str) -> Result<bool> {
+        lock_core::validate::check_key(key)?;
+        let dir = queue_dir(&self.shared.config.prefix, key);
+        let Some(head) = self.queue_head(&dir).await? else {
+            return Ok(false);
+        };
+        // Compare-and-delete, so a holder that released meanwhile never costs its successor.
+        let txn = Txn::new()
+            .when([Compare::create_revision(
+                head.key().to_vec(),
+                CompareOp::Equal,
+                head.create_revision(),
+            )])
+            .and_then([TxnOp::delete(head.key().to_vec(), None)]);
+        let deleted = self.txn("evict", txn).await?.succeeded();
+        if head.lease() != 0 {
+            let mut leases = self.shared.client.lease_client();
+            // Not found is fine: the lease ended on its own.
+            let _ = self
+                .call(
+                    "revoke the evicted holder's lease",
+                    leases.revoke(head.lease()),
+                )
+                .await;
+        }
+        tracing::info!(key, token = head.create_revision(), deleted, "evicted");
+        Ok(deleted)
+    }
+
+    // ---- requests, each bounded by the command timeout ----------------------------------
+
+    async fn call<T>(
+        &self,
+        what: &'static str,
+        request: impl Future<Output = std::result::Result<T, etcd_client::Error>>,
+    ) -> Result<T> {
+        let limit = self.shared.config.command_timeout;
+        match timeout(limit, request).await {
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(error)) => Err(client_error(what, error)),
+            Err(_) => Err(Error::Unavailable {
+                message: format!("{what}: no answer from etcd within {limit:?}"),
+                source: None,
+            }),
+        }
+    }
+
+    async fn txn(&self, what: &'static str, txn: Txn) -> Result<TxnResponse> {
+        let mut kv = self.shared.client.kv_client();
+        self.call(what, kv.txn(txn)).await
+    }
+
+    async fn kv_get(
+        &self,
+        what: &'static str,
+        key: String,
+        options: GetOptions,
+    ) -> Result<Vec<KeyValue>> {
+        let mut kv = self.shared.client.kv_client();
+        let mut answer = self.call(what, kv.get(key, Some(options))).await?;
+        Ok(answer.take_kvs())
+    }
+
+    async fn queue_head(&self, dir: &str) -> Result<Option<KeyValue>> {
+        let options = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Ascend)
+            .with_limit(1);
+        Ok(self
+            .kv_get("read the queue's head", dir.to_owned(), options)
+            .await?
+            .into_iter()
+            .next())
+    }
+
+    /// Grants an etcd lease of `ttl` rounded up to whole seconds; returns its id and the TTL
+    /// etcd granted (etcd may raise it to its own minimum).
+    async fn grant(&self, ttl: Duration) -> Result<(i64, Duration)> {
+        let seconds = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
+        let requested = i64::try_from(seconds.max(1))
+            .map_err(|_| Error::invalid("ttl", format!("{ttl:?} is too long for etcd")))?;
+        let mut leases = self.shared.client.lease_client();
+        let granted = self
+            .call("grant a lease", leases.grant(requested, None))
+            .await?;
+        if !granted.error().is_empty() {
+            return Err(Error::Store {
+                message: format!("etcd refused a lease: {}", granted.error()),
+                source: None,
+            });
+        }
+        let seconds = u64::try_from(granted.ttl().max(requested)).unwrap_or(seconds);
+        Ok((granted.id(), Duration::from_secs(seconds)))
+    }
+
+    async fn enqueue(&self, dir: &str, entry: &str, lease_id: i64) -> Result<Enqueued> {
+        let head = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Ascend)
+            .with_limit(1);
+        let txn = Txn::new().and_then([
+            TxnOp::put(entry, "", Some(PutOptions::new().with_lease(lease_id))),
+            TxnOp::get(dir, Some(head)),
+        ]);
+        let answer = self.txn("enqueue", txn).await?;
+        let revision = revision_of(&answer)?;
+        let head_revision = gets(&answer)
+            .first()
+            .and_then(|kvs| kvs.first())
+            .map(KeyValue::create_revision);
+        Ok(Enqueued {
+            revision,
+            first: head_revision == Some(revision),
+        })
+    }
+
+    /// One attempt: grant, enqueue, and either hold the lock or wait until `deadline` (none:
+    /// give up at once).
+    async fn attempt(&self, key: &str, ttl: Duration, deadline: Option<Instant>) -> Result<Lease> {
+        let started = Instant::now();
+        let dir = queue_dir(&self.shared.config.prefix, key);
+        loop {
+            let owner = OwnerId::random();
+            let entry = entry_key(&dir, owner);
+            let sent_at = Instant::now();
+            let (lease_id, granted) = self.grant(ttl).await?;
+            let revoke = RevokeOnDrop::new(self, lease_id);
+            let enqueued = self.enqueue(&dir, &entry, lease_id).await?;
+            let confirmed_at = if enqueued.first {
+                sent_at
+            } else {
+                let Some(deadline) = deadline else {
+                    revoke.now().await;
+                    return Err(Error::Busy {
+                        key: key.to_owned(),
+                    });
+                };
+                let wait = Waiter {
+                    store: self,
+                    dir: &dir,
+                    entry: &entry,
+                    lease_id,
+                    revision: enqueued.revision,
+                    ttl: granted,
+                    confirmed_at: sent_at,
+                    deadline,
+                };
+                match wait.run().await? {
+                    Waited::Holder { confirmed_at } => confirmed_at,
+                    Waited::TimedOut => {
+                        drop(revoke);
+                        return Err(Error::WaitTimedOut {
+                            key: key.to_owned(),
+                            waited: started.elapsed(),
+                        });
+                    }
+                    // Our lease ended while we waited: queue again, at the back.
+                    Waited::LeaseEnded => {
+                        drop(revoke);
+                        continue;
+                    }
+                }
+            };
+            revoke.disarm();
+            let token = u64::try_from(enqueued.revision).map_err(|_| Error::Store {
+                message: format!("etcd gave a negative revision {}", enqueued.revision),
+                source: None,
+            })?;
+            tracing::debug!(key, token, lease_id, "acquired");
+            return Ok(Lease::with_store_state(
+                key,
+                owner,
+                token,
+                granted,
+                confirmed_at,
+                Held { entry, lease_id },
+            ));
+        }
+    }
+
+    fn held<'l>(&self, lease: &'l Lease) -> Result<&'l Held> {
+        lease
+            .store_state::<Held>()
+            .ok_or_else(|| Error::invalid("lease", "was not granted by an etcd store"))
+    }
+}
+
+/// Revokes an etcd lease from a spawned task when dropped armed: a dropped or failed acquire
+/// leaves no queue entry behind to block others until its TTL.
+struct RevokeOnDrop<'s> {
+    store: &'s EtcdStore,
+    lease_id: i64,
+    armed: bool,
+}
+
+impl<'s> RevokeOnDrop<'s> {
+    fn new(store: &'s EtcdStore, lease_id: i64) -> Self {
+        RevokeOnDrop {
+            store,
+            lease_id,
+            armed: true,
+        }
+    }
+
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+
+    /// Revokes in place (a `try_acquire` that found the key busy).
+    async fn now(mut self) {
+        self.armed = false;
+        let mut leases = self.store.shared.client.lease_client();
+        if let Err(error) = self
+            .store
+            .call("revoke a queued lease", leases.revoke(self.lease_id))
+            .await
+        {
+            tracing::debug!(%error, "revoke failed; the lease expires at its TTL");
+        }
+    }
+}
+
+impl Drop for RevokeOnDrop<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            spawn_revoke(self.store, self.lease_id);
+        }
+    }
+}
+
+/// Revokes `lease_id` in the background, bounded by the command timeout. Outside a runtime (or
+/// if the revoke fails) the lease expires at its TTL instead.
+fn spawn_revoke(store: &EtcdStore, lease_id: i64) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let store = store.clone();
+    runtime.spawn(async move {
+        let mut leases = store.shared.client.lease_client();
+        if let Err(error) = store
+            .call("revoke a lease", leases.revoke(lease_id))
+            .await
+        {
+            tracing::debug!(%error, lease_id, "background revoke failed; the lease expires at its TTL");
+        }
+    });
+}
+
+enum Waited {
+    Holder { confirmed_at: Instant },
+    TimedOut,
+    LeaseEnded,
+}
+
+/// A queued entry waiting for every older entry to go, keeping its own lease alive meanwhile.
+struct Waiter<'a> {
+    store: &'a EtcdStore,
+    dir: &'a str,
+    entry: &'a str,
+    lease_id: i64,
+    revision: i64,
+    ttl: Duration,
+    /// When the last renewal (or the grant) that etcd confirmed was sent.
+    confirmed_at: Instant,
+    deadline: Instant,
+}
+
+impl Waiter<'_> {
+    async fn run(mut self) -> Result<Waited> {
+        let period = (self.ttl / 3).max(Duration::from_millis(100));
+        loop {
+            // Renew alongside the check, so the lease handed out is measured from now.
+            let sent_at = Instant::now();
+            let (renewed, found) = tokio::join!(
+                self.store.shared.renewer.renew(self.lease_id),
+                self.predecessor()
+            );
+            let (predecessor, ours_exists, revision) = found?;
+            if !ours_exists || !renewed? {
+                tracing::debug!(entry = self.entry, "queued lease ended while waiting");
+                return Ok(Waited::LeaseEnded);
+            }
+            self.confirmed_at = sent_at;
+            let Some(predecessor) = predecessor else {
+                return Ok(Waited::Holder {
+                    confirmed_at: sent_at,
+                });
+            };
+            if Instant::now() >= self.deadline {
+                return Ok(Waited::TimedOut);
+            }
+            match self.watch_deletion(predecessor, revision, period).await? {
+                Some(outcome) => return Ok(outcome),
+                None => continue,
+            }
+        }
+    }
+
+    /// The newest entry older than ours, whether ours still exists, and the revision read at.
+    async fn predecessor(&self) -> Result<(Option<Vec<u8>>, bool, i64)> {
+        let older = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Descend)
+            .with_max_create_revision(self.revision - 1)
+            .with_limit(1)
+            .with_keys_only();
+        let txn = Txn::new().and_then([
+            TxnOp::get(self.dir, Some(older)),
+            TxnOp::get(self.entry, Some(GetOptions::new().with_keys_only())),
+        ]);
+        let answer = self.store.txn("read the predecessor", txn).await?;
+        let revision = revision_of(&answer)?;
+        let mut reads = gets(&answer).into_iter();
+        let predecessor = reads
+            .next()
+            .and_then(|kvs| kvs.into_iter().next())
+            .map(|kv| kv.key().to_vec());
+        let ours = reads.next().is_some_and(|kvs| {
+            kvs.iter()
+                .any(|kv| kv.create_revision() == self.revision && kv.lease() == self.lease_id)
+        });
+        Ok((predecessor, ours, revision))
+    }
+
+    /// Waits until `predecessor` is deleted after `revision`, renewing our lease every
+    /// `period`. `None`: look again (deleted, or the watch ended or was compacted away).
+    async fn watch_deletion(
+        &mut self,
+        predecessor: Vec<u8>,
+        revision: i64,
+        period: Duration,
+    ) -> Result<Option<Waited>> {
+        let options = WatchOptions::new()
+            .with_start_revision(revision + 1)
+            .with_filters([WatchFilterType::NoPut]);
+        let mut watches = self.store.shared.client.watch_client();
+        let mut stream = self
+            .store
+            .call(
+                "watch the predecessor",
+                watches.watch(predecessor, Some(options)),
+            )
+            .await?;
+        loop {
+            let next_renewal = self.confirmed_at + period;
+            tokio::select! {
+                message = stream.message() => {
+                    let message = match message {
+                        Ok(Some(message)) => message,
+                        // Ended or broken: re-list, which also tells whether etcd answers.
+                        Ok(None) | Err(_) => return Ok(None),
+                    };
+                    if message.canceled() || message.compact_revision() > 0 {
+                        tracing::debug!(
+                            compact_revision = message.compact_revision(),
+                            reason = message.cancel_reason(),
+                            "watch cancelled; re-listing the queue"
+                        );
+                        return Ok(None);
+                    }
+                    if message
+                        .events()
+                        .iter()
+                        .any(|e| e.event_type() == EventType::Delete)
+                    {
+                        return Ok(None);
+                    }
+                }
+                () = sleep_until(next_renewal) => {
+                    let sent_at = Instant::now();
+                    if !self.store.shared.renewer.renew(self.lease_id).await? {
+                        return Ok(Some(Waited::LeaseEnded));
+                    }
+                    self.confirmed_at = sent_at;
+                }
+                () = sleep_until(self.deadline) => return Ok(Some(Waited::TimedOut)),
+            }
+        }
+    }
+}
+
+/// The revision a transaction ran at (for a transaction that put, the put's create revision).
+fn revision_of(answer: &TxnResponse) -> Result<i64> {
+    answer
+        .header()
+        .map(|h| h.revision())
+        .ok_or_else(|| Error::Store {
+            message: "etcd answered a transaction without a header".into(),
+            source: None,
+        })
+}
+
+/// The key-values of each read in a transaction's answer, in order.
+fn gets(answer: &TxnResponse) -> Vec<Vec<KeyValue>> {
+    answer
+        .op_responses()
+        .into_iter()
+        .filter_map(|op| match op {
+            TxnOpResponse::Get(mut get) => Some(get.take_kvs()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Maps the client library's error: transport trouble and etcd's "try again" codes are
+/// retryable, everything else is a store error. The library's error is kept as the source.
+pub(crate) fn client_error(what: &str, error: etcd_client::Error) -> Error {
+    use etcd_client::Error as E;
+    let retryable = match &error {
+        E::TransportError(_) | E::IoError(_) | E::WatchError(_) | E::LeaseKeepAliveError(_) => true,
+        E::GRpcStatus(status) => RETRYABLE_GRPC_CODES.contains(&(status.code() as i32)),
+        _ => false,
+    };
+    let message = format!("{what}: {error}");
+    if retryable {
+        Error::unavailable(message, error)
+    } else {
+        Error::store(message, error)
+    }
+}
+
+/// gRPC's "try again" codes (the numbers are fixed by the gRPC spec): Cancelled, Unknown
+/// (tonic's transport failures), DeadlineExceeded, ResourceExhausted (etcd's "too many
+/// requests"), Aborted and Unavailable (etcd's "no leader", "leader changed", "timed out").
+const RETRYABLE_GRPC_CODES: [i32; 6] = [1, 2, 4, 8, 10, 14];
+
+#[async_trait]
+impl Acquire for EtcdStore {
+    /// # Cancel safety
+    /// A dropped attempt revokes its etcd lease from a spawned task, which deletes its queue
+    /// entry (and the lock, if it had been granted) at once; if the revoke cannot run, the lease
+    /// expires at its TTL. A lease granted but whose reply was never read holds nothing and
+    /// expires at its TTL.
+    #[tracing::instrument(
+        level = "debug",
+        name = "try_acquire",
+        skip(self),
+        fields(store = "etcd")
+    )]
+    async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Lease> {
+        check_request(key, ttl, &self.capabilities())?;
+        self.attempt(key, ttl, None).await
+    }
+
+    /// # Cancel safety
+    /// As [`Acquire::try_acquire`]: a dropped waiter's entry is deleted by a spawned revoke, so
+    /// it stops holding its place in the queue at once, and never takes the lock later.
+    #[tracing::instrument(level = "debug", name = "acquire", skip(self), fields(store = "etcd"))]
+    async fn acquire(&self, key: &str, ttl: Duration, wait: Duration) -> Result<Lease> {
+        check_request(key, ttl, &self.capabilities())?;
+        check_wait(wait)?;
+        let started = Instant::now();
+        match self.attempt(key, ttl, Some(started + wait)).await {
+            Err(Error::Busy { key }) => Err(Error::WaitTimedOut {
+                key,
+                waited: started.elapsed(),
+            }),
+            other => other,
+        }
+    }
+}
+
+#[async_trait]
+impl Release for EtcdStore {
+    /// # Cancel safety
+    /// Dropping the future may leave the entry in place; it then expires with its lease at the
+    /// TTL. The lease is revoked from a spawned task after the delete, so a dropped release
+    /// never leaves a lease alive that it had already answered for.
+    #[tracing::instrument(
+        level = "debug",
+        name = "release",
+        skip_all,
+        fields(store = "etcd", key = lease.key(), token = lease.fencing_token())
+    )]
+    async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
+        let held = self.held(lease)?;
+        let token = i64::try_from(lease.fencing_token())
+            .map_err(|_| Error::invalid("lease", "its token is not an etcd revision"))?;
+        let txn = Txn::new()
+            .when([Compare::create_revision(
+                held.entry.as_str(),
+                CompareOp::Equal,
+                token,
+            )])
+            .and_then([TxnOp::delete(held.entry.as_str(), None)]);
+        let deleted = self.txn("release", txn).await?.succeeded();
+        // The lease held only this entry; revoking it off the caller's path saves a round trip.
+        spawn_revoke(self, held.lease_id);
+        let outcome = if deleted {
+            ReleaseOutcome::Released
+        } else {
+            ReleaseOutcome::Lost
+        };
+        tracing::debug!(key = lease.key(), ?outcome, "released");
+        Ok(outcome)
+    }
+}
+
+#[async_trait]
+impl Extend for EtcdStore {
+    /// # Cancel safety
+    /// Dropping the future may leave the lease renewed; the local deadline only moves once both
+    /// answers are read.
+    #[tracing::instrument(
+        level = "trace",
+        name = "extend",
+        skip_all,
+        fields(store = "etcd", key = lease.key(), token = lease.fencing_token())
+    )]
+    async fn extend(&self, lease: &Lease) -> Result<()> {
+        let held = self.held(lease)?;
+        let token = i64::try_from(lease.fencing_token()).unwrap_or(-1);
+        let sent_at = Instant::now();
+        let (renewed, entry) = tokio::join!(
+            self.shared.renewer.renew(held.lease_id),
+            self.kv_get(
+                "check the holder's entry",
+                held.entry.clone(),
+                GetOptions::new().with_keys_only()
+            )
+        );
+        if let Ok(kvs) = &entry {
+            if !kvs.iter().any(|kv| kv.create_revision() == token) {
+                return Err(Error::lost(lease, "its etcd entry was deleted"));
+            }
+        }
+        if let Ok(false) = renewed {
+            return Err(Error::lost(lease, "its etcd lease expired or was revoked"));
+        }
+        renewed?;
+        entry?;
+        lease.confirm(sent_at);
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl LockStore for EtcdStore {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new()
+            .with_min_ttl(MIN_TTL)
+            .with_ttl_granularity(Duration::from_secs(1))
+            .with_notified_wait(true)
+            .with_fair_queue(true)
+            .with_frees_on_disconnect(false)
+    }
+
+    /// # Cancel safety
+    /// Read-only; dropping the future loses nothing.
+    async fn status(&self, key: &str) -> Result<KeyStatus> {
+        lock_core::validate::check_key(key)?;
+        let dir = queue_dir(&self.shared.config.prefix, key);
+        let Some(head) = self.queue_head(&dir).await? else {
+            return Ok(KeyStatus::Free);
+        };
+        let mut leases = self.shared.client.lease_client();
+        let remaining = if head.lease() == 0 {
+            None
+        } else {
+            let ttl = self
+                .call(
+                    "read the holder's lease",
+                    leases.time_to_live(head.lease(), None),
+                )
+                .await?
+                .ttl();
+            u64::try_from(ttl).ok().map(Duration::from_secs)
+        };
+        Ok(KeyStatus::Held {
+            owner: entry_owner(&dir, head.key()),
+            token: u64::try_from(head.create_revision()).ok(),
+            remaining,
+        })
+    }
+}
+
+impl fmt::Debug for EtcdStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdStore")
+            .field("config", &self.shared.config)
+            .finish_non_exhaustive()
+    }
+}
