@@ -27,3 +27,38 @@ pub fn closed_port() -> u16 {
         .expect("a free port")
         .port()
 }
+
+/// A plain redis-crate connection, outside any store, for admin commands.
+pub async fn admin(url: &str) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(url)
+        .expect("client")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("admin connection")
+}
+
+/// Runs an admin command.
+pub async fn admin_query<T: redis::FromRedisValue>(
+    conn: &mut redis::aio::MultiplexedConnection,
+    command: &redis::Cmd,
+) -> T {
+    command.query_async(conn).await.expect("admin command")
+}
+
+/// Evaluates the async condition every 20 ms until it holds or `limit` passes; gives whether
+/// it held.
+#[macro_export]
+macro_rules! eventually {
+    ($limit:expr, $condition:expr) => {{
+        let started = tokio::time::Instant::now();
+        loop {
+            if $condition {
+                break true;
+            }
+            if started.elapsed() > $limit {
+                break false;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }};
+}
