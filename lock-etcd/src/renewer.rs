@@ -13,7 +13,7 @@ use lock_core::{Error, Result};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
-use crate::store::client_error;
+use crate::store::{client_error, never_sent};
 
 /// Is the lease still alive after this renewal?
 type Reply = oneshot::Sender<Result<bool>>;
@@ -154,9 +154,24 @@ async fn run(client: Client, mut received: mpsc::UnboundedReceiver<Renewal>, tim
 }
 
 /// Opens the stream with `renewal` as its first request (the client library's way to open it).
+/// A member that refuses the connection is skipped: the open is tried again (the balancer may
+/// pick another member) until the timeout.
 async fn open_with(client: &Client, renewal: Renewal, timeout: Duration) -> Option<Open> {
-    let mut leases = client.lease_client();
-    match tokio::time::timeout(timeout, leases.keep_alive(renewal.lease_id)).await {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut pause = Duration::from_millis(5);
+    let outcome = loop {
+        let mut leases = client.lease_client();
+        match tokio::time::timeout_at(deadline, leases.keep_alive(renewal.lease_id)).await {
+            Ok(Err(error))
+                if never_sent(&error) && tokio::time::Instant::now() + pause < deadline =>
+            {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(100));
+            }
+            outcome => break outcome,
+        }
+    };
+    match outcome {
         Ok(Ok((keeper, responses))) => {
             let _ = renewal.reply.send(Ok(true));
             Some(Open {

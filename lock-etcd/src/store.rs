@@ -15,7 +15,7 @@ use lock_core::{
     Acquire, Capabilities, Error, Extend, Instant, KeyStatus, Lease, LockStore, OwnerId, Release,
     ReleaseOutcome, Result,
 };
-use tokio::time::{sleep_until, timeout};
+use tokio::time::{sleep, sleep_until, timeout, timeout_at};
 
 use crate::layout::{entry_key, entry_owner, queue_dir};
 use crate::renewer::Renewer;
@@ -170,15 +170,12 @@ impl EtcdStore {
                 head.create_revision(),
             )])
             .and_then([TxnOp::delete(head.key().to_vec(), None)]);
-        let deleted = self.txn("evict", txn).await?.succeeded();
+        // Sent again only if unsent: a second delete would find nothing and report false.
+        let deleted = self.txn("evict", Resend::IfUnsent, txn).await?.succeeded();
         if head.lease() != 0 {
-            let mut leases = self.shared.client.lease_client();
             // Not found is fine: the lease ended on its own.
             let _ = self
-                .call(
-                    "revoke the evicted holder's lease",
-                    leases.revoke(head.lease()),
-                )
+                .revoke("revoke the evicted holder's lease", head.lease())
                 .await;
         }
         tracing::info!(key, token = head.create_revision(), deleted, "evicted");
@@ -187,25 +184,50 @@ impl EtcdStore {
 
     // ---- requests, each bounded by the command timeout ----------------------------------
 
-    async fn call<T>(
-        &self,
-        what: &'static str,
-        request: impl Future<Output = std::result::Result<T, etcd_client::Error>>,
-    ) -> Result<T> {
+    /// Sends a request made by `request`, bounded by the command timeout. A request that
+    /// failed before it reached any member (a member is down and the connection to it was
+    /// refused) is sent again, to another member if the balancer picks one; with
+    /// [`Resend::Transient`], so is one that failed in any retryable way (no leader, a broken
+    /// connection), which only requests that are safe to apply twice may ask for.
+    async fn call<T, F, Fut>(&self, what: &'static str, resend: Resend, mut request: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = std::result::Result<T, etcd_client::Error>>,
+    {
         let limit = self.shared.config.command_timeout;
-        match timeout(limit, request).await {
-            Ok(Ok(answer)) => Ok(answer),
-            Ok(Err(error)) => Err(client_error(what, error)),
-            Err(_) => Err(Error::Unavailable {
-                message: format!("{what}: no answer from etcd within {limit:?}"),
-                source: None,
-            }),
+        let deadline = Instant::now() + limit;
+        let mut pause = Duration::from_millis(5);
+        loop {
+            let error = match timeout_at(deadline, request()).await {
+                Ok(Ok(answer)) => return Ok(answer),
+                Ok(Err(error)) => error,
+                Err(_) => {
+                    return Err(Error::Unavailable {
+                        message: format!("{what}: no answer from etcd within {limit:?}"),
+                        source: None,
+                    })
+                }
+            };
+            let again = match resend {
+                Resend::Transient => is_retryable(&error),
+                Resend::IfUnsent => never_sent(&error),
+            };
+            if !again || Instant::now() + pause >= deadline {
+                return Err(client_error(what, error));
+            }
+            tracing::debug!(%error, what, "sending again");
+            sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(100));
         }
     }
 
-    async fn txn(&self, what: &'static str, txn: Txn) -> Result<TxnResponse> {
-        let mut kv = self.shared.client.kv_client();
-        self.call(what, kv.txn(txn)).await
+    async fn txn(&self, what: &'static str, resend: Resend, txn: Txn) -> Result<TxnResponse> {
+        let client = &self.shared.client;
+        self.call(what, resend, || {
+            let (mut kv, txn) = (client.kv_client(), txn.clone());
+            async move { kv.txn(txn).await }
+        })
+        .await
     }
 
     async fn kv_get(
@@ -214,9 +236,24 @@ impl EtcdStore {
         key: String,
         options: GetOptions,
     ) -> Result<Vec<KeyValue>> {
-        let mut kv = self.shared.client.kv_client();
-        let mut answer = self.call(what, kv.get(key, Some(options))).await?;
+        let client = &self.shared.client;
+        let mut answer = self
+            .call(what, Resend::Transient, || {
+                let (mut kv, key, options) = (client.kv_client(), key.clone(), options.clone());
+                async move { kv.get(key, Some(options)).await }
+            })
+            .await?;
         Ok(answer.take_kvs())
+    }
+
+    async fn revoke(&self, what: &'static str, lease_id: i64) -> Result<()> {
+        let client = &self.shared.client;
+        self.call(what, Resend::Transient, || {
+            let mut leases = client.lease_client();
+            async move { leases.revoke(lease_id).await }
+        })
+        .await
+        .map(drop)
     }
 
     async fn queue_head(&self, dir: &str) -> Result<Option<KeyValue>> {
@@ -237,9 +274,13 @@ impl EtcdStore {
         let seconds = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
         let requested = i64::try_from(seconds.max(1))
             .map_err(|_| Error::invalid("ttl", format!("{ttl:?} is too long for etcd")))?;
-        let mut leases = self.shared.client.lease_client();
+        let client = &self.shared.client;
+        // Granting twice leaves an unused lease that expires on its own.
         let granted = self
-            .call("grant a lease", leases.grant(requested, None))
+            .call("grant a lease", Resend::Transient, || {
+                let mut leases = client.lease_client();
+                async move { leases.grant(requested, None).await }
+            })
             .await?;
         if !granted.error().is_empty() {
             return Err(Error::Store {
@@ -258,17 +299,25 @@ impl EtcdStore {
             .with_limit(1);
         let txn = Txn::new().and_then([
             TxnOp::put(entry, "", Some(PutOptions::new().with_lease(lease_id))),
-            TxnOp::get(dir, Some(head)),
+            TxnOp::get(entry, Some(GetOptions::new().with_keys_only())),
+            TxnOp::get(dir, Some(head.with_keys_only())),
         ]);
-        let answer = self.txn("enqueue", txn).await?;
-        let revision = revision_of(&answer)?;
-        let head_revision = gets(&answer)
-            .first()
-            .and_then(|kvs| kvs.first())
-            .map(KeyValue::create_revision);
+        // Safe to send twice: a second put keeps the entry's create revision, read back here.
+        let answer = self.txn("enqueue", Resend::Transient, txn).await?;
+        let reads = gets(&answer);
+        let create_revision = |i: usize| {
+            reads
+                .get(i)
+                .and_then(|kvs| kvs.first())
+                .map(KeyValue::create_revision)
+        };
+        let revision = create_revision(0).ok_or_else(|| Error::Store {
+            message: "etcd did not return the entry it had just put".into(),
+            source: None,
+        })?;
         Ok(Enqueued {
             revision,
-            first: head_revision == Some(revision),
+            first: create_revision(1) == Some(revision),
         })
     }
 
@@ -367,10 +416,9 @@ impl<'s> RevokeOnDrop<'s> {
     /// Revokes in place (a `try_acquire` that found the key busy).
     async fn now(mut self) {
         self.armed = false;
-        let mut leases = self.store.shared.client.lease_client();
         if let Err(error) = self
             .store
-            .call("revoke a queued lease", leases.revoke(self.lease_id))
+            .revoke("revoke a queued lease", self.lease_id)
             .await
         {
             tracing::debug!(%error, "revoke failed; the lease expires at its TTL");
@@ -394,11 +442,7 @@ fn spawn_revoke(store: &EtcdStore, lease_id: i64) {
     };
     let store = store.clone();
     runtime.spawn(async move {
-        let mut leases = store.shared.client.lease_client();
-        if let Err(error) = store
-            .call("revoke a lease", leases.revoke(lease_id))
-            .await
-        {
+        if let Err(error) = store.revoke("revoke a lease", lease_id).await {
             tracing::debug!(%error, lease_id, "background revoke failed; the lease expires at its TTL");
         }
     });
@@ -466,7 +510,10 @@ impl Waiter<'_> {
             TxnOp::get(self.dir, Some(older)),
             TxnOp::get(self.entry, Some(GetOptions::new().with_keys_only())),
         ]);
-        let answer = self.store.txn("read the predecessor", txn).await?;
+        let answer = self
+            .store
+            .txn("read the predecessor", Resend::Transient, txn)
+            .await?;
         let revision = revision_of(&answer)?;
         let mut reads = gets(&answer).into_iter();
         let predecessor = reads
@@ -491,13 +538,14 @@ impl Waiter<'_> {
         let options = WatchOptions::new()
             .with_start_revision(revision + 1)
             .with_filters([WatchFilterType::NoPut]);
-        let mut watches = self.store.shared.client.watch_client();
+        let client = &self.store.shared.client;
         let mut stream = self
             .store
-            .call(
-                "watch the predecessor",
-                watches.watch(predecessor, Some(options)),
-            )
+            .call("watch the predecessor", Resend::Transient, || {
+                let (mut watches, key, options) =
+                    (client.watch_client(), predecessor.clone(), options.clone());
+                async move { watches.watch(key, Some(options)).await }
+            })
             .await?;
         loop {
             let next_renewal = self.confirmed_at + period;
@@ -560,17 +608,44 @@ fn gets(answer: &TxnResponse) -> Vec<Vec<KeyValue>> {
         .collect()
 }
 
-/// Maps the client library's error: transport trouble and etcd's "try again" codes are
-/// retryable, everything else is a store error. The library's error is kept as the source.
-pub(crate) fn client_error(what: &str, error: etcd_client::Error) -> Error {
+/// When [`EtcdStore::call`] may send a request again.
+#[derive(Clone, Copy)]
+enum Resend {
+    /// After any retryable failure: the request is safe to apply twice.
+    Transient,
+    /// Only if it certainly reached no member.
+    IfUnsent,
+}
+
+/// Whether the request failed before reaching any member: the connection could not be opened.
+/// Such a request can be sent again whatever it does.
+pub(crate) fn never_sent(error: &etcd_client::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(current) = source {
+        let text = current.to_string();
+        if text.contains("tcp connect error") || text.contains("Connection refused") {
+            return true;
+        }
+        source = current.source();
+    }
+    false
+}
+
+/// Transport trouble and etcd's "try again" codes are retryable; everything else is not.
+fn is_retryable(error: &etcd_client::Error) -> bool {
     use etcd_client::Error as E;
-    let retryable = match &error {
+    match error {
         E::TransportError(_) | E::IoError(_) | E::WatchError(_) | E::LeaseKeepAliveError(_) => true,
         E::GRpcStatus(status) => RETRYABLE_GRPC_CODES.contains(&(status.code() as i32)),
         _ => false,
-    };
+    }
+}
+
+/// Maps the client library's error, kept as the source: retryable ones become
+/// [`Error::Unavailable`], the rest [`Error::Store`].
+pub(crate) fn client_error(what: &str, error: etcd_client::Error) -> Error {
     let message = format!("{what}: {error}");
-    if retryable {
+    if is_retryable(&error) {
         Error::unavailable(message, error)
     } else {
         Error::store(message, error)
@@ -641,7 +716,11 @@ impl Release for EtcdStore {
                 token,
             )])
             .and_then([TxnOp::delete(held.entry.as_str(), None)]);
-        let deleted = self.txn("release", txn).await?.succeeded();
+        // Sent again only if unsent: a second delete would find nothing and report Lost.
+        let deleted = self
+            .txn("release", Resend::IfUnsent, txn)
+            .await?
+            .succeeded();
         // The lease held only this entry; revoking it off the caller's path saves a round trip.
         spawn_revoke(self, held.lease_id);
         let outcome = if deleted {
@@ -711,15 +790,16 @@ impl LockStore for EtcdStore {
         let Some(head) = self.queue_head(&dir).await? else {
             return Ok(KeyStatus::Free);
         };
-        let mut leases = self.shared.client.lease_client();
-        let remaining = if head.lease() == 0 {
+        let client = &self.shared.client;
+        let lease_id = head.lease();
+        let remaining = if lease_id == 0 {
             None
         } else {
             let ttl = self
-                .call(
-                    "read the holder's lease",
-                    leases.time_to_live(head.lease(), None),
-                )
+                .call("read the holder's lease", Resend::Transient, || {
+                    let mut leases = client.lease_client();
+                    async move { leases.time_to_live(lease_id, None).await }
+                })
                 .await?
                 .ttl();
             u64::try_from(ttl).ok().map(Duration::from_secs)

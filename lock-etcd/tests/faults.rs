@@ -1,0 +1,372 @@
+//! Faults against real etcd servers, each test with its own: a killed leader, a holder cut off
+//! from the cluster (its keep-alives stall), a stopped cluster, an operator's eviction, and a
+//! dropped waiter.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_client::GetOptions;
+use lock_core::{Acquire, Error, Extend, KeepAlive, LockStore, Release, ReleaseOutcome};
+use lock_etcd::{EtcdConfig, EtcdStore};
+use test_servers::{EtcdCluster, EtcdServer};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::time::{sleep, timeout, Instant};
+
+async fn store(url: &str, options: &str) -> EtcdStore {
+    let config = EtcdConfig::from_url(&format!("{url}?connect_timeout=30{options}")).unwrap();
+    EtcdStore::connect(config).await.expect("connect")
+}
+
+/// Everything in the queue directory of `key` under the default prefix.
+async fn entries(url: &str, key: &str) -> usize {
+    let endpoints: Vec<String> = url
+        .trim_start_matches("etcd://")
+        .split(',')
+        .map(str::to_owned)
+        .collect();
+    let mut client = etcd_client::Client::connect(endpoints, None)
+        .await
+        .expect("a raw client");
+    client
+        .get(
+            format!("fencelock/{key}/"),
+            Some(GetOptions::new().with_prefix().with_count_only()),
+        )
+        .await
+        .expect("count the queue")
+        .count() as usize
+}
+
+/// A TCP relay between a client and etcd that can be frozen: while frozen it moves no bytes,
+/// as if the holder's machine stalled or the network dropped everything.
+struct FreezableRelay {
+    port: u16,
+    frozen: Arc<AtomicBool>,
+}
+
+impl FreezableRelay {
+    async fn start(upstream: String) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let frozen = Arc::new(AtomicBool::new(false));
+        let gate = frozen.clone();
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(server) = TcpStream::connect(&upstream).await else {
+                    continue;
+                };
+                let (client_read, client_write) = client.into_split();
+                let (server_read, server_write) = server.into_split();
+                tokio::spawn(pump(client_read, server_write, gate.clone()));
+                tokio::spawn(pump(server_read, client_write, gate.clone()));
+            }
+        });
+        FreezableRelay { port, frozen }
+    }
+
+    fn url(&self) -> String {
+        format!("etcd://127.0.0.1:{}", self.port)
+    }
+
+    fn freeze(&self, frozen: bool) {
+        self.frozen.store(frozen, Ordering::SeqCst);
+    }
+}
+
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    frozen: Arc<AtomicBool>,
+) {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        while frozen.load(Ordering::SeqCst) {
+            sleep(Duration::from_millis(5)).await;
+        }
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        // Bytes read just before a freeze are held back until the thaw.
+        while frozen.load(Ordering::SeqCst) {
+            sleep(Duration::from_millis(5)).await;
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_leader_keeps_the_lease_or_signals_its_loss() {
+    let mut cluster = EtcdCluster::start(3).unwrap_or_else(|e| panic!("{e}"));
+    let url = cluster.url();
+    let holder = Arc::new(store(&url, "&command_timeout=2").await);
+    let other = store(&url, "&command_timeout=2").await;
+    let key = "faults:leader";
+    let ttl = Duration::from_secs(3);
+    let lease = holder.try_acquire(key, ttl).await.unwrap();
+    let kept = KeepAlive::start(holder.clone(), lease.clone());
+
+    let leader = cluster.leader().expect("a leader");
+    cluster.kill(leader).expect("kill the leader");
+    let killed_at = Instant::now();
+
+    // Three TTLs later: either the lease survived the election (kept alive all along), or the
+    // holder was told. Never both "held" in its own view and taken by someone else.
+    sleep(ttl * 3).await;
+    let bound = Duration::from_secs(30);
+    if kept.is_lost() {
+        println!(
+            "the lease was lost across the election: {:?}",
+            kept.lost_reason()
+        );
+        let next = timeout(bound, other.acquire(key, ttl, ttl * 3))
+            .await
+            .expect("acquire after the election hung")
+            .expect("the key is free after the lost lease expired");
+        assert!(next.fencing_token() > lease.fencing_token());
+        assert_eq!(
+            other.release(&next).await.unwrap(),
+            ReleaseOutcome::Released
+        );
+    } else {
+        println!(
+            "the lease survived the election ({:?} after the kill)",
+            killed_at.elapsed()
+        );
+        let tried = timeout(bound, other.try_acquire(key, ttl))
+            .await
+            .expect("try_acquire after the election hung");
+        assert!(
+            matches!(tried, Err(Error::Busy { .. })),
+            "the surviving lease's key was not busy: {tried:?}"
+        );
+        let lease = kept.stop();
+        // Requests the balancer sends towards the dead member are refused at connect and sent
+        // again: with a minority down, every request still succeeds.
+        let mut failures = Vec::new();
+        for _ in 0..30 {
+            if let Err(error) = holder.extend(&lease).await {
+                failures.push(error.to_string());
+            }
+        }
+        assert!(
+            failures.is_empty(),
+            "extends failed with a member down: {failures:?}"
+        );
+        assert_eq!(
+            holder.release(&lease).await.unwrap(),
+            ReleaseOutcome::Released
+        );
+        let next = other
+            .try_acquire(key, ttl)
+            .await
+            .expect("free after release");
+        assert!(next.fencing_token() > lease.fencing_token());
+        assert_eq!(
+            other.release(&next).await.unwrap(),
+            ReleaseOutcome::Released
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_holder_is_told_first_and_the_next_holder_gets_a_greater_token() {
+    let server = EtcdServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let relay = FreezableRelay::start(server.endpoint()).await;
+    let holder = Arc::new(store(&relay.url(), "&command_timeout=1").await);
+    let other = store(&server.url(), "").await;
+    let key = "faults:stalled";
+    let ttl = Duration::from_secs(2);
+    let lease = holder.try_acquire(key, ttl).await.unwrap();
+    let kept = KeepAlive::start(holder.clone(), lease.clone());
+    sleep(ttl / 2).await;
+    assert!(!kept.is_lost(), "{:?}", kept.lost_reason());
+
+    // The holder's keep-alives stop reaching etcd; it still runs, so it can notice.
+    relay.freeze(true);
+    let waiter = tokio::spawn(async move {
+        let next = other.acquire(key, ttl, ttl * 5).await;
+        (next, Instant::now(), other)
+    });
+    timeout(ttl * 2, kept.lost())
+        .await
+        .expect("the lost signal fires within the TTL of the stall");
+    let lost_at = Instant::now();
+    assert!(
+        lost_at <= lease.valid_until() + Duration::from_millis(100),
+        "the lost signal came {:?} after the local deadline",
+        lost_at - lease.valid_until()
+    );
+    let (next, acquired_at, other) = waiter.await.unwrap();
+    let next = next.expect("the next holder gets the key once etcd expires the lease");
+    assert!(
+        acquired_at > lost_at,
+        "the next holder got the key before the stalled holder was told"
+    );
+    assert!(next.fencing_token() > lease.fencing_token());
+
+    // The holder reconnects: its lease is gone and it cannot act on its successor.
+    relay.freeze(false);
+    let lease = kept.stop();
+    let extended = timeout(Duration::from_secs(20), async {
+        loop {
+            match holder.extend(&lease).await {
+                Err(error) if error.is_retryable() => sleep(Duration::from_millis(200)).await,
+                other => return other,
+            }
+        }
+    })
+    .await
+    .expect("extend after the thaw hung");
+    assert!(
+        matches!(extended, Err(Error::LeaseLost { .. })),
+        "{extended:?}"
+    );
+    assert_eq!(holder.release(&lease).await.unwrap(), ReleaseOutcome::Lost);
+    assert_eq!(
+        other.release(&next).await.unwrap(),
+        ReleaseOutcome::Released
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopped_cluster_gives_a_retryable_error_within_the_timeout() {
+    let server = EtcdServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let url = server.url();
+    let command_timeout = Duration::from_secs(1);
+    let store = store(&url, "&command_timeout=1").await;
+    let key = "faults:stopped";
+    let ttl = Duration::from_secs(30);
+    let lease = store.try_acquire(key, ttl).await.unwrap();
+
+    server.pause().expect("SIGSTOP etcd");
+    // Generous: the bound is the timeout, plus scheduling on a loaded machine.
+    let bound = command_timeout * 2 + Duration::from_secs(2);
+    macro_rules! unavailable_in_time {
+        ($what:expr, $op:expr) => {{
+            let started = Instant::now();
+            let result = timeout(bound * 2, $op)
+                .await
+                .unwrap_or_else(|_| panic!("{} hung on a stopped cluster", $what));
+            let elapsed = started.elapsed();
+            match result {
+                Err(error) => assert!(
+                    error.is_retryable(),
+                    "{}: a non-retryable error: {error}",
+                    $what
+                ),
+                Ok(value) => panic!("{}: succeeded on a stopped cluster: {value:?}", $what),
+            }
+            assert!(elapsed <= bound, "{} took {elapsed:?}", $what);
+        }};
+    }
+    unavailable_in_time!("try_acquire", store.try_acquire("faults:other", ttl));
+    unavailable_in_time!(
+        "acquire",
+        store.acquire("faults:other", ttl, Duration::from_secs(5))
+    );
+    unavailable_in_time!("extend", store.extend(&lease));
+    unavailable_in_time!("release", store.release(&lease));
+    unavailable_in_time!("status", store.status(key));
+    unavailable_in_time!("evict", store.evict(key));
+    let config =
+        EtcdConfig::from_url(&format!("{url}?connect_timeout=1&command_timeout=1")).unwrap();
+    unavailable_in_time!("connect", EtcdStore::connect(config));
+
+    // Back: the lease (30 s) is still there and still ours.
+    server.resume().expect("SIGCONT etcd");
+    let extended = timeout(Duration::from_secs(20), async {
+        loop {
+            match store.extend(&lease).await {
+                Err(error) if error.is_retryable() => sleep(Duration::from_millis(200)).await,
+                other => return other,
+            }
+        }
+    })
+    .await
+    .expect("extend after the resume hung");
+    extended.expect("the lease survived the stop");
+    assert_eq!(
+        store.release(&lease).await.unwrap(),
+        ReleaseOutcome::Released
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evicting_one_lock_loses_only_that_lock() {
+    let server = EtcdServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let url = server.url();
+    let holder = Arc::new(store(&url, "").await);
+    let operator = store(&url, "").await;
+    let ttl = Duration::from_secs(1);
+    let evicted = holder.try_acquire("faults:evicted", ttl).await.unwrap();
+    let kept = holder.try_acquire("faults:kept", ttl).await.unwrap();
+    let evicted = KeepAlive::start(holder.clone(), evicted);
+    let kept = KeepAlive::start(holder.clone(), kept);
+
+    assert!(operator.evict("faults:evicted").await.unwrap());
+    assert!(
+        !operator.evict("faults:nobody").await.unwrap(),
+        "evicting a free key deleted something"
+    );
+    timeout(ttl * 2, evicted.lost())
+        .await
+        .expect("the evicted lock's lost signal fires");
+    let next = operator
+        .try_acquire("faults:evicted", ttl)
+        .await
+        .expect("an evicted key is free at once");
+    assert!(next.fencing_token() > evicted.lease().fencing_token());
+    assert_eq!(
+        operator.release(&next).await.unwrap(),
+        ReleaseOutcome::Released
+    );
+
+    // The other lock of the same handle and TTL is untouched, over several TTLs.
+    sleep(ttl * 3).await;
+    assert!(!kept.is_lost(), "{:?}", kept.lost_reason());
+    assert!(matches!(
+        operator.try_acquire("faults:kept", ttl).await,
+        Err(Error::Busy { .. })
+    ));
+    let kept = kept.stop();
+    assert_eq!(
+        holder.release(&kept).await.unwrap(),
+        ReleaseOutcome::Released
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_waiter_leaves_no_queue_entry_behind() {
+    let server = EtcdServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let url = server.url();
+    let holder = store(&url, "").await;
+    let waiter = store(&url, "").await;
+    let key = "faults:dropped";
+    let ttl = Duration::from_secs(30);
+    let lease = holder.try_acquire(key, ttl).await.unwrap();
+    let waiting = tokio::spawn(async move { waiter.acquire(key, ttl, ttl).await.map(drop) });
+    sleep(Duration::from_millis(500)).await;
+    assert_eq!(entries(&url, key).await, 2, "the waiter is queued");
+    waiting.abort();
+    let _ = waiting.await;
+
+    // The spawned revoke deletes the entry long before its 30 s lease would expire.
+    let started = Instant::now();
+    while entries(&url, key).await != 1 {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the dropped waiter's entry is still queued"
+        );
+        sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        holder.release(&lease).await.unwrap(),
+        ReleaseOutcome::Released
+    );
+    assert_eq!(entries(&url, key).await, 0);
+}
