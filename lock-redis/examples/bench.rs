@@ -1,0 +1,502 @@
+//! The Redis store against the raw commands it is built on, and against the `rslock` crate,
+//! measured in one run from one client machine.
+//!
+//! ```sh
+//! cargo run --release -p lock-redis --example bench
+//! ```
+//!
+//! Starts its own server with test-servers, or uses `LOCK_BENCH_URL` if set. Prints one table:
+//! the raw round trips (`PING`, `SET NX PX`, `EVALSHA` of a compare-and-delete) on the same
+//! kind of connection the store uses (a `ConnectionManager`); the raw cycle — `SET NX PX` then
+//! compare-and-delete by `EVALSHA`, the plainest correct Redis lock, without fencing or
+//! wake-ups — and our acquire + release cycle, timed in alternating rounds; throughput with 64
+//! tasks on distinct keys, ours against the raw cycle, with the server's time per cycle;
+//! handoff latency to another waiter with 8 waiters on one key (one store handle each); and the
+//! same cycle and handoff for `rslock` on the same server.
+
+use std::error::Error;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use conformance::bench::{cycle, handoff, lock_throughput, throughput, time_each, Samples, Table};
+use lock_core::{
+    Acquire, Capabilities, DynLockStore, Extend, Lease, LockStore, OwnerId, Release, ReleaseOutcome,
+};
+use lock_redis::{RedisConfig, RedisStore};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use tokio::time::Instant;
+
+const ITERATIONS: usize = 4000;
+const ROUNDS: usize = 20;
+const TASKS: usize = 64;
+const RUN_FOR: Duration = Duration::from_secs(3);
+const WAITERS: usize = 8;
+const HANDOFFS: usize = 1000;
+const PEER_HANDOFFS: usize = 100;
+/// How long each holder keeps the key in the handoff runs.
+const HOLD: Duration = Duration::from_millis(5);
+const TTL: Duration = Duration::from_secs(30);
+
+fn failed(what: &'static str) -> impl Fn(redis::RedisError) -> lock_core::Error {
+    move |e| lock_core::Error::store(what, e)
+}
+
+/// Compare-and-delete, the release every correct Redis lock needs.
+const COMPARE_AND_DELETE: &str =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
+
+/// The raw cycle: the two round trips of the plainest correct Redis lock (no fencing token,
+/// no wake-up): `SET key owner NX PX ttl`, then compare-and-delete by `EVALSHA`.
+async fn raw_cycle(
+    conn: &mut ConnectionManager,
+    release: &redis::Script,
+    key: &str,
+) -> lock_core::Result<()> {
+    let set: Option<String> = redis::cmd("SET")
+        .arg(key)
+        .arg("raw-owner")
+        .arg("NX")
+        .arg("PX")
+        .arg(30_000)
+        .query_async(conn)
+        .await
+        .map_err(failed("SET NX PX"))?;
+    if set.is_none() {
+        return Err(lock_core::Error::Busy {
+            key: key.to_owned(),
+        });
+    }
+    let deleted: i64 = release
+        .key(key)
+        .arg("raw-owner")
+        .invoke_async(conn)
+        .await
+        .map_err(failed("EVALSHA compare-and-delete"))?;
+    if deleted != 1 {
+        return Err(lock_core::Error::Store {
+            message: format!("raw release of {key} found another owner"),
+            source: None,
+        });
+    }
+    Ok(())
+}
+
+/// `SET NX PX` then a plain `DEL`: not a correct lock (it may delete a successor's key), only
+/// the floor of two round trips of the cheapest commands.
+async fn unsafe_cycle(conn: &mut ConnectionManager, key: &str) -> lock_core::Result<()> {
+    let _: Option<String> = redis::cmd("SET")
+        .arg(key)
+        .arg("raw-owner")
+        .arg("NX")
+        .arg("PX")
+        .arg(30_000)
+        .query_async(conn)
+        .await
+        .map_err(failed("SET NX PX"))?;
+    let _: i64 = redis::cmd("DEL")
+        .arg(key)
+        .query_async(conn)
+        .await
+        .map_err(failed("DEL"))?;
+    Ok(())
+}
+
+/// Handoff to *another* waiter: the time from a holder starting its release to the next
+/// holder's grant, with one task per handle contending for `key`. Unlike
+/// `conformance::bench::handoff`, the releasing task does not contend again until someone
+/// else has taken the key, so a lock whose releaser simply re-takes the key (as a polling
+/// lock's does, its waiters being asleep) cannot report its own unlock + lock as a handoff.
+async fn handoff_to_another(
+    handles: Vec<DynLockStore>,
+    key: &str,
+    ttl: Duration,
+    handoffs: usize,
+) -> lock_core::Result<Samples> {
+    struct State {
+        released_at: Option<Instant>,
+        samples: Vec<Duration>,
+    }
+    let state = Arc::new(std::sync::Mutex::new(State {
+        released_at: None,
+        samples: Vec::with_capacity(handoffs),
+    }));
+    let (grants, _) = tokio::sync::watch::channel(0u64);
+    let grants = Arc::new(grants);
+    let mut joins = Vec::new();
+    for store in handles {
+        let (key, state, grants) = (key.to_owned(), state.clone(), grants.clone());
+        joins.push(tokio::spawn(async move {
+            loop {
+                let lease = store.acquire(&key, ttl, Duration::from_secs(60)).await?;
+                let now = Instant::now();
+                let finished = {
+                    let mut state = state.lock().unwrap_or_else(|e| e.into_inner());
+                    if let Some(released_at) = state.released_at.take() {
+                        state.samples.push(now - released_at);
+                    }
+                    state.samples.len() >= handoffs
+                };
+                // Nobody else can be granted while this lease is held, so subscribing right
+                // after counting this grant waits exactly for the next one.
+                grants.send_modify(|g| *g += 1);
+                let mut granted = grants.subscribe();
+                if !finished {
+                    // Hold a moment, so the other waiters are parked in their wait (not in
+                    // the first attempt they made on joining) when the release comes.
+                    tokio::time::sleep(HOLD).await;
+                    state.lock().unwrap_or_else(|e| e.into_inner()).released_at =
+                        Some(Instant::now());
+                }
+                let _ = store.release(&lease).await?;
+                if finished {
+                    return Ok::<_, lock_core::Error>(());
+                }
+                // Contend again only once another waiter holds the key.
+                let _ = granted.changed().await;
+            }
+        }));
+    }
+    let (first, _, rest) = futures_util::future::select_all(joins).await;
+    first.map_err(|e| lock_core::Error::Store {
+        message: format!("a benchmark task panicked: {e}"),
+        source: None,
+    })??;
+    for join in rest {
+        join.abort();
+    }
+    let samples = state
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .samples
+        .clone();
+    Ok(Samples::new(samples))
+}
+
+/// Microseconds the server spent in commands since the last `CONFIG RESETSTAT`, from
+/// `INFO commandstats`.
+async fn server_usec(conn: &mut ConnectionManager) -> lock_core::Result<u64> {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .map_err(failed("INFO commandstats"))?;
+    Ok(info
+        .lines()
+        .filter(|l| !l.starts_with("cmdstat_info") && !l.starts_with("cmdstat_config"))
+        .filter_map(|l| l.split("usec=").nth(1))
+        .filter_map(|rest| rest.split(',').next())
+        .filter_map(|usec| usec.parse::<u64>().ok())
+        .sum())
+}
+
+async fn reset_stats(conn: &mut ConnectionManager) -> lock_core::Result<()> {
+    redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async::<()>(conn)
+        .await
+        .map_err(failed("CONFIG RESETSTAT"))
+}
+
+/// `rslock` (a Redlock crate, here on one node) behind our traits, so the same measurement
+/// loops run on it. It has no fencing token (the lease says 0) and its unlock reports nothing
+/// (release always says `Released`); its waiting acquire is its own retry loop.
+#[derive(Debug)]
+struct Rslock {
+    manager: rslock::LockManager,
+}
+
+#[async_trait]
+impl Acquire for Rslock {
+    async fn try_acquire(&self, key: &str, ttl: Duration) -> lock_core::Result<Lease> {
+        let sent_at = Instant::now();
+        match self.manager.lock(key.as_bytes(), ttl).await {
+            Ok(lock) => Ok(Lease::with_store_state(
+                key,
+                OwnerId::random(),
+                0,
+                ttl,
+                sent_at,
+                lock,
+            )),
+            Err(_) => Err(lock_core::Error::Busy {
+                key: key.to_owned(),
+            }),
+        }
+    }
+
+    async fn acquire(&self, key: &str, ttl: Duration, wait: Duration) -> lock_core::Result<Lease> {
+        let sent_at = Instant::now();
+        match tokio::time::timeout(wait, self.manager.acquire_no_guard(key.as_bytes(), ttl)).await {
+            Ok(Ok(lock)) => Ok(Lease::with_store_state(
+                key,
+                OwnerId::random(),
+                0,
+                ttl,
+                sent_at,
+                lock,
+            )),
+            Ok(Err(e)) => Err(lock_core::Error::Store {
+                message: format!("rslock: {e}"),
+                source: None,
+            }),
+            Err(_) => Err(lock_core::Error::WaitTimedOut {
+                key: key.to_owned(),
+                waited: wait,
+            }),
+        }
+    }
+}
+
+#[async_trait]
+impl Release for Rslock {
+    async fn release(&self, lease: &Lease) -> lock_core::Result<ReleaseOutcome> {
+        if let Some(lock) = lease.store_state::<rslock::Lock>() {
+            self.manager.unlock(lock).await;
+        }
+        Ok(ReleaseOutcome::Released)
+    }
+}
+
+#[async_trait]
+impl Extend for Rslock {
+    async fn extend(&self, _: &Lease) -> lock_core::Result<()> {
+        Err(lock_core::Error::Unsupported {
+            operation: "extend in this benchmark adapter",
+        })
+    }
+}
+
+#[async_trait]
+impl LockStore for Rslock {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new()
+    }
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() -> Result<(), Box<dyn Error>> {
+    let (_server, url) = match std::env::var("LOCK_BENCH_URL") {
+        Ok(url) if !url.trim().is_empty() => (None, url),
+        _ => {
+            let server = test_servers::RedisServer::start()?;
+            let url = server.url();
+            (Some(server), url)
+        }
+    };
+    let config = RedisConfig::from_url(&url)?.with_prefix("bench:")?;
+    println!("Redis store benchmark against {config}");
+    let store = RedisStore::connect(config.clone()).await?;
+    let ours: DynLockStore = Arc::new(store.clone());
+
+    // The raw client: the same connection type as the store's, with the same timeouts.
+    let client = redis::Client::open(url.as_str())?;
+    let manager_config = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(config.connect_timeout()))
+        .set_response_timeout(Some(config.command_timeout()));
+    let raw = ConnectionManager::new_with_config(client.clone(), manager_config.clone()).await?;
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query_async(&mut raw.clone())
+        .await?;
+    let version = info
+        .lines()
+        .find_map(|l| l.strip_prefix("redis_version:"))
+        .unwrap_or("?");
+    println!("server {version}, {} client cores\n", num_cpus());
+
+    // Raw round trips.
+    let ping = time_each(ITERATIONS, |_| {
+        let mut raw = raw.clone();
+        async move {
+            redis::cmd("PING")
+                .query_async::<String>(&mut raw)
+                .await
+                .map(drop)
+                .map_err(failed("PING"))
+        }
+    })
+    .await?;
+    let set_nx = time_each(ITERATIONS, |i| {
+        let mut raw = raw.clone();
+        async move {
+            redis::cmd("SET")
+                .arg(format!("raw:set:{i}"))
+                .arg("x")
+                .arg("NX")
+                .arg("PX")
+                .arg(1_000)
+                .query_async::<Option<String>>(&mut raw)
+                .await
+                .map(drop)
+                .map_err(failed("SET NX PX"))
+        }
+    })
+    .await?;
+    let compare_and_delete = redis::Script::new(COMPARE_AND_DELETE);
+    let evalsha = time_each(ITERATIONS, |i| {
+        let (mut raw, script) = (raw.clone(), compare_and_delete.clone());
+        async move {
+            script
+                .key(format!("raw:evalsha:{i}"))
+                .arg("nobody")
+                .invoke_async::<i64>(&mut raw)
+                .await
+                .map(drop)
+                .map_err(failed("EVALSHA"))
+        }
+    })
+    .await?;
+
+    // The raw cycles and ours in alternating rounds, so all see the same machine load.
+    cycle(&ours, "cycle", TTL, 200).await?;
+    let (mut raw_samples, mut unsafe_samples, mut our_samples) =
+        (Vec::new(), Vec::new(), Vec::new());
+    let mut raw_conn = raw.clone();
+    for _ in 0..ROUNDS {
+        for _ in 0..ITERATIONS / ROUNDS {
+            let started = Instant::now();
+            raw_cycle(&mut raw_conn, &compare_and_delete, "raw:cycle").await?;
+            raw_samples.push(started.elapsed());
+        }
+        for _ in 0..ITERATIONS / ROUNDS {
+            let started = Instant::now();
+            unsafe_cycle(&mut raw_conn, "raw:unsafe-cycle").await?;
+            unsafe_samples.push(started.elapsed());
+        }
+        for _ in 0..ITERATIONS / ROUNDS {
+            let started = Instant::now();
+            let lease = ours.try_acquire("cycle", TTL).await?;
+            let _ = ours.release(&lease).await?;
+            our_samples.push(started.elapsed());
+        }
+    }
+    let raw_cycles = Samples::new(raw_samples);
+    let unsafe_cycles = Samples::new(unsafe_samples);
+    let our_cycles = Samples::new(our_samples);
+
+    // Throughput: 64 tasks on distinct keys over one multiplexed connection each way, with the
+    // server's own time per cycle from INFO commandstats.
+    let mut admin = raw.clone();
+    reset_stats(&mut admin).await?;
+    let raw_started = Instant::now();
+    let raw_rate = throughput(TASKS, RUN_FOR, {
+        let (raw, script) = (raw.clone(), compare_and_delete.clone());
+        move |task, _| {
+            let (mut raw, script) = (raw.clone(), script.clone());
+            async move { raw_cycle(&mut raw, &script, &format!("raw:throughput:{task}")).await }
+        }
+    })
+    .await?;
+    let raw_server_us =
+        server_usec(&mut admin).await? as f64 / (raw_rate * raw_started.elapsed().as_secs_f64());
+    reset_stats(&mut admin).await?;
+    let our_started = Instant::now();
+    let our_rate = lock_throughput(ours.clone(), "throughput:", TTL, TASKS, RUN_FOR).await?;
+    let our_server_us =
+        server_usec(&mut admin).await? as f64 / (our_rate * our_started.elapsed().as_secs_f64());
+
+    // Handoff: 8 waiters on one key, one store handle (two connections) each.
+    let mut handles: Vec<DynLockStore> = Vec::new();
+    for _ in 0..WAITERS {
+        handles.push(Arc::new(RedisStore::connect(config.clone()).await?));
+    }
+    let handoffs = handoff_to_another(handles.clone(), "handoff", TTL, HANDOFFS).await?;
+    let reacquiring = handoff(handles, "handoff-any", TTL, HANDOFFS).await?;
+
+    // The peer: rslock on the same server, one LockManager per waiter.
+    let peer: DynLockStore = Arc::new(Rslock {
+        manager: rslock::LockManager::new(vec![url.as_str()]),
+    });
+    let peer_cycles = cycle(&peer, "rslock:cycle", TTL, ITERATIONS / 4).await?;
+    let mut peer_handles: Vec<DynLockStore> = Vec::new();
+    for _ in 0..WAITERS {
+        peer_handles.push(Arc::new(Rslock {
+            manager: rslock::LockManager::new(vec![url.as_str()]),
+        }));
+    }
+    let peer_handoffs =
+        handoff_to_another(peer_handles, "rslock:handoff", TTL, PEER_HANDOFFS).await?;
+
+    let rtt = set_nx.p50();
+    let mut table = Table::default();
+    table.latency("raw PING p50", ping.p50());
+    table.latency("raw SET NX PX p50 (the raw round trip)", rtt);
+    table.latency("raw EVALSHA compare-and-delete p50", evalsha.p50());
+    table.latency("raw cycle: SET NX PX + EVALSHA p50", raw_cycles.p50());
+    table.latency("raw cycle p99", raw_cycles.p99());
+    table
+        .latency("SET NX PX + DEL (unsafe floor) p50", unsafe_cycles.p50())
+        .ratio(us(unsafe_cycles.p50()) / us(raw_cycles.p50()), None);
+    let cycle_ratio = us(our_cycles.p50()) / us(raw_cycles.p50());
+    table
+        .latency("ours: try_acquire + release p50", our_cycles.p50())
+        .ratio(
+            cycle_ratio,
+            Some(("≤ 1.15× the raw cycle", cycle_ratio <= 1.15)),
+        );
+    table
+        .latency("ours: try_acquire + release p99", our_cycles.p99())
+        .ratio(us(our_cycles.p99()) / us(raw_cycles.p99()), None);
+    table.rate(format!("raw cycle, {TASKS} tasks, distinct keys"), raw_rate);
+    let rate_ratio = our_rate / raw_rate;
+    table
+        .rate(format!("ours, {TASKS} tasks, distinct keys"), our_rate)
+        .ratio(rate_ratio, Some(("≥ 0.8× raw", rate_ratio >= 0.8)));
+    table.push(
+        "  server time per cycle: raw / ours",
+        format!("{raw_server_us:.1} / {our_server_us:.1} µs"),
+    );
+    let handoff_rtts = us(handoffs.p50()) / us(rtt);
+    table
+        .latency(format!("handoff p50, {WAITERS} waiters"), handoffs.p50())
+        .ratio(
+            handoff_rtts,
+            Some(("p50 ≤ 3 raw round trips", handoff_rtts <= 3.0)),
+        );
+    table
+        .latency(format!("handoff p99, {WAITERS} waiters"), handoffs.p99())
+        .ratio(us(handoffs.p99()) / us(rtt), None);
+    table
+        .latency(
+            "  releaser may re-take (conformance::bench) p50",
+            reacquiring.p50(),
+        )
+        .ratio(us(reacquiring.p50()) / us(rtt), None);
+    table
+        .latency("rslock: lock + unlock p50", peer_cycles.p50())
+        .ratio(us(peer_cycles.p50()) / us(raw_cycles.p50()), None);
+    table.latency("rslock: lock + unlock p99", peer_cycles.p99());
+    let better = us(peer_handoffs.p50()) / us(handoffs.p50());
+    table
+        .latency(
+            format!("rslock handoff p50, {WAITERS} waiters"),
+            peer_handoffs.p50(),
+        )
+        .ratio(better, Some(("ours ≥ 10× better", better >= 10.0)));
+    table.latency(
+        format!("rslock handoff p99, {WAITERS} waiters"),
+        peer_handoffs.p99(),
+    );
+    println!("{table}");
+    println!(
+        "ratios: cycle rows to the raw cycle; handoff rows to the raw SET NX PX round trip; \
+         the rslock handoff row is rslock's p50 over ours. Handoffs go to another waiter \
+         (the releaser waits for the next grant before contending again), except the \
+         \"releaser may re-take\" row."
+    );
+    println!(
+        "samples: {ITERATIONS} round trips and cycles each, {} rslock cycles, \
+         {HANDOFFS} handoffs ({PEER_HANDOFFS} for rslock), throughput over {RUN_FOR:?} each",
+        ITERATIONS / 4
+    );
+    Ok(())
+}
+
+fn num_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
