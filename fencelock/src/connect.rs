@@ -30,6 +30,16 @@ pub async fn connect(url: &str) -> Result<DynLockStore> {
     }
     match scheme {
         Scheme::Memory => Ok(Arc::new(named_memory(url))),
+        #[cfg(feature = "redis")]
+        Scheme::Redis => {
+            let config = lock_redis::RedisConfig::from_url(url)?;
+            Ok(Arc::new(lock_redis::RedisStore::connect(config).await?))
+        }
+        #[cfg(feature = "etcd")]
+        Scheme::Etcd => {
+            let config = lock_etcd::EtcdConfig::from_url(url)?;
+            Ok(Arc::new(lock_etcd::EtcdStore::connect(config).await?))
+        }
         #[cfg(feature = "postgres")]
         Scheme::Postgres => {
             let config = lock_postgres::PostgresConfig::from_url(url)?;

@@ -39,6 +39,20 @@ pub async fn forget(url: &str, lease: &Lease) -> Result<()> {
             crate::connect::named_memory(url).forget(lease.key());
             Ok(())
         }
+        #[cfg(feature = "redis")]
+        Scheme::Redis => {
+            // Deleting the lock key is how an operator frees a Redis lock.
+            let config = lock_redis::RedisConfig::from_url(url)?;
+            let store = lock_redis::RedisStore::connect(config).await?;
+            store.evict(lease.key()).await.map(drop)
+        }
+        #[cfg(feature = "etcd")]
+        Scheme::Etcd => {
+            // Deleting the holder's key frees an etcd lock; its lease may serve others.
+            let config = lock_etcd::EtcdConfig::from_url(url)?;
+            let store = lock_etcd::EtcdStore::connect(config).await?;
+            store.evict(lease.key()).await.map(drop)
+        }
         #[cfg(feature = "postgres")]
         Scheme::Postgres => {
             // Ending the holder's session is how an operator frees an advisory lock.

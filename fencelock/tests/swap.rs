@@ -39,3 +39,17 @@ fn swap_example_runs_on_postgres() {
     let server = test_servers::PostgresServer::start().expect("postgresql");
     run_swap(&server.url());
 }
+
+#[cfg(feature = "redis")]
+#[test]
+fn swap_example_runs_on_redis() {
+    let server = test_servers::RedisServer::start().expect("redis-server");
+    run_swap(&server.url());
+}
+
+#[cfg(feature = "etcd")]
+#[test]
+fn swap_example_runs_on_etcd() {
+    let server = test_servers::EtcdServer::start().expect("etcd");
+    run_swap(&server.url());
+}

@@ -67,3 +67,37 @@ mod postgres {
         )
     );
 }
+
+#[cfg(feature = "redis")]
+mod redis {
+    use std::sync::OnceLock;
+
+    use test_servers::RedisServer;
+
+    static SERVER: OnceLock<RedisServer> = OnceLock::new();
+
+    fn url() -> String {
+        SERVER
+            .get_or_init(|| RedisServer::start().expect("Redis for the lockctl tests"))
+            .url()
+    }
+
+    store_cases!(url(), format!("redis://127.0.0.1:{}", super::closed_port()));
+}
+
+#[cfg(feature = "etcd")]
+mod etcd {
+    use std::sync::OnceLock;
+
+    use test_servers::EtcdServer;
+
+    static SERVER: OnceLock<EtcdServer> = OnceLock::new();
+
+    fn url() -> String {
+        SERVER
+            .get_or_init(|| EtcdServer::start().expect("etcd for the lockctl tests"))
+            .url()
+    }
+
+    store_cases!(url(), format!("etcd://127.0.0.1:{}", super::closed_port()));
+}
