@@ -94,10 +94,12 @@
 #![warn(missing_docs)]
 
 mod config;
+mod redlock;
 mod store;
 mod subscriber;
 
 pub use config::{
     RedisConfig, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, MAX_PREFIX_LEN,
 };
+pub use redlock::{RedlockConfig, RedlockStore};
 pub use store::{RedisStore, WAIT_CAP};

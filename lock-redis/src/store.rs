@@ -355,6 +355,16 @@ impl RedisStore {
         .await
     }
 
+    /// A clone of the shared command connection, for Redlock's per-node fan-out.
+    pub(crate) fn connection(&self) -> ConnectionManager {
+        self.inner.conn.clone()
+    }
+
+    /// The handle's pub/sub side, for Redlock's waiters.
+    pub(crate) fn subscriber(&self) -> &ReleaseSubscriber {
+        &self.inner.subscriber
+    }
+
     pub(crate) fn names(&self, key: &str) -> KeyNames {
         KeyNames::new(&self.inner.config.prefix, key)
     }

@@ -1,0 +1,75 @@
+//! The whole conformance suite against Redlock over five real, independent redis-servers.
+
+use std::sync::{Arc, OnceLock};
+
+use conformance::{async_trait, StoreFactory};
+use lock_core::{DynLockStore, Lease};
+use lock_redis::{RedlockConfig, RedlockStore};
+use test_servers::RedisServer;
+
+/// Five masters for every test of this file. test-servers kills them when the test process
+/// exits (parent-death signal), although a static is never dropped.
+static SERVERS: OnceLock<Vec<RedisServer>> = OnceLock::new();
+
+fn redlock_url() -> String {
+    let servers =
+        SERVERS.get_or_init(|| RedisServer::start_many(5).unwrap_or_else(|e| panic!("{e}")));
+    let hosts: Vec<String> = servers
+        .iter()
+        .map(|s| format!("127.0.0.1:{}", s.port()))
+        .collect();
+    // Generous per-node timeouts: the cases run in parallel on a loaded machine.
+    format!(
+        "redlock://{}?connect_timeout=30s&command_timeout=2s",
+        hosts.join(",")
+    )
+}
+
+/// A loopback port that was just free: nothing listens there.
+fn closed_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+async fn store(url: &str) -> RedlockStore {
+    RedlockStore::connect(RedlockConfig::from_url(url).expect("config"))
+        .await
+        .expect("connect")
+}
+
+struct RedlockFactory {
+    url: String,
+}
+
+#[async_trait]
+impl StoreFactory for RedlockFactory {
+    async fn handle(&self) -> DynLockStore {
+        Arc::new(store(&self.url).await)
+    }
+
+    async fn unreachable_handle(&self) -> DynLockStore {
+        let url = format!(
+            "redlock://127.0.0.1:{},127.0.0.1:{},127.0.0.1:{}?connect_timeout=1s&command_timeout=1s",
+            closed_port(),
+            closed_port(),
+            closed_port()
+        );
+        Arc::new(
+            RedlockStore::connect_lazy(RedlockConfig::from_url(&url).expect("config"))
+                .expect("lazy handle"),
+        )
+    }
+
+    /// An operator deletes the holder's key on every node (the fences stay).
+    async fn forget(&self, lease: &Lease) {
+        let admin = store(&self.url).await;
+        assert!(
+            admin.evict(lease.key()).await.expect("evict"),
+            "the lease's key was not there to forget"
+        );
+    }
+}
+
+conformance::conformance_tests!(async { Arc::new(RedlockFactory { url: redlock_url() }) });
