@@ -40,6 +40,7 @@ mod lease;
 mod memory;
 mod scoped;
 mod store;
+pub mod url;
 pub mod validate;
 
 pub use capabilities::Capabilities;

@@ -4,6 +4,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
+use lock_core::url::{parse_timeout, redact};
 use lock_core::{Error, Result};
 use sqlx::postgres::{PgConnectOptions, PgSslMode};
 use url::Url;
@@ -101,7 +102,7 @@ impl PostgresConfig {
                 parsed.scheme()
             )));
         }
-        let redacted = redact(&parsed);
+        let redacted = redact(parsed.as_str());
 
         let mut config = PostgresConfig {
             connect: PgConnectOptions::new_without_pgpass(),
@@ -250,29 +251,6 @@ fn requires_tls(mode: PgSslMode) -> bool {
     )
 }
 
-/// The URL with the userinfo password and a `password=` option replaced by `***`.
-fn redact(url: &Url) -> String {
-    let mut shown = url.clone();
-    if shown.password().is_some() {
-        let _ = shown.set_password(Some("***"));
-    }
-    if shown.query_pairs().any(|(k, _)| k == "password") {
-        let pairs: Vec<(String, String)> = shown
-            .query_pairs()
-            .map(|(k, v)| {
-                let v = if k == "password" {
-                    "***".to_owned()
-                } else {
-                    v.into_owned()
-                };
-                (k.into_owned(), v)
-            })
-            .collect();
-        shown.query_pairs_mut().clear().extend_pairs(pairs);
-    }
-    shown.to_string()
-}
-
 fn check_namespace(value: &str) -> Result<String> {
     if value.is_empty() || value.len() > 63 || value.contains('\0') {
         return Err(Error::invalid(
@@ -300,27 +278,6 @@ fn check_identifier(what: &str, value: &str) -> Result<String> {
         ));
     }
     Ok(value.to_owned())
-}
-
-/// `10` (seconds, as libpq's `connect_timeout`), `10s` or `250ms`; never zero.
-fn parse_timeout(what: &str, value: &str) -> Result<Duration> {
-    let parsed = if let Some(ms) = value.strip_suffix("ms") {
-        ms.parse().ok().map(Duration::from_millis)
-    } else {
-        value
-            .strip_suffix('s')
-            .unwrap_or(value)
-            .parse()
-            .ok()
-            .map(Duration::from_secs)
-    };
-    match parsed {
-        Some(timeout) if !timeout.is_zero() => Ok(timeout),
-        _ => Err(Error::invalid(
-            "url",
-            format!("{what} must be a positive number of seconds (`5`, `5s`) or milliseconds (`500ms`), not {value:?}"),
-        )),
-    }
 }
 
 #[cfg(test)]

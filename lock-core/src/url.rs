@@ -1,0 +1,150 @@
+//! Pieces every store's URL parser needs, so `redis://`, `etcd://` and `postgres://` read their
+//! options the same way and print without passwords.
+
+use std::time::Duration;
+
+use crate::{Error, Result};
+
+/// A timeout option: `5` (seconds), `5s` or `250ms`; never zero. `what` names the option in the
+/// error, which is [`Error::InvalidInput`] on the `"url"`.
+pub fn parse_timeout(what: &str, value: &str) -> Result<Duration> {
+    let parsed = if let Some(ms) = value.strip_suffix("ms") {
+        ms.parse().ok().map(Duration::from_millis)
+    } else {
+        value
+            .strip_suffix('s')
+            .unwrap_or(value)
+            .parse()
+            .ok()
+            .map(Duration::from_secs)
+    };
+    match parsed {
+        Some(timeout) if !timeout.is_zero() => Ok(timeout),
+        _ => Err(Error::invalid(
+            "url",
+            format!(
+                "{what} must be a positive number of seconds (`5`, `5s`) or milliseconds \
+                 (`500ms`), not {value:?}"
+            ),
+        )),
+    }
+}
+
+/// Decodes `%XX` escapes, as in a URL's user name and password (which keep `+` literally,
+/// unlike a query string). `None` if an escape is malformed or the result is not UTF-8.
+pub fn percent_decode(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = text.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// `url` with any password replaced by `***`, for messages and logs: the one in the userinfo
+/// and a `password=` query option (libpq accepts one). Works on URLs with several hosts
+/// (`etcd://a:1,b:2`, `redlock://…`), which `url::Url` cannot parse, and on text that is not a
+/// URL at all (returned as it is).
+pub fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    let authority = match authority.rsplit_once('@') {
+        Some((userinfo, hosts)) => {
+            let user = userinfo.split_once(':').map_or(userinfo, |(user, _)| user);
+            let password = if userinfo.contains(':') { ":***" } else { "" };
+            format!("{user}{password}@{hosts}")
+        }
+        None => authority.to_owned(),
+    };
+    format!("{scheme}://{authority}{}", redact_query(tail))
+}
+
+/// The path, query and fragment with the value of every `password` option masked.
+fn redact_query(tail: &str) -> String {
+    let Some((path, query)) = tail.split_once('?') else {
+        return tail.to_owned();
+    };
+    let (query, fragment) = query
+        .split_once('#')
+        .map_or((query, None), |(q, f)| (q, Some(f)));
+    let options: Vec<String> = query
+        .split('&')
+        .map(|option| match option.split_once('=') {
+            Some((name, _)) if name.eq_ignore_ascii_case("password") => format!("{name}=***"),
+            _ => option.to_owned(),
+        })
+        .collect();
+    let fragment = fragment.map_or(String::new(), |f| format!("#{f}"));
+    format!("{path}?{}{fragment}", options.join("&"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timeouts_take_seconds_or_milliseconds_and_never_zero() {
+        assert_eq!(parse_timeout("t", "5").ok(), Some(Duration::from_secs(5)));
+        assert_eq!(parse_timeout("t", "5s").ok(), Some(Duration::from_secs(5)));
+        assert_eq!(
+            parse_timeout("t", "250ms").ok(),
+            Some(Duration::from_millis(250))
+        );
+        for bad in ["0", "0ms", "", "soon", "-1", "5m", "1.5s"] {
+            let error = parse_timeout("connect_timeout", bad).unwrap_err();
+            assert!(
+                error.to_string().contains("connect_timeout"),
+                "{bad}: {error}"
+            );
+        }
+    }
+
+    #[test]
+    fn percent_escapes_decode_and_bad_ones_are_refused() {
+        assert_eq!(percent_decode("p%40ss+w").as_deref(), Some("p@ss+w"));
+        assert_eq!(percent_decode("%E2%9C%93").as_deref(), Some("✓"));
+        assert_eq!(percent_decode("%4"), None);
+        assert_eq!(percent_decode("%zz"), None);
+        assert_eq!(percent_decode("%ff"), None);
+    }
+
+    #[test]
+    fn passwords_never_survive_redaction() {
+        let table = [
+            ("redis://:hunter2@h:6379/0", "redis://:***@h:6379/0"),
+            ("redis://user:hunter2@h:6379", "redis://user:***@h:6379"),
+            (
+                "etcd://root:hunter2@a:1,b:2?prefix=x",
+                "etcd://root:***@a:1,b:2?prefix=x",
+            ),
+            ("postgres://u:p%40ss@h/db", "postgres://u:***@h/db"),
+            ("postgres://u@h/db", "postgres://u@h/db"),
+            ("memory://", "memory://"),
+            ("redis://h/x?note=a@b", "redis://h/x?note=a@b"),
+            ("not a url", "not a url"),
+            (
+                "postgres://h/db?sslmode=require&password=hunter2&x=1",
+                "postgres://h/db?sslmode=require&password=***&x=1",
+            ),
+            (
+                "postgresql://h/db?PASSWORD=hunter2",
+                "postgresql://h/db?PASSWORD=***",
+            ),
+        ];
+        for (url, expected) in table {
+            assert_eq!(redact(url), expected);
+            assert!(!redact(url).contains("hunter2"));
+        }
+    }
+}
