@@ -1,0 +1,309 @@
+//! Redlock under faults, five real redis-servers per test: a minority stopped (SIGSTOP) or
+//! killed, a majority down, a node whose counter runs far ahead leaving the majority, and a
+//! randomized run where the live nodes change between acquisitions.
+
+use std::time::Duration;
+
+use lock_core::{Acquire, Error, Extend, KeyStatus, LockStore, Release, ReleaseOutcome};
+use lock_redis::{RedlockConfig, RedlockStore};
+use rand::seq::SliceRandom;
+use test_servers::RedisServer;
+use tokio::time::{sleep, Instant};
+
+/// Generous: other test binaries share the two cores.
+const SLACK: Duration = Duration::from_millis(750);
+const TTL: Duration = Duration::from_secs(5);
+
+fn start_five() -> Vec<RedisServer> {
+    RedisServer::start_many(5).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// A Redlock URL over `servers`; the per-node timeout is short so stopped nodes cost little,
+/// but far above a loopback round trip on a loaded machine.
+fn url(servers: &[RedisServer]) -> String {
+    let hosts: Vec<String> = servers
+        .iter()
+        .map(|s| format!("127.0.0.1:{}", s.port()))
+        .collect();
+    format!(
+        "redlock://{}?connect_timeout=10s&command_timeout=500ms&retry_jitter=20ms",
+        hosts.join(",")
+    )
+}
+
+async fn store(servers: &[RedisServer]) -> RedlockStore {
+    RedlockStore::connect(RedlockConfig::from_url(&url(servers)).expect("config"))
+        .await
+        .expect("connect")
+}
+
+async fn admin(server: &RedisServer) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(server.url())
+        .expect("client")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("admin connection")
+}
+
+fn lock_key(key: &str) -> String {
+    format!("fencelock:{{{key}}}:lock")
+}
+
+fn fence_key(key: &str) -> String {
+    format!("fencelock:{{{key}}}:fence")
+}
+
+async fn exists(server: &RedisServer, name: &str) -> bool {
+    let mut conn = admin(server).await;
+    let found: i64 = redis::cmd("EXISTS")
+        .arg(name)
+        .query_async(&mut conn)
+        .await
+        .expect("EXISTS");
+    found == 1
+}
+
+async fn fence(server: &RedisServer, key: &str) -> u64 {
+    let mut conn = admin(server).await;
+    let fence: Option<u64> = redis::cmd("GET")
+        .arg(fence_key(key))
+        .query_async(&mut conn)
+        .await
+        .expect("GET fence");
+    fence.unwrap_or(0)
+}
+
+/// Acquires (waiting a little, since a stopped node's stale grant may linger), extends and
+/// releases `key`, asserting the token is above `last`; gives the token.
+async fn cycle(store: &RedlockStore, key: &str, last: u64) -> u64 {
+    let lease = store
+        .acquire(key, TTL, Duration::from_secs(10))
+        .await
+        .unwrap_or_else(|e| panic!("acquire after token {last}: {e}"));
+    assert!(
+        lease.fencing_token() > last,
+        "token {} after {last}",
+        lease.fencing_token()
+    );
+    store.extend(&lease).await.expect("extend with a quorum up");
+    assert_eq!(
+        store.release(&lease).await.expect("release"),
+        ReleaseOutcome::Released
+    );
+    lease.fencing_token()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_of_five_stopped_locks_still_work_and_tokens_grow() {
+    let servers = start_five();
+    let store = store(&servers).await;
+    let key = "faults:two-stopped";
+    let mut last = cycle(&store, key, 0).await;
+    servers[1].pause().expect("SIGSTOP");
+    servers[3].pause().expect("SIGSTOP");
+    for _ in 0..10 {
+        last = cycle(&store, key, last).await;
+    }
+    // A held key is still exclusive with two nodes frozen.
+    let lease = store.try_acquire(key, TTL).await.expect("acquire");
+    assert!(lease.fencing_token() > last);
+    match store.try_acquire(key, TTL).await {
+        Err(Error::Busy { .. }) => {}
+        other => panic!("a second holder with two nodes stopped: {other:?}"),
+    }
+    match store.status(key).await.expect("status") {
+        KeyStatus::Held { owner, .. } => assert_eq!(owner, Some(lease.owner())),
+        other => panic!("status of a held key: {other:?}"),
+    }
+    assert_eq!(
+        store.release(&lease).await.expect("release"),
+        ReleaseOutcome::Released
+    );
+    servers[1].resume().expect("SIGCONT");
+    servers[3].resume().expect("SIGCONT");
+    cycle(&store, key, lease.fencing_token()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_of_five_killed_then_restarted_empty_keep_tokens_growing() {
+    let mut servers = start_five();
+    let store = store(&servers).await;
+    let key = "faults:two-killed";
+    let mut last = cycle(&store, key, 0).await;
+    servers[0].kill().expect("kill");
+    servers[4].kill().expect("kill");
+    for _ in 0..10 {
+        last = cycle(&store, key, last).await;
+    }
+    // The documented assumption: a node that lost its data stays down longer than the TTL.
+    sleep(TTL + SLACK).await;
+    servers[0].restart().expect("restart empty");
+    servers[4].restart().expect("restart empty");
+    assert_eq!(
+        fence(&servers[0], key).await,
+        0,
+        "the restart lost the fence"
+    );
+    // Now stop two of the nodes that kept their data: the majority is the two empty nodes
+    // and one that remembers.
+    servers[1].pause().expect("SIGSTOP");
+    servers[2].pause().expect("SIGSTOP");
+    for _ in 0..10 {
+        last = cycle(&store, key, last).await;
+    }
+    servers[1].resume().expect("SIGCONT");
+    servers[2].resume().expect("SIGCONT");
+    cycle(&store, key, last).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_counter_far_ahead_does_not_pull_tokens_back_when_its_node_leaves_the_majority() {
+    let servers = start_five();
+    let store = store(&servers).await;
+    let key = "faults:far-ahead";
+    let first = cycle(&store, key, 0).await;
+    // Node 0's counter runs far ahead of every other node's (a fast clock, many grants).
+    let ahead = first + 1_000_000_000_000;
+    let mut conn = admin(&servers[0]).await;
+    let _: () = redis::cmd("SET")
+        .arg(fence_key(key))
+        .arg(ahead)
+        .query_async(&mut conn)
+        .await
+        .expect("SET fence");
+    let lease = store.try_acquire(key, TTL).await.expect("acquire");
+    assert!(
+        lease.fencing_token() > ahead,
+        "node 0 granted too, so the maximum is its token: {}",
+        lease.fencing_token()
+    );
+    let raised = futures_util::future::join_all(servers.iter().map(|s| fence(s, key))).await;
+    assert!(
+        raised
+            .iter()
+            .filter(|f| **f >= lease.fencing_token())
+            .count()
+            >= 3,
+        "a quorum's fences were raised to the token before it was handed out: {raised:?}"
+    );
+    assert_eq!(
+        store.release(&lease).await.expect("release"),
+        ReleaseOutcome::Released
+    );
+    // Node 0 leaves; the next majority never saw its counter, only the raise.
+    servers[0].pause().expect("SIGSTOP");
+    let next = cycle(&store, key, lease.fencing_token()).await;
+    assert!(next > ahead);
+    servers[0].resume().expect("SIGCONT");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_of_five_down_give_a_quorum_error_and_leave_nothing_held_past_the_ttl() {
+    let mut servers = start_five();
+    let store = store(&servers).await;
+    let key = "faults:majority-down";
+    let ttl = Duration::from_secs(2);
+    servers[0].pause().expect("SIGSTOP");
+    servers[2].pause().expect("SIGSTOP");
+    servers[4].kill().expect("kill");
+
+    let started = Instant::now();
+    let error = store
+        .try_acquire(key, ttl)
+        .await
+        .expect_err("no quorum with three of five down");
+    assert!(error.is_retryable(), "{error}");
+    let message = error.to_string();
+    assert!(message.contains("no quorum of 3 out of 5"), "{message}");
+    for server in &servers {
+        assert!(
+            message.contains(&format!("127.0.0.1:{}", server.port())),
+            "the error names every node: {message}"
+        );
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the error came within the retries' bounds, not a hang: {:?}",
+        started.elapsed()
+    );
+    // The failed round released what the two live nodes granted.
+    for live in [&servers[1], &servers[3]] {
+        assert!(
+            !exists(live, &lock_key(key)).await,
+            "a live node kept the failed round's lock"
+        );
+    }
+    match store.acquire(key, ttl, Duration::from_secs(1)).await {
+        Err(error) => assert!(error.is_retryable(), "{error}"),
+        Ok(lease) => panic!("a lease without a quorum: {lease:?}"),
+    }
+    // A new handle cannot connect either, and says why for each node.
+    match RedlockStore::connect(RedlockConfig::from_url(&url(&servers)).expect("config")).await {
+        Err(Error::Unavailable { message, .. }) => {
+            assert!(message.contains("no quorum"), "{message}");
+            assert!(
+                message.contains(&format!("127.0.0.1:{}", servers[4].port())),
+                "{message}"
+            );
+        }
+        other => panic!("connect with a majority down: {other:?}"),
+    }
+
+    // The frozen nodes wake up with the requests they were sent still queued: whatever
+    // they grant is released in order or expires at its TTL.
+    servers[0].resume().expect("SIGCONT");
+    servers[2].resume().expect("SIGCONT");
+    sleep(ttl + SLACK).await;
+    for live in &servers[..4] {
+        assert!(
+            !exists(live, &lock_key(key)).await,
+            "a lock outlived its TTL on 127.0.0.1:{}",
+            live.port()
+        );
+    }
+    servers[4].restart().expect("restart");
+    cycle(&store, key, 0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_keep_growing_while_the_live_nodes_change_between_acquisitions() {
+    let servers = start_five();
+    let store = store(&servers).await;
+    let key = "faults:randomized";
+    let mut stopped = [false; 5];
+    let mut last = 0;
+    let mut rng = rand::rng();
+    let mut indexes = [0usize, 1, 2, 3, 4];
+    for round in 0..200 {
+        // Up to two nodes down, a different set each time.
+        indexes.shuffle(&mut rng);
+        let down = rand::random_range(0..=2);
+        for (position, node) in indexes.iter().enumerate() {
+            let stop = position < down;
+            if stop && !stopped[*node] {
+                servers[*node].pause().expect("SIGSTOP");
+            } else if !stop && stopped[*node] {
+                servers[*node].resume().expect("SIGCONT");
+            }
+            stopped[*node] = stop;
+        }
+        let lease = store
+            .acquire(key, TTL, Duration::from_secs(10))
+            .await
+            .unwrap_or_else(|e| panic!("round {round} with nodes {stopped:?} stopped: {e}"));
+        assert!(
+            lease.fencing_token() > last,
+            "round {round} with nodes {stopped:?} stopped: token {} after {last}",
+            lease.fencing_token()
+        );
+        last = lease.fencing_token();
+        // Released on the live nodes; a stopped node runs its queued acquire and release in
+        // order when it resumes.
+        let _ = store.release(&lease).await;
+    }
+    for (node, stopped) in stopped.iter().enumerate() {
+        if *stopped {
+            servers[node].resume().expect("SIGCONT");
+        }
+    }
+}
