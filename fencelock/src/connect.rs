@@ -35,6 +35,11 @@ pub async fn connect(url: &str) -> Result<DynLockStore> {
             let config = lock_redis::RedisConfig::from_url(url)?;
             Ok(Arc::new(lock_redis::RedisStore::connect(config).await?))
         }
+        #[cfg(feature = "redis")]
+        Scheme::Redlock => {
+            let config = lock_redis::RedlockConfig::from_url(url)?;
+            Ok(Arc::new(lock_redis::RedlockStore::connect(config).await?))
+        }
         #[cfg(feature = "etcd")]
         Scheme::Etcd => {
             let config = lock_etcd::EtcdConfig::from_url(url)?;

@@ -19,8 +19,14 @@ pub async fn unreachable(url: &str) -> Result<DynLockStore> {
         store.set_reachable(false);
         return Ok(Arc::new(store));
     }
-    let closed = closed_port()?;
-    let target = retarget(url, &format!("127.0.0.1:{closed}"));
+    // Redlock needs a quorum of distinct nodes, all of them closed.
+    let nodes = if scheme == Scheme::Redlock { 3 } else { 1 };
+    let hosts = closed_ports(nodes)?
+        .iter()
+        .map(|port| format!("127.0.0.1:{port}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let target = retarget(url, &hosts);
     match crate::connect(&target).await {
         Ok(store) => Ok(store),
         Err(error) if error.is_retryable() => Ok(Arc::new(Refused(error.to_string()))),
@@ -46,6 +52,13 @@ pub async fn forget(url: &str, lease: &Lease) -> Result<()> {
             let store = lock_redis::RedisStore::connect(config).await?;
             store.evict(lease.key()).await.map(drop)
         }
+        #[cfg(feature = "redis")]
+        Scheme::Redlock => {
+            // Deleting the lock key on every master frees a Redlock lock.
+            let config = lock_redis::RedlockConfig::from_url(url)?;
+            let store = lock_redis::RedlockStore::connect(config).await?;
+            store.evict(lease.key()).await.map(drop)
+        }
         #[cfg(feature = "etcd")]
         Scheme::Etcd => {
             // Deleting the holder's key frees an etcd lock; its lease may serve others.
@@ -67,15 +80,17 @@ pub async fn forget(url: &str, lease: &Lease) -> Result<()> {
     }
 }
 
-/// A port on loopback that nothing listens on (bound, read, released).
-fn closed_port() -> Result<u16> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0")
+/// `count` distinct ports on loopback that nothing listens on (bound together, read, released).
+fn closed_ports(count: usize) -> Result<Vec<u16>> {
+    let listeners = (0..count)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
+        .collect::<std::io::Result<Vec<_>>>()
         .map_err(|e| Error::unavailable("cannot find a free loopback port", e))?;
-    let port = listener
-        .local_addr()
-        .map_err(|e| Error::unavailable("cannot find a free loopback port", e))?
-        .port();
-    Ok(port)
+    listeners
+        .iter()
+        .map(|listener| listener.local_addr().map(|addr| addr.port()))
+        .collect::<std::io::Result<Vec<_>>>()
+        .map_err(|e| Error::unavailable("cannot find a free loopback port", e))
 }
 
 /// `url` with its host list replaced by `hosts`, keeping scheme, user info, path and query.
@@ -88,12 +103,6 @@ fn retarget(url: &str, hosts: &str) -> String {
     let user = authority
         .rsplit_once('@')
         .map_or(String::new(), |(user, _)| format!("{user}@"));
-    let hosts = if scheme == "redlock" {
-        // A quorum of closed ports.
-        [hosts, hosts, hosts].join(",")
-    } else {
-        hosts.to_owned()
-    };
     format!("{scheme}://{user}{hosts}{tail}")
 }
 
@@ -161,8 +170,11 @@ mod tests {
             "etcd://127.0.0.1:9?prefix=x"
         );
         assert_eq!(
-            retarget("redlock://a:1,b:2,c:3", "127.0.0.1:9"),
-            "redlock://127.0.0.1:9,127.0.0.1:9,127.0.0.1:9"
+            retarget(
+                "redlock://a:1,b:2,c:3?prefix=x",
+                "127.0.0.1:7,127.0.0.1:8,127.0.0.1:9"
+            ),
+            "redlock://127.0.0.1:7,127.0.0.1:8,127.0.0.1:9?prefix=x"
         );
     }
 }

@@ -53,3 +53,14 @@ fn swap_example_runs_on_etcd() {
     let server = test_servers::EtcdServer::start().expect("etcd");
     run_swap(&server.url());
 }
+
+#[cfg(feature = "redis")]
+#[test]
+fn swap_example_runs_on_redlock() {
+    let servers = test_servers::RedisServer::start_many(5).expect("redis-server");
+    let hosts: Vec<String> = servers
+        .iter()
+        .map(|server| format!("127.0.0.1:{}", server.port()))
+        .collect();
+    run_swap(&format!("redlock://{}", hosts.join(",")));
+}

@@ -101,3 +101,35 @@ mod etcd {
 
     store_cases!(url(), format!("etcd://127.0.0.1:{}", super::closed_port()));
 }
+
+#[cfg(feature = "redis")]
+mod redlock {
+    use std::sync::OnceLock;
+
+    use test_servers::RedisServer;
+
+    static SERVERS: OnceLock<Vec<RedisServer>> = OnceLock::new();
+
+    fn url() -> String {
+        let servers = SERVERS.get_or_init(|| {
+            RedisServer::start_many(5).expect("five Redis masters for the lockctl tests")
+        });
+        let hosts: Vec<String> = servers
+            .iter()
+            .map(|server| format!("127.0.0.1:{}", server.port()))
+            .collect();
+        format!("redlock://{}", hosts.join(","))
+    }
+
+    store_cases!(url(), {
+        // Three distinct closed ports: a node listed twice is refused as bad input.
+        let listeners: Vec<std::net::TcpListener> = (0..3)
+            .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback"))
+            .collect();
+        let hosts: Vec<String> = listeners
+            .iter()
+            .map(|l| format!("127.0.0.1:{}", l.local_addr().expect("local addr").port()))
+            .collect();
+        format!("redlock://{}", hosts.join(","))
+    });
+}
