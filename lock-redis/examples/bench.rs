@@ -307,7 +307,11 @@ async fn main() -> Result<(), Box<dyn Error>> {
         .lines()
         .find_map(|l| l.strip_prefix("redis_version:"))
         .unwrap_or("?");
-    println!("server {version}, {} client cores\n", num_cpus());
+    println!(
+        "server {version}, {} cores, load average {} (other work on this machine skews every figure)\n",
+        num_cpus(),
+        load_average()
+    );
 
     // Raw round trips.
     let ping = time_each(ITERATIONS, |_| {
@@ -489,12 +493,21 @@ async fn main() -> Result<(), Box<dyn Error>> {
          (the releaser waits for the next grant before contending again), except the \
          \"releaser may re-take\" row."
     );
+    println!("load average at the end: {}", load_average());
     println!(
         "samples: {ITERATIONS} round trips and cycles each, {} rslock cycles, \
          {HANDOFFS} handoffs ({PEER_HANDOFFS} for rslock), throughput over {RUN_FOR:?} each",
         ITERATIONS / 4
     );
     Ok(())
+}
+
+/// The 1, 5 and 15 minute load averages, where Linux tells them.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|| "unknown".into())
 }
 
 fn num_cpus() -> usize {

@@ -194,7 +194,7 @@ pub(crate) fn check_tls(tls: bool) -> Result<()> {
 /// The percent-decoded user name and password of `url`, each `None` when absent or empty.
 pub(crate) fn credentials(url: &Url) -> Result<(Option<String>, Option<String>)> {
     let decode = |what: &str, raw: &str| {
-        percent_decode(raw)
+        lock_core::url::percent_decode(raw)
             .ok_or_else(|| bad_url(format!("the {what} is not valid percent-encoded UTF-8")))
     };
     let user = match url.username() {
@@ -206,24 +206,6 @@ pub(crate) fn credentials(url: &Url) -> Result<(Option<String>, Option<String>)>
         Some(raw) => Some(decode("password", raw)?),
     };
     Ok((user, password))
-}
-
-/// Decodes `%XX` escapes (userinfo keeps `+`, `&` and `=` literally, unlike a query string).
-fn percent_decode(raw: &str) -> Option<String> {
-    let bytes = raw.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = raw.get(i + 1..i + 3)?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 /// `""`, `"/"` or `"/N"` with N a database number (0 to 2³¹).
@@ -276,13 +258,9 @@ pub(crate) fn node_info(
     Ok(info.set_redis_settings(settings))
 }
 
-/// The URL with the userinfo password replaced by `***`.
+/// The URL with its password replaced by `***` (lock-core's redaction, shared by every store).
 pub(crate) fn redact(url: &Url) -> String {
-    let mut shown = url.clone();
-    if shown.password().is_some() {
-        let _ = shown.set_password(Some("***"));
-    }
-    shown.to_string()
+    lock_core::url::redact(url.as_str())
 }
 
 /// Any bytes but `{` and `}` (which would change the Cluster hash tag), at most
@@ -296,24 +274,9 @@ pub(crate) fn check_prefix(value: &str) -> Result<String> {
     Ok(value.to_owned())
 }
 
-/// `5` (seconds), `5s` or `250ms`; never zero.
+/// `5` (seconds), `5s` or `250ms`; never zero (lock-core's rule, shared by every store).
 pub(crate) fn parse_timeout(what: &str, value: &str) -> Result<Duration> {
-    let parsed = if let Some(ms) = value.strip_suffix("ms") {
-        ms.parse().ok().map(Duration::from_millis)
-    } else {
-        value
-            .strip_suffix('s')
-            .unwrap_or(value)
-            .parse()
-            .ok()
-            .map(Duration::from_secs)
-    };
-    match parsed {
-        Some(timeout) if !timeout.is_zero() => Ok(timeout),
-        _ => Err(bad_url(format!(
-            "{what} must be a positive number of seconds (`5`, `5s`) or milliseconds (`500ms`), not {value:?}"
-        ))),
-    }
+    lock_core::url::parse_timeout(what, value)
 }
 
 #[cfg(test)]
