@@ -73,7 +73,10 @@ pub async fn forget(url: &str, lease: &Lease) -> Result<()> {
             let store = lock_postgres::PostgresStore::connect(config).await?;
             store.terminate_holder(lease.key()).await.map(drop)
         }
+        // Reached only in builds without some store's feature.
+        #[allow(unreachable_patterns)]
         scheme if !scheme.is_enabled() => Err(scheme.not_enabled()),
+        #[allow(unreachable_patterns)]
         _ => Err(Error::Unsupported {
             operation: "forget on this store",
         }),
