@@ -87,7 +87,58 @@
 //!
 //! # The URL
 //! `redis://[[user]:password@]host[:port][/db][?prefix=…&connect_timeout=…&command_timeout=…]`,
-//! and `rediss://` for TLS with the crate feature `tls`: see [`RedisConfig`].
+//! and `rediss://` for TLS with the crate feature `tls`: see [`RedisConfig`]. Redlock:
+//! `redlock://[[user]:password@]host:port,host:port,host:port[/db][?…]`, see
+//! [`RedlockConfig`].
+//!
+//! # Redlock
+//! [`RedlockStore`] runs the same scripts on N ≥ 3 independent masters (no replication
+//! between them) from `redlock://host:port,host:port,host:port[/db][?…]` (see
+//! [`RedlockConfig`]). With `q = N/2 + 1`:
+//! - **Acquire** sends the acquire script to every node at once, each under the per-node
+//!   timeout (`command_timeout`, capped at the TTL). It succeeds when `q` nodes granted and
+//!   the lease still has validity: `TTL − elapsed − drift`, with drift `TTL × 0.01 + 2 ms` by
+//!   default and elapsed counted from a clock reading taken before the first request. On
+//!   failure it releases on every node, including those that failed or have not answered,
+//!   and retries up to `retry_count` times after a random delay up to `retry_jitter`. Errors
+//!   from a minority of nodes are tolerated; too many give the retryable
+//!   [`Error::Unavailable`] listing each node's answer or reason. Outcomes are decided as soon
+//!   as they are known, so a frozen minority costs nothing; its requests still run in the
+//!   background up to their timeout.
+//! - **Release** goes to every node: `Released` once `q` nodes deleted this owner's lock,
+//!   `Lost` once it cannot have been held by `q`. **Extend** needs `q` nodes to extend within
+//!   the validity. **Waiting** listens on the key's release channel of every node (each
+//!   node's one pub/sub connection per handle) and is capped at [`WAIT_CAP`] like the
+//!   single-node store. [`RedlockStore::evict`] deletes the lock on every node.
+//!
+//! **Fencing tokens.** Each node mints in its acquire script, as above. A lease is handed out
+//! only after (1) `q` nodes granted it, its token `t` being the **maximum** of their tokens,
+//! and (2) `q` nodes confirmed a script raising their fence to at least `t` (the nodes that
+//! minted `t` already have it). Take any later lease `L'`, one whose requests were sent after
+//! the lease with `t` was handed out: it was granted by `q` nodes, and any two sets of `q` out
+//! of `N` nodes share one, `n`. On `n`, `L'`'s script ran after the raise, so `n` minted at
+//! least `t + 1`, and the token of `L'`, the maximum over its granting nodes, is greater than
+//! `t`. This holds whichever majority grants `L'` and whatever the nodes' clocks read: no node
+//! needs to have seen the previous holder's grant, only the raise.
+//!
+//! **Assumptions.**
+//! - No node loses its data while it is in a majority that raised a token, unless it stays
+//!   down longer than the longest TTL before rejoining (the classic Redlock caveat: a node
+//!   that comes back at once may grant a lock it had granted before, and may be the only node
+//!   shared with the raise). A node that rejoined empty still mints `max(counter + 1, TIME
+//!   µs)`: every earlier token was some node's clock reading at its grant (or a counter just
+//!   past one), so after a downtime longer than the skew between the nodes' clocks the floor
+//!   alone is past it. That is why killed-and-restarted minorities keep tokens growing in the
+//!   fault tests.
+//! - Attempts that overlap in time are ordered by the lock, not by the argument: an attempt
+//!   whose requests were sent before the previous lease was handed out, yet were processed
+//!   only after it was released, is bounded by each node's `fence + 1` and clock, not by the
+//!   raise. Its token is then greater in practice (one clock per node, a microsecond floor),
+//!   but the argument does not cover it; a resource that checks tokens refuses such a writer
+//!   rather than accepts a stale one.
+//! - As for every Redlock: the holder's clock runs at about the nodes' rate (the drift
+//!   margin covers 1% by default), and a holder that pauses past its validity must be stopped
+//!   by the fencing token at the resource.
 //!
 //! [`Error::Unavailable`]: lock_core::Error::Unavailable
 //! [`Capabilities`]: lock_core::Capabilities

@@ -6,35 +6,7 @@
 //! adds the `redlock://` config, the fan-out with quorum counting, and the one script Redlock
 //! needs on top: raising a node's fence to the token handed out.
 //!
-//! # Why tokens only grow
-//! Let `q = N/2 + 1`. Every acquire script mints, on each node that grants, the token
-//! `max(fence + 1, TIME µs)` and stores it as that node's fence. A lease is handed out only
-//! after
-//! 1. at least `q` nodes granted it; its token `t` is the **maximum** of their tokens, and
-//! 2. at least `q` nodes confirmed [`RAISE_LUA`]: their fence is now `≥ t`.
-//!
-//! Take a later lease `L'` (its acquire requests were sent after `L` was handed out). It was
-//! granted by a set `G'` of at least `q` nodes; the raised set `R` of `L` has at least `q`
-//! nodes; two sets of `q` out of `N` share a node `n`. On `n`, `L'`'s script ran after `L`'s
-//! raise, so it minted at least `fence + 1 ≥ t + 1`, and `t' = max over G' ≥ t + 1 > t`. This
-//! holds whichever majority grants `L'`, and whatever the nodes' clocks say: the clock floor
-//! only matters for a node that lost its fence.
-//!
-//! # Assumptions
-//! - **No node loses its data while it is in a majority that raised a token, unless it stays
-//!   down longer than the longest TTL** (and its clock is not behind the others' by more than
-//!   that downtime). A node that restarts empty mints `max(1, TIME µs)`: every earlier token
-//!   was some node's clock reading (or a counter just past one) at a grant before the restart,
-//!   so after a downtime longer than the skew between the nodes' clocks the floor is past it.
-//!   Without the delay, the only node shared by `R` and `G'` may be the one that forgot, and
-//!   a smaller token is possible; and a restarted node can grant a lock it had granted before,
-//!   which breaks exclusion too (the classic Redlock caveat).
-//! - Acquire attempts that *overlap in time* are ordered by the lock, not by the argument
-//!   above: if `L'` sent its requests before `L` was handed out and they were only processed
-//!   after `L` was released, `L'` is granted after `L` but its token is only bounded by the
-//!   nodes' `fence + 1` and clocks, which in practice (one clock per node, a microsecond
-//!   floor) still puts it after `t`. Resources that check tokens refuse such a writer rather
-//!   than accept a stale one.
+//! The argument for the tokens and its assumptions are in the crate docs (`# Redlock`).
 
 use std::fmt;
 use std::future::Future;
@@ -367,7 +339,7 @@ fn answered<T>(answers: &Answers<T>) -> usize {
 // ---- the store ------------------------------------------------------------------------------
 
 /// A lock store over N ≥ 3 independent Redis masters (Redlock), with fencing tokens. See the
-/// crate docs and the module's argument for what it guarantees.
+/// crate docs (`# Redlock`) for how it works, why its tokens only grow, and what it assumes.
 ///
 /// A handle owns one [`RedisStore`] per node (one multiplexed connection each, and a pub/sub
 /// connection once a waiter needs it). Clones share them.
