@@ -50,8 +50,16 @@
 //!   expired must not believe it holds the lock). If the entry is gone, it queues again, at the
 //!   back, within the same wait bound.
 //! - **Release** deletes the entry only if its create revision is still the lease's token (a
-//!   retried, stale unlock never deletes a newer holder; etcd issue 22082), then revokes the
-//!   lock's own etcd lease from a spawned task (no other lock uses it).
+//!   retried, stale unlock never deletes a newer holder; etcd issue 22082). The lock's etcd
+//!   lease then holds nothing and no other lock uses it: it is kept, idle and not kept alive,
+//!   for the next acquire with the same TTL on this handle (at most 8 per TTL, and only while at
+//!   least half its TTL is left); otherwise it is revoked from a spawned task. A lease whose
+//!   release found it lost is always revoked.
+//! - **Reusing an idle lease** saves the grant (a Raft write): the acquire sends a keep-alive
+//!   for it over the stream in parallel with the enqueue transaction, both after `sent_at`, and
+//!   uses it only if etcd confirms it alive; if it ended while idle (expired, revoked), its entry
+//!   went with it and the acquire starts over with a fresh lease. An idle lease carries at most
+//!   one lock at a time.
 //! - **Extend** renews the lease over the stream and, in parallel, reads the entry: it fails
 //!   with `LeaseLost` if etcd answers TTL 0 or the entry is gone or has another revision. The
 //!   new local deadline is measured from a clock reading taken before both were sent.
@@ -87,6 +95,8 @@
 //! - Keep-alive traffic grows with the number of held locks (one message per lock per extend,
 //!   all over one stream per handle); leases are not shared between locks, so each lock can
 //!   expire, be extended and be evicted on its own.
+//! - Idle leases are not revoked when a handle is dropped: they hold no keys and expire at their
+//!   TTL.
 //!
 //! # Cancel safety
 //! An acquire future owns its etcd lease until it returns. Dropped at any point, it revokes

@@ -1,8 +1,9 @@
 //! [`EtcdStore`]: the contract on etcd leases, transactions and watches.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -23,8 +24,9 @@ use crate::{EtcdConfig, MIN_TTL};
 
 // The requests, one comment line each on why they are atomic.
 //
-// ENQUEUE: one transaction puts our entry on our lease and reads the queue's head in the same
-//   revision, so "we are first" is decided against exactly the queue our entry joined.
+// ENQUEUE: one transaction puts our entry on our lease and reads back our entry and the queue's
+//   head in the same revision, so "we are first" is decided against exactly the queue our entry
+//   joined (and a resent put, which keeps the create revision, decides the same).
 // PREDECESSOR: one transaction reads the newest entry older than ours and our own entry at one
 //   revision, so "no predecessor and our entry (and so our lease) still exists" is one snapshot.
 // RELEASE: delete our entry only if its create revision is still our token (etcd issue 22082:
@@ -55,7 +57,20 @@ struct Shared {
     client: Client,
     config: EtcdConfig,
     renewer: Renewer,
+    /// Released locks' etcd leases, holding no keys, by requested TTL in seconds.
+    idle: Mutex<HashMap<u64, Vec<IdleLease>>>,
 }
+
+/// An etcd lease whose lock was released: it holds no keys and is not kept alive. The next
+/// acquire with the same TTL renews it instead of granting a new one (a Raft write saved).
+struct IdleLease {
+    lease_id: i64,
+    ttl: Duration,
+    valid_until: Instant,
+}
+
+/// How many idle leases a handle keeps per TTL; more are revoked.
+const MAX_IDLE_PER_TTL: usize = 8;
 
 /// What one enqueue found.
 struct Enqueued {
@@ -138,6 +153,7 @@ impl EtcdStore {
                 client,
                 config,
                 renewer,
+                idle: Mutex::default(),
             }),
         })
     }
@@ -172,7 +188,9 @@ impl EtcdStore {
             .and_then([TxnOp::delete(head.key().to_vec(), None)]);
         // Sent again only if unsent: a second delete would find nothing and report false.
         let deleted = self.txn("evict", Resend::IfUnsent, txn).await?.succeeded();
-        if head.lease() != 0 {
+        // Only a lease whose entry this call deleted: its holder can no longer release it, so it
+        // never goes back to its handle's idle leases to carry another lock.
+        if deleted && head.lease() != 0 {
             // Not found is fine: the lease ended on its own.
             let _ = self
                 .revoke("revoke the evicted holder's lease", head.lease())
@@ -233,9 +251,10 @@ impl EtcdStore {
     async fn kv_get(
         &self,
         what: &'static str,
-        key: String,
+        key: impl Into<Vec<u8>>,
         options: GetOptions,
     ) -> Result<Vec<KeyValue>> {
+        let key = key.into();
         let client = &self.shared.client;
         let mut answer = self
             .call(what, Resend::Transient, || {
@@ -271,8 +290,8 @@ impl EtcdStore {
     /// Grants an etcd lease of `ttl` rounded up to whole seconds; returns its id and the TTL
     /// etcd granted (etcd may raise it to its own minimum).
     async fn grant(&self, ttl: Duration) -> Result<(i64, Duration)> {
-        let seconds = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
-        let requested = i64::try_from(seconds.max(1))
+        let seconds = whole_seconds(ttl);
+        let requested = i64::try_from(seconds)
             .map_err(|_| Error::invalid("ttl", format!("{ttl:?} is too long for etcd")))?;
         let client = &self.shared.client;
         // Granting twice leaves an unused lease that expires on its own.
@@ -326,13 +345,38 @@ impl EtcdStore {
     async fn attempt(&self, key: &str, ttl: Duration, deadline: Option<Instant>) -> Result<Lease> {
         let started = Instant::now();
         let dir = queue_dir(&self.shared.config.prefix, key);
+        let mut use_idle = true;
         loop {
             let owner = OwnerId::random();
             let entry = entry_key(&dir, owner);
             let sent_at = Instant::now();
-            let (lease_id, granted) = self.grant(ttl).await?;
-            let revoke = RevokeOnDrop::new(self, lease_id);
-            let enqueued = self.enqueue(&dir, &entry, lease_id).await?;
+            let idle = if use_idle { self.take_idle(ttl) } else { None };
+            let (lease_id, granted, enqueued, revoke) = match idle {
+                Some(idle) => {
+                    let revoke = RevokeOnDrop::new(self, idle.lease_id);
+                    // The renewal restarts the idle lease's TTL after `sent_at`, in parallel
+                    // with the enqueue; only a lease etcd still knows is used.
+                    let (renewed, enqueued) = tokio::join!(
+                        self.shared.renewer.renew(idle.lease_id),
+                        self.enqueue(&dir, &entry, idle.lease_id)
+                    );
+                    match (renewed, enqueued) {
+                        (Ok(true), Ok(enqueued)) => (idle.lease_id, idle.ttl, enqueued, revoke),
+                        // It ended while idle: its entry (if put) went with it. Grant afresh.
+                        (Ok(false), _) | (Ok(true), Err(Error::Store { .. })) => {
+                            use_idle = false;
+                            continue;
+                        }
+                        (Err(error), _) | (_, Err(error)) => return Err(error),
+                    }
+                }
+                None => {
+                    let (lease_id, granted) = self.grant(ttl).await?;
+                    let revoke = RevokeOnDrop::new(self, lease_id);
+                    let enqueued = self.enqueue(&dir, &entry, lease_id).await?;
+                    (lease_id, granted, enqueued, revoke)
+                }
+            };
             let confirmed_at = if enqueued.first {
                 sent_at
             } else {
@@ -383,6 +427,47 @@ impl EtcdStore {
                 Held { entry, lease_id },
             ));
         }
+    }
+
+    /// An idle lease for `ttl` that is likely still alive (a quarter of its TTL left on the
+    /// local clock); older ones are dropped, to expire on their own.
+    fn take_idle(&self, ttl: Duration) -> Option<IdleLease> {
+        let now = Instant::now();
+        let mut idle = self
+            .shared
+            .idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let leases = idle.get_mut(&whole_seconds(ttl))?;
+        while let Some(lease) = leases.pop() {
+            if lease.valid_until > now + lease.ttl / 4 {
+                return Some(lease);
+            }
+        }
+        None
+    }
+
+    /// Keeps a released lock's etcd lease for reuse, or revokes it.
+    fn recycle(&self, lease: &Lease, lease_id: i64) {
+        let now = Instant::now();
+        let fresh = lease.valid_until() > now + lease.ttl() / 2;
+        if fresh {
+            let mut idle = self
+                .shared
+                .idle
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let leases = idle.entry(whole_seconds(lease.ttl())).or_default();
+            if leases.len() < MAX_IDLE_PER_TTL {
+                leases.push(IdleLease {
+                    lease_id,
+                    ttl: lease.ttl(),
+                    valid_until: lease.valid_until(),
+                });
+                return;
+            }
+        }
+        spawn_revoke(self, lease_id);
     }
 
     fn held<'l>(&self, lease: &'l Lease) -> Result<&'l Held> {
@@ -477,7 +562,7 @@ impl Waiter<'_> {
                 self.store.shared.renewer.renew(self.lease_id),
                 self.predecessor()
             );
-            let (predecessor, ours_exists, revision) = found?;
+            let (predecessor, ours_exists) = found?;
             if !ours_exists || !renewed? {
                 tracing::debug!(entry = self.entry, "queued lease ended while waiting");
                 return Ok(Waited::LeaseEnded);
@@ -491,15 +576,15 @@ impl Waiter<'_> {
             if Instant::now() >= self.deadline {
                 return Ok(Waited::TimedOut);
             }
-            match self.watch_deletion(predecessor, revision, period).await? {
+            match self.watch_deletion(predecessor, period).await? {
                 Some(outcome) => return Ok(outcome),
                 None => continue,
             }
         }
     }
 
-    /// The newest entry older than ours, whether ours still exists, and the revision read at.
-    async fn predecessor(&self) -> Result<(Option<Vec<u8>>, bool, i64)> {
+    /// The newest entry older than ours, and whether ours still exists, read at one revision.
+    async fn predecessor(&self) -> Result<(Option<Vec<u8>>, bool)> {
         let older = GetOptions::new()
             .with_prefix()
             .with_sort(SortTarget::Create, SortOrder::Descend)
@@ -514,7 +599,6 @@ impl Waiter<'_> {
             .store
             .txn("read the predecessor", Resend::Transient, txn)
             .await?;
-        let revision = revision_of(&answer)?;
         let mut reads = gets(&answer).into_iter();
         let predecessor = reads
             .next()
@@ -524,21 +608,24 @@ impl Waiter<'_> {
             kvs.iter()
                 .any(|kv| kv.create_revision() == self.revision && kv.lease() == self.lease_id)
         });
-        Ok((predecessor, ours, revision))
+        Ok((predecessor, ours))
     }
 
-    /// Waits until `predecessor` is deleted after `revision`, renewing our lease every
-    /// `period`. `None`: look again (deleted, or the watch ended or was compacted away).
+    /// Waits until `predecessor` is deleted, renewing our lease every `period`. `None`: look
+    /// again (deleted, or the watch ended or was cancelled).
+    ///
+    /// The watch starts from the current revision, not from the revision the queue was read
+    /// at: etcd serves a watch from a past revision as "unsynced", catching it up only every
+    /// 100 ms, which would delay the wake-up. The gap between the read and the watch is closed
+    /// by reading the predecessor again once the watch exists.
     async fn watch_deletion(
         &mut self,
         predecessor: Vec<u8>,
-        revision: i64,
         period: Duration,
     ) -> Result<Option<Waited>> {
-        let options = WatchOptions::new()
-            .with_start_revision(revision + 1)
-            .with_filters([WatchFilterType::NoPut]);
+        let options = WatchOptions::new().with_filters([WatchFilterType::NoPut]);
         let client = &self.store.shared.client;
+        let limit = self.store.shared.config.command_timeout;
         let mut stream = self
             .store
             .call("watch the predecessor", Resend::Transient, || {
@@ -547,6 +634,27 @@ impl Waiter<'_> {
                 async move { watches.watch(key, Some(options)).await }
             })
             .await?;
+        match timeout(limit, stream.message()).await {
+            Ok(Ok(Some(created))) if created.created() && !created.canceled() => {}
+            Ok(_) => return Ok(None),
+            Err(_) => {
+                return Err(Error::Unavailable {
+                    message: format!("etcd did not confirm a watch within {limit:?}"),
+                    source: None,
+                })
+            }
+        }
+        let still_there = self
+            .store
+            .kv_get(
+                "read the predecessor again",
+                predecessor,
+                GetOptions::new().with_keys_only(),
+            )
+            .await?;
+        if still_there.is_empty() {
+            return Ok(None);
+        }
         loop {
             let next_renewal = self.confirmed_at + period;
             tokio::select! {
@@ -585,15 +693,9 @@ impl Waiter<'_> {
     }
 }
 
-/// The revision a transaction ran at (for a transaction that put, the put's create revision).
-fn revision_of(answer: &TxnResponse) -> Result<i64> {
-    answer
-        .header()
-        .map(|h| h.revision())
-        .ok_or_else(|| Error::Store {
-            message: "etcd answered a transaction without a header".into(),
-            source: None,
-        })
+/// `ttl` rounded up to whole seconds, at least one: what etcd is asked for.
+fn whole_seconds(ttl: Duration) -> u64 {
+    (ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0)).max(1)
 }
 
 /// The key-values of each read in a transaction's answer, in order.
@@ -697,8 +799,8 @@ impl Acquire for EtcdStore {
 impl Release for EtcdStore {
     /// # Cancel safety
     /// Dropping the future may leave the entry in place; it then expires with its lease at the
-    /// TTL. The lease is revoked from a spawned task after the delete, so a dropped release
-    /// never leaves a lease alive that it had already answered for.
+    /// TTL (the lease is kept alive by nobody). Once the delete is answered, the lease is kept
+    /// for reuse or revoked without further waiting, so nothing is lost after that point.
     #[tracing::instrument(
         level = "debug",
         name = "release",
@@ -721,8 +823,14 @@ impl Release for EtcdStore {
             .txn("release", Resend::IfUnsent, txn)
             .await?
             .succeeded();
-        // The lease held only this entry; revoking it off the caller's path saves a round trip.
-        spawn_revoke(self, held.lease_id);
+        if deleted {
+            // The lease holds nothing now: keep it for the next acquire with this TTL.
+            self.recycle(lease, held.lease_id);
+        } else {
+            // Lost: its lease may still be alive (the entry was evicted); revoke it off the
+            // caller's path.
+            spawn_revoke(self, held.lease_id);
+        }
         let outcome = if deleted {
             ReleaseOutcome::Released
         } else {

@@ -370,3 +370,49 @@ async fn dropped_waiter_leaves_no_queue_entry_behind() {
     );
     assert_eq!(entries(&url, key).await, 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_lease_revoked_behind_our_back_is_replaced() {
+    let server = EtcdServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let url = server.url();
+    let store = store(&url, "").await;
+    let ttl = Duration::from_secs(30);
+    // A released lock's lease stays with the handle for the next acquire with this TTL.
+    let first = store.try_acquire("faults:idle", ttl).await.unwrap();
+    assert_eq!(
+        store.release(&first).await.unwrap(),
+        ReleaseOutcome::Released
+    );
+
+    // Someone revokes every lease on the server, the idle one included.
+    let mut raw = etcd_client::Client::connect([server.endpoint()], None)
+        .await
+        .unwrap();
+    sleep(Duration::from_millis(300)).await;
+    let leases = raw.leases().await.unwrap();
+    assert_eq!(
+        leases.leases().len(),
+        1,
+        "the released lock's lease was not kept for reuse"
+    );
+    for lease in leases.leases() {
+        raw.lease_revoke(lease.id()).await.unwrap();
+    }
+
+    // The next acquire finds the idle lease gone and grants a fresh one.
+    let second = store.try_acquire("faults:idle", ttl).await.unwrap();
+    assert!(second.fencing_token() > first.fencing_token());
+    sleep(Duration::from_millis(200)).await;
+    assert!(matches!(
+        store.try_acquire("faults:idle", ttl).await,
+        Err(Error::Busy { .. })
+    ));
+    store
+        .extend(&second)
+        .await
+        .expect("the fresh lease is alive");
+    assert_eq!(
+        store.release(&second).await.unwrap(),
+        ReleaseOutcome::Released
+    );
+}

@@ -1,0 +1,365 @@
+//! The etcd store against the raw requests it is built on, and against etcd's own lock service
+//! (`etcd-client`'s `lock()` / `unlock()`, the Go `concurrency.Mutex` run inside the server),
+//! measured in one run from one client.
+//!
+//! ```sh
+//! cargo run --release -p lock-etcd --example bench
+//! ```
+//!
+//! Starts its own single-member server with test-servers, or uses `LOCK_BENCH_URL` if set.
+//! Prints one table: the raw round trips (a read, a write), the raw floor (lease grant + txn
+//! put + delete, the same client), our try_acquire + release cycle and its ratio, etcd's
+//! lock/unlock cycle, throughput on distinct keys, handoff latency with 8 waiters on one key
+//! (ours and etcd's lock service), and 1,000 locks held with keep-alive on one handle.
+
+use std::error::Error;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use conformance::bench::{handoff, lock_throughput, throughput, time_each, Samples, Table};
+use etcd_client::{Client, Compare, CompareOp, LockOptions, PutOptions, Txn, TxnOp};
+use lock_core::{Acquire, DynLockStore, Extend, KeepAlive, Release};
+use lock_etcd::{EtcdConfig, EtcdStore};
+use tokio::time::Instant;
+
+const ITERATIONS: usize = 600;
+const ROUNDS: usize = 10;
+const TASKS: usize = 16;
+const RUN_FOR: Duration = Duration::from_secs(2);
+const WAITERS: usize = 8;
+const HANDOFFS: usize = 200;
+const HELD: usize = 1000;
+const HELD_TTL: Duration = Duration::from_secs(3);
+const TTL: Duration = Duration::from_secs(30);
+
+fn raw_error(what: &'static str) -> impl Fn(etcd_client::Error) -> lock_core::Error {
+    move |e| lock_core::Error::store(what, e)
+}
+
+/// The raw floor: the same three writes an acquire + release needs, as plain requests.
+async fn raw_cycle(client: &mut Client, key: &str) -> lock_core::Result<()> {
+    let lease = client
+        .lease_grant(30, None)
+        .await
+        .map_err(raw_error("raw grant"))?
+        .id();
+    let put = Txn::new()
+        .when([Compare::create_revision(key, CompareOp::Equal, 0)])
+        .and_then([TxnOp::put(
+            key,
+            "",
+            Some(PutOptions::new().with_lease(lease)),
+        )]);
+    let answer = client.txn(put).await.map_err(raw_error("raw txn put"))?;
+    if !answer.succeeded() {
+        return Err(lock_core::Error::Busy { key: key.into() });
+    }
+    client
+        .delete(key, None)
+        .await
+        .map_err(raw_error("raw delete"))?;
+    Ok(())
+}
+
+/// etcd's own lock service: grant, `lock` (the server runs the Go mutex recipe), `unlock`.
+async fn peer_cycle(client: &mut Client, name: &str) -> lock_core::Result<()> {
+    let lease = client
+        .lease_grant(30, None)
+        .await
+        .map_err(raw_error("peer grant"))?
+        .id();
+    let locked = client
+        .lock(name, Some(LockOptions::new().with_lease(lease)))
+        .await
+        .map_err(raw_error("peer lock"))?;
+    client
+        .unlock(locked.key())
+        .await
+        .map_err(raw_error("peer unlock"))?;
+    Ok(())
+}
+
+/// The handoff of `conformance::bench::handoff`, with etcd's lock service: one client and one
+/// lease per waiter, `lock` until granted, `unlock`.
+async fn peer_handoff(
+    endpoints: &[String],
+    name: &str,
+    waiters: usize,
+    handoffs: usize,
+) -> lock_core::Result<Samples> {
+    let released_at: Arc<Mutex<Option<Instant>>> = Arc::default();
+    let samples: Arc<Mutex<Vec<Duration>>> = Arc::default();
+    let mut joins = Vec::new();
+    for _ in 0..waiters {
+        let mut client = Client::connect(endpoints, None)
+            .await
+            .map_err(raw_error("peer connect"))?;
+        let lease = client
+            .lease_grant(60, None)
+            .await
+            .map_err(raw_error("peer grant"))?
+            .id();
+        let (name, released_at, samples) = (name.to_owned(), released_at.clone(), samples.clone());
+        joins.push(tokio::spawn(async move {
+            loop {
+                let locked = client
+                    .lock(name.as_str(), Some(LockOptions::new().with_lease(lease)))
+                    .await
+                    .map_err(raw_error("peer lock"))?;
+                let now = Instant::now();
+                let finished = {
+                    let mut samples = samples.lock().unwrap_or_else(PoisonError::into_inner);
+                    let previous = released_at
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .take();
+                    if let Some(previous) = previous {
+                        samples.push(now - previous);
+                    }
+                    samples.len() >= handoffs
+                };
+                *released_at.lock().unwrap_or_else(PoisonError::into_inner) =
+                    (!finished).then(Instant::now);
+                client
+                    .unlock(locked.key())
+                    .await
+                    .map_err(raw_error("peer unlock"))?;
+                if finished {
+                    return Ok::<_, lock_core::Error>(());
+                }
+            }
+        }));
+    }
+    let (first, _, rest) = futures_util::future::select_all(joins).await;
+    first.map_err(|e| lock_core::Error::Store {
+        message: format!("a peer waiter panicked: {e}"),
+        source: None,
+    })??;
+    for join in rest {
+        join.abort();
+    }
+    let samples = samples
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    Ok(Samples::new(samples))
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() -> Result<(), Box<dyn Error>> {
+    let (_server, url) = match std::env::var("LOCK_BENCH_URL") {
+        Ok(url) if !url.trim().is_empty() => (None, url),
+        _ => {
+            let server = test_servers::EtcdServer::start()?;
+            let url = server.url();
+            (Some(server), url)
+        }
+    };
+    let config = EtcdConfig::from_url(&url)?;
+    println!("etcd store benchmark against {config}");
+    let endpoints = config.endpoints().to_vec();
+    let store = EtcdStore::connect(config.clone()).await?;
+    let dyn_store: DynLockStore = Arc::new(store.clone());
+    let mut raw = Client::connect(&endpoints, None).await?;
+    let status = raw.status().await?;
+    println!(
+        "server etcd {}, db {} KiB, raft term {}\n",
+        status.version(),
+        status.db_size() / 1024,
+        status.raft_term()
+    );
+
+    // Raw round trips with the same client library: a linearizable read, a write.
+    raw.put("bench/raw/read", "x", None).await?;
+    let raw_read = time_each(ITERATIONS, |_| {
+        let mut raw = raw.clone();
+        async move {
+            raw.get("bench/raw/read", None)
+                .await
+                .map(drop)
+                .map_err(raw_error("raw get"))
+        }
+    })
+    .await?;
+    let raw_write = time_each(ITERATIONS, |_| {
+        let mut raw = raw.clone();
+        async move {
+            raw.put("bench/raw/write", "x", None)
+                .await
+                .map(drop)
+                .map_err(raw_error("raw put"))
+        }
+    })
+    .await?;
+
+    // The raw floor, our cycle and etcd's lock/unlock in alternating rounds, so all three see
+    // the same machine load; each warmed up first.
+    for _ in 0..50 {
+        raw_cycle(&mut raw, "bench/raw/cycle").await?;
+        let lease = dyn_store.try_acquire("bench:cycle", TTL).await?;
+        let _ = dyn_store.release(&lease).await?;
+        peer_cycle(&mut raw, "bench/peer/cycle").await?;
+    }
+    let (mut raw_samples, mut our_samples, mut peer_samples) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..ROUNDS {
+        for _ in 0..ITERATIONS / ROUNDS {
+            let started = Instant::now();
+            raw_cycle(&mut raw, "bench/raw/cycle").await?;
+            raw_samples.push(started.elapsed());
+        }
+        for _ in 0..ITERATIONS / ROUNDS {
+            let started = Instant::now();
+            let lease = dyn_store.try_acquire("bench:cycle", TTL).await?;
+            let _ = dyn_store.release(&lease).await?;
+            our_samples.push(started.elapsed());
+        }
+        for _ in 0..ITERATIONS / ROUNDS {
+            let started = Instant::now();
+            peer_cycle(&mut raw, "bench/peer/cycle").await?;
+            peer_samples.push(started.elapsed());
+        }
+    }
+    let raw_floor = Samples::new(raw_samples);
+    let ours = Samples::new(our_samples);
+    let peer = Samples::new(peer_samples);
+
+    // Throughput: 16 tasks on distinct keys, raw floor and ours, one connection each side.
+    let raw_rate = throughput(TASKS, RUN_FOR, {
+        let raw = raw.clone();
+        move |task, _| {
+            let mut raw = raw.clone();
+            async move { raw_cycle(&mut raw, &format!("bench/raw/throughput/{task}")).await }
+        }
+    })
+    .await?;
+    let our_rate =
+        lock_throughput(dyn_store.clone(), "bench:throughput:", TTL, TASKS, RUN_FOR).await?;
+
+    // Handoff: 8 waiters on one key, each with its own handle (connection).
+    let mut handles: Vec<DynLockStore> = Vec::new();
+    for _ in 0..WAITERS {
+        handles.push(Arc::new(EtcdStore::connect(config.clone()).await?));
+    }
+    let handoffs = handoff(handles, "bench:handoff", TTL, HANDOFFS).await?;
+    let peer_handoffs = peer_handoff(&endpoints, "bench/peer/handoff", WAITERS, HANDOFFS).await?;
+
+    // 1,000 locks held at once on one handle, each kept alive (one keep-alive stream).
+    let held_store = Arc::new(EtcdStore::connect(config.clone()).await?);
+    let started = Instant::now();
+    let mut kept = Vec::with_capacity(HELD);
+    for i in 0..HELD {
+        let lease = held_store
+            .try_acquire(&format!("bench:held:{i}"), HELD_TTL)
+            .await?;
+        kept.push(KeepAlive::start(held_store.clone(), lease));
+    }
+    let acquired_in = started.elapsed();
+    let probe = held_store.try_acquire("bench:held:probe", TTL).await?;
+    // Spread over three TTLs, so the hold period is also the keep-alives' test.
+    let mut extend_samples = Vec::new();
+    for _ in 0..200 {
+        let sent = Instant::now();
+        held_store.extend(&probe).await?;
+        extend_samples.push(sent.elapsed());
+        tokio::time::sleep(HELD_TTL * 3 / 200).await;
+    }
+    let extends = Samples::new(extend_samples);
+    let _ = held_store.release(&probe).await?;
+    let lost = kept.iter().filter(|k| k.is_lost()).count();
+    let held_entries = raw
+        .get(
+            "fencelock/bench:held:",
+            Some(
+                etcd_client::GetOptions::new()
+                    .with_prefix()
+                    .with_keys_only(),
+            ),
+        )
+        .await?;
+    let distinct_leases = held_entries
+        .kvs()
+        .iter()
+        .map(|kv| kv.lease())
+        .collect::<std::collections::HashSet<_>>()
+        .len();
+    let entries_held = held_entries.kvs().len();
+    for keep in kept {
+        let lease = keep.stop();
+        let _ = held_store.release(&lease).await?;
+    }
+
+    let mut table = Table::default();
+    table.latency("raw round trip: get p50", raw_read.p50());
+    table.latency("raw round trip: put p50", raw_write.p50());
+    table.latency(
+        "raw floor: lease grant + txn put + delete p50",
+        raw_floor.p50(),
+    );
+    let ratio = us(ours.p50()) / us(raw_floor.p50());
+    table
+        .latency("ours: try_acquire + release p50", ours.p50())
+        .ratio(ratio, Some(("≤ 1.2× raw floor", ratio <= 1.2)));
+    table.latency("ours: try_acquire + release p99", ours.p99());
+    table
+        .latency("peer: grant + lock() + unlock() p50", peer.p50())
+        .ratio(us(peer.p50()) / us(raw_floor.p50()), None);
+    table.latency("peer: grant + lock() + unlock() p99", peer.p99());
+    table.rate(format!("raw floor, {TASKS} tasks, distinct keys"), raw_rate);
+    table
+        .rate(format!("ours, {TASKS} tasks, distinct keys"), our_rate)
+        .ratio(our_rate / raw_rate, None);
+    let handoff_reads = us(handoffs.p50()) / us(raw_read.p50());
+    table
+        .latency(format!("handoff p50, {WAITERS} waiters"), handoffs.p50())
+        .ratio(
+            handoff_reads,
+            Some(("p50 ≤ 3 raw round trips (get)", handoff_reads <= 3.0)),
+        );
+    table.latency(format!("handoff p99, {WAITERS} waiters"), handoffs.p99());
+    table.push(
+        "handoff p50 in raw writes (put)",
+        format!("{:.2}", us(handoffs.p50()) / us(raw_write.p50())),
+    );
+    table
+        .latency(
+            format!("peer handoff p50, {WAITERS} waiters (lock/unlock)"),
+            peer_handoffs.p50(),
+        )
+        .ratio(us(peer_handoffs.p50()) / us(raw_read.p50()), None);
+    table.latency(
+        format!("peer handoff p99, {WAITERS} waiters (lock/unlock)"),
+        peer_handoffs.p99(),
+    );
+    table.push(
+        "handoff p50 ours / peer",
+        format!("{:.2}", us(handoffs.p50()) / us(peer_handoffs.p50())),
+    );
+    table
+        .push(
+            format!("{HELD} locks held with keep-alive, TTL {HELD_TTL:?}, for 3 TTLs"),
+            format!("{lost} lost"),
+        )
+        .target = Some((format!("{HELD} held, none lost"), lost == 0));
+    table.push(
+        "  entries held / distinct etcd leases under them",
+        format!("{entries_held} / {distinct_leases}"),
+    );
+    table.push(
+        format!("  time to acquire {HELD} (one at a time)"),
+        format!("{:.0} ms", acquired_in.as_secs_f64() * 1e3),
+    );
+    table.latency("  extend p50 while they are kept alive", extends.p50());
+    table.latency("  extend p99 while they are kept alive", extends.p99());
+    println!("{table}");
+    println!(
+        "samples: {ITERATIONS} cycles each, {HANDOFFS} handoffs; raw get p99 {:.1} µs, raw put p99 {:.1} µs, raw floor p99 {:.1} µs; keep-alive: one stream per handle",
+        us(raw_read.p99()),
+        us(raw_write.p99()),
+        us(raw_floor.p99())
+    );
+    Ok(())
+}
