@@ -11,8 +11,9 @@
 //! compare-and-delete by `EVALSHA`, the plainest correct Redis lock, without fencing or
 //! wake-ups — and our acquire + release cycle, timed in alternating rounds; throughput with 64
 //! tasks on distinct keys, ours against the raw cycle, with the server's time per cycle;
-//! handoff latency to another waiter with 8 waiters on one key (one store handle each); and the
-//! same cycle and handoff for `rslock` on the same server.
+//! handoff latency to another waiter with 8 waiters on one key (one store handle each), next to
+//! its physical floor (a raw `PUBLISH` reaching a raw subscriber after the same idle time, plus
+//! one round trip); and the same cycle and handoff for `rslock` on the same server.
 
 use std::error::Error;
 use std::sync::Arc;
@@ -171,6 +172,42 @@ async fn handoff_to_another(
         .samples
         .clone();
     Ok(Samples::new(samples))
+}
+
+/// The physical floor of a notified handoff: after the same idle `HOLD` as the handoff runs,
+/// the time from sending a `PUBLISH` to a raw subscriber connection receiving the message.
+/// Both ends wake from idle here, as a parked waiter and a holder that worked a while do.
+async fn raw_notify(client: &redis::Client, samples: usize) -> lock_core::Result<Samples> {
+    use futures_util::StreamExt;
+    let mut pubsub = client
+        .get_async_pubsub()
+        .await
+        .map_err(failed("raw subscriber"))?;
+    pubsub
+        .subscribe("raw:notify")
+        .await
+        .map_err(failed("SUBSCRIBE"))?;
+    let mut messages = pubsub.into_on_message();
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(failed("raw publisher"))?;
+    let mut taken = Vec::with_capacity(samples);
+    let mut publish_command = redis::cmd("PUBLISH");
+    publish_command.arg("raw:notify").arg("");
+    for _ in 0..samples {
+        tokio::time::sleep(HOLD).await;
+        let sent = Instant::now();
+        let publish = publish_command.query_async::<i64>(&mut conn);
+        let received = async {
+            messages.next().await;
+            Instant::now()
+        };
+        let (published, received) = tokio::join!(publish, received);
+        published.map_err(failed("PUBLISH"))?;
+        taken.push(received - sent);
+    }
+    Ok(Samples::new(taken))
 }
 
 /// Microseconds the server spent in commands since the last `CONFIG RESETSTAT`, from
@@ -409,6 +446,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
     for _ in 0..WAITERS {
         handles.push(Arc::new(RedisStore::connect(config.clone()).await?));
     }
+    let notify = raw_notify(&client, 500).await?;
     let handoffs = handoff_to_another(handles.clone(), "handoff", TTL, HANDOFFS).await?;
     let reacquiring = handoff(handles, "handoff-any", TTL, HANDOFFS).await?;
 
@@ -465,6 +503,12 @@ async fn main() -> Result<(), Box<dyn Error>> {
     table
         .latency(format!("handoff p99, {WAITERS} waiters"), handoffs.p99())
         .ratio(us(handoffs.p99()) / us(rtt), None);
+    table.latency("  raw PUBLISH → subscriber after idle p50", notify.p50());
+    let floor = us(notify.p50()) + us(rtt);
+    table.push(
+        "  handoff p50 / (that + 1 raw round trip)",
+        format!("{:.2}", us(handoffs.p50()) / floor),
+    );
     table
         .latency(
             "  releaser may re-take (conformance::bench) p50",
