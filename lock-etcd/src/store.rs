@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -42,7 +43,18 @@ const PING_INTERVAL: Duration = Duration::from_secs(10);
 struct Held {
     entry: String,
     lease_id: i64,
+    /// [`HELD`], then [`RECYCLED`] or [`DISCARDED`] once a release has decided the etcd
+    /// lease's fate. Shared by the lease's clones, so a second release or an extend after the
+    /// release never touches an etcd lease that may already carry another lock.
+    state: AtomicU8,
 }
+
+/// The lock was granted and no release has finished.
+const HELD: u8 = 0;
+/// A release deleted the entry; the etcd lease went to the idle leases (or was revoked).
+const RECYCLED: u8 = 1;
+/// A release found the entry gone; the etcd lease is being revoked.
+const DISCARDED: u8 = 2;
 
 /// A lock store on etcd v3 (3.4 or newer).
 ///
@@ -424,7 +436,11 @@ impl EtcdStore {
                 token,
                 granted,
                 confirmed_at,
-                Held { entry, lease_id },
+                Held {
+                    entry,
+                    lease_id,
+                    state: AtomicU8::new(HELD),
+                },
             ));
         }
     }
@@ -809,6 +825,9 @@ impl Release for EtcdStore {
     )]
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
         let held = self.held(lease)?;
+        if held.state.load(Ordering::SeqCst) != HELD {
+            return Ok(ReleaseOutcome::Lost);
+        }
         let token = i64::try_from(lease.fencing_token())
             .map_err(|_| Error::invalid("lease", "its token is not an etcd revision"))?;
         let txn = Txn::new()
@@ -823,10 +842,18 @@ impl Release for EtcdStore {
             .txn("release", Resend::IfUnsent, txn)
             .await?
             .succeeded();
+        // Whichever of two racing releases decides first settles the etcd lease's fate.
+        let settle = |to| {
+            held.state
+                .compare_exchange(HELD, to, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+        };
         if deleted {
-            // The lease holds nothing now: keep it for the next acquire with this TTL.
-            self.recycle(lease, held.lease_id);
-        } else {
+            if settle(RECYCLED) {
+                // The lease holds nothing now: keep it for the next acquire with this TTL.
+                self.recycle(lease, held.lease_id);
+            }
+        } else if settle(DISCARDED) {
             // Lost: its lease may still be alive (the entry was evicted); revoke it off the
             // caller's path.
             spawn_revoke(self, held.lease_id);
@@ -854,6 +881,9 @@ impl Extend for EtcdStore {
     )]
     async fn extend(&self, lease: &Lease) -> Result<()> {
         let held = self.held(lease)?;
+        if held.state.load(Ordering::SeqCst) != HELD {
+            return Err(Error::lost(lease, "it was released"));
+        }
         let token = i64::try_from(lease.fencing_token()).unwrap_or(-1);
         let sent_at = Instant::now();
         let (renewed, entry) = tokio::join!(

@@ -416,3 +416,39 @@ async fn idle_lease_revoked_behind_our_back_is_replaced() {
         ReleaseOutcome::Released
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_release_and_extend_never_touch_a_reused_lease() {
+    let server = EtcdServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let url = server.url();
+    let holder = store(&url, "").await;
+    let other = store(&url, "").await;
+    let ttl = Duration::from_secs(30);
+    let first = holder.try_acquire("faults:reuse:a", ttl).await.unwrap();
+    assert_eq!(
+        holder.release(&first).await.unwrap(),
+        ReleaseOutcome::Released
+    );
+    // The next lock of this handle with this TTL reuses the released lock's etcd lease.
+    let second = holder.try_acquire("faults:reuse:b", ttl).await.unwrap();
+
+    // The first lease, released, is used again by mistake: nothing reaches the shared lease.
+    assert_eq!(holder.release(&first).await.unwrap(), ReleaseOutcome::Lost);
+    assert!(matches!(
+        holder.extend(&first).await,
+        Err(Error::LeaseLost { .. })
+    ));
+    sleep(Duration::from_millis(300)).await;
+    holder
+        .extend(&second)
+        .await
+        .expect("the second lock is alive");
+    assert!(matches!(
+        other.try_acquire("faults:reuse:b", ttl).await,
+        Err(Error::Busy { .. })
+    ));
+    assert_eq!(
+        holder.release(&second).await.unwrap(),
+        ReleaseOutcome::Released
+    );
+}
