@@ -723,8 +723,8 @@ impl Acquire for RedlockStore {
 
     /// Rounds until the wait runs out. While a quorum holds the key, the waiter listens on the
     /// key's release channel of every node (each node's store shares one pub/sub connection
-    /// per handle) and tries again on any release message, when the holders' TTL runs out, and
-    /// at least every [`WAIT_CAP`]; after a split vote or failed nodes it retries after a
+    /// per handle) and tries again once a quorum of nodes published a release, when the
+    /// holders' TTL runs out, and at least every [`WAIT_CAP`]; after a split vote or failed nodes it retries after a
     /// random delay. More than `retry_count` failed rounds in a row end the wait with the last
     /// error.
     ///
@@ -741,6 +741,7 @@ impl Acquire for RedlockStore {
             key: key.to_owned(),
             waited: now - started,
         };
+        let quorum = self.quorum();
         let mut failed_rounds = 0;
         let nap = match self.round(key, &names, ttl).await {
             Round::Granted(lease) => return Ok(lease),
@@ -801,8 +802,16 @@ impl Acquire for RedlockStore {
             if now >= deadline {
                 return Err(timed_out(now));
             }
+            // Wake once a quorum of nodes published a release: after the first one alone,
+            // the others usually still hold the key and the round would split.
+            let mut released: FuturesUnordered<_> = notified.into_iter().collect();
+            let quorum_released = async {
+                for _ in 0..quorum {
+                    released.next().await;
+                }
+            };
             tokio::select! {
-                _ = futures_util::future::select_all(notified) => {}
+                () = quorum_released => {}
                 () = sleep_until((asked + nap).max(now).min(deadline)) => {}
             }
         }
