@@ -38,13 +38,18 @@
 //!   TTL 0 means the lease is gone. Keep-alive traffic is one small message per lock per
 //!   extend (every TTL/3 under `KeepAlive`), never a stream or connection per lock.
 //! - **Waiting** is etcd's recipe: a waiter watches only its predecessor (the newest entry
-//!   older than its own) for deletion, starting from the revision it read the queue at, so a
-//!   release wakes exactly one waiter (no thundering herd). After each deletion it reads the
-//!   queue again in one transaction — the predecessor, and its own entry — because the deleted
-//!   entry may have been a waiter that gave up while an older holder remains. A watch cancelled
-//!   by compaction (or broken) re-reads the queue instead of failing. The waiter renews its own
-//!   lease every TTL/3 while it waits, and renews it once more together with the final read, so
-//!   the lease it returns is measured from that renewal, not from the grant.
+//!   older than its own) for deletion, so a release wakes exactly one waiter (no thundering
+//!   herd). The watch starts at the current revision — etcd serves a watch from a past
+//!   revision as "unsynced" and catches it up only every 100 ms, which would delay wake-ups —
+//!   and once it exists the predecessor is read again, closing the gap since the queue was
+//!   read. After each deletion the waiter reads the queue again in one transaction (the
+//!   predecessor, and its own entry), because the deleted entry may have been a waiter that
+//!   gave up while an older holder remains. A watch that is cancelled (compaction, a member
+//!   losing its leader) or breaks makes the waiter re-read the queue instead of failing. The
+//!   waiter renews its own lease every TTL/3 while it waits, and once more together with the
+//!   final read, so the lease it returns is measured from that renewal, not from the grant; a
+//!   renewal without an answer (an election) is retried while the last confirmed one still
+//!   covers the lease.
 //! - **Before returning after a wait**, the waiter's final read confirms its own entry still
 //!   exists with its own lease and revision (Jepsen's etcd 3.4.3 finding: a waiter whose lease
 //!   expired must not believe it holds the lock). If the entry is gone, it queues again, at the

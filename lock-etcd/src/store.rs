@@ -14,8 +14,8 @@ use etcd_client::{
 };
 use lock_core::validate::{check_request, check_wait};
 use lock_core::{
-    Acquire, Capabilities, Error, Extend, Instant, KeyStatus, Lease, LockStore, OwnerId, Release,
-    ReleaseOutcome, Result,
+    drift, Acquire, Capabilities, Error, Extend, Instant, KeyStatus, Lease, LockStore, OwnerId,
+    Release, ReleaseOutcome, Result,
 };
 use tokio::time::{sleep, sleep_until, timeout, timeout_at};
 
@@ -549,6 +549,13 @@ fn spawn_revoke(store: &EtcdStore, lease_id: i64) {
     });
 }
 
+/// What one renewal of a waiter's lease told.
+enum Renewed {
+    Confirmed,
+    Unconfirmed,
+    Ended,
+}
+
 enum Waited {
     Holder { confirmed_at: Instant },
     TimedOut,
@@ -579,14 +586,19 @@ impl Waiter<'_> {
                 self.predecessor()
             );
             let (predecessor, ours_exists) = found?;
-            if !ours_exists || !renewed? {
-                tracing::debug!(entry = self.entry, "queued lease ended while waiting");
-                return Ok(Waited::LeaseEnded);
+            match self.renewed(renewed, sent_at)? {
+                Renewed::Ended => return Ok(Waited::LeaseEnded),
+                _ if !ours_exists => {
+                    tracing::debug!(entry = self.entry, "queued entry vanished while waiting");
+                    return Ok(Waited::LeaseEnded);
+                }
+                Renewed::Confirmed | Renewed::Unconfirmed => {}
             }
-            self.confirmed_at = sent_at;
             let Some(predecessor) = predecessor else {
+                // Measured from the last confirmed renewal: this one, or an earlier one if this
+                // one got no answer.
                 return Ok(Waited::Holder {
-                    confirmed_at: sent_at,
+                    confirmed_at: self.confirmed_at,
                 });
             };
             if Instant::now() >= self.deadline {
@@ -596,6 +608,32 @@ impl Waiter<'_> {
                 Some(outcome) => return Ok(outcome),
                 None => continue,
             }
+        }
+    }
+
+    /// Settles one renewal sent at `sent_at`. A renewal that got no answer is tolerated while
+    /// the last confirmed one still covers the lease (the cluster may be electing a leader);
+    /// past that, the lease may have expired: the waiter queues again.
+    fn renewed(&mut self, renewed: Result<bool>, sent_at: Instant) -> Result<Renewed> {
+        match renewed {
+            Ok(true) => {
+                self.confirmed_at = sent_at;
+                Ok(Renewed::Confirmed)
+            }
+            Ok(false) => {
+                tracing::debug!(entry = self.entry, "queued lease ended while waiting");
+                Ok(Renewed::Ended)
+            }
+            Err(error) if error.is_retryable() => {
+                let covered_until = self.confirmed_at + self.ttl.saturating_sub(drift(self.ttl));
+                if Instant::now() < covered_until {
+                    tracing::debug!(%error, "renewal unconfirmed; trying again");
+                    Ok(Renewed::Unconfirmed)
+                } else {
+                    Ok(Renewed::Ended)
+                }
+            }
+            Err(error) => Err(error),
         }
     }
 
@@ -671,8 +709,8 @@ impl Waiter<'_> {
         if still_there.is_empty() {
             return Ok(None);
         }
+        let mut next_renewal = self.confirmed_at + period;
         loop {
-            let next_renewal = self.confirmed_at + period;
             tokio::select! {
                 message = stream.message() => {
                     let message = match message {
@@ -698,10 +736,12 @@ impl Waiter<'_> {
                 }
                 () = sleep_until(next_renewal) => {
                     let sent_at = Instant::now();
-                    if !self.store.shared.renewer.renew(self.lease_id).await? {
-                        return Ok(Some(Waited::LeaseEnded));
-                    }
-                    self.confirmed_at = sent_at;
+                    let renewed = self.store.shared.renewer.renew(self.lease_id).await;
+                    next_renewal = match self.renewed(renewed, sent_at)? {
+                        Renewed::Ended => return Ok(Some(Waited::LeaseEnded)),
+                        Renewed::Confirmed => sent_at + period,
+                        Renewed::Unconfirmed => Instant::now() + period / 4,
+                    };
                 }
                 () = sleep_until(self.deadline) => return Ok(Some(Waited::TimedOut)),
             }

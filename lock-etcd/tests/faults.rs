@@ -109,6 +109,15 @@ async fn killed_leader_keeps_the_lease_or_signals_its_loss() {
     let ttl = Duration::from_secs(3);
     let lease = holder.try_acquire(key, ttl).await.unwrap();
     let kept = KeepAlive::start(holder.clone(), lease.clone());
+    // A waiter queued across the election: it keeps its place and gets the key next.
+    let waiter = tokio::spawn({
+        let waiter = store(&url, "&command_timeout=2").await;
+        async move {
+            let next = waiter.acquire(key, ttl, Duration::from_secs(60)).await;
+            (next, waiter)
+        }
+    });
+    sleep(Duration::from_millis(300)).await;
 
     let leader = cluster.leader().expect("a leader");
     cluster.kill(leader).expect("kill the leader");
@@ -123,20 +132,12 @@ async fn killed_leader_keeps_the_lease_or_signals_its_loss() {
             "the lease was lost across the election: {:?}",
             kept.lost_reason()
         );
-        let next = timeout(bound, other.acquire(key, ttl, ttl * 3))
-            .await
-            .expect("acquire after the election hung")
-            .expect("the key is free after the lost lease expired");
-        assert!(next.fencing_token() > lease.fencing_token());
-        assert_eq!(
-            other.release(&next).await.unwrap(),
-            ReleaseOutcome::Released
-        );
     } else {
         println!(
             "the lease survived the election ({:?} after the kill)",
             killed_at.elapsed()
         );
+        assert!(!waiter.is_finished(), "the waiter got a key still held");
         let tried = timeout(bound, other.try_acquire(key, ttl))
             .await
             .expect("try_acquire after the election hung");
@@ -161,16 +162,17 @@ async fn killed_leader_keeps_the_lease_or_signals_its_loss() {
             holder.release(&lease).await.unwrap(),
             ReleaseOutcome::Released
         );
-        let next = other
-            .try_acquire(key, ttl)
-            .await
-            .expect("free after release");
-        assert!(next.fencing_token() > lease.fencing_token());
-        assert_eq!(
-            other.release(&next).await.unwrap(),
-            ReleaseOutcome::Released
-        );
     }
+    let (next, waiter) = timeout(bound, waiter)
+        .await
+        .expect("the queued waiter hung after the election")
+        .unwrap();
+    let next = next.expect("the queued waiter gets the key");
+    assert!(next.fencing_token() > lease.fencing_token());
+    assert_eq!(
+        waiter.release(&next).await.unwrap(),
+        ReleaseOutcome::Released
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
