@@ -310,6 +310,13 @@ impl RedisStore {
     /// [`Error::Unavailable`] while the server cannot be reached. Must be called inside a
     /// tokio runtime.
     pub fn connect_lazy(config: RedisConfig) -> Result<Self> {
+        #[cfg(feature = "tls")]
+        if matches!(
+            config.connection.addr(),
+            redis::ConnectionAddr::TcpTls { .. }
+        ) {
+            install_crypto_provider();
+        }
         let client = redis::Client::open(config.connection.clone())
             .map_err(|e| Error::store(format!("{config}: {:?}", e.kind()), e))?;
         let manager_config = ConnectionManagerConfig::new()
@@ -395,6 +402,16 @@ impl RedisStore {
             Attempt::Granted { token } => Granted::Yes(Lease::new(key, owner, token, ttl, sent_at)),
             Attempt::Held { expires_in } => Granted::No { expires_in },
         })
+    }
+}
+
+/// rustls needs a process-wide crypto provider and the redis crate picks none: install ring,
+/// unless the application installed one already.
+#[cfg(feature = "tls")]
+fn install_crypto_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Losing a race with another installer is fine: a provider is in place either way.
+        let _ = rustls::crypto::ring::default_provider().install_default();
     }
 }
 

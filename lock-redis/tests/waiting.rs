@@ -289,3 +289,18 @@ async fn credentials_from_the_url_are_used_and_never_shown() {
         Ok(store) => panic!("a wrong password connected: {store:?}"),
     }
 }
+
+/// With the `tls` feature, `rediss://` really speaks TLS: against a plain-text server the
+/// handshake fails with an error (no panic for want of a crypto provider, no plain-text
+/// fallback).
+#[cfg(feature = "tls")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rediss_against_a_plain_text_server_fails_cleanly() {
+    let url = server_url().replace("redis://", "rediss://");
+    let config =
+        RedisConfig::from_url(&format!("{url}?connect_timeout=1s&command_timeout=1s")).unwrap();
+    match RedisStore::connect(config).await {
+        Err(Error::Unavailable { .. } | Error::Store { .. }) => {}
+        other => panic!("TLS to a plain-text server: {other:?}"),
+    }
+}
