@@ -85,6 +85,13 @@
 //! [`RedisStore::evict`] deletes a key's lock behind its holder's back (never its fence) and
 //! wakes the waiters; the holder finds out at its next extend or release.
 //!
+//! # Server requirements
+//! Redis 5 or newer (scripts that read `TIME` and then write rely on effect replication,
+//! the default since 5), Redis 6 or newer for an ACL user name in the URL; Valkey works the
+//! same. The user needs `EVALSHA`, `SCRIPT LOAD`, `SUBSCRIBE` and `PING`, and the keys and
+//! channels under the prefix. Each handle opens one command connection and, once something
+//! waits, one pub/sub connection.
+//!
 //! # The URL
 //! `redis://[[user]:password@]host[:port][/db][?prefix=…&connect_timeout=…&command_timeout=…]`,
 //! and `rediss://` for TLS with the crate feature `tls`: see [`RedisConfig`]. Redlock:
