@@ -88,8 +88,9 @@
 //! # Server requirements
 //! Redis 5 or newer (scripts that read `TIME` and then write rely on effect replication,
 //! the default since 5), Redis 6 or newer for an ACL user name in the URL; Valkey works the
-//! same. The user needs `EVALSHA`, `SCRIPT LOAD`, `SUBSCRIBE` and `PING`, and the keys and
-//! channels under the prefix. Each handle opens one command connection and, once something
+//! same. The user needs `EVALSHA`, `SCRIPT LOAD`, `SUBSCRIBE` and `PING`, the commands the
+//! scripts call (`SET`, `GET`, `DEL`, `INCR`, `PEXPIRE`, `PTTL`, `TIME`, `PUBLISH`), and the
+//! keys and channels under the prefix. Each handle opens one command connection and, once something
 //! waits, one pub/sub connection.
 //!
 //! # The URL
