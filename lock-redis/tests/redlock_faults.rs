@@ -31,6 +31,7 @@ fn url(servers: &[RedisServer]) -> String {
     )
 }
 
+/// Connects, which must succeed while only a minority of `servers` is down.
 async fn store(servers: &[RedisServer]) -> RedlockStore {
     RedlockStore::connect(RedlockConfig::from_url(&url(servers)).expect("config"))
         .await
@@ -135,6 +136,9 @@ async fn two_of_five_killed_then_restarted_empty_keep_tokens_growing() {
     for _ in 0..10 {
         last = cycle(&store, key, last).await;
     }
+    // A new handle connects with a minority down, and its tokens continue the sequence.
+    let late = store(&servers).await;
+    last = cycle(&late, key, last).await;
     // The documented assumption: a node that lost its data stays down longer than the TTL.
     sleep(TTL + SLACK).await;
     servers[0].restart().expect("restart empty");
