@@ -137,7 +137,7 @@ async fn two_of_five_killed_then_restarted_empty_keep_tokens_growing() {
         last = cycle(&store, key, last).await;
     }
     // A new handle connects with a minority down, and its tokens continue the sequence.
-    let late = store(&servers).await;
+    let late = crate::store(&servers).await;
     last = cycle(&late, key, last).await;
     // The documented assumption: a node that lost its data stays down longer than the TTL.
     sleep(TTL + SLACK).await;
