@@ -101,21 +101,20 @@ impl EtcdStore {
     /// # Cancel safety
     /// Dropping the future closes whatever connection it had opened; nothing is written.
     pub async fn connect(config: EtcdConfig) -> Result<EtcdStore> {
-        let store = Self::connect_lazy(config).await?;
-        let probe = store.kv_get(
-            "connect",
-            store.shared.config.prefix.clone(),
-            GetOptions::new().with_count_only(),
-        );
-        match timeout(store.shared.config.connect_timeout, probe).await {
-            Ok(Ok(_)) => Ok(store),
-            Ok(Err(error)) => Err(error),
+        let (limit, endpoints) = (config.connect_timeout, config.endpoints.join(","));
+        let connect = async {
+            let store = Self::connect_lazy(config).await?;
+            let prefix = store.shared.config.prefix.clone();
+            store
+                .kv_get("connect", prefix, GetOptions::new().with_count_only())
+                .await?;
+            Ok(store)
+        };
+        // One bound for the whole: authenticating (with a user name) and the probe.
+        match timeout(limit, connect).await {
+            Ok(result) => result,
             Err(_) => Err(Error::Unavailable {
-                message: format!(
-                    "no etcd member of {} answered within {:?}",
-                    store.shared.config.endpoints.join(","),
-                    store.shared.config.connect_timeout
-                ),
+                message: format!("no etcd member of {endpoints} answered within {limit:?}"),
                 source: None,
             }),
         }

@@ -454,3 +454,29 @@ async fn stale_release_and_extend_never_touch_a_reused_lease() {
         ReleaseOutcome::Released
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_to_nothing_is_unavailable_within_the_connect_timeout() {
+    // A port that was just free: nothing listens there.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let config = EtcdConfig::from_url(&format!(
+        "etcd://127.0.0.1:{port}?connect_timeout=1&command_timeout=5"
+    ))
+    .unwrap();
+    let started = Instant::now();
+    let result = timeout(Duration::from_secs(10), EtcdStore::connect(config))
+        .await
+        .expect("connect hung");
+    let elapsed = started.elapsed();
+    match result {
+        Err(error) => assert!(error.is_retryable(), "not retryable: {error}"),
+        Ok(store) => panic!("connected to nothing: {store:?}"),
+    }
+    assert!(
+        elapsed < Duration::from_secs(5),
+        "connect took {elapsed:?} with a 1 s connect timeout"
+    );
+}
