@@ -281,15 +281,15 @@ struct Inner {
 impl RedisStore {
     /// Connects to the server named by `config` and checks that it answers.
     ///
-    /// Fails with the retryable [`Error::Unavailable`] if the server cannot be reached within
-    /// the connect timeout (or does not answer a `PING` within the command timeout), and with
-    /// [`Error::Store`] if it refuses the credentials or the database.
+    /// Fails with the retryable [`Error::Unavailable`] if the server cannot be reached and
+    /// answer a `PING` within the connect timeout (refused, unroutable, or accepting but hung),
+    /// and with [`Error::Store`] if it refuses the credentials or the database.
     ///
     /// # Cancel safety
     /// Dropping the future closes whatever connection it opened; nothing is held.
     pub async fn connect(config: RedisConfig) -> Result<Self> {
         let store = Self::connect_lazy(config)?;
-        let bound = store.inner.config.connect_timeout + store.inner.config.command_timeout;
+        let bound = store.inner.config.connect_timeout;
         let mut conn = store.inner.conn.clone();
         let ping_command = redis::cmd("PING");
         let ping = ping_command.query_async::<String>(&mut conn);

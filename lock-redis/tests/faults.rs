@@ -110,7 +110,22 @@ async fn frozen_server_gives_a_retryable_error_within_the_command_timeout() {
         )
         .await;
     let elapsed = started.elapsed();
+    // A new handle: the frozen server accepts the TCP connection but never answers.
+    let connecting = Instant::now();
+    let fresh = lock_redis::RedisStore::connect(
+        lock_redis::RedisConfig::from_url(&format!("{url}?connect_timeout=500ms")).unwrap(),
+    )
+    .await;
+    let connect_took = connecting.elapsed();
     server.resume().expect("SIGCONT");
+    assert!(
+        matches!(fresh, Err(Error::Unavailable { .. })),
+        "connecting to a frozen server: {fresh:?}"
+    );
+    assert!(
+        connect_took < Duration::from_millis(500) + SLACK,
+        "connecting to a frozen server gave up after {connect_took:?}, connect_timeout 500 ms"
+    );
     for (what, result) in [
         ("try_acquire", tried.map(drop)),
         ("extend", extended),
