@@ -73,3 +73,34 @@ impl StoreFactory for RedlockFactory {
 }
 
 conformance::conformance_tests!(async { Arc::new(RedlockFactory { url: redlock_url() }) });
+
+/// `drift_factor` widens the margin taken off the lease's validity (and the extend's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drift_factor_shortens_the_local_deadline() {
+    use lock_core::{Acquire, Extend, Instant, Release};
+    use std::time::Duration;
+
+    let store = store(&format!("{}&drift_factor=0.5", redlock_url())).await;
+    let ttl = Duration::from_secs(10);
+    let lease = store
+        .try_acquire("redlock:drift-factor", ttl)
+        .await
+        .expect("acquire");
+    let answered = Instant::now();
+    // Validity = TTL − elapsed − (TTL × 0.5 + 2 ms), counted from before the request: at
+    // most 4.998 s after the answer (lock-core's own margin would leave 9.898 s).
+    let margin = ttl / 2 + Duration::from_millis(2);
+    assert!(
+        lease.valid_until() <= answered + (ttl - margin),
+        "the deadline is {:?} past the answer, more than TTL − drift",
+        lease.valid_until() - answered
+    );
+    let first = lease.valid_until();
+    store.extend(&lease).await.expect("extend");
+    assert!(lease.valid_until() > first, "the extend moved the deadline");
+    assert!(
+        lease.valid_until() <= Instant::now() + (ttl - margin),
+        "the extend kept the wider margin"
+    );
+    let _ = store.release(&lease).await.expect("release");
+}
