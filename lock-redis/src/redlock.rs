@@ -379,7 +379,7 @@ impl RedlockStore {
     pub async fn connect(config: RedlockConfig) -> Result<Self> {
         let store = Self::connect_lazy(config)?;
         let bound = store.config().connect_timeout() + store.config().command_timeout();
-        let quorum = store.quorum();
+        let (nodes, quorum) = (store.config().node_count(), store.quorum());
         let answers = store
             .fan_out("ping", bound, |mut conn| async move {
                 let ping = redis::cmd("PING");
@@ -387,7 +387,7 @@ impl RedlockStore {
                     .await
                     .map_err(|e| redis_error("ping", e))
             })
-            .await_until(|a| count(a, |_| true) >= quorum)
+            .await_until(|a| count(a, |_| true) >= quorum || failures(a) > nodes - quorum)
             .await;
         if count(&answers, |_| true) >= quorum {
             return Ok(store);

@@ -18,15 +18,16 @@ fn start_five() -> Vec<RedisServer> {
     RedisServer::start_many(5).unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// A Redlock URL over `servers`; the per-node timeout is short so stopped nodes cost little,
-/// but far above a loopback round trip on a loaded machine.
+/// A Redlock URL over `servers`: the per-node timeouts are short so stopped nodes cost little,
+/// but far above a loopback round trip on a loaded machine, and five retries outlast a slow
+/// moment.
 fn url(servers: &[RedisServer]) -> String {
     let hosts: Vec<String> = servers
         .iter()
         .map(|s| format!("127.0.0.1:{}", s.port()))
         .collect();
     format!(
-        "redlock://{}?connect_timeout=10s&command_timeout=500ms&retry_jitter=20ms",
+        "redlock://{}?connect_timeout=3s&command_timeout=1s&retry_count=5&retry_jitter=20ms",
         hosts.join(",")
     )
 }
@@ -226,7 +227,7 @@ async fn three_of_five_down_give_a_quorum_error_and_leave_nothing_held_past_the_
         );
     }
     assert!(
-        started.elapsed() < Duration::from_secs(10),
+        started.elapsed() < Duration::from_secs(30),
         "the error came within the retries' bounds, not a hang: {:?}",
         started.elapsed()
     );
