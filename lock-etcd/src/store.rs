@@ -578,12 +578,20 @@ impl Waiter<'_> {
     async fn run(mut self) -> Result<Waited> {
         let period = (self.ttl / 3).max(Duration::from_millis(100));
         loop {
-            // Renew alongside the check, so the lease handed out is measured from now.
+            // Renew alongside the check, so the lease handed out is measured from now; unless
+            // the last confirmed renewal is recent (the grant, or a renewal moments ago), which
+            // then measures it, a little earlier.
             let sent_at = Instant::now();
-            let (renewed, found) = tokio::join!(
-                self.store.shared.renewer.renew(self.lease_id),
-                self.predecessor()
-            );
+            let recent = sent_at < self.confirmed_at + period / 2;
+            let renew = async {
+                if recent {
+                    Ok(true)
+                } else {
+                    self.store.shared.renewer.renew(self.lease_id).await
+                }
+            };
+            let (renewed, found) = tokio::join!(renew, self.predecessor());
+            let sent_at = if recent { self.confirmed_at } else { sent_at };
             let (predecessor, ours_exists) = found?;
             match self.renewed(renewed, sent_at)? {
                 Renewed::Ended => return Ok(Waited::LeaseEnded),
