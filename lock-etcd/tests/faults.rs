@@ -480,3 +480,62 @@ async fn connect_to_nothing_is_unavailable_within_the_connect_timeout() {
         "connect took {elapsed:?} with a 1 s connect timeout"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_get_the_key_across_a_compaction() {
+    let server = EtcdServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let url = server.url();
+    let holder = store(&url, "").await;
+    let key = "faults:compacted";
+    let ttl = Duration::from_secs(30);
+    let lease = holder.try_acquire(key, ttl).await.unwrap();
+    let mut waiters = Vec::new();
+    for _ in 0..3 {
+        let waiter = store(&url, "").await;
+        waiters.push(tokio::spawn(async move {
+            let next = waiter.acquire(key, ttl, Duration::from_secs(30)).await?;
+            let token = next.fencing_token();
+            waiter.release(&next).await.map(|outcome| (token, outcome))
+        }));
+        sleep(Duration::from_millis(100)).await;
+    }
+
+    // Churn, then compact away every revision the waiters read the queue at.
+    let mut raw = etcd_client::Client::connect([server.endpoint()], None)
+        .await
+        .unwrap();
+    for i in 0..20 {
+        raw.put(format!("faults/churn/{i}"), "x", None)
+            .await
+            .unwrap();
+    }
+    let revision = raw
+        .put("faults/churn/last", "x", None)
+        .await
+        .unwrap()
+        .header()
+        .expect("a header")
+        .revision();
+    raw.compact(
+        revision,
+        Some(etcd_client::CompactionOptions::new().with_physical()),
+    )
+    .await
+    .unwrap();
+
+    assert_eq!(
+        holder.release(&lease).await.unwrap(),
+        ReleaseOutcome::Released
+    );
+    let mut last = lease.fencing_token();
+    for waiter in waiters {
+        let (token, outcome) = timeout(Duration::from_secs(20), waiter)
+            .await
+            .expect("a waiter hung after the compaction")
+            .unwrap()
+            .expect("a waiter failed after the compaction");
+        assert_eq!(outcome, ReleaseOutcome::Released);
+        assert!(token > last, "token {token} after {last}");
+        last = token;
+    }
+}
