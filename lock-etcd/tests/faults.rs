@@ -539,3 +539,44 @@ async fn waiters_get_the_key_across_a_compaction() {
         last = token;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_from_the_url_authenticate() {
+    let server = EtcdServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let endpoint = server.endpoint();
+    let mut raw = etcd_client::Client::connect([endpoint.clone()], None)
+        .await
+        .unwrap();
+    raw.user_add("root", "s3cr@t", None).await.unwrap();
+    raw.user_grant_role("root", "root").await.unwrap();
+    raw.auth_enable().await.unwrap();
+
+    let url = format!("etcd://root:s3cr%40t@{endpoint}");
+    let holder = Arc::new(store(&url, "").await);
+    let lease = holder
+        .try_acquire("faults:auth", Duration::from_secs(1))
+        .await
+        .unwrap();
+    // The keep-alive stream carries the token too: the lease outlives its TTL.
+    let kept = KeepAlive::start(holder.clone(), lease);
+    sleep(Duration::from_secs(2)).await;
+    assert!(!kept.is_lost(), "{:?}", kept.lost_reason());
+    let lease = kept.stop();
+    assert_eq!(
+        holder.release(&lease).await.unwrap(),
+        ReleaseOutcome::Released
+    );
+
+    let wrong =
+        EtcdConfig::from_url(&format!("etcd://root:n0t-1t@{endpoint}?connect_timeout=10")).unwrap();
+    match EtcdStore::connect(wrong).await {
+        Err(error) => {
+            assert!(
+                !error.is_retryable(),
+                "a wrong password is retryable: {error}"
+            );
+            assert!(!error.to_string().contains("n0t-1t"), "{error}");
+        }
+        Ok(store) => panic!("a wrong password connected: {store:?}"),
+    }
+}
