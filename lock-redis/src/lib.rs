@@ -120,14 +120,21 @@
 //!   single-node store. [`RedlockStore::evict`] deletes the lock on every node.
 //!
 //! **Fencing tokens.** Each node mints in its acquire script, as above. A lease is handed out
-//! only after (1) `q` nodes granted it, its token `t` being the **maximum** of their tokens,
-//! and (2) `q` nodes confirmed a script raising their fence to at least `t` (the nodes that
-//! minted `t` already have it). Take any later lease `L'`, one whose requests were sent after
-//! the lease with `t` was handed out: it was granted by `q` nodes, and any two sets of `q` out
-//! of `N` nodes share one, `n`. On `n`, `L'`'s script ran after the raise, so `n` minted at
-//! least `t + 1`, and the token of `L'`, the maximum over its granting nodes, is greater than
-//! `t`. This holds whichever majority grants `L'` and whatever the nodes' clocks read: no node
-//! needs to have seen the previous holder's grant, only the raise.
+//! only after (1) `q` nodes granted it, and (2) `q` nodes answered a script that raised their
+//! fence to the lease's token `t` *from below*: `t` starts one above the maximum the granting
+//! nodes minted, and a node whose fence is already at or beyond it refuses and reports its
+//! fence, and the next raise round asks for one more than the highest fence reported.
+//!
+//! Take a lease `A` with token `a`, handed out, and any lease `B` handed out after it. `B` was
+//! granted by `q` nodes, and so was `A`; they share a node `n`, which cannot have held both
+//! locks at once, and `B`'s grant on `n` came after `A`'s lock there ended (a lock of `A`
+//! granted after `B`'s would have to come after `B`'s ended, which is after `B` was handed
+//! out, which is after `A` was). `A`'s lock on `n` ends after `A` was handed out, so `B`'s
+//! raise round comes after `A`'s raise had finished on its `q` nodes. `B`'s raise quorum shares
+//! a node `m` with `A`'s, whose fence was at least `a` by then; `m` took `B`'s token from
+//! below, so `b > a`. This holds whichever majorities grant and raise, whatever the nodes'
+//! clocks read, and also for attempts whose requests were sent while `A` was still being
+//! acquired.
 //!
 //! **Assumptions.**
 //! - No node loses its data while it is in a majority that raised a token, unless it stays
@@ -138,12 +145,8 @@
 //!   past one), so after a downtime longer than the skew between the nodes' clocks the floor
 //!   alone is past it. That is why killed-and-restarted minorities keep tokens growing in the
 //!   fault tests.
-//! - Attempts that overlap in time are ordered by the lock, not by the argument: an attempt
-//!   whose requests were sent before the previous lease was handed out, yet were processed
-//!   only after it was released, is bounded by each node's `fence + 1` and clock, not by the
-//!   raise. Its token is then greater in practice (one clock per node, a microsecond floor),
-//!   but the argument does not cover it; a resource that checks tokens refuses such a writer
-//!   rather than accepts a stale one.
+//! - `A`'s locks are still in place on its granting nodes while it raises (its validity,
+//!   checked after the raise, says so within the drift margin).
 //! - As for every Redlock: the holder's clock runs at about the nodes' rate (the drift
 //!   margin covers 1% by default), and a holder that pauses past its validity must be stopped
 //!   by the fencing token at the resource.

@@ -33,30 +33,51 @@ use crate::{RedisConfig, RedisStore, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, WA
 
 // ---- Lua ------------------------------------------------------------------------------------
 
-/// Raise: set the fence to ARGV[1] unless it is already at least that. Atomic: the read and
-/// the write run as one script, so a concurrent mint is either before (and raised) or after.
-/// KEYS[1] is the fence key. Returns 1 if it raised, 0 if the fence was already there.
+/// Raise: set the fence to ARGV[1] if it is below that, else report the fence. Atomic: the
+/// read and the write run as one script, so a concurrent mint is either before (and raised)
+/// or after. KEYS[1] is the fence key. Returns 0 if the fence now holds ARGV[1], or the fence
+/// it found at or above ARGV[1] (the caller then asks again with more).
 pub(crate) const RAISE_LUA: &str = r"
 local fence = tonumber(redis.call('GET', KEYS[1]) or '0')
 if fence < tonumber(ARGV[1]) then
   redis.call('SET', KEYS[1], ARGV[1])
-  return 1
+  return 0
 end
-return 0
+return fence
 ";
 
 static RAISE: LazyLock<Script> = LazyLock::new(|| Script::new(RAISE_LUA));
 
-/// Raises one node's fence to `token`.
-async fn raise_on(conn: &mut ConnectionManager, names: &KeyNames, token: u64) -> Result<()> {
-    let _raised: i64 = RAISE
+/// What one node's raise found.
+#[derive(Debug, Clone, Copy)]
+enum Raise {
+    /// The fence was below the token and now holds it.
+    Raised,
+    /// The fence was already at this value, at or above the token.
+    Ahead(u64),
+}
+
+/// Raises one node's fence to `token`, unless it is already there or beyond.
+async fn raise_on(conn: &mut ConnectionManager, names: &KeyNames, token: u64) -> Result<Raise> {
+    let found: i64 = RAISE
         .key(&names.fence)
         .arg(token)
         .invoke_async(conn)
         .await
         .map_err(|e| redis_error("raise", e))?;
-    Ok(())
+    match u64::try_from(found) {
+        Ok(0) => Ok(Raise::Raised),
+        Ok(fence) => Ok(Raise::Ahead(fence)),
+        Err(_) => Err(Error::Store {
+            message: format!("raise: the script answered {found}, not a fence"),
+            source: None,
+        }),
+    }
 }
+
+/// How many raise rounds one acquisition tries before giving up: each round that finds a
+/// fence ahead asks for one more than it, so only concurrent raises can make it take more.
+const RAISE_ROUNDS: usize = 8;
 
 // ---- config ---------------------------------------------------------------------------------
 
@@ -559,6 +580,56 @@ impl RedlockStore {
         Duration::from_micros(rand::random_range(1_000..=most))
     }
 
+    /// Raises the fences of a quorum to one token, at least `floor`, and returns it: a quorum
+    /// must have had its fence *below* the token, so the token is greater than every token a
+    /// quorum raised to before (any two quorums share a node). A node found at or beyond the
+    /// token makes the next round ask for one more than the highest fence found.
+    async fn raise(&self, names: &KeyNames, floor: u64, bound: Duration) -> Result<u64> {
+        let nodes = self.config().node_count();
+        let quorum = self.quorum();
+        let mut token = floor;
+        for _ in 0..RAISE_ROUNDS {
+            let raise_names = names.clone();
+            let answers = self
+                .fan_out("raise", bound, move |mut conn| {
+                    let names = raise_names.clone();
+                    async move { raise_on(&mut conn, &names, token).await }
+                })
+                .await_until(|a| {
+                    count(a, |r| matches!(r, Raise::Raised)) >= quorum
+                        || count(a, |r| matches!(r, Raise::Ahead(_))) > 0
+                        || failures(a) > nodes - quorum
+                })
+                .await;
+            if count(&answers, |r| matches!(r, Raise::Raised)) >= quorum {
+                return Ok(token);
+            }
+            let ahead = answers
+                .iter()
+                .filter_map(|a| match a {
+                    Some(Ok(Raise::Ahead(fence))) => Some(*fence),
+                    _ => None,
+                })
+                .max();
+            match ahead {
+                Some(fence) => token = token.max(fence.saturating_add(1)),
+                None => {
+                    return Err(self.unavailable(
+                        "acquire: raising the fencing counter",
+                        &answers,
+                        |r| format!("{r:?}"),
+                    ))
+                }
+            }
+        }
+        Err(Error::Unavailable {
+            message: format!(
+                "acquire: the fencing counters kept moving ahead of {token} for {RAISE_ROUNDS} rounds"
+            ),
+            source: None,
+        })
+    }
+
     /// One Redlock round: acquire on every node, and if a quorum granted in time, raise a
     /// quorum's fences to the maximum token. Anything short of that is released everywhere.
     async fn round(&self, key: &str, names: &KeyNames, ttl: Duration) -> Round {
@@ -589,7 +660,7 @@ impl RedlockStore {
             .map(|base| base + ttl.saturating_sub(lock_core::drift(ttl)));
 
         let outcome = if count(&answers, granted) >= quorum {
-            let token = answers
+            let minted = answers
                 .iter()
                 .filter_map(|a| match a {
                     Some(Ok(Attempt::Granted { token })) => Some(*token),
@@ -597,25 +668,14 @@ impl RedlockStore {
                 })
                 .max()
                 .unwrap_or(0);
-            let raise_names = names.clone();
-            let raised = self
-                .fan_out("raise", bound, move |mut conn| {
-                    let names = raise_names.clone();
-                    async move { raise_on(&mut conn, &names, token).await }
-                })
-                .await_until(|a| count(a, |_| true) >= quorum || failures(a) > nodes - quorum)
-                .await;
-            match valid_until {
-                _ if count(&raised, |_| true) < quorum => Err(self.unavailable(
-                    "acquire: raising the fencing counter",
-                    &raised,
-                    |()| "raised".into(),
-                )),
-                Some(until) if Instant::now() < until => {
+            let raised = self.raise(names, minted + 1, bound).await;
+            match (raised, valid_until) {
+                (Err(error), _) => Err(error),
+                (Ok(token), Some(until)) if Instant::now() < until => {
                     let base = self.deadline_base(sent_at, ttl).unwrap_or(sent_at);
                     return Round::Granted(Lease::new(key, owner, token, ttl, base));
                 }
-                _ => Err(Error::Unavailable {
+                (Ok(_), _) => Err(Error::Unavailable {
                     message: format!(
                         "acquire: the quorum took {:?}, leaving no validity for a TTL of {ttl:?}",
                         sent_at.elapsed()
@@ -696,6 +756,14 @@ impl Acquire for RedlockStore {
     /// # Cancel safety
     /// Dropping the future after the requests were sent may leave a lease nobody knows of on
     /// some nodes: it expires at its TTL and blocks the key until then.
+    #[tracing::instrument(
+        level = "debug",
+        name = "try_acquire",
+        skip(self),
+        fields(store = "redlock"),
+        ret(level = "debug"),
+        err(level = "debug")
+    )]
     async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Lease> {
         check_request(key, ttl, &self.capabilities())?;
         let names = self.names(key);
@@ -731,6 +799,14 @@ impl Acquire for RedlockStore {
     /// # Cancel safety
     /// As for `try_acquire` while a round is in flight; dropped while waiting, nothing is
     /// held and the subscriptions are given up.
+    #[tracing::instrument(
+        level = "debug",
+        name = "acquire",
+        skip(self),
+        fields(store = "redlock"),
+        ret(level = "debug"),
+        err(level = "debug")
+    )]
     async fn acquire(&self, key: &str, ttl: Duration, wait: Duration) -> Result<Lease> {
         check_request(key, ttl, &self.capabilities())?;
         check_wait(wait)?;
@@ -829,6 +905,13 @@ impl Release for RedlockStore {
     /// # Cancel safety
     /// Dropping the future may leave the lease held on some nodes until its TTL; calling
     /// release again is safe.
+    #[tracing::instrument(
+        level = "debug",
+        name = "release",
+        skip_all,
+        fields(store = "redlock", key = lease.key(), token = lease.fencing_token()),
+        ret(level = "debug"), err(level = "debug")
+    )]
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
         let (nodes, quorum) = (self.config().node_count(), self.quorum());
         let names = self.names(lease.key());
@@ -868,6 +951,13 @@ impl Extend for RedlockStore {
     /// # Cancel safety
     /// Dropping the future may or may not have extended the lease on some nodes; the local
     /// deadline only moves once a quorum's answers are read.
+    #[tracing::instrument(
+        level = "trace",
+        name = "extend",
+        skip_all,
+        fields(store = "redlock", key = lease.key(), token = lease.fencing_token()),
+        err(level = "debug")
+    )]
     async fn extend(&self, lease: &Lease) -> Result<()> {
         let (nodes, quorum) = (self.config().node_count(), self.quorum());
         let names = self.names(lease.key());
@@ -999,6 +1089,53 @@ impl fmt::Debug for RedlockStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A node of the raise quorum whose fence is already at or beyond the token (another
+    /// lease raised it while this one was being granted) makes the token go past that fence:
+    /// the token must be taken from below on a quorum, not merely reached.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn raise_goes_past_a_fence_already_at_or_beyond_the_token() {
+        let servers = test_servers::RedisServer::start_many(3).unwrap_or_else(|e| panic!("{e}"));
+        let hosts: Vec<String> = servers
+            .iter()
+            .map(|s| format!("127.0.0.1:{}", s.port()))
+            .collect();
+        let config =
+            RedlockConfig::from_url(&format!("redlock://{}?command_timeout=1s", hosts.join(",")))
+                .expect("config");
+        let store = RedlockStore::connect(config).await.expect("connect");
+        let names = store.names("raise:ahead");
+        for (fence, expected) in [(1_000u64, 1_001u64), (10u64, 1_002u64)] {
+            // Node 1 holds `fence`; node 2 is frozen, so nodes 0 and 1 are the only quorum.
+            let mut admin = redis::Client::open(servers[1].url())
+                .expect("client")
+                .get_multiplexed_async_connection()
+                .await
+                .expect("admin");
+            let current: Option<u64> = redis::cmd("GET")
+                .arg(&names.fence)
+                .query_async(&mut admin)
+                .await
+                .expect("GET");
+            if current.is_none_or(|c| c < fence) {
+                let _: () = redis::cmd("SET")
+                    .arg(&names.fence)
+                    .arg(fence)
+                    .query_async(&mut admin)
+                    .await
+                    .expect("SET");
+            }
+            servers[2].pause().expect("SIGSTOP");
+            let token = store
+                .raise(&names, 10, Duration::from_secs(1))
+                .await
+                .expect("raise with a quorum up");
+            servers[2].resume().expect("SIGCONT");
+            // The first time node 1 is at 1000, ahead of 10; the second time it is at 1001
+            // (raised by the first), so 10 must again go past it.
+            assert_eq!(token, expected, "fence {fence}");
+        }
+    }
 
     fn rule(url: &str) -> String {
         match RedlockConfig::from_url(url) {

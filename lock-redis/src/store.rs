@@ -425,6 +425,14 @@ impl Acquire for RedisStore {
     /// # Cancel safety
     /// Dropping the future after the script was sent may leave a lease nobody knows of: it
     /// expires at its TTL and blocks the key until then.
+    #[tracing::instrument(
+        level = "debug",
+        name = "try_acquire",
+        skip(self),
+        fields(store = "redis"),
+        ret(level = "debug"),
+        err(level = "debug")
+    )]
     async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Lease> {
         check_request(key, ttl, &self.capabilities())?;
         match self.attempt(key, &self.names(key), ttl).await? {
@@ -443,6 +451,14 @@ impl Acquire for RedisStore {
     /// # Cancel safety
     /// As for `try_acquire` while an attempt is in flight; dropped while waiting, nothing is
     /// held and the subscription is given up.
+    #[tracing::instrument(
+        level = "debug",
+        name = "acquire",
+        skip(self),
+        fields(store = "redis"),
+        ret(level = "debug"),
+        err(level = "debug")
+    )]
     async fn acquire(&self, key: &str, ttl: Duration, wait: Duration) -> Result<Lease> {
         check_request(key, ttl, &self.capabilities())?;
         check_wait(wait)?;
@@ -494,6 +510,13 @@ impl Release for RedisStore {
     /// # Cancel safety
     /// Dropping the future may or may not have released the lease; calling release again is
     /// safe (it answers `Lost` if the first one went through).
+    #[tracing::instrument(
+        level = "debug",
+        name = "release",
+        skip_all,
+        fields(store = "redis", key = lease.key(), token = lease.fencing_token()),
+        ret(level = "debug"), err(level = "debug")
+    )]
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
         let names = self.names(lease.key());
         let owner = lease.owner();
@@ -515,6 +538,13 @@ impl Extend for RedisStore {
     /// # Cancel safety
     /// Dropping the future may or may not have extended the lease on the server; the local
     /// deadline only moves once the answer is read.
+    #[tracing::instrument(
+        level = "trace",
+        name = "extend",
+        skip_all,
+        fields(store = "redis", key = lease.key(), token = lease.fencing_token()),
+        err(level = "debug")
+    )]
     async fn extend(&self, lease: &Lease) -> Result<()> {
         let names = self.names(lease.key());
         let (owner, ttl) = (lease.owner(), lease.ttl());
