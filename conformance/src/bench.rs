@@ -9,7 +9,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use lock_core::{DynLockStore, Error, Result};
+use async_trait::async_trait;
+use lock_core::{DynLockStore, Error, Lease, Result};
 use tokio::time::Instant;
 
 /// Latency samples.
@@ -87,6 +88,25 @@ pub async fn cycle(
     .await
 }
 
+/// Times `iterations` uncontended acquire + release cycles on `key`, with no warm-up, adding
+/// the samples to `samples`: one turn of loops timed in alternating rounds, so that all of them
+/// see the same machine load.
+pub async fn cycle_into(
+    store: &DynLockStore,
+    key: &str,
+    ttl: Duration,
+    iterations: usize,
+    samples: &mut Vec<Duration>,
+) -> Result<()> {
+    for _ in 0..iterations {
+        let started = Instant::now();
+        let lease = store.try_acquire(key, ttl).await?;
+        let _ = store.release(&lease).await?;
+        samples.push(started.elapsed());
+    }
+    Ok(())
+}
+
 /// Runs `op(task, iteration)` in `tasks` concurrent loops for `duration`; returns completed
 /// operations per second.
 pub async fn throughput<F, Fut>(tasks: usize, duration: Duration, op: F) -> Result<f64>
@@ -143,37 +163,120 @@ pub async fn lock_throughput(
 
 /// Handoff latency: the time from a holder starting its release to the next waiter holding the
 /// key, with one waiter task per handle all contending for `key`, until `handoffs` samples.
+///
+/// The releaser contends again at once, so a lock whose releaser simply re-takes the key (as a
+/// polling lock's does, its waiters being asleep) reports its own unlock + lock as a handoff;
+/// [`handoff_to_another`] rules that out.
 pub async fn handoff(
     handles: Vec<DynLockStore>,
     key: &str,
     ttl: Duration,
     handoffs: usize,
 ) -> Result<Samples> {
-    let released_at: Arc<Mutex<Option<Instant>>> = Arc::default();
-    let samples: Arc<Mutex<Vec<Duration>>> = Arc::default();
+    let contenders = store_contenders(handles, key, ttl, Duration::from_secs(30));
+    handoff_between(contenders, handoffs, Handoff::AnyWaiter).await
+}
+
+/// Handoff to *another* waiter: as [`handoff`], but each holder keeps the key for `hold` (so
+/// the other waiters are parked in their wait, not in the first attempt they made on joining,
+/// when the release comes), and the releaser contends again only once someone else has taken
+/// the key, so no lock can report its own unlock + lock as a handoff.
+pub async fn handoff_to_another(
+    handles: Vec<DynLockStore>,
+    key: &str,
+    ttl: Duration,
+    hold: Duration,
+    handoffs: usize,
+) -> Result<Samples> {
+    let contenders = store_contenders(handles, key, ttl, Duration::from_secs(60));
+    handoff_between(contenders, handoffs, Handoff::ToAnother { hold }).await
+}
+
+/// One waiter of a handoff measurement: something that takes one key, waiting until it is
+/// granted, and gives it back. A store handle is one ([`handoff`]); a benchmark's baseline (a
+/// raw connection, another lock library) is another, so both are measured by the same loop.
+#[async_trait]
+pub trait Contender: Send + 'static {
+    /// What holding the key leaves in hand, to give it back with.
+    type Held: Send;
+
+    /// Takes the key, waiting until it is granted.
+    async fn take(&mut self) -> Result<Self::Held>;
+
+    /// Gives the key back.
+    async fn give_back(&mut self, held: Self::Held) -> Result<()>;
+}
+
+/// What a holder does around its release in [`handoff_between`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Handoff {
+    /// Releases at once and contends again at once: the next holder may be the releaser.
+    AnyWaiter,
+    /// Holds the key for `hold`, releases, and contends again only once another waiter holds
+    /// the key: every sample is a handoff to someone else.
+    ToAnother {
+        /// How long each holder keeps the key before releasing it.
+        hold: Duration,
+    },
+}
+
+/// Handoff latency between `contenders`, one task each, all taking the same key: the time from
+/// a holder starting its release to the next holder's grant, until `handoffs` samples. The
+/// first task to finish ends the run; the others, parked with nothing left to hand them, are
+/// aborted.
+pub async fn handoff_between<C: Contender>(
+    contenders: Vec<C>,
+    handoffs: usize,
+    mode: Handoff,
+) -> Result<Samples> {
+    struct State {
+        released_at: Option<Instant>,
+        samples: Vec<Duration>,
+    }
+    let state = Arc::new(Mutex::new(State {
+        released_at: None,
+        samples: Vec::with_capacity(handoffs),
+    }));
+    let grants = Arc::new(tokio::sync::watch::channel(0u64).0);
     let mut joins = Vec::new();
-    for store in handles {
-        let (key, released_at, samples) = (key.to_owned(), released_at.clone(), samples.clone());
+    for mut contender in contenders {
+        let (state, grants) = (state.clone(), grants.clone());
         joins.push(tokio::spawn(async move {
             loop {
-                let lease = store.acquire(&key, ttl, Duration::from_secs(30)).await?;
+                let held = contender.take().await?;
                 let now = Instant::now();
                 let finished = {
-                    let mut samples = samples.lock().unwrap_or_else(PoisonError::into_inner);
-                    let previous = released_at
+                    let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
+                    if let Some(released_at) = state.released_at.take() {
+                        state.samples.push(now - released_at);
+                    }
+                    state.samples.len() >= handoffs
+                };
+                // Nobody else can be granted while this holder has the key, so subscribing
+                // right after counting this grant waits exactly for the next one.
+                let mut granted = match mode {
+                    Handoff::AnyWaiter => None,
+                    Handoff::ToAnother { .. } => {
+                        grants.send_modify(|g| *g += 1);
+                        Some(grants.subscribe())
+                    }
+                };
+                if !finished {
+                    if let Handoff::ToAnother { hold } = mode {
+                        tokio::time::sleep(hold).await;
+                    }
+                    state
                         .lock()
                         .unwrap_or_else(PoisonError::into_inner)
-                        .take();
-                    if let Some(previous) = previous {
-                        samples.push(now - previous);
-                    }
-                    samples.len() >= handoffs
-                };
-                *released_at.lock().unwrap_or_else(PoisonError::into_inner) =
-                    (!finished).then(Instant::now);
-                let _outcome = store.release(&lease).await?;
+                        .released_at = Some(Instant::now());
+                }
+                contender.give_back(held).await?;
                 if finished {
                     return Ok::<_, Error>(());
+                }
+                if let Some(granted) = &mut granted {
+                    let _ = granted.changed().await;
                 }
             }
         }));
@@ -183,15 +286,75 @@ pub async fn handoff(
         message: format!("a benchmark task panicked: {e}"),
         source: None,
     })??;
-    // The others are parked in acquire with nothing left to hand them; stop them.
     for join in rest {
         join.abort();
     }
-    let samples = samples
+    let samples = state
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
+        .samples
         .clone();
     Ok(Samples::new(samples))
+}
+
+/// A store handle as a [`Contender`] for `key`.
+struct StoreContender {
+    store: DynLockStore,
+    key: String,
+    ttl: Duration,
+    wait: Duration,
+}
+
+fn store_contenders(
+    handles: Vec<DynLockStore>,
+    key: &str,
+    ttl: Duration,
+    wait: Duration,
+) -> Vec<StoreContender> {
+    handles
+        .into_iter()
+        .map(|store| StoreContender {
+            store,
+            key: key.to_owned(),
+            ttl,
+            wait,
+        })
+        .collect()
+}
+
+#[async_trait]
+impl Contender for StoreContender {
+    type Held = Lease;
+
+    async fn take(&mut self) -> Result<Lease> {
+        self.store.acquire(&self.key, self.ttl, self.wait).await
+    }
+
+    async fn give_back(&mut self, lease: Lease) -> Result<()> {
+        self.store.release(&lease).await.map(drop)
+    }
+}
+
+/// `d` in microseconds, for ratios between figures.
+pub fn micros(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+/// The URL of the server a benchmark runs against: `LOCK_BENCH_URL` when it is set and not
+/// blank (then no server is started), else the URL of the server `start` starts, which is
+/// returned too and stops when dropped.
+pub fn server_or_env<S, E>(
+    start: impl FnOnce() -> std::result::Result<S, E>,
+    url: impl FnOnce(&S) -> String,
+) -> std::result::Result<(Option<S>, String), E> {
+    match std::env::var("LOCK_BENCH_URL") {
+        Ok(env_url) if !env_url.trim().is_empty() => Ok((None, env_url)),
+        _ => {
+            let server = start()?;
+            let url = url(&server);
+            Ok((Some(server), url))
+        }
+    }
 }
 
 /// One line of a benchmark table.
@@ -274,6 +437,58 @@ impl fmt::Display for Table {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lock_core::MemoryStore;
+
+    /// A store handle that records which contender each grant went to.
+    struct Recording {
+        id: usize,
+        store: DynLockStore,
+        grants: Arc<Mutex<Vec<usize>>>,
+    }
+
+    #[async_trait]
+    impl Contender for Recording {
+        type Held = Lease;
+
+        async fn take(&mut self) -> Result<Lease> {
+            let lease = self
+                .store
+                .acquire("k", Duration::from_secs(30), Duration::from_secs(30))
+                .await?;
+            self.grants.lock().unwrap().push(self.id);
+            Ok(lease)
+        }
+
+        async fn give_back(&mut self, lease: Lease) -> Result<()> {
+            self.store.release(&lease).await.map(drop)
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn handoff_to_another_never_counts_a_releaser_retaking_the_key() {
+        let store: DynLockStore = Arc::new(MemoryStore::new());
+        let grants: Arc<Mutex<Vec<usize>>> = Arc::default();
+        let contenders = (0..3)
+            .map(|id| Recording {
+                id,
+                store: store.clone(),
+                grants: grants.clone(),
+            })
+            .collect();
+        let hold = Duration::from_millis(1);
+        let samples = handoff_between(contenders, 20, Handoff::ToAnother { hold })
+            .await
+            .unwrap();
+        assert_eq!(samples.len(), 20);
+        let grants = grants.lock().unwrap().clone();
+        // The first grant gives no sample; grants after the 20th sample may follow while the
+        // run stops.
+        assert!(grants.len() > 20, "{grants:?}");
+        assert!(
+            grants.windows(2).all(|pair| pair[0] != pair[1]),
+            "a releaser took the key back: {grants:?}"
+        );
+    }
 
     #[test]
     fn quantiles_pick_sorted_samples() {
