@@ -15,15 +15,18 @@
 //! its physical floor (a raw `PUBLISH` reaching a raw subscriber after the same idle time, plus
 //! one round trip); and the same cycle and handoff for `rslock` on the same server.
 
+mod common;
+
 use std::error::Error;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use conformance::bench::{cycle, handoff, lock_throughput, throughput, time_each, Samples, Table};
-use lock_core::{
-    Acquire, Capabilities, DynLockStore, Extend, Lease, LockStore, OwnerId, Release, ReleaseOutcome,
+use common::{failed, server_version, Rslock};
+use conformance::bench::{
+    cycle, cycle_into, handoff, handoff_to_another, lock_throughput, micros as us, server_or_env,
+    throughput, time_each, Samples, Table,
 };
+use lock_core::DynLockStore;
 use lock_redis::{RedisConfig, RedisStore};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::time::Instant;
@@ -38,10 +41,6 @@ const PEER_HANDOFFS: usize = 100;
 /// How long each holder keeps the key in the handoff runs.
 const HOLD: Duration = Duration::from_millis(5);
 const TTL: Duration = Duration::from_secs(30);
-
-fn failed(what: &'static str) -> impl Fn(redis::RedisError) -> lock_core::Error {
-    move |e| lock_core::Error::store(what, e)
-}
 
 /// Compare-and-delete, the release every correct Redis lock needs.
 const COMPARE_AND_DELETE: &str =
@@ -101,77 +100,6 @@ async fn unsafe_cycle(conn: &mut ConnectionManager, key: &str) -> lock_core::Res
         .await
         .map_err(failed("DEL"))?;
     Ok(())
-}
-
-/// Handoff to *another* waiter: the time from a holder starting its release to the next
-/// holder's grant, with one task per handle contending for `key`. Unlike
-/// `conformance::bench::handoff`, the releasing task does not contend again until someone
-/// else has taken the key, so a lock whose releaser simply re-takes the key (as a polling
-/// lock's does, its waiters being asleep) cannot report its own unlock + lock as a handoff.
-async fn handoff_to_another(
-    handles: Vec<DynLockStore>,
-    key: &str,
-    ttl: Duration,
-    handoffs: usize,
-) -> lock_core::Result<Samples> {
-    struct State {
-        released_at: Option<Instant>,
-        samples: Vec<Duration>,
-    }
-    let state = Arc::new(std::sync::Mutex::new(State {
-        released_at: None,
-        samples: Vec::with_capacity(handoffs),
-    }));
-    let (grants, _) = tokio::sync::watch::channel(0u64);
-    let grants = Arc::new(grants);
-    let mut joins = Vec::new();
-    for store in handles {
-        let (key, state, grants) = (key.to_owned(), state.clone(), grants.clone());
-        joins.push(tokio::spawn(async move {
-            loop {
-                let lease = store.acquire(&key, ttl, Duration::from_secs(60)).await?;
-                let now = Instant::now();
-                let finished = {
-                    let mut state = state.lock().unwrap_or_else(|e| e.into_inner());
-                    if let Some(released_at) = state.released_at.take() {
-                        state.samples.push(now - released_at);
-                    }
-                    state.samples.len() >= handoffs
-                };
-                // Nobody else can be granted while this lease is held, so subscribing right
-                // after counting this grant waits exactly for the next one.
-                grants.send_modify(|g| *g += 1);
-                let mut granted = grants.subscribe();
-                if !finished {
-                    // Hold a moment, so the other waiters are parked in their wait (not in
-                    // the first attempt they made on joining) when the release comes.
-                    tokio::time::sleep(HOLD).await;
-                    state.lock().unwrap_or_else(|e| e.into_inner()).released_at =
-                        Some(Instant::now());
-                }
-                let _ = store.release(&lease).await?;
-                if finished {
-                    return Ok::<_, lock_core::Error>(());
-                }
-                // Contend again only once another waiter holds the key.
-                let _ = granted.changed().await;
-            }
-        }));
-    }
-    let (first, _, rest) = futures_util::future::select_all(joins).await;
-    first.map_err(|e| lock_core::Error::Store {
-        message: format!("a benchmark task panicked: {e}"),
-        source: None,
-    })??;
-    for join in rest {
-        join.abort();
-    }
-    let samples = state
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .samples
-        .clone();
-    Ok(Samples::new(samples))
 }
 
 /// The physical floor of a notified handoff: after the same idle `HOLD` as the handoff runs,
@@ -235,96 +163,9 @@ async fn reset_stats(conn: &mut ConnectionManager) -> lock_core::Result<()> {
         .map_err(failed("CONFIG RESETSTAT"))
 }
 
-/// `rslock` (a Redlock crate, here on one node) behind our traits, so the same measurement
-/// loops run on it. It has no fencing token (the lease says 0) and its unlock reports nothing
-/// (release always says `Released`); its waiting acquire is its own retry loop.
-#[derive(Debug)]
-struct Rslock {
-    manager: rslock::LockManager,
-}
-
-#[async_trait]
-impl Acquire for Rslock {
-    async fn try_acquire(&self, key: &str, ttl: Duration) -> lock_core::Result<Lease> {
-        let sent_at = Instant::now();
-        match self.manager.lock(key.as_bytes(), ttl).await {
-            Ok(lock) => Ok(Lease::with_store_state(
-                key,
-                OwnerId::random(),
-                0,
-                ttl,
-                sent_at,
-                lock,
-            )),
-            Err(_) => Err(lock_core::Error::Busy {
-                key: key.to_owned(),
-            }),
-        }
-    }
-
-    async fn acquire(&self, key: &str, ttl: Duration, wait: Duration) -> lock_core::Result<Lease> {
-        let sent_at = Instant::now();
-        match tokio::time::timeout(wait, self.manager.acquire_no_guard(key.as_bytes(), ttl)).await {
-            Ok(Ok(lock)) => Ok(Lease::with_store_state(
-                key,
-                OwnerId::random(),
-                0,
-                ttl,
-                sent_at,
-                lock,
-            )),
-            Ok(Err(e)) => Err(lock_core::Error::Store {
-                message: format!("rslock: {e}"),
-                source: None,
-            }),
-            Err(_) => Err(lock_core::Error::WaitTimedOut {
-                key: key.to_owned(),
-                waited: wait,
-            }),
-        }
-    }
-}
-
-#[async_trait]
-impl Release for Rslock {
-    async fn release(&self, lease: &Lease) -> lock_core::Result<ReleaseOutcome> {
-        if let Some(lock) = lease.store_state::<rslock::Lock>() {
-            self.manager.unlock(lock).await;
-        }
-        Ok(ReleaseOutcome::Released)
-    }
-}
-
-#[async_trait]
-impl Extend for Rslock {
-    async fn extend(&self, _: &Lease) -> lock_core::Result<()> {
-        Err(lock_core::Error::Unsupported {
-            operation: "extend in this benchmark adapter",
-        })
-    }
-}
-
-#[async_trait]
-impl LockStore for Rslock {
-    fn capabilities(&self) -> Capabilities {
-        Capabilities::new()
-    }
-}
-
-fn us(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e6
-}
-
 #[tokio::main(flavor = "multi_thread")]
 async fn main() -> Result<(), Box<dyn Error>> {
-    let (_server, url) = match std::env::var("LOCK_BENCH_URL") {
-        Ok(url) if !url.trim().is_empty() => (None, url),
-        _ => {
-            let server = test_servers::RedisServer::start()?;
-            let url = server.url();
-            (Some(server), url)
-        }
-    };
+    let (_server, url) = server_or_env(test_servers::RedisServer::start, |s| s.url())?;
     let config = RedisConfig::from_url(&url)?.with_prefix("bench:")?;
     println!("Redis store benchmark against {config}");
     let store = RedisStore::connect(config.clone()).await?;
@@ -336,14 +177,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
         .set_connection_timeout(Some(config.connect_timeout()))
         .set_response_timeout(Some(config.command_timeout()));
     let raw = ConnectionManager::new_with_config(client.clone(), manager_config.clone()).await?;
-    let info: String = redis::cmd("INFO")
-        .arg("server")
-        .query_async(&mut raw.clone())
-        .await?;
-    let version = info
-        .lines()
-        .find_map(|l| l.strip_prefix("redis_version:"))
-        .unwrap_or("?");
+    let version = server_version(&raw).await?;
     println!(
         "server {version}, {} cores, load average {} (other work on this machine skews every figure)\n",
         num_cpus(),
@@ -409,12 +243,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
             unsafe_cycle(&mut raw_conn, "raw:unsafe-cycle").await?;
             unsafe_samples.push(started.elapsed());
         }
-        for _ in 0..ITERATIONS / ROUNDS {
-            let started = Instant::now();
-            let lease = ours.try_acquire("cycle", TTL).await?;
-            let _ = ours.release(&lease).await?;
-            our_samples.push(started.elapsed());
-        }
+        cycle_into(&ours, "cycle", TTL, ITERATIONS / ROUNDS, &mut our_samples).await?;
     }
     let raw_cycles = Samples::new(raw_samples);
     let unsafe_cycles = Samples::new(unsafe_samples);
@@ -447,22 +276,18 @@ async fn main() -> Result<(), Box<dyn Error>> {
         handles.push(Arc::new(RedisStore::connect(config.clone()).await?));
     }
     let notify = raw_notify(&client, 500).await?;
-    let handoffs = handoff_to_another(handles.clone(), "handoff", TTL, HANDOFFS).await?;
+    let handoffs = handoff_to_another(handles.clone(), "handoff", TTL, HOLD, HANDOFFS).await?;
     let reacquiring = handoff(handles, "handoff-any", TTL, HANDOFFS).await?;
 
     // The peer: rslock on the same server, one LockManager per waiter.
-    let peer: DynLockStore = Arc::new(Rslock {
-        manager: rslock::LockManager::new(vec![url.as_str()]),
-    });
+    let peer: DynLockStore = Arc::new(Rslock::new(vec![url.clone()]));
     let peer_cycles = cycle(&peer, "rslock:cycle", TTL, ITERATIONS / 4).await?;
     let mut peer_handles: Vec<DynLockStore> = Vec::new();
     for _ in 0..WAITERS {
-        peer_handles.push(Arc::new(Rslock {
-            manager: rslock::LockManager::new(vec![url.as_str()]),
-        }));
+        peer_handles.push(Arc::new(Rslock::new(vec![url.clone()])));
     }
     let peer_handoffs =
-        handoff_to_another(peer_handles, "rslock:handoff", TTL, PEER_HANDOFFS).await?;
+        handoff_to_another(peer_handles, "rslock:handoff", TTL, HOLD, PEER_HANDOFFS).await?;
 
     let rtt = set_nx.p50();
     let mut table = Table::default();

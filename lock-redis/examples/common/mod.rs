@@ -1,0 +1,114 @@
+//! What the two Redis benchmarks (`bench.rs`, `redlock_bench.rs`) share: the `rslock` peer
+//! behind our traits, and the raw client's error and version helpers.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lock_core::{
+    Acquire, Capabilities, Extend, Lease, LockStore, OwnerId, Release, ReleaseOutcome,
+};
+use redis::aio::ConnectionManager;
+use tokio::time::Instant;
+
+/// Maps a raw client's error to a store error naming `what` failed.
+pub fn failed(what: &'static str) -> impl Fn(redis::RedisError) -> lock_core::Error {
+    move |e| lock_core::Error::store(what, e)
+}
+
+/// The server's `redis_version`, from `INFO server`.
+pub async fn server_version(conn: &ConnectionManager) -> redis::RedisResult<String> {
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query_async(&mut conn.clone())
+        .await?;
+    Ok(info
+        .lines()
+        .find_map(|l| l.strip_prefix("redis_version:"))
+        .unwrap_or("?")
+        .to_owned())
+}
+
+/// `rslock` (a Redlock crate, on one node or several) behind our traits, so the same
+/// measurement loops run on it. It has no fencing token (the lease says 0) and its unlock
+/// reports nothing (release always says `Released`); its waiting acquire is its own retry loop.
+#[derive(Debug)]
+pub struct Rslock {
+    manager: rslock::LockManager,
+}
+
+impl Rslock {
+    /// A lock manager on the servers at `urls`.
+    pub fn new(urls: Vec<String>) -> Self {
+        Rslock {
+            manager: rslock::LockManager::new(urls),
+        }
+    }
+}
+
+#[async_trait]
+impl Acquire for Rslock {
+    async fn try_acquire(&self, key: &str, ttl: Duration) -> lock_core::Result<Lease> {
+        let sent_at = Instant::now();
+        match self.manager.lock(key.as_bytes(), ttl).await {
+            Ok(lock) => Ok(Lease::with_store_state(
+                key,
+                OwnerId::random(),
+                0,
+                ttl,
+                sent_at,
+                lock,
+            )),
+            Err(_) => Err(lock_core::Error::Busy {
+                key: key.to_owned(),
+            }),
+        }
+    }
+
+    async fn acquire(&self, key: &str, ttl: Duration, wait: Duration) -> lock_core::Result<Lease> {
+        let sent_at = Instant::now();
+        match tokio::time::timeout(wait, self.manager.acquire_no_guard(key.as_bytes(), ttl)).await {
+            Ok(Ok(lock)) => Ok(Lease::with_store_state(
+                key,
+                OwnerId::random(),
+                0,
+                ttl,
+                sent_at,
+                lock,
+            )),
+            Ok(Err(e)) => Err(lock_core::Error::Store {
+                message: format!("rslock: {e}"),
+                source: None,
+            }),
+            Err(_) => Err(lock_core::Error::WaitTimedOut {
+                key: key.to_owned(),
+                waited: wait,
+            }),
+        }
+    }
+}
+
+#[async_trait]
+impl Release for Rslock {
+    async fn release(&self, lease: &Lease) -> lock_core::Result<ReleaseOutcome> {
+        if let Some(lock) = lease.store_state::<rslock::Lock>() {
+            self.manager.unlock(lock).await;
+        }
+        Ok(ReleaseOutcome::Released)
+    }
+}
+
+#[async_trait]
+impl Extend for Rslock {
+    async fn extend(&self, _: &Lease) -> lock_core::Result<()> {
+        Err(lock_core::Error::Unsupported {
+            operation: "extend in this benchmark adapter",
+        })
+    }
+}
+
+#[async_trait]
+impl LockStore for Rslock {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new()
+    }
+}
