@@ -13,10 +13,14 @@
 //! (ours and etcd's lock service), and 1,000 locks held with keep-alive on one handle.
 
 use std::error::Error;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
-use conformance::bench::{handoff, lock_throughput, throughput, time_each, Samples, Table};
+use async_trait::async_trait;
+use conformance::bench::{
+    cycle_into, handoff, handoff_between, lock_throughput, micros as us, server_or_env, throughput,
+    time_each, Contender, Handoff, Samples, Table,
+};
 use etcd_client::{Client, Compare, CompareOp, LockOptions, PutOptions, Txn, TxnOp};
 use lock_core::{Acquire, DynLockStore, Extend, KeepAlive, Release};
 use lock_etcd::{EtcdConfig, EtcdStore};
@@ -79,18 +83,16 @@ async fn peer_cycle(client: &mut Client, name: &str) -> lock_core::Result<()> {
     Ok(())
 }
 
-/// The handoff of `conformance::bench::handoff`, with etcd's lock service: one client and one
-/// lease per waiter, `lock` until granted, `unlock`.
-async fn peer_handoff(
-    endpoints: &[String],
-    name: &str,
-    waiters: usize,
-    handoffs: usize,
-) -> lock_core::Result<Samples> {
-    let released_at: Arc<Mutex<Option<Instant>>> = Arc::default();
-    let samples: Arc<Mutex<Vec<Duration>>> = Arc::default();
-    let mut joins = Vec::new();
-    for _ in 0..waiters {
+/// A waiter of etcd's lock service, for the handoff of `conformance::bench::handoff`: its own
+/// client and lease, `lock` until granted, `unlock`.
+struct PeerWaiter {
+    client: Client,
+    lease: i64,
+    name: String,
+}
+
+impl PeerWaiter {
+    async fn connect(endpoints: &[String], name: &str) -> lock_core::Result<Self> {
         let mut client = Client::connect(endpoints, None)
             .await
             .map_err(raw_error("peer connect"))?;
@@ -99,66 +101,43 @@ async fn peer_handoff(
             .await
             .map_err(raw_error("peer grant"))?
             .id();
-        let (name, released_at, samples) = (name.to_owned(), released_at.clone(), samples.clone());
-        joins.push(tokio::spawn(async move {
-            loop {
-                let locked = client
-                    .lock(name.as_str(), Some(LockOptions::new().with_lease(lease)))
-                    .await
-                    .map_err(raw_error("peer lock"))?;
-                let now = Instant::now();
-                let finished = {
-                    let mut samples = samples.lock().unwrap_or_else(PoisonError::into_inner);
-                    let previous = released_at
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .take();
-                    if let Some(previous) = previous {
-                        samples.push(now - previous);
-                    }
-                    samples.len() >= handoffs
-                };
-                *released_at.lock().unwrap_or_else(PoisonError::into_inner) =
-                    (!finished).then(Instant::now);
-                client
-                    .unlock(locked.key())
-                    .await
-                    .map_err(raw_error("peer unlock"))?;
-                if finished {
-                    return Ok::<_, lock_core::Error>(());
-                }
-            }
-        }));
+        Ok(PeerWaiter {
+            client,
+            lease,
+            name: name.to_owned(),
+        })
     }
-    let (first, _, rest) = futures_util::future::select_all(joins).await;
-    first.map_err(|e| lock_core::Error::Store {
-        message: format!("a peer waiter panicked: {e}"),
-        source: None,
-    })??;
-    for join in rest {
-        join.abort();
-    }
-    let samples = samples
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .clone();
-    Ok(Samples::new(samples))
 }
 
-fn us(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e6
+#[async_trait]
+impl Contender for PeerWaiter {
+    /// The key `lock` created, which `unlock` deletes.
+    type Held = Vec<u8>;
+
+    async fn take(&mut self) -> lock_core::Result<Vec<u8>> {
+        let locked = self
+            .client
+            .lock(
+                self.name.as_str(),
+                Some(LockOptions::new().with_lease(self.lease)),
+            )
+            .await
+            .map_err(raw_error("peer lock"))?;
+        Ok(locked.key().to_vec())
+    }
+
+    async fn give_back(&mut self, key: Vec<u8>) -> lock_core::Result<()> {
+        self.client
+            .unlock(key)
+            .await
+            .map(drop)
+            .map_err(raw_error("peer unlock"))
+    }
 }
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() -> Result<(), Box<dyn Error>> {
-    let (_server, url) = match std::env::var("LOCK_BENCH_URL") {
-        Ok(url) if !url.trim().is_empty() => (None, url),
-        _ => {
-            let server = test_servers::EtcdServer::start()?;
-            let url = server.url();
-            (Some(server), url)
-        }
-    };
+    let (_server, url) = server_or_env(test_servers::EtcdServer::start, |s| s.url())?;
     let config = EtcdConfig::from_url(&url)?;
     println!("etcd store benchmark against {config}");
     let endpoints = config.endpoints().to_vec();
@@ -211,12 +190,14 @@ async fn main() -> Result<(), Box<dyn Error>> {
             raw_cycle(&mut raw, "bench/raw/cycle").await?;
             raw_samples.push(started.elapsed());
         }
-        for _ in 0..ITERATIONS / ROUNDS {
-            let started = Instant::now();
-            let lease = dyn_store.try_acquire("bench:cycle", TTL).await?;
-            let _ = dyn_store.release(&lease).await?;
-            our_samples.push(started.elapsed());
-        }
+        cycle_into(
+            &dyn_store,
+            "bench:cycle",
+            TTL,
+            ITERATIONS / ROUNDS,
+            &mut our_samples,
+        )
+        .await?;
         for _ in 0..ITERATIONS / ROUNDS {
             let started = Instant::now();
             peer_cycle(&mut raw, "bench/peer/cycle").await?;
@@ -245,7 +226,11 @@ async fn main() -> Result<(), Box<dyn Error>> {
         handles.push(Arc::new(EtcdStore::connect(config.clone()).await?));
     }
     let handoffs = handoff(handles, "bench:handoff", TTL, HANDOFFS).await?;
-    let peer_handoffs = peer_handoff(&endpoints, "bench/peer/handoff", WAITERS, HANDOFFS).await?;
+    let mut peers = Vec::new();
+    for _ in 0..WAITERS {
+        peers.push(PeerWaiter::connect(&endpoints, "bench/peer/handoff").await?);
+    }
+    let peer_handoffs = handoff_between(peers, HANDOFFS, Handoff::AnyWaiter).await?;
 
     // 1,000 locks held at once on one handle, each kept alive (one keep-alive stream).
     let held_store = Arc::new(EtcdStore::connect(config.clone()).await?);
