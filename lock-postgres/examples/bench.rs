@@ -15,7 +15,11 @@ use std::error::Error;
 use std::sync::Arc;
 use std::time::Duration;
 
-use conformance::bench::{cycle, handoff, lock_throughput, throughput, time_each, Samples, Table};
+use async_trait::async_trait;
+use conformance::bench::{
+    cycle, cycle_into, handoff, handoff_between, lock_throughput, micros as us, server_or_env,
+    throughput, time_each, Contender, Handoff, Samples, Table,
+};
 use lock_core::{Acquire, DynLockStore, Extend, KeepAlive, Release};
 use lock_postgres::{PostgresConfig, PostgresStore};
 use sqlx::{Connection, PgConnection, Row};
@@ -41,13 +45,12 @@ const RAW_BUMP: &str = "INSERT INTO public.fencelock_fence AS f
 const RAW_UNLOCK: &str = "SELECT pg_advisory_unlock($1)";
 
 async fn raw_cycle(conn: &mut PgConnection, id: i64) -> lock_core::Result<()> {
-    let fail = |e: sqlx::Error| lock_core::Error::store("raw statement", e);
     let locked: bool = sqlx::query(RAW_TRY)
         .bind(id)
         .fetch_one(&mut *conn)
         .await
         .and_then(|r| r.try_get(0))
-        .map_err(fail)?;
+        .map_err(raw_failed)?;
     if !locked {
         return Err(lock_core::Error::Busy {
             key: id.to_string(),
@@ -58,94 +61,59 @@ async fn raw_cycle(conn: &mut PgConnection, id: i64) -> lock_core::Result<()> {
         .bind(id.to_be_bytes().to_vec())
         .fetch_one(&mut *conn)
         .await
-        .map_err(fail)?;
+        .map_err(raw_failed)?;
     sqlx::query(RAW_UNLOCK)
         .bind(id)
         .fetch_one(&mut *conn)
         .await
-        .map_err(fail)?;
+        .map_err(raw_failed)?;
     Ok(())
 }
 
-/// Handoff between raw connections that block in `pg_advisory_lock`, then bump the fence as
-/// a separate statement: the same measurement as `conformance::bench::handoff`.
-async fn raw_handoff(
-    url: &str,
+/// A raw connection as a waiter in `conformance::bench::handoff_between`: it blocks in
+/// `pg_advisory_lock`, then bumps the fence as a separate statement; the same measurement as
+/// `conformance::bench::handoff`.
+struct RawWaiter {
+    conn: PgConnection,
     id: i64,
-    waiters: usize,
-    handoffs: usize,
-) -> lock_core::Result<Samples> {
-    let released_at: Arc<std::sync::Mutex<Option<Instant>>> = Arc::default();
-    let samples: Arc<std::sync::Mutex<Vec<Duration>>> = Arc::default();
-    let mut joins = Vec::new();
-    for _ in 0..waiters {
-        let mut conn = PgConnection::connect(url)
-            .await
-            .map_err(|e| lock_core::Error::store("connect", e))?;
-        let (released_at, samples) = (released_at.clone(), samples.clone());
-        joins.push(tokio::spawn(async move {
-            let fail = |e: sqlx::Error| lock_core::Error::store("raw statement", e);
-            loop {
-                sqlx::query("SELECT pg_advisory_lock($1)")
-                    .bind(id)
-                    .execute(&mut conn)
-                    .await
-                    .map_err(fail)?;
-                sqlx::query(RAW_BUMP)
-                    .bind(id)
-                    .bind(id.to_be_bytes().to_vec())
-                    .fetch_one(&mut conn)
-                    .await
-                    .map_err(fail)?;
-                let now = Instant::now();
-                let finished = {
-                    let mut samples = samples.lock().unwrap_or_else(|e| e.into_inner());
-                    if let Some(previous) =
-                        released_at.lock().unwrap_or_else(|e| e.into_inner()).take()
-                    {
-                        samples.push(now - previous);
-                    }
-                    samples.len() >= handoffs
-                };
-                *released_at.lock().unwrap_or_else(|e| e.into_inner()) =
-                    (!finished).then(Instant::now);
-                sqlx::query(RAW_UNLOCK)
-                    .bind(id)
-                    .execute(&mut conn)
-                    .await
-                    .map_err(fail)?;
-                if finished {
-                    return Ok::<_, lock_core::Error>(());
-                }
-            }
-        }));
-    }
-    let (first, _, rest) = futures_util::future::select_all(joins).await;
-    first.map_err(|e| lock_core::Error::Store {
-        message: format!("a raw waiter panicked: {e}"),
-        source: None,
-    })??;
-    for join in rest {
-        join.abort();
-    }
-    let samples = samples.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    Ok(Samples::new(samples))
 }
 
-fn us(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e6
+#[async_trait]
+impl Contender for RawWaiter {
+    type Held = ();
+
+    async fn take(&mut self) -> lock_core::Result<()> {
+        sqlx::query("SELECT pg_advisory_lock($1)")
+            .bind(self.id)
+            .execute(&mut self.conn)
+            .await
+            .map_err(raw_failed)?;
+        sqlx::query(RAW_BUMP)
+            .bind(self.id)
+            .bind(self.id.to_be_bytes().to_vec())
+            .fetch_one(&mut self.conn)
+            .await
+            .map_err(raw_failed)?;
+        Ok(())
+    }
+
+    async fn give_back(&mut self, (): ()) -> lock_core::Result<()> {
+        sqlx::query(RAW_UNLOCK)
+            .bind(self.id)
+            .execute(&mut self.conn)
+            .await
+            .map(drop)
+            .map_err(raw_failed)
+    }
+}
+
+fn raw_failed(e: sqlx::Error) -> lock_core::Error {
+    lock_core::Error::store("raw statement", e)
 }
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() -> Result<(), Box<dyn Error>> {
-    let (_server, url) = match std::env::var("LOCK_BENCH_URL") {
-        Ok(url) if !url.trim().is_empty() => (None, url),
-        _ => {
-            let server = test_servers::PostgresServer::start()?;
-            let url = server.url();
-            (Some(server), url)
-        }
-    };
+    let (_server, url) = server_or_env(test_servers::PostgresServer::start, |s| s.url())?;
     let config = PostgresConfig::from_url(&url)?;
     println!("PostgreSQL store benchmark against {config}");
     let store = PostgresStore::connect(config.clone()).await?;
@@ -214,12 +182,14 @@ async fn main() -> Result<(), Box<dyn Error>> {
             raw_samples.push(started.elapsed());
         }
         drop(conn);
-        for _ in 0..ITERATIONS / ROUNDS {
-            let started = Instant::now();
-            let lease = dyn_store.try_acquire("bench:cycle", TTL).await?;
-            let _ = dyn_store.release(&lease).await?;
-            our_samples.push(started.elapsed());
-        }
+        cycle_into(
+            &dyn_store,
+            "bench:cycle",
+            TTL,
+            ITERATIONS / ROUNDS,
+            &mut our_samples,
+        )
+        .await?;
     }
     let raw_floor = Samples::new(raw_samples);
     let ours = Samples::new(our_samples);
@@ -240,7 +210,14 @@ async fn main() -> Result<(), Box<dyn Error>> {
         lock_throughput(dyn_store.clone(), "bench:throughput:", TTL, TASKS, RUN_FOR).await?;
 
     // Handoff: 8 waiters on one key, raw connections and then our handles.
-    let raw_handoffs = raw_handoff(&url, 5_555_555, WAITERS, HANDOFFS).await?;
+    let mut raw_waiters = Vec::new();
+    for _ in 0..WAITERS {
+        raw_waiters.push(RawWaiter {
+            conn: PgConnection::connect(&url).await?,
+            id: 5_555_555,
+        });
+    }
+    let raw_handoffs = handoff_between(raw_waiters, HANDOFFS, Handoff::AnyWaiter).await?;
     let mut handles: Vec<DynLockStore> = Vec::new();
     for _ in 0..WAITERS {
         handles.push(Arc::new(PostgresStore::connect(config.clone()).await?));
