@@ -4,6 +4,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
+use lock_core::url::{parse_timeout, percent_decode};
 use lock_core::{Error, Result};
 
 /// The default key prefix: every key this store writes starts with it.
@@ -294,23 +295,6 @@ fn parse_host(text: &str) -> Result<String> {
     Ok(format!("{host}:{port}"))
 }
 
-fn percent_decode(text: &str) -> Option<String> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = text.get(i + 1..i + 3)?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
-}
-
 fn percent_encode(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for byte in text.bytes() {
@@ -321,27 +305,6 @@ fn percent_encode(text: &str) -> String {
         }
     }
     out
-}
-
-/// `5` (seconds), `5s` or `250ms`; never zero.
-pub(crate) fn parse_timeout(what: &str, value: &str) -> Result<Duration> {
-    let parsed = if let Some(ms) = value.strip_suffix("ms") {
-        ms.parse().ok().map(Duration::from_millis)
-    } else {
-        value
-            .strip_suffix('s')
-            .unwrap_or(value)
-            .parse()
-            .ok()
-            .map(Duration::from_secs)
-    };
-    match parsed {
-        Some(timeout) if !timeout.is_zero() => Ok(timeout),
-        _ => Err(Error::invalid(
-            "url",
-            format!("{what} must be a positive number of seconds (`5`, `5s`) or milliseconds (`500ms`), not {value:?}"),
-        )),
-    }
 }
 
 #[cfg(test)]
@@ -436,15 +399,16 @@ mod tests {
     }
 
     #[test]
-    fn timeouts_parse_like_lock_postgres() {
-        assert_eq!(parse_timeout("t", "5").unwrap(), Duration::from_secs(5));
-        assert_eq!(parse_timeout("t", "5s").unwrap(), Duration::from_secs(5));
-        assert_eq!(
-            parse_timeout("t", "250ms").unwrap(),
-            Duration::from_millis(250)
-        );
-        assert!(parse_timeout("t", "0ms").is_err());
-        assert!(parse_timeout("t", "-1").is_err());
-        assert!(parse_timeout("t", "").is_err());
+    fn timeouts_parse_like_every_store() {
+        let timeout = |value: &str| {
+            EtcdConfig::from_url(&format!("etcd://h:1?connect_timeout={value}"))
+                .map(|c| c.connect_timeout())
+        };
+        assert_eq!(timeout("5").unwrap(), Duration::from_secs(5));
+        assert_eq!(timeout("5s").unwrap(), Duration::from_secs(5));
+        assert_eq!(timeout("250ms").unwrap(), Duration::from_millis(250));
+        assert!(timeout("0ms").is_err());
+        assert!(timeout("-1").is_err());
+        assert!(timeout("").is_err());
     }
 }
