@@ -1,10 +1,10 @@
 //! The whole conformance suite against a real single-member etcd started by test-servers.
 
+mod common;
+
 use std::sync::{Arc, OnceLock};
 
-use conformance::{async_trait, StoreFactory};
-use lock_core::{DynLockStore, Lease};
-use lock_etcd::{EtcdConfig, EtcdStore};
+use common::EtcdFactory;
 use test_servers::EtcdServer;
 
 /// One server for every test of this file. test-servers kills it when the test process exits
@@ -15,50 +15,6 @@ fn server_url() -> String {
     SERVER
         .get_or_init(|| EtcdServer::start().unwrap_or_else(|e| panic!("{e}")))
         .url()
-}
-
-struct EtcdFactory {
-    url: String,
-}
-
-impl EtcdFactory {
-    async fn connect(&self) -> EtcdStore {
-        // Generous: other test processes may load this machine.
-        let config =
-            EtcdConfig::from_url(&format!("{}?connect_timeout=30", self.url)).expect("config");
-        EtcdStore::connect(config).await.expect("connect")
-    }
-}
-
-#[async_trait]
-impl StoreFactory for EtcdFactory {
-    async fn handle(&self) -> DynLockStore {
-        Arc::new(self.connect().await)
-    }
-
-    async fn unreachable_handle(&self) -> DynLockStore {
-        // A port that was just free: nothing listens there.
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
-        let config = EtcdConfig::from_url(&format!(
-            "etcd://127.0.0.1:{port}?connect_timeout=1&command_timeout=1"
-        ))
-        .expect("config");
-        Arc::new(EtcdStore::connect_lazy(config).await.expect("lazy connect"))
-    }
-
-    /// An operator deletes the holder's entry (and revokes its lease) behind its back.
-    async fn forget(&self, lease: &Lease) {
-        let evicted = self
-            .connect()
-            .await
-            .evict(lease.key())
-            .await
-            .expect("evict");
-        assert!(evicted, "nothing held {:?} to forget", lease.key());
-    }
 }
 
 conformance::conformance_tests!(async { Arc::new(EtcdFactory { url: server_url() }) });

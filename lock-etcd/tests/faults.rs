@@ -2,10 +2,13 @@
 //! from the cluster (its keep-alives stall), a stopped cluster, an operator's eviction, and a
 //! dropped waiter.
 
+mod common;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::{closed_port, store};
 use etcd_client::GetOptions;
 use lock_core::{Acquire, Error, Extend, KeepAlive, LockStore, Release, ReleaseOutcome};
 use lock_etcd::{EtcdConfig, EtcdStore};
@@ -13,11 +16,6 @@ use test_servers::{EtcdCluster, EtcdServer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::{sleep, timeout, Instant};
-
-async fn store(url: &str, options: &str) -> EtcdStore {
-    let config = EtcdConfig::from_url(&format!("{url}?connect_timeout=30{options}")).unwrap();
-    EtcdStore::connect(config).await.expect("connect")
-}
 
 /// Everything in the queue directory of `key` under the default prefix.
 async fn entries(url: &str, key: &str) -> usize {
@@ -460,13 +458,9 @@ async fn stale_release_and_extend_never_touch_a_reused_lease() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connect_to_nothing_is_unavailable_within_the_connect_timeout() {
-    // A port that was just free: nothing listens there.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
     let config = EtcdConfig::from_url(&format!(
-        "etcd://127.0.0.1:{port}?connect_timeout=1&command_timeout=5"
+        "etcd://127.0.0.1:{}?connect_timeout=1&command_timeout=5",
+        closed_port()
     ))
     .unwrap();
     let started = Instant::now();

@@ -1,0 +1,55 @@
+//! Shared by the integration tests: store handles with a generous connect timeout, a free port,
+//! and the conformance suite's factory over any etcd URL (one member or a cluster).
+#![allow(dead_code)]
+
+use std::sync::Arc;
+
+use conformance::{async_trait, StoreFactory};
+use lock_core::{DynLockStore, Lease};
+use lock_etcd::{EtcdConfig, EtcdStore};
+
+/// A connected store handle; `options` (`"&prefix=x"`) follow the generous connect timeout,
+/// since other test processes may load this machine.
+pub async fn store(url: &str, options: &str) -> EtcdStore {
+    let config = EtcdConfig::from_url(&format!("{url}?connect_timeout=30{options}")).unwrap();
+    EtcdStore::connect(config).await.expect("connect")
+}
+
+/// A loopback port that was just free: nothing listens there.
+pub fn closed_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// The conformance suite's handles on the etcd at `url`.
+pub struct EtcdFactory {
+    pub url: String,
+}
+
+#[async_trait]
+impl StoreFactory for EtcdFactory {
+    async fn handle(&self) -> DynLockStore {
+        Arc::new(store(&self.url, "").await)
+    }
+
+    async fn unreachable_handle(&self) -> DynLockStore {
+        let config = EtcdConfig::from_url(&format!(
+            "etcd://127.0.0.1:{}?connect_timeout=1&command_timeout=1",
+            closed_port()
+        ))
+        .expect("config");
+        Arc::new(EtcdStore::connect_lazy(config).await.expect("lazy connect"))
+    }
+
+    /// An operator deletes the holder's entry (and revokes its lease) behind its back.
+    async fn forget(&self, lease: &Lease) {
+        let evicted = store(&self.url, "")
+            .await
+            .evict(lease.key())
+            .await
+            .expect("evict");
+        assert!(evicted, "nothing held {:?} to forget", lease.key());
+    }
+}
