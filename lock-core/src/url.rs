@@ -49,6 +49,26 @@ pub fn percent_decode(text: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
+/// Refuses a URL whose user name or password holds an unencoded `/`, `?` or `#`: such a
+/// character ends the authority early, so a parser would read the rest of the password as a
+/// path or an option and could echo it in an error. Detected as an `@` after the authority
+/// where the authority already holds a `:`; the error shows nothing of the URL. (An `@` in an
+/// option value after a `host:port` trips it too: percent-encode it as `%40`.)
+pub fn check_userinfo_encoded(url: &str) -> Result<()> {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let spills =
+        rest[..authority_end].contains(':') && rest.rfind('@').is_some_and(|at| at > authority_end);
+    if spills {
+        return Err(Error::invalid(
+            "url",
+            "the user name or password contains an unencoded '/', '?' or '#' (or an option \
+             value an unencoded '@'): percent-encode it",
+        ));
+    }
+    Ok(())
+}
+
 /// `url` with any password replaced by `***`, for messages and logs: the one in the userinfo
 /// and a `password=` query option (libpq accepts one). Works on URLs with several hosts
 /// (`etcd://a:1,b:2`, `redlock://…`), which `url::Url` cannot parse, and on text that is not a
@@ -57,7 +77,17 @@ pub fn redact(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_owned();
     };
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let mut authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    // A password with an unencoded `/`, `?` or `#` ends the authority early: if what looks
+    // like a host and port is followed by an `@`, take everything up to the last `@` as the
+    // userinfo. That may mask more than a password; it never shows one.
+    if let Some(at) = rest.rfind('@') {
+        if at > authority_end && rest[..authority_end].contains(':') {
+            authority_end = rest[at..]
+                .find(['/', '?', '#'])
+                .map_or(rest.len(), |end| at + end);
+        }
+    }
     let (authority, tail) = rest.split_at(authority_end);
     let authority = match authority.rsplit_once('@') {
         Some((userinfo, hosts)) => {
@@ -120,6 +150,28 @@ mod tests {
     }
 
     #[test]
+    fn unencoded_userinfo_is_refused_without_echoing_it() {
+        for url in [
+            "redis://u:hun?ter2@h:6379",
+            "redlock://u:hu/nter2@a:1,b:2,c:3/0",
+            "etcd://:hunter#2@a:1",
+            "postgres://u:hunter2/x@h/db",
+        ] {
+            let error = check_userinfo_encoded(url).unwrap_err();
+            assert!(!error.to_string().contains("hunter"), "{error}");
+        }
+        for url in [
+            "redis://u:p%3Fw@h:6379/0?prefix=x",
+            "redis://h/x?note=a@b",
+            "etcd://a:1,b:2",
+            "postgres://u@h/db",
+            "memory://",
+        ] {
+            assert!(check_userinfo_encoded(url).is_ok(), "{url}");
+        }
+    }
+
+    #[test]
     fn passwords_never_survive_redaction() {
         let table = [
             ("redis://:hunter2@h:6379/0", "redis://:***@h:6379/0"),
@@ -141,6 +193,13 @@ mod tests {
                 "postgresql://h/db?PASSWORD=hunter2",
                 "postgresql://h/db?PASSWORD=***",
             ),
+            // Unencoded `?`, `/` and `#` in a password.
+            ("redis://u:hun?ter2@h:6379", "redis://u:***@h:6379"),
+            (
+                "redlock://u:hu/nter2@a:1,b:2,c:3/0",
+                "redlock://u:***@a:1,b:2,c:3/0",
+            ),
+            ("etcd://:hunter#2@a:1", "etcd://:***@a:1"),
         ];
         for (url, expected) in table {
             assert_eq!(redact(url), expected);

@@ -94,6 +94,7 @@ impl PostgresConfig {
     /// unknown or malformed option, or `sslmode=require` (and stricter) without the `tls`
     /// feature. The message never contains the password.
     pub fn from_url(url: &str) -> Result<Self> {
+        lock_core::url::check_userinfo_encoded(url)?;
         let bad = |rule: String| Error::invalid("url", rule);
         let parsed = Url::parse(url).map_err(|e| bad(format!("not a URL: {e}")))?;
         if !matches!(parsed.scheme(), "postgres" | "postgresql") {

@@ -56,6 +56,7 @@ impl RedisConfig {
     /// a bad database number, an unknown or malformed option, or `rediss://` without the `tls`
     /// feature. The message never contains the password.
     pub fn from_url(url: &str) -> Result<Self> {
+        lock_core::url::check_userinfo_encoded(url)?;
         let parsed = Url::parse(url).map_err(|e| bad_url(format!("not a URL: {e}")))?;
         let tls = match parsed.scheme() {
             "redis" => false,

@@ -137,6 +137,7 @@ impl RedlockConfig {
     /// nodes, a node listed twice, a bad host, port or database, or an unknown or malformed
     /// option. The message never contains the password.
     pub fn from_url(url: &str) -> Result<Self> {
+        lock_core::url::check_userinfo_encoded(url)?;
         let Some(rest) = url.strip_prefix("redlock://") else {
             let scheme = url.split_once("://").map_or("(none)", |(s, _)| s);
             return Err(bad_url(format!(

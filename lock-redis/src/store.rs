@@ -234,8 +234,10 @@ pub(crate) fn is_unavailable(error: &RedisError) -> bool {
                     | ServerErrorKind::ReadOnly
             )
         )
-        // A long-running script (BUSY) blocks every client until it ends.
-        || error.code() == Some("BUSY")
+        // A long-running script (BUSY) blocks every client until it ends; a full memory (OOM)
+        // or a failed snapshot (MISCONF) refuses writes until an operator acts, while the
+        // locks already held stay in place: a keep-alive must retry, not declare them lost.
+        || matches!(error.code(), Some("BUSY" | "OOM" | "MISCONF"))
 }
 
 /// The driver's error as ours: retryable when the server was unreachable or busy.
@@ -447,6 +449,10 @@ impl Acquire for RedisStore {
     /// before the next attempt, so a release between the attempt and the wait still wakes
     /// it), then tries again on every release message, when the holder's TTL runs out, and at
     /// least every [`WAIT_CAP`].
+    ///
+    /// An attempt that cannot reach the server ends the wait at once with the retryable
+    /// [`Error::Unavailable`], as in every store: the wait bound is only spent waiting for the
+    /// lock, and an attempt in flight is bounded by the command timeout, not by the wait.
     ///
     /// # Cancel safety
     /// As for `try_acquire` while an attempt is in flight; dropped while waiting, nothing is

@@ -236,7 +236,10 @@ async fn resubscribe(shared: &Weak<Shared>, sink: &mut PubSubSink) -> bool {
             _ => return false,
         }
     }
-    for channel in s.lock().values() {
+    // Only the channels this SUBSCRIBE named: one added meanwhile has its own command queued,
+    // and marking it now would let its waiter miss a release sent before that command lands.
+    let channels = s.lock();
+    for channel in names.iter().filter_map(|name| channels.get(name)) {
         channel.subscribed.send_replace(true);
         channel.wake.notify_waiters();
     }
