@@ -55,6 +55,7 @@ impl EtcdConfig {
     /// list, an unknown or malformed option, or `etcds://` without the `tls` feature. The
     /// message never contains the password.
     pub fn from_url(url: &str) -> Result<Self> {
+        lock_core::url::check_userinfo_encoded(url)?;
         let bad = |rule: String| Error::invalid("url", rule);
         let (tls, rest) = if let Some(rest) = url.strip_prefix("etcd://") {
             (false, rest)

@@ -5,6 +5,7 @@
 //! get back whether the lease is still alive. The stream is opened on first use and reopened
 //! after it breaks; a break fails the renewals in flight with a retryable error.
 
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
@@ -135,10 +136,17 @@ async fn run(client: Client, mut received: mpsc::UnboundedReceiver<Renewal>, tim
             },
             Event::Response(Ok(Some((lease_id, alive)))) => {
                 if let Some(stream) = open.as_mut() {
-                    let reply = stream
-                        .pending
-                        .get_mut(&lease_id)
-                        .and_then(VecDeque::pop_front);
+                    let reply = match stream.pending.entry(lease_id) {
+                        // An emptied queue goes, or every lease ever renewed would stay.
+                        Entry::Occupied(mut queue) => {
+                            let reply = queue.get_mut().pop_front();
+                            if queue.get().is_empty() {
+                                queue.remove();
+                            }
+                            reply
+                        }
+                        Entry::Vacant(_) => None,
+                    };
                     if let Some(reply) = reply {
                         let _ = reply.send(Ok(alive));
                     }

@@ -132,7 +132,11 @@ impl EtcdStore {
             .with_keep_alive_while_idle(true)
             .with_require_leader(true);
         if let Some((name, password)) = &config.user {
-            options = options.with_user(name.clone(), password.clone());
+            // etcd's auth tokens expire (5 min idle by default, or a member restart): fetch a
+            // new one instead of failing every request from then on.
+            options = options
+                .with_user(name.clone(), password.clone())
+                .with_auto_token_refresh(true);
         }
         #[cfg(feature = "tls")]
         if config.tls {
@@ -513,15 +517,16 @@ impl<'s> RevokeOnDrop<'s> {
         self.armed = false;
     }
 
-    /// Revokes in place (a `try_acquire` that found the key busy).
+    /// Revokes in place (a `try_acquire` that found the key busy). Stays armed until the
+    /// revoke succeeded, so a drop or a failure still revokes from a spawned task.
     async fn now(mut self) {
-        self.armed = false;
-        if let Err(error) = self
+        match self
             .store
             .revoke("revoke a queued lease", self.lease_id)
             .await
         {
-            tracing::debug!(%error, "revoke failed; the lease expires at its TTL");
+            Ok(_) => self.armed = false,
+            Err(error) => tracing::debug!(%error, "revoke failed; trying again in the background"),
         }
     }
 }
@@ -951,6 +956,11 @@ impl Extend for EtcdStore {
         }
         renewed?;
         entry?;
+        // A release that ran meanwhile may have handed the etcd lease to another lock: the
+        // renewal then vouches for that lock, not this one.
+        if held.state.load(Ordering::SeqCst) != HELD {
+            return Err(Error::lost(lease, "it was released"));
+        }
         lease.confirm(sent_at);
         Ok(())
     }
