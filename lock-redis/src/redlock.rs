@@ -358,6 +358,31 @@ fn answered<T>(answers: &Answers<T>) -> usize {
     answers.iter().filter(|a| a.is_some()).count()
 }
 
+/// One gate per node for the requests of one round: the first request holds its node's gate
+/// from before its task starts until it is answered, and later ones wait for it.
+struct NodeOrder {
+    gates: Vec<Arc<tokio::sync::Mutex<()>>>,
+}
+
+impl NodeOrder {
+    fn new(nodes: usize) -> NodeOrder {
+        NodeOrder {
+            gates: (0..nodes)
+                .map(|_| Arc::new(tokio::sync::Mutex::new(())))
+                .collect(),
+        }
+    }
+}
+
+/// Where a request stands in a round's [`NodeOrder`].
+#[derive(Clone, Copy)]
+enum Turn {
+    /// Goes first: takes the gate before its task is spawned.
+    First,
+    /// Waits for the requests before it on the same node.
+    After,
+}
+
 // ---- the store ------------------------------------------------------------------------------
 
 /// A lock store over N ≥ 3 independent Redis masters (Redlock), with fencing tokens. See the
@@ -497,6 +522,24 @@ impl RedlockStore {
         F: Fn(ConnectionManager) -> Fut,
         Fut: Future<Output = Result<T>> + Send + 'static,
     {
+        self.fan_out_in_order(what, bound, None, op)
+    }
+
+    /// [`Self::fan_out`], where each node's request waits for that node's earlier request
+    /// in `order` to finish (or time out), so a cleanup never overtakes the grant it undoes
+    /// (two tasks waiting on one reconnecting connection are otherwise polled in any order).
+    fn fan_out_in_order<T, F, Fut>(
+        &self,
+        what: &'static str,
+        bound: Duration,
+        order: Option<(&NodeOrder, Turn)>,
+        op: F,
+    ) -> FanOut<T>
+    where
+        T: Send + 'static,
+        F: Fn(ConnectionManager) -> Fut,
+        Fut: Future<Output = Result<T>> + Send + 'static,
+    {
         let pending = self
             .inner
             .nodes
@@ -504,9 +547,22 @@ impl RedlockStore {
             .enumerate()
             .map(|(index, node)| {
                 let work = op(node.connection());
+                // Taken here, before the task exists, so whatever comes after waits for it.
+                let first = match order {
+                    Some((order, Turn::First)) => order.gates[index].clone().try_lock_owned().ok(),
+                    _ => None,
+                };
+                let after = match order {
+                    Some((order, Turn::After)) => Some(order.gates[index].clone()),
+                    _ => None,
+                };
                 // A task, so a request already sent runs to its answer (or its timeout) even
                 // when the caller stops waiting: a straggler's lock is then released in order.
                 let task = tokio::spawn(async move {
+                    let _turn = match after {
+                        Some(gate) => Some(gate.lock_owned().await),
+                        None => first,
+                    };
                     match timeout(bound, work).await {
                         Ok(answer) => answer,
                         Err(_) => Err(Error::Unavailable {
@@ -641,11 +697,17 @@ impl RedlockStore {
         // Read before the first request is sent: validity counts from here.
         let sent_at = Instant::now();
         let acquire_names = names.clone();
+        let order = NodeOrder::new(nodes);
         let answers = self
-            .fan_out("acquire", bound, move |mut conn| {
-                let names = acquire_names.clone();
-                async move { acquire_on(&mut conn, &names, owner, ttl).await }
-            })
+            .fan_out_in_order(
+                "acquire",
+                bound,
+                Some((&order, Turn::First)),
+                move |mut conn| {
+                    let names = acquire_names.clone();
+                    async move { acquire_on(&mut conn, &names, owner, ttl).await }
+                },
+            )
             .await_until(|a| {
                 let granted = count(a, |x| matches!(x, Attempt::Granted { .. }));
                 granted >= quorum || answered(a) - granted > nodes - quorum
@@ -689,16 +751,21 @@ impl RedlockStore {
         };
 
         // No lease: release on every node, including those that failed or have not answered
-        // (a late grant is released in order on the same connection). Wait for the nodes that
-        // granted, so our own leftovers do not block the retry.
+        // (each node's release waits for its acquire, so a late grant is released after it).
+        // Wait for the nodes that granted, so our own leftovers do not block the retry.
         let granted_nodes: Vec<usize> = (0..nodes)
             .filter(|i| matches!(answers[*i], Some(Ok(Attempt::Granted { .. }))))
             .collect();
         let release_names = names.clone();
-        self.fan_out("release", bound, move |mut conn| {
-            let names = release_names.clone();
-            async move { release_on(&mut conn, &names, owner).await }
-        })
+        self.fan_out_in_order(
+            "release",
+            bound,
+            Some((&order, Turn::After)),
+            move |mut conn| {
+                let names = release_names.clone();
+                async move { release_on(&mut conn, &names, owner).await }
+            },
+        )
         .await_until(|a| granted_nodes.iter().all(|i| a[*i].is_some()))
         .await;
 
