@@ -24,9 +24,18 @@ struct Renewal {
     reply: Reply,
 }
 
+/// What callers ask of the task.
+enum Request {
+    Renew(Renewal),
+    /// A renewal went unanswered: etcd answers a stream's renewals one at a time, so one stuck
+    /// renewal (a lease expired but not yet revoked, a member without a leader) holds up every
+    /// other lease's. Reopen the stream rather than wait behind it.
+    Reopen,
+}
+
 /// The handle's keep-alive stream. Dropping it ends the task and the stream.
 pub(crate) struct Renewer {
-    requests: mpsc::UnboundedSender<Renewal>,
+    requests: mpsc::UnboundedSender<Request>,
     task: JoinHandle<()>,
     timeout: Duration,
 }
@@ -51,15 +60,18 @@ impl Renewer {
     pub(crate) async fn renew(&self, lease_id: i64) -> Result<bool> {
         let (reply, answer) = oneshot::channel();
         self.requests
-            .send(Renewal { lease_id, reply })
+            .send(Request::Renew(Renewal { lease_id, reply }))
             .map_err(|_| unavailable("the keep-alive task has stopped"))?;
         match tokio::time::timeout(self.timeout, answer).await {
             Ok(Ok(result)) => result,
             Ok(Err(_)) => Err(unavailable("the keep-alive stream dropped the renewal")),
-            Err(_) => Err(unavailable(&format!(
-                "no keep-alive answer from etcd within {:?}",
-                self.timeout
-            ))),
+            Err(_) => {
+                let _ = self.requests.send(Request::Reopen);
+                Err(unavailable(&format!(
+                    "no keep-alive answer from etcd within {:?}",
+                    self.timeout
+                )))
+            }
         }
     }
 }
@@ -85,7 +97,7 @@ struct Open {
 }
 
 enum Event {
-    Request(Option<Renewal>),
+    Request(Option<Request>),
     Response(Result<Option<(i64, bool)>, etcd_client::Error>),
 }
 
@@ -100,7 +112,7 @@ async fn next_response(open: &mut Option<Open>) -> Result<Option<(i64, bool)>, e
     }
 }
 
-async fn run(client: Client, mut received: mpsc::UnboundedReceiver<Renewal>, timeout: Duration) {
+async fn run(client: Client, mut received: mpsc::UnboundedReceiver<Request>, timeout: Duration) {
     let mut open: Option<Open> = None;
     loop {
         let event = tokio::select! {
@@ -109,7 +121,13 @@ async fn run(client: Client, mut received: mpsc::UnboundedReceiver<Renewal>, tim
         };
         match event {
             Event::Request(None) => return,
-            Event::Request(Some(renewal)) => match open.as_mut() {
+            Event::Request(Some(Request::Reopen)) => {
+                if open.is_some() {
+                    tracing::debug!("a renewal went unanswered; reopening the keep-alive stream");
+                    fail_all(open.take(), "the keep-alive stream was stuck");
+                }
+            }
+            Event::Request(Some(Request::Renew(renewal))) => match open.as_mut() {
                 Some(stream) => {
                     // The stream's sender is public (feature `pub-response-field`): a keeper
                     // for any lease id writes to the same stream.
