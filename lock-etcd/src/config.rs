@@ -31,7 +31,7 @@ const OPTIONS: &[&str] = &["prefix", "connect_timeout", "command_timeout"];
 ///
 /// | option | default | meaning |
 /// | --- | --- | --- |
-/// | `prefix` | `fencelock/` | prefix of every key this store writes; stores with different prefixes never contend |
+/// | `prefix` | `fencelock/` | prefix of every key this store writes; two stores contend only if one prefix starts with the other (then some keys of one share queues with the other: false contention, never two holders) |
 /// | `connect_timeout` | `5s` | bound on connecting (and on the first round trip of [`EtcdStore::connect`](crate::EtcdStore::connect)): `5` (seconds), `5s` or `250ms` |
 /// | `command_timeout` | `5s` | bound on one request to the cluster, same forms |
 ///
