@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::{DynLockStore, Error, Lease, Result};
+use lock_core::{DynLockStore, Error, KeepAlive, Lease, LockStore, Result};
 use tokio::time::Instant;
 
 /// Latency samples.
@@ -333,6 +333,70 @@ impl Contender for StoreContender {
     async fn give_back(&mut self, lease: Lease) -> Result<()> {
         self.store.release(&lease).await.map(drop)
     }
+}
+
+/// Locks held at once on one handle, each kept alive by a [`KeepAlive`]: what
+/// [`hold_kept_alive`] leaves running.
+#[derive(Debug)]
+pub struct KeptAlive {
+    /// The keep-alives, one per lock.
+    pub kept: Vec<KeepAlive>,
+    /// How long acquiring them took, one at a time.
+    pub acquired_in: Duration,
+    /// The latency of extending one more lock while they are kept alive.
+    pub extends: Samples,
+}
+
+impl KeptAlive {
+    /// How many of the locks their keep-alive has lost so far.
+    pub fn lost(&self) -> usize {
+        self.kept.iter().filter(|k| k.is_lost()).count()
+    }
+
+    /// Stops every keep-alive and releases its lock on `store`; the figures stay.
+    pub async fn release<S: LockStore + ?Sized>(&mut self, store: &S) -> Result<()> {
+        for keep in self.kept.drain(..) {
+            let lease = keep.stop();
+            let _ = store.release(&lease).await?;
+        }
+        Ok(())
+    }
+}
+
+/// Acquires `count` locks (`{key_prefix}0`, `{key_prefix}1`, …) with `ttl` one at a time on
+/// `store`, each kept alive, then extends one more lock (`{key_prefix}probe`, TTL 30 s) 200
+/// times spread over three `ttl`s, so the hold is also the keep-alives' test. The probe is
+/// released; the locks are still held and kept alive when this returns.
+pub async fn hold_kept_alive<S: LockStore + ?Sized + 'static>(
+    store: &Arc<S>,
+    key_prefix: &str,
+    count: usize,
+    ttl: Duration,
+) -> Result<KeptAlive> {
+    const EXTENDS: u32 = 200;
+    let started = Instant::now();
+    let mut kept = Vec::with_capacity(count);
+    for i in 0..count {
+        let lease = store.try_acquire(&format!("{key_prefix}{i}"), ttl).await?;
+        kept.push(KeepAlive::start(store.clone(), lease));
+    }
+    let acquired_in = started.elapsed();
+    let probe = store
+        .try_acquire(&format!("{key_prefix}probe"), Duration::from_secs(30))
+        .await?;
+    let mut extends = Vec::with_capacity(EXTENDS as usize);
+    for _ in 0..EXTENDS {
+        let sent = Instant::now();
+        store.extend(&probe).await?;
+        extends.push(sent.elapsed());
+        tokio::time::sleep(ttl * 3 / EXTENDS).await;
+    }
+    let _ = store.release(&probe).await?;
+    Ok(KeptAlive {
+        kept,
+        acquired_in,
+        extends: Samples::new(extends),
+    })
 }
 
 /// `d` in microseconds, for ratios between figures.

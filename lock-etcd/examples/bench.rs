@@ -18,11 +18,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use conformance::bench::{
-    cycle_into, handoff, handoff_between, lock_throughput, micros as us, server_or_env, throughput,
-    time_each, Contender, Handoff, Samples, Table,
+    cycle_into, handoff, handoff_between, hold_kept_alive, lock_throughput, micros as us,
+    server_or_env, throughput, time_each, Contender, Handoff, Samples, Table,
 };
 use etcd_client::{Client, Compare, CompareOp, LockOptions, PutOptions, Txn, TxnOp};
-use lock_core::{Acquire, DynLockStore, Extend, KeepAlive, Release};
+use lock_core::DynLockStore;
 use lock_etcd::{EtcdConfig, EtcdStore};
 use tokio::time::Instant;
 
@@ -234,27 +234,8 @@ async fn main() -> Result<(), Box<dyn Error>> {
 
     // 1,000 locks held at once on one handle, each kept alive (one keep-alive stream).
     let held_store = Arc::new(EtcdStore::connect(config.clone()).await?);
-    let started = Instant::now();
-    let mut kept = Vec::with_capacity(HELD);
-    for i in 0..HELD {
-        let lease = held_store
-            .try_acquire(&format!("bench:held:{i}"), HELD_TTL)
-            .await?;
-        kept.push(KeepAlive::start(held_store.clone(), lease));
-    }
-    let acquired_in = started.elapsed();
-    let probe = held_store.try_acquire("bench:held:probe", TTL).await?;
-    // Spread over three TTLs, so the hold period is also the keep-alives' test.
-    let mut extend_samples = Vec::new();
-    for _ in 0..200 {
-        let sent = Instant::now();
-        held_store.extend(&probe).await?;
-        extend_samples.push(sent.elapsed());
-        tokio::time::sleep(HELD_TTL * 3 / 200).await;
-    }
-    let extends = Samples::new(extend_samples);
-    let _ = held_store.release(&probe).await?;
-    let lost = kept.iter().filter(|k| k.is_lost()).count();
+    let mut held = hold_kept_alive(&held_store, "bench:held:", HELD, HELD_TTL).await?;
+    let lost = held.lost();
     let held_entries = raw
         .get(
             "fencelock/bench:held:",
@@ -272,10 +253,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
         .collect::<std::collections::HashSet<_>>()
         .len();
     let entries_held = held_entries.kvs().len();
-    for keep in kept {
-        let lease = keep.stop();
-        let _ = held_store.release(&lease).await?;
-    }
+    held.release(&*held_store).await?;
 
     let mut table = Table::default();
     table.latency("raw round trip: get p50", raw_read.p50());
@@ -335,10 +313,10 @@ async fn main() -> Result<(), Box<dyn Error>> {
     );
     table.push(
         format!("  time to acquire {HELD} (one at a time)"),
-        format!("{:.0} ms", acquired_in.as_secs_f64() * 1e3),
+        format!("{:.0} ms", held.acquired_in.as_secs_f64() * 1e3),
     );
-    table.latency("  extend p50 while they are kept alive", extends.p50());
-    table.latency("  extend p99 while they are kept alive", extends.p99());
+    table.latency("  extend p50 while they are kept alive", held.extends.p50());
+    table.latency("  extend p99 while they are kept alive", held.extends.p99());
     println!("{table}");
     println!(
         "samples: {ITERATIONS} cycles each, {HANDOFFS} handoffs; raw get p99 {:.1} µs, raw put p99 {:.1} µs, raw floor p99 {:.1} µs; keep-alive: one stream per handle",

@@ -17,10 +17,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use conformance::bench::{
-    cycle, cycle_into, handoff, handoff_between, lock_throughput, micros as us, server_or_env,
-    throughput, time_each, Contender, Handoff, Samples, Table,
+    cycle, cycle_into, handoff, handoff_between, hold_kept_alive, lock_throughput, micros as us,
+    server_or_env, throughput, time_each, Contender, Handoff, Samples, Table,
 };
-use lock_core::{Acquire, DynLockStore, Extend, KeepAlive, Release};
+use lock_core::DynLockStore;
 use lock_postgres::{PostgresConfig, PostgresStore};
 use sqlx::{Connection, PgConnection, Row};
 use tokio::time::Instant;
@@ -226,28 +226,8 @@ async fn main() -> Result<(), Box<dyn Error>> {
 
     // 500 leases held at once on one handle, kept alive.
     let held_store = Arc::new(PostgresStore::connect(config.clone()).await?);
-    let started = Instant::now();
-    let mut kept = Vec::with_capacity(HELD);
-    for i in 0..HELD {
-        let lease = held_store
-            .try_acquire(&format!("bench:held:{i}"), HELD_TTL)
-            .await?;
-        kept.push(KeepAlive::start(held_store.clone(), lease));
-    }
-    let acquired_in = started.elapsed();
-    // Extend latency while the 500 keep-alives run (one extend per lease per second).
-    let probe = held_store.try_acquire("bench:held:probe", TTL).await?;
-    // Spread over three TTLs, so the hold period is also the keep-alives' test.
-    let mut extend_samples = Vec::new();
-    for _ in 0..200 {
-        let sent = Instant::now();
-        held_store.extend(&probe).await?;
-        extend_samples.push(sent.elapsed());
-        tokio::time::sleep(HELD_TTL * 3 / 200).await;
-    }
-    let extends = Samples::new(extend_samples);
-    let _ = held_store.release(&probe).await?;
-    let lost = kept.iter().filter(|k| k.is_lost()).count();
+    let mut held = hold_kept_alive(&held_store, "bench:held:", HELD, HELD_TTL).await?;
+    let lost = held.lost();
     let store_connections = held_store.open_connections();
     let store_idle = held_store.idle_connections();
     let server_connections: i64 =
@@ -261,10 +241,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
             .await?
             .get(0);
     let memory = held_session_memory(&mut admin).await;
-    for keep in kept {
-        let lease = keep.stop();
-        let _ = held_store.release(&lease).await?;
-    }
+    held.release(&*held_store).await?;
 
     let mut table = Table::default();
     table.latency("raw round trip (SELECT 1) p50", select_one.p50());
@@ -322,10 +299,10 @@ async fn main() -> Result<(), Box<dyn Error>> {
     table.push("  advisory locks granted on the server", format!("{busy}"));
     table.push(
         format!("  time to acquire {HELD} (one at a time)"),
-        format!("{:.0} ms", acquired_in.as_secs_f64() * 1e3),
+        format!("{:.0} ms", held.acquired_in.as_secs_f64() * 1e3),
     );
-    table.latency("  extend p50 while they are kept alive", extends.p50());
-    table.latency("  extend p99 while they are kept alive", extends.p99());
+    table.latency("  extend p50 while they are kept alive", held.extends.p50());
+    table.latency("  extend p99 while they are kept alive", held.extends.p99());
     table.push("  server memory per held session (PSS)", memory);
     table.latency("  opening one connection p50", connects.p50());
     println!("{table}");
