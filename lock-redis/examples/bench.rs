@@ -21,7 +21,7 @@ use std::error::Error;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{failed, server_version, Rslock};
+use common::{failed, rslock_handoff_rows, server_version, Rslock};
 use conformance::bench::{
     cycle, cycle_into, handoff, handoff_to_another, lock_throughput, micros as us, server_or_env,
     throughput, time_each, Samples, Table,
@@ -46,14 +46,9 @@ const TTL: Duration = Duration::from_secs(30);
 const COMPARE_AND_DELETE: &str =
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
 
-/// The raw cycle: the two round trips of the plainest correct Redis lock (no fencing token,
-/// no wake-up): `SET key owner NX PX ttl`, then compare-and-delete by `EVALSHA`.
-async fn raw_cycle(
-    conn: &mut ConnectionManager,
-    release: &redis::Script,
-    key: &str,
-) -> lock_core::Result<()> {
-    let set: Option<String> = redis::cmd("SET")
+/// `SET key raw-owner NX PX 30000`: `Some("OK")` if it set the key.
+async fn set_nx(conn: &mut ConnectionManager, key: &str) -> lock_core::Result<Option<String>> {
+    redis::cmd("SET")
         .arg(key)
         .arg("raw-owner")
         .arg("NX")
@@ -61,8 +56,17 @@ async fn raw_cycle(
         .arg(30_000)
         .query_async(conn)
         .await
-        .map_err(failed("SET NX PX"))?;
-    if set.is_none() {
+        .map_err(failed("SET NX PX"))
+}
+
+/// The raw cycle: the two round trips of the plainest correct Redis lock (no fencing token,
+/// no wake-up): `SET key owner NX PX ttl`, then compare-and-delete by `EVALSHA`.
+async fn raw_cycle(
+    conn: &mut ConnectionManager,
+    release: &redis::Script,
+    key: &str,
+) -> lock_core::Result<()> {
+    if set_nx(conn, key).await?.is_none() {
         return Err(lock_core::Error::Busy {
             key: key.to_owned(),
         });
@@ -85,15 +89,7 @@ async fn raw_cycle(
 /// `SET NX PX` then a plain `DEL`: not a correct lock (it may delete a successor's key), only
 /// the floor of two round trips of the cheapest commands.
 async fn unsafe_cycle(conn: &mut ConnectionManager, key: &str) -> lock_core::Result<()> {
-    let _: Option<String> = redis::cmd("SET")
-        .arg(key)
-        .arg("raw-owner")
-        .arg("NX")
-        .arg("PX")
-        .arg(30_000)
-        .query_async(conn)
-        .await
-        .map_err(failed("SET NX PX"))?;
+    let _ = set_nx(conn, key).await?;
     let _: i64 = redis::cmd("DEL")
         .arg(key)
         .query_async(conn)
@@ -344,17 +340,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
         .latency("rslock: lock + unlock p50", peer_cycles.p50())
         .ratio(us(peer_cycles.p50()) / us(raw_cycles.p50()), None);
     table.latency("rslock: lock + unlock p99", peer_cycles.p99());
-    let better = us(peer_handoffs.p50()) / us(handoffs.p50());
-    table
-        .latency(
-            format!("rslock handoff p50, {WAITERS} waiters"),
-            peer_handoffs.p50(),
-        )
-        .ratio(better, Some(("ours ≥ 10× better", better >= 10.0)));
-    table.latency(
-        format!("rslock handoff p99, {WAITERS} waiters"),
-        peer_handoffs.p99(),
-    );
+    rslock_handoff_rows(&mut table, WAITERS, &handoffs, &peer_handoffs);
     println!("{table}");
     println!(
         "ratios: cycle rows to the raw cycle; handoff rows to the raw SET NX PX round trip; \

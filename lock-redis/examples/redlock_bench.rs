@@ -20,7 +20,7 @@ use std::error::Error;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{failed, server_version, Rslock};
+use common::{failed, rslock_handoff_rows, server_version, Rslock};
 use conformance::bench::{
     cycle, cycle_into, handoff_to_another, lock_throughput, micros as us, time_each, Samples, Table,
 };
@@ -174,17 +174,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
         format!("ours handoff p99, {WAITERS} waiters"),
         handoffs.p99(),
     );
-    let better = us(peer_handoffs.p50()) / us(handoffs.p50());
-    table
-        .latency(
-            format!("rslock handoff p50, {WAITERS} waiters"),
-            peer_handoffs.p50(),
-        )
-        .ratio(better, Some(("ours ≥ 10× better", better >= 10.0)));
-    table.latency(
-        format!("rslock handoff p99, {WAITERS} waiters"),
-        peer_handoffs.p99(),
-    );
+    rslock_handoff_rows(&mut table, WAITERS, &handoffs, &peer_handoffs);
     println!("{table}");
     println!(
         "ratios: single-node and rslock cycles to the raw RTT; our cycle to rslock's; our \

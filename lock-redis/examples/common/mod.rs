@@ -1,9 +1,10 @@
 //! What the two Redis benchmarks (`bench.rs`, `redlock_bench.rs`) share: the `rslock` peer
-//! behind our traits, and the raw client's error and version helpers.
+//! behind our traits and its handoff rows, and the raw client's error and version helpers.
 
 use std::time::Duration;
 
 use async_trait::async_trait;
+use conformance::bench::{micros, Samples, Table};
 use lock_core::{
     Acquire, Capabilities, Extend, Lease, LockStore, OwnerId, Release, ReleaseOutcome,
 };
@@ -26,6 +27,22 @@ pub async fn server_version(conn: &ConnectionManager) -> redis::RedisResult<Stri
         .find_map(|l| l.strip_prefix("redis_version:"))
         .unwrap_or("?")
         .to_owned())
+}
+
+/// The rows of rslock's handoff: its p50, as a ratio over `ours` (the target being ours at
+/// least ten times better), and its p99.
+pub fn rslock_handoff_rows(table: &mut Table, waiters: usize, ours: &Samples, rslock: &Samples) {
+    let better = micros(rslock.p50()) / micros(ours.p50());
+    table
+        .latency(
+            format!("rslock handoff p50, {waiters} waiters"),
+            rslock.p50(),
+        )
+        .ratio(better, Some(("ours ≥ 10× better", better >= 10.0)));
+    table.latency(
+        format!("rslock handoff p99, {waiters} waiters"),
+        rslock.p99(),
+    );
 }
 
 /// `rslock` (a Redlock crate, on one node or several) behind our traits, so the same
