@@ -91,3 +91,26 @@ macro_rules! __conformance_tests {
         }
     };
 }
+
+/// Evaluates the async condition every 20 ms until it holds or `limit` passes, in an async
+/// context with tokio; gives whether it held. For tests that wait on a store's side effects
+/// (a subscriber gone, a backend ended) without a fixed sleep.
+///
+/// ```ignore
+/// assert!(conformance::eventually!(Duration::from_secs(10), queue_len().await == 0));
+/// ```
+#[macro_export]
+macro_rules! eventually {
+    ($limit:expr, $condition:expr) => {{
+        let started = ::tokio::time::Instant::now();
+        loop {
+            if $condition {
+                break true;
+            }
+            if started.elapsed() > $limit {
+                break false;
+            }
+            ::tokio::time::sleep(::std::time::Duration::from_millis(20)).await;
+        }
+    }};
+}

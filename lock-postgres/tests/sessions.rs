@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use common::{admin, backend_exists, holders, store, waiters};
+use conformance::eventually;
 use lock_core::{Acquire, Error, Extend, KeyStatus, LockStore, Release, ReleaseOutcome};
 use sqlx::Row;
 use test_servers::PostgresServer;

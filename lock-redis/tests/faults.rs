@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{admin, admin_query, store};
+use conformance::eventually;
 use lock_core::{Acquire, Error, Extend, KeepAlive, KeyStatus, LockStore, Release, ReleaseOutcome};
 use test_servers::RedisServer;
 use tokio::time::{sleep, timeout, Instant};

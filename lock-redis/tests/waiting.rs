@@ -8,6 +8,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use common::{admin, admin_query, store};
+use conformance::eventually;
 use lock_core::{Acquire, Error, Release, ReleaseOutcome};
 use lock_redis::{RedisConfig, RedisStore};
 use test_servers::RedisServer;

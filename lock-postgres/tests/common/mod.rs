@@ -64,24 +64,6 @@ pub async fn backend_exists(admin: &mut PgConnection, pid: i32) -> bool {
         .get(0)
 }
 
-/// Evaluates the async condition every 20 ms until it holds or `limit` passes; gives whether
-/// it held.
-#[macro_export]
-macro_rules! eventually {
-    ($limit:expr, $condition:expr) => {{
-        let started = tokio::time::Instant::now();
-        loop {
-            if $condition {
-                break true;
-            }
-            if started.elapsed() > $limit {
-                break false;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
-    }};
-}
-
 /// Ends the backend holding `lock_id`, as an operator would, and waits until it is gone.
 pub async fn terminate_holder(admin: &mut PgConnection, lock_id: i64) -> usize {
     sqlx::query(

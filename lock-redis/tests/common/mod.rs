@@ -44,21 +44,3 @@ pub async fn admin_query<T: redis::FromRedisValue>(
 ) -> T {
     command.query_async(conn).await.expect("admin command")
 }
-
-/// Evaluates the async condition every 20 ms until it holds or `limit` passes; gives whether
-/// it held.
-#[macro_export]
-macro_rules! eventually {
-    ($limit:expr, $condition:expr) => {{
-        let started = tokio::time::Instant::now();
-        loop {
-            if $condition {
-                break true;
-            }
-            if started.elapsed() > $limit {
-                break false;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
-    }};
-}
