@@ -1,7 +1,10 @@
 //! The whole conformance suite against Redlock over five real, independent redis-servers.
 
+mod common;
+
 use std::sync::{Arc, OnceLock};
 
+use common::closed_port;
 use conformance::{async_trait, StoreFactory};
 use lock_core::{DynLockStore, Lease};
 use lock_redis::{RedlockConfig, RedlockStore};
@@ -23,14 +26,6 @@ fn redlock_url() -> String {
         "redlock://{}?connect_timeout=30s&command_timeout=2s",
         hosts.join(",")
     )
-}
-
-/// A loopback port that was just free: nothing listens there.
-fn closed_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
 }
 
 async fn store(url: &str) -> RedlockStore {
