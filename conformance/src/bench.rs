@@ -127,6 +127,9 @@ where
                 op(task, iteration).await?;
                 iteration += 1;
                 done.fetch_add(1, Ordering::Relaxed);
+                // An in-process store answers without ever yielding: without this, the tasks
+                // would keep every worker busy and the timer that stops them would never fire.
+                tokio::task::yield_now().await;
             }
             Ok::<_, Error>(())
         }));

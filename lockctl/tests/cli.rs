@@ -132,3 +132,36 @@ fn conformance_passes_on_the_memory_store() {
     assert_eq!(output.status.code(), Some(0), "{stdout}{}", stderr(&output));
     assert!(stdout.contains(" 0 failed"), "{stdout}");
 }
+
+/// The bench finishes on a store that answers without ever yielding (the in-process one used
+/// to spin its throughput tasks forever) and prints every row.
+#[test]
+fn bench_finishes_on_the_memory_store() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_lockctl"))
+        .args(["--url", "memory://", "bench", "--iterations", "50"])
+        .env_remove("LOCK_URL")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("lockctl runs");
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break status;
+        }
+        if started.elapsed() > std::time::Duration::from_secs(120) {
+            let _ = child.kill();
+            panic!("lockctl bench did not finish within 120 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let output = child.wait_with_output().expect("output");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(status.success(), "{status}\n{stdout}");
+    for row in [
+        "cycle, p50",
+        "throughput, 16 tasks",
+        "handoff to another of 8 waiters, p50",
+    ] {
+        assert!(stdout.contains(row), "no {row:?} row:\n{stdout}");
+    }
+}
