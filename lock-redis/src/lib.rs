@@ -163,5 +163,5 @@ mod subscriber;
 pub use config::{
     RedisConfig, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, MAX_PREFIX_LEN,
 };
-pub use redlock::{RedlockConfig, RedlockStore};
+pub use redlock::{QuorumError, RedlockConfig, RedlockStore};
 pub use store::{RedisStore, WAIT_CAP};

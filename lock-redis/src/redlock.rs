@@ -339,6 +339,46 @@ impl std::str::FromStr for RedlockConfig {
 
 // ---- fan-out --------------------------------------------------------------------------------
 
+/// Why a Redlock operation found no quorum: each node's answer or failure, in URL order. It is
+/// the `source` of the [`Error::Unavailable`] or [`Error::Store`] such an operation returns;
+/// reach it with `std::error::Error::source` and `downcast_ref::<QuorumError>()`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuorumError {
+    quorum: usize,
+    nodes: Vec<(String, String)>,
+}
+
+impl QuorumError {
+    /// How many nodes had to agree.
+    pub fn quorum(&self) -> usize {
+        self.quorum
+    }
+
+    /// Each node (`host:port`) with what it answered or why it failed.
+    pub fn nodes(&self) -> &[(String, String)] {
+        &self.nodes
+    }
+}
+
+impl fmt::Display for QuorumError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let reasons: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|(node, reason)| format!("{node}: {reason}"))
+            .collect();
+        write!(
+            f,
+            "no quorum of {} out of {} nodes ({})",
+            self.quorum,
+            self.nodes.len(),
+            reasons.join("; ")
+        )
+    }
+}
+
+impl std::error::Error for QuorumError {}
+
 /// Each node's answer, `None` for a node that had not answered when the outcome was decided
 /// (its request still runs to its own timeout in the background).
 type Answers<T> = Vec<Option<Result<T>>>;
@@ -439,24 +479,16 @@ impl RedlockStore {
         if count(&answers, |_| true) >= quorum {
             return Ok(store);
         }
-        let message = format!(
-            "connecting to {}: {}",
-            store.config(),
-            store.no_quorum(&answers, |_| "answered".into())
-        );
+        let quorum = store.no_quorum(&answers, |_| "answered".into());
+        let message = format!("connecting to {}: {quorum}", store.config());
+        let source: Option<lock_core::BoxError> = Some(Box::new(quorum));
         let refused = answers
             .iter()
             .any(|a| matches!(a, Some(Err(e)) if !e.is_retryable()));
         Err(if refused {
-            Error::Store {
-                message,
-                source: None,
-            }
+            Error::Store { message, source }
         } else {
-            Error::Unavailable {
-                message,
-                source: None,
-            }
+            Error::Unavailable { message, source }
         })
     }
 
@@ -588,25 +620,26 @@ impl RedlockStore {
         }
     }
 
-    /// "no quorum: k of N nodes …, need q" with each node's answer or reason.
-    fn no_quorum<T>(&self, answers: &Answers<T>, show: impl Fn(&T) -> String) -> String {
-        let reasons: Vec<String> = self
+    /// Each node's answer or reason, as the typed source of a no-quorum error.
+    fn no_quorum<T>(&self, answers: &Answers<T>, show: impl Fn(&T) -> String) -> QuorumError {
+        let nodes = self
             .config()
             .nodes()
             .iter()
             .zip(answers)
-            .map(|(label, answer)| match answer {
-                Some(Ok(value)) => format!("{label}: {}", show(value)),
-                Some(Err(error)) => format!("{label}: {error}"),
-                None => format!("{label}: no answer yet"),
+            .map(|(label, answer)| {
+                let reason = match answer {
+                    Some(Ok(value)) => show(value),
+                    Some(Err(error)) => error.to_string(),
+                    None => "no answer yet".to_owned(),
+                };
+                (label.clone(), reason)
             })
             .collect();
-        format!(
-            "no quorum of {} out of {} nodes ({})",
-            self.quorum(),
-            self.config().node_count(),
-            reasons.join("; ")
-        )
+        QuorumError {
+            quorum: self.quorum(),
+            nodes,
+        }
     }
 
     fn unavailable<T>(
@@ -615,9 +648,10 @@ impl RedlockStore {
         answers: &Answers<T>,
         show: impl Fn(&T) -> String,
     ) -> Error {
+        let quorum = self.no_quorum(answers, show);
         Error::Unavailable {
-            message: format!("{what}: {}", self.no_quorum(answers, show)),
-            source: None,
+            message: format!("{what}: {quorum}"),
+            source: Some(Box::new(quorum)),
         }
     }
 

@@ -222,6 +222,11 @@ async fn three_of_five_down_give_a_quorum_error_and_leave_nothing_held_past_the_
         .await
         .expect_err("no quorum with three of five down");
     assert!(error.is_retryable(), "{error}");
+    let quorum = std::error::Error::source(&error)
+        .and_then(|source| source.downcast_ref::<lock_redis::QuorumError>())
+        .unwrap_or_else(|| panic!("no typed quorum error behind {error}"));
+    assert_eq!(quorum.quorum(), 3);
+    assert_eq!(quorum.nodes().len(), 5, "{quorum}");
     let message = error.to_string();
     assert!(message.contains("no quorum of 3 out of 5"), "{message}");
     for server in &servers {
