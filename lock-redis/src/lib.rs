@@ -18,10 +18,10 @@
 //! # How it works
 //! - **Keys.** A lock key `k` is stored as `{prefix}{k}:lock` (the owner id, with a `PX`
 //!   expiry), its fencing counter as `{prefix}{k}:fence`, and releases are published on
-//!   `{prefix}{k}:released`. The braces are a Redis Cluster hash tag: both keys hash by
-//!   everything up to the first `}`, which is the same text in both, so one script can touch
-//!   them on a Cluster too. Keys and owners always travel as `KEYS`/`ARGV`, never as script
-//!   text.
+//!   `{prefix}{k}:released`, with `%` and `}` in `k` written `%25` and `%7D`. The braces are
+//!   a Redis Cluster hash tag: all three names hash by the whole (escaped) key, so one script
+//!   can touch them on a Cluster too. Keys and owners always travel as `KEYS`/`ARGV`, never as
+//!   script text.
 //! - **Acquire** is one Lua script (`EVALSHA`, reloaded on `NOSCRIPT`): `SET lock owner NX PX
 //!   ttl`, and if that set the key, the token `max(fence + 1, server TIME in µs)`, written back
 //!   to the fence. A held key answers with its `PTTL`, which a waiter sleeps on.
@@ -71,9 +71,8 @@
 //!   and whoever's script runs first wins.
 //! - Each distinct key leaves its fence key behind (a few dozen bytes, no expiry): that is
 //!   what keeps tokens monotonic across releases.
-//! - On a Redis Cluster, a key that starts with `}` gives an empty hash tag and its two names
-//!   land in different slots (the scripts then fail with `CROSSSLOT`). This store targets one
-//!   server; the naming only keeps the door open.
+//! - This store targets one server; the hash tags only keep the door to a Cluster open (no
+//!   test runs one).
 //!
 //! # Cancel safety
 //! Every operation is one script on the shared connection. A future dropped after its script

@@ -102,12 +102,22 @@ pub(crate) struct KeyNames {
 
 impl KeyNames {
     pub(crate) fn new(prefix: &str, key: &str) -> Self {
+        let tag = hash_tag(key);
         KeyNames {
-            lock: format!("{prefix}{{{key}}}:lock"),
-            fence: format!("{prefix}{{{key}}}:fence"),
-            channel: format!("{prefix}{{{key}}}:released"),
+            lock: format!("{prefix}{{{tag}}}:lock"),
+            fence: format!("{prefix}{{{tag}}}:fence"),
+            channel: format!("{prefix}{{{tag}}}:released"),
         }
     }
+}
+
+/// The key as a Cluster hash tag: `%` and `}` escaped (`%25`, `%7D`), so the tag is the whole
+/// key, never empty, and two keys never share names. Other keys are written as they are.
+fn hash_tag(key: &str) -> std::borrow::Cow<'_, str> {
+    if !key.contains(['%', '}']) {
+        return key.into();
+    }
+    key.replace('%', "%25").replace('}', "%7D").into()
 }
 
 /// What one acquire script found.
@@ -615,10 +625,21 @@ mod tests {
         assert_eq!(names.lock, "fencelock:{jobs/nightly}:lock");
         assert_eq!(names.fence, "fencelock:{jobs/nightly}:fence");
         assert_eq!(names.channel, "fencelock:{jobs/nightly}:released");
-        // A key with braces: the tag ends at its first `}`, the same in both names.
-        let names = KeyNames::new("p:", "a}b{c");
-        let tag = |name: &str| name[name.find('{').unwrap()..=name.find('}').unwrap()].to_owned();
-        assert_eq!(tag(&names.lock), tag(&names.fence));
+        // Braces and percent signs: the tag (first `{` to the first `}` after it) is the whole
+        // escaped key, the same in all three names, never empty, and distinct keys stay apart.
+        let tag = |name: &str| {
+            let open = name.find('{').unwrap();
+            let close = open + name[open..].find('}').unwrap();
+            name[open + 1..close].to_owned()
+        };
+        for key in ["a}b{c", "}leading", "%7D", "}", "100%", "{x}"] {
+            let names = KeyNames::new("p:", key);
+            assert!(!tag(&names.lock).is_empty(), "{key:?}");
+            assert_eq!(tag(&names.lock), tag(&names.fence), "{key:?}");
+            assert_eq!(tag(&names.lock), tag(&names.channel), "{key:?}");
+        }
+        assert_ne!(KeyNames::new("p:", "}"), KeyNames::new("p:", "%7D"));
+        assert_eq!(KeyNames::new("p:", "}x").lock, "p:{%7Dx}:lock");
     }
 
     #[test]
