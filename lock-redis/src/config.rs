@@ -7,6 +7,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
+use lock_core::url::{parse_timeout, redact};
 use lock_core::{Error, Result};
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo};
 use url::Url;
@@ -67,7 +68,7 @@ impl RedisConfig {
                 )))
             }
         };
-        let redacted = redact(&parsed);
+        let redacted = redact(parsed.as_str());
         check_tls(tls)?;
         let host = parsed
             .host_str()
@@ -259,11 +260,6 @@ pub(crate) fn node_info(
     Ok(info.set_redis_settings(settings))
 }
 
-/// The URL with its password replaced by `***` (lock-core's redaction, shared by every store).
-pub(crate) fn redact(url: &Url) -> String {
-    lock_core::url::redact(url.as_str())
-}
-
 /// Any bytes but `{` and `}` (which would change the Cluster hash tag), at most
 /// [`MAX_PREFIX_LEN`] bytes.
 pub(crate) fn check_prefix(value: &str) -> Result<String> {
@@ -273,11 +269,6 @@ pub(crate) fn check_prefix(value: &str) -> Result<String> {
         )));
     }
     Ok(value.to_owned())
-}
-
-/// `5` (seconds), `5s` or `250ms`; never zero (lock-core's rule, shared by every store).
-pub(crate) fn parse_timeout(what: &str, value: &str) -> Result<Duration> {
-    lock_core::url::parse_timeout(what, value)
 }
 
 #[cfg(test)]

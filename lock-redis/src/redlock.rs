@@ -25,11 +25,12 @@ use redis::Script;
 use tokio::time::{sleep, sleep_until, timeout};
 use url::Url;
 
-use crate::config::{bad_url, parse_timeout};
+use crate::config::bad_url;
 use crate::store::{
     acquire_on, evict_on, extend_on, redis_error, release_on, status_on, Attempt, KeyNames,
 };
 use crate::{RedisConfig, RedisStore, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, WAIT_CAP};
+use lock_core::url::parse_timeout;
 
 // ---- Lua ------------------------------------------------------------------------------------
 

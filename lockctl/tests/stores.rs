@@ -41,8 +41,18 @@ macro_rules! store_cases {
 /// A loopback port nothing listens on.
 #[allow(dead_code)]
 fn closed_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback");
-    listener.local_addr().expect("local addr").port()
+    closed_ports(1)[0]
+}
+
+/// `count` distinct loopback ports nothing listens on (bound together, so they differ).
+fn closed_ports(count: usize) -> Vec<u16> {
+    let listeners: Vec<std::net::TcpListener> = (0..count)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback"))
+        .collect();
+    listeners
+        .iter()
+        .map(|l| l.local_addr().expect("local addr").port())
+        .collect()
 }
 
 #[cfg(feature = "postgres")]
@@ -121,14 +131,11 @@ mod redlock {
         format!("redlock://{}", hosts.join(","))
     }
 
+    // Three distinct closed ports: a node listed twice is refused as bad input.
     store_cases!(url(), {
-        // Three distinct closed ports: a node listed twice is refused as bad input.
-        let listeners: Vec<std::net::TcpListener> = (0..3)
-            .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback"))
-            .collect();
-        let hosts: Vec<String> = listeners
+        let hosts: Vec<String> = super::closed_ports(3)
             .iter()
-            .map(|l| format!("127.0.0.1:{}", l.local_addr().expect("local addr").port()))
+            .map(|port| format!("127.0.0.1:{port}"))
             .collect();
         format!("redlock://{}", hosts.join(","))
     });
