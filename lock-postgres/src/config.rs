@@ -9,7 +9,10 @@ use lock_core::{Error, Result};
 use sqlx::postgres::{PgConnectOptions, PgSslMode};
 use url::Url;
 
-/// The default namespace: keys of stores with different namespaces never contend.
+use crate::key::Space;
+
+/// The default namespace: keys of stores with different namespaces (or fence tables) never
+/// contend.
 pub const DEFAULT_NAMESPACE: &str = "default";
 /// The default schema of the fence table.
 pub const DEFAULT_SCHEMA: &str = "public";
@@ -67,9 +70,9 @@ const SQLX_OPTIONS: &[&str] = &[
 /// | --- | --- | --- |
 /// | `sslmode` | `prefer` | `disable`, `allow`, `prefer`, `require`, `verify-ca`, `verify-full`; the last three need the crate feature `tls` |
 /// | `user`, `password`, `host`, `port`, `dbname`, `application_name`, `options`, `sslrootcert`, `sslcert`, `sslkey` | | as in libpq (parsed by sqlx) |
-/// | `namespace` | `default` | 1–63 bytes, no NUL; part of every key's hash |
-/// | `schema` | `public` | schema of the fence table (`[A-Za-z_][A-Za-z0-9_]*`, at most 63 bytes) |
-/// | `table` | `fencelock_fence` | name of the fence table (same rule); created if missing |
+/// | `namespace` | `default` | 1–63 bytes, no NUL; part of every key's lock id |
+/// | `schema` | `public` | schema of the fence table (`[A-Za-z_][A-Za-z0-9_]*`, at most 63 bytes); part of every key's lock id |
+/// | `table` | `fencelock_fence` | name of the fence table (same rule); created if missing; part of every key's lock id |
 /// | `connect_timeout` | `5s` | bound on opening one connection: `10` (seconds, as in libpq), `2s` or `250ms` |
 /// | `command_timeout` | `10s` | bound on one statement that does not wait for a lock |
 /// | `max_idle` | `16` | idle connections kept for reuse; `0` closes each one after use |
@@ -176,9 +179,29 @@ impl PostgresConfig {
     }
 
     /// The statement that creates the fence table, for an administrator who creates it ahead
-    /// of time (the store then needs no `CREATE` privilege).
+    /// of time (the store then needs no `CREATE` privilege). The table records lock-id scheme
+    /// [`LOCK_ID_SCHEME`](crate::LOCK_ID_SCHEME).
     pub fn fence_table_ddl(&self) -> String {
         crate::store::fence_table_ddl(&self.fence_table())
+    }
+
+    /// The SQL that moves a fence table made by a lock-id scheme 1 store (one that records no
+    /// scheme) to scheme [`LOCK_ID_SCHEME`](crate::LOCK_ID_SCHEME), keeping every counter. One
+    /// transaction (`BEGIN; … COMMIT;`), for `psql` or [`sqlx::raw_sql`]. Run it only once every
+    /// store of the older scheme using this table has stopped: see the crate docs, "Upgrading
+    /// the lock-id scheme". Afterwards an older store's acquire fails on this table.
+    pub fn lock_id_scheme_upgrade_sql(&self) -> String {
+        crate::store::upgrade_from_scheme_1(&self.fence_table())
+    }
+
+    /// The lock space of this configuration: the fence table and the namespace, which together
+    /// with the key make the lock id.
+    pub(crate) fn space(&self) -> Space<'_> {
+        Space {
+            schema: &self.schema,
+            table: &self.table,
+            namespace: &self.namespace,
+        }
     }
 
     /// The bound on opening one connection.

@@ -1,18 +1,29 @@
-//! From a (namespace, key) pair to PostgreSQL's 64-bit advisory lock space.
+//! From a (fence table, namespace, key) triple to PostgreSQL's 64-bit advisory lock space.
 //!
-//! # The hash, version 1
+//! # The hash, lock-id scheme 2
 //! `lock_id = i64::from_be_bytes(SHA-256(input)[0..8])` where `input` is
 //!
 //! ```text
-//! 0x01                      the version byte of this scheme
+//! 0x02                      the scheme's version byte
+//! len(schema) as u32 BE     the fence table's schema, as configured (case matters)
+//! schema bytes
+//! len(table) as u32 BE      the fence table's name
+//! table bytes
 //! len(namespace) as u32 BE  so ("ab", "c") and ("a", "bc") differ
 //! namespace bytes           UTF-8
 //! key bytes                 UTF-8, any byte including NUL
 //! ```
 //!
-//! The scheme is stable: a change would make two versions of this crate lock different ids for
-//! one key, so a new scheme gets a new version byte and is opt-in. [`lock_id`] pins it and the
-//! unit tests hold test vectors.
+//! The fence table is part of the input because the lock and its fencing counter must come as
+//! a pair: two handles that exclude each other must bump one counter. Scheme 1 hashed only
+//! (namespace, key), so handles with different `table=` or `schema=` took one lock but kept
+//! two counters, and a lease through the second table could get a smaller token than the one
+//! before it. Under scheme 2 they never contend, like two namespaces.
+//!
+//! The scheme is recorded in the database (see the crate docs, "Upgrading the lock-id
+//! scheme"): stores of two schemes would lock different ids for one key, so a store refuses a
+//! fence table that records another scheme. [`lock_id`] pins the scheme and the unit tests hold
+//! test vectors.
 //!
 //! Two keys may hash to one id (the chance for any two keys is 2⁻⁶⁴). That is *false
 //! contention*, never a safety problem: the two keys then exclude each other, and each keeps its
@@ -20,16 +31,21 @@
 
 use sha2::{Digest, Sha256};
 
-/// The version byte of the hash scheme documented in this module.
-pub const HASH_VERSION: u8 = 1;
+/// The lock-id scheme this build uses: the version byte of the hash documented in this module,
+/// and the version a fence table records.
+pub const LOCK_ID_SCHEME: u8 = 2;
 
-/// The advisory lock id of `key` in `namespace` (hash scheme version 1, see the module docs).
-pub fn lock_id(namespace: &str, key: &str) -> i64 {
+/// The advisory lock id of `key` in `namespace`, for the fence table `schema.table` (lock-id
+/// scheme 2, see the module docs).
+pub fn lock_id(schema: &str, table: &str, namespace: &str, key: &str) -> i64 {
     let mut hasher = Sha256::new();
-    hasher.update([HASH_VERSION]);
-    // Namespaces are at most 63 bytes (checked by the config), so the length fits in a u32.
-    hasher.update((namespace.len() as u32).to_be_bytes());
-    hasher.update(namespace.as_bytes());
+    hasher.update([LOCK_ID_SCHEME]);
+    // Schema, table and namespace are at most 63 bytes (checked by the config), so each length
+    // fits in a u32.
+    for part in [schema, table, namespace] {
+        hasher.update((part.len() as u32).to_be_bytes());
+        hasher.update(part.as_bytes());
+    }
     hasher.update(key.as_bytes());
     let digest = hasher.finalize();
     let mut first = [0u8; 8];
@@ -42,6 +58,47 @@ pub fn lock_id(namespace: &str, key: &str) -> i64 {
 pub fn pg_locks_ids(lock_id: i64) -> (u32, u32) {
     let bits = lock_id as u64;
     ((bits >> 32) as u32, bits as u32)
+}
+
+/// The lock space of one store handle: its fence table and namespace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Space<'a> {
+    pub(crate) schema: &'a str,
+    pub(crate) table: &'a str,
+    pub(crate) namespace: &'a str,
+}
+
+/// Accepts a fence table whose recorded lock-id schemes (the suffixes of its
+/// `fencelock_lock_id_scheme_<n>` constraints) are exactly this build's, and refuses any other
+/// with a message that says what to do.
+pub(crate) fn check_recorded_scheme(
+    fence_table: &str,
+    recorded: &[String],
+) -> lock_core::Result<()> {
+    let ours = LOCK_ID_SCHEME.to_string();
+    if recorded.len() == 1 && recorded[0] == ours {
+        return Ok(());
+    }
+    let message = if recorded.is_empty() {
+        format!(
+            "the fence table {fence_table} records no lock-id scheme: an older lock-postgres \
+             made it and uses lock-id scheme 1, whose lock ids do not exclude this version's \
+             (scheme {ours}); stop every store that uses {fence_table}, then run \
+             PostgresConfig::lock_id_scheme_upgrade_sql() once (crate docs: \"Upgrading the \
+             lock-id scheme\")"
+        )
+    } else {
+        format!(
+            "the fence table {fence_table} records lock-id scheme {}, and this lock-postgres \
+             uses scheme {ours}: stores of different schemes lock different ids for one key and \
+             would not exclude each other; run every store on {fence_table} at one scheme",
+            recorded.join(" and ")
+        )
+    };
+    Err(lock_core::Error::Store {
+        message,
+        source: None,
+    })
 }
 
 /// What a lease locks: a hashed key, or a raw id given by the caller.
@@ -58,17 +115,19 @@ pub(crate) struct Target {
 }
 
 impl Target {
-    pub(crate) fn hashed(namespace: &str, key: &str) -> Self {
+    pub(crate) fn hashed(space: &Space<'_>, key: &str) -> Self {
         Target {
-            lock_id: lock_id(namespace, key),
-            namespace: namespace.to_owned(),
+            lock_id: lock_id(space.schema, space.table, space.namespace, key),
+            namespace: space.namespace.to_owned(),
             fence_key: key.as_bytes().to_vec(),
             display: key.to_owned(),
         }
     }
 
     /// Raw ids keep their fence rows under the empty namespace, which no configuration may
-    /// use, so they never share a counter with a hashed key.
+    /// use, so they never share a counter with a hashed key. A raw id is the same lock whatever
+    /// the fence table, so its tokens come from the server's transaction ids, which every fence
+    /// table of the cluster sees in one order (see `bump_fence!`).
     pub(crate) fn raw(lock_id: i64) -> Self {
         Target {
             lock_id,
@@ -88,26 +147,70 @@ pub fn raw_key_name(lock_id: i64) -> String {
 mod tests {
     use super::*;
 
+    const DEFAULT: Space<'static> = Space {
+        schema: "public",
+        table: "fencelock_fence",
+        namespace: "default",
+    };
+
     #[test]
-    fn hash_v1_test_vectors_never_change() {
+    fn scheme_2_test_vectors_never_change() {
         // Pinned (computed independently with Python's hashlib): changing these values breaks
         // every deployed lock.
         assert_eq!(
-            lock_id("default", "nightly-export"),
-            -7_853_899_317_936_053_717
+            lock_id("public", "fencelock_fence", "default", "nightly-export"),
+            2_764_142_552_312_014_628
         );
-        assert_eq!(lock_id("default", "k\u{0}"), 1_418_000_564_283_776_819);
         assert_eq!(
-            lock_id("billing", "nightly-export"),
-            -4_831_355_121_944_174_380
+            lock_id("public", "fencelock_fence", "default", "k\u{0}"),
+            3_430_480_870_861_049_295
+        );
+        assert_eq!(
+            lock_id("public", "fencelock_fence", "billing", "nightly-export"),
+            5_276_998_900_112_468_349
+        );
+        assert_eq!(
+            lock_id("locks", "fence_v1", "billing", "nightly-export"),
+            3_049_712_024_267_354_834
         );
     }
 
     #[test]
-    fn namespace_and_key_boundaries_do_not_alias() {
-        assert_ne!(lock_id("ab", "c"), lock_id("a", "bc"));
-        assert_ne!(lock_id("ns", "k"), lock_id("ns", "k\u{0}"));
-        assert_ne!(lock_id("ns", "k"), lock_id("ns", "K"));
+    fn table_namespace_and_key_boundaries_do_not_alias() {
+        assert_ne!(lock_id("s", "t", "ab", "c"), lock_id("s", "t", "a", "bc"));
+        assert_ne!(
+            lock_id("s", "t", "ns", "k"),
+            lock_id("s", "t", "ns", "k\u{0}")
+        );
+        assert_ne!(lock_id("s", "t", "ns", "k"), lock_id("s", "t", "ns", "K"));
+        // The fence table is part of the lock: another table or schema is another lock.
+        assert_ne!(lock_id("s", "t", "ns", "k"), lock_id("s", "u", "ns", "k"));
+        assert_ne!(lock_id("s", "t", "ns", "k"), lock_id("r", "t", "ns", "k"));
+        assert_ne!(lock_id("s", "tn", "s", "k"), lock_id("s", "t", "ns", "k"));
+        assert_ne!(lock_id("st", "t", "ns", "k"), lock_id("s", "tt", "ns", "k"));
+    }
+
+    #[test]
+    fn only_this_builds_recorded_scheme_is_accepted() {
+        let check = |recorded: &[&str]| {
+            let recorded: Vec<String> = recorded.iter().map(|s| s.to_string()).collect();
+            check_recorded_scheme("\"s\".\"t\"", &recorded)
+        };
+        assert!(check(&["2"]).is_ok());
+        for (recorded, says) in [
+            (&[][..], "records no lock-id scheme"),
+            (&["1"][..], "records lock-id scheme 1,"),
+            (&["3"][..], "records lock-id scheme 3,"),
+            (&["2", "3"][..], "records lock-id scheme 2 and 3,"),
+        ] {
+            match check(recorded) {
+                Err(lock_core::Error::Store { message, .. }) => {
+                    assert!(message.contains(says), "{message}");
+                    assert!(message.contains("\"s\".\"t\""), "{message}");
+                }
+                other => panic!("{recorded:?}: expected a store error, got {other:?}"),
+            }
+        }
     }
 
     #[test]
@@ -127,7 +230,7 @@ mod tests {
         assert_eq!(raw.namespace, "");
         assert_eq!(raw.fence_key, 42i64.to_be_bytes());
         assert_eq!(raw.display, "pg_advisory_lock(42)");
-        let hashed = Target::hashed("default", "pg_advisory_lock(42)");
+        let hashed = Target::hashed(&DEFAULT, "pg_advisory_lock(42)");
         assert_ne!(hashed.lock_id, 42);
         assert_eq!(hashed.namespace, "default");
     }

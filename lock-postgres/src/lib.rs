@@ -126,6 +126,7 @@ mod config;
 mod key;
 mod session;
 mod store;
+mod watch;
 
 use std::time::Duration;
 
@@ -133,7 +134,7 @@ pub use config::{
     PostgresConfig, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_IDLE,
     DEFAULT_NAMESPACE, DEFAULT_SCHEMA, DEFAULT_TABLE,
 };
-pub use key::{lock_id, pg_locks_ids, raw_key_name, HASH_VERSION};
+pub use key::{lock_id, pg_locks_ids, raw_key_name, LOCK_ID_SCHEME};
 pub use store::PostgresStore;
 
 /// The shortest TTL this store accepts. A shorter lease would spend most of its life on the

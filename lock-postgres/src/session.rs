@@ -12,7 +12,9 @@ use sqlx::{Connection, Row};
 use tokio::sync::OnceCell;
 use tokio::time::timeout;
 
+use crate::key::check_recorded_scheme;
 use crate::store::Statements;
+use crate::watch::Watch;
 use crate::PostgresConfig;
 
 /// How often a backend that runs a statement (a lock wait) polls its socket to notice a client
@@ -45,6 +47,8 @@ pub(crate) struct Session {
     pub(crate) conn: PgConnection,
     /// `pg_backend_pid()` when the session was opened.
     pub(crate) pid: i32,
+    /// The backend's start time (µs since the epoch), to tell it from a later one with its pid.
+    pub(crate) started_us: Option<i64>,
     _open: OpenCount,
 }
 
@@ -79,6 +83,8 @@ pub(crate) struct Sessions {
     open: Arc<AtomicUsize>,
     fence_table_ready: OnceCell<()>,
     pub(crate) sql: Statements,
+    /// The held leases whose sessions the handle's task watches.
+    pub(crate) watch: Watch,
 }
 
 impl Sessions {
@@ -92,6 +98,7 @@ impl Sessions {
             open: Arc::new(AtomicUsize::new(0)),
             fence_table_ready: OnceCell::new(),
             sql,
+            watch: Watch::new(),
         }
     }
 
@@ -165,7 +172,10 @@ impl Sessions {
                 .await
                 .map_err(|e| sql_error("reading the session's backend", e))?;
             let pid: i32 = row
-                .try_get(0)
+                .try_get("pid")
+                .map_err(|e| sql_error("reading the session's backend", e))?;
+            let started_us: Option<i64> = row
+                .try_get("started_us")
                 .map_err(|e| sql_error("reading the session's backend", e))?;
             self.fence_table_ready
                 .get_or_try_init(|| self.ensure_fence_table(&mut conn))
@@ -173,6 +183,7 @@ impl Sessions {
             Ok(Session {
                 conn,
                 pid,
+                started_us,
                 _open: OpenCount::new(&self.open),
             })
         };
@@ -189,53 +200,55 @@ impl Sessions {
     }
 
     /// Creates the schema and the fence table if they are missing (only then: `CREATE SCHEMA`
-    /// checks its privilege even when the schema exists). Concurrent creators race harmlessly:
-    /// a duplicate error means another one won.
+    /// checks its privilege even when the schema exists), then refuses a table that records a
+    /// lock-id scheme other than this build's. Concurrent creators race harmlessly: a duplicate
+    /// error means another one won.
     async fn ensure_fence_table(&self, conn: &mut PgConnection) -> lock_core::Result<()> {
-        let (schema_exists, table_exists) = self.fence_table_exists(conn).await?;
-        if table_exists {
-            return Ok(());
-        }
-        let statements = if schema_exists {
-            vec![&self.sql.create_fence_table]
-        } else {
-            vec![&self.sql.create_schema, &self.sql.create_fence_table]
-        };
-        for statement in statements {
-            match sqlx::query(statement).execute(&mut *conn).await {
-                Ok(_) => {}
-                Err(e) if is_duplicate_object(&e) => {}
-                Err(e) => return Err(sql_error("creating the fence table", e)),
+        let fence_table = self.config.fence_table();
+        let mut state = self.fence_table_state(conn).await?;
+        if !state.table_exists {
+            let statements = if state.schema_exists {
+                vec![&self.sql.create_fence_table]
+            } else {
+                vec![&self.sql.create_schema, &self.sql.create_fence_table]
+            };
+            for statement in statements {
+                match sqlx::query(statement).execute(&mut *conn).await {
+                    Ok(_) => {}
+                    Err(e) if is_duplicate_object(&e) => {}
+                    Err(e) => return Err(sql_error("creating the fence table", e)),
+                }
             }
+            state = self.fence_table_state(conn).await?;
+            if !state.table_exists {
+                return Err(Error::Store {
+                    message: format!(
+                        "the fence table {fence_table} is still missing after creating it"
+                    ),
+                    source: None,
+                });
+            }
+            tracing::info!(table = %fence_table, "created the fence table");
         }
-        if self.fence_table_exists(conn).await?.1 {
-            tracing::info!(table = %self.config.fence_table(), "created the fence table");
-            Ok(())
-        } else {
-            Err(Error::Store {
-                message: format!(
-                    "the fence table {} is still missing after creating it",
-                    self.config.fence_table()
-                ),
-                source: None,
-            })
-        }
+        check_recorded_scheme(&fence_table, &state.schemes)
     }
 
-    async fn fence_table_exists(&self, conn: &mut PgConnection) -> lock_core::Result<(bool, bool)> {
-        let row = sqlx::query(crate::store::FENCE_TABLE_EXISTS)
+    async fn fence_table_state(
+        &self,
+        conn: &mut PgConnection,
+    ) -> lock_core::Result<FenceTableState> {
+        let failed = |e| sql_error("looking for the fence table", e);
+        let row = sqlx::query(crate::store::FENCE_TABLE_STATE)
             .bind(format!("\"{}\"", self.config.schema))
             .bind(self.config.fence_table())
             .fetch_one(conn)
             .await
-            .map_err(|e| sql_error("looking for the fence table", e))?;
-        let schema: bool = row
-            .try_get(0)
-            .map_err(|e| sql_error("looking for the fence table", e))?;
-        let table: bool = row
-            .try_get(1)
-            .map_err(|e| sql_error("looking for the fence table", e))?;
-        Ok((schema, table))
+            .map_err(failed)?;
+        Ok(FenceTableState {
+            schema_exists: row.try_get(0).map_err(failed)?,
+            table_exists: row.try_get(1).map_err(failed)?,
+            schemes: row.try_get(2).map_err(failed)?,
+        })
     }
 
     /// Terminates the backend `pid` if it is still waiting for advisory lock `lock_id`: the
@@ -259,6 +272,14 @@ impl Sessions {
             Err(fault) => Err(fault.into_error("terminating a cancelled waiter's backend")),
         }
     }
+}
+
+/// What [`crate::store::FENCE_TABLE_STATE`] found.
+struct FenceTableState {
+    schema_exists: bool,
+    table_exists: bool,
+    /// The lock-id schemes the table records (none for a table made by a scheme-1 store).
+    schemes: Vec<String>,
 }
 
 /// Cancels a lock wait whose future was dropped: the dropped connection alone does not stop a

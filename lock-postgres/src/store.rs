@@ -15,14 +15,25 @@ use sqlx::Row;
 
 use crate::key::Target;
 use crate::session::{bounded, sql_error, Checkout, Fault, Session, Sessions, WaitGuard};
+use crate::watch::{watch, Backend};
 use crate::PostgresConfig;
 
 // ---- SQL ------------------------------------------------------------------------------------
-// `{fence}` stands for the quoted fence table. Every statement runs in autocommit: one
-// statement, one transaction, committed with synchronous_commit=on before the reply.
+// `{fence}` stands for the quoted fence table and `{scheme}` for the lock-id scheme
+// (crate::LOCK_ID_SCHEME). Every statement runs in autocommit: one statement, one transaction,
+// committed with synchronous_commit=on before the reply.
 
-/// The backend of a new session, to detect a pooling proxy later. A single read.
-pub(crate) const SESSION_INFO: &str = "SELECT pg_backend_pid()";
+/// The backend of a new session, to detect a pooling proxy later and to tell it from a later
+/// backend with its pid. A single read.
+pub(crate) const SESSION_INFO: &str = "SELECT pg_backend_pid() AS pid,
+        (SELECT (extract(epoch FROM backend_start) * 1000000)::int8 FROM pg_stat_activity
+          WHERE pid = pg_backend_pid()) AS started_us";
+
+/// Which of the backends $1 (pids) still exist, with their start times: the watch task's look
+/// for sessions the server ended. A single read.
+pub(crate) const LIVE_BACKENDS: &str =
+    "SELECT pid, (extract(epoch FROM backend_start) * 1000000)::int8 AS started_us
+       FROM pg_stat_activity WHERE pid = ANY($1::int4[])";
 
 /// Ends a cancelled waiter's backend ($1), only while it still waits for lock $2. One statement.
 pub(crate) const TERMINATE_WAITER: &str = "SELECT pg_terminate_backend(pid) FROM pg_locks
@@ -30,36 +41,66 @@ pub(crate) const TERMINATE_WAITER: &str = "SELECT pg_terminate_backend(pid) FROM
     AND classid = (($2::int8 >> 32) & 4294967295)::oid
     AND objid = ($2::int8 & 4294967295)::oid";
 
-/// Whether the schema ($1) and the fence table ($2) exist. A single read.
-pub(crate) const FENCE_TABLE_EXISTS: &str =
-    "SELECT to_regnamespace($1) IS NOT NULL, to_regclass($2) IS NOT NULL";
+/// Whether the schema ($1) and the fence table ($2) exist, and the lock-id schemes the table
+/// records: the suffixes of its CHECK constraints named `fencelock_lock_id_scheme_<n>`. A
+/// single read.
+pub(crate) const FENCE_TABLE_STATE: &str =
+    "SELECT to_regnamespace($1) IS NOT NULL, to_regclass($2) IS NOT NULL,
+            ARRAY(SELECT substr(conname::text, 26) FROM pg_constraint
+                   WHERE conrelid = to_regclass($2) AND contype = 'c'
+                     AND starts_with(conname::text, 'fencelock_lock_id_scheme_')
+                   ORDER BY 1)";
 
 /// The fence table: one durable counter per key (the key itself, as bytes, not its hash, so a
-/// hash collision never merges two counters), plus who took it last, for `status`.
+/// hash collision never merges two counters), plus who took it last, for `status`. The
+/// `lock_id_scheme` column records the scheme in the name of its CHECK constraint, and has no
+/// default, so a store older than the column (scheme 1, other lock ids) cannot bump a counter
+/// here: its acquire fails instead of granting a lock that this scheme's holders do not see.
 const CREATE_FENCE_TABLE: &str = "CREATE TABLE IF NOT EXISTS {fence} (
-    namespace  text        NOT NULL,
-    key        bytea       NOT NULL,
-    lock_id    bigint      NOT NULL,
-    token      bigint      NOT NULL,
-    owner      text        NOT NULL,
-    holder_pid integer     NOT NULL,
-    ttl_ms     bigint      NOT NULL,
-    updated_at timestamptz NOT NULL,
+    namespace      text        NOT NULL,
+    key            bytea       NOT NULL,
+    lock_id        bigint      NOT NULL,
+    lock_id_scheme smallint    NOT NULL
+        CONSTRAINT fencelock_lock_id_scheme_{scheme} CHECK (lock_id_scheme = {scheme}),
+    token          bigint      NOT NULL,
+    owner          text        NOT NULL,
+    holder_pid     integer     NOT NULL,
+    ttl_ms         bigint      NOT NULL,
+    updated_at     timestamptz NOT NULL,
     PRIMARY KEY (namespace, key)
 )";
 
+/// Moves a fence table made by a scheme-1 store to scheme {scheme}: the counters stay. Atomic:
+/// one transaction, so the table is never left half-upgraded. Only with every older store
+/// stopped (see the crate docs, "Upgrading the lock-id scheme").
+const UPGRADE_FROM_SCHEME_1: &str = "BEGIN;
+ALTER TABLE {fence} ADD COLUMN lock_id_scheme smallint NOT NULL DEFAULT {scheme}
+    CONSTRAINT fencelock_lock_id_scheme_{scheme} CHECK (lock_id_scheme = {scheme});
+ALTER TABLE {fence} ALTER COLUMN lock_id_scheme DROP DEFAULT;
+COMMIT;
+";
+
 /// Bumps the fence of the key whose lock this session has just taken. Used inside the acquire
-/// statements, after the lock, never on its own.
+/// statements, after the lock, never on its own. A hashed key's lock belongs to this fence
+/// table alone, so its counter counts 1, 2, 3, … A raw id (namespace '') is one lock whatever
+/// the fence table, so its token is also at least the bumping transaction's id, which the
+/// cluster hands out in one increasing order and never reuses (crash included): a raw lease
+/// through another fence table still gets a greater token than the lease before it.
 macro_rules! bump_fence {
     ($source:literal) => {
         concat!(
-            "INSERT INTO {fence} AS f (namespace, key, lock_id, token, owner, holder_pid, ttl_ms, updated_at)
-             SELECT $2::text, $3::bytea, $1::int8, 1, $5::text, pg_backend_pid(), $4::int8, clock_timestamp()
+            "INSERT INTO {fence} AS f (namespace, key, lock_id, lock_id_scheme, token, owner, holder_pid, ttl_ms, updated_at)
+             SELECT $2::text, $3::bytea, $1::int8, {scheme},
+                    CASE WHEN $2::text = '' THEN pg_current_xact_id()::text::int8 ELSE 1 END,
+                    $5::text, pg_backend_pid(), $4::int8, clock_timestamp()
                FROM ",
             $source,
             "
              ON CONFLICT (namespace, key) DO UPDATE
-                SET token = f.token + 1, lock_id = EXCLUDED.lock_id, owner = EXCLUDED.owner,
+                SET token = CASE WHEN f.namespace = ''
+                                 THEN GREATEST(f.token + 1, pg_current_xact_id()::text::int8)
+                                 ELSE f.token + 1 END,
+                    lock_id = EXCLUDED.lock_id, owner = EXCLUDED.owner,
                     holder_pid = EXCLUDED.holder_pid, ttl_ms = EXCLUDED.ttl_ms,
                     updated_at = EXCLUDED.updated_at
              RETURNING f.token"
@@ -169,8 +210,18 @@ const POOLING_PROXY: &str =
      (PgBouncer pool_mode=transaction/statement) is in the way, and session advisory locks cannot \
      work through it; connect directly or use pool_mode=session";
 
+/// `sql` with the fence table and this build's lock-id scheme filled in.
+fn fill(sql: &str, fence_table: &str) -> String {
+    sql.replace("{fence}", fence_table)
+        .replace("{scheme}", &crate::LOCK_ID_SCHEME.to_string())
+}
+
 pub(crate) fn fence_table_ddl(fence_table: &str) -> String {
-    CREATE_FENCE_TABLE.replace("{fence}", fence_table)
+    fill(CREATE_FENCE_TABLE, fence_table)
+}
+
+pub(crate) fn upgrade_from_scheme_1(fence_table: &str) -> String {
+    fill(UPGRADE_FROM_SCHEME_1, fence_table)
 }
 
 /// The statements with the fence table filled in.
@@ -185,7 +236,7 @@ pub(crate) struct Statements {
 
 impl Statements {
     pub(crate) fn new(fence_table: &str, schema: &str, _table: &str) -> Self {
-        let fill = |sql: &str| sql.replace("{fence}", fence_table);
+        let fill = |sql: &str| fill(sql, fence_table);
         Statements {
             try_acquire: fill(TRY_ACQUIRE),
             wait_acquire: fill(WAIT_ACQUIRE),
@@ -206,6 +257,23 @@ struct Held {
     pid: i32,
     session: tokio::sync::Mutex<Option<Session>>,
     sessions: Arc<Sessions>,
+    /// The lease's entry in the handle's watch.
+    watch_id: u64,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.sessions.watch.forget(self.watch_id);
+    }
+}
+
+/// Stops the handle's watch task when the last clone of the handle is dropped.
+struct HandleAlive(Arc<Sessions>);
+
+impl Drop for HandleAlive {
+    fn drop(&mut self) {
+        self.0.watch.stop();
+    }
 }
 
 /// A lock store on PostgreSQL session advisory locks. See the [crate docs](crate) for what it
@@ -216,6 +284,7 @@ struct Held {
 #[derive(Clone)]
 pub struct PostgresStore {
     sessions: Arc<Sessions>,
+    _alive: Arc<HandleAlive>,
 }
 
 impl PostgresStore {
@@ -238,8 +307,10 @@ impl PostgresStore {
     /// A store that opens its first session only when first used, so an unreachable server is
     /// reported by that first operation.
     pub fn connect_lazy(config: PostgresConfig) -> PostgresStore {
+        let sessions = Arc::new(Sessions::new(config));
         PostgresStore {
-            sessions: Arc::new(Sessions::new(config)),
+            _alive: Arc::new(HandleAlive(sessions.clone())),
+            sessions,
         }
     }
 
@@ -248,9 +319,10 @@ impl PostgresStore {
         &self.sessions.config
     }
 
-    /// The advisory lock id `key` maps to in this store's namespace (see [`crate::lock_id`]).
+    /// The advisory lock id `key` maps to in this store's fence table and namespace (see
+    /// [`crate::lock_id`]).
     pub fn lock_id(&self, key: &str) -> i64 {
-        crate::lock_id(&self.sessions.config.namespace, key)
+        Target::hashed(&self.sessions.config.space(), key).lock_id
     }
 
     /// Connections this handle has open right now: one per held lease and per waiting acquire,
@@ -529,15 +601,29 @@ impl PostgresStore {
         sent_at: Instant,
         session: Session,
     ) -> Lease {
+        let backend = Backend {
+            pid: session.pid,
+            started_us: session.started_us,
+        };
+        let watch_id = self.sessions.watch.reserve();
         let held = Held {
             lock_id: target.lock_id,
             pid: session.pid,
             session: tokio::sync::Mutex::new(Some(session)),
             sessions: self.sessions.clone(),
+            watch_id,
         };
         // Tokens start at 1 and only grow, so they are never negative.
         let token = token.max(0).unsigned_abs();
-        Lease::with_store_state(&target.display, owner, token, ttl, sent_at, held)
+        let lease = Lease::with_store_state(&target.display, owner, token, ttl, sent_at, held);
+        watch(
+            &self.sessions,
+            watch_id,
+            backend,
+            ttl,
+            lease.revoked_token(),
+        );
+        lease
     }
 
     async fn extend_lease(&self, lease: &Lease) -> Result<()> {
@@ -567,11 +653,13 @@ impl PostgresStore {
                 })?;
                 if pid != held.pid {
                     *slot = None;
+                    held.sessions.watch.forget(held.watch_id);
                     return Err(Error::lost(lease, POOLING_PROXY));
                 }
                 if !still_held {
                     // Closing the session guarantees it holds nothing afterwards either.
                     *slot = None;
+                    held.sessions.watch.forget(held.watch_id);
                     return Err(Error::lost(lease, "its session no longer holds the lock"));
                 }
                 lease.confirm(sent_at);
@@ -579,6 +667,7 @@ impl PostgresStore {
             }
             Err(fault) if fault.session_is_dead() => {
                 *slot = None;
+                held.sessions.watch.forget(held.watch_id);
                 Err(Error::lost(lease, fault.describe()))
             }
             Err(fault) => Err(fault.into_error("extend")),
@@ -591,6 +680,8 @@ impl PostgresStore {
         let Some(mut session) = slot.take() else {
             return Ok(ReleaseOutcome::Lost);
         };
+        // Whatever the answer, the lease ends here: nothing is left to watch.
+        held.sessions.watch.forget(held.watch_id);
         // From here on a dropped future drops the session, which frees the lock.
         let reply = bounded(
             held.sessions.config.command_timeout,
@@ -618,7 +709,7 @@ impl PostgresStore {
 
     async fn status_of(&self, key: &str) -> Result<KeyStatus> {
         check_key(key)?;
-        let target = Target::hashed(&self.sessions.config.namespace, key);
+        let target = Target::hashed(&self.sessions.config.space(), key);
         let mut fresh = false;
         loop {
             let Checkout {
@@ -730,7 +821,7 @@ impl Acquire for PostgresStore {
     )]
     async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Lease> {
         check_request(key, ttl, &self.capabilities())?;
-        let target = Target::hashed(&self.sessions.config.namespace, key);
+        let target = Target::hashed(&self.sessions.config.space(), key);
         let result = self.try_target(&target, ttl).await;
         match &result {
             Ok(lease) => tracing::debug!(key, token = lease.fencing_token(), "acquired"),
@@ -757,7 +848,7 @@ impl Acquire for PostgresStore {
     async fn acquire(&self, key: &str, ttl: Duration, wait: Duration) -> Result<Lease> {
         check_request(key, ttl, &self.capabilities())?;
         check_wait(wait)?;
-        let target = Target::hashed(&self.sessions.config.namespace, key);
+        let target = Target::hashed(&self.sessions.config.space(), key);
         let started = Instant::now();
         let result = self.wait_target(&target, ttl, wait).await;
         let waited_ms = started.elapsed().as_millis() as u64;
@@ -842,6 +933,8 @@ impl fmt::Debug for PostgresStore {
             .field("namespace", &self.sessions.config.namespace)
             .field("open_connections", &self.open_connections())
             .field("idle_connections", &self.idle_connections())
+            .field("watched_leases", &self.sessions.watch.watched_count())
+            .field("watch_task_running", &self.sessions.watch.task_running())
             .finish()
     }
 }
@@ -862,6 +955,7 @@ mod tests {
         ] {
             assert!(statement.contains("\"s\".\"t\""), "{statement}");
             assert!(!statement.contains("{fence}"), "{statement}");
+            assert!(!statement.contains("{scheme}"), "{statement}");
         }
         assert_eq!(sql.create_schema, "CREATE SCHEMA IF NOT EXISTS \"s\"");
     }
@@ -904,7 +998,7 @@ mod server_tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_lock_granted_as_the_timeout_fired_becomes_a_lease() {
         let store = store().await;
-        let target = Target::hashed("default", "reclaim:granted");
+        let target = Target::hashed(&store.sessions.config.space(), "reclaim:granted");
         let before = store
             .try_target(&target, Duration::from_secs(30))
             .await
@@ -948,7 +1042,7 @@ mod server_tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_lock_not_granted_by_the_timeout_is_a_timed_out_wait() {
         let store = store().await;
-        let target = Target::hashed("default", "reclaim:not-granted");
+        let target = Target::hashed(&store.sessions.config.space(), "reclaim:not-granted");
         let Checkout { session, .. } = store.sessions.checkout().await.unwrap();
         let idle_before = store.idle_connections();
         match store

@@ -48,7 +48,12 @@ impl StoreFactory for PostgresFactory {
 
     /// An operator ends the holder's session: the lock goes with it.
     async fn forget(&self, lease: &Lease) {
-        let lock_id = lock_postgres::lock_id(lock_postgres::DEFAULT_NAMESPACE, lease.key());
+        let lock_id = lock_postgres::lock_id(
+            lock_postgres::DEFAULT_SCHEMA,
+            lock_postgres::DEFAULT_TABLE,
+            lock_postgres::DEFAULT_NAMESPACE,
+            lease.key(),
+        );
         let mut admin = sqlx::PgConnection::connect(&self.url)
             .await
             .expect("admin connection");
