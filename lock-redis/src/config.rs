@@ -23,7 +23,12 @@ pub const MAX_PREFIX_LEN: usize = 256;
 
 /// The query-string options this crate reads; anything else is rejected, so a typo such as
 /// `perfix=` cannot silently put locks under the default prefix.
-pub(crate) const OPTIONS: &[&str] = &["prefix", "connect_timeout", "command_timeout"];
+pub(crate) const OPTIONS: &[&str] = &[
+    "prefix",
+    "connect_timeout",
+    "command_timeout",
+    "allow_eviction",
+];
 
 /// How to reach one Redis server and where the store keeps its keys.
 ///
@@ -38,6 +43,7 @@ pub(crate) const OPTIONS: &[&str] = &["prefix", "connect_timeout", "command_time
 /// | `prefix` | `fencelock:` | prepended to every key name; at most 256 bytes, no `{` or `}` (they would move the Cluster hash tag) |
 /// | `connect_timeout` | `5s` | bound on opening a connection: `10` (seconds), `2s` or `250ms`; never zero |
 /// | `command_timeout` | `5s` | bound on one command's round trip; past it the call fails with the retryable [`Error::Unavailable`] |
+/// | `allow_eviction` | `false` | `true` skips the check that the server cannot evict a held lock (`maxmemory` set with a policy other than `noeviction`), accepting that risk knowingly; see the crate docs (`# Eviction`) |
 ///
 /// The port defaults to 6379 and the database to 0. `rediss://` (TLS) needs the crate feature
 /// `tls`. Unknown options are rejected. `Debug` and `Display` never show the password.
@@ -48,6 +54,7 @@ pub struct RedisConfig {
     pub(crate) prefix: String,
     pub(crate) connect_timeout: Duration,
     pub(crate) command_timeout: Duration,
+    pub(crate) allow_eviction: bool,
 }
 
 impl RedisConfig {
@@ -92,6 +99,7 @@ impl RedisConfig {
             prefix: DEFAULT_PREFIX.to_owned(),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             command_timeout: DEFAULT_COMMAND_TIMEOUT,
+            allow_eviction: false,
         };
         for (name, value) in parsed.query_pairs() {
             match &*name {
@@ -102,6 +110,7 @@ impl RedisConfig {
                 "command_timeout" => {
                     config.command_timeout = parse_timeout("command_timeout", &value)?
                 }
+                "allow_eviction" => config.allow_eviction = parse_bool("allow_eviction", &value)?,
                 unknown => return Err(unknown_option(unknown)),
             }
         }
@@ -121,6 +130,17 @@ impl RedisConfig {
     /// The bound on one command's round trip.
     pub fn command_timeout(&self) -> Duration {
         self.command_timeout
+    }
+
+    /// Whether the store skips the eviction check, accepting that Redis may evict a held lock.
+    pub fn allow_eviction(&self) -> bool {
+        self.allow_eviction
+    }
+
+    /// Sets the `allow_eviction` option.
+    pub fn with_allow_eviction(mut self, allow: bool) -> Self {
+        self.allow_eviction = allow;
+        self
     }
 
     /// Sets the key prefix (same rules as the `prefix` option).
@@ -160,6 +180,7 @@ impl fmt::Debug for RedisConfig {
             .field("prefix", &self.prefix)
             .field("connect_timeout", &self.connect_timeout)
             .field("command_timeout", &self.command_timeout)
+            .field("allow_eviction", &self.allow_eviction)
             .finish()
     }
 }
@@ -181,6 +202,18 @@ pub(crate) fn unknown_option(name: &str) -> Error {
         "unknown option {name:?}; this store reads {}",
         OPTIONS.join(", ")
     ))
+}
+
+/// `true` or `false`, nothing else: a switch that weakens a guarantee is never guessed from
+/// `1`, `yes` or an empty value.
+pub(crate) fn parse_bool(what: &str, value: &str) -> Result<bool> {
+    match value {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(bad_url(format!(
+            "{what} must be true or false, not {value:?}"
+        ))),
+    }
 }
 
 /// `rediss://` is only accepted when the TLS code is compiled in.
@@ -299,6 +332,10 @@ mod tests {
         assert_eq!(config.connection.redis_settings().db(), 0);
         assert_eq!(config.connection.redis_settings().username(), None);
         assert_eq!(config.connection.redis_settings().password(), None);
+        assert!(
+            !config.allow_eviction(),
+            "the eviction check is on by default"
+        );
 
         let config = RedisConfig::from_url(
             "redis://app:p%40ss+w&x=y@cache.internal:7000/3?prefix=billing%3A&connect_timeout=2&command_timeout=250ms",
@@ -331,6 +368,27 @@ mod tests {
     }
 
     #[test]
+    fn allow_eviction_is_true_or_false_and_nothing_else() {
+        let allow = |url: &str| RedisConfig::from_url(url).unwrap().allow_eviction();
+        assert!(allow("redis://h?allow_eviction=true"));
+        assert!(!allow("redis://h?allow_eviction=false"));
+        assert!(!allow("redis://h"));
+        assert!(allow(
+            "redis://h?prefix=p&allow_eviction=true&command_timeout=1s"
+        ));
+        for bad in ["", "1", "yes", "TRUE", "on"] {
+            let message = rule(&format!("redis://h?allow_eviction={bad}"));
+            assert!(
+                message.contains("allow_eviction must be true or false"),
+                "{message}"
+            );
+        }
+        let config = RedisConfig::from_url("redis://h?allow_eviction=true").unwrap();
+        assert!(format!("{config:?}").contains("allow_eviction: true"));
+        assert!(!config.with_allow_eviction(false).allow_eviction());
+    }
+
+    #[test]
     fn passwords_never_print() {
         let config = RedisConfig::from_url("redis://user:s3cr%40t@h:1/2?prefix=p").unwrap();
         for shown in [
@@ -358,7 +416,8 @@ mod tests {
         assert!(rule("postgres://h/db").contains("redis://"));
         assert!(rule("not a url").contains("not a URL"));
         assert!(rule("redis://h?prefx=a").contains("unknown option \"prefx\""));
-        assert!(rule("redis://h?prefx=a").contains("prefix, connect_timeout, command_timeout"));
+        assert!(rule("redis://h?prefx=a")
+            .contains("prefix, connect_timeout, command_timeout, allow_eviction"));
         assert!(rule("redis://h?prefix=a%7Bb").contains("prefix"));
         assert!(rule(&format!("redis://h?prefix={}", "p".repeat(257))).contains("256"));
         assert!(rule("redis://h/x").contains("database number"));

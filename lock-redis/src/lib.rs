@@ -155,6 +155,8 @@
 #![warn(missing_docs)]
 
 mod config;
+mod error;
+mod eviction;
 mod redlock;
 mod store;
 mod subscriber;
@@ -162,5 +164,6 @@ mod subscriber;
 pub use config::{
     RedisConfig, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, MAX_PREFIX_LEN,
 };
+pub use eviction::{EvictionCheck, EvictionRisk, EvictionSettings};
 pub use redlock::{QuorumError, RedlockConfig, RedlockStore};
 pub use store::{RedisStore, WAIT_CAP};

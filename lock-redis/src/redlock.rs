@@ -25,10 +25,10 @@ use redis::Script;
 use tokio::time::{sleep, sleep_until, timeout};
 use url::Url;
 
-use crate::config::bad_url;
-use crate::store::{
-    acquire_on, evict_on, extend_on, redis_error, release_on, status_on, Attempt, KeyNames,
-};
+use crate::config::{bad_url, parse_bool};
+use crate::error::redis_error;
+use crate::eviction::{risk_of, EvictionCheck};
+use crate::store::{acquire_on, evict_on, extend_on, release_on, status_on, Attempt, KeyNames};
 use crate::{RedisConfig, RedisStore, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, WAIT_CAP};
 use lock_core::url::parse_timeout;
 
@@ -101,6 +101,7 @@ const OPTIONS: &[&str] = &[
     "drift_factor",
     "retry_count",
     "retry_jitter",
+    "allow_eviction",
 ];
 
 /// Where the Redlock nodes are and how the store behaves, from a URL.
@@ -117,6 +118,7 @@ const OPTIONS: &[&str] = &[
 /// | `drift_factor` | `0.01` | the validity margin is `ttl × drift_factor + 2 ms` (never less than lock-core's 1% + 2 ms); from 0 to 0.5 |
 /// | `retry_count` | `3` | retries after a round without a quorum (a split vote, too many nodes failing); at most 100 |
 /// | `retry_jitter` | `100ms` | a retry waits a random 1 ms to this long, so contenders fall out of step |
+/// | `allow_eviction` | `false` | `true` skips the check that no node can evict a held lock (`maxmemory` with a policy other than `noeviction`), accepting that risk knowingly, as for `redis://` |
 ///
 /// At least three nodes, each `host:port` (port 6379 if omitted), none listed twice; the
 /// credentials and database apply to every node. Timeouts read `5`, `5s` or `250ms`. Unknown
@@ -168,6 +170,7 @@ impl RedlockConfig {
         let mut drift_factor = DEFAULT_DRIFT_FACTOR;
         let mut retry_count = DEFAULT_RETRY_COUNT;
         let mut retry_jitter = DEFAULT_RETRY_JITTER;
+        let mut allow_eviction = false;
         for (name, value) in shape.query_pairs() {
             match &*name {
                 "prefix" => prefix = value.into_owned(),
@@ -176,6 +179,7 @@ impl RedlockConfig {
                 "drift_factor" => drift_factor = parse_drift_factor(&value)?,
                 "retry_count" => retry_count = parse_retry_count(&value)?,
                 "retry_jitter" => retry_jitter = parse_timeout("retry_jitter", &value)?,
+                "allow_eviction" => allow_eviction = parse_bool("allow_eviction", &value)?,
                 unknown => {
                     return Err(bad_url(format!(
                         "unknown option {unknown:?}; redlock:// reads {}",
@@ -196,7 +200,8 @@ impl RedlockConfig {
             let node = RedisConfig::from_url(&format!("redis://{userinfo}{host}{path}"))?
                 .with_prefix(&prefix)?
                 .with_connect_timeout(connect_timeout)
-                .with_command_timeout(command_timeout);
+                .with_command_timeout(command_timeout)
+                .with_allow_eviction(allow_eviction);
             let label = node_label(&node);
             if labels.contains(&label) {
                 return Err(bad_url(format!(
@@ -250,6 +255,11 @@ impl RedlockConfig {
     /// The bound on one node's answer.
     pub fn command_timeout(&self) -> Duration {
         self.nodes[0].command_timeout()
+    }
+
+    /// Whether the store skips the eviction check on every node.
+    pub fn allow_eviction(&self) -> bool {
+        self.nodes[0].allow_eviction()
     }
 
     /// The clock drift factor.
@@ -326,6 +336,7 @@ impl fmt::Debug for RedlockConfig {
             .field("drift_factor", &self.drift_factor)
             .field("retry_count", &self.retry_count)
             .field("retry_jitter", &self.retry_jitter)
+            .field("allow_eviction", &self.allow_eviction())
             .finish()
     }
 }
@@ -389,6 +400,14 @@ fn count<T>(answers: &Answers<T>, pick: impl Fn(&T) -> bool) -> usize {
         .iter()
         .filter(|a| matches!(a, Some(Ok(value)) if pick(value)))
         .count()
+}
+
+/// The first node's eviction refusal among `answers`.
+fn evicting<T>(answers: &Answers<T>) -> Option<&crate::EvictionRisk> {
+    answers.iter().find_map(|a| match a {
+        Some(Err(error)) => risk_of(error),
+        _ => None,
+    })
 }
 
 fn failures<T>(answers: &Answers<T>) -> usize {
@@ -455,12 +474,19 @@ enum Round {
 }
 
 impl RedlockStore {
-    /// Connects to every node and checks that a quorum answers `PING`.
+    /// Connects to every node, checks that a quorum answers `PING`, and that no node that
+    /// answers can evict a held lock (see the crate docs, `# Eviction`).
     ///
-    /// Succeeds while a minority of nodes is down (they are reconnected on later use). Fails
-    /// with the retryable [`Error::Unavailable`] naming each node's reason when fewer than a
-    /// quorum answer within the connect timeout plus the command timeout, or with
-    /// [`Error::Store`] when a node refused (credentials, database) and no quorum answered.
+    /// Waits for every node's answer up to the connect timeout plus the command timeout, so
+    /// each one is checked: a frozen node delays it by that much, a refused connection does
+    /// not. Succeeds while a minority of nodes is down; each is checked when it first answers
+    /// a later operation, and counts as a failed node until it passes. Fails with
+    /// [`Error::Store`] naming the node and both settings when a node may evict keys
+    /// (`maxmemory` and a policy other than `noeviction`) and the URL does not say
+    /// `allow_eviction=true` (its source is an [`EvictionRisk`](crate::EvictionRisk)); with the
+    /// retryable [`Error::Unavailable`] naming each node's reason when fewer than a quorum
+    /// answer; or with [`Error::Store`] when a node refused (credentials, database) and no
+    /// quorum answered.
     ///
     /// # Cancel safety
     /// Dropping the future closes the connections it opened; nothing is held.
@@ -475,8 +501,15 @@ impl RedlockStore {
                     .await
                     .map_err(|e| redis_error("ping", e))
             })
-            .await_until(|a| count(a, |_| true) >= quorum || failures(a) > nodes - quorum)
+            // Every node is heard, so a node that may evict is named, not outvoted.
+            .await_until(|a| evicting(a).is_some() || failures(a) > nodes - quorum)
             .await;
+        if let Some(risk) = evicting(&answers) {
+            return Err(Error::Store {
+                message: format!("connecting to {}: {risk}", store.config()),
+                source: Some(Box::new(risk.clone())),
+            });
+        }
         if count(&answers, |_| true) >= quorum {
             return Ok(store);
         }
@@ -510,6 +543,17 @@ impl RedlockStore {
     /// The configuration this handle was made from.
     pub fn config(&self) -> &RedlockConfig {
         &self.inner.config
+    }
+
+    /// Each node (`host:port`, in URL order) with what its eviction check found, `None` for
+    /// a node not checked yet (down so far) or refused.
+    pub fn eviction_checks(&self) -> Vec<(&str, Option<&EvictionCheck>)> {
+        self.config()
+            .nodes()
+            .iter()
+            .zip(&self.inner.nodes)
+            .map(|(label, node)| (label.as_str(), node.eviction_check()))
+            .collect()
     }
 
     /// The operator's "forget": deletes the lock on `key` on every node (never the fencing
@@ -580,6 +624,7 @@ impl RedlockStore {
             .enumerate()
             .map(|(index, node)| {
                 let work = op(node.connection());
+                let node = node.clone();
                 // Taken here, before the task exists, so whatever comes after waits for it.
                 let first = match order {
                     Some((order, Turn::First)) => order.gates[index].clone().try_lock_owned().ok(),
@@ -596,7 +641,13 @@ impl RedlockStore {
                         Some(gate) => Some(gate.lock_owned().await),
                         None => first,
                     };
-                    match timeout(bound, work).await {
+                    // A node is used only once it passed its eviction check (at once after
+                    // the first pass); a node that may evict fails every request it gets.
+                    let checked_work = async move {
+                        node.checked_eviction().await?;
+                        work.await
+                    };
+                    match timeout(bound, checked_work).await {
                         Ok(answer) => answer,
                         Err(_) => Err(Error::Unavailable {
                             message: format!("{what}: no answer within {bound:?}"),
@@ -1261,11 +1312,16 @@ mod tests {
         assert_eq!(config.drift_factor(), DEFAULT_DRIFT_FACTOR);
         assert_eq!(config.retry_count(), DEFAULT_RETRY_COUNT);
         assert_eq!(config.retry_jitter(), DEFAULT_RETRY_JITTER);
+        assert!(
+            !config.allow_eviction(),
+            "the eviction check is on by default"
+        );
 
         let config = RedlockConfig::from_url(
-            "redlock://app:p%40ss@a:1,b:2,c:3,d:4,e:5/3?prefix=billing%3A&connect_timeout=2&command_timeout=50ms&drift_factor=0.05&retry_count=0&retry_jitter=20ms",
+            "redlock://app:p%40ss@a:1,b:2,c:3,d:4,e:5/3?prefix=billing%3A&connect_timeout=2&command_timeout=50ms&drift_factor=0.05&retry_count=0&retry_jitter=20ms&allow_eviction=true",
         )
         .unwrap();
+        assert!(config.allow_eviction());
         assert_eq!(config.node_count(), 5);
         assert_eq!(config.quorum(), 3);
         assert_eq!(config.prefix(), "billing:");
@@ -1281,6 +1337,10 @@ mod tests {
             assert_eq!(settings.password(), Some("p@ss"));
             assert_eq!(node.prefix(), "billing:");
             assert_eq!(node.command_timeout(), Duration::from_millis(50));
+            assert!(
+                node.allow_eviction(),
+                "allow_eviction applies to every node"
+            );
         }
         let config: RedlockConfig = "redlock://a,b,c?drift_factor=0".parse().unwrap();
         assert_eq!(
@@ -1338,6 +1398,7 @@ mod tests {
         assert!(rule("redlock://a,b,c?retry_count=-1").contains("retry_count"));
         assert!(rule("redlock://a,b,c?retry_count=1000").contains("retry_count"));
         assert!(rule("redlock://a,b,c?retry_jitter=0").contains("retry_jitter"));
+        assert!(rule("redlock://a,b,c?allow_eviction=1").contains("allow_eviction"));
         assert!(rule("redlock://a,b,c?command_timeout=soon").contains("command_timeout"));
         assert!(rule("redlock://a,b,c?prefix=%7B").contains("prefix"));
         assert!(rule("redlock://a,b,c/x").contains("database number"));

@@ -1,6 +1,7 @@
 //! [`RedisStore`]: the Lua scripts, the per-node steps built on them, and the trait impls.
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
@@ -11,9 +12,11 @@ use lock_core::{
     ReleaseOutcome, Result,
 };
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
-use redis::{ErrorKind, RedisError, Script, ServerErrorKind};
+use redis::Script;
 use tokio::time::{sleep_until, timeout};
 
+use crate::error::redis_error;
+use crate::eviction::{self, EvictionCheck};
 use crate::subscriber::ReleaseSubscriber;
 use crate::RedisConfig;
 
@@ -227,38 +230,6 @@ pub(crate) async fn status_on<C: ConnectionLike>(
     })
 }
 
-/// Whether the server could not be reached or asked us to come back later, as opposed to a
-/// reply the contract does not allow.
-pub(crate) fn is_unavailable(error: &RedisError) -> bool {
-    error.is_io_error()
-        || error.is_timeout()
-        || error.is_connection_dropped()
-        || error.is_connection_refusal()
-        || matches!(
-            error.kind(),
-            ErrorKind::Server(
-                ServerErrorKind::BusyLoading
-                    | ServerErrorKind::TryAgain
-                    | ServerErrorKind::ClusterDown
-                    | ServerErrorKind::MasterDown
-                    | ServerErrorKind::ReadOnly
-            )
-        )
-        // A long-running script (BUSY) blocks every client until it ends; a full memory (OOM)
-        // or a failed snapshot (MISCONF) refuses writes until an operator acts, while the
-        // locks already held stay in place: a keep-alive must retry, not declare them lost.
-        || matches!(error.code(), Some("BUSY" | "OOM" | "MISCONF"))
-}
-
-/// The driver's error as ours: retryable when the server was unreachable or busy.
-pub(crate) fn redis_error(what: &str, error: RedisError) -> Error {
-    if is_unavailable(&error) {
-        Error::unavailable(format!("{what}: {error}"), error)
-    } else {
-        Error::store(format!("{what}: {error}"), error)
-    }
-}
-
 fn unexpected(what: &str, reply: &[i64]) -> Error {
     Error::Store {
         message: format!("{what}: the script answered {reply:?}, which it never returns"),
@@ -288,14 +259,23 @@ struct Inner {
     config: RedisConfig,
     conn: ConnectionManager,
     subscriber: ReleaseSubscriber,
+    /// Set by the first eviction check that let the store go on; a refusal is not kept, so a
+    /// server reconfigured meanwhile is checked afresh.
+    eviction: tokio::sync::OnceCell<EvictionCheck>,
+    /// Whether a refusal was logged already.
+    refusal_logged: AtomicBool,
 }
 
 impl RedisStore {
-    /// Connects to the server named by `config` and checks that it answers.
+    /// Connects to the server named by `config`, checks that it answers, and that it cannot
+    /// evict a held lock (see the crate docs, `# Eviction`).
     ///
     /// Fails with the retryable [`Error::Unavailable`] if the server cannot be reached and
     /// answer a `PING` within the connect timeout (refused, unroutable, or accepting but hung),
-    /// and with [`Error::Store`] if it refuses the credentials or the database.
+    /// and with [`Error::Store`] if it refuses the credentials or the database, or if it may
+    /// evict keys (`maxmemory` set and a `maxmemory-policy` other than `noeviction`) and the
+    /// URL does not say `allow_eviction=true`; that error names both settings, and its source
+    /// is an [`EvictionRisk`](crate::EvictionRisk).
     ///
     /// # Cancel safety
     /// Dropping the future closes whatever connection it opened; nothing is held.
@@ -306,7 +286,11 @@ impl RedisStore {
         let ping_command = redis::cmd("PING");
         let ping = ping_command.query_async::<String>(&mut conn);
         match timeout(bound, ping).await {
-            Ok(Ok(_)) => Ok(store),
+            Ok(Ok(_)) => {
+                let bound = store.inner.config.command_timeout;
+                store.checked_eviction_within(bound).await?;
+                Ok(store)
+            }
             Ok(Err(e)) => Err(redis_error(
                 &format!("connecting to {}", store.inner.config),
                 e,
@@ -321,6 +305,10 @@ impl RedisStore {
     /// A handle that connects on first use: every operation fails with
     /// [`Error::Unavailable`] while the server cannot be reached. Must be called inside a
     /// tokio runtime.
+    ///
+    /// The eviction check runs before the first operation that reaches the server; while the
+    /// server may evict (and `allow_eviction` is not set), every operation fails with the
+    /// [`Error::Store`] that [`connect`](Self::connect) would return, and sends nothing else.
     pub fn connect_lazy(config: RedisConfig) -> Result<Self> {
         #[cfg(feature = "tls")]
         if matches!(
@@ -348,6 +336,8 @@ impl RedisStore {
                 config,
                 conn,
                 subscriber,
+                eviction: tokio::sync::OnceCell::new(),
+                refusal_logged: AtomicBool::new(false),
             }),
         })
     }
@@ -355,6 +345,71 @@ impl RedisStore {
     /// The configuration this handle was made from.
     pub fn config(&self) -> &RedisConfig {
         &self.inner.config
+    }
+
+    /// What the eviction check found, `None` before it has let the store go on (a lazy
+    /// handle before its first operation, or while the server refuses).
+    pub fn eviction_check(&self) -> Option<&EvictionCheck> {
+        self.inner.eviction.get()
+    }
+
+    /// Runs the eviction check unless one already let the store go on; concurrent callers
+    /// share one check. Unbounded: callers put it under their own timeout.
+    ///
+    /// # Cancel safety
+    /// Read-only; a dropped check is run again by the next caller.
+    pub(crate) async fn checked_eviction(&self) -> Result<()> {
+        if self.inner.config.allow_eviction {
+            self.inner
+                .eviction
+                .get_or_init(|| async { EvictionCheck::Allowed })
+                .await;
+            return Ok(());
+        }
+        let node = self.inner.config.redacted();
+        let conn = self.inner.conn.clone();
+        let checked = self
+            .inner
+            .eviction
+            .get_or_try_init(|| async move {
+                let mut conn = conn;
+                let found = eviction::check(&mut conn, node).await?;
+                if let EvictionCheck::Unknown { reason } = &found {
+                    tracing::warn!(
+                        server = node,
+                        reason = reason.as_str(),
+                        "could not read maxmemory and maxmemory-policy: a held lock may be \
+                         evicted without notice if this server evicts keys; allow CONFIG GET or \
+                         INFO for this user, or set allow_eviction=true to accept the risk"
+                    );
+                }
+                Ok(found)
+            })
+            .await;
+        match checked {
+            Ok(_) => Ok(()),
+            Err(refused) => {
+                // Said once per handle: a Redlock node refused this way only counts as a
+                // failed node, which nothing else would report while a quorum remains.
+                if eviction::risk_of(&refused).is_some()
+                    && !self.inner.refusal_logged.swap(true, Relaxed)
+                {
+                    tracing::warn!(server = node, "{refused}");
+                }
+                Err(refused)
+            }
+        }
+    }
+
+    /// [`Self::checked_eviction`] under `bound`, and free once a check let the store go on.
+    async fn checked_eviction_within(&self, bound: Duration) -> Result<()> {
+        if self.inner.eviction.initialized() {
+            return Ok(());
+        }
+        match timeout(bound, self.checked_eviction()).await {
+            Ok(checked) => checked,
+            Err(_) => Err(timed_out("eviction check", bound)),
+        }
     }
 
     /// The operator's "forget": deletes the lock on `key` behind its holder's back (never the
@@ -395,6 +450,7 @@ impl RedisStore {
         Fut: std::future::Future<Output = Result<T>>,
     {
         let bound = self.inner.config.command_timeout;
+        self.checked_eviction_within(bound).await?;
         match timeout(bound, command(self.inner.conn.clone())).await {
             Ok(result) => result,
             Err(_) => Err(timed_out(what, bound)),
@@ -647,16 +703,5 @@ mod tests {
         assert_eq!(ttl_millis(Duration::from_millis(10)), 10);
         assert_eq!(ttl_millis(Duration::from_micros(10_001)), 11);
         assert_eq!(ttl_millis(Duration::from_secs(86_400)), 86_400_000);
-    }
-
-    #[test]
-    fn unreachable_is_retryable_and_protocol_errors_are_not() {
-        let refused = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
-        assert!(redis_error("x", refused).is_retryable());
-        let loading =
-            RedisError::from((ErrorKind::Server(ServerErrorKind::BusyLoading), "loading"));
-        assert!(redis_error("x", loading).is_retryable());
-        let wrong = RedisError::from((ErrorKind::UnexpectedReturnType, "bad"));
-        assert!(!redis_error("x", wrong).is_retryable());
     }
 }

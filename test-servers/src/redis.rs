@@ -28,6 +28,8 @@ struct Local {
     // Dropped (killed) before `dir` is removed.
     proc: Proc,
     binary: PathBuf,
+    /// Extra arguments after the defaults (later ones win in redis-server).
+    args: Vec<String>,
     log: PathBuf,
     dir: TempDir,
 }
@@ -44,17 +46,26 @@ impl RedisServer {
                 url,
                 local: None,
             }),
-            None => Self::start_local(),
+            None => Self::start_local(&[]),
         }
     }
 
     /// Starts `n` independent servers (masters, as Redlock needs), always
     /// local, whatever `LOCK_TEST_REDIS_URL` says.
     pub fn start_many(n: usize) -> Result<Vec<Self>> {
-        (0..n).map(|_| Self::start_local()).collect()
+        (0..n).map(|_| Self::start_local(&[])).collect()
     }
 
-    fn start_local() -> Result<Self> {
+    /// Starts a local server with extra command-line arguments after the
+    /// defaults, such as `["--maxmemory", "8mb", "--maxmemory-policy",
+    /// "volatile-lru"]` or `["--rename-command", "CONFIG", ""]`; always local,
+    /// whatever `LOCK_TEST_REDIS_URL` says. [`restart`](Self::restart) keeps
+    /// them.
+    pub fn start_with_args(args: &[&str]) -> Result<Self> {
+        Self::start_local(args)
+    }
+
+    fn start_local(args: &[&str]) -> Result<Self> {
         let binary = process::find_binary("redis-server", "redis-server")?;
         let mut last_error = None;
         for _ in 0..process::START_ATTEMPTS {
@@ -64,6 +75,7 @@ impl RedisServer {
             let mut local = Local {
                 proc: Proc::none(),
                 binary: binary.clone(),
+                args: args.iter().map(|a| a.to_string()).collect(),
                 log,
                 dir,
             };
@@ -156,7 +168,9 @@ impl Local {
     fn launch(&mut self, port: u16) -> Result<()> {
         let what = format!("redis-server on 127.0.0.1:{port}");
         log_marker(&self.log, &format!("starting {what}"));
-        self.proc = Proc::spawn(command(&self.binary, port, self.dir.path()), &self.log)?;
+        let mut command = command(&self.binary, port, self.dir.path());
+        command.args(&self.args);
+        self.proc = Proc::spawn(command, &self.log)?;
         wait_ready(&mut self.proc, &what, &self.log, || ping(port))
     }
 }
