@@ -73,6 +73,35 @@
 //!   what keeps tokens monotonic across releases.
 //! - This store targets one server; the hash tags only keep the door to a Cluster open (no
 //!   test runs one).
+//! - **Memory eviction** can delete a held lock; the store refuses such a server unless told
+//!   otherwise (next section).
+//!
+//! # Eviction
+//! A lock key carries a TTL. With `maxmemory` set and any `maxmemory-policy` but
+//! `noeviction` (managed Redis often defaults to `volatile-lru`; `allkeys-*` policies evict
+//! any key), memory pressure can evict a held lock: the next acquirer gets the key while the
+//! first holder's local deadline is still ahead, and the first learns it only at its next
+//! extend. So [`RedisStore::connect`] reads both settings and refuses a server that may evict
+//! with a non-retryable [`Error::Store`] naming them, whose source is an [`EvictionRisk`]
+//! (not [`Error::InvalidInput`]: the URL is well-formed, the server's configuration is what
+//! must change, and only asking the server shows it). A way out, knowingly:
+//! `allow_eviction=true` in the URL skips the check.
+//! - The settings come from `CONFIG GET maxmemory*`; where `CONFIG` is renamed, disabled or
+//!   not in the user's ACL (common on managed services), from `INFO memory`. If neither is
+//!   allowed, the store goes on: it logs one `tracing` warning per handle and
+//!   [`RedisStore::eviction_check`] answers [`EvictionCheck::Unknown`] (`lockctl status`
+//!   prints it).
+//! - [`RedisStore::connect_lazy`] runs the check before its first operation reaches the
+//!   server; while the server may evict, every operation fails with that error and sends
+//!   nothing else. A refusal is not remembered: a server reconfigured meanwhile passes the
+//!   next check. A check that let the store go on is not repeated: the settings are read
+//!   once per handle, so a later `CONFIG SET` goes unnoticed.
+//! - [`RedlockStore::connect`] checks every node and refuses the store naming the node that
+//!   may evict; it waits for each node's answer (up to the connect timeout plus the command
+//!   timeout). A node that was down is checked at its first answer and counts as failed until
+//!   it passes, so it never holds a lock.
+//! - With `noeviction`, a full server refuses new locks with `OOM` (retryable) and keeps every
+//!   lock it holds.
 //!
 //! # Cancel safety
 //! Every operation is one script on the shared connection. A future dropped after its script
@@ -88,12 +117,14 @@
 //! Redis 5 or newer (scripts that read `TIME` and then write rely on effect replication,
 //! the default since 5), Redis 6 or newer for an ACL user name in the URL; Valkey works the
 //! same. The user needs `EVALSHA`, `SCRIPT LOAD`, `SUBSCRIBE` and `PING`, the commands the
-//! scripts call (`SET`, `GET`, `DEL`, `INCR`, `PEXPIRE`, `PTTL`, `TIME`, `PUBLISH`), and the
-//! keys and channels under the prefix. Each handle opens one command connection and, once something
+//! scripts call (`SET`, `GET`, `DEL`, `INCR`, `PEXPIRE`, `PTTL`, `TIME`, `PUBLISH`), the
+//! keys and channels under the prefix, and for the eviction check `CONFIG GET` (ACL
+//! `+config|get`) or else `INFO` (`+info`); with neither the store warns and goes on, and
+//! with `allow_eviction=true` neither is sent. Each handle opens one command connection and, once something
 //! waits, one pub/sub connection.
 //!
 //! # The URL
-//! `redis://[[user]:password@]host[:port][/db][?prefix=…&connect_timeout=…&command_timeout=…]`,
+//! `redis://[[user]:password@]host[:port][/db][?prefix=…&connect_timeout=…&command_timeout=…&allow_eviction=…]`,
 //! and `rediss://` for TLS with the crate feature `tls`: see [`RedisConfig`]. Redlock:
 //! `redlock://[[user]:password@]host:port,host:port,host:port[/db][?…]`, see
 //! [`RedlockConfig`].
@@ -151,6 +182,8 @@
 //!   by the fencing token at the resource.
 //!
 //! [`Error::Unavailable`]: lock_core::Error::Unavailable
+//! [`Error::Store`]: lock_core::Error::Store
+//! [`Error::InvalidInput`]: lock_core::Error::InvalidInput
 //! [`Capabilities`]: lock_core::Capabilities
 #![warn(missing_docs)]
 
