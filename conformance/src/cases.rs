@@ -1,17 +1,18 @@
 //! The cases. Each proves one guarantee of the contract and names it.
 
 use std::future::pending;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::validate::{MAX_KEY_LEN, MAX_WAIT};
 use lock_core::{
-    drift, with_lock, Acquire, Capabilities, DynLockStore, Error, Extend, FenceGate, KeepAlive,
-    KeyStatus, Lease, LockOptions, LockStore, Release, ReleaseOutcome,
+    drift, with_lock, Acquire, Capabilities, DynLockStore, Error, Extend, FenceGate, KeyStatus,
+    Lease, LockOptions, LockStore, Release, ReleaseOutcome,
 };
-use tokio::time::{sleep, timeout, Instant};
+use tokio::sync::watch;
+use tokio::time::{sleep, sleep_until, timeout, Instant};
 
 use crate::runner::{Case, CaseResult, Failure};
 use crate::Ctx;
@@ -47,6 +48,7 @@ cases! {
     wait_times_out_within_its_bound,
     zero_wait_makes_one_attempt,
     waiter_is_woken_promptly_after_release,
+    notified_waiter_gets_a_released_key_within_150_ms if |c: &Capabilities| c.notified_wait,
     waiter_gets_the_key_when_the_holder_expires,
     many_waiters_all_get_the_lock,
     fair_queue_serves_the_oldest_waiter_first if |c: &Capabilities| c.fair_queue,
@@ -58,6 +60,7 @@ cases! {
     extend_after_expiry_fails_and_does_not_resurrect,
     extend_by_a_stale_lease_is_rejected,
     extend_moves_the_local_deadline,
+    extend_keeps_the_key_until_the_new_local_deadline,
     local_deadline_is_conservative,
     expiry_frees_the_key,
     tokens_increase_sequentially,
@@ -67,6 +70,7 @@ cases! {
     independent_keys_do_not_contend,
     keys_are_data_not_code,
     similar_keys_are_distinct,
+    long_keys_are_distinct_over_their_whole_length,
     max_length_key_is_accepted,
     over_long_key_is_rejected,
     empty_key_is_rejected,
@@ -74,7 +78,8 @@ cases! {
     ttl_outside_store_bounds_is_rejected,
     absurd_wait_is_rejected,
     keep_alive_holds_a_lease_over_five_ttls,
-    lost_signal_fires_when_the_store_forgets_the_lease,
+    keep_alive_survives_transient_extend_failures,
+    lost_signal_fires_within_a_third_of_the_ttl_of_a_forget,
     lost_signal_fires_before_store_expiry_when_extends_stall,
     with_lock_cancels_its_body_on_loss,
     with_lock_releases_at_the_end,
@@ -172,6 +177,50 @@ impl Extend for Stalled {
 impl LockStore for Stalled {
     fn capabilities(&self) -> Capabilities {
         self.0.capabilities()
+    }
+}
+
+/// An extend-only wrapper for a keep-alive: its first `failures` extends fail with a retryable
+/// error without reaching the store (a transient outage), later ones are forwarded, and every
+/// confirmed extend is counted on a watch channel so a case can act right after one.
+#[derive(Debug)]
+struct WatchedExtends {
+    store: DynLockStore,
+    failures_left: AtomicU32,
+    confirmed: watch::Sender<u32>,
+}
+
+impl WatchedExtends {
+    fn failing_first(store: DynLockStore, failures: u32) -> Self {
+        WatchedExtends {
+            store,
+            failures_left: AtomicU32::new(failures),
+            confirmed: watch::Sender::new(0),
+        }
+    }
+
+    /// Sees each extend the store confirms from now on.
+    fn confirmed(&self) -> watch::Receiver<u32> {
+        self.confirmed.subscribe()
+    }
+}
+
+#[async_trait]
+impl Extend for WatchedExtends {
+    async fn extend(&self, lease: &Lease) -> lock_core::Result<()> {
+        let fail = self
+            .failures_left
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if fail {
+            return Err(Error::Unavailable {
+                message: "a transient failure injected by the conformance suite".into(),
+                source: None,
+            });
+        }
+        self.store.extend(lease).await?;
+        self.confirmed.send_modify(|count| *count += 1);
+        Ok(())
     }
 }
 
@@ -382,6 +431,58 @@ async fn waiter_is_woken_promptly_after_release(ctx: Ctx) -> CaseResult {
         "the waiter took {delay:?} to get a released key"
     );
     released(&other, &next, "waiter").await
+}
+
+/// A store that declares notified waits hands a released key to a parked waiter within
+/// [`Timing::notified_wake_median`](crate::Timing) at the median of five handoffs, a bound
+/// only a notification meets (a poller every 500 ms needs 250 ms at the median of random
+/// phases); the median keeps one slow handoff on a loaded machine from failing the case. Each
+/// handoff is timed from before the release is sent to the waiter holding the key.
+async fn notified_waiter_gets_a_released_key_within_150_ms(ctx: Ctx) -> CaseResult {
+    let key = ctx.key("notified");
+    let ttl = ctx.timing.long_ttl;
+    let handles = [ctx.store.clone(), ctx.handle().await];
+    let mut holder = handles[0].try_acquire(&key, ttl).await?;
+    let mut handoffs = Vec::new();
+    for round in 0..5 {
+        let (from, to) = (&handles[round % 2], handles[(round + 1) % 2].clone());
+        let waiter = tokio::spawn({
+            let key = key.clone();
+            async move {
+                let lease = to.acquire(&key, ttl, ttl).await;
+                (lease, Instant::now())
+            }
+        });
+        // Long enough for the waiter to be parked on its notification.
+        sleep(Duration::from_millis(150)).await;
+        ensure!(
+            !waiter.is_finished(),
+            "handoff {round}: the waiter returned while the key was held"
+        );
+        let sent_at = Instant::now();
+        released(from, &holder, "holder").await?;
+        let (next, granted_at) = timeout(ctx.timing.wake_bound * 2, waiter)
+            .await
+            .map_err(|_| {
+                Failure(format!(
+                    "handoff {round}: the waiter still waited {:?} after the release",
+                    ctx.timing.wake_bound * 2
+                ))
+            })?
+            .map_err(|e| Failure(format!("waiter panicked: {e}")))?;
+        holder = next?;
+        handoffs.push(granted_at.saturating_duration_since(sent_at));
+    }
+    released(&handles[1], &holder, "last waiter").await?;
+    handoffs.sort_unstable();
+    let median = handoffs[handoffs.len() / 2];
+    let bound = ctx.timing.notified_wake_median;
+    ensure!(
+        median <= bound,
+        "the store declares notified waits, but the median of 5 handoffs took {median:?} \
+         (all: {handoffs:?}); a notification hands a released key over within {bound:?}"
+    );
+    Ok(())
 }
 
 async fn waiter_gets_the_key_when_the_holder_expires(ctx: Ctx) -> CaseResult {
@@ -602,6 +703,48 @@ async fn extend_moves_the_local_deadline(ctx: Ctx) -> CaseResult {
     released(&ctx.store, &lease, "extended lease").await
 }
 
+/// After an extend the store keeps the key until at least the holder's new local deadline: a
+/// tenth of the TTL before it (and past the grant's own expiry) another handle finds the key
+/// busy. A store that renews for less than the TTL while the lease's deadline moves by the whole
+/// TTL lets others take a key its holder believes it holds. A one-second TTL at least keeps the
+/// margin to the store's real expiry (a tenth of the TTL plus the drift) wide on a loaded
+/// machine.
+async fn extend_keeps_the_key_until_the_new_local_deadline(ctx: Ctx) -> CaseResult {
+    let key = ctx.key("extend-holds");
+    let other = ctx.handle().await;
+    let ttl = ctx
+        .capabilities
+        .granted_ttl(ctx.timing.short_ttl.max(Duration::from_secs(1)));
+    let lease = ctx.store.try_acquire(&key, ttl).await?;
+    sleep(lease.ttl() / 2).await;
+    ctx.store.extend(&lease).await?;
+    // Half a TTL after the grant, so this is past the grant's own expiry.
+    sleep_until(lease.valid_until() - lease.ttl() / 10).await;
+    let asked_at = Instant::now();
+    match other.try_acquire(&key, ttl).await {
+        Err(Error::Busy { .. }) => {}
+        Ok(taken) => {
+            let _ = other.release(&taken).await;
+            // Only a request sent before the deadline proves anything; a sleep that overran
+            // the deadline on a stalled machine proves nothing either way.
+            ensure!(
+                asked_at >= lease.valid_until(),
+                "another handle took the key {:?} before the holder's local deadline after an \
+                 extend: the extend renewed the key for less than its TTL {:?}",
+                lease.valid_until() - asked_at,
+                lease.ttl()
+            );
+            tracing::warn!("the check ran after the local deadline; nothing was proved");
+            return Ok(());
+        }
+        Err(other) => return Err(Failure(format!("expected Busy, got {other}"))),
+    }
+    // The release may land just past the store's expiry on a slow machine; either answer is
+    // fine here, other cases check release.
+    let _ = ctx.store.release(&lease).await?;
+    Ok(())
+}
+
 async fn local_deadline_is_conservative(ctx: Ctx) -> CaseResult {
     let key = ctx.key("deadline");
     let before = Instant::now();
@@ -785,6 +928,49 @@ async fn similar_keys_are_distinct(ctx: Ctx) -> CaseResult {
     Ok(())
 }
 
+/// Keys of 1,000 bytes that differ only in their last byte, or only in one byte in the middle,
+/// are distinct locks: a store that truncates or hashes a prefix of the key would make them
+/// collide.
+async fn long_keys_are_distinct_over_their_whole_length(ctx: Ctx) -> CaseResult {
+    const LEN: usize = 1_000;
+    let prefix = ctx.key("");
+    let body = LEN - prefix.len() - 1;
+    let half = body / 2;
+    let keys = [
+        format!("{prefix}{}a", "x".repeat(body)),
+        format!("{prefix}{}b", "x".repeat(body)),
+        format!(
+            "{prefix}{}y{}a",
+            "x".repeat(half),
+            "x".repeat(body - half - 1)
+        ),
+    ];
+    let other = ctx.handle().await;
+    let mut leases = Vec::new();
+    for (i, key) in keys.iter().enumerate() {
+        debug_assert_eq!(key.len(), LEN);
+        let lease = ctx
+            .store
+            .try_acquire(key, ctx.timing.long_ttl)
+            .await
+            .map_err(|e| {
+                Failure(format!(
+                    "{LEN}-byte key {i} collided with one that differs only in one byte: {e}"
+                ))
+            })?;
+        ensure!(lease.key() == key, "the lease renamed {LEN}-byte key {i}");
+        expect_busy(
+            other.try_acquire(key, ctx.timing.long_ttl).await,
+            &format!("{LEN}-byte key {i}"),
+        )?;
+        leases.push(lease);
+    }
+    for lease in &leases {
+        released(&ctx.store, lease, "a long key").await?;
+    }
+    Ok(())
+}
+
 async fn max_length_key_is_accepted(ctx: Ctx) -> CaseResult {
     let prefix = ctx.key("");
     let key = format!("{prefix}{}", "é".repeat((MAX_KEY_LEN - prefix.len()) / 2));
@@ -891,7 +1077,7 @@ async fn keep_alive_holds_a_lease_over_five_ttls(ctx: Ctx) -> CaseResult {
     let key = ctx.key("keep-alive");
     let other = ctx.handle().await;
     let lease = ctx.store.try_acquire(&key, ctx.timing.short_ttl).await?;
-    let held = KeepAlive::start(ctx.store.clone(), lease);
+    let held = ctx.factory.keep_alive(ctx.store.clone(), lease);
     for _ in 0..5 {
         sleep(held.lease().ttl()).await;
         ensure!(
@@ -908,17 +1094,94 @@ async fn keep_alive_holds_a_lease_over_five_ttls(ctx: Ctx) -> CaseResult {
     released(&ctx.store, &lease, "kept-alive lease").await
 }
 
-async fn lost_signal_fires_when_the_store_forgets_the_lease(ctx: Ctx) -> CaseResult {
+/// How many extends in a row [`keep_alive_survives_transient_extend_failures`] fails.
+///
+/// Three, so that the case tells a keep-alive that retries soon after a failure from one that
+/// waits a whole extend period: with a period of a third of the TTL the first attempt is at
+/// TTL/3 and whole-period retries come at 2·TTL/3 and TTL, past the local deadline; with a
+/// period of a quarter they come at TTL/2, 3·TTL/4 and TTL, again past it. Retries a quarter
+/// period apart make the fourth attempt near 0.6·TTL, well before the deadline. Two failures
+/// would let a quarter-TTL keep-alive that waits a whole period pass (its third attempt, at
+/// 3·TTL/4, succeeds).
+const TRANSIENT_FAILURES: u32 = 3;
+
+/// A keep-alive survives extends that fail with a retryable error and then recover: the lost
+/// signal stays quiet and the key stays held (past the grant's expiry and the recovering
+/// extend's) until the keep-alive is stopped. See [`TRANSIENT_FAILURES`] for why three
+/// failures in a row prove that retries come soon enough. A one-second TTL at least keeps the
+/// retries' margin wide on a loaded machine.
+async fn keep_alive_survives_transient_extend_failures(ctx: Ctx) -> CaseResult {
+    let key = ctx.key("transient");
+    let other = ctx.handle().await;
+    let ttl = ctx
+        .capabilities
+        .granted_ttl(ctx.timing.short_ttl.max(Duration::from_secs(1)));
+    let lease = ctx.store.try_acquire(&key, ttl).await?;
+    let flaky = Arc::new(WatchedExtends::failing_first(
+        ctx.store.clone(),
+        TRANSIENT_FAILURES,
+    ));
+    let mut confirmed = flaky.confirmed();
+    let held = ctx.factory.keep_alive(flaky, lease.clone());
+    let gave_up = || {
+        Failure(format!(
+            "the keep-alive gave up after {TRANSIENT_FAILURES} transient extend failures: {}",
+            held.lost_reason().unwrap_or_default()
+        ))
+    };
+    tokio::select! {
+        biased;
+        () = held.lost() => return Err(gave_up()),
+        recovered = timeout(lease.ttl(), confirmed.changed()) => match recovered {
+            Ok(Ok(())) => {}
+            _ => {
+                return Err(Failure(format!(
+                    "no extend was confirmed within a TTL of {:?} despite the store recovering",
+                    lease.ttl()
+                )))
+            }
+        },
+    }
+    // One more TTL: the key is then held neither by the grant nor by the recovering extend,
+    // only by a keep-alive that kept going.
+    sleep(lease.ttl()).await;
+    ensure!(!held.is_lost(), "{}", gave_up().0);
+    expect_busy(
+        other.try_acquire(&key, ctx.timing.long_ttl).await,
+        "a TTL after the keep-alive recovered",
+    )?;
+    let lease = held.stop();
+    released(&ctx.store, &lease, "kept-alive lease").await
+}
+
+/// When the store forgets a kept-alive lease, the lost signal fires within a third of the TTL
+/// (plus [`Timing::loss_detection_slack`](crate::Timing) for the extend's round trip), so a
+/// holder learns of the loss long before its deadline. The forget lands right after a
+/// confirmed extend, the worst moment: a keep-alive that extends at least every third of the
+/// TTL meets the bound; one that learns of the loss only at its local deadline (a store that
+/// reports a lost lease as a retryable error) or that extends every half TTL does not. The TTL
+/// is at least three seconds, so the slack is small beside the bound.
+async fn lost_signal_fires_within_a_third_of_the_ttl_of_a_forget(ctx: Ctx) -> CaseResult {
     let key = ctx.key("forgotten");
-    let lease = ctx.store.try_acquire(&key, ctx.timing.short_ttl).await?;
-    let held = KeepAlive::start(ctx.store.clone(), lease.clone());
-    sleep(lease.ttl() / 2).await;
+    let ttl = ctx
+        .capabilities
+        .granted_ttl(ctx.capabilities.min_ttl.max(Duration::from_secs(3)));
+    let lease = ctx.store.try_acquire(&key, ttl).await?;
+    let watched = Arc::new(WatchedExtends::failing_first(ctx.store.clone(), 0));
+    let mut confirmed = watched.confirmed();
+    let held = ctx.factory.keep_alive(watched, lease.clone());
+    timeout(lease.ttl(), confirmed.changed())
+        .await
+        .map_err(|_| Failure(format!("no extend was confirmed within {:?}", lease.ttl())))?
+        .map_err(|_| Failure(format!("the keep-alive stopped: {:?}", held.lost_reason())))?;
     ctx.factory.forget(&lease).await;
     let forgotten_at = Instant::now();
-    let bound = lease.ttl() + ctx.timing.slack;
+    let bound = lease.ttl() / 3 + ctx.timing.loss_detection_slack;
     timeout(bound, held.lost()).await.map_err(|_| {
         Failure(format!(
-            "the lost signal did not fire within {bound:?} of the store forgetting the lease"
+            "the lost signal did not fire within {bound:?} of the store forgetting the lease \
+             (TTL {:?})",
+            lease.ttl()
         ))
     })?;
     ensure!(
@@ -939,7 +1202,7 @@ async fn lost_signal_fires_before_store_expiry_when_extends_stall(ctx: Ctx) -> C
     let requested = Instant::now();
     let lease = ctx.store.try_acquire(&key, ctx.timing.short_ttl).await?;
     let stalled: Arc<Stalled> = Arc::new(Stalled(ctx.store.clone()));
-    let held = KeepAlive::start(stalled, lease.clone());
+    let held = ctx.factory.keep_alive(stalled, lease.clone());
     let bound = lease.ttl() + ctx.timing.slack;
     timeout(bound, held.lost()).await.map_err(|_| {
         Failure(format!(

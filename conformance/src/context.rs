@@ -19,6 +19,13 @@ pub struct Timing {
     pub slack: Duration,
     /// How soon after a release a waiter must hold the key.
     pub wake_bound: Duration,
+    /// The median handoff (release sent to waiter granted) a store that declares
+    /// [`Capabilities::notified_wait`] must meet: only a notification meets it, a poller
+    /// does not.
+    pub notified_wake_median: Duration,
+    /// How late after the store forgets a lease its holder's lost signal may fire, beyond a
+    /// third of the TTL: one extend round trip and the scheduling of a loaded machine.
+    pub loss_detection_slack: Duration,
     /// How long one case may run before it counts as hung.
     pub case_limit: Duration,
 }
@@ -34,6 +41,8 @@ impl Timing {
             long_ttl,
             slack: short_ttl.max(Duration::from_millis(500)),
             wake_bound: Duration::from_secs(2),
+            notified_wake_median: Duration::from_millis(150),
+            loss_detection_slack: Duration::from_millis(250),
             case_limit: Duration::from_secs(60) + short_ttl * 20,
         }
     }

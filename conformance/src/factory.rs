@@ -1,7 +1,9 @@
 //! What a store hands the suite: fresh handles and two fault hooks.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
-use lock_core::{DynLockStore, Lease};
+use lock_core::{DynLockStore, Extend, KeepAlive, Lease};
 
 /// One store under test.
 ///
@@ -22,4 +24,14 @@ pub trait StoreFactory: Send + Sync + 'static {
     /// a session killed by an operator would: afterwards the key is free for others. Used to
     /// prove that the lost signal fires and that stale leases cannot act.
     async fn forget(&self, lease: &Lease);
+
+    /// Starts keeping `lease` alive through `store` for the keep-alive cases. The default is
+    /// [`KeepAlive::start`], which every store should keep: the suite's own tests override it
+    /// with deliberately broken keep-alives to prove that those cases can fail.
+    ///
+    /// # Panics
+    /// Outside a tokio runtime, as [`KeepAlive::start`].
+    fn keep_alive(&self, store: Arc<dyn Extend>, lease: Lease) -> KeepAlive {
+        KeepAlive::start(store, lease)
+    }
 }

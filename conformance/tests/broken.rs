@@ -1,16 +1,18 @@
 //! The suite proves it can fail: each deliberately broken store below breaks one guarantee, and
 //! the case that guards that guarantee must fail against it. The same store without a flaw
-//! passes the whole suite, so each failure is the flaw's doing.
+//! passes the whole suite, so each failure is the flaw's doing. The keep-alive cases are also
+//! run with broken keep-alives (lock-core's, fed through a wrapper that changes what it sees).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use conformance::{async_trait, run_all, run_case, Outcome, StoreFactory};
 use lock_core::validate::{check_request, check_wait};
 use lock_core::{
-    Acquire, Capabilities, DynLockStore, Error, Extend, Lease, LockStore, OwnerId, Release,
-    ReleaseOutcome, Result,
+    Acquire, Capabilities, DynLockStore, Error, Extend, KeepAlive, Lease, LockStore, OwnerId,
+    Release, ReleaseOutcome, Result,
 };
 use tokio::time::{sleep, Instant};
 
@@ -33,6 +35,29 @@ enum Flaw {
     ExtendAlwaysSucceeds,
     /// Keys and TTLs are not validated.
     NoValidation,
+    /// Extend renews the key for 60% of the TTL while the lease's deadline moves by all of it.
+    ExtendRenewsForLess,
+    /// Keys are stored by their first 256 bytes.
+    KeysTruncated,
+    /// Waiters poll every 500 ms although the store declares notified waits.
+    NotifiedWaitPolls,
+}
+
+/// How the factory's keep-alive is broken, for the keep-alive cases. The broken keep-alives are
+/// lock-core's, fed through a wrapper that changes what it sees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum KeepAliveFlaw {
+    None,
+    /// A transient (retryable) extend failure is taken as the loss of the lease.
+    TransientFailureIsFatal,
+    /// After a transient failure the next attempt comes a whole extend period later: the
+    /// failure is held back for a quarter of the TTL (a whole period of a keep-alive that extends
+    /// every quarter, less than one that extends every third) before it is reported.
+    RetriesAfterAWholePeriod,
+    /// Every other extend is skipped (reported done, store not asked, deadline not moved), so
+    /// the store hears from the keep-alive twice a period apart: still in time to keep the
+    /// lease, too late to learn promptly that it is gone.
+    ExtendsTooSeldom,
 }
 
 #[derive(Default)]
@@ -70,10 +95,18 @@ impl FlawedStore {
         }
     }
 
+    /// The name the store keeps `key` under.
+    fn slot<'k>(&self, key: &'k str) -> &'k str {
+        match self.flaw {
+            Flaw::KeysTruncated => key.get(..256).unwrap_or(key),
+            _ => key,
+        }
+    }
+
     fn live(&self, key: &str, now: Instant) -> Option<(OwnerId, u64, Instant)> {
         self.state()
             .holders
-            .get(key)
+            .get(self.slot(key))
             .copied()
             .filter(|(_, _, expires)| *expires > now)
     }
@@ -100,22 +133,23 @@ impl FlawedStore {
             }
             sleep(Duration::from_millis(1)).await;
         }
+        let slot = self.slot(key);
         let mut state = self.state();
         if self.flaw != Flaw::RacyCheckThenSet {
-            if let Some((_, _, expires)) = state.holders.get(key).copied() {
+            if let Some((_, _, expires)) = state.holders.get(slot).copied() {
                 if expires > sent_at {
                     return Ok(Err(expires));
                 }
             }
         }
-        let token = state.tokens.entry(key.to_owned()).or_insert(0);
+        let token = state.tokens.entry(slot.to_owned()).or_insert(0);
         *token += 1;
         let token = *token;
         let owner = OwnerId::random();
         let expires = self.expiry(sent_at, ttl);
         state
             .holders
-            .insert(key.to_owned(), (owner, token, expires));
+            .insert(slot.to_owned(), (owner, token, expires));
         Ok(Ok(Lease::new(key, owner, token, ttl, sent_at)))
     }
 
@@ -153,10 +187,10 @@ impl Acquire for FlawedStore {
                     waited: now - started,
                 });
             }
-            let next = if self.flaw == Flaw::WaitersNeverWoken {
-                expires
-            } else {
-                now + Duration::from_millis(5)
+            let next = match self.flaw {
+                Flaw::WaitersNeverWoken => expires,
+                Flaw::NotifiedWaitPolls => now + Duration::from_millis(500),
+                _ => now + Duration::from_millis(5),
             };
             tokio::time::sleep_until(next.min(deadline)).await;
         }
@@ -168,15 +202,16 @@ impl Release for FlawedStore {
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
         self.check()?;
         let now = Instant::now();
+        let slot = self.slot(lease.key());
         let mut state = self.state();
         let ours = state
             .holders
-            .get(lease.key())
+            .get(slot)
             .is_some_and(|(owner, _, expires)| *owner == lease.owner() && *expires > now);
         if ours || self.flaw == Flaw::OwnerBlindRelease {
-            state.holders.remove(lease.key());
+            state.holders.remove(slot);
             if self.flaw == Flaw::TokensNotMonotonic {
-                state.tokens.remove(lease.key());
+                state.tokens.remove(slot);
             }
         }
         Ok(if ours {
@@ -196,15 +231,20 @@ impl Extend for FlawedStore {
             lease.confirm(sent_at);
             return Ok(());
         }
-        let expires = self.expiry(sent_at, lease.ttl());
+        let renewal = match self.flaw {
+            Flaw::ExtendRenewsForLess => lease.ttl() * 3 / 5,
+            _ => lease.ttl(),
+        };
+        let expires = self.expiry(sent_at, renewal);
+        let slot = self.slot(lease.key());
         let mut state = self.state();
         let ours = state
             .holders
-            .get(lease.key())
+            .get(slot)
             .is_some_and(|(owner, _, at)| *owner == lease.owner() && *at > sent_at);
         if ours || self.flaw == Flaw::ExtendResurrects {
             state.holders.insert(
-                lease.key().to_owned(),
+                slot.to_owned(),
                 (lease.owner(), lease.fencing_token(), expires),
             );
             lease.confirm(sent_at);
@@ -218,42 +258,99 @@ impl Extend for FlawedStore {
 #[async_trait]
 impl LockStore for FlawedStore {
     fn capabilities(&self) -> Capabilities {
-        Capabilities::new()
+        // Waiters poll every 5 ms, as prompt as a notification.
+        Capabilities::new().with_notified_wait(true)
     }
 }
 
-struct FlawedFactory(FlawedStore);
+struct FlawedFactory {
+    store: FlawedStore,
+    keep_alive: KeepAliveFlaw,
+}
 
 #[async_trait]
 impl StoreFactory for FlawedFactory {
     async fn handle(&self) -> DynLockStore {
-        Arc::new(self.0.clone())
+        Arc::new(self.store.clone())
     }
 
     async fn unreachable_handle(&self) -> DynLockStore {
         Arc::new(FlawedStore {
             reachable: false,
-            ..self.0.clone()
+            ..self.store.clone()
         })
     }
 
     async fn forget(&self, lease: &Lease) {
-        self.0.state().holders.remove(lease.key());
+        let slot = self.store.slot(lease.key()).to_owned();
+        self.store.state().holders.remove(&slot);
+    }
+
+    fn keep_alive(&self, store: Arc<dyn Extend>, lease: Lease) -> KeepAlive {
+        match self.keep_alive {
+            KeepAliveFlaw::None => KeepAlive::start(store, lease),
+            flaw => KeepAlive::start(
+                Arc::new(BrokenExtends {
+                    store,
+                    flaw,
+                    calls: AtomicU32::new(0),
+                }),
+                lease,
+            ),
+        }
+    }
+}
+
+/// What a broken keep-alive makes of the extends it sends.
+struct BrokenExtends {
+    store: Arc<dyn Extend>,
+    flaw: KeepAliveFlaw,
+    calls: AtomicU32,
+}
+
+#[async_trait]
+impl Extend for BrokenExtends {
+    async fn extend(&self, lease: &Lease) -> Result<()> {
+        let call = self.calls.fetch_add(1, Ordering::SeqCst);
+        if self.flaw == KeepAliveFlaw::ExtendsTooSeldom && call % 2 == 1 {
+            return Ok(());
+        }
+        match (self.store.extend(lease).await, self.flaw) {
+            (Err(error), KeepAliveFlaw::TransientFailureIsFatal) if error.is_retryable() => Err(
+                Error::lost(lease, format!("gave up on a transient failure: {error}")),
+            ),
+            (Err(error), KeepAliveFlaw::RetriesAfterAWholePeriod) if error.is_retryable() => {
+                sleep(lease.ttl() / 4).await;
+                Err(error)
+            }
+            (result, _) => result,
+        }
     }
 }
 
 fn factory(flaw: Flaw) -> Arc<FlawedFactory> {
-    Arc::new(FlawedFactory(FlawedStore {
-        flaw,
-        reachable: true,
-        state: Arc::default(),
-    }))
+    factory_with(flaw, KeepAliveFlaw::None)
+}
+
+fn factory_with(flaw: Flaw, keep_alive: KeepAliveFlaw) -> Arc<FlawedFactory> {
+    Arc::new(FlawedFactory {
+        store: FlawedStore {
+            flaw,
+            reachable: true,
+            state: Arc::default(),
+        },
+        keep_alive,
+    })
 }
 
 async fn assert_caught(flaw: Flaw, case: &str) {
-    match run_case(case, factory(flaw)).await {
-        Outcome::Failed(failure) => println!("{flaw:?} caught by {case}: {failure}"),
-        other => panic!("the suite did not catch {flaw:?}: {case} ended {other:?}"),
+    assert_caught_in(factory(flaw), &format!("{flaw:?}"), case).await;
+}
+
+async fn assert_caught_in(factory: Arc<FlawedFactory>, flaw: &str, case: &str) {
+    match run_case(case, factory).await {
+        Outcome::Failed(failure) => println!("{flaw} caught by {case}: {failure}"),
+        other => panic!("the suite did not catch {flaw}: {case} ended {other:?}"),
     }
 }
 
@@ -309,7 +406,7 @@ async fn waiters_woken_only_at_expiry_are_caught() {
 async fn a_lost_signal_that_never_fires_is_caught() {
     assert_caught(
         Flaw::ExtendAlwaysSucceeds,
-        "lost_signal_fires_when_the_store_forgets_the_lease",
+        "lost_signal_fires_within_a_third_of_the_ttl_of_a_forget",
     )
     .await;
 }
@@ -318,4 +415,61 @@ async fn a_lost_signal_that_never_fires_is_caught() {
 async fn missing_input_validation_is_caught() {
     assert_caught(Flaw::NoValidation, "empty_key_is_rejected").await;
     assert_caught(Flaw::NoValidation, "zero_ttl_is_rejected").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extend_that_renews_for_less_than_the_ttl_is_caught() {
+    assert_caught(
+        Flaw::ExtendRenewsForLess,
+        "extend_keeps_the_key_until_the_new_local_deadline",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn truncated_keys_are_caught() {
+    assert_caught(
+        Flaw::KeysTruncated,
+        "long_keys_are_distinct_over_their_whole_length",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn polling_behind_a_notified_wait_claim_is_caught() {
+    assert_caught(
+        Flaw::NotifiedWaitPolls,
+        "notified_waiter_gets_a_released_key_within_150_ms",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keep_alive_that_extends_too_seldom_to_notice_a_loss_is_caught() {
+    assert_caught_in(
+        factory_with(Flaw::None, KeepAliveFlaw::ExtendsTooSeldom),
+        "a keep-alive that asks the store every two periods",
+        "lost_signal_fires_within_a_third_of_the_ttl_of_a_forget",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keep_alive_that_gives_up_on_a_transient_failure_is_caught() {
+    assert_caught_in(
+        factory_with(Flaw::None, KeepAliveFlaw::TransientFailureIsFatal),
+        "a keep-alive that takes a transient failure as fatal",
+        "keep_alive_survives_transient_extend_failures",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keep_alive_that_retries_a_whole_period_later_is_caught() {
+    assert_caught_in(
+        factory_with(Flaw::None, KeepAliveFlaw::RetriesAfterAWholePeriod),
+        "a keep-alive that retries a whole period after a failure",
+        "keep_alive_survives_transient_extend_failures",
+    )
+    .await;
 }
