@@ -17,9 +17,13 @@
 //!
 //! # How it works
 //! - **The lock** is a session-level advisory lock (`pg_try_advisory_lock` /
-//!   `pg_advisory_lock`) on a 64-bit id hashed from (namespace, key): see [`lock_id`] for the
-//!   stable, versioned hash. [`PostgresStore::try_acquire_raw`] takes a raw id instead, to
-//!   interoperate with programs that call `pg_advisory_lock(id)` themselves.
+//!   `pg_advisory_lock`) on a 64-bit id hashed from (fence table, namespace, key): see
+//!   [`lock_id`] for the stable hash, lock-id scheme [`LOCK_ID_SCHEME`] (2). The fence table is
+//!   part of the id so that a lock and its counter always come as a pair: handles with
+//!   different `schema=` or `table=` never contend, like different namespaces.
+//!   [`PostgresStore::try_acquire_raw`] takes a raw id instead, to interoperate with programs
+//!   that call `pg_advisory_lock(id)` themselves; a raw id is one lock in the whole database,
+//!   so its tokens are ordered across fence tables (see below).
 //! - **One session per lease.** Each held lease owns a dedicated connection, carried inside the
 //!   [`Lease`](lock_core::Lease). Advisory locks are reentrant per session, so sharing a session
 //!   would let two leases on one key both be granted; here a session goes back to the store's
@@ -30,6 +34,10 @@
 //!   crash cannot hand out a token twice: the client only ever sees committed, flushed tokens.
 //!   (A sequence would not do: `nextval()` may lose increments in a crash.) The table is keyed
 //!   by the key's bytes, so keys may contain NUL and a hash collision never merges two counters.
+//!   A raw id's token is also at least the id of the transaction that bumps it
+//!   (`pg_current_xact_id()`, which the server hands out in one increasing order and never
+//!   reuses, across a crash too), so raw leases through different fence tables still get
+//!   increasing tokens.
 //! - **The TTL is enforced by the server**: the acquire statement sets `idle_session_timeout`
 //!   to the TTL on the lease's session, and every extend (any statement) restarts that timer. A
 //!   holder that stops talking (paused process, partition) loses its session — and its lock —
@@ -37,6 +45,8 @@
 //!   dies frees the lock at once: the server ends the session when the connection closes.
 //! - **Extend** checks `pg_locks` for this backend and this lock, and fails with `LeaseLost`
 //!   once the session is gone.
+//! - **Watching** (see "When a lock is freed early"): while a handle holds leases, one task
+//!   looks up their backends in `pg_stat_activity` and revokes a lease whose backend is gone.
 //! - **Waiting** uses the server's lock queue: `pg_advisory_lock` under `lock_timeout`, so a
 //!   waiter is woken by the release itself. After a lock timeout (SQLSTATE 55P03) the store
 //!   checks `pg_locks` once more, since the lock can be granted in the very instant the timeout
@@ -55,6 +65,34 @@
 //! table, which only DDL on that table conflicts with. `tests/sessions.rs` checks the order with
 //! staggered waiters, and the conformance case `fair_queue_serves_the_oldest_waiter_first` runs.
 //!
+//! # When a lock is freed early
+//! The lock lives exactly as long as the lease's server session, so these events free it
+//! before the TTL, at once, and the next holder may take the key (with a greater token):
+//! - the server ends the session: `pg_terminate_backend` (an administrator, or
+//!   [`PostgresStore::terminate_holder`]), a server shutdown, restart or crash (a crash of any
+//!   backend makes PostgreSQL end every session), a failover (the promoted server has no
+//!   sessions);
+//! - the connection breaks and the server notices: the holder's process exits or drops the
+//!   [`Lease`](lock_core::Lease) unreleased (the socket closes), a TCP reset, or the server's
+//!   own TCP keepalive (`tcp_keepalives_idle` and friends, two hours by default) giving up on a
+//!   silent peer — set lower, it can end a partitioned holder's session before its TTL.
+//!
+//! A silent holder's session is ended by `idle_session_timeout` one TTL after its last extend:
+//! that is the TTL, not early. Nothing else unlocks: the lease's session runs only this
+//! store's statements (a pooling proxy that would share it is detected, see below).
+//!
+//! **How fast the holder finds out.** While a handle holds leases, one task per handle looks
+//! up their backends (`SELECT … FROM pg_stat_activity WHERE pid = ANY($1)`, pid and start time)
+//! every `min(1 s, TTL/6)` (the shortest TTL held; at least 10 ms), on a session of the handle's
+//! own, and cancels [`Lease::revoked_token`](lock_core::Lease::revoked_token) of each lease
+//! whose backend is gone; [`KeepAlive`](lock_core::KeepAlive) then reports the loss at once.
+//! So a holder learns within that period plus one query (a 30 s lease: about a second), not
+//! at its next extend. The task holds only each lease's token and backend pid, never the
+//! lease or its session; it runs only while leases are held (costing one session, reused from
+//! the idle ones when there are) and stops when the last clone of the handle is dropped. When
+//! it cannot reach the server (down, restarting) it concludes nothing, and the next extend
+//! tells: within TTL/3 with keep-alive. `tests/watch.rs` measures the bound.
+//!
 //! # What is guaranteed
 //! - At most one live lease per key (per advisory id) at any instant, across all clients of the
 //!   server, as long as the server runs. A server crash or restart ends every session and so
@@ -63,12 +101,16 @@
 //!   server kills its silent session: the server's idle timer starts only after the statement
 //!   that granted or extended the lease has run, which is after `sent_at`, and it runs for the
 //!   whole TTL (rounded up to milliseconds).
+//! - A lease whose session the server ended is revoked within `min(1 s, TTL/6)` plus one
+//!   query while the server answers the watch task's look-up.
 //! - A waiter after a long wait gets its TTL restarted (one extra round trip), so its lease is
 //!   not shortened by the time it waited.
 //!
 //! # What is not
 //! - Like every lock, no protection against a holder that keeps working after its deadline:
 //!   check the fencing token at the resource.
+//! - A lock is freed early when its session ends (see "When a lock is freed early"); the holder
+//!   learns fast but afterwards, so, as always, the resource must check the fencing token.
 //! - Two different keys can hash to the same id (chance 2⁻⁶⁴ per pair). That is false
 //!   contention — the keys exclude each other — never a safety problem.
 //! - The server's clock drives the TTL; the client's deadline is measured on the client. Rate
@@ -87,6 +129,7 @@
 //! --release -p lock-postgres --example bench`) holds 500 leases with keep-alive on one handle
 //! and prints the connection count, the server memory per held session and the extend latency
 //! under that load (each extend reads `pg_locks`, whose cost grows with the number of locks).
+//! While a handle holds leases its watch task uses one more session.
 //!
 //! An acquire that cannot reach the server fails at once with `Unavailable`: its wait bound is
 //! only ever spent waiting for the lock.
@@ -107,8 +150,31 @@
 //!
 //! # Operator actions
 //! [`PostgresStore::terminate_holder`] ends the session that holds a key, as an administrator's
-//! `pg_terminate_backend` would: the key is free at once and the holder finds out at its next
-//! extend or release. For fault tests and tooling; a lock holder never needs it.
+//! `pg_terminate_backend` would: the key is free at once and the holder's lease is revoked
+//! within its handle's watch period (its next extend or release fails in any case). For fault
+//! tests and tooling; a lock holder never needs it.
+//!
+//! # Upgrading the lock-id scheme
+//! The lock id of a key depends on the scheme: stores of two schemes lock different ids for
+//! one key and do not exclude each other. So every fence table records its scheme, in the
+//! name of a CHECK constraint on its `lock_id_scheme` column (`fencelock_lock_id_scheme_2`,
+//! visible with `\d` in `psql`), and a store refuses to start (`connect`, or a lazy handle's
+//! first operation, fails with a non-retryable [`Error::Store`](lock_core::Error::Store)
+//! saying what to do) on a table that records another scheme. Scheme 1 (earlier builds of
+//! this crate, lock ids from (namespace, key) only) recorded nothing; its tables have no
+//! `lock_id_scheme` column and are refused the same way.
+//!
+//! From scheme 1 to scheme 2, on each fence table:
+//! 1. Stop every store that uses the table (old binaries; a rolling upgrade would leave old and
+//!    new holders of one key unaware of each other).
+//! 2. Run [`PostgresConfig::lock_id_scheme_upgrade_sql`] once (one transaction; `psql` or
+//!    `sqlx::raw_sql`). It adds the column and its constraint; the counters stay, so tokens
+//!    keep growing.
+//! 3. Start the new binaries.
+//!
+//! The column has no default, so an old binary started by mistake after step 2 cannot bump a
+//! counter: its acquires fail (a not-null violation) instead of granting locks that new
+//! holders do not see. A new table is created at scheme 2 directly.
 //!
 //! # The URL
 //! `postgres://` or `postgresql://`, with libpq's usual parameters (`sslmode`, `user`,
@@ -119,7 +185,8 @@
 //! PostgreSQL 14 or newer (`idle_session_timeout`, `client_connection_check_interval`). The
 //! role needs `CREATE` on the schema the first time (or create the table yourself with
 //! [`PostgresConfig::fence_table_ddl`]), then `SELECT`, `INSERT` and `UPDATE` on
-//! the table, and may read `pg_locks` and `pg_stat_activity` (everyone can).
+//! the table, and may read `pg_locks`, `pg_constraint` and `pg_stat_activity` (everyone can;
+//! the watch task sees its own role's backends, which are the ones it watches).
 #![warn(missing_docs)]
 
 mod config;

@@ -289,11 +289,13 @@ pub struct PostgresStore {
 
 impl PostgresStore {
     /// Connects: opens one session (within the connect timeout), creates the fence table if it
-    /// is missing, and keeps the session for reuse.
+    /// is missing, checks the lock-id scheme it records, and keeps the session for reuse.
     ///
     /// Fails with [`Error::Unavailable`] if the server cannot be reached in time, and with
     /// [`Error::Store`] if it refuses (authentication, a missing database, PostgreSQL older than
-    /// 14, no privilege to create the fence table).
+    /// 14, no privilege to create the fence table) or the fence table records a lock-id scheme
+    /// other than [`LOCK_ID_SCHEME`](crate::LOCK_ID_SCHEME) (see the crate docs, "Upgrading the
+    /// lock-id scheme").
     ///
     /// # Cancel safety
     /// Dropping the future closes the half-opened connection; nothing is held.
@@ -304,8 +306,8 @@ impl PostgresStore {
         Ok(store)
     }
 
-    /// A store that opens its first session only when first used, so an unreachable server is
-    /// reported by that first operation.
+    /// A store that opens its first session only when first used, so an unreachable server (or
+    /// a fence table of another lock-id scheme) is reported by that first operation.
     pub fn connect_lazy(config: PostgresConfig) -> PostgresStore {
         let sessions = Arc::new(Sessions::new(config));
         PostgresStore {
@@ -362,7 +364,8 @@ impl PostgresStore {
     /// Operator action, for fault tests and `lockctl`: ends the server session that holds
     /// `key`'s lock (in this store's namespace), as an administrator's `pg_terminate_backend`
     /// would, and waits until the backend is gone, so the key is free when this returns. The
-    /// holder learns at its next extend or release ([`Error::LeaseLost`] /
+    /// holder's lease is revoked within its handle's watch period (see the crate docs, "When a
+    /// lock is freed early"), and its next extend or release fails ([`Error::LeaseLost`] /
     /// [`ReleaseOutcome::Lost`]). Returns whether a holder was found. Needs the privilege to
     /// signal that backend (the same role, or `pg_signal_backend`).
     ///
