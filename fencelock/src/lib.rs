@@ -29,3 +29,8 @@ mod scheme;
 pub use connect::connect;
 pub use lock_core::*;
 pub use scheme::{redact, Scheme, KNOWN_SCHEMES};
+
+/// The Redis stores' own types (the eviction check, Redlock's quorum error), for code that
+/// downcasts a [`DynLockStore`] to [`lock_redis::RedisStore`] or [`lock_redis::RedlockStore`].
+#[cfg(feature = "redis")]
+pub use lock_redis;

@@ -1,6 +1,7 @@
 //! The contract every store implements: [`Acquire`], [`Release`], [`Extend`], combined as
 //! [`LockStore`] and held as [`DynLockStore`].
 
+use std::any::Any;
 use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::Duration;
@@ -89,9 +90,11 @@ pub trait Extend: Send + Sync {
 
 /// A lock store: the three operations plus what the store can and cannot do.
 ///
-/// Hold it as [`DynLockStore`] so code never names a concrete store.
+/// Hold it as [`DynLockStore`] so code never names a concrete store. A tool that wants a
+/// store's own diagnostics (such as the Redis eviction check) can still reach them: every
+/// store is [`Any`], so `(&*store as &dyn Any).downcast_ref::<ConcreteStore>()` works.
 #[async_trait]
-pub trait LockStore: Acquire + Release + Extend + Debug + Send + Sync {
+pub trait LockStore: Acquire + Release + Extend + Debug + Send + Sync + Any {
     /// What this store guarantees beyond the contract, and its limits.
     fn capabilities(&self) -> Capabilities;
 
