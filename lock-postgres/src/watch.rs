@@ -132,6 +132,10 @@ pub(crate) fn watch(
 /// own; ends when nothing is watched or the handle is dropped, giving its session back.
 async fn run(sessions: Arc<Sessions>) {
     let watch = &sessions.watch;
+    let mut running = Running {
+        watch,
+        ended: false,
+    };
     let mut session: Option<Session> = None;
     loop {
         let period = {
@@ -139,16 +143,15 @@ async fn run(sessions: Arc<Sessions>) {
             match registry.watched.values().map(|w| w.period).min() {
                 Some(period) => period,
                 None => {
+                    // Under the lock that registrations take, so a new lease starts a new task.
                     registry.task_running = false;
+                    running.ended = true;
                     break;
                 }
             }
         };
         tokio::select! {
-            () = watch.handle_dropped.cancelled() => {
-                watch.registry().task_running = false;
-                break;
-            }
+            () = watch.handle_dropped.cancelled() => break,
             () = tokio::time::sleep(period) => {}
         }
         let looked_for: Vec<Backend> = {
@@ -186,6 +189,22 @@ async fn run(sessions: Arc<Sessions>) {
     // A dropped handle keeps no idle session for this task's sake.
     if let Some(session) = session.filter(|_| !watch.handle_dropped.is_cancelled()) {
         sessions.checkin(session);
+    }
+}
+
+/// Marks the task stopped when it ends other than by finding nothing to watch: the handle was
+/// dropped, or its runtime shut down and dropped it mid-way (a handle shared between runtimes),
+/// so the next lease starts a new task instead of relying on a dead one.
+struct Running<'a> {
+    watch: &'a Watch,
+    ended: bool,
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        if !self.ended {
+            self.watch.registry().task_running = false;
+        }
     }
 }
 

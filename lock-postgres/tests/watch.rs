@@ -143,3 +143,38 @@ async fn the_watch_runs_only_while_leases_are_held_and_stops_with_the_handle() {
     drop(kept);
     assert!(eventually!(limit, backends(&mut admin, name).await == 0));
 }
+
+/// A handle shared between runtimes: the first runtime's shutdown drops its watch task, and a
+/// lease taken on the next runtime is still watched.
+#[test]
+fn a_lease_is_watched_after_the_runtime_that_ran_the_task_shut_down() {
+    let url = server_url();
+    let runtime = || {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("runtime")
+    };
+    let key = "watch:runtimes";
+    let first = runtime();
+    let holder = first.block_on(async {
+        let holder = store(&url, "").await;
+        let lease = holder.try_acquire(key, LONG_TTL).await.unwrap();
+        // The task has started; the release leaves it to end at its next look.
+        assert_eq!(
+            holder.release(&lease).await.unwrap(),
+            ReleaseOutcome::Released
+        );
+        holder
+    });
+    first.shutdown_background();
+    runtime().block_on(async {
+        let lease = holder.try_acquire(key, LONG_TTL).await.unwrap();
+        let mut admin = admin(&url).await;
+        assert_eq!(terminate_holder(&mut admin, holder.lock_id(key)).await, 1);
+        timeout(FOUND_OUT_WITHIN, lease.revoked_token().cancelled())
+            .await
+            .expect("the lease is watched by a task on this runtime");
+    });
+}
