@@ -282,14 +282,18 @@ async fn contend(ctx: &Ctx, key: &str, tasks: usize) -> Result<Vec<u64>, Failure
         joins.push(tokio::spawn(async move {
             let lease = store.acquire(&key, ttl, wait).await?;
             let overlapped = inside.swap(true, Ordering::SeqCst);
+            // Claim at the read, write only while the claim holds: the fencing pattern.
+            let claimed = gate.claim(lease.fencing_token());
             let seen = value.load(Ordering::SeqCst);
             order
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .push(lease.fencing_token());
             sleep(Duration::from_millis(2)).await;
-            let fenced = gate.admit(lease.fencing_token());
-            value.store(seen + 1, Ordering::SeqCst);
+            let written = gate.write(lease.fencing_token(), || {
+                value.store(seen + 1, Ordering::SeqCst)
+            });
+            let fenced = claimed.and(written);
             inside.store(false, Ordering::SeqCst);
             let outcome = store.release(&lease).await?;
             Ok::<_, Error>((overlapped, fenced.is_err(), outcome))

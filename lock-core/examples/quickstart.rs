@@ -29,19 +29,24 @@ async fn main() -> Result<(), Error> {
     }
     println!("released: {:?}", store.release(&lease).await?);
 
-    // The resource refuses a superseded token.
+    // The resource refuses a superseded token. The holder claims the resource with its token
+    // before it reads, and writes only while its claim is the latest.
     let gate = FenceGate::new();
+    let mut counter = 0;
     let next = store.try_acquire("nightly-export", ttl).await?;
     println!(
         "next holder's token {} > {}",
         next.fencing_token(),
         lease.fencing_token()
     );
-    gate.admit(next.fencing_token())?;
-    match gate.admit(lease.fencing_token()) {
+    gate.claim(next.fencing_token())?;
+    let read = counter;
+    match gate.write(lease.fencing_token(), || counter = 100) {
         Err(error) => println!("the old holder's write is refused: {error}"),
         Ok(()) => panic!("a stale token was admitted"),
     }
+    gate.write(next.fencing_token(), || counter = read + 1)?;
+    println!("the current holder's write landed: counter = {counter}");
 
     // Keep a lease alive for longer than its TTL.
     let held = KeepAlive::start(store.clone(), next);

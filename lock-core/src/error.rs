@@ -1,5 +1,8 @@
 //! The one error type of the contract.
 
+use std::any::Any;
+use std::fmt;
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 /// A boxed error kept as the `source` of [`Error::Unavailable`] and [`Error::Store`].
@@ -49,6 +52,22 @@ pub enum Error {
         token: u64,
         /// Why the lease is known or assumed to be lost.
         reason: String,
+    },
+
+    /// [`with_lock`](crate::with_lock)'s body ran to completion, but the release found the
+    /// lease already gone (it expired or was taken while the body was finishing): the work may
+    /// have overlapped another holder's. Not retryable, since running the body again may repeat
+    /// work that was done. The body's output is kept: take it with [`Error::take_output`].
+    #[error("lease on {key:?} with fencing token {token} was lost before the finished body's release: {reason}")]
+    LostAfterBody {
+        /// The key of the lost lease.
+        key: String,
+        /// The fencing token of the lost lease.
+        token: u64,
+        /// Why the lease is known to be lost.
+        reason: String,
+        /// The body's output.
+        output: BodyOutput,
     },
 
     /// A resource-side fence check refused a token no greater than one it already accepted:
@@ -103,7 +122,16 @@ impl Error {
 
     /// Whether this error says the lease is gone (as opposed to unconfirmed).
     pub fn is_lease_lost(&self) -> bool {
-        matches!(self, Error::LeaseLost { .. })
+        matches!(self, Error::LeaseLost { .. } | Error::LostAfterBody { .. })
+    }
+
+    /// The output of a body that finished under a lease lost before its release
+    /// ([`Error::LostAfterBody`]), if it has type `T` and was not taken before.
+    pub fn take_output<T: Send + 'static>(&self) -> Option<T> {
+        match self {
+            Error::LostAfterBody { output, .. } => output.take(),
+            _ => None,
+        }
     }
 
     /// An [`Error::InvalidInput`].
@@ -137,6 +165,38 @@ impl Error {
             token: lease.fencing_token(),
             reason: reason.into(),
         }
+    }
+}
+
+/// The output of a finished body, kept in [`Error::LostAfterBody`]. It prints as its type's
+/// name only, so an error message never shows the caller's data.
+pub struct BodyOutput {
+    value: Mutex<Option<Box<dyn Any + Send>>>,
+    type_name: &'static str,
+}
+
+impl BodyOutput {
+    /// Keeps `value`.
+    pub fn new<T: Send + 'static>(value: T) -> Self {
+        BodyOutput {
+            value: Mutex::new(Some(Box::new(value))),
+            type_name: std::any::type_name::<T>(),
+        }
+    }
+
+    /// Takes the value out if it has type `T` and is still there.
+    pub fn take<T: Send + 'static>(&self) -> Option<T> {
+        let mut value = self.value.lock().unwrap_or_else(PoisonError::into_inner);
+        if !value.as_ref()?.is::<T>() {
+            return None;
+        }
+        value.take()?.downcast().ok().map(|boxed| *boxed)
+    }
+}
+
+impl fmt::Debug for BodyOutput {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "BodyOutput<{}>", self.type_name)
     }
 }
 

@@ -9,13 +9,20 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{Extend, Lease};
 
-/// Extends `lease` at about a third of its TTL until it can no longer be confirmed, then
-/// cancels `lost` and returns. Returns at once if `lost` is already cancelled.
+/// Extends `lease` until it can no longer be confirmed, then cancels `lost` and returns.
+/// Returns at once if `lost` is already cancelled.
 ///
-/// A failed extend that may be retried (store unreachable) is retried with a short jittered
-/// delay while the local deadline allows. `lost` is cancelled as soon as the store says the lease
-/// is gone, or when the local deadline ([`Lease::valid_until`]) passes without a confirmation,
-/// which is before the store's own expiry. The reason is written to `reason`.
+/// Each extend is planned from what the lease has left, at `min(ttl / 4, remaining / 2)`, so a
+/// lease handed out with little validity (a slow acquire, Redlock's drift, a waiter that came
+/// back late) is extended in time, and a lease the store dropped early is found out within a
+/// third of the TTL (a quarter plus the extend's round trip).
+///
+/// A failed extend that may be retried (store unreachable) is retried after a short jittered
+/// delay, again within what is left. `lost` is cancelled as soon as the store says the lease is
+/// gone ([`Error::LeaseLost`](crate::Error::LeaseLost) from an extend, or
+/// [`Lease::revoked_token`] cancelled by the store), or when the local deadline
+/// ([`Lease::valid_until`]) passes without a confirmation, which is before the store's own
+/// expiry. The reason is written to `reason`.
 ///
 /// # Cancel safety
 /// Dropping the future stops the extensions; the lease then expires at its TTL unless released.
@@ -28,35 +35,49 @@ pub async fn keep_alive<S>(
 ) where
     S: Extend + ?Sized,
 {
-    let period = (lease.ttl() / 3).max(Duration::from_millis(1));
-    let mut next = Instant::now() + period;
+    let period = (lease.ttl() / 4).max(Duration::from_millis(1));
+    let revoked = lease.revoked_token();
     let lose = |why: String| {
         tracing::warn!(key = lease.key(), token = lease.fencing_token(), reason = %why, "lease lost");
         *reason.lock().unwrap_or_else(PoisonError::into_inner) = Some(why);
         lost.cancel();
     };
+    const REVOKED: &str = "the store reported the lease gone";
+    let mut next = plan(lease, period);
     loop {
         tokio::select! {
             biased;
             () = lost.cancelled() => return,
+            () = revoked.cancelled() => return lose(REVOKED.into()),
             () = sleep_until(lease.valid_until()) => {
                 return lose("the local deadline passed before an extend was confirmed".into());
             }
             () = sleep_until(next) => {}
         }
-        let started = Instant::now();
-        match timeout_at(lease.valid_until(), store.extend(lease)).await {
+        let extend = timeout_at(lease.valid_until(), store.extend(lease));
+        let answer = tokio::select! {
+            biased;
+            () = revoked.cancelled() => return lose(REVOKED.into()),
+            answer = extend => answer,
+        };
+        match answer {
             Err(_) => {
                 return lose("the local deadline passed while an extend was in flight".into());
             }
-            Ok(Ok(())) => next = started + period,
+            Ok(Ok(())) => next = plan(lease, period),
             Ok(Err(error)) if error.is_retryable() => {
                 tracing::debug!(key = lease.key(), %error, "extend failed, will retry");
-                next = Instant::now() + retry_delay(period);
+                next = Instant::now() + retry_delay(period).min(lease.remaining() / 2);
             }
             Ok(Err(error)) => return lose(error.to_string()),
         }
     }
+}
+
+/// When to extend next: a quarter of the TTL from now, or sooner if the lease has less than
+/// twice that left, so the extend is answered well before the local deadline.
+fn plan(lease: &Lease, period: Duration) -> Instant {
+    Instant::now() + period.min(lease.remaining() / 2)
 }
 
 /// A quarter of the extend period, jittered by ±25%, so retries fit several times before the

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 /// Anything that carries a fencing token: pass it to the protected resource with every write.
 ///
@@ -89,6 +90,7 @@ struct LeaseInner {
     token: u64,
     ttl: Duration,
     valid_until: Mutex<Instant>,
+    revoked: CancellationToken,
     store_state: Option<Box<dyn Any + Send + Sync>>,
 }
 
@@ -126,6 +128,7 @@ impl Lease {
                 token,
                 ttl,
                 valid_until: Mutex::new(deadline(sent_at, ttl)),
+                revoked: CancellationToken::new(),
                 store_state,
             }),
         }
@@ -179,6 +182,24 @@ impl Lease {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         *valid_until = (*valid_until).max(deadline(sent_at, self.inner.ttl));
+    }
+
+    /// A token the store cancels when it learns by its own means that this lease is gone, before
+    /// any extend would tell (PostgreSQL: the server ended the lease's session). [`KeepAlive`]
+    /// fires its lost signal as soon as it is cancelled.
+    ///
+    /// For store implementations: keep a clone of the token (never of the lease, which may own
+    /// a session) in whatever watches the store, and cancel it when the lease is known gone.
+    /// Cancelling it does not release anything.
+    ///
+    /// [`KeepAlive`]: crate::KeepAlive
+    pub fn revoked_token(&self) -> CancellationToken {
+        self.inner.revoked.clone()
+    }
+
+    /// Whether the store has reported this lease gone through [`Lease::revoked_token`].
+    pub fn is_revoked(&self) -> bool {
+        self.inner.revoked.is_cancelled()
     }
 
     /// The store-specific state given to [`Lease::with_store_state`], if it has type `T`.

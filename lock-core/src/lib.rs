@@ -44,7 +44,7 @@ pub mod url;
 pub mod validate;
 
 pub use capabilities::Capabilities;
-pub use error::{BoxError, Error, Result};
+pub use error::{BodyOutput, BoxError, Error, Result};
 pub use fence::FenceGate;
 pub use keepalive::{keep_alive, KeepAlive};
 pub use lease::{drift, FencingToken, KeyStatus, Lease, OwnerId, ReleaseOutcome};
