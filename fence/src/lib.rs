@@ -33,7 +33,8 @@
 //! | `redis` | `FencedKey`: a key and its fence key, one Lua script per step | `set` | `claim`, `write` |
 //! | `file` | `FencedFile`: a file replaced atomically, its token beside it, under `flock` | `replace` | `claim`, `write` |
 //!
-//! In one process, [`lock_core::FenceGate`] is the same check. [`pattern`] holds the plain
+//! In one process, [`lock_core::FenceGate`] is the same check (`claim`, `write`, and `update`
+//! for one step). [`pattern`] holds the plain
 //! SQL of the README's fencing pattern, which the tests run as written.
 //!
 //! # Refusals
