@@ -8,14 +8,15 @@
 //! What no lock can promise: that a holder stops working when its lease ends. A process can
 //! pause (GC, swap, a stopped VM) past any TTL and resume believing it still holds the lock. A
 //! lock on its own is therefore an efficiency tool; correctness needs the protected resource to
-//! check the fencing token on every write ([`FenceGate`], or a `WHERE fence < $token` clause).
+//! check the fencing token: claimed when the holder reads, checked when it writes
+//! ([`FenceGate`] in process; in a database, see the `fencelock-fence` crate).
 //!
 //! # The pieces
 //! - [`Acquire`], [`Release`], [`Extend`]: the operations, combined in [`LockStore`] and held as
 //!   [`DynLockStore`]. [`FencingToken`] is anything that carries a token.
 //! - [`KeepAlive`] / [`keep_alive`]: automatic extension and the lost signal.
 //! - [`with_lock`]: acquire, keep alive, run a body, release; the body is cancelled on loss.
-//! - [`FenceGate`]: the resource-side check.
+//! - [`FenceGate`]: the resource-side check, claim at the read and write while the claim holds.
 //! - [`MemoryStore`]: the reference store, always compiled.
 //!
 //! ```

@@ -13,8 +13,24 @@ use crate::{Capabilities, KeyStatus, Lease, ReleaseOutcome, Result};
 /// Taking a lock.
 ///
 /// # Contract
-/// - At most one unexpired lease exists per key at any instant, across all handles and clients
-///   of the same store.
+/// - At most one lease per key is held *in the store* at any instant, across all handles and
+///   clients of the same store. A lease is held in the store from its grant until its release,
+///   its expiry at the TTL, or an event the store documents as freeing locks early (below).
+/// - A holder's local deadline ([`Lease::valid_until`]) never runs past the store's own expiry.
+///   It can run past an *early* free, which only the store sees first: the holder then learns
+///   of it through its keep-alive within a third of the TTL ([`keep_alive`](crate::keep_alive)
+///   extends at a quarter of it), sooner where the store reports it by
+///   [`Lease::revoked_token`]. Meanwhile another holder may hold the key, which is why the
+///   resource must check the fencing token.
+/// - Events that free a lock early, per store: PostgreSQL, the server ending the lease's
+///   session (`pg_terminate_backend`, a restart or crash, a failover, a connection reset);
+///   Redis, a restart without persistence, `FLUSHALL`/`FLUSHDB`, a failover to a replica that
+///   had not received the lock, or eviction under `maxmemory` (refused at connect unless
+///   allowed); Redlock, the same on enough nodes that a majority no longer holds it; etcd, a
+///   lease revoked by an operator, or a cluster restored from a snapshot; memory, none.
+///   Fencing holds through all of these except where a store documents otherwise (an etcd
+///   cluster restored from a snapshot without `--bump-revision` reissues revisions, so its
+///   tokens go backwards).
 /// - Every lease granted for a key carries a fencing token strictly greater than every token the
 ///   store granted for that key before: across release, expiry, other clients and contention.
 /// - The key and TTL are validated first (see [`crate::validate`]); a bad one gives
@@ -59,7 +75,8 @@ pub trait Release: Send + Sync {
     ///
     /// Returns [`ReleaseOutcome::Released`] if the lease was still held, or
     /// [`ReleaseOutcome::Lost`] if it had already expired or been taken; in that case nothing is
-    /// deleted.
+    /// deleted. A release retried after a timeout reports `Lost` when the first attempt went
+    /// through after all: the lease is gone either way.
     ///
     /// # Cancel safety
     /// Dropping the future may leave the lease held; it then expires at its TTL as if release had
