@@ -529,6 +529,11 @@ impl RedlockStore {
     /// A handle that connects on first use: every operation fails with
     /// [`Error::Unavailable`] while no quorum can be reached. Must be called inside a tokio
     /// runtime.
+    ///
+    /// Each node's eviction check runs before its first request; a node that may evict (and
+    /// `allow_eviction` is not set) fails every request it is sent, like a node that is down,
+    /// and is logged once at warn level; [`eviction_checks`](Self::eviction_checks) shows
+    /// which nodes passed.
     pub fn connect_lazy(config: RedlockConfig) -> Result<Self> {
         let nodes = config
             .nodes

@@ -667,6 +667,7 @@ impl fmt::Debug for RedisStore {
         f.debug_struct("RedisStore")
             .field("config", &self.inner.config)
             .field("waited_channels", &self.inner.subscriber.channels())
+            .field("eviction", &self.inner.eviction.get())
             .finish()
     }
 }
