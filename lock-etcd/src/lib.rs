@@ -36,7 +36,7 @@
 //!   each request. Every extend of every lock of a handle (and every waiter's renewal) goes
 //!   over that one stream, opened on first use and reopened when it breaks; an answer with
 //!   TTL 0 means the lease is gone. Keep-alive traffic is one small message per lock per
-//!   extend (every TTL/3 under `KeepAlive`), never a stream or connection per lock.
+//!   extend (every TTL/4 under `KeepAlive`), never a stream or connection per lock.
 //! - **Waiting** is etcd's recipe: a waiter watches only its predecessor (the newest entry
 //!   older than its own) for deletion, so a release wakes exactly one waiter (no thundering
 //!   herd). The watch starts at the current revision — etcd serves a watch from a past
@@ -89,6 +89,18 @@
 //! # What is not
 //! - Like every lock, no protection against a holder that keeps working past its deadline:
 //!   check the fencing token at the resource.
+//! - **Early frees.** A lock is freed before its holder's local deadline when its etcd lease is
+//!   revoked behind the holder's back (`etcdctl lease revoke`, [`EtcdStore::evict`]), its entry
+//!   is deleted by hand, or the cluster is restored from a snapshot taken before the grant. The
+//!   holder learns of it at its next extend, within a third of the TTL under
+//!   [`lock_core::KeepAlive`].
+//! - **A cluster restored from a snapshot** reissues the revisions after the snapshot, so
+//!   tokens go backwards: a resource that already accepted a token above the snapshot's
+//!   revision refuses every holder until the revisions pass it again, and a holder may get a
+//!   token an older holder already had. Restore with `etcdutl snapshot restore --bump-revision
+//!   N --mark-compacted` (etcd 3.5 and later), with `N` above the revisions issued since the
+//!   snapshot, to keep tokens growing. Debian's etcd 3.4 has no such flag: there, a restore
+//!   must be followed by enough writes (or fencing resources reset) before locks are used.
 //! - A holder whose process dies keeps the lock until its lease's TTL runs out
 //!   (`frees_on_disconnect` is false): etcd leases do not end with a connection.
 //! - etcd expires leases in batches (the leader checks about every 500 ms), so a key may stay
