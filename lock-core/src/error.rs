@@ -158,6 +158,22 @@ impl Error {
         }
     }
 
+    /// A store client's `error` during `what`, kept as the source, with the message
+    /// `"{what}: {error}"`: [`Error::Unavailable`] when `retryable(&error)` says the store could
+    /// not be reached or asked to be tried later, [`Error::Store`] otherwise. Each store passes
+    /// its own client's classification; the split and the message are the same in every store.
+    pub fn from_client<E>(what: &str, error: E, retryable: impl FnOnce(&E) -> bool) -> Self
+    where
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        let message = format!("{what}: {error}");
+        if retryable(&error) {
+            Error::unavailable(message, error)
+        } else {
+            Error::store(message, error)
+        }
+    }
+
     /// An [`Error::LeaseLost`] for `lease`.
     pub fn lost(lease: &crate::Lease, reason: impl Into<String>) -> Self {
         Error::LeaseLost {
@@ -202,3 +218,31 @@ impl fmt::Debug for BodyOutput {
 
 /// `Result` with fencelock's [`Error`] as the default error.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn client_errors_are_unavailable_only_when_the_store_says_retryable() {
+        let refused = || std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        let error = Error::from_client("acquire", refused(), |_| true);
+        assert!(matches!(error, Error::Unavailable { .. }), "{error:?}");
+        assert!(error.is_retryable());
+        assert_eq!(
+            error.to_string(),
+            format!("store unavailable: acquire: {}", refused())
+        );
+        let source = std::error::Error::source(&error).expect("the client's error is kept");
+        assert!(source.downcast_ref::<std::io::Error>().is_some());
+
+        let error = Error::from_client("release", refused(), |_| false);
+        assert!(matches!(error, Error::Store { .. }), "{error:?}");
+        assert!(!error.is_retryable());
+        assert_eq!(
+            error.to_string(),
+            format!("store error: release: {}", refused())
+        );
+        assert!(std::error::Error::source(&error).is_some());
+    }
+}

@@ -41,6 +41,7 @@ mod lease;
 mod memory;
 mod scoped;
 mod store;
+pub mod ttl;
 pub mod url;
 pub mod validate;
 
