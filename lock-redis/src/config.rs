@@ -20,6 +20,9 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
 /// The longest key prefix accepted, in bytes.
 pub const MAX_PREFIX_LEN: usize = 256;
+/// TTLs travel as whole milliseconds (`PX`, `PEXPIRE`), rounded up; the bounds are
+/// lock-core's ([`lock_core::validate::MIN_TTL`] to [`lock_core::validate::MAX_TTL`]).
+pub(crate) const TTL_GRANULARITY: Duration = Duration::from_millis(1);
 
 /// The query-string options this crate reads; anything else is rejected, so a typo such as
 /// `perfix=` cannot silently put locks under the default prefix.

@@ -28,11 +28,7 @@ pub(crate) fn is_unavailable(error: &RedisError) -> bool {
 
 /// The driver's error as ours: retryable when the server was unreachable or busy.
 pub(crate) fn redis_error(what: &str, error: RedisError) -> Error {
-    if is_unavailable(&error) {
-        Error::unavailable(format!("{what}: {error}"), error)
-    } else {
-        Error::store(format!("{what}: {error}"), error)
-    }
+    Error::from_client(what, error, is_unavailable)
 }
 
 #[cfg(test)]

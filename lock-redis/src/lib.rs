@@ -187,10 +187,13 @@
 //! [`Capabilities`]: lock_core::Capabilities
 #![warn(missing_docs)]
 
+// Module order (each imports only from those before it): config, error, keys, script, eviction, subscriber, store, redlock (config, quorum, fanout, store).
 mod config;
 mod error;
 mod eviction;
+mod keys;
 mod redlock;
+mod script;
 mod store;
 mod subscriber;
 

@@ -1,8 +1,8 @@
-//! [`RedisStore`]: the Lua scripts, the per-node steps built on them, and the trait impls.
+//! [`RedisStore`]: one Redis server, its connections, the eviction check, and the trait impls.
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -11,231 +11,20 @@ use lock_core::{
     Acquire, Capabilities, Error, Extend, Instant, KeyStatus, Lease, LockStore, OwnerId, Release,
     ReleaseOutcome, Result,
 };
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
-use redis::Script;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::time::{sleep_until, timeout};
 
+use crate::config::RedisConfig;
+use crate::config::TTL_GRANULARITY;
 use crate::error::redis_error;
 use crate::eviction::{self, EvictionCheck};
+use crate::keys::KeyNames;
+use crate::script::{acquire_on, evict_on, extend_on, release_on, status_on, Attempt};
 use crate::subscriber::ReleaseSubscriber;
-use crate::RedisConfig;
-
-// ---- Lua ------------------------------------------------------------------------------------
-// KEYS[1] is the lock key, KEYS[2] the fence key: both carry the same `{key}` hash tag, so they
-// live in one Cluster slot. Keys, owners and channels are always KEYS/ARGV, never script text.
-
-/// Acquire: `SET lock owner NX PX ttl`; if it was set, mint the token as
-/// max(fence + 1, server TIME in µs) and store it. Atomic: a script runs alone on the server.
-/// ARGV: owner, ttl ms. Returns `{1, token}` if granted, `{0, pttl}` if held.
-pub(crate) const ACQUIRE_LUA: &str = r"
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  local now = redis.call('TIME')
-  local floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
-  local token = redis.call('INCR', KEYS[2])
-  if token < floor then
-    token = floor
-    redis.call('SET', KEYS[2], string.format('%d', token))
-  end
-  return {1, token}
-end
-return {0, redis.call('PTTL', KEYS[1])}
-";
-
-/// Release: delete the lock only if it still holds this owner, then wake waiters on the
-/// key's channel. Atomic: compare, delete and publish in one script.
-/// ARGV: owner, channel. Returns 1 if released, 0 if the lease was already gone.
-pub(crate) const RELEASE_LUA: &str = r"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[2], '')
-  return 1
-end
-return 0
-";
-
-/// Extend: reset the TTL only if the lock still holds this owner; PEXPIRE never creates a
-/// missing key. Atomic: compare and expire in one script.
-/// ARGV: owner, ttl ms. Returns 1 if extended, 0 if the lease is gone.
-pub(crate) const EXTEND_LUA: &str = r"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
-return 0
-";
-
-/// Evict (the operator's "forget"): delete the lock whoever holds it, never the fence, and
-/// wake waiters. Atomic: delete and publish in one script.
-/// ARGV: channel. Returns 1 if a lock was deleted.
-pub(crate) const EVICT_LUA: &str = r"
-if redis.call('DEL', KEYS[1]) == 1 then
-  redis.call('PUBLISH', ARGV[1], '')
-  return 1
-end
-return 0
-";
-
-/// Status: the holder, its remaining TTL and the fence, read together. Atomic: one script,
-/// so the three values belong to one instant. Returns `{owner or false, pttl, fence or false}`.
-pub(crate) const STATUS_LUA: &str = r"
-return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2])}
-";
-
-static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_LUA));
-static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_LUA));
-static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(EXTEND_LUA));
-static EVICT: LazyLock<Script> = LazyLock::new(|| Script::new(EVICT_LUA));
-static STATUS: LazyLock<Script> = LazyLock::new(|| Script::new(STATUS_LUA));
 
 /// The longest a waiter sleeps without a notification before it tries again, so a lost
 /// release message costs at most this much delay.
 pub const WAIT_CAP: Duration = Duration::from_millis(250);
-
-// ---- per-node steps (shared with Redlock) ---------------------------------------------------
-
-/// The Redis names of one lock key.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct KeyNames {
-    /// `{prefix}{{key}}:lock`, holding the owner id with a PX expiry.
-    pub(crate) lock: String,
-    /// `{prefix}{{key}}:fence`, the last token minted; never expires.
-    pub(crate) fence: String,
-    /// `{prefix}{{key}}:released`, the pub/sub channel a release publishes on.
-    pub(crate) channel: String,
-}
-
-impl KeyNames {
-    pub(crate) fn new(prefix: &str, key: &str) -> Self {
-        let tag = hash_tag(key);
-        KeyNames {
-            lock: format!("{prefix}{{{tag}}}:lock"),
-            fence: format!("{prefix}{{{tag}}}:fence"),
-            channel: format!("{prefix}{{{tag}}}:released"),
-        }
-    }
-}
-
-/// The key as a Cluster hash tag: `%` and `}` escaped (`%25`, `%7D`), so the tag is the whole
-/// key, never empty, and two keys never share names. Other keys are written as they are.
-fn hash_tag(key: &str) -> std::borrow::Cow<'_, str> {
-    if !key.contains(['%', '}']) {
-        return key.into();
-    }
-    key.replace('%', "%25").replace('}', "%7D").into()
-}
-
-/// What one acquire script found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Attempt {
-    /// The lock was free and is now ours, with this token.
-    Granted { token: u64 },
-    /// Another owner holds it; it expires in this long if the server knows (`None` for a key
-    /// without expiry, which this store never writes).
-    Held { expires_in: Option<Duration> },
-}
-
-/// TTLs travel as whole milliseconds, rounded up so the server never keeps a lease shorter
-/// than asked (the local deadline is computed from the TTL asked for).
-pub(crate) fn ttl_millis(ttl: Duration) -> u64 {
-    u64::try_from(ttl.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
-}
-
-/// Runs the acquire script on one connection (EVALSHA, loading the script on NOSCRIPT).
-pub(crate) async fn acquire_on<C: ConnectionLike>(
-    conn: &mut C,
-    names: &KeyNames,
-    owner: OwnerId,
-    ttl: Duration,
-) -> Result<Attempt> {
-    let reply: Vec<i64> = ACQUIRE
-        .key(&names.lock)
-        .key(&names.fence)
-        .arg(owner.to_string())
-        .arg(ttl_millis(ttl))
-        .invoke_async(conn)
-        .await
-        .map_err(|e| redis_error("acquire", e))?;
-    match reply.as_slice() {
-        [1, token] if *token > 0 => Ok(Attempt::Granted {
-            token: *token as u64,
-        }),
-        [0, pttl] => Ok(Attempt::Held {
-            expires_in: u64::try_from(*pttl).ok().map(Duration::from_millis),
-        }),
-        other => Err(unexpected("acquire", other)),
-    }
-}
-
-/// Runs the release script on one connection; true if this owner's lock was deleted.
-pub(crate) async fn release_on<C: ConnectionLike>(
-    conn: &mut C,
-    names: &KeyNames,
-    owner: OwnerId,
-) -> Result<bool> {
-    let released: i64 = RELEASE
-        .key(&names.lock)
-        .arg(owner.to_string())
-        .arg(&names.channel)
-        .invoke_async(conn)
-        .await
-        .map_err(|e| redis_error("release", e))?;
-    Ok(released == 1)
-}
-
-/// Runs the extend script on one connection; true if this owner's lock got a fresh TTL.
-pub(crate) async fn extend_on<C: ConnectionLike>(
-    conn: &mut C,
-    names: &KeyNames,
-    owner: OwnerId,
-    ttl: Duration,
-) -> Result<bool> {
-    let extended: i64 = EXTEND
-        .key(&names.lock)
-        .arg(owner.to_string())
-        .arg(ttl_millis(ttl))
-        .invoke_async(conn)
-        .await
-        .map_err(|e| redis_error("extend", e))?;
-    Ok(extended == 1)
-}
-
-/// Runs the evict script on one connection; true if a lock was deleted.
-pub(crate) async fn evict_on<C: ConnectionLike>(conn: &mut C, names: &KeyNames) -> Result<bool> {
-    let evicted: i64 = EVICT
-        .key(&names.lock)
-        .arg(&names.channel)
-        .invoke_async(conn)
-        .await
-        .map_err(|e| redis_error("evict", e))?;
-    Ok(evicted == 1)
-}
-
-/// Runs the status script on one connection.
-pub(crate) async fn status_on<C: ConnectionLike>(
-    conn: &mut C,
-    names: &KeyNames,
-) -> Result<KeyStatus> {
-    let (owner, pttl, fence): (Option<String>, i64, Option<String>) = STATUS
-        .key(&names.lock)
-        .key(&names.fence)
-        .invoke_async(conn)
-        .await
-        .map_err(|e| redis_error("status", e))?;
-    Ok(match owner {
-        None => KeyStatus::Free,
-        Some(owner) => KeyStatus::Held {
-            owner: OwnerId::parse(&owner),
-            token: fence.and_then(|f| f.parse().ok()),
-            remaining: u64::try_from(pttl).ok().map(Duration::from_millis),
-        },
-    })
-}
-
-fn unexpected(what: &str, reply: &[i64]) -> Error {
-    Error::Store {
-        message: format!("{what}: the script answered {reply:?}, which it never returns"),
-        source: None,
-    }
-}
 
 fn timed_out(what: &str, after: Duration) -> Error {
     Error::Unavailable {
@@ -243,8 +32,6 @@ fn timed_out(what: &str, after: Duration) -> Error {
         source: None,
     }
 }
-
-// ---- the store ------------------------------------------------------------------------------
 
 /// A lock store on one Redis server. See the crate docs for what it guarantees.
 ///
@@ -647,7 +434,7 @@ impl LockStore for RedisStore {
             .with_notified_wait(true)
             .with_frees_on_disconnect(false)
             .with_fair_queue(false)
-            .with_ttl_granularity(Duration::from_millis(1))
+            .with_ttl_granularity(TTL_GRANULARITY)
     }
 
     /// # Cancel safety
@@ -669,40 +456,5 @@ impl fmt::Debug for RedisStore {
             .field("waited_channels", &self.inner.subscriber.channels())
             .field("eviction", &self.inner.eviction.get())
             .finish()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn key_names_share_a_hash_tag() {
-        let names = KeyNames::new("fencelock:", "jobs/nightly");
-        assert_eq!(names.lock, "fencelock:{jobs/nightly}:lock");
-        assert_eq!(names.fence, "fencelock:{jobs/nightly}:fence");
-        assert_eq!(names.channel, "fencelock:{jobs/nightly}:released");
-        // Braces and percent signs: the tag (first `{` to the first `}` after it) is the whole
-        // escaped key, the same in all three names, never empty, and distinct keys stay apart.
-        let tag = |name: &str| {
-            let open = name.find('{').unwrap();
-            let close = open + name[open..].find('}').unwrap();
-            name[open + 1..close].to_owned()
-        };
-        for key in ["a}b{c", "}leading", "%7D", "}", "100%", "{x}"] {
-            let names = KeyNames::new("p:", key);
-            assert!(!tag(&names.lock).is_empty(), "{key:?}");
-            assert_eq!(tag(&names.lock), tag(&names.fence), "{key:?}");
-            assert_eq!(tag(&names.lock), tag(&names.channel), "{key:?}");
-        }
-        assert_ne!(KeyNames::new("p:", "}"), KeyNames::new("p:", "%7D"));
-        assert_eq!(KeyNames::new("p:", "}x").lock, "p:{%7Dx}:lock");
-    }
-
-    #[test]
-    fn ttls_round_up_to_whole_milliseconds() {
-        assert_eq!(ttl_millis(Duration::from_millis(10)), 10);
-        assert_eq!(ttl_millis(Duration::from_micros(10_001)), 11);
-        assert_eq!(ttl_millis(Duration::from_secs(86_400)), 86_400_000);
     }
 }

@@ -1,0 +1,61 @@
+//! The Redis names of a lock key: the lock, its fencing counter and its release channel, all
+//! under one Cluster hash tag.
+
+/// The Redis names of one lock key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct KeyNames {
+    /// `{prefix}{{key}}:lock`, holding the owner id with a PX expiry.
+    pub(crate) lock: String,
+    /// `{prefix}{{key}}:fence`, the last token minted; never expires.
+    pub(crate) fence: String,
+    /// `{prefix}{{key}}:released`, the pub/sub channel a release publishes on.
+    pub(crate) channel: String,
+}
+
+impl KeyNames {
+    pub(crate) fn new(prefix: &str, key: &str) -> Self {
+        let tag = hash_tag(key);
+        KeyNames {
+            lock: format!("{prefix}{{{tag}}}:lock"),
+            fence: format!("{prefix}{{{tag}}}:fence"),
+            channel: format!("{prefix}{{{tag}}}:released"),
+        }
+    }
+}
+
+/// The key as a Cluster hash tag: `%` and `}` escaped (`%25`, `%7D`), so the tag is the whole
+/// key, never empty, and two keys never share names. Other keys are written as they are.
+fn hash_tag(key: &str) -> std::borrow::Cow<'_, str> {
+    if !key.contains(['%', '}']) {
+        return key.into();
+    }
+    key.replace('%', "%25").replace('}', "%7D").into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_names_share_a_hash_tag() {
+        let names = KeyNames::new("fencelock:", "jobs/nightly");
+        assert_eq!(names.lock, "fencelock:{jobs/nightly}:lock");
+        assert_eq!(names.fence, "fencelock:{jobs/nightly}:fence");
+        assert_eq!(names.channel, "fencelock:{jobs/nightly}:released");
+        // Braces and percent signs: the tag (first `{` to the first `}` after it) is the whole
+        // escaped key, the same in all three names, never empty, and distinct keys stay apart.
+        let tag = |name: &str| {
+            let open = name.find('{').unwrap();
+            let close = open + name[open..].find('}').unwrap();
+            name[open + 1..close].to_owned()
+        };
+        for key in ["a}b{c", "}leading", "%7D", "}", "100%", "{x}"] {
+            let names = KeyNames::new("p:", key);
+            assert!(!tag(&names.lock).is_empty(), "{key:?}");
+            assert_eq!(tag(&names.lock), tag(&names.fence), "{key:?}");
+            assert_eq!(tag(&names.lock), tag(&names.channel), "{key:?}");
+        }
+        assert_ne!(KeyNames::new("p:", "}"), KeyNames::new("p:", "%7D"));
+        assert_eq!(KeyNames::new("p:", "}x").lock, "p:{%7Dx}:lock");
+    }
+}

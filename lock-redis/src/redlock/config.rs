@@ -1,0 +1,397 @@
+//! [`RedlockConfig`]: the nodes, the quorum and the retry policy, from a `redlock://` URL.
+
+use std::fmt;
+use std::time::Duration;
+
+use lock_core::url::parse_timeout;
+use lock_core::{Error, Result};
+use url::Url;
+
+use crate::config::{bad_url, parse_bool, RedisConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX};
+
+/// The default bound on one node's answer: well below any sensible TTL, since a lease's
+/// validity shrinks by the time the quorum takes.
+pub(crate) const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(250);
+/// The default clock drift factor: the margin is `ttl × factor + 2 ms`.
+pub(crate) const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
+/// The default number of retries after a failed round (no quorum, a split vote).
+pub(crate) const DEFAULT_RETRY_COUNT: u32 = 3;
+/// The default upper bound of the random delay before a retry.
+pub(crate) const DEFAULT_RETRY_JITTER: Duration = Duration::from_millis(100);
+/// The fewest nodes a Redlock config accepts.
+pub(crate) const MIN_NODES: usize = 3;
+
+const OPTIONS: &[&str] = &[
+    "prefix",
+    "connect_timeout",
+    "command_timeout",
+    "drift_factor",
+    "retry_count",
+    "retry_jitter",
+    "allow_eviction",
+];
+
+/// Where the Redlock nodes are and how the store behaves, from a URL.
+///
+/// ```text
+/// redlock://[[user]:password@]host:port,host:port,host:port[,…][/db][?option=value&…]
+/// ```
+///
+/// | option | default | meaning |
+/// | --- | --- | --- |
+/// | `prefix` | `fencelock:` | prepended to every key name, as for `redis://` |
+/// | `connect_timeout` | `5s` | bound on opening one node's connection |
+/// | `command_timeout` | `250ms` | bound on one node's answer (per-node timeout); a slower node counts as failed for that round |
+/// | `drift_factor` | `0.01` | the validity margin is `ttl × drift_factor + 2 ms` (never less than lock-core's 1% + 2 ms); from 0 to 0.5 |
+/// | `retry_count` | `3` | retries after a round without a quorum (a split vote, too many nodes failing); at most 100 |
+/// | `retry_jitter` | `100ms` | a retry waits a random 1 ms to this long, so contenders fall out of step |
+/// | `allow_eviction` | `false` | `true` skips the check that no node can evict a held lock (`maxmemory` with a policy other than `noeviction`), accepting that risk knowingly, as for `redis://` |
+///
+/// At least three nodes, each `host:port` (port 6379 if omitted), none listed twice; the
+/// credentials and database apply to every node. Timeouts read `5`, `5s` or `250ms`. Unknown
+/// options are rejected. `Debug` and `Display` never show the password.
+#[derive(Clone)]
+pub struct RedlockConfig {
+    /// Each node's single-server config, in URL order.
+    pub(super) nodes: Vec<RedisConfig>,
+    labels: Vec<String>,
+    redacted: String,
+    drift_factor: f64,
+    retry_count: u32,
+    retry_jitter: Duration,
+}
+
+impl RedlockConfig {
+    /// Parses a `redlock://` URL (see the type's docs for the options).
+    ///
+    /// Fails with [`Error::InvalidInput`] naming `"url"` for another scheme, fewer than three
+    /// nodes, a node listed twice, a bad host, port or database, or an unknown or malformed
+    /// option. The message never contains the password.
+    pub fn from_url(url: &str) -> Result<Self> {
+        lock_core::url::check_userinfo_encoded(url)?;
+        let Some(rest) = url.strip_prefix("redlock://") else {
+            let scheme = url.split_once("://").map_or("(none)", |(s, _)| s);
+            return Err(bad_url(format!(
+                "the scheme must be redlock://, not {scheme}://"
+            )));
+        };
+        // The host list ends at the path, query or fragment; userinfo ends at its last `@`.
+        let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+        let (authority, tail) = rest.split_at(end);
+        let (userinfo, hosts) = match authority.rfind('@') {
+            Some(at) => authority.split_at(at + 1),
+            None => ("", authority),
+        };
+        // The url crate cannot parse a host list: it parses the rest around one placeholder.
+        let shape = Url::parse(&format!("redlock://{userinfo}nodes.invalid{tail}"))
+            .map_err(|e| bad_url(format!("not a URL: {e}")))?;
+        let shown_userinfo = match (shape.username(), shape.password()) {
+            (user, Some(_)) => format!("{user}:***@"),
+            _ => userinfo.to_owned(),
+        };
+        let redacted = format!("redlock://{shown_userinfo}{hosts}{tail}");
+        let path = tail.split(['?', '#']).next().unwrap_or("");
+
+        let mut prefix = DEFAULT_PREFIX.to_owned();
+        let mut connect_timeout = DEFAULT_CONNECT_TIMEOUT;
+        let mut command_timeout = DEFAULT_NODE_TIMEOUT;
+        let mut drift_factor = DEFAULT_DRIFT_FACTOR;
+        let mut retry_count = DEFAULT_RETRY_COUNT;
+        let mut retry_jitter = DEFAULT_RETRY_JITTER;
+        let mut allow_eviction = false;
+        for (name, value) in shape.query_pairs() {
+            match &*name {
+                "prefix" => prefix = value.into_owned(),
+                "connect_timeout" => connect_timeout = parse_timeout("connect_timeout", &value)?,
+                "command_timeout" => command_timeout = parse_timeout("command_timeout", &value)?,
+                "drift_factor" => drift_factor = parse_drift_factor(&value)?,
+                "retry_count" => retry_count = parse_retry_count(&value)?,
+                "retry_jitter" => retry_jitter = parse_timeout("retry_jitter", &value)?,
+                "allow_eviction" => allow_eviction = parse_bool("allow_eviction", &value)?,
+                unknown => {
+                    return Err(bad_url(format!(
+                        "unknown option {unknown:?}; redlock:// reads {}",
+                        OPTIONS.join(", ")
+                    )))
+                }
+            }
+        }
+
+        let mut nodes = Vec::new();
+        let mut labels: Vec<String> = Vec::new();
+        for host in hosts.split(',') {
+            if host.is_empty() {
+                return Err(bad_url(format!(
+                    "{redacted}: an empty node in the host list"
+                )));
+            }
+            let node = RedisConfig::from_url(&format!("redis://{userinfo}{host}{path}"))?
+                .with_prefix(&prefix)?
+                .with_connect_timeout(connect_timeout)
+                .with_command_timeout(command_timeout)
+                .with_allow_eviction(allow_eviction);
+            let label = node_label(&node);
+            if labels.contains(&label) {
+                return Err(bad_url(format!(
+                    "{redacted}: node {label} is listed twice; it would count twice towards the quorum"
+                )));
+            }
+            labels.push(label);
+            nodes.push(node);
+        }
+        if nodes.len() < MIN_NODES {
+            return Err(bad_url(format!(
+                "{redacted}: Redlock needs at least {MIN_NODES} independent nodes, not {}",
+                nodes.len()
+            )));
+        }
+        Ok(RedlockConfig {
+            nodes,
+            labels,
+            redacted,
+            drift_factor,
+            retry_count,
+            retry_jitter,
+        })
+    }
+
+    /// How many nodes.
+    pub fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// How many nodes must agree: `N/2 + 1`.
+    pub fn quorum(&self) -> usize {
+        self.nodes.len() / 2 + 1
+    }
+
+    /// Each node as `host:port`, in URL order.
+    pub fn nodes(&self) -> &[String] {
+        &self.labels
+    }
+
+    /// The prefix of every key name this store writes.
+    pub fn prefix(&self) -> &str {
+        self.nodes[0].prefix()
+    }
+
+    /// The bound on opening one node's connection.
+    pub fn connect_timeout(&self) -> Duration {
+        self.nodes[0].connect_timeout()
+    }
+
+    /// The bound on one node's answer.
+    pub fn command_timeout(&self) -> Duration {
+        self.nodes[0].command_timeout()
+    }
+
+    /// Whether the store skips the eviction check on every node.
+    pub fn allow_eviction(&self) -> bool {
+        self.nodes[0].allow_eviction()
+    }
+
+    /// The clock drift factor.
+    pub fn drift_factor(&self) -> f64 {
+        self.drift_factor
+    }
+
+    /// Retries after a round without a quorum.
+    pub fn retry_count(&self) -> u32 {
+        self.retry_count
+    }
+
+    /// The upper bound of the random delay before a retry.
+    pub fn retry_jitter(&self) -> Duration {
+        self.retry_jitter
+    }
+
+    /// The URL with the password replaced by `***`.
+    pub fn redacted(&self) -> &str {
+        &self.redacted
+    }
+
+    /// The margin taken off a lease's validity: `ttl × drift_factor + 2 ms`, never less than
+    /// lock-core's [`drift`](lock_core::drift).
+    pub fn drift(&self, ttl: Duration) -> Duration {
+        ttl.mul_f64(self.drift_factor)
+            .saturating_add(Duration::from_millis(2))
+            .max(lock_core::drift(ttl))
+    }
+}
+
+fn node_label(node: &RedisConfig) -> String {
+    match node.connection.addr() {
+        redis::ConnectionAddr::Tcp(host, port)
+        | redis::ConnectionAddr::TcpTls { host, port, .. } => {
+            format!("{host}:{port}")
+        }
+        other => other.to_string(),
+    }
+}
+
+fn parse_drift_factor(value: &str) -> Result<f64> {
+    match value.parse::<f64>() {
+        Ok(factor) if (0.0..=0.5).contains(&factor) => Ok(factor),
+        _ => Err(bad_url(format!(
+            "drift_factor must be a number from 0 to 0.5 (such as 0.01), not {value:?}"
+        ))),
+    }
+}
+
+fn parse_retry_count(value: &str) -> Result<u32> {
+    match value.parse::<u32>() {
+        Ok(count) if count <= 100 => Ok(count),
+        _ => Err(bad_url(format!(
+            "retry_count must be a whole number from 0 to 100, not {value:?}"
+        ))),
+    }
+}
+
+impl fmt::Display for RedlockConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.redacted)
+    }
+}
+
+impl fmt::Debug for RedlockConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedlockConfig")
+            .field("url", &self.redacted)
+            .field("nodes", &self.labels)
+            .field("prefix", &self.prefix())
+            .field("connect_timeout", &self.connect_timeout())
+            .field("command_timeout", &self.command_timeout())
+            .field("drift_factor", &self.drift_factor)
+            .field("retry_count", &self.retry_count)
+            .field("retry_jitter", &self.retry_jitter)
+            .field("allow_eviction", &self.allow_eviction())
+            .finish()
+    }
+}
+
+impl std::str::FromStr for RedlockConfig {
+    type Err = Error;
+
+    fn from_str(url: &str) -> Result<Self> {
+        Self::from_url(url)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(url: &str) -> String {
+        match RedlockConfig::from_url(url) {
+            Err(Error::InvalidInput { what: "url", rule }) => rule,
+            other => panic!("{url}: expected an invalid url, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn urls_parse_with_defaults_and_options() {
+        let config = RedlockConfig::from_url("redlock://127.0.0.1:7001,127.0.0.1:7002,h3").unwrap();
+        assert_eq!(
+            config.nodes(),
+            ["127.0.0.1:7001", "127.0.0.1:7002", "h3:6379"]
+        );
+        assert_eq!(config.quorum(), 2);
+        assert_eq!(config.prefix(), DEFAULT_PREFIX);
+        assert_eq!(config.connect_timeout(), DEFAULT_CONNECT_TIMEOUT);
+        assert_eq!(config.command_timeout(), DEFAULT_NODE_TIMEOUT);
+        assert_eq!(config.drift_factor(), DEFAULT_DRIFT_FACTOR);
+        assert_eq!(config.retry_count(), DEFAULT_RETRY_COUNT);
+        assert_eq!(config.retry_jitter(), DEFAULT_RETRY_JITTER);
+        assert!(
+            !config.allow_eviction(),
+            "the eviction check is on by default"
+        );
+
+        let config = RedlockConfig::from_url(
+            "redlock://app:p%40ss@a:1,b:2,c:3,d:4,e:5/3?prefix=billing%3A&connect_timeout=2&command_timeout=50ms&drift_factor=0.05&retry_count=0&retry_jitter=20ms&allow_eviction=true",
+        )
+        .unwrap();
+        assert!(config.allow_eviction());
+        assert_eq!(config.node_count(), 5);
+        assert_eq!(config.quorum(), 3);
+        assert_eq!(config.prefix(), "billing:");
+        assert_eq!(config.connect_timeout(), Duration::from_secs(2));
+        assert_eq!(config.command_timeout(), Duration::from_millis(50));
+        assert_eq!(config.drift_factor(), 0.05);
+        assert_eq!(config.retry_count(), 0);
+        assert_eq!(config.retry_jitter(), Duration::from_millis(20));
+        for node in &config.nodes {
+            let settings = node.connection.redis_settings();
+            assert_eq!(settings.db(), 3);
+            assert_eq!(settings.username(), Some("app"));
+            assert_eq!(settings.password(), Some("p@ss"));
+            assert_eq!(node.prefix(), "billing:");
+            assert_eq!(node.command_timeout(), Duration::from_millis(50));
+            assert!(
+                node.allow_eviction(),
+                "allow_eviction applies to every node"
+            );
+        }
+        let config: RedlockConfig = "redlock://a,b,c?drift_factor=0".parse().unwrap();
+        assert_eq!(
+            config.drift(Duration::from_secs(10)),
+            lock_core::drift(Duration::from_secs(10)),
+            "never less than lock-core's margin"
+        );
+        let config: RedlockConfig = "redlock://a,b,c?drift_factor=0.1".parse().unwrap();
+        assert_eq!(
+            config.drift(Duration::from_secs(10)),
+            Duration::from_millis(1002)
+        );
+    }
+
+    #[test]
+    fn passwords_never_print() {
+        let config =
+            RedlockConfig::from_url("redlock://user:s3cr%40t@a:1,b:2,c:3/2?prefix=p").unwrap();
+        for shown in [
+            config.to_string(),
+            format!("{config:?}"),
+            config.redacted().to_owned(),
+        ] {
+            assert!(!shown.contains("s3cr"), "{shown}");
+            assert!(shown.contains("***"), "{shown}");
+        }
+        assert_eq!(
+            config.to_string(),
+            "redlock://user:***@a:1,b:2,c:3/2?prefix=p"
+        );
+        for url in [
+            "redlock://user:s3cret@a,b,c?prefx=x",
+            "redlock://user:s3cret@a,b/0",
+            "redlock://user:s3cret@a,b,c/x",
+            "redlock://user:s3cret@a,b,a",
+            "redlock://user:s3cret@a,b,c?retry_count=x",
+        ] {
+            let message = rule(url);
+            assert!(!message.contains("s3cret"), "{message}");
+        }
+    }
+
+    #[test]
+    fn bad_urls_are_invalid_input_naming_the_rule() {
+        assert!(rule("redis://a,b,c").contains("redlock://"));
+        assert!(rule("redlock://a:1,b:2").contains("at least 3"));
+        assert!(rule("redlock://a,b,,c").contains("empty node"));
+        assert!(rule("redlock://a:1,b,a:1").contains("listed twice"));
+        assert!(rule("redlock://a,b,c?prefx=x").contains("unknown option \"prefx\""));
+        assert!(rule("redlock://a,b,c?prefx=x").contains(
+            "prefix, connect_timeout, command_timeout, drift_factor, retry_count, retry_jitter"
+        ));
+        assert!(rule("redlock://a,b,c?drift_factor=0.6").contains("drift_factor"));
+        assert!(rule("redlock://a,b,c?drift_factor=-1").contains("drift_factor"));
+        assert!(rule("redlock://a,b,c?retry_count=-1").contains("retry_count"));
+        assert!(rule("redlock://a,b,c?retry_count=1000").contains("retry_count"));
+        assert!(rule("redlock://a,b,c?retry_jitter=0").contains("retry_jitter"));
+        assert!(rule("redlock://a,b,c?allow_eviction=1").contains("allow_eviction"));
+        assert!(rule("redlock://a,b,c?command_timeout=soon").contains("command_timeout"));
+        assert!(rule("redlock://a,b,c?prefix=%7B").contains("prefix"));
+        assert!(rule("redlock://a,b,c/x").contains("database number"));
+        assert!(rule("redlock://a,b:notaport,c").contains("URL"));
+    }
+}
