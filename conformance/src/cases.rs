@@ -40,55 +40,68 @@ macro_rules! cases {
     (@applies $applies:expr) => { $applies };
 }
 
-cases! {
-    try_acquire_grants_a_free_key,
-    try_acquire_on_a_held_key_is_busy,
-    acquire_is_exclusive_under_contention,
-    waiting_acquire_gets_the_key_after_release,
-    wait_times_out_within_its_bound,
-    zero_wait_makes_one_attempt,
-    waiter_is_woken_promptly_after_release,
-    notified_waiter_gets_a_released_key_within_150_ms if |c: &Capabilities| c.notified_wait,
-    waiter_gets_the_key_when_the_holder_expires,
-    many_waiters_all_get_the_lock,
-    fair_queue_serves_the_oldest_waiter_first if |c: &Capabilities| c.fair_queue,
-    release_of_a_held_lease_reports_released,
-    release_by_non_owner_is_rejected,
-    release_after_expiry_reports_lost,
-    second_release_reports_lost,
-    extend_keeps_a_lease_past_its_first_ttl,
-    extend_after_expiry_fails_and_does_not_resurrect,
-    extend_by_a_stale_lease_is_rejected,
-    extend_moves_the_local_deadline,
-    extend_keeps_the_key_until_the_new_local_deadline,
-    local_deadline_is_conservative,
-    expiry_frees_the_key,
-    tokens_increase_sequentially,
-    tokens_increase_after_expiry,
-    tokens_increase_across_handles,
-    tokens_increase_under_contention,
-    independent_keys_do_not_contend,
-    keys_are_data_not_code,
-    similar_keys_are_distinct,
-    long_keys_are_distinct_over_their_whole_length,
-    max_length_key_is_accepted,
-    over_long_key_is_rejected,
-    empty_key_is_rejected,
-    zero_ttl_is_rejected,
-    ttl_outside_store_bounds_is_rejected,
-    absurd_wait_is_rejected,
-    keep_alive_holds_a_lease_over_five_ttls,
-    keep_alive_survives_transient_extend_failures,
-    lost_signal_fires_within_a_third_of_the_ttl_of_a_forget,
-    lost_signal_fires_before_store_expiry_when_extends_stall,
-    with_lock_cancels_its_body_on_loss,
-    with_lock_releases_at_the_end,
-    cancelled_acquire_leaves_nothing_held_past_ttl,
-    dropped_waiter_never_acquires_later,
-    dead_holder_frees_the_key_on_disconnect if |c: &Capabilities| c.frees_on_disconnect,
-    unreachable_store_gives_a_retryable_error,
-    status_reports_the_holder,
+/// The case list, written once: calls `$callback! { $($prefix)* case, case if applies, … }` with
+/// every case in suite order, each optionally followed by `if` and a `fn(&Capabilities) -> bool`
+/// saying when it applies. [`CASES`] and [`conformance_tests!`](crate::conformance_tests) are
+/// both generated from it, so adding a case is one line here (and its `async fn`).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __for_each_case {
+    ($callback:path $(, $($prefix:tt)*)?) => {
+        $callback! {
+            $($($prefix)*)?
+            try_acquire_grants_a_free_key,
+            try_acquire_on_a_held_key_is_busy,
+            acquire_is_exclusive_under_contention,
+            waiting_acquire_gets_the_key_after_release,
+            wait_times_out_within_its_bound,
+            zero_wait_makes_one_attempt,
+            waiter_is_woken_promptly_after_release,
+            notified_waiter_gets_a_released_key_within_150_ms if |c: &Capabilities| c.notified_wait,
+            waiter_gets_the_key_when_the_holder_expires,
+            many_waiters_all_get_the_lock,
+            fair_queue_serves_the_oldest_waiter_first if |c: &Capabilities| c.fair_queue,
+            release_of_a_held_lease_reports_released,
+            release_by_non_owner_is_rejected,
+            release_after_expiry_reports_lost,
+            second_release_reports_lost,
+            extend_keeps_a_lease_past_its_first_ttl,
+            extend_after_expiry_fails_and_does_not_resurrect,
+            extend_by_a_stale_lease_is_rejected,
+            extend_moves_the_local_deadline,
+            extend_keeps_the_key_until_the_new_local_deadline,
+            local_deadline_is_conservative,
+            expiry_frees_the_key,
+            tokens_increase_sequentially,
+            tokens_increase_after_expiry,
+            tokens_increase_across_handles,
+            tokens_increase_under_contention,
+            independent_keys_do_not_contend,
+            keys_are_data_not_code,
+            similar_keys_are_distinct,
+            long_keys_are_distinct_over_their_whole_length,
+            max_length_key_is_accepted,
+            over_long_key_is_rejected,
+            empty_key_is_rejected,
+            zero_ttl_is_rejected,
+            ttl_outside_store_bounds_is_rejected,
+            absurd_wait_is_rejected,
+            keep_alive_holds_a_lease_over_five_ttls,
+            keep_alive_survives_transient_extend_failures,
+            lost_signal_fires_within_a_third_of_the_ttl_of_a_forget,
+            lost_signal_fires_before_store_expiry_when_extends_stall,
+            with_lock_cancels_its_body_on_loss,
+            with_lock_releases_at_the_end,
+            cancelled_acquire_leaves_nothing_held_past_ttl,
+            dropped_waiter_never_acquires_later,
+            dead_holder_frees_the_key_on_disconnect if |c: &Capabilities| c.frees_on_disconnect,
+            unreachable_store_gives_a_retryable_error,
+            status_reports_the_holder,
+        }
+    };
 }
+
+crate::__for_each_case!(cases);
 
 // ---- helpers --------------------------------------------------------------------------------
 
