@@ -15,6 +15,10 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
 /// The client port etcd listens on when a URL names none.
 pub const DEFAULT_PORT: u16 = 2379;
+/// The shortest TTL this store accepts: etcd leases are whole seconds.
+pub const MIN_TTL: Duration = Duration::from_secs(1);
+/// TTLs travel as whole seconds (etcd leases), rounded up.
+pub(crate) const TTL_GRANULARITY: Duration = Duration::from_secs(1);
 
 /// The query-string options this crate reads; anything else is rejected, so a typo such as
 /// `prefx=` cannot silently put locks under the default prefix.

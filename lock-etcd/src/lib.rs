@@ -137,17 +137,16 @@
 //! permission on the prefix (default `fencelock/`); leases need no permission.
 #![warn(missing_docs)]
 
+// Module order (each imports only from those before it): config, error, keys, txn, renewer, store.
 mod config;
-mod layout;
+mod error;
+mod keys;
 mod renewer;
 mod store;
-
-use std::time::Duration;
+mod txn;
 
 pub use config::{
     EtcdConfig, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PORT, DEFAULT_PREFIX,
+    MIN_TTL,
 };
 pub use store::EtcdStore;
-
-/// The shortest TTL this store accepts: etcd leases are whole seconds.
-pub const MIN_TTL: Duration = Duration::from_secs(1);

@@ -14,7 +14,7 @@ use lock_core::{Error, Result};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
-use crate::store::{client_error, never_sent};
+use crate::error::{client_error, never_sent};
 
 /// Is the lease still alive after this renewal?
 type Reply = oneshot::Sender<Result<bool>>;

@@ -9,9 +9,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, KeyValue, PutOptions,
-    SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse, TxnResponse, WatchFilterType, WatchOptions,
+    Client, ConnectOptions, EventType, GetOptions, KeyValue, Txn, TxnResponse, WatchFilterType,
+    WatchOptions,
 };
+use lock_core::ttl::whole_secs;
 use lock_core::validate::{check_request, check_wait};
 use lock_core::{
     drift, Acquire, Capabilities, Error, Extend, Instant, KeyStatus, Lease, LockStore, OwnerId,
@@ -19,21 +20,11 @@ use lock_core::{
 };
 use tokio::time::{sleep, sleep_until, timeout, timeout_at};
 
-use crate::layout::{entry_key, entry_owner, queue_dir};
+use crate::config::{EtcdConfig, MIN_TTL, TTL_GRANULARITY};
+use crate::error::{client_error, is_retryable, never_sent};
+use crate::keys::{entry_key, entry_owner, queue_dir};
 use crate::renewer::Renewer;
-use crate::{EtcdConfig, MIN_TTL};
-
-// The requests, one comment line each on why they are atomic.
-//
-// ENQUEUE: one transaction puts our entry on our lease and reads back our entry and the queue's
-//   head in the same revision, so "we are first" is decided against exactly the queue our entry
-//   joined (and a resent put, which keeps the create revision, decides the same).
-// PREDECESSOR: one transaction reads the newest entry older than ours and our own entry at one
-//   revision, so "no predecessor and our entry (and so our lease) still exists" is one snapshot.
-// RELEASE: delete our entry only if its create revision is still our token (etcd issue 22082:
-//   a retried stale unlock must not delete a newer holder).
-// EXTEND: the keep-alive renews our lease (etcd answers TTL 0 once it is gone) while a read
-//   checks that our entry still exists with our token; both are sent after `sent_at`.
+use crate::txn;
 
 /// HTTP/2 pings keep idle connections checked; etcd refuses pings more often than every 5 s.
 const PING_INTERVAL: Duration = Duration::from_secs(10);
@@ -194,13 +185,7 @@ impl EtcdStore {
             return Ok(false);
         };
         // Compare-and-delete, so a holder that released meanwhile never costs its successor.
-        let txn = Txn::new()
-            .when([Compare::create_revision(
-                head.key().to_vec(),
-                CompareOp::Equal,
-                head.create_revision(),
-            )])
-            .and_then([TxnOp::delete(head.key().to_vec(), None)]);
+        let txn = txn::delete_if_created_at(head.key(), head.create_revision());
         // Sent again only if unsent: a second delete would find nothing and report false.
         let deleted = self.txn("evict", Resend::IfUnsent, txn).await?.succeeded();
         // Only a lease whose entry this call deleted: its holder can no longer release it, so it
@@ -291,12 +276,8 @@ impl EtcdStore {
     }
 
     async fn queue_head(&self, dir: &str) -> Result<Option<KeyValue>> {
-        let options = GetOptions::new()
-            .with_prefix()
-            .with_sort(SortTarget::Create, SortOrder::Ascend)
-            .with_limit(1);
         Ok(self
-            .kv_get("read the queue's head", dir.to_owned(), options)
+            .kv_get("read the queue's head", dir.to_owned(), txn::queue_head())
             .await?
             .into_iter()
             .next())
@@ -305,7 +286,7 @@ impl EtcdStore {
     /// Grants an etcd lease of `ttl` rounded up to whole seconds; returns its id and the TTL
     /// etcd granted (etcd may raise it to its own minimum).
     async fn grant(&self, ttl: Duration) -> Result<(i64, Duration)> {
-        let seconds = whole_seconds(ttl);
+        let seconds = whole_secs(ttl);
         let requested = i64::try_from(seconds)
             .map_err(|_| Error::invalid("ttl", format!("{ttl:?} is too long for etcd")))?;
         let client = &self.shared.client;
@@ -327,18 +308,10 @@ impl EtcdStore {
     }
 
     async fn enqueue(&self, dir: &str, entry: &str, lease_id: i64) -> Result<Enqueued> {
-        let head = GetOptions::new()
-            .with_prefix()
-            .with_sort(SortTarget::Create, SortOrder::Ascend)
-            .with_limit(1);
-        let txn = Txn::new().and_then([
-            TxnOp::put(entry, "", Some(PutOptions::new().with_lease(lease_id))),
-            TxnOp::get(entry, Some(GetOptions::new().with_keys_only())),
-            TxnOp::get(dir, Some(head.with_keys_only())),
-        ]);
+        let txn = txn::enqueue(dir, entry, lease_id);
         // Safe to send twice: a second put keeps the entry's create revision, read back here.
         let answer = self.txn("enqueue", Resend::Transient, txn).await?;
-        let reads = gets(&answer);
+        let reads = txn::gets(&answer);
         let create_revision = |i: usize| {
             reads
                 .get(i)
@@ -457,7 +430,7 @@ impl EtcdStore {
             .idle
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let leases = idle.get_mut(&whole_seconds(ttl))?;
+        let leases = idle.get_mut(&whole_secs(ttl))?;
         while let Some(lease) = leases.pop() {
             if lease.valid_until > now + lease.ttl / 4 {
                 return Some(lease);
@@ -476,7 +449,7 @@ impl EtcdStore {
                 .idle
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
-            let leases = idle.entry(whole_seconds(lease.ttl())).or_default();
+            let leases = idle.entry(whole_secs(lease.ttl())).or_default();
             if leases.len() < MAX_IDLE_PER_TTL {
                 leases.push(IdleLease {
                     lease_id,
@@ -651,21 +624,12 @@ impl Waiter<'_> {
 
     /// The newest entry older than ours, and whether ours still exists, read at one revision.
     async fn predecessor(&self) -> Result<(Option<Vec<u8>>, bool)> {
-        let older = GetOptions::new()
-            .with_prefix()
-            .with_sort(SortTarget::Create, SortOrder::Descend)
-            .with_max_create_revision(self.revision - 1)
-            .with_limit(1)
-            .with_keys_only();
-        let txn = Txn::new().and_then([
-            TxnOp::get(self.dir, Some(older)),
-            TxnOp::get(self.entry, Some(GetOptions::new().with_keys_only())),
-        ]);
+        let txn = txn::predecessor(self.dir, self.entry, self.revision);
         let answer = self
             .store
             .txn("read the predecessor", Resend::Transient, txn)
             .await?;
-        let mut reads = gets(&answer).into_iter();
+        let mut reads = txn::gets(&answer).into_iter();
         let predecessor = reads
             .next()
             .and_then(|kvs| kvs.into_iter().next())
@@ -761,23 +725,6 @@ impl Waiter<'_> {
     }
 }
 
-/// `ttl` rounded up to whole seconds, at least one: what etcd is asked for.
-fn whole_seconds(ttl: Duration) -> u64 {
-    (ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0)).max(1)
-}
-
-/// The key-values of each read in a transaction's answer, in order.
-fn gets(answer: &TxnResponse) -> Vec<Vec<KeyValue>> {
-    answer
-        .op_responses()
-        .into_iter()
-        .filter_map(|op| match op {
-            TxnOpResponse::Get(mut get) => Some(get.take_kvs()),
-            _ => None,
-        })
-        .collect()
-}
-
 /// When [`EtcdStore::call`] may send a request again.
 #[derive(Clone, Copy)]
 enum Resend {
@@ -786,46 +733,6 @@ enum Resend {
     /// Only if it certainly reached no member.
     IfUnsent,
 }
-
-/// Whether the request failed before reaching any member: the connection could not be opened.
-/// Such a request can be sent again whatever it does.
-pub(crate) fn never_sent(error: &etcd_client::Error) -> bool {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
-    while let Some(current) = source {
-        let text = current.to_string();
-        if text.contains("tcp connect error") || text.contains("Connection refused") {
-            return true;
-        }
-        source = current.source();
-    }
-    false
-}
-
-/// Transport trouble and etcd's "try again" codes are retryable; everything else is not.
-fn is_retryable(error: &etcd_client::Error) -> bool {
-    use etcd_client::Error as E;
-    match error {
-        E::TransportError(_) | E::IoError(_) | E::WatchError(_) | E::LeaseKeepAliveError(_) => true,
-        E::GRpcStatus(status) => RETRYABLE_GRPC_CODES.contains(&(status.code() as i32)),
-        _ => false,
-    }
-}
-
-/// Maps the client library's error, kept as the source: retryable ones become
-/// [`Error::Unavailable`], the rest [`Error::Store`].
-pub(crate) fn client_error(what: &str, error: etcd_client::Error) -> Error {
-    let message = format!("{what}: {error}");
-    if is_retryable(&error) {
-        Error::unavailable(message, error)
-    } else {
-        Error::store(message, error)
-    }
-}
-
-/// gRPC's "try again" codes (the numbers are fixed by the gRPC spec): Cancelled, Unknown
-/// (tonic's transport failures), DeadlineExceeded, ResourceExhausted (etcd's "too many
-/// requests"), Aborted and Unavailable (etcd's "no leader", "leader changed", "timed out").
-const RETRYABLE_GRPC_CODES: [i32; 6] = [1, 2, 4, 8, 10, 14];
 
 #[async_trait]
 impl Acquire for EtcdStore {
@@ -882,13 +789,7 @@ impl Release for EtcdStore {
         }
         let token = i64::try_from(lease.fencing_token())
             .map_err(|_| Error::invalid("lease", "its token is not an etcd revision"))?;
-        let txn = Txn::new()
-            .when([Compare::create_revision(
-                held.entry.as_str(),
-                CompareOp::Equal,
-                token,
-            )])
-            .and_then([TxnOp::delete(held.entry.as_str(), None)]);
+        let txn = txn::delete_if_created_at(held.entry.as_str(), token);
         // Sent again only if unsent: a second delete would find nothing and report Lost.
         let deleted = self
             .txn("release", Resend::IfUnsent, txn)
@@ -971,7 +872,7 @@ impl LockStore for EtcdStore {
     fn capabilities(&self) -> Capabilities {
         Capabilities::new()
             .with_min_ttl(MIN_TTL)
-            .with_ttl_granularity(Duration::from_secs(1))
+            .with_ttl_granularity(TTL_GRANULARITY)
             .with_notified_wait(true)
             .with_fair_queue(true)
             .with_frees_on_disconnect(false)
