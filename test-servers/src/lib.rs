@@ -9,7 +9,8 @@
 //! (`SIGCONT`), [`RedisServer::kill`] (`SIGKILL`, stays down) and
 //! [`RedisServer::restart`] (same port), and the same on [`EtcdServer`],
 //! on each member of an [`EtcdCluster`] and on [`PostgresServer`] (which adds
-//! [`PostgresServer::crash_and_restart`]).
+//! [`PostgresServer::crash_and_restart`]). [`FreezableRelay`] cuts one client off from a
+//! server while the server and every other client go on.
 //!
 //! Everything is synchronous (`std::process`, `std::net`), so it can be used
 //! from plain `#[test]`s and from `#[tokio::test]`s alike.
@@ -52,10 +53,12 @@ mod etcd;
 mod postgres;
 mod process;
 mod redis;
+mod relay;
 
 pub use etcd::{EtcdCluster, EtcdServer};
 pub use postgres::PostgresServer;
 pub use redis::RedisServer;
+pub use relay::FreezableRelay;
 
 /// The result type of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

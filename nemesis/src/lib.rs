@@ -1,0 +1,26 @@
+//! The nemesis run (issue 22): many clients doing real fenced work on a shared resource while
+//! faults hit the lock store and the clients, and a checker that reads the whole history and
+//! proves that nothing unsafe was accepted, or shows what was.
+//!
+//! - [`worker`]: a client's loop (acquire, keep alive, claim-read-hold-write on the resource,
+//!   release), as a process of its own (so a pause is a real `SIGSTOP`) or, for `memory://`,
+//!   a task.
+//! - [`resource`]: the counter rows on a PostgreSQL server no fault touches, and the log of
+//!   accepted writes in the order the resource accepted them.
+//! - [`faults`] and [`run`]: the nemesis, seeded, and the controller.
+//! - [`checker`]: the rules a run must keep; [`report`] prints what it found.
+#![warn(missing_docs)]
+
+pub mod checker;
+pub mod clock;
+pub mod faults;
+pub mod history;
+pub mod report;
+pub mod resource;
+pub mod run;
+pub mod store;
+pub mod worker;
+
+pub use checker::{check, Stats, Verdict, Violation};
+pub use faults::{Fault, StoreKind};
+pub use run::{run, Options, StoreReport};

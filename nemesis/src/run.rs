@@ -1,0 +1,822 @@
+//! The controller: starts the store (or takes `--url`), the workers and the resource, injects
+//! faults at random times from a seeded RNG, stops everything, and hands the merged history
+//! and the resource's end state to the checker.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use fencelock::{CancellationToken, DynLockStore, Error, Result};
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+use test_servers::{EtcdCluster, FreezableRelay, PostgresServer, RedisServer};
+use tokio::runtime::Runtime;
+use tokio::sync::watch;
+
+use crate::checker::{check, Verdict};
+use crate::clock::now_ns;
+use crate::faults::{Fault, StoreKind};
+use crate::history::{Entry, Event, Recorder, Row};
+use crate::resource;
+use crate::store::{memory, Link, RestartingMemory};
+use crate::worker::{self, Emit, WorkerConfig};
+
+/// Ends the holders' sessions on the PostgreSQL lock store, as an operator would; one
+/// statement, so the holders found are the ones terminated.
+const TERMINATE_HOLDERS_SQL: &str = "SELECT count(pg_terminate_backend(pid)) FROM pg_locks \
+     WHERE locktype = 'advisory' AND granted AND pid <> pg_backend_pid()";
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// A live store to run against (client faults only); `None` starts each of `stores`.
+    pub url: Option<String>,
+    /// The stores to start, in order, when `url` is `None`.
+    pub stores: Vec<StoreKind>,
+    /// Only these faults (`None`: every fault that applies).
+    pub faults: Option<Vec<Fault>>,
+    /// How long faults are injected per store.
+    pub duration: Duration,
+    /// Workers at any time.
+    pub workers: u32,
+    /// The lease TTL.
+    pub ttl: Duration,
+    /// The longest hold inside the read-modify-write.
+    pub hold_max: Duration,
+    /// The nemesis's RNG seed.
+    pub seed: u64,
+    /// The resource's PostgreSQL (`None`: one is started).
+    pub resource_url: Option<String>,
+    /// The binary run as `worker` for process workers (normally this one).
+    pub worker_binary: PathBuf,
+    /// Where the histories are written (`None`: not written).
+    pub history_dir: Option<PathBuf>,
+    /// Progress lines on stderr.
+    pub verbose: bool,
+}
+
+/// One store's run: what was done and what the checker found.
+#[derive(Debug, Clone, Serialize)]
+pub struct StoreReport {
+    /// The store's name.
+    pub store: String,
+    /// The URL the workers used, password redacted (through their relays).
+    pub url: String,
+    /// The seed of the nemesis.
+    pub seed: u64,
+    /// The lease TTL in ms.
+    pub ttl_ms: u64,
+    /// Workers at any time.
+    pub workers: u32,
+    /// The faults injected, in order.
+    pub faults: Vec<String>,
+    /// The checker's findings.
+    pub verdict: Verdict,
+    /// Where the history was written.
+    pub history: Option<PathBuf>,
+}
+
+fn setup_error(what: impl std::fmt::Display) -> Error {
+    Error::Store {
+        message: format!("nemesis setup: {what}"),
+        source: None,
+    }
+}
+
+/// Runs every store the options name, one after another.
+pub fn run(options: &Options) -> Result<Vec<StoreReport>> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(setup_error)?;
+    let mut own_resource = None;
+    let resource_url = match &options.resource_url {
+        Some(url) => url.clone(),
+        None => {
+            let server = PostgresServer::start().map_err(setup_error)?;
+            let url = server.url();
+            own_resource = Some(server);
+            url
+        }
+    };
+    let targets: Vec<(StoreKind, Option<String>)> = match &options.url {
+        Some(url) => {
+            let kind = StoreKind::of_url(url)
+                .ok_or_else(|| Error::invalid("url", "no store of this scheme"))?;
+            vec![(kind, Some(url.clone()))]
+        }
+        None => options.stores.iter().map(|&k| (k, None)).collect(),
+    };
+    let mut reports = Vec::new();
+    for (kind, url) in targets {
+        let report = run_store(kind, url, options, &runtime, &resource_url)?;
+        reports.push(report);
+    }
+    drop(own_resource);
+    Ok(reports)
+}
+
+/// The servers of one store run, when the run started them.
+enum Servers {
+    None,
+    Redis(RedisServer),
+    Redlock(Vec<RedisServer>),
+    Etcd(EtcdCluster),
+    Postgres(PostgresServer),
+}
+
+impl Servers {
+    fn start(kind: StoreKind) -> Result<(Self, String)> {
+        let servers = match kind {
+            StoreKind::Memory | StoreKind::BrokenMemory => Servers::None,
+            StoreKind::Redis => Servers::Redis(RedisServer::start().map_err(setup_error)?),
+            StoreKind::Redlock => {
+                Servers::Redlock(RedisServer::start_many(5).map_err(setup_error)?)
+            }
+            StoreKind::Etcd => Servers::Etcd(EtcdCluster::start(3).map_err(setup_error)?),
+            StoreKind::Postgres => Servers::Postgres(PostgresServer::start().map_err(setup_error)?),
+        };
+        let url = match &servers {
+            Servers::None => "memory://nemesis".to_string(),
+            Servers::Redis(s) => s.url(),
+            Servers::Redlock(nodes) => format!(
+                "redlock://{}",
+                nodes
+                    .iter()
+                    .map(|n| format!("127.0.0.1:{}", n.port()))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
+            Servers::Etcd(c) => c.url(),
+            Servers::Postgres(s) => s.url(),
+        };
+        Ok((servers, url))
+    }
+}
+
+/// `scheme://[user@]` , the host list, and the rest of a URL.
+fn split_hosts(url: &str) -> (String, Vec<String>, String) {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return (String::new(), Vec::new(), url.to_string());
+    };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let (user, hosts) = match authority.rsplit_once('@') {
+        Some((user, hosts)) => (format!("{user}@"), hosts),
+        None => (String::new(), authority),
+    };
+    let hosts = hosts.split(',').map(str::to_string).collect();
+    (format!("{scheme}://{user}"), hosts, tail.to_string())
+}
+
+fn run_store(
+    kind: StoreKind,
+    url: Option<String>,
+    options: &Options,
+    runtime: &Runtime,
+    resource_url: &str,
+) -> Result<StoreReport> {
+    let say = |line: String| {
+        if options.verbose {
+            eprintln!("[nemesis {kind}] {line}");
+        }
+    };
+    let schema = format!("nemesis_{}", kind.name().replace('-', "_"));
+    runtime.block_on(resource::setup(resource_url, &schema))?;
+    let own = url.is_none();
+    let (mut servers, store_url) = match url {
+        Some(url) => (Servers::None, url),
+        None => Servers::start(kind)?,
+    };
+    let faults: Vec<Fault> = kind
+        .faults(own)
+        .into_iter()
+        .filter(|f| options.faults.as_ref().is_none_or(|only| only.contains(f)))
+        .collect();
+    say(format!(
+        "seed {}, {} workers, TTL {:?}, faults {:?}",
+        options.seed,
+        options.workers,
+        options.ttl,
+        faults.iter().map(|f| f.name()).collect::<Vec<_>>()
+    ));
+
+    let recorder = Recorder::new();
+    let (shared, restarting) = if kind.in_process() {
+        let (store, restarting) = if kind == StoreKind::BrokenMemory {
+            memory(Some(true))
+        } else {
+            memory(None)
+        };
+        (Some(store), restarting)
+    } else {
+        (None, None)
+    };
+    let mut pool = Pool {
+        runtime,
+        recorder: recorder.clone(),
+        store_url: store_url.clone(),
+        shared,
+        template: WorkerConfig {
+            id: 0,
+            ttl: options.ttl,
+            hold_max: options.hold_max,
+            resource_url: resource_url.to_string(),
+            schema: schema.clone(),
+        },
+        binary: options.worker_binary.clone(),
+        workers: BTreeMap::new(),
+        next_id: 1,
+        scanned: 0,
+        phase: HashMap::new(),
+    };
+    for _ in 0..options.workers {
+        pool.spawn()?;
+    }
+
+    let mut nemesis = Nemesis {
+        rng: StdRng::seed_from_u64(options.seed ^ seed_salt(kind)),
+        ttl: options.ttl,
+        recorder: recorder.clone(),
+        next_fault: 1,
+        injected: Vec::new(),
+    };
+    let start = Instant::now();
+    let mut cycle: Vec<Fault> = Vec::new();
+    while !faults.is_empty() {
+        let gap = options.ttl.mul_f64(nemesis.rng.random_range(0.5..1.5));
+        if start.elapsed() + gap >= options.duration {
+            break;
+        }
+        thread::sleep(gap);
+        if cycle.is_empty() {
+            // Every fault once per round, in a random order, so short runs see each kind.
+            cycle = faults.clone();
+            cycle.shuffle(&mut nemesis.rng);
+        }
+        let Some(fault) = cycle.pop() else { break };
+        match nemesis.inject(fault, &mut pool, &mut servers, restarting.as_deref()) {
+            Ok(Some(detail)) => say(format!("{fault}: {detail}")),
+            Ok(None) => say(format!("{fault}: skipped, no holder")),
+            Err(e) => say(format!("{fault}: failed: {e}")),
+        }
+    }
+    if let Some(rest) = options.duration.checked_sub(start.elapsed()) {
+        thread::sleep(rest);
+    }
+    // Time to recover, so the availability after the last fault is measured, not cut short.
+    thread::sleep(options.ttl * 2);
+    pool.stop_all(options.ttl);
+    let history = recorder.snapshot();
+    let state = runtime.block_on(resource::read_state(resource_url, &schema))?;
+    let verdict = check(
+        &history,
+        &state,
+        u64::try_from(options.ttl.as_millis()).unwrap_or(u64::MAX),
+    );
+    let history_path = match &options.history_dir {
+        Some(dir) => Some(write_history(dir, kind, &history, &state)?),
+        None => None,
+    };
+    drop(servers);
+    Ok(StoreReport {
+        store: kind.name().to_string(),
+        url: fencelock::redact(&store_url),
+        seed: options.seed,
+        ttl_ms: u64::try_from(options.ttl.as_millis()).unwrap_or(u64::MAX),
+        workers: options.workers,
+        faults: nemesis.injected,
+        verdict,
+        history: history_path,
+    })
+}
+
+/// Each store's faults come from its own stream, so replaying one store with `--seed` repeats
+/// its faults whatever other stores ran before.
+fn seed_salt(kind: StoreKind) -> u64 {
+    kind.name().bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+fn write_history(
+    dir: &std::path::Path,
+    kind: StoreKind,
+    history: &[Entry],
+    state: &resource::ResourceState,
+) -> Result<PathBuf> {
+    std::fs::create_dir_all(dir).map_err(setup_error)?;
+    let path = dir.join(format!("{}-history.jsonl", kind.name()));
+    let mut out = std::io::BufWriter::new(std::fs::File::create(&path).map_err(setup_error)?);
+    for entry in history {
+        let line = serde_json::to_string(entry).map_err(setup_error)?;
+        writeln!(out, "{line}").map_err(setup_error)?;
+    }
+    let resource = dir.join(format!("{}-resource.json", kind.name()));
+    let json = serde_json::to_string_pretty(state).map_err(setup_error)?;
+    std::fs::write(resource, json).map_err(setup_error)?;
+    out.flush().map_err(setup_error)?;
+    Ok(path)
+}
+
+/// A worker's progress, as the controller follows it from the history.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Waiting,
+    Granted,
+    /// Claimed the fenced row: inside its read-modify-write.
+    Working,
+}
+
+enum Handle {
+    Process {
+        child: Child,
+        stdin: Option<ChildStdin>,
+        relays: Vec<FreezableRelay>,
+        reader: Option<JoinHandle<()>>,
+    },
+    Task {
+        task: tokio::task::JoinHandle<()>,
+        link: Link,
+        gate: watch::Sender<bool>,
+        stop: CancellationToken,
+    },
+}
+
+struct Pool<'rt> {
+    runtime: &'rt Runtime,
+    recorder: Recorder,
+    store_url: String,
+    /// The store of in-process workers.
+    shared: Option<DynLockStore>,
+    template: WorkerConfig,
+    binary: PathBuf,
+    workers: BTreeMap<u32, Handle>,
+    next_id: u32,
+    scanned: usize,
+    phase: HashMap<u32, Phase>,
+}
+
+impl Pool<'_> {
+    fn spawn(&mut self) -> Result<u32> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let config = WorkerConfig {
+            id,
+            ..self.template.clone()
+        };
+        let handle = match &self.shared {
+            Some(store) => {
+                let link = Link::new(store.clone());
+                let gate = watch::Sender::new(true);
+                let stop = CancellationToken::new();
+                let recorder = self.recorder.clone();
+                let emit: Emit = Arc::new(move |e| recorder.push(e));
+                let task = self.runtime.spawn(worker::run(
+                    Arc::new(link.clone()),
+                    config,
+                    emit,
+                    stop.clone(),
+                    Some(gate.subscribe()),
+                ));
+                Handle::Task {
+                    task,
+                    link,
+                    gate,
+                    stop,
+                }
+            }
+            None => self.spawn_process(config)?,
+        };
+        self.workers.insert(id, handle);
+        Ok(id)
+    }
+
+    fn spawn_process(&self, config: WorkerConfig) -> Result<Handle> {
+        let (prefix, hosts, tail) = split_hosts(&self.store_url);
+        let relays = hosts
+            .iter()
+            .map(|h| FreezableRelay::start(h).map_err(setup_error))
+            .collect::<Result<Vec<_>>>()?;
+        let url = format!(
+            "{prefix}{}{tail}",
+            relays
+                .iter()
+                .map(FreezableRelay::address)
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+        let mut cmd = Command::new(&self.binary);
+        cmd.arg("worker")
+            .args(["--id", &config.id.to_string()])
+            .args(["--store-url", &url])
+            .args(["--resource-url", &config.resource_url])
+            .args(["--schema", &config.schema])
+            .args(["--ttl-ms", &config.ttl.as_millis().to_string()])
+            .args(["--hold-ms", &config.hold_max.as_millis().to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        // SAFETY: prctl is async-signal-safe; a worker must not outlive the controller.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+                Ok(())
+            });
+        }
+        let mut child = cmd.spawn().map_err(setup_error)?;
+        let stdin = child.stdin.take();
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| setup_error("worker without stdout"))?;
+        let recorder = self.recorder.clone();
+        let id = config.id;
+        let reader = thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                match serde_json::from_str::<Entry>(&line) {
+                    Ok(entry) => recorder.push(entry),
+                    Err(e) => recorder.push(Entry {
+                        t: now_ns(),
+                        worker: id,
+                        event: Event::Error {
+                            what: format!("unreadable line {line:?}: {e}"),
+                        },
+                    }),
+                }
+            }
+        });
+        Ok(Handle::Process {
+            child,
+            stdin,
+            relays,
+            reader: Some(reader),
+        })
+    }
+
+    /// Follows the history recorded since the last call.
+    fn follow(&mut self) {
+        let (scanned, phase) = (&mut self.scanned, &mut self.phase);
+        self.recorder.with(|entries| {
+            for e in &entries[*scanned..] {
+                let next = match &e.event {
+                    Event::Grant { .. } => Phase::Granted,
+                    Event::Read {
+                        row: Row::Fenced, ..
+                    } => Phase::Working,
+                    Event::Release { .. } | Event::Acquire { .. } => Phase::Waiting,
+                    _ => continue,
+                };
+                phase.insert(e.worker, next);
+            }
+            *scanned = entries.len();
+        });
+    }
+
+    /// A live worker holding the lock, preferably inside its read-modify-write.
+    fn holder(&mut self) -> Option<u32> {
+        self.follow();
+        let live = |id: &u32| self.workers.contains_key(id);
+        let working = self
+            .phase
+            .iter()
+            .find(|(id, p)| **p == Phase::Working && live(id));
+        let granted = self
+            .phase
+            .iter()
+            .find(|(id, p)| **p == Phase::Granted && live(id));
+        working.or(granted).map(|(id, _)| *id)
+    }
+
+    fn wait_for_holder(&mut self, within: Duration) -> Option<u32> {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(id) = self.holder() {
+                return Some(id);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn signal(&self, id: u32, sig: libc::c_int) {
+        if let Some(Handle::Process { child, .. }) = self.workers.get(&id) {
+            // SAFETY: plain system call on our own child, not yet reaped.
+            unsafe { libc::kill(child.id() as libc::pid_t, sig) };
+        }
+    }
+
+    /// Stops (`true`) or resumes (`false`) a worker as a whole.
+    fn pause(&self, id: u32, paused: bool) {
+        match self.workers.get(&id) {
+            Some(Handle::Process { .. }) => {
+                self.signal(id, if paused { libc::SIGSTOP } else { libc::SIGCONT })
+            }
+            Some(Handle::Task { link, gate, .. }) => {
+                // Link first on pause (the keep-alive stalls at once), gate first on resume.
+                if paused {
+                    link.cut(true);
+                    gate.send_replace(false);
+                } else {
+                    gate.send_replace(true);
+                    link.cut(false);
+                }
+            }
+            None => {}
+        }
+    }
+
+    /// Cuts (`true`) or restores a worker's way to the store: all of it, or the relays to
+    /// the nodes `only` lists.
+    fn cut(&self, id: u32, cut: bool, only: Option<&[usize]>) {
+        match self.workers.get(&id) {
+            Some(Handle::Process { relays, .. }) => {
+                for (i, relay) in relays.iter().enumerate() {
+                    if only.is_none_or(|o| o.contains(&i)) {
+                        relay.freeze(cut);
+                    }
+                }
+            }
+            Some(Handle::Task { link, .. }) => link.cut(cut),
+            None => {}
+        }
+    }
+
+    fn kill(&mut self, id: u32) {
+        match self.workers.remove(&id) {
+            Some(Handle::Process {
+                mut child, reader, ..
+            }) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                if let Some(reader) = reader {
+                    let _ = reader.join();
+                }
+            }
+            Some(Handle::Task { task, .. }) => {
+                task.abort();
+                let _ = self.runtime.block_on(task);
+            }
+            None => {}
+        }
+    }
+
+    /// Asks every worker to stop after its current round, then kills what is left.
+    fn stop_all(&mut self, ttl: Duration) {
+        let ids: Vec<u32> = self.workers.keys().copied().collect();
+        for id in &ids {
+            self.pause(*id, false);
+            self.cut(*id, false, None);
+        }
+        for handle in self.workers.values_mut() {
+            match handle {
+                Handle::Process { stdin, .. } => drop(stdin.take()),
+                Handle::Task { stop, .. } => stop.cancel(),
+            }
+        }
+        let deadline = Instant::now() + ttl * 4 + Duration::from_secs(10);
+        for (_, handle) in std::mem::take(&mut self.workers) {
+            match handle {
+                Handle::Process {
+                    mut child, reader, ..
+                } => {
+                    while Instant::now() < deadline && matches!(child.try_wait(), Ok(None)) {
+                        thread::sleep(Duration::from_millis(10));
+                    }
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    if let Some(reader) = reader {
+                        let _ = reader.join();
+                    }
+                }
+                Handle::Task { task, .. } => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    self.runtime.block_on(async {
+                        let abort = task.abort_handle();
+                        if tokio::time::timeout(left, task).await.is_err() {
+                            abort.abort();
+                        }
+                    });
+                }
+            }
+        }
+    }
+}
+
+struct Nemesis {
+    rng: StdRng,
+    ttl: Duration,
+    recorder: Recorder,
+    next_fault: u32,
+    injected: Vec<String>,
+}
+
+impl Nemesis {
+    /// Longer than the TTL, so the lock is taken over meanwhile.
+    fn past_ttl(&mut self) -> Duration {
+        self.ttl.mul_f64(self.rng.random_range(1.5..2.5))
+    }
+
+    fn record(&mut self, fault: Fault, target: Option<u32>, detail: &str) -> u32 {
+        let id = self.next_fault;
+        self.next_fault += 1;
+        self.recorder.push(Entry {
+            t: now_ns(),
+            worker: 0,
+            event: Event::Fault {
+                id,
+                kind: fault.name().to_string(),
+                target,
+                frees_early: fault.frees_early(),
+                detail: detail.to_string(),
+            },
+        });
+        self.injected.push(fault.name().to_string());
+        id
+    }
+
+    fn healed(&self, id: u32) {
+        self.recorder.push(Entry {
+            t: now_ns(),
+            worker: 0,
+            event: Event::Healed { id },
+        });
+    }
+
+    /// Injects `fault` and heals it; `None` if it needed a holder and there was none.
+    fn inject(
+        &mut self,
+        fault: Fault,
+        pool: &mut Pool<'_>,
+        servers: &mut Servers,
+        restarting: Option<&RestartingMemory>,
+    ) -> Result<Option<String>> {
+        let holder = if fault.needs_holder() {
+            match pool.wait_for_holder(self.ttl * 3 + Duration::from_secs(2)) {
+                Some(id) => Some(id),
+                None => return Ok(None),
+            }
+        } else {
+            None
+        };
+        let fail = |e: test_servers::Error| setup_error(format!("{fault}: {e}"));
+        let detail = match (fault, &mut *servers) {
+            (Fault::Pause, _) => {
+                let (w, pause) = (holder.unwrap_or(0), self.past_ttl());
+                let id = self.record(fault, holder, &format!("worker {w} for {pause:?}"));
+                pool.pause(w, true);
+                thread::sleep(pause);
+                pool.pause(w, false);
+                self.healed(id);
+                format!("worker {w} paused for {pause:?}")
+            }
+            (Fault::Kill, _) => {
+                let w = holder.unwrap_or(0);
+                let id = self.record(fault, holder, &format!("worker {w}"));
+                pool.kill(w);
+                let replacement = pool.spawn()?;
+                self.healed(id);
+                format!("worker {w} killed, worker {replacement} started")
+            }
+            (Fault::Cut, _) => {
+                let (w, cut) = (holder.unwrap_or(0), self.past_ttl());
+                let id = self.record(fault, holder, &format!("worker {w} for {cut:?}"));
+                pool.cut(w, true, None);
+                thread::sleep(cut);
+                pool.cut(w, false, None);
+                self.healed(id);
+                format!("worker {w} cut off for {cut:?}")
+            }
+            (Fault::RedlockCutMinority, Servers::Redlock(nodes)) => {
+                let (w, cut) = (holder.unwrap_or(0), self.past_ttl());
+                let mut picked: Vec<usize> = (0..nodes.len()).collect();
+                picked.shuffle(&mut self.rng);
+                picked.truncate(nodes.len().saturating_sub(1) / 2);
+                let what = format!("worker {w} from nodes {picked:?} for {cut:?}");
+                let id = self.record(fault, holder, &what);
+                pool.cut(w, true, Some(&picked));
+                thread::sleep(cut);
+                pool.cut(w, false, Some(&picked));
+                self.healed(id);
+                what
+            }
+            (Fault::StoreRestart, _) => {
+                let store = restarting.ok_or_else(|| setup_error("not a restartable store"))?;
+                let id = self.record(fault, None, "memory store restarted");
+                store.restart();
+                self.healed(id);
+                "memory store restarted".to_string()
+            }
+            (Fault::RedisRestart, Servers::Redis(server)) => {
+                let id = self.record(fault, None, "SIGKILL, restart empty");
+                server.restart().map_err(fail)?;
+                self.healed(id);
+                "killed and restarted empty".to_string()
+            }
+            (Fault::RedlockRestartMinority, Servers::Redlock(nodes)) => {
+                let mut picked: Vec<usize> = (0..nodes.len()).collect();
+                picked.shuffle(&mut self.rng);
+                picked.truncate(nodes.len().saturating_sub(1) / 2);
+                let down = self.past_ttl();
+                let what = format!("nodes {picked:?} killed, restarted empty after {down:?}");
+                let id = self.record(fault, None, &what);
+                for &i in &picked {
+                    nodes[i].kill().map_err(fail)?;
+                }
+                thread::sleep(down);
+                for &i in &picked {
+                    nodes[i].restart().map_err(fail)?;
+                }
+                self.healed(id);
+                what
+            }
+            (Fault::EtcdKillLeader, Servers::Etcd(cluster)) => {
+                let leader = cluster.leader().map_err(fail)?;
+                let down = self.past_ttl();
+                let what = format!("leader (member {leader}) killed, restarted after {down:?}");
+                let id = self.record(fault, None, &what);
+                cluster.kill(leader).map_err(fail)?;
+                thread::sleep(down);
+                cluster.restart(leader).map_err(fail)?;
+                self.healed(id);
+                what
+            }
+            (Fault::EtcdStopMinority, Servers::Etcd(cluster)) => {
+                let member = self.rng.random_range(0..cluster.member_count());
+                let stopped = self.past_ttl();
+                let what = format!("member {member} stopped for {stopped:?}");
+                let id = self.record(fault, None, &what);
+                cluster.pause(member).map_err(fail)?;
+                thread::sleep(stopped);
+                cluster.resume(member).map_err(fail)?;
+                self.healed(id);
+                what
+            }
+            (Fault::PgTerminate, Servers::Postgres(server)) => {
+                let target = pool.holder();
+                let id = self.record(
+                    fault,
+                    target,
+                    "pg_terminate_backend of advisory-lock holders",
+                );
+                let url = server.url();
+                let ended = pool.runtime.block_on(async move {
+                    use sqlx::Connection;
+                    let mut conn = sqlx::PgConnection::connect(&url).await?;
+                    sqlx::query_scalar::<_, i64>(TERMINATE_HOLDERS_SQL)
+                        .fetch_one(&mut conn)
+                        .await
+                });
+                self.healed(id);
+                match ended {
+                    Ok(n) => format!("{n} holder session(s) terminated"),
+                    Err(e) => format!("terminate failed: {e}"),
+                }
+            }
+            (Fault::PgRestart, Servers::Postgres(server)) => {
+                let id = self.record(fault, None, "pg_ctl restart -m fast");
+                server.restart().map_err(fail)?;
+                self.healed(id);
+                "fast restart".to_string()
+            }
+            (fault, _) => return Err(setup_error(format!("{fault} does not apply to this store"))),
+        };
+        Ok(Some(detail))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_are_split_from_the_rest_of_the_url() {
+        assert_eq!(
+            split_hosts("redlock://u:p@a:1,b:2/0?prefix=x"),
+            (
+                "redlock://u:p@".to_string(),
+                vec!["a:1".to_string(), "b:2".to_string()],
+                "/0?prefix=x".to_string()
+            )
+        );
+        assert_eq!(
+            split_hosts("postgres://postgres@127.0.0.1:5/postgres"),
+            (
+                "postgres://postgres@".to_string(),
+                vec!["127.0.0.1:5".to_string()],
+                "/postgres".to_string()
+            )
+        );
+    }
+}

@@ -1,0 +1,263 @@
+//! Stores for in-process workers: a per-worker [`Link`] that can be cut like a frozen relay,
+//! and [`RestartingMemory`], a memory store that can be "restarted", honestly (tokens go on) or
+//! deliberately broken (tokens start over), to prove the checker catches a broken store.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use fencelock::{
+    Acquire, Capabilities, DynLockStore, Extend, KeyStatus, Lease, LockStore, MemoryStore, Release,
+    ReleaseOutcome, Result,
+};
+use tokio::sync::watch;
+
+/// One worker's way to a shared store. While cut, every call waits until the link is restored,
+/// as a request through a frozen TCP relay would.
+#[derive(Debug, Clone)]
+pub struct Link {
+    inner: DynLockStore,
+    open: watch::Sender<bool>,
+}
+
+impl Link {
+    /// A link to `inner`, open.
+    pub fn new(inner: DynLockStore) -> Self {
+        Link {
+            inner,
+            open: watch::Sender::new(true),
+        }
+    }
+
+    /// Cuts (`true`) or restores (`false`) the link.
+    pub fn cut(&self, cut: bool) {
+        self.open.send_replace(!cut);
+    }
+
+    async fn through(&self) {
+        let mut open = self.open.subscribe();
+        // The sender lives in `self`, so the wait cannot fail.
+        let _ = open.wait_for(|&open| open).await;
+    }
+}
+
+#[deny(clippy::missing_trait_methods)]
+#[async_trait]
+impl Acquire for Link {
+    async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Lease> {
+        self.through().await;
+        let lease = self.inner.try_acquire(key, ttl).await;
+        self.through().await;
+        lease
+    }
+
+    async fn acquire(&self, key: &str, ttl: Duration, wait: Duration) -> Result<Lease> {
+        self.through().await;
+        let lease = self.inner.acquire(key, ttl, wait).await;
+        self.through().await;
+        lease
+    }
+}
+
+#[deny(clippy::missing_trait_methods)]
+#[async_trait]
+impl Release for Link {
+    async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
+        self.through().await;
+        let outcome = self.inner.release(lease).await;
+        self.through().await;
+        outcome
+    }
+}
+
+#[deny(clippy::missing_trait_methods)]
+#[async_trait]
+impl Extend for Link {
+    async fn extend(&self, lease: &Lease) -> Result<()> {
+        self.through().await;
+        // An extend sent before a cut may be applied; its answer is held back, like a relay's.
+        let answer = self.inner.extend(lease).await;
+        self.through().await;
+        answer
+    }
+}
+
+#[deny(clippy::missing_trait_methods)]
+#[async_trait]
+impl LockStore for Link {
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+
+    async fn status(&self, key: &str) -> Result<KeyStatus> {
+        self.through().await;
+        self.inner.status(key).await
+    }
+}
+
+/// A memory store that a fault can restart: it forgets every lock. An honest restart keeps
+/// the token counter going (as Redis keeps its tokens growing from the server's clock); a
+/// broken one starts tokens over from 1, so the next holder's token is below the resource's
+/// fence while that holder believes it holds the lock.
+#[derive(Debug)]
+pub struct RestartingMemory {
+    current: Mutex<MemoryStore>,
+    tokens_restart: bool,
+    /// Added to every token: the highest token handed out before the last honest restart.
+    base: Mutex<u64>,
+    highest: Mutex<u64>,
+    restarted: AtomicBool,
+}
+
+impl RestartingMemory {
+    /// A store whose restarts keep tokens growing (`tokens_restart: false`), or the broken one.
+    pub fn new(tokens_restart: bool) -> Self {
+        RestartingMemory {
+            current: Mutex::new(MemoryStore::new()),
+            tokens_restart,
+            base: Mutex::new(0),
+            highest: Mutex::new(0),
+            restarted: AtomicBool::new(false),
+        }
+    }
+
+    /// Forgets every lock, as a server restarted without persistence would.
+    pub fn restart(&self) {
+        let highest = *self.highest.lock().unwrap_or_else(PoisonError::into_inner);
+        *self.base.lock().unwrap_or_else(PoisonError::into_inner) =
+            if self.tokens_restart { 0 } else { highest };
+        *self.current.lock().unwrap_or_else(PoisonError::into_inner) = MemoryStore::new();
+        self.restarted.store(true, Ordering::SeqCst);
+    }
+
+    fn store(&self) -> MemoryStore {
+        self.current
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The memory store's lease with its token moved up by the base.
+    fn rebase(&self, lease: Lease) -> Lease {
+        let base = *self.base.lock().unwrap_or_else(PoisonError::into_inner);
+        let token = lease.fencing_token() + base;
+        let mut highest = self.highest.lock().unwrap_or_else(PoisonError::into_inner);
+        *highest = (*highest).max(token);
+        let sent_at = lease.valid_until() + fencelock::drift(lease.ttl()) - lease.ttl();
+        let (key, owner, ttl) = (lease.key().to_string(), lease.owner(), lease.ttl());
+        Lease::with_store_state(&key, owner, token, ttl, sent_at, lease)
+    }
+
+    /// The memory store's own lease inside one of ours, if it is from the current store.
+    fn inner(lease: &Lease) -> Option<&Lease> {
+        lease.store_state::<Lease>()
+    }
+}
+
+#[deny(clippy::missing_trait_methods)]
+#[async_trait]
+impl Acquire for RestartingMemory {
+    async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Lease> {
+        let lease = self.store().try_acquire(key, ttl).await?;
+        Ok(self.rebase(lease))
+    }
+
+    async fn acquire(&self, key: &str, ttl: Duration, wait: Duration) -> Result<Lease> {
+        let lease = self.store().acquire(key, ttl, wait).await?;
+        Ok(self.rebase(lease))
+    }
+}
+
+#[deny(clippy::missing_trait_methods)]
+#[async_trait]
+impl Release for RestartingMemory {
+    async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
+        match Self::inner(lease) {
+            // A lease of a store since restarted is unknown to the new one: owner ids differ.
+            Some(inner) => self.store().release(inner).await,
+            None => Ok(ReleaseOutcome::Lost),
+        }
+    }
+}
+
+#[deny(clippy::missing_trait_methods)]
+#[async_trait]
+impl Extend for RestartingMemory {
+    async fn extend(&self, lease: &Lease) -> Result<()> {
+        let Some(inner) = Self::inner(lease) else {
+            return Err(fencelock::Error::lost(lease, "not a lease of this store"));
+        };
+        let sent_at = fencelock::Instant::now();
+        self.store().extend(inner).await?;
+        lease.confirm(sent_at);
+        Ok(())
+    }
+}
+
+#[deny(clippy::missing_trait_methods)]
+#[async_trait]
+impl LockStore for RestartingMemory {
+    fn capabilities(&self) -> Capabilities {
+        self.store().capabilities()
+    }
+
+    async fn status(&self, key: &str) -> Result<KeyStatus> {
+        self.store().status(key).await
+    }
+}
+
+/// A shared store for in-process workers: plain memory, or memory that faults may restart.
+pub fn memory(tokens_restart: Option<bool>) -> (DynLockStore, Option<Arc<RestartingMemory>>) {
+    match tokens_restart {
+        None => (Arc::new(MemoryStore::new()), None),
+        Some(broken) => {
+            let store = Arc::new(RestartingMemory::new(broken));
+            (store.clone(), Some(store))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_honest_restart_keeps_tokens_growing_and_a_broken_one_does_not() {
+        for (broken, grows) in [(false, true), (true, false)] {
+            let store = RestartingMemory::new(broken);
+            let ttl = Duration::from_secs(5);
+            let first = store.try_acquire("k", ttl).await.unwrap();
+            let _ = store.try_acquire("k", ttl).await.unwrap_err();
+            store.restart();
+            let second = store.try_acquire("k", ttl).await.unwrap();
+            assert_eq!(
+                second.fencing_token() > first.fencing_token(),
+                grows,
+                "broken={broken}"
+            );
+            assert_eq!(store.release(&first).await.unwrap(), ReleaseOutcome::Lost);
+            store.extend(&second).await.unwrap();
+            assert_eq!(
+                store.release(&second).await.unwrap(),
+                ReleaseOutcome::Released
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_cut_link_holds_calls_until_restored() {
+        let link = Link::new(Arc::new(MemoryStore::new()));
+        link.cut(true);
+        let call = link.try_acquire("k", Duration::from_secs(5));
+        assert!(tokio::time::timeout(Duration::from_millis(100), call)
+            .await
+            .is_err());
+        link.cut(false);
+        let lease = link.try_acquire("k", Duration::from_secs(5)).await.unwrap();
+        assert_eq!(
+            link.release(&lease).await.unwrap(),
+            ReleaseOutcome::Released
+        );
+    }
+}

@@ -1,0 +1,304 @@
+//! A worker: takes the lock, keeps it alive, increments the three rows of the resource, holds
+//! for a random time inside the read-modify-write, releases; and reports every step.
+//!
+//! The hold sits between the reads and the writes, so a pause or a cut that hits a holder
+//! lands inside its read-modify-write: exactly where a check at the write alone, or no check,
+//! loses an update. The worker never looks at its lost signal before writing: the fence alone
+//! must refuse what a stale holder sends.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fencelock::{DynLockStore, KeepAlive, Lease, ReleaseOutcome};
+use rand::Rng;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::clock::{now_ns, to_ns};
+use crate::history::{Entry, Event, Row};
+use crate::resource::Resource;
+
+/// The lock every worker contends for.
+pub const KEY: &str = "nemesis-counter";
+
+/// What a worker does.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// Its number in the history (1, 2, …).
+    pub id: u32,
+    /// The lease TTL it asks for.
+    pub ttl: Duration,
+    /// The longest hold between the reads and the writes.
+    pub hold_max: Duration,
+    /// The resource's PostgreSQL URL.
+    pub resource_url: String,
+    /// The resource's schema for this store run.
+    pub schema: String,
+}
+
+/// Where a worker's steps go: a line on stdout, or the controller's recorder.
+pub type Emit = Arc<dyn Fn(Entry) + Send + Sync>;
+
+/// A switch that holds a worker at its next step while off (the in-process stand-in for
+/// `SIGSTOP`, used with a cut [`Link`](crate::store::Link) so its keep-alive stalls too).
+pub type Gate = watch::Receiver<bool>;
+
+/// Runs the worker loop until `stop` is cancelled (checked before each acquisition).
+///
+/// # Cancel safety
+/// Dropping the future (a killed worker) drops its lease without releasing it, and its
+/// keep-alive with it: the lease expires at its TTL, as a killed process's would.
+pub async fn run(
+    store: DynLockStore,
+    config: WorkerConfig,
+    emit: Emit,
+    stop: fencelock::CancellationToken,
+    mut gate: Option<Gate>,
+) {
+    let id = config.id;
+    let say = move |event: Event| {
+        emit(Entry {
+            t: now_ns(),
+            worker: id,
+            event,
+        })
+    };
+    say(Event::Start {
+        pid: if gate.is_some() {
+            0
+        } else {
+            std::process::id()
+        },
+    });
+    let mut resource: Option<Resource> = None;
+    let wait = config.ttl * 3 + Duration::from_secs(2);
+    let mut lease_no = 0u64;
+    while !stop.is_cancelled() {
+        lease_no += 1;
+        pass(&mut gate).await;
+        say(Event::Acquire { lease: lease_no });
+        let granted = tokio::select! {
+            () = stop.cancelled() => return,
+            granted = store.acquire(KEY, config.ttl, wait) => granted,
+        };
+        let lease = match granted {
+            Ok(lease) => lease,
+            Err(error) => {
+                say(Event::AcquireFailed {
+                    lease: lease_no,
+                    error: error.to_string(),
+                });
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        say(Event::Grant {
+            lease: lease_no,
+            token: lease.fencing_token(),
+            ttl_ms: u64::try_from(lease.ttl().as_millis()).unwrap_or(u64::MAX),
+            deadline: to_ns(lease.valid_until()),
+        });
+        let kept = Arc::new(KeepAlive::start(store.clone(), lease.clone()));
+        let watcher = watch_lost(kept.clone(), lease_no, say.clone_box());
+        if resource.is_none() {
+            match Resource::connect(&config.resource_url, &config.schema).await {
+                Ok(r) => resource = Some(r),
+                Err(e) => say(Event::Error {
+                    what: e.to_string(),
+                }),
+            }
+        }
+        if let Some(r) = resource.as_mut() {
+            let step = Step {
+                lease: &lease,
+                lease_no,
+                kept: &kept,
+                worker: id,
+            };
+            if let Err(e) = work(r, &step, &config, &say, &mut gate).await {
+                say(Event::Error {
+                    what: e.to_string(),
+                });
+                resource = None;
+            }
+        }
+        watcher.abort();
+        drop(kept);
+        pass(&mut gate).await;
+        let outcome = match store.release(&lease).await {
+            Ok(ReleaseOutcome::Released) => "released".to_string(),
+            Ok(ReleaseOutcome::Lost) => "lost".to_string(),
+            Err(e) => e.to_string(),
+        };
+        say(Event::Release {
+            lease: lease_no,
+            token: lease.fencing_token(),
+            outcome,
+        });
+        // A short breath, so the lock changes hands rather than going back to the same worker.
+        let breath = rand::rng().random_range(0..=config.hold_max.as_millis() as u64 / 4 + 1);
+        tokio::time::sleep(Duration::from_millis(breath)).await;
+    }
+}
+
+/// The current lease, for the steps' events.
+struct Step<'a> {
+    lease: &'a Lease,
+    lease_no: u64,
+    kept: &'a KeepAlive,
+    worker: u32,
+}
+
+impl Step<'_> {
+    fn read(&self, row: Row, value: Option<i64>) -> Event {
+        Event::Read {
+            lease: self.lease_no,
+            token: self.lease.fencing_token(),
+            row,
+            value,
+            deadline: to_ns(self.lease.valid_until()),
+            lost: self.kept.is_lost(),
+        }
+    }
+
+    fn write(&self, row: Row, log_id: Option<i64>) -> Event {
+        Event::Write {
+            lease: self.lease_no,
+            token: self.lease.fencing_token(),
+            row,
+            log_id,
+            deadline: to_ns(self.lease.valid_until()),
+            lost: self.kept.is_lost(),
+        }
+    }
+}
+
+/// The critical section: read the three rows (claiming the fenced one), hold, write them.
+async fn work(
+    r: &mut Resource,
+    step: &Step<'_>,
+    config: &WorkerConfig,
+    say: &(impl Fn(Event) + ?Sized),
+    gate: &mut Option<Gate>,
+) -> fencelock::Result<()> {
+    let token = step.lease.fencing_token();
+    pass(gate).await;
+    let claimed = r.claim(token).await?;
+    say(step.read(Row::Fenced, claimed));
+    pass(gate).await;
+    let write_only = r.read(Row::WriteOnly).await?;
+    say(step.read(Row::WriteOnly, Some(write_only)));
+    let shadow = r.read(Row::Shadow).await?;
+    say(step.read(Row::Shadow, Some(shadow)));
+
+    let hold = rand::rng().random_range(0..=config.hold_max.as_millis() as u64);
+    tokio::time::sleep(Duration::from_millis(hold)).await;
+
+    for (row, read) in [
+        (Row::Fenced, claimed),
+        (Row::WriteOnly, Some(write_only)),
+        (Row::Shadow, Some(shadow)),
+    ] {
+        let Some(read) = read else {
+            continue; // the claim was refused: nothing to write
+        };
+        pass(gate).await;
+        let log_id = r
+            .write(row, token, read + 1, step.worker, step.lease_no)
+            .await?;
+        say(step.write(row, log_id));
+    }
+    Ok(())
+}
+
+/// Waits while the gate is off.
+async fn pass(gate: &mut Option<Gate>) {
+    if let Some(gate) = gate {
+        // The controller keeps the sender as long as the worker runs.
+        let _ = gate.wait_for(|&on| on).await;
+    }
+}
+
+fn watch_lost(
+    kept: Arc<KeepAlive>,
+    lease_no: u64,
+    say: Box<dyn Fn(Event) + Send>,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        kept.lost().await;
+        say(Event::Lost {
+            lease: lease_no,
+            token: kept.lease().fencing_token(),
+            reason: kept.lost_reason().unwrap_or_default(),
+        });
+    })
+}
+
+/// A closure that can be cloned into a boxed one for another task.
+trait CloneBox {
+    fn clone_box(&self) -> Box<dyn Fn(Event) + Send>;
+}
+
+impl<F: Fn(Event) + Clone + Send + 'static> CloneBox for F {
+    fn clone_box(&self) -> Box<dyn Fn(Event) + Send> {
+        Box::new(self.clone())
+    }
+}
+
+/// The hidden `worker` mode of the binary: connects to `store_url` (retrying while the store
+/// is down), runs the loop, writes each step as a JSON line on stdout, and stops when stdin
+/// closes (the controller's way to end the run).
+pub fn run_process(store_url: &str, config: WorkerConfig) -> std::process::ExitCode {
+    use std::io::{Read, Write};
+
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("worker {}: no runtime: {e}", config.id);
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let stop = fencelock::CancellationToken::new();
+    std::thread::spawn({
+        let stop = stop.clone();
+        move || {
+            let mut sink = [0u8; 64];
+            while std::io::stdin().read(&mut sink).is_ok_and(|n| n > 0) {}
+            stop.cancel();
+        }
+    });
+    let emit: Emit = Arc::new(|entry: Entry| {
+        let mut out = std::io::stdout().lock();
+        if let Ok(line) = serde_json::to_string(&entry) {
+            // A closed stdout means the controller is gone; the parent-death signal follows.
+            let _ = writeln!(out, "{line}");
+            let _ = out.flush();
+        }
+    });
+    runtime.block_on(async move {
+        let store = loop {
+            match fencelock::connect(store_url).await {
+                Ok(store) => break store,
+                Err(e) if stop.is_cancelled() => {
+                    eprintln!("worker {}: {e}", config.id);
+                    return;
+                }
+                Err(e) => {
+                    emit(Entry {
+                        t: now_ns(),
+                        worker: config.id,
+                        event: Event::Error {
+                            what: format!("connect: {e}"),
+                        },
+                    });
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        };
+        run(store, config, emit, stop, None).await;
+    });
+    std::process::ExitCode::SUCCESS
+}
