@@ -9,7 +9,8 @@ use lock_core::{Error, Result};
 use sqlx::postgres::{PgConnectOptions, PgSslMode};
 use url::Url;
 
-use crate::key::Space;
+use crate::keys::Space;
+use crate::sql;
 
 /// The default namespace: keys of stores with different namespaces (or fence tables) never
 /// contend.
@@ -24,6 +25,10 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
 /// The default number of idle connections a store keeps for reuse.
 pub const DEFAULT_MAX_IDLE: usize = 16;
+/// The shortest TTL this store accepts. A shorter lease would spend most of its life on the
+/// round trips and the durable commit of its own acquire. TTLs travel as whole milliseconds
+/// (the server's timers), rounded up.
+pub const MIN_TTL: Duration = Duration::from_millis(100);
 
 /// The query-string options this crate reads (and removes before sqlx parses the rest).
 const OWN_OPTIONS: &[&str] = &[
@@ -182,7 +187,7 @@ impl PostgresConfig {
     /// of time (the store then needs no `CREATE` privilege). The table records lock-id scheme
     /// [`LOCK_ID_SCHEME`](crate::LOCK_ID_SCHEME).
     pub fn fence_table_ddl(&self) -> String {
-        crate::store::fence_table_ddl(&self.fence_table())
+        sql::fence_table_ddl(&self.fence_table())
     }
 
     /// The SQL that moves a fence table made by a lock-id scheme 1 store (one that records no
@@ -191,7 +196,7 @@ impl PostgresConfig {
     /// store of the older scheme using this table has stopped: see the crate docs, "Upgrading
     /// the lock-id scheme". Afterwards an older store's acquire fails on this table.
     pub fn lock_id_scheme_upgrade_sql(&self) -> String {
-        crate::store::upgrade_from_scheme_1(&self.fence_table())
+        sql::upgrade_from_scheme_1(&self.fence_table())
     }
 
     /// The lock space of this configuration: the fence table and the namespace, which together

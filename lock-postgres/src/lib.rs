@@ -189,21 +189,18 @@
 //! the watch task sees its own role's backends, which are the ones it watches).
 #![warn(missing_docs)]
 
+// Module order (each imports only from those before it): keys, sql, config, error, session, watch, store.
 mod config;
-mod key;
+mod error;
+mod keys;
 mod session;
+mod sql;
 mod store;
 mod watch;
 
-use std::time::Duration;
-
 pub use config::{
     PostgresConfig, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_IDLE,
-    DEFAULT_NAMESPACE, DEFAULT_SCHEMA, DEFAULT_TABLE,
+    DEFAULT_NAMESPACE, DEFAULT_SCHEMA, DEFAULT_TABLE, MIN_TTL,
 };
-pub use key::{lock_id, pg_locks_ids, raw_key_name, LOCK_ID_SCHEME};
+pub use keys::{lock_id, pg_locks_ids, raw_key_name, LOCK_ID_SCHEME};
 pub use store::PostgresStore;
-
-/// The shortest TTL this store accepts. A shorter lease would spend most of its life on the
-/// round trips and the durable commit of its own acquire.
-pub const MIN_TTL: Duration = Duration::from_millis(100);

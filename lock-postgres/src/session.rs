@@ -1,21 +1,19 @@
 //! Server sessions: one dedicated connection per held lease, idle ones kept for reuse, and
-//! the mapping of sqlx errors onto the contract's errors.
+//! the guard that ends a cancelled waiter's backend.
 
-use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
 
 use lock_core::Error;
-use sqlx::postgres::{PgConnectOptions, PgConnection, PgDatabaseError, PgSeverity};
+use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::{Connection, Row};
 use tokio::sync::OnceCell;
 use tokio::time::timeout;
 
-use crate::key::check_recorded_scheme;
-use crate::store::Statements;
-use crate::watch::Watch;
-use crate::PostgresConfig;
+use crate::config::PostgresConfig;
+use crate::error::{bounded, connect_error, is_duplicate_object, sql_error};
+use crate::keys::check_recorded_scheme;
+use crate::sql::{Statements, FENCE_TABLE_STATE, SESSION_INFO, TERMINATE_WAITER};
 
 /// How often a backend that runs a statement (a lock wait) polls its socket to notice a client
 /// that went away (`client_connection_check_interval`, PostgreSQL 14+), so a dropped waiter's
@@ -83,8 +81,6 @@ pub(crate) struct Sessions {
     open: Arc<AtomicUsize>,
     fence_table_ready: OnceCell<()>,
     pub(crate) sql: Statements,
-    /// The held leases whose sessions the handle's task watches.
-    pub(crate) watch: Watch,
 }
 
 impl Sessions {
@@ -98,7 +94,6 @@ impl Sessions {
             open: Arc::new(AtomicUsize::new(0)),
             fence_table_ready: OnceCell::new(),
             sql,
-            watch: Watch::new(),
         }
     }
 
@@ -156,7 +151,7 @@ impl Sessions {
         let opening = async {
             let mut conn = PgConnection::connect_with(&self.options)
                 .await
-                .map_err(|e| connect_error(&self.config, e))?;
+                .map_err(|e| connect_error(self.config.redacted(), e))?;
             if conn.server_version_num().is_some_and(|v| v < 140_000) {
                 return Err(Error::Store {
                     message: format!(
@@ -167,7 +162,7 @@ impl Sessions {
                     source: None,
                 });
             }
-            let row = sqlx::query(crate::store::SESSION_INFO)
+            let row = sqlx::query(SESSION_INFO)
                 .fetch_one(&mut conn)
                 .await
                 .map_err(|e| sql_error("reading the session's backend", e))?;
@@ -238,7 +233,7 @@ impl Sessions {
         conn: &mut PgConnection,
     ) -> lock_core::Result<FenceTableState> {
         let failed = |e| sql_error("looking for the fence table", e);
-        let row = sqlx::query(crate::store::FENCE_TABLE_STATE)
+        let row = sqlx::query(FENCE_TABLE_STATE)
             .bind(format!("\"{}\"", self.config.schema))
             .bind(self.config.fence_table())
             .fetch_one(conn)
@@ -258,7 +253,7 @@ impl Sessions {
         let Checkout { mut session, .. } = self.checkout().await?;
         let result = bounded(
             self.config.command_timeout,
-            sqlx::query(crate::store::TERMINATE_WAITER)
+            sqlx::query(TERMINATE_WAITER)
                 .bind(pid)
                 .bind(lock_id)
                 .execute(&mut session.conn),
@@ -274,7 +269,7 @@ impl Sessions {
     }
 }
 
-/// What [`crate::store::FENCE_TABLE_STATE`] found.
+/// What [`FENCE_TABLE_STATE`] found.
 struct FenceTableState {
     schema_exists: bool,
     table_exists: bool,
@@ -315,131 +310,5 @@ impl Drop for WaitGuard {
                 }
             });
         }
-    }
-}
-
-/// Why a statement on a session failed.
-pub(crate) enum Fault {
-    /// No answer within the bound: the session is in an unknown state and must be closed.
-    TimedOut(Duration),
-    /// The server or the connection reported an error.
-    Sql(sqlx::Error),
-}
-
-impl Fault {
-    /// Whether the session is gone (connection broken, or the server ended the backend: idle
-    /// timeout, `pg_terminate_backend`, shutdown). Its session-level locks are then gone too.
-    pub(crate) fn session_is_dead(&self) -> bool {
-        match self {
-            Fault::TimedOut(_) => true,
-            Fault::Sql(e) => sql_session_is_dead(e),
-        }
-    }
-
-    /// Whether the server or the network ended the session (not a timeout of ours): for a
-    /// session reused from the idle list this means it died while idle, and a new session may
-    /// try again.
-    pub(crate) fn session_ended(&self) -> bool {
-        matches!(self, Fault::Sql(e) if sql_session_is_dead(e))
-    }
-
-    /// The SQLSTATE, if the server sent one.
-    pub(crate) fn code(&self) -> Option<String> {
-        match self {
-            Fault::Sql(sqlx::Error::Database(e)) => e.code().map(|c| c.into_owned()),
-            _ => None,
-        }
-    }
-
-    pub(crate) fn into_error(self, what: &str) -> Error {
-        match self {
-            Fault::TimedOut(limit) => Error::Unavailable {
-                message: format!("{what}: no answer within {limit:?}"),
-                source: None,
-            },
-            Fault::Sql(e) => sql_error(what, e),
-        }
-    }
-
-    /// Words for a lost-lease reason.
-    pub(crate) fn describe(&self) -> String {
-        match self {
-            Fault::TimedOut(limit) => {
-                format!("its session did not answer within {limit:?} and was closed")
-            }
-            Fault::Sql(e) => format!("its session ended: {e}"),
-        }
-    }
-}
-
-/// Runs a statement within `limit`.
-pub(crate) async fn bounded<T>(
-    limit: Duration,
-    statement: impl Future<Output = Result<T, sqlx::Error>>,
-) -> Result<T, Fault> {
-    match timeout(limit, statement).await {
-        Ok(Ok(value)) => Ok(value),
-        Ok(Err(e)) => Err(Fault::Sql(e)),
-        Err(_) => Err(Fault::TimedOut(limit)),
-    }
-}
-
-fn sql_session_is_dead(error: &sqlx::Error) -> bool {
-    match error {
-        sqlx::Error::Io(_) | sqlx::Error::Protocol(_) | sqlx::Error::Tls(_) => true,
-        sqlx::Error::Database(e) => e
-            .try_downcast_ref::<PgDatabaseError>()
-            .is_some_and(|e| matches!(e.severity(), PgSeverity::Fatal | PgSeverity::Panic)),
-        _ => false,
-    }
-}
-
-/// SQLSTATEs after which the same call may succeed later: the server is shutting down,
-/// starting, out of connections, or the connection broke.
-fn is_transient(code: &str) -> bool {
-    code.starts_with("08")
-        || matches!(
-            code,
-            "57P01" | "57P02" | "57P03" | "57P05" | "53300" | "53400"
-        )
-}
-
-/// What a concurrent `CREATE … IF NOT EXISTS` can fail with when another creator wins the race:
-/// duplicate table, schema or type (the table's row type), or the catalog's unique index.
-fn is_duplicate_object(error: &sqlx::Error) -> bool {
-    matches!(error, sqlx::Error::Database(e) if e.code().is_some_and(|c| matches!(&*c, "42P07" | "42P06" | "42710" | "23505")))
-}
-
-/// A failed statement as a contract error: retryable when the server could not be reached
-/// or is restarting, a store error otherwise.
-pub(crate) fn sql_error(what: &str, error: sqlx::Error) -> Error {
-    let transient = match &error {
-        sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed => true,
-        sqlx::Error::Database(e) => e.code().is_some_and(|c| is_transient(&c)),
-        _ => false,
-    };
-    if transient {
-        Error::unavailable(format!("{what}: {error}"), error)
-    } else {
-        Error::store(format!("{what}: {error}"), error)
-    }
-}
-
-fn connect_error(config: &PostgresConfig, error: sqlx::Error) -> Error {
-    let whom = config.redacted();
-    if let sqlx::Error::Database(e) = &error {
-        if e.code().as_deref() == Some("42704")
-            && e.message().contains("client_connection_check_interval")
-        {
-            return Error::store(
-                format!("{whom} is older than PostgreSQL 14; this store needs idle_session_timeout and client_connection_check_interval"),
-                error,
-            );
-        }
-    }
-    match error {
-        sqlx::Error::Configuration(e) => Error::invalid("url", format!("{whom}: {e}")),
-        sqlx::Error::Tls(_) => Error::store(format!("TLS with {whom} failed: {error}"), error),
-        other => sql_error(&format!("connecting to {whom}"), other),
     }
 }

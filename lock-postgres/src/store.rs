@@ -1,10 +1,12 @@
-//! [`PostgresStore`]: the SQL, the acquire/extend/release flows and the trait impls.
+//! [`PostgresStore`]: the acquire/extend/release flows on the handle's sessions, and the trait
+//! impls.
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use lock_core::ttl::whole_millis;
 use lock_core::validate::{check_key, check_request, check_ttl, check_wait};
 use lock_core::{
     Acquire, Capabilities, Error, Extend, Instant, KeyStatus, Lease, LockStore, OwnerId, Release,
@@ -13,195 +15,14 @@ use lock_core::{
 use sqlx::postgres::PgRow;
 use sqlx::Row;
 
-use crate::key::Target;
-use crate::session::{bounded, sql_error, Checkout, Fault, Session, Sessions, WaitGuard};
-use crate::watch::{watch, Backend};
-use crate::PostgresConfig;
+use crate::config::{PostgresConfig, MIN_TTL};
+use crate::error::{bounded, sql_error, Fault};
+use crate::keys::Target;
+use crate::session::{Checkout, Session, Sessions, WaitGuard};
+use crate::sql::{CONFIRM_HELD, RELEASE, TERMINATE_HOLDER};
+use crate::watch::{Backend, Watch};
 
-// ---- SQL ------------------------------------------------------------------------------------
-// `{fence}` stands for the quoted fence table and `{scheme}` for the lock-id scheme
-// (crate::LOCK_ID_SCHEME). Every statement runs in autocommit: one statement, one transaction,
-// committed with synchronous_commit=on before the reply.
-
-/// The backend of a new session, to detect a pooling proxy later and to tell it from a later
-/// backend with its pid. A single read.
-pub(crate) const SESSION_INFO: &str = "SELECT pg_backend_pid() AS pid,
-        (SELECT (extract(epoch FROM backend_start) * 1000000)::int8 FROM pg_stat_activity
-          WHERE pid = pg_backend_pid()) AS started_us";
-
-/// Which of the backends $1 (pids) still exist, with their start times: the watch task's look
-/// for sessions the server ended. A single read.
-pub(crate) const LIVE_BACKENDS: &str =
-    "SELECT pid, (extract(epoch FROM backend_start) * 1000000)::int8 AS started_us
-       FROM pg_stat_activity WHERE pid = ANY($1::int4[])";
-
-/// Ends a cancelled waiter's backend ($1), only while it still waits for lock $2. One statement.
-pub(crate) const TERMINATE_WAITER: &str = "SELECT pg_terminate_backend(pid) FROM pg_locks
-  WHERE pid = $1 AND locktype = 'advisory' AND NOT granted AND objsubid = 1
-    AND classid = (($2::int8 >> 32) & 4294967295)::oid
-    AND objid = ($2::int8 & 4294967295)::oid";
-
-/// Whether the schema ($1) and the fence table ($2) exist, and the lock-id schemes the table
-/// records: the suffixes of its CHECK constraints named `fencelock_lock_id_scheme_<n>`. A
-/// single read.
-pub(crate) const FENCE_TABLE_STATE: &str =
-    "SELECT to_regnamespace($1) IS NOT NULL, to_regclass($2) IS NOT NULL,
-            ARRAY(SELECT substr(conname::text, 26) FROM pg_constraint
-                   WHERE conrelid = to_regclass($2) AND contype = 'c'
-                     AND starts_with(conname::text, 'fencelock_lock_id_scheme_')
-                   ORDER BY 1)";
-
-/// The fence table: one durable counter per key (the key itself, as bytes, not its hash, so a
-/// hash collision never merges two counters), plus who took it last, for `status`. The
-/// `lock_id_scheme` column records the scheme in the name of its CHECK constraint, and has no
-/// default, so a store older than the column (scheme 1, other lock ids) cannot bump a counter
-/// here: its acquire fails instead of granting a lock that this scheme's holders do not see.
-const CREATE_FENCE_TABLE: &str = "CREATE TABLE IF NOT EXISTS {fence} (
-    namespace      text        NOT NULL,
-    key            bytea       NOT NULL,
-    lock_id        bigint      NOT NULL,
-    lock_id_scheme smallint    NOT NULL
-        CONSTRAINT fencelock_lock_id_scheme_{scheme} CHECK (lock_id_scheme = {scheme}),
-    token          bigint      NOT NULL,
-    owner          text        NOT NULL,
-    holder_pid     integer     NOT NULL,
-    ttl_ms         bigint      NOT NULL,
-    updated_at     timestamptz NOT NULL,
-    PRIMARY KEY (namespace, key)
-)";
-
-/// Moves a fence table made by a scheme-1 store to scheme {scheme}: the counters stay. Atomic:
-/// one transaction, so the table is never left half-upgraded. Only with every older store
-/// stopped (see the crate docs, "Upgrading the lock-id scheme").
-const UPGRADE_FROM_SCHEME_1: &str = "BEGIN;
-ALTER TABLE {fence} ADD COLUMN lock_id_scheme smallint NOT NULL DEFAULT {scheme}
-    CONSTRAINT fencelock_lock_id_scheme_{scheme} CHECK (lock_id_scheme = {scheme});
-ALTER TABLE {fence} ALTER COLUMN lock_id_scheme DROP DEFAULT;
-COMMIT;
-";
-
-/// Bumps the fence of the key whose lock this session has just taken. Used inside the acquire
-/// statements, after the lock, never on its own. A hashed key's lock belongs to this fence
-/// table alone, so its counter counts 1, 2, 3, … A raw id (namespace '') is one lock whatever
-/// the fence table, so its token is also at least the bumping transaction's id, which the
-/// cluster hands out in one increasing order and never reuses (crash included): a raw lease
-/// through another fence table still gets a greater token than the lease before it.
-macro_rules! bump_fence {
-    ($source:literal) => {
-        concat!(
-            "INSERT INTO {fence} AS f (namespace, key, lock_id, lock_id_scheme, token, owner, holder_pid, ttl_ms, updated_at)
-             SELECT $2::text, $3::bytea, $1::int8, {scheme},
-                    CASE WHEN $2::text = '' THEN pg_current_xact_id()::text::int8 ELSE 1 END,
-                    $5::text, pg_backend_pid(), $4::int8, clock_timestamp()
-               FROM ",
-            $source,
-            "
-             ON CONFLICT (namespace, key) DO UPDATE
-                SET token = CASE WHEN f.namespace = ''
-                                 THEN GREATEST(f.token + 1, pg_current_xact_id()::text::int8)
-                                 ELSE f.token + 1 END,
-                    lock_id = EXCLUDED.lock_id, owner = EXCLUDED.owner,
-                    holder_pid = EXCLUDED.holder_pid, ttl_ms = EXCLUDED.ttl_ms,
-                    updated_at = EXCLUDED.updated_at
-             RETURNING f.token"
-        )
-    };
-}
-
-/// This backend holds the single-`bigint` advisory lock $1 (pg_locks shows it as
-/// classid = high 32 bits, objid = low 32 bits, objsubid = 1).
-macro_rules! held_by_this_backend {
-    () => {
-        "SELECT 1 FROM pg_locks
-          WHERE locktype = 'advisory' AND granted AND pid = pg_backend_pid()
-            AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
-            AND classid = (($1::int8 >> 32) & 4294967295)::oid
-            AND objid = ($1::int8 & 4294967295)::oid
-            AND objsubid = 1"
-    };
-}
-
-/// One attempt: take the lock ($1) if free; if taken, bump the fence of ($2, $3) and arm the
-/// server-side TTL ($4 ms of silence ends the session). Atomic: one statement, one transaction;
-/// the lock is taken (MATERIALIZED, read by the bump) before the bump, which commits durably
-/// before the reply. Returns granted, token (NULL if not granted), the backend pid.
-const TRY_ACQUIRE: &str = concat!(
-    "WITH lock AS MATERIALIZED (SELECT pg_try_advisory_lock($1::int8) AS granted),
-     bump AS (",
-    bump_fence!("lock WHERE granted"),
-    ")
-     SELECT lock.granted, (SELECT token FROM bump) AS token, pg_backend_pid() AS pid,
-            set_config('idle_session_timeout',
-                       CASE WHEN lock.granted THEN ($4::int8)::text ELSE '0' END, false)
-       FROM lock"
-);
-
-/// Waits in the server's lock queue for at most $6 ms (lock_timeout, set before the wait by
-/// the chained CTEs), then bumps the fence and arms the server-side TTL as [`TRY_ACQUIRE`]
-/// does. Atomic as one statement; on a lock timeout (55P03) the transaction rolls back, but a
-/// lock granted in that instant stays held: see [`RECLAIM_AFTER_TIMEOUT`]. Returns the token,
-/// the backend pid and how long the server waited (µs).
-const WAIT_ACQUIRE: &str = concat!(
-    "WITH settings AS MATERIALIZED (SELECT set_config('lock_timeout', ($6::int8)::text, false) AS lock_timeout),
-     lock AS MATERIALIZED (SELECT pg_advisory_lock($1::int8) AS locked FROM settings),
-     granted AS MATERIALIZED (SELECT clock_timestamp() - statement_timestamp() AS waited FROM lock),
-     bump AS (",
-    bump_fence!("granted"),
-    ")
-     SELECT (SELECT token FROM bump) AS token, pg_backend_pid() AS pid,
-            (SELECT (extract(epoch FROM waited) * 1000000)::int8 FROM granted) AS waited_us,
-            set_config('idle_session_timeout', ($4::int8)::text, false),
-            set_config('lock_timeout', '0', false)"
-);
-
-/// After a lock timeout: if the lock was granted just as the timeout fired, this session holds
-/// it; then bump the fence and arm the TTL as a grant would. Atomic: one statement. Returns the
-/// token, or no row.
-const RECLAIM_AFTER_TIMEOUT: &str = concat!(
-    "WITH held AS MATERIALIZED (",
-    held_by_this_backend!(),
-    "), bump AS (",
-    bump_fence!("held"),
-    ")
-     SELECT token, pg_backend_pid() AS pid, set_config('idle_session_timeout', ($4::int8)::text, false)
-       FROM bump"
-);
-
-/// Extend: any statement restarts the server's idle timer; this one also proves that the
-/// session still holds the lock ($1). A single read.
-const CONFIRM_HELD: &str = concat!(
-    "SELECT pg_backend_pid() AS pid, EXISTS (",
-    held_by_this_backend!(),
-    ") AS held"
-);
-
-/// Operator action: end the backend that holds lock $1 and wait (up to 5 s) until it is gone,
-/// so the lock is free when this returns. One statement.
-const TERMINATE_HOLDER: &str = "SELECT pg_terminate_backend(pid, 5000) FROM pg_locks
-  WHERE locktype = 'advisory' AND granted AND objsubid = 1
-    AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
-    AND classid = (($1::int8 >> 32) & 4294967295)::oid
-    AND objid = ($1::int8 & 4294967295)::oid";
-
-/// Release: unlock ($1) and disarm the TTL so the session can idle in the pool. One statement;
-/// `false` means this session did not hold the lock.
-const RELEASE: &str =
-    "SELECT pg_advisory_unlock($1::int8) AS released, set_config('idle_session_timeout', '0', false)";
-
-/// Status of lock $1 and the fence of ($2, $3): the holding backend, how long it has been
-/// silent, and the fence row (whose holder_pid tells whether the row belongs to that holder).
-/// A single read.
-const STATUS: &str = "SELECT l.pid, f.token, f.owner, f.holder_pid, f.ttl_ms, a.state,
-        (extract(epoch FROM clock_timestamp() - a.state_change) * 1000)::int8 AS silent_ms
-   FROM pg_locks l
-   LEFT JOIN pg_stat_activity a ON a.pid = l.pid
-   LEFT JOIN {fence} f ON f.namespace = $2::text AND f.key = $3::bytea AND f.lock_id = $1::int8
-  WHERE l.locktype = 'advisory' AND l.granted
-    AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-    AND l.classid = (($1::int8 >> 32) & 4294967295)::oid
-    AND l.objid = ($1::int8 & 4294967295)::oid
-    AND l.objsubid = 1
-  LIMIT 1";
+// ---- the store ------------------------------------------------------------------------------
 
 /// What happens when PgBouncer (or any proxy) in transaction or statement pooling mode sits
 /// between the store and the server.
@@ -210,46 +31,6 @@ const POOLING_PROXY: &str =
      (PgBouncer pool_mode=transaction/statement) is in the way, and session advisory locks cannot \
      work through it; connect directly or use pool_mode=session";
 
-/// `sql` with the fence table and this build's lock-id scheme filled in.
-fn fill(sql: &str, fence_table: &str) -> String {
-    sql.replace("{fence}", fence_table)
-        .replace("{scheme}", &crate::LOCK_ID_SCHEME.to_string())
-}
-
-pub(crate) fn fence_table_ddl(fence_table: &str) -> String {
-    fill(CREATE_FENCE_TABLE, fence_table)
-}
-
-pub(crate) fn upgrade_from_scheme_1(fence_table: &str) -> String {
-    fill(UPGRADE_FROM_SCHEME_1, fence_table)
-}
-
-/// The statements with the fence table filled in.
-pub(crate) struct Statements {
-    try_acquire: String,
-    wait_acquire: String,
-    reclaim: String,
-    status: String,
-    pub(crate) create_schema: String,
-    pub(crate) create_fence_table: String,
-}
-
-impl Statements {
-    pub(crate) fn new(fence_table: &str, schema: &str, _table: &str) -> Self {
-        let fill = |sql: &str| fill(sql, fence_table);
-        Statements {
-            try_acquire: fill(TRY_ACQUIRE),
-            wait_acquire: fill(WAIT_ACQUIRE),
-            reclaim: fill(RECLAIM_AFTER_TIMEOUT),
-            status: fill(STATUS),
-            create_schema: format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\""),
-            create_fence_table: fill(CREATE_FENCE_TABLE),
-        }
-    }
-}
-
-// ---- the store ------------------------------------------------------------------------------
-
 /// What a lease carries: its dedicated session. Dropping the last clone of the lease without
 /// releasing it closes the session, which frees the lock at once.
 struct Held {
@@ -257,22 +38,23 @@ struct Held {
     pid: i32,
     session: tokio::sync::Mutex<Option<Session>>,
     sessions: Arc<Sessions>,
-    /// The lease's entry in the handle's watch.
+    /// The handle's watch, and the lease's entry in it.
+    watch: Arc<Watch>,
     watch_id: u64,
 }
 
 impl Drop for Held {
     fn drop(&mut self) {
-        self.sessions.watch.forget(self.watch_id);
+        self.watch.forget(self.watch_id);
     }
 }
 
 /// Stops the handle's watch task when the last clone of the handle is dropped.
-struct HandleAlive(Arc<Sessions>);
+struct HandleAlive(Arc<Watch>);
 
 impl Drop for HandleAlive {
     fn drop(&mut self) {
-        self.0.watch.stop();
+        self.0.stop();
     }
 }
 
@@ -284,6 +66,8 @@ impl Drop for HandleAlive {
 #[derive(Clone)]
 pub struct PostgresStore {
     sessions: Arc<Sessions>,
+    /// The held leases whose sessions the handle's task watches.
+    watch: Arc<Watch>,
     _alive: Arc<HandleAlive>,
 }
 
@@ -310,9 +94,11 @@ impl PostgresStore {
     /// a fence table of another lock-id scheme) is reported by that first operation.
     pub fn connect_lazy(config: PostgresConfig) -> PostgresStore {
         let sessions = Arc::new(Sessions::new(config));
+        let watch = Arc::new(Watch::new());
         PostgresStore {
-            _alive: Arc::new(HandleAlive(sessions.clone())),
+            _alive: Arc::new(HandleAlive(watch.clone())),
             sessions,
+            watch,
         }
     }
 
@@ -409,7 +195,8 @@ impl PostgresStore {
     }
 
     async fn try_target(&self, target: &Target, ttl: Duration) -> Result<Lease> {
-        let ttl = whole_millis(ttl);
+        // The server's timers count whole milliseconds: the lease carries the TTL they keep.
+        let ttl = Duration::from_millis(whole_millis(ttl));
         let mut fresh = false;
         loop {
             let Checkout {
@@ -479,7 +266,8 @@ impl PostgresStore {
                 });
         }
         let deadline = started + wait;
-        let ttl = whole_millis(ttl);
+        // The server's timers count whole milliseconds: the lease carries the TTL they keep.
+        let ttl = Duration::from_millis(whole_millis(ttl));
         let mut fresh = false;
         loop {
             let Checkout {
@@ -496,7 +284,7 @@ impl PostgresStore {
             }
             let owner = OwnerId::random();
             // The server's lock_timeout starts after this is sent: it never gives up early.
-            let lock_timeout = whole_millis(remaining);
+            let lock_timeout = Duration::from_millis(whole_millis(remaining));
             let guard = WaitGuard::arm(&self.sessions, &session, target.lock_id);
             let sent_at = Instant::now();
             let reply = bounded(
@@ -608,18 +396,19 @@ impl PostgresStore {
             pid: session.pid,
             started_us: session.started_us,
         };
-        let watch_id = self.sessions.watch.reserve();
+        let watch_id = self.watch.reserve();
         let held = Held {
             lock_id: target.lock_id,
             pid: session.pid,
             session: tokio::sync::Mutex::new(Some(session)),
             sessions: self.sessions.clone(),
+            watch: self.watch.clone(),
             watch_id,
         };
         // Tokens start at 1 and only grow, so they are never negative.
         let token = token.max(0).unsigned_abs();
         let lease = Lease::with_store_state(&target.display, owner, token, ttl, sent_at, held);
-        watch(
+        self.watch.add(
             &self.sessions,
             watch_id,
             backend,
@@ -656,13 +445,13 @@ impl PostgresStore {
                 })?;
                 if pid != held.pid {
                     *slot = None;
-                    held.sessions.watch.forget(held.watch_id);
+                    held.watch.forget(held.watch_id);
                     return Err(Error::lost(lease, POOLING_PROXY));
                 }
                 if !still_held {
                     // Closing the session guarantees it holds nothing afterwards either.
                     *slot = None;
-                    held.sessions.watch.forget(held.watch_id);
+                    held.watch.forget(held.watch_id);
                     return Err(Error::lost(lease, "its session no longer holds the lock"));
                 }
                 lease.confirm(sent_at);
@@ -670,7 +459,7 @@ impl PostgresStore {
             }
             Err(fault) if fault.session_is_dead() => {
                 *slot = None;
-                held.sessions.watch.forget(held.watch_id);
+                held.watch.forget(held.watch_id);
                 Err(Error::lost(lease, fault.describe()))
             }
             Err(fault) => Err(fault.into_error("extend")),
@@ -684,7 +473,7 @@ impl PostgresStore {
             return Ok(ReleaseOutcome::Lost);
         };
         // Whatever the answer, the lease ends here: nothing is left to watch.
-        held.sessions.watch.forget(held.watch_id);
+        held.watch.forget(held.watch_id);
         // From here on a dropped future drops the session, which frees the lock.
         let reply = bounded(
             held.sessions.config.command_timeout,
@@ -798,12 +587,6 @@ fn decode<T>(row: &PgRow, read: impl FnOnce(&PgRow) -> sqlx::Result<T>) -> Resul
     read(row).map_err(|e| sql_error("decoding the server's answer", e))
 }
 
-/// `duration` rounded up to whole milliseconds: the server's timers count milliseconds.
-fn whole_millis(duration: Duration) -> Duration {
-    let ms = duration.as_nanos().div_ceil(1_000_000);
-    Duration::from_millis(u64::try_from(ms).unwrap_or(u64::MAX))
-}
-
 fn millis(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
 }
@@ -915,7 +698,7 @@ impl Extend for PostgresStore {
 impl LockStore for PostgresStore {
     fn capabilities(&self) -> Capabilities {
         Capabilities::new()
-            .with_min_ttl(crate::MIN_TTL)
+            .with_min_ttl(MIN_TTL)
             .with_frees_on_disconnect(true)
             .with_notified_wait(true)
             // PostgreSQL's lock queue is first come, first served: see the crate docs.
@@ -936,44 +719,9 @@ impl fmt::Debug for PostgresStore {
             .field("namespace", &self.sessions.config.namespace)
             .field("open_connections", &self.open_connections())
             .field("idle_connections", &self.idle_connections())
-            .field("watched_leases", &self.sessions.watch.watched_count())
-            .field("watch_task_running", &self.sessions.watch.task_running())
+            .field("watched_leases", &self.watch.watched_count())
+            .field("watch_task_running", &self.watch.task_running())
             .finish()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn statements_name_the_configured_table_and_no_placeholder_is_left() {
-        let sql = Statements::new("\"s\".\"t\"", "s", "t");
-        for statement in [
-            &sql.try_acquire,
-            &sql.wait_acquire,
-            &sql.reclaim,
-            &sql.status,
-            &sql.create_fence_table,
-        ] {
-            assert!(statement.contains("\"s\".\"t\""), "{statement}");
-            assert!(!statement.contains("{fence}"), "{statement}");
-            assert!(!statement.contains("{scheme}"), "{statement}");
-        }
-        assert_eq!(sql.create_schema, "CREATE SCHEMA IF NOT EXISTS \"s\"");
-    }
-
-    #[test]
-    fn ttls_round_up_to_whole_milliseconds() {
-        assert_eq!(
-            whole_millis(Duration::from_micros(1500)),
-            Duration::from_millis(2)
-        );
-        assert_eq!(
-            whole_millis(Duration::from_millis(300)),
-            Duration::from_millis(300)
-        );
-        assert_eq!(millis(Duration::from_secs(86_400)), 86_400_000);
     }
 }
 

@@ -15,7 +15,9 @@ use std::time::Duration;
 use sqlx::Row;
 use tokio_util::sync::CancellationToken;
 
-use crate::session::{bounded, Checkout, Session, Sessions};
+use crate::error::bounded;
+use crate::session::{Checkout, Session, Sessions};
+use crate::sql::LIVE_BACKENDS;
 
 /// The slowest the task looks: a lease whose session the server ended is reported within
 /// about this long (plus one query), whatever its TTL.
@@ -97,41 +99,45 @@ impl Watch {
     }
 }
 
-/// Watches the session on `backend` for a lease of `ttl` as entry `id` (from
-/// [`Watch::reserve`]), cancelling `revoked` once the server has ended it, and starts the
-/// handle's task if it is not running. Outside a Tokio runtime nothing is watched (the lease
-/// then learns at its next extend, as without the task).
-pub(crate) fn watch(
-    sessions: &Arc<Sessions>,
-    id: u64,
-    backend: Backend,
-    ttl: Duration,
-    revoked: CancellationToken,
-) {
-    let mut registry = sessions.watch.registry();
-    if sessions.watch.handle_dropped.is_cancelled() {
-        return;
-    }
-    registry.watched.insert(
-        id,
-        Watched {
-            backend,
-            period: period_for(ttl),
-            revoked,
-        },
-    );
-    if !registry.task_running {
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            registry.task_running = true;
-            runtime.spawn(run(sessions.clone()));
+impl Watch {
+    /// Watches the session on `backend` for a lease of `ttl` as entry `id` (from
+    /// [`Watch::reserve`]), cancelling `revoked` once the server has ended it, and starts the
+    /// handle's task (looking on a session from `sessions`) if it is not running. Outside a
+    /// Tokio runtime nothing is watched (the lease then learns at its next extend, as without
+    /// the task).
+    pub(crate) fn add(
+        self: &Arc<Self>,
+        sessions: &Arc<Sessions>,
+        id: u64,
+        backend: Backend,
+        ttl: Duration,
+        revoked: CancellationToken,
+    ) {
+        let mut registry = self.registry();
+        if self.handle_dropped.is_cancelled() {
+            return;
+        }
+        registry.watched.insert(
+            id,
+            Watched {
+                backend,
+                period: period_for(ttl),
+                revoked,
+            },
+        );
+        if !registry.task_running {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                registry.task_running = true;
+                runtime.spawn(run(self.clone(), sessions.clone()));
+            }
         }
     }
 }
 
 /// The task: every period, one query for the watched backends on a session of the handle's
 /// own; ends when nothing is watched or the handle is dropped, giving its session back.
-async fn run(sessions: Arc<Sessions>) {
-    let watch = &sessions.watch;
+async fn run(watch: Arc<Watch>, sessions: Arc<Sessions>) {
+    let watch: &Watch = &watch;
     let mut running = Running {
         watch,
         ended: false,
@@ -236,9 +242,7 @@ async fn look_up(
     let pids: Vec<i32> = looked_for.iter().map(|b| b.pid).collect();
     let rows = bounded(
         sessions.config.command_timeout,
-        sqlx::query(crate::store::LIVE_BACKENDS)
-            .bind(pids)
-            .fetch_all(conn),
+        sqlx::query(LIVE_BACKENDS).bind(pids).fetch_all(conn),
     )
     .await
     .map_err(|fault| fault.describe())?;
