@@ -21,8 +21,8 @@ macro_rules! conformance_tests {
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __conformance_tests {
-    ($factory:expr; $($case:ident $(if $applies:expr)?),* $(,)?) => {
-        $(
+    ($factory:expr; $($group:ident { $($case:ident $(if $applies:expr)?),* $(,)? })*) => {
+        $($(
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $case() {
                 let factory = $factory.await;
@@ -35,7 +35,7 @@ macro_rules! __conformance_tests {
                     ),
                 }
             }
-        )*
+        )*)*
     };
 }
 

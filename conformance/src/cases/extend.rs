@@ -1,0 +1,152 @@
+//! Extending and expiring: compare-and-expire, no resurrection, a conservative local deadline.
+
+use std::time::Duration;
+
+use lock_core::{drift, Error, KeyStatus};
+use tokio::time::{sleep, sleep_until, Instant};
+
+use super::support::{expect_busy, expect_lost, outlive, released};
+use crate::runner::{CaseResult, Failure};
+use crate::Ctx;
+
+pub(super) async fn extend_keeps_a_lease_past_its_first_ttl(ctx: Ctx) -> CaseResult {
+    let key = ctx.key("extend");
+    let other = ctx.handle().await;
+    let lease = ctx.store.try_acquire(&key, ctx.timing.short_ttl).await?;
+    for _ in 0..4 {
+        sleep(lease.ttl() / 2).await;
+        ctx.store.extend(&lease).await?;
+    }
+    // Two TTLs after the grant, the lease is held only thanks to the extends.
+    expect_busy(
+        other.try_acquire(&key, ctx.timing.long_ttl).await,
+        "after extends past the first TTL",
+    )?;
+    released(&ctx.store, &lease, "extended lease").await
+}
+
+pub(super) async fn extend_after_expiry_fails_and_does_not_resurrect(ctx: Ctx) -> CaseResult {
+    let key = ctx.key("extend-expired");
+    let lease = ctx.store.try_acquire(&key, ctx.timing.short_ttl).await?;
+    outlive(&ctx, &lease).await;
+    expect_lost(ctx.store.extend(&lease).await, "extend after expiry")?;
+    let next = ctx
+        .handle()
+        .await
+        .try_acquire(&key, ctx.timing.long_ttl)
+        .await
+        .map_err(|e| Failure(format!("the failed extend resurrected the lease: {e}")))?;
+    released(&ctx.store, &next, "next holder").await
+}
+
+pub(super) async fn extend_by_a_stale_lease_is_rejected(ctx: Ctx) -> CaseResult {
+    let key = ctx.key("stale-extend");
+    let other = ctx.handle().await;
+    let stale = ctx.store.try_acquire(&key, ctx.timing.short_ttl).await?;
+    outlive(&ctx, &stale).await;
+    let current = other.try_acquire(&key, ctx.timing.short_ttl).await?;
+    expect_lost(ctx.store.extend(&stale).await, "a stale lease's extend")?;
+    other.extend(&current).await?;
+    released(&other, &current, "successor").await
+}
+
+pub(super) async fn extend_moves_the_local_deadline(ctx: Ctx) -> CaseResult {
+    let key = ctx.key("extend-deadline");
+    let lease = ctx.store.try_acquire(&key, ctx.timing.short_ttl).await?;
+    let first = lease.valid_until();
+    sleep(lease.ttl() / 3).await;
+    let sent_at = Instant::now();
+    ctx.store.extend(&lease).await?;
+    let second = lease.valid_until();
+    ensure!(second > first, "extend did not move the local deadline");
+    ensure!(
+        second <= sent_at + lease.ttl() - drift(lease.ttl()) + Duration::from_millis(1),
+        "the new deadline is not measured from before the extend was sent"
+    );
+    released(&ctx.store, &lease, "extended lease").await
+}
+
+/// After an extend the store keeps the key until at least the holder's new local deadline: a
+/// tenth of the TTL before it (and past the grant's own expiry) another handle finds the key
+/// busy. A store that renews for less than the TTL while the lease's deadline moves by the whole
+/// TTL lets others take a key its holder believes it holds. A one-second TTL at least keeps the
+/// margin to the store's real expiry (a tenth of the TTL plus the drift) wide on a loaded
+/// machine.
+pub(super) async fn extend_keeps_the_key_until_the_new_local_deadline(ctx: Ctx) -> CaseResult {
+    let key = ctx.key("extend-holds");
+    let other = ctx.handle().await;
+    let ttl = ctx
+        .capabilities
+        .granted_ttl(ctx.timing.short_ttl.max(Duration::from_secs(1)));
+    let lease = ctx.store.try_acquire(&key, ttl).await?;
+    sleep(lease.ttl() / 2).await;
+    ctx.store.extend(&lease).await?;
+    // Half a TTL after the grant, so this is past the grant's own expiry.
+    sleep_until(lease.valid_until() - lease.ttl() / 10).await;
+    let asked_at = Instant::now();
+    match other.try_acquire(&key, ttl).await {
+        Err(Error::Busy { .. }) => {}
+        Ok(taken) => {
+            let _ = other.release(&taken).await;
+            // Only a request sent before the deadline proves anything; a sleep that overran
+            // the deadline on a stalled machine proves nothing either way.
+            ensure!(
+                asked_at >= lease.valid_until(),
+                "another handle took the key {:?} before the holder's local deadline after an \
+                 extend: the extend renewed the key for less than its TTL {:?}",
+                lease.valid_until() - asked_at,
+                lease.ttl()
+            );
+            tracing::warn!("the check ran after the local deadline; nothing was proved");
+            return Ok(());
+        }
+        Err(other) => return Err(Failure(format!("expected Busy, got {other}"))),
+    }
+    // The release may land just past the store's expiry on a slow machine; either answer is
+    // fine here, other cases check release.
+    let _ = ctx.store.release(&lease).await?;
+    Ok(())
+}
+
+pub(super) async fn local_deadline_is_conservative(ctx: Ctx) -> CaseResult {
+    let key = ctx.key("deadline");
+    let before = Instant::now();
+    let lease = ctx.store.try_acquire(&key, ctx.timing.short_ttl).await?;
+    // The store's expiry starts no earlier than `before`, so a deadline past `before + ttl`
+    // could outlive the store's.
+    let latest = before + lease.ttl();
+    ensure!(
+        lease.valid_until() <= latest,
+        "the local deadline is {:?} later than the request time + TTL",
+        lease.valid_until() - latest
+    );
+    ensure!(
+        lease.valid_until() + drift(lease.ttl()) <= Instant::now() + lease.ttl(),
+        "the local deadline keeps no drift margin"
+    );
+    if let Ok(KeyStatus::Held {
+        remaining: Some(remaining),
+        ..
+    }) = ctx.store.status(&key).await
+    {
+        ensure!(
+            lease.remaining() <= remaining + ctx.capabilities.ttl_granularity,
+            "the holder believes it has {:?} left, the store says {remaining:?}",
+            lease.remaining()
+        );
+    }
+    released(&ctx.store, &lease, "holder").await
+}
+
+pub(super) async fn expiry_frees_the_key(ctx: Ctx) -> CaseResult {
+    let key = ctx.key("expiry");
+    let lease = ctx.store.try_acquire(&key, ctx.timing.short_ttl).await?;
+    outlive(&ctx, &lease).await;
+    let next = ctx
+        .handle()
+        .await
+        .try_acquire(&key, ctx.timing.long_ttl)
+        .await
+        .map_err(|e| Failure(format!("the key is still held after its TTL: {e}")))?;
+    released(&ctx.store, &next, "next holder").await
+}

@@ -1,0 +1,130 @@
+//! The cases, one file per group, and the list of them. Each case proves one guarantee of the
+//! contract and names it.
+//!
+//! Adding a case is one edit beyond writing its `pub(super) async fn` in its group's file: a
+//! line in the list of [`__for_each_case!`](crate::__for_each_case), from which both [`CASES`]
+//! and the tests of [`conformance_tests!`](crate::conformance_tests) are generated.
+
+use lock_core::Capabilities;
+
+use crate::runner::Case;
+
+/// Returns a [`Failure`](crate::Failure) with the message unless the condition holds.
+macro_rules! ensure {
+    ($cond:expr, $($msg:tt)+) => {
+        if !$cond {
+            return Err($crate::Failure(format!($($msg)+)));
+        }
+    };
+}
+
+mod acquire;
+mod cancel;
+mod extend;
+mod faults;
+mod keep_alive;
+mod keys;
+mod release;
+mod support;
+mod tokens;
+mod validation;
+mod wait;
+
+/// The case list, written once, in suite order and grouped by the module that holds each case:
+/// calls `$callback! { $($prefix)* group { case, case if applies, … } … }`. A case that applies
+/// only to some stores is followed by `if` and a `fn(&Capabilities) -> bool`. [`CASES`] and
+/// [`conformance_tests!`](crate::conformance_tests) are both generated from it.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __for_each_case {
+    ($callback:path $(, $($prefix:tt)*)?) => {
+        $callback! {
+            $($($prefix)*)?
+            acquire {
+                try_acquire_grants_a_free_key,
+                try_acquire_on_a_held_key_is_busy,
+                acquire_is_exclusive_under_contention,
+            }
+            wait {
+                waiting_acquire_gets_the_key_after_release,
+                wait_times_out_within_its_bound,
+                zero_wait_makes_one_attempt,
+                waiter_is_woken_promptly_after_release,
+                notified_waiter_gets_a_released_key_within_150_ms if |c: &Capabilities| c.notified_wait,
+                waiter_gets_the_key_when_the_holder_expires,
+                many_waiters_all_get_the_lock,
+                fair_queue_serves_the_oldest_waiter_first if |c: &Capabilities| c.fair_queue,
+            }
+            release {
+                release_of_a_held_lease_reports_released,
+                release_by_non_owner_is_rejected,
+                release_after_expiry_reports_lost,
+                second_release_reports_lost,
+            }
+            extend {
+                extend_keeps_a_lease_past_its_first_ttl,
+                extend_after_expiry_fails_and_does_not_resurrect,
+                extend_by_a_stale_lease_is_rejected,
+                extend_moves_the_local_deadline,
+                extend_keeps_the_key_until_the_new_local_deadline,
+                local_deadline_is_conservative,
+                expiry_frees_the_key,
+            }
+            tokens {
+                tokens_increase_sequentially,
+                tokens_increase_after_expiry,
+                tokens_increase_across_handles,
+                tokens_increase_under_contention,
+            }
+            keys {
+                independent_keys_do_not_contend,
+                keys_are_data_not_code,
+                similar_keys_are_distinct,
+                long_keys_are_distinct_over_their_whole_length,
+                max_length_key_is_accepted,
+                over_long_key_is_rejected,
+                empty_key_is_rejected,
+            }
+            validation {
+                zero_ttl_is_rejected,
+                ttl_outside_store_bounds_is_rejected,
+                absurd_wait_is_rejected,
+            }
+            keep_alive {
+                keep_alive_holds_a_lease_over_five_ttls,
+                keep_alive_survives_transient_extend_failures,
+                lost_signal_fires_within_a_third_of_the_ttl_of_a_forget,
+                lost_signal_fires_before_store_expiry_when_extends_stall,
+                with_lock_cancels_its_body_on_loss,
+                with_lock_releases_at_the_end,
+            }
+            cancel {
+                cancelled_acquire_leaves_nothing_held_past_ttl,
+                dropped_waiter_never_acquires_later,
+                dead_holder_frees_the_key_on_disconnect if |c: &Capabilities| c.frees_on_disconnect,
+            }
+            faults {
+                unreachable_store_gives_a_retryable_error,
+                status_reports_the_holder,
+            }
+        }
+    };
+}
+
+/// The callback that builds [`CASES`] from the list.
+macro_rules! cases {
+    ($($group:ident { $($case:ident $(if $applies:expr)?),* $(,)? })*) => {
+        /// Every case of the suite, in the order [`run_all`](crate::run_all) runs them.
+        pub static CASES: &[Case] = &[
+            $($(Case {
+                name: stringify!($case),
+                applies: cases!(@applies $($applies)?),
+                run: |ctx| Box::pin($group::$case(ctx)),
+            }),*),*
+        ];
+    };
+    (@applies) => { |_: &Capabilities| true };
+    (@applies $applies:expr) => { $applies };
+}
+
+crate::__for_each_case!(cases);

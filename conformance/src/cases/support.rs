@@ -1,0 +1,134 @@
+//! What the cases share: expected-error checks, a checked release, waiting out a TTL, and the
+//! fenced contention that the acquire and token cases both run.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use lock_core::{DynLockStore, Error, FenceGate, Lease, ReleaseOutcome};
+use tokio::time::sleep;
+
+use crate::runner::{CaseResult, Failure};
+use crate::Ctx;
+
+pub(super) fn expect_busy(result: lock_core::Result<Lease>, what: &str) -> CaseResult {
+    match result {
+        Err(Error::Busy { .. }) => Ok(()),
+        Ok(lease) => Err(Failure(format!(
+            "{what}: the key was granted (token {}) while another lease held it",
+            lease.fencing_token()
+        ))),
+        Err(other) => Err(Failure(format!("{what}: expected Busy, got {other}"))),
+    }
+}
+
+pub(super) fn expect_invalid(
+    result: lock_core::Result<Lease>,
+    input: &str,
+    what: &str,
+) -> CaseResult {
+    match result {
+        Err(Error::InvalidInput { what: field, rule }) => {
+            ensure!(
+                field == input,
+                "{what}: the error named {field:?} ({rule}) instead of {input:?}"
+            );
+            ensure!(
+                !rule.is_empty(),
+                "{what}: the error does not say which rule"
+            );
+            Ok(())
+        }
+        Ok(_) => Err(Failure(format!("{what}: the request was accepted"))),
+        Err(other) => Err(Failure(format!(
+            "{what}: expected InvalidInput for {input}, got {other}"
+        ))),
+    }
+}
+
+pub(super) fn expect_lost(result: lock_core::Result<()>, what: &str) -> CaseResult {
+    match result {
+        Err(Error::LeaseLost { .. }) => Ok(()),
+        Ok(()) => Err(Failure(format!("{what}: extend succeeded"))),
+        Err(other) => Err(Failure(format!("{what}: expected LeaseLost, got {other}"))),
+    }
+}
+
+pub(super) async fn released(store: &DynLockStore, lease: &Lease, what: &str) -> CaseResult {
+    let outcome = store.release(lease).await?;
+    ensure!(
+        outcome == ReleaseOutcome::Released,
+        "{what}: release of a held lease reported {outcome:?}"
+    );
+    Ok(())
+}
+
+/// Sleeps until `lease`'s key has certainly expired in the store.
+pub(super) async fn outlive(ctx: &Ctx, lease: &Lease) {
+    sleep(lease.ttl() + ctx.timing.slack).await;
+}
+
+/// Runs `tasks` holders over two handles, each doing a read-modify-write of a fenced counter
+/// inside the lock; returns the tokens in the order their holders entered.
+pub(super) async fn contend(ctx: &Ctx, key: &str, tasks: usize) -> Result<Vec<u64>, Failure> {
+    let handles = [ctx.store.clone(), ctx.handle().await];
+    let value = Arc::new(AtomicU64::new(0));
+    let inside = Arc::new(AtomicBool::new(false));
+    let gate = Arc::new(FenceGate::new());
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut joins = Vec::new();
+    for i in 0..tasks {
+        let store = handles[i % 2].clone();
+        let (key, value, inside, gate, order) = (
+            key.to_owned(),
+            value.clone(),
+            inside.clone(),
+            gate.clone(),
+            order.clone(),
+        );
+        let (ttl, wait) = (ctx.timing.long_ttl, ctx.timing.case_limit / 2);
+        joins.push(tokio::spawn(async move {
+            let lease = store.acquire(&key, ttl, wait).await?;
+            let overlapped = inside.swap(true, Ordering::SeqCst);
+            // Claim at the read, write only while the claim holds: the fencing pattern.
+            let claimed = gate.claim(lease.fencing_token());
+            let seen = value.load(Ordering::SeqCst);
+            order
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(lease.fencing_token());
+            sleep(Duration::from_millis(2)).await;
+            let written = gate.write(lease.fencing_token(), || {
+                value.store(seen + 1, Ordering::SeqCst)
+            });
+            let fenced = claimed.and(written);
+            inside.store(false, Ordering::SeqCst);
+            let outcome = store.release(&lease).await?;
+            Ok::<_, Error>((overlapped, fenced.is_err(), outcome))
+        }));
+    }
+    for join in joins {
+        let (overlapped, stale, outcome) = join
+            .await
+            .map_err(|e| Failure(format!("a contender panicked: {e}")))??;
+        ensure!(!overlapped, "two contenders held the key at the same time");
+        ensure!(
+            !stale,
+            "a holder's token was not greater than its predecessor's"
+        );
+        ensure!(
+            outcome == ReleaseOutcome::Released,
+            "a holder's release reported {outcome:?}"
+        );
+    }
+    let total = value.load(Ordering::SeqCst);
+    ensure!(
+        total == tasks as u64,
+        "the fenced counter is {total} after {tasks} exclusive increments"
+    );
+    let order = order
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    Ok(order)
+}

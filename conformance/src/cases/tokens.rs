@@ -1,0 +1,63 @@
+//! Fencing tokens only grow: one after another, after an expiry, across handles, under contention.
+
+use super::support::{contend, outlive, released};
+use crate::runner::CaseResult;
+use crate::Ctx;
+
+pub(super) async fn tokens_increase_sequentially(ctx: Ctx) -> CaseResult {
+    let key = ctx.key("tokens-seq");
+    let mut last = 0;
+    for _ in 0..10 {
+        let lease = ctx.store.try_acquire(&key, ctx.timing.long_ttl).await?;
+        ensure!(
+            lease.fencing_token() > last,
+            "token {} after {last}",
+            lease.fencing_token()
+        );
+        last = lease.fencing_token();
+        released(&ctx.store, &lease, "holder").await?;
+    }
+    Ok(())
+}
+
+pub(super) async fn tokens_increase_after_expiry(ctx: Ctx) -> CaseResult {
+    let key = ctx.key("tokens-expiry");
+    let first = ctx.store.try_acquire(&key, ctx.timing.short_ttl).await?;
+    outlive(&ctx, &first).await;
+    let second = ctx.store.try_acquire(&key, ctx.timing.long_ttl).await?;
+    ensure!(
+        second.fencing_token() > first.fencing_token(),
+        "token {} after an expired {}",
+        second.fencing_token(),
+        first.fencing_token()
+    );
+    released(&ctx.store, &second, "holder").await
+}
+
+pub(super) async fn tokens_increase_across_handles(ctx: Ctx) -> CaseResult {
+    let key = ctx.key("tokens-handles");
+    let handles = [ctx.store.clone(), ctx.handle().await, ctx.handle().await];
+    let mut last = 0;
+    for round in 0..9 {
+        let store = &handles[round % 3];
+        let lease = store.try_acquire(&key, ctx.timing.long_ttl).await?;
+        ensure!(
+            lease.fencing_token() > last,
+            "token {} from handle {} after {last}",
+            lease.fencing_token(),
+            round % 3
+        );
+        last = lease.fencing_token();
+        released(store, &lease, "holder").await?;
+    }
+    Ok(())
+}
+
+pub(super) async fn tokens_increase_under_contention(ctx: Ctx) -> CaseResult {
+    let order = contend(&ctx, &ctx.key("tokens-contention"), 16).await?;
+    ensure!(
+        order.windows(2).all(|w| w[0] < w[1]),
+        "tokens in the order holders entered: {order:?}"
+    );
+    Ok(())
+}
