@@ -50,12 +50,15 @@
 #![cfg(unix)]
 
 mod etcd;
+mod ports;
 mod postgres;
 mod process;
 mod redis;
 mod relay;
+pub mod shared;
 
 pub use etcd::{EtcdCluster, EtcdServer};
+pub use ports::closed_ports;
 pub use postgres::PostgresServer;
 pub use redis::RedisServer;
 pub use relay::FreezableRelay;
