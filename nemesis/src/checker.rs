@@ -63,12 +63,14 @@ pub struct Stats {
     pub stale_refused: u64,
     /// Writes the fenced row accepted out of token order (must be 0).
     pub stale_accepted: u64,
-    /// Critical sections (grant to release) that overlapped another in real time.
+    /// Critical sections (grant to the last read or write) that overlapped another in real
+    /// time.
     pub overlaps: u64,
-    /// Increments lost on the row checked only at the write.
-    pub lost_write_only: i64,
-    /// Increments lost on the unfenced shadow row.
-    pub lost_shadow: i64,
+    /// Writes to the row checked only at the write whose increment the final value lacks,
+    /// counted in the window of the lease that wrote them.
+    pub lost_write_only: u64,
+    /// The same on the unfenced shadow row.
+    pub lost_shadow: u64,
     /// Lost signals fired by keep-alives.
     pub lost_signals: u64,
     /// The longest time from a fault of this kind to the next grant, in TTLs.
@@ -133,46 +135,60 @@ pub fn check(history: &[Entry], resource: &ResourceState, ttl_ms: u64) -> Verdic
         }
     }
 
-    // Rules 1 and 2, and the lost updates of the other rows, from the resource's own order.
+    // Rules 1 and 2 from the resource's own order of the fenced row's writes.
     let mut highest: Option<&Accepted> = None;
-    let mut current: HashMap<Row, i64> = HashMap::new();
+    let mut current = 0i64;
     let mut fenced_writes = 0i64;
-    for write in &resource.accepted {
+    for write in resource.accepted.iter().filter(|w| w.row == Row::Fenced) {
         let kind = index.window_of_lease(write.worker, write.lease);
-        let before = current.insert(write.row, write.new_value).unwrap_or(0);
-        let lost = before - write.read_value;
-        match write.row {
-            Row::Fenced => {
-                fenced_writes += 1;
-                bump(kind, &|s| s.writes_accepted += 1);
-                if let Some(prev) = highest.filter(|p| write.token <= p.token) {
-                    bump(kind, &|s| s.stale_accepted += 1);
-                    violations.push(Violation {
-                        rule: 1,
-                        summary: format!(
-                            "stale write accepted: log id {} (worker {} lease {} token {}) after log id {} (worker {} lease {} token {})",
-                            write.id, write.worker, write.lease, write.token,
-                            prev.id, prev.worker, prev.lease, prev.token
-                        ),
-                        excerpt: index.excerpt(&[(prev.worker, prev.lease), (write.worker, write.lease)]),
-                    });
-                }
-                if highest.is_none_or(|p| write.token > p.token) {
-                    highest = Some(write);
-                }
-                if lost != 0 {
-                    violations.push(Violation {
-                        rule: 2,
-                        summary: format!(
-                            "lost update: log id {} (worker {} lease {} token {}) read {} but the counter held {}",
-                            write.id, write.worker, write.lease, write.token, write.read_value, before
-                        ),
-                        excerpt: index.excerpt(&[(write.worker, write.lease)]),
-                    });
-                }
+        fenced_writes += 1;
+        bump(kind, &|s| s.writes_accepted += 1);
+        if let Some(prev) = highest.filter(|p| write.token <= p.token) {
+            bump(kind, &|s| s.stale_accepted += 1);
+            violations.push(Violation {
+                rule: 1,
+                summary: format!(
+                    "stale write accepted: log id {} (worker {} lease {} token {}) after log id {} (worker {} lease {} token {})",
+                    write.id, write.worker, write.lease, write.token,
+                    prev.id, prev.worker, prev.lease, prev.token
+                ),
+                excerpt: index.excerpt(&[(prev.worker, prev.lease), (write.worker, write.lease)]),
+            });
+        }
+        if highest.is_none_or(|p| write.token > p.token) {
+            highest = Some(write);
+        }
+        if write.read_value != current {
+            violations.push(Violation {
+                rule: 2,
+                summary: format!(
+                    "lost update: log id {} (worker {} lease {} token {}) read {} but the counter held {}",
+                    write.id, write.worker, write.lease, write.token, write.read_value, current
+                ),
+                excerpt: index.excerpt(&[(write.worker, write.lease)]),
+            });
+        }
+        current = write.new_value;
+    }
+
+    // The other rows' lost updates: the writes whose increment the final value does not
+    // contain. Walking back from the final value, each surviving write is the latest one that
+    // wrote the value its successor read; every other write was overwritten.
+    for (row, last) in [
+        (Row::WriteOnly, resource.write_only),
+        (Row::Shadow, resource.shadow),
+    ] {
+        let mut wanted = last;
+        for write in resource.accepted.iter().rev().filter(|w| w.row == row) {
+            if write.new_value == wanted {
+                wanted = write.read_value;
+                continue;
             }
-            Row::WriteOnly => bump(kind, &|s| s.lost_write_only += lost),
-            Row::Shadow => bump(kind, &|s| s.lost_shadow += lost),
+            let kind = index.window_of_lease(write.worker, write.lease);
+            match row {
+                Row::WriteOnly => bump(kind, &|s| s.lost_write_only += 1),
+                _ => bump(kind, &|s| s.lost_shadow += 1),
+            }
         }
     }
     if resource.fenced != fenced_writes {
@@ -357,12 +373,7 @@ impl<'h> Index<'h> {
                 ours(e)
                     || matches!(
                         e.event,
-                        Event::Fault { .. }
-                            | Event::Healed { .. }
-                            | Event::Grant { .. }
-                            | Event::Read { .. }
-                            | Event::Write { .. }
-                            | Event::Release { .. }
+                        Event::Fault { .. } | Event::Healed { .. } | Event::Grant { .. }
                     )
             })
             .map(|e| serde_json::to_string(e).unwrap_or_default())
@@ -380,8 +391,8 @@ impl<'h> Index<'h> {
         kept
     }
 
-    /// Overlapping critical sections (grant to release, or to the lease's last step), counted
-    /// once per later section, attributed to that section's window.
+    /// Overlapping critical sections (grant to the lease's last answer from the resource),
+    /// counted once per later section, attributed to that section's window.
     fn overlaps(&self) -> HashMap<&'h str, u64> {
         let mut sections: HashMap<(u32, u64), (u64, u64)> = HashMap::new();
         for e in self.history {
@@ -389,10 +400,18 @@ impl<'h> Index<'h> {
                 continue;
             };
             let key = (e.worker, lease);
-            if let Event::Grant { .. } = e.event {
-                sections.insert(key, (e.t, e.t));
-            } else if let Some(section) = sections.get_mut(&key) {
-                section.1 = section.1.max(e.t);
+            match e.event {
+                Event::Grant { .. } => {
+                    sections.insert(key, (e.t, e.t));
+                }
+                // The section ends with the last answer from the resource; the release's own
+                // answer may come after the next holder's grant, which is no overlap.
+                Event::Read { .. } | Event::Write { .. } => {
+                    if let Some(section) = sections.get_mut(&key) {
+                        section.1 = section.1.max(e.t);
+                    }
+                }
+                _ => {}
             }
         }
         let mut sorted: Vec<(u64, u64)> = sections.into_values().collect();
@@ -656,26 +675,16 @@ mod tests {
                 },
             ),
             grant(1100, 2, 1, 11),
-            at(
-                2000,
-                1,
-                Event::Release {
-                    lease: 1,
-                    token: 10,
-                    outcome: "lost".into(),
-                },
-            ),
-            at(
-                2100,
-                2,
-                Event::Release {
-                    lease: 1,
-                    token: 11,
-                    outcome: "released".into(),
-                },
-            ),
+            // The paused holder's write lands after the next holder was granted.
+            write(2000, 1, 1, 10, None),
+            write(2100, 2, 1, 11, Some(1)),
         ];
-        let verdict = check(&history, &ResourceState::default(), TTL_MS);
+        let resource = ResourceState {
+            fenced: 1,
+            accepted: vec![accepted(1, 11, 2, 1, 0)],
+            ..ResourceState::default()
+        };
+        let verdict = check(&history, &resource, TTL_MS);
         let pause = &verdict.by_kind["pause"];
         assert_eq!(pause.overlaps, 1);
         assert_eq!(pause.faults, 1);

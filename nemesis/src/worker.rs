@@ -99,7 +99,7 @@ pub async fn run(
             deadline: to_ns(lease.valid_until()),
         });
         let kept = Arc::new(KeepAlive::start(store.clone(), lease.clone()));
-        let watcher = watch_lost(kept.clone(), lease_no, say.clone_box());
+        let watcher = watch_lost(&kept, lease_no, say.clone_box());
         if resource.is_none() {
             match Resource::connect(&config.resource_url, &config.schema).await {
                 Ok(r) => resource = Some(r),
@@ -122,7 +122,7 @@ pub async fn run(
                 resource = None;
             }
         }
-        watcher.abort();
+        drop(watcher);
         drop(kept);
         pass(&mut gate).await;
         let outcome = match store.release(&lease).await {
@@ -219,19 +219,32 @@ async fn pass(gate: &mut Option<Gate>) {
     }
 }
 
-fn watch_lost(
-    kept: Arc<KeepAlive>,
-    lease_no: u64,
-    say: Box<dyn Fn(Event) + Send>,
-) -> JoinHandle<()> {
-    tokio::spawn(async move {
-        kept.lost().await;
+/// Reports the lost signal when it fires. Holds the keep-alive only weakly, so a killed
+/// worker's keep-alive dies with it; the watcher itself is aborted when its guard drops.
+fn watch_lost(kept: &Arc<KeepAlive>, lease_no: u64, say: Box<dyn Fn(Event) + Send>) -> AbortOnDrop {
+    let (lost, token, weak) = (
+        kept.lost_token(),
+        kept.lease().fencing_token(),
+        Arc::downgrade(kept),
+    );
+    AbortOnDrop(tokio::spawn(async move {
+        lost.cancelled().await;
+        let reason = weak.upgrade().and_then(|k| k.lost_reason());
         say(Event::Lost {
             lease: lease_no,
-            token: kept.lease().fencing_token(),
-            reason: kept.lost_reason().unwrap_or_default(),
+            token,
+            reason: reason.unwrap_or_default(),
         });
-    })
+    }))
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// A closure that can be cloned into a boxed one for another task.

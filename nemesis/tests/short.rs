@@ -1,0 +1,68 @@
+//! The nemesis's short profile, inside `cargo test`: a few faults on every store, each run
+//! checked; and a deliberately broken store that the checker must catch.
+
+use std::time::Duration;
+
+use nemesis::{Fault, Options, StoreKind};
+
+fn options(stores: Vec<StoreKind>, duration: Duration) -> Options {
+    Options {
+        url: None,
+        stores,
+        faults: None,
+        duration,
+        workers: 3,
+        ttl: Duration::from_secs(1),
+        hold_max: Duration::from_millis(100),
+        seed: 22,
+        resource_url: None,
+        worker_binary: env!("CARGO_BIN_EXE_nemesis").into(),
+        history_dir: Some(std::env::temp_dir().join("nemesis-short")),
+        verbose: true,
+    }
+}
+
+/// A memory store whose tokens start over when it restarts: the next holder's token is below
+/// the resource's fence, so its claim is refused while it holds the lock by every measure
+/// (no lost signal, deadline ahead, granted after the restart). Rule 3 must catch it.
+#[test]
+fn a_store_whose_tokens_restart_is_caught_as_an_unexplained_refusal() {
+    let mut options = options(vec![StoreKind::BrokenMemory], Duration::from_secs(4));
+    options.faults = Some(vec![Fault::StoreRestart]);
+    let reports = nemesis::run(&options).unwrap_or_else(|e| panic!("{e}"));
+    let report = &reports[0];
+    println!("{}", nemesis::report::table(&reports));
+    assert!(
+        report.faults.iter().any(|f| f == "store-restart"),
+        "no restart was injected: {:?}",
+        report.faults
+    );
+    assert!(!report.verdict.is_safe());
+    assert!(report.verdict.broke(3), "{:#?}", report.verdict.violations);
+}
+
+/// Every store the run starts, about 10 s of faults each: nothing unsafe accepted.
+#[test]
+fn every_store_keeps_the_rules_under_a_short_run_of_faults() {
+    let reports = nemesis::run(&options(StoreKind::ALL.to_vec(), Duration::from_secs(10)))
+        .unwrap_or_else(|e| panic!("{e}"));
+    println!("{}", nemesis::report::table(&reports));
+    for report in &reports {
+        assert!(
+            !report.faults.is_empty(),
+            "{}: no fault injected",
+            report.store
+        );
+        assert!(
+            report.verdict.is_safe(),
+            "{}: {:#?}",
+            report.store,
+            report.verdict.violations
+        );
+        assert!(
+            report.verdict.total().writes_accepted > 0,
+            "{}: no work done",
+            report.store
+        );
+    }
+}
