@@ -2,22 +2,12 @@
 
 mod common;
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use conformance::{async_trait, StoreFactory};
 use lock_core::{DynLockStore, Lease};
 use lock_redis::{RedisConfig, RedisStore};
-use test_servers::RedisServer;
-
-/// One server for every test of this file. test-servers kills it when the test process exits
-/// (parent-death signal), although a static is never dropped.
-static SERVER: OnceLock<RedisServer> = OnceLock::new();
-
-fn server_url() -> String {
-    SERVER
-        .get_or_init(|| RedisServer::start().unwrap_or_else(|e| panic!("{e}")))
-        .url()
-}
+use test_servers::{closed_ports, shared};
 
 struct RedisFactory {
     url: String,
@@ -32,7 +22,7 @@ impl StoreFactory for RedisFactory {
     async fn unreachable_handle(&self) -> DynLockStore {
         let url = format!(
             "redis://127.0.0.1:{}?connect_timeout=1s&command_timeout=1s",
-            common::closed_port()
+            closed_ports(1)[0]
         );
         Arc::new(
             RedisStore::connect_lazy(RedisConfig::from_url(&url).expect("config"))
@@ -50,4 +40,8 @@ impl StoreFactory for RedisFactory {
     }
 }
 
-conformance::conformance_tests!(async { Arc::new(RedisFactory { url: server_url() }) });
+conformance::conformance_tests!(async {
+    Arc::new(RedisFactory {
+        url: shared::redis().url(),
+    })
+});

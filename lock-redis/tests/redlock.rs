@@ -1,23 +1,15 @@
 //! The whole conformance suite against Redlock over five real, independent redis-servers.
 
-mod common;
+use std::sync::Arc;
 
-use std::sync::{Arc, OnceLock};
-
-use common::closed_port;
 use conformance::{async_trait, StoreFactory};
 use lock_core::{DynLockStore, Lease};
 use lock_redis::{RedlockConfig, RedlockStore};
-use test_servers::RedisServer;
+use test_servers::{closed_ports, shared};
 
-/// Five masters for every test of this file. test-servers kills them when the test process
-/// exits (parent-death signal), although a static is never dropped.
-static SERVERS: OnceLock<Vec<RedisServer>> = OnceLock::new();
-
+/// The five shared masters of this test process.
 fn redlock_url() -> String {
-    let servers =
-        SERVERS.get_or_init(|| RedisServer::start_many(5).unwrap_or_else(|e| panic!("{e}")));
-    let hosts: Vec<String> = servers
+    let hosts: Vec<String> = shared::redis_masters(5)
         .iter()
         .map(|s| format!("127.0.0.1:{}", s.port()))
         .collect();
@@ -45,11 +37,13 @@ impl StoreFactory for RedlockFactory {
     }
 
     async fn unreachable_handle(&self) -> DynLockStore {
+        let hosts: Vec<String> = closed_ports(3)
+            .iter()
+            .map(|port| format!("127.0.0.1:{port}"))
+            .collect();
         let url = format!(
-            "redlock://127.0.0.1:{},127.0.0.1:{},127.0.0.1:{}?connect_timeout=1s&command_timeout=1s",
-            closed_port(),
-            closed_port(),
-            closed_port()
+            "redlock://{}?connect_timeout=1s&command_timeout=1s",
+            hosts.join(",")
         );
         Arc::new(
             RedlockStore::connect_lazy(RedlockConfig::from_url(&url).expect("config"))

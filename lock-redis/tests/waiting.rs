@@ -4,23 +4,14 @@
 
 mod common;
 
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use common::{admin, admin_query, store};
 use conformance::eventually;
 use lock_core::{Acquire, Error, Release, ReleaseOutcome};
 use lock_redis::{RedisConfig, RedisStore};
-use test_servers::RedisServer;
+use test_servers::{shared, RedisServer};
 use tokio::time::{sleep, Instant};
-
-static SERVER: OnceLock<RedisServer> = OnceLock::new();
-
-fn server_url() -> String {
-    SERVER
-        .get_or_init(|| RedisServer::start().unwrap_or_else(|e| panic!("{e}")))
-        .url()
-}
 
 const TTL: Duration = Duration::from_secs(60);
 
@@ -114,7 +105,7 @@ async fn waiters_of_one_handle_share_one_pubsub_connection_and_one_subscription_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handle_that_never_waits_subscribes_to_nothing() {
-    let url = server_url();
+    let url = shared::redis().url();
     let prefix = "never-waits:";
     let store = store(&url, &format!("prefix={prefix}")).await;
     let mut admin = admin(&url).await;
@@ -207,7 +198,7 @@ async fn waiter_gets_the_key_though_its_pubsub_connection_was_killed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prefixes_and_databases_separate_locks() {
-    let url = server_url();
+    let url = shared::redis().url();
     let key = "same-key";
     let a = store(&url, "prefix=tenant-a:").await;
     let b = store(&url, "prefix=tenant-b:").await;
@@ -249,7 +240,7 @@ async fn prefixes_and_databases_separate_locks() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn credentials_from_the_url_are_used_and_never_shown() {
-    let url = server_url();
+    let url = shared::redis().url();
     let mut admin = admin(&url).await;
     let _: () = admin_query(
         &mut admin,
@@ -297,7 +288,7 @@ async fn credentials_from_the_url_are_used_and_never_shown() {
 #[cfg(feature = "tls")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rediss_against_a_plain_text_server_fails_cleanly() {
-    let url = server_url().replace("redis://", "rediss://");
+    let url = shared::redis().url().replace("redis://", "rediss://");
     let config =
         RedisConfig::from_url(&format!("{url}?connect_timeout=1s&command_timeout=1s")).unwrap();
     match RedisStore::connect(config).await {

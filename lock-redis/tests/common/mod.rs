@@ -1,4 +1,4 @@
-//! Shared by the integration tests: store handles with generous timeouts, a free port.
+//! Shared by the integration tests: store handles with generous timeouts, admin connections.
 #![allow(dead_code)]
 
 use lock_redis::{RedisConfig, RedisStore};
@@ -18,14 +18,6 @@ pub async fn store(url: &str, options: &str) -> RedisStore {
     RedisStore::connect(RedisConfig::from_url(&url).expect("config"))
         .await
         .expect("connect")
-}
-
-/// A loopback port that was just free: nothing listens there.
-pub fn closed_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
 }
 
 /// A plain redis-crate connection, outside any store, for admin commands.
