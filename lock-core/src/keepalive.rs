@@ -20,7 +20,7 @@ use crate::{Extend, Lease};
 /// A failed extend that may be retried (store unreachable) is retried after a short jittered
 /// delay, again within what is left. `lost` is cancelled as soon as the store says the lease is
 /// gone ([`Error::LeaseLost`](crate::Error::LeaseLost) from an extend, or
-/// [`Lease::revoked_token`] cancelled by the store), or when the local deadline
+/// [`Revocation::revoke`](crate::Revocation::revoke) called by the store), or when the local deadline
 /// ([`Lease::valid_until`]) passes without a confirmation, which is before the store's own
 /// expiry. The reason is written to `reason`.
 ///
@@ -36,19 +36,22 @@ pub async fn keep_alive<S>(
     S: Extend + ?Sized,
 {
     let period = (lease.ttl() / 4).max(Duration::from_millis(1));
-    let revoked = lease.revoked_token();
+    let revocation = lease.revocation();
     let lose = |why: String| {
         tracing::warn!(key = lease.key(), token = lease.fencing_token(), reason = %why, "lease lost");
         *reason.lock().unwrap_or_else(PoisonError::into_inner) = Some(why);
         lost.cancel();
     };
-    const REVOKED: &str = "the store reported the lease gone";
+    let revoked = || {
+        let why = revocation.reason().unwrap_or("no reason given");
+        format!("the store reported the lease gone: {why}")
+    };
     let mut next = plan(lease, period);
     loop {
         tokio::select! {
             biased;
             () = lost.cancelled() => return,
-            () = revoked.cancelled() => return lose(REVOKED.into()),
+            () = revocation.revoked() => return lose(revoked()),
             () = sleep_until(lease.valid_until()) => {
                 return lose("the local deadline passed before an extend was confirmed".into());
             }
@@ -57,7 +60,7 @@ pub async fn keep_alive<S>(
         let extend = timeout_at(lease.valid_until(), store.extend(lease));
         let answer = tokio::select! {
             biased;
-            () = revoked.cancelled() => return lose(REVOKED.into()),
+            () = revocation.revoked() => return lose(revoked()),
             answer = extend => answer,
         };
         match answer {

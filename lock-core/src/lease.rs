@@ -2,7 +2,7 @@
 
 use std::any::Any;
 use std::fmt;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -90,7 +90,7 @@ struct LeaseInner {
     token: u64,
     ttl: Duration,
     valid_until: Mutex<Instant>,
-    revoked: CancellationToken,
+    revocation: Revocation,
     store_state: Option<Box<dyn Any + Send + Sync>>,
 }
 
@@ -128,7 +128,7 @@ impl Lease {
                 token,
                 ttl,
                 valid_until: Mutex::new(deadline(sent_at, ttl)),
-                revoked: CancellationToken::new(),
+                revocation: Revocation::default(),
                 store_state,
             }),
         }
@@ -184,22 +184,22 @@ impl Lease {
         *valid_until = (*valid_until).max(deadline(sent_at, self.inner.ttl));
     }
 
-    /// A token the store cancels when it learns by its own means that this lease is gone, before
-    /// any extend would tell (PostgreSQL: the server ended the lease's session). [`KeepAlive`]
-    /// fires its lost signal as soon as it is cancelled.
+    /// The lease's revocation: the store calls [`Revocation::revoke`] when it learns by its own
+    /// means that the lease is gone, before any extend would tell (PostgreSQL: the server ended
+    /// the lease's session). [`KeepAlive`] fires its lost signal as soon as that happens, with
+    /// the store's reason.
     ///
-    /// For store implementations: keep a clone of the token (never of the lease, which may own
-    /// a session) in whatever watches the store, and cancel it when the lease is known gone.
-    /// Cancelling it does not release anything.
+    /// For store implementations: keep the returned handle (never a clone of the lease, which
+    /// may own a session) in whatever watches the store. Revoking releases nothing.
     ///
     /// [`KeepAlive`]: crate::KeepAlive
-    pub fn revoked_token(&self) -> CancellationToken {
-        self.inner.revoked.clone()
+    pub fn revocation(&self) -> Revocation {
+        self.inner.revocation.clone()
     }
 
-    /// Whether the store has reported this lease gone through [`Lease::revoked_token`].
+    /// Whether the store has reported this lease gone through [`Lease::revocation`].
     pub fn is_revoked(&self) -> bool {
-        self.inner.revoked.is_cancelled()
+        self.inner.revocation.is_revoked()
     }
 
     /// The store-specific state given to [`Lease::with_store_state`], if it has type `T`.
@@ -227,6 +227,53 @@ impl fmt::Debug for Lease {
             .field("ttl", &self.inner.ttl)
             .field("remaining", &self.remaining())
             .finish_non_exhaustive()
+    }
+}
+
+/// A store's report that a lease is gone, taken from [`Lease::revocation`]. Cloning is cheap;
+/// every clone reports the same revocation.
+#[derive(Clone, Default)]
+pub struct Revocation {
+    inner: Arc<RevocationInner>,
+}
+
+#[derive(Default)]
+struct RevocationInner {
+    done: CancellationToken,
+    reason: OnceLock<String>,
+}
+
+impl Revocation {
+    /// Reports the lease gone, for `reason` (kept from the first call only).
+    pub fn revoke(&self, reason: impl Into<String>) {
+        let _ = self.inner.reason.set(reason.into());
+        self.inner.done.cancel();
+    }
+
+    /// Whether the lease was reported gone.
+    pub fn is_revoked(&self) -> bool {
+        self.inner.done.is_cancelled()
+    }
+
+    /// Why the lease was reported gone, once it was.
+    pub fn reason(&self) -> Option<&str> {
+        self.inner.reason.get().map(String::as_str)
+    }
+
+    /// Completes once the lease is reported gone.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future loses nothing, and a later call still completes.
+    pub async fn revoked(&self) {
+        self.inner.done.cancelled().await
+    }
+}
+
+impl fmt::Debug for Revocation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Revocation")
+            .field("reason", &self.reason())
+            .finish()
     }
 }
 

@@ -49,7 +49,7 @@ pub use capabilities::Capabilities;
 pub use error::{BodyOutput, BoxError, Error, Result};
 pub use fence::FenceGate;
 pub use keepalive::{keep_alive, KeepAlive};
-pub use lease::{drift, FencingToken, KeyStatus, Lease, OwnerId, ReleaseOutcome};
+pub use lease::{drift, FencingToken, KeyStatus, Lease, OwnerId, ReleaseOutcome, Revocation};
 pub use memory::MemoryStore;
 pub use scoped::{with_lock, LockOptions};
 pub use store::{Acquire, DynLockStore, Extend, LockStore, Release};

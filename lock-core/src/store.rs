@@ -20,7 +20,7 @@ use crate::{Capabilities, KeyStatus, Lease, ReleaseOutcome, Result};
 ///   It can run past an *early* free, which only the store sees first: the holder then learns
 ///   of it through its keep-alive within a third of the TTL ([`keep_alive`](crate::keep_alive)
 ///   extends at a quarter of it), sooner where the store reports it by
-///   [`Lease::revoked_token`]. Meanwhile another holder may hold the key, which is why the
+///   [`Lease::revocation`]. Meanwhile another holder may hold the key, which is why the
 ///   resource must check the fencing token.
 /// - Events that free a lock early, per store: PostgreSQL, the server ending the lease's
 ///   session (`pg_terminate_backend`, a restart or crash, a failover, a connection reset);

@@ -237,10 +237,11 @@ async fn lost_fires_at_once_when_the_store_revokes_the_lease() {
     let held = KeepAlive::start(store.clone(), lease.clone());
     sleep(TTL / 10).await;
     let revoked_at = Instant::now();
-    lease.revoked_token().cancel();
+    lease.revocation().revoke("the server ended its session");
     held.lost().await;
     assert_eq!(revoked_at.elapsed(), Duration::ZERO);
-    assert!(held.lost_reason().unwrap().contains("store reported"));
+    let reason = held.lost_reason().unwrap();
+    assert!(reason.contains("the server ended its session"), "{reason}");
 }
 
 #[tokio::test(start_paused = true)]

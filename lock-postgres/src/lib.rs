@@ -84,7 +84,7 @@
 //! **How fast the holder finds out.** While a handle holds leases, one task per handle looks
 //! up their backends (`SELECT … FROM pg_stat_activity WHERE pid = ANY($1)`, pid and start time)
 //! every `min(1 s, TTL/6)` (the shortest TTL held; at least 10 ms), on a session of the handle's
-//! own, and cancels [`Lease::revoked_token`](lock_core::Lease::revoked_token) of each lease
+//! own, and revokes ([`Lease::revocation`](lock_core::Lease::revocation)) each lease
 //! whose backend is gone; [`KeepAlive`](lock_core::KeepAlive) then reports the loss at once.
 //! So a holder learns within that period plus one query (a 30 s lease: about a second), not
 //! at its next extend. The task holds only each lease's token and backend pid, never the

@@ -413,7 +413,7 @@ impl PostgresStore {
             watch_id,
             backend,
             ttl,
-            lease.revoked_token(),
+            lease.revocation(),
         );
         lease
     }

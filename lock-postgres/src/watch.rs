@@ -1,6 +1,6 @@
 //! Finding out fast that the server ended a lease's session: one task per store handle looks
 //! up the backends of the held leases in `pg_stat_activity` and cancels the
-//! [`Lease::revoked_token`](lock_core::Lease::revoked_token) of each lease whose backend is
+//! [`Lease::revocation`](lock_core::Lease::revocation) of each lease whose backend is
 //! gone, so [`KeepAlive`](lock_core::KeepAlive) reports the loss at once instead of at its next
 //! extend.
 //!
@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use lock_core::Revocation;
 use sqlx::Row;
 use tokio_util::sync::CancellationToken;
 
@@ -42,7 +43,7 @@ pub(crate) struct Backend {
 struct Watched {
     backend: Backend,
     period: Duration,
-    revoked: CancellationToken,
+    revoked: Revocation,
 }
 
 #[derive(Default)]
@@ -101,7 +102,7 @@ impl Watch {
 
 impl Watch {
     /// Watches the session on `backend` for a lease of `ttl` as entry `id` (from
-    /// [`Watch::reserve`]), cancelling `revoked` once the server has ended it, and starts the
+    /// [`Watch::reserve`]), revoking `revoked` once the server has ended it, and starts the
     /// handle's task (looking on a session from `sessions`) if it is not running. Outside a
     /// Tokio runtime nothing is watched (the lease then learns at its next extend, as without
     /// the task).
@@ -111,7 +112,7 @@ impl Watch {
         id: u64,
         backend: Backend,
         ttl: Duration,
-        revoked: CancellationToken,
+        revoked: Revocation,
     ) {
         let mut registry = self.registry();
         if self.handle_dropped.is_cancelled() {
@@ -187,7 +188,9 @@ async fn run(watch: Arc<Watch>, sessions: Arc<Sessions>) {
                     pid = watched.backend.pid,
                     "the server ended a lease's session: the lock is free"
                 );
-                watched.revoked.cancel();
+                watched
+                    .revoked
+                    .revoke("the server ended the lease's session, which freed the lock");
             }
             !gone
         });

@@ -49,7 +49,7 @@ async fn a_terminated_holder_with_a_30_s_ttl_learns_within_3_s_while_the_key_is_
         .expect("the key is free");
     assert!(next.fencing_token() > lease.fencing_token());
 
-    timeout(FOUND_OUT_WITHIN, lease.revoked_token().cancelled())
+    timeout(FOUND_OUT_WITHIN, lease.revocation().revoked())
         .await
         .expect("the store revokes the lease within the bound");
     timeout(FOUND_OUT_WITHIN, kept.lost())
@@ -173,7 +173,7 @@ fn a_lease_is_watched_after_the_runtime_that_ran_the_task_shut_down() {
         let lease = holder.try_acquire(key, LONG_TTL).await.unwrap();
         let mut admin = admin(&url).await;
         assert_eq!(terminate_holder(&mut admin, holder.lock_id(key)).await, 1);
-        timeout(FOUND_OUT_WITHIN, lease.revoked_token().cancelled())
+        timeout(FOUND_OUT_WITHIN, lease.revocation().revoked())
             .await
             .expect("the lease is watched by a task on this runtime");
     });
