@@ -3,9 +3,16 @@
 use std::time::Duration;
 
 /// Parses `<number><unit>` with unit `ms`, `s`, `m` or `h`; a bare number is seconds. Zero is
-/// rejected: a zero TTL or wait is always a mistake on the command line (omit `--wait` for one
-/// attempt).
+/// rejected: a zero TTL or grace is always a mistake on the command line.
 pub fn parse(text: &str) -> Result<Duration, String> {
+    match parse_wait(text)? {
+        Duration::ZERO => Err(format!("{:?} must be greater than zero", text.trim())),
+        duration => Ok(duration),
+    }
+}
+
+/// Like [`parse`], but zero is accepted: a zero `--wait` means one attempt.
+pub fn parse_wait(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     let split = text
         .find(|c: char| !c.is_ascii_digit() && c != '.')
@@ -25,8 +32,10 @@ pub fn parse(text: &str) -> Result<Duration, String> {
             ))
         }
     };
-    if !seconds.is_finite() || seconds <= 0.0 {
-        return Err(format!("{text:?} must be greater than zero"));
+    if !seconds.is_finite() || seconds < 0.0 {
+        return Err(format!(
+            "{text:?} is not a duration like 500ms, 30s, 5m or 1h"
+        ));
     }
     Duration::try_from_secs_f64(seconds).map_err(|_| format!("{text:?} is too long"))
 }
@@ -50,6 +59,18 @@ mod tests {
         }
         for bad in ["", "0", "0s", "-1s", "5 parsecs", "s", "1d", "1e400s", "ms"] {
             assert!(parse(bad).is_err(), "{bad:?} was accepted");
+        }
+    }
+
+    #[test]
+    fn a_wait_may_be_zero_in_any_unit() {
+        for zero in ["0", "0s", "0ms", "0.0m"] {
+            assert_eq!(parse_wait(zero), Ok(Duration::ZERO), "{zero}");
+            assert!(parse(zero).is_err(), "{zero:?} was accepted as a TTL");
+        }
+        assert_eq!(parse_wait("250ms"), Ok(Duration::from_millis(250)));
+        for bad in ["", "-1s", "soon", "1d"] {
+            assert!(parse_wait(bad).is_err(), "{bad:?} was accepted");
         }
     }
 }

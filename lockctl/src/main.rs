@@ -5,8 +5,9 @@
 //! ```
 //!
 //! Exit codes follow sysexits: the command's own code when it ran; 64 bad input; 69 store
-//! unreachable; 70 lease lost while the command ran (the command is terminated); 75 the lock is
-//! held by someone else (and the wait, if any, ran out); 76 the store answered with an error.
+//! unreachable; 70 lease lost while the command ran (its process group is terminated); 75 the
+//! lock is held by someone else (and the wait, if any, ran out); 76 the store answered with an
+//! error.
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -18,6 +19,8 @@ use fencelock::{DynLockStore, Error};
 mod bench;
 mod check;
 mod duration;
+mod group;
+mod guardian;
 mod run;
 mod status;
 
@@ -50,10 +53,11 @@ enum Command {
         /// The lease TTL; the lease is extended at a third of it while CMD runs.
         #[arg(long, default_value = "30s", value_parser = duration::parse)]
         ttl: Duration,
-        /// Wait up to this long for the lock (default: one attempt).
-        #[arg(long, value_parser = duration::parse)]
+        /// Wait up to this long for the lock (default, or 0: one attempt).
+        #[arg(long, value_parser = duration::parse_wait)]
         wait: Option<Duration>,
-        /// After SIGTERM on a lost lease, how long CMD gets before SIGKILL.
+        /// After SIGTERM to CMD's process group (on a lost lease, or to what CMD left behind
+        /// when it exited), how long the group gets before SIGKILL.
         #[arg(long, default_value = "10s", value_parser = duration::parse)]
         grace: Duration,
         /// The command and its arguments.
@@ -117,6 +121,18 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
+    // The guardian is forked now, while lockctl still has one thread (see guardian.rs).
+    let guardian = match &cli.command {
+        // SAFETY: no thread has been started yet: the runtime is built below.
+        Command::Run { .. } => match unsafe { guardian::Guardian::start() } {
+            Ok(guardian) => Some(guardian),
+            Err(error) => {
+                eprintln!("lockctl: cannot start the guardian process: {error}");
+                return ExitCode::from(exit::SOFTWARE);
+            }
+        },
+        _ => None,
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -154,7 +170,10 @@ fn main() -> ExitCode {
                 wait,
                 grace,
                 command,
-            } => run::run(store, &key, ttl, wait, grace, command).await,
+            } => match guardian {
+                Some(guardian) => run::run(store, &key, ttl, wait, grace, command, guardian).await,
+                None => unreachable!("the guardian is started for run"),
+            },
             Command::Status { key, json } => status::status(store, &key, json).await,
             Command::Conformance { .. } | Command::Bench { .. } => unreachable!("handled above"),
         }

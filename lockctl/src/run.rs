@@ -7,10 +7,22 @@ use std::time::Duration;
 
 use fencelock::{DynLockStore, Error, KeepAlive, Lease, ReleaseOutcome};
 use tokio::process::{Child, Command};
-use tokio::signal::unix::{signal, SignalKind};
+use tokio::signal::unix::{signal, Signal, SignalKind};
 
 use crate::exit;
+use crate::group::{self, Terminal};
+use crate::guardian::Guardian;
 
+/// Acquires `key`, runs `command` in a process group of its own while keeping the lease alive,
+/// and releases the lease once no process of that group runs any more.
+///
+/// `guardian` SIGKILLs the group if lockctl dies before it is told to stand down.
+///
+/// # Cancel safety
+///
+/// Not cancel safe: dropped while the command runs, the lease is neither kept alive nor
+/// released (it expires at its TTL), the command gets SIGKILL (`kill_on_drop`), and its group
+/// gets SIGKILL from the guardian once lockctl exits.
 pub async fn run(
     store: DynLockStore,
     key: &str,
@@ -18,6 +30,7 @@ pub async fn run(
     wait: Option<Duration>,
     grace: Duration,
     command: Vec<OsString>,
+    guardian: Guardian,
 ) -> ExitCode {
     let lease = match acquire(&store, key, ttl, wait).await {
         Ok(lease) => lease,
@@ -32,19 +45,35 @@ pub async fn run(
         Err(error) => return crate::fail(&error),
     };
     let Some((program, args)) = command.split_first() else {
+        let _ = store.release(&lease).await;
         return crate::fail(&Error::invalid("command", "is missing after --"));
     };
+    // Installed before the command starts, so a signal is never lost between the two.
+    let Some(signals) = Signals::install() else {
+        let _ = store.release(&lease).await;
+        eprintln!("lockctl: cannot install signal handlers");
+        return ExitCode::from(exit::SOFTWARE);
+    };
+    let terminal = Terminal::take();
     let mut command = Command::new(program);
     command
         .args(args)
         .env("LOCK_KEY", key)
         .env("LOCK_FENCING_TOKEN", lease.fencing_token().to_string())
         .kill_on_drop(true);
-    die_with_parent(&mut command);
-    let child = command.spawn();
-    let child = match child {
-        Ok(child) => child,
+    group::configure(&mut command, guardian.announce_fd(), terminal.as_ref());
+    let spawned = command.spawn().and_then(|child| {
+        match child.id().and_then(|id| libc::pid_t::try_from(id).ok()) {
+            Some(pid) => Ok((child, pid)),
+            None => Err(std::io::Error::other("the command has no pid")),
+        }
+    });
+    let (child, pgid) = match spawned {
+        Ok(spawned) => spawned,
         Err(error) => {
+            // The command never reached exec, so its group died with it.
+            guardian.stand_down();
+            drop(terminal);
             let _ = store.release(&lease).await;
             eprintln!("lockctl: cannot run {}: {error}", program.to_string_lossy());
             let code = if error.kind() == std::io::ErrorKind::NotFound {
@@ -55,31 +84,65 @@ pub async fn run(
             return ExitCode::from(code);
         }
     };
-    supervise(store, lease, child, grace).await
+    let guarded = Guarded {
+        child,
+        pgid,
+        guardian,
+        terminal,
+    };
+    supervise(store, lease, guarded, signals, grace).await
 }
 
-/// Waits for the child while keeping the lease alive; on loss terminates the child.
+/// The running command and what must outlive it until its group is empty.
+struct Guarded {
+    child: Child,
+    /// The command's pid, which is its process group's id.
+    pgid: libc::pid_t,
+    guardian: Guardian,
+    terminal: Option<Terminal>,
+}
+
+impl Guarded {
+    /// Ends whatever of the group still runs (SIGTERM, SIGKILL after `grace`), then stands the
+    /// guardian down and takes the terminal back: afterwards nothing of the command runs.
+    async fn end(mut self, grace: Duration) {
+        group::terminate(&mut self.child, self.pgid, grace).await;
+        self.guardian.stand_down();
+        drop(self.terminal);
+    }
+}
+
+/// The signals lockctl passes on to the command's group.
+struct Signals {
+    interrupt: Signal,
+    terminate: Signal,
+    hangup: Signal,
+}
+
+impl Signals {
+    fn install() -> Option<Signals> {
+        Some(Signals {
+            interrupt: signal(SignalKind::interrupt()).ok()?,
+            terminate: signal(SignalKind::terminate()).ok()?,
+            hangup: signal(SignalKind::hangup()).ok()?,
+        })
+    }
+}
+
+/// Waits for the command while keeping the lease alive; on loss ends its whole group. The lease
+/// is released only once no process of the group runs.
 async fn supervise(
     store: DynLockStore,
     lease: Lease,
-    mut child: Child,
+    mut guarded: Guarded,
+    mut signals: Signals,
     grace: Duration,
 ) -> ExitCode {
     let held = KeepAlive::start(store.clone(), lease);
-    let (mut interrupt, mut terminate) = match (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) {
-        (Ok(i), Ok(t)) => (i, t),
-        _ => {
-            eprintln!("lockctl: cannot install signal handlers");
-            let _ = child.start_kill();
-            return ExitCode::from(exit::SOFTWARE);
-        }
-    };
+    let pgid = guarded.pgid;
     let status = loop {
         tokio::select! {
-            status = child.wait() => break status,
+            status = guarded.child.wait() => break status,
             () = held.lost() => {
                 eprintln!(
                     "lockctl: the lease on {:?} (fencing token {}) is lost: {}; terminating the command",
@@ -87,15 +150,23 @@ async fn supervise(
                     held.lease().fencing_token(),
                     held.lost_reason().unwrap_or_default()
                 );
-                terminate_child(&mut child, grace).await;
+                guarded.end(grace).await;
                 let _ = store.release(&held.stop()).await;
                 return ExitCode::from(exit::SOFTWARE);
             }
-            // Pass ^C and SIGTERM on; the lease is released once the command has exited.
-            _ = interrupt.recv() => forward(&child, libc::SIGINT),
-            _ = terminate.recv() => forward(&child, libc::SIGTERM),
+            // Passed on to the whole group; the lease is released once the group is gone.
+            _ = signals.interrupt.recv() => group::signal(pgid, libc::SIGINT),
+            _ = signals.terminate.recv() => group::signal(pgid, libc::SIGTERM),
+            _ = signals.hangup.recv() => group::signal(pgid, libc::SIGHUP),
         }
     };
+    if group::is_alive(pgid) {
+        eprintln!(
+            "lockctl: the command exited and left processes in its process group; terminating them before the release"
+        );
+    }
+    // Still under the kept-alive lease: left-over processes never run unguarded.
+    guarded.end(grace).await;
     let lease = held.stop();
     let released = store.release(&lease).await;
     let status = match status {
@@ -128,7 +199,8 @@ async fn acquire(
     ttl: Duration,
     wait: Option<Duration>,
 ) -> Result<Lease, Error> {
-    let Some(wait) = wait else {
+    // No wait, or a zero one: one attempt, as the library's `acquire` makes for a zero wait.
+    let Some(wait) = wait.filter(|wait| !wait.is_zero()) else {
         return store.try_acquire(key, ttl).await;
     };
     let waiting = store.acquire(key, ttl, wait);
@@ -160,48 +232,6 @@ async fn acquire(
     };
     eprint!("\r\x1b[2K");
     result
-}
-
-fn forward(child: &Child, signal: libc::c_int) {
-    if let Some(pid) = child.id() {
-        // SAFETY: kill(2) with a pid we spawned and still own (not yet reaped).
-        unsafe {
-            libc::kill(pid as libc::pid_t, signal);
-        }
-    }
-}
-
-/// If lockctl itself is killed (`kill -9`, OOM), nothing is left to end the command when the
-/// lease runs out, so the kernel kills it (Linux parent-death signal): a command never runs on
-/// unguarded after its guard is gone.
-#[cfg(target_os = "linux")]
-fn die_with_parent(command: &mut Command) {
-    // SAFETY: only async-signal-safe calls (prctl, getppid, _exit) between fork and exec.
-    let parent = unsafe { libc::getpid() };
-    unsafe {
-        command.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // The parent may have died before prctl took effect.
-            if libc::getppid() != parent {
-                libc::_exit(1);
-            }
-            Ok(())
-        });
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-fn die_with_parent(_: &mut Command) {}
-
-/// SIGTERM, then SIGKILL after `grace`.
-async fn terminate_child(child: &mut Child, grace: Duration) {
-    forward(child, libc::SIGTERM);
-    if tokio::time::timeout(grace, child.wait()).await.is_err() {
-        let _ = child.start_kill();
-        let _ = child.wait().await;
-    }
 }
 
 /// The shell convention: the exit code, or 128 + the signal that ended the process.

@@ -103,6 +103,27 @@ fn bad_input_exits_64_with_a_message_naming_it() {
     }
 }
 
+/// `--wait 0`, `0s` and `0ms` are one attempt: accepted, and on a free key the command runs.
+/// (`tests/stores.rs` shows the same waits exit 75 on a busy key.)
+#[test]
+fn a_zero_wait_is_one_attempt_and_runs_the_command_on_a_free_key() {
+    for zero in ["0", "0s", "0ms"] {
+        let output = lockctl(&[
+            "--url",
+            "memory://",
+            "run",
+            "k",
+            "--wait",
+            zero,
+            "--",
+            "sh",
+            "-c",
+            "exit 5",
+        ]);
+        assert_eq!(output.status.code(), Some(5), "{zero}: {}", stderr(&output));
+    }
+}
+
 #[test]
 fn a_missing_command_exits_127() {
     let output = lockctl(&["--url", "memory://", "run", "k", "--", "/no/such/command"]);

@@ -38,6 +38,27 @@ macro_rules! store_cases {
     };
 }
 
+/// The process-tree cases for one store; each takes a few seconds of TTL and grace, so they
+/// run on Redis and PostgreSQL only (the tree handling does not depend on the store).
+macro_rules! tree_cases {
+    ($url:expr) => {
+        #[test]
+        fn lost_lease_ends_the_whole_process_tree() {
+            crate::support::lost_lease_ends_the_whole_process_tree(&$url);
+        }
+
+        #[test]
+        fn killed_lockctl_ends_the_whole_process_tree() {
+            crate::support::killed_lockctl_ends_the_whole_process_tree(&$url);
+        }
+
+        #[test]
+        fn leftover_processes_end_before_the_release() {
+            crate::support::leftover_processes_end_before_the_release(&$url);
+        }
+    };
+}
+
 /// A loopback port nothing listens on.
 #[allow(dead_code)]
 fn closed_port() -> u16 {
@@ -76,6 +97,7 @@ mod postgres {
             super::closed_port()
         )
     );
+    tree_cases!(url());
 }
 
 #[cfg(feature = "redis")]
@@ -93,6 +115,7 @@ mod redis {
     }
 
     store_cases!(url(), format!("redis://127.0.0.1:{}", super::closed_port()));
+    tree_cases!(url());
 }
 
 #[cfg(feature = "etcd")]

@@ -124,7 +124,7 @@ pub fn ten_concurrent_runs_never_overlap(url: &str) {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// A key held by another run gives exit 75 at once, and 75 again after a short wait.
+/// A key held by another run gives exit 75 at once, with a zero wait, and after a short wait.
 pub fn busy_key_exits_75(url: &str) {
     let dir = scratch("busy");
     let marker = dir.join("held");
@@ -144,6 +144,19 @@ pub fn busy_key_exits_75(url: &str) {
         .output()
         .expect("runs");
     assert_eq!(output.status.code(), Some(75), "{}", stderr(&output));
+    // A zero wait, however written, is one attempt.
+    for zero in ["0", "0s", "0ms"] {
+        let output = lockctl(url)
+            .args(["run", "busy", "--wait", zero, "--", "true"])
+            .output()
+            .expect("runs");
+        assert_eq!(
+            output.status.code(),
+            Some(75),
+            "{zero}: {}",
+            stderr(&output)
+        );
+    }
     signal(&holder, libc::SIGTERM);
     let status = wait_exit(&mut holder, Duration::from_secs(30));
     // SIGTERM is passed to the command, which dies of it: 128 + 15.
@@ -268,4 +281,224 @@ pub fn conformance_command_passes(url: &str) {
         stderr(&output)
     );
     assert!(stdout.contains(" 0 failed"), "{stdout}");
+}
+
+/// The parent of every process, from `/proc/<pid>/stat`.
+fn parents() -> Vec<(i32, i32)> {
+    let mut pairs = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return pairs;
+    };
+    for entry in entries.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // After the command name: state, ppid.
+        let ppid = stat
+            .rsplit_once(") ")
+            .and_then(|(_, rest)| rest.split(' ').nth(1))
+            .and_then(|ppid| ppid.parse().ok());
+        if let Some(ppid) = ppid {
+            pairs.push((pid, ppid));
+        }
+    }
+    pairs
+}
+
+/// `root` and every live process descended from it.
+fn tree(root: i32) -> Vec<i32> {
+    let pairs = parents();
+    let mut found = vec![root];
+    let mut next = 0;
+    while next < found.len() {
+        let parent = found[next];
+        found.extend(
+            pairs
+                .iter()
+                .filter(|(_, ppid)| *ppid == parent)
+                .map(|(pid, _)| *pid),
+        );
+        next += 1;
+    }
+    found.retain(|pid| is_running(*pid));
+    found
+}
+
+/// Forking commands for the tree tests: (name, script after `echo $$ > root;`, how many
+/// processes its tree has once it is running, whether it ignores SIGTERM).
+const FORKING_COMMANDS: [(&str, &str, usize, bool); 3] = [
+    ("background", "sleep 300 & wait", 2, false),
+    ("pipeline", "sleep 300 | cat", 3, false),
+    // Ignored signals stay ignored across fork and exec, so `sleep` ignores SIGTERM too.
+    ("ignores-term", "trap '' TERM; sleep 300 & wait", 2, true),
+];
+
+/// Starts `lockctl run KEY --ttl 2s --grace 1s -- sh -c '<script>'` for each forking command and
+/// returns each holder with the pids of its command's whole tree once it has formed.
+fn start_forking_holders(url: &str, dir: &Path, prefix: &str) -> Vec<(Child, Vec<i32>)> {
+    let holders: Vec<(Child, PathBuf, usize)> = FORKING_COMMANDS
+        .iter()
+        .map(|(name, script, size, _)| {
+            let root = dir.join(format!("{name}.root"));
+            let child = lockctl(url)
+                .args(["run", &format!("{prefix}-{name}"), "--ttl", "2s"])
+                .args(["--grace", "1s", "--", "sh", "-c"])
+                .arg(format!("echo $$ > {}; {script}", root.display()))
+                // A file, not a pipe: a surviving process would hold a pipe open.
+                .stderr(
+                    std::fs::File::create(dir.join(format!("{name}.err"))).expect("stderr file"),
+                )
+                .spawn()
+                .expect("holder spawns");
+            (child, root, *size)
+        })
+        .collect();
+    holders
+        .into_iter()
+        .map(|(child, root, size)| {
+            let root: i32 = wait_for_file(&root, Duration::from_secs(30))
+                .trim()
+                .parse()
+                .expect("pid");
+            let started = Instant::now();
+            let mut pids = tree(root);
+            while pids.len() < size {
+                assert!(
+                    started.elapsed() < Duration::from_secs(30),
+                    "the command's tree never reached {size} processes: {pids:?}"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+                pids = tree(root);
+            }
+            (child, pids)
+        })
+        .collect()
+}
+
+fn assert_tree_gone(case: &str, pids: &[i32]) {
+    let running: Vec<i32> = pids.iter().copied().filter(|p| is_running(*p)).collect();
+    assert!(
+        running.is_empty(),
+        "{case}: processes {running:?} of the command's tree {pids:?} outlived lockctl"
+    );
+}
+
+/// A lost lease ends the command's whole process tree, not only the command: lockctl exits 70
+/// only once no process of the tree runs, and one that ignores SIGTERM is killed after `--grace`.
+pub fn lost_lease_ends_the_whole_process_tree(url: &str) {
+    let dir = scratch("tree-lost");
+    let holders = start_forking_holders(url, &dir, "tree-lost");
+    for (holder, _) in &holders {
+        signal(holder, libc::SIGSTOP);
+    }
+    // Successors on every key, past the stopped holders' TTLs.
+    let successors: Vec<Child> = FORKING_COMMANDS
+        .iter()
+        .map(|(name, ..)| {
+            lockctl(url)
+                .args([
+                    "run",
+                    &format!("tree-lost-{name}"),
+                    "--wait",
+                    "30s",
+                    "--",
+                    "true",
+                ])
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("successor spawns")
+        })
+        .collect();
+    for mut successor in successors {
+        let status = wait_exit(&mut successor, Duration::from_secs(60));
+        assert!(status.success(), "a successor failed: {status}");
+    }
+    for (holder, _) in &holders {
+        signal(holder, libc::SIGCONT);
+    }
+    let resumed = Instant::now();
+    for ((mut holder, pids), (name, _, _, ignores_term)) in
+        holders.into_iter().zip(FORKING_COMMANDS)
+    {
+        let status = wait_exit(&mut holder, Duration::from_secs(30));
+        let err = std::fs::read_to_string(dir.join(format!("{name}.err"))).unwrap_or_default();
+        assert_eq!(status.code(), Some(70), "{name}: {status} {err}");
+        assert_tree_gone(name, &pids);
+        if ignores_term {
+            // It took the SIGKILL sent after the grace to end it.
+            assert!(
+                resumed.elapsed() >= Duration::from_secs(1),
+                "{name}: lockctl exited {:?} after resuming, within its 1 s grace",
+                resumed.elapsed()
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// `kill -9` of lockctl ends the command's whole process tree, not only the command.
+pub fn killed_lockctl_ends_the_whole_process_tree(url: &str) {
+    let dir = scratch("tree-killed");
+    let holders = start_forking_holders(url, &dir, "tree-killed");
+    for (mut holder, pids) in holders {
+        holder.kill().expect("SIGKILL");
+        let _ = holder.wait();
+        let killed = Instant::now();
+        while pids.iter().any(|pid| is_running(*pid)) && killed.elapsed() < Duration::from_secs(10)
+        {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_tree_gone("killed lockctl", &pids);
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A command that exits leaving a background child (here one that ignores SIGTERM, so it lives
+/// through the grace): the child is gone before the next holder gets the lock, and lockctl
+/// exits with the command's own code.
+pub fn leftover_processes_end_before_the_release(url: &str) {
+    let dir = scratch("leftover");
+    let child_file = dir.join("child");
+    let seen = dir.join("seen");
+    let mut holder = lockctl(url)
+        .args([
+            "run", "leftover", "--ttl", "5s", "--grace", "1s", "--", "sh", "-c",
+        ])
+        .arg(format!(
+            "trap '' TERM; sleep 300 & echo $! > {}; exit 7",
+            child_file.display()
+        ))
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("holder spawns");
+    let child: i32 = wait_for_file(&child_file, Duration::from_secs(30))
+        .trim()
+        .parse()
+        .expect("pid");
+    // The next holder records the child's state the moment it holds the lock.
+    let output = lockctl(url)
+        .args(["run", "leftover", "--wait", "30s", "--", "sh", "-c"])
+        .arg(format!(
+            "cat /proc/{child}/stat > {} 2>/dev/null; true",
+            seen.display()
+        ))
+        .output()
+        .expect("runs");
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let status = wait_exit(&mut holder, Duration::from_secs(30));
+    assert_eq!(status.code(), Some(7), "{status}");
+    let stat = std::fs::read_to_string(&seen).unwrap_or_default();
+    let state = stat.rsplit_once(") ").map(|(_, rest)| &rest[..1]);
+    assert!(
+        matches!(state, None | Some("Z" | "X")),
+        "the command's background child {child} still ran when the next holder got the lock: {stat}"
+    );
+    assert!(
+        !is_running(child),
+        "the background child {child} outlived lockctl"
+    );
+    let _ = std::fs::remove_dir_all(dir);
 }
