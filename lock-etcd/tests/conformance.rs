@@ -2,19 +2,13 @@
 
 mod common;
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use common::EtcdFactory;
-use test_servers::EtcdServer;
+use test_servers::shared;
 
-/// One server for every test of this file. test-servers kills it when the test process exits
-/// (parent-death signal), although a static is never dropped.
-static SERVER: OnceLock<EtcdServer> = OnceLock::new();
-
-fn server_url() -> String {
-    SERVER
-        .get_or_init(|| EtcdServer::start().unwrap_or_else(|e| panic!("{e}")))
-        .url()
-}
-
-conformance::conformance_tests!(async { Arc::new(EtcdFactory { url: server_url() }) });
+conformance::conformance_tests!(async {
+    Arc::new(EtcdFactory {
+        url: shared::etcd().url(),
+    })
+});

@@ -8,11 +8,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{closed_port, store};
+use common::store;
 use etcd_client::GetOptions;
 use lock_core::{Acquire, Error, Extend, KeepAlive, LockStore, Release, ReleaseOutcome};
 use lock_etcd::{EtcdConfig, EtcdStore};
-use test_servers::{EtcdCluster, EtcdServer};
+use test_servers::{closed_ports, EtcdCluster, EtcdServer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::{sleep, timeout, Instant};
@@ -464,7 +464,7 @@ async fn stale_release_and_extend_never_touch_a_reused_lease() {
 async fn connect_to_nothing_is_unavailable_within_the_connect_timeout() {
     let config = EtcdConfig::from_url(&format!(
         "etcd://127.0.0.1:{}?connect_timeout=1&command_timeout=5",
-        closed_port()
+        closed_ports(1)[0]
     ))
     .unwrap();
     let started = Instant::now();

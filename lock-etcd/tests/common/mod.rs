@@ -1,5 +1,5 @@
-//! Shared by the integration tests: store handles with a generous connect timeout, a free port,
-//! and the conformance suite's factory over any etcd URL (one member or a cluster).
+//! Shared by the integration tests: store handles with a generous connect timeout, and the
+//! conformance suite's factory over any etcd URL (one member or a cluster).
 #![allow(dead_code)]
 
 use std::sync::Arc;
@@ -13,14 +13,6 @@ use lock_etcd::{EtcdConfig, EtcdStore};
 pub async fn store(url: &str, options: &str) -> EtcdStore {
     let config = EtcdConfig::from_url(&format!("{url}?connect_timeout=30{options}")).unwrap();
     EtcdStore::connect(config).await.expect("connect")
-}
-
-/// A loopback port that was just free: nothing listens there.
-pub fn closed_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
 }
 
 /// The conformance suite's handles on the etcd at `url`.
@@ -37,7 +29,7 @@ impl StoreFactory for EtcdFactory {
     async fn unreachable_handle(&self) -> DynLockStore {
         let config = EtcdConfig::from_url(&format!(
             "etcd://127.0.0.1:{}?connect_timeout=1&command_timeout=1",
-            closed_port()
+            test_servers::closed_ports(1)[0]
         ))
         .expect("config");
         Arc::new(EtcdStore::connect_lazy(config).await.expect("lazy connect"))
