@@ -79,10 +79,21 @@ facade_is_store_free() {
   echo "fencelock without features: no store client crates"
 }
 
+# The publishable crates package (cargo packages local dependencies together). Not verified:
+# verifying rebuilds the whole workspace from the packages, minutes on two cores, and the test
+# step builds the same sources. test-servers and nemesis are never published.
+package_crates() {
+  cargo package --workspace --no-verify --allow-dirty --quiet \
+    --exclude test-servers --exclude nemesis
+  echo "every publishable crate packages"
+}
+
 step packages install_packages
 step fmt cargo fmt --all --check
 step clippy cargo clippy --workspace --all-targets --all-features -- -D warnings
 step deps facade_is_store_free
+step doc env RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features --quiet
+step package package_crates
 step test cargo test --workspace --all-features
 step example cargo run -q -p lock-core --example quickstart
 
