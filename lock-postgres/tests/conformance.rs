@@ -1,22 +1,12 @@
 //! The whole conformance suite against a real PostgreSQL started by test-servers.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use conformance::{async_trait, StoreFactory};
 use lock_core::{DynLockStore, Lease};
 use lock_postgres::{PostgresConfig, PostgresStore};
 use sqlx::Connection;
-use test_servers::PostgresServer;
-
-/// One server for every test of this file. test-servers kills it when the test process exits
-/// (parent-death signal), although a static is never dropped.
-static SERVER: OnceLock<PostgresServer> = OnceLock::new();
-
-fn server_url() -> String {
-    SERVER
-        .get_or_init(|| PostgresServer::start().unwrap_or_else(|e| panic!("{e}")))
-        .url()
-}
+use test_servers::{closed_ports, shared};
 
 struct PostgresFactory {
     url: String,
@@ -34,11 +24,7 @@ impl StoreFactory for PostgresFactory {
     }
 
     async fn unreachable_handle(&self) -> DynLockStore {
-        // A port that was just free: nothing listens there.
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
+        let port = closed_ports(1)[0];
         let config = PostgresConfig::from_url(&format!(
             "postgres://postgres@127.0.0.1:{port}/postgres?connect_timeout=1&command_timeout=1"
         ))
@@ -71,4 +57,8 @@ impl StoreFactory for PostgresFactory {
     }
 }
 
-conformance::conformance_tests!(async { Arc::new(PostgresFactory { url: server_url() }) });
+conformance::conformance_tests!(async {
+    Arc::new(PostgresFactory {
+        url: shared::postgres().url(),
+    })
+});

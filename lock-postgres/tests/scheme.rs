@@ -4,21 +4,12 @@
 
 mod common;
 
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use common::{admin, store};
 use lock_core::{Acquire, Error, FenceGate, Release, ReleaseOutcome};
 use lock_postgres::{PostgresConfig, PostgresStore};
-use test_servers::PostgresServer;
-
-static SERVER: OnceLock<PostgresServer> = OnceLock::new();
-
-fn server_url() -> String {
-    SERVER
-        .get_or_init(|| PostgresServer::start().unwrap_or_else(|e| panic!("{e}")))
-        .url()
-}
+use test_servers::shared;
 
 const TTL: Duration = Duration::from_secs(30);
 
@@ -63,7 +54,7 @@ async fn refusal(url: &str, options: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn handles_on_two_fence_tables_never_share_a_lock_with_two_counters() {
-    let url = server_url();
+    let url = shared::postgres().url();
     let a = store(&url, "table=fence_a").await;
     let b = store(&url, "table=fence_b").await;
     let key = "scheme:two-tables";
@@ -101,7 +92,7 @@ async fn handles_on_two_fence_tables_never_share_a_lock_with_two_counters() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fence_table_of_scheme_1_is_refused_until_upgraded_and_keeps_its_counters() {
-    let url = server_url();
+    let url = shared::postgres().url();
     let options = "table=fence_scheme_1";
     let fence = config(&url, options).fence_table();
     let mut admin = admin(&url).await;
@@ -149,7 +140,7 @@ async fn a_fence_table_of_scheme_1_is_refused_until_upgraded_and_keeps_its_count
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fence_table_recording_another_scheme_is_refused() {
-    let url = server_url();
+    let url = shared::postgres().url();
     let options = "table=fence_scheme_3";
     let ddl = config(&url, options).fence_table_ddl();
     let ours = "fencelock_lock_id_scheme_2 CHECK (lock_id_scheme = 2)";
@@ -169,7 +160,7 @@ async fn a_fence_table_recording_another_scheme_is_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_scheme_1_store_cannot_bump_a_counter_in_a_fence_table_this_version_made() {
-    let url = server_url();
+    let url = shared::postgres().url();
     let options = "table=fence_made_by_scheme_2";
     let current = store(&url, options).await;
     let lease = current.try_acquire("scheme:shared", TTL).await.unwrap();

@@ -5,29 +5,21 @@
 mod common;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{admin, backend_exists, holders, store, waiters};
 use conformance::eventually;
 use lock_core::{Acquire, Error, Extend, KeyStatus, LockStore, Release, ReleaseOutcome};
 use sqlx::Row;
-use test_servers::PostgresServer;
+use test_servers::shared;
 use tokio::time::sleep;
-
-static SERVER: OnceLock<PostgresServer> = OnceLock::new();
-
-fn server_url() -> String {
-    SERVER
-        .get_or_init(|| PostgresServer::start().unwrap_or_else(|e| panic!("{e}")))
-        .url()
-}
 
 const TTL: Duration = Duration::from_secs(30);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_handle_never_grants_one_key_twice() {
-    let url = server_url();
+    let url = shared::postgres().url();
     let store = store(&url, "max_idle=4").await;
     let mut admin = admin(&url).await;
     let key = "sessions:reentrancy";
@@ -61,7 +53,7 @@ async fn one_handle_never_grants_one_key_twice() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_held_lease_has_its_own_connection() {
-    let url = server_url();
+    let url = shared::postgres().url();
     let store = store(&url, "max_idle=2").await;
     let mut leases = Vec::new();
     for i in 0..20 {
@@ -86,7 +78,7 @@ async fn each_held_lease_has_its_own_connection() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropping_a_lease_closes_its_session() {
-    let url = server_url();
+    let url = shared::postgres().url();
     let store = store(&url, "").await;
     let mut admin = admin(&url).await;
     let key = "sessions:dropped-lease";
@@ -105,7 +97,7 @@ async fn dropping_a_lease_closes_its_session() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_waiter_leaves_the_queue_and_never_takes_the_lock() {
-    let url = server_url();
+    let url = shared::postgres().url();
     let holder = store(&url, "").await;
     let waiter = store(&url, "").await;
     let mut admin = admin(&url).await;
@@ -140,7 +132,7 @@ async fn dropped_waiter_leaves_the_queue_and_never_takes_the_lock() {
 /// behind and every grant is a proper lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lock_timeout_races_leave_no_stray_lock() {
-    let url = server_url();
+    let url = shared::postgres().url();
     let holder = store(&url, "").await;
     let waiter = store(&url, "").await;
     let mut admin = admin(&url).await;
@@ -187,7 +179,7 @@ async fn lock_timeout_races_leave_no_stray_lock() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_are_served_in_arrival_order_and_nobody_jumps_the_queue() {
-    let url = server_url();
+    let url = shared::postgres().url();
     let holder = store(&url, "").await;
     let mut admin = admin(&url).await;
     let key = "sessions:fifo";
@@ -242,7 +234,7 @@ async fn waiters_are_served_in_arrival_order_and_nobody_jumps_the_queue() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn raw_ids_exclude_programs_that_lock_the_same_id() {
-    let url = server_url();
+    let url = shared::postgres().url();
     let store = store(&url, "").await;
     let mut other_program = admin(&url).await;
     let raw = 7_770_001_i64;
@@ -293,7 +285,7 @@ async fn raw_ids_exclude_programs_that_lock_the_same_id() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_reports_what_the_server_will_do() {
-    let url = server_url();
+    let url = shared::postgres().url();
     let store = store(&url, "").await;
     let key = "sessions:status";
     let ttl = Duration::from_secs(10);
@@ -340,7 +332,7 @@ async fn status_reports_what_the_server_will_do() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn namespaces_do_not_contend_and_tables_are_created_where_configured() {
-    let url = server_url();
+    let url = shared::postgres().url();
     let options = "schema=fence_test&table=fence_ns";
     let a = store(&url, &format!("namespace=a&{options}")).await;
     let b = store(&url, &format!("namespace=b&{options}")).await;
@@ -368,7 +360,7 @@ async fn namespaces_do_not_contend_and_tables_are_created_where_configured() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connect_errors_are_classified() {
-    let url = server_url();
+    let url = shared::postgres().url();
     // No such database: the server refuses, retrying cannot help.
     let mut missing = url::Url::parse(&url).unwrap();
     missing.set_path("/no_such_db");
@@ -400,7 +392,7 @@ async fn connect_errors_are_classified() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_can_end_the_holder_of_a_key() {
-    let url = server_url();
+    let url = shared::postgres().url();
     let holder = store(&url, "").await;
     let operator = store(&url, "").await;
     let key = "sessions:operator";
@@ -425,7 +417,7 @@ async fn an_operator_can_end_the_holder_of_a_key() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_first_connects_all_find_or_create_the_fence_table() {
-    let url = server_url();
+    let url = shared::postgres().url();
     for round in 0..3 {
         let options = format!("schema=race_{round}&table=fence_{round}");
         let connects: Vec<_> = (0..8)

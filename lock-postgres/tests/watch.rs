@@ -5,23 +5,15 @@
 
 mod common;
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::{admin, store, terminate_holder};
 use conformance::eventually;
 use lock_core::{Acquire, KeepAlive, Release, ReleaseOutcome};
 use sqlx::{PgConnection, Row};
-use test_servers::PostgresServer;
+use test_servers::shared;
 use tokio::time::{timeout, Instant};
-
-static SERVER: OnceLock<PostgresServer> = OnceLock::new();
-
-fn server_url() -> String {
-    SERVER
-        .get_or_init(|| PostgresServer::start().unwrap_or_else(|e| panic!("{e}")))
-        .url()
-}
 
 /// Long enough that the next extend (at TTL/3 or sooner) cannot be what reports the loss.
 const LONG_TTL: Duration = Duration::from_secs(30);
@@ -32,7 +24,7 @@ const FOUND_OUT_WITHIN: Duration = Duration::from_secs(3);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_terminated_holder_with_a_30_s_ttl_learns_within_3_s_while_the_key_is_taken() {
-    let url = server_url();
+    let url = shared::postgres().url();
     let holder = Arc::new(store(&url, "").await);
     let other = store(&url, "").await;
     let key = "watch:terminated";
@@ -71,7 +63,7 @@ async fn a_terminated_holder_with_a_30_s_ttl_learns_within_3_s_while_the_key_is_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_whose_session_lives_is_never_revoked() {
-    let url = server_url();
+    let url = shared::postgres().url();
     let holder = store(&url, "application_name=watch_alive").await;
     let key = "watch:alive";
     // Six watch periods of a 600 ms lease (100 ms each), extended by hand.
@@ -111,7 +103,7 @@ async fn backends(admin: &mut PgConnection, name: &str) -> i64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_watch_runs_only_while_leases_are_held_and_stops_with_the_handle() {
-    let url = server_url();
+    let url = shared::postgres().url();
     let name = "watch_cost";
     // No idle sessions, so every open backend is a held lease or the watch's own session.
     let handle = store(&url, &format!("application_name={name}&max_idle=0")).await;
@@ -148,7 +140,7 @@ async fn the_watch_runs_only_while_leases_are_held_and_stops_with_the_handle() {
 /// lease taken on the next runtime is still watched.
 #[test]
 fn a_lease_is_watched_after_the_runtime_that_ran_the_task_shut_down() {
-    let url = server_url();
+    let url = shared::postgres().url();
     let runtime = || {
         tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
