@@ -3,8 +3,10 @@
 /// Generates one `#[tokio::test]` per conformance case, so a failure names its case.
 ///
 /// The argument is an expression that evaluates (inside each test's runtime) to a future of
-/// `Arc<impl StoreFactory>`; share a real server between tests with a `static` and build
-/// connections in the future.
+/// `Arc<impl StoreFactory>`; share one real server between the tests (in this workspace,
+/// `test_servers::shared`) and build connections in the future. The tests are generated from
+/// the same list as [`CASES`](crate::CASES), so a new case needs no edit here or in a store's
+/// test file.
 ///
 /// ```ignore
 /// conformance::conformance_tests!(async { std::sync::Arc::new(MyFactory::new()) });
