@@ -59,42 +59,19 @@ macro_rules! tree_cases {
     };
 }
 
-/// A loopback port nothing listens on.
-#[allow(dead_code)]
-fn closed_port() -> u16 {
-    closed_ports(1)[0]
-}
-
-/// `count` distinct loopback ports nothing listens on (bound together, so they differ).
-fn closed_ports(count: usize) -> Vec<u16> {
-    let listeners: Vec<std::net::TcpListener> = (0..count)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback"))
-        .collect();
-    listeners
-        .iter()
-        .map(|l| l.local_addr().expect("local addr").port())
-        .collect()
-}
-
 #[cfg(feature = "postgres")]
 mod postgres {
-    use std::sync::OnceLock;
-
-    use test_servers::PostgresServer;
-
-    static SERVER: OnceLock<PostgresServer> = OnceLock::new();
+    use test_servers::{closed_ports, shared};
 
     fn url() -> String {
-        SERVER
-            .get_or_init(|| PostgresServer::start().expect("PostgreSQL for the lockctl tests"))
-            .url()
+        shared::postgres().url()
     }
 
     store_cases!(
         url(),
         format!(
             "postgres://postgres@127.0.0.1:{}/postgres",
-            super::closed_port()
+            closed_ports(1)[0]
         )
     );
     tree_cases!(url());
@@ -102,52 +79,33 @@ mod postgres {
 
 #[cfg(feature = "redis")]
 mod redis {
-    use std::sync::OnceLock;
-
-    use test_servers::RedisServer;
-
-    static SERVER: OnceLock<RedisServer> = OnceLock::new();
+    use test_servers::{closed_ports, shared};
 
     fn url() -> String {
-        SERVER
-            .get_or_init(|| RedisServer::start().expect("Redis for the lockctl tests"))
-            .url()
+        shared::redis().url()
     }
 
-    store_cases!(url(), format!("redis://127.0.0.1:{}", super::closed_port()));
+    store_cases!(url(), format!("redis://127.0.0.1:{}", closed_ports(1)[0]));
     tree_cases!(url());
 }
 
 #[cfg(feature = "etcd")]
 mod etcd {
-    use std::sync::OnceLock;
-
-    use test_servers::EtcdServer;
-
-    static SERVER: OnceLock<EtcdServer> = OnceLock::new();
+    use test_servers::{closed_ports, shared};
 
     fn url() -> String {
-        SERVER
-            .get_or_init(|| EtcdServer::start().expect("etcd for the lockctl tests"))
-            .url()
+        shared::etcd().url()
     }
 
-    store_cases!(url(), format!("etcd://127.0.0.1:{}", super::closed_port()));
+    store_cases!(url(), format!("etcd://127.0.0.1:{}", closed_ports(1)[0]));
 }
 
 #[cfg(feature = "redis")]
 mod redlock {
-    use std::sync::OnceLock;
-
-    use test_servers::RedisServer;
-
-    static SERVERS: OnceLock<Vec<RedisServer>> = OnceLock::new();
+    use test_servers::{closed_ports, shared};
 
     fn url() -> String {
-        let servers = SERVERS.get_or_init(|| {
-            RedisServer::start_many(5).expect("five Redis masters for the lockctl tests")
-        });
-        let hosts: Vec<String> = servers
+        let hosts: Vec<String> = shared::redis_masters(5)
             .iter()
             .map(|server| format!("127.0.0.1:{}", server.port()))
             .collect();
@@ -156,7 +114,7 @@ mod redlock {
 
     // Three distinct closed ports: a node listed twice is refused as bad input.
     store_cases!(url(), {
-        let hosts: Vec<String> = super::closed_ports(3)
+        let hosts: Vec<String> = closed_ports(3)
             .iter()
             .map(|port| format!("127.0.0.1:{port}"))
             .collect();
