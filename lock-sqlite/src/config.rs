@@ -1,0 +1,316 @@
+//! [`SqliteConfig`]: which database file and how the store uses it, from a URL.
+//!
+//! # The URL
+//! ```text
+//! sqlite://PATH[?table=NAME&command_timeout=T&connect_timeout=T]
+//! ```
+//! Everything between `sqlite://` and the first `?` is the file's path, percent-decoded and
+//! otherwise taken as it is: there is no host part. So a third slash makes the path absolute
+//! and two slashes leave it relative to the working directory, as in sqlx's own SQLite URLs:
+//!
+//! | URL | file |
+//! | --- | --- |
+//! | `sqlite:///var/lib/myapp/locks.db` | `/var/lib/myapp/locks.db` |
+//! | `sqlite://locks.db` | `./locks.db` |
+//! | `sqlite://run/locks.db` | `./run/locks.db` (`run` is a directory, not a host) |
+//! | `sqlite:///tmp/my%20locks.db?table=job_locks` | `/tmp/my locks.db`, table `job_locks` |
+//!
+//! `sqlite:PATH` (one colon, no slashes) is accepted as well. `~` is not expanded. A `#` must
+//! be written `%23`, a `?` in the path `%3F`. The file and its missing parent directories are
+//! created. `:memory:` and `mode=memory` are refused: an in-memory database lives in one
+//! process, which is what `memory://` is for.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+use lock_core::url::{parse_timeout, percent_decode};
+use lock_core::{Error, Result};
+
+/// The URL schemes this store answers to.
+pub const URL_SCHEMES: &[&str] = &["sqlite"];
+/// The default name of the lock table.
+pub const DEFAULT_TABLE: &str = "fencelock_locks";
+/// The default bound on one statement, including its wait for SQLite's write lock while other
+/// connections write (SQLite's `busy_timeout`).
+pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
+/// The default bound on opening the database and preparing it.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// The shortest TTL this store accepts. Every acquire ends in a durable commit (an `fsync`,
+/// milliseconds on a disk), which a shorter lease would spend most of its life on.
+pub const MIN_TTL: Duration = Duration::from_millis(100);
+
+/// Where the database file is and how the store uses it. Build it with
+/// [`SqliteConfig::from_url`] or [`SqliteConfig::new`].
+#[derive(Clone, PartialEq, Eq)]
+pub struct SqliteConfig {
+    pub(crate) path: PathBuf,
+    pub(crate) table: String,
+    pub(crate) command_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
+}
+
+impl SqliteConfig {
+    /// A configuration for the database file at `path`, with the defaults.
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        SqliteConfig {
+            path: path.into(),
+            table: DEFAULT_TABLE.to_owned(),
+            command_timeout: DEFAULT_COMMAND_TIMEOUT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+        }
+    }
+
+    /// Parses a `sqlite://` URL (see the [module docs](self) for the grammar).
+    ///
+    /// Fails with [`Error::InvalidInput`] on the `"url"` naming the rule: another scheme, an
+    /// empty path, an in-memory database, an unknown option, a bad table name or timeout.
+    pub fn from_url(url: &str) -> Result<Self> {
+        let rest = url
+            .strip_prefix("sqlite://")
+            .or_else(|| url.strip_prefix("sqlite:"))
+            .ok_or_else(|| {
+                Error::invalid(
+                    "url",
+                    format!("a SQLite URL starts with sqlite://, not {url:?}"),
+                )
+            })?;
+        if rest.contains('#') {
+            return Err(Error::invalid(
+                "url",
+                "a '#' in a SQLite URL must be percent-encoded as %23",
+            ));
+        }
+        let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+        let path = percent_decode(path).ok_or_else(|| {
+            Error::invalid(
+                "url",
+                format!("the path {path:?} is not valid percent-encoded UTF-8"),
+            )
+        })?;
+        if path.is_empty() {
+            return Err(Error::invalid(
+                "url",
+                "the path of the database file is empty: sqlite:///abs/path.db or sqlite://rel/path.db",
+            ));
+        }
+        if path == ":memory:" || path.starts_with("file:") {
+            return Err(Error::invalid(
+                "url",
+                format!(
+                    "{path:?} is not a file path: this store shares locks between processes \
+                     through a file; use memory:// for locks within one process"
+                ),
+            ));
+        }
+        let mut config = SqliteConfig::new(path);
+        for option in query.split('&').filter(|o| !o.is_empty()) {
+            let (name, value) = option.split_once('=').unwrap_or((option, ""));
+            let value = percent_decode(value).ok_or_else(|| {
+                Error::invalid(
+                    "url",
+                    format!("option {name:?} is not valid percent-encoded UTF-8"),
+                )
+            })?;
+            match name {
+                "table" => config.table = check_table(&value)?,
+                "command_timeout" => config.command_timeout = parse_timeout(name, &value)?,
+                "connect_timeout" => config.connect_timeout = parse_timeout(name, &value)?,
+                "mode" if value == "memory" => return Err(Error::invalid(
+                    "url",
+                    "mode=memory is not a shared file: use memory:// for locks within one process",
+                )),
+                _ => {
+                    return Err(Error::invalid(
+                        "url",
+                        format!(
+                            "unknown option {name:?}; a sqlite:// URL takes table, \
+                             command_timeout and connect_timeout"
+                        ),
+                    ))
+                }
+            }
+        }
+        Ok(config)
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The name of the lock table.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    /// The bound on one statement, including its wait for SQLite's write lock.
+    pub fn command_timeout(&self) -> Duration {
+        self.command_timeout
+    }
+
+    /// The bound on opening and preparing the database.
+    pub fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+
+    /// Sets the lock table's name: `[A-Za-z_][A-Za-z0-9_]*`, at most 63 bytes, not starting
+    /// with `sqlite_` (SQLite reserves those).
+    pub fn with_table(mut self, table: &str) -> Result<Self> {
+        self.table = check_table(table)?;
+        Ok(self)
+    }
+
+    /// Sets the bound on one statement.
+    pub fn with_command_timeout(mut self, timeout: Duration) -> Self {
+        self.command_timeout = timeout;
+        self
+    }
+
+    /// Sets the bound on opening and preparing the database.
+    pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// The lock table's name quoted for SQL.
+    pub(crate) fn quoted_table(&self) -> String {
+        format!("\"{}\"", self.table)
+    }
+}
+
+impl fmt::Display for SqliteConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // A path holds no secret; it is shown as the URL that names it (an absolute path
+        // brings the third slash).
+        let path = self.path.to_string_lossy();
+        let path = path
+            .replace('%', "%25")
+            .replace('?', "%3F")
+            .replace('#', "%23");
+        write!(f, "sqlite://{path}")?;
+        if self.table != DEFAULT_TABLE {
+            write!(f, "?table={}", self.table)?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for SqliteConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqliteConfig")
+            .field("path", &self.path)
+            .field("table", &self.table)
+            .field("command_timeout", &self.command_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .finish()
+    }
+}
+
+impl FromStr for SqliteConfig {
+    type Err = Error;
+
+    fn from_str(url: &str) -> Result<Self> {
+        Self::from_url(url)
+    }
+}
+
+/// The table name is spliced into SQL (identifiers cannot be bound), so only plain identifiers
+/// are accepted, and they are always quoted.
+fn check_table(value: &str) -> Result<String> {
+    let mut chars = value.chars();
+    let starts_well = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
+    let rest_ok = chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+    let reserved = value.to_ascii_lowercase().starts_with("sqlite_");
+    if !starts_well || !rest_ok || value.len() > 63 || reserved {
+        return Err(Error::invalid(
+            "url",
+            format!(
+                "table must match [A-Za-z_][A-Za-z0-9_]*, be at most 63 bytes and not start \
+                 with sqlite_, not {value:?}"
+            ),
+        ));
+    }
+    Ok(value.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(url: &str) -> String {
+        match SqliteConfig::from_url(url) {
+            Err(Error::InvalidInput { what: "url", rule }) => rule,
+            other => panic!("{url}: expected an invalid url, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn paths_are_absolute_with_three_slashes_and_relative_with_two() {
+        let table: &[(&str, &str)] = &[
+            (
+                "sqlite:///var/lib/myapp/locks.db",
+                "/var/lib/myapp/locks.db",
+            ),
+            ("sqlite://locks.db", "locks.db"),
+            ("sqlite://run/locks.db", "run/locks.db"),
+            ("sqlite://localhost/locks.db", "localhost/locks.db"),
+            ("sqlite://./locks.db", "./locks.db"),
+            ("sqlite://../up/locks.db", "../up/locks.db"),
+            ("sqlite:locks.db", "locks.db"),
+            ("sqlite:/abs/locks.db", "/abs/locks.db"),
+            ("sqlite:///tmp/my%20locks.db", "/tmp/my locks.db"),
+            ("sqlite:///tmp/a%3Fb%23c.db", "/tmp/a?b#c.db"),
+            ("sqlite:///tmp/%E2%9C%93.db?table=t", "/tmp/✓.db"),
+        ];
+        for (url, path) in table {
+            let config = SqliteConfig::from_url(url).unwrap();
+            assert_eq!(config.path(), Path::new(path), "{url}");
+        }
+    }
+
+    #[test]
+    fn options_set_the_table_and_the_timeouts() {
+        let config = SqliteConfig::from_url(
+            "sqlite:///x.db?table=job_locks&command_timeout=250ms&connect_timeout=2",
+        )
+        .unwrap();
+        assert_eq!(config.table(), "job_locks");
+        assert_eq!(config.quoted_table(), "\"job_locks\"");
+        assert_eq!(config.command_timeout(), Duration::from_millis(250));
+        assert_eq!(config.connect_timeout(), Duration::from_secs(2));
+        let config = SqliteConfig::from_url("sqlite:///x.db").unwrap();
+        assert_eq!(config.table(), DEFAULT_TABLE);
+        assert_eq!(config.command_timeout(), DEFAULT_COMMAND_TIMEOUT);
+        assert_eq!(config.connect_timeout(), DEFAULT_CONNECT_TIMEOUT);
+        assert_eq!(config.to_string(), "sqlite:///x.db");
+        assert_eq!(
+            SqliteConfig::from_url("sqlite://rel/x.db?table=t")
+                .unwrap()
+                .to_string(),
+            "sqlite://rel/x.db?table=t"
+        );
+    }
+
+    #[test]
+    fn bad_urls_are_invalid_input_naming_the_rule() {
+        assert!(rule("postgres://h/db").contains("sqlite://"));
+        assert!(rule("sqlite://").contains("empty"));
+        assert!(rule("sqlite://?table=t").contains("empty"));
+        assert!(rule("sqlite://:memory:").contains("memory://"));
+        assert!(rule("sqlite:///x.db?mode=memory").contains("memory://"));
+        assert!(rule("sqlite://file:x.db").contains("not a file path"));
+        assert!(rule("sqlite:///x.db#frag").contains("%23"));
+        assert!(rule("sqlite:///x.db?tabel=t").contains("unknown option \"tabel\""));
+        assert!(rule("sqlite:///x.db?table=a;drop").contains("table"));
+        assert!(rule("sqlite:///x.db?table=sqlite_master").contains("sqlite_"));
+        assert!(rule("sqlite:///x.db?table=1x").contains("table"));
+        assert!(rule(&format!("sqlite:///x.db?table={}", "t".repeat(64))).contains("63"));
+        assert!(rule("sqlite:///x.db?command_timeout=0").contains("command_timeout"));
+        assert!(rule("sqlite:///x.db?connect_timeout=soon").contains("connect_timeout"));
+        assert!(rule("sqlite:///x%zz.db").contains("percent"));
+    }
+}

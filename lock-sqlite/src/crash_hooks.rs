@@ -1,0 +1,47 @@
+//! Points where a test process kills itself with `SIGKILL`, so a crash test knows exactly
+//! where the holder died. Compiled only with the `crash-hooks` feature; never enable it in a
+//! program that holds real locks.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+static KILL_IN_COMMIT: AtomicBool = AtomicBool::new(false);
+static KILL_AFTER_GRANT: AtomicBool = AtomicBool::new(false);
+
+/// The next commit of any connection of this process kills the process inside the commit: the
+/// statement has run, its transaction is not yet committed.
+pub fn kill_in_next_commit() {
+    KILL_IN_COMMIT.store(true, Ordering::SeqCst);
+}
+
+/// The next granted acquire kills the process after its commit, before the lease is built: the
+/// token is committed but nobody ever sees it.
+pub fn kill_after_next_grant() {
+    KILL_AFTER_GRANT.store(true, Ordering::SeqCst);
+}
+
+fn kill_self() -> ! {
+    // SAFETY: kill(2) on our own pid; SIGKILL cannot be caught, so it does not return.
+    unsafe {
+        libc::kill(libc::getpid(), libc::SIGKILL);
+    }
+    std::process::abort()
+}
+
+/// Installs the commit hook on a new connection.
+pub(crate) async fn install(conn: &mut sqlx::SqliteConnection) -> sqlx::Result<()> {
+    let mut handle = conn.lock_handle().await?;
+    handle.set_commit_hook(|| {
+        if KILL_IN_COMMIT.load(Ordering::SeqCst) {
+            kill_self();
+        }
+        true
+    });
+    Ok(())
+}
+
+/// Called by the store after a granted acquire's commit.
+pub(crate) fn after_grant() {
+    if KILL_AFTER_GRANT.load(Ordering::SeqCst) {
+        kill_self();
+    }
+}

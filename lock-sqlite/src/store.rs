@@ -1,0 +1,646 @@
+//! [`SqliteStore`]: the acquire/extend/release flows on the handle's connections, and the trait
+//! impls.
+
+use std::any::Any;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lock_core::ttl::whole_millis;
+use lock_core::validate::{check_key, check_request, check_wait};
+use lock_core::{
+    Acquire, Capabilities, Error, Extend, Instant, KeyStatus, Lease, LockStore, OwnerId, Release,
+    ReleaseOutcome, Result,
+};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
+use sqlx::Row;
+use tokio::sync::watch;
+use tokio::time::{sleep_until, timeout};
+
+use crate::clock::{boot_id, monotonic_ns};
+use crate::config::{SqliteConfig, MIN_TTL};
+use crate::error::{open_error, sql_error};
+use crate::keys::{stored_key, stored_owner, token_from_row, token_to_row};
+use crate::sql::{Statements, JOURNAL_MODE};
+use crate::watch::{Waker, Watch, FALLBACK, POLL_WITHOUT_WATCH};
+
+/// Connections per handle. SQLite lets one connection write at a time whatever the count;
+/// more connections only let reads (waiters, `status`) run beside a write.
+const MAX_CONNECTIONS: u32 = 4;
+/// How much longer than the command timeout an operation may take before it is abandoned: the
+/// command timeout bounds the wait for SQLite's lock, this bounds everything else (a disk that
+/// stops answering an `fsync`).
+const BEYOND_COMMAND_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// A lock store in a SQLite database file, shared by every process of the host that opens the
+/// same file. See the [crate docs](crate) for what it guarantees.
+///
+/// Cheap to clone: clones share the connections and the watch.
+#[derive(Clone)]
+pub struct SqliteStore {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    config: SqliteConfig,
+    /// The database file, absolute, so the watch and the messages name the same file whatever
+    /// the working directory becomes.
+    path: PathBuf,
+    pool: SqlitePool,
+    sql: Statements,
+    boot_id: &'static str,
+    pid: i64,
+    waker: Waker,
+    /// `None` where inotify cannot watch the directory: waiters then poll.
+    watch: Option<Watch>,
+    /// Whatever must live as long as the handle (the lock-out of [`SqliteStore::unreachable`]).
+    _keep: Option<Box<dyn Any + Send + Sync>>,
+}
+
+/// What one acquire attempt found.
+enum Attempt {
+    Granted(Lease),
+    Held,
+}
+
+/// The live holder of a key, as read.
+struct Holder {
+    owner: Option<OwnerId>,
+    token: u64,
+    remaining: Duration,
+}
+
+impl SqliteStore {
+    /// Opens the database (creating the file and its missing parent directories), switches it
+    /// to WAL mode, creates the lock table if it is missing, and starts nothing else: the watch
+    /// starts with the first wait.
+    ///
+    /// Fails with [`Error::InvalidInput`] if the file cannot be created or opened (an
+    /// unwritable directory, a path through a file), with [`Error::Store`] if it is not a
+    /// SQLite database or cannot be put in WAL mode, and with a retryable
+    /// [`Error::Unavailable`] if another connection keeps it locked beyond the timeouts.
+    ///
+    /// # Cancel safety
+    /// Dropping the future closes whatever it opened. The file, the directories and the table
+    /// may have been created.
+    pub async fn connect(config: SqliteConfig) -> Result<Self> {
+        let store = Self::connect_lazy(config)?;
+        let limit = store.shared.config.connect_timeout + BEYOND_COMMAND_TIMEOUT;
+        let shared = &store.shared;
+        match timeout(limit, shared.pool.acquire()).await {
+            Ok(Ok(connection)) => drop(connection),
+            Ok(Err(error)) => {
+                return Err(open_error(
+                    &shared.path,
+                    shared.config.connect_timeout,
+                    error,
+                ))
+            }
+            Err(_) => {
+                return Err(Error::Unavailable {
+                    message: format!(
+                        "opening the database {}: no answer within {limit:?}",
+                        shared.path.display()
+                    ),
+                    source: None,
+                })
+            }
+        }
+        tracing::debug!(path = %shared.path.display(), notified = shared.watch.is_some(), "connected");
+        Ok(store)
+    }
+
+    /// A handle that opens the database at its first operation, which then fails as
+    /// [`SqliteStore::connect`] would. Creates the missing parent directories and the wake file
+    /// beside the database now (see the crate docs, "Waiting"), so a path that cannot be
+    /// created fails here with [`Error::InvalidInput`].
+    ///
+    /// # Panics
+    /// Outside a tokio runtime.
+    pub fn connect_lazy(config: SqliteConfig) -> Result<Self> {
+        Self::build(config, None)
+    }
+
+    /// A handle on a fresh database that another holder keeps locked for as long as the handle
+    /// lives, as a program stuck in a long exclusive transaction would: every operation fails
+    /// with a retryable [`Error::Unavailable`] within the command timeout (plus the connect
+    /// timeout for the first). The database is a new file in the system's temporary directory,
+    /// removed with the handle; `config` gives the table and the timeouts, its path is not
+    /// used. For fault tests (the conformance suite's unreachable handle); a lock holder never
+    /// needs it.
+    ///
+    /// # Panics
+    /// Outside a tokio runtime.
+    pub fn unreachable(config: &SqliteConfig) -> Result<Self> {
+        let lockout = crate::lockout::Lockout::fresh()?;
+        let config = SqliteConfig {
+            path: lockout.path().to_owned(),
+            ..config.clone()
+        };
+        Self::build(config, Some(Box::new(lockout)))
+    }
+
+    fn build(config: SqliteConfig, keep: Option<Box<dyn Any + Send + Sync>>) -> Result<Self> {
+        let boot_id = boot_id()?;
+        let path = std::path::absolute(&config.path).map_err(|e| {
+            Error::invalid(
+                "url",
+                format!("cannot resolve the path {}: {e}", config.path.display()),
+            )
+        })?;
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| {
+                Error::invalid(
+                    "url",
+                    format!(
+                        "cannot create the directory {} for the SQLite database: {e}",
+                        dir.display()
+                    ),
+                )
+            })?;
+        }
+        let waker = Waker::open(&path).map_err(|e| {
+            Error::invalid(
+                "url",
+                format!(
+                    "cannot create files beside the SQLite database {} (its directory must be \
+                     writable): {e}",
+                    path.display()
+                ),
+            )
+        })?;
+        let watch = match Watch::new(&path) {
+            Ok(watch) => Some(watch),
+            Err(error) => {
+                tracing::warn!(%error, path = %path.display(), "cannot watch the database's directory with inotify; waiters poll every {POLL_WITHOUT_WATCH:?}");
+                None
+            }
+        };
+        let sql = Statements::new(&config.quoted_table());
+        let options = SqliteConnectOptions::new()
+            .filename(&path)
+            .create_if_missing(true)
+            // WAL: readers (waiters, status) never wait for the writer, and a commit is one
+            // append to the WAL.
+            .journal_mode(SqliteJournalMode::Wal)
+            // FULL in WAL mode: the WAL is fsynced at every commit, so a token bump that was
+            // answered survives a power loss (NORMAL may lose the last commits).
+            .synchronous(SqliteSynchronous::Full)
+            .busy_timeout(config.command_timeout);
+        let create_table = sql.create_table.clone();
+        let pool = SqlitePoolOptions::new()
+            .max_connections(MAX_CONNECTIONS)
+            .min_connections(0)
+            .acquire_timeout(config.connect_timeout.max(config.command_timeout))
+            // A SQLite connection cannot break behind our back; a ping would cost a round trip
+            // to its worker thread for nothing.
+            .test_before_acquire(false)
+            .after_connect(move |conn, _| {
+                let create_table = create_table.clone();
+                Box::pin(async move {
+                    sqlx::query(&create_table).execute(&mut *conn).await?;
+                    let mode: String = sqlx::query_scalar(JOURNAL_MODE)
+                        .fetch_one(&mut *conn)
+                        .await?;
+                    if !mode.eq_ignore_ascii_case("wal") {
+                        return Err(sqlx::Error::Configuration(
+                            format!(
+                                "the database stays in journal mode {mode:?}; this store needs \
+                                 WAL (is the file system one that cannot share memory maps?)"
+                            )
+                            .into(),
+                        ));
+                    }
+                    #[cfg(feature = "crash-hooks")]
+                    crate::crash_hooks::install(conn).await?;
+                    Ok(())
+                })
+            })
+            .connect_lazy_with(options);
+        Ok(SqliteStore {
+            shared: Arc::new(Shared {
+                config,
+                path,
+                pool,
+                sql,
+                boot_id,
+                pid: i64::from(std::process::id()),
+                waker,
+                watch,
+                _keep: keep,
+            }),
+        })
+    }
+
+    /// The configuration this handle was built from.
+    pub fn config(&self) -> &SqliteConfig {
+        &self.shared.config
+    }
+
+    /// The database file, as an absolute path.
+    pub fn path(&self) -> &Path {
+        &self.shared.path
+    }
+
+    /// Operator action: frees `key` whoever holds it, as deleting the holder would; its counter
+    /// stays, so the next lease still gets a greater token. Waiters are woken. Returns whether a
+    /// live lease was evicted. The evicted holder learns at its next extend (within a third of
+    /// its TTL with a keep-alive) or release. For tooling and fault tests; a lock holder never
+    /// needs it.
+    ///
+    /// # Cancel safety
+    /// The eviction may or may not have happened when the future is dropped.
+    pub async fn evict(&self, key: &str) -> Result<bool> {
+        check_key(key)?;
+        let shared = &self.shared;
+        let now = monotonic_ns();
+        let done = self
+            .bounded(
+                "evict",
+                sqlx::query(&shared.sql.evict)
+                    .bind(stored_key(key))
+                    .bind(shared.boot_id)
+                    .bind(now)
+                    .execute(&shared.pool),
+            )
+            .await?;
+        let evicted = done.rows_affected() == 1;
+        if evicted {
+            shared.waker.wake();
+        }
+        tracing::debug!(key, evicted, "evict");
+        Ok(evicted)
+    }
+
+    /// Runs one statement within the command timeout (plus a margin for everything that is not
+    /// waiting for SQLite's lock), with errors as the contract's.
+    async fn bounded<T>(
+        &self,
+        what: &str,
+        statement: impl std::future::Future<Output = std::result::Result<T, sqlx::Error>>,
+    ) -> Result<T> {
+        let config = &self.shared.config;
+        let limit = config.command_timeout.max(config.connect_timeout) + BEYOND_COMMAND_TIMEOUT;
+        match timeout(limit, statement).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(error)) => Err(self.error(what, error)),
+            Err(_) => Err(Error::Unavailable {
+                message: format!(
+                    "{what} on {}: no answer within {limit:?}",
+                    self.shared.path.display()
+                ),
+                source: None,
+            }),
+        }
+    }
+
+    fn error(&self, what: &str, error: sqlx::Error) -> Error {
+        let config = &self.shared.config;
+        sql_error(what, &self.shared.path, config.command_timeout, error)
+    }
+
+    /// One attempt to take `key`: the acquire statement, with the clock read before it.
+    async fn attempt(&self, key: &str, ttl: Duration) -> Result<Attempt> {
+        let shared = &self.shared;
+        let owner = OwnerId::random();
+        let ttl_ns = i64::try_from(ttl.as_nanos()).unwrap_or(i64::MAX);
+        let ttl_ms = i64::try_from(whole_millis(ttl)).unwrap_or(i64::MAX);
+        // The deadline's clock first, then the store's: the store's expiry (now + ttl) is never
+        // earlier than the lease's local deadline (sent_at + ttl - drift).
+        let sent_at = Instant::now();
+        let now = monotonic_ns();
+        let token: Option<i64> = self
+            .bounded(
+                "acquire",
+                sqlx::query_scalar(&shared.sql.acquire)
+                    .bind(stored_key(key))
+                    .bind(stored_owner(owner))
+                    .bind(shared.boot_id)
+                    .bind(now)
+                    .bind(ttl_ns)
+                    .bind(ttl_ms)
+                    .bind(shared.pid)
+                    .fetch_optional(&shared.pool),
+            )
+            .await?;
+        let Some(token) = token else {
+            return Ok(Attempt::Held);
+        };
+        #[cfg(feature = "crash-hooks")]
+        crate::crash_hooks::after_grant();
+        Ok(Attempt::Granted(Lease::new(
+            key,
+            owner,
+            token_from_row(token)?,
+            ttl,
+            sent_at,
+        )))
+    }
+
+    /// The live holder of `key`, if any: a read, which never waits for writers.
+    async fn holder(&self, key: &str) -> Result<Option<Holder>> {
+        let shared = &self.shared;
+        let now = monotonic_ns();
+        let row = self
+            .bounded(
+                "reading the holder",
+                sqlx::query(&shared.sql.holder)
+                    .bind(stored_key(key))
+                    .fetch_optional(&shared.pool),
+            )
+            .await?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let read = |row: &sqlx::sqlite::SqliteRow| -> sqlx::Result<_> {
+            Ok((
+                row.try_get::<i64, _>("token")?,
+                row.try_get::<Option<String>, _>("owner")?,
+                row.try_get::<String, _>("boot_id")?,
+                row.try_get::<i64, _>("expires_ns")?,
+            ))
+        };
+        let (token, owner, boot, expires_ns) =
+            read(&row).map_err(|e| self.error("decoding the lock table", e))?;
+        let live = owner.is_some() && boot == shared.boot_id && expires_ns > now;
+        if !live {
+            return Ok(None);
+        }
+        let remaining = u64::try_from(expires_ns.saturating_sub(now)).unwrap_or(0);
+        Ok(Some(Holder {
+            owner: owner.as_deref().and_then(OwnerId::parse),
+            token: token_from_row(token)?,
+            remaining: Duration::from_nanos(remaining),
+        }))
+    }
+
+    /// Subscribes to the watch, if it runs.
+    fn changes(&self) -> Option<watch::Receiver<u64>> {
+        self.shared.watch.as_ref().and_then(Watch::subscribe)
+    }
+
+    async fn wait_for(
+        &self,
+        key: &str,
+        ttl: Duration,
+        wait: Duration,
+        started: Instant,
+    ) -> Result<Lease> {
+        let deadline = started + wait;
+        let mut changes = self.changes();
+        let fallback = if changes.is_some() {
+            FALLBACK
+        } else {
+            POLL_WITHOUT_WATCH
+        };
+        // The first turn tries at once; later turns read first, and write only when the key
+        // looks free, so parked waiters cost the writer nothing.
+        let mut looks_free = true;
+        loop {
+            // Seen before reading: a release committed after this read wakes the wait below.
+            if let Some(changes) = changes.as_mut() {
+                changes.borrow_and_update();
+            }
+            let mut held_for = None;
+            if !looks_free {
+                held_for = self.holder(key).await?.map(|holder| holder.remaining);
+            }
+            if held_for.is_none() {
+                match self.attempt(key, ttl).await? {
+                    Attempt::Granted(lease) => return Ok(lease),
+                    // Taken by someone else first: learn until when.
+                    Attempt::Held => held_for = self.holder(key).await?.map(|h| h.remaining),
+                }
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(Error::WaitTimedOut {
+                    key: key.to_owned(),
+                    waited: now - started,
+                });
+            }
+            if held_for.is_none() {
+                // Freed between the attempt and the read: try again at once.
+                looks_free = true;
+                continue;
+            }
+            // Until the holder's expiry if it is known, the fallback otherwise.
+            let wake_at = deadline
+                .min(now + fallback)
+                .min(now + held_for.unwrap_or(fallback));
+            match changes.as_mut() {
+                Some(receiver) => {
+                    tokio::select! {
+                        changed = receiver.changed() => {
+                            if changed.is_err() {
+                                // The watch stopped (its runtime shut down): start it again.
+                                changes = self.changes();
+                            }
+                        }
+                        () = sleep_until(wake_at) => {}
+                    }
+                }
+                None => sleep_until(wake_at).await,
+            }
+            looks_free = false;
+        }
+    }
+
+    async fn release_lease(&self, lease: &Lease) -> Result<ReleaseOutcome> {
+        let shared = &self.shared;
+        let token = token_to_row(lease.fencing_token())?;
+        let now = monotonic_ns();
+        let done = self
+            .bounded(
+                "release",
+                sqlx::query(&shared.sql.release)
+                    .bind(stored_key(lease.key()))
+                    .bind(stored_owner(lease.owner()))
+                    .bind(token)
+                    .bind(shared.boot_id)
+                    .bind(now)
+                    .execute(&shared.pool),
+            )
+            .await?;
+        if done.rows_affected() == 1 {
+            shared.waker.wake();
+            Ok(ReleaseOutcome::Released)
+        } else {
+            Ok(ReleaseOutcome::Lost)
+        }
+    }
+
+    async fn extend_lease(&self, lease: &Lease) -> Result<()> {
+        let shared = &self.shared;
+        let token = token_to_row(lease.fencing_token())?;
+        let ttl_ns = i64::try_from(lease.ttl().as_nanos()).unwrap_or(i64::MAX);
+        let sent_at = Instant::now();
+        let now = monotonic_ns();
+        let done = self
+            .bounded(
+                "extend",
+                sqlx::query(&shared.sql.extend)
+                    .bind(stored_key(lease.key()))
+                    .bind(stored_owner(lease.owner()))
+                    .bind(token)
+                    .bind(shared.boot_id)
+                    .bind(now)
+                    .bind(ttl_ns)
+                    .execute(&shared.pool),
+            )
+            .await?;
+        if done.rows_affected() == 1 {
+            lease.confirm(sent_at);
+            Ok(())
+        } else {
+            Err(Error::lost(
+                lease,
+                "expired, evicted, released or held by another owner",
+            ))
+        }
+    }
+}
+
+// ---- the contract ---------------------------------------------------------------------------
+
+#[async_trait]
+impl Acquire for SqliteStore {
+    /// # Cancel safety
+    /// The attempt is one statement, which SQLite runs to its end on the connection's thread
+    /// even if the future is dropped: a lease it granted is then never seen, and expires at its
+    /// TTL (nobody else can hold the key meanwhile).
+    #[tracing::instrument(
+        level = "debug",
+        name = "try_acquire",
+        skip(self),
+        fields(store = "sqlite")
+    )]
+    async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Lease> {
+        check_request(key, ttl, &self.capabilities())?;
+        let result = match self.attempt(key, ttl).await {
+            Ok(Attempt::Granted(lease)) => Ok(lease),
+            Ok(Attempt::Held) => Err(Error::Busy {
+                key: key.to_owned(),
+            }),
+            Err(error) => Err(error),
+        };
+        match &result {
+            Ok(lease) => tracing::debug!(key, token = lease.fencing_token(), "acquired"),
+            Err(error) => tracing::debug!(key, %error, "not acquired"),
+        }
+        result
+    }
+
+    /// Waits for the wake file (see the crate docs, "Waiting"), the holder's expiry, or the
+    /// fallback, whichever comes first, reading the key's row each time and trying to take it
+    /// only when it looks free.
+    ///
+    /// # Cancel safety
+    /// A waiter holds nothing between its attempts, so dropping it while it waits leaves
+    /// nothing behind; dropped during an attempt, as [`SqliteStore::try_acquire`].
+    #[tracing::instrument(
+        level = "debug",
+        name = "acquire",
+        skip(self),
+        fields(store = "sqlite")
+    )]
+    async fn acquire(&self, key: &str, ttl: Duration, wait: Duration) -> Result<Lease> {
+        check_request(key, ttl, &self.capabilities())?;
+        check_wait(wait)?;
+        let started = Instant::now();
+        let result = self.wait_for(key, ttl, wait, started).await;
+        let waited_ms = started.elapsed().as_millis() as u64;
+        match &result {
+            Ok(lease) => tracing::debug!(key, token = lease.fencing_token(), waited_ms, "acquired"),
+            Err(error) => tracing::debug!(key, %error, waited_ms, "not acquired"),
+        }
+        result
+    }
+}
+
+#[async_trait]
+impl Release for SqliteStore {
+    /// # Cancel safety
+    /// The release is one statement that runs to its end once sent: dropping the future leaves
+    /// the lease held (if it was not sent) or released (if it was); a later release then
+    /// reports [`ReleaseOutcome::Lost`].
+    #[tracing::instrument(
+        level = "debug",
+        name = "release",
+        skip_all,
+        fields(store = "sqlite", key = lease.key(), token = lease.fencing_token())
+    )]
+    async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
+        let result = self.release_lease(lease).await;
+        match &result {
+            Ok(outcome) => tracing::debug!(key = lease.key(), ?outcome, "released"),
+            Err(error) => tracing::debug!(key = lease.key(), %error, "release failed"),
+        }
+        result
+    }
+}
+
+#[async_trait]
+impl Extend for SqliteStore {
+    /// # Cancel safety
+    /// Dropping the future leaves the lease as it was or extended in the table; the local
+    /// deadline only moves once the answer is read.
+    #[tracing::instrument(
+        level = "trace",
+        name = "extend",
+        skip_all,
+        fields(store = "sqlite", key = lease.key(), token = lease.fencing_token())
+    )]
+    async fn extend(&self, lease: &Lease) -> Result<()> {
+        let result = self.extend_lease(lease).await;
+        match &result {
+            Ok(()) => tracing::trace!(key = lease.key(), "extended"),
+            Err(error) => tracing::debug!(key = lease.key(), %error, "extend failed"),
+        }
+        result
+    }
+}
+
+#[async_trait]
+impl LockStore for SqliteStore {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new()
+            .with_min_ttl(MIN_TTL)
+            .with_notified_wait(self.shared.watch.is_some())
+    }
+
+    /// # Cancel safety
+    /// Read-only; dropping the future loses nothing.
+    async fn status(&self, key: &str) -> Result<KeyStatus> {
+        check_key(key)?;
+        Ok(match self.holder(key).await? {
+            Some(holder) => KeyStatus::Held {
+                owner: holder.owner,
+                token: Some(holder.token),
+                remaining: Some(holder.remaining),
+            },
+            None => KeyStatus::Free,
+        })
+    }
+}
+
+impl fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let shared = &self.shared;
+        f.debug_struct("SqliteStore")
+            .field("path", &shared.path)
+            .field("table", &shared.config.table)
+            .field("open_connections", &shared.pool.size())
+            .field("idle_connections", &shared.pool.num_idle())
+            .field("notified_wait", &shared.watch.is_some())
+            .field(
+                "watch_running",
+                &shared.watch.as_ref().is_some_and(Watch::task_running),
+            )
+            .finish()
+    }
+}

@@ -1,0 +1,50 @@
+//! The conformance suite against SQLite: several handles (each with its own connections) on
+//! one database file in a fresh directory per case; the unreachable handle is a database that
+//! another holder keeps locked beyond the command timeout.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use conformance::{async_trait, StoreFactory};
+use lock_core::{DynLockStore, Lease};
+use lock_sqlite::{SqliteConfig, SqliteStore};
+use support::Scratch;
+
+struct SqliteFactory {
+    dir: Scratch,
+}
+
+impl SqliteFactory {
+    fn config(&self) -> SqliteConfig {
+        SqliteConfig::new(self.dir.db())
+    }
+}
+
+#[async_trait]
+impl StoreFactory for SqliteFactory {
+    async fn handle(&self) -> DynLockStore {
+        Arc::new(support::store(&self.dir.db()).await)
+    }
+
+    async fn unreachable_handle(&self) -> DynLockStore {
+        // Locked by another holder: every operation waits out the (short) timeouts.
+        let config = self
+            .config()
+            .with_command_timeout(Duration::from_secs(1))
+            .with_connect_timeout(Duration::from_secs(1));
+        Arc::new(SqliteStore::unreachable(&config).expect("a locked-out handle"))
+    }
+
+    async fn forget(&self, lease: &Lease) {
+        let store = support::store(&self.dir.db()).await;
+        store.evict(lease.key()).await.expect("evict");
+    }
+}
+
+conformance::conformance_tests!(async {
+    Arc::new(SqliteFactory {
+        dir: Scratch::new("conformance"),
+    })
+});

@@ -1,0 +1,44 @@
+//! What the tests share: a scratch directory removed with its owner, and a store on a file in
+//! it.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+
+use lock_sqlite::{SqliteConfig, SqliteStore};
+
+/// A new directory under the system's temporary directory, removed when dropped.
+#[derive(Debug)]
+pub struct Scratch(PathBuf);
+
+impl Scratch {
+    pub fn new(name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!(
+            "lock-sqlite-test-{name}-{}-{:016x}",
+            std::process::id(),
+            lock_core::OwnerId::random().as_u128() as u64
+        ));
+        std::fs::create_dir_all(&dir).expect("scratch directory");
+        Scratch(dir)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    pub fn db(&self) -> PathBuf {
+        self.0.join("locks.db")
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+pub async fn store(path: &Path) -> SqliteStore {
+    SqliteStore::connect(SqliteConfig::new(path))
+        .await
+        .expect("connect to a fresh database file")
+}
