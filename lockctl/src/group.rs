@@ -167,6 +167,38 @@ impl Terminal {
     }
 }
 
+impl Terminal {
+    /// If the terminal stopped the command's group (^Z, or a read from the background), stops
+    /// lockctl too, so the shell sees its job stopped and gets the terminal back; once the shell
+    /// resumes lockctl, the group gets the terminal again (if lockctl's group has it) and
+    /// SIGCONT. Call on SIGCHLD.
+    pub fn pass_on_stop(&self, group: libc::pid_t) {
+        // SAFETY: waitid with WSTOPPED and without WEXITED only reports a stop of our child
+        // and never reaps it (tokio does); the rest are plain calls on our own process and
+        // terminal, with SIGTTOU ignored.
+        unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            let stopped = libc::waitid(
+                libc::P_PID,
+                group as libc::id_t,
+                &mut info,
+                libc::WSTOPPED | libc::WNOHANG,
+            ) == 0
+                && info.si_pid() == group;
+            if !stopped {
+                return;
+            }
+            libc::tcsetpgrp(libc::STDIN_FILENO, self.own_group);
+            // Stops the whole process here; `fg` or `bg` in the shell continues it.
+            libc::kill(libc::getpid(), libc::SIGTSTP);
+            if libc::tcgetpgrp(libc::STDIN_FILENO) == self.own_group {
+                libc::tcsetpgrp(libc::STDIN_FILENO, group);
+            }
+        }
+        signal(group, libc::SIGCONT);
+    }
+}
+
 impl Drop for Terminal {
     fn drop(&mut self) {
         // SAFETY: we ignore SIGTTOU, so taking the terminal back from a background group

@@ -117,6 +117,8 @@ struct Signals {
     interrupt: Signal,
     terminate: Signal,
     hangup: Signal,
+    /// SIGCHLD: the command may have been stopped by the terminal.
+    child: Signal,
 }
 
 impl Signals {
@@ -125,6 +127,7 @@ impl Signals {
             interrupt: signal(SignalKind::interrupt()).ok()?,
             terminate: signal(SignalKind::terminate()).ok()?,
             hangup: signal(SignalKind::hangup()).ok()?,
+            child: signal(SignalKind::child()).ok()?,
         })
     }
 }
@@ -158,6 +161,13 @@ async fn supervise(
             _ = signals.interrupt.recv() => group::signal(pgid, libc::SIGINT),
             _ = signals.terminate.recv() => group::signal(pgid, libc::SIGTERM),
             _ = signals.hangup.recv() => group::signal(pgid, libc::SIGHUP),
+            // On a terminal, ^Z stops the command's group, which is the foreground: lockctl
+            // stops with it, or the shell would never get the terminal back.
+            _ = signals.child.recv() => {
+                if let Some(terminal) = &guarded.terminal {
+                    terminal.pass_on_stop(pgid);
+                }
+            }
         }
     };
     if group::is_alive(pgid) {

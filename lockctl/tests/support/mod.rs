@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 fn lockctl(url: &str) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_lockctl"));
-    command.env("LOCK_URL", url);
+    // Never the developer's terminal: lockctl would hand it to the command's group.
+    command.env("LOCK_URL", url).stdin(Stdio::null());
     command
 }
 
