@@ -372,11 +372,7 @@ async fn connect_errors_are_classified() {
     assert!(matches!(error, Error::Store { .. }), "{error}");
     assert!(error.to_string().contains("no_such_db"), "{error}");
     // A closed port: retryable, and fast.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = test_servers::closed_ports(1)[0];
     let closed = lock_postgres::PostgresConfig::from_url(&format!(
         "postgres://postgres:secret@127.0.0.1:{port}/postgres?connect_timeout=2"
     ))
