@@ -50,6 +50,7 @@
 #![cfg(unix)]
 
 mod etcd;
+mod mariadb;
 mod ports;
 mod postgres;
 mod process;
@@ -58,6 +59,7 @@ mod relay;
 pub mod shared;
 
 pub use etcd::{EtcdCluster, EtcdServer};
+pub use mariadb::MariadbServer;
 pub use ports::closed_ports;
 pub use postgres::PostgresServer;
 pub use redis::RedisServer;

@@ -1,0 +1,477 @@
+//! [`MysqlConfig`]: where the server is and how the store uses it, from a URL.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use lock_core::url::{parse_timeout, redact};
+use lock_core::{Error, Result};
+use sqlx::mysql::{MySqlConnectOptions, MySqlSslMode};
+use url::Url;
+
+use crate::keys::Space;
+use crate::sql;
+
+/// The default namespace: keys of stores with different namespaces (or fence tables) never
+/// contend.
+pub const DEFAULT_NAMESPACE: &str = "default";
+/// The default name of the fence table (in the URL's database).
+pub const DEFAULT_TABLE: &str = "fencelock_fence";
+/// The default bound on opening one connection.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// The default bound on one statement that does not wait for a lock.
+pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
+/// The default number of idle connections a store keeps for reuse.
+pub const DEFAULT_MAX_IDLE: usize = 16;
+/// The shortest TTL this store accepts: the server's idle timeout (`wait_timeout`) counts
+/// whole seconds, so TTLs are rounded up to whole seconds and one second is the least.
+pub const MIN_TTL: Duration = Duration::from_secs(1);
+
+/// The query-string options this crate reads itself.
+const OWN_OPTIONS: &[&str] = &[
+    "namespace",
+    "table",
+    "connect_timeout",
+    "command_timeout",
+    "max_idle",
+    "sslmode",
+    "sslrootcert",
+    "sslcert",
+    "sslkey",
+];
+
+/// The query-string options passed on to the sqlx driver unchanged; anything else is
+/// rejected, so a typo such as `namepsace=` cannot silently put locks in the default namespace.
+const SQLX_OPTIONS: &[&str] = &["charset", "collation", "statement-cache-capacity"];
+
+/// How to reach MySQL or MariaDB and where to keep the fencing counters.
+///
+/// Built from a URL by [`MysqlConfig::from_url`]:
+///
+/// ```text
+/// mysql://[user[:password]@]host[:port]/database?option=value&…
+/// mariadb://…   (the same)
+/// ```
+///
+/// The database is required: it holds the fence table.
+///
+/// | option | default | meaning |
+/// | --- | --- | --- |
+/// | `sslmode` | `prefer` | `disable`, `prefer`, `require`, `verify-ca`, `verify-full` (the names of the PostgreSQL store; MySQL's `DISABLED` … `VERIFY_IDENTITY` are accepted too); the last three need the crate feature `tls` |
+/// | `sslrootcert`, `sslcert`, `sslkey` | | CA certificate, client certificate and key files |
+/// | `charset`, `collation`, `statement-cache-capacity` | | as in sqlx |
+/// | `namespace` | `default` | 1–63 bytes, no NUL; part of every key's lock name |
+/// | `table` | `fencelock_fence` | the fence table in the URL's database (`[A-Za-z_][A-Za-z0-9_]*`, at most 64 bytes); created if missing; part of every key's lock name |
+/// | `connect_timeout` | `5s` | bound on opening one connection: `10` (seconds), `2s` or `250ms` |
+/// | `command_timeout` | `10s` | bound on one statement that does not wait for a lock |
+/// | `max_idle` | `16` | idle connections kept for reuse; `0` closes each one after use |
+///
+/// Unknown options are rejected. `Debug` and `Display` never show the password.
+#[derive(Clone)]
+pub struct MysqlConfig {
+    pub(crate) connect: MySqlConnectOptions,
+    redacted: String,
+    pub(crate) namespace: String,
+    pub(crate) database: String,
+    pub(crate) table: String,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) command_timeout: Duration,
+    pub(crate) max_idle: usize,
+}
+
+impl MysqlConfig {
+    /// Parses a `mysql://` or `mariadb://` URL (see the type's docs for the options).
+    ///
+    /// Fails with [`Error::InvalidInput`] naming `"url"` for a malformed URL, another scheme, a
+    /// missing or malformed database name, an unknown or malformed option, or `sslmode=require`
+    /// (and stricter) without the `tls` feature. The message never contains the password.
+    pub fn from_url(url: &str) -> Result<Self> {
+        lock_core::url::check_userinfo_encoded(url)?;
+        let bad = |rule: String| Error::invalid("url", rule);
+        let parsed = Url::parse(url).map_err(|e| bad(format!("not a URL: {e}")))?;
+        if !matches!(parsed.scheme(), "mysql" | "mariadb") {
+            return Err(bad(format!(
+                "the scheme must be mysql:// or mariadb://, not {}://",
+                parsed.scheme()
+            )));
+        }
+        let redacted = redact(parsed.as_str());
+        if parsed.host_str().is_none_or(str::is_empty) {
+            return Err(bad(format!("{redacted}: the URL names no host")));
+        }
+        let database = parsed.path().trim_start_matches('/');
+        let database =
+            check_database(&lock_core::url::percent_decode(database).ok_or_else(|| {
+                bad(format!(
+                    "{redacted}: the database name is not valid percent-encoded UTF-8"
+                ))
+            })?)?;
+
+        let mut config = MysqlConfig {
+            connect: MySqlConnectOptions::new(),
+            redacted,
+            namespace: DEFAULT_NAMESPACE.to_owned(),
+            database,
+            table: DEFAULT_TABLE.to_owned(),
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            command_timeout: DEFAULT_COMMAND_TIMEOUT,
+            max_idle: DEFAULT_MAX_IDLE,
+        };
+        let mut ssl_mode = MySqlSslMode::Preferred;
+        let mut passed_on = Vec::new();
+        for (name, value) in parsed.query_pairs() {
+            match &*name {
+                "namespace" => config.namespace = check_namespace(&value)?,
+                "table" => config.table = check_table(&value)?,
+                "connect_timeout" => {
+                    config.connect_timeout = parse_timeout("connect_timeout", &value)?
+                }
+                "command_timeout" => {
+                    config.command_timeout = parse_timeout("command_timeout", &value)?
+                }
+                "max_idle" => {
+                    config.max_idle = value.parse().map_err(|_| {
+                        bad(format!("max_idle must be a whole number, not {value:?}"))
+                    })?
+                }
+                "sslmode" => ssl_mode = parse_ssl_mode(&value)?,
+                "sslrootcert" => passed_on.push(("ssl-ca".to_owned(), value.to_string())),
+                "sslcert" => passed_on.push(("ssl-cert".to_owned(), value.to_string())),
+                "sslkey" => passed_on.push(("ssl-key".to_owned(), value.to_string())),
+                known if SQLX_OPTIONS.contains(&known) => {
+                    passed_on.push((name.to_string(), value.to_string()))
+                }
+                unknown => {
+                    return Err(bad(format!(
+                        "unknown option {unknown:?}; this store reads {} and the sqlx options {}",
+                        OWN_OPTIONS.join(", "),
+                        SQLX_OPTIONS.join(", ")
+                    )))
+                }
+            }
+        }
+        if requires_tls(ssl_mode) && !cfg!(feature = "tls") {
+            return Err(bad(
+                "sslmode=require, verify-ca and verify-full need lock-mysql's `tls` feature".into(),
+            ));
+        }
+
+        let mut for_sqlx = parsed.clone();
+        // sqlx reads host, port, user, password and database from any scheme; say mysql.
+        let _ = for_sqlx.set_scheme("mysql");
+        if passed_on.is_empty() {
+            for_sqlx.set_query(None);
+        } else {
+            for_sqlx.query_pairs_mut().clear().extend_pairs(passed_on);
+        }
+        config.connect = MySqlConnectOptions::from_str(for_sqlx.as_str())
+            .map_err(|e| bad(format!("{}: {e}", config.redacted)))?
+            .ssl_mode(ssl_mode);
+        Ok(config)
+    }
+
+    /// The namespace hashed into every key.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// The fence table as `` `database`.`table` ``.
+    pub fn fence_table(&self) -> String {
+        format!("`{}`.`{}`", self.database, self.table)
+    }
+
+    /// The statement that creates the fence table, for an administrator who creates it ahead
+    /// of time (the store then needs no `CREATE` privilege). The table records lock-id scheme
+    /// [`LOCK_ID_SCHEME`](crate::LOCK_ID_SCHEME) in its comment.
+    pub fn fence_table_ddl(&self) -> String {
+        sql::fence_table_ddl(&self.fence_table())
+    }
+
+    /// The lock space of this configuration: the fence table and the namespace, which together
+    /// with the key make the lock name.
+    pub(crate) fn space(&self) -> Space<'_> {
+        Space {
+            database: &self.database,
+            table: &self.table,
+            namespace: &self.namespace,
+        }
+    }
+
+    /// The bound on opening one connection.
+    pub fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+
+    /// The bound on one statement that does not wait for a lock.
+    pub fn command_timeout(&self) -> Duration {
+        self.command_timeout
+    }
+
+    /// How many idle connections a store keeps for reuse.
+    pub fn max_idle(&self) -> usize {
+        self.max_idle
+    }
+
+    /// Sets the bound on opening one connection.
+    pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Sets the bound on one statement that does not wait for a lock.
+    pub fn with_command_timeout(mut self, timeout: Duration) -> Self {
+        self.command_timeout = timeout;
+        self
+    }
+
+    /// The URL with the password replaced by `***`.
+    pub fn redacted(&self) -> &str {
+        &self.redacted
+    }
+}
+
+impl fmt::Display for MysqlConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.redacted)
+    }
+}
+
+impl fmt::Debug for MysqlConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MysqlConfig")
+            .field("url", &self.redacted)
+            .field("namespace", &self.namespace)
+            .field("fence_table", &self.fence_table())
+            .field("connect_timeout", &self.connect_timeout)
+            .field("command_timeout", &self.command_timeout)
+            .field("max_idle", &self.max_idle)
+            .finish()
+    }
+}
+
+impl FromStr for MysqlConfig {
+    type Err = Error;
+
+    fn from_str(url: &str) -> Result<Self> {
+        Self::from_url(url)
+    }
+}
+
+/// The PostgreSQL store's `sslmode` names, and MySQL's own.
+fn parse_ssl_mode(value: &str) -> Result<MySqlSslMode> {
+    Ok(match &*value.to_ascii_lowercase() {
+        "disable" | "disabled" => MySqlSslMode::Disabled,
+        "prefer" | "preferred" => MySqlSslMode::Preferred,
+        "require" | "required" => MySqlSslMode::Required,
+        "verify-ca" | "verify_ca" => MySqlSslMode::VerifyCa,
+        "verify-full" | "verify_identity" => MySqlSslMode::VerifyIdentity,
+        _ => {
+            return Err(Error::invalid(
+                "url",
+                format!(
+                "sslmode must be disable, prefer, require, verify-ca or verify-full, not {value:?}"
+            ),
+            ))
+        }
+    })
+}
+
+fn requires_tls(mode: MySqlSslMode) -> bool {
+    matches!(
+        mode,
+        MySqlSslMode::Required | MySqlSslMode::VerifyCa | MySqlSslMode::VerifyIdentity
+    )
+}
+
+fn check_namespace(value: &str) -> Result<String> {
+    if value.is_empty() || value.len() > 63 || value.contains('\0') {
+        return Err(Error::invalid(
+            "url",
+            format!("namespace must be 1 to 63 bytes without NUL, not {value:?}"),
+        ));
+    }
+    Ok(value.to_owned())
+}
+
+/// The table name is spliced into SQL (identifiers cannot be bind parameters), so only plain
+/// identifiers are accepted, and they are always quoted.
+fn check_table(value: &str) -> Result<String> {
+    let mut chars = value.chars();
+    let starts_well = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
+    let rest_ok = chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !starts_well || !rest_ok || value.len() > 64 {
+        return Err(Error::invalid(
+            "url",
+            format!(
+                "table must match [A-Za-z_][A-Za-z0-9_]* and be at most 64 bytes, not {value:?}"
+            ),
+        ));
+    }
+    Ok(value.to_owned())
+}
+
+/// The database is spliced into SQL as the fence table's qualifier, quoted: letters, digits,
+/// `_`, `$` and `-` (common in database names), never a backtick.
+fn check_database(value: &str) -> Result<String> {
+    let ok = value
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '$' | '-'));
+    if value.is_empty() || value.len() > 64 || !ok {
+        return Err(Error::invalid(
+            "url",
+            format!(
+                "the URL's path must name the database that holds the fence table \
+                 (letters, digits, _, $ and -, at most 64 bytes), not {value:?}"
+            ),
+        ));
+    }
+    Ok(value.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(url: &str) -> String {
+        match MysqlConfig::from_url(url) {
+            Err(Error::InvalidInput { what: "url", rule }) => rule,
+            other => panic!("{url}: expected an invalid url, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn urls_parse_with_defaults_and_options() {
+        let cases: &[(&str, &str, &str, &str, u16, Duration)] = &[
+            (
+                "mysql://u@127.0.0.1:3307/app",
+                "default",
+                "`app`.`fencelock_fence`",
+                "127.0.0.1",
+                3307,
+                DEFAULT_CONNECT_TIMEOUT,
+            ),
+            (
+                "mariadb://u:pw@h/my-app?namespace=billing&table=fence_v1&connect_timeout=2",
+                "billing",
+                "`my-app`.`fence_v1`",
+                "h",
+                3306,
+                Duration::from_secs(2),
+            ),
+            (
+                "mysql://h/db?connect_timeout=250ms&sslmode=disable&charset=utf8mb4",
+                "default",
+                "`db`.`fencelock_fence`",
+                "h",
+                3306,
+                Duration::from_millis(250),
+            ),
+            (
+                "mysql://h:1/db?namespace=%F0%9F%94%92%20space",
+                "🔒 space",
+                "`db`.`fencelock_fence`",
+                "h",
+                1,
+                DEFAULT_CONNECT_TIMEOUT,
+            ),
+        ];
+        for (url, namespace, table, host, port, connect_timeout) in cases {
+            let config = MysqlConfig::from_url(url).unwrap();
+            assert_eq!(config.namespace(), *namespace, "{url}");
+            assert_eq!(config.fence_table(), *table, "{url}");
+            assert_eq!(config.connect.get_host(), *host, "{url}");
+            assert_eq!(config.connect.get_port(), *port, "{url}");
+            assert_eq!(config.connect_timeout(), *connect_timeout, "{url}");
+        }
+    }
+
+    #[test]
+    fn our_options_are_not_passed_to_sqlx() {
+        let config = MysqlConfig::from_url(
+            "mysql://u@h/db?namespace=n&max_idle=0&command_timeout=3s&sslmode=disable",
+        )
+        .unwrap();
+        assert_eq!(config.max_idle(), 0);
+        assert_eq!(config.command_timeout(), Duration::from_secs(3));
+        assert!(matches!(
+            config.connect.get_ssl_mode(),
+            MySqlSslMode::Disabled
+        ));
+        assert!(config
+            .fence_table_ddl()
+            .starts_with("CREATE TABLE IF NOT EXISTS `db`.`fencelock_fence`"));
+        assert_eq!(config.connect.get_database(), Some("db"));
+        assert_eq!(config.connect.get_username(), "u");
+        for (mode, expected) in [
+            ("prefer", MySqlSslMode::Preferred),
+            ("DISABLED", MySqlSslMode::Disabled),
+        ] {
+            let config = MysqlConfig::from_url(&format!("mysql://h/db?sslmode={mode}")).unwrap();
+            assert_eq!(
+                format!("{:?}", config.connect.get_ssl_mode()),
+                format!("{expected:?}")
+            );
+        }
+    }
+
+    #[test]
+    fn passwords_never_print() {
+        for url in [
+            "mysql://user:s3cr%40t@h/db",
+            "mariadb://user:s3cr%40t@h/db?namespace=n",
+        ] {
+            let config = MysqlConfig::from_url(url).unwrap();
+            for shown in [
+                config.to_string(),
+                format!("{config:?}"),
+                config.redacted().to_owned(),
+            ] {
+                assert!(!shown.contains("s3cr"), "{shown}");
+                assert!(shown.contains("***"), "{shown}");
+            }
+        }
+        let shown = MysqlConfig::from_url("mysql://user:pw@h/db")
+            .unwrap()
+            .to_string();
+        assert_eq!(shown, "mysql://user:***@h/db");
+        // A rejected URL does not echo the password either.
+        for bad in [
+            "mysql://user:s3cret@h/db?namepsace=x",
+            "mysql://user:s3cret@h/",
+            "mysql://user:s3cret@h/db?sslmode=sometimes",
+        ] {
+            let message = rule(bad);
+            assert!(!message.contains("s3cret"), "{message}");
+        }
+    }
+
+    #[test]
+    fn bad_urls_are_invalid_input_naming_the_rule() {
+        assert!(rule("postgres://h/db").contains("mysql://"));
+        assert!(rule("not a url").contains("not a URL"));
+        assert!(rule("mysql://h/db?namepsace=x").contains("unknown option \"namepsace\""));
+        assert!(rule("mysql://h/db?namespace=").contains("namespace"));
+        assert!(rule(&format!("mysql://h/db?namespace={}", "n".repeat(64))).contains("63"));
+        assert!(rule("mysql://h/db?table=x;drop").contains("table"));
+        assert!(rule("mysql://h/db?table=1x").contains("table"));
+        assert!(rule("mysql://h/").contains("database"));
+        assert!(rule("mysql://h").contains("database"));
+        assert!(rule("mysql://h/d%60b").contains("database"));
+        assert!(rule("mysql://h/db?connect_timeout=0").contains("connect_timeout"));
+        assert!(rule("mysql://h/db?connect_timeout=soon").contains("connect_timeout"));
+        assert!(rule("mysql://h/db?max_idle=-1").contains("max_idle"));
+        assert!(rule("mysql://h/db?sslmode=sometimes").contains("sslmode"));
+    }
+
+    #[test]
+    fn strict_sslmodes_need_the_tls_feature() {
+        let result = MysqlConfig::from_url("mysql://h/db?sslmode=require");
+        if cfg!(feature = "tls") {
+            assert!(result.is_ok());
+        } else {
+            assert!(rule("mysql://h/db?sslmode=verify-full").contains("`tls` feature"));
+        }
+    }
+}

@@ -1,0 +1,155 @@
+//! fencelock on MySQL and MariaDB: named locks (`GET_LOCK`), a durable fencing counter and a
+//! lease whose TTL the server enforces.
+//!
+//! Tested on MariaDB 10.11 only (Debian 12 ships no MySQL server). Nothing here is
+//! MariaDB-only, except that MySQL counts `GET_LOCK`'s wait in whole seconds: on MySQL a
+//! waiting acquire may wait up to a second longer than asked before it times out.
+//!
+//! ```no_run
+//! # async fn demo() -> lock_core::Result<()> {
+//! use std::time::Duration;
+//! use lock_core::{Acquire, Release};
+//! use lock_mysql::{MysqlConfig, MysqlStore};
+//!
+//! let config = MysqlConfig::from_url("mysql://app@db.internal/app?namespace=billing")?;
+//! let store = MysqlStore::connect(config).await?;
+//! let lease = store.acquire("nightly-export", Duration::from_secs(30), Duration::from_secs(5)).await?;
+//! // ... every write carries lease.fencing_token() ...
+//! store.release(&lease).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # How it works
+//! - **The lock** is a named lock, `GET_LOCK(name, timeout)` / `RELEASE_LOCK(name)`, held by
+//!   the lease's server session. Names are server-wide and at most 64 characters, so the name
+//!   is a hash of (database, fence table, namespace, key): see [`lock_name`] for the stable
+//!   hash, lock-id scheme [`LOCK_ID_SCHEME`] (2, the layout of the PostgreSQL store's scheme
+//!   2). Handles with different databases, `table=` or `namespace=` never contend.
+//! - **One session per lease.** Each held lease owns a dedicated connection, carried inside the
+//!   [`Lease`](lock_core::Lease). `GET_LOCK` is reentrant per session, so sharing a session
+//!   would let two leases on one key both be granted; here a session takes at most one lock,
+//!   once, and goes back to the store's idle list only after its release statement freed that
+//!   lock and `RELEASE_ALL_LOCKS()` found nothing else.
+//! - **The fencing token** is a per-key counter in an InnoDB table (default
+//!   `<database>.fencelock_fence`, created if missing), bumped by the same statement that takes
+//!   the lock (`INSERT … SELECT … WHERE GET_LOCK(…) = 1 ON DUPLICATE KEY UPDATE`), after taking
+//!   it, and committed before the reply. The table is keyed by the key's bytes, so keys may
+//!   contain NUL and a hash collision never merges two counters. A crash cannot hand out a
+//!   token twice as long as the server makes every commit durable
+//!   (`innodb_flush_log_at_trx_commit=1`, the default; the store logs a warning otherwise).
+//! - **The TTL is enforced by the server**: the session's `wait_timeout` is set to the TTL in
+//!   whole seconds (rounded up; [`Capabilities`](lock_core::Capabilities) declares the
+//!   one-second granularity, and the shortest TTL is [`MIN_TTL`], one second), and every
+//!   extend (any statement) restarts that timer. A holder that stops talking (paused process,
+//!   partition) loses its session — and its lock — the TTL after its last extend, though its
+//!   connection is still open. A holder whose process dies frees the lock at once: the server
+//!   ends the session when the connection closes.
+//! - **Extend** asks `IS_USED_LOCK(name)` and fails with `LeaseLost` unless this session holds
+//!   the lock.
+//! - **Watching** (see "When a lock is freed early"): while a handle holds leases, one task
+//!   looks up their sessions in `information_schema.PROCESSLIST` and revokes a lease whose
+//!   session is gone.
+//! - **Waiting** uses the server's queue: `GET_LOCK` with the remaining wait as its timeout,
+//!   so a waiter is woken by the release itself.
+//!
+//! # When a lock is freed early
+//! The lock lives exactly as long as the lease's server session, so these events free it
+//! before the TTL, at once, and the next holder may take the key (with a greater token):
+//! - the server ends the session: `KILL` (an administrator, or [`MysqlStore::evict`]), a
+//!   server shutdown, restart or crash, a failover (the promoted server has no sessions);
+//! - the connection breaks and the server notices: the holder's process exits or drops the
+//!   [`Lease`](lock_core::Lease) unreleased (the socket closes), or a TCP reset.
+//!
+//! A silent holder's session is ended by `wait_timeout` one TTL after its last extend: that is
+//! the TTL, not early. Nothing else unlocks: the lease's session runs only this store's
+//! statements.
+//!
+//! **How fast the holder finds out.** While a handle holds leases, one task per handle looks
+//! up their sessions (`SELECT … FROM information_schema.PROCESSLIST`, connection id and client
+//! address) every `min(1 s, TTL/6)` (the shortest TTL held), on a session of the handle's own,
+//! and revokes [`Lease::revocation`](lock_core::Lease::revocation) of each lease whose
+//! session is gone; [`KeepAlive`](lock_core::KeepAlive) then reports the loss at once. So a
+//! holder learns within that period plus one query, not at its next extend. When the task
+//! cannot reach the server it concludes nothing, and the next extend tells: within TTL/3
+//! with keep-alive. `tests/faults.rs` measures the bound.
+//!
+//! # What is guaranteed
+//! - At most one live lease per key at any instant, across all clients of the server, as long
+//!   as the server runs. A restart ends every session and so every lease; tokens stay
+//!   monotonic across it (and across a crash, with durable commits).
+//! - A lease's local deadline (`sent_at + ttl − drift`) is never later than the moment the
+//!   server ends its silent session: the idle timer starts only after the statement that
+//!   granted or extended the lease has run, which is after `sent_at`, and it runs for the
+//!   whole TTL.
+//! - A lease whose session the server ended is revoked within `min(1 s, TTL/6)` plus one
+//!   query while the server answers the watch task's look-up.
+//! - A waiter after a long wait gets its TTL restarted (one extra round trip), so its lease is
+//!   not shortened by the time it waited.
+//!
+//! # What is not
+//! - Like every lock, no protection against a holder that keeps working after its deadline:
+//!   check the fencing token at the resource.
+//! - Two different keys can hash to the same name (chance 2⁻¹⁶⁰ per pair): false contention,
+//!   never a safety problem.
+//! - Fairness: waiters are not promised to be served oldest first
+//!   ([`Capabilities::fair_queue`](lock_core::Capabilities) is off).
+//! - Named locks live on one server: a failover to a replica loses every lock, and the fence
+//!   table only keeps monotonic tokens if replication is semi-synchronous or synchronous.
+//!
+//! # Connection cost
+//! Every held lease and every waiting acquire occupies one server connection (one server
+//! thread). One store handle has no limit of its own: the server's `max_connections` (151 by
+//! default) is the limit, and beyond it acquire fails with a retryable
+//! [`Error::Unavailable`](lock_core::Error::Unavailable). Size it for the leases held at once
+//! plus waiters plus your application's own connections. Released sessions are kept for reuse
+//! (`max_idle`, default 16); an idle session whose `wait_timeout` (the last lease's TTL) is
+//! half spent is closed rather than reused. While a handle holds leases its watch task uses
+//! one more session.
+//!
+//! # Cancel safety
+//! Every operation on a lease runs on the lease's own session, every acquire on a session the
+//! future owns. Dropping an acquire future closes its connection, and a waiting acquire also
+//! kills its session (`KILL CONNECTION`, from a spawned task): the server does not notice a
+//! closed connection while a session waits in `GET_LOCK`, and `KILL QUERY` would not do, since
+//! the lock may already have been granted. See each method's `# Cancel safety`.
+//!
+//! # Operator actions
+//! [`MysqlStore::evict`] kills the session that holds a key, as an administrator's `KILL`
+//! would: the key is free at once and the holder's lease is revoked within its handle's watch
+//! period. For fault tests and tooling; a lock holder never needs it.
+//!
+//! # Lock-id scheme
+//! The lock name of a key depends on the scheme, so every fence table records its scheme in
+//! its comment (`fencelock fence table, lock-id scheme 2`, shown by `SHOW CREATE TABLE`), and
+//! a store refuses to start (`connect`, or a lazy handle's first operation, fails with a
+//! non-retryable [`Error::Store`](lock_core::Error::Store)) on a table that records another
+//! scheme or none.
+//!
+//! # The URL
+//! `mysql://` or `mariadb://`, with user, password, host, port and the database that holds the
+//! fence table, and this store's options (`namespace`, `table`, `connect_timeout`,
+//! `command_timeout`, `max_idle`, `sslmode`, `sslrootcert`, `sslcert`, `sslkey`): see
+//! [`MysqlConfig`].
+//!
+//! # Server requirements
+//! MySQL 8 or MariaDB 10.3 or newer (`RELEASE_ALL_LOCKS`, `KILL` with an expression), InnoDB.
+//! The user needs `CREATE` on the database the first time (or create the table yourself with
+//! [`MysqlConfig::fence_table_ddl`]), then `SELECT`, `INSERT` and `UPDATE` on the table; it
+//! sees and kills its own sessions in the process list, which is all the store needs.
+#![warn(missing_docs)]
+
+// Module order (each imports only from those before it): keys, sql, config, error, session, watch, store.
+mod config;
+mod error;
+mod keys;
+mod session;
+mod sql;
+mod store;
+mod watch;
+
+pub use config::{
+    MysqlConfig, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_IDLE,
+    DEFAULT_NAMESPACE, DEFAULT_TABLE, MIN_TTL,
+};
+pub use keys::{lock_name, LOCK_ID_SCHEME};
+pub use store::MysqlStore;

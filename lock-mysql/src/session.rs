@@ -1,0 +1,338 @@
+//! Server sessions: one dedicated connection per held lease, idle ones kept for reuse, and
+//! the guard that ends a cancelled waiter's session.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use lock_core::{Error, Instant};
+use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlRow};
+use sqlx::{Connection, Row};
+use tokio::sync::OnceCell;
+use tokio::time::timeout;
+
+use crate::config::MysqlConfig;
+use crate::error::{bounded, connect_error, number, sql_error};
+use crate::keys::check_recorded_scheme;
+use crate::sql::{Statements, AUTOCOMMIT_ON, FENCE_TABLE_STATE, KILL_WAITER, SESSION_INFO};
+
+/// One server session: a connection and who it is on the server.
+pub(crate) struct Session {
+    pub(crate) conn: MySqlConnection,
+    /// `CONNECTION_ID()`.
+    pub(crate) id: i64,
+    /// The client address the server shows for it (`host:port`), which tells it from a later
+    /// session that got the same id after a restart.
+    pub(crate) host: String,
+    /// MariaDB takes fractional `GET_LOCK` timeouts; MySQL counts whole seconds.
+    pub(crate) fractional_wait: bool,
+    /// The `wait_timeout` this store last set on the session, in seconds (`None`: the server's
+    /// default, as opened).
+    pub(crate) wait_timeout: Option<u64>,
+    /// When the session last finished a statement, for an idle one.
+    idle_since: Instant,
+    _open: OpenCount,
+}
+
+impl Session {
+    /// Whether the server may have ended this idle session by its `wait_timeout` (or is about
+    /// to): a session is dropped from the idle list after half its timeout, rather than found
+    /// dead by the next acquire.
+    fn may_have_timed_out(&self) -> bool {
+        self.wait_timeout
+            .is_some_and(|secs| self.idle_since.elapsed() >= Duration::from_secs(secs) / 2)
+    }
+}
+
+/// Counts open sessions for diagnostics; the count drops with the session.
+struct OpenCount(Arc<AtomicUsize>);
+
+impl OpenCount {
+    fn new(count: &Arc<AtomicUsize>) -> Self {
+        count.fetch_add(1, Ordering::Relaxed);
+        OpenCount(count.clone())
+    }
+}
+
+impl Drop for OpenCount {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A session taken for one operation, and whether it came from the idle list (a reused session
+/// may have died while idle, for example when the server restarted).
+pub(crate) struct Checkout {
+    pub(crate) session: Session,
+    pub(crate) reused: bool,
+}
+
+/// The connections of one store handle and everything needed to open more.
+pub(crate) struct Sessions {
+    pub(crate) config: MysqlConfig,
+    options: MySqlConnectOptions,
+    idle: Mutex<Vec<Session>>,
+    open: Arc<AtomicUsize>,
+    fence_table_ready: OnceCell<()>,
+    warned_not_durable: AtomicBool,
+    pub(crate) sql: Statements,
+}
+
+impl Sessions {
+    pub(crate) fn new(config: MysqlConfig) -> Self {
+        let options = config.connect.clone();
+        let sql = Statements::new(&config.fence_table());
+        Sessions {
+            config,
+            options,
+            idle: Mutex::new(Vec::new()),
+            open: Arc::new(AtomicUsize::new(0)),
+            fence_table_ready: OnceCell::new(),
+            warned_not_durable: AtomicBool::new(false),
+            sql,
+        }
+    }
+
+    /// Sessions open right now: held by leases, waiting, running a statement, or idle.
+    pub(crate) fn open_count(&self) -> usize {
+        self.open.load(Ordering::Relaxed)
+    }
+
+    /// Idle sessions kept for reuse.
+    pub(crate) fn idle_count(&self) -> usize {
+        self.idle_list().len()
+    }
+
+    fn idle_list(&self) -> std::sync::MutexGuard<'_, Vec<Session>> {
+        self.idle.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// An idle session, or a new one.
+    ///
+    /// # Cancel safety
+    /// Dropping the future drops a half-opened connection; nothing is held.
+    pub(crate) async fn checkout(&self) -> lock_core::Result<Checkout> {
+        loop {
+            let Some(session) = self.idle_list().pop() else {
+                break;
+            };
+            if !session.may_have_timed_out() {
+                return Ok(Checkout {
+                    session,
+                    reused: true,
+                });
+            }
+        }
+        Ok(Checkout {
+            session: self.open().await?,
+            reused: false,
+        })
+    }
+
+    /// Gives back a session that holds no lock.
+    pub(crate) fn checkin(&self, mut session: Session) {
+        session.idle_since = Instant::now();
+        let mut idle = self.idle_list();
+        if idle.len() < self.config.max_idle {
+            idle.push(session);
+        }
+    }
+
+    /// Closes every idle session: after one of them turned out dead, the rest likely are too.
+    pub(crate) fn discard_idle(&self) {
+        let stale = std::mem::take(&mut *self.idle_list());
+        drop(stale);
+    }
+
+    /// Opens a session within the connect timeout and makes sure the fence table exists.
+    ///
+    /// # Cancel safety
+    /// Dropping the future drops the half-opened connection; nothing is held.
+    pub(crate) async fn open(&self) -> lock_core::Result<Session> {
+        let limit = self.config.connect_timeout;
+        let opening = async {
+            let mut conn = MySqlConnection::connect_with(&self.options)
+                .await
+                .map_err(|e| connect_error(self.config.redacted(), e))?;
+            let failed = |e| sql_error("reading the session's identity", e);
+            let row = sqlx::query(SESSION_INFO)
+                .fetch_one(&mut conn)
+                .await
+                .map_err(failed)?;
+            let id: i64 = row.try_get("id").map_err(failed)?;
+            let host: Option<String> = row.try_get("host").map_err(failed)?;
+            let version: String = row.try_get("version").map_err(failed)?;
+            let autocommit: i64 = row.try_get("autocommit").map_err(failed)?;
+            let Some(host) = host else {
+                return Err(Error::Store {
+                    message: "the server's process list does not show this session: the store \
+                              needs to see its own sessions in information_schema.PROCESSLIST"
+                        .into(),
+                    source: None,
+                });
+            };
+            if autocommit != 1 {
+                // The fence bump must commit by itself, before the reply.
+                sqlx::query(AUTOCOMMIT_ON)
+                    .execute(&mut conn)
+                    .await
+                    .map_err(|e| sql_error("turning autocommit on", e))?;
+            }
+            self.fence_table_ready
+                .get_or_try_init(|| self.ensure_fence_table(&mut conn))
+                .await?;
+            Ok(Session {
+                conn,
+                id,
+                host,
+                fractional_wait: version.contains("MariaDB"),
+                wait_timeout: None,
+                idle_since: Instant::now(),
+                _open: OpenCount::new(&self.open),
+            })
+        };
+        match timeout(limit, opening).await {
+            Ok(result) => result,
+            Err(_) => Err(Error::Unavailable {
+                message: format!(
+                    "no connection to {} within the connect timeout of {limit:?}",
+                    self.config.redacted()
+                ),
+                source: None,
+            }),
+        }
+    }
+
+    /// Creates the fence table if it is missing (only then: `CREATE TABLE` checks its
+    /// privilege even when the table exists), then refuses a table that is not InnoDB or that
+    /// records a lock-id scheme other than this build's. Concurrent creators race harmlessly
+    /// (`IF NOT EXISTS`).
+    async fn ensure_fence_table(&self, conn: &mut MySqlConnection) -> lock_core::Result<()> {
+        let fence_table = self.config.fence_table();
+        let mut state = self.fence_table_state(conn).await?;
+        if state.engine.is_none() {
+            sqlx::query(&self.sql.create_fence_table)
+                .execute(&mut *conn)
+                .await
+                .map_err(|e| sql_error("creating the fence table", e))?;
+            state = self.fence_table_state(conn).await?;
+            tracing::info!(table = %fence_table, "created the fence table");
+        }
+        let Some(engine) = state.engine else {
+            return Err(Error::Store {
+                message: format!(
+                    "the fence table {fence_table} is still missing after creating it"
+                ),
+                source: None,
+            });
+        };
+        if !engine.eq_ignore_ascii_case("InnoDB") {
+            return Err(Error::Store {
+                message: format!(
+                    "the fence table {fence_table} uses the {engine} engine; its counters must \
+                     be InnoDB rows, committed durably"
+                ),
+                source: None,
+            });
+        }
+        check_recorded_scheme(&fence_table, state.comment.as_deref().unwrap_or_default())?;
+        if state.flush != 1 && !self.warned_not_durable.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                innodb_flush_log_at_trx_commit = state.flush,
+                "the server does not flush every commit: a crash may lose the last fence \
+                 bumps and hand out a fencing token twice; set innodb_flush_log_at_trx_commit=1"
+            );
+        }
+        Ok(())
+    }
+
+    async fn fence_table_state(
+        &self,
+        conn: &mut MySqlConnection,
+    ) -> lock_core::Result<FenceTableState> {
+        let failed = |e| sql_error("looking for the fence table", e);
+        let row: MySqlRow = sqlx::query(FENCE_TABLE_STATE)
+            .bind(&self.config.database)
+            .bind(&self.config.table)
+            .fetch_one(conn)
+            .await
+            .map_err(failed)?;
+        Ok(FenceTableState {
+            flush: row.try_get("flush").map_err(failed)?,
+            engine: row.try_get("engine").map_err(failed)?,
+            comment: row.try_get("comment").map_err(failed)?,
+        })
+    }
+
+    /// Ends session `id` if it still belongs to client address `host` (see [`KILL_WAITER`]).
+    pub(crate) async fn kill_waiter(&self, id: i64, host: &str) -> lock_core::Result<()> {
+        let Checkout { mut session, .. } = self.checkout().await?;
+        let result = bounded(
+            self.config.command_timeout,
+            sqlx::query(KILL_WAITER)
+                .bind(id)
+                .bind(host)
+                .execute(&mut session.conn),
+        )
+        .await;
+        match result {
+            Ok(_) => {
+                self.checkin(session);
+                Ok(())
+            }
+            // The session had ended already.
+            Err(fault) if fault.number() == Some(number::UNKNOWN_THREAD) => {
+                self.checkin(session);
+                Ok(())
+            }
+            Err(fault) => Err(fault.into_error("killing a cancelled waiter's session")),
+        }
+    }
+}
+
+/// What [`FENCE_TABLE_STATE`] found.
+struct FenceTableState {
+    /// `innodb_flush_log_at_trx_commit`: 1 makes every commit durable.
+    flush: i64,
+    /// The table's engine, `None` if the table does not exist.
+    engine: Option<String>,
+    /// The table's comment, which records the lock-id scheme.
+    comment: Option<String>,
+}
+
+/// Ends a lock wait whose future was dropped: the server does not notice a closed connection
+/// while its session waits in `GET_LOCK`, and would take the lock for nobody once it is free,
+/// so a task ends the session from another connection at once.
+pub(crate) struct WaitGuard {
+    target: Option<(Arc<Sessions>, i64, String)>,
+}
+
+impl WaitGuard {
+    pub(crate) fn arm(sessions: &Arc<Sessions>, session: &Session) -> Self {
+        WaitGuard {
+            target: Some((sessions.clone(), session.id, session.host.clone())),
+        }
+    }
+
+    pub(crate) fn disarm(mut self) {
+        self.target = None;
+    }
+}
+
+impl Drop for WaitGuard {
+    fn drop(&mut self) {
+        let Some((sessions, id, host)) = self.target.take() else {
+            return;
+        };
+        // Without a runtime the session ends only when the server next writes to the closed
+        // connection: at the latest when its wait is over.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                match sessions.kill_waiter(id, &host).await {
+                    Ok(()) => tracing::debug!(id, "killed a cancelled waiter's session"),
+                    Err(error) => tracing::warn!(id, %error, "could not kill a cancelled waiter's session; it ends when the server next writes to its closed connection"),
+                }
+            });
+        }
+    }
+}

@@ -1,0 +1,660 @@
+//! [`MysqlStore`]: the acquire/extend/release flows on the handle's sessions, and the trait
+//! impls.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lock_core::ttl::{whole_millis, whole_secs};
+use lock_core::validate::{check_key, check_request, check_wait};
+use lock_core::{
+    Acquire, Capabilities, Error, Extend, Instant, KeyStatus, Lease, LockStore, OwnerId, Release,
+    ReleaseOutcome, Result,
+};
+use sqlx::mysql::MySqlRow;
+use sqlx::Row;
+
+use crate::config::{MysqlConfig, MIN_TTL};
+use crate::error::{bounded, number, sql_error, Fault};
+use crate::keys::Target;
+use crate::session::{Checkout, Session, Sessions, WaitGuard};
+use crate::sql::{CONFIRM_HELD, HOLDER, KILL_HOLDER, RELEASE, SET_WAIT_TIMEOUT};
+use crate::watch::{Backend, Watch};
+
+/// What happens when a multiplexing proxy sits between the store and the server.
+const POOLING_PROXY: &str =
+    "the connection's server session changed between statements: a multiplexing proxy is in \
+     the way, and GET_LOCK locks cannot work through it; connect directly, or turn \
+     multiplexing off for this client";
+
+/// How long [`MysqlStore::evict`] waits for the killed holder's lock to be freed.
+const EVICT_WAIT: Duration = Duration::from_secs(5);
+
+/// What a lease carries: its dedicated session. Dropping the last clone of the lease without
+/// releasing it closes the session, which frees the lock as soon as the server notices.
+struct Held {
+    lock_name: String,
+    session_id: i64,
+    session: tokio::sync::Mutex<Option<Session>>,
+    sessions: Arc<Sessions>,
+    /// The handle's watch, and the lease's entry in it.
+    watch: Arc<Watch>,
+    watch_id: u64,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.watch.forget(self.watch_id);
+    }
+}
+
+/// Stops the handle's watch task when the last clone of the handle is dropped.
+struct HandleAlive(Arc<Watch>);
+
+impl Drop for HandleAlive {
+    fn drop(&mut self) {
+        self.0.stop();
+    }
+}
+
+/// A lock store on MySQL or MariaDB named locks (`GET_LOCK`). See the [crate docs](crate) for
+/// what it guarantees.
+///
+/// Cheap to clone: clones share their idle sessions. Every held lease and every waiting
+/// acquire has a connection of its own.
+#[derive(Clone)]
+pub struct MysqlStore {
+    sessions: Arc<Sessions>,
+    /// The held leases whose sessions the handle's task watches.
+    watch: Arc<Watch>,
+    _alive: Arc<HandleAlive>,
+}
+
+impl MysqlStore {
+    /// Connects: opens one session (within the connect timeout), creates the fence table if it
+    /// is missing, checks its engine and the lock-id scheme it records, and keeps the session
+    /// for reuse.
+    ///
+    /// Fails with [`Error::Unavailable`] if the server cannot be reached in time, and with
+    /// [`Error::Store`] if it refuses (authentication, a missing database, no privilege to
+    /// create the fence table) or the fence table is not InnoDB or records a lock-id scheme
+    /// other than [`LOCK_ID_SCHEME`](crate::LOCK_ID_SCHEME).
+    ///
+    /// # Cancel safety
+    /// Dropping the future closes the half-opened connection; nothing is held.
+    pub async fn connect(config: MysqlConfig) -> Result<MysqlStore> {
+        let store = Self::connect_lazy(config);
+        let session = store.sessions.open().await?;
+        store.sessions.checkin(session);
+        Ok(store)
+    }
+
+    /// A store that opens its first session only when first used, so an unreachable server (or
+    /// a fence table of another lock-id scheme) is reported by that first operation.
+    pub fn connect_lazy(config: MysqlConfig) -> MysqlStore {
+        let sessions = Arc::new(Sessions::new(config));
+        let watch = Arc::new(Watch::new());
+        MysqlStore {
+            _alive: Arc::new(HandleAlive(watch.clone())),
+            sessions,
+            watch,
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &MysqlConfig {
+        &self.sessions.config
+    }
+
+    /// The `GET_LOCK` name `key` maps to in this store's fence table and namespace (see
+    /// [`crate::lock_name`]).
+    pub fn lock_name(&self, key: &str) -> String {
+        Target::hashed(&self.sessions.config.space(), key).lock_name
+    }
+
+    /// Connections this handle has open right now: one per held lease and per waiting acquire,
+    /// plus the idle ones.
+    pub fn open_connections(&self) -> usize {
+        self.sessions.open_count()
+    }
+
+    /// Idle connections kept for reuse.
+    pub fn idle_connections(&self) -> usize {
+        self.sessions.idle_count()
+    }
+
+    /// Operator action, for fault tests and `lockctl`: ends the server session that holds
+    /// `key`'s lock (in this store's namespace) with `KILL CONNECTION`, as an administrator
+    /// would, and waits (up to 5 s) until the lock is free. The holder's lease is revoked
+    /// within its handle's watch period (see the crate docs, "When a lock is freed early"), and
+    /// its next extend or release fails ([`Error::LeaseLost`] / [`ReleaseOutcome::Lost`]).
+    /// Returns whether a holder was found. Needs the privilege to kill that session (the same
+    /// user, or `CONNECTION ADMIN` / `SUPER`).
+    ///
+    /// The look-up and the kill are one statement; the wait that follows is a second one.
+    ///
+    /// # Cancel safety
+    /// The kill may or may not have happened when the future is dropped.
+    pub async fn evict(&self, key: &str) -> Result<bool> {
+        check_key(key)?;
+        let lock_name = self.lock_name(key);
+        let limit = self.sessions.config.command_timeout;
+        let Checkout { mut session, .. } = self.checkout(false).await?;
+        let found = holder(&mut session, &lock_name, limit).await?;
+        let Some(holder_id) = found else {
+            self.sessions.checkin(session);
+            return Ok(false);
+        };
+        let killed = bounded(
+            limit,
+            sqlx::query(KILL_HOLDER)
+                .bind(&lock_name)
+                .execute(&mut session.conn),
+        )
+        .await;
+        match killed {
+            Ok(_) => {}
+            // Freed in the meantime: nobody to kill.
+            Err(fault) if fault.number() == Some(number::UNKNOWN_THREAD) => {
+                self.sessions.checkin(session);
+                return Ok(false);
+            }
+            Err(fault) => return Err(fault.into_error("killing the holder's session")),
+        }
+        // KILL returns before the killed session has ended and freed its lock.
+        let deadline = Instant::now() + EVICT_WAIT;
+        while holder(&mut session, &lock_name, limit).await? == Some(holder_id) {
+            if Instant::now() >= deadline {
+                return Err(Error::Unavailable {
+                    message: format!(
+                        "the holder's session {holder_id} was killed but still held the lock \
+                         after {EVICT_WAIT:?}"
+                    ),
+                    source: None,
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        self.sessions.checkin(session);
+        tracing::info!(key, holder_id, "killed the holder's session");
+        Ok(true)
+    }
+
+    /// A session for one operation; `fresh` skips the idle list (after a reused session turned
+    /// out dead).
+    async fn checkout(&self, fresh: bool) -> Result<Checkout> {
+        if fresh {
+            self.sessions.discard_idle();
+        }
+        self.sessions.checkout().await
+    }
+
+    /// Takes `target`, waiting up to `wait` in the server's queue (zero: one attempt).
+    async fn acquire_target(
+        &self,
+        target: &Target,
+        ttl: Duration,
+        wait: Duration,
+    ) -> Result<Lease> {
+        let started = Instant::now();
+        let deadline = started + wait;
+        // The server's idle timeout counts whole seconds: the lease carries the TTL it keeps.
+        let ttl_secs = whole_secs(ttl);
+        let ttl = Duration::from_secs(ttl_secs);
+        let not_granted = || {
+            if wait.is_zero() {
+                Error::Busy {
+                    key: target.display.clone(),
+                }
+            } else {
+                Error::WaitTimedOut {
+                    key: target.display.clone(),
+                    waited: started.elapsed(),
+                }
+            }
+        };
+        let mut fresh = false;
+        loop {
+            let Checkout {
+                mut session,
+                reused,
+            } = self.checkout(fresh).await?;
+            if session.wait_timeout != Some(ttl_secs) {
+                let armed = bounded(
+                    self.sessions.config.command_timeout,
+                    sqlx::query(SET_WAIT_TIMEOUT)
+                        .bind(ttl_secs)
+                        .execute(&mut session.conn),
+                )
+                .await;
+                match armed {
+                    Ok(_) => session.wait_timeout = Some(ttl_secs),
+                    // The session died while idle; try a new one.
+                    Err(fault) if reused && fault.session_ended() => {
+                        tracing::debug!(reason = %fault.describe(), "an idle session was dead; retrying on a new one");
+                        fresh = true;
+                        continue;
+                    }
+                    Err(fault) => return Err(fault.into_error("setting the session's TTL")),
+                }
+            }
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if !wait.is_zero() && remaining.is_zero() {
+                self.sessions.checkin(session);
+                return Err(not_granted());
+            }
+            // The server's wait starts after this is sent: it never gives up early. MySQL
+            // counts GET_LOCK's timeout in whole seconds, MariaDB takes fractions.
+            let wait_secs = if wait.is_zero() {
+                0.0
+            } else if session.fractional_wait {
+                whole_millis(remaining) as f64 / 1000.0
+            } else {
+                whole_secs(remaining) as f64
+            };
+            let owner = OwnerId::random();
+            let owner_text = owner.to_string();
+            let guard = (!wait.is_zero()).then(|| WaitGuard::arm(&self.sessions, &session));
+            let sent_at = Instant::now();
+            let reply = bounded(
+                Duration::from_secs_f64(wait_secs) + self.sessions.config.command_timeout,
+                sqlx::query(&self.sessions.sql.acquire)
+                    .bind(&target.namespace)
+                    .bind(&target.fence_key)
+                    .bind(&target.lock_name)
+                    .bind(&owner_text)
+                    .bind(millis(ttl))
+                    .bind(&target.lock_name)
+                    .bind(wait_secs)
+                    .bind(&target.lock_name)
+                    .bind(&owner_text)
+                    .bind(millis(ttl))
+                    .execute(&mut session.conn),
+            )
+            .await;
+            if let Some(guard) = guard {
+                if !matches!(reply, Err(Fault::TimedOut(_))) {
+                    // The server answered: its session is no longer waiting.
+                    guard.disarm();
+                }
+            }
+            let done = match reply {
+                Ok(done) => done,
+                // The session died while idle: whatever it took died with it; try a new one.
+                Err(fault) if reused && fault.session_ended() => {
+                    tracing::debug!(reason = %fault.describe(), "an idle session was dead; retrying on a new one");
+                    fresh = true;
+                    continue;
+                }
+                // A lock the statement took is freed when the dropped session closes.
+                Err(fault) => return Err(fault.into_error("acquire")),
+            };
+            return match (done.rows_affected(), done.last_insert_id()) {
+                (0, _) => {
+                    self.sessions.checkin(session);
+                    Err(not_granted())
+                }
+                (1 | 2, token) if token > 0 => {
+                    let waited = sent_at.elapsed();
+                    let lease = self.lease(target, owner, token, ttl, sent_at, session);
+                    // The server's TTL runs from the end of the statement; `sent_at` is before
+                    // the wait. After a long wait, restart the TTL to win back the waited time.
+                    if waited > ttl / 16 {
+                        self.extend_lease(&lease).await?;
+                    }
+                    Ok(lease)
+                }
+                (rows, token) => Err(Error::Store {
+                    message: format!(
+                        "the acquire statement changed {rows} rows and returned token {token}; \
+                         expected 1 or 2 rows and a token above 0"
+                    ),
+                    source: None,
+                }),
+            };
+        }
+    }
+
+    fn lease(
+        &self,
+        target: &Target,
+        owner: OwnerId,
+        token: u64,
+        ttl: Duration,
+        sent_at: Instant,
+        session: Session,
+    ) -> Lease {
+        let backend = Backend {
+            id: session.id,
+            host: session.host.clone(),
+        };
+        let watch_id = self.watch.reserve();
+        let held = Held {
+            lock_name: target.lock_name.clone(),
+            session_id: session.id,
+            session: tokio::sync::Mutex::new(Some(session)),
+            sessions: self.sessions.clone(),
+            watch: self.watch.clone(),
+            watch_id,
+        };
+        let lease = Lease::with_store_state(&target.display, owner, token, ttl, sent_at, held);
+        self.watch
+            .add(&self.sessions, watch_id, backend, ttl, lease.revocation());
+        lease
+    }
+
+    async fn extend_lease(&self, lease: &Lease) -> Result<()> {
+        let held = held(lease)?;
+        let mut slot = held.session.lock().await;
+        let Some(session) = slot.as_mut() else {
+            return Err(Error::lost(
+                lease,
+                "it was released, or its session had ended",
+            ));
+        };
+        let sent_at = Instant::now();
+        let reply = bounded(
+            held.sessions.config.command_timeout,
+            sqlx::query(CONFIRM_HELD)
+                .bind(&held.lock_name)
+                .fetch_one(&mut session.conn),
+        )
+        .await;
+        match reply {
+            Ok(row) => {
+                let (id, holder) = decode(&row, |row| {
+                    Ok((
+                        row.try_get::<i64, _>("id")?,
+                        row.try_get::<Option<i64>, _>("holder")?,
+                    ))
+                })?;
+                if id != held.session_id {
+                    *slot = None;
+                    held.watch.forget(held.watch_id);
+                    return Err(Error::lost(lease, POOLING_PROXY));
+                }
+                if holder != Some(held.session_id) {
+                    // Closing the session guarantees it holds nothing afterwards either.
+                    *slot = None;
+                    held.watch.forget(held.watch_id);
+                    return Err(Error::lost(lease, "its session no longer holds the lock"));
+                }
+                lease.confirm(sent_at);
+                Ok(())
+            }
+            Err(fault) if fault.session_is_dead() => {
+                *slot = None;
+                held.watch.forget(held.watch_id);
+                Err(Error::lost(lease, fault.describe()))
+            }
+            Err(fault) => Err(fault.into_error("extend")),
+        }
+    }
+
+    async fn release_lease(&self, lease: &Lease) -> Result<ReleaseOutcome> {
+        let held = held(lease)?;
+        let mut slot = held.session.lock().await;
+        let Some(mut session) = slot.take() else {
+            return Ok(ReleaseOutcome::Lost);
+        };
+        // Whatever the answer, the lease ends here: nothing is left to watch.
+        held.watch.forget(held.watch_id);
+        // From here on a dropped future drops the session, which frees the lock.
+        let reply = bounded(
+            held.sessions.config.command_timeout,
+            sqlx::query(RELEASE)
+                .bind(&held.lock_name)
+                .fetch_one(&mut session.conn),
+        )
+        .await;
+        match reply {
+            Ok(row) => {
+                let (released, leftover) = decode(&row, |row| {
+                    Ok((
+                        row.try_get::<Option<i64>, _>("released")?,
+                        row.try_get::<Option<i64>, _>("leftover")?,
+                    ))
+                })?;
+                if released != Some(1) {
+                    return Ok(ReleaseOutcome::Lost);
+                }
+                // Only a session that holds nothing goes back to the idle list: GET_LOCK is
+                // reentrant, and a later lease on it must not inherit a lock.
+                if leftover == Some(0) {
+                    held.sessions.checkin(session);
+                }
+                Ok(ReleaseOutcome::Released)
+            }
+            // The server ended the session (its TTL ran out, or an operator killed it).
+            Err(fault) if fault.session_ended() => Ok(ReleaseOutcome::Lost),
+            // The session is dropped, so the lock is freed as soon as the server notices.
+            Err(fault) => Err(fault.into_error("release")),
+        }
+    }
+
+    async fn status_of(&self, key: &str) -> Result<KeyStatus> {
+        check_key(key)?;
+        let target = Target::hashed(&self.sessions.config.space(), key);
+        let mut fresh = false;
+        loop {
+            let Checkout {
+                mut session,
+                reused,
+            } = self.checkout(fresh).await?;
+            let reply = bounded(
+                self.sessions.config.command_timeout,
+                sqlx::query(&self.sessions.sql.status)
+                    .bind(&target.lock_name)
+                    .bind(&target.namespace)
+                    .bind(&target.fence_key)
+                    .fetch_one(&mut session.conn),
+            )
+            .await;
+            let row = match reply {
+                Ok(row) => row,
+                Err(fault) if reused && fault.session_ended() => {
+                    fresh = true;
+                    continue;
+                }
+                Err(fault) => return Err(fault.into_error("status")),
+            };
+            self.sessions.checkin(session);
+            return decode(&row, |row| {
+                let Some(holder) = row.try_get::<Option<i64>, _>("holder")? else {
+                    return Ok(KeyStatus::Free);
+                };
+                let holder_id: Option<i64> = row.try_get("holder_id")?;
+                // The fence row describes the holder only if that session bumped it; otherwise
+                // another key (a hash collision) or another program holds the lock.
+                if holder_id != Some(holder) {
+                    return Ok(KeyStatus::Held {
+                        owner: None,
+                        token: None,
+                        remaining: None,
+                    });
+                }
+                let token: Option<i64> = row.try_get("token")?;
+                let owner: Option<String> = row.try_get("owner")?;
+                let ttl_ms: Option<i64> = row.try_get("ttl_ms")?;
+                let command: Option<String> = row.try_get("command")?;
+                let silent_s: Option<i64> = row.try_get("silent_s")?;
+                // The server's idle timer runs only while the session sleeps between commands.
+                let remaining = match (ttl_ms, command.as_deref(), silent_s) {
+                    (Some(ttl), Some("Sleep"), Some(silent)) => {
+                        Some(ttl.saturating_sub(silent.saturating_mul(1000)))
+                    }
+                    (Some(ttl), Some(_), _) => Some(ttl),
+                    _ => None,
+                }
+                .map(|ms| Duration::from_millis(ms.max(0).unsigned_abs()));
+                Ok(KeyStatus::Held {
+                    owner: owner.as_deref().and_then(OwnerId::parse),
+                    token: token.map(|t| t.max(0).unsigned_abs()),
+                    remaining,
+                })
+            });
+        }
+    }
+}
+
+/// The session that holds `lock_name` right now, if any.
+async fn holder(session: &mut Session, lock_name: &str, limit: Duration) -> Result<Option<i64>> {
+    let row = bounded(
+        limit,
+        sqlx::query(HOLDER)
+            .bind(lock_name)
+            .fetch_one(&mut session.conn),
+    )
+    .await
+    .map_err(|fault| fault.into_error("looking up the lock's holder"))?;
+    decode(&row, |row| row.try_get::<Option<i64>, _>("holder"))
+}
+
+fn held(lease: &Lease) -> Result<&Held> {
+    lease.store_state::<Held>().ok_or_else(|| {
+        Error::invalid(
+            "lease",
+            "it was not granted by a MySQL store (it carries no session)",
+        )
+    })
+}
+
+fn decode<T>(row: &MySqlRow, read: impl FnOnce(&MySqlRow) -> sqlx::Result<T>) -> Result<T> {
+    read(row).map_err(|e| sql_error("decoding the server's answer", e))
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+// ---- the contract ---------------------------------------------------------------------------
+
+#[async_trait]
+impl Acquire for MysqlStore {
+    /// # Cancel safety
+    /// The attempt runs on a session owned by the future. Dropping the future closes that
+    /// connection; a lock the attempt took is freed when the server writes its reply to the
+    /// closed connection (at once: `GET_LOCK(name, 0)` does not wait), at the latest when the
+    /// session has been silent for the TTL.
+    #[tracing::instrument(
+        level = "debug",
+        name = "try_acquire",
+        skip(self),
+        fields(store = "mysql")
+    )]
+    async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Lease> {
+        check_request(key, ttl, &self.capabilities())?;
+        let target = Target::hashed(&self.sessions.config.space(), key);
+        let result = self.acquire_target(&target, ttl, Duration::ZERO).await;
+        match &result {
+            Ok(lease) => tracing::debug!(key, token = lease.fencing_token(), "acquired"),
+            Err(error) => tracing::debug!(key, %error, "not acquired"),
+        }
+        result
+    }
+
+    /// Waits in the server's own queue (`GET_LOCK` with a timeout), so the server wakes the
+    /// waiter the moment the holder releases or its session ends.
+    ///
+    /// # Cancel safety
+    /// The wait runs on a session owned by the future. Dropping the future closes that
+    /// connection and, from a spawned task, kills the waiting session (`KILL CONNECTION`,
+    /// matched by connection id and client address): the server does not notice a closed
+    /// connection while its session waits, and a dropped waiter must never take the lock
+    /// later. Should that task fail (the server unreachable), the session ends when the server
+    /// writes its reply to the closed connection, after the wait.
+    #[tracing::instrument(level = "debug", name = "acquire", skip(self), fields(store = "mysql"))]
+    async fn acquire(&self, key: &str, ttl: Duration, wait: Duration) -> Result<Lease> {
+        check_request(key, ttl, &self.capabilities())?;
+        check_wait(wait)?;
+        let target = Target::hashed(&self.sessions.config.space(), key);
+        let started = Instant::now();
+        let result = self.acquire_target(&target, ttl, wait).await;
+        let waited_ms = started.elapsed().as_millis() as u64;
+        match &result {
+            Ok(lease) => tracing::debug!(key, token = lease.fencing_token(), waited_ms, "acquired"),
+            Err(error) => tracing::debug!(key, %error, waited_ms, "not acquired"),
+        }
+        result
+    }
+}
+
+#[async_trait]
+impl Release for MysqlStore {
+    /// # Cancel safety
+    /// Dropping the future before the lease's session is taken changes nothing. Dropping it
+    /// after closes the session, which frees the lock as soon as the server reads the close;
+    /// a later release reports [`ReleaseOutcome::Lost`].
+    #[tracing::instrument(
+        level = "debug",
+        name = "release",
+        skip_all,
+        fields(store = "mysql", key = lease.key(), token = lease.fencing_token())
+    )]
+    async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
+        let result = self.release_lease(lease).await;
+        match &result {
+            Ok(outcome) => tracing::debug!(
+                key = lease.key(),
+                token = lease.fencing_token(),
+                ?outcome,
+                "released"
+            ),
+            Err(error) => tracing::debug!(key = lease.key(), %error, "release failed"),
+        }
+        result
+    }
+}
+
+#[async_trait]
+impl Extend for MysqlStore {
+    /// # Cancel safety
+    /// Dropping the future leaves the lease held; the deadline only moves once the answer is
+    /// read. The session stays usable (sqlx drains the unread answer before its next use).
+    #[tracing::instrument(
+        level = "trace",
+        name = "extend",
+        skip_all,
+        fields(store = "mysql", key = lease.key(), token = lease.fencing_token())
+    )]
+    async fn extend(&self, lease: &Lease) -> Result<()> {
+        let result = self.extend_lease(lease).await;
+        match &result {
+            Ok(()) => tracing::trace!(key = lease.key(), token = lease.fencing_token(), "extended"),
+            Err(error) => tracing::debug!(key = lease.key(), %error, "extend failed"),
+        }
+        result
+    }
+}
+
+#[async_trait]
+impl LockStore for MysqlStore {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new()
+            .with_min_ttl(MIN_TTL)
+            // wait_timeout counts whole seconds.
+            .with_ttl_granularity(Duration::from_secs(1))
+            .with_frees_on_disconnect(true)
+            .with_notified_wait(true)
+    }
+
+    /// # Cancel safety
+    /// Read-only; dropping the future loses nothing.
+    async fn status(&self, key: &str) -> Result<KeyStatus> {
+        self.status_of(key).await
+    }
+}
+
+impl fmt::Debug for MysqlStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MysqlStore")
+            .field("url", &self.sessions.config.redacted())
+            .field("namespace", &self.sessions.config.namespace)
+            .field("open_connections", &self.open_connections())
+            .field("idle_connections", &self.idle_connections())
+            .field("watched_leases", &self.watch.watched_count())
+            .field("watch_task_running", &self.watch.task_running())
+            .finish()
+    }
+}

@@ -1,0 +1,55 @@
+//! The whole conformance suite against a real MariaDB started by test-servers.
+
+use std::sync::{Arc, OnceLock};
+
+use conformance::{async_trait, StoreFactory};
+use lock_core::{DynLockStore, Lease};
+use lock_mysql::{MysqlConfig, MysqlStore};
+use test_servers::MariadbServer;
+
+/// One server for every test of this file. test-servers kills it when the test process exits
+/// (parent-death signal), although a static is never dropped.
+static SERVER: OnceLock<MariadbServer> = OnceLock::new();
+
+fn server_url() -> String {
+    SERVER
+        .get_or_init(|| MariadbServer::start().unwrap_or_else(|e| panic!("{e}")))
+        .url()
+}
+
+struct MysqlFactory {
+    url: String,
+}
+
+#[async_trait]
+impl StoreFactory for MysqlFactory {
+    async fn handle(&self) -> DynLockStore {
+        // Generous: other test processes may load this machine.
+        let config =
+            MysqlConfig::from_url(&format!("{}?connect_timeout=30", self.url)).expect("config");
+        Arc::new(MysqlStore::connect(config).await.expect("connect"))
+    }
+
+    async fn unreachable_handle(&self) -> DynLockStore {
+        let port = test_servers::closed_ports(1)[0];
+        let config = MysqlConfig::from_url(&format!(
+            "mysql://fencelock@127.0.0.1:{port}/fencelock?connect_timeout=1&command_timeout=1"
+        ))
+        .expect("config");
+        Arc::new(MysqlStore::connect_lazy(config))
+    }
+
+    /// An operator kills the holder's session: the lock goes with it.
+    async fn forget(&self, lease: &Lease) {
+        let admin = MysqlStore::connect(MysqlConfig::from_url(&self.url).expect("config"))
+            .await
+            .expect("admin handle");
+        assert!(
+            admin.evict(lease.key()).await.expect("kill the holder"),
+            "no session held {}",
+            lease.key()
+        );
+    }
+}
+
+conformance::conformance_tests!(async { Arc::new(MysqlFactory { url: server_url() }) });
