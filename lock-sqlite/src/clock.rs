@@ -33,9 +33,9 @@ pub(crate) fn monotonic_ns() -> i64 {
     unsafe {
         libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now);
     }
-    i64::from(now.tv_sec)
+    now.tv_sec
         .saturating_mul(1_000_000_000)
-        .saturating_add(i64::from(now.tv_nsec))
+        .saturating_add(now.tv_nsec)
 }
 
 /// This boot's id, read once per process.
