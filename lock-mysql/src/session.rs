@@ -14,7 +14,9 @@ use tokio::time::timeout;
 use crate::config::MysqlConfig;
 use crate::error::{bounded, connect_error, number, sql_error};
 use crate::keys::check_recorded_scheme;
-use crate::sql::{Statements, AUTOCOMMIT_ON, FENCE_TABLE_STATE, KILL_WAITER, SESSION_INFO};
+use crate::sql::{
+    Statements, AUTOCOMMIT_ON, FENCE_TABLE_STATE, KILL_SESSION, SESSION_INFO, SESSION_PRESENT,
+};
 
 /// One server session: a connection and who it is on the server.
 pub(crate) struct Session {
@@ -264,14 +266,31 @@ impl Sessions {
         })
     }
 
-    /// Ends session `id` if it still belongs to client address `host` (see [`KILL_WAITER`]).
+    /// Ends session `id` if it still belongs to client address `host` (see
+    /// [`SESSION_PRESENT`]).
     pub(crate) async fn kill_waiter(&self, id: i64, host: &str) -> lock_core::Result<()> {
         let Checkout { mut session, .. } = self.checkout().await?;
-        let result = bounded(
-            self.config.command_timeout,
-            sqlx::query(KILL_WAITER)
+        let limit = self.config.command_timeout;
+        let present = bounded(
+            limit,
+            sqlx::query(SESSION_PRESENT)
                 .bind(id)
                 .bind(host)
+                .fetch_one(&mut session.conn),
+        )
+        .await
+        .map_err(|fault| fault.into_error("looking up a cancelled waiter's session"))?;
+        let present: i64 = present
+            .try_get("present")
+            .map_err(|e| sql_error("looking up a cancelled waiter's session", e))?;
+        if present == 0 {
+            self.checkin(session);
+            return Ok(());
+        }
+        let result = bounded(
+            limit,
+            sqlx::query(KILL_SESSION)
+                .bind(id)
                 .execute(&mut session.conn),
         )
         .await;

@@ -76,12 +76,16 @@ pub(crate) const CONFIRM_HELD: &str =
 pub(crate) const RELEASE: &str = "SELECT CAST(RELEASE_LOCK(?) AS SIGNED) AS released,
             CAST(RELEASE_ALL_LOCKS() AS SIGNED) AS leftover";
 
-/// Ends a cancelled waiter's session ($1 connection id), only if the id still belongs to that
-/// client address ($2). One statement: the look-up and the KILL cannot be split by a restart
-/// that hands the id to someone else. `KILL CONNECTION`, not `KILL QUERY`: the wait may already
-/// have been granted, and only the end of the session frees the lock.
-pub(crate) const KILL_WAITER: &str = "KILL CONNECTION
-    (SELECT ID FROM information_schema.PROCESSLIST WHERE ID = ? AND HOST = ?)";
+/// Whether session $1 still belongs to client address $2 (not a later session that got the
+/// id after a restart). A single read; [`KILL_SESSION`] follows on the same session, and a
+/// restart between the two would have ended that session too.
+pub(crate) const SESSION_PRESENT: &str = "SELECT COUNT(*) AS present
+   FROM information_schema.PROCESSLIST WHERE ID = ? AND HOST = ?";
+
+/// Ends session $1, a cancelled waiter: `KILL CONNECTION`, not `KILL QUERY`, since the wait may
+/// already have been granted, and only the end of the session frees the lock. (KILL takes no
+/// subquery, hence the look-up before it.)
+pub(crate) const KILL_SESSION: &str = "KILL CONNECTION ?";
 
 /// The session that holds lock $1 (NULL if free). A single read.
 pub(crate) const HOLDER: &str = "SELECT CAST(IS_USED_LOCK(?) AS SIGNED) AS holder";

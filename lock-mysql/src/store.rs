@@ -658,3 +658,80 @@ impl fmt::Debug for MysqlStore {
             .finish()
     }
 }
+
+/// The rare paths a live server rarely takes on its own, driven by hand.
+#[cfg(test)]
+mod server_tests {
+    use super::*;
+
+    fn url() -> String {
+        static SERVER: std::sync::OnceLock<test_servers::MariadbServer> =
+            std::sync::OnceLock::new();
+        SERVER
+            .get_or_init(|| test_servers::MariadbServer::start().unwrap_or_else(|e| panic!("{e}")))
+            .url()
+    }
+
+    async fn store() -> MysqlStore {
+        MysqlStore::connect(MysqlConfig::from_url(&url()).unwrap())
+            .await
+            .unwrap()
+    }
+
+    /// A cancelled waiter whose connection the server still sees open (the close not yet
+    /// noticed, or lost on the way) would take the lock when it is freed. The guard a waiting
+    /// acquire drops with its future kills that session first.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_dropped_wait_guard_kills_a_waiter_the_server_still_sees() {
+        let store = store().await;
+        let target = Target::hashed(&store.sessions.config.space(), "guard:abandoned");
+        let ttl = Duration::from_secs(30);
+        let lease = store
+            .acquire_target(&target, ttl, Duration::ZERO)
+            .await
+            .unwrap();
+
+        // A waiter whose future is gone but whose connection stays open.
+        let mut abandoned = store.sessions.open().await.unwrap();
+        let waiting = sqlx::query("SELECT GET_LOCK(?, 60)")
+            .bind(&target.lock_name)
+            .execute(&mut abandoned.conn);
+        assert!(tokio::time::timeout(Duration::from_millis(300), waiting)
+            .await
+            .is_err());
+        drop(WaitGuard::arm(&store.sessions, &abandoned));
+
+        // Its session ends, although its connection is still open.
+        let Checkout { mut session, .. } = store.sessions.checkout().await.unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let alive: i64 =
+                sqlx::query("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?")
+                    .bind(abandoned.id)
+                    .fetch_one(&mut session.conn)
+                    .await
+                    .unwrap()
+                    .get(0);
+            if alive == 0 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the abandoned waiter still runs");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(
+            store.release_lease(&lease).await.unwrap(),
+            ReleaseOutcome::Released
+        );
+        // Nobody took the key in between: the next lease gets the next token.
+        let next = store
+            .acquire_target(&target, ttl, Duration::ZERO)
+            .await
+            .expect("the key is free");
+        assert_eq!(next.fencing_token(), lease.fencing_token() + 1);
+        assert_eq!(
+            store.release_lease(&next).await.unwrap(),
+            ReleaseOutcome::Released
+        );
+        drop(abandoned);
+    }
+}
