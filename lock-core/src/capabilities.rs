@@ -21,6 +21,11 @@ pub struct Capabilities {
     pub notified_wait: bool,
     /// Waiters are served oldest first.
     pub fair_queue: bool,
+    /// How long the store keeps the state of a key no one holds (its fencing counter, its
+    /// row) after the key was last locked; `None` if it keeps no per-key state past the lease,
+    /// or keeps it forever. A key locked again after its state went gets a greater token all
+    /// the same.
+    pub retention: Option<Duration>,
 }
 
 impl Capabilities {
@@ -34,6 +39,7 @@ impl Capabilities {
             frees_on_disconnect: false,
             notified_wait: false,
             fair_queue: false,
+            retention: None,
         }
     }
 
@@ -70,6 +76,12 @@ impl Capabilities {
     /// Declares a fair (oldest first) wait queue.
     pub fn with_fair_queue(mut self, yes: bool) -> Self {
         self.fair_queue = yes;
+        self
+    }
+
+    /// Declares the retention window of per-key state.
+    pub fn with_retention(mut self, retention: Duration) -> Self {
+        self.retention = Some(retention);
         self
     }
 

@@ -30,6 +30,38 @@ pub fn parse_timeout(what: &str, value: &str) -> Result<Duration> {
     }
 }
 
+/// A long window (a retention, a maximum TTL): a whole number followed by `ms`, `s`, `m`, `h`
+/// or `d` (`7d`, `36h`, `90s`); a bare number is seconds; never zero. `what` names the option in
+/// the error, which is [`Error::InvalidInput`] on the `"url"`.
+pub fn parse_window(what: &str, value: &str) -> Result<Duration> {
+    let units: [(&str, u64); 5] = [
+        ("ms", 1),
+        ("s", 1_000),
+        ("m", 60_000),
+        ("h", 3_600_000),
+        ("d", 86_400_000),
+    ];
+    let (digits, millis_per) = units
+        .iter()
+        .find_map(|(unit, per)| value.strip_suffix(unit).map(|d| (d, *per)))
+        .unwrap_or((value, 1_000));
+    let parsed = digits
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(millis_per))
+        .map(Duration::from_millis);
+    match parsed {
+        Some(window) if !window.is_zero() => Ok(window),
+        _ => Err(Error::invalid(
+            "url",
+            format!(
+                "{what} must be a positive whole number of ms, s, m, h or d (`7d`, `90s`), \
+                 not {value:?}"
+            ),
+        )),
+    }
+}
+
 /// Decodes `%XX` escapes, as in a URL's user name and password (which keep `+` literally,
 /// unlike a query string). `None` if an escape is malformed or the result is not UTF-8.
 pub fn percent_decode(text: &str) -> Option<String> {
@@ -122,6 +154,30 @@ fn redact_query(tail: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn windows_take_a_unit_from_milliseconds_to_days() {
+        let ok = |v: &str| parse_window("retention", v).ok();
+        assert_eq!(ok("7d"), Some(Duration::from_secs(7 * 86_400)));
+        assert_eq!(ok("36h"), Some(Duration::from_secs(36 * 3_600)));
+        assert_eq!(ok("5m"), Some(Duration::from_secs(300)));
+        assert_eq!(ok("90s"), Some(Duration::from_secs(90)));
+        assert_eq!(ok("90"), Some(Duration::from_secs(90)));
+        assert_eq!(ok("1500ms"), Some(Duration::from_millis(1500)));
+        for bad in [
+            "",
+            "0",
+            "0d",
+            "d",
+            "-1d",
+            "1.5h",
+            "7w",
+            "99999999999999999d",
+        ] {
+            let err = parse_window("retention", bad).unwrap_err().to_string();
+            assert!(err.contains("retention"), "{bad:?}: {err}");
+        }
+    }
 
     #[test]
     fn timeouts_take_seconds_or_milliseconds_and_never_zero() {

@@ -10,6 +10,9 @@ pub const MAX_KEY_LEN: usize = 1024;
 pub const MIN_TTL: Duration = Duration::from_millis(10);
 /// The longest TTL any store accepts: one day. Longer work keeps a shorter lease alive instead.
 pub const MAX_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+/// How long a store keeps the state of a key no one holds (its fencing counter), by default:
+/// seven days, well beyond [`MAX_TTL`]. See [`check_retention`].
+pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 60 * 60);
 /// The longest a waiting acquire may wait: one day.
 pub const MAX_WAIT: Duration = Duration::from_secs(24 * 60 * 60);
 
@@ -52,6 +55,19 @@ pub fn check_ttl(ttl: Duration, capabilities: &Capabilities) -> Result<()> {
                 "{ttl:?} is above this store's maximum of {:?}",
                 capabilities.max_ttl
             ),
+        ));
+    }
+    Ok(())
+}
+
+/// A retention window must exceed the longest TTL the store grants (`max_ttl`), so the state of
+/// a key is never dropped while a lease on it may still be valid: fails with
+/// [`Error::InvalidInput`] on the `"url"` otherwise.
+pub fn check_retention(retention: Duration, max_ttl: Duration) -> Result<()> {
+    if retention <= max_ttl {
+        return Err(Error::invalid(
+            "url",
+            format!("retention ({retention:?}) must exceed the maximum TTL ({max_ttl:?})"),
         ));
     }
     Ok(())

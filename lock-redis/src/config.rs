@@ -7,7 +7,8 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use lock_core::url::{parse_timeout, redact};
+use lock_core::url::{parse_timeout, parse_window, redact};
+use lock_core::validate::{check_retention, DEFAULT_RETENTION, MAX_TTL};
 use lock_core::{Error, Result};
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo};
 use url::Url;
@@ -31,6 +32,8 @@ pub(crate) const OPTIONS: &[&str] = &[
     "connect_timeout",
     "command_timeout",
     "allow_eviction",
+    "retention",
+    "max_ttl",
 ];
 
 /// How to reach one Redis server and where the store keeps its keys.
@@ -47,6 +50,8 @@ pub(crate) const OPTIONS: &[&str] = &[
 /// | `connect_timeout` | `5s` | bound on opening a connection: `10` (seconds), `2s` or `250ms`; never zero |
 /// | `command_timeout` | `5s` | bound on one command's round trip; past it the call fails with the retryable [`Error::Unavailable`] |
 /// | `allow_eviction` | `false` | `true` skips the check that the server cannot evict a held lock (`maxmemory` set with a policy other than `noeviction`), accepting that risk knowingly; see the crate docs (`# Eviction`) |
+/// | `retention` | `7d` | a key's fence expires this long after its last acquire (`ms`, `s`, `m`, `h`, `d`); must exceed `max_ttl`; see the crate docs (`# Per-key state`) |
+/// | `max_ttl` | `24h` | the longest TTL this handle grants (at most 24 h) |
 ///
 /// The port defaults to 6379 and the database to 0. `rediss://` (TLS) needs the crate feature
 /// `tls`. Unknown options are rejected. `Debug` and `Display` never show the password.
@@ -58,6 +63,8 @@ pub struct RedisConfig {
     pub(crate) connect_timeout: Duration,
     pub(crate) command_timeout: Duration,
     pub(crate) allow_eviction: bool,
+    pub(crate) retention: Duration,
+    pub(crate) max_ttl: Duration,
 }
 
 impl RedisConfig {
@@ -103,6 +110,8 @@ impl RedisConfig {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             command_timeout: DEFAULT_COMMAND_TIMEOUT,
             allow_eviction: false,
+            retention: DEFAULT_RETENTION,
+            max_ttl: MAX_TTL,
         };
         for (name, value) in parsed.query_pairs() {
             match &*name {
@@ -114,9 +123,12 @@ impl RedisConfig {
                     config.command_timeout = parse_timeout("command_timeout", &value)?
                 }
                 "allow_eviction" => config.allow_eviction = parse_bool("allow_eviction", &value)?,
+                "retention" => config.retention = parse_window("retention", &value)?,
+                "max_ttl" => config.max_ttl = parse_max_ttl(&value)?,
                 unknown => return Err(unknown_option(unknown)),
             }
         }
+        check_retention(config.retention, config.max_ttl)?;
         Ok(config)
     }
 
@@ -144,6 +156,31 @@ impl RedisConfig {
     pub fn with_allow_eviction(mut self, allow: bool) -> Self {
         self.allow_eviction = allow;
         self
+    }
+
+    /// How long a key's fence outlives its last acquire.
+    pub fn retention(&self) -> Duration {
+        self.retention
+    }
+
+    /// The longest TTL this handle grants.
+    pub fn max_ttl(&self) -> Duration {
+        self.max_ttl
+    }
+
+    /// Sets the retention window and the longest TTL together (the `retention` and `max_ttl`
+    /// options): fails with [`Error::InvalidInput`] unless `max_ttl` is at most 24 h and
+    /// `retention` exceeds it.
+    pub fn with_retention(mut self, retention: Duration, max_ttl: Duration) -> Result<Self> {
+        if max_ttl.is_zero() || max_ttl > MAX_TTL {
+            return Err(bad_url(format!(
+                "max_ttl must be above zero and at most {MAX_TTL:?}, not {max_ttl:?}"
+            )));
+        }
+        check_retention(retention, max_ttl)?;
+        self.retention = retention;
+        self.max_ttl = max_ttl;
+        Ok(self)
     }
 
     /// Sets the key prefix (same rules as the `prefix` option).
@@ -184,6 +221,8 @@ impl fmt::Debug for RedisConfig {
             .field("connect_timeout", &self.connect_timeout)
             .field("command_timeout", &self.command_timeout)
             .field("allow_eviction", &self.allow_eviction)
+            .field("retention", &self.retention)
+            .field("max_ttl", &self.max_ttl)
             .finish()
     }
 }
@@ -217,6 +256,17 @@ pub(crate) fn parse_bool(what: &str, value: &str) -> Result<bool> {
             "{what} must be true or false, not {value:?}"
         ))),
     }
+}
+
+/// The `max_ttl` option: a window of at most lock-core's 24 h.
+pub(crate) fn parse_max_ttl(value: &str) -> Result<Duration> {
+    let max_ttl = parse_window("max_ttl", value)?;
+    if max_ttl > MAX_TTL {
+        return Err(bad_url(format!(
+            "max_ttl must be at most 24h, not {value:?}"
+        )));
+    }
+    Ok(max_ttl)
 }
 
 /// `rediss://` is only accepted when the TLS code is compiled in.
@@ -392,6 +442,33 @@ mod tests {
     }
 
     #[test]
+    fn retention_defaults_to_seven_days_and_must_exceed_the_max_ttl() {
+        let config = RedisConfig::from_url("redis://h").unwrap();
+        assert_eq!(config.retention(), Duration::from_secs(7 * 86_400));
+        assert_eq!(config.max_ttl(), MAX_TTL);
+        let config = RedisConfig::from_url("redis://h?retention=2s&max_ttl=500ms").unwrap();
+        assert_eq!(config.retention(), Duration::from_secs(2));
+        assert_eq!(config.max_ttl(), Duration::from_millis(500));
+        let config = RedisConfig::from_url("redis://h?retention=36h").unwrap();
+        assert_eq!(config.retention(), Duration::from_secs(36 * 3_600));
+        assert!(format!("{config:?}").contains("retention: 129600s"));
+        // Not above the max TTL (24 h by default), a bad unit, zero, a max TTL over 24 h.
+        assert!(rule("redis://h?retention=24h").contains("must exceed the maximum TTL"));
+        assert!(rule("redis://h?retention=2s&max_ttl=2s").contains("must exceed"));
+        assert!(rule("redis://h?retention=7w").contains("retention must be"));
+        assert!(rule("redis://h?retention=0").contains("retention must be"));
+        assert!(rule("redis://h?max_ttl=2d").contains("at most 24h"));
+        assert!(config
+            .clone()
+            .with_retention(Duration::from_secs(1), Duration::from_secs(1))
+            .is_err());
+        let config = config
+            .with_retention(Duration::from_secs(3), Duration::from_secs(1))
+            .unwrap();
+        assert_eq!(config.retention(), Duration::from_secs(3));
+    }
+
+    #[test]
     fn passwords_never_print() {
         let config = RedisConfig::from_url("redis://user:s3cr%40t@h:1/2?prefix=p").unwrap();
         for shown in [
@@ -419,8 +496,9 @@ mod tests {
         assert!(rule("postgres://h/db").contains("redis://"));
         assert!(rule("not a url").contains("not a URL"));
         assert!(rule("redis://h?prefx=a").contains("unknown option \"prefx\""));
-        assert!(rule("redis://h?prefx=a")
-            .contains("prefix, connect_timeout, command_timeout, allow_eviction"));
+        assert!(rule("redis://h?prefx=a").contains(
+            "prefix, connect_timeout, command_timeout, allow_eviction, retention, max_ttl"
+        ));
         assert!(rule("redis://h?prefix=a%7Bb").contains("prefix"));
         assert!(rule(&format!("redis://h?prefix={}", "p".repeat(257))).contains("256"));
         assert!(rule("redis://h/x").contains("database number"));

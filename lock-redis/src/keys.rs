@@ -6,7 +6,8 @@
 pub(crate) struct KeyNames {
     /// `{prefix}{{key}}:lock`, holding the owner id with a PX expiry.
     pub(crate) lock: String,
-    /// `{prefix}{{key}}:fence`, the last token minted; never expires.
+    /// `{prefix}{{key}}:fence`, the last token minted; expires one retention window after the
+    /// last acquire.
     pub(crate) fence: String,
     /// `{prefix}{{key}}:released`, the pub/sub channel a release publishes on.
     pub(crate) channel: String,

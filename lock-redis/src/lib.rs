@@ -103,6 +103,34 @@
 //! - With `noeviction`, a full server refuses new locks with `OOM` (retryable) and keeps every
 //!   lock it holds.
 //!
+//! # Per-key state
+//! A key no one holds leaves one Redis key behind: its fence (about 70 bytes). Each acquire
+//! sets the fence to expire one retention window later (`retention`, 7 days by default, which
+//! must exceed `max_ttl`, 24 h by default), so the keys a store holds are the keys locked
+//! within the window, never every key ever locked. The lock key expires with its TTL and the
+//! release channel holds nothing. Fences written by builds before this one have no expiry
+//! until their key is locked again. `lockctl stats` counts the keys under the prefix.
+//!
+//! A key locked again after its fence expired still gets a greater token. The argument, on
+//! one server: a token is `max(fence + 1, TIME µs)`, so the fence never runs ahead of the
+//! server's clock by more than `E`, the grants that fell within one microsecond (each needs a
+//! release in between: in practice none). The fence expires only once that clock read at
+//! least `w + retention`, `w` being its last write, and expiry and `TIME` read the same clock;
+//! the next acquire mints at least the clock, which is past the old fence by
+//! `retention − E`. **Clock assumption** (the one the floor already makes): the server's clock
+//! does not step backwards by more than the retention window (minus `E`) between a fence's
+//! expiry and the key's next acquire. A failover to a replica whose clock is behind is the
+//! caveat the Redis table already names.
+//!
+//! On Redlock the same holds per node, with `E` the largest skew between the nodes' clocks
+//! (a raise sets a node's fence to one above the tokens other nodes minted): the raise script
+//! refreshes the expiry too, and a node whose fence expired has not been written for a whole
+//! window, so every token minted since is past every token handed out before that window by
+//! `retention − 2 × skew`: the quorum argument below holds as long as the skew stays far below
+//! the window (seconds against days). `cargo test -p lock-redis --all-features --test
+//! retention` locks 10,000 distinct keys (`FENCELOCK_KEYS=100000` for more) with a short
+//! window and counts the keys back to none.
+//!
 //! # Cancel safety
 //! Every operation is one script on the shared connection. A future dropped after its script
 //! was sent leaves the script to run: a dropped acquire may leave a lease nobody knows of,
@@ -124,7 +152,7 @@
 //! waits, one pub/sub connection.
 //!
 //! # The URL
-//! `redis://[[user]:password@]host[:port][/db][?prefix=…&connect_timeout=…&command_timeout=…&allow_eviction=…]`,
+//! `redis://[[user]:password@]host[:port][/db][?prefix=…&connect_timeout=…&command_timeout=…&allow_eviction=…&retention=…&max_ttl=…]`,
 //! and `rediss://` for TLS with the crate feature `tls`: see [`RedisConfig`]. Redlock:
 //! `redlock://[[user]:password@]host:port,host:port,host:port[/db][?…]`, see
 //! [`RedlockConfig`].

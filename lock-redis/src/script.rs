@@ -17,8 +17,10 @@ use crate::keys::KeyNames;
 // live in one Cluster slot. Keys, owners and channels are always KEYS/ARGV, never script text.
 
 /// Acquire: `SET lock owner NX PX ttl`; if it was set, mint the token as
-/// max(fence + 1, server TIME in µs) and store it. Atomic: a script runs alone on the server.
-/// ARGV: owner, ttl ms. Returns `{1, token}` if granted, `{0, pttl}` if held.
+/// max(fence + 1, server TIME in µs), store it and let the fence expire one retention window
+/// later (the crate docs, `# Per-key state`, say why a later token is still greater).
+/// Atomic: a script runs alone on the server.
+/// ARGV: owner, ttl ms, retention ms. Returns `{1, token}` if granted, `{0, pttl}` if held.
 pub(crate) const ACQUIRE_LUA: &str = r"
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local now = redis.call('TIME')
@@ -28,6 +30,7 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
     token = floor
     redis.call('SET', KEYS[2], string.format('%d', token))
   end
+  redis.call('PEXPIRE', KEYS[2], ARGV[3])
   return {1, token}
 end
 return {0, redis.call('PTTL', KEYS[1])}
@@ -72,16 +75,18 @@ pub(crate) const STATUS_LUA: &str = r"
 return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2])}
 ";
 
-/// Raise (Redlock only): set the fence to ARGV[1] if it is below that, else report the fence.
-/// Atomic: the read and the write run as one script, so a concurrent mint is either before
-/// (and raised) or after. KEYS[1] is the fence key. Returns 0 if the fence now holds ARGV[1],
-/// or the fence it found at or above ARGV[1] (the caller then asks again with more).
+/// Raise (Redlock only): set the fence to ARGV[1] if it is below that, else report the fence;
+/// either way the fence expires one retention window (ARGV[2], ms) from now, as after an
+/// acquire. Atomic: the read and the write run as one script, so a concurrent mint is either
+/// before (and raised) or after. KEYS[1] is the fence key. Returns 0 if the fence now holds
+/// ARGV[1], or the fence it found at or above ARGV[1] (the caller then asks again with more).
 pub(crate) const RAISE_LUA: &str = r"
 local fence = tonumber(redis.call('GET', KEYS[1]) or '0')
 if fence < tonumber(ARGV[1]) then
-  redis.call('SET', KEYS[1], ARGV[1])
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   return 0
 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return fence
 ";
 
@@ -104,18 +109,21 @@ pub(crate) enum Attempt {
     Held { expires_in: Option<Duration> },
 }
 
-/// Runs the acquire script on one connection (EVALSHA, loading the script on NOSCRIPT).
+/// Runs the acquire script on one connection (EVALSHA, loading the script on NOSCRIPT); a
+/// granted acquire leaves the fence to expire `retention` later.
 pub(crate) async fn acquire_on<C: ConnectionLike>(
     conn: &mut C,
     names: &KeyNames,
     owner: OwnerId,
     ttl: Duration,
+    retention: Duration,
 ) -> Result<Attempt> {
     let reply: Vec<i64> = ACQUIRE
         .key(&names.lock)
         .key(&names.fence)
         .arg(owner.to_string())
         .arg(whole_millis(ttl))
+        .arg(whole_millis(retention))
         .invoke_async(conn)
         .await
         .map_err(|e| redis_error("acquire", e))?;
@@ -205,15 +213,17 @@ pub(crate) enum Raise {
 }
 
 /// Runs the raise script on one connection: raises the fence to `token`, unless it is already
-/// there or beyond.
+/// there or beyond, and leaves it to expire `retention` later.
 pub(crate) async fn raise_on<C: ConnectionLike>(
     conn: &mut C,
     names: &KeyNames,
     token: u64,
+    retention: Duration,
 ) -> Result<Raise> {
     let found: i64 = RAISE
         .key(&names.fence)
         .arg(token)
+        .arg(whole_millis(retention))
         .invoke_async(conn)
         .await
         .map_err(|e| redis_error("raise", e))?;

@@ -247,10 +247,11 @@ impl RedisStore {
     /// One acquire attempt; the lease's deadline is measured from before the script was sent.
     async fn attempt(&self, key: &str, names: &KeyNames, ttl: Duration) -> Result<Granted> {
         let owner = OwnerId::random();
+        let retention = self.inner.config.retention;
         let sent_at = Instant::now();
         let attempt = self
             .run("acquire", |mut conn| async move {
-                acquire_on(&mut conn, names, owner, ttl).await
+                acquire_on(&mut conn, names, owner, ttl, retention).await
             })
             .await?;
         Ok(match attempt {
@@ -435,6 +436,8 @@ impl LockStore for RedisStore {
             .with_frees_on_disconnect(false)
             .with_fair_queue(false)
             .with_ttl_granularity(TTL_GRANULARITY)
+            .with_max_ttl(self.inner.config.max_ttl)
+            .with_retention(self.inner.config.retention)
     }
 
     /// # Cancel safety

@@ -3,11 +3,14 @@
 use std::fmt;
 use std::time::Duration;
 
-use lock_core::url::parse_timeout;
+use lock_core::url::{parse_timeout, parse_window};
+use lock_core::validate::{check_retention, DEFAULT_RETENTION, MAX_TTL};
 use lock_core::{Error, Result};
 use url::Url;
 
-use crate::config::{bad_url, parse_bool, RedisConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX};
+use crate::config::{
+    bad_url, parse_bool, parse_max_ttl, RedisConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX,
+};
 
 /// The default bound on one node's answer: well below any sensible TTL, since a lease's
 /// validity shrinks by the time the quorum takes.
@@ -29,6 +32,8 @@ const OPTIONS: &[&str] = &[
     "retry_count",
     "retry_jitter",
     "allow_eviction",
+    "retention",
+    "max_ttl",
 ];
 
 /// Where the Redlock nodes are and how the store behaves, from a URL.
@@ -46,6 +51,8 @@ const OPTIONS: &[&str] = &[
 /// | `retry_count` | `3` | retries after a round without a quorum (a split vote, too many nodes failing); at most 100 |
 /// | `retry_jitter` | `100ms` | a retry waits a random 1 ms to this long, so contenders fall out of step |
 /// | `allow_eviction` | `false` | `true` skips the check that no node can evict a held lock (`maxmemory` with a policy other than `noeviction`), accepting that risk knowingly, as for `redis://` |
+/// | `retention` | `7d` | each node's fence expires this long after its last acquire or raise; must exceed `max_ttl`, as for `redis://` |
+/// | `max_ttl` | `24h` | the longest TTL this handle grants |
 ///
 /// At least three nodes, each `host:port` (port 6379 if omitted), none listed twice; the
 /// credentials and database apply to every node. Timeouts read `5`, `5s` or `250ms`. Unknown
@@ -99,6 +106,8 @@ impl RedlockConfig {
         let mut retry_count = DEFAULT_RETRY_COUNT;
         let mut retry_jitter = DEFAULT_RETRY_JITTER;
         let mut allow_eviction = false;
+        let mut retention = DEFAULT_RETENTION;
+        let mut max_ttl = MAX_TTL;
         for (name, value) in shape.query_pairs() {
             match &*name {
                 "prefix" => prefix = value.into_owned(),
@@ -108,6 +117,8 @@ impl RedlockConfig {
                 "retry_count" => retry_count = parse_retry_count(&value)?,
                 "retry_jitter" => retry_jitter = parse_timeout("retry_jitter", &value)?,
                 "allow_eviction" => allow_eviction = parse_bool("allow_eviction", &value)?,
+                "retention" => retention = parse_window("retention", &value)?,
+                "max_ttl" => max_ttl = parse_max_ttl(&value)?,
                 unknown => {
                     return Err(bad_url(format!(
                         "unknown option {unknown:?}; redlock:// reads {}",
@@ -116,6 +127,7 @@ impl RedlockConfig {
                 }
             }
         }
+        check_retention(retention, max_ttl)?;
 
         let mut nodes = Vec::new();
         let mut labels: Vec<String> = Vec::new();
@@ -129,7 +141,8 @@ impl RedlockConfig {
                 .with_prefix(&prefix)?
                 .with_connect_timeout(connect_timeout)
                 .with_command_timeout(command_timeout)
-                .with_allow_eviction(allow_eviction);
+                .with_allow_eviction(allow_eviction)
+                .with_retention(retention, max_ttl)?;
             let label = node_label(&node);
             if labels.contains(&label) {
                 return Err(bad_url(format!(
@@ -188,6 +201,16 @@ impl RedlockConfig {
     /// Whether the store skips the eviction check on every node.
     pub fn allow_eviction(&self) -> bool {
         self.nodes[0].allow_eviction()
+    }
+
+    /// How long each node's fence outlives its last acquire or raise.
+    pub fn retention(&self) -> Duration {
+        self.nodes[0].retention()
+    }
+
+    /// The longest TTL this handle grants.
+    pub fn max_ttl(&self) -> Duration {
+        self.nodes[0].max_ttl()
     }
 
     /// The clock drift factor.
@@ -286,6 +309,22 @@ mod tests {
             Err(Error::InvalidInput { what: "url", rule }) => rule,
             other => panic!("{url}: expected an invalid url, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn retention_applies_to_every_node_and_must_exceed_the_max_ttl() {
+        let config = RedlockConfig::from_url("redlock://a,b,c").unwrap();
+        assert_eq!(config.retention(), DEFAULT_RETENTION);
+        assert_eq!(config.max_ttl(), MAX_TTL);
+        let config = RedlockConfig::from_url("redlock://a,b,c?retention=3s&max_ttl=1s").unwrap();
+        assert_eq!(config.retention(), Duration::from_secs(3));
+        for node in &config.nodes {
+            assert_eq!(node.retention(), Duration::from_secs(3));
+            assert_eq!(node.max_ttl(), Duration::from_secs(1));
+        }
+        assert!(rule("redlock://a,b,c?retention=1d").contains("must exceed the maximum TTL"));
+        assert!(rule("redlock://a,b,c?retention=1s&max_ttl=1s").contains("must exceed"));
+        assert!(rule("redlock://a,b,c?retention=soon").contains("retention must be"));
     }
 
     #[test]

@@ -234,13 +234,14 @@ impl RedlockStore {
     async fn raise(&self, names: &KeyNames, floor: u64, bound: Duration) -> Result<u64> {
         let nodes = self.config().node_count();
         let quorum = self.quorum();
+        let retention = self.config().retention();
         let mut token = floor;
         for _ in 0..RAISE_ROUNDS {
             let raise_names = names.clone();
             let answers = self
                 .fan_out("raise", bound, move |mut conn| {
                     let names = raise_names.clone();
-                    async move { raise_on(&mut conn, &names, token).await }
+                    async move { raise_on(&mut conn, &names, token, retention).await }
                 })
                 .await_until(|a| {
                     count(a, |r| matches!(r, Raise::Raised)) >= quorum
@@ -283,6 +284,7 @@ impl RedlockStore {
         let nodes = self.config().node_count();
         let quorum = self.quorum();
         let owner = OwnerId::random();
+        let retention = self.config().retention();
         let bound = self.config().command_timeout().min(ttl);
         // Read before the first request is sent: validity counts from here.
         let sent_at = Instant::now();
@@ -295,7 +297,7 @@ impl RedlockStore {
             Some((&order, Turn::First)),
             move |mut conn| {
                 let names = acquire_names.clone();
-                async move { acquire_on(&mut conn, &names, owner, ttl).await }
+                async move { acquire_on(&mut conn, &names, owner, ttl, retention).await }
             },
         )
         .await_until(|a| {
@@ -654,6 +656,8 @@ impl LockStore for RedlockStore {
             .with_frees_on_disconnect(false)
             .with_fair_queue(false)
             .with_ttl_granularity(TTL_GRANULARITY)
+            .with_max_ttl(self.config().max_ttl())
+            .with_retention(self.config().retention())
     }
 
     /// `Held` when one owner holds the key on a quorum of nodes, with the token a quorum of
