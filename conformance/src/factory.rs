@@ -23,7 +23,20 @@ pub trait StoreFactory: Send + Sync + 'static {
     /// Makes the store forget `lease` behind its holder's back, as a store that lost its data or
     /// a session killed by an operator would: afterwards the key is free for others. Used to
     /// prove that the lost signal fires and that stale leases cannot act.
-    async fn forget(&self, lease: &Lease);
+    ///
+    /// The default is the operator's eviction,
+    /// [`LockStore::evict`](lock_core::LockStore::evict), through a fresh
+    /// [`handle`](Self::handle); it panics if that fails or finds nobody holding the key. A
+    /// store without eviction ([`Capabilities::evict`](lock_core::Capabilities) is false)
+    /// overrides this with its own way of losing a lease.
+    async fn forget(&self, lease: &Lease) {
+        let key = lease.key();
+        match self.handle().await.evict(key).await {
+            Ok(true) => {}
+            Ok(false) => panic!("nothing held {key:?} to forget"),
+            Err(error) => panic!("cannot evict {key:?} to forget the lease: {error}"),
+        }
+    }
 
     /// Starts keeping `lease` alive through `store` for the keep-alive cases. The default is
     /// [`KeepAlive::start`], which every store should keep: the suite's own tests override it

@@ -7,15 +7,17 @@
 //!
 //! # Running the suite against your own store
 //!
-//! 1. Implement [`StoreFactory`]: fresh handles to your store, a handle that cannot reach it,
-//!    and a way to make the store forget a lease behind its holder's back.
+//! 1. Implement [`StoreFactory`]: fresh handles to your store and a handle that cannot reach
+//!    it. Making the store forget a lease behind its holder's back defaults to the store's
+//!    own [`LockStore::evict`](lock_core::LockStore::evict); override `forget` only for a
+//!    store without eviction.
 //! 2. Generate one `#[tokio::test]` per case with [`conformance_tests!`], or call [`run_all`]
 //!    and print the [`Report`].
 //!
 //! ```ignore
 //! use std::sync::Arc;
 //! use conformance::{async_trait, StoreFactory};
-//! use lock_core::{DynLockStore, Lease};
+//! use lock_core::DynLockStore;
 //!
 //! struct MyFactory { url: String }
 //!
@@ -26,9 +28,6 @@
 //!     }
 //!     async fn unreachable_handle(&self) -> DynLockStore {
 //!         Arc::new(MyStore::connect("my://127.0.0.1:1").await.expect("lazy connect"))
-//!     }
-//!     async fn forget(&self, lease: &Lease) {
-//!         admin_delete(&self.url, lease.key()).await; // behind the holder's back
 //!     }
 //! }
 //!

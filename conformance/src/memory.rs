@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use lock_core::{DynLockStore, Lease, MemoryStore};
+use lock_core::{DynLockStore, MemoryStore};
 
 use crate::StoreFactory;
 
@@ -30,9 +30,5 @@ impl StoreFactory for MemoryFactory {
         let store = MemoryStore::new();
         store.set_reachable(false);
         Arc::new(store)
-    }
-
-    async fn forget(&self, lease: &Lease) {
-        self.store.forget(lease.key());
     }
 }

@@ -309,6 +309,7 @@ struct BrokenExtends {
 }
 
 #[async_trait]
+#[deny(clippy::missing_trait_methods)]
 impl Extend for BrokenExtends {
     async fn extend(&self, lease: &Lease) -> Result<()> {
         let call = self.calls.fetch_add(1, Ordering::SeqCst);

@@ -1,9 +1,6 @@
 //! `connect(url)`: the one entry point that turns a URL into a store.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
-
-use crate::{DynLockStore, MemoryStore, Result, Scheme};
+use crate::{store_for, DynLockStore, Result};
 
 /// Connects to the store `url` names and returns it as the contract's trait object.
 ///
@@ -15,6 +12,9 @@ use crate::{DynLockStore, MemoryStore, Result, Scheme};
 /// | `etcd://host:port[,host:port…]`, `etcds://…` | etcd | `etcd` |
 /// | `postgres://…`, `postgresql://…` | PostgreSQL advisory locks | `postgres` |
 ///
+/// The store is picked from [`STORES`](crate::STORES) by the URL's scheme and connected
+/// through its descriptor.
+///
 /// Store options ride in the query string (key prefix, timeouts, namespace); each store
 /// crate documents its own. Errors: [`Error::InvalidInput`](crate::Error::InvalidInput) for a
 /// malformed URL, an unknown scheme (the message lists the known ones) or a scheme whose
@@ -24,51 +24,8 @@ use crate::{DynLockStore, MemoryStore, Result, Scheme};
 /// # Cancel safety
 /// Dropping the future drops any half-made connection; nothing is held yet.
 pub async fn connect(url: &str) -> Result<DynLockStore> {
-    let scheme = Scheme::of(url)?;
-    if !scheme.is_enabled() {
-        return Err(scheme.not_enabled());
-    }
-    match scheme {
-        Scheme::Memory => Ok(Arc::new(named_memory(url))),
-        #[cfg(feature = "redis")]
-        Scheme::Redis => {
-            let config = lock_redis::RedisConfig::from_url(url)?;
-            Ok(Arc::new(lock_redis::RedisStore::connect(config).await?))
-        }
-        #[cfg(feature = "redis")]
-        Scheme::Redlock => {
-            let config = lock_redis::RedlockConfig::from_url(url)?;
-            Ok(Arc::new(lock_redis::RedlockStore::connect(config).await?))
-        }
-        #[cfg(feature = "etcd")]
-        Scheme::Etcd => {
-            let config = lock_etcd::EtcdConfig::from_url(url)?;
-            Ok(Arc::new(lock_etcd::EtcdStore::connect(config).await?))
-        }
-        #[cfg(feature = "postgres")]
-        Scheme::Postgres => {
-            let config = lock_postgres::PostgresConfig::from_url(url)?;
-            Ok(Arc::new(
-                lock_postgres::PostgresStore::connect(config).await?,
-            ))
-        }
-        #[allow(unreachable_patterns)]
-        other => Err(other.not_enabled()),
-    }
-}
-
-/// Named memory stores live as long as the process, so two `connect("memory://x")` meet.
-pub(crate) fn named_memory(url: &str) -> MemoryStore {
-    static STORES: OnceLock<Mutex<HashMap<String, MemoryStore>>> = OnceLock::new();
-    let name = url
-        .split_once("://")
-        .map_or("", |(_, rest)| rest)
-        .trim_end_matches('/');
-    let mut stores = STORES
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner);
-    stores.entry(name.to_owned()).or_default().clone()
+    let kind = store_for(url)?;
+    (kind.connect)(url).await
 }
 
 #[cfg(test)]
@@ -76,7 +33,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::Error;
+    use crate::{Error, KNOWN_STORES};
 
     #[tokio::test]
     async fn the_same_memory_name_is_the_same_store() {
@@ -102,9 +59,12 @@ mod tests {
             ("postgres://127.0.0.1:1/db", "`postgres` feature"),
             ("zookeeper://h:2181", "known schemes"),
         ] {
-            let scheme = Scheme::of(url);
-            if scheme.as_ref().is_ok_and(|s| s.is_enabled()) {
-                continue; // compiled in: connect would try the network
+            let scheme = url.split_once("://").map_or("", |(scheme, _)| scheme);
+            let compiled = KNOWN_STORES
+                .iter()
+                .any(|known| known.compiled && known.schemes.contains(&scheme));
+            if compiled {
+                continue; // connect would try the network
             }
             match connect(url).await {
                 Err(Error::InvalidInput { what: "url", rule }) => {

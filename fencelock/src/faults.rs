@@ -1,8 +1,9 @@
-//! Operator actions for fault tests and `lockctl conformance`. A lock holder never needs these.
+//! Faults for tests and `lockctl conformance`: a handle that cannot reach its store. (The
+//! operator's eviction is [`LockStore::evict`](crate::LockStore::evict) on any handle.)
 
 use std::sync::Arc;
 
-use crate::{DynLockStore, Error, Lease, MemoryStore, Result, Scheme};
+use crate::{DynLockStore, Error, Lease, MemoryStore, Result};
 
 /// A handle to a store of `url`'s kind that cannot be reached: the same scheme and options,
 /// pointed at a closed loopback port (the memory store: a store switched unreachable).
@@ -13,15 +14,15 @@ use crate::{DynLockStore, Error, Lease, MemoryStore, Result, Scheme};
 /// # Cancel safety
 /// Nothing is held; dropping the future loses nothing.
 pub async fn unreachable(url: &str) -> Result<DynLockStore> {
-    let scheme = Scheme::of(url)?;
-    if scheme == Scheme::Memory {
+    let kind = crate::store_for(url)?;
+    if kind.name == crate::MEMORY.name {
         let store = MemoryStore::new();
         store.set_reachable(false);
         return Ok(Arc::new(store));
     }
-    // Redlock needs a quorum of distinct nodes, all of them closed.
-    let nodes = if scheme == Scheme::Redlock { 3 } else { 1 };
-    let hosts = closed_ports(nodes)?
+    // As many closed ports as the URL names hosts, so a store that needs a quorum of
+    // distinct nodes (Redlock) still gets one, all of them closed.
+    let hosts = closed_ports(host_count(url))?
         .iter()
         .map(|port| format!("127.0.0.1:{port}"))
         .collect::<Vec<_>>()
@@ -34,53 +35,14 @@ pub async fn unreachable(url: &str) -> Result<DynLockStore> {
     }
 }
 
-/// Makes the store behind `url` forget `lease` behind its holder's back, as an operator
-/// deleting the key (or killing the session) would.
-///
-/// # Cancel safety
-/// The forgetting may or may not have happened when the future is dropped.
-pub async fn forget(url: &str, lease: &Lease) -> Result<()> {
-    match Scheme::of(url)? {
-        Scheme::Memory => {
-            crate::connect::named_memory(url).forget(lease.key());
-            Ok(())
-        }
-        #[cfg(feature = "redis")]
-        Scheme::Redis => {
-            // Deleting the lock key is how an operator frees a Redis lock.
-            let config = lock_redis::RedisConfig::from_url(url)?;
-            let store = lock_redis::RedisStore::connect(config).await?;
-            store.evict(lease.key()).await.map(drop)
-        }
-        #[cfg(feature = "redis")]
-        Scheme::Redlock => {
-            // Deleting the lock key on every master frees a Redlock lock.
-            let config = lock_redis::RedlockConfig::from_url(url)?;
-            let store = lock_redis::RedlockStore::connect(config).await?;
-            store.evict(lease.key()).await.map(drop)
-        }
-        #[cfg(feature = "etcd")]
-        Scheme::Etcd => {
-            // Deleting the holder's key frees an etcd lock; its lease may serve others.
-            let config = lock_etcd::EtcdConfig::from_url(url)?;
-            let store = lock_etcd::EtcdStore::connect(config).await?;
-            store.evict(lease.key()).await.map(drop)
-        }
-        #[cfg(feature = "postgres")]
-        Scheme::Postgres => {
-            // Ending the holder's session is how an operator frees an advisory lock.
-            let config = lock_postgres::PostgresConfig::from_url(url)?;
-            let store = lock_postgres::PostgresStore::connect(config).await?;
-            store.terminate_holder(lease.key()).await.map(drop)
-        }
-        // Reached only in builds without some store's feature.
-        #[allow(unreachable_patterns)]
-        scheme if !scheme.is_enabled() => Err(scheme.not_enabled()),
-        #[allow(unreachable_patterns)]
-        _ => Err(Error::Unsupported {
-            operation: "forget on this store",
-        }),
-    }
+/// How many comma-separated hosts `url`'s authority names (at least one).
+fn host_count(url: &str) -> usize {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    let hosts = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, hosts)| hosts);
+    hosts.split(',').count().max(1)
 }
 
 /// `count` distinct ports on loopback that nothing listens on (bound together, read, released).
@@ -122,7 +84,9 @@ impl Refused {
     }
 }
 
+// Written out in full, defaults included: a refused handle must refuse everything.
 #[async_trait::async_trait]
+#[deny(clippy::missing_trait_methods)]
 impl crate::Acquire for Refused {
     async fn try_acquire(&self, _: &str, _: std::time::Duration) -> Result<Lease> {
         Err(self.error())
@@ -138,6 +102,7 @@ impl crate::Acquire for Refused {
 }
 
 #[async_trait::async_trait]
+#[deny(clippy::missing_trait_methods)]
 impl crate::Release for Refused {
     async fn release(&self, _: &Lease) -> Result<crate::ReleaseOutcome> {
         Err(self.error())
@@ -145,6 +110,7 @@ impl crate::Release for Refused {
 }
 
 #[async_trait::async_trait]
+#[deny(clippy::missing_trait_methods)]
 impl crate::Extend for Refused {
     async fn extend(&self, _: &Lease) -> Result<()> {
         Err(self.error())
@@ -152,15 +118,37 @@ impl crate::Extend for Refused {
 }
 
 #[async_trait::async_trait]
+#[deny(clippy::missing_trait_methods)]
 impl crate::LockStore for Refused {
     fn capabilities(&self) -> crate::Capabilities {
         crate::Capabilities::new()
+    }
+    async fn status(&self, _: &str) -> Result<crate::KeyStatus> {
+        Err(self.error())
+    }
+    async fn evict(&self, _: &str) -> Result<bool> {
+        Err(self.error())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::LockStore;
+
+    #[test]
+    fn hosts_are_counted_past_the_user_info() {
+        assert_eq!(host_count("redlock://u:p,w@a:1,b:2,c:3/0?prefix=x,y"), 3);
+        assert_eq!(host_count("redis://h:6379"), 1);
+        assert_eq!(host_count("postgres:///db"), 1);
+    }
+
+    #[tokio::test]
+    async fn a_refused_handle_refuses_every_call() {
+        let store = Refused("connection refused".into());
+        assert!(store.status("k").await.is_err_and(|e| e.is_retryable()));
+        assert!(store.evict("k").await.is_err_and(|e| e.is_retryable()));
+    }
 
     #[test]
     fn retargeting_keeps_everything_but_the_hosts() {

@@ -3,7 +3,8 @@
 //! One contract ([`LockStore`], re-exported from `lock-core`), many stores, one conformance
 //! suite. Pick stores with cargo features (`redis`, `etcd`, `postgres`, or `full`; the
 //! in-memory store is always there) and choose one at run time by URL with [`connect`], so
-//! swapping stores is a configuration change.
+//! swapping stores is a configuration change. Each store crate describes itself in one
+//! [`StoreKind`]; [`STORES`] lists those compiled in.
 //!
 //! A lease is exclusive while it lasts and carries a fencing token that only grows per key. No
 //! lock can stop a paused process from writing after its lease ends, so a lock alone is an
@@ -24,11 +25,11 @@
 
 mod connect;
 pub mod faults;
-mod scheme;
+mod stores;
 
 pub use connect::connect;
 pub use lock_core::*;
-pub use scheme::{redact, Scheme, KNOWN_SCHEMES};
+pub use stores::{known_schemes, redact, store_for, KnownStore, KNOWN_STORES, STORES};
 
 /// The Redis stores' own types (the eviction check, Redlock's quorum error), for code that
 /// downcasts a [`DynLockStore`] to [`lock_redis::RedisStore`] or [`lock_redis::RedlockStore`].

@@ -18,6 +18,8 @@
 //! - [`with_lock`]: acquire, keep alive, run a body, release; the body is cancelled on loss.
 //! - [`FenceGate`]: the resource-side check, claim at the read and write while the claim holds.
 //! - [`MemoryStore`]: the reference store, always compiled.
+//! - [`StoreKind`]: a store's descriptor (name, URL schemes, feature, connect), one per store
+//!   crate, listed once by the `fencelock` facade.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
@@ -37,6 +39,7 @@ mod capabilities;
 mod error;
 mod fence;
 mod keepalive;
+pub mod kind;
 mod lease;
 mod memory;
 mod scoped;
@@ -49,8 +52,9 @@ pub use capabilities::Capabilities;
 pub use error::{BodyOutput, BoxError, Error, Result};
 pub use fence::FenceGate;
 pub use keepalive::{keep_alive, KeepAlive};
+pub use kind::StoreKind;
 pub use lease::{drift, FencingToken, KeyStatus, Lease, OwnerId, ReleaseOutcome, Revocation};
-pub use memory::MemoryStore;
+pub use memory::{MemoryStore, MEMORY};
 pub use scoped::{with_lock, LockOptions};
 pub use store::{Acquire, DynLockStore, Extend, LockStore, Release};
 

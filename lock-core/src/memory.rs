@@ -3,17 +3,18 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio::sync::Notify;
 use tokio::time::{sleep_until, Instant};
 
+use crate::kind::BoxFuture;
 use crate::validate::{check_request, check_wait};
 use crate::{
-    Acquire, Capabilities, Error, Extend, KeyStatus, Lease, LockStore, OwnerId, Release,
-    ReleaseOutcome, Result,
+    Acquire, Capabilities, DynLockStore, Error, Extend, KeyStatus, Lease, LockStore, OwnerId,
+    Release, ReleaseOutcome, Result, StoreKind,
 };
 
 /// A lock store in this process's memory, on tokio's clock (so tests may run it under
@@ -23,7 +24,8 @@ use crate::{
 /// sleep exactly until the holder's expiry otherwise. Tokens come from one store-wide counter,
 /// so they increase per key and across keys. Nothing survives the process.
 ///
-/// Two fault switches serve tests: [`MemoryStore::set_reachable`] and [`MemoryStore::forget`].
+/// Two fault switches serve tests: [`MemoryStore::set_reachable`] and [`LockStore::evict`], which
+/// forgets whoever holds a key, as a store that lost its data would.
 #[derive(Clone, Default)]
 pub struct MemoryStore {
     shared: Arc<Shared>,
@@ -87,22 +89,15 @@ impl MemoryStore {
         self.shared.unreachable.store(!reachable, Ordering::SeqCst);
     }
 
-    /// Fault switch: the store forgets whoever holds `key`, as a store that lost its data
-    /// would. Tokens stay monotonic. Returns whether a live lease was forgotten.
-    pub fn forget(&self, key: &str) -> bool {
-        let now = Instant::now();
-        let mut state = self.lock();
-        let forgotten = state
-            .slots
-            .get_mut(key)
-            .and_then(|slot| {
-                let live = slot.live_holder(now).is_some();
-                slot.holder.take();
-                live.then(|| slot.wake.clone())
-            })
-            .inspect(|wake| wake.notify_waiters());
-        state.tidy(key, now);
-        forgotten.is_some()
+    /// The process-wide store called `name`: every call with the same name, from anywhere in
+    /// the process, gets a handle to the same store. What `memory://name` connects to.
+    pub fn named(name: &str) -> Self {
+        static STORES: OnceLock<Mutex<HashMap<String, MemoryStore>>> = OnceLock::new();
+        let mut stores = STORES
+            .get_or_init(Default::default)
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        stores.entry(name.to_owned()).or_default().clone()
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -307,7 +302,31 @@ impl Extend for MemoryStore {
 #[async_trait]
 impl LockStore for MemoryStore {
     fn capabilities(&self) -> Capabilities {
-        Capabilities::new().with_notified_wait(true)
+        Capabilities::new()
+            .with_notified_wait(true)
+            .with_evict(true)
+    }
+
+    /// Forgets whoever holds `key`, as a store that lost its data would, and wakes its
+    /// waiters. Tokens stay monotonic. Returns whether a live lease was forgotten.
+    ///
+    /// # Cancel safety
+    /// Runs to completion at its first poll; dropping the future before that evicts nothing.
+    async fn evict(&self, key: &str) -> Result<bool> {
+        self.check_reachable()?;
+        let now = Instant::now();
+        let mut state = self.lock();
+        let evicted = state
+            .slots
+            .get_mut(key)
+            .and_then(|slot| {
+                let live = slot.live_holder(now).is_some();
+                slot.holder.take();
+                live.then(|| slot.wake.clone())
+            })
+            .inspect(|wake| wake.notify_waiters());
+        state.tidy(key, now);
+        Ok(evicted.is_some())
     }
 
     async fn status(&self, key: &str) -> Result<KeyStatus> {
@@ -337,4 +356,18 @@ impl fmt::Debug for MemoryStore {
             )
             .finish()
     }
+}
+
+/// The memory store's descriptor: `memory://[name]`, one store per name within the process
+/// ([`MemoryStore::named`]), always compiled in.
+pub const MEMORY: StoreKind = StoreKind::new("memory", &["memory"], "", connect_memory)
+    .with_eviction("forgets the key's holder, as a store that lost its data would");
+
+fn connect_memory(url: &str) -> BoxFuture<'_, Result<DynLockStore>> {
+    let name = url
+        .split_once("://")
+        .map_or("", |(_, rest)| rest)
+        .trim_end_matches('/');
+    let store: DynLockStore = Arc::new(MemoryStore::named(name));
+    Box::pin(std::future::ready(Ok(store)))
 }

@@ -108,8 +108,13 @@ pub trait Extend: Send + Sync {
 /// A lock store: the three operations plus what the store can and cannot do.
 ///
 /// Hold it as [`DynLockStore`] so code never names a concrete store. A tool that wants a
-/// store's own diagnostics (such as the Redis eviction check) can still reach them: every
-/// store is [`Any`], so `(&*store as &dyn Any).downcast_ref::<ConcreteStore>()` works.
+/// store's own diagnostics (such as the Redis eviction check) can still reach them:
+/// `store.downcast_ref::<ConcreteStore>()` (every store is [`Any`]).
+///
+/// A store that wraps another (adds metrics, injects faults) implements every method of these
+/// traits, defaults included, and forwards what it does not change: put
+/// `#[deny(clippy::missing_trait_methods)]` on its impls so a new default method is never
+/// inherited by accident.
 #[async_trait]
 pub trait LockStore: Acquire + Release + Extend + Debug + Send + Sync + Any {
     /// What this store guarantees beyond the contract, and its limits.
@@ -125,6 +130,38 @@ pub trait LockStore: Acquire + Release + Extend + Debug + Send + Sync + Any {
         Err(crate::Error::Unsupported {
             operation: "status",
         })
+    }
+
+    /// The operator's eviction: frees `key` behind its holder's back, as an administrator
+    /// deleting the lock (or ending the session that holds it) would. Returns whether a holder
+    /// was evicted. The fencing counter is kept, so the next lease's token is still greater;
+    /// the holder finds out at its next extend or release, or sooner where the store revokes
+    /// the lease ([`Lease::revocation`]). Each store's [`StoreKind::eviction`] says what it
+    /// does there.
+    ///
+    /// For tooling and fault tests; a lock holder never needs it. Supported where
+    /// [`Capabilities::evict`] says so; the default answers
+    /// [`Error::Unsupported`](crate::Error::Unsupported).
+    ///
+    /// [`StoreKind::eviction`]: crate::StoreKind::eviction
+    ///
+    /// # Cancel safety
+    /// Dropping the future may or may not have evicted the holder.
+    async fn evict(&self, key: &str) -> Result<bool> {
+        let _ = key;
+        Err(crate::Error::Unsupported { operation: "evict" })
+    }
+}
+
+impl dyn LockStore {
+    /// The concrete store behind this handle, if it is a `T`, For tools that want a store's
+    /// own diagnostics, such as the Redis eviction check.
+    pub fn downcast_ref<T: LockStore>(&self) -> Option<&T> {
+        let any: &dyn Any = self;
+        if let Some(store) = any.downcast_ref::<T>() {
+            return Some(store);
+        }
+        None
     }
 }
 

@@ -22,6 +22,7 @@ struct Counting {
 }
 
 #[async_trait]
+#[deny(clippy::missing_trait_methods)]
 impl Acquire for Counting {
     async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Lease> {
         self.store.try_acquire(key, ttl).await
@@ -32,6 +33,7 @@ impl Acquire for Counting {
 }
 
 #[async_trait]
+#[deny(clippy::missing_trait_methods)]
 impl Release for Counting {
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
         self.store.release(lease).await
@@ -39,6 +41,7 @@ impl Release for Counting {
 }
 
 #[async_trait]
+#[deny(clippy::missing_trait_methods)]
 impl Extend for Counting {
     async fn extend(&self, lease: &Lease) -> Result<()> {
         self.extends.fetch_add(1, Ordering::SeqCst);
@@ -47,9 +50,16 @@ impl Extend for Counting {
 }
 
 #[async_trait]
+#[deny(clippy::missing_trait_methods)]
 impl LockStore for Counting {
     fn capabilities(&self) -> Capabilities {
         self.store.capabilities()
+    }
+    async fn status(&self, key: &str) -> Result<KeyStatus> {
+        self.store.status(key).await
+    }
+    async fn evict(&self, key: &str) -> Result<bool> {
+        self.store.evict(key).await
     }
 }
 
@@ -96,7 +106,7 @@ async fn lost_fires_on_the_first_extend_after_the_store_forgets() {
     let lease = store.try_acquire("k", TTL).await.unwrap();
     let held = KeepAlive::start(store.clone(), lease);
     sleep(TTL / 2).await;
-    store.forget("k");
+    store.evict("k").await.unwrap();
     let forgotten_at = Instant::now();
     held.lost().await;
     assert!(
@@ -111,7 +121,7 @@ async fn lost_fires_on_the_first_extend_after_the_store_forgets() {
 async fn with_lock_cancels_its_body_when_the_lease_is_lost() {
     let store = MemoryStore::new();
     let result = with_lock(&store, "k", LockOptions::new(TTL), |_lease| async {
-        store.forget("k");
+        store.evict("k").await.unwrap();
         sleep(Duration::from_secs(3600)).await;
         "finished"
     })
@@ -173,6 +183,7 @@ struct Scripted {
 }
 
 #[async_trait]
+#[deny(clippy::missing_trait_methods)]
 impl Acquire for Scripted {
     async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Lease> {
         let lease = self.store.try_acquire(key, ttl).await?;
@@ -191,6 +202,7 @@ impl Acquire for Scripted {
 }
 
 #[async_trait]
+#[deny(clippy::missing_trait_methods)]
 impl Release for Scripted {
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
         match self.release {
@@ -201,6 +213,7 @@ impl Release for Scripted {
 }
 
 #[async_trait]
+#[deny(clippy::missing_trait_methods)]
 impl Extend for Scripted {
     async fn extend(&self, lease: &Lease) -> Result<()> {
         self.store.extend(lease).await
@@ -208,9 +221,16 @@ impl Extend for Scripted {
 }
 
 #[async_trait]
+#[deny(clippy::missing_trait_methods)]
 impl LockStore for Scripted {
     fn capabilities(&self) -> Capabilities {
         self.store.capabilities()
+    }
+    async fn status(&self, key: &str) -> Result<KeyStatus> {
+        self.store.status(key).await
+    }
+    async fn evict(&self, key: &str) -> Result<bool> {
+        self.store.evict(key).await
     }
 }
 

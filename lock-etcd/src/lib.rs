@@ -90,7 +90,7 @@
 //! - Like every lock, no protection against a holder that keeps working past its deadline:
 //!   check the fencing token at the resource.
 //! - **Early frees.** A lock is freed before its holder's local deadline when its etcd lease is
-//!   revoked behind the holder's back (`etcdctl lease revoke`, [`EtcdStore::evict`]), its entry
+//!   revoked behind the holder's back (`etcdctl lease revoke`, [`LockStore::evict`]), its entry
 //!   is deleted by hand, or the cluster is restored from a snapshot taken before the grant. The
 //!   holder learns of it at its next extend, within a third of the TTL under
 //!   [`lock_core::KeepAlive`].
@@ -123,7 +123,7 @@
 //! release may be dropped at any point; see each method's `# Cancel safety`.
 //!
 //! # Operator actions
-//! [`EtcdStore::evict`] deletes the entry that holds a key and revokes its lease, as an
+//! [`LockStore::evict`] deletes the entry that holds a key and revokes its lease, as an
 //! administrator's `etcdctl del` would: the key passes to the next waiter at once and the
 //! holder finds out at its next extend. For fault tests and tooling; a holder never needs it.
 //!
@@ -135,10 +135,13 @@
 //! # Server requirements
 //! etcd 3.4 or newer with the v3 API. With authentication on, the user needs read and write
 //! permission on the prefix (default `fencelock/`); leases need no permission.
+//!
+//! [`LockStore::evict`]: lock_core::LockStore::evict
 #![warn(missing_docs)]
 
-// Module order (each imports only from those before it): config, error, keys, txn, renewer, store.
+// Module order (each imports only from those before it): config, error, keys, txn, renewer, store, descriptor.
 mod config;
+mod descriptor;
 mod error;
 mod keys;
 mod renewer;
@@ -149,4 +152,5 @@ pub use config::{
     EtcdConfig, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PORT, DEFAULT_PREFIX,
     MIN_TTL,
 };
+pub use descriptor::ETCD;
 pub use store::EtcdStore;

@@ -169,37 +169,6 @@ impl EtcdStore {
         &self.shared.config
     }
 
-    /// The operator's "forget": deletes the entry that holds `key` behind its holder's back and
-    /// revokes the holder's etcd lease, as an administrator with `etcdctl del` would. The key is
-    /// free at once (the next waiter takes it); the holder finds out at its next extend or
-    /// release, and its lost signal fires. Only that one lock is affected: every lock has its
-    /// own etcd lease. Returns whether something was deleted.
-    ///
-    /// # Cancel safety
-    /// Dropping the future may leave the entry deleted and its lease not yet revoked; the lease
-    /// then holds nothing and expires at its TTL.
-    pub async fn evict(&self, key: &str) -> Result<bool> {
-        lock_core::validate::check_key(key)?;
-        let dir = queue_dir(&self.shared.config.prefix, key);
-        let Some(head) = self.queue_head(&dir).await? else {
-            return Ok(false);
-        };
-        // Compare-and-delete, so a holder that released meanwhile never costs its successor.
-        let txn = txn::delete_if_created_at(head.key(), head.create_revision());
-        // Sent again only if unsent: a second delete would find nothing and report false.
-        let deleted = self.txn("evict", Resend::IfUnsent, txn).await?.succeeded();
-        // Only a lease whose entry this call deleted: its holder can no longer release it, so it
-        // never goes back to its handle's idle leases to carry another lock.
-        if deleted && head.lease() != 0 {
-            // Not found is fine: the lease ended on its own.
-            let _ = self
-                .revoke("revoke the evicted holder's lease", head.lease())
-                .await;
-        }
-        tracing::info!(key, token = head.create_revision(), deleted, "evicted");
-        Ok(deleted)
-    }
-
     // ---- requests, each bounded by the command timeout ----------------------------------
 
     /// Sends a request made by `request`, bounded by the command timeout. A request that
@@ -876,6 +845,38 @@ impl LockStore for EtcdStore {
             .with_notified_wait(true)
             .with_fair_queue(true)
             .with_frees_on_disconnect(false)
+            .with_evict(true)
+    }
+
+    /// Deletes the entry that holds `key` behind its holder's back and revokes the holder's
+    /// etcd lease, as an administrator with `etcdctl del` would. The key is free at once (the
+    /// next waiter takes it); the holder finds out at its next extend or release, and its lost
+    /// signal fires. Only that one lock is affected: every lock has its own etcd lease. Returns
+    /// whether something was deleted.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may leave the entry deleted and its lease not yet revoked; the lease
+    /// then holds nothing and expires at its TTL.
+    async fn evict(&self, key: &str) -> Result<bool> {
+        lock_core::validate::check_key(key)?;
+        let dir = queue_dir(&self.shared.config.prefix, key);
+        let Some(head) = self.queue_head(&dir).await? else {
+            return Ok(false);
+        };
+        // Compare-and-delete, so a holder that released meanwhile never costs its successor.
+        let txn = txn::delete_if_created_at(head.key(), head.create_revision());
+        // Sent again only if unsent: a second delete would find nothing and report false.
+        let deleted = self.txn("evict", Resend::IfUnsent, txn).await?.succeeded();
+        // Only a lease whose entry this call deleted: its holder can no longer release it, so it
+        // never goes back to its handle's idle leases to carry another lock.
+        if deleted && head.lease() != 0 {
+            // Not found is fine: the lease ended on its own.
+            let _ = self
+                .revoke("revoke the evicted holder's lease", head.lease())
+                .await;
+        }
+        tracing::info!(key, token = head.create_revision(), deleted, "evicted");
+        Ok(deleted)
     }
 
     /// # Cancel safety

@@ -69,7 +69,7 @@
 //! The lock lives exactly as long as the lease's server session, so these events free it
 //! before the TTL, at once, and the next holder may take the key (with a greater token):
 //! - the server ends the session: `pg_terminate_backend` (an administrator, or
-//!   [`PostgresStore::terminate_holder`]), a server shutdown, restart or crash (a crash of any
+//!   [`LockStore::evict`]), a server shutdown, restart or crash (a crash of any
 //!   backend makes PostgreSQL end every session), a failover (the promoted server has no
 //!   sessions);
 //! - the connection breaks and the server notices: the holder's process exits or drops the
@@ -149,7 +149,7 @@
 //! each method's `# Cancel safety`.
 //!
 //! # Operator actions
-//! [`PostgresStore::terminate_holder`] ends the session that holds a key, as an administrator's
+//! [`LockStore::evict`] ends the session that holds a key, as an administrator's
 //! `pg_terminate_backend` would: the key is free at once and the holder's lease is revoked
 //! within its handle's watch period (its next extend or release fails in any case). For fault
 //! tests and tooling; a lock holder never needs it.
@@ -187,10 +187,13 @@
 //! [`PostgresConfig::fence_table_ddl`]), then `SELECT`, `INSERT` and `UPDATE` on
 //! the table, and may read `pg_locks`, `pg_constraint` and `pg_stat_activity` (everyone can;
 //! the watch task sees its own role's backends, which are the ones it watches).
+//!
+//! [`LockStore::evict`]: lock_core::LockStore::evict
 #![warn(missing_docs)]
 
-// Module order (each imports only from those before it): keys, sql, config, error, session, watch, store.
+// Module order (each imports only from those before it): keys, sql, config, error, session, watch, store, descriptor.
 mod config;
+mod descriptor;
 mod error;
 mod keys;
 mod session;
@@ -202,5 +205,6 @@ pub use config::{
     PostgresConfig, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_IDLE,
     DEFAULT_NAMESPACE, DEFAULT_SCHEMA, DEFAULT_TABLE, MIN_TTL,
 };
+pub use descriptor::POSTGRES;
 pub use keys::{lock_id, pg_locks_ids, raw_key_name, LOCK_ID_SCHEME};
 pub use store::PostgresStore;

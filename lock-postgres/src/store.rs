@@ -147,26 +147,11 @@ impl PostgresStore {
         self.wait_target(&Target::raw(lock_id), ttl, wait).await
     }
 
-    /// Operator action, for fault tests and `lockctl`: ends the server session that holds
-    /// `key`'s lock (in this store's namespace), as an administrator's `pg_terminate_backend`
-    /// would, and waits until the backend is gone, so the key is free when this returns. The
-    /// holder's lease is revoked within its handle's watch period (see the crate docs, "When a
-    /// lock is freed early"), and its next extend or release fails ([`Error::LeaseLost`] /
-    /// [`ReleaseOutcome::Lost`]). Returns whether a holder was found. Needs the privilege to
-    /// signal that backend (the same role, or `pg_signal_backend`).
+    /// [`LockStore::evict`] for a raw advisory lock id: ends the session that holds it.
     ///
     /// # Cancel safety
-    /// The termination may or may not have happened when the future is dropped.
-    pub async fn terminate_holder(&self, key: &str) -> Result<bool> {
-        check_key(key)?;
-        self.terminate_holder_raw(self.lock_id(key)).await
-    }
-
-    /// [`PostgresStore::terminate_holder`] for a raw advisory lock id.
-    ///
-    /// # Cancel safety
-    /// As for [`PostgresStore::terminate_holder`].
-    pub async fn terminate_holder_raw(&self, lock_id: i64) -> Result<bool> {
+    /// As for [`LockStore::evict`].
+    pub async fn evict_raw(&self, lock_id: i64) -> Result<bool> {
         let Checkout { mut session, .. } = self.checkout(false).await?;
         let rows = bounded(
             self.sessions.config.command_timeout,
@@ -408,13 +393,8 @@ impl PostgresStore {
         // Tokens start at 1 and only grow, so they are never negative.
         let token = token.max(0).unsigned_abs();
         let lease = Lease::with_store_state(&target.display, owner, token, ttl, sent_at, held);
-        self.watch.add(
-            &self.sessions,
-            watch_id,
-            backend,
-            ttl,
-            lease.revocation(),
-        );
+        self.watch
+            .add(&self.sessions, watch_id, backend, ttl, lease.revocation());
         lease
     }
 
@@ -703,6 +683,21 @@ impl LockStore for PostgresStore {
             .with_notified_wait(true)
             // PostgreSQL's lock queue is first come, first served: see the crate docs.
             .with_fair_queue(true)
+            .with_evict(true)
+    }
+
+    /// Ends the server session that holds `key`'s lock (in this store's namespace), as an
+    /// administrator's `pg_terminate_backend` would, and waits until the backend is gone, so the key is free when this returns. The
+    /// holder's lease is revoked within its handle's watch period (see the crate docs, "When a
+    /// lock is freed early"), and its next extend or release fails ([`Error::LeaseLost`] /
+    /// [`ReleaseOutcome::Lost`]). Returns whether a holder was found. Needs the privilege to
+    /// signal that backend (the same role, or `pg_signal_backend`).
+    ///
+    /// # Cancel safety
+    /// The termination may or may not have happened when the future is dropped.
+    async fn evict(&self, key: &str) -> Result<bool> {
+        check_key(key)?;
+        self.evict_raw(self.lock_id(key)).await
     }
 
     /// # Cancel safety

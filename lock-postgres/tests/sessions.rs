@@ -392,12 +392,9 @@ async fn an_operator_can_end_the_holder_of_a_key() {
     let holder = store(&url, "").await;
     let operator = store(&url, "").await;
     let key = "sessions:operator";
-    assert!(
-        !operator.terminate_holder(key).await.unwrap(),
-        "nobody holds it yet"
-    );
+    assert!(!operator.evict(key).await.unwrap(), "nobody holds it yet");
     let lease = holder.try_acquire(key, TTL).await.unwrap();
-    assert!(operator.terminate_holder(key).await.unwrap());
+    assert!(operator.evict(key).await.unwrap());
     // Free at once for others; the holder learns at its next extend or release.
     let next = operator
         .try_acquire(key, TTL)

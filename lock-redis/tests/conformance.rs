@@ -5,7 +5,7 @@ mod common;
 use std::sync::Arc;
 
 use conformance::{async_trait, StoreFactory};
-use lock_core::{DynLockStore, Lease};
+use lock_core::DynLockStore;
 use lock_redis::{RedisConfig, RedisStore};
 use test_servers::{closed_ports, shared};
 
@@ -28,15 +28,6 @@ impl StoreFactory for RedisFactory {
             RedisStore::connect_lazy(RedisConfig::from_url(&url).expect("config"))
                 .expect("lazy handle"),
         )
-    }
-
-    /// An operator deletes the holder's key (its fence stays).
-    async fn forget(&self, lease: &Lease) {
-        let admin = common::store(&self.url, "").await;
-        assert!(
-            admin.evict(lease.key()).await.expect("evict"),
-            "the lease's key was not there to forget"
-        );
     }
 }
 

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use conformance::{async_trait, StoreFactory};
-use lock_core::{DynLockStore, Lease};
+use lock_core::DynLockStore;
 use lock_redis::{RedlockConfig, RedlockStore};
 use test_servers::{closed_ports, shared};
 
@@ -49,15 +49,6 @@ impl StoreFactory for RedlockFactory {
             RedlockStore::connect_lazy(RedlockConfig::from_url(&url).expect("config"))
                 .expect("lazy handle"),
         )
-    }
-
-    /// An operator deletes the holder's key on every node (the fences stay).
-    async fn forget(&self, lease: &Lease) {
-        let admin = store(&self.url).await;
-        assert!(
-            admin.evict(lease.key()).await.expect("evict"),
-            "the lease's key was not there to forget"
-        );
     }
 }
 

@@ -4,9 +4,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use conformance::{async_trait, StoreFactory};
-use fencelock::{DynLockStore, Lease};
+use fencelock::DynLockStore;
 
-/// Handles to the store behind a URL, with the facade's operator actions as fault hooks.
+/// Handles to the store behind a URL; a lease is forgotten by the store's own eviction.
 struct UrlFactory {
     url: String,
 }
@@ -28,12 +28,6 @@ impl StoreFactory for UrlFactory {
         match fencelock::faults::unreachable(&self.url).await {
             Ok(store) => store,
             Err(error) => panic!("cannot build an unreachable handle: {error}"),
-        }
-    }
-
-    async fn forget(&self, lease: &Lease) {
-        if let Err(error) = fencelock::faults::forget(&self.url, lease).await {
-            panic!("cannot make the store forget a lease: {error}");
         }
     }
 }

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::{
-    with_lock, Acquire, Capabilities, DynLockStore, Error, Extend, Lease, LockOptions, LockStore,
-    Release, ReleaseOutcome,
+    with_lock, Acquire, Capabilities, DynLockStore, Error, Extend, KeyStatus, Lease, LockOptions,
+    LockStore, Release, ReleaseOutcome,
 };
 use tokio::sync::watch;
 use tokio::time::{sleep, timeout, Instant};
@@ -17,11 +17,13 @@ use super::support::{expect_busy, outlive, released};
 use crate::runner::{CaseResult, Failure};
 use crate::Ctx;
 
-/// A store wrapper whose extend never answers: a holder cut off from the store.
+/// A store wrapper whose extend never answers: a holder cut off from the store. Everything
+/// else is forwarded.
 #[derive(Debug)]
 struct Stalled(DynLockStore);
 
 #[async_trait]
+#[deny(clippy::missing_trait_methods)]
 impl Acquire for Stalled {
     async fn try_acquire(&self, key: &str, ttl: Duration) -> lock_core::Result<Lease> {
         self.0.try_acquire(key, ttl).await
@@ -32,6 +34,7 @@ impl Acquire for Stalled {
 }
 
 #[async_trait]
+#[deny(clippy::missing_trait_methods)]
 impl Release for Stalled {
     async fn release(&self, lease: &Lease) -> lock_core::Result<ReleaseOutcome> {
         self.0.release(lease).await
@@ -39,6 +42,7 @@ impl Release for Stalled {
 }
 
 #[async_trait]
+#[deny(clippy::missing_trait_methods)]
 impl Extend for Stalled {
     async fn extend(&self, _: &Lease) -> lock_core::Result<()> {
         pending().await
@@ -46,9 +50,16 @@ impl Extend for Stalled {
 }
 
 #[async_trait]
+#[deny(clippy::missing_trait_methods)]
 impl LockStore for Stalled {
     fn capabilities(&self) -> Capabilities {
         self.0.capabilities()
+    }
+    async fn status(&self, key: &str) -> lock_core::Result<KeyStatus> {
+        self.0.status(key).await
+    }
+    async fn evict(&self, key: &str) -> lock_core::Result<bool> {
+        self.0.evict(key).await
     }
 }
 
@@ -78,6 +89,7 @@ impl WatchedExtends {
 }
 
 #[async_trait]
+#[deny(clippy::missing_trait_methods)]
 impl Extend for WatchedExtends {
     async fn extend(&self, lease: &Lease) -> lock_core::Result<()> {
         let fail = self

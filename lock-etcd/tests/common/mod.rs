@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use conformance::{async_trait, StoreFactory};
-use lock_core::{DynLockStore, Lease};
+use lock_core::DynLockStore;
 use lock_etcd::{EtcdConfig, EtcdStore};
 
 /// A connected store handle; `options` (`"&prefix=x"`) follow the generous connect timeout,
@@ -33,15 +33,5 @@ impl StoreFactory for EtcdFactory {
         ))
         .expect("config");
         Arc::new(EtcdStore::connect_lazy(config).await.expect("lazy connect"))
-    }
-
-    /// An operator deletes the holder's entry (and revokes its lease) behind its back.
-    async fn forget(&self, lease: &Lease) {
-        let evicted = store(&self.url, "")
-            .await
-            .evict(lease.key())
-            .await
-            .expect("evict");
-        assert!(evicted, "nothing held {:?} to forget", lease.key());
     }
 }

@@ -1,0 +1,104 @@
+//! [`StoreKind`]: what a store crate tells the facade about itself, in one value.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+
+use crate::{DynLockStore, Result};
+
+/// A boxed, sendable future borrowing for `'a`: what a [`StoreKind`]'s `connect` returns.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Connects to the store a URL names: a [`StoreKind`]'s entry point.
+///
+/// Called only with a URL whose scheme is one of the kind's [`schemes`](StoreKind::schemes).
+///
+/// # Cancel safety
+/// Dropping the future drops any half-made connection; nothing is held yet.
+pub type ConnectFn = fn(&str) -> BoxFuture<'_, Result<DynLockStore>>;
+
+/// A store's descriptor: its name, its URL schemes, the cargo feature that compiles it into the
+/// `fencelock` facade, how to connect to it, and what an operator's eviction does on it.
+///
+/// Each store crate exports one per store it implements (`lock_redis::REDIS`,
+/// `lock_etcd::ETCD`, …); the facade keeps one list of them and picks one by URL scheme. The
+/// name is also the `store` label of every metric.
+///
+/// ```
+/// use lock_core::{DynLockStore, MemoryStore, Result, StoreKind};
+/// use lock_core::kind::BoxFuture;
+///
+/// fn connect(url: &str) -> BoxFuture<'_, Result<DynLockStore>> {
+///     Box::pin(async move {
+///         let _ = url; // parse the URL into the store's config, then connect
+///         Ok(std::sync::Arc::new(MemoryStore::new()) as DynLockStore)
+///     })
+/// }
+///
+/// pub const MINE: StoreKind = StoreKind::new("mine", &["mine", "mines"], "mine", connect)
+///     .with_eviction("deletes the key's row");
+/// assert!(MINE.serves("MINES"));
+/// ```
+#[derive(Clone, Copy)]
+#[non_exhaustive]
+pub struct StoreKind {
+    /// The store's name, lower case (`redis`, `redlock`, `postgres`): in messages and as the
+    /// `store` label of metrics.
+    pub name: &'static str,
+    /// The URL schemes it serves, lower case (`redis`, `rediss`).
+    pub schemes: &'static [&'static str],
+    /// The cargo feature of `fencelock` that compiles it in (empty for the memory store, which
+    /// is always there).
+    pub feature: &'static str,
+    /// Connects to the store a URL names.
+    pub connect: ConnectFn,
+    /// What [`LockStore::evict`](crate::LockStore::evict) does on this store, in a few words
+    /// for operators; empty when the store cannot evict.
+    pub eviction: &'static str,
+}
+
+impl StoreKind {
+    /// A descriptor with no eviction; add one with [`StoreKind::with_eviction`].
+    pub const fn new(
+        name: &'static str,
+        schemes: &'static [&'static str],
+        feature: &'static str,
+        connect: ConnectFn,
+    ) -> Self {
+        StoreKind {
+            name,
+            schemes,
+            feature,
+            connect,
+            eviction: "",
+        }
+    }
+
+    /// Says what [`LockStore::evict`](crate::LockStore::evict) does on this store.
+    pub const fn with_eviction(mut self, eviction: &'static str) -> Self {
+        self.eviction = eviction;
+        self
+    }
+
+    /// Whether `scheme` (any case) is one of this store's.
+    pub fn serves(&self, scheme: &str) -> bool {
+        self.schemes.iter().any(|s| s.eq_ignore_ascii_case(scheme))
+    }
+}
+
+impl fmt::Debug for StoreKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StoreKind")
+            .field("name", &self.name)
+            .field("schemes", &self.schemes)
+            .field("feature", &self.feature)
+            .field("eviction", &self.eviction)
+            .finish_non_exhaustive()
+    }
+}
+
+impl fmt::Display for StoreKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name)
+    }
+}

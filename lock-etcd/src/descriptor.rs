@@ -1,0 +1,21 @@
+//! The descriptor the `fencelock` facade lists.
+
+use std::sync::Arc;
+
+use lock_core::kind::BoxFuture;
+use lock_core::{DynLockStore, Result, StoreKind};
+
+use crate::config::EtcdConfig;
+use crate::store::EtcdStore;
+
+/// etcd: `etcd://host:port[,host:port…]` and `etcds://` (TLS, crate feature `tls`), see
+/// [`EtcdConfig`].
+pub const ETCD: StoreKind = StoreKind::new("etcd", &["etcd", "etcds"], "etcd", connect)
+    .with_eviction("deletes the holder's queue entry and revokes its etcd lease");
+
+fn connect(url: &str) -> BoxFuture<'_, Result<DynLockStore>> {
+    Box::pin(async move {
+        let store = EtcdStore::connect(EtcdConfig::from_url(url)?).await?;
+        Ok(Arc::new(store) as DynLockStore)
+    })
+}

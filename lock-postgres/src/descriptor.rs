@@ -1,0 +1,21 @@
+//! The descriptor the `fencelock` facade lists.
+
+use std::sync::Arc;
+
+use lock_core::kind::BoxFuture;
+use lock_core::{DynLockStore, Result, StoreKind};
+
+use crate::config::PostgresConfig;
+use crate::store::PostgresStore;
+
+/// PostgreSQL advisory locks: `postgres://` and `postgresql://`, see [`PostgresConfig`].
+pub const POSTGRES: StoreKind =
+    StoreKind::new("postgres", &["postgres", "postgresql"], "postgres", connect)
+        .with_eviction("ends the holder's session (pg_terminate_backend), which frees its lock");
+
+fn connect(url: &str) -> BoxFuture<'_, Result<DynLockStore>> {
+    Box::pin(async move {
+        let store = PostgresStore::connect(PostgresConfig::from_url(url)?).await?;
+        Ok(Arc::new(store) as DynLockStore)
+    })
+}

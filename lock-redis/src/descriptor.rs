@@ -1,0 +1,34 @@
+//! The descriptors the `fencelock` facade lists: one per store this crate implements.
+
+use std::sync::Arc;
+
+use lock_core::kind::BoxFuture;
+use lock_core::{DynLockStore, Result, StoreKind};
+
+use crate::redlock::{RedlockConfig, RedlockStore};
+use crate::store::RedisStore;
+use crate::RedisConfig;
+
+/// One Redis server: `redis://` and `rediss://` (TLS, crate feature `tls`), see
+/// [`RedisConfig`].
+pub const REDIS: StoreKind = StoreKind::new("redis", &["redis", "rediss"], "redis", redis)
+    .with_eviction("deletes the key's lock (never its fencing counter) and wakes its waiters");
+
+/// Redlock over independent Redis masters: `redlock://host:port,host:port,host:port`, see
+/// [`RedlockConfig`].
+pub const REDLOCK: StoreKind = StoreKind::new("redlock", &["redlock"], "redis", redlock)
+    .with_eviction("deletes the key's lock on every node (never the fencing counters)");
+
+fn redis(url: &str) -> BoxFuture<'_, Result<DynLockStore>> {
+    Box::pin(async move {
+        let store = RedisStore::connect(RedisConfig::from_url(url)?).await?;
+        Ok(Arc::new(store) as DynLockStore)
+    })
+}
+
+fn redlock(url: &str) -> BoxFuture<'_, Result<DynLockStore>> {
+    Box::pin(async move {
+        let store = RedlockStore::connect(RedlockConfig::from_url(url)?).await?;
+        Ok(Arc::new(store) as DynLockStore)
+    })
+}
