@@ -21,6 +21,8 @@ pub struct Capabilities {
     pub notified_wait: bool,
     /// Waiters are served oldest first.
     pub fair_queue: bool,
+    /// An operator can free a held key with [`LockStore::evict`](crate::LockStore::evict).
+    pub evict: bool,
     /// How long the store keeps the state of a key no one holds (its fencing counter, its
     /// row) after the key was last locked; `None` if it keeps no per-key state past the lease,
     /// or keeps it forever. A key locked again after its state went gets a greater token all
@@ -30,7 +32,7 @@ pub struct Capabilities {
 
 impl Capabilities {
     /// The baseline: millisecond TTLs from [`MIN_TTL`] to [`MAX_TTL`], polled waits, no
-    /// disconnect detection, no fairness. Adjust with the `with_*` methods.
+    /// disconnect detection, no fairness, no eviction. Adjust with the `with_*` methods.
     pub fn new() -> Self {
         Capabilities {
             min_ttl: MIN_TTL,
@@ -39,6 +41,7 @@ impl Capabilities {
             frees_on_disconnect: false,
             notified_wait: false,
             fair_queue: false,
+            evict: false,
             retention: None,
         }
     }
@@ -76,6 +79,12 @@ impl Capabilities {
     /// Declares a fair (oldest first) wait queue.
     pub fn with_fair_queue(mut self, yes: bool) -> Self {
         self.fair_queue = yes;
+        self
+    }
+
+    /// Declares that [`LockStore::evict`](crate::LockStore::evict) works.
+    pub fn with_evict(mut self, yes: bool) -> Self {
+        self.evict = yes;
         self
     }
 

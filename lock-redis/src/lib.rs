@@ -138,7 +138,7 @@
 //! gives up its subscription. See each method's `# Cancel safety`.
 //!
 //! # Operator actions
-//! [`RedisStore::evict`] deletes a key's lock behind its holder's back (never its fence) and
+//! [`LockStore::evict`] deletes a key's lock behind its holder's back (never its fence) and
 //! wakes the waiters; the holder finds out at its next extend or release.
 //!
 //! # Server requirements
@@ -175,7 +175,7 @@
 //!   `Lost` once it cannot have been held by `q`. **Extend** needs `q` nodes to extend within
 //!   the validity. **Waiting** listens on the key's release channel of every node (each
 //!   node's one pub/sub connection per handle) and is capped at [`WAIT_CAP`] like the
-//!   single-node store. [`RedlockStore::evict`] deletes the lock on every node.
+//!   single-node store. [`LockStore::evict`] deletes the lock on every node.
 //!
 //! **Fencing tokens.** Each node mints in its acquire script, as above. A lease is handed out
 //! only after (1) `q` nodes granted it, and (2) `q` nodes answered a script that raised their
@@ -213,10 +213,12 @@
 //! [`Error::Store`]: lock_core::Error::Store
 //! [`Error::InvalidInput`]: lock_core::Error::InvalidInput
 //! [`Capabilities`]: lock_core::Capabilities
+//! [`LockStore::evict`]: lock_core::LockStore::evict
 #![warn(missing_docs)]
 
-// Module order (each imports only from those before it): config, error, keys, script, eviction, subscriber, store, redlock (config, quorum, fanout, store).
+// Module order (each imports only from those before it): config, error, keys, script, eviction, subscriber, store, redlock (config, quorum, fanout, store), descriptor.
 mod config;
+mod descriptor;
 mod error;
 mod eviction;
 mod keys;
@@ -228,6 +230,7 @@ mod subscriber;
 pub use config::{
     RedisConfig, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, MAX_PREFIX_LEN,
 };
+pub use descriptor::{REDIS, REDLOCK};
 pub use eviction::{EvictionCheck, EvictionRisk, EvictionSettings};
 pub use redlock::{QuorumError, RedlockConfig, RedlockStore};
 pub use store::{RedisStore, WAIT_CAP};

@@ -199,23 +199,6 @@ impl RedisStore {
         }
     }
 
-    /// The operator's "forget": deletes the lock on `key` behind its holder's back (never the
-    /// fencing counter, so the next token is still greater) and wakes its waiters. Returns
-    /// whether a lock was deleted. The holder finds out at its next extend or release.
-    ///
-    /// For tooling and fault tests; a lock holder never needs it.
-    ///
-    /// # Cancel safety
-    /// Dropping the future may or may not have deleted the lock.
-    pub async fn evict(&self, key: &str) -> Result<bool> {
-        check_key(key)?;
-        let names = self.names(key);
-        self.run("evict", |mut conn| async move {
-            evict_on(&mut conn, &names).await
-        })
-        .await
-    }
-
     /// A clone of the shared command connection, for Redlock's per-node fan-out.
     pub(crate) fn connection(&self) -> ConnectionManager {
         self.inner.conn.clone()
@@ -436,8 +419,24 @@ impl LockStore for RedisStore {
             .with_frees_on_disconnect(false)
             .with_fair_queue(false)
             .with_ttl_granularity(TTL_GRANULARITY)
+            .with_evict(true)
             .with_max_ttl(self.inner.config.max_ttl)
             .with_retention(self.inner.config.retention)
+    }
+
+    /// Deletes the lock on `key` behind its holder's back (never the fencing counter, so the
+    /// next token is still greater) and wakes its waiters. Returns whether a lock was deleted.
+    /// The holder finds out at its next extend or release.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may or may not have deleted the lock.
+    async fn evict(&self, key: &str) -> Result<bool> {
+        check_key(key)?;
+        let names = self.names(key);
+        self.run("evict", |mut conn| async move {
+            evict_on(&mut conn, &names).await
+        })
+        .await
     }
 
     /// # Cancel safety

@@ -147,34 +147,6 @@ impl RedlockStore {
             .collect()
     }
 
-    /// The operator's "forget": deletes the lock on `key` on every node (never the fencing
-    /// counters, so the next token is still greater) and wakes its waiters. Returns whether a
-    /// lock was deleted on any node. The holder finds out at its next extend or release.
-    ///
-    /// Fails with [`Error::Unavailable`] naming each node's reason when fewer than a quorum
-    /// answered; the nodes that did answer have deleted the lock.
-    ///
-    /// # Cancel safety
-    /// Dropping the future may leave the lock deleted on some nodes and not others; the
-    /// requests already sent still run.
-    pub async fn evict(&self, key: &str) -> Result<bool> {
-        check_key(key)?;
-        let names = self.names(key);
-        let answers = self
-            .fan_out("evict", self.config().command_timeout(), move |mut conn| {
-                let names = names.clone();
-                async move { evict_on(&mut conn, &names).await }
-            })
-            .await_until(|_| false)
-            .await;
-        if answered(&answers) - failures(&answers) < self.quorum() {
-            return Err(self.unavailable("evict", &answers, |deleted| {
-                if *deleted { "deleted" } else { "no lock" }.into()
-            }));
-        }
-        Ok(count(&answers, |deleted| *deleted) > 0)
-    }
-
     fn quorum(&self) -> usize {
         self.inner.config.quorum()
     }
@@ -656,8 +628,37 @@ impl LockStore for RedlockStore {
             .with_frees_on_disconnect(false)
             .with_fair_queue(false)
             .with_ttl_granularity(TTL_GRANULARITY)
+            .with_evict(true)
             .with_max_ttl(self.config().max_ttl())
             .with_retention(self.config().retention())
+    }
+
+    /// Deletes the lock on `key` on every node (never the fencing counters, so the next token
+    /// is still greater) and wakes its waiters. Returns whether a lock was deleted on any node.
+    /// The holder finds out at its next extend or release.
+    ///
+    /// Fails with [`Error::Unavailable`] naming each node's reason when fewer than a quorum
+    /// answered; the nodes that did answer have deleted the lock.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may leave the lock deleted on some nodes and not others; the
+    /// requests already sent still run.
+    async fn evict(&self, key: &str) -> Result<bool> {
+        check_key(key)?;
+        let names = self.names(key);
+        let answers = self
+            .fan_out("evict", self.config().command_timeout(), move |mut conn| {
+                let names = names.clone();
+                async move { evict_on(&mut conn, &names).await }
+            })
+            .await_until(|_| false)
+            .await;
+        if answered(&answers) - failures(&answers) < self.quorum() {
+            return Err(self.unavailable("evict", &answers, |deleted| {
+                if *deleted { "deleted" } else { "no lock" }.into()
+            }));
+        }
+        Ok(count(&answers, |deleted| *deleted) > 0)
     }
 
     /// `Held` when one owner holds the key on a quorum of nodes, with the token a quorum of
