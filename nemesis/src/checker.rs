@@ -8,8 +8,8 @@
 //!    accepted write read the value the previous one wrote.
 //! 3. **Unexplained refusal**: every refused claim or write on the fenced row belongs to a lease
 //!    that was lost: its lost signal fired at or before the refusal, or its local deadline had
-//!    passed, or a fault the store documents as freeing locks early hit it between its grant
-//!    and the refusal. Otherwise the store let a second holder in while the first still held
+//!    passed, or a fault the store documents as freeing locks early hit it (the fault began
+//!    before the refusal and ended after the lease's grant). Otherwise the store let a second holder in while the first still held
 //!    the lock by the contract: a store bug.
 //!
 //! Counted, not failed: critical sections that overlapped in real time, updates lost on the
@@ -228,6 +228,8 @@ struct Index<'h> {
     grants: HashMap<(u32, u64), u64>,
     lost_at: HashMap<(u32, u64), u64>,
     grant_times: Vec<u64>,
+    /// When each fault was healed, by fault id.
+    healed: HashMap<u32, u64>,
 }
 
 impl<'h> Index<'h> {
@@ -238,6 +240,7 @@ impl<'h> Index<'h> {
             grants: HashMap::new(),
             lost_at: HashMap::new(),
             grant_times: Vec::new(),
+            healed: HashMap::new(),
         };
         for e in history {
             match &e.event {
@@ -248,6 +251,9 @@ impl<'h> Index<'h> {
                 }
                 Event::Lost { lease, .. } => {
                     index.lost_at.entry((e.worker, *lease)).or_insert(e.t);
+                }
+                Event::Healed { id } => {
+                    index.healed.insert(*id, e.t);
                 }
                 _ => {}
             }
@@ -308,12 +314,19 @@ impl<'h> Index<'h> {
         let signalled = lost || self.lost_at.get(&key).is_some_and(|&l| l <= refusal.t);
         let expired = deadline <= refusal.t;
         let granted = self.grants.get(&key).copied().unwrap_or(0);
+        // A fault hits the leases granted before it ended (a lease granted while a restart or a
+        // terminate was under way may be among those it freed) and explains refusals after it
+        // began.
         let freed_early = self.history.iter().any(|e| match &e.event {
             Event::Fault {
+                id,
                 frees_early: true,
                 target,
                 ..
-            } => target.is_none_or(|w| w == refusal.worker) && granted <= e.t && e.t <= refusal.t,
+            } => {
+                let ended = self.healed.get(id).copied().unwrap_or(e.t);
+                target.is_none_or(|w| w == refusal.worker) && granted <= ended && e.t <= refusal.t
+            }
             _ => false,
         });
         if signalled || expired || freed_early {
@@ -634,6 +647,14 @@ mod tests {
         history.insert(6, fault(false));
         history.push(write(8, 2, 1, 11, None));
         assert!(check(&history, &resource, TTL_MS).broke(3));
+
+        // A lease granted while the fault was under way is hit by it.
+        let (mut history, resource) = clean_history();
+        history.insert(6, fault(true));
+        history.push(grant(8, 3, 1, 12));
+        history.push(at(9, 0, Event::Healed { id: 1 }));
+        history.push(write(10, 3, 1, 12, None));
+        assert!(check(&history, &resource, TTL_MS).is_safe());
 
         // A lease granted after the fault is not explained by it.
         let (mut history, resource) = clean_history();
