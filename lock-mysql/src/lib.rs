@@ -50,7 +50,9 @@
 //!   looks up their sessions in `information_schema.PROCESSLIST` and revokes a lease whose
 //!   session is gone.
 //! - **Waiting** uses the server's queue: `GET_LOCK` with the remaining wait as its timeout,
-//!   so a waiter is woken by the release itself.
+//!   so a waiter is woken by the release itself. The wait runs inside the acquire statement,
+//!   which holds a shared metadata lock on the fence table meanwhile: DDL on the fence table
+//!   (`ALTER TABLE`) waits for every waiting acquire, and new acquires queue behind the DDL.
 //!
 //! # When a lock is freed early
 //! The lock lives exactly as long as the lease's server session, so these events free it

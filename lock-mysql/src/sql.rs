@@ -24,6 +24,10 @@ pub(crate) const AUTOCOMMIT_ON: &str = "SET SESSION autocommit = 1";
 /// Arms the server-side TTL: a session silent for $1 seconds is ended, and its lock with it.
 pub(crate) const SET_WAIT_TIMEOUT: &str = "SET SESSION wait_timeout = ?";
 
+/// Disarms the TTL of a session kept for the store's own look-ups: back to the server's
+/// default, so a long-lived session is not ended between two look-ups by a short lease's TTL.
+pub(crate) const RESET_WAIT_TIMEOUT: &str = "SET SESSION wait_timeout = @@GLOBAL.wait_timeout";
+
 /// Whether the fence table ($1 database, $2 table) exists, its engine and the comment that
 /// records its lock-id scheme, and whether commits are durable. A single read.
 pub(crate) const FENCE_TABLE_STATE: &str =

@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::bounded;
 use crate::session::{Checkout, Session, Sessions};
-use crate::sql::LIVE_SESSIONS;
+use crate::sql::{LIVE_SESSIONS, RESET_WAIT_TIMEOUT};
 
 /// The slowest the task looks: a lease whose session the server ended is reported within
 /// about this long (plus one query), whatever its TTL.
@@ -234,8 +234,20 @@ async fn look_up(
 ) -> Result<Vec<Backend>, String> {
     if session.is_none() {
         let Checkout {
-            session: opened, ..
+            session: mut opened,
+            ..
         } = sessions.checkout().await.map_err(|e| e.to_string())?;
+        // An idle session may carry a short lease's TTL, shorter than the period between two
+        // look-ups: the server would end it between them.
+        if opened.wait_timeout.is_some() {
+            bounded(
+                sessions.config.command_timeout,
+                sqlx::query(RESET_WAIT_TIMEOUT).execute(&mut opened.conn),
+            )
+            .await
+            .map_err(|fault| fault.describe())?;
+            opened.wait_timeout = None;
+        }
         *session = Some(opened);
     }
     let Some(conn) = session.as_mut().map(|s| &mut s.conn) else {

@@ -1,0 +1,284 @@
+//! The MySQL/MariaDB store against the raw SQL it is built on, measured in one run from one
+//! client.
+//!
+//! ```sh
+//! cargo run --release -p lock-mysql --example bench
+//! ```
+//!
+//! Starts its own MariaDB with test-servers, or uses `LOCK_BENCH_URL` if set. Prints one table:
+//! the raw floor (the same client running `GET_LOCK` + the fence upsert + `RELEASE_LOCK` as
+//! three plain statements) and our acquire + release cycle, as a ratio; throughput with 16
+//! tasks on distinct keys against 16 raw connections doing the same; the handoff to another of
+//! 8 waiters against the raw `GET_LOCK` handoff (waiters blocked in `GET_LOCK`, then the
+//! upsert); and 300 leases held at once with keep-alive on one handle.
+
+use std::error::Error;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use conformance::bench::{
+    cycle, cycle_into, handoff_between, handoff_to_another, hold_kept_alive, lock_throughput,
+    micros as us, server_or_env, throughput, time_each, Contender, Handoff, Samples, Table,
+};
+use lock_core::DynLockStore;
+use lock_mysql::{MysqlConfig, MysqlStore};
+use sqlx::{Connection, MySqlConnection, Row};
+use tokio::time::Instant;
+
+const ITERATIONS: usize = 2000;
+const ROUNDS: usize = 20;
+const TASKS: usize = 16;
+const RUN_FOR: Duration = Duration::from_secs(3);
+const WAITERS: usize = 8;
+const HANDOFFS: usize = 300;
+/// How long each holder keeps the key in the handoff runs, so the others are parked in their
+/// wait when the release comes.
+const HOLD: Duration = Duration::from_millis(2);
+const HELD: usize = 300;
+const HELD_TTL: Duration = Duration::from_secs(2);
+const TTL: Duration = Duration::from_secs(30);
+
+/// The raw floor: the same three steps as an acquire + release, as plain statements. The
+/// upsert returns the token as ours does (LAST_INSERT_ID(expr) in the reply).
+const RAW_TRY: &str = "SELECT GET_LOCK(?, 0)";
+const RAW_WAIT: &str = "SELECT GET_LOCK(?, 60)";
+const RAW_BUMP: &str = "INSERT INTO {fence}
+        (namespace, `key`, lock_name, lock_id_scheme, token, owner, holder_id, ttl_ms, updated_at)
+    VALUES ('bench-raw', ?, ?, 2, LAST_INSERT_ID(1), 'raw', CONNECTION_ID(), 0, NOW(6))
+    ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1)";
+const RAW_RELEASE: &str = "SELECT RELEASE_LOCK(?)";
+
+fn raw_failed(e: sqlx::Error) -> lock_core::Error {
+    lock_core::Error::store("raw statement", e)
+}
+
+/// One raw connection and the statements it runs on one lock name.
+struct Raw {
+    conn: MySqlConnection,
+    name: String,
+    bump: Arc<str>,
+}
+
+impl Raw {
+    async fn open(url: &str, name: String, bump: &Arc<str>) -> Result<Raw, sqlx::Error> {
+        Ok(Raw {
+            conn: MySqlConnection::connect(url).await?,
+            name,
+            bump: bump.clone(),
+        })
+    }
+
+    async fn lock(&mut self, statement: &str) -> lock_core::Result<()> {
+        let granted: Option<i64> = sqlx::query(statement)
+            .bind(&self.name)
+            .fetch_one(&mut self.conn)
+            .await
+            .and_then(|r| r.try_get(0))
+            .map_err(raw_failed)?;
+        if granted != Some(1) {
+            return Err(lock_core::Error::Busy {
+                key: self.name.clone(),
+            });
+        }
+        sqlx::query(&self.bump)
+            .bind(self.name.as_bytes())
+            .bind(&self.name)
+            .execute(&mut self.conn)
+            .await
+            .map_err(raw_failed)?;
+        Ok(())
+    }
+
+    async fn unlock(&mut self) -> lock_core::Result<()> {
+        sqlx::query(RAW_RELEASE)
+            .bind(&self.name)
+            .execute(&mut self.conn)
+            .await
+            .map(drop)
+            .map_err(raw_failed)
+    }
+
+    async fn cycle(&mut self) -> lock_core::Result<()> {
+        self.lock(RAW_TRY).await?;
+        self.unlock().await
+    }
+}
+
+/// A raw connection as a waiter in `conformance::bench::handoff_between`: it blocks in
+/// `GET_LOCK`, then bumps the fence as a separate statement.
+#[async_trait]
+impl Contender for Raw {
+    type Held = ();
+
+    async fn take(&mut self) -> lock_core::Result<()> {
+        self.lock(RAW_WAIT).await
+    }
+
+    async fn give_back(&mut self, (): ()) -> lock_core::Result<()> {
+        self.unlock().await
+    }
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() -> Result<(), Box<dyn Error>> {
+    let (_server, url) = server_or_env(test_servers::MariadbServer::start, |s| s.url())?;
+    let config = MysqlConfig::from_url(&url)?;
+    println!("MySQL/MariaDB store benchmark against {config}");
+    let store = MysqlStore::connect(config.clone()).await?;
+    let dyn_store: DynLockStore = Arc::new(store.clone());
+    let bump: Arc<str> = RAW_BUMP.replace("{fence}", &config.fence_table()).into();
+    let mut admin = MySqlConnection::connect(&url).await?;
+    let row = sqlx::query(
+        "SELECT VERSION(), CAST(@@innodb_flush_log_at_trx_commit AS SIGNED), \
+         CAST(@@max_connections AS SIGNED)",
+    )
+    .fetch_one(&mut admin)
+    .await?;
+    let (version, flush, max_connections): (String, i64, i64) =
+        (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
+    println!(
+        "server {version}, innodb_flush_log_at_trx_commit = {flush}, max_connections = {max_connections}\n"
+    );
+
+    // Raw round trips on one connection, shared with each timed call through a mutex
+    // (uncontended).
+    let raw = Arc::new(tokio::sync::Mutex::new(
+        Raw::open(&url, "bench-raw:cycle".into(), &bump).await?,
+    ));
+    let select_one = time_each(ITERATIONS, |_| {
+        let raw = raw.clone();
+        async move {
+            sqlx::query("SELECT 1")
+                .fetch_one(&mut raw.lock().await.conn)
+                .await
+                .map(drop)
+                .map_err(raw_failed)
+        }
+    })
+    .await?;
+    // The raw floor and our cycle in alternating rounds, so both see the same machine load;
+    // warmed up first.
+    cycle(&dyn_store, "bench:cycle", TTL, 100).await?;
+    let (mut raw_samples, mut our_samples) = (Vec::new(), Vec::new());
+    for _ in 0..ROUNDS {
+        let mut raw = raw.lock().await;
+        for _ in 0..ITERATIONS / ROUNDS {
+            let started = Instant::now();
+            raw.cycle().await?;
+            raw_samples.push(started.elapsed());
+        }
+        drop(raw);
+        cycle_into(
+            &dyn_store,
+            "bench:cycle",
+            TTL,
+            ITERATIONS / ROUNDS,
+            &mut our_samples,
+        )
+        .await?;
+    }
+    let raw_floor = Samples::new(raw_samples);
+    let ours = Samples::new(our_samples);
+
+    // Throughput: 16 tasks on distinct keys, raw (one connection per task) and ours (one handle).
+    let mut raw_conns = Vec::new();
+    for task in 0..TASKS {
+        raw_conns.push(Arc::new(tokio::sync::Mutex::new(
+            Raw::open(&url, format!("bench-raw:throughput:{task}"), &bump).await?,
+        )));
+    }
+    let raw_rate = throughput(TASKS, RUN_FOR, move |task, _| {
+        let conn = raw_conns[task].clone();
+        async move { conn.lock().await.cycle().await }
+    })
+    .await?;
+    let our_rate =
+        lock_throughput(dyn_store.clone(), "bench:throughput:", TTL, TASKS, RUN_FOR).await?;
+
+    // Handoff to another of 8 waiters on one key: raw connections, then our handles.
+    let mut raw_waiters = Vec::new();
+    for _ in 0..WAITERS {
+        raw_waiters.push(Raw::open(&url, "bench-raw:handoff".into(), &bump).await?);
+    }
+    let raw_handoffs =
+        handoff_between(raw_waiters, HANDOFFS, Handoff::ToAnother { hold: HOLD }).await?;
+    let mut handles: Vec<DynLockStore> = Vec::new();
+    for _ in 0..WAITERS {
+        handles.push(Arc::new(MysqlStore::connect(config.clone()).await?));
+    }
+    let handoffs = handoff_to_another(handles, "bench:handoff", TTL, HOLD, HANDOFFS).await?;
+
+    // 300 leases held at once on one handle, kept alive.
+    let held_store = Arc::new(MysqlStore::connect(config.clone()).await?);
+    let mut held = hold_kept_alive(&held_store, "bench:held:", HELD, HELD_TTL).await?;
+    let lost = held.lost();
+    let store_connections = held_store.open_connections();
+    let store_idle = held_store.idle_connections();
+    let server_connections: i64 =
+        sqlx::query("SELECT CAST(COUNT(*) AS SIGNED) FROM information_schema.PROCESSLIST")
+            .fetch_one(&mut admin)
+            .await?
+            .get(0);
+    held.release(&*held_store).await?;
+
+    let mut table = Table::default();
+    table.latency("raw round trip (SELECT 1) p50", select_one.p50());
+    table.latency(
+        "raw floor: GET_LOCK + fence upsert + RELEASE_LOCK p50",
+        raw_floor.p50(),
+    );
+    let ratio = us(ours.p50()) / us(raw_floor.p50());
+    table
+        .latency("ours: try_acquire + release p50", ours.p50())
+        .ratio(ratio, Some(("≤ 1.2× raw floor", ratio <= 1.2)));
+    table.latency("ours: try_acquire + release p99", ours.p99());
+    table.rate(format!("raw floor, {TASKS} tasks, distinct keys"), raw_rate);
+    table
+        .rate(format!("ours, {TASKS} tasks, distinct keys"), our_rate)
+        .ratio(our_rate / raw_rate, None);
+    table.latency(
+        format!("raw handoff to another p50, {WAITERS} waiters (GET_LOCK + upsert)"),
+        raw_handoffs.p50(),
+    );
+    let handoff_ratio = us(handoffs.p50()) / us(raw_handoffs.p50());
+    table
+        .latency(
+            format!("ours: handoff to another p50, {WAITERS} waiters"),
+            handoffs.p50(),
+        )
+        .ratio(
+            handoff_ratio,
+            Some(("≤ 1.1× raw handoff", handoff_ratio <= 1.1)),
+        );
+    table.latency(
+        format!("ours: handoff to another p99, {WAITERS} waiters"),
+        handoffs.p99(),
+    );
+    table
+        .push(
+            format!("{HELD} leases held with keep-alive, TTL {HELD_TTL:?}, for 3 TTLs"),
+            format!("{lost} lost"),
+        )
+        .target = Some((format!("{HELD} held, none lost"), lost == 0));
+    table.push(
+        "  connections: this handle's (held + idle) / all on the server",
+        format!(
+            "{} + {store_idle} / {server_connections}",
+            store_connections - store_idle
+        ),
+    );
+    table.push(
+        format!("  time to acquire {HELD} (one at a time)"),
+        format!("{:.0} ms", held.acquired_in.as_secs_f64() * 1e3),
+    );
+    table.latency("  extend p50 while they are kept alive", held.extends.p50());
+    table.latency("  extend p99 while they are kept alive", held.extends.p99());
+    println!("{table}");
+    println!(
+        "samples: {ITERATIONS} cycles each, {HANDOFFS} handoffs each; raw SELECT 1 p99 {:.1} µs, raw floor p99 {:.1} µs",
+        us(select_one.p99()),
+        us(raw_floor.p99())
+    );
+    Ok(())
+}
