@@ -22,7 +22,53 @@ pub(crate) const TTL_GRANULARITY: Duration = Duration::from_secs(1);
 
 /// The query-string options this crate reads; anything else is rejected, so a typo such as
 /// `prefx=` cannot silently put locks under the default prefix.
-const OPTIONS: &[&str] = &["prefix", "connect_timeout", "command_timeout"];
+const OPTIONS: &[&str] = &["prefix", "layout", "connect_timeout", "command_timeout"];
+
+/// How a lock's queue is named in etcd's key space.
+///
+/// Both layouts run the same algorithm (the oldest entry under the queue's directory holds the
+/// lock, each waiter watches its predecessor); they differ in the names, and so in who else
+/// sees the queue, and in what the fencing token is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Layout {
+    /// `layout=fencelock`, the default: entries `{prefix}{escaped key}/{owner id}`, the
+    /// holder entry's create revision as the token. Seen only by fencelock clients.
+    #[default]
+    Fencelock,
+    /// `layout=etcd`: entries `{prefix}{key}/{lease id in hex}`, exactly the names of etcd's
+    /// `concurrency.Mutex`, `etcdctl lock` and the server's `Lock` RPC, so those clients and
+    /// fencelock exclude each other and share one fair queue. The key is not escaped and the
+    /// prefix defaults to empty: the lock `jobs/nightly` is `etcdctl lock jobs/nightly`. The
+    /// token is the store revision of the reply that granted the lock, the number
+    /// `etcdctl lock` exports as `ETCD_LOCK_REV`.
+    Etcd,
+}
+
+impl Layout {
+    /// The name in the URL's `layout=` option.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Layout::Fencelock => "fencelock",
+            Layout::Etcd => "etcd",
+        }
+    }
+
+    /// The prefix a URL without `prefix=` gets: [`DEFAULT_PREFIX`], or empty for
+    /// [`Layout::Etcd`] (where the lock's name is the whole of etcd's own prefix).
+    pub fn default_prefix(self) -> &'static str {
+        match self {
+            Layout::Fencelock => DEFAULT_PREFIX,
+            Layout::Etcd => "",
+        }
+    }
+}
+
+impl fmt::Display for Layout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// How to reach etcd and where to keep the locks.
 ///
@@ -35,7 +81,8 @@ const OPTIONS: &[&str] = &["prefix", "connect_timeout", "command_timeout"];
 ///
 /// | option | default | meaning |
 /// | --- | --- | --- |
-/// | `prefix` | `fencelock/` | prefix of every key this store writes; two stores contend only if one prefix starts with the other (then some keys of one share queues with the other: false contention, never two holders) |
+/// | `prefix` | `fencelock/` (empty with `layout=etcd`) | prefix of every key this store writes; two stores contend only if one prefix starts with the other (then some keys of one share queues with the other: false contention, never two holders). Empty is refused except with `layout=etcd` |
+/// | `layout` | `fencelock` | `etcd` names each lock exactly as etcd's `concurrency.Mutex` and `etcdctl lock` do, so they exclude each other (see [`Layout`]) |
 /// | `connect_timeout` | `5s` | bound on connecting (and on the first round trip of [`EtcdStore::connect`](crate::EtcdStore::connect)): `5` (seconds), `5s` or `250ms` |
 /// | `command_timeout` | `5s` | bound on one request to the cluster, same forms |
 ///
@@ -47,7 +94,9 @@ pub struct EtcdConfig {
     pub(crate) endpoints: Vec<String>,
     pub(crate) tls: bool,
     pub(crate) user: Option<(String, String)>,
-    pub(crate) prefix: String,
+    /// `None`: the layout's default prefix.
+    prefix: Option<String>,
+    pub(crate) layout: Layout,
     pub(crate) connect_timeout: Duration,
     pub(crate) command_timeout: Duration,
 }
@@ -114,7 +163,8 @@ impl EtcdConfig {
             endpoints,
             tls,
             user,
-            prefix: DEFAULT_PREFIX.to_owned(),
+            prefix: None,
+            layout: Layout::default(),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             command_timeout: DEFAULT_COMMAND_TIMEOUT,
         };
@@ -129,11 +179,17 @@ impl EtcdConfig {
             };
             let (name, value) = (decode(name)?, decode(value)?);
             match name.as_str() {
-                "prefix" => {
-                    if value.is_empty() {
-                        return Err(bad("prefix must not be empty".into()));
+                "prefix" => config.prefix = Some(value),
+                "layout" => {
+                    config.layout = match value.as_str() {
+                        "fencelock" => Layout::Fencelock,
+                        "etcd" => Layout::Etcd,
+                        other => {
+                            return Err(bad(format!(
+                                "layout must be fencelock or etcd, not {other:?}"
+                            )))
+                        }
                     }
-                    config.prefix = value;
                 }
                 "connect_timeout" => {
                     config.connect_timeout = parse_timeout("connect_timeout", &value)?
@@ -148,6 +204,12 @@ impl EtcdConfig {
                     )))
                 }
             }
+        }
+        // Checked after every option, since `layout=` may come after `prefix=`.
+        if config.prefix().is_empty() && config.layout == Layout::Fencelock {
+            return Err(bad(
+                "prefix must not be empty (only layout=etcd, where the lock's name is etcd's own prefix, allows it)".into(),
+            ));
         }
         Ok(config)
     }
@@ -167,9 +229,17 @@ impl EtcdConfig {
         self.user.as_ref().map(|(name, _)| name.as_str())
     }
 
-    /// The prefix of every key this store writes.
+    /// The prefix of every key this store writes: the `prefix=` option, or the layout's
+    /// default ([`Layout::default_prefix`]).
     pub fn prefix(&self) -> &str {
-        &self.prefix
+        self.prefix
+            .as_deref()
+            .unwrap_or_else(|| self.layout.default_prefix())
+    }
+
+    /// How locks are named in etcd's key space.
+    pub fn layout(&self) -> Layout {
+        self.layout
     }
 
     /// The bound on connecting.
@@ -184,7 +254,13 @@ impl EtcdConfig {
 
     /// Sets the key prefix.
     pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
+        self.prefix = Some(prefix.into());
+        self
+    }
+
+    /// Sets the layout; a prefix not set explicitly follows it ([`Layout::default_prefix`]).
+    pub fn with_layout(mut self, layout: Layout) -> Self {
+        self.layout = layout;
         self
     }
 
@@ -217,9 +293,10 @@ impl EtcdConfig {
             None => String::new(),
         };
         format!(
-            "{scheme}://{user}{}?prefix={}&connect_timeout={}ms&command_timeout={}ms",
+            "{scheme}://{user}{}?prefix={}&layout={}&connect_timeout={}ms&command_timeout={}ms",
             self.endpoints.join(","),
-            percent_encode(&self.prefix),
+            percent_encode(self.prefix()),
+            self.layout,
             self.connect_timeout.as_millis(),
             self.command_timeout.as_millis()
         )
@@ -239,7 +316,8 @@ impl fmt::Debug for EtcdConfig {
             .field("tls", &self.tls)
             .field("user", &self.user())
             .field("password", &self.user.as_ref().map(|_| "***"))
-            .field("prefix", &self.prefix)
+            .field("prefix", &self.prefix())
+            .field("layout", &self.layout)
             .field("connect_timeout", &self.connect_timeout)
             .field("command_timeout", &self.command_timeout)
             .finish()
@@ -389,6 +467,48 @@ mod tests {
         assert!(rule("etcd://h:1?connect_timeout=0").contains("connect_timeout"));
         assert!(rule("etcd://h:1?command_timeout=soon").contains("command_timeout"));
         assert!(rule("etcd://:pw@h:1").contains("user name"));
+    }
+
+    #[test]
+    fn the_etcd_layout_defaults_to_an_empty_prefix() {
+        let config = EtcdConfig::from_url("etcd://h:1?layout=etcd").unwrap();
+        assert_eq!(config.layout(), Layout::Etcd);
+        assert_eq!(config.prefix(), "");
+        // The empty prefix is allowed in this layout, in either order of the options.
+        for url in [
+            "etcd://h:1?prefix=&layout=etcd",
+            "etcd://h:1?layout=etcd&prefix=",
+        ] {
+            assert_eq!(EtcdConfig::from_url(url).unwrap().prefix(), "", "{url}");
+        }
+        let config = EtcdConfig::from_url("etcd://h:1?layout=etcd&prefix=locks%2F").unwrap();
+        assert_eq!(config.prefix(), "locks/");
+        let config = EtcdConfig::from_url("etcd://h:1?layout=fencelock").unwrap();
+        assert_eq!(
+            (config.layout(), config.prefix()),
+            (Layout::Fencelock, DEFAULT_PREFIX)
+        );
+        // A prefix not set explicitly follows the layout; one set explicitly stays.
+        let built = EtcdConfig::from_url("etcd://h:1").unwrap();
+        assert_eq!(built.clone().with_layout(Layout::Etcd).prefix(), "");
+        assert_eq!(
+            built.with_prefix("p/").with_layout(Layout::Etcd).prefix(),
+            "p/"
+        );
+        // The redacted form names the layout and parses back to the same config.
+        let shown = EtcdConfig::from_url("etcd://h:1?layout=etcd")
+            .unwrap()
+            .redacted();
+        assert!(shown.contains("prefix=&layout=etcd"), "{shown}");
+        let again = EtcdConfig::from_url(&shown).unwrap();
+        assert_eq!((again.layout(), again.prefix()), (Layout::Etcd, ""));
+    }
+
+    #[test]
+    fn bad_layouts_are_rejected() {
+        assert!(rule("etcd://h:1?layout=redis").contains("fencelock or etcd"));
+        assert!(rule("etcd://h:1?layout=").contains("fencelock or etcd"));
+        assert!(rule("etcd://h:1?layout=fencelock&prefix=").contains("layout=etcd"));
     }
 
     #[test]

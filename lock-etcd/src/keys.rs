@@ -1,8 +1,46 @@
 //! Where a lock lives in etcd's key space.
 //!
-//! A lock on `key` is a queue directory `{prefix}{escaped key}/`; each acquisition puts one
-//! entry `{prefix}{escaped key}/{owner id}` on its own etcd lease. The entry with the lowest
-//! create revision holds the lock; the others wait in create-revision order.
+//! A lock on `key` is a queue directory; each acquisition puts one entry in it on its own etcd
+//! lease. The entry with the lowest create revision holds the lock; the others wait in
+//! create-revision order. [`Layout::Fencelock`]: the directory `{prefix}{escaped key}/`, the
+//! entry `{dir}{owner id}`. [`Layout::Etcd`]: the directory `{prefix}{key}/`, the entry
+//! `{dir}{lease id in hex}`, as etcd's `concurrency.Mutex` names them (`NewMutex(session, pfx)`
+//! puts `fmt.Sprintf("%s%x", pfx + "/", session.Lease())`).
+
+use crate::config::Layout;
+
+/// The queue directory of `key` in `layout`.
+pub(crate) fn dir(layout: Layout, prefix: &str, key: &str) -> String {
+    match layout {
+        Layout::Fencelock => queue_dir(prefix, key),
+        Layout::Etcd => mutex_dir(prefix, key),
+    }
+}
+
+/// The queue entry of one acquisition in `layout`, holding the etcd lease `lease_id`.
+pub(crate) fn entry(layout: Layout, dir: &str, owner: lock_core::OwnerId, lease_id: i64) -> String {
+    match layout {
+        Layout::Fencelock => entry_key(dir, owner),
+        Layout::Etcd => mutex_entry(dir, lease_id),
+    }
+}
+
+/// etcd's `Mutex` directory: the name as given, then `/`. Not escaped, so that it is byte for
+/// byte the directory `etcdctl lock {key}` uses; as with etcd's own clients, the queue of `a`
+/// then also holds the entries of `a/b` (false contention, never two holders).
+pub(crate) fn mutex_dir(prefix: &str, key: &str) -> String {
+    format!("{prefix}{key}/")
+}
+
+/// etcd's `Mutex` entry: the lease id in lower-case hex, as Go's `%x` prints an `int64`.
+pub(crate) fn mutex_entry(dir: &str, lease_id: i64) -> String {
+    if lease_id < 0 {
+        // etcd never grants a negative id; written as Go would, so both sides still agree.
+        format!("{dir}-{:x}", lease_id.unsigned_abs())
+    } else {
+        format!("{dir}{lease_id:x}")
+    }
+}
 
 /// The queue directory of `key`. `%` and `/` are escaped (`%25`, `%2F`) so no directory is a
 /// prefix of another key's entries: `a` and `a/b` never share a queue.
@@ -51,6 +89,22 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn the_etcd_layout_names_entries_as_etcds_mutex_does() {
+        // `etcdctl lock jobs/nightly` on lease 0x694d77aa9e3b1d5c puts this key.
+        let dir = dir(Layout::Etcd, "", "jobs/nightly");
+        assert_eq!(dir, "jobs/nightly/");
+        assert_eq!(
+            entry(Layout::Etcd, &dir, OwnerId::from(7), 0x694d_77aa_9e3b_1d5c),
+            "jobs/nightly/694d77aa9e3b1d5c"
+        );
+        assert_eq!(mutex_entry("k/", 10), "k/a");
+        assert_eq!(mutex_entry("k/", -10), "k/-a");
+        assert_eq!(mutex_dir("locks/", "a%/b"), "locks/a%/b/");
+        // Its entries carry no owner id.
+        assert_eq!(entry_owner(&dir, b"jobs/nightly/694d77aa9e3b1d5c"), None);
     }
 
     #[test]

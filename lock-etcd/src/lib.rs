@@ -69,6 +69,30 @@
 //!   with `LeaseLost` if etcd answers TTL 0 or the entry is gone or has another revision. The
 //!   new local deadline is measured from a clock reading taken before both were sent.
 //!
+//! # Next to etcd's own lock clients: `layout=etcd`
+//! With [`Layout::Etcd`] (URL option `layout=etcd`) every name is the one etcd's Go recipe
+//! uses: the queue of `key` is `{prefix}{key}/` (prefix empty by default, the key not
+//! escaped) and each entry is `{prefix}{key}/{etcd lease id in hex}` on the lease that carries
+//! it, exactly what `concurrency.NewMutex(session, key)`, `etcdctl lock key` and the server's
+//! `Lock` RPC put. The algorithm was already theirs (the oldest create revision holds, each
+//! waiter watches its predecessor), so fencelock and those clients on the same name exclude each
+//! other in both directions and wait in one FIFO queue. The key is not escaped, as theirs is
+//! not: the queue of `a` also holds the entries of `a/b` (a holder of `a/b` makes `a` wait;
+//! false contention, never two holders).
+//!
+//! **The token** in this layout is the store revision of the reply that granted the lock: the
+//! enqueue transaction's header if the entry was first at once, otherwise the header of the
+//! read that found no older entry and our own still there. That is the number etcd's `Mutex`
+//! keeps as `Header().Revision` and `etcdctl lock` exports as `ETCD_LOCK_REV`, so a resource
+//! fenced by both kinds of client refuses either side's stale writes. It grows with every
+//! grant, whoever's: a grant's reply shows its entry as the oldest, so the entry of every
+//! earlier holder is gone by then, deleted at a revision above that holder's own grant reply
+//! (its entry still existed at that revision, and a delete makes a new one); the new reply is
+//! read at or after that delete. It is not the entry's create revision, which for a holder that
+//! had to queue is below the grants of those ahead of it. [`mutex_key`] gives a lease's
+//! `ETCD_LOCK_KEY`; [`LockStore::status`](lock_core::LockStore::status) names no token in this
+//! layout (etcd keeps none) and no owner (the entry names a lease).
+//!
 //! # What is guaranteed
 //! - At most one holder per key at any instant, across every client of the cluster, while the
 //!   cluster has a quorum: the holder is whoever owns the oldest entry, and Raft orders every
@@ -128,13 +152,14 @@
 //! holder finds out at its next extend. For fault tests and tooling; a holder never needs it.
 //!
 //! # The URL
-//! `etcd://[user:pass@]host:port[,host:port…][?prefix=…&connect_timeout=…&command_timeout=…]`,
+//! `etcd://[user:pass@]host:port[,host:port…][?prefix=…&layout=…&connect_timeout=…&command_timeout=…]`,
 //! or `etcds://…` for TLS (crate feature `tls`, rustls with the webpki roots): see
 //! [`EtcdConfig`].
 //!
 //! # Server requirements
 //! etcd 3.4 or newer with the v3 API. With authentication on, the user needs read and write
-//! permission on the prefix (default `fencelock/`); leases need no permission.
+//! permission on the prefix (default `fencelock/`; in the etcd layout, on each lock's name);
+//! leases need no permission.
 //!
 //! [`LockStore::evict`]: lock_core::LockStore::evict
 #![warn(missing_docs)]
@@ -149,8 +174,8 @@ mod store;
 mod txn;
 
 pub use config::{
-    EtcdConfig, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PORT, DEFAULT_PREFIX,
-    MIN_TTL,
+    EtcdConfig, Layout, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PORT,
+    DEFAULT_PREFIX, MIN_TTL,
 };
 pub use descriptor::ETCD;
-pub use store::EtcdStore;
+pub use store::{mutex_key, EtcdStore};

@@ -20,9 +20,9 @@ use lock_core::{
 };
 use tokio::time::{sleep, sleep_until, timeout, timeout_at};
 
-use crate::config::{EtcdConfig, MIN_TTL, TTL_GRANULARITY};
+use crate::config::{EtcdConfig, Layout, MIN_TTL, TTL_GRANULARITY};
 use crate::error::{client_error, is_retryable, never_sent};
-use crate::keys::{entry_key, entry_owner, queue_dir};
+use crate::keys::{self, entry_owner};
 use crate::renewer::Renewer;
 use crate::txn;
 
@@ -34,6 +34,10 @@ const PING_INTERVAL: Duration = Duration::from_secs(10);
 struct Held {
     entry: String,
     lease_id: i64,
+    /// The entry's create revision, which release and extend compare. The token too, except in
+    /// [`Layout::Etcd`], where the token is the revision of the reply that granted the lock.
+    created: i64,
+    layout: Layout,
     /// [`HELD`], then [`RECYCLED`] or [`DISCARDED`] once a release has decided the etcd
     /// lease's fate. Shared by the lease's clones, so a second release or an extend after the
     /// release never touches an etcd lease that may already carry another lock.
@@ -46,6 +50,16 @@ const HELD: u8 = 0;
 const RECYCLED: u8 = 1;
 /// A release found the entry gone; the etcd lease is being revoked.
 const DISCARDED: u8 = 2;
+
+/// The key `etcdctl lock` exports as `ETCD_LOCK_KEY` for a lease granted in
+/// [`Layout::Etcd`]: its holder entry `{prefix}{key}/{lease id in hex}`, which Go code can
+/// guard its own writes with (`Compare(CreateRevision(key), ">", 0)`, as `Mutex.IsOwner` does).
+/// The matching `ETCD_LOCK_REV` is [`Lease::fencing_token`]. `None` for a lease of another
+/// layout or another store.
+pub fn mutex_key(lease: &Lease) -> Option<&str> {
+    let held = lease.store_state::<Held>()?;
+    (held.layout == Layout::Etcd).then_some(held.entry.as_str())
+}
 
 /// A lock store on etcd v3 (3.4 or newer).
 ///
@@ -77,10 +91,26 @@ const MAX_IDLE_PER_TTL: usize = 8;
 
 /// What one enqueue found.
 struct Enqueued {
-    /// Our entry's create revision: the token, if we get the lock.
+    /// Our entry's create revision: the token in [`Layout::Fencelock`], if we get the lock.
     revision: i64,
+    /// The store revision the transaction was answered at: the token in [`Layout::Etcd`], if
+    /// our entry is the head.
+    answered_at: i64,
     /// Whether our entry is the queue's head.
     first: bool,
+}
+
+/// The holder's fencing token in [`Layout::Etcd`]: the store revision of the reply that showed
+/// our entry as the queue's head, which is what etcd's `Mutex` keeps as its `Header()` and
+/// `etcdctl lock` exports as `ETCD_LOCK_REV`.
+fn answered_at(answer: &TxnResponse) -> Result<i64> {
+    answer
+        .header()
+        .map(|header| header.revision())
+        .ok_or_else(|| Error::Store {
+            message: "etcd answered a transaction without a header".into(),
+            source: None,
+        })
 }
 
 impl EtcdStore {
@@ -95,10 +125,22 @@ impl EtcdStore {
         let (limit, endpoints) = (config.connect_timeout, config.endpoints.join(","));
         let connect = async {
             let store = Self::connect_lazy(config).await?;
-            let prefix = store.shared.config.prefix.clone();
-            store
-                .kv_get("connect", prefix, GetOptions::new().with_count_only())
-                .await?;
+            let prefix = store.shared.config.prefix().to_owned();
+            if prefix.is_empty() {
+                // etcd refuses a read of the empty key; the member's status needs no key
+                // permission either.
+                let client = &store.shared.client;
+                store
+                    .call("connect", Resend::Transient, || {
+                        let mut maintenance = client.maintenance_client();
+                        async move { maintenance.status().await }
+                    })
+                    .await?;
+            } else {
+                store
+                    .kv_get("connect", prefix, GetOptions::new().with_count_only())
+                    .await?;
+            }
             Ok(store)
         };
         // One bound for the whole: authenticating (with a user name) and the probe.
@@ -293,6 +335,7 @@ impl EtcdStore {
         })?;
         Ok(Enqueued {
             revision,
+            answered_at: answered_at(&answer)?,
             first: create_revision(1) == Some(revision),
         })
     }
@@ -301,16 +344,17 @@ impl EtcdStore {
     /// give up at once).
     async fn attempt(&self, key: &str, ttl: Duration, deadline: Option<Instant>) -> Result<Lease> {
         let started = Instant::now();
-        let dir = queue_dir(&self.shared.config.prefix, key);
+        let layout = self.shared.config.layout;
+        let dir = self.dir(key);
         let mut use_idle = true;
         loop {
             let owner = OwnerId::random();
-            let entry = entry_key(&dir, owner);
             let sent_at = Instant::now();
             let idle = if use_idle { self.take_idle(ttl) } else { None };
-            let (lease_id, granted, enqueued, revoke) = match idle {
+            let (lease_id, granted, entry, enqueued, revoke) = match idle {
                 Some(idle) => {
                     let revoke = RevokeOnDrop::new(self, idle.lease_id);
+                    let entry = keys::entry(layout, &dir, owner, idle.lease_id);
                     // The renewal restarts the idle lease's TTL after `sent_at`, in parallel
                     // with the enqueue; only a lease etcd still knows is used.
                     let (renewed, enqueued) = tokio::join!(
@@ -318,7 +362,9 @@ impl EtcdStore {
                         self.enqueue(&dir, &entry, idle.lease_id)
                     );
                     match (renewed, enqueued) {
-                        (Ok(true), Ok(enqueued)) => (idle.lease_id, idle.ttl, enqueued, revoke),
+                        (Ok(true), Ok(enqueued)) => {
+                            (idle.lease_id, idle.ttl, entry, enqueued, revoke)
+                        }
                         // It ended while idle: its entry (if put) went with it. Grant afresh.
                         (Ok(false), _) | (Ok(true), Err(Error::Store { .. })) => {
                             use_idle = false;
@@ -330,12 +376,13 @@ impl EtcdStore {
                 None => {
                     let (lease_id, granted) = self.grant(ttl).await?;
                     let revoke = RevokeOnDrop::new(self, lease_id);
+                    let entry = keys::entry(layout, &dir, owner, lease_id);
                     let enqueued = self.enqueue(&dir, &entry, lease_id).await?;
-                    (lease_id, granted, enqueued, revoke)
+                    (lease_id, granted, entry, enqueued, revoke)
                 }
             };
-            let confirmed_at = if enqueued.first {
-                sent_at
+            let (confirmed_at, answered_at) = if enqueued.first {
+                (sent_at, enqueued.answered_at)
             } else {
                 let Some(deadline) = deadline else {
                     revoke.now().await;
@@ -354,7 +401,10 @@ impl EtcdStore {
                     deadline,
                 };
                 match wait.run().await? {
-                    Waited::Holder { confirmed_at } => confirmed_at,
+                    Waited::Holder {
+                        confirmed_at,
+                        answered_at,
+                    } => (confirmed_at, answered_at),
                     Waited::TimedOut => {
                         drop(revoke);
                         return Err(Error::WaitTimedOut {
@@ -370,8 +420,12 @@ impl EtcdStore {
                 }
             };
             revoke.disarm();
-            let token = u64::try_from(enqueued.revision).map_err(|_| Error::Store {
-                message: format!("etcd gave a negative revision {}", enqueued.revision),
+            let token = match layout {
+                Layout::Fencelock => enqueued.revision,
+                Layout::Etcd => answered_at,
+            };
+            let token = u64::try_from(token).map_err(|_| Error::Store {
+                message: format!("etcd gave a negative revision {token}"),
                 source: None,
             })?;
             tracing::debug!(key, token, lease_id, "acquired");
@@ -384,6 +438,8 @@ impl EtcdStore {
                 Held {
                     entry,
                     lease_id,
+                    created: enqueued.revision,
+                    layout,
                     state: AtomicU8::new(HELD),
                 },
             ));
@@ -429,6 +485,12 @@ impl EtcdStore {
             }
         }
         spawn_revoke(self, lease_id);
+    }
+
+    /// The queue directory of `key` in this handle's layout.
+    fn dir(&self, key: &str) -> String {
+        let config = &self.shared.config;
+        keys::dir(config.layout, config.prefix(), key)
     }
 
     fn held<'l>(&self, lease: &'l Lease) -> Result<&'l Held> {
@@ -503,7 +565,11 @@ enum Renewed {
 }
 
 enum Waited {
-    Holder { confirmed_at: Instant },
+    /// The read at store revision `answered_at` found no predecessor and our entry alive.
+    Holder {
+        confirmed_at: Instant,
+        answered_at: i64,
+    },
     TimedOut,
     LeaseEnded,
 }
@@ -539,7 +605,7 @@ impl Waiter<'_> {
             };
             let (renewed, found) = tokio::join!(renew, self.predecessor());
             let sent_at = if recent { self.confirmed_at } else { sent_at };
-            let (predecessor, ours_exists) = found?;
+            let (predecessor, ours_exists, answered_at) = found?;
             match self.renewed(renewed, sent_at)? {
                 Renewed::Ended => return Ok(Waited::LeaseEnded),
                 _ if !ours_exists => {
@@ -553,6 +619,7 @@ impl Waiter<'_> {
                 // one got no answer.
                 return Ok(Waited::Holder {
                     confirmed_at: self.confirmed_at,
+                    answered_at,
                 });
             };
             if Instant::now() >= self.deadline {
@@ -591,8 +658,9 @@ impl Waiter<'_> {
         }
     }
 
-    /// The newest entry older than ours, and whether ours still exists, read at one revision.
-    async fn predecessor(&self) -> Result<(Option<Vec<u8>>, bool)> {
+    /// The newest entry older than ours, whether ours still exists, and the store revision both
+    /// were read at.
+    async fn predecessor(&self) -> Result<(Option<Vec<u8>>, bool, i64)> {
         let txn = txn::predecessor(self.dir, self.entry, self.revision);
         let answer = self
             .store
@@ -607,7 +675,7 @@ impl Waiter<'_> {
             kvs.iter()
                 .any(|kv| kv.create_revision() == self.revision && kv.lease() == self.lease_id)
         });
-        Ok((predecessor, ours))
+        Ok((predecessor, ours, answered_at(&answer)?))
     }
 
     /// Waits until `predecessor` is deleted, renewing our lease every `period`. `None`: look
@@ -756,9 +824,7 @@ impl Release for EtcdStore {
         if held.state.load(Ordering::SeqCst) != HELD {
             return Ok(ReleaseOutcome::Lost);
         }
-        let token = i64::try_from(lease.fencing_token())
-            .map_err(|_| Error::invalid("lease", "its token is not an etcd revision"))?;
-        let txn = txn::delete_if_created_at(held.entry.as_str(), token);
+        let txn = txn::delete_if_created_at(held.entry.as_str(), held.created);
         // Sent again only if unsent: a second delete would find nothing and report Lost.
         let deleted = self
             .txn("release", Resend::IfUnsent, txn)
@@ -806,7 +872,6 @@ impl Extend for EtcdStore {
         if held.state.load(Ordering::SeqCst) != HELD {
             return Err(Error::lost(lease, "it was released"));
         }
-        let token = i64::try_from(lease.fencing_token()).unwrap_or(-1);
         let sent_at = Instant::now();
         let (renewed, entry) = tokio::join!(
             self.shared.renewer.renew(held.lease_id),
@@ -817,7 +882,7 @@ impl Extend for EtcdStore {
             )
         );
         if let Ok(kvs) = &entry {
-            if !kvs.iter().any(|kv| kv.create_revision() == token) {
+            if !kvs.iter().any(|kv| kv.create_revision() == held.created) {
                 return Err(Error::lost(lease, "its etcd entry was deleted"));
             }
         }
@@ -859,7 +924,7 @@ impl LockStore for EtcdStore {
     /// then holds nothing and expires at its TTL.
     async fn evict(&self, key: &str) -> Result<bool> {
         lock_core::validate::check_key(key)?;
-        let dir = queue_dir(&self.shared.config.prefix, key);
+        let dir = self.dir(key);
         let Some(head) = self.queue_head(&dir).await? else {
             return Ok(false);
         };
@@ -883,7 +948,7 @@ impl LockStore for EtcdStore {
     /// Read-only; dropping the future loses nothing.
     async fn status(&self, key: &str) -> Result<KeyStatus> {
         lock_core::validate::check_key(key)?;
-        let dir = queue_dir(&self.shared.config.prefix, key);
+        let dir = self.dir(key);
         let Some(head) = self.queue_head(&dir).await? else {
             return Ok(KeyStatus::Free);
         };
@@ -901,9 +966,14 @@ impl LockStore for EtcdStore {
                 .ttl();
             u64::try_from(ttl).ok().map(Duration::from_secs)
         };
+        // In the etcd layout the token (the granting reply's revision) is kept nowhere in etcd.
+        let token = match self.shared.config.layout {
+            Layout::Fencelock => u64::try_from(head.create_revision()).ok(),
+            Layout::Etcd => None,
+        };
         Ok(KeyStatus::Held {
             owner: entry_owner(&dir, head.key()),
-            token: u64::try_from(head.create_revision()).ok(),
+            token,
             remaining,
         })
     }

@@ -1,4 +1,5 @@
-//! The whole conformance suite against a real single-member etcd started by test-servers.
+//! The whole conformance suite against a real single-member etcd started by test-servers, in
+//! both layouts: fencelock's own, and etcd's `Mutex` names (`layout=etcd`).
 
 mod common;
 
@@ -12,3 +13,45 @@ conformance::conformance_tests!(async {
         url: shared::etcd().url(),
     })
 });
+
+/// The same cases with every lock named as `etcdctl lock` names it: the empty prefix, unescaped
+/// keys, `{key}/{lease id in hex}` entries, the granting reply's revision as the token.
+mod etcd_layout {
+    use std::sync::Arc;
+
+    use conformance::{async_trait, StoreFactory};
+    use lock_core::DynLockStore;
+    use lock_etcd::{EtcdConfig, EtcdStore, Layout};
+    use test_servers::shared;
+
+    use super::common::store;
+
+    struct EtcdLayoutFactory {
+        url: String,
+    }
+
+    #[async_trait]
+    impl StoreFactory for EtcdLayoutFactory {
+        async fn handle(&self) -> DynLockStore {
+            let store = store(&self.url, "&layout=etcd").await;
+            assert_eq!(store.config().layout(), Layout::Etcd);
+            assert_eq!(store.config().prefix(), "");
+            Arc::new(store)
+        }
+
+        async fn unreachable_handle(&self) -> DynLockStore {
+            let config = EtcdConfig::from_url(&format!(
+                "etcd://127.0.0.1:{}?layout=etcd&connect_timeout=1&command_timeout=1",
+                test_servers::closed_ports(1)[0]
+            ))
+            .expect("config");
+            Arc::new(EtcdStore::connect_lazy(config).await.expect("lazy connect"))
+        }
+    }
+
+    conformance::conformance_tests!(async {
+        Arc::new(EtcdLayoutFactory {
+            url: shared::etcd().url(),
+        })
+    });
+}
