@@ -35,3 +35,9 @@ pub use stores::{known_schemes, redact, store_for, KnownStore, KNOWN_STORES, STO
 /// downcasts a [`DynLockStore`] to [`lock_redis::RedisStore`] or [`lock_redis::RedlockStore`].
 #[cfg(feature = "redis")]
 pub use lock_redis;
+
+/// The etcd store's own types: its [`Layout`](lock_etcd::Layout), and
+/// [`mutex_key`](lock_etcd::mutex_key), the `ETCD_LOCK_KEY` of a lease granted in etcd's own
+/// layout.
+#[cfg(feature = "etcd")]
+pub use lock_etcd;

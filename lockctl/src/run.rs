@@ -61,6 +61,14 @@ pub async fn run(
         .env("LOCK_KEY", key)
         .env("LOCK_FENCING_TOKEN", lease.fencing_token().to_string())
         .kill_on_drop(true);
+    // What `etcdctl lock` gives its command, so its scripts run unchanged; only a lease granted
+    // in etcd's own layout (`layout=etcd`) has them, and its token is then `ETCD_LOCK_REV`.
+    #[cfg(feature = "etcd")]
+    if let Some(mutex_key) = fencelock::lock_etcd::mutex_key(&lease) {
+        command
+            .env("ETCD_LOCK_KEY", mutex_key)
+            .env("ETCD_LOCK_REV", lease.fencing_token().to_string());
+    }
     group::configure(&mut command, guardian.announce_fd(), terminal.as_ref());
     let spawned = command.spawn().and_then(|child| {
         match child.id().and_then(|id| libc::pid_t::try_from(id).ok()) {
