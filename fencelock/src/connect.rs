@@ -13,7 +13,9 @@ use crate::{store_for, DynLockStore, Result};
 /// | `postgres://…`, `postgresql://…` | PostgreSQL advisory locks | `postgres` |
 ///
 /// The store is picked from [`STORES`](crate::STORES) by the URL's scheme and connected
-/// through its descriptor.
+/// through its descriptor. With the `metrics` feature the store comes wrapped in
+/// [`Metered`](crate::Metered), labelled with the descriptor's name; reach the store inside
+/// with [`downcast_ref`](crate::LockStore#method.downcast_ref).
 ///
 /// Store options ride in the query string (key prefix, timeouts, namespace); each store
 /// crate documents its own. Errors: [`Error::InvalidInput`](crate::Error::InvalidInput) for a
@@ -25,7 +27,10 @@ use crate::{store_for, DynLockStore, Result};
 /// Dropping the future drops any half-made connection; nothing is held yet.
 pub async fn connect(url: &str) -> Result<DynLockStore> {
     let kind = store_for(url)?;
-    (kind.connect)(url).await
+    let store = (kind.connect)(url).await?;
+    #[cfg(feature = "metrics")]
+    let store: DynLockStore = std::sync::Arc::new(crate::Metered::new(store, kind.name));
+    Ok(store)
 }
 
 #[cfg(test)]
@@ -48,6 +53,15 @@ mod tests {
         let other = c.try_acquire("k", Duration::from_secs(5)).await.unwrap();
         let _ = a.release(&lease).await.unwrap();
         let _ = c.release(&other).await.unwrap();
+    }
+
+    #[cfg(feature = "metrics")]
+    #[tokio::test]
+    async fn connect_meters_the_store_under_its_descriptors_name() {
+        let store = connect("memory://metered").await.unwrap();
+        let metered = store.downcast_ref::<crate::Metered>().expect("metered");
+        assert_eq!(metered.name(), crate::MEMORY.name);
+        assert!(store.downcast_ref::<crate::MemoryStore>().is_some());
     }
 
     #[tokio::test]

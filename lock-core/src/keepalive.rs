@@ -24,6 +24,10 @@ use crate::{Extend, Lease};
 /// ([`Lease::valid_until`]) passes without a confirmation, which is before the store's own
 /// expiry. The reason is written to `reason`.
 ///
+/// With the `metrics` feature, a lease granted through a [`Metered`](crate::Metered) store
+/// counts each failed extend (`fencelock_keep_alive_failures_total`) and its loss
+/// (`fencelock_leases_lost_total`) under that store.
+///
 /// # Cancel safety
 /// Dropping the future stops the extensions; the lease then expires at its TTL unless released.
 /// `lost` is not cancelled by the drop.
@@ -39,6 +43,8 @@ pub async fn keep_alive<S>(
     let revocation = lease.revocation();
     let lose = |why: String| {
         tracing::warn!(key = lease.key(), token = lease.fencing_token(), reason = %why, "lease lost");
+        #[cfg(feature = "metrics")]
+        crate::metered::lease_lost(lease);
         *reason.lock().unwrap_or_else(PoisonError::into_inner) = Some(why);
         lost.cancel();
     };
@@ -63,6 +69,10 @@ pub async fn keep_alive<S>(
             () = revocation.revoked() => return lose(revoked()),
             answer = extend => answer,
         };
+        #[cfg(feature = "metrics")]
+        if !matches!(answer, Ok(Ok(()))) {
+            crate::metered::keep_alive_failed(lease);
+        }
         match answer {
             Err(_) => {
                 return lose("the local deadline passed while an extend was in flight".into());

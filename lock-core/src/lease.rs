@@ -92,6 +92,9 @@ struct LeaseInner {
     valid_until: Mutex<Instant>,
     revocation: Revocation,
     store_state: Option<Box<dyn Any + Send + Sync>>,
+    /// The `store` label of the metered store that granted it, for the keep-alive's metrics.
+    #[cfg(feature = "metrics")]
+    metered_as: OnceLock<&'static str>,
 }
 
 impl Lease {
@@ -130,6 +133,8 @@ impl Lease {
                 valid_until: Mutex::new(deadline(sent_at, ttl)),
                 revocation: Revocation::default(),
                 store_state,
+                #[cfg(feature = "metrics")]
+                metered_as: OnceLock::new(),
             }),
         }
     }
@@ -205,6 +210,18 @@ impl Lease {
     /// The store-specific state given to [`Lease::with_store_state`], if it has type `T`.
     pub fn store_state<T: Any + Send + Sync>(&self) -> Option<&T> {
         self.inner.store_state.as_ref()?.downcast_ref()
+    }
+
+    /// Labels the lease with the metered store that granted it (the first label stays).
+    #[cfg(feature = "metrics")]
+    pub(crate) fn meter_as(&self, store: &'static str) {
+        let _ = self.inner.metered_as.set(store);
+    }
+
+    /// The `store` label of the metered store that granted the lease, if one did.
+    #[cfg(feature = "metrics")]
+    pub(crate) fn metered_as(&self) -> Option<&'static str> {
+        self.inner.metered_as.get().copied()
     }
 }
 

@@ -18,6 +18,8 @@
 //! - [`with_lock`]: acquire, keep alive, run a body, release; the body is cancelled on loss.
 //! - [`FenceGate`]: the resource-side check, claim at the read and write while the claim holds.
 //! - [`MemoryStore`]: the reference store, always compiled.
+//! - `Metered` (feature `metrics`): a store wrapper that records metrics on the `metrics`
+//!   crate's facade; the names and units are tabled in the `metered` module.
 //! - [`StoreKind`]: a store's descriptor (name, URL schemes, feature, connect), one per store
 //!   crate, listed once by the `fencelock` facade.
 //!
@@ -42,6 +44,8 @@ mod keepalive;
 pub mod kind;
 mod lease;
 mod memory;
+#[cfg(feature = "metrics")]
+pub mod metered;
 mod scoped;
 mod store;
 pub mod ttl;
@@ -55,6 +59,8 @@ pub use keepalive::{keep_alive, KeepAlive};
 pub use kind::StoreKind;
 pub use lease::{drift, FencingToken, KeyStatus, Lease, OwnerId, ReleaseOutcome, Revocation};
 pub use memory::{MemoryStore, MEMORY};
+#[cfg(feature = "metrics")]
+pub use metered::Metered;
 pub use scoped::{with_lock, LockOptions};
 pub use store::{Acquire, DynLockStore, Extend, LockStore, Release};
 

@@ -154,12 +154,17 @@ pub trait LockStore: Acquire + Release + Extend + Debug + Send + Sync + Any {
 }
 
 impl dyn LockStore {
-    /// The concrete store behind this handle, if it is a `T`, For tools that want a store's
+    /// The concrete store behind this handle, if it is a `T`, seeing through the wrapper this
+    /// crate puts around stores (`Metered`, feature `metrics`). For tools that want a store's
     /// own diagnostics, such as the Redis eviction check.
     pub fn downcast_ref<T: LockStore>(&self) -> Option<&T> {
         let any: &dyn Any = self;
         if let Some(store) = any.downcast_ref::<T>() {
             return Some(store);
+        }
+        #[cfg(feature = "metrics")]
+        if let Some(metered) = any.downcast_ref::<crate::Metered>() {
+            return metered.inner().downcast_ref::<T>();
         }
         None
     }

@@ -27,11 +27,11 @@ fn notes(store: &DynLockStore) -> Vec<String> {
     #[cfg(feature = "redis")]
     {
         use fencelock::lock_redis::{EvictionCheck, RedisStore, RedlockStore};
-        let any: &dyn std::any::Any = &**store;
+        // downcast_ref sees through the metrics wrapper that connect may put around a store.
         let checks: Vec<(String, Option<&EvictionCheck>)> =
-            if let Some(redis) = any.downcast_ref::<RedisStore>() {
+            if let Some(redis) = store.downcast_ref::<RedisStore>() {
                 vec![(redis.config().redacted().to_owned(), redis.eviction_check())]
-            } else if let Some(redlock) = any.downcast_ref::<RedlockStore>() {
+            } else if let Some(redlock) = store.downcast_ref::<RedlockStore>() {
                 redlock
                     .eviction_checks()
                     .into_iter()
