@@ -4,7 +4,8 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use lock_core::url::{parse_timeout, redact};
+use lock_core::url::{parse_timeout, parse_window, redact};
+use lock_core::validate::{check_retention, DEFAULT_RETENTION, MAX_TTL};
 use lock_core::{Error, Result};
 use sqlx::postgres::{PgConnectOptions, PgSslMode};
 use url::Url;
@@ -38,6 +39,8 @@ const OWN_OPTIONS: &[&str] = &[
     "connect_timeout",
     "command_timeout",
     "max_idle",
+    "retention",
+    "max_ttl",
 ];
 
 /// The query-string options sqlx understands; anything else is rejected, so a typo such as
@@ -81,6 +84,8 @@ const SQLX_OPTIONS: &[&str] = &[
 /// | `connect_timeout` | `5s` | bound on opening one connection: `10` (seconds, as in libpq), `2s` or `250ms` |
 /// | `command_timeout` | `10s` | bound on one statement that does not wait for a lock |
 /// | `max_idle` | `16` | idle connections kept for reuse; `0` closes each one after use |
+/// | `retention` | `7d` | a key's fence row is removed once it has not been bumped for this long (`ms`, `s`, `m`, `h`, `d`); must exceed `max_ttl`; see the crate docs (`# Per-key state`) |
+/// | `max_ttl` | `24h` | the longest TTL this handle grants (at most 24 h) |
 ///
 /// Unknown options are rejected. `Debug` and `Display` never show the password.
 #[derive(Clone)]
@@ -93,6 +98,8 @@ pub struct PostgresConfig {
     pub(crate) connect_timeout: Duration,
     pub(crate) command_timeout: Duration,
     pub(crate) max_idle: usize,
+    pub(crate) retention: Duration,
+    pub(crate) max_ttl: Duration,
 }
 
 impl PostgresConfig {
@@ -122,6 +129,8 @@ impl PostgresConfig {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             command_timeout: DEFAULT_COMMAND_TIMEOUT,
             max_idle: DEFAULT_MAX_IDLE,
+            retention: DEFAULT_RETENTION,
+            max_ttl: MAX_TTL,
         };
         let mut passed_on = Vec::new();
         for (name, value) in parsed.query_pairs() {
@@ -140,6 +149,13 @@ impl PostgresConfig {
                         bad(format!("max_idle must be a whole number, not {value:?}"))
                     })?
                 }
+                "retention" => config.retention = parse_window("retention", &value)?,
+                "max_ttl" => {
+                    config.max_ttl = parse_window("max_ttl", &value)?;
+                    if config.max_ttl > MAX_TTL {
+                        return Err(bad(format!("max_ttl must be at most 24h, not {value:?}")));
+                    }
+                }
                 known if SQLX_OPTIONS.contains(&known) || is_options_entry(known) => {
                     passed_on.push((name.to_string(), value.to_string()))
                 }
@@ -152,6 +168,7 @@ impl PostgresConfig {
                 }
             }
         }
+        check_retention(config.retention, config.max_ttl)?;
 
         let mut for_sqlx = parsed.clone();
         if passed_on.is_empty() {
@@ -197,6 +214,26 @@ impl PostgresConfig {
     /// the lock-id scheme". Afterwards an older store's acquire fails on this table.
     pub fn lock_id_scheme_upgrade_sql(&self) -> String {
         sql::upgrade_from_scheme_1(&self.fence_table())
+    }
+
+    /// The SQL that moves a fence table of lock-id scheme
+    /// [`LOCK_ID_SCHEME`](crate::LOCK_ID_SCHEME) whose counters were minted by an earlier build
+    /// (fence scheme 1, plain counters, rows kept forever) to fence scheme
+    /// [`FENCE_SCHEME`](crate::FENCE_SCHEME), keeping every counter: the next token of each key
+    /// jumps once, upward. One transaction, for `psql` or [`sqlx::raw_sql`]. Run it only once
+    /// every older store using this table has stopped: see the crate docs, "Per-key state".
+    pub fn fence_scheme_upgrade_sql(&self) -> String {
+        sql::upgrade_from_fence_scheme_1(&self.fence_table())
+    }
+
+    /// How long a key's fence row outlives its last bump.
+    pub fn retention(&self) -> Duration {
+        self.retention
+    }
+
+    /// The longest TTL this handle grants.
+    pub fn max_ttl(&self) -> Duration {
+        self.max_ttl
     }
 
     /// The lock space of this configuration: the fence table and the namespace, which together
@@ -257,6 +294,8 @@ impl fmt::Debug for PostgresConfig {
             .field("connect_timeout", &self.connect_timeout)
             .field("command_timeout", &self.command_timeout)
             .field("max_idle", &self.max_idle)
+            .field("retention", &self.retention)
+            .field("max_ttl", &self.max_ttl)
             .finish()
     }
 }
@@ -407,6 +446,25 @@ mod tests {
         // A rejected URL does not echo the password either.
         let message = rule("postgres://user:s3cret@h/db?namepsace=x");
         assert!(!message.contains("s3cret"), "{message}");
+    }
+
+    #[test]
+    fn retention_defaults_to_seven_days_and_must_exceed_the_max_ttl() {
+        let config = PostgresConfig::from_url("postgres://u@h/db").unwrap();
+        assert_eq!(config.retention(), Duration::from_secs(7 * 86_400));
+        assert_eq!(config.max_ttl(), MAX_TTL);
+        let config =
+            PostgresConfig::from_url("postgres://u@h/db?retention=2s&max_ttl=1s&sslmode=disable")
+                .unwrap();
+        assert_eq!(config.retention(), Duration::from_secs(2));
+        assert_eq!(config.max_ttl(), Duration::from_secs(1));
+        assert!(format!("{config:?}").contains("retention: 2s"));
+        let config = PostgresConfig::from_url("postgres://u@h/db?retention=30d").unwrap();
+        assert_eq!(config.retention(), Duration::from_secs(30 * 86_400));
+        assert!(rule("postgres://u@h/db?retention=1d").contains("must exceed the maximum TTL"));
+        assert!(rule("postgres://u@h/db?retention=1s&max_ttl=1s").contains("must exceed"));
+        assert!(rule("postgres://u@h/db?retention=1y").contains("retention must be"));
+        assert!(rule("postgres://u@h/db?max_ttl=25h").contains("at most 24h"));
     }
 
     #[test]

@@ -35,6 +35,12 @@ use sha2::{Digest, Sha256};
 /// and the version a fence table records.
 pub const LOCK_ID_SCHEME: u8 = 2;
 
+/// The token scheme this build uses and a fence table records (constraint
+/// `fencelock_fence_scheme_2`): a token is `max(counter + 1, the bumping transaction's id)`, so
+/// idle rows may be removed. Fence scheme 1 (earlier builds, which recorded nothing) minted plain
+/// counters. See the crate docs, "Per-key state".
+pub const FENCE_SCHEME: u8 = 2;
+
 /// The advisory lock id of `key` in `namespace`, for the fence table `schema.table` (lock-id
 /// scheme 2, see the module docs).
 pub fn lock_id(schema: &str, table: &str, namespace: &str, key: &str) -> i64 {
@@ -92,6 +98,33 @@ pub(crate) fn check_recorded_scheme(
             "the fence table {fence_table} records lock-id scheme {}, and this lock-postgres \
              uses scheme {ours}: stores of different schemes lock different ids for one key and \
              would not exclude each other; run every store on {fence_table} at one scheme",
+            recorded.join(" and ")
+        )
+    };
+    Err(lock_core::Error::Store {
+        message,
+        source: None,
+    })
+}
+
+/// Accepts a fence table that records exactly this build's token scheme ([`FENCE_SCHEME`]),
+/// and refuses one made by an earlier build (plain counters, which would restart a key whose
+/// row was removed) with a message that says what to do.
+pub(crate) fn check_recorded_fence_scheme(
+    fence_table: &str,
+    recorded: &[String],
+) -> lock_core::Result<()> {
+    let ours = FENCE_SCHEME.to_string();
+    if recorded.len() == 1 && recorded[0] == ours {
+        return Ok(());
+    }
+    let message = if recorded.is_empty() {
+        format!(
+            "the fence table {fence_table} records no fence scheme: an older lock-postgres made              it and mints plain counters, which restart when an idle row is removed (fence              scheme {ours} removes them); stop every store that uses {fence_table}, then run              PostgresConfig::fence_scheme_upgrade_sql() once (counters kept, tokens jump once,              upward; crate docs: \"Per-key state\")"
+        )
+    } else {
+        format!(
+            "the fence table {fence_table} records fence scheme {}, and this lock-postgres              uses scheme {ours}: run every store on {fence_table} at one scheme",
             recorded.join(" and ")
         )
     };

@@ -176,22 +176,61 @@
 //! counter: its acquires fail (a not-null violation) instead of granting locks that new
 //! holders do not see. A new table is created at scheme 2 directly.
 //!
+//! # Per-key state
+//! The fence table holds one row per key bumped within the retention window (`retention`, 7
+//! days by default, which must exceed `max_ttl`, 24 h by default), never one per key ever
+//! locked: a release spawns, at most once per tenth of the window (between 100 ms and 10 min),
+//! a background run that deletes rows not bumped for a window, in statements of at most 1,000
+//! rows that skip locked rows (`FOR UPDATE SKIP LOCKED`), on a session of its own. No acquire
+//! waits for it beyond one batch touching the very row it bumps, and it never waits for an
+//! acquire. [`PostgresStore::fence_rows`] counts the rows (`lockctl stats` shows it);
+//! [`PostgresStore::remove_idle_fences`] runs a removal at once. Locks themselves leave
+//! nothing behind: an advisory lock lives in its session.
+//!
+//! **Tokens after a row went (fence scheme 2).** A token is `max(counter + 1, the bumping
+//! transaction's id)` (`pg_current_xact_id()`, 64 bits, never reused, crash included, since
+//! the bump commits durably). The next bump of a key starts after the previous one committed,
+//! so its transaction id is greater: from the first bump under scheme 2 on, a key's token is
+//! the id of the transaction that minted it. A row is deleted only if its token is below
+//! `pg_snapshot_xmin(pg_current_snapshot())`, the oldest transaction id still running when
+//! the delete runs, so every bump that can still happen, including one racing the delete,
+//! mints above it. No clock is involved: a clock step, or a failover to a replica whose clock
+//! is behind, changes nothing (a failover to an asynchronous replica may still lose bumps, as
+//! before). A row whose counter is ahead of the transaction ids (a table copied into a younger
+//! cluster with `pg_dump`) is kept until the ids pass it.
+//!
+//! **Upgrading from fence scheme 1.** Earlier builds minted plain counters (1, 2, 3, … per
+//! key) and never deleted a row; a new table records fence scheme 2 in a CHECK constraint on
+//! its `fence_scheme` column (`fencelock_fence_scheme_2`), next to the lock-id scheme, and a
+//! store refuses a table without it ([`Error::Store`](lock_core::Error::Store) naming the fix).
+//! The lock ids do not change, so lock-id scheme 2 stays. On each existing fence table: stop
+//! every store that uses it, run [`PostgresConfig::fence_scheme_upgrade_sql`] once (counters
+//! kept), start the new binaries. Each key's next token then jumps once, upward, from its
+//! counter to a transaction id. The column has no default, so an old binary started by
+//! mistake afterwards cannot insert a row (a not-null violation) and never restarts a removed
+//! key at 1; a table still at lock-id scheme 1 gets both columns from
+//! [`PostgresConfig::lock_id_scheme_upgrade_sql`]. `cargo test -p lock-postgres
+//! --all-features --test retention` locks 10,000 distinct keys (`FENCELOCK_KEYS=100000` for
+//! more) with a short window and counts the rows back down.
+//!
 //! # The URL
 //! `postgres://` or `postgresql://`, with libpq's usual parameters (`sslmode`, `user`,
 //! `password`, …) and this store's own options (`namespace`, `schema`, `table`,
-//! `connect_timeout`, `command_timeout`, `max_idle`): see [`PostgresConfig`].
+//! `connect_timeout`, `command_timeout`, `max_idle`, `retention`, `max_ttl`): see
+//! [`PostgresConfig`].
 //!
 //! # Server requirements
 //! PostgreSQL 14 or newer (`idle_session_timeout`, `client_connection_check_interval`). The
 //! role needs `CREATE` on the schema the first time (or create the table yourself with
-//! [`PostgresConfig::fence_table_ddl`]), then `SELECT`, `INSERT` and `UPDATE` on
+//! [`PostgresConfig::fence_table_ddl`]), then `SELECT`, `INSERT`, `UPDATE` and `DELETE` on
 //! the table, and may read `pg_locks`, `pg_constraint` and `pg_stat_activity` (everyone can;
 //! the watch task sees its own role's backends, which are the ones it watches).
 //!
 //! [`LockStore::evict`]: lock_core::LockStore::evict
 #![warn(missing_docs)]
 
-// Module order (each imports only from those before it): keys, sql, config, error, session, watch, store, descriptor.
+// Module order (each imports only from those before it): keys, sql, config, error, session, cleanup, watch, store, descriptor.
+mod cleanup;
 mod config;
 mod descriptor;
 mod error;
@@ -206,5 +245,5 @@ pub use config::{
     DEFAULT_NAMESPACE, DEFAULT_SCHEMA, DEFAULT_TABLE, MIN_TTL,
 };
 pub use descriptor::POSTGRES;
-pub use keys::{lock_id, pg_locks_ids, raw_key_name, LOCK_ID_SCHEME};
+pub use keys::{lock_id, pg_locks_ids, raw_key_name, FENCE_SCHEME, LOCK_ID_SCHEME};
 pub use store::PostgresStore;

@@ -12,7 +12,7 @@ use tokio::time::timeout;
 
 use crate::config::PostgresConfig;
 use crate::error::{bounded, connect_error, is_duplicate_object, sql_error};
-use crate::keys::check_recorded_scheme;
+use crate::keys::{check_recorded_fence_scheme, check_recorded_scheme};
 use crate::sql::{Statements, FENCE_TABLE_STATE, SESSION_INFO, TERMINATE_WAITER};
 
 /// How often a backend that runs a statement (a lock wait) polls its socket to notice a client
@@ -81,6 +81,8 @@ pub(crate) struct Sessions {
     open: Arc<AtomicUsize>,
     fence_table_ready: OnceCell<()>,
     pub(crate) sql: Statements,
+    /// When idle fence rows were last removed (see `cleanup.rs`).
+    pub(crate) cleanup: crate::cleanup::Cleanup,
 }
 
 impl Sessions {
@@ -94,6 +96,7 @@ impl Sessions {
             open: Arc::new(AtomicUsize::new(0)),
             fence_table_ready: OnceCell::new(),
             sql,
+            cleanup: crate::cleanup::Cleanup::default(),
         }
     }
 
@@ -225,7 +228,8 @@ impl Sessions {
             }
             tracing::info!(table = %fence_table, "created the fence table");
         }
-        check_recorded_scheme(&fence_table, &state.schemes)
+        check_recorded_scheme(&fence_table, &state.schemes)?;
+        check_recorded_fence_scheme(&fence_table, &state.fence_schemes)
     }
 
     async fn fence_table_state(
@@ -243,6 +247,7 @@ impl Sessions {
             schema_exists: row.try_get(0).map_err(failed)?,
             table_exists: row.try_get(1).map_err(failed)?,
             schemes: row.try_get(2).map_err(failed)?,
+            fence_schemes: row.try_get(3).map_err(failed)?,
         })
     }
 
@@ -275,6 +280,8 @@ struct FenceTableState {
     table_exists: bool,
     /// The lock-id schemes the table records (none for a table made by a scheme-1 store).
     schemes: Vec<String>,
+    /// The token schemes it records (none for a table made before fence scheme 2).
+    fence_schemes: Vec<String>,
 }
 
 /// Cancels a lock wait whose future was dropped: the dropped connection alone does not stop a

@@ -1,11 +1,11 @@
 //! The SQL, one statement per atomic step, as named constants with one line each on why it is
 //! atomic, and the statements with the fence table filled in.
 
-use crate::keys::LOCK_ID_SCHEME;
+use crate::keys::{FENCE_SCHEME, LOCK_ID_SCHEME};
 
 // ---- SQL ------------------------------------------------------------------------------------
-// `{fence}` stands for the quoted fence table and `{scheme}` for the lock-id scheme
-// (LOCK_ID_SCHEME). Every statement runs in autocommit: one statement, one transaction,
+// `{fence}` stands for the quoted fence table, `{scheme}` for the lock-id scheme
+// (LOCK_ID_SCHEME) and `{fence_scheme}` for the token scheme (FENCE_SCHEME). Every statement runs in autocommit: one statement, one transaction,
 // committed with synchronous_commit=on before the reply.
 
 /// The backend of a new session, to detect a pooling proxy later and to tell it from a later
@@ -26,14 +26,18 @@ pub(crate) const TERMINATE_WAITER: &str = "SELECT pg_terminate_backend(pid) FROM
     AND classid = (($2::int8 >> 32) & 4294967295)::oid
     AND objid = ($2::int8 & 4294967295)::oid";
 
-/// Whether the schema ($1) and the fence table ($2) exist, and the lock-id schemes the table
-/// records: the suffixes of its CHECK constraints named `fencelock_lock_id_scheme_<n>`. A
-/// single read.
+/// Whether the schema ($1) and the fence table ($2) exist, the lock-id schemes the table
+/// records (the suffixes of its CHECK constraints named `fencelock_lock_id_scheme_<n>`) and its
+/// token schemes (`fencelock_fence_scheme_<n>`). A single read.
 pub(crate) const FENCE_TABLE_STATE: &str =
     "SELECT to_regnamespace($1) IS NOT NULL, to_regclass($2) IS NOT NULL,
             ARRAY(SELECT substr(conname::text, 26) FROM pg_constraint
                    WHERE conrelid = to_regclass($2) AND contype = 'c'
                      AND starts_with(conname::text, 'fencelock_lock_id_scheme_')
+                   ORDER BY 1),
+            ARRAY(SELECT substr(conname::text, 24) FROM pg_constraint
+                   WHERE conrelid = to_regclass($2) AND contype = 'c'
+                     AND starts_with(conname::text, 'fencelock_fence_scheme_')
                    ORDER BY 1)";
 
 /// The fence table: one durable counter per key (the key itself, as bytes, not its hash, so a
@@ -41,12 +45,16 @@ pub(crate) const FENCE_TABLE_STATE: &str =
 /// `lock_id_scheme` column records the scheme in the name of its CHECK constraint, and has no
 /// default, so a store older than the column (scheme 1, other lock ids) cannot bump a counter
 /// here: its acquire fails instead of granting a lock that this scheme's holders do not see.
+/// `fence_scheme` does the same for the token scheme: a store that mints plain counters
+/// (fence scheme 1) cannot insert a row, so it never restarts a key whose row was removed.
 const CREATE_FENCE_TABLE: &str = "CREATE TABLE IF NOT EXISTS {fence} (
     namespace      text        NOT NULL,
     key            bytea       NOT NULL,
     lock_id        bigint      NOT NULL,
     lock_id_scheme smallint    NOT NULL
         CONSTRAINT fencelock_lock_id_scheme_{scheme} CHECK (lock_id_scheme = {scheme}),
+    fence_scheme   smallint    NOT NULL
+        CONSTRAINT fencelock_fence_scheme_{fence_scheme} CHECK (fence_scheme = {fence_scheme}),
     token          bigint      NOT NULL,
     owner          text        NOT NULL,
     holder_pid     integer     NOT NULL,
@@ -62,29 +70,64 @@ const UPGRADE_FROM_SCHEME_1: &str = "BEGIN;
 ALTER TABLE {fence} ADD COLUMN lock_id_scheme smallint NOT NULL DEFAULT {scheme}
     CONSTRAINT fencelock_lock_id_scheme_{scheme} CHECK (lock_id_scheme = {scheme});
 ALTER TABLE {fence} ALTER COLUMN lock_id_scheme DROP DEFAULT;
+ALTER TABLE {fence} ADD COLUMN fence_scheme smallint NOT NULL DEFAULT {fence_scheme}
+    CONSTRAINT fencelock_fence_scheme_{fence_scheme} CHECK (fence_scheme = {fence_scheme});
+ALTER TABLE {fence} ALTER COLUMN fence_scheme DROP DEFAULT;
 COMMIT;
 ";
 
+/// Moves a fence table of lock-id scheme {scheme} that mints plain counters (fence scheme 1,
+/// earlier builds) to fence scheme {fence_scheme}: the counters stay, and the next token of
+/// each key jumps once, upward, to the bumping transaction's id. Atomic: one transaction. Only
+/// with every older store stopped: one of them could restart a key whose row was removed, and
+/// after this it can no longer insert a row (its acquire of a new key fails).
+const UPGRADE_FROM_FENCE_SCHEME_1: &str = "BEGIN;
+ALTER TABLE {fence} ADD COLUMN fence_scheme smallint NOT NULL DEFAULT {fence_scheme}
+    CONSTRAINT fencelock_fence_scheme_{fence_scheme} CHECK (fence_scheme = {fence_scheme});
+ALTER TABLE {fence} ALTER COLUMN fence_scheme DROP DEFAULT;
+COMMIT;
+";
+
+/// Removes up to $3 fence rows last bumped more than $1 ms ago whose token is below every
+/// transaction id still to come, skipping rows that
+/// are locked: a row being bumped is never waited for, and a bump waits at most for one such
+/// batch. Atomic: one statement. A token below the oldest running transaction's id
+/// (`pg_snapshot_xmin`) is below the id of any bump that can still run, and every bump mints
+/// at least its own transaction id, so a key whose row is removed restarts above it.
+/// Returns the number of rows removed.
+const REMOVE_IDLE_FENCES: &str = "WITH gone AS (
+    DELETE FROM {fence} WHERE ctid = ANY(ARRAY(
+        SELECT ctid FROM {fence}
+         WHERE updated_at < clock_timestamp() - make_interval(secs => $1::int8 / 1000.0)
+           AND token < pg_snapshot_xmin(pg_current_snapshot())::text::int8
+         LIMIT $2::int8
+         FOR UPDATE SKIP LOCKED))
+    RETURNING 1)
+SELECT count(*)::int8 AS removed FROM gone";
+
+/// How many fence rows the table holds. A single read.
+const COUNT_FENCES: &str = "SELECT count(*)::int8 AS fences FROM {fence}";
+
 /// Bumps the fence of the key whose lock this session has just taken. Used inside the acquire
-/// statements, after the lock, never on its own. A hashed key's lock belongs to this fence
-/// table alone, so its counter counts 1, 2, 3, … A raw id (namespace '') is one lock whatever
-/// the fence table, so its token is also at least the bumping transaction's id, which the
-/// cluster hands out in one increasing order and never reuses (crash included): a raw lease
-/// through another fence table still gets a greater token than the lease before it.
+/// statements, after the lock, never on its own. The token is `max(counter + 1, the bumping
+/// transaction's id)` (fence scheme 2): ids are handed out by the cluster in one increasing
+/// order and never reused (crash included), and the next holder's bump starts after this one
+/// committed, so the token is that id from the first bump on. That is why a row may be removed
+/// (see [`REMOVE_IDLE_FENCES`]): a key that comes back starts above it. A raw id (namespace '')
+/// is one lock whatever the fence table, and for the same reason a raw lease through another
+/// fence table still gets a greater token than the lease before it.
 macro_rules! bump_fence {
     ($source:literal) => {
         concat!(
-            "INSERT INTO {fence} AS f (namespace, key, lock_id, lock_id_scheme, token, owner, holder_pid, ttl_ms, updated_at)
-             SELECT $2::text, $3::bytea, $1::int8, {scheme},
-                    CASE WHEN $2::text = '' THEN pg_current_xact_id()::text::int8 ELSE 1 END,
+            "INSERT INTO {fence} AS f (namespace, key, lock_id, lock_id_scheme, fence_scheme, token, owner, holder_pid, ttl_ms, updated_at)
+             SELECT $2::text, $3::bytea, $1::int8, {scheme}, {fence_scheme},
+                    pg_current_xact_id()::text::int8,
                     $5::text, pg_backend_pid(), $4::int8, clock_timestamp()
                FROM ",
             $source,
             "
              ON CONFLICT (namespace, key) DO UPDATE
-                SET token = CASE WHEN f.namespace = ''
-                                 THEN GREATEST(f.token + 1, pg_current_xact_id()::text::int8)
-                                 ELSE f.token + 1 END,
+                SET token = GREATEST(f.token + 1, pg_current_xact_id()::text::int8),
                     lock_id = EXCLUDED.lock_id, owner = EXCLUDED.owner,
                     holder_pid = EXCLUDED.holder_pid, ttl_ms = EXCLUDED.ttl_ms,
                     updated_at = EXCLUDED.updated_at
@@ -192,6 +235,7 @@ const STATUS: &str = "SELECT l.pid, f.token, f.owner, f.holder_pid, f.ttl_ms, a.
 fn fill(sql: &str, fence_table: &str) -> String {
     sql.replace("{fence}", fence_table)
         .replace("{scheme}", &LOCK_ID_SCHEME.to_string())
+        .replace("{fence_scheme}", &FENCE_SCHEME.to_string())
 }
 
 pub(crate) fn fence_table_ddl(fence_table: &str) -> String {
@@ -202,6 +246,10 @@ pub(crate) fn upgrade_from_scheme_1(fence_table: &str) -> String {
     fill(UPGRADE_FROM_SCHEME_1, fence_table)
 }
 
+pub(crate) fn upgrade_from_fence_scheme_1(fence_table: &str) -> String {
+    fill(UPGRADE_FROM_FENCE_SCHEME_1, fence_table)
+}
+
 /// The statements with the fence table filled in.
 pub(crate) struct Statements {
     pub(crate) try_acquire: String,
@@ -210,6 +258,8 @@ pub(crate) struct Statements {
     pub(crate) status: String,
     pub(crate) create_schema: String,
     pub(crate) create_fence_table: String,
+    pub(crate) remove_idle_fences: String,
+    pub(crate) count_fences: String,
 }
 
 impl Statements {
@@ -222,6 +272,8 @@ impl Statements {
             status: fill(STATUS),
             create_schema: format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\""),
             create_fence_table: fill(CREATE_FENCE_TABLE),
+            remove_idle_fences: fill(REMOVE_IDLE_FENCES),
+            count_fences: fill(COUNT_FENCES),
         }
     }
 }
@@ -239,10 +291,13 @@ mod tests {
             &sql.reclaim,
             &sql.status,
             &sql.create_fence_table,
+            &sql.remove_idle_fences,
+            &sql.count_fences,
         ] {
             assert!(statement.contains("\"s\".\"t\""), "{statement}");
             assert!(!statement.contains("{fence}"), "{statement}");
             assert!(!statement.contains("{scheme}"), "{statement}");
+            assert!(!statement.contains("{fence_scheme}"), "{statement}");
         }
         assert_eq!(sql.create_schema, "CREATE SCHEMA IF NOT EXISTS \"s\"");
     }

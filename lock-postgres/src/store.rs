@@ -119,6 +119,26 @@ impl PostgresStore {
         self.sessions.open_count()
     }
 
+    /// How many fence rows the table holds, in every namespace: the store's per-key state,
+    /// bounded by the keys bumped within the retention window (see the crate docs, "Per-key
+    /// state").
+    ///
+    /// # Cancel safety
+    /// A single read; dropping the future loses nothing.
+    pub async fn fence_rows(&self) -> Result<u64> {
+        crate::cleanup::count_fences(&self.sessions).await
+    }
+
+    /// Removes fence rows idle for longer than the retention window now, in bounded batches,
+    /// rather than waiting for a release to start a background run; returns how many went. A
+    /// key whose row went still gets a greater token.
+    ///
+    /// # Cancel safety
+    /// Each batch commits on its own; a dropped future loses at most the batch in flight.
+    pub async fn remove_idle_fences(&self) -> Result<u64> {
+        crate::cleanup::remove_idle_fences(&self.sessions).await
+    }
+
     /// Idle connections kept for reuse.
     pub fn idle_connections(&self) -> usize {
         self.sessions.idle_count()
@@ -467,6 +487,7 @@ impl PostgresStore {
                 let released = decode(&row, |row| row.try_get::<bool, _>("released"))?;
                 if released {
                     held.sessions.checkin(session);
+                    crate::cleanup::spawn_if_due(&held.sessions);
                     Ok(ReleaseOutcome::Released)
                 } else {
                     Ok(ReleaseOutcome::Lost)
@@ -684,6 +705,8 @@ impl LockStore for PostgresStore {
             // PostgreSQL's lock queue is first come, first served: see the crate docs.
             .with_fair_queue(true)
             .with_evict(true)
+            .with_max_ttl(self.sessions.config.max_ttl)
+            .with_retention(self.sessions.config.retention)
     }
 
     /// Ends the server session that holds `key`'s lock (in this store's namespace), as an
