@@ -28,6 +28,8 @@ missing_packages() {
   compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null \
     || command -v initdb >/dev/null || echo postgresql
   command -v protoc >/dev/null || echo protobuf-compiler
+  # mariadbd lives in /usr/sbin, which is not on every user's PATH.
+  command -v mariadbd >/dev/null || [[ -x /usr/sbin/mariadbd ]] || echo mariadb-server
 }
 
 install_packages() {
@@ -45,7 +47,7 @@ install_packages() {
     sudo=(sudo)
   fi
   echo "installing: ${missing[*]}"
-  # Keep the packages' services (redis, etcd, postgresql) from starting: the
+  # Keep the packages' services (redis, etcd, postgresql, mariadb) from starting: the
   # tests start their own servers on free ports.
   local policy=/usr/sbin/policy-rc.d added_policy=
   if [[ ! -e $policy ]]; then
