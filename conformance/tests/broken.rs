@@ -41,7 +41,13 @@ enum Flaw {
     KeysTruncated,
     /// Waiters poll every 500 ms although the store declares notified waits.
     NotifiedWaitPolls,
+    /// Declares a retention window of [`RETENTION`] and restarts the token of a key not
+    /// acquired for that long, as a store that drops its counter with no floor would.
+    TokensRestartAfterRetention,
 }
+
+/// The retention window [`Flaw::TokensRestartAfterRetention`] declares.
+const RETENTION: Duration = Duration::from_secs(1);
 
 /// How the factory's keep-alive is broken, for the keep-alive cases. The broken keep-alives are
 /// lock-core's, fed through a wrapper that changes what it sees.
@@ -64,6 +70,7 @@ enum KeepAliveFlaw {
 struct State {
     holders: HashMap<String, (OwnerId, u64, Instant)>,
     tokens: HashMap<String, u64>,
+    last_acquired: HashMap<String, Instant>,
 }
 
 #[derive(Debug, Clone)]
@@ -141,6 +148,13 @@ impl FlawedStore {
                     return Ok(Err(expires));
                 }
             }
+        }
+        if self.flaw == Flaw::TokensRestartAfterRetention {
+            let idle = state.last_acquired.get(slot).map(|at| sent_at - *at);
+            if idle.is_some_and(|idle| idle > RETENTION) {
+                state.tokens.remove(slot);
+            }
+            state.last_acquired.insert(slot.to_owned(), sent_at);
         }
         let token = state.tokens.entry(slot.to_owned()).or_insert(0);
         *token += 1;
@@ -259,7 +273,13 @@ impl Extend for FlawedStore {
 impl LockStore for FlawedStore {
     fn capabilities(&self) -> Capabilities {
         // Waiters poll every 5 ms, as prompt as a notification.
-        Capabilities::new().with_notified_wait(true)
+        let capabilities = Capabilities::new().with_notified_wait(true);
+        match self.flaw {
+            Flaw::TokensRestartAfterRetention => capabilities
+                .with_max_ttl(Duration::from_millis(500))
+                .with_retention(RETENTION),
+            _ => capabilities,
+        }
     }
 }
 
@@ -369,6 +389,15 @@ async fn owner_blind_release_is_caught() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_that_restart_are_caught() {
     assert_caught(Flaw::TokensNotMonotonic, "tokens_increase_sequentially").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_that_restart_after_the_retention_window_are_caught() {
+    assert_caught(
+        Flaw::TokensRestartAfterRetention,
+        "tokens_increase_after_the_retention_window",
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

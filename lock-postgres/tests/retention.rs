@@ -215,3 +215,35 @@ async fn a_fence_table_of_fence_scheme_1_is_refused_until_upgraded_and_tokens_ju
         }
     }
 }
+
+/// Handles with the short window, for the conformance case.
+struct ShortWindow {
+    url: String,
+}
+
+#[conformance::async_trait]
+impl conformance::StoreFactory for ShortWindow {
+    async fn handle(&self) -> lock_core::DynLockStore {
+        Arc::new(store(&self.url, &format!("{}&{OPTIONS}", table("case"))).await)
+    }
+
+    async fn unreachable_handle(&self) -> lock_core::DynLockStore {
+        let url = format!(
+            "postgres://u@127.0.0.1:{}/db?connect_timeout=1s&command_timeout=1s&{OPTIONS}",
+            test_servers::closed_ports(1)[0]
+        );
+        Arc::new(PostgresStore::connect_lazy(
+            PostgresConfig::from_url(&url).expect("config"),
+        ))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_conformance_case_for_the_retention_window_passes() {
+    let factory = Arc::new(ShortWindow {
+        url: shared::postgres().url(),
+    });
+    let outcome =
+        conformance::run_case("tokens_increase_after_the_retention_window", factory).await;
+    assert_eq!(outcome, conformance::Outcome::Passed);
+}

@@ -220,3 +220,36 @@ async fn redlock_fences_expire_on_every_node_and_tokens_still_grow() {
         ReleaseOutcome::Released
     );
 }
+
+/// Handles with the short window, for the conformance case.
+struct ShortWindow {
+    url: String,
+}
+
+#[conformance::async_trait]
+impl conformance::StoreFactory for ShortWindow {
+    async fn handle(&self) -> lock_core::DynLockStore {
+        Arc::new(common::store(&self.url, &format!("prefix={}&{OPTIONS}", prefix("case"))).await)
+    }
+
+    async fn unreachable_handle(&self) -> lock_core::DynLockStore {
+        let url = format!(
+            "redis://127.0.0.1:{}?connect_timeout=1s&command_timeout=1s&{OPTIONS}",
+            test_servers::closed_ports(1)[0]
+        );
+        Arc::new(
+            RedisStore::connect_lazy(RedisConfig::from_url(&url).expect("config"))
+                .expect("lazy handle"),
+        )
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_conformance_case_for_the_retention_window_passes() {
+    let factory = Arc::new(ShortWindow {
+        url: shared::redis().url(),
+    });
+    let outcome =
+        conformance::run_case("tokens_increase_after_the_retention_window", factory).await;
+    assert_eq!(outcome, conformance::Outcome::Passed);
+}

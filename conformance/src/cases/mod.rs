@@ -75,6 +75,7 @@ macro_rules! __for_each_case {
                 tokens_increase_after_expiry,
                 tokens_increase_across_handles,
                 tokens_increase_under_contention,
+                tokens_increase_after_the_retention_window if |c: &Capabilities| c.retention.is_some_and(|r| r.as_secs() <= 10),
             }
             keys {
                 independent_keys_do_not_contend,

@@ -1,4 +1,7 @@
-//! Fencing tokens only grow: one after another, after an expiry, across handles, under contention.
+//! Fencing tokens only grow: one after another, after an expiry, across handles, under
+//! contention, and after the store dropped a key's state at the end of its retention window.
+
+use tokio::time::sleep;
 
 use super::support::{contend, outlive, released};
 use crate::runner::CaseResult;
@@ -51,6 +54,34 @@ pub(super) async fn tokens_increase_across_handles(ctx: Ctx) -> CaseResult {
         released(store, &lease, "holder").await?;
     }
     Ok(())
+}
+
+/// Runs for a store that declares a retention window of at most 10 s (its tests configure one):
+/// a key left alone past the window, whose per-key state the store may have dropped, still gets
+/// a greater token. Another key is locked and released after the window, for stores that clean
+/// up as a side effect of their own traffic.
+pub(super) async fn tokens_increase_after_the_retention_window(ctx: Ctx) -> CaseResult {
+    let Some(retention) = ctx.capabilities.retention else {
+        return Ok(());
+    };
+    let key = ctx.key("tokens-retention");
+    let first = ctx.store.try_acquire(&key, ctx.timing.short_ttl).await?;
+    released(&ctx.store, &first, "holder").await?;
+    sleep(retention + ctx.timing.slack).await;
+    let other = ctx
+        .store
+        .try_acquire(&ctx.key("tokens-retention-other"), ctx.timing.short_ttl)
+        .await?;
+    released(&ctx.store, &other, "the other key's holder").await?;
+    sleep(ctx.timing.slack).await;
+    let second = ctx.store.try_acquire(&key, ctx.timing.short_ttl).await?;
+    ensure!(
+        second.fencing_token() > first.fencing_token(),
+        "token {} after {} and a retention window of {retention:?}",
+        second.fencing_token(),
+        first.fencing_token()
+    );
+    released(&ctx.store, &second, "holder").await
 }
 
 pub(super) async fn tokens_increase_under_contention(ctx: Ctx) -> CaseResult {
