@@ -1,0 +1,150 @@
+//! etcd keeps no per-key state past a lease: a lock is one key on the holder's etcd lease and
+//! its token is a revision. What this checks is that nothing else is left behind: after
+//! 10,000 distinct keys are locked and released no key is left under the prefix and at most
+//! the handle's idle leases (8 per TTL) live on, ending with the handle; a dropped waiter's
+//! queue key goes with its lease. Old revisions stay until the cluster is compacted, which is
+//! the operator's business (`--auto-compaction-retention`), so only live keys are counted.
+//!
+//! `FENCELOCK_KEYS=100000 cargo test -p lock-etcd --all-features --test retention` locks more.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_client::{Client, GetOptions};
+use lock_core::{Acquire, LockStore, Release, ReleaseOutcome};
+use test_servers::shared;
+use tokio::time::{sleep, Instant};
+
+/// How long leftovers may take to go (a lease's TTL plus etcd's expiry sweep): generous.
+const GONE_WITHIN: Duration = Duration::from_secs(20);
+const TTL: Duration = Duration::from_secs(2);
+
+fn key_count() -> usize {
+    std::env::var("FENCELOCK_KEYS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(10_000)
+}
+
+async fn client() -> Client {
+    Client::connect([shared::etcd().endpoint()], None)
+        .await
+        .expect("etcd client")
+}
+
+/// Live keys under `prefix` (old revisions are not keys).
+async fn live_keys(client: &mut Client, prefix: &str) -> i64 {
+    client
+        .get(
+            prefix,
+            Some(GetOptions::new().with_prefix().with_count_only()),
+        )
+        .await
+        .expect("count")
+        .count()
+}
+
+/// Leases the server holds (this test binary has the shared etcd to itself).
+async fn live_leases(client: &mut Client) -> usize {
+    client.leases().await.expect("leases").leases().len()
+}
+
+async fn until(mut done: impl AsyncFnMut() -> bool) -> bool {
+    let deadline = Instant::now() + GONE_WITHIN;
+    loop {
+        if done().await {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        sleep(Duration::from_millis(250)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_distinct_keys_leave_no_key_and_only_idle_leases_behind() {
+    let url = shared::etcd().url();
+    let prefix = "retention-many/";
+    let store = common::store(&url, &format!("&prefix={prefix}")).await;
+    let keys = key_count();
+    let next = Arc::new(AtomicUsize::new(0));
+    let mut workers = tokio::task::JoinSet::new();
+    for _ in 0..64 {
+        let (store, next) = (store.clone(), next.clone());
+        workers.spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= keys {
+                    return;
+                }
+                let key = format!("order-{i}");
+                let lease = store
+                    .try_acquire(&key, TTL)
+                    .await
+                    .unwrap_or_else(|e| panic!("{key}: {e}"));
+                let outcome = store.release(&lease).await.expect("release");
+                assert_eq!(outcome, ReleaseOutcome::Released, "{key}");
+            }
+        });
+    }
+    while let Some(done) = workers.join_next().await {
+        done.expect("worker");
+    }
+    let mut client = client().await;
+    assert_eq!(live_keys(&mut client, prefix).await, 0, "no key left");
+    // Revokes of leases beyond the idle ones run in the background.
+    assert!(
+        until(async || live_leases(&mut client).await <= 8).await,
+        "{} leases left; a handle keeps at most 8 idle per TTL",
+        live_leases(&mut client).await
+    );
+    drop(store);
+    assert!(
+        until(async || live_leases(&mut client).await == 0).await,
+        "{} leases outlive their handle by more than their TTL",
+        live_leases(&mut client).await
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_waiters_leave_no_queue_key_behind() {
+    let url = shared::etcd().url();
+    let prefix = "retention-waiters/";
+    let store = common::store(&url, &format!("&prefix={prefix}")).await;
+    let holder = store.try_acquire("order-1", TTL).await.expect("holder");
+    let mut client = client().await;
+    let mut waiters = Vec::new();
+    for _ in 0..20 {
+        let store = store.clone();
+        waiters.push(tokio::spawn(async move {
+            store.acquire("order-1", TTL, Duration::from_secs(60)).await
+        }));
+    }
+    assert!(
+        until(async || live_keys(&mut client, prefix).await == 21).await,
+        "the holder and 20 waiters are queued"
+    );
+    for waiter in &waiters {
+        waiter.abort();
+    }
+    for waiter in waiters {
+        assert!(waiter.await.is_err_and(|e| e.is_cancelled()));
+    }
+    assert_eq!(
+        store.release(&holder).await.expect("release"),
+        ReleaseOutcome::Released
+    );
+    assert!(
+        until(async || live_keys(&mut client, prefix).await == 0).await,
+        "{} queue keys left by dropped waiters",
+        live_keys(&mut client, prefix).await
+    );
+    assert!(
+        store.capabilities().retention.is_none(),
+        "no per-key state to retain"
+    );
+}
