@@ -41,3 +41,8 @@ pub use lock_redis;
 /// layout.
 #[cfg(feature = "etcd")]
 pub use lock_etcd;
+
+/// The PostgreSQL store's own type, for code that downcasts a [`DynLockStore`] to
+/// [`lock_postgres::PostgresStore`] (`lockctl stats` counts its fence rows).
+#[cfg(feature = "postgres")]
+pub use lock_postgres;

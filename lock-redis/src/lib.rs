@@ -216,7 +216,7 @@
 //! [`LockStore::evict`]: lock_core::LockStore::evict
 #![warn(missing_docs)]
 
-// Module order (each imports only from those before it): config, error, keys, script, eviction, subscriber, store, redlock (config, quorum, fanout, store), descriptor.
+// Module order (each imports only from those before it): config, error, keys, script, eviction, subscriber, store, stats, redlock (config, quorum, fanout, store), descriptor.
 mod config;
 mod descriptor;
 mod error;
@@ -224,6 +224,7 @@ mod eviction;
 mod keys;
 mod redlock;
 mod script;
+mod stats;
 mod store;
 mod subscriber;
 

@@ -22,6 +22,7 @@ mod duration;
 mod group;
 mod guardian;
 mod run;
+mod stats;
 mod status;
 
 /// The command line.
@@ -68,6 +69,13 @@ enum Command {
     Status {
         /// The lock's key.
         key: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show how much per-key state the store holds (Redis keys, PostgreSQL fence rows) and for
+    /// how long it keeps it.
+    Stats {
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -175,6 +183,7 @@ fn main() -> ExitCode {
                 None => unreachable!("the guardian is started for run"),
             },
             Command::Status { key, json } => status::status(store, &key, json).await,
+            Command::Stats { json } => stats::stats(store, json).await,
             Command::Conformance { .. } | Command::Bench { .. } => unreachable!("handled above"),
         }
     })

@@ -1,0 +1,71 @@
+//! How much per-key state the server holds for a store: the keys under its prefix.
+
+use lock_core::{Error, Result};
+
+use crate::error::redis_error;
+use crate::store::RedisStore;
+
+/// Keys one `SCAN` step asks for: large enough that a million keys take a thousand steps.
+const SCAN_COUNT: u64 = 1_000;
+
+impl RedisStore {
+    /// Counts the live keys under this store's prefix (`SCAN … MATCH prefix*`, which skips
+    /// expired keys): one fence per key acquired within the retention window, plus one lock
+    /// per held key. Each step is bounded by the command timeout; the walk takes one step per
+    /// thousand keys in the database and other clients' writes meanwhile may be counted or
+    /// not. For operators (`lockctl stats`), not for a lock holder.
+    ///
+    /// # Cancel safety
+    /// Reads only; dropping the future loses nothing.
+    pub async fn stored_keys(&self) -> Result<u64> {
+        let pattern = format!("{}*", glob_escape(self.config().prefix()));
+        let mut conn = self.connection();
+        let limit = self.config().command_timeout();
+        let mut cursor = 0u64;
+        let mut count = 0u64;
+        loop {
+            let mut scan = redis::cmd("SCAN");
+            scan.arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(SCAN_COUNT);
+            let step = scan.query_async::<(u64, Vec<redis::Value>)>(&mut conn);
+            let (next, batch) = tokio::time::timeout(limit, step)
+                .await
+                .map_err(|_| Error::Unavailable {
+                    message: format!("counting keys: no answer within {limit:?}"),
+                    source: None,
+                })?
+                .map_err(|e| redis_error("counting keys", e))?;
+            count += batch.len() as u64;
+            if next == 0 {
+                return Ok(count);
+            }
+            cursor = next;
+        }
+    }
+}
+
+/// The prefix as a literal `SCAN MATCH` pattern: `*`, `?`, `[`, `]` and `\` escaped.
+fn glob_escape(prefix: &str) -> String {
+    let mut out = String::with_capacity(prefix.len());
+    for c in prefix.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn glob_characters_in_the_prefix_match_only_themselves() {
+        assert_eq!(glob_escape("fencelock:"), "fencelock:");
+        assert_eq!(glob_escape(r"a*b?c[d]e\f"), r"a\*b\?c\[d\]e\\f");
+    }
+}
