@@ -94,6 +94,11 @@ impl LockStore for Link {
         self.through().await;
         self.inner.status(key).await
     }
+
+    async fn evict(&self, key: &str) -> Result<bool> {
+        self.through().await;
+        self.inner.evict(key).await
+    }
 }
 
 /// A memory store that a fault can restart: it forgets every lock. An honest restart keeps
@@ -204,6 +209,10 @@ impl LockStore for RestartingMemory {
 
     async fn status(&self, key: &str) -> Result<KeyStatus> {
         self.store().status(key).await
+    }
+
+    async fn evict(&self, key: &str) -> Result<bool> {
+        self.store().evict(key).await
     }
 }
 
