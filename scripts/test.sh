@@ -79,6 +79,16 @@ facade_is_store_free() {
     exit 1
   fi
   echo "fencelock without features: no store client crates"
+  # Without the `metrics` feature nothing of the metrics crate is compiled.
+  local metrics
+  metrics=$(cargo tree -q -p fencelock --features full -e normal,build --prefix none \
+    | grep -E '^metrics' || true)
+  if [[ -n $metrics ]]; then
+    echo "fencelock without the metrics feature depends on metrics:" >&2
+    echo "$metrics" >&2
+    exit 1
+  fi
+  echo "fencelock without the metrics feature: no metrics crates"
 }
 
 # The publishable crates package (cargo packages local dependencies together). Not verified:
