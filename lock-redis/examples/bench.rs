@@ -244,6 +244,17 @@ async fn main() -> Result<(), Box<dyn Error>> {
     let raw_cycles = Samples::new(raw_samples);
     let unsafe_cycles = Samples::new(unsafe_samples);
     let our_cycles = Samples::new(our_samples);
+    // The per-entity pattern: a key never locked before in every cycle (its fence is created,
+    // then left to expire after the retention window).
+    let run = run_id();
+    let our_new_keys = time_each(ITERATIONS, |i| {
+        let (ours, key) = (ours.clone(), format!("new-key:{run}:{i}"));
+        async move {
+            let lease = ours.try_acquire(&key, TTL).await?;
+            ours.release(&lease).await.map(drop)
+        }
+    })
+    .await?;
 
     // Throughput: 64 tasks on distinct keys over one multiplexed connection each way, with the
     // server's own time per cycle from INFO commandstats.
@@ -278,6 +289,14 @@ async fn main() -> Result<(), Box<dyn Error>> {
     // The peer: rslock on the same server, one LockManager per waiter.
     let peer: DynLockStore = Arc::new(Rslock::new(vec![url.clone()]));
     let peer_cycles = cycle(&peer, "rslock:cycle", TTL, ITERATIONS / 4).await?;
+    let peer_new_keys = time_each(ITERATIONS / 4, |i| {
+        let (peer, key) = (peer.clone(), format!("rslock:new-key:{run}:{i}"));
+        async move {
+            let lease = peer.try_acquire(&key, TTL).await?;
+            peer.release(&lease).await.map(drop)
+        }
+    })
+    .await?;
     let mut peer_handles: Vec<DynLockStore> = Vec::new();
     for _ in 0..WAITERS {
         peer_handles.push(Arc::new(Rslock::new(vec![url.clone()])));
@@ -305,6 +324,12 @@ async fn main() -> Result<(), Box<dyn Error>> {
     table
         .latency("ours: try_acquire + release p99", our_cycles.p99())
         .ratio(us(our_cycles.p99()) / us(raw_cycles.p99()), None);
+    table
+        .latency("ours: a new key per cycle p50", our_new_keys.p50())
+        .ratio(us(our_new_keys.p50()) / us(raw_cycles.p50()), None);
+    table
+        .latency("ours: a new key per cycle p99", our_new_keys.p99())
+        .ratio(us(our_new_keys.p99()) / us(raw_cycles.p99()), None);
     table.rate(format!("raw cycle, {TASKS} tasks, distinct keys"), raw_rate);
     let rate_ratio = our_rate / raw_rate;
     table
@@ -340,6 +365,13 @@ async fn main() -> Result<(), Box<dyn Error>> {
         .latency("rslock: lock + unlock p50", peer_cycles.p50())
         .ratio(us(peer_cycles.p50()) / us(raw_cycles.p50()), None);
     table.latency("rslock: lock + unlock p99", peer_cycles.p99());
+    table
+        .latency("rslock: a new key per cycle p50", peer_new_keys.p50())
+        .ratio(us(peer_new_keys.p50()) / us(raw_cycles.p50()), None);
+    table.push(
+        "  ours / rslock, a new key per cycle p50",
+        format!("{:.2}", us(our_new_keys.p50()) / us(peer_new_keys.p50())),
+    );
     rslock_handoff_rows(&mut table, WAITERS, &handoffs, &peer_handoffs);
     println!("{table}");
     println!(
@@ -355,6 +387,13 @@ async fn main() -> Result<(), Box<dyn Error>> {
         ITERATIONS / 4
     );
     Ok(())
+}
+
+/// A tag for this run's keys, so "a new key per cycle" is new on a server used before.
+fn run_id() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos())
 }
 
 /// The 1, 5 and 15 minute load averages, where Linux tells them.
