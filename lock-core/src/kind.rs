@@ -55,6 +55,10 @@ pub struct StoreKind {
     /// What [`LockStore::evict`](crate::LockStore::evict) does on this store, in a few words
     /// for operators; empty when the store cannot evict.
     pub eviction: &'static str,
+    /// Makes a handle of this kind that cannot reach its store, for fault tests, from a URL of
+    /// this kind. `None` (the default): the store is reached over the network, and the
+    /// facade's fault tools point the URL's hosts at closed ports instead.
+    pub unreachable: Option<ConnectFn>,
 }
 
 impl StoreKind {
@@ -71,12 +75,20 @@ impl StoreKind {
             feature,
             connect,
             eviction: "",
+            unreachable: None,
         }
     }
 
     /// Says what [`LockStore::evict`](crate::LockStore::evict) does on this store.
     pub const fn with_eviction(mut self, eviction: &'static str) -> Self {
         self.eviction = eviction;
+        self
+    }
+
+    /// Says how to make a handle that cannot reach its store, for a store that has no host to
+    /// point at a closed port (a file, say): see [`StoreKind::unreachable`].
+    pub const fn with_unreachable(mut self, unreachable: ConnectFn) -> Self {
+        self.unreachable = Some(unreachable);
         self
     }
 
@@ -93,6 +105,7 @@ impl fmt::Debug for StoreKind {
             .field("schemes", &self.schemes)
             .field("feature", &self.feature)
             .field("eviction", &self.eviction)
+            .field("unreachable", &self.unreachable.is_some())
             .finish_non_exhaustive()
     }
 }

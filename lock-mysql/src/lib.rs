@@ -57,7 +57,7 @@
 //! # When a lock is freed early
 //! The lock lives exactly as long as the lease's server session, so these events free it
 //! before the TTL, at once, and the next holder may take the key (with a greater token):
-//! - the server ends the session: `KILL` (an administrator, or [`MysqlStore::evict`]), a
+//! - the server ends the session: `KILL` (an administrator, or [`LockStore::evict`]), a
 //!   server shutdown, restart or crash, a failover (the promoted server has no sessions);
 //! - the connection breaks and the server notices: the holder's process exits or drops the
 //!   [`Lease`](lock_core::Lease) unreleased (the socket closes), or a TCP reset.
@@ -116,7 +116,7 @@
 //! the lock may already have been granted. See each method's `# Cancel safety`.
 //!
 //! # Operator actions
-//! [`MysqlStore::evict`] kills the session that holds a key, as an administrator's `KILL`
+//! [`LockStore::evict`] kills the session that holds a key, as an administrator's `KILL`
 //! would: the key is free at once and the holder's lease is revoked within its handle's watch
 //! period. For fault tests and tooling; a lock holder never needs it.
 //!
@@ -138,10 +138,13 @@
 //! The user needs `CREATE` on the database the first time (or create the table yourself with
 //! [`MysqlConfig::fence_table_ddl`]), then `SELECT`, `INSERT` and `UPDATE` on the table; it
 //! sees and kills its own sessions in the process list, which is all the store needs.
+//!
+//! [`LockStore::evict`]: lock_core::LockStore::evict
 #![warn(missing_docs)]
 
-// Module order (each imports only from those before it): keys, sql, config, error, session, watch, store.
+// Module order (each imports only from those before it): keys, sql, config, error, session, watch, store, descriptor.
 mod config;
+mod descriptor;
 mod error;
 mod keys;
 mod session;
@@ -153,5 +156,6 @@ pub use config::{
     MysqlConfig, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_IDLE,
     DEFAULT_NAMESPACE, DEFAULT_TABLE, MIN_TTL,
 };
+pub use descriptor::MYSQL;
 pub use keys::{lock_name, LOCK_ID_SCHEME};
 pub use store::MysqlStore;

@@ -28,7 +28,7 @@ const POOLING_PROXY: &str =
      the way, and GET_LOCK locks cannot work through it; connect directly, or turn \
      multiplexing off for this client";
 
-/// How long [`MysqlStore::evict`] waits for the killed holder's lock to be freed.
+/// How long [`LockStore::evict`] waits for the killed holder's lock to be freed.
 const EVICT_WAIT: Duration = Duration::from_secs(5);
 
 /// What a lease carries: its dedicated session. Dropping the last clone of the lease without
@@ -122,63 +122,6 @@ impl MysqlStore {
     /// Idle connections kept for reuse.
     pub fn idle_connections(&self) -> usize {
         self.sessions.idle_count()
-    }
-
-    /// Operator action, for fault tests and `lockctl`: ends the server session that holds
-    /// `key`'s lock (in this store's namespace) with `KILL CONNECTION`, as an administrator
-    /// would, and waits (up to 5 s) until the lock is free. The holder's lease is revoked
-    /// within its handle's watch period (see the crate docs, "When a lock is freed early"), and
-    /// its next extend or release fails ([`Error::LeaseLost`] / [`ReleaseOutcome::Lost`]).
-    /// Returns whether a holder was found. Needs the privilege to kill that session (the same
-    /// user, or `CONNECTION ADMIN` / `SUPER`).
-    ///
-    /// The look-up and the kill are one statement; the wait that follows is a second one.
-    ///
-    /// # Cancel safety
-    /// The kill may or may not have happened when the future is dropped.
-    pub async fn evict(&self, key: &str) -> Result<bool> {
-        check_key(key)?;
-        let lock_name = self.lock_name(key);
-        let limit = self.sessions.config.command_timeout;
-        let Checkout { mut session, .. } = self.checkout(false).await?;
-        let found = holder(&mut session, &lock_name, limit).await?;
-        let Some(holder_id) = found else {
-            self.sessions.checkin(session);
-            return Ok(false);
-        };
-        let killed = bounded(
-            limit,
-            sqlx::query(KILL_HOLDER)
-                .bind(&lock_name)
-                .execute(&mut session.conn),
-        )
-        .await;
-        match killed {
-            Ok(_) => {}
-            // Freed in the meantime: nobody to kill.
-            Err(fault) if fault.number() == Some(number::UNKNOWN_THREAD) => {
-                self.sessions.checkin(session);
-                return Ok(false);
-            }
-            Err(fault) => return Err(fault.into_error("killing the holder's session")),
-        }
-        // KILL returns before the killed session has ended and freed its lock.
-        let deadline = Instant::now() + EVICT_WAIT;
-        while holder(&mut session, &lock_name, limit).await? == Some(holder_id) {
-            if Instant::now() >= deadline {
-                return Err(Error::Unavailable {
-                    message: format!(
-                        "the holder's session {holder_id} was killed but still held the lock \
-                         after {EVICT_WAIT:?}"
-                    ),
-                    source: None,
-                });
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        self.sessions.checkin(session);
-        tracing::info!(key, holder_id, "killed the holder's session");
-        Ok(true)
     }
 
     /// A session for one operation; `fresh` skips the idle list (after a reused session turned
@@ -637,12 +580,70 @@ impl LockStore for MysqlStore {
             .with_ttl_granularity(Duration::from_secs(1))
             .with_frees_on_disconnect(true)
             .with_notified_wait(true)
+            .with_evict(true)
     }
 
     /// # Cancel safety
     /// Read-only; dropping the future loses nothing.
     async fn status(&self, key: &str) -> Result<KeyStatus> {
         self.status_of(key).await
+    }
+
+    /// Ends the server session that holds
+    /// `key`'s lock (in this store's namespace) with `KILL CONNECTION`, as an administrator
+    /// would, and waits (up to 5 s) until the lock is free. The holder's lease is revoked
+    /// within its handle's watch period (see the crate docs, "When a lock is freed early"), and
+    /// its next extend or release fails ([`Error::LeaseLost`] / [`ReleaseOutcome::Lost`]).
+    /// Returns whether a holder was found. Needs the privilege to kill that session (the same
+    /// user, or `CONNECTION ADMIN` / `SUPER`).
+    ///
+    /// The look-up and the kill are one statement; the wait that follows is a second one.
+    ///
+    /// # Cancel safety
+    /// The kill may or may not have happened when the future is dropped.
+    async fn evict(&self, key: &str) -> Result<bool> {
+        check_key(key)?;
+        let lock_name = self.lock_name(key);
+        let limit = self.sessions.config.command_timeout;
+        let Checkout { mut session, .. } = self.checkout(false).await?;
+        let found = holder(&mut session, &lock_name, limit).await?;
+        let Some(holder_id) = found else {
+            self.sessions.checkin(session);
+            return Ok(false);
+        };
+        let killed = bounded(
+            limit,
+            sqlx::query(KILL_HOLDER)
+                .bind(&lock_name)
+                .execute(&mut session.conn),
+        )
+        .await;
+        match killed {
+            Ok(_) => {}
+            // Freed in the meantime: nobody to kill.
+            Err(fault) if fault.number() == Some(number::UNKNOWN_THREAD) => {
+                self.sessions.checkin(session);
+                return Ok(false);
+            }
+            Err(fault) => return Err(fault.into_error("killing the holder's session")),
+        }
+        // KILL returns before the killed session has ended and freed its lock.
+        let deadline = Instant::now() + EVICT_WAIT;
+        while holder(&mut session, &lock_name, limit).await? == Some(holder_id) {
+            if Instant::now() >= deadline {
+                return Err(Error::Unavailable {
+                    message: format!(
+                        "the holder's session {holder_id} was killed but still held the lock \
+                         after {EVICT_WAIT:?}"
+                    ),
+                    source: None,
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        self.sessions.checkin(session);
+        tracing::info!(key, holder_id, "killed the holder's session");
+        Ok(true)
     }
 }
 

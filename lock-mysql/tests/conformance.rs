@@ -1,9 +1,10 @@
-//! The whole conformance suite against a real MariaDB started by test-servers.
+//! The whole conformance suite against a real MariaDB started by test-servers. A lease is
+//! forgotten by the store's own eviction (the factory's default): its session is killed.
 
 use std::sync::{Arc, OnceLock};
 
 use conformance::{async_trait, StoreFactory};
-use lock_core::{DynLockStore, Lease};
+use lock_core::DynLockStore;
 use lock_mysql::{MysqlConfig, MysqlStore};
 use test_servers::MariadbServer;
 
@@ -37,18 +38,6 @@ impl StoreFactory for MysqlFactory {
         ))
         .expect("config");
         Arc::new(MysqlStore::connect_lazy(config))
-    }
-
-    /// An operator kills the holder's session: the lock goes with it.
-    async fn forget(&self, lease: &Lease) {
-        let admin = MysqlStore::connect(MysqlConfig::from_url(&self.url).expect("config"))
-            .await
-            .expect("admin handle");
-        assert!(
-            admin.evict(lease.key()).await.expect("kill the holder"),
-            "no session held {}",
-            lease.key()
-        );
     }
 }
 

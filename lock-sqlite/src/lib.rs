@@ -86,8 +86,8 @@
 //! with [`SqliteStore::unreachable`] and [`Lockout`]). In every case nothing is left held.
 //!
 //! # Operator actions
-//! [`SqliteStore::evict`] frees a key whoever holds it (its counter stays); the holder learns
-//! at its next extend.
+//! [`LockStore::evict`](lock_core::LockStore::evict) frees a key whoever holds it (its counter
+//! stays); the holder learns at its next extend.
 //!
 //! # The URL
 //! `sqlite:///absolute/path.db` or `sqlite://relative/path.db`, with `table`,
@@ -99,11 +99,12 @@
 #![warn(missing_docs)]
 
 // Module order (each imports only from those before it): clock, keys, sql, config, error,
-// lockout, watch, crash_hooks, store.
+// lockout, watch, crash_hooks, store, descriptor.
 mod clock;
 mod config;
 #[cfg(feature = "crash-hooks")]
 pub mod crash_hooks;
+mod descriptor;
 mod error;
 mod keys;
 mod lockout;
@@ -115,5 +116,6 @@ pub use config::{
     SqliteConfig, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_TABLE, MIN_TTL,
     URL_SCHEMES,
 };
+pub use descriptor::SQLITE;
 pub use lockout::Lockout;
 pub use store::SqliteStore;

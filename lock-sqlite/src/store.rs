@@ -246,36 +246,6 @@ impl SqliteStore {
         &self.shared.path
     }
 
-    /// Operator action: frees `key` whoever holds it, as deleting the holder would; its counter
-    /// stays, so the next lease still gets a greater token. Waiters are woken. Returns whether a
-    /// live lease was evicted. The evicted holder learns at its next extend (within a third of
-    /// its TTL with a keep-alive) or release. For tooling and fault tests; a lock holder never
-    /// needs it.
-    ///
-    /// # Cancel safety
-    /// The eviction may or may not have happened when the future is dropped.
-    pub async fn evict(&self, key: &str) -> Result<bool> {
-        check_key(key)?;
-        let shared = &self.shared;
-        let now = monotonic_ns();
-        let done = self
-            .bounded(
-                "evict",
-                sqlx::query(&shared.sql.evict)
-                    .bind(stored_key(key))
-                    .bind(shared.boot_id)
-                    .bind(now)
-                    .execute(&shared.pool),
-            )
-            .await?;
-        let evicted = done.rows_affected() == 1;
-        if evicted {
-            shared.waker.wake();
-        }
-        tracing::debug!(key, evicted, "evict");
-        Ok(evicted)
-    }
-
     /// Runs one statement within the command timeout (plus a margin for everything that is not
     /// waiting for SQLite's lock), with errors as the contract's.
     async fn bounded<T>(
@@ -611,6 +581,7 @@ impl LockStore for SqliteStore {
         Capabilities::new()
             .with_min_ttl(MIN_TTL)
             .with_notified_wait(self.shared.watch.is_some())
+            .with_evict(true)
     }
 
     /// # Cancel safety
@@ -625,6 +596,36 @@ impl LockStore for SqliteStore {
             },
             None => KeyStatus::Free,
         })
+    }
+
+    /// Frees `key` whoever holds it, as deleting the holder would; its counter
+    /// stays, so the next lease still gets a greater token. Waiters are woken. Returns whether a
+    /// live lease was evicted. The evicted holder learns at its next extend (within a third of
+    /// its TTL with a keep-alive) or release. For tooling and fault tests; a lock holder never
+    /// needs it.
+    ///
+    /// # Cancel safety
+    /// The eviction may or may not have happened when the future is dropped.
+    async fn evict(&self, key: &str) -> Result<bool> {
+        check_key(key)?;
+        let shared = &self.shared;
+        let now = monotonic_ns();
+        let done = self
+            .bounded(
+                "evict",
+                sqlx::query(&shared.sql.evict)
+                    .bind(stored_key(key))
+                    .bind(shared.boot_id)
+                    .bind(now)
+                    .execute(&shared.pool),
+            )
+            .await?;
+        let evicted = done.rows_affected() == 1;
+        if evicted {
+            shared.waker.wake();
+        }
+        tracing::debug!(key, evicted, "evict");
+        Ok(evicted)
     }
 }
 

@@ -1,6 +1,7 @@
 //! The conformance suite against SQLite: several handles (each with its own connections) on
 //! one database file in a fresh directory per case; the unreachable handle is a database that
-//! another holder keeps locked beyond the command timeout.
+//! another holder keeps locked beyond the command timeout. A lease is forgotten by the store's
+//! own eviction (the factory's default).
 
 mod support;
 
@@ -8,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use conformance::{async_trait, StoreFactory};
-use lock_core::{DynLockStore, Lease};
+use lock_core::DynLockStore;
 use lock_sqlite::{SqliteConfig, SqliteStore};
 use support::Scratch;
 
@@ -35,11 +36,6 @@ impl StoreFactory for SqliteFactory {
             .with_command_timeout(Duration::from_secs(1))
             .with_connect_timeout(Duration::from_secs(1));
         Arc::new(SqliteStore::unreachable(&config).expect("a locked-out handle"))
-    }
-
-    async fn forget(&self, lease: &Lease) {
-        let store = support::store(&self.dir.db()).await;
-        store.evict(lease.key()).await.expect("evict");
     }
 }
 

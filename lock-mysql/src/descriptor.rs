@@ -1,0 +1,20 @@
+//! The descriptor the `fencelock` facade lists.
+
+use std::sync::Arc;
+
+use lock_core::kind::BoxFuture;
+use lock_core::{DynLockStore, Result, StoreKind};
+
+use crate::config::MysqlConfig;
+use crate::store::MysqlStore;
+
+/// MySQL and MariaDB named locks: `mysql://` and `mariadb://`, see [`MysqlConfig`].
+pub const MYSQL: StoreKind = StoreKind::new("mysql", &["mysql", "mariadb"], "mysql", connect)
+    .with_eviction("kills the holder's session (KILL CONNECTION), which frees its lock");
+
+fn connect(url: &str) -> BoxFuture<'_, Result<DynLockStore>> {
+    Box::pin(async move {
+        let store = MysqlStore::connect(MysqlConfig::from_url(url)?).await?;
+        Ok(Arc::new(store) as DynLockStore)
+    })
+}
