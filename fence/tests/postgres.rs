@@ -5,7 +5,6 @@
 //! updates when only the write is checked: holder A (token 1) reads, then pauses past its
 //! lease; B (token 2) takes over and reads; A wakes and writes; B writes.
 
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use fencelock_fence::pattern::{
@@ -16,19 +15,13 @@ use fencelock_fence::{FencedTable, TableNames};
 use lock_core::Error;
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{ConnectOptions, Connection, PgConnection};
-use test_servers::PostgresServer;
-
-/// One server for every test of this file; test-servers kills it when the process exits.
-static SERVER: OnceLock<PostgresServer> = OnceLock::new();
 
 const ROW: i64 = 1;
 const A: i64 = 1;
 const B: i64 = 2;
 
 fn server_url() -> String {
-    SERVER
-        .get_or_init(|| PostgresServer::start().unwrap_or_else(|e| panic!("{e}")))
-        .url()
+    test_servers::shared::postgres().url()
 }
 
 /// A connection whose `search_path` is `schema` only.

@@ -2,21 +2,13 @@
 //! updates when only the write is checked: A (token 1) reads; B (token 2) takes over and
 //! reads; A writes; B writes. Driven step by step, never by timing.
 
-use std::sync::OnceLock;
-
 use fencelock_fence::FencedKey;
 use lock_core::Error;
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
-use test_servers::RedisServer;
-
-/// One server for every test of this file; test-servers kills it when the process exits.
-static SERVER: OnceLock<RedisServer> = OnceLock::new();
 
 async fn connect() -> MultiplexedConnection {
-    let url = SERVER
-        .get_or_init(|| RedisServer::start().unwrap_or_else(|e| panic!("{e}")))
-        .url();
+    let url = test_servers::shared::redis().url();
     redis::Client::open(url)
         .expect("url")
         .get_multiplexed_async_connection()

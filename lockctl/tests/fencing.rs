@@ -9,20 +9,12 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
-
-use test_servers::PostgresServer;
-
-/// One server for every test of this file; test-servers kills it when the process exits.
-static SERVER: OnceLock<PostgresServer> = OnceLock::new();
 
 const LIMIT: Duration = Duration::from_secs(60);
 
 fn server_url() -> String {
-    SERVER
-        .get_or_init(|| PostgresServer::start().unwrap_or_else(|e| panic!("{e}")))
-        .url()
+    test_servers::shared::postgres().url()
 }
 
 /// The job script: the `sh` block of the README's "From the shell" subsection.
