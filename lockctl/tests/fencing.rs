@@ -261,14 +261,17 @@ fn wait_for(path: &Path, child: &mut Child) {
     }
 }
 
-/// The pid of a child of process `parent` (the command `lockctl run` started).
+/// The pid of the job (`sh …`) that `lockctl run` process `parent` started.
 fn child_of(parent: u32) -> Option<i32> {
     std::fs::read_dir("/proc").ok()?.find_map(|entry| {
         let pid: i32 = entry.ok()?.file_name().to_str()?.parse().ok()?;
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
         // The parent's pid is the second field after the parenthesised command name.
         let ppid: u32 = stat.rsplit_once(") ")?.1.split(' ').nth(1)?.parse().ok()?;
-        (ppid == parent).then_some(pid)
+        // lockctl's other child is its guardian, which runs lockctl itself.
+        let command = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        let is_job = command.starts_with(b"sh\0");
+        (ppid == parent && is_job).then_some(pid)
     })
 }
 
