@@ -29,12 +29,45 @@ pub(crate) const TTL_GRANULARITY: Duration = Duration::from_millis(1);
 /// `perfix=` cannot silently put locks under the default prefix.
 pub(crate) const OPTIONS: &[&str] = &[
     "prefix",
+    "layout",
     "connect_timeout",
     "command_timeout",
     "allow_eviction",
     "retention",
     "max_ttl",
 ];
+
+/// How a lock is named in Redis.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Layout {
+    /// `layout=fencelock`, the default: the lock is `{prefix}{{key}}:lock`, next to its fence
+    /// and release channel under one Cluster hash tag.
+    #[default]
+    Fencelock,
+    /// `layout=plain`: the lock is exactly `key`, holding the owner id, taken by `SET NX PX` and
+    /// released by compare-and-delete, as redis-py's `Lock`, redsync, node-redlock and most
+    /// single-node clients do, so they and fencelock exclude each other on the same key. The
+    /// fence and the channel keep fencelock's names (the prefix applies only to them). See the
+    /// crate docs, `# Next to other Redis lock clients`.
+    Plain,
+}
+
+impl Layout {
+    /// The name in the URL's `layout=` option.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Layout::Fencelock => "fencelock",
+            Layout::Plain => "plain",
+        }
+    }
+}
+
+impl fmt::Display for Layout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// How to reach one Redis server and where the store keeps its keys.
 ///
@@ -47,6 +80,7 @@ pub(crate) const OPTIONS: &[&str] = &[
 /// | option | default | meaning |
 /// | --- | --- | --- |
 /// | `prefix` | `fencelock:` | prepended to every key name; at most 256 bytes, no `{` or `}` (they would move the Cluster hash tag) |
+/// | `layout` | `fencelock` | `plain`: the lock is exactly the key, as `SET NX PX` clients (redis-py's `Lock`, redsync, node-redlock) name it, so they and fencelock exclude each other; single server only (see [`Layout`]) |
 /// | `connect_timeout` | `5s` | bound on opening a connection: `10` (seconds), `2s` or `250ms`; never zero |
 /// | `command_timeout` | `5s` | bound on one command's round trip; past it the call fails with the retryable [`Error::Unavailable`] |
 /// | `allow_eviction` | `false` | `true` skips the check that the server cannot evict a held lock (`maxmemory` set with a policy other than `noeviction`), accepting that risk knowingly; see the crate docs (`# Eviction`) |
@@ -60,6 +94,7 @@ pub struct RedisConfig {
     pub(crate) connection: ConnectionInfo,
     redacted: String,
     pub(crate) prefix: String,
+    pub(crate) layout: Layout,
     pub(crate) connect_timeout: Duration,
     pub(crate) command_timeout: Duration,
     pub(crate) allow_eviction: bool,
@@ -107,6 +142,7 @@ impl RedisConfig {
             )?,
             redacted,
             prefix: DEFAULT_PREFIX.to_owned(),
+            layout: Layout::default(),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             command_timeout: DEFAULT_COMMAND_TIMEOUT,
             allow_eviction: false,
@@ -116,6 +152,17 @@ impl RedisConfig {
         for (name, value) in parsed.query_pairs() {
             match &*name {
                 "prefix" => config.prefix = check_prefix(&value)?,
+                "layout" => {
+                    config.layout = match &*value {
+                        "fencelock" => Layout::Fencelock,
+                        "plain" => Layout::Plain,
+                        other => {
+                            return Err(bad_url(format!(
+                                "layout must be fencelock or plain, not {other:?}"
+                            )))
+                        }
+                    }
+                }
                 "connect_timeout" => {
                     config.connect_timeout = parse_timeout("connect_timeout", &value)?
                 }
@@ -135,6 +182,17 @@ impl RedisConfig {
     /// The prefix of every key name this store writes.
     pub fn prefix(&self) -> &str {
         &self.prefix
+    }
+
+    /// How locks are named in Redis.
+    pub fn layout(&self) -> Layout {
+        self.layout
+    }
+
+    /// Sets the layout (the `layout` option).
+    pub fn with_layout(mut self, layout: Layout) -> Self {
+        self.layout = layout;
+        self
     }
 
     /// The bound on opening a connection.
@@ -218,6 +276,7 @@ impl fmt::Debug for RedisConfig {
         f.debug_struct("RedisConfig")
             .field("url", &self.redacted)
             .field("prefix", &self.prefix)
+            .field("layout", &self.layout)
             .field("connect_timeout", &self.connect_timeout)
             .field("command_timeout", &self.command_timeout)
             .field("allow_eviction", &self.allow_eviction)
@@ -376,6 +435,20 @@ mod tests {
     }
 
     #[test]
+    fn the_layout_option_picks_plain_keys() {
+        let config = RedisConfig::from_url("redis://h").unwrap();
+        assert_eq!(config.layout(), Layout::Fencelock);
+        let config = RedisConfig::from_url("redis://h?layout=plain").unwrap();
+        assert_eq!(config.layout(), Layout::Plain);
+        assert_eq!(config.prefix(), DEFAULT_PREFIX);
+        let config = RedisConfig::from_url("redis://h?layout=fencelock").unwrap();
+        assert_eq!(config.layout(), Layout::Fencelock);
+        assert_eq!(config.with_layout(Layout::Plain).layout(), Layout::Plain);
+        assert!(rule("redis://h?layout=cluster").contains("fencelock or plain"));
+        assert!(rule("redis://h?layout=").contains("fencelock or plain"));
+    }
+
+    #[test]
     fn urls_parse_with_defaults_and_options() {
         let config = RedisConfig::from_url("redis://127.0.0.1").unwrap();
         assert_eq!(tcp(&config), ("127.0.0.1".into(), 6379));
@@ -497,7 +570,7 @@ mod tests {
         assert!(rule("not a url").contains("not a URL"));
         assert!(rule("redis://h?prefx=a").contains("unknown option \"prefx\""));
         assert!(rule("redis://h?prefx=a").contains(
-            "prefix, connect_timeout, command_timeout, allow_eviction, retention, max_ttl"
+            "prefix, layout, connect_timeout, command_timeout, allow_eviction, retention, max_ttl"
         ));
         assert!(rule("redis://h?prefix=a%7Bb").contains("prefix"));
         assert!(rule(&format!("redis://h?prefix={}", "p".repeat(257))).contains("256"));

@@ -1,5 +1,7 @@
 //! The Redis names of a lock key: the lock, its fencing counter and its release channel, all
-//! under one Cluster hash tag.
+//! under one Cluster hash tag (in [`Layout::Plain`], the lock is the key itself).
+
+use crate::config::Layout;
 
 /// The Redis names of one lock key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -14,6 +16,24 @@ pub(crate) struct KeyNames {
 }
 
 impl KeyNames {
+    /// The names in `layout`.
+    pub(crate) fn in_layout(layout: Layout, prefix: &str, key: &str) -> Self {
+        match layout {
+            Layout::Fencelock => Self::new(prefix, key),
+            Layout::Plain => Self::plain(prefix, key),
+        }
+    }
+
+    /// [`Layout::Plain`]: the lock is the key itself, as `SET key value NX PX` clients name it;
+    /// the fence and the channel keep fencelock's names, shared with [`Layout::Fencelock`], so
+    /// tokens keep growing when a key's clients switch layouts.
+    pub(crate) fn plain(prefix: &str, key: &str) -> Self {
+        KeyNames {
+            lock: key.to_owned(),
+            ..Self::new(prefix, key)
+        }
+    }
+
     pub(crate) fn new(prefix: &str, key: &str) -> Self {
         let tag = hash_tag(key);
         KeyNames {
@@ -58,5 +78,15 @@ mod tests {
         }
         assert_ne!(KeyNames::new("p:", "}"), KeyNames::new("p:", "%7D"));
         assert_eq!(KeyNames::new("p:", "}x").lock, "p:{%7Dx}:lock");
+    }
+
+    #[test]
+    fn the_plain_layout_locks_the_key_itself_and_keeps_the_fence() {
+        let plain = KeyNames::in_layout(Layout::Plain, "fencelock:", "jobs/nightly");
+        let ours = KeyNames::in_layout(Layout::Fencelock, "fencelock:", "jobs/nightly");
+        assert_eq!(plain.lock, "jobs/nightly");
+        assert_eq!(plain.fence, ours.fence);
+        assert_eq!(plain.channel, ours.channel);
+        assert_eq!(ours, KeyNames::new("fencelock:", "jobs/nightly"));
     }
 }

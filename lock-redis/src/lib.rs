@@ -131,6 +131,39 @@
 //! retention` locks 10,000 distinct keys (`FENCELOCK_KEYS=100000` for more) with a short
 //! window and counts the keys back to none.
 //!
+//! # Next to other Redis lock clients: `layout=plain`
+//! With [`Layout::Plain`] (URL option `layout=plain`, [`RedisStore`] only) the lock on `key`
+//! is the Redis key `key` itself, holding the owner id: taken by `SET key owner NX PX ttl`,
+//! released by compare-and-delete, extended by compare-and-`PEXPIRE`. That is what
+//! single-server clients such as redis-py's `Lock`, redsync and node-redlock do (each with its
+//! own random value), so fencelock and those clients exclude each other on the same key, both
+//! ways. The fence keeps fencelock's name, `{prefix}{key}:fence`, and is still minted by the
+//! acquire script, atomically with the `SET NX`. It is the same fence as the default layout's,
+//! so tokens keep growing when a key's fencelock clients switch layouts; but the two layouts
+//! lock different Redis keys and do not exclude each other, so switch every fencelock client
+//! of a key at once.
+//!
+//! **Fencing with peer writers.** Peers mint no tokens. A resource that checks fencelock's
+//! tokens still refuses a stale fencelock holder once a later fencelock holder wrote (its token
+//! is greater, whoever held the key in between). It cannot refuse a peer's write (it carries no
+//! token), and it cannot refuse a stale fencelock write that follows a peer's: fencelock
+//! holder `A` pauses past its TTL, peer `P` takes the key and writes, `A` resumes and writes
+//! with its old token, which is still the greatest the resource has seen, so the resource
+//! accepts it over `P`'s. Fencing
+//! orders fencelock's writers among themselves; a resource written by peers too is protected
+//! only as far as the peers' own locks protect it, until they move to fencelock.
+//!
+//! **Waiting.** Peers publish nothing when they release, so a fencelock waiter sees their
+//! release only when it tries again: when the holder's `PTTL` runs out, and at least every
+//! [`WAIT_CAP`] (250 ms) meanwhile. A peer's release is seen within 250 ms plus one round
+//! trip; fencelock's own releases still wake waiters at once. [`Capabilities`] therefore says
+//! `notified_wait: false` in this layout. `cargo test -p lock-redis --all-features --test
+//! peer_clients` runs redis-py's `Lock` against fencelock and prints the wake-up delay.
+//!
+//! **Scope.** One server. `redlock://` has no layout option: the peers' multi-master variants
+//! use their own quorum and timing, which no test here checks. On a Redis Cluster the lock and
+//! its fence would no longer share a hash tag, so the acquire script would span two slots.
+//!
 //! # Cancel safety
 //! Every operation is one script on the shared connection. A future dropped after its script
 //! was sent leaves the script to run: a dropped acquire may leave a lease nobody knows of,
@@ -152,7 +185,7 @@
 //! waits, one pub/sub connection.
 //!
 //! # The URL
-//! `redis://[[user]:password@]host[:port][/db][?prefix=…&connect_timeout=…&command_timeout=…&allow_eviction=…&retention=…&max_ttl=…]`,
+//! `redis://[[user]:password@]host[:port][/db][?prefix=…&layout=…&connect_timeout=…&command_timeout=…&allow_eviction=…&retention=…&max_ttl=…]`,
 //! and `rediss://` for TLS with the crate feature `tls`: see [`RedisConfig`]. Redlock:
 //! `redlock://[[user]:password@]host:port,host:port,host:port[/db][?…]`, see
 //! [`RedlockConfig`].
@@ -229,7 +262,8 @@ mod store;
 mod subscriber;
 
 pub use config::{
-    RedisConfig, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, MAX_PREFIX_LEN,
+    Layout, RedisConfig, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX,
+    MAX_PREFIX_LEN,
 };
 pub use descriptor::{REDIS, REDLOCK};
 pub use eviction::{EvictionCheck, EvictionRisk, EvictionSettings};

@@ -14,8 +14,8 @@ use lock_core::{
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::time::{sleep_until, timeout};
 
-use crate::config::RedisConfig;
 use crate::config::TTL_GRANULARITY;
+use crate::config::{Layout, RedisConfig};
 use crate::error::redis_error;
 use crate::eviction::{self, EvictionCheck};
 use crate::keys::KeyNames;
@@ -210,7 +210,8 @@ impl RedisStore {
     }
 
     pub(crate) fn names(&self, key: &str) -> KeyNames {
-        KeyNames::new(&self.inner.config.prefix, key)
+        let config = &self.inner.config;
+        KeyNames::in_layout(config.layout, &config.prefix, key)
     }
 
     /// Runs one command on a clone of the shared connection under the command timeout.
@@ -412,10 +413,12 @@ impl Extend for RedisStore {
 #[async_trait]
 impl LockStore for RedisStore {
     /// Millisecond TTLs (`PX`), notified waits (pub/sub), no fair queue, and a dead holder's
-    /// lock lives until its TTL.
+    /// lock lives until its TTL. In [`Layout::Plain`] waits are not declared notified: peer
+    /// clients publish nothing when they release, so a waiter sees their releases only by
+    /// trying again, at least every [`WAIT_CAP`] (fencelock's own releases still wake it).
     fn capabilities(&self) -> Capabilities {
         Capabilities::new()
-            .with_notified_wait(true)
+            .with_notified_wait(self.inner.config.layout == Layout::Fencelock)
             .with_frees_on_disconnect(false)
             .with_fair_queue(false)
             .with_ttl_granularity(TTL_GRANULARITY)

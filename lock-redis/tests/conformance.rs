@@ -1,4 +1,5 @@
-//! The whole conformance suite against a real Redis started by test-servers.
+//! The whole conformance suite against a real Redis started by test-servers, in both layouts:
+//! fencelock's own, and the plain one (`layout=plain`, the lock is the key itself).
 
 mod common;
 
@@ -36,3 +37,44 @@ conformance::conformance_tests!(async {
         url: shared::redis().url(),
     })
 });
+
+/// The same cases with every lock named as `SET NX PX` clients name it. Waits are not declared
+/// notified there (peers publish nothing), so the notified-wait case does not apply.
+mod plain_layout {
+    use std::sync::Arc;
+
+    use conformance::{async_trait, StoreFactory};
+    use lock_core::DynLockStore;
+    use lock_redis::{Layout, RedisConfig, RedisStore};
+    use test_servers::{closed_ports, shared};
+
+    struct PlainFactory {
+        url: String,
+    }
+
+    #[async_trait]
+    impl StoreFactory for PlainFactory {
+        async fn handle(&self) -> DynLockStore {
+            let store = super::common::store(&self.url, "layout=plain").await;
+            assert_eq!(store.config().layout(), Layout::Plain);
+            Arc::new(store)
+        }
+
+        async fn unreachable_handle(&self) -> DynLockStore {
+            let url = format!(
+                "redis://127.0.0.1:{}?layout=plain&connect_timeout=1s&command_timeout=1s",
+                closed_ports(1)[0]
+            );
+            Arc::new(
+                RedisStore::connect_lazy(RedisConfig::from_url(&url).expect("config"))
+                    .expect("lazy handle"),
+            )
+        }
+    }
+
+    conformance::conformance_tests!(async {
+        Arc::new(PlainFactory {
+            url: shared::redis().url(),
+        })
+    });
+}
