@@ -11,6 +11,8 @@ use crate::{store_for, DynLockStore, Result};
 /// | `redlock://host:port,host:port,host:port` | Redlock over independent masters | `redis` |
 /// | `etcd://host:port[,host:port…]`, `etcds://…` | etcd | `etcd` |
 /// | `postgres://…`, `postgresql://…` | PostgreSQL advisory locks | `postgres` |
+/// | `mysql://…`, `mariadb://…` | MySQL / MariaDB named locks | `mysql` |
+/// | `sqlite:///abs/path.db`, `sqlite://rel/path.db` | a SQLite file shared by one host's processes | `sqlite` |
 ///
 /// The store is picked from [`STORES`](crate::STORES) by the URL's scheme and connected
 /// through its descriptor. With the `metrics` feature the store comes wrapped in
@@ -71,6 +73,9 @@ mod tests {
             ("redlock://a:1,b:2,c:3", "`redis` feature"),
             ("etcd://127.0.0.1:1", "`etcd` feature"),
             ("postgres://127.0.0.1:1/db", "`postgres` feature"),
+            ("mysql://127.0.0.1:1/db", "`mysql` feature"),
+            ("mariadb://127.0.0.1:1/db", "`mysql` feature"),
+            ("sqlite:///nonexistent/locks.db", "`sqlite` feature"),
             ("zookeeper://h:2181", "known schemes"),
         ] {
             let scheme = url.split_once("://").map_or("", |(scheme, _)| scheme);

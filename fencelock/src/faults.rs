@@ -6,7 +6,9 @@ use std::sync::Arc;
 use crate::{DynLockStore, Error, Lease, MemoryStore, Result};
 
 /// A handle to a store of `url`'s kind that cannot be reached: the same scheme and options,
-/// pointed at a closed loopback port (the memory store: a store switched unreachable).
+/// pointed at a closed loopback port (the memory store: a store switched unreachable; a store
+/// with no host, such as SQLite's file, makes its own through
+/// [`StoreKind::unreachable`](crate::StoreKind::unreachable)).
 ///
 /// If the store refuses to even construct a handle for an unreachable address, the handle
 /// returned answers every call with that connect error, which is what a caller would see.
@@ -19,6 +21,9 @@ pub async fn unreachable(url: &str) -> Result<DynLockStore> {
         let store = MemoryStore::new();
         store.set_reachable(false);
         return Ok(Arc::new(store));
+    }
+    if let Some(unreachable) = kind.unreachable {
+        return unreachable(url).await;
     }
     // As many closed ports as the URL names hosts, so a store that needs a quorum of
     // distinct nodes (Redlock) still gets one, all of them closed.
@@ -148,6 +153,26 @@ mod tests {
         let store = Refused("connection refused".into());
         assert!(store.status("k").await.is_err_and(|e| e.is_retryable()));
         assert!(store.evict("k").await.is_err_and(|e| e.is_retryable()));
+    }
+
+    /// A file has no host: retargeting would have turned the path into a relative one under
+    /// `127.0.0.1:<port>/` and opened a working database there.
+    #[cfg(feature = "sqlite")]
+    #[tokio::test]
+    async fn an_unreachable_sqlite_handle_refuses_and_touches_nothing_at_the_path() {
+        let dir =
+            std::env::temp_dir().join(format!("fencelock-faults-sqlite-{}", std::process::id()));
+        let url = format!(
+            "sqlite://{}?command_timeout=1s&connect_timeout=1s",
+            dir.join("locks.db").display()
+        );
+        let store = unreachable(&url).await.expect("an unreachable handle");
+        let ttl = std::time::Duration::from_secs(5);
+        match store.try_acquire("k", ttl).await {
+            Err(error) => assert!(error.is_retryable(), "{error}"),
+            Ok(lease) => panic!("an unreachable store granted {lease:?}"),
+        }
+        assert!(!dir.exists(), "{} was created", dir.display());
     }
 
     #[test]

@@ -1,9 +1,9 @@
 //! fencelock: distributed locks that are honest about what they guarantee.
 //!
 //! One contract ([`LockStore`], re-exported from `lock-core`), many stores, one conformance
-//! suite. Pick stores with cargo features (`redis`, `etcd`, `postgres`, or `full`; the
-//! in-memory store is always there) and choose one at run time by URL with [`connect`], so
-//! swapping stores is a configuration change. Each store crate describes itself in one
+//! suite. Pick stores with cargo features (`redis`, `etcd`, `postgres`, `mysql`, `sqlite`, or
+//! `full`; the in-memory store is always there) and choose one at run time by URL with
+//! [`connect`], so swapping stores is a configuration change. Each store crate describes itself in one
 //! [`StoreKind`]; [`STORES`] lists those compiled in.
 //!
 //! A lease is exclusive while it lasts and carries a fencing token that only grows per key. No

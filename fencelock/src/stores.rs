@@ -40,6 +40,8 @@ stores! {
     "redis" => lock_redis::REDLOCK, "redlock", ["redlock"];
     "etcd" => lock_etcd::ETCD, "etcd", ["etcd", "etcds"];
     "postgres" => lock_postgres::POSTGRES, "postgres", ["postgres", "postgresql"];
+    "mysql" => lock_mysql::MYSQL, "mysql", ["mysql", "mariadb"];
+    "sqlite" => lock_sqlite::SQLITE, "sqlite", ["sqlite"];
 }
 
 /// A store the facade knows by name, whether or not this build compiled it in: enough to
@@ -120,7 +122,10 @@ mod tests {
             ("etcds://a:2379", Some("etcd")),
             ("postgres://u:p@h/db?sslmode=require", Some("postgres")),
             ("postgresql://h/db", Some("postgres")),
-            ("mysql://h/db", None),
+            ("mysql://u:p@h:3306/db?namespace=billing", Some("mysql")),
+            ("mariadb://h/db", Some("mysql")),
+            ("sqlite:///var/lib/myapp/locks.db", Some("sqlite")),
+            ("sqlite://locks.db?table=app_locks", Some("sqlite")),
             ("consul://h", None),
             ("127.0.0.1:6379", None),
             ("", None),
