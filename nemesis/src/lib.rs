@@ -7,7 +7,7 @@
 //!   a task.
 //! - [`resource`]: the counter rows on a PostgreSQL server no fault touches, and the log of
 //!   accepted writes in the order the resource accepted them.
-//! - [`faults`] and [`run`]: the nemesis, seeded, and the controller.
+//! - [`faults`] and [`mod@run`]: the nemesis, seeded, and the controller.
 //! - [`checker`]: the rules a run must keep; [`report`] prints what it found.
 #![warn(missing_docs)]
 
