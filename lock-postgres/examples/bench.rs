@@ -38,9 +38,11 @@ const TTL: Duration = Duration::from_secs(30);
 /// The raw floor: the same three steps as an acquire + release, as plain statements.
 const RAW_TRY: &str = "SELECT pg_try_advisory_lock($1)";
 const RAW_BUMP: &str = "INSERT INTO public.fencelock_fence AS f
-        (namespace, key, lock_id, lock_id_scheme, token, owner, holder_pid, ttl_ms, updated_at)
-    VALUES ('bench-raw', $2, $1, 2, 1, 'raw', pg_backend_pid(), 0, clock_timestamp())
-    ON CONFLICT (namespace, key) DO UPDATE SET token = f.token + 1
+        (namespace, key, lock_id, lock_id_scheme, fence_scheme, token, owner, holder_pid, ttl_ms, updated_at)
+    VALUES ('bench-raw', $2, $1, 2, 2, pg_current_xact_id()::text::int8, 'raw', pg_backend_pid(), 0,
+            clock_timestamp())
+    ON CONFLICT (namespace, key) DO UPDATE
+       SET token = GREATEST(f.token + 1, pg_current_xact_id()::text::int8)
     RETURNING f.token";
 const RAW_UNLOCK: &str = "SELECT pg_advisory_unlock($1)";
 
