@@ -3,6 +3,7 @@
 //! ```sh
 //! LOCK_URL=memory:// cargo run -p fencelock --example swap
 //! LOCK_URL=redis://127.0.0.1:6379 cargo run -p fencelock --features redis --example swap
+//! LOCK_URL=sqlite:///tmp/swap/locks.db cargo run -p fencelock --features sqlite --example swap
 //! ```
 //!
 //! It takes a lock, extends it, proves a second handle is refused, releases it, takes it

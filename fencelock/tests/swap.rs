@@ -64,3 +64,19 @@ fn swap_example_runs_on_redlock() {
         .collect();
     run_swap(&format!("redlock://{}", hosts.join(",")));
 }
+
+#[cfg(feature = "mysql")]
+#[test]
+fn swap_example_runs_on_mysql() {
+    let server = test_servers::MariadbServer::start().expect("mariadb-server");
+    run_swap(&server.url());
+}
+
+#[cfg(feature = "sqlite")]
+#[test]
+fn swap_example_runs_on_sqlite() {
+    // The directory does not exist yet: the store creates it, as on a fresh host.
+    let dir = std::env::temp_dir().join(format!("fencelock-swap-sqlite-{}", std::process::id()));
+    run_swap(&format!("sqlite://{}", dir.join("locks.db").display()));
+    let _ = std::fs::remove_dir_all(&dir);
+}

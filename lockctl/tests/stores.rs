@@ -121,3 +121,111 @@ mod redlock {
         format!("redlock://{}", hosts.join(","))
     });
 }
+
+#[cfg(feature = "mysql")]
+mod mysql {
+    use std::sync::OnceLock;
+
+    use test_servers::{closed_ports, MariadbServer};
+
+    // test_servers::shared has no MariaDB yet; a `shared::mariadb()` beside `shared::postgres()`
+    // would replace this static.
+    static SERVER: OnceLock<MariadbServer> = OnceLock::new();
+
+    fn url() -> String {
+        SERVER
+            .get_or_init(|| MariadbServer::start().expect("MariaDB for the lockctl tests"))
+            .url()
+    }
+
+    store_cases!(
+        url(),
+        format!(
+            "mysql://fencelock@127.0.0.1:{}/fencelock",
+            closed_ports(1)[0]
+        )
+    );
+}
+
+#[cfg(feature = "sqlite")]
+mod sqlite {
+    use std::path::PathBuf;
+    use std::process::Command;
+    use std::sync::OnceLock;
+
+    use lock_sqlite::Lockout;
+
+    /// A directory of this test process's own for its database files, under cargo's scratch
+    /// directory for tests (target/tmp), so a run leaves nothing in the system's /tmp.
+    fn dir() -> &'static PathBuf {
+        static DIR: OnceLock<PathBuf> = OnceLock::new();
+        DIR.get_or_init(|| {
+            let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+                .join(format!("lockctl-sqlite-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).expect("a directory for the SQLite tests");
+            dir
+        })
+    }
+
+    /// One database file shared by every lockctl process of the cases, as on a real host.
+    fn url() -> String {
+        format!("sqlite://{}", dir().join("locks.db").display())
+    }
+
+    /// The unreachable store of SQLite: a database that another holder (this test process,
+    /// through SQLite's own lock bytes) keeps locked for longer than lockctl's timeouts, so its
+    /// connect fails with a retryable error: exit 69.
+    fn locked_url() -> String {
+        static LOCKED: OnceLock<(Lockout, String)> = OnceLock::new();
+        LOCKED
+            .get_or_init(|| {
+                let path = dir().join("locked-out.db");
+                let lockout = Lockout::hold(&path).expect("lock the database file");
+                let url = format!(
+                    "sqlite://{}?command_timeout=1s&connect_timeout=1s",
+                    path.display()
+                );
+                (lockout, url)
+            })
+            .1
+            .clone()
+    }
+
+    store_cases!(url(), locked_url());
+
+    fn lockctl(url: &str) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_lockctl"));
+        command.env("LOCK_URL", url);
+        command
+    }
+
+    /// A path whose directory cannot be created (nobody, root included, creates files in
+    /// /proc) is bad input: exit 64, one line naming the path.
+    #[test]
+    fn unwritable_path_exits_64() {
+        let output = lockctl("sqlite:///proc/lockctl-test/locks.db")
+            .args(["run", "k", "--", "true"])
+            .output()
+            .expect("runs");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(64), "{stderr}");
+        assert!(stderr.contains("/proc/lockctl-test"), "{stderr}");
+    }
+
+    /// A file that is not a SQLite database is the store answering with an error: exit 76,
+    /// and the file is left as it was.
+    #[test]
+    fn not_a_database_exits_76() {
+        let path = dir().join("not-a-database.db");
+        let text = "not a database\n".repeat(300);
+        std::fs::write(&path, &text).expect("write the file");
+        let output = lockctl(&format!("sqlite://{}", path.display()))
+            .args(["run", "k", "--", "true"])
+            .output()
+            .expect("runs");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(76), "{stderr}");
+        assert!(stderr.contains("not a SQLite database"), "{stderr}");
+        assert_eq!(std::fs::read_to_string(&path).expect("read"), text);
+    }
+}
