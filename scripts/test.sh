@@ -30,6 +30,10 @@ missing_packages() {
   command -v protoc >/dev/null || echo protobuf-compiler
   # mariadbd lives in /usr/sbin, which is not on every user's PATH.
   command -v mariadbd >/dev/null || [[ -x /usr/sbin/mariadbd ]] || echo mariadb-server
+  # Real peer clients for the interop tests: etcdctl lock, and redis-py's Lock (Debian's own
+  # python3, which a pyenv or venv python3 on PATH may not see).
+  command -v etcdctl >/dev/null || echo etcd-client
+  /usr/bin/python3 -c 'import redis' 2>/dev/null || echo python3-redis
 }
 
 install_packages() {
