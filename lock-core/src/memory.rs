@@ -330,6 +330,8 @@ impl LockStore for MemoryStore {
     }
 
     async fn status(&self, key: &str) -> Result<KeyStatus> {
+        // As every store does: an invalid key is refused, never reported free.
+        crate::validate::check_key(key)?;
         self.check_reachable()?;
         let now = Instant::now();
         let state = self.lock();

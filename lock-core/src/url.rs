@@ -129,7 +129,34 @@ pub fn redact(url: &str) -> String {
         }
         None => authority.to_owned(),
     };
-    format!("{scheme}://{authority}{}", redact_query(tail))
+    // The spill rule above can carry options into the authority (an `@` in an option value);
+    // mask a `password=` option wherever it ended up.
+    mask_password_options(&format!("{scheme}://{authority}{}", redact_query(tail)))
+}
+
+/// `text` with the value of every `password=` option (after a `?` or `&`, any case) masked.
+fn mask_password_options(text: &str) -> String {
+    let lower = text.to_ascii_lowercase();
+    let mut out = String::with_capacity(text.len());
+    let mut copied = 0;
+    let mut from = 0;
+    while let Some(found) = lower[from..].find("password=") {
+        let start = from + found;
+        let value = start + "password=".len();
+        from = value;
+        if !matches!(text[..start].chars().last(), Some('?' | '&')) {
+            continue;
+        }
+        let end = text[value..]
+            .find(['&', '#'])
+            .map_or(text.len(), |e| value + e);
+        out.push_str(&text[copied..value]);
+        out.push_str("***");
+        copied = end;
+        from = end;
+    }
+    out.push_str(&text[copied..]);
+    out
 }
 
 /// The path, query and fragment with the value of every `password` option masked.
@@ -256,6 +283,11 @@ mod tests {
                 "redlock://u:***@a:1,b:2,c:3/0",
             ),
             ("etcd://:hunter#2@a:1", "etcd://:***@a:1"),
+            // An `@` in an option value moves the options into the authority.
+            (
+                "redis://h:1/0?note=@&password=hunter2",
+                "redis://h:***@&password=***",
+            ),
         ];
         for (url, expected) in table {
             assert_eq!(redact(url), expected);
