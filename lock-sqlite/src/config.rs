@@ -1,24 +1,4 @@
 //! [`SqliteConfig`]: which database file and how the store uses it, from a URL.
-//!
-//! # The URL
-//! ```text
-//! sqlite://PATH[?table=NAME&command_timeout=T&connect_timeout=T]
-//! ```
-//! Everything between `sqlite://` and the first `?` is the file's path, percent-decoded and
-//! otherwise taken as it is: there is no host part. So a third slash makes the path absolute
-//! and two slashes leave it relative to the working directory, as in sqlx's own SQLite URLs:
-//!
-//! | URL | file |
-//! | --- | --- |
-//! | `sqlite:///var/lib/myapp/locks.db` | `/var/lib/myapp/locks.db` |
-//! | `sqlite://locks.db` | `./locks.db` |
-//! | `sqlite://run/locks.db` | `./run/locks.db` (`run` is a directory, not a host) |
-//! | `sqlite:///tmp/my%20locks.db?table=job_locks` | `/tmp/my locks.db`, table `job_locks` |
-//!
-//! `sqlite:PATH` (one colon, no slashes) is accepted as well. `~` is not expanded. A `#` must
-//! be written `%23`, a `?` in the path `%3F`. The file and its missing parent directories are
-//! created. `:memory:` and `mode=memory` are refused: an in-memory database lives in one
-//! process, which is what `memory://` is for.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -43,6 +23,27 @@ pub const MIN_TTL: Duration = Duration::from_millis(100);
 
 /// Where the database file is and how the store uses it. Build it with
 /// [`SqliteConfig::from_url`] or [`SqliteConfig::new`].
+///
+/// # The URL
+/// ```text
+/// sqlite://PATH[?table=NAME&command_timeout=T&connect_timeout=T]
+/// ```
+/// Everything between `sqlite://` and the first `?` is the file's path, percent-decoded and
+/// otherwise taken as it is: there is no host part. So a third slash makes the path absolute
+/// and two slashes leave it relative to the working directory, as in sqlx's own SQLite URLs:
+///
+/// | URL | file |
+/// | --- | --- |
+/// | `sqlite:///var/lib/myapp/locks.db` | `/var/lib/myapp/locks.db` |
+/// | `sqlite://locks.db` | `./locks.db` |
+/// | `sqlite://run/locks.db` | `./run/locks.db` (`run` is a directory, not a host) |
+/// | `sqlite:///tmp/my%20locks.db?table=job_locks` | `/tmp/my locks.db`, table `job_locks` |
+///
+/// `sqlite:PATH` (one colon, no slashes) is accepted here as well, though not by `fencelock`'s
+/// `connect` or `lockctl`, which pick the store by `scheme://`. `~` is not expanded. A `#` must
+/// be written `%23`, a `?` in the path `%3F`. The file and its missing parent directories are
+/// created. `:memory:` and `mode=memory` are refused: an in-memory database lives in one
+/// process, which is what `memory://` is for.
 #[derive(Clone, PartialEq, Eq)]
 pub struct SqliteConfig {
     pub(crate) path: PathBuf,
@@ -62,7 +63,7 @@ impl SqliteConfig {
         }
     }
 
-    /// Parses a `sqlite://` URL (see the [module docs](self) for the grammar).
+    /// Parses a `sqlite://` URL (see [`SqliteConfig`] for the grammar).
     ///
     /// Fails with [`Error::InvalidInput`] on the `"url"` naming the rule: another scheme, an
     /// empty path, an in-memory database, an unknown option, a bad table name or timeout.
