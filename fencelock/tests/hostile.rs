@@ -10,7 +10,7 @@ use fencelock::lock_etcd::EtcdConfig;
 use fencelock::lock_postgres::PostgresConfig;
 use fencelock::lock_redis::{RedisConfig, RedlockConfig};
 use fencelock::validate::MAX_KEY_LEN;
-use fencelock::{connect, redact, DynLockStore, Error, KeyStatus};
+use fencelock::{connect, redact, DynLockStore, Error, KeyStatus, ReleaseOutcome};
 use proptest::prelude::*;
 
 /// The schemes every parser below is fed, so hostile text often reaches past the scheme check.
@@ -217,10 +217,11 @@ async fn round_trip(store: &DynLockStore, key: &str) -> Result<(), TestCaseError
         }
         other => prop_assert!(false, "status of held {key:?}: {other:?}"),
     }
-    store
+    let released = store
         .release(&lease)
         .await
         .map_err(|e| TestCaseError::fail(format!("release {key:?}: {e}")))?;
+    prop_assert_eq!(released, ReleaseOutcome::Released);
     let status = store.status(key).await;
     prop_assert!(matches!(status, Ok(KeyStatus::Free)), "{key:?}: {status:?}");
     Ok(())
