@@ -33,7 +33,8 @@ mod status;
     about = "Distributed locks with fencing tokens, from the shell"
 )]
 struct Cli {
-    /// The store, e.g. redis://127.0.0.1:6379, etcd://h:2379, postgres://u@h/db, memory://
+    /// The store, e.g. sqlite:///var/lib/myapp/locks.db (no server), redis://127.0.0.1:6379,
+    /// etcd://h:2379, postgres://u@h/db, mysql://u@h/db, memory://
     #[arg(long, env = "LOCK_URL", global = true, hide_env_values = true)]
     url: Option<String>,
 
