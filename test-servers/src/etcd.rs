@@ -418,7 +418,7 @@ impl EtcdCluster {
 }
 
 /// GOARCH of this machine if etcd 3.4 needs `ETCD_UNSUPPORTED_ARCH` for it.
-fn unsupported_goarch() -> Option<&'static str> {
+pub(crate) fn unsupported_goarch() -> Option<&'static str> {
     match std::env::consts::ARCH {
         "x86_64" => None,
         "aarch64" => Some("arm64"),
@@ -436,7 +436,7 @@ fn unsupported_goarch() -> Option<&'static str> {
 }
 
 /// True if the member on `port` reports `"health":"true"` on `/health`.
-fn healthy(port: u16) -> bool {
+pub(crate) fn healthy(port: u16) -> bool {
     http(port, "GET", "/health", "")
         .and_then(|body| json_field(&body, "health"))
         .is_some_and(|h| h == "true")

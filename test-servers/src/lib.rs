@@ -57,6 +57,7 @@ mod process;
 mod redis;
 mod relay;
 pub mod shared;
+mod tls;
 
 pub use etcd::{EtcdCluster, EtcdServer};
 pub use mariadb::MariadbServer;
@@ -64,6 +65,7 @@ pub use ports::closed_ports;
 pub use postgres::PostgresServer;
 pub use redis::RedisServer;
 pub use relay::FreezableRelay;
+pub use tls::{ServerCert, TestCa, TlsEtcd, TlsRedis, CLIENT_CN};
 
 /// The result type of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,13 +1,15 @@
 //! PostgreSQL (`initdb` + `postgres`) in a temporary directory.
 
 use std::fs;
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use crate::process::{self, log_marker, log_tail, start_error, wait_ready, Proc, TempDir};
-use crate::{Error, Result};
+use crate::{Error, Result, ServerCert, TestCa};
 
 const ENV_URL: &str = "LOCK_TEST_POSTGRES_URL";
 
@@ -71,6 +73,18 @@ impl PostgresServer {
                 local: None,
             });
         }
+        Self::start_local(None)
+    }
+
+    /// Starts a local server with `ssl = on`, presenting `cert` from `ca`; always local. With
+    /// [`ServerCert::RequireClientCert`] TCP clients must use TLS and present a certificate
+    /// signed by `ca` (`hostssl … trust clientcert=verify-ca`); otherwise plain text is
+    /// accepted too. The URL stays `postgres://postgres@127.0.0.1:PORT/postgres`.
+    pub fn start_tls(ca: &TestCa, cert: ServerCert) -> Result<Self> {
+        Self::start_local(Some((ca, cert)))
+    }
+
+    fn start_local(tls: Option<(&TestCa, ServerCert)>) -> Result<Self> {
         let bins = find_bins()?;
         let user = if process::is_root() {
             Some(postgres_user().ok_or_else(|| {
@@ -107,6 +121,9 @@ impl PostgresServer {
             dir,
         };
         local.initdb()?;
+        if let Some((ca, cert)) = tls {
+            local.enable_tls(ca, cert)?;
+        }
 
         let mut attempt = 1;
         loop {
@@ -233,6 +250,39 @@ impl Local {
             .arg("--no-locale");
         let log = self.dir.path().join("initdb.log");
         process::run_logged(cmd, &log).map_err(|reason| start_error("initdb", reason, &log))
+    }
+
+    /// Copies the certificates into the data directory (the server reads them as its own
+    /// user and refuses a key others can read) and turns `ssl` on in `postgresql.conf`.
+    fn enable_tls(&self, ca: &TestCa, cert: ServerCert) -> Result<()> {
+        let (crt, key) = cert.files(ca);
+        for (from, name, mode) in [
+            (crt, "server.crt", 0o644),
+            (key, "server.key", 0o600),
+            (ca.ca_file(), "root.crt", 0o644),
+        ] {
+            let to = self.data.join(name);
+            fs::copy(from, &to)?;
+            fs::set_permissions(&to, fs::Permissions::from_mode(mode))?;
+            if let Some((uid, gid)) = self.user {
+                std::os::unix::fs::chown(&to, Some(uid), Some(gid))?;
+            }
+        }
+        let mut conf = fs::OpenOptions::new()
+            .append(true)
+            .open(self.data.join("postgresql.conf"))?;
+        writeln!(
+            conf,
+            "ssl = on\nssl_cert_file = 'server.crt'\nssl_key_file = 'server.key'\n\
+             ssl_ca_file = 'root.crt'"
+        )?;
+        if cert.requires_client_cert() {
+            fs::write(
+                self.data.join("pg_hba.conf"),
+                "local all all trust\nhostssl all all 127.0.0.1/32 trust clientcert=verify-ca\n",
+            )?;
+        }
+        Ok(())
     }
 
     /// Starts the postmaster on `port` and waits until it accepts connections.
