@@ -101,7 +101,9 @@
 //!   revisions, which a cluster never reuses).
 //! - A lease's local deadline (`sent_at + ttl − drift`) is never later than etcd's expiry: the
 //!   leader starts (or restarts) the lease's TTL when it handles the grant or renewal, after
-//!   `sent_at`. A new leader restarts every lease's TTL, which only lengthens it.
+//!   `sent_at`. A new leader restarts every lease's TTL, which only lengthens it. Across a
+//!   leader that stalls for longer than a TTL, only on etcd 3.4.31 / 3.5.13 and later (see
+//!   *Early frees*).
 //! - The lost signal of [`lock_core::KeepAlive`] fires when renewals cannot be confirmed before
 //!   the local deadline, which is before etcd expires the lease — etcd's own
 //!   `Session.Done` fires only after.
@@ -118,6 +120,15 @@
 //!   is deleted by hand, or the cluster is restored from a snapshot taken before the grant. The
 //!   holder learns of it at its next extend, within a third of the TTL under
 //!   [`lock_core::KeepAlive`].
+//! - **A stalled leader on etcd before 3.4.31 / 3.5.13** (Debian bookworm ships 3.4.23) frees
+//!   locks early too: a leader stopped (`SIGSTOP`, a stuck disk) for longer than a lease's TTL
+//!   finds, when it runs again, that lease expired in its own view and proposes its revoke; the
+//!   proposal is forwarded to the new leader and committed (etcd issue 15247), deleting entries
+//!   whose renewals the new leader had confirmed, whether holders' or waiters'. No request of a
+//!   client prevents it. The holder learns of it at its next extend, and the next holder's
+//!   token is greater; a waiter that had just been granted the lock may hold it for less than
+//!   a TTL. The test `stopped_member` shows it (6 of 16 locks freed on 3.4.23) and asserts no
+//!   lock is freed on a fixed server.
 //! - **A cluster restored from a snapshot** reissues the revisions after the snapshot, so
 //!   tokens go backwards: a resource that already accepted a token above the snapshot's
 //!   revision refuses every holder until the revisions pass it again, and a holder may get a
