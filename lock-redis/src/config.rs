@@ -35,6 +35,9 @@ pub(crate) const OPTIONS: &[&str] = &[
     "allow_eviction",
     "retention",
     "max_ttl",
+    "tls_ca",
+    "tls_cert",
+    "tls_key",
 ];
 
 /// How a lock is named in Redis.
@@ -86,6 +89,8 @@ impl fmt::Display for Layout {
 /// | `allow_eviction` | `false` | `true` skips the check that the server cannot evict a held lock (`maxmemory` set with a policy other than `noeviction`), accepting that risk knowingly; see the crate docs (`# Eviction`) |
 /// | `retention` | `7d` | a key's fence expires this long after its last acquire (`ms`, `s`, `m`, `h`, `d`); must exceed `max_ttl`; see the crate docs (`# Per-key state`) |
 /// | `max_ttl` | `24h` | the longest TTL this handle grants (at most 24 h) |
+/// | `tls_ca` | the system's roots | `rediss://` only: a PEM file of the CA certificates that may sign the server's certificate |
+/// | `tls_cert`, `tls_key` | none | `rediss://` only, both or neither: PEM files of the client certificate and its key, for a server that requires one (`tls-auth-clients yes`) |
 ///
 /// The port defaults to 6379 and the database to 0. `rediss://` (TLS) needs the crate feature
 /// `tls`. Unknown options are rejected. `Debug` and `Display` never show the password.
@@ -131,6 +136,7 @@ impl RedisConfig {
         let (user, password) = credentials(&parsed)?;
         let db = parse_db(parsed.path(), &redacted)?;
 
+        let mut tls_files = TlsFiles::default();
         let mut config = RedisConfig {
             connection: node_info(
                 host,
@@ -172,10 +178,12 @@ impl RedisConfig {
                 "allow_eviction" => config.allow_eviction = parse_bool("allow_eviction", &value)?,
                 "retention" => config.retention = parse_window("retention", &value)?,
                 "max_ttl" => config.max_ttl = parse_max_ttl(&value)?,
+                name if tls_files.read(name, &value) => {}
                 unknown => return Err(unknown_option(unknown)),
             }
         }
         check_retention(config.retention, config.max_ttl)?;
+        config.connection = tls_files.apply(config.connection, tls)?;
         Ok(config)
     }
 
@@ -353,6 +361,111 @@ pub(crate) fn credentials(url: &Url) -> Result<(Option<String>, Option<String>)>
         Some(raw) => Some(decode("password", raw)?),
     };
     Ok((user, password))
+}
+
+/// The `tls_ca`, `tls_cert` and `tls_key` options: file paths, read when the config is built
+/// so a missing file fails at parse time, naming the option (file contents are never shown).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct TlsFiles {
+    pub(crate) ca: Option<String>,
+    pub(crate) cert: Option<String>,
+    pub(crate) key: Option<String>,
+}
+
+impl TlsFiles {
+    /// Takes `name=value` if it is one of the TLS options.
+    pub(crate) fn read(&mut self, name: &str, value: &str) -> bool {
+        let slot = match name {
+            "tls_ca" => &mut self.ca,
+            "tls_cert" => &mut self.cert,
+            "tls_key" => &mut self.key,
+            _ => return false,
+        };
+        *slot = Some(value.to_owned());
+        true
+    }
+
+    /// The options as a query string (`&tls_ca=…`), for a Redlock node's URL.
+    pub(crate) fn query(&self) -> String {
+        [
+            ("tls_ca", &self.ca),
+            ("tls_cert", &self.cert),
+            ("tls_key", &self.key),
+        ]
+        .into_iter()
+        .filter_map(|(name, value)| {
+            let value = value.as_deref()?;
+            let encoded: String = url::form_urlencoded::byte_serialize(value.as_bytes()).collect();
+            Some(format!("&{name}={encoded}"))
+        })
+        .collect()
+    }
+
+    /// `info` with the CA and client certificate attached; `info` itself when no option is set.
+    pub(crate) fn apply(&self, info: ConnectionInfo, tls: bool) -> Result<ConnectionInfo> {
+        if self.ca.is_none() && self.cert.is_none() && self.key.is_none() {
+            return Ok(info);
+        }
+        if !tls {
+            return Err(bad_url(
+                "tls_ca, tls_cert and tls_key need a rediss:// (TLS) URL".into(),
+            ));
+        }
+        if self.cert.is_some() != self.key.is_some() {
+            return Err(bad_url(
+                "tls_cert and tls_key go together: give both or neither".into(),
+            ));
+        }
+        self.attach(info)
+    }
+
+    #[cfg(feature = "tls")]
+    fn attach(&self, info: ConnectionInfo) -> Result<ConnectionInfo> {
+        let read = |what: &str, path: &str| {
+            std::fs::read(path).map_err(|e| bad_url(format!("{what}: cannot read {path:?}: {e}")))
+        };
+        // The redis crate takes a file without a certificate as an empty trust store.
+        let pem = |what: &str, path: &str, label: &str| {
+            let bytes = read(what, path)?;
+            if !String::from_utf8_lossy(&bytes).contains(label) {
+                return Err(bad_url(format!(
+                    "{what}: {path:?} is not a PEM file holding {label}"
+                )));
+            }
+            Ok(bytes)
+        };
+        let root_cert = self
+            .ca
+            .as_deref()
+            .map(|p| pem("tls_ca", p, "CERTIFICATE-----"))
+            .transpose()?;
+        let client_tls = match (&self.cert, &self.key) {
+            (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
+                client_cert: pem("tls_cert", cert, "CERTIFICATE-----")?,
+                client_key: pem("tls_key", key, "PRIVATE KEY-----")?,
+            }),
+            _ => None,
+        };
+        let certificates = redis::TlsCertificates {
+            client_tls,
+            root_cert,
+        };
+        // The redis crate parses the PEM files here, so a malformed one fails at parse time.
+        let client = redis::Client::build_with_tls(info, certificates).map_err(|e| {
+            bad_url(format!(
+                "tls_ca, tls_cert or tls_key is not a usable PEM file: {:?}",
+                e.kind()
+            ))
+        })?;
+        Ok(client.get_connection_info().clone())
+    }
+
+    #[cfg(not(feature = "tls"))]
+    fn attach(&self, _info: ConnectionInfo) -> Result<ConnectionInfo> {
+        Err(bad_url(
+            "rediss:// (TLS) needs lock-redis's `tls` feature".into(),
+        ))
+    }
 }
 
 /// `""`, `"/"` or `"/N"` with N a database number (0 to 2³¹).

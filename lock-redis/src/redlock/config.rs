@@ -9,7 +9,8 @@ use lock_core::{Error, Result};
 use url::Url;
 
 use crate::config::{
-    bad_url, parse_bool, parse_max_ttl, RedisConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX,
+    bad_url, parse_bool, parse_max_ttl, RedisConfig, TlsFiles, DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_PREFIX,
 };
 
 /// The default bound on one node's answer: well below any sensible TTL, since a lease's
@@ -34,6 +35,10 @@ const OPTIONS: &[&str] = &[
     "allow_eviction",
     "retention",
     "max_ttl",
+    "tls",
+    "tls_ca",
+    "tls_cert",
+    "tls_key",
 ];
 
 /// Where the Redlock nodes are and how the store behaves, from a URL.
@@ -53,6 +58,8 @@ const OPTIONS: &[&str] = &[
 /// | `allow_eviction` | `false` | `true` skips the check that no node can evict a held lock (`maxmemory` with a policy other than `noeviction`), accepting that risk knowingly, as for `redis://` |
 /// | `retention` | `7d` | each node's fence expires this long after its last acquire or raise; must exceed `max_ttl`, as for `redis://` |
 /// | `max_ttl` | `24h` | the longest TTL this handle grants |
+/// | `tls` | `false` | `true`: every node is reached as `rediss://` (needs the crate feature `tls`) |
+/// | `tls_ca`, `tls_cert`, `tls_key` | | as for `rediss://`, for every node; need `tls=true` |
 ///
 /// At least three nodes, each `host:port` (port 6379 if omitted), none listed twice; the
 /// credentials and database apply to every node. Timeouts read `5`, `5s` or `250ms`. Unknown
@@ -108,6 +115,8 @@ impl RedlockConfig {
         let mut allow_eviction = false;
         let mut retention = DEFAULT_RETENTION;
         let mut max_ttl = MAX_TTL;
+        let mut tls = false;
+        let mut tls_files = TlsFiles::default();
         for (name, value) in shape.query_pairs() {
             match &*name {
                 "prefix" => prefix = value.into_owned(),
@@ -119,6 +128,8 @@ impl RedlockConfig {
                 "allow_eviction" => allow_eviction = parse_bool("allow_eviction", &value)?,
                 "retention" => retention = parse_window("retention", &value)?,
                 "max_ttl" => max_ttl = parse_max_ttl(&value)?,
+                "tls" => tls = parse_bool("tls", &value)?,
+                name if tls_files.read(name, &value) => {}
                 unknown => {
                     return Err(bad_url(format!(
                         "unknown option {unknown:?}; redlock:// reads {}",
@@ -137,7 +148,13 @@ impl RedlockConfig {
                     "{redacted}: an empty node in the host list"
                 )));
             }
-            let node = RedisConfig::from_url(&format!("redis://{userinfo}{host}{path}"))?
+            let scheme = if tls { "rediss" } else { "redis" };
+            let query = tls_files.query();
+            let query = query
+                .strip_prefix('&')
+                .map_or(String::new(), |q| format!("?{q}"));
+            let node_url = format!("{scheme}://{userinfo}{host}{path}{query}");
+            let node = RedisConfig::from_url(&node_url)?
                 .with_prefix(&prefix)?
                 .with_connect_timeout(connect_timeout)
                 .with_command_timeout(command_timeout)

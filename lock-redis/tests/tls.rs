@@ -1,0 +1,192 @@
+//! Redis over TLS (issue 17), against redis-server's own `--tls-port` with a throwaway CA from
+//! test-servers: the whole conformance suite over `rediss://` with `tls_ca=`, Redlock over three
+//! TLS nodes, and the failures (wrong CA, host name mismatch, TLS against plain text, missing
+//! client certificate) clear and without the password.
+#![cfg(feature = "tls")]
+
+mod common;
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use conformance::{async_trait, StoreFactory};
+use lock_core::{Acquire, DynLockStore, Error, Release};
+use lock_redis::{RedisConfig, RedisStore, RedlockConfig, RedlockStore};
+use test_servers::{closed_ports, ServerCert, TestCa, TlsRedis};
+
+const SECRET: &str = "tls-test-hunter2";
+
+fn ca() -> &'static TestCa {
+    static CA: OnceLock<TestCa> = OnceLock::new();
+    CA.get_or_init(|| TestCa::generate().expect("test CA"))
+}
+
+/// One TLS server per `cert`, shared by the tests of this file.
+fn server(cert: ServerCert) -> &'static TlsRedis {
+    static VALID: OnceLock<TlsRedis> = OnceLock::new();
+    static STRICT: OnceLock<TlsRedis> = OnceLock::new();
+    static ELSEWHERE: OnceLock<TlsRedis> = OnceLock::new();
+    let cell = match cert {
+        ServerCert::RequireClientCert => &STRICT,
+        ServerCert::Elsewhere => &ELSEWHERE,
+        _ => &VALID,
+    };
+    cell.get_or_init(|| TlsRedis::start(ca(), cert).expect("redis with TLS"))
+}
+
+fn path(p: std::path::PathBuf) -> String {
+    p.to_str().expect("UTF-8 path").to_owned()
+}
+
+/// `rediss://` to `cert`'s server, trusting `ca_file`.
+fn tls_url(cert: ServerCert, ca_file: &str) -> String {
+    format!("{}?tls_ca={ca_file}", server(cert).tls_url())
+}
+
+struct TlsFactory;
+
+#[async_trait]
+impl StoreFactory for TlsFactory {
+    async fn handle(&self) -> DynLockStore {
+        let url = tls_url(ServerCert::Valid, &path(ca().ca_file()));
+        Arc::new(common::store(&url, "").await)
+    }
+
+    async fn unreachable_handle(&self) -> DynLockStore {
+        let url = format!(
+            "rediss://127.0.0.1:{}?connect_timeout=1s&command_timeout=1s&tls_ca={}",
+            closed_ports(1)[0],
+            path(ca().ca_file())
+        );
+        Arc::new(
+            RedisStore::connect_lazy(RedisConfig::from_url(&url).expect("config"))
+                .expect("lazy handle"),
+        )
+    }
+}
+
+// The whole suite, every case over TLS.
+conformance::conformance_tests!(async { Arc::new(TlsFactory) });
+
+#[tokio::test]
+async fn a_client_certificate_opens_a_server_that_requires_one() {
+    let url = format!(
+        "{}&tls_cert={}&tls_key={}",
+        tls_url(ServerCert::RequireClientCert, &path(ca().ca_file())),
+        path(ca().client_cert()),
+        path(ca().client_key())
+    );
+    let store = common::store(&url, "").await;
+    let lease = store
+        .try_acquire("mtls", Duration::from_secs(5))
+        .await
+        .expect("acquire over mTLS");
+    let _ = store.release(&lease).await.expect("release");
+}
+
+#[tokio::test]
+async fn redlock_runs_over_three_tls_nodes() {
+    let nodes: Vec<TlsRedis> = (0..3)
+        .map(|_| TlsRedis::start(ca(), ServerCert::Valid).expect("TLS node"))
+        .collect();
+    let hosts: Vec<String> = nodes
+        .iter()
+        .map(|n| format!("127.0.0.1:{}", n.tls_port()))
+        .collect();
+    let url = format!(
+        "redlock://{}?tls=true&tls_ca={}&connect_timeout=30s",
+        hosts.join(","),
+        path(ca().ca_file())
+    );
+    let store = RedlockStore::connect(RedlockConfig::from_url(&url).expect("config"))
+        .await
+        .expect("connect over TLS");
+    let lease = store
+        .try_acquire("redlock-tls", Duration::from_secs(5))
+        .await
+        .expect("acquire on a TLS quorum");
+    assert!(matches!(
+        store
+            .try_acquire("redlock-tls", Duration::from_secs(5))
+            .await,
+        Err(Error::Busy { .. })
+    ));
+    let _ = store.release(&lease).await.expect("release");
+}
+
+/// Connects to `url` (with the password in it) and returns the error, which must not show the
+/// password. (Not yet checked: that it is not retryable; RedisStore::connect still reports a
+/// refused handshake as the retryable Unavailable, see issue 17.)
+async fn refused(url: &str) -> Error {
+    let url = common::with_options(url, "connect_timeout=5s");
+    let url = url.replacen("rediss://", &format!("rediss://:{SECRET}@"), 1);
+    let error = match RedisStore::connect(RedisConfig::from_url(&url).expect("config")).await {
+        Ok(_) => panic!("{url}: connected"),
+        Err(error) => error,
+    };
+    for text in [error.to_string(), format!("{error:?}")] {
+        assert!(!text.contains(SECRET), "the password shows: {text}");
+    }
+    error
+}
+
+#[tokio::test]
+async fn a_server_signed_by_another_ca_is_refused() {
+    let error = refused(&tls_url(ServerCert::Valid, &path(ca().other_ca_file()))).await;
+    let text = error.to_string();
+    assert!(text.contains("certificate"), "{text}");
+}
+
+#[tokio::test]
+async fn a_server_certificate_for_another_host_is_refused() {
+    let error = refused(&tls_url(ServerCert::Elsewhere, &path(ca().ca_file()))).await;
+    let text = error.to_string();
+    assert!(text.contains("certificate"), "{text}");
+}
+
+#[tokio::test]
+async fn a_tls_client_against_a_plain_text_server_is_refused() {
+    let plain = server(ServerCert::Valid)
+        .plain_url()
+        .replace("redis://", "rediss://");
+    let error = refused(&format!("{plain}?tls_ca={}", path(ca().ca_file()))).await;
+    assert!(!error.to_string().is_empty());
+}
+
+#[tokio::test]
+async fn a_missing_client_certificate_is_refused() {
+    let error = refused(&tls_url(
+        ServerCert::RequireClientCert,
+        &path(ca().ca_file()),
+    ))
+    .await;
+    assert!(!error.to_string().is_empty());
+}
+
+#[test]
+fn tls_options_need_rediss_and_come_in_pairs() {
+    let ca = path(ca().ca_file());
+    // A file that exists but holds no certificate.
+    let not_pem = concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml");
+    let expect = |parsed: lock_core::Result<()>, url: &str, needle: &str| match parsed {
+        Err(Error::InvalidInput { what: "url", rule }) => {
+            assert!(rule.contains(needle), "{url}: {rule}")
+        }
+        other => panic!("{url}: {other:?}"),
+    };
+    for (url, needle) in [
+        (format!("redis://h:1?tls_ca={ca}"), "rediss://"),
+        (format!("rediss://h:1?tls_cert={ca}"), "both or neither"),
+        (
+            "rediss://h:1?tls_ca=/nonexistent/ca.pem".to_owned(),
+            "tls_ca",
+        ),
+        (format!("rediss://h:1?tls_ca={not_pem}"), "PEM"),
+    ] {
+        expect(RedisConfig::from_url(&url).map(|_| ()), &url, needle);
+    }
+    let url = format!("redlock://a:1,b:2,c:3?tls_ca={ca}");
+    expect(RedlockConfig::from_url(&url).map(|_| ()), &url, "rediss://");
+    let url = format!("redlock://a:1,b:2,c:3?tls=true&tls_ca={ca}");
+    assert!(RedlockConfig::from_url(&url).is_ok(), "{url}");
+}
