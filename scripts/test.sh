@@ -33,6 +33,9 @@ missing_packages() {
   # Real peer clients for the interop tests: etcdctl lock, and redis-py's Lock (Debian's own
   # python3, which a pyenv or venv python3 on PATH may not see).
   command -v etcdctl >/dev/null || echo etcd-client
+  # The TLS tests make a throwaway CA with openssl and talk to redis-server with redis-cli.
+  command -v openssl >/dev/null || echo openssl
+  command -v redis-cli >/dev/null || echo redis-tools
   /usr/bin/python3 -c 'import redis' 2>/dev/null || echo python3-redis
 }
 
