@@ -33,6 +33,29 @@ fn timed_out(what: &str, after: Duration) -> Error {
     }
 }
 
+/// After a `rediss://` connect timed out: whether the port answers a plain-text `PING` (`+PONG`,
+/// or an error such as `-NOAUTH`), so the server does not speak TLS there. A TLS client never
+/// learns this by itself: the server waits for a line end that the ClientHello never sends.
+/// The probe sends no credentials.
+#[cfg(feature = "tls")]
+async fn speaks_plain_text(connection: &redis::ConnectionInfo, bound: Duration) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let redis::ConnectionAddr::TcpTls { host, port, .. } = connection.addr() else {
+        return false;
+    };
+    let probe = async {
+        let mut stream = tokio::net::TcpStream::connect((host.as_str(), *port))
+            .await
+            .ok()?;
+        stream.write_all(b"PING\r\n").await.ok()?;
+        let mut first = [0u8; 1];
+        stream.read_exact(&mut first).await.ok()?;
+        Some(matches!(first[0], b'+' | b'-'))
+    };
+    let bound = bound.min(Duration::from_secs(2));
+    matches!(timeout(bound, probe).await, Ok(Some(true)))
+}
+
 /// A lock store on one Redis server. See the crate docs for what it guarantees.
 ///
 /// A handle owns one multiplexed command connection (reconnected on failure) and, once a
@@ -59,7 +82,10 @@ impl RedisStore {
     ///
     /// Fails with the retryable [`Error::Unavailable`] if the server cannot be reached and
     /// answer a `PING` within the connect timeout (refused, unroutable, or accepting but hung),
-    /// and with [`Error::Store`] if it refuses the credentials or the database, or if it may
+    /// and with [`Error::Store`] if it refuses the credentials or the database, if it refuses
+    /// the TLS handshake (a certificate from another CA or for another host, a missing client
+    /// certificate), if a `rediss://` port answers in plain text (found after the connect
+    /// timeout, by a plain `PING` bounded by the smaller of that timeout and 2 s), or if it may
     /// evict keys (`maxmemory` set and a `maxmemory-policy` other than `noeviction`) and the
     /// URL does not say `allow_eviction=true`; that error names both settings, and its source
     /// is an [`EvictionRisk`](crate::EvictionRisk).
@@ -82,10 +108,20 @@ impl RedisStore {
                 &format!("connecting to {}", store.inner.config),
                 e,
             )),
-            Err(_) => Err(timed_out(
-                &format!("connecting to {}", store.inner.config),
-                bound,
-            )),
+            Err(_) => {
+                let what = format!("connecting to {}", store.inner.config);
+                #[cfg(feature = "tls")]
+                if speaks_plain_text(&store.inner.config.connection, bound).await {
+                    return Err(Error::Store {
+                        message: format!(
+                            "{what}: the server answers in plain text, not TLS, on this port \
+                             (use redis://, or the server's tls-port)"
+                        ),
+                        source: None,
+                    });
+                }
+                Err(timed_out(&what, bound))
+            }
         }
     }
 

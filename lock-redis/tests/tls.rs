@@ -114,9 +114,9 @@ async fn redlock_runs_over_three_tls_nodes() {
     let _ = store.release(&lease).await.expect("release");
 }
 
-/// Connects to `url` (with the password in it) and returns the error, which must not show the
-/// password. (Not yet checked: that it is not retryable; RedisStore::connect still reports a
-/// refused handshake as the retryable Unavailable, see issue 17.)
+/// Connects to `url` (with the password in it) and returns the error, which must be the
+/// non-retryable [`Error::Store`] (retrying cannot fix a certificate) and must not show the
+/// password.
 async fn refused(url: &str) -> Error {
     let url = common::with_options(url, "connect_timeout=5s");
     let url = url.replacen("rediss://", &format!("rediss://:{SECRET}@"), 1);
@@ -127,6 +127,10 @@ async fn refused(url: &str) -> Error {
     for text in [error.to_string(), format!("{error:?}")] {
         assert!(!text.contains(SECRET), "the password shows: {text}");
     }
+    assert!(
+        matches!(error, Error::Store { .. }) && !error.is_retryable(),
+        "a TLS refusal must not be retryable: {error:?}"
+    );
     error
 }
 
