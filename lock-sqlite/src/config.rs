@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
-use lock_core::url::{parse_timeout, percent_decode};
+use lock_core::url::{parse_timeout, parse_window, percent_decode};
+use lock_core::validate::{check_retention, DEFAULT_RETENTION, MAX_TTL};
 use lock_core::{Error, Result};
 
 /// The URL schemes this store answers to.
@@ -26,7 +27,7 @@ pub const MIN_TTL: Duration = Duration::from_millis(100);
 ///
 /// # The URL
 /// ```text
-/// sqlite://PATH[?table=NAME&command_timeout=T&connect_timeout=T]
+/// sqlite://PATH[?table=NAME&command_timeout=T&connect_timeout=T&retention=W&max_ttl=W]
 /// ```
 /// Everything between `sqlite://` and the first `?` is the file's path, percent-decoded and
 /// otherwise taken as it is: there is no host part. So a third slash makes the path absolute
@@ -44,12 +45,18 @@ pub const MIN_TTL: Duration = Duration::from_millis(100);
 /// be written `%23`, a `?` in the path `%3F`. The file and its missing parent directories are
 /// created. `:memory:` and `mode=memory` are refused: an in-memory database lives in one
 /// process, which is what `memory://` is for.
+///
+/// `retention` (default `7d`; `ms`, `s`, `m`, `h`, `d`) is how long a key's row stays after its
+/// last lease expired before it may be removed; it must exceed `max_ttl` (default and at most
+/// `24h`), the longest TTL the handle grants. See the crate docs, "Per-key state".
 #[derive(Clone, PartialEq, Eq)]
 pub struct SqliteConfig {
     pub(crate) path: PathBuf,
     pub(crate) table: String,
     pub(crate) command_timeout: Duration,
     pub(crate) connect_timeout: Duration,
+    pub(crate) retention: Duration,
+    pub(crate) max_ttl: Duration,
 }
 
 impl SqliteConfig {
@@ -60,6 +67,8 @@ impl SqliteConfig {
             table: DEFAULT_TABLE.to_owned(),
             command_timeout: DEFAULT_COMMAND_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            retention: DEFAULT_RETENTION,
+            max_ttl: MAX_TTL,
         }
     }
 
@@ -118,6 +127,8 @@ impl SqliteConfig {
                 "table" => config.table = check_table(&value)?,
                 "command_timeout" => config.command_timeout = parse_timeout(name, &value)?,
                 "connect_timeout" => config.connect_timeout = parse_timeout(name, &value)?,
+                "retention" => config.retention = parse_window(name, &value)?,
+                "max_ttl" => config.max_ttl = check_max_ttl(parse_window(name, &value)?)?,
                 "mode" if value == "memory" => return Err(Error::invalid(
                     "url",
                     "mode=memory is not a shared file: use memory:// for locks within one process",
@@ -127,12 +138,13 @@ impl SqliteConfig {
                         "url",
                         format!(
                             "unknown option {name:?}; a sqlite:// URL takes table, \
-                             command_timeout and connect_timeout"
+                             command_timeout, connect_timeout, retention and max_ttl"
                         ),
                     ))
                 }
             }
         }
+        check_retention(config.retention, config.max_ttl)?;
         Ok(config)
     }
 
@@ -156,6 +168,33 @@ impl SqliteConfig {
         self.connect_timeout
     }
 
+    /// How long a key's row stays after its last lease expired before it may be removed.
+    pub fn retention(&self) -> Duration {
+        self.retention
+    }
+
+    /// The longest TTL this handle grants.
+    pub fn max_ttl(&self) -> Duration {
+        self.max_ttl
+    }
+
+    /// Sets the retention window and the longest TTL; the window must exceed `max_ttl`, which
+    /// is at most 24 h ([`Error::InvalidInput`] otherwise).
+    pub fn with_retention(mut self, retention: Duration, max_ttl: Duration) -> Result<Self> {
+        self.max_ttl = check_max_ttl(max_ttl)?;
+        check_retention(retention, max_ttl)?;
+        self.retention = retention;
+        Ok(self)
+    }
+
+    /// The statements that upgrade this configuration's lock table from a build before fence
+    /// scheme 2 (which the store refuses to use): counters are kept, so tokens go on from
+    /// where they were. Run them once, with `sqlite3 locks.db`, after stopping every process
+    /// of the older build (it cannot insert a row afterwards).
+    pub fn fence_scheme_upgrade_sql(&self) -> String {
+        crate::sql::upgrade_from_fence_scheme_1(&self.table)
+    }
+
     /// Sets the lock table's name: `[A-Za-z_][A-Za-z0-9_]*`, at most 63 bytes, not starting
     /// with `sqlite_` (SQLite reserves those).
     pub fn with_table(mut self, table: &str) -> Result<Self> {
@@ -174,11 +213,6 @@ impl SqliteConfig {
         self.connect_timeout = timeout;
         self
     }
-
-    /// The lock table's name quoted for SQL.
-    pub(crate) fn quoted_table(&self) -> String {
-        format!("\"{}\"", self.table)
-    }
 }
 
 impl fmt::Display for SqliteConfig {
@@ -191,8 +225,18 @@ impl fmt::Display for SqliteConfig {
             .replace('?', "%3F")
             .replace('#', "%23");
         write!(f, "sqlite://{path}")?;
+        let mut options = Vec::new();
         if self.table != DEFAULT_TABLE {
-            write!(f, "?table={}", self.table)?;
+            options.push(format!("table={}", self.table));
+        }
+        if self.retention != DEFAULT_RETENTION {
+            options.push(format!("retention={}ms", self.retention.as_millis()));
+        }
+        if self.max_ttl != MAX_TTL {
+            options.push(format!("max_ttl={}ms", self.max_ttl.as_millis()));
+        }
+        if !options.is_empty() {
+            write!(f, "?{}", options.join("&"))?;
         }
         Ok(())
     }
@@ -205,6 +249,8 @@ impl fmt::Debug for SqliteConfig {
             .field("table", &self.table)
             .field("command_timeout", &self.command_timeout)
             .field("connect_timeout", &self.connect_timeout)
+            .field("retention", &self.retention)
+            .field("max_ttl", &self.max_ttl)
             .finish()
     }
 }
@@ -215,6 +261,17 @@ impl FromStr for SqliteConfig {
     fn from_str(url: &str) -> Result<Self> {
         Self::from_url(url)
     }
+}
+
+/// A longest TTL is at most [`MAX_TTL`].
+fn check_max_ttl(max_ttl: Duration) -> Result<Duration> {
+    if max_ttl > MAX_TTL {
+        return Err(Error::invalid(
+            "url",
+            format!("max_ttl must be at most 24h, not {max_ttl:?}"),
+        ));
+    }
+    Ok(max_ttl)
 }
 
 /// The table name is spliced into SQL (identifiers cannot be bound), so only plain identifiers
@@ -280,7 +337,6 @@ mod tests {
         )
         .unwrap();
         assert_eq!(config.table(), "job_locks");
-        assert_eq!(config.quoted_table(), "\"job_locks\"");
         assert_eq!(config.command_timeout(), Duration::from_millis(250));
         assert_eq!(config.connect_timeout(), Duration::from_secs(2));
         let config = SqliteConfig::from_url("sqlite:///x.db").unwrap();
@@ -294,6 +350,27 @@ mod tests {
                 .to_string(),
             "sqlite://rel/x.db?table=t"
         );
+    }
+
+    #[test]
+    fn retention_defaults_to_seven_days_and_must_exceed_the_max_ttl() {
+        let config = SqliteConfig::from_url("sqlite:///x.db").unwrap();
+        assert_eq!(config.retention(), Duration::from_secs(7 * 86_400));
+        assert_eq!(config.max_ttl(), MAX_TTL);
+        let config = SqliteConfig::from_url("sqlite:///x.db?retention=2s&max_ttl=1s").unwrap();
+        assert_eq!(config.retention(), Duration::from_secs(2));
+        assert_eq!(config.max_ttl(), Duration::from_secs(1));
+        assert_eq!(
+            config.to_string(),
+            "sqlite:///x.db?retention=2000ms&max_ttl=1000ms"
+        );
+        assert_eq!(SqliteConfig::from_url(&config.to_string()).unwrap(), config);
+        assert!(rule("sqlite:///x.db?retention=1d").contains("must exceed the maximum TTL"));
+        assert!(rule("sqlite:///x.db?retention=1s&max_ttl=1s").contains("must exceed"));
+        assert!(rule("sqlite:///x.db?max_ttl=25h").contains("at most 24h"));
+        assert!(SqliteConfig::new("x.db")
+            .with_retention(Duration::from_secs(1), Duration::from_secs(2))
+            .is_err());
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The SQL, one statement per atomic step, as named constants with one line each on why it is
 //! atomic, and the statements with the lock table filled in.
 //!
-//! `{table}` stands for the quoted lock table. Every statement runs on its own in autocommit
+//! `{table}` stands for the quoted lock table, `{floor}` for its floor table. Every statement runs on its own in autocommit
 //! mode: SQLite makes one statement one transaction, taking the database's single write lock
 //! for its whole run (waiting up to the command timeout for it), and with `synchronous = FULL`
 //! in WAL mode the commit is on disk (the WAL `fsync`ed) before the answer comes back.
@@ -9,8 +9,10 @@
 //! Times are `CLOCK_MONOTONIC` nanoseconds read by the caller just before sending (see
 //! `clock.rs`), bound as parameters: SQLite has no monotonic clock of its own.
 
-/// The lock table: one row per key ever locked, holding the key's durable fencing counter and
-/// its current holder. `owner` is NULL while nobody holds the key; a holder recorded under
+/// The lock table: one row per key locked within the retention window (or held), holding the
+/// key's durable fencing counter and its current holder. `fence_scheme` records fence scheme 2
+/// (a new row starts above the floor); it has no default, so a build before it (which inserts
+/// rows at 1) cannot insert a row at all. `owner` is NULL while nobody holds the key; a holder recorded under
 /// another boot, or whose expiry has passed, holds nothing. The key is stored as the bytes of
 /// its UTF-8 (a BLOB), so any character, NUL included, is data.
 const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS {table} (
@@ -20,15 +22,48 @@ const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS {table} (
     boot_id    TEXT    NOT NULL,
     expires_ns INTEGER NOT NULL,
     ttl_ms     INTEGER NOT NULL,
-    pid        INTEGER NOT NULL
+    pid        INTEGER NOT NULL,
+    fence_scheme INTEGER NOT NULL CHECK (fence_scheme = 2)
 ) WITHOUT ROWID";
 
+/// The floor table: one row, the highest token any removed row of the lock table had. A new
+/// row starts above it, so a key whose row was removed still gets a greater token.
+const CREATE_FLOOR: &str = "CREATE TABLE IF NOT EXISTS {floor} (
+    one   INTEGER NOT NULL PRIMARY KEY CHECK (one = 1),
+    floor INTEGER NOT NULL
+)";
+
+/// The floor's one row, at 0 for a new table. Atomic: one statement; a row already there stays.
+const INIT_FLOOR: &str = "INSERT OR IGNORE INTO {floor} (one, floor) VALUES (1, 0)";
+
+/// Whether the lock table records a fence scheme (a table of an earlier build does not). ?1 is
+/// the unquoted table name. A single read.
+const HAS_FENCE_SCHEME: &str =
+    "SELECT count(*) FROM pragma_table_info(?1) WHERE name = 'fence_scheme'";
+
+/// Removes at most ?3 rows idle for the retention window, returning their tokens: rows of
+/// another boot than ?1 (nobody holds them) and rows whose expiry is at or before ?2 (now minus
+/// the window, which exceeds every TTL, so they are not held either). Runs in one transaction
+/// with [`RAISE_FLOOR`], see there.
+const REMOVE_IDLE: &str = "DELETE FROM {table} WHERE key IN (
+    SELECT key FROM {table} WHERE boot_id <> ?1 OR expires_ns <= ?2 LIMIT ?3
+) RETURNING token";
+
+/// Raises the floor to ?1 (the highest token [`REMOVE_IDLE`] removed). Atomic with it: both run
+/// in one transaction under SQLite's write lock, so no acquire sees a row gone and the floor
+/// still below its token.
+const RAISE_FLOOR: &str = "UPDATE {floor} SET floor = max(floor, ?1) WHERE one = 1";
+
+/// How many rows the lock table holds. A single read.
+const COUNT_ROWS: &str = "SELECT count(*) FROM {table}";
+
 /// Takes key ?1 for owner ?2 (boot ?3, now ?4, for ?5 ns; ?6 ms and pid ?7 for `status`) if
-/// nobody holds it, and bumps its counter. Atomic: one statement under the write lock, so the
-/// holder check, the take and the bump commit together or not at all. No row back: held.
+/// nobody holds it, and bumps its counter; a new row starts above the floor. Atomic: one
+/// statement under the write lock, so the floor read, the holder check, the take and the bump
+/// commit together or not at all. No row back: held.
 const ACQUIRE: &str =
-    "INSERT INTO {table} AS l (key, token, owner, boot_id, expires_ns, ttl_ms, pid)
-VALUES (?1, 1, ?2, ?3, ?4 + ?5, ?6, ?7)
+    "INSERT INTO {table} AS l (key, token, owner, boot_id, expires_ns, ttl_ms, pid, fence_scheme)
+VALUES (?1, (SELECT f.floor + 1 FROM {floor} AS f WHERE f.one = 1), ?2, ?3, ?4 + ?5, ?6, ?7, 2)
 ON CONFLICT (key) DO UPDATE
    SET token = l.token + 1, owner = excluded.owner, boot_id = excluded.boot_id,
        expires_ns = excluded.expires_ns, ttl_ms = excluded.ttl_ms, pid = excluded.pid
@@ -58,15 +93,59 @@ const HOLDER: &str = "SELECT token, owner, boot_id, expires_ns, ttl_ms FROM {tab
 /// What journal mode the database is in: the store needs `wal`. A single read.
 pub(crate) const JOURNAL_MODE: &str = "PRAGMA journal_mode";
 
-/// `sql` with the lock table filled in.
+/// Rebuilds a lock table of an earlier build (no `fence_scheme`) as fence scheme 2, counters
+/// kept, and adds the floor table. SQLite cannot add a NOT NULL column without a default, so the
+/// rows move to a new table. Atomic: one transaction (`BEGIN IMMEDIATE` takes the write lock
+/// first, so no acquire runs in between).
+const UPGRADE_FROM_FENCE_SCHEME_1: &str = "BEGIN IMMEDIATE;
+CREATE TABLE {upgrade} (
+    key        BLOB    NOT NULL PRIMARY KEY,
+    token      INTEGER NOT NULL,
+    owner      TEXT,
+    boot_id    TEXT    NOT NULL,
+    expires_ns INTEGER NOT NULL,
+    ttl_ms     INTEGER NOT NULL,
+    pid        INTEGER NOT NULL,
+    fence_scheme INTEGER NOT NULL CHECK (fence_scheme = 2)
+) WITHOUT ROWID;
+INSERT INTO {upgrade} (key, token, owner, boot_id, expires_ns, ttl_ms, pid, fence_scheme)
+    SELECT key, token, owner, boot_id, expires_ns, ttl_ms, pid, 2 FROM {table};
+DROP TABLE {table};
+ALTER TABLE {upgrade} RENAME TO {table};
+{create_floor};
+{init_floor};
+COMMIT;";
+
+/// `sql` with the lock table and its floor table filled in.
 fn fill(sql: &str, table: &str) -> String {
-    sql.replace("{table}", table)
+    sql.replace("{table}", &quote(table))
+        .replace("{floor}", &quote(&format!("{table}_floor")))
+        .replace("{upgrade}", &quote(&format!("{table}_upgrade")))
+}
+
+/// A checked table name (plain identifier characters) quoted for SQL.
+fn quote(table: &str) -> String {
+    format!("\"{table}\"")
+}
+
+/// The statements that upgrade `table` (unquoted) from fence scheme 1, for the operator.
+pub(crate) fn upgrade_from_fence_scheme_1(table: &str) -> String {
+    let statement = UPGRADE_FROM_FENCE_SCHEME_1
+        .replace("{create_floor}", CREATE_FLOOR)
+        .replace("{init_floor}", INIT_FLOOR);
+    fill(&statement, table)
 }
 
 /// The statements with the lock table filled in.
 #[derive(Debug)]
 pub(crate) struct Statements {
     pub(crate) create_table: String,
+    pub(crate) create_floor: String,
+    pub(crate) init_floor: String,
+    pub(crate) has_fence_scheme: &'static str,
+    pub(crate) remove_idle: String,
+    pub(crate) raise_floor: String,
+    pub(crate) count_rows: String,
     pub(crate) acquire: String,
     pub(crate) release: String,
     pub(crate) extend: String,
@@ -75,10 +154,17 @@ pub(crate) struct Statements {
 }
 
 impl Statements {
-    pub(crate) fn new(quoted_table: &str) -> Self {
-        let fill = |sql: &str| fill(sql, quoted_table);
+    /// The statements for the lock table `table` (unquoted, already checked).
+    pub(crate) fn new(table: &str) -> Self {
+        let fill = |sql: &str| fill(sql, table);
         Statements {
             create_table: fill(CREATE_TABLE),
+            create_floor: fill(CREATE_FLOOR),
+            init_floor: fill(INIT_FLOOR),
+            has_fence_scheme: HAS_FENCE_SCHEME,
+            remove_idle: fill(REMOVE_IDLE),
+            raise_floor: fill(RAISE_FLOOR),
+            count_rows: fill(COUNT_ROWS),
             acquire: fill(ACQUIRE),
             release: fill(RELEASE),
             extend: fill(EXTEND),
@@ -94,17 +180,26 @@ mod tests {
 
     #[test]
     fn statements_name_the_configured_table_and_no_placeholder_is_left() {
-        let sql = Statements::new("\"t\"");
+        let sql = Statements::new("t");
         for statement in [
             &sql.create_table,
+            &sql.create_floor,
+            &sql.init_floor,
+            &sql.remove_idle,
+            &sql.raise_floor,
+            &sql.count_rows,
+            &upgrade_from_fence_scheme_1("t"),
             &sql.acquire,
             &sql.release,
             &sql.extend,
             &sql.evict,
             &sql.holder,
         ] {
-            assert!(statement.contains("\"t\""), "{statement}");
-            assert!(!statement.contains("{table}"), "{statement}");
+            assert!(
+                statement.contains("\"t\"") || statement.contains("\"t_floor\""),
+                "{statement}"
+            );
+            assert!(!statement.contains('{'), "{statement}");
         }
     }
 }

@@ -21,6 +21,7 @@ use sqlx::Row;
 use tokio::sync::watch;
 use tokio::time::{sleep_until, timeout};
 
+use crate::cleanup::{interval, Cleanup, BATCH, MAX_BATCHES};
 use crate::clock::{boot_id, monotonic_ns};
 use crate::config::{SqliteConfig, MIN_TTL};
 use crate::error::{open_error, sql_error};
@@ -57,6 +58,8 @@ struct Shared {
     waker: Waker,
     /// `None` where inotify cannot watch the directory: waiters then poll.
     watch: Option<Watch>,
+    /// When this handle last removed idle rows.
+    cleanup: Cleanup,
     /// Whatever must live as long as the handle (the lock-out of [`SqliteStore::unreachable`]).
     _keep: Option<Box<dyn Any + Send + Sync>>,
 }
@@ -76,12 +79,14 @@ struct Holder {
 
 impl SqliteStore {
     /// Opens the database (creating the file and its missing parent directories), switches it
-    /// to WAL mode, creates the lock table if it is missing, and starts nothing else: the watch
+    /// to WAL mode, creates the lock and floor tables if they are missing, checks that the lock
+    /// table records fence scheme 2, and starts nothing else: the watch
     /// starts with the first wait.
     ///
     /// Fails with [`Error::InvalidInput`] if the file cannot be created or opened (an
     /// unwritable directory, a path through a file), with [`Error::Store`] if it is not a
-    /// SQLite database or cannot be put in WAL mode, and with a retryable
+    /// SQLite database, cannot be put in WAL mode or holds a lock table of an earlier build
+    /// (see [`SqliteConfig::fence_scheme_upgrade_sql`]), and with a retryable
     /// [`Error::Unavailable`] if another connection keeps it locked beyond the timeouts.
     ///
     /// # Cancel safety
@@ -110,6 +115,7 @@ impl SqliteStore {
                 })
             }
         }
+        store.check_fence_scheme().await?;
         tracing::debug!(path = %shared.path.display(), notified = shared.watch.is_some(), "connected");
         Ok(store)
     }
@@ -180,7 +186,7 @@ impl SqliteStore {
                 None
             }
         };
-        let sql = Statements::new(&config.quoted_table());
+        let sql = Statements::new(&config.table);
         let options = SqliteConnectOptions::new()
             .filename(&path)
             .create_if_missing(true)
@@ -191,7 +197,12 @@ impl SqliteStore {
             // answered survives a power loss (NORMAL may lose the last commits).
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(config.command_timeout);
-        let create_table = sql.create_table.clone();
+        let prepare = [
+            sql.create_table.clone(),
+            sql.create_floor.clone(),
+            sql.init_floor.clone(),
+        ];
+
         let pool = SqlitePoolOptions::new()
             .max_connections(MAX_CONNECTIONS)
             .min_connections(0)
@@ -200,9 +211,11 @@ impl SqliteStore {
             // to its worker thread for nothing.
             .test_before_acquire(false)
             .after_connect(move |conn, _| {
-                let create_table = create_table.clone();
+                let prepare = prepare.clone();
                 Box::pin(async move {
-                    sqlx::query(&create_table).execute(&mut *conn).await?;
+                    for statement in &prepare {
+                        sqlx::query(statement).execute(&mut *conn).await?;
+                    }
                     let mode: String = sqlx::query_scalar(JOURNAL_MODE)
                         .fetch_one(&mut *conn)
                         .await?;
@@ -231,6 +244,7 @@ impl SqliteStore {
                 pid: i64::from(std::process::id()),
                 waker,
                 watch,
+                cleanup: Cleanup::default(),
                 _keep: keep,
             }),
         })
@@ -244,6 +258,114 @@ impl SqliteStore {
     /// The database file, as an absolute path.
     pub fn path(&self) -> &Path {
         &self.shared.path
+    }
+
+    /// Refuses a lock table of a build before fence scheme 2, whose new rows restart at 1 (a
+    /// lazy handle finds out at its first acquire, which fails on the missing column).
+    async fn check_fence_scheme(&self) -> Result<()> {
+        let shared = &self.shared;
+        let columns: i64 = self
+            .bounded(
+                "reading the lock table's columns",
+                sqlx::query_scalar(shared.sql.has_fence_scheme)
+                    .bind(&shared.config.table)
+                    .fetch_one(&shared.pool),
+            )
+            .await?;
+        if columns == 0 {
+            return Err(Error::Store {
+                message: format!(
+                    "the lock table {:?} in {} records no fence scheme: an earlier build made \
+                     it, whose new rows restart at 1. Stop every process of that build and run \
+                     SqliteConfig::fence_scheme_upgrade_sql() once (counters are kept)",
+                    shared.config.table,
+                    shared.path.display()
+                ),
+                source: None,
+            });
+        }
+        Ok(())
+    }
+
+    /// How many rows the lock table holds: the keys held or locked within the retention window
+    /// (see the crate docs, "Per-key state").
+    ///
+    /// # Cancel safety
+    /// A single read; dropping the future loses nothing.
+    pub async fn stored_rows(&self) -> Result<u64> {
+        let shared = &self.shared;
+        let rows: i64 = self
+            .bounded(
+                "counting rows",
+                sqlx::query_scalar(&shared.sql.count_rows).fetch_one(&shared.pool),
+            )
+            .await?;
+        Ok(u64::try_from(rows).unwrap_or(0))
+    }
+
+    /// Removes rows idle for longer than the retention window now (the handle also does so in
+    /// the background, at most once per tenth of the window, after a release), in transactions
+    /// of at most 1,000 rows, at most 10 of them; returns how many rows went. Each raises the
+    /// floor to the highest token it removed, in the same transaction, so those keys' next
+    /// tokens are still greater.
+    ///
+    /// # Cancel safety
+    /// Each transaction commits on its own; one dropped in flight rolls back whole.
+    pub async fn remove_idle_rows(&self) -> Result<u64> {
+        let mut removed = 0u64;
+        for _ in 0..MAX_BATCHES {
+            let batch = self
+                .bounded("removing idle rows", self.remove_batch())
+                .await?;
+            removed += batch;
+            if batch < BATCH as u64 {
+                break;
+            }
+        }
+        Ok(removed)
+    }
+
+    /// One transaction of [`SqliteStore::remove_idle_rows`].
+    async fn remove_batch(&self) -> std::result::Result<u64, sqlx::Error> {
+        let shared = &self.shared;
+        let retention_ns = i64::try_from(shared.config.retention.as_nanos()).unwrap_or(i64::MAX);
+        let idle_before = monotonic_ns().saturating_sub(retention_ns);
+        let mut tx = shared.pool.begin().await?;
+        let tokens: Vec<i64> = sqlx::query_scalar(&shared.sql.remove_idle)
+            .bind(shared.boot_id)
+            .bind(idle_before)
+            .bind(BATCH)
+            .fetch_all(&mut *tx)
+            .await?;
+        if let Some(highest) = tokens.iter().max() {
+            sqlx::query(&shared.sql.raise_floor)
+                .bind(highest)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(tokens.len() as u64)
+    }
+
+    /// Starts a background [`SqliteStore::remove_idle_rows`] if one is due. Never waits.
+    fn spawn_cleanup_if_due(&self) {
+        let shared = &self.shared;
+        if !shared.cleanup.claim(interval(shared.config.retention)) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            shared.cleanup.done();
+            return;
+        };
+        let store = self.clone();
+        runtime.spawn(async move {
+            match store.remove_idle_rows().await {
+                Ok(0) => {}
+                Ok(removed) => tracing::debug!(removed, "removed idle rows"),
+                Err(error) => tracing::debug!(%error, "could not remove idle rows; next time"),
+            }
+            store.shared.cleanup.done();
+        });
     }
 
     /// Runs one statement within the command timeout (plus a margin for everything that is not
@@ -438,6 +560,7 @@ impl SqliteStore {
             .await?;
         if done.rows_affected() == 1 {
             shared.waker.wake();
+            self.spawn_cleanup_if_due();
             Ok(ReleaseOutcome::Released)
         } else {
             Ok(ReleaseOutcome::Lost)
@@ -582,6 +705,8 @@ impl LockStore for SqliteStore {
             .with_min_ttl(MIN_TTL)
             .with_notified_wait(self.shared.watch.is_some())
             .with_evict(true)
+            .with_max_ttl(self.shared.config.max_ttl)
+            .with_retention(self.shared.config.retention)
     }
 
     /// # Cancel safety

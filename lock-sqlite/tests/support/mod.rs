@@ -13,7 +13,12 @@ pub struct Scratch(PathBuf);
 
 impl Scratch {
     pub fn new(name: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!(
+        Self::under(&std::env::temp_dir(), name)
+    }
+
+    /// A new directory under `base`.
+    pub fn under(base: &Path, name: &str) -> Self {
+        let dir = base.join(format!(
             "lock-sqlite-test-{name}-{}-{:016x}",
             std::process::id(),
             lock_core::OwnerId::random().as_u128() as u64
