@@ -22,7 +22,15 @@ pub(crate) const TTL_GRANULARITY: Duration = Duration::from_secs(1);
 
 /// The query-string options this crate reads; anything else is rejected, so a typo such as
 /// `prefx=` cannot silently put locks under the default prefix.
-const OPTIONS: &[&str] = &["prefix", "layout", "connect_timeout", "command_timeout"];
+const OPTIONS: &[&str] = &[
+    "prefix",
+    "layout",
+    "connect_timeout",
+    "command_timeout",
+    "tls_ca",
+    "tls_cert",
+    "tls_key",
+];
 
 /// How a lock's queue is named in etcd's key space.
 ///
@@ -85,6 +93,11 @@ impl fmt::Display for Layout {
 /// | `layout` | `fencelock` | `etcd` names each lock exactly as etcd's `concurrency.Mutex` and `etcdctl lock` do, so they exclude each other (see [`Layout`]) |
 /// | `connect_timeout` | `5s` | bound on connecting (and on the first round trip of [`EtcdStore::connect`](crate::EtcdStore::connect)): `5` (seconds), `5s` or `250ms` |
 /// | `command_timeout` | `5s` | bound on one request to the cluster, same forms |
+/// | `tls_ca` | the webpki roots | `etcds://` only: a PEM file of the CA certificates that may sign the members' certificates |
+/// | `tls_cert`, `tls_key` | none | `etcds://` only, both or neither: PEM files of the client certificate and its key, for members started with `--client-cert-auth` |
+///
+/// The TLS files are read when the URL is parsed; their contents never appear in `Debug`,
+/// `Display` or an error.
 ///
 /// A host without a port gets etcd's client port 2379; IPv6 hosts are written `[::1]:2379`.
 /// The user name and password may be percent-encoded. Unknown options are rejected. `Debug` and
@@ -99,6 +112,26 @@ pub struct EtcdConfig {
     pub(crate) layout: Layout,
     pub(crate) connect_timeout: Duration,
     pub(crate) command_timeout: Duration,
+    /// `tls_ca=`: the PEM text of the trusted CAs.
+    tls_ca: Option<Vec<u8>>,
+    /// `tls_cert=` and `tls_key=`: the PEM texts of the client certificate and its key.
+    tls_identity: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+/// Reads the PEM file an option names; the error names the option and the path, never the
+/// contents.
+fn read_pem(option: &str, path: &str) -> Result<Vec<u8>> {
+    let text = std::fs::read(path).map_err(|e| Error::InvalidInput {
+        what: "url",
+        rule: format!("{option}: cannot read {path:?}: {e}"),
+    })?;
+    if !text.windows(11).any(|w| w == b"-----BEGIN ") {
+        return Err(Error::InvalidInput {
+            what: "url",
+            rule: format!("{option}: {path:?} holds no PEM block"),
+        });
+    }
+    Ok(text)
 }
 
 impl EtcdConfig {
@@ -167,7 +200,10 @@ impl EtcdConfig {
             layout: Layout::default(),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             command_timeout: DEFAULT_COMMAND_TIMEOUT,
+            tls_ca: None,
+            tls_identity: None,
         };
+        let (mut tls_cert, mut tls_key) = (None, None);
         for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
             let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
             let decode = |text: &str| {
@@ -197,6 +233,12 @@ impl EtcdConfig {
                 "command_timeout" => {
                     config.command_timeout = parse_timeout("command_timeout", &value)?
                 }
+                "tls_ca" | "tls_cert" | "tls_key" if !tls => {
+                    return Err(bad(format!("{name} needs etcds://, not etcd://")))
+                }
+                "tls_ca" => config.tls_ca = Some(read_pem("tls_ca", &value)?),
+                "tls_cert" => tls_cert = Some(read_pem("tls_cert", &value)?),
+                "tls_key" => tls_key = Some(read_pem("tls_key", &value)?),
                 unknown => {
                     return Err(bad(format!(
                         "unknown option {unknown:?}; this store reads {}",
@@ -205,6 +247,15 @@ impl EtcdConfig {
                 }
             }
         }
+        config.tls_identity = match (tls_cert, tls_key) {
+            (Some(cert), Some(key)) => Some((cert, key)),
+            (None, None) => None,
+            _ => {
+                return Err(bad(
+                    "tls_cert and tls_key come together: both or neither".into()
+                ))
+            }
+        };
         // Checked after every option, since `layout=` may come after `prefix=`.
         if config.prefix().is_empty() && config.layout == Layout::Fencelock {
             return Err(bad(
@@ -276,6 +327,21 @@ impl EtcdConfig {
         self
     }
 
+    /// The client's TLS settings for `etcds://`: the `tls_ca` CAs (or the webpki roots) and
+    /// the `tls_cert`/`tls_key` identity.
+    #[cfg(feature = "tls")]
+    pub(crate) fn tls_options(&self) -> etcd_client::TlsOptions {
+        let mut options = etcd_client::TlsOptions::new();
+        options = match &self.tls_ca {
+            Some(pem) => options.ca_certificate(etcd_client::Certificate::from_pem(pem)),
+            None => options.with_enabled_roots(),
+        };
+        if let Some((cert, key)) = &self.tls_identity {
+            options = options.identity(etcd_client::Identity::from_pem(cert, key));
+        }
+        options
+    }
+
     /// The endpoints as the client library wants them: `http://host:port` or `https://…`.
     pub(crate) fn endpoint_urls(&self) -> Vec<String> {
         let scheme = if self.tls { "https" } else { "http" };
@@ -320,6 +386,8 @@ impl fmt::Debug for EtcdConfig {
             .field("layout", &self.layout)
             .field("connect_timeout", &self.connect_timeout)
             .field("command_timeout", &self.command_timeout)
+            .field("tls_ca", &self.tls_ca.as_ref().map(|_| "(PEM)"))
+            .field("tls_identity", &self.tls_identity.as_ref().map(|_| "(PEM)"))
             .finish()
     }
 }

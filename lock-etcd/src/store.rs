@@ -173,7 +173,7 @@ impl EtcdStore {
         }
         #[cfg(feature = "tls")]
         if config.tls {
-            options = options.with_tls(etcd_client::TlsOptions::new().with_enabled_roots());
+            options = options.with_tls(config.tls_options());
         }
         let endpoints = config.endpoint_urls();
         let client = match timeout(
