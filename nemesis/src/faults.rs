@@ -18,17 +18,23 @@ pub enum StoreKind {
     Etcd,
     /// PostgreSQL advisory locks.
     Postgres,
+    /// MySQL/MariaDB named locks (`GET_LOCK`), on one MariaDB server.
+    Mysql,
+    /// One SQLite file shared by the worker processes (no server, no network).
+    Sqlite,
 }
 
 impl StoreKind {
     /// Every store the run starts by itself, in the order it runs them (`broken-memory` only
     /// when asked for).
-    pub const ALL: [StoreKind; 5] = [
+    pub const ALL: [StoreKind; 7] = [
         StoreKind::Memory,
         StoreKind::Redis,
         StoreKind::Redlock,
         StoreKind::Etcd,
         StoreKind::Postgres,
+        StoreKind::Mysql,
+        StoreKind::Sqlite,
     ];
 
     /// The name used on the command line and in the report.
@@ -40,6 +46,8 @@ impl StoreKind {
             StoreKind::Redlock => "redlock",
             StoreKind::Etcd => "etcd",
             StoreKind::Postgres => "postgres",
+            StoreKind::Mysql => "mysql",
+            StoreKind::Sqlite => "sqlite",
         }
     }
 
@@ -59,6 +67,8 @@ impl StoreKind {
             "redlock" => Some(StoreKind::Redlock),
             "etcd" | "etcds" => Some(StoreKind::Etcd),
             "postgres" | "postgresql" => Some(StoreKind::Postgres),
+            "mysql" | "mariadb" => Some(StoreKind::Mysql),
+            "sqlite" => Some(StoreKind::Sqlite),
             _ => None,
         }
     }
@@ -68,10 +78,19 @@ impl StoreKind {
         matches!(self, StoreKind::Memory | StoreKind::BrokenMemory)
     }
 
+    /// Whether workers reach the store over TCP, through relays a cut can freeze. A SQLite
+    /// file has no connection to cut: its workers open the file itself.
+    pub fn over_network(self) -> bool {
+        !matches!(self, StoreKind::Sqlite)
+    }
+
     /// The faults that make sense on this store; `own_servers` says whether the run started
     /// the servers (an external store gets the client faults only).
     pub fn faults(self, own_servers: bool) -> Vec<Fault> {
-        let mut faults = vec![Fault::Pause, Fault::Kill, Fault::Cut];
+        let mut faults = vec![Fault::Pause, Fault::Kill];
+        if self.over_network() {
+            faults.push(Fault::Cut);
+        }
         if !own_servers {
             return faults;
         }
@@ -82,6 +101,8 @@ impl StoreKind {
             StoreKind::Redlock => vec![Fault::RedlockRestartMinority, Fault::RedlockCutMinority],
             StoreKind::Etcd => vec![Fault::EtcdKillLeader, Fault::EtcdStopMinority],
             StoreKind::Postgres => vec![Fault::PgTerminate, Fault::PgRestart],
+            StoreKind::Mysql => vec![Fault::MysqlKill, Fault::MysqlRestart],
+            StoreKind::Sqlite => vec![],
         });
         faults
     }
@@ -101,7 +122,8 @@ pub enum Fault {
     Pause,
     /// `SIGKILL` a holder and start a replacement worker.
     Kill,
-    /// Freeze every relay between a holder and the store for longer than its TTL.
+    /// Freeze every relay between a holder and the store for longer than its TTL (not on
+    /// SQLite: no connection).
     Cut,
     /// The memory store forgets every lock (broken-memory: and starts tokens over).
     StoreRestart,
@@ -119,11 +141,15 @@ pub enum Fault {
     PgTerminate,
     /// PostgreSQL lock store: a fast restart of the server.
     PgRestart,
+    /// MySQL lock store: `KILL CONNECTION` of the holder's session.
+    MysqlKill,
+    /// MySQL lock store: a clean, fast restart of the MariaDB server.
+    MysqlRestart,
 }
 
 impl Fault {
     /// Every fault.
-    pub const ALL: [Fault; 11] = [
+    pub const ALL: [Fault; 13] = [
         Fault::Pause,
         Fault::Kill,
         Fault::Cut,
@@ -135,6 +161,8 @@ impl Fault {
         Fault::EtcdStopMinority,
         Fault::PgTerminate,
         Fault::PgRestart,
+        Fault::MysqlKill,
+        Fault::MysqlRestart,
     ];
 
     /// The name used in `--faults` and in the report.
@@ -151,6 +179,8 @@ impl Fault {
             Fault::EtcdStopMinority => "etcd-stop-minority",
             Fault::PgTerminate => "pg-terminate",
             Fault::PgRestart => "pg-restart",
+            Fault::MysqlKill => "mysql-kill",
+            Fault::MysqlRestart => "mysql-restart",
         }
     }
 
@@ -160,13 +190,19 @@ impl Fault {
     }
 
     /// Whether the store documents this event as freeing locks early (the lock-core contract
-    /// and each store's table in the README): a PostgreSQL session ended by the server, a
-    /// Redis restart without persistence, a memory store that lost its data. A Redlock
-    /// minority restarted after a TTL, an etcd leader change and every client fault do not.
+    /// and each store's table in the README): a PostgreSQL or MySQL session ended by the
+    /// server, a Redis restart without persistence, a memory store that lost its data. A
+    /// Redlock minority restarted after a TTL, an etcd leader change and every client fault
+    /// do not.
     pub fn frees_early(self) -> bool {
         matches!(
             self,
-            Fault::StoreRestart | Fault::RedisRestart | Fault::PgTerminate | Fault::PgRestart
+            Fault::StoreRestart
+                | Fault::RedisRestart
+                | Fault::PgTerminate
+                | Fault::PgRestart
+                | Fault::MysqlKill
+                | Fault::MysqlRestart
         )
     }
 
@@ -197,6 +233,20 @@ mod tests {
         for store in StoreKind::ALL.into_iter().chain([StoreKind::BrokenMemory]) {
             assert_eq!(StoreKind::parse(store.name()), Some(store));
         }
+    }
+
+    #[test]
+    fn a_sqlite_run_has_no_cut_and_mysql_kills_free_early() {
+        for own in [true, false] {
+            assert!(!StoreKind::Sqlite.faults(own).contains(&Fault::Cut));
+            assert!(StoreKind::Mysql.faults(own).contains(&Fault::Cut));
+        }
+        assert_eq!(StoreKind::of_url("mariadb://h/db"), Some(StoreKind::Mysql));
+        assert_eq!(
+            StoreKind::of_url("sqlite:///tmp/l.db"),
+            Some(StoreKind::Sqlite)
+        );
+        assert!(Fault::MysqlKill.frees_early() && Fault::MysqlRestart.frees_early());
     }
 
     #[test]

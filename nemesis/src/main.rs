@@ -19,8 +19,8 @@ struct Cli {
     /// A live store to run against (client faults only); without it each store is started.
     #[arg(long)]
     url: Option<String>,
-    /// The stores to start, comma-separated (memory, redis, redlock, etcd, postgres,
-    /// broken-memory); default: all but broken-memory.
+    /// The stores to start, comma-separated (memory, redis, redlock, etcd, postgres, mysql,
+    /// sqlite, broken-memory); default: all but broken-memory.
     #[arg(long, value_delimiter = ',')]
     stores: Vec<String>,
     /// Only these faults, comma-separated (default: every fault that applies).

@@ -16,7 +16,7 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
-use test_servers::{EtcdCluster, FreezableRelay, PostgresServer, RedisServer};
+use test_servers::{EtcdCluster, FreezableRelay, MariadbServer, PostgresServer, RedisServer};
 use tokio::runtime::Runtime;
 use tokio::sync::watch;
 
@@ -32,6 +32,11 @@ use crate::worker::{self, Emit, WorkerConfig};
 /// statement, so the holders found are the ones terminated.
 const TERMINATE_HOLDERS_SQL: &str = "SELECT count(pg_terminate_backend(pid)) FROM pg_locks \
      WHERE locktype = 'advisory' AND granted AND pid <> pg_backend_pid()";
+
+/// The MySQL lock store's holder of a lock name: its session's connection id (NULL if free).
+/// Not atomic with the `KILL` that follows, and need not be: the fault's window in the history
+/// spans both statements, so whoever holds the lock in between is covered by rule 3's excuse.
+const MYSQL_HOLDER_SQL: &str = "SELECT CAST(IS_USED_LOCK(?) AS SIGNED)";
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -131,6 +136,34 @@ enum Servers {
     Redlock(Vec<RedisServer>),
     Etcd(EtcdCluster),
     Postgres(PostgresServer),
+    Mysql(MariadbServer),
+    Sqlite(TempDatabase),
+}
+
+/// The directory of the SQLite run's database file, removed when the run ends.
+struct TempDatabase {
+    dir: PathBuf,
+}
+
+impl TempDatabase {
+    fn create() -> Result<Self> {
+        let dir = std::env::temp_dir().join(format!("nemesis-sqlite-{}", std::process::id()));
+        // A directory left by an earlier run of this pid would carry its tokens over: start
+        // from nothing, as the other stores do.
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).map_err(setup_error)?;
+        Ok(TempDatabase { dir })
+    }
+
+    fn url(&self) -> String {
+        format!("sqlite://{}", self.dir.join("locks.db").display())
+    }
+}
+
+impl Drop for TempDatabase {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
 
 impl Servers {
@@ -143,6 +176,8 @@ impl Servers {
             }
             StoreKind::Etcd => Servers::Etcd(EtcdCluster::start(3).map_err(setup_error)?),
             StoreKind::Postgres => Servers::Postgres(PostgresServer::start().map_err(setup_error)?),
+            StoreKind::Mysql => Servers::Mysql(MariadbServer::start().map_err(setup_error)?),
+            StoreKind::Sqlite => Servers::Sqlite(TempDatabase::create()?),
         };
         let url = match &servers {
             Servers::None => "memory://nemesis".to_string(),
@@ -157,6 +192,8 @@ impl Servers {
             ),
             Servers::Etcd(c) => c.url(),
             Servers::Postgres(s) => s.url(),
+            Servers::Mysql(s) => s.url(),
+            Servers::Sqlite(db) => db.url(),
         };
         Ok((servers, url))
     }
@@ -224,6 +261,7 @@ fn run_store(
         runtime,
         recorder: recorder.clone(),
         store_url: store_url.clone(),
+        relayed: kind.over_network(),
         shared,
         template: WorkerConfig {
             id: 0,
@@ -355,6 +393,8 @@ struct Pool<'rt> {
     runtime: &'rt Runtime,
     recorder: Recorder,
     store_url: String,
+    /// Whether process workers reach the store through relays (not SQLite: a file).
+    relayed: bool,
     /// The store of in-process workers.
     shared: Option<DynLockStore>,
     template: WorkerConfig,
@@ -401,19 +441,24 @@ impl Pool<'_> {
     }
 
     fn spawn_process(&self, config: WorkerConfig) -> Result<Handle> {
-        let (prefix, hosts, tail) = split_hosts(&self.store_url);
-        let relays = hosts
-            .iter()
-            .map(|h| FreezableRelay::start(h).map_err(setup_error))
-            .collect::<Result<Vec<_>>>()?;
-        let url = format!(
-            "{prefix}{}{tail}",
-            relays
+        let (relays, url) = if self.relayed {
+            let (prefix, hosts, tail) = split_hosts(&self.store_url);
+            let relays = hosts
                 .iter()
-                .map(FreezableRelay::address)
-                .collect::<Vec<_>>()
-                .join(",")
-        );
+                .map(|h| FreezableRelay::start(h).map_err(setup_error))
+                .collect::<Result<Vec<_>>>()?;
+            let url = format!(
+                "{prefix}{}{tail}",
+                relays
+                    .iter()
+                    .map(FreezableRelay::address)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            );
+            (relays, url)
+        } else {
+            (Vec::new(), self.store_url.clone())
+        };
         let mut cmd = Command::new(&self.binary);
         cmd.arg("worker")
             .args(["--id", &config.id.to_string()])
@@ -787,10 +832,55 @@ impl Nemesis {
                 self.healed(id);
                 "fast restart".to_string()
             }
+            (Fault::MysqlKill, Servers::Mysql(server)) => {
+                // As with pg-terminate, the session hit is whoever holds the lock when the
+                // look-up runs: no single target.
+                let id = self.record(fault, None, "KILL CONNECTION of the lock's holder");
+                let url = server.url();
+                let killed = pool.runtime.block_on(kill_mysql_holder(url));
+                self.healed(id);
+                match killed {
+                    Ok(Some(session)) => format!("holder session {session} killed"),
+                    Ok(None) => "no holder at the look-up".to_string(),
+                    Err(e) => format!("KILL failed: {e}"),
+                }
+            }
+            (Fault::MysqlRestart, Servers::Mysql(server)) => {
+                let id = self.record(fault, None, "mariadbd shutdown and start");
+                server.restart().map_err(fail)?;
+                self.healed(id);
+                "fast restart".to_string()
+            }
             (fault, _) => return Err(setup_error(format!("{fault} does not apply to this store"))),
         };
         Ok(Some(detail))
     }
+}
+
+/// Kills the session holding the workers' lock on the MariaDB server at `url` (which names
+/// the database; the store's default table and namespace, as the workers use).
+async fn kill_mysql_holder(url: String) -> std::result::Result<Option<i64>, sqlx::Error> {
+    use sqlx::Connection;
+    let mut conn = sqlx::MySqlConnection::connect(&url).await?;
+    let database = url.rsplit('/').next().unwrap_or_default();
+    let database = database.split('?').next().unwrap_or_default();
+    let name = lock_mysql::lock_name(
+        database,
+        lock_mysql::DEFAULT_TABLE,
+        lock_mysql::DEFAULT_NAMESPACE,
+        worker::KEY,
+    );
+    let holder = sqlx::query_scalar::<_, Option<i64>>(MYSQL_HOLDER_SQL)
+        .bind(name)
+        .fetch_one(&mut conn)
+        .await?;
+    if let Some(session) = holder {
+        // KILL takes no placeholder; the id is an integer the server gave.
+        sqlx::raw_sql(&format!("KILL CONNECTION {session}"))
+            .execute(&mut conn)
+            .await?;
+    }
+    Ok(holder)
 }
 
 #[cfg(test)]
