@@ -20,11 +20,30 @@ pub(crate) fn never_sent(error: &etcd_client::Error) -> bool {
 /// Transport trouble and etcd's "try again" codes are retryable; everything else is not.
 pub(crate) fn is_retryable(error: &etcd_client::Error) -> bool {
     use etcd_client::Error as E;
+    if is_tls_refusal(error) {
+        return false;
+    }
     match error {
         E::TransportError(_) | E::IoError(_) | E::WatchError(_) | E::LeaseKeepAliveError(_) => true,
         E::GRpcStatus(status) => RETRYABLE_GRPC_CODES.contains(&(status.code() as i32)),
         _ => false,
     }
+}
+
+/// Whether the TLS handshake was refused for good: a member certificate from another CA or
+/// for another host, or a member that does not speak TLS. tonic reports these as gRPC
+/// `Unavailable` with rustls's text, so the text decides. (A missing client certificate looks
+/// like any dropped connection, "operation was canceled", and stays retryable.)
+fn is_tls_refusal(error: &etcd_client::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(current) = source {
+        let text = current.to_string();
+        if text.contains("invalid peer certificate") || text.contains("tls handshake eof") {
+            return true;
+        }
+        source = current.source();
+    }
+    false
 }
 
 /// Maps the client library's error, kept as the source: retryable ones become

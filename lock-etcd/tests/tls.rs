@@ -1,0 +1,158 @@
+//! etcd over TLS (issue 17), against a member with a throwaway CA from test-servers: the whole
+//! conformance suite over `etcds://` with `tls_ca=`, a client certificate against
+//! `--client-cert-auth`, and the failures (wrong CA, host name mismatch, TLS against plain
+//! text, missing client certificate) non-retryable and without the password.
+#![cfg(feature = "tls")]
+
+mod common;
+
+use std::sync::{Arc, OnceLock};
+
+use conformance::{async_trait, StoreFactory};
+use lock_core::{DynLockStore, Error};
+use lock_etcd::{EtcdConfig, EtcdStore};
+use test_servers::{closed_ports, shared, ServerCert, TestCa, TlsEtcd};
+
+const SECRET: &str = "tls-test-hunter2";
+
+fn ca() -> &'static TestCa {
+    static CA: OnceLock<TestCa> = OnceLock::new();
+    CA.get_or_init(|| TestCa::generate().expect("test CA"))
+}
+
+/// One TLS member per `cert`, shared by the tests of this file.
+fn server(cert: ServerCert) -> &'static TlsEtcd {
+    static VALID: OnceLock<TlsEtcd> = OnceLock::new();
+    static STRICT: OnceLock<TlsEtcd> = OnceLock::new();
+    static ELSEWHERE: OnceLock<TlsEtcd> = OnceLock::new();
+    let cell = match cert {
+        ServerCert::RequireClientCert => &STRICT,
+        ServerCert::Elsewhere => &ELSEWHERE,
+        _ => &VALID,
+    };
+    cell.get_or_init(|| TlsEtcd::start(ca(), cert).expect("etcd with TLS"))
+}
+
+fn path(p: std::path::PathBuf) -> String {
+    p.to_str().expect("UTF-8 path").to_owned()
+}
+
+fn ca_option(file: std::path::PathBuf) -> String {
+    format!("&tls_ca={}", path(file))
+}
+
+struct TlsFactory;
+
+#[async_trait]
+impl StoreFactory for TlsFactory {
+    async fn handle(&self) -> DynLockStore {
+        let url = server(ServerCert::Valid).tls_url();
+        Arc::new(common::store(&url, &ca_option(ca().ca_file())).await)
+    }
+
+    async fn unreachable_handle(&self) -> DynLockStore {
+        let config = EtcdConfig::from_url(&format!(
+            "etcds://127.0.0.1:{}?connect_timeout=1&command_timeout=1{}",
+            closed_ports(1)[0],
+            ca_option(ca().ca_file())
+        ))
+        .expect("config");
+        Arc::new(EtcdStore::connect_lazy(config).await.expect("lazy connect"))
+    }
+}
+
+// The whole suite, every case over TLS.
+conformance::conformance_tests!(async { Arc::new(TlsFactory) });
+
+#[tokio::test]
+async fn a_client_certificate_opens_a_member_that_requires_one() {
+    let options = format!(
+        "{}&tls_cert={}&tls_key={}",
+        ca_option(ca().ca_file()),
+        path(ca().client_cert()),
+        path(ca().client_key())
+    );
+    let url = server(ServerCert::RequireClientCert).tls_url();
+    let store = common::store(&url, &options).await;
+    assert!(store.config().is_tls());
+}
+
+/// Connects to `url` (`etcds://host:port`, given a user and password here) with `options` and
+/// returns the error: the non-retryable [`Error::Store`] (retrying cannot fix a certificate),
+/// without the password.
+async fn refused(url: &str, options: &str) -> Error {
+    let url = url.replacen("://", &format!("://root:{SECRET}@"), 1);
+    let config =
+        EtcdConfig::from_url(&format!("{url}?connect_timeout=5{options}")).expect("config");
+    let error = match EtcdStore::connect(config).await {
+        Ok(_) => panic!("connected"),
+        Err(error) => error,
+    };
+    for text in [error.to_string(), format!("{error:?}")] {
+        assert!(!text.contains(SECRET), "the password shows: {text}");
+    }
+    assert!(
+        matches!(error, Error::Store { .. }) && !error.is_retryable(),
+        "a TLS refusal must not be retryable: {error:?}"
+    );
+    error
+}
+
+#[tokio::test]
+async fn a_member_signed_by_another_ca_is_refused() {
+    let url = server(ServerCert::Valid).tls_url();
+    refused(&url, &ca_option(ca().other_ca_file())).await;
+}
+
+#[tokio::test]
+async fn a_member_certificate_for_another_host_is_refused() {
+    let url = server(ServerCert::Elsewhere).tls_url();
+    refused(&url, &ca_option(ca().ca_file())).await;
+}
+
+#[tokio::test]
+async fn a_tls_client_against_a_plain_text_member_is_refused() {
+    let url = shared::etcd().url().replacen("etcd://", "etcds://", 1);
+    refused(&url, &ca_option(ca().ca_file())).await;
+}
+
+#[tokio::test]
+async fn a_missing_client_certificate_is_refused_without_the_password() {
+    // Not asserted non-retryable: tonic reports it as a dropped connection
+    // ("operation was canceled"), which lock-etcd cannot tell from a real one.
+    let url = server(ServerCert::RequireClientCert).tls_url();
+    let url = url.replacen("://", &format!("://root:{SECRET}@"), 1);
+    let config = EtcdConfig::from_url(&format!(
+        "{url}?connect_timeout=5{}",
+        ca_option(ca().ca_file())
+    ))
+    .expect("config");
+    let Err(error) = EtcdStore::connect(config).await else {
+        panic!("connected without a client certificate")
+    };
+    for text in [error.to_string(), format!("{error:?}")] {
+        assert!(!text.contains(SECRET), "the password shows: {text}");
+    }
+}
+
+#[test]
+fn tls_options_need_etcds_and_come_in_pairs() {
+    let ca = path(ca().ca_file());
+    let not_pem = concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml");
+    for (url, needle) in [
+        (format!("etcd://h:1?tls_ca={ca}"), "etcds://"),
+        (format!("etcds://h:1?tls_cert={ca}"), "both or neither"),
+        (
+            "etcds://h:1?tls_ca=/nonexistent/ca.pem".to_owned(),
+            "tls_ca",
+        ),
+        (format!("etcds://h:1?tls_ca={not_pem}"), "PEM"),
+    ] {
+        match EtcdConfig::from_url(&url) {
+            Err(Error::InvalidInput { what: "url", rule }) => {
+                assert!(rule.contains(needle), "{url}: {rule}")
+            }
+            other => panic!("{url}: {other:?}"),
+        }
+    }
+}
