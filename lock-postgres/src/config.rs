@@ -41,6 +41,9 @@ const OWN_OPTIONS: &[&str] = &[
     "max_idle",
     "retention",
     "max_ttl",
+    "tls_ca",
+    "tls_cert",
+    "tls_key",
 ];
 
 /// The query-string options sqlx understands; anything else is rejected, so a typo such as
@@ -78,6 +81,8 @@ const SQLX_OPTIONS: &[&str] = &[
 /// | --- | --- | --- |
 /// | `sslmode` | `prefer` | `disable`, `allow`, `prefer`, `require`, `verify-ca`, `verify-full`; the last three need the crate feature `tls` |
 /// | `user`, `password`, `host`, `port`, `dbname`, `application_name`, `options`, `sslrootcert`, `sslcert`, `sslkey` | | as in libpq (parsed by sqlx) |
+/// | `tls_ca` | | PEM file of the CA that signs the server's certificate (the name the Redis and etcd stores use); implies `sslmode=verify-full` unless `sslmode` is given |
+/// | `tls_cert`, `tls_key` | | PEM files of a client certificate and its key, for a server that asks for one; given together |
 /// | `namespace` | `default` | 1–63 bytes, no NUL; part of every key's lock id |
 /// | `schema` | `public` | schema of the fence table (`[A-Za-z_][A-Za-z0-9_]*`, at most 63 bytes); part of every key's lock id |
 /// | `table` | `fencelock_fence` | name of the fence table (same rule); created if missing; part of every key's lock id |
@@ -86,6 +91,10 @@ const SQLX_OPTIONS: &[&str] = &[
 /// | `max_idle` | `16` | idle connections kept for reuse; `0` closes each one after use |
 /// | `retention` | `7d` | a key's fence row is removed once it has not been bumped for this long (`ms`, `s`, `m`, `h`, `d`); must exceed `max_ttl`; see the crate docs (`# Per-key state`) |
 /// | `max_ttl` | `24h` | the longest TTL this handle grants (at most 24 h) |
+///
+/// The `tls_*` files are read when the URL is parsed (a missing file, or one without a PEM
+/// block, is [`Error::InvalidInput`] naming the option) and are never printed; each is refused
+/// next to its libpq twin (`sslrootcert`, `sslcert`, `sslkey`) and with `sslmode=disable`.
 ///
 /// Unknown options are rejected. `Debug` and `Display` never show the password.
 #[derive(Clone)]
@@ -133,8 +142,12 @@ impl PostgresConfig {
             max_ttl: MAX_TTL,
         };
         let mut passed_on = Vec::new();
+        let mut tls = TlsFiles::default();
         for (name, value) in parsed.query_pairs() {
             match &*name {
+                "tls_ca" => tls.ca = Some(read_pem("tls_ca", &value)?),
+                "tls_cert" => tls.cert = Some(read_pem("tls_cert", &value)?),
+                "tls_key" => tls.key = Some(read_pem("tls_key", &value)?),
                 "namespace" => config.namespace = check_namespace(&value)?,
                 "schema" => config.schema = check_identifier("schema", &value)?,
                 "table" => config.table = check_identifier("table", &value)?,
@@ -170,6 +183,11 @@ impl PostgresConfig {
         }
         check_retention(config.retention, config.max_ttl)?;
 
+        let sslmode_given = passed_on
+            .iter()
+            .any(|(name, _)| matches!(&**name, "sslmode" | "ssl-mode"));
+        tls.check_against(&passed_on)?;
+
         let mut for_sqlx = parsed.clone();
         if passed_on.is_empty() {
             for_sqlx.set_query(None);
@@ -178,6 +196,7 @@ impl PostgresConfig {
         }
         config.connect = PgConnectOptions::from_str(for_sqlx.as_str())
             .map_err(|e| bad(format!("{}: {e}", config.redacted)))?;
+        config.connect = tls.apply(config.connect, sslmode_given)?;
         if requires_tls(config.connect.get_ssl_mode()) && !cfg!(feature = "tls") {
             return Err(bad(
                 "sslmode=require, verify-ca and verify-full need lock-postgres's `tls` feature"
@@ -306,6 +325,84 @@ impl FromStr for PostgresConfig {
     fn from_str(url: &str) -> Result<Self> {
         Self::from_url(url)
     }
+}
+
+/// The PEM contents of the `tls_*` options, applied to sqlx's options after it parsed the rest.
+#[derive(Default)]
+struct TlsFiles {
+    ca: Option<Vec<u8>>,
+    cert: Option<Vec<u8>>,
+    key: Option<Vec<u8>>,
+}
+
+impl TlsFiles {
+    /// Refuses a `tls_*` option next to its libpq twin (which one would win is not obvious),
+    /// and a client certificate without its key or the other way round.
+    fn check_against(&self, passed_on: &[(String, String)]) -> Result<()> {
+        let given = |names: &[&str]| passed_on.iter().any(|(n, _)| names.contains(&&**n));
+        let twins: [(&str, bool, &[&str]); 3] = [
+            (
+                "tls_ca",
+                self.ca.is_some(),
+                &["sslrootcert", "ssl-root-cert", "ssl-ca"],
+            ),
+            ("tls_cert", self.cert.is_some(), &["sslcert", "ssl-cert"]),
+            ("tls_key", self.key.is_some(), &["sslkey", "ssl-key"]),
+        ];
+        for (ours, set, theirs) in twins {
+            if set && given(theirs) {
+                return Err(Error::invalid(
+                    "url",
+                    format!("{ours} and {} name the same file; give one", theirs[0]),
+                ));
+            }
+        }
+        if self.cert.is_some() != self.key.is_some() {
+            return Err(Error::invalid(
+                "url",
+                "tls_cert and tls_key go together: a client certificate needs its key",
+            ));
+        }
+        Ok(())
+    }
+
+    fn apply(self, mut connect: PgConnectOptions, sslmode_given: bool) -> Result<PgConnectOptions> {
+        let any = self.ca.is_some() || self.cert.is_some();
+        if any && matches!(connect.get_ssl_mode(), PgSslMode::Disable) {
+            return Err(Error::invalid(
+                "url",
+                "tls_ca, tls_cert and tls_key need TLS, and sslmode=disable turns it off",
+            ));
+        }
+        if let Some(ca) = self.ca {
+            connect = connect.ssl_root_cert_from_pem(ca);
+            if !sslmode_given {
+                // A CA is named to check the server against it: check the host name too.
+                connect = connect.ssl_mode(PgSslMode::VerifyFull);
+            }
+        }
+        if let (Some(cert), Some(key)) = (self.cert, self.key) {
+            connect = connect
+                .ssl_client_cert_from_pem(cert)
+                .ssl_client_key_from_pem(key);
+        }
+        Ok(connect)
+    }
+}
+
+/// Reads the PEM file `path` named by `option`. The message names the option and the path,
+/// never the contents (a key file's contents are secret).
+fn read_pem(option: &str, path: &str) -> Result<Vec<u8>> {
+    let bad = |rule: String| Error::invalid("url", rule);
+    let contents = std::fs::read(path)
+        .map_err(|e| bad(format!("{option}: cannot read {path:?}: {}", e.kind())))?;
+    if !contents
+        .windows(b"-----BEGIN ".len())
+        .any(|w| w == b"-----BEGIN ")
+    {
+        return Err(bad(format!("{option}: {path:?} holds no PEM block")));
+    }
+    Ok(contents)
 }
 
 fn is_options_entry(name: &str) -> bool {
@@ -481,6 +578,80 @@ mod tests {
         assert!(rule("postgres://h/db?connect_timeout=soon").contains("connect_timeout"));
         assert!(rule("postgres://h/db?max_idle=-1").contains("max_idle"));
         assert!(rule("postgres://h/db?sslmode=sometimes").contains("postgres://h/db"));
+    }
+
+    /// A file holding `contents` in this test process's own directory under the temp dir.
+    fn file(name: &str, contents: &str) -> String {
+        let dir = std::env::temp_dir().join(format!("lock-postgres-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(name);
+        std::fs::write(&path, contents).unwrap();
+        path.to_str().unwrap().to_owned()
+    }
+
+    const PEM: &str = "-----BEGIN CERTIFICATE-----\nnot checked here\n-----END CERTIFICATE-----\n";
+    const KEY: &str = "-----BEGIN PRIVATE KEY-----\nKEYMATERIAL\n-----END PRIVATE KEY-----\n";
+
+    #[test]
+    fn tls_options_map_to_libpq_files_and_imply_verify_full() {
+        let ca = file("ca.pem", PEM);
+        let cert = file("client.pem", PEM);
+        let key = file("client.key", KEY);
+        let config = PostgresConfig::from_url(&format!("postgres://u@h/db?tls_ca={ca}"));
+        if !cfg!(feature = "tls") {
+            assert!(matches!(config, Err(Error::InvalidInput { .. })));
+            return;
+        }
+        let config = config.unwrap();
+        assert!(matches!(
+            config.connect.get_ssl_mode(),
+            PgSslMode::VerifyFull
+        ));
+        // An sslmode given in the URL wins over the implied verify-full.
+        let config =
+            PostgresConfig::from_url(&format!("postgres://u@h/db?sslmode=verify-ca&tls_ca={ca}"))
+                .unwrap();
+        assert!(matches!(config.connect.get_ssl_mode(), PgSslMode::VerifyCa));
+        // A client certificate alone does not change sslmode.
+        let config = PostgresConfig::from_url(&format!(
+            "postgres://u@h/db?sslmode=require&tls_cert={cert}&tls_key={key}"
+        ))
+        .unwrap();
+        assert!(matches!(config.connect.get_ssl_mode(), PgSslMode::Require));
+        for shown in [config.to_string(), format!("{config:?}")] {
+            assert!(!shown.contains("KEYMATERIAL"), "{shown}");
+        }
+    }
+
+    #[test]
+    fn bad_tls_options_are_invalid_input_naming_the_option() {
+        let ca = file("ca2.pem", PEM);
+        let cert = file("client2.pem", PEM);
+        let key = file("client2.key", KEY);
+        let not_pem = file("not.pem", "KEYMATERIAL without a header");
+        let missing = format!("{ca}.missing");
+        assert!(rule(&format!("postgres://h/db?tls_ca={missing}")).contains("tls_ca: cannot read"));
+        let message = rule(&format!(
+            "postgres://h/db?tls_key={not_pem}&tls_cert={cert}"
+        ));
+        assert!(
+            message.contains("tls_key") && message.contains("no PEM block"),
+            "{message}"
+        );
+        assert!(!message.contains("KEYMATERIAL"), "{message}");
+        assert!(rule(&format!("postgres://h/db?tls_cert={cert}")).contains("go together"));
+        assert!(rule(&format!("postgres://h/db?tls_key={key}")).contains("go together"));
+        assert!(
+            rule(&format!("postgres://h/db?tls_ca={ca}&sslrootcert={ca}")).contains("sslrootcert")
+        );
+        assert!(rule(&format!(
+            "postgres://h/db?tls_cert={cert}&tls_key={key}&sslkey={key}"
+        ))
+        .contains("sslkey"));
+        assert!(
+            rule(&format!("postgres://h/db?tls_ca={ca}&sslmode=disable"))
+                .contains("sslmode=disable")
+        );
     }
 
     #[test]
