@@ -1,0 +1,158 @@
+//! PostgreSQL over TLS (issue 17), against a server with `ssl = on` and a throwaway CA from
+//! test-servers: the whole conformance suite over `tls_ca=` (sslmode=verify-full implied), a
+//! client certificate against `clientcert=verify-ca`, and the failures (wrong CA, host name
+//! mismatch, TLS against plain text, missing client certificate) clear, not retryable and
+//! without the password.
+#![cfg(feature = "tls")]
+
+mod common;
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use conformance::{async_trait, StoreFactory};
+use lock_core::{Acquire, DynLockStore, Error, Release};
+use lock_postgres::{PostgresConfig, PostgresStore};
+use test_servers::{closed_ports, shared, PostgresServer, ServerCert, TestCa};
+
+const SECRET: &str = "tls-test-hunter2";
+
+fn ca() -> &'static TestCa {
+    static CA: OnceLock<TestCa> = OnceLock::new();
+    CA.get_or_init(|| TestCa::generate().expect("test CA"))
+}
+
+/// One TLS server per `cert`, shared by the tests of this file.
+fn server(cert: ServerCert) -> &'static PostgresServer {
+    static VALID: OnceLock<PostgresServer> = OnceLock::new();
+    static STRICT: OnceLock<PostgresServer> = OnceLock::new();
+    static ELSEWHERE: OnceLock<PostgresServer> = OnceLock::new();
+    let cell = match cert {
+        ServerCert::RequireClientCert => &STRICT,
+        ServerCert::Elsewhere => &ELSEWHERE,
+        _ => &VALID,
+    };
+    cell.get_or_init(|| PostgresServer::start_tls(ca(), cert).expect("postgres with TLS"))
+}
+
+fn path(p: std::path::PathBuf) -> String {
+    p.to_str().expect("UTF-8 path").to_owned()
+}
+
+/// `url` trusting `ca_file` (and so, with no sslmode, verify-full).
+fn with_ca(url: &str, ca_file: &str) -> String {
+    format!("{url}?tls_ca={ca_file}")
+}
+
+struct TlsFactory;
+
+#[async_trait]
+impl StoreFactory for TlsFactory {
+    async fn handle(&self) -> DynLockStore {
+        let url = with_ca(&server(ServerCert::Valid).url(), &path(ca().ca_file()));
+        Arc::new(common::store(&url, "").await)
+    }
+
+    async fn unreachable_handle(&self) -> DynLockStore {
+        let url = format!(
+            "postgres://postgres@127.0.0.1:{}/postgres?connect_timeout=1&command_timeout=1&tls_ca={}",
+            closed_ports(1)[0],
+            path(ca().ca_file())
+        );
+        Arc::new(PostgresStore::connect_lazy(
+            PostgresConfig::from_url(&url).expect("config"),
+        ))
+    }
+}
+
+// The whole suite, every case over TLS with verify-full.
+conformance::conformance_tests!(async { Arc::new(TlsFactory) });
+
+#[tokio::test]
+async fn the_session_really_is_encrypted() {
+    let url = with_ca(&server(ServerCert::Valid).url(), &path(ca().ca_file()));
+    let mut admin = common::admin(&url).await;
+    let ssl: bool = sqlx::query_scalar("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
+        .fetch_one(&mut admin)
+        .await
+        .expect("pg_stat_ssl");
+    assert!(ssl, "the connection is plain text");
+}
+
+#[tokio::test]
+async fn a_client_certificate_opens_a_server_that_requires_one() {
+    let url = format!(
+        "{}&tls_cert={}&tls_key={}",
+        with_ca(
+            &server(ServerCert::RequireClientCert).url(),
+            &path(ca().ca_file())
+        ),
+        path(ca().client_cert()),
+        path(ca().client_key())
+    );
+    let store = common::store(&url, "").await;
+    let lease = store
+        .try_acquire("mtls", Duration::from_secs(5))
+        .await
+        .expect("acquire over mTLS");
+    let _ = store.release(&lease).await.expect("release");
+}
+
+/// Connects to `url` (with a password added) and returns the error, which must be the
+/// non-retryable [`Error::Store`] (retrying cannot fix a certificate) and must not show the
+/// password.
+async fn refused(url: &str) -> Error {
+    let url = url.replacen(
+        "postgres://postgres@",
+        &format!("postgres://postgres:{SECRET}@"),
+        1,
+    );
+    let url = format!("{url}&connect_timeout=10");
+    let error = match PostgresStore::connect(PostgresConfig::from_url(&url).expect("config")).await
+    {
+        Ok(_) => panic!("{url}: connected"),
+        Err(error) => error,
+    };
+    for text in [error.to_string(), format!("{error:?}")] {
+        assert!(!text.contains(SECRET), "the password shows: {text}");
+    }
+    assert!(
+        matches!(error, Error::Store { .. }) && !error.is_retryable(),
+        "a TLS refusal must not be retryable: {error:?}"
+    );
+    error
+}
+
+#[tokio::test]
+async fn a_server_signed_by_another_ca_is_refused() {
+    let url = with_ca(
+        &server(ServerCert::Valid).url(),
+        &path(ca().other_ca_file()),
+    );
+    let text = refused(&url).await.to_string();
+    assert!(text.contains("certificate"), "{text}");
+}
+
+#[tokio::test]
+async fn a_server_certificate_for_another_host_is_refused() {
+    let url = with_ca(&server(ServerCert::Elsewhere).url(), &path(ca().ca_file()));
+    let text = refused(&url).await.to_string();
+    assert!(text.contains("certificate"), "{text}");
+}
+
+#[tokio::test]
+async fn tls_against_a_plain_text_server_is_refused() {
+    let url = with_ca(&shared::postgres().url(), &path(ca().ca_file()));
+    let text = refused(&url).await.to_string();
+    assert!(text.contains("TLS"), "{text}");
+}
+
+#[tokio::test]
+async fn a_missing_client_certificate_is_refused() {
+    let url = with_ca(
+        &server(ServerCert::RequireClientCert).url(),
+        &path(ca().ca_file()),
+    );
+    let text = refused(&url).await.to_string();
+    assert!(text.contains("certificate"), "{text}");
+}
