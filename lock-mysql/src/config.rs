@@ -4,7 +4,8 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use lock_core::url::{parse_timeout, redact};
+use lock_core::url::{parse_timeout, parse_window, redact};
+use lock_core::validate::{check_retention, DEFAULT_RETENTION, MAX_TTL};
 use lock_core::{Error, Result};
 use sqlx::mysql::{MySqlConnectOptions, MySqlSslMode};
 use url::Url;
@@ -34,6 +35,8 @@ const OWN_OPTIONS: &[&str] = &[
     "connect_timeout",
     "command_timeout",
     "max_idle",
+    "retention",
+    "max_ttl",
     "sslmode",
     "sslrootcert",
     "sslcert",
@@ -61,10 +64,12 @@ const SQLX_OPTIONS: &[&str] = &["charset", "collation", "statement-cache-capacit
 /// | `sslrootcert`, `sslcert`, `sslkey` | | CA certificate, client certificate and key files |
 /// | `charset`, `collation`, `statement-cache-capacity` | | as in sqlx |
 /// | `namespace` | `default` | 1–63 bytes, no NUL; part of every key's lock name |
-/// | `table` | `fencelock_fence` | the fence table in the URL's database (`[A-Za-z_][A-Za-z0-9_]*`, at most 64 bytes); created if missing; part of every key's lock name |
+/// | `table` | `fencelock_fence` | the fence table in the URL's database (`[A-Za-z_][A-Za-z0-9_]*`, at most 58 bytes, so its floor table `<table>_floor` fits MySQL's 64); created if missing; part of every key's lock name |
 /// | `connect_timeout` | `5s` | bound on opening one connection: `10` (seconds), `2s` or `250ms` |
 /// | `command_timeout` | `10s` | bound on one statement that does not wait for a lock |
 /// | `max_idle` | `16` | idle connections kept for reuse; `0` closes each one after use |
+/// | `retention` | `7d` | a key's fence row may be removed once it has not been bumped for this long and nobody holds the key (`ms`, `s`, `m`, `h`, `d`); must exceed `max_ttl`; see the crate docs ("Per-key state") |
+/// | `max_ttl` | `24h` | the longest TTL this handle grants (at most 24 h) |
 ///
 /// Unknown options are rejected. `Debug` and `Display` never show the password.
 #[derive(Clone)]
@@ -77,6 +82,8 @@ pub struct MysqlConfig {
     pub(crate) connect_timeout: Duration,
     pub(crate) command_timeout: Duration,
     pub(crate) max_idle: usize,
+    pub(crate) retention: Duration,
+    pub(crate) max_ttl: Duration,
 }
 
 impl MysqlConfig {
@@ -116,6 +123,8 @@ impl MysqlConfig {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             command_timeout: DEFAULT_COMMAND_TIMEOUT,
             max_idle: DEFAULT_MAX_IDLE,
+            retention: DEFAULT_RETENTION,
+            max_ttl: MAX_TTL,
         };
         let mut ssl_mode = MySqlSslMode::Preferred;
         let mut passed_on = Vec::new();
@@ -134,6 +143,13 @@ impl MysqlConfig {
                         bad(format!("max_idle must be a whole number, not {value:?}"))
                     })?
                 }
+                "retention" => config.retention = parse_window("retention", &value)?,
+                "max_ttl" => {
+                    config.max_ttl = parse_window("max_ttl", &value)?;
+                    if config.max_ttl > MAX_TTL {
+                        return Err(bad(format!("max_ttl must be at most 24h, not {value:?}")));
+                    }
+                }
                 "sslmode" => ssl_mode = parse_ssl_mode(&value)?,
                 "sslrootcert" => passed_on.push(("ssl-ca".to_owned(), value.to_string())),
                 "sslcert" => passed_on.push(("ssl-cert".to_owned(), value.to_string())),
@@ -150,6 +166,7 @@ impl MysqlConfig {
                 }
             }
         }
+        check_retention(config.retention, config.max_ttl)?;
         if requires_tls(ssl_mode) && !cfg!(feature = "tls") {
             return Err(bad(
                 "sslmode=require, verify-ca and verify-full need lock-mysql's `tls` feature".into(),
@@ -178,6 +195,36 @@ impl MysqlConfig {
     /// The fence table as `` `database`.`table` ``.
     pub fn fence_table(&self) -> String {
         format!("`{}`.`{}`", self.database, self.table)
+    }
+
+    /// The floor table beside the fence table, `` `database`.`table_floor` ``: one row, the
+    /// highest token of any removed fence row.
+    pub fn floor_table(&self) -> String {
+        format!("`{}`.`{}_floor`", self.database, self.table)
+    }
+
+    /// The statements that create the floor table and its one row, for an administrator who
+    /// creates the tables ahead of time (with [`MysqlConfig::fence_table_ddl`]).
+    pub fn floor_table_ddl(&self) -> String {
+        sql::floor_table_ddl(&self.floor_table())
+    }
+
+    /// The statements that upgrade a fence table made before fence scheme 2 (which the store
+    /// refuses): they add the `fence_scheme` column and the floor table. Counters are kept, so
+    /// tokens go on from where they were. Run them once after stopping every store of the
+    /// older build; from then on it cannot write a fence row.
+    pub fn fence_scheme_upgrade_sql(&self) -> String {
+        sql::upgrade_from_fence_scheme_1(&self.fence_table(), &self.floor_table())
+    }
+
+    /// How long a fence row stays after its last bump (while nobody holds its key).
+    pub fn retention(&self) -> Duration {
+        self.retention
+    }
+
+    /// The longest TTL this handle grants.
+    pub fn max_ttl(&self) -> Duration {
+        self.max_ttl
     }
 
     /// The statement that creates the fence table, for an administrator who creates it ahead
@@ -245,6 +292,8 @@ impl fmt::Debug for MysqlConfig {
             .field("connect_timeout", &self.connect_timeout)
             .field("command_timeout", &self.command_timeout)
             .field("max_idle", &self.max_idle)
+            .field("retention", &self.retention)
+            .field("max_ttl", &self.max_ttl)
             .finish()
     }
 }
@@ -301,11 +350,12 @@ fn check_table(value: &str) -> Result<String> {
         .next()
         .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
     let rest_ok = chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
-    if !starts_well || !rest_ok || value.len() > 64 {
+    // 58: the floor table's name adds "_floor", and MySQL names are at most 64 bytes.
+    if !starts_well || !rest_ok || value.len() > 58 {
         return Err(Error::invalid(
             "url",
             format!(
-                "table must match [A-Za-z_][A-Za-z0-9_]* and be at most 64 bytes, not {value:?}"
+                "table must match [A-Za-z_][A-Za-z0-9_]* and be at most 58 bytes, not {value:?}"
             ),
         ));
     }
@@ -445,6 +495,23 @@ mod tests {
             let message = rule(bad);
             assert!(!message.contains("s3cret"), "{message}");
         }
+    }
+
+    #[test]
+    fn retention_defaults_to_seven_days_and_must_exceed_the_max_ttl() {
+        let config = MysqlConfig::from_url("mysql://u@h/db").unwrap();
+        assert_eq!(config.retention(), Duration::from_secs(7 * 86_400));
+        assert_eq!(config.max_ttl(), MAX_TTL);
+        let config = MysqlConfig::from_url("mysql://u@h/db?retention=2s&max_ttl=1s").unwrap();
+        assert_eq!(config.retention(), Duration::from_secs(2));
+        assert_eq!(config.max_ttl(), Duration::from_secs(1));
+        assert!(format!("{config:?}").contains("retention: 2s"));
+        assert_eq!(config.floor_table(), "`db`.`fencelock_fence_floor`");
+        assert!(rule("mysql://u@h/db?retention=1d").contains("must exceed the maximum TTL"));
+        assert!(rule("mysql://u@h/db?retention=1s&max_ttl=1s").contains("must exceed"));
+        assert!(rule("mysql://u@h/db?max_ttl=25h").contains("at most 24h"));
+        assert!(rule(&format!("mysql://h/db?table={}", "t".repeat(59))).contains("58"));
+        assert!(MysqlConfig::from_url(&format!("mysql://h/db?table={}", "t".repeat(58))).is_ok());
     }
 
     #[test]

@@ -31,9 +31,11 @@
 //!   once, and goes back to the store's idle list only after its release statement freed that
 //!   lock and `RELEASE_ALL_LOCKS()` found nothing else.
 //! - **The fencing token** is a per-key counter in an InnoDB table (default
-//!   `<database>.fencelock_fence`, created if missing), bumped by the same statement that takes
-//!   the lock (`INSERT … SELECT … WHERE GET_LOCK(…) = 1 ON DUPLICATE KEY UPDATE`), after taking
-//!   it, and committed before the reply. The table is keyed by the key's bytes, so keys may
+//!   `<database>.fencelock_fence`, created if missing), bumped on the lease's session right
+//!   after `GET_LOCK` granted the lock (a statement of its own, so the wait holds no InnoDB
+//!   lock), while the session holds it, and committed before the reply; a session that ends in
+//!   between frees the lock and hands out no token. A new row starts above the floor table (see
+//!   "Per-key state"). The table is keyed by the key's bytes, so keys may
 //!   contain NUL and a hash collision never merges two counters. A crash cannot hand out a
 //!   token twice as long as the server makes every commit durable
 //!   (`innodb_flush_log_at_trx_commit=1`, the default; the store logs a warning otherwise).
@@ -50,9 +52,36 @@
 //!   looks up their sessions in `information_schema.PROCESSLIST` and revokes a lease whose
 //!   session is gone.
 //! - **Waiting** uses the server's queue: `GET_LOCK` with the remaining wait as its timeout,
-//!   so a waiter is woken by the release itself. The wait runs inside the acquire statement,
-//!   which holds a shared metadata lock on the fence table meanwhile: DDL on the fence table
-//!   (`ALTER TABLE`) waits for every waiting acquire, and new acquires queue behind the DDL.
+//!   so a waiter is woken by the release itself. The wait is a statement of its own, which
+//!   touches no table.
+//!
+//! # Per-key state
+//! The fence table holds one row per key held or bumped within the retention window
+//! (`retention`, 7 days by default, which must exceed `max_ttl`, 24 h by default), never one
+//! per key ever locked. A release starts, at most once per tenth of the window (between 100 ms
+//! and 10 minutes) and one at a time per handle, a background run on its own session: a plain
+//! read (no locks) finds up to 1,000 rows not bumped for the window whose lock is free
+//! (`IS_FREE_LOCK`), then one short transaction locks the floor table's row
+//! (`<table>_floor`, `FOR UPDATE`), checks those rows again under row locks, raises the floor to
+//! their highest token and deletes them; at most 10 such batches a run. The bump reads the
+//! floor with a shared lock (`LOCK IN SHARE MODE`, so also under `READ COMMITTED`): a bump in
+//! flight delays the removal's floor lock until it commits (milliseconds: it never waits for a
+//! lock), and a bump that comes during a removal waits for its commit and then sees the raised
+//! floor. A key locked after the removal's check cannot be bumped before the floor is raised,
+//! so its new row starts above every removed token: a key whose row went still gets a greater
+//! token. The window only keeps recently used counters in place; it is measured on the
+//! server's clock (`updated_at`, `NOW(6)`), and no guarantee depends on that clock.
+//!
+//! Fence scheme 2: the fence table has a `fence_scheme` column, NOT NULL without a default and
+//! checked to be 2, so a build before this one (which starts new rows at 1) cannot write a row
+//! in it. A table such a build made is refused (`connect`, or a lazy handle's first operation,
+//! fails with [`Error::Store`](lock_core::Error::Store)) until
+//! [`MysqlConfig::fence_scheme_upgrade_sql`] is run once, with the older stores stopped: it
+//! adds the column and the floor table; counters are kept, so tokens go on from where they
+//! were (no jump). [`MysqlStore::fence_rows`] counts the rows (`lockctl stats`) and
+//! [`MysqlStore::remove_idle_fences`] removes idle ones at once. `cargo test -p lock-mysql
+//! --all-features --test retention` locks 10,000 distinct keys (`FENCELOCK_KEYS=100000` for
+//! more) and checks that one row is left after a 2 s window.
 //!
 //! # When a lock is freed early
 //! The lock lives exactly as long as the lease's server session, so these events free it
@@ -130,19 +159,22 @@
 //! # The URL
 //! `mysql://` or `mariadb://`, with user, password, host, port and the database that holds the
 //! fence table, and this store's options (`namespace`, `table`, `connect_timeout`,
-//! `command_timeout`, `max_idle`, `sslmode`, `sslrootcert`, `sslcert`, `sslkey`): see
+//! `command_timeout`, `max_idle`, `retention`, `max_ttl`, `sslmode`, `sslrootcert`, `sslcert`,
+//! `sslkey`): see
 //! [`MysqlConfig`].
 //!
 //! # Server requirements
 //! MySQL 8 or MariaDB 10.3 or newer (`RELEASE_ALL_LOCKS`, `KILL` with an expression), InnoDB.
-//! The user needs `CREATE` on the database the first time (or create the table yourself with
-//! [`MysqlConfig::fence_table_ddl`]), then `SELECT`, `INSERT` and `UPDATE` on the table; it
+//! The user needs `CREATE` on the database the first time (or create the tables yourself with
+//! [`MysqlConfig::fence_table_ddl`] and [`MysqlConfig::floor_table_ddl`]), then `SELECT`,
+//! `INSERT`, `UPDATE` and `DELETE` on both; it
 //! sees and kills its own sessions in the process list, which is all the store needs.
 //!
 //! [`LockStore::evict`]: lock_core::LockStore::evict
 #![warn(missing_docs)]
 
-// Module order (each imports only from those before it): keys, sql, config, error, session, watch, store, descriptor.
+// Module order (each imports only from those before it): keys, sql, config, error, session, cleanup, watch, store, descriptor.
+mod cleanup;
 mod config;
 mod descriptor;
 mod error;

@@ -78,12 +78,14 @@ pub(crate) struct Sessions {
     fence_table_ready: OnceCell<()>,
     warned_not_durable: AtomicBool,
     pub(crate) sql: Statements,
+    /// When idle fence rows were last removed (see `cleanup.rs`).
+    pub(crate) cleanup: crate::cleanup::Cleanup,
 }
 
 impl Sessions {
     pub(crate) fn new(config: MysqlConfig) -> Self {
         let options = config.connect.clone();
-        let sql = Statements::new(&config.fence_table());
+        let sql = Statements::new(&config.fence_table(), &config.floor_table());
         Sessions {
             config,
             options,
@@ -92,6 +94,7 @@ impl Sessions {
             fence_table_ready: OnceCell::new(),
             warned_not_durable: AtomicBool::new(false),
             sql,
+            cleanup: crate::cleanup::Cleanup::default(),
         }
     }
 
@@ -205,10 +208,11 @@ impl Sessions {
         }
     }
 
-    /// Creates the fence table if it is missing (only then: `CREATE TABLE` checks its
-    /// privilege even when the table exists), then refuses a table that is not InnoDB or that
-    /// records a lock-id scheme other than this build's. Concurrent creators race harmlessly
-    /// (`IF NOT EXISTS`).
+    /// Creates the fence table and its floor table if they are missing (only then: `CREATE
+    /// TABLE` checks its privilege even when the table exists), then refuses a table that is
+    /// not InnoDB, that records a lock-id scheme other than this build's, or no fence scheme
+    /// (an earlier build's), and makes sure the floor row exists. Concurrent creators race
+    /// harmlessly (`IF NOT EXISTS`, `INSERT IGNORE`).
     async fn ensure_fence_table(&self, conn: &mut MySqlConnection) -> lock_core::Result<()> {
         let fence_table = self.config.fence_table();
         let mut state = self.fence_table_state(conn).await?;
@@ -238,6 +242,27 @@ impl Sessions {
             });
         }
         check_recorded_scheme(&fence_table, state.comment.as_deref().unwrap_or_default())?;
+        if state.fence_scheme_column == 0 {
+            return Err(Error::Store {
+                message: format!(
+                    "the fence table {fence_table} records no fence scheme: an earlier build made \
+                     it, whose new rows start at 1 and would reuse tokens once rows are removed. \
+                     Stop every store of that build and run \
+                     MysqlConfig::fence_scheme_upgrade_sql() once (counters are kept)"
+                ),
+                source: None,
+            });
+        }
+        if state.floor_table == 0 {
+            sqlx::query(&self.sql.create_floor_table)
+                .execute(&mut *conn)
+                .await
+                .map_err(|e| sql_error("creating the floor table", e))?;
+        }
+        sqlx::query(&self.sql.init_floor)
+            .execute(&mut *conn)
+            .await
+            .map_err(|e| sql_error("writing the floor table's row", e))?;
         if state.flush != 1 && !self.warned_not_durable.swap(true, Ordering::Relaxed) {
             tracing::warn!(
                 innodb_flush_log_at_trx_commit = state.flush,
@@ -256,6 +281,10 @@ impl Sessions {
         let row: MySqlRow = sqlx::query(FENCE_TABLE_STATE)
             .bind(&self.config.database)
             .bind(&self.config.table)
+            .bind(&self.config.database)
+            .bind(format!("{}_floor", self.config.table))
+            .bind(&self.config.database)
+            .bind(&self.config.table)
             .fetch_one(conn)
             .await
             .map_err(failed)?;
@@ -263,6 +292,8 @@ impl Sessions {
             flush: row.try_get("flush").map_err(failed)?,
             engine: row.try_get("engine").map_err(failed)?,
             comment: row.try_get("comment").map_err(failed)?,
+            fence_scheme_column: row.try_get("fence_scheme_column").map_err(failed)?,
+            floor_table: row.try_get("floor_table").map_err(failed)?,
         })
     }
 
@@ -317,6 +348,10 @@ struct FenceTableState {
     engine: Option<String>,
     /// The table's comment, which records the lock-id scheme.
     comment: Option<String>,
+    /// 1 if the table has the `fence_scheme` column (fence scheme 2).
+    fence_scheme_column: i64,
+    /// 1 if the floor table exists.
+    floor_table: i64,
 }
 
 /// Ends a lock wait whose future was dropped: the server does not notice a closed connection

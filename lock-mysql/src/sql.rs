@@ -6,7 +6,7 @@
 use crate::keys::{scheme_comment, LOCK_ID_SCHEME};
 
 // ---- SQL ------------------------------------------------------------------------------------
-// `{fence}` stands for the quoted fence table, `{scheme}` for the lock-id scheme
+// `{fence}` stands for the quoted fence table, `{floor}` for its floor table, `{scheme}` for the lock-id scheme
 // (LOCK_ID_SCHEME) and `{comment}` for the comment that records it. Every statement runs in
 // autocommit: one statement, one transaction, durable before the reply when the server runs
 // with innodb_flush_log_at_trx_commit=1 (the default; see the crate docs).
@@ -28,11 +28,18 @@ pub(crate) const SET_WAIT_TIMEOUT: &str = "SET SESSION wait_timeout = ?";
 /// default, so a long-lived session is not ended between two look-ups by a short lease's TTL.
 pub(crate) const RESET_WAIT_TIMEOUT: &str = "SET SESSION wait_timeout = @@GLOBAL.wait_timeout";
 
-/// Whether the fence table ($1 database, $2 table) exists, its engine and the comment that
-/// records its lock-id scheme, and whether commits are durable. A single read.
+/// Whether the fence table ($5 database, $6 table) exists, its engine and the comment that
+/// records its lock-id scheme, whether it has the `fence_scheme` column ($1 database, $2
+/// table), whether the floor table ($3 database, $4 table) exists, and whether commits are
+/// durable. A single read.
 pub(crate) const FENCE_TABLE_STATE: &str =
     "SELECT CAST(@@innodb_flush_log_at_trx_commit AS SIGNED) AS flush,
-        t.ENGINE AS engine, t.TABLE_COMMENT AS comment
+        t.ENGINE AS engine, t.TABLE_COMMENT AS comment,
+        (SELECT CAST(COUNT(*) AS SIGNED) FROM information_schema.COLUMNS c
+          WHERE c.TABLE_SCHEMA = ? AND c.TABLE_NAME = ? AND c.COLUMN_NAME = 'fence_scheme')
+          AS fence_scheme_column,
+        (SELECT CAST(COUNT(*) AS SIGNED) FROM information_schema.TABLES f
+          WHERE f.TABLE_SCHEMA = ? AND f.TABLE_NAME = ?) AS floor_table
    FROM (SELECT 1) AS one
    LEFT JOIN information_schema.TABLES t ON t.TABLE_SCHEMA = ? AND t.TABLE_NAME = ?";
 
@@ -40,6 +47,8 @@ pub(crate) const FENCE_TABLE_STATE: &str =
 /// hash collision never merges two counters), plus who took it last, for `status`. InnoDB, so
 /// a bump is a committed transaction. The comment records the lock-id scheme; the CHECK keeps
 /// another scheme's rows out where the server enforces CHECK (MariaDB 10.2+, MySQL 8.0.16+).
+/// `fence_scheme` records fence scheme 2 (a new row starts above the floor table); it has no
+/// default and must be 2, so a build before it (whose new rows start at 1) cannot write a row.
 const CREATE_FENCE_TABLE: &str = "CREATE TABLE IF NOT EXISTS {fence} (
     namespace      VARBINARY(63)    NOT NULL,
     `key`          VARBINARY(1024)  NOT NULL,
@@ -50,24 +59,80 @@ const CREATE_FENCE_TABLE: &str = "CREATE TABLE IF NOT EXISTS {fence} (
     holder_id      BIGINT UNSIGNED  NOT NULL,
     ttl_ms         BIGINT UNSIGNED  NOT NULL,
     updated_at     TIMESTAMP(6)     NOT NULL,
+    fence_scheme   TINYINT UNSIGNED NOT NULL CHECK (fence_scheme = 2),
     PRIMARY KEY (namespace, `key`)
 ) ENGINE=InnoDB COMMENT='{comment}'";
 
-/// Takes lock $6 (waiting up to $7 seconds in the server's queue; 0: one attempt) and, only if
-/// granted, bumps the fence of ($1, $2). Atomic: one statement, one transaction; the WHERE
-/// runs GET_LOCK before the row is written, so the bump commits while the lock is held and
-/// before the reply. The token comes back as the reply's last-insert id (LAST_INSERT_ID(expr));
-/// the affected rows say whether the lock was granted (0: not granted, 1: first lease of the
-/// key, 2: a later one). Binds: namespace, key, lock name, owner, ttl ms, lock name, wait
-/// seconds, lock name, owner, ttl ms.
-const ACQUIRE: &str = "INSERT INTO {fence}
-        (namespace, `key`, lock_name, lock_id_scheme, token, owner, holder_id, ttl_ms, updated_at)
-    SELECT ?, ?, ?, {scheme}, LAST_INSERT_ID(1), ?, CONNECTION_ID(), ?, NOW(6)
-      FROM DUAL
-     WHERE GET_LOCK(?, ?) = 1
+/// The floor table: one row, at least the highest token any removed fence row had. A new
+/// fence row starts above it, so a key whose row was removed still gets a greater token.
+const CREATE_FLOOR_TABLE: &str = "CREATE TABLE IF NOT EXISTS {floor} (
+    one         TINYINT UNSIGNED NOT NULL PRIMARY KEY CHECK (one = 1),
+    floor_token BIGINT UNSIGNED  NOT NULL
+) ENGINE=InnoDB";
+
+/// The floor's one row, at 0 for a new table; a row already there stays. One statement.
+const INIT_FLOOR: &str = "INSERT IGNORE INTO {floor} (one, floor_token) VALUES (1, 0)";
+
+/// Adds fence scheme 2 to a fence table of an earlier build, counters kept: the column comes
+/// with a default (existing rows need a value), which is then dropped, so no older build can
+/// write a row afterwards. Not atomic (MySQL commits each DDL statement): stop the older
+/// stores first; running it again fails at the first statement and changes nothing.
+const UPGRADE_FROM_FENCE_SCHEME_1: &str = "ALTER TABLE {fence}
+    ADD COLUMN fence_scheme TINYINT UNSIGNED NOT NULL DEFAULT 2 CHECK (fence_scheme = 2);
+ALTER TABLE {fence} ALTER COLUMN fence_scheme DROP DEFAULT;
+{create_floor};
+{init_floor};";
+
+/// Takes lock $1, waiting up to $2 seconds in the server's queue (0: one attempt); `granted`
+/// is 1 if it was. A statement of its own, before [`BUMP`], so no InnoDB lock (the floor's) is
+/// held while the session waits.
+pub(crate) const TAKE_LOCK: &str = "SELECT CAST(GET_LOCK(?, ?) AS SIGNED) AS granted";
+
+/// Bumps the fence of ($1, $2) for a session that holds its lock (taken by [`TAKE_LOCK`]): a
+/// new row starts at the floor + 1, an existing one at its counter + 1. Atomic: one statement,
+/// one transaction, committed before the reply while the lock is held; the floor is read with a
+/// shared lock, so it waits for a removal in flight and then sees the raised floor. The token
+/// comes back as the reply's last-insert id (LAST_INSERT_ID(expr)); 1 row affected: a new row,
+/// 2: an existing one, 0: the floor row is missing. Binds: namespace, key, lock name, owner,
+/// ttl ms, lock name, owner, ttl ms.
+const BUMP: &str = "INSERT INTO {fence}
+        (namespace, `key`, lock_name, lock_id_scheme, token, owner, holder_id, ttl_ms, updated_at,
+         fence_scheme)
+    SELECT ?, ?, ?, {scheme}, LAST_INSERT_ID(f.floor_token + 1), ?, CONNECTION_ID(), ?, NOW(6), 2
+      FROM {floor} AS f
+     WHERE f.one = 1
+     LOCK IN SHARE MODE
     ON DUPLICATE KEY UPDATE
         token = LAST_INSERT_ID(token + 1), lock_name = ?, owner = ?,
         holder_id = CONNECTION_ID(), ttl_ms = ?, updated_at = NOW(6)";
+
+/// Fence rows that look idle: not bumped for $1 microseconds and nobody holds their lock; at
+/// most $2. A plain read, no locks taken: [`CONFIRM_IDLE`] checks again under the floor's lock.
+const FIND_IDLE: &str = "SELECT namespace, `key` FROM {fence}
+  WHERE updated_at < NOW(6) - INTERVAL ? MICROSECOND AND IS_FREE_LOCK(lock_name) = 1
+  LIMIT ?";
+
+/// The removal's first step: locks the floor row, so no bump of a new row runs until the
+/// removal commits (bumps in flight finish first). Part of one transaction with
+/// [`CONFIRM_IDLE`], [`RAISE_FLOOR`] and [`DELETE_ROWS`].
+const LOCK_FLOOR: &str = "SELECT floor_token FROM {floor} WHERE one = 1 FOR UPDATE";
+
+/// Of the rows `{pairs}` (namespace, key), those still idle ($last: the window in µs), locked
+/// for the transaction, with their tokens. A key locked after this read cannot be bumped before
+/// the commit (its bump waits for the floor), so it then starts above the raised floor.
+const CONFIRM_IDLE: &str = "SELECT namespace, `key`, token FROM {fence}
+  WHERE (namespace, `key`) IN ({pairs})
+    AND updated_at < NOW(6) - INTERVAL ? MICROSECOND AND IS_FREE_LOCK(lock_name) = 1
+  FOR UPDATE";
+
+/// Raises the floor to $1, the highest token of the confirmed rows, in their transaction.
+const RAISE_FLOOR: &str = "UPDATE {floor} SET floor_token = GREATEST(floor_token, ?) WHERE one = 1";
+
+/// Deletes the confirmed rows `{pairs}`, in the same transaction.
+const DELETE_ROWS: &str = "DELETE FROM {fence} WHERE (namespace, `key`) IN ({pairs})";
+
+/// How many fence rows the table holds (every namespace). A single read.
+const COUNT_ROWS: &str = "SELECT CAST(COUNT(*) AS SIGNED) AS fence_rows FROM {fence}";
 
 /// Extend: any statement restarts the server's idle timer; this one also proves that this
 /// session still holds the lock ($1). A single read.
@@ -114,32 +179,80 @@ const STATUS: &str =
    LEFT JOIN {fence} f ON f.namespace = ? AND f.`key` = ?
    LEFT JOIN information_schema.PROCESSLIST p ON p.ID = l.holder";
 
-/// `sql` with the fence table, this build's lock-id scheme and its comment filled in.
-fn fill(sql: &str, fence_table: &str) -> String {
+/// `sql` with the fence and floor tables, this build's lock-id scheme and its comment filled
+/// in.
+fn fill(sql: &str, fence_table: &str, floor_table: &str) -> String {
     sql.replace("{fence}", fence_table)
+        .replace("{floor}", floor_table)
         .replace("{scheme}", &LOCK_ID_SCHEME.to_string())
         .replace("{comment}", &scheme_comment(LOCK_ID_SCHEME))
 }
 
 pub(crate) fn fence_table_ddl(fence_table: &str) -> String {
-    fill(CREATE_FENCE_TABLE, fence_table)
+    fill(CREATE_FENCE_TABLE, fence_table, "")
+}
+
+pub(crate) fn floor_table_ddl(floor_table: &str) -> String {
+    format!(
+        "{};\n{};",
+        fill(CREATE_FLOOR_TABLE, "", floor_table),
+        fill(INIT_FLOOR, "", floor_table)
+    )
+}
+
+pub(crate) fn upgrade_from_fence_scheme_1(fence_table: &str, floor_table: &str) -> String {
+    let sql = UPGRADE_FROM_FENCE_SCHEME_1
+        .replace("{create_floor}", CREATE_FLOOR_TABLE)
+        .replace("{init_floor}", INIT_FLOOR);
+    fill(&sql, fence_table, floor_table)
+}
+
+/// `(?, ?)` `n` times, comma-separated: the row list of [`CONFIRM_IDLE`] and [`DELETE_ROWS`].
+fn pairs(n: usize) -> String {
+    vec!["(?, ?)"; n].join(", ")
 }
 
 /// The statements with the fence table filled in.
 pub(crate) struct Statements {
-    pub(crate) acquire: String,
+    pub(crate) bump: String,
     pub(crate) status: String,
     pub(crate) create_fence_table: String,
+    pub(crate) create_floor_table: String,
+    pub(crate) init_floor: String,
+    pub(crate) find_idle: String,
+    pub(crate) lock_floor: String,
+    confirm_idle: String,
+    pub(crate) raise_floor: String,
+    delete_rows: String,
+    pub(crate) count_rows: String,
 }
 
 impl Statements {
-    pub(crate) fn new(fence_table: &str) -> Self {
-        let fill = |sql: &str| fill(sql, fence_table);
+    pub(crate) fn new(fence_table: &str, floor_table: &str) -> Self {
+        let fill = |sql: &str| fill(sql, fence_table, floor_table);
         Statements {
-            acquire: fill(ACQUIRE),
+            bump: fill(BUMP),
             status: fill(STATUS),
             create_fence_table: fill(CREATE_FENCE_TABLE),
+            create_floor_table: fill(CREATE_FLOOR_TABLE),
+            init_floor: fill(INIT_FLOOR),
+            find_idle: fill(FIND_IDLE),
+            lock_floor: fill(LOCK_FLOOR),
+            confirm_idle: fill(CONFIRM_IDLE),
+            raise_floor: fill(RAISE_FLOOR),
+            delete_rows: fill(DELETE_ROWS),
+            count_rows: fill(COUNT_ROWS),
         }
+    }
+
+    /// [`CONFIRM_IDLE`] for `n` rows.
+    pub(crate) fn confirm_idle(&self, n: usize) -> String {
+        self.confirm_idle.replace("{pairs}", &pairs(n))
+    }
+
+    /// [`DELETE_ROWS`] for `n` rows.
+    pub(crate) fn delete_rows(&self, n: usize) -> String {
+        self.delete_rows.replace("{pairs}", &pairs(n))
     }
 }
 
@@ -149,17 +262,39 @@ mod tests {
 
     #[test]
     fn statements_name_the_configured_table_and_no_placeholder_is_left() {
-        let sql = Statements::new("`d`.`t`");
-        for statement in [&sql.acquire, &sql.status, &sql.create_fence_table] {
-            assert!(statement.contains("`d`.`t`"), "{statement}");
-            for placeholder in ["{fence}", "{scheme}", "{comment}"] {
+        let sql = Statements::new("`d`.`t`", "`d`.`t_floor`");
+        for statement in [
+            &sql.bump,
+            &sql.status,
+            &sql.create_fence_table,
+            &sql.create_floor_table,
+            &sql.init_floor,
+            &sql.find_idle,
+            &sql.lock_floor,
+            &sql.confirm_idle(2),
+            &sql.raise_floor,
+            &sql.delete_rows(2),
+            &sql.count_rows,
+            &upgrade_from_fence_scheme_1("`d`.`t`", "`d`.`t_floor`"),
+        ] {
+            assert!(statement.contains("`d`.`t"), "{statement}");
+            for placeholder in [
+                "{fence}",
+                "{floor}",
+                "{scheme}",
+                "{comment}",
+                "{pairs}",
+                "{",
+            ] {
                 assert!(!statement.contains(placeholder), "{statement}");
             }
         }
         assert!(sql
             .create_fence_table
             .contains("COMMENT='fencelock fence table, lock-id scheme 2'"));
-        // Ten binds, in the order the store sends them.
-        assert_eq!(sql.acquire.matches('?').count(), 10);
+        // Eight binds, in the order the store sends them.
+        assert_eq!(sql.bump.matches('?').count(), 8);
+        assert_eq!(sql.confirm_idle(3).matches('?').count(), 7);
+        assert_eq!(sql.delete_rows(3).matches('?').count(), 6);
     }
 }

@@ -19,7 +19,7 @@ use crate::config::{MysqlConfig, MIN_TTL};
 use crate::error::{bounded, number, sql_error, Fault};
 use crate::keys::Target;
 use crate::session::{Checkout, Session, Sessions, WaitGuard};
-use crate::sql::{CONFIRM_HELD, HOLDER, KILL_HOLDER, RELEASE, SET_WAIT_TIMEOUT};
+use crate::sql::{CONFIRM_HELD, HOLDER, KILL_HOLDER, RELEASE, SET_WAIT_TIMEOUT, TAKE_LOCK};
 use crate::watch::{Backend, Watch};
 
 /// What happens when a multiplexing proxy sits between the store and the server.
@@ -133,6 +133,27 @@ impl MysqlStore {
         self.sessions.checkout().await
     }
 
+    /// How many fence rows the table holds (every namespace): the keys bumped within the
+    /// retention window, plus the keys held (see the crate docs, "Per-key state").
+    ///
+    /// # Cancel safety
+    /// A single read; dropping the future loses nothing.
+    pub async fn fence_rows(&self) -> Result<u64> {
+        crate::cleanup::count_fences(&self.sessions).await
+    }
+
+    /// Removes fence rows idle for longer than the retention window whose keys nobody holds,
+    /// now (a release also starts this in the background, at most once per tenth of the
+    /// window), in transactions of at most 1,000 rows, at most 10 of them; returns how many
+    /// rows went. Each transaction raises the floor to the highest token it removed, so those
+    /// keys' next tokens are still greater.
+    ///
+    /// # Cancel safety
+    /// Each transaction commits on its own; one dropped in flight rolls back whole.
+    pub async fn remove_idle_fences(&self) -> Result<u64> {
+        crate::cleanup::remove_idle_fences(&self.sessions).await
+    }
+
     /// Takes `target`, waiting up to `wait` in the server's queue (zero: one attempt).
     async fn acquire_target(
         &self,
@@ -202,18 +223,10 @@ impl MysqlStore {
             let sent_at = Instant::now();
             let reply = bounded(
                 Duration::from_secs_f64(wait_secs) + self.sessions.config.command_timeout,
-                sqlx::query(&self.sessions.sql.acquire)
-                    .bind(&target.namespace)
-                    .bind(&target.fence_key)
-                    .bind(&target.lock_name)
-                    .bind(&owner_text)
-                    .bind(millis(ttl))
+                sqlx::query(TAKE_LOCK)
                     .bind(&target.lock_name)
                     .bind(wait_secs)
-                    .bind(&target.lock_name)
-                    .bind(&owner_text)
-                    .bind(millis(ttl))
-                    .execute(&mut session.conn),
+                    .fetch_one(&mut session.conn),
             )
             .await;
             if let Some(guard) = guard {
@@ -222,8 +235,8 @@ impl MysqlStore {
                     guard.disarm();
                 }
             }
-            let done = match reply {
-                Ok(done) => done,
+            let row = match reply {
+                Ok(row) => row,
                 // The session died while idle: whatever it took died with it; try a new one.
                 Err(fault) if reused && fault.session_ended() => {
                     tracing::debug!(reason = %fault.describe(), "an idle session was dead; retrying on a new one");
@@ -233,11 +246,28 @@ impl MysqlStore {
                 // A lock the statement took is freed when the dropped session closes.
                 Err(fault) => return Err(fault.into_error("acquire")),
             };
-            return match (done.rows_affected(), done.last_insert_id()) {
-                (0, _) => {
-                    self.sessions.checkin(session);
-                    Err(not_granted())
-                }
+            if decode(&row, |row| row.try_get::<Option<i64>, _>("granted"))? != Some(1) {
+                self.sessions.checkin(session);
+                return Err(not_granted());
+            }
+            // Held: the bump follows on the same session. Should it fail, or the future be
+            // dropped, the session is dropped, which frees the lock; no token was handed out.
+            let bumped = bounded(
+                self.sessions.config.command_timeout,
+                sqlx::query(&self.sessions.sql.bump)
+                    .bind(&target.namespace)
+                    .bind(&target.fence_key)
+                    .bind(&target.lock_name)
+                    .bind(&owner_text)
+                    .bind(millis(ttl))
+                    .bind(&target.lock_name)
+                    .bind(&owner_text)
+                    .bind(millis(ttl))
+                    .execute(&mut session.conn),
+            )
+            .await
+            .map_err(|fault| fault.into_error("bumping the fence"))?;
+            return match (bumped.rows_affected(), bumped.last_insert_id()) {
                 (1 | 2, token) if token > 0 => {
                     let waited = sent_at.elapsed();
                     let lease = self.lease(target, owner, token, ttl, sent_at, session);
@@ -248,9 +278,17 @@ impl MysqlStore {
                     }
                     Ok(lease)
                 }
+                (0, _) => Err(Error::Store {
+                    message: format!(
+                        "the floor table {} has no row: it must hold one (see \
+                         MysqlConfig::floor_table_ddl)",
+                        self.sessions.config.floor_table()
+                    ),
+                    source: None,
+                }),
                 (rows, token) => Err(Error::Store {
                     message: format!(
-                        "the acquire statement changed {rows} rows and returned token {token}; \
+                        "the fence bump changed {rows} rows and returned token {token}; \
                          expected 1 or 2 rows and a token above 0"
                     ),
                     source: None,
@@ -367,6 +405,7 @@ impl MysqlStore {
                 if leftover == Some(0) {
                     held.sessions.checkin(session);
                 }
+                crate::cleanup::spawn_if_due(&held.sessions);
                 Ok(ReleaseOutcome::Released)
             }
             // The server ended the session (its TTL ran out, or an operator killed it).
@@ -478,8 +517,10 @@ impl Acquire for MysqlStore {
     /// # Cancel safety
     /// The attempt runs on a session owned by the future. Dropping the future closes that
     /// connection; a lock the attempt took is freed when the server writes its reply to the
-    /// closed connection (at once: `GET_LOCK(name, 0)` does not wait), at the latest when the
-    /// session has been silent for the TTL.
+    /// closed connection (at once: `GET_LOCK(name, 0)` does not wait), or, dropped between the
+    /// lock and the fence bump, when the idle server session reads the close; at the latest
+    /// when the session has been silent for the TTL. A bump that committed unseen only skips a
+    /// token.
     #[tracing::instrument(
         level = "debug",
         name = "try_acquire",
@@ -581,6 +622,8 @@ impl LockStore for MysqlStore {
             .with_frees_on_disconnect(true)
             .with_notified_wait(true)
             .with_evict(true)
+            .with_max_ttl(self.sessions.config.max_ttl)
+            .with_retention(self.sessions.config.retention)
     }
 
     /// # Cancel safety

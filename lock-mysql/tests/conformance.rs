@@ -1,21 +1,16 @@
 //! The whole conformance suite against a real MariaDB started by test-servers. A lease is
 //! forgotten by the store's own eviction (the factory's default): its session is killed.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use conformance::{async_trait, StoreFactory};
 use lock_core::DynLockStore;
 use lock_mysql::{MysqlConfig, MysqlStore};
-use test_servers::MariadbServer;
+use test_servers::shared;
 
-/// One server for every test of this file. test-servers kills it when the test process exits
-/// (parent-death signal), although a static is never dropped.
-static SERVER: OnceLock<MariadbServer> = OnceLock::new();
-
+/// The shared server of this test process.
 fn server_url() -> String {
-    SERVER
-        .get_or_init(|| MariadbServer::start().unwrap_or_else(|e| panic!("{e}")))
-        .url()
+    shared::mariadb().url()
 }
 
 struct MysqlFactory {

@@ -2,22 +2,18 @@
 //! holder silent past its TTL with its connection open, a dropped waiter, a crash and
 //! restart, and 300 leases held at once.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::{Acquire, Error, Extend, KeepAlive, Release, ReleaseOutcome};
 use lock_mysql::{MysqlConfig, MysqlStore};
 use sqlx::{Connection, MySqlConnection, Row};
-use test_servers::MariadbServer;
+use test_servers::{shared, MariadbServer};
 use tokio::time::{sleep, timeout, Instant};
 
 /// The server of the tests that do not stop it.
-static SERVER: OnceLock<MariadbServer> = OnceLock::new();
-
 fn shared_url() -> String {
-    SERVER
-        .get_or_init(|| MariadbServer::start().unwrap_or_else(|e| panic!("{e}")))
-        .url()
+    shared::mariadb().url()
 }
 
 async fn store(url: &str) -> MysqlStore {

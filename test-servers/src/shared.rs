@@ -16,7 +16,7 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock, PoisonError};
 
-use crate::{EtcdCluster, EtcdServer, PostgresServer, RedisServer, Result};
+use crate::{EtcdCluster, EtcdServer, MariadbServer, PostgresServer, RedisServer, Result};
 
 /// How many members [`etcd_cluster`] has: the smallest cluster that survives losing one.
 pub const ETCD_CLUSTER_MEMBERS: usize = 3;
@@ -86,6 +86,16 @@ pub fn etcd_cluster() -> &'static EtcdCluster {
 pub fn postgres() -> &'static PostgresServer {
     static SERVER: OnceLock<Result<PostgresServer, String>> = OnceLock::new();
     shared(&SERVER, PostgresServer::start)
+}
+
+/// The shared MariaDB server ([`MariadbServer::start`], so whatever it honours is honoured).
+///
+/// # Panics
+///
+/// If the server cannot be started.
+pub fn mariadb() -> &'static MariadbServer {
+    static SERVER: OnceLock<Result<MariadbServer, String>> = OnceLock::new();
+    shared(&SERVER, MariadbServer::start)
 }
 
 /// The server in `cell`, started by `start` on first use; the first start's error otherwise.

@@ -1,0 +1,210 @@
+//! Removal of idle fence rows, in bounded batches, off the path of every acquire.
+//!
+//! A release that finds a run due spawns one in the background (at most one per handle at a
+//! time, at most one per [`interval`]); it takes a session of its own, so no acquire or release
+//! waits for it. Each batch first looks for idle rows with a plain read (no locks), then, in
+//! one short transaction, locks the floor row, checks the rows again under row locks, raises
+//! the floor to their highest token and deletes them. Only bumps of new rows wait, for that
+//! transaction at most; a run stops after [`MAX_BATCHES`] batches and leaves the rest to the
+//! next one.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use lock_core::Result;
+use sqlx::mysql::MySqlConnection;
+use sqlx::{Connection, Row};
+use tokio::time::Instant;
+
+use crate::error::{bounded, sql_error};
+use crate::session::{Checkout, Sessions};
+
+/// Rows one transaction removes at most.
+pub(crate) const BATCH: usize = 1_000;
+/// Batches one run executes at most.
+pub(crate) const MAX_BATCHES: usize = 10;
+
+/// When a handle last removed idle rows, and whether a run is under way.
+#[derive(Debug, Default)]
+pub(crate) struct Cleanup {
+    last: Mutex<Option<Instant>>,
+    running: AtomicBool,
+}
+
+impl Cleanup {
+    /// Claims the next run if it is due; the caller must call [`Cleanup::done`] afterwards.
+    fn claim(&self, interval: Duration) -> bool {
+        let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
+        if last.is_some_and(|at| at.elapsed() < interval) {
+            return false;
+        }
+        if self.running.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        *last = Some(Instant::now());
+        true
+    }
+
+    fn done(&self) {
+        self.running.store(false, Ordering::Release);
+    }
+}
+
+/// How often a handle looks for idle rows: a tenth of the retention window, between 100 ms and
+/// 10 minutes.
+pub(crate) fn interval(retention: Duration) -> Duration {
+    (retention / 10).clamp(Duration::from_millis(100), Duration::from_secs(600))
+}
+
+/// Spawns a background run if one is due. Never waits.
+pub(crate) fn spawn_if_due(sessions: &Arc<Sessions>) {
+    if !sessions.cleanup.claim(interval(sessions.config.retention)) {
+        return;
+    }
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        sessions.cleanup.done();
+        return;
+    };
+    let sessions = sessions.clone();
+    runtime.spawn(async move {
+        match remove_idle_fences(&sessions).await {
+            Ok(0) => {}
+            Ok(removed) => tracing::debug!(removed, "removed idle fence rows"),
+            Err(error) => tracing::debug!(%error, "could not remove idle fence rows; next time"),
+        }
+        sessions.cleanup.done();
+    });
+}
+
+/// Removes fence rows not bumped for a retention window whose keys nobody holds, at most
+/// [`MAX_BATCHES`] × [`BATCH`], raising the floor above their tokens; returns how many.
+///
+/// # Cancel safety
+/// Each batch commits on its own; dropping the future drops its session, so a batch in flight
+/// rolls back whole.
+pub(crate) async fn remove_idle_fences(sessions: &Sessions) -> Result<u64> {
+    let Checkout { mut session, .. } = sessions.checkout().await?;
+    let window_us = u64::try_from(sessions.config.retention.as_micros()).unwrap_or(u64::MAX);
+    // A batch is a few short statements; the whole of it is bounded as one.
+    let limit = sessions.config.command_timeout;
+    let mut removed = 0u64;
+    for _ in 0..MAX_BATCHES {
+        let batch = bounded(limit, remove_batch(sessions, &mut session.conn, window_us))
+            .await
+            .map_err(|fault| fault.into_error("removing idle fence rows"))?;
+        removed += batch as u64;
+        if batch < BATCH {
+            break;
+        }
+    }
+    sessions.checkin(session);
+    Ok(removed)
+}
+
+/// One batch: see the module docs. Returns how many rows it removed.
+async fn remove_batch(
+    sessions: &Sessions,
+    conn: &mut MySqlConnection,
+    window_us: u64,
+) -> std::result::Result<usize, sqlx::Error> {
+    let sql = &sessions.sql;
+    let candidates = sqlx::query(&sql.find_idle)
+        .bind(window_us)
+        .bind(BATCH as u64)
+        .fetch_all(&mut *conn)
+        .await?;
+    if candidates.is_empty() {
+        return Ok(0);
+    }
+    let keys = rows_keys(&candidates)?;
+    let mut tx = conn.begin().await?;
+    sqlx::query(&sql.lock_floor).fetch_all(&mut *tx).await?;
+    // Not kept in the statement cache: its text depends on the batch's size.
+    let confirm_sql = sql.confirm_idle(keys.len());
+    let mut confirm = sqlx::query(&confirm_sql).persistent(false);
+    for (namespace, key) in &keys {
+        confirm = confirm.bind(namespace).bind(key);
+    }
+    let confirmed = confirm.bind(window_us).fetch_all(&mut *tx).await?;
+    if confirmed.is_empty() {
+        tx.commit().await?;
+        // Every candidate was taken meanwhile; more may be idle behind them.
+        return Ok(candidates.len());
+    }
+    let mut highest = 0u64;
+    for row in &confirmed {
+        highest = highest.max(row.try_get::<u64, _>("token")?);
+    }
+    sqlx::query(&sql.raise_floor)
+        .bind(highest)
+        .execute(&mut *tx)
+        .await?;
+    let keys = rows_keys(&confirmed)?;
+    let delete_sql = sql.delete_rows(keys.len());
+    let mut delete = sqlx::query(&delete_sql).persistent(false);
+    for (namespace, key) in &keys {
+        delete = delete.bind(namespace).bind(key);
+    }
+    delete.execute(&mut *tx).await?;
+    tx.commit().await?;
+    Ok(candidates.len())
+}
+
+/// A fence row's primary key: (namespace, key).
+type RowKey = (Vec<u8>, Vec<u8>);
+
+/// The primary key of each row.
+fn rows_keys(rows: &[sqlx::mysql::MySqlRow]) -> std::result::Result<Vec<RowKey>, sqlx::Error> {
+    rows.iter()
+        .map(|row| Ok((row.try_get("namespace")?, row.try_get("key")?)))
+        .collect()
+}
+
+/// How many fence rows the table holds (every namespace).
+///
+/// # Cancel safety
+/// A single read; dropping the future loses nothing.
+pub(crate) async fn count_fences(sessions: &Sessions) -> Result<u64> {
+    let Checkout { mut session, .. } = sessions.checkout().await?;
+    let row = bounded(
+        sessions.config.command_timeout,
+        sqlx::query(&sessions.sql.count_rows).fetch_one(&mut session.conn),
+    )
+    .await
+    .map_err(|fault| fault.into_error("counting fence rows"))?;
+    sessions.checkin(session);
+    let rows: i64 = row
+        .try_get("fence_rows")
+        .map_err(|e| sql_error("counting fence rows", e))?;
+    Ok(u64::try_from(rows).unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_come_a_tenth_of_the_window_apart_within_bounds() {
+        assert_eq!(interval(Duration::from_secs(2)), Duration::from_millis(200));
+        assert_eq!(
+            interval(Duration::from_millis(500)),
+            Duration::from_millis(100)
+        );
+        assert_eq!(
+            interval(Duration::from_secs(7 * 86_400)),
+            Duration::from_secs(600)
+        );
+    }
+
+    #[test]
+    fn a_run_is_claimed_once_until_done_and_then_once_per_interval() {
+        let cleanup = Cleanup::default();
+        assert!(cleanup.claim(Duration::ZERO));
+        assert!(!cleanup.claim(Duration::ZERO), "one run at a time");
+        cleanup.done();
+        assert!(cleanup.claim(Duration::ZERO));
+        cleanup.done();
+        assert!(!cleanup.claim(Duration::from_secs(3600)), "not due yet");
+    }
+}
