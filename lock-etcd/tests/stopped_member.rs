@@ -19,22 +19,6 @@ use lock_core::{Acquire, Error, KeepAlive, Release, ReleaseOutcome};
 use test_servers::EtcdCluster;
 use tokio::time::{sleep, timeout};
 
-/// Whether etcd `version` ("3.4.23") has the stale-leader lease revocation (issue 15247).
-fn revokes_from_a_stale_leader(version: &str) -> bool {
-    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
-    let (major, minor, patch) = (
-        parts.next().unwrap_or(0),
-        parts.next().unwrap_or(0),
-        parts.next().unwrap_or(0),
-    );
-    match (major, minor) {
-        (3, 4) => patch < 31,
-        (3, 5) => patch < 13,
-        (3, m) => m < 4,
-        (m, _) => m < 3,
-    }
-}
-
 #[test]
 fn affected_etcd_versions() {
     for (version, affected) in [
@@ -46,7 +30,11 @@ fn affected_etcd_versions() {
         ("3.6.0", false),
         ("3.3.27", true),
     ] {
-        assert_eq!(revokes_from_a_stale_leader(version), affected, "{version}");
+        assert_eq!(
+            lock_etcd::stale_leader_revokes_leases(version),
+            affected,
+            "{version}"
+        );
     }
 }
 
@@ -59,7 +47,7 @@ async fn stopped_leader_frees_no_kept_lock_or_tells_its_holder() {
             .expect("a raw client");
         client.status().await.expect("status").version().to_owned()
     };
-    let affected = revokes_from_a_stale_leader(&version);
+    let affected = lock_etcd::stale_leader_revokes_leases(&version);
     // TTL 3 s, renewed every 750 ms by KeepAlive; a renewal stuck behind the stopped leader is
     // given up after the 1 s command timeout, so the holders ride through the election.
     let ttl = Duration::from_secs(3);

@@ -193,7 +193,8 @@ impl Fault {
     /// and each store's table in the README): a PostgreSQL or MySQL session ended by the
     /// server, a Redis restart without persistence, a memory store that lost its data. A
     /// Redlock minority restarted after a TTL, an etcd leader change and every client fault
-    /// do not.
+    /// do not. An etcd member stop frees locks early only when it stops the leader of an
+    /// affected etcd version; the run decides that when it injects the fault.
     pub fn frees_early(self) -> bool {
         matches!(
             self,

@@ -674,6 +674,17 @@ impl Nemesis {
     }
 
     fn record(&mut self, fault: Fault, target: Option<u32>, detail: &str) -> u32 {
+        self.record_as(fault, target, detail, fault.frees_early())
+    }
+
+    /// Records a fault whose early freeing depends on the moment (which member led).
+    fn record_as(
+        &mut self,
+        fault: Fault,
+        target: Option<u32>,
+        detail: &str,
+        frees_early: bool,
+    ) -> u32 {
         let id = self.next_fault;
         self.next_fault += 1;
         self.recorder.push(Entry {
@@ -683,7 +694,7 @@ impl Nemesis {
                 id,
                 kind: fault.name().to_string(),
                 target,
-                frees_early: fault.frees_early(),
+                frees_early,
                 detail: detail.to_string(),
             },
         });
@@ -800,8 +811,19 @@ impl Nemesis {
             (Fault::EtcdStopMinority, Servers::Etcd(cluster)) => {
                 let member = self.rng.random_range(0..cluster.member_count());
                 let stopped = self.past_ttl();
-                let what = format!("member {member} stopped for {stopped:?}");
-                let id = self.record(fault, None, &what);
+                // A leader stopped past a TTL and resumed revokes leases a newer leader kept
+                // alive, on etcd before 3.4.31/3.5.13 (etcd issue 15247): an early free the
+                // lock-etcd docs name, so the checker must not blame the store for it.
+                let leader = cluster.leader().ok() == Some(member);
+                let affected = EtcdCluster::version().is_ok_and(|version| {
+                    fencelock::lock_etcd::stale_leader_revokes_leases(&version)
+                });
+                let frees_early = leader && affected;
+                let what = format!(
+                    "member {member}{} stopped for {stopped:?}",
+                    if leader { " (the leader)" } else { "" }
+                );
+                let id = self.record_as(fault, None, &what, frees_early);
                 cluster.pause(member).map_err(fail)?;
                 thread::sleep(stopped);
                 cluster.resume(member).map_err(fail)?;

@@ -167,6 +167,19 @@ impl EtcdCluster {
     /// Starts a cluster of `members` members (static bootstrap,
     /// `--initial-cluster-state new`) and waits until every member is healthy.
     ///
+    /// The installed etcd's version (as `"3.4.23"`), from `etcd --version`.
+    pub fn version() -> Result<String> {
+        let binary = process::find_binary("etcd", "etcd-server")?;
+        let output = std::process::Command::new(binary)
+            .arg("--version")
+            .output()?;
+        let text = String::from_utf8_lossy(&output.stdout);
+        text.lines()
+            .find_map(|line| line.strip_prefix("etcd Version:"))
+            .map(|version| version.trim().to_owned())
+            .ok_or_else(|| Error::InvalidArgument(format!("etcd --version said {text:?}")))
+    }
+
     /// Fails with [`Error::MissingBinary`] if `etcd` is not installed.
     pub fn start(members: usize) -> Result<Self> {
         if members == 0 {
