@@ -36,7 +36,7 @@ struct Cli {
     /// The store, e.g. sqlite:///var/lib/myapp/locks.db (no server), redis://127.0.0.1:6379,
     /// etcd://h:2379, postgres://u@h/db, mysql://u@h/db, memory://
     ///
-    /// TLS (in a build with `--features fencelock/tls`): rediss://h:6380?tls_ca=ca.pem,
+    /// TLS (in a build with `--features tls`): rediss://h:6380?tls_ca=ca.pem,
     /// redlock://a:6380,b:6380,c:6380?tls=true&tls_ca=ca.pem,
     /// etcds://h:2379?tls_ca=ca.pem&tls_cert=client.pem&tls_key=client.key,
     /// postgres://u@h/db?tls_ca=ca.pem (implies sslmode=verify-full),
