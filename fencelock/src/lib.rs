@@ -46,3 +46,13 @@ pub use lock_etcd;
 /// [`lock_postgres::PostgresStore`] (`lockctl stats` counts its fence rows).
 #[cfg(feature = "postgres")]
 pub use lock_postgres;
+
+/// The SQLite store's own type, for code that downcasts a [`DynLockStore`] to
+/// [`lock_sqlite::SqliteStore`] (`lockctl stats` counts its rows).
+#[cfg(feature = "sqlite")]
+pub use lock_sqlite;
+
+/// The MySQL store's own type, for code that downcasts a [`DynLockStore`] to
+/// [`lock_mysql::MysqlStore`] (`lockctl stats` counts its fence rows).
+#[cfg(feature = "mysql")]
+pub use lock_mysql;

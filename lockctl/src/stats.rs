@@ -85,6 +85,28 @@ async fn per_key_state(store: &DynLockStore) -> fencelock::Result<PerKeyState> {
             });
         }
     }
+    #[cfg(feature = "sqlite")]
+    {
+        use fencelock::lock_sqlite::SqliteStore;
+        if let Some(sqlite) = store.downcast_ref::<SqliteStore>() {
+            return Ok(PerKeyState {
+                store: "sqlite",
+                count: Some(sqlite.stored_rows().await?),
+                unit: "rows",
+            });
+        }
+    }
+    #[cfg(feature = "mysql")]
+    {
+        use fencelock::lock_mysql::MysqlStore;
+        if let Some(mysql) = store.downcast_ref::<MysqlStore>() {
+            return Ok(PerKeyState {
+                store: "mysql",
+                count: Some(mysql.fence_rows().await?),
+                unit: "fence rows",
+            });
+        }
+    }
     let _ = store;
     Ok(PerKeyState {
         store: "this store",

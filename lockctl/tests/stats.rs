@@ -1,5 +1,5 @@
 //! `lockctl stats` counts the per-key state a store holds: Redis keys under the prefix,
-//! PostgreSQL fence rows; one more for every distinct key locked.
+//! PostgreSQL and MySQL fence rows, SQLite rows; one more for every distinct key locked.
 
 use std::process::{Command, Stdio};
 
@@ -52,4 +52,37 @@ fn stats_counts_the_postgres_fence_rows() {
         line.trim(),
         "postgres: per-key state 3 fence rows, each kept 7d after its key's last acquire"
     );
+}
+
+#[cfg(feature = "mysql")]
+#[test]
+fn stats_counts_the_mysql_fence_rows() {
+    let url = format!("{}?table=stats_test", shared::mariadb().url());
+    let (before, after) = stats_around_three_keys(&url);
+    assert!(
+        before.contains("\"store\":\"mysql\",\"per_key_state\":0,\"unit\":\"fence rows\""),
+        "{before}"
+    );
+    assert!(after.contains("\"per_key_state\":3,"), "{after}");
+    assert!(after.contains("\"retention_ms\":604800000"), "{after}");
+}
+
+#[cfg(feature = "sqlite")]
+#[test]
+fn stats_counts_the_sqlite_rows() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("lockctl-stats-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let url = format!(
+        "sqlite://{}?retention=2h&max_ttl=1h",
+        dir.join("locks.db").display()
+    );
+    let (before, after) = stats_around_three_keys(&url);
+    assert!(
+        before.contains("\"store\":\"sqlite\",\"per_key_state\":0,\"unit\":\"rows\""),
+        "{before}"
+    );
+    assert!(after.contains("\"per_key_state\":3,"), "{after}");
+    assert!(after.contains("\"retention_ms\":7200000"), "{after}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -124,18 +124,10 @@ mod redlock {
 
 #[cfg(feature = "mysql")]
 mod mysql {
-    use std::sync::OnceLock;
-
-    use test_servers::{closed_ports, MariadbServer};
-
-    // test_servers::shared has no MariaDB yet; a `shared::mariadb()` beside `shared::postgres()`
-    // would replace this static.
-    static SERVER: OnceLock<MariadbServer> = OnceLock::new();
+    use test_servers::{closed_ports, shared};
 
     fn url() -> String {
-        SERVER
-            .get_or_init(|| MariadbServer::start().expect("MariaDB for the lockctl tests"))
-            .url()
+        shared::mariadb().url()
     }
 
     store_cases!(
