@@ -21,9 +21,9 @@ use sqlx::Connection;
 use support::Scratch;
 use tokio::time::{sleep, Instant};
 
-/// The window the tests use: above their `max_ttl` of 1 s, as every window must be.
-const RETENTION: Duration = Duration::from_secs(2);
-const MAX_TTL: Duration = Duration::from_secs(1);
+/// The window the tests use: above their `max_ttl` of 500 ms, as every window must be.
+const RETENTION: Duration = Duration::from_secs(1);
+const MAX_TTL: Duration = Duration::from_millis(500);
 /// How long the rows may take to go once the window has passed: generous, never tuned.
 const GONE_WITHIN: Duration = Duration::from_secs(30);
 
