@@ -98,7 +98,7 @@
 //! [`SqliteStore::stored_rows`] counts the rows (`lockctl stats`), and
 //! [`SqliteStore::remove_idle_rows`] removes idle rows at once. `cargo test -p lock-sqlite
 //! --all-features --test retention` locks 10,000 distinct keys (`FENCELOCK_KEYS=100000` for
-//! more) and checks that one row is left after a 1 s window.
+//! more) and checks that one row is left after a 2 s window.
 //!
 //! # Bad input
 //! A path that cannot be created or opened is [`Error::InvalidInput`](lock_core::Error) on the
