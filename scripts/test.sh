@@ -114,7 +114,7 @@ step deps facade_is_store_free
 step doc env RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features --quiet
 step package package_crates
 step test cargo test --workspace --all-features
-step example cargo run -q -p lock-core --example quickstart
+step example cargo run -q -p fencelock-core --example quickstart
 
 echo "==> elapsed"
 printf '%s\n' "${timings[@]}"

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::{DynLockStore, Error, KeepAlive, Lease, LockStore, Result};
+use fencelock_core::{DynLockStore, Error, KeepAlive, Lease, LockStore, Result};
 use tokio::time::Instant;
 
 /// Latency samples.
@@ -504,7 +504,7 @@ impl fmt::Display for Table {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lock_core::MemoryStore;
+    use fencelock_core::MemoryStore;
 
     /// A store handle that records which contender each grant went to.
     struct Recording {

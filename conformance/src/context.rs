@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{Capabilities, DynLockStore};
+use fencelock_core::{Capabilities, DynLockStore};
 
 use crate::StoreFactory;
 

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use lock_core::{DynLockStore, Extend, KeepAlive, Lease};
+use fencelock_core::{DynLockStore, Extend, KeepAlive, Lease};
 
 /// One store under test.
 ///
@@ -25,9 +25,9 @@ pub trait StoreFactory: Send + Sync + 'static {
     /// prove that the lost signal fires and that stale leases cannot act.
     ///
     /// The default is the operator's eviction,
-    /// [`LockStore::evict`](lock_core::LockStore::evict), through a fresh
+    /// [`LockStore::evict`](fencelock_core::LockStore::evict), through a fresh
     /// [`handle`](Self::handle); it panics if that fails or finds nobody holding the key. A
-    /// store without eviction ([`Capabilities::evict`](lock_core::Capabilities) is false)
+    /// store without eviction ([`Capabilities::evict`](fencelock_core::Capabilities) is false)
     /// overrides this with its own way of losing a lease.
     async fn forget(&self, lease: &Lease) {
         let key = lease.key();

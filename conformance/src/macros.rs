@@ -9,7 +9,7 @@
 /// test file.
 ///
 /// ```ignore
-/// conformance::conformance_tests!(async { std::sync::Arc::new(MyFactory::new()) });
+/// fencelock_conformance::conformance_tests!(async { std::sync::Arc::new(MyFactory::new()) });
 /// ```
 #[macro_export]
 macro_rules! conformance_tests {
@@ -46,7 +46,7 @@ macro_rules! __conformance_tests {
 /// (a subscriber gone, a backend ended) without a fixed sleep.
 ///
 /// ```ignore
-/// assert!(conformance::eventually!(Duration::from_secs(10), queue_len().await == 0));
+/// assert!(fencelock_conformance::eventually!(Duration::from_secs(10), queue_len().await == 0));
 /// ```
 #[macro_export]
 macro_rules! eventually {

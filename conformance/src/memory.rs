@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use lock_core::{DynLockStore, MemoryStore};
+use fencelock_core::{DynLockStore, MemoryStore};
 
 use crate::StoreFactory;
 

@@ -6,7 +6,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::Capabilities;
+use fencelock_core::Capabilities;
 use tokio::time::Instant;
 
 use crate::{Ctx, StoreFactory};
@@ -23,8 +23,8 @@ impl fmt::Display for Failure {
 
 impl std::error::Error for Failure {}
 
-impl From<lock_core::Error> for Failure {
-    fn from(error: lock_core::Error) -> Self {
+impl From<fencelock_core::Error> for Failure {
+    fn from(error: fencelock_core::Error) -> Self {
         Failure(format!("unexpected error: {error}"))
     }
 }

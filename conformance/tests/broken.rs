@@ -1,16 +1,16 @@
 //! The suite proves it can fail: each deliberately broken store below breaks one guarantee, and
 //! the case that guards that guarantee must fail against it. The same store without a flaw
 //! passes the whole suite, so each failure is the flaw's doing. The keep-alive cases are also
-//! run with broken keep-alives (lock-core's, fed through a wrapper that changes what it sees).
+//! run with broken keep-alives (fencelock-core's, fed through a wrapper that changes what it sees).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use conformance::{async_trait, run_all, run_case, Outcome, StoreFactory};
-use lock_core::validate::{check_request, check_wait};
-use lock_core::{
+use fencelock_conformance::{async_trait, run_all, run_case, Outcome, StoreFactory};
+use fencelock_core::validate::{check_request, check_wait};
+use fencelock_core::{
     Acquire, Capabilities, DynLockStore, Error, Extend, KeepAlive, Lease, LockStore, OwnerId,
     Release, ReleaseOutcome, Result,
 };
@@ -50,7 +50,7 @@ enum Flaw {
 const RETENTION: Duration = Duration::from_secs(1);
 
 /// How the factory's keep-alive is broken, for the keep-alive cases. The broken keep-alives are
-/// lock-core's, fed through a wrapper that changes what it sees.
+/// fencelock-core's, fed through a wrapper that changes what it sees.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum KeepAliveFlaw {
     None,

@@ -2,14 +2,14 @@
 
 use std::sync::Arc;
 
-use conformance::MemoryFactory;
+use fencelock_conformance::MemoryFactory;
 
-conformance::conformance_tests!(async { Arc::new(MemoryFactory::new()) });
+fencelock_conformance::conformance_tests!(async { Arc::new(MemoryFactory::new()) });
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_memory_store_passes_the_whole_suite_in_one_run() {
-    let report = conformance::run_all(Arc::new(MemoryFactory::new()), 8).await;
+    let report = fencelock_conformance::run_all(Arc::new(MemoryFactory::new()), 8).await;
     println!("{report}");
     assert!(report.passed(), "{report}");
-    assert!(conformance::CASES.len() >= 30);
+    assert!(fencelock_conformance::CASES.len() >= 30);
 }

@@ -22,7 +22,7 @@ use std::io::{self, Write};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
-use lock_core::{Error, Result};
+use fencelock_core::{Error, Result};
 
 /// A file whose writes are fenced: [`claim`](FencedFile::claim) then
 /// [`write`](FencedFile::write) for a read-modify-write, [`replace`](FencedFile::replace) for a

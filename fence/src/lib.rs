@@ -33,7 +33,7 @@
 //! | `redis` | `FencedKey`: a key and its fence key, one Lua script per step | `set` | `claim`, `write` |
 //! | `file` | `FencedFile`: a file replaced atomically, its token beside it, under `flock` | `replace` | `claim`, `write` |
 //!
-//! In one process, [`lock_core::FenceGate`] is the same check (`claim`, `write`, and `update`
+//! In one process, [`fencelock_core::FenceGate`] is the same check (`claim`, `write`, and `update`
 //! for one step). [`pattern`] holds the plain
 //! SQL of the README's fencing pattern, which the tests run as written.
 //!
@@ -45,7 +45,7 @@
 //! [`Error::InvalidInput`] with `what = "fencing token"`. Nothing is written on a refusal.
 #![warn(missing_docs)]
 
-use lock_core::Error;
+use fencelock_core::Error;
 
 pub mod pattern;
 

@@ -5,7 +5,7 @@
 //! double-quoted (so they are case-sensitive as written, like any quoted identifier); keys,
 //! tokens and values are always bind parameters.
 
-use lock_core::{Error, Result};
+use fencelock_core::{Error, Result};
 use sqlx::postgres::{PgArguments, PgConnection, PgRow, Postgres};
 use sqlx::query::{Query, QueryScalar};
 use sqlx::{Encode, FromRow, Type};
@@ -108,7 +108,7 @@ struct Quoted {
 /// a one-step write.
 ///
 /// ```no_run
-/// # async fn job(conn: &mut sqlx::PgConnection, token: u64) -> lock_core::Result<()> {
+/// # async fn job(conn: &mut sqlx::PgConnection, token: u64) -> fencelock_core::Result<()> {
 /// use fencelock_fence::{FencedTable, TableNames};
 ///
 /// let counters = FencedTable::new(&TableNames {

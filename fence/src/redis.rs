@@ -8,7 +8,7 @@
 
 use std::sync::LazyLock;
 
-use lock_core::{Error, Result};
+use fencelock_core::{Error, Result};
 use redis::aio::ConnectionLike;
 use redis::{RedisError, Script};
 
@@ -87,7 +87,7 @@ static SET: LazyLock<Script> = LazyLock::new(|| Script::new(SET_LUA));
 /// `CROSSSLOT`, never silently.
 ///
 /// ```no_run
-/// # async fn job(conn: &mut redis::aio::MultiplexedConnection, token: u64) -> lock_core::Result<()> {
+/// # async fn job(conn: &mut redis::aio::MultiplexedConnection, token: u64) -> fencelock_core::Result<()> {
 /// use fencelock_fence::FencedKey;
 ///
 /// let balance = FencedKey::new("{account:7}");

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use fencelock_core::Error;
 use fencelock_fence::FencedFile;
-use lock_core::Error;
 
 const STEP_ENV: &str = "FENCE_FILE_TEST_STEP";
 const PATH_ENV: &str = "FENCE_FILE_TEST_PATH";

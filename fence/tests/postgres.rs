@@ -7,12 +7,12 @@
 
 use std::time::{Duration, Instant};
 
+use fencelock_core::Error;
 use fencelock_fence::pattern::{
     CLAIM, CREATE_TABLE, INCREMENT, LOCKED_READ, LOCKED_WRITE, NAIVE_READ, NAIVE_WRITE,
     WRITE_CLAIMED,
 };
 use fencelock_fence::{FencedTable, TableNames};
-use lock_core::Error;
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{ConnectOptions, Connection, PgConnection};
 

@@ -2,8 +2,8 @@
 //! updates when only the write is checked: A (token 1) reads; B (token 2) takes over and
 //! reads; A writes; B writes. Driven step by step, never by timing.
 
+use fencelock_core::Error;
 use fencelock_fence::FencedKey;
-use lock_core::Error;
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 

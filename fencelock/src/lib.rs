@@ -1,6 +1,6 @@
 //! fencelock: distributed locks that are honest about what they guarantee.
 //!
-//! One contract ([`LockStore`], re-exported from `lock-core`), many stores, one conformance
+//! One contract ([`LockStore`], re-exported from `fencelock-core`), many stores, one conformance
 //! suite. Pick stores with cargo features (`redis`, `etcd`, `postgres`, `mysql`, `sqlite`, or
 //! `full`; the in-memory store is always there) and choose one at run time by URL with
 //! [`connect`], so swapping stores is a configuration change. Each store crate describes itself in one
@@ -28,31 +28,31 @@ pub mod faults;
 mod stores;
 
 pub use connect::connect;
-pub use lock_core::*;
+pub use fencelock_core::*;
 pub use stores::{known_schemes, redact, store_for, KnownStore, KNOWN_STORES, STORES};
 
 /// The Redis stores' own types (the eviction check, Redlock's quorum error), for code that
-/// downcasts a [`DynLockStore`] to [`lock_redis::RedisStore`] or [`lock_redis::RedlockStore`].
+/// downcasts a [`DynLockStore`] to [`fencelock_redis::RedisStore`] or [`fencelock_redis::RedlockStore`].
 #[cfg(feature = "redis")]
-pub use lock_redis;
+pub use fencelock_redis;
 
-/// The etcd store's own types: its [`Layout`](lock_etcd::Layout), and
-/// [`mutex_key`](lock_etcd::mutex_key), the `ETCD_LOCK_KEY` of a lease granted in etcd's own
+/// The etcd store's own types: its [`Layout`](fencelock_etcd::Layout), and
+/// [`mutex_key`](fencelock_etcd::mutex_key), the `ETCD_LOCK_KEY` of a lease granted in etcd's own
 /// layout.
 #[cfg(feature = "etcd")]
-pub use lock_etcd;
+pub use fencelock_etcd;
 
 /// The PostgreSQL store's own type, for code that downcasts a [`DynLockStore`] to
-/// [`lock_postgres::PostgresStore`] (`lockctl stats` counts its fence rows).
+/// [`fencelock_postgres::PostgresStore`] (`lockctl stats` counts its fence rows).
 #[cfg(feature = "postgres")]
-pub use lock_postgres;
+pub use fencelock_postgres;
 
 /// The SQLite store's own type, for code that downcasts a [`DynLockStore`] to
-/// [`lock_sqlite::SqliteStore`] (`lockctl stats` counts its rows).
+/// [`fencelock_sqlite::SqliteStore`] (`lockctl stats` counts its rows).
 #[cfg(feature = "sqlite")]
-pub use lock_sqlite;
+pub use fencelock_sqlite;
 
 /// The MySQL store's own type, for code that downcasts a [`DynLockStore`] to
-/// [`lock_mysql::MysqlStore`] (`lockctl stats` counts its fence rows).
+/// [`fencelock_mysql::MysqlStore`] (`lockctl stats` counts its fence rows).
 #[cfg(feature = "mysql")]
-pub use lock_mysql;
+pub use fencelock_mysql;

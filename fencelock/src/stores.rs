@@ -1,8 +1,8 @@
 //! URL → store: the one list of stores this facade knows, and which of them this build has.
 
-use lock_core::StoreKind;
+use fencelock_core::StoreKind;
 
-pub use lock_core::url::redact;
+pub use fencelock_core::url::redact;
 
 use crate::{Error, Result};
 
@@ -13,7 +13,7 @@ macro_rules! stores {
     ($($feature:literal => $descriptor:path, $name:literal, [$($scheme:literal),+ $(,)?];)+) => {
         /// The stores compiled into this build, the memory store first.
         pub static STORES: &[StoreKind] = &[
-            lock_core::MEMORY,
+            fencelock_core::MEMORY,
             $(#[cfg(feature = $feature)] $descriptor,)+
         ];
 
@@ -36,12 +36,12 @@ macro_rules! stores {
 }
 
 stores! {
-    "redis" => lock_redis::REDIS, "redis", ["redis", "rediss"];
-    "redis" => lock_redis::REDLOCK, "redlock", ["redlock"];
-    "etcd" => lock_etcd::ETCD, "etcd", ["etcd", "etcds"];
-    "postgres" => lock_postgres::POSTGRES, "postgres", ["postgres", "postgresql"];
-    "mysql" => lock_mysql::MYSQL, "mysql", ["mysql", "mariadb"];
-    "sqlite" => lock_sqlite::SQLITE, "sqlite", ["sqlite"];
+    "redis" => fencelock_redis::REDIS, "redis", ["redis", "rediss"];
+    "redis" => fencelock_redis::REDLOCK, "redlock", ["redlock"];
+    "etcd" => fencelock_etcd::ETCD, "etcd", ["etcd", "etcds"];
+    "postgres" => fencelock_postgres::POSTGRES, "postgres", ["postgres", "postgresql"];
+    "mysql" => fencelock_mysql::MYSQL, "mysql", ["mysql", "mariadb"];
+    "sqlite" => fencelock_sqlite::SQLITE, "sqlite", ["sqlite"];
 }
 
 /// A store the facade knows by name, whether or not this build compiled it in: enough to

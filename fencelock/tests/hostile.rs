@@ -6,9 +6,9 @@
 
 use std::time::Duration;
 
-use fencelock::lock_etcd::EtcdConfig;
-use fencelock::lock_postgres::PostgresConfig;
-use fencelock::lock_redis::{RedisConfig, RedlockConfig};
+use fencelock::fencelock_etcd::EtcdConfig;
+use fencelock::fencelock_postgres::PostgresConfig;
+use fencelock::fencelock_redis::{RedisConfig, RedlockConfig};
 use fencelock::validate::MAX_KEY_LEN;
 use fencelock::{connect, redact, DynLockStore, Error, KeyStatus, ReleaseOutcome};
 use proptest::prelude::*;

@@ -1,11 +1,13 @@
 //! The quickstart: acquire, extend, release and fencing tokens on the in-memory store.
 //!
-//! `cargo run -p lock-core --example quickstart` (no server needed).
+//! `cargo run -p fencelock-core --example quickstart` (no server needed).
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{with_lock, DynLockStore, Error, FenceGate, KeepAlive, LockOptions, MemoryStore};
+use fencelock_core::{
+    with_lock, DynLockStore, Error, FenceGate, KeepAlive, LockOptions, MemoryStore,
+};
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Error> {

@@ -30,7 +30,7 @@ use crate::{Error, Result};
 /// Tokens from different keys, or from different stores, must not share a gate.
 ///
 /// ```
-/// use lock_core::{Error, FenceGate};
+/// use fencelock_core::{Error, FenceGate};
 ///
 /// let gate = FenceGate::new();
 /// let mut balance = 100;

@@ -25,9 +25,9 @@
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> lock_core::Result<()> {
+//! # async fn main() -> fencelock_core::Result<()> {
 //! use std::time::Duration;
-//! use lock_core::{Acquire, Release, ReleaseOutcome, MemoryStore};
+//! use fencelock_core::{Acquire, Release, ReleaseOutcome, MemoryStore};
 //!
 //! let store = MemoryStore::new();
 //! let lease = store.try_acquire("nightly-export", Duration::from_secs(10)).await?;

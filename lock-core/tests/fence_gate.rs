@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{Acquire, Error, FenceGate, MemoryStore};
+use fencelock_core::{Acquire, Error, FenceGate, MemoryStore};
 use tokio::sync::Mutex;
 use tokio::time::sleep;
 

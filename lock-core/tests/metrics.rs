@@ -7,8 +7,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::metered::{BUSY, GRANTS, KEEP_ALIVE_FAILURES, LEASES_LOST, WAIT_TIMEOUTS};
-use lock_core::{Acquire, KeepAlive, LockStore, MemoryStore, Metered};
+use fencelock_core::metered::{BUSY, GRANTS, KEEP_ALIVE_FAILURES, LEASES_LOST, WAIT_TIMEOUTS};
+use fencelock_core::{Acquire, KeepAlive, LockStore, MemoryStore, Metered};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use metrics_util::MetricKind;
 
@@ -120,7 +120,7 @@ fn a_store_that_is_not_metered_records_nothing() {
 
 #[test]
 fn a_wrapped_store_is_still_reachable_by_its_type() {
-    let store: lock_core::DynLockStore =
+    let store: fencelock_core::DynLockStore =
         Arc::new(Metered::new(Arc::new(MemoryStore::new()), "memory"));
     assert!(store.downcast_ref::<MemoryStore>().is_some());
     assert!(store.downcast_ref::<Metered>().is_some());

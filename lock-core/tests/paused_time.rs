@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::{
+use fencelock_core::{
     with_lock, Acquire, Capabilities, Error, Extend, KeepAlive, KeyStatus, Lease, LockOptions,
     LockStore, MemoryStore, Release, ReleaseOutcome, Result,
 };

@@ -3,7 +3,7 @@
 //! measured in one run from one client.
 //!
 //! ```sh
-//! cargo run --release -p lock-etcd --example bench
+//! cargo run --release -p fencelock-etcd --example bench
 //! ```
 //!
 //! Starts its own single-member server with test-servers, or uses `LOCK_BENCH_URL` if set.
@@ -17,13 +17,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use conformance::bench::{
+use etcd_client::{Client, Compare, CompareOp, LockOptions, PutOptions, Txn, TxnOp};
+use fencelock_conformance::bench::{
     cycle_into, handoff, handoff_between, hold_kept_alive, lock_throughput, micros as us,
     server_or_env, throughput, time_each, Contender, Handoff, Samples, Table,
 };
-use etcd_client::{Client, Compare, CompareOp, LockOptions, PutOptions, Txn, TxnOp};
-use lock_core::DynLockStore;
-use lock_etcd::{EtcdConfig, EtcdStore};
+use fencelock_core::DynLockStore;
+use fencelock_etcd::{EtcdConfig, EtcdStore};
 use tokio::time::Instant;
 
 const ITERATIONS: usize = 600;
@@ -36,12 +36,12 @@ const HELD: usize = 1000;
 const HELD_TTL: Duration = Duration::from_secs(3);
 const TTL: Duration = Duration::from_secs(30);
 
-fn raw_error(what: &'static str) -> impl Fn(etcd_client::Error) -> lock_core::Error {
-    move |e| lock_core::Error::store(what, e)
+fn raw_error(what: &'static str) -> impl Fn(etcd_client::Error) -> fencelock_core::Error {
+    move |e| fencelock_core::Error::store(what, e)
 }
 
 /// The raw floor: the same three writes an acquire + release needs, as plain requests.
-async fn raw_cycle(client: &mut Client, key: &str) -> lock_core::Result<()> {
+async fn raw_cycle(client: &mut Client, key: &str) -> fencelock_core::Result<()> {
     let lease = client
         .lease_grant(30, None)
         .await
@@ -56,7 +56,7 @@ async fn raw_cycle(client: &mut Client, key: &str) -> lock_core::Result<()> {
         )]);
     let answer = client.txn(put).await.map_err(raw_error("raw txn put"))?;
     if !answer.succeeded() {
-        return Err(lock_core::Error::Busy { key: key.into() });
+        return Err(fencelock_core::Error::Busy { key: key.into() });
     }
     client
         .delete(key, None)
@@ -66,7 +66,7 @@ async fn raw_cycle(client: &mut Client, key: &str) -> lock_core::Result<()> {
 }
 
 /// etcd's own lock service: grant, `lock` (the server runs the Go mutex recipe), `unlock`.
-async fn peer_cycle(client: &mut Client, name: &str) -> lock_core::Result<()> {
+async fn peer_cycle(client: &mut Client, name: &str) -> fencelock_core::Result<()> {
     let lease = client
         .lease_grant(30, None)
         .await
@@ -83,7 +83,7 @@ async fn peer_cycle(client: &mut Client, name: &str) -> lock_core::Result<()> {
     Ok(())
 }
 
-/// A waiter of etcd's lock service, for the handoff of `conformance::bench::handoff`: its own
+/// A waiter of etcd's lock service, for the handoff of `fencelock_conformance::bench::handoff`: its own
 /// client and lease, `lock` until granted, `unlock`.
 struct PeerWaiter {
     client: Client,
@@ -92,7 +92,7 @@ struct PeerWaiter {
 }
 
 impl PeerWaiter {
-    async fn connect(endpoints: &[String], name: &str) -> lock_core::Result<Self> {
+    async fn connect(endpoints: &[String], name: &str) -> fencelock_core::Result<Self> {
         let mut client = Client::connect(endpoints, None)
             .await
             .map_err(raw_error("peer connect"))?;
@@ -114,7 +114,7 @@ impl Contender for PeerWaiter {
     /// The key `lock` created, which `unlock` deletes.
     type Held = Vec<u8>;
 
-    async fn take(&mut self) -> lock_core::Result<Vec<u8>> {
+    async fn take(&mut self) -> fencelock_core::Result<Vec<u8>> {
         let locked = self
             .client
             .lock(
@@ -126,7 +126,7 @@ impl Contender for PeerWaiter {
         Ok(locked.key().to_vec())
     }
 
-    async fn give_back(&mut self, key: Vec<u8>) -> lock_core::Result<()> {
+    async fn give_back(&mut self, key: Vec<u8>) -> fencelock_core::Result<()> {
         self.client
             .unlock(key)
             .await

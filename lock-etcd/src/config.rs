@@ -4,8 +4,8 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use lock_core::url::{parse_timeout, percent_decode};
-use lock_core::{Error, Result};
+use fencelock_core::url::{parse_timeout, percent_decode};
+use fencelock_core::{Error, Result};
 
 /// The default key prefix: every key this store writes starts with it.
 pub const DEFAULT_PREFIX: &str = "fencelock/";
@@ -141,7 +141,7 @@ impl EtcdConfig {
     /// list, an unknown or malformed option, or `etcds://` without the `tls` feature. The
     /// message never contains the password.
     pub fn from_url(url: &str) -> Result<Self> {
-        lock_core::url::check_userinfo_encoded(url)?;
+        fencelock_core::url::check_userinfo_encoded(url)?;
         let bad = |rule: String| Error::invalid("url", rule);
         let (tls, rest) = if let Some(rest) = url.strip_prefix("etcd://") {
             (false, rest)
@@ -154,7 +154,7 @@ impl EtcdConfig {
             )));
         };
         if tls && !cfg!(feature = "tls") {
-            return Err(bad("etcds:// needs lock-etcd's `tls` feature".into()));
+            return Err(bad("etcds:// needs fencelock-etcd's `tls` feature".into()));
         }
         let (rest, query) = match rest.split_once('?') {
             Some((rest, query)) => (rest, Some(query)),

@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
-use lock_core::kind::BoxFuture;
-use lock_core::{DynLockStore, Result, StoreKind};
+use fencelock_core::kind::BoxFuture;
+use fencelock_core::{DynLockStore, Result, StoreKind};
 
 use crate::config::EtcdConfig;
 use crate::store::EtcdStore;

@@ -1,7 +1,7 @@
-//! etcd client errors as [`lock_core::Error`]: which ones a caller may retry, and which
+//! etcd client errors as [`fencelock_core::Error`]: which ones a caller may retry, and which
 //! requests certainly reached no member (so may be sent again whatever they do).
 
-use lock_core::Error;
+use fencelock_core::Error;
 
 /// Whether the request failed before reaching any member: the connection could not be opened.
 /// Such a request can be sent again whatever it does.

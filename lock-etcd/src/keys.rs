@@ -18,7 +18,12 @@ pub(crate) fn dir(layout: Layout, prefix: &str, key: &str) -> String {
 }
 
 /// The queue entry of one acquisition in `layout`, holding the etcd lease `lease_id`.
-pub(crate) fn entry(layout: Layout, dir: &str, owner: lock_core::OwnerId, lease_id: i64) -> String {
+pub(crate) fn entry(
+    layout: Layout,
+    dir: &str,
+    owner: fencelock_core::OwnerId,
+    lease_id: i64,
+) -> String {
     match layout {
         Layout::Fencelock => entry_key(dir, owner),
         Layout::Etcd => mutex_entry(dir, lease_id),
@@ -59,20 +64,20 @@ pub(crate) fn queue_dir(prefix: &str, key: &str) -> String {
 }
 
 /// The queue entry of one acquisition.
-pub(crate) fn entry_key(dir: &str, owner: lock_core::OwnerId) -> String {
+pub(crate) fn entry_key(dir: &str, owner: fencelock_core::OwnerId) -> String {
     format!("{dir}{owner}")
 }
 
 /// The owner id at the end of an entry of `dir`, if it is one.
-pub(crate) fn entry_owner(dir: &str, entry: &[u8]) -> Option<lock_core::OwnerId> {
+pub(crate) fn entry_owner(dir: &str, entry: &[u8]) -> Option<fencelock_core::OwnerId> {
     let rest = entry.strip_prefix(dir.as_bytes())?;
-    lock_core::OwnerId::parse(std::str::from_utf8(rest).ok()?)
+    fencelock_core::OwnerId::parse(std::str::from_utf8(rest).ok()?)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lock_core::OwnerId;
+    use fencelock_core::OwnerId;
 
     #[test]
     fn no_queue_is_a_prefix_of_another_keys_entries() {

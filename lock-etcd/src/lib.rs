@@ -3,10 +3,10 @@
 //! manner of etcd's own Go recipe (`client/v3/concurrency.Mutex`).
 //!
 //! ```no_run
-//! # async fn demo() -> lock_core::Result<()> {
+//! # async fn demo() -> fencelock_core::Result<()> {
 //! use std::time::Duration;
-//! use lock_core::{Acquire, Release};
-//! use lock_etcd::{EtcdConfig, EtcdStore};
+//! use fencelock_core::{Acquire, Release};
+//! use fencelock_etcd::{EtcdConfig, EtcdStore};
 //!
 //! let config = EtcdConfig::from_url("etcd://10.0.0.1:2379,10.0.0.2:2379,10.0.0.3:2379")?;
 //! let store = EtcdStore::connect(config).await?;
@@ -28,9 +28,9 @@
 //!   per key across release, expiry, eviction and leader changes.
 //! - **The TTL is the etcd lease's**: whole seconds, rounded up, at least 1 s. etcd raises a
 //!   shorter TTL to its own minimum (about 1.5 × the election timeout, 2 s with the default
-//!   settings); [`Lease::ttl`](lock_core::Lease::ttl) reports the TTL etcd actually granted.
+//!   settings); [`Lease::ttl`](fencelock_core::Lease::ttl) reports the TTL etcd actually granted.
 //!   etcd deletes the entry when the lease expires. A lease is never kept alive on its own: only
-//!   [`Extend::extend`](lock_core::Extend::extend) (and so [`lock_core::KeepAlive`]) renews it,
+//!   [`Extend::extend`](fencelock_core::Extend::extend) (and so [`fencelock_core::KeepAlive`]) renews it,
 //!   so a lock nobody extends expires at its TTL.
 //! - **One keep-alive stream per handle.** etcd's `LeaseKeepAlive` stream takes any lease id in
 //!   each request. Every extend of every lock of a handle (and every waiter's renewal) goes
@@ -90,7 +90,7 @@
 //! (its entry still existed at that revision, and a delete makes a new one); the new reply is
 //! read at or after that delete. It is not the entry's create revision, which for a holder that
 //! had to queue is below the grants of those ahead of it. [`mutex_key`] gives a lease's
-//! `ETCD_LOCK_KEY`; [`LockStore::status`](lock_core::LockStore::status) names no token in this
+//! `ETCD_LOCK_KEY`; [`LockStore::status`](fencelock_core::LockStore::status) names no token in this
 //! layout (etcd keeps none) and no owner (the entry names a lease).
 //!
 //! # What is guaranteed
@@ -104,11 +104,11 @@
 //!   `sent_at`. A new leader restarts every lease's TTL, which only lengthens it. Across a
 //!   leader that stalls for longer than a TTL, only on etcd 3.4.31 / 3.5.13 and later (see
 //!   *Early frees*).
-//! - The lost signal of [`lock_core::KeepAlive`] fires when renewals cannot be confirmed before
+//! - The lost signal of [`fencelock_core::KeepAlive`] fires when renewals cannot be confirmed before
 //!   the local deadline, which is before etcd expires the lease — etcd's own
 //!   `Session.Done` fires only after.
 //! - Every request is bounded by `command_timeout` (connecting by `connect_timeout`): a stopped
-//!   or unreachable cluster gives a retryable [`Error::Unavailable`](lock_core::Error) in time,
+//!   or unreachable cluster gives a retryable [`Error::Unavailable`](fencelock_core::Error) in time,
 //!   never a hang. The client asks for a leader on every request, so a member cut off from
 //!   its quorum answers "no leader" at once.
 //!
@@ -119,7 +119,7 @@
 //!   revoked behind the holder's back (`etcdctl lease revoke`, [`LockStore::evict`]), its entry
 //!   is deleted by hand, or the cluster is restored from a snapshot taken before the grant. The
 //!   holder learns of it at its next extend, within a third of the TTL under
-//!   [`lock_core::KeepAlive`].
+//!   [`fencelock_core::KeepAlive`].
 //! - **A stalled leader on etcd before 3.4.31 / 3.5.13** (Debian bookworm ships 3.4.23) frees
 //!   locks early too: a leader stopped (`SIGSTOP`, a stuck disk) for longer than a lease's TTL
 //!   finds, when it runs again, that lease expired in its own view and proposes its revoke; the
@@ -141,7 +141,7 @@
 //! - etcd expires leases in batches (the leader checks about every 500 ms), so a key may stay
 //!   held up to about half a second past its TTL; never shorter.
 //! - etcd's minimum lease TTL depends on the cluster's election timeout; on a slow-election
-//!   cluster a 1 s request is granted more, which [`Lease::ttl`](lock_core::Lease::ttl) shows.
+//!   cluster a 1 s request is granted more, which [`Lease::ttl`](fencelock_core::Lease::ttl) shows.
 //! - A waiter whose own lease ends while it waits (its handle was cut off for a whole TTL) loses
 //!   its place in the queue and queues again at the back.
 //! - Keep-alive traffic grows with the number of held locks (one message per lock per extend,
@@ -172,7 +172,7 @@
 //! permission on the prefix (default `fencelock/`; in the etcd layout, on each lock's name);
 //! leases need no permission.
 //!
-//! [`LockStore::evict`]: lock_core::LockStore::evict
+//! [`LockStore::evict`]: fencelock_core::LockStore::evict
 #![warn(missing_docs)]
 
 // Module order (each imports only from those before it): config, error, keys, txn, renewer, store, descriptor.

@@ -10,7 +10,7 @@ use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 use etcd_client::{Client, LeaseKeepAliveStream, LeaseKeeper};
-use lock_core::{Error, Result};
+use fencelock_core::{Error, Result};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 

@@ -12,9 +12,9 @@ use etcd_client::{
     Client, ConnectOptions, EventType, GetOptions, KeyValue, Txn, TxnResponse, WatchFilterType,
     WatchOptions,
 };
-use lock_core::ttl::whole_secs;
-use lock_core::validate::{check_request, check_wait};
-use lock_core::{
+use fencelock_core::ttl::whole_secs;
+use fencelock_core::validate::{check_request, check_wait};
+use fencelock_core::{
     drift, Acquire, Capabilities, Error, Extend, Instant, KeyStatus, Lease, LockStore, OwnerId,
     Release, ReleaseOutcome, Result,
 };
@@ -923,7 +923,7 @@ impl LockStore for EtcdStore {
     /// Dropping the future may leave the entry deleted and its lease not yet revoked; the lease
     /// then holds nothing and expires at its TTL.
     async fn evict(&self, key: &str) -> Result<bool> {
-        lock_core::validate::check_key(key)?;
+        fencelock_core::validate::check_key(key)?;
         let dir = self.dir(key);
         let Some(head) = self.queue_head(&dir).await? else {
             return Ok(false);
@@ -947,7 +947,7 @@ impl LockStore for EtcdStore {
     /// # Cancel safety
     /// Read-only; dropping the future loses nothing.
     async fn status(&self, key: &str) -> Result<KeyStatus> {
-        lock_core::validate::check_key(key)?;
+        fencelock_core::validate::check_key(key)?;
         let dir = self.dir(key);
         let Some(head) = self.queue_head(&dir).await? else {
             return Ok(KeyStatus::Free);

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use common::EtcdFactory;
 use test_servers::shared;
 
-conformance::conformance_tests!(async {
+fencelock_conformance::conformance_tests!(async {
     Arc::new(EtcdFactory {
         url: shared::etcd_cluster().url(),
     })

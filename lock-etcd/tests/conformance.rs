@@ -8,7 +8,7 @@ use std::sync::Arc;
 use common::EtcdFactory;
 use test_servers::shared;
 
-conformance::conformance_tests!(async {
+fencelock_conformance::conformance_tests!(async {
     Arc::new(EtcdFactory {
         url: shared::etcd().url(),
     })
@@ -19,9 +19,9 @@ conformance::conformance_tests!(async {
 mod etcd_layout {
     use std::sync::Arc;
 
-    use conformance::{async_trait, StoreFactory};
-    use lock_core::DynLockStore;
-    use lock_etcd::{EtcdConfig, EtcdStore, Layout};
+    use fencelock_conformance::{async_trait, StoreFactory};
+    use fencelock_core::DynLockStore;
+    use fencelock_etcd::{EtcdConfig, EtcdStore, Layout};
     use test_servers::shared;
 
     use super::common::store;
@@ -49,7 +49,7 @@ mod etcd_layout {
         }
     }
 
-    conformance::conformance_tests!(async {
+    fencelock_conformance::conformance_tests!(async {
         Arc::new(EtcdLayoutFactory {
             url: shared::etcd().url(),
         })

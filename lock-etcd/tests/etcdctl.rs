@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use common::store;
 use etcd_client::GetOptions;
-use lock_core::{Acquire, Error, Lease, Release, ReleaseOutcome};
-use lock_etcd::{mutex_key, EtcdStore};
+use fencelock_core::{Acquire, Error, Lease, Release, ReleaseOutcome};
+use fencelock_etcd::{mutex_key, EtcdStore};
 use test_servers::shared;
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout, Command};
@@ -143,7 +143,7 @@ impl EtcdctlLock {
 }
 
 /// A fencelock waiter on `name`, on its own handle.
-async fn fencelock_waiter(name: &str) -> JoinHandle<lock_core::Result<(EtcdStore, Lease)>> {
+async fn fencelock_waiter(name: &str) -> JoinHandle<fencelock_core::Result<(EtcdStore, Lease)>> {
     let store = etcd_layout_store().await;
     let name = name.to_owned();
     tokio::spawn(async move {
@@ -152,7 +152,9 @@ async fn fencelock_waiter(name: &str) -> JoinHandle<lock_core::Result<(EtcdStore
     })
 }
 
-async fn joined(waiter: JoinHandle<lock_core::Result<(EtcdStore, Lease)>>) -> (EtcdStore, Lease) {
+async fn joined(
+    waiter: JoinHandle<fencelock_core::Result<(EtcdStore, Lease)>>,
+) -> (EtcdStore, Lease) {
     timeout(PATIENCE, waiter)
         .await
         .expect("the fencelock waiter was never granted")

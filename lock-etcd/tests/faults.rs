@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use common::store;
 use etcd_client::GetOptions;
-use lock_core::{Acquire, Error, Extend, KeepAlive, LockStore, Release, ReleaseOutcome};
-use lock_etcd::{EtcdConfig, EtcdStore};
+use fencelock_core::{Acquire, Error, Extend, KeepAlive, LockStore, Release, ReleaseOutcome};
+use fencelock_etcd::{EtcdConfig, EtcdStore};
 use test_servers::{closed_ports, EtcdCluster, EtcdServer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};

@@ -5,7 +5,7 @@
 //! queue key goes with its lease. Old revisions stay until the cluster is compacted, which is
 //! the operator's business (`--auto-compaction-retention`), so only live keys are counted.
 //!
-//! `FENCELOCK_KEYS=100000 cargo test -p lock-etcd --all-features --test retention` locks more.
+//! `FENCELOCK_KEYS=100000 cargo test -p fencelock-etcd --all-features --test retention` locks more.
 
 mod common;
 
@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{Client, GetOptions};
-use lock_core::{Acquire, LockStore, Release, ReleaseOutcome};
+use fencelock_core::{Acquire, LockStore, Release, ReleaseOutcome};
 use test_servers::shared;
 use tokio::time::{sleep, Instant};
 

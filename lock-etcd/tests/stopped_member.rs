@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::store;
-use lock_core::{Acquire, Error, KeepAlive, Release, ReleaseOutcome};
+use fencelock_core::{Acquire, Error, KeepAlive, Release, ReleaseOutcome};
 use test_servers::EtcdCluster;
 use tokio::time::{sleep, timeout};
 
@@ -31,7 +31,7 @@ fn affected_etcd_versions() {
         ("3.3.27", true),
     ] {
         assert_eq!(
-            lock_etcd::stale_leader_revokes_leases(version),
+            fencelock_etcd::stale_leader_revokes_leases(version),
             affected,
             "{version}"
         );
@@ -47,7 +47,7 @@ async fn stopped_leader_frees_no_kept_lock_or_tells_its_holder() {
             .expect("a raw client");
         client.status().await.expect("status").version().to_owned()
     };
-    let affected = lock_etcd::stale_leader_revokes_leases(&version);
+    let affected = fencelock_etcd::stale_leader_revokes_leases(&version);
     // TTL 3 s, renewed every 750 ms by KeepAlive; a renewal stuck behind the stopped leader is
     // given up after the 1 s command timeout, so the holders ride through the election.
     let ttl = Duration::from_secs(3);

@@ -8,9 +8,9 @@ mod common;
 
 use std::sync::{Arc, OnceLock};
 
-use conformance::{async_trait, StoreFactory};
-use lock_core::{DynLockStore, Error};
-use lock_etcd::{EtcdConfig, EtcdStore};
+use fencelock_conformance::{async_trait, StoreFactory};
+use fencelock_core::{DynLockStore, Error};
+use fencelock_etcd::{EtcdConfig, EtcdStore};
 use test_servers::{closed_ports, shared, ServerCert, TestCa, TlsEtcd};
 
 const SECRET: &str = "tls-test-hunter2";
@@ -62,7 +62,7 @@ impl StoreFactory for TlsFactory {
 }
 
 // The whole suite, every case over TLS.
-conformance::conformance_tests!(async { Arc::new(TlsFactory) });
+fencelock_conformance::conformance_tests!(async { Arc::new(TlsFactory) });
 
 #[tokio::test]
 async fn a_client_certificate_opens_a_member_that_requires_one() {
@@ -119,7 +119,7 @@ async fn a_tls_client_against_a_plain_text_member_is_refused() {
 #[tokio::test]
 async fn a_missing_client_certificate_is_refused_without_the_password() {
     // Not asserted non-retryable: tonic reports it as a dropped connection
-    // ("operation was canceled"), which lock-etcd cannot tell from a real one.
+    // ("operation was canceled"), which fencelock-etcd cannot tell from a real one.
     let url = server(ServerCert::RequireClientCert).tls_url();
     let url = url.replacen("://", &format!("://root:{SECRET}@"), 1);
     let config = EtcdConfig::from_url(&format!(

@@ -2,7 +2,7 @@
 //! client.
 //!
 //! ```sh
-//! cargo run --release -p lock-mysql --example bench
+//! cargo run --release -p fencelock-mysql --example bench
 //! ```
 //!
 //! Starts its own MariaDB with test-servers, or uses `LOCK_BENCH_URL` if set. Prints one table:
@@ -17,12 +17,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use conformance::bench::{
+use fencelock_conformance::bench::{
     cycle, cycle_into, handoff_between, handoff_to_another, hold_kept_alive, lock_throughput,
     micros as us, server_or_env, throughput, time_each, Contender, Handoff, Samples, Table,
 };
-use lock_core::DynLockStore;
-use lock_mysql::{MysqlConfig, MysqlStore};
+use fencelock_core::DynLockStore;
+use fencelock_mysql::{MysqlConfig, MysqlStore};
 use sqlx::{Connection, MySqlConnection, Row};
 use tokio::time::Instant;
 
@@ -49,8 +49,8 @@ const RAW_BUMP: &str = "INSERT INTO {fence}
     ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1)";
 const RAW_RELEASE: &str = "SELECT RELEASE_LOCK(?)";
 
-fn raw_failed(e: sqlx::Error) -> lock_core::Error {
-    lock_core::Error::store("raw statement", e)
+fn raw_failed(e: sqlx::Error) -> fencelock_core::Error {
+    fencelock_core::Error::store("raw statement", e)
 }
 
 /// One raw connection and the statements it runs on one lock name.
@@ -69,7 +69,7 @@ impl Raw {
         })
     }
 
-    async fn lock(&mut self, statement: &str) -> lock_core::Result<()> {
+    async fn lock(&mut self, statement: &str) -> fencelock_core::Result<()> {
         let granted: Option<i64> = sqlx::query(statement)
             .bind(&self.name)
             .fetch_one(&mut self.conn)
@@ -77,7 +77,7 @@ impl Raw {
             .and_then(|r| r.try_get(0))
             .map_err(raw_failed)?;
         if granted != Some(1) {
-            return Err(lock_core::Error::Busy {
+            return Err(fencelock_core::Error::Busy {
                 key: self.name.clone(),
             });
         }
@@ -90,7 +90,7 @@ impl Raw {
         Ok(())
     }
 
-    async fn unlock(&mut self) -> lock_core::Result<()> {
+    async fn unlock(&mut self) -> fencelock_core::Result<()> {
         sqlx::query(RAW_RELEASE)
             .bind(&self.name)
             .execute(&mut self.conn)
@@ -99,23 +99,23 @@ impl Raw {
             .map_err(raw_failed)
     }
 
-    async fn cycle(&mut self) -> lock_core::Result<()> {
+    async fn cycle(&mut self) -> fencelock_core::Result<()> {
         self.lock(RAW_TRY).await?;
         self.unlock().await
     }
 }
 
-/// A raw connection as a waiter in `conformance::bench::handoff_between`: it blocks in
+/// A raw connection as a waiter in `fencelock_conformance::bench::handoff_between`: it blocks in
 /// `GET_LOCK`, then bumps the fence as a separate statement.
 #[async_trait]
 impl Contender for Raw {
     type Held = ();
 
-    async fn take(&mut self) -> lock_core::Result<()> {
+    async fn take(&mut self) -> fencelock_core::Result<()> {
         self.lock(RAW_WAIT).await
     }
 
-    async fn give_back(&mut self, (): ()) -> lock_core::Result<()> {
+    async fn give_back(&mut self, (): ()) -> fencelock_core::Result<()> {
         self.unlock().await
     }
 }

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use lock_core::Result;
+use fencelock_core::Result;
 use sqlx::mysql::MySqlConnection;
 use sqlx::{Connection, Row};
 use tokio::time::Instant;

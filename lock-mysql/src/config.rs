@@ -4,9 +4,9 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use lock_core::url::{parse_timeout, parse_window, redact};
-use lock_core::validate::{check_retention, DEFAULT_RETENTION, MAX_TTL};
-use lock_core::{Error, Result};
+use fencelock_core::url::{parse_timeout, parse_window, redact};
+use fencelock_core::validate::{check_retention, DEFAULT_RETENTION, MAX_TTL};
+use fencelock_core::{Error, Result};
 use sqlx::mysql::{MySqlConnectOptions, MySqlSslMode};
 use url::Url;
 
@@ -93,7 +93,7 @@ impl MysqlConfig {
     /// missing or malformed database name, an unknown or malformed option, or `sslmode=require`
     /// (and stricter) without the `tls` feature. The message never contains the password.
     pub fn from_url(url: &str) -> Result<Self> {
-        lock_core::url::check_userinfo_encoded(url)?;
+        fencelock_core::url::check_userinfo_encoded(url)?;
         let bad = |rule: String| Error::invalid("url", rule);
         let parsed = Url::parse(url).map_err(|e| bad(format!("not a URL: {e}")))?;
         if !matches!(parsed.scheme(), "mysql" | "mariadb") {
@@ -107,12 +107,13 @@ impl MysqlConfig {
             return Err(bad(format!("{redacted}: the URL names no host")));
         }
         let database = parsed.path().trim_start_matches('/');
-        let database =
-            check_database(&lock_core::url::percent_decode(database).ok_or_else(|| {
+        let database = check_database(&fencelock_core::url::percent_decode(database).ok_or_else(
+            || {
                 bad(format!(
                     "{redacted}: the database name is not valid percent-encoded UTF-8"
                 ))
-            })?)?;
+            },
+        )?)?;
 
         let mut config = MysqlConfig {
             connect: MySqlConnectOptions::new(),
@@ -169,7 +170,8 @@ impl MysqlConfig {
         check_retention(config.retention, config.max_ttl)?;
         if requires_tls(ssl_mode) && !cfg!(feature = "tls") {
             return Err(bad(
-                "sslmode=require, verify-ca and verify-full need lock-mysql's `tls` feature".into(),
+                "sslmode=require, verify-ca and verify-full need fencelock-mysql's `tls` feature"
+                    .into(),
             ));
         }
 

@@ -15,7 +15,7 @@
 //! key bytes                   UTF-8, any byte including NUL
 //! ```
 //!
-//! This is the layout of lock-postgres's lock-id scheme 2, and it carries the same number: the
+//! This is the layout of fencelock-postgres's lock-id scheme 2, and it carries the same number: the
 //! fence table is part of the lock, so a lock and its fencing counter always come as a pair,
 //! and handles on two fence tables never contend (like two namespaces). This store never had
 //! a scheme 1. `GET_LOCK` names are server-wide, across databases, which is why the database
@@ -81,7 +81,10 @@ pub(crate) struct Space<'a> {
 
 /// Accepts a fence table whose comment records this build's lock-id scheme, and refuses any
 /// other with a message that says what to do.
-pub(crate) fn check_recorded_scheme(fence_table: &str, comment: &str) -> lock_core::Result<()> {
+pub(crate) fn check_recorded_scheme(
+    fence_table: &str,
+    comment: &str,
+) -> fencelock_core::Result<()> {
     if comment == scheme_comment(LOCK_ID_SCHEME) {
         return Ok(());
     }
@@ -90,18 +93,18 @@ pub(crate) fn check_recorded_scheme(fence_table: &str, comment: &str) -> lock_co
         .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
     let message = match recorded {
         Some(scheme) => format!(
-            "the fence table {fence_table} records lock-id scheme {scheme}, and this lock-mysql \
+            "the fence table {fence_table} records lock-id scheme {scheme}, and this fencelock-mysql \
              uses scheme {LOCK_ID_SCHEME}: stores of different schemes lock different names for \
              one key and would not exclude each other; run every store on {fence_table} at one \
              scheme"
         ),
         None => format!(
             "the table {fence_table} records no lock-id scheme (its comment is {comment:?}): it \
-             was not made by lock-mysql; choose another table= or create it with \
+             was not made by fencelock-mysql; choose another table= or create it with \
              MysqlConfig::fence_table_ddl()"
         ),
     };
-    Err(lock_core::Error::Store {
+    Err(fencelock_core::Error::Store {
         message,
         source: None,
     })
@@ -192,7 +195,7 @@ mod tests {
             ),
         ] {
             match check_recorded_scheme("`d`.`t`", comment) {
-                Err(lock_core::Error::Store { message, .. }) => {
+                Err(fencelock_core::Error::Store { message, .. }) => {
                     assert!(message.contains(says), "{message}");
                     assert!(message.contains("`d`.`t`"), "{message}");
                 }

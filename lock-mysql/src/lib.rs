@@ -6,10 +6,10 @@
 //! waiting acquire may wait up to a second longer than asked before it times out.
 //!
 //! ```no_run
-//! # async fn demo() -> lock_core::Result<()> {
+//! # async fn demo() -> fencelock_core::Result<()> {
 //! use std::time::Duration;
-//! use lock_core::{Acquire, Release};
-//! use lock_mysql::{MysqlConfig, MysqlStore};
+//! use fencelock_core::{Acquire, Release};
+//! use fencelock_mysql::{MysqlConfig, MysqlStore};
 //!
 //! let config = MysqlConfig::from_url("mysql://app@db.internal/app?namespace=billing")?;
 //! let store = MysqlStore::connect(config).await?;
@@ -26,7 +26,7 @@
 //!   hash, lock-id scheme [`LOCK_ID_SCHEME`] (2, the layout of the PostgreSQL store's scheme
 //!   2). Handles with different databases, `table=` or `namespace=` never contend.
 //! - **One session per lease.** Each held lease owns a dedicated connection, carried inside the
-//!   [`Lease`](lock_core::Lease). `GET_LOCK` is reentrant per session, so sharing a session
+//!   [`Lease`](fencelock_core::Lease). `GET_LOCK` is reentrant per session, so sharing a session
 //!   would let two leases on one key both be granted; here a session takes at most one lock,
 //!   once, and goes back to the store's idle list only after its release statement freed that
 //!   lock and `RELEASE_ALL_LOCKS()` found nothing else.
@@ -40,7 +40,7 @@
 //!   token twice as long as the server makes every commit durable
 //!   (`innodb_flush_log_at_trx_commit=1`, the default; the store logs a warning otherwise).
 //! - **The TTL is enforced by the server**: the session's `wait_timeout` is set to the TTL in
-//!   whole seconds (rounded up; [`Capabilities`](lock_core::Capabilities) declares the
+//!   whole seconds (rounded up; [`Capabilities`](fencelock_core::Capabilities) declares the
 //!   one-second granularity, and the shortest TTL is [`MIN_TTL`], one second), and every
 //!   extend (any statement) restarts that timer. A holder that stops talking (paused process,
 //!   partition) loses its session — and its lock — the TTL after its last extend, though its
@@ -75,11 +75,11 @@
 //! Fence scheme 2: the fence table has a `fence_scheme` column, NOT NULL without a default and
 //! checked to be 2, so a build before this one (which starts new rows at 1) cannot write a row
 //! in it. A table such a build made is refused (`connect`, or a lazy handle's first operation,
-//! fails with [`Error::Store`](lock_core::Error::Store)) until
+//! fails with [`Error::Store`](fencelock_core::Error::Store)) until
 //! [`MysqlConfig::fence_scheme_upgrade_sql`] is run once, with the older stores stopped: it
 //! adds the column and the floor table; counters are kept, so tokens go on from where they
 //! were (no jump). [`MysqlStore::fence_rows`] counts the rows (`lockctl stats`) and
-//! [`MysqlStore::remove_idle_fences`] removes idle ones at once. `cargo test -p lock-mysql
+//! [`MysqlStore::remove_idle_fences`] removes idle ones at once. `cargo test -p fencelock-mysql
 //! --all-features --test retention` locks 10,000 distinct keys (`FENCELOCK_KEYS=100000` for
 //! more) and checks that one row is left after a 2 s window.
 //!
@@ -89,7 +89,7 @@
 //! - the server ends the session: `KILL` (an administrator, or [`LockStore::evict`]), a
 //!   server shutdown, restart or crash, a failover (the promoted server has no sessions);
 //! - the connection breaks and the server notices: the holder's process exits or drops the
-//!   [`Lease`](lock_core::Lease) unreleased (the socket closes), or a TCP reset.
+//!   [`Lease`](fencelock_core::Lease) unreleased (the socket closes), or a TCP reset.
 //!
 //! A silent holder's session is ended by `wait_timeout` one TTL after its last extend: that is
 //! the TTL, not early. Nothing else unlocks: the lease's session runs only this store's
@@ -98,8 +98,8 @@
 //! **How fast the holder finds out.** While a handle holds leases, one task per handle looks
 //! up their sessions (`SELECT … FROM information_schema.PROCESSLIST`, connection id and client
 //! address) every `min(1 s, TTL/6)` (the shortest TTL held), on a session of the handle's own,
-//! and revokes [`Lease::revocation`](lock_core::Lease::revocation) of each lease whose
-//! session is gone; [`KeepAlive`](lock_core::KeepAlive) then reports the loss at once. So a
+//! and revokes [`Lease::revocation`](fencelock_core::Lease::revocation) of each lease whose
+//! session is gone; [`KeepAlive`](fencelock_core::KeepAlive) then reports the loss at once. So a
 //! holder learns within that period plus one query, not at its next extend. When the task
 //! cannot reach the server it concludes nothing, and the next extend tells: within TTL/3
 //! with keep-alive. `tests/faults.rs` measures the bound.
@@ -123,7 +123,7 @@
 //! - Two different keys can hash to the same name (chance 2⁻¹⁶⁰ per pair): false contention,
 //!   never a safety problem.
 //! - Fairness: waiters are not promised to be served oldest first
-//!   ([`Capabilities::fair_queue`](lock_core::Capabilities) is off).
+//!   ([`Capabilities::fair_queue`](fencelock_core::Capabilities) is off).
 //! - Named locks live on one server: a failover to a replica loses every lock, and the fence
 //!   table only keeps monotonic tokens if replication is semi-synchronous or synchronous.
 //!
@@ -131,7 +131,7 @@
 //! Every held lease and every waiting acquire occupies one server connection (one server
 //! thread). One store handle has no limit of its own: the server's `max_connections` (151 by
 //! default) is the limit, and beyond it acquire fails with a retryable
-//! [`Error::Unavailable`](lock_core::Error::Unavailable). Size it for the leases held at once
+//! [`Error::Unavailable`](fencelock_core::Error::Unavailable). Size it for the leases held at once
 //! plus waiters plus your application's own connections. Released sessions are kept for reuse
 //! (`max_idle`, default 16); an idle session whose `wait_timeout` (the last lease's TTL) is
 //! half spent is closed rather than reused. While a handle holds leases its watch task uses
@@ -153,7 +153,7 @@
 //! The lock name of a key depends on the scheme, so every fence table records its scheme in
 //! its comment (`fencelock fence table, lock-id scheme 2`, shown by `SHOW CREATE TABLE`), and
 //! a store refuses to start (`connect`, or a lazy handle's first operation, fails with a
-//! non-retryable [`Error::Store`](lock_core::Error::Store)) on a table that records another
+//! non-retryable [`Error::Store`](fencelock_core::Error::Store)) on a table that records another
 //! scheme or none.
 //!
 //! # The URL
@@ -170,7 +170,7 @@
 //! `INSERT`, `UPDATE` and `DELETE` on both; it
 //! sees and kills its own sessions in the process list, which is all the store needs.
 //!
-//! [`LockStore::evict`]: lock_core::LockStore::evict
+//! [`LockStore::evict`]: fencelock_core::LockStore::evict
 #![warn(missing_docs)]
 
 // Module order (each imports only from those before it): keys, sql, config, error, session, cleanup, watch, store, descriptor.

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use lock_core::{Error, Instant};
+use fencelock_core::{Error, Instant};
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlRow};
 use sqlx::{Connection, Row};
 use tokio::sync::OnceCell;
@@ -116,7 +116,7 @@ impl Sessions {
     ///
     /// # Cancel safety
     /// Dropping the future drops a half-opened connection; nothing is held.
-    pub(crate) async fn checkout(&self) -> lock_core::Result<Checkout> {
+    pub(crate) async fn checkout(&self) -> fencelock_core::Result<Checkout> {
         loop {
             let Some(session) = self.idle_list().pop() else {
                 break;
@@ -153,7 +153,7 @@ impl Sessions {
     ///
     /// # Cancel safety
     /// Dropping the future drops the half-opened connection; nothing is held.
-    pub(crate) async fn open(&self) -> lock_core::Result<Session> {
+    pub(crate) async fn open(&self) -> fencelock_core::Result<Session> {
         let limit = self.config.connect_timeout;
         let opening = async {
             let mut conn = MySqlConnection::connect_with(&self.options)
@@ -213,7 +213,7 @@ impl Sessions {
     /// not InnoDB, that records a lock-id scheme other than this build's, or no fence scheme
     /// (an earlier build's), and makes sure the floor row exists. Concurrent creators race
     /// harmlessly (`IF NOT EXISTS`, `INSERT IGNORE`).
-    async fn ensure_fence_table(&self, conn: &mut MySqlConnection) -> lock_core::Result<()> {
+    async fn ensure_fence_table(&self, conn: &mut MySqlConnection) -> fencelock_core::Result<()> {
         let fence_table = self.config.fence_table();
         let mut state = self.fence_table_state(conn).await?;
         if state.engine.is_none() {
@@ -276,7 +276,7 @@ impl Sessions {
     async fn fence_table_state(
         &self,
         conn: &mut MySqlConnection,
-    ) -> lock_core::Result<FenceTableState> {
+    ) -> fencelock_core::Result<FenceTableState> {
         let failed = |e| sql_error("looking for the fence table", e);
         let row: MySqlRow = sqlx::query(FENCE_TABLE_STATE)
             .bind(&self.config.database)
@@ -299,7 +299,7 @@ impl Sessions {
 
     /// Ends session `id` if it still belongs to client address `host` (see
     /// [`SESSION_PRESENT`]).
-    pub(crate) async fn kill_waiter(&self, id: i64, host: &str) -> lock_core::Result<()> {
+    pub(crate) async fn kill_waiter(&self, id: i64, host: &str) -> fencelock_core::Result<()> {
         let Checkout { mut session, .. } = self.checkout().await?;
         let limit = self.config.command_timeout;
         let present = bounded(

@@ -1,7 +1,7 @@
 //! Finding out fast that the server ended a lease's session: one task per store handle looks
 //! up the sessions of the held leases in `information_schema.PROCESSLIST` and revokes the
-//! [`Lease::revocation`](lock_core::Lease::revocation) of each lease whose session is gone,
-//! so [`KeepAlive`](lock_core::KeepAlive) reports the loss at once instead of at its next
+//! [`Lease::revocation`](fencelock_core::Lease::revocation) of each lease whose session is gone,
+//! so [`KeepAlive`](fencelock_core::KeepAlive) reports the loss at once instead of at its next
 //! extend.
 //!
 //! The task holds each lease's revocation and session identity, never the lease or its session
@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use lock_core::Revocation;
+use fencelock_core::Revocation;
 use sqlx::Row;
 use tokio_util::sync::CancellationToken;
 

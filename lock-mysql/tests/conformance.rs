@@ -3,9 +3,9 @@
 
 use std::sync::Arc;
 
-use conformance::{async_trait, StoreFactory};
-use lock_core::DynLockStore;
-use lock_mysql::{MysqlConfig, MysqlStore};
+use fencelock_conformance::{async_trait, StoreFactory};
+use fencelock_core::DynLockStore;
+use fencelock_mysql::{MysqlConfig, MysqlStore};
 use test_servers::shared;
 
 /// The shared server of this test process.
@@ -36,4 +36,4 @@ impl StoreFactory for MysqlFactory {
     }
 }
 
-conformance::conformance_tests!(async { Arc::new(MysqlFactory { url: server_url() }) });
+fencelock_conformance::conformance_tests!(async { Arc::new(MysqlFactory { url: server_url() }) });

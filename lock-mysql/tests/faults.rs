@@ -5,8 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{Acquire, Error, Extend, KeepAlive, Release, ReleaseOutcome};
-use lock_mysql::{MysqlConfig, MysqlStore};
+use fencelock_core::{Acquire, Error, Extend, KeepAlive, Release, ReleaseOutcome};
+use fencelock_mysql::{MysqlConfig, MysqlStore};
 use sqlx::{Connection, MySqlConnection, Row};
 use test_servers::{shared, MariadbServer};
 use tokio::time::{sleep, timeout, Instant};

@@ -3,15 +3,15 @@
 //! highest token, so a key whose row was removed still gets a greater token (fence scheme 2).
 //! A fence table made by an earlier build (plain counters from 1) is refused until upgraded.
 //!
-//! CI locks 10,000 distinct keys; `FENCELOCK_KEYS=100000 cargo test -p lock-mysql
+//! CI locks 10,000 distinct keys; `FENCELOCK_KEYS=100000 cargo test -p fencelock-mysql
 //! --all-features --test retention` locks more.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{Acquire, Error, Extend, LockStore, Release, ReleaseOutcome};
-use lock_mysql::{MysqlConfig, MysqlStore};
+use fencelock_core::{Acquire, Error, Extend, LockStore, Release, ReleaseOutcome};
+use fencelock_mysql::{MysqlConfig, MysqlStore};
 use sqlx::{Connection, MySqlConnection};
 use test_servers::shared;
 use tokio::time::{sleep, Instant};
@@ -223,13 +223,13 @@ async fn a_fence_table_of_fence_scheme_1_is_refused_until_upgraded_and_counters_
 /// Handles with the short window, for the conformance case.
 struct ShortWindow;
 
-#[conformance::async_trait]
-impl conformance::StoreFactory for ShortWindow {
-    async fn handle(&self) -> lock_core::DynLockStore {
+#[fencelock_conformance::async_trait]
+impl fencelock_conformance::StoreFactory for ShortWindow {
+    async fn handle(&self) -> fencelock_core::DynLockStore {
         Arc::new(store("case").await)
     }
 
-    async fn unreachable_handle(&self) -> lock_core::DynLockStore {
+    async fn unreachable_handle(&self) -> fencelock_core::DynLockStore {
         let url = format!(
             "mysql://fencelock@127.0.0.1:{}/fencelock?connect_timeout=1&command_timeout=1&{OPTIONS}",
             test_servers::closed_ports(1)[0]
@@ -242,10 +242,10 @@ impl conformance::StoreFactory for ShortWindow {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_conformance_case_for_the_retention_window_passes() {
-    let outcome = conformance::run_case(
+    let outcome = fencelock_conformance::run_case(
         "tokens_increase_after_the_retention_window",
         Arc::new(ShortWindow),
     )
     .await;
-    assert_eq!(outcome, conformance::Outcome::Passed);
+    assert_eq!(outcome, fencelock_conformance::Outcome::Passed);
 }

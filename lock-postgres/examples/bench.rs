@@ -1,7 +1,7 @@
 //! The PostgreSQL store against the raw SQL it is built on, measured in one run from one client.
 //!
 //! ```sh
-//! cargo run --release -p lock-postgres --example bench
+//! cargo run --release -p fencelock-postgres --example bench
 //! ```
 //!
 //! Starts its own server with test-servers, or uses `LOCK_BENCH_URL` if set. Prints one table:
@@ -16,12 +16,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use conformance::bench::{
+use fencelock_conformance::bench::{
     cycle, cycle_into, handoff, handoff_between, hold_kept_alive, lock_throughput, micros as us,
     server_or_env, throughput, time_each, Contender, Handoff, Samples, Table,
 };
-use lock_core::DynLockStore;
-use lock_postgres::{PostgresConfig, PostgresStore};
+use fencelock_core::DynLockStore;
+use fencelock_postgres::{PostgresConfig, PostgresStore};
 use sqlx::{Connection, PgConnection, Row};
 use tokio::time::Instant;
 
@@ -46,7 +46,7 @@ const RAW_BUMP: &str = "INSERT INTO public.fencelock_fence AS f
     RETURNING f.token";
 const RAW_UNLOCK: &str = "SELECT pg_advisory_unlock($1)";
 
-async fn raw_cycle(conn: &mut PgConnection, id: i64) -> lock_core::Result<()> {
+async fn raw_cycle(conn: &mut PgConnection, id: i64) -> fencelock_core::Result<()> {
     let locked: bool = sqlx::query(RAW_TRY)
         .bind(id)
         .fetch_one(&mut *conn)
@@ -54,7 +54,7 @@ async fn raw_cycle(conn: &mut PgConnection, id: i64) -> lock_core::Result<()> {
         .and_then(|r| r.try_get(0))
         .map_err(raw_failed)?;
     if !locked {
-        return Err(lock_core::Error::Busy {
+        return Err(fencelock_core::Error::Busy {
             key: id.to_string(),
         });
     }
@@ -72,9 +72,9 @@ async fn raw_cycle(conn: &mut PgConnection, id: i64) -> lock_core::Result<()> {
     Ok(())
 }
 
-/// A raw connection as a waiter in `conformance::bench::handoff_between`: it blocks in
+/// A raw connection as a waiter in `fencelock_conformance::bench::handoff_between`: it blocks in
 /// `pg_advisory_lock`, then bumps the fence as a separate statement; the same measurement as
-/// `conformance::bench::handoff`.
+/// `fencelock_conformance::bench::handoff`.
 struct RawWaiter {
     conn: PgConnection,
     id: i64,
@@ -84,7 +84,7 @@ struct RawWaiter {
 impl Contender for RawWaiter {
     type Held = ();
 
-    async fn take(&mut self) -> lock_core::Result<()> {
+    async fn take(&mut self) -> fencelock_core::Result<()> {
         sqlx::query("SELECT pg_advisory_lock($1)")
             .bind(self.id)
             .execute(&mut self.conn)
@@ -99,7 +99,7 @@ impl Contender for RawWaiter {
         Ok(())
     }
 
-    async fn give_back(&mut self, (): ()) -> lock_core::Result<()> {
+    async fn give_back(&mut self, (): ()) -> fencelock_core::Result<()> {
         sqlx::query(RAW_UNLOCK)
             .bind(self.id)
             .execute(&mut self.conn)
@@ -109,8 +109,8 @@ impl Contender for RawWaiter {
     }
 }
 
-fn raw_failed(e: sqlx::Error) -> lock_core::Error {
-    lock_core::Error::store("raw statement", e)
+fn raw_failed(e: sqlx::Error) -> fencelock_core::Error {
+    fencelock_core::Error::store("raw statement", e)
 }
 
 #[tokio::main(flavor = "multi_thread")]
@@ -143,7 +143,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
                 .fetch_one(&mut *raw.lock().await)
                 .await
                 .map(drop)
-                .map_err(|e| lock_core::Error::store("SELECT 1", e))
+                .map_err(|e| fencelock_core::Error::store("SELECT 1", e))
         }
     })
     .await?;
@@ -156,7 +156,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
                 .fetch_one(&mut *raw.lock().await)
                 .await
                 .map(drop)
-                .map_err(|e| lock_core::Error::store("raw upsert", e))
+                .map_err(|e| fencelock_core::Error::store("raw upsert", e))
         }
     })
     .await?;
@@ -165,14 +165,14 @@ async fn main() -> Result<(), Box<dyn Error>> {
         async move {
             let conn = PgConnection::connect(&url)
                 .await
-                .map_err(|e| lock_core::Error::store("connect", e))?;
+                .map_err(|e| fencelock_core::Error::store("connect", e))?;
             conn.close()
                 .await
-                .map_err(|e| lock_core::Error::store("close", e))
+                .map_err(|e| fencelock_core::Error::store("close", e))
         }
     })
     .await?;
-    // The raw floor and our cycle (the loop of `conformance::bench::cycle`) in alternating
+    // The raw floor and our cycle (the loop of `fencelock_conformance::bench::cycle`) in alternating
     // rounds, so both see the same machine load; warmed up first.
     cycle(&dyn_store, "bench:cycle", TTL, 100).await?;
     let (mut raw_samples, mut our_samples) = (Vec::new(), Vec::new());

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use lock_core::Result;
+use fencelock_core::Result;
 use sqlx::Row;
 use tokio::time::Instant;
 
@@ -96,7 +96,7 @@ pub(crate) async fn remove_idle_fences(sessions: &Sessions) -> Result<u64> {
         .map_err(|fault| fault.into_error("removing idle fence rows"))?;
         let batch: i64 = row
             .try_get("removed")
-            .map_err(|e| lock_core::Error::Store {
+            .map_err(|e| fencelock_core::Error::Store {
                 message: format!("removing idle fence rows: {e}"),
                 source: None,
             })?;
@@ -122,10 +122,12 @@ pub(crate) async fn count_fences(sessions: &Sessions) -> Result<u64> {
     .await
     .map_err(|fault| fault.into_error("counting fence rows"))?;
     sessions.checkin(session);
-    let fences: i64 = row.try_get("fences").map_err(|e| lock_core::Error::Store {
-        message: format!("counting fence rows: {e}"),
-        source: None,
-    })?;
+    let fences: i64 = row
+        .try_get("fences")
+        .map_err(|e| fencelock_core::Error::Store {
+            message: format!("counting fence rows: {e}"),
+            source: None,
+        })?;
     Ok(u64::try_from(fences).unwrap_or(0))
 }
 

@@ -4,9 +4,9 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use lock_core::url::{parse_timeout, parse_window, redact};
-use lock_core::validate::{check_retention, DEFAULT_RETENTION, MAX_TTL};
-use lock_core::{Error, Result};
+use fencelock_core::url::{parse_timeout, parse_window, redact};
+use fencelock_core::validate::{check_retention, DEFAULT_RETENTION, MAX_TTL};
+use fencelock_core::{Error, Result};
 use sqlx::postgres::{PgConnectOptions, PgSslMode};
 use url::Url;
 
@@ -118,7 +118,7 @@ impl PostgresConfig {
     /// unknown or malformed option, or `sslmode=require` (and stricter) without the `tls`
     /// feature. The message never contains the password.
     pub fn from_url(url: &str) -> Result<Self> {
-        lock_core::url::check_userinfo_encoded(url)?;
+        fencelock_core::url::check_userinfo_encoded(url)?;
         let bad = |rule: String| Error::invalid("url", rule);
         let parsed = Url::parse(url).map_err(|e| bad(format!("not a URL: {e}")))?;
         if !matches!(parsed.scheme(), "postgres" | "postgresql") {
@@ -199,7 +199,7 @@ impl PostgresConfig {
         config.connect = tls.apply(config.connect, sslmode_given)?;
         if requires_tls(config.connect.get_ssl_mode()) && !cfg!(feature = "tls") {
             return Err(bad(
-                "sslmode=require, verify-ca and verify-full need lock-postgres's `tls` feature"
+                "sslmode=require, verify-ca and verify-full need fencelock-postgres's `tls` feature"
                     .into(),
             ));
         }

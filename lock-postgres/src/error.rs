@@ -1,10 +1,10 @@
-//! sqlx errors and statement timeouts as [`lock_core::Error`]: which ones a caller may retry,
+//! sqlx errors and statement timeouts as [`fencelock_core::Error`]: which ones a caller may retry,
 //! and which mean the session (and every lock it held) is gone.
 
 use std::future::Future;
 use std::time::Duration;
 
-use lock_core::Error;
+use fencelock_core::Error;
 use sqlx::postgres::{PgDatabaseError, PgSeverity};
 use tokio::time::timeout;
 

@@ -80,14 +80,14 @@ pub(crate) struct Space<'a> {
 pub(crate) fn check_recorded_scheme(
     fence_table: &str,
     recorded: &[String],
-) -> lock_core::Result<()> {
+) -> fencelock_core::Result<()> {
     let ours = LOCK_ID_SCHEME.to_string();
     if recorded.len() == 1 && recorded[0] == ours {
         return Ok(());
     }
     let message = if recorded.is_empty() {
         format!(
-            "the fence table {fence_table} records no lock-id scheme: an older lock-postgres \
+            "the fence table {fence_table} records no lock-id scheme: an older fencelock-postgres \
              made it and uses lock-id scheme 1, whose lock ids do not exclude this version's \
              (scheme {ours}); stop every store that uses {fence_table}, then run \
              PostgresConfig::lock_id_scheme_upgrade_sql() once (crate docs: \"Upgrading the \
@@ -95,13 +95,13 @@ pub(crate) fn check_recorded_scheme(
         )
     } else {
         format!(
-            "the fence table {fence_table} records lock-id scheme {}, and this lock-postgres \
+            "the fence table {fence_table} records lock-id scheme {}, and this fencelock-postgres \
              uses scheme {ours}: stores of different schemes lock different ids for one key and \
              would not exclude each other; run every store on {fence_table} at one scheme",
             recorded.join(" and ")
         )
     };
-    Err(lock_core::Error::Store {
+    Err(fencelock_core::Error::Store {
         message,
         source: None,
     })
@@ -113,22 +113,22 @@ pub(crate) fn check_recorded_scheme(
 pub(crate) fn check_recorded_fence_scheme(
     fence_table: &str,
     recorded: &[String],
-) -> lock_core::Result<()> {
+) -> fencelock_core::Result<()> {
     let ours = FENCE_SCHEME.to_string();
     if recorded.len() == 1 && recorded[0] == ours {
         return Ok(());
     }
     let message = if recorded.is_empty() {
         format!(
-            "the fence table {fence_table} records no fence scheme: an older lock-postgres made              it and mints plain counters, which restart when an idle row is removed (fence              scheme {ours} removes them); stop every store that uses {fence_table}, then run              PostgresConfig::fence_scheme_upgrade_sql() once (counters kept, tokens jump once,              upward; crate docs: \"Per-key state\")"
+            "the fence table {fence_table} records no fence scheme: an older fencelock-postgres made              it and mints plain counters, which restart when an idle row is removed (fence              scheme {ours} removes them); stop every store that uses {fence_table}, then run              PostgresConfig::fence_scheme_upgrade_sql() once (counters kept, tokens jump once,              upward; crate docs: \"Per-key state\")"
         )
     } else {
         format!(
-            "the fence table {fence_table} records fence scheme {}, and this lock-postgres              uses scheme {ours}: run every store on {fence_table} at one scheme",
+            "the fence table {fence_table} records fence scheme {}, and this fencelock-postgres              uses scheme {ours}: run every store on {fence_table} at one scheme",
             recorded.join(" and ")
         )
     };
-    Err(lock_core::Error::Store {
+    Err(fencelock_core::Error::Store {
         message,
         source: None,
     })
@@ -237,7 +237,7 @@ mod tests {
             (&["2", "3"][..], "records lock-id scheme 2 and 3,"),
         ] {
             match check(recorded) {
-                Err(lock_core::Error::Store { message, .. }) => {
+                Err(fencelock_core::Error::Store { message, .. }) => {
                     assert!(message.contains(says), "{message}");
                     assert!(message.contains("\"s\".\"t\""), "{message}");
                 }

@@ -2,10 +2,10 @@
 //! and a lease whose TTL the server enforces.
 //!
 //! ```no_run
-//! # async fn demo() -> lock_core::Result<()> {
+//! # async fn demo() -> fencelock_core::Result<()> {
 //! use std::time::Duration;
-//! use lock_core::{Acquire, Release};
-//! use lock_postgres::{PostgresConfig, PostgresStore};
+//! use fencelock_core::{Acquire, Release};
+//! use fencelock_postgres::{PostgresConfig, PostgresStore};
 //!
 //! let config = PostgresConfig::from_url("postgres://app@db.internal/app?namespace=billing")?;
 //! let store = PostgresStore::connect(config).await?;
@@ -25,7 +25,7 @@
 //!   that call `pg_advisory_lock(id)` themselves; a raw id is one lock in the whole database,
 //!   so its tokens are ordered across fence tables (see below).
 //! - **One session per lease.** Each held lease owns a dedicated connection, carried inside the
-//!   [`Lease`](lock_core::Lease). Advisory locks are reentrant per session, so sharing a session
+//!   [`Lease`](fencelock_core::Lease). Advisory locks are reentrant per session, so sharing a session
 //!   would let two leases on one key both be granted; here a session goes back to the store's
 //!   idle list only after its release statement unlocked exactly the one lock it held.
 //! - **The fencing token** is a per-key counter in a table (default
@@ -73,7 +73,7 @@
 //!   backend makes PostgreSQL end every session), a failover (the promoted server has no
 //!   sessions);
 //! - the connection breaks and the server notices: the holder's process exits or drops the
-//!   [`Lease`](lock_core::Lease) unreleased (the socket closes), a TCP reset, or the server's
+//!   [`Lease`](fencelock_core::Lease) unreleased (the socket closes), a TCP reset, or the server's
 //!   own TCP keepalive (`tcp_keepalives_idle` and friends, two hours by default) giving up on a
 //!   silent peer — set lower, it can end a partitioned holder's session before its TTL.
 //!
@@ -84,8 +84,8 @@
 //! **How fast the holder finds out.** While a handle holds leases, one task per handle looks
 //! up their backends (`SELECT … FROM pg_stat_activity WHERE pid = ANY($1)`, pid and start time)
 //! every `min(1 s, TTL/6)` (the shortest TTL held; at least 10 ms), on a session of the handle's
-//! own, and revokes ([`Lease::revocation`](lock_core::Lease::revocation)) each lease
-//! whose backend is gone; [`KeepAlive`](lock_core::KeepAlive) then reports the loss at once.
+//! own, and revokes ([`Lease::revocation`](fencelock_core::Lease::revocation)) each lease
+//! whose backend is gone; [`KeepAlive`](fencelock_core::KeepAlive) then reports the loss at once.
 //! So a holder learns within that period plus one query (a 30 s lease: about a second), not
 //! at its next extend. The task holds only each lease's token and backend pid, never the
 //! lease or its session; it runs only while leases are held (costing one session, reused from
@@ -123,10 +123,10 @@
 //! Every held lease and every waiting acquire occupies one server connection (a backend
 //! process, typically a few MB of server memory). One store handle has no limit of its own: the
 //! server's `max_connections` is the limit, and beyond it acquire fails with a retryable
-//! [`Error::Unavailable`](lock_core::Error::Unavailable). Released sessions are kept for reuse
+//! [`Error::Unavailable`](fencelock_core::Error::Unavailable). Released sessions are kept for reuse
 //! (`max_idle`, default 16). Opening a session costs a TCP connect plus a backend fork (a few
 //! milliseconds), paid again for every lease beyond the idle ones. The benchmark (`cargo run
-//! --release -p lock-postgres --example bench`) holds 500 leases with keep-alive on one handle
+//! --release -p fencelock-postgres --example bench`) holds 500 leases with keep-alive on one handle
 //! and prints the connection count, the server memory per held session and the extend latency
 //! under that load (each extend reads `pg_locks`, whose cost grows with the number of locks).
 //! While a handle holds leases its watch task uses one more session.
@@ -159,7 +159,7 @@
 //! one key and do not exclude each other. So every fence table records its scheme, in the
 //! name of a CHECK constraint on its `lock_id_scheme` column (`fencelock_lock_id_scheme_2`,
 //! visible with `\d` in `psql`), and a store refuses to start (`connect`, or a lazy handle's
-//! first operation, fails with a non-retryable [`Error::Store`](lock_core::Error::Store)
+//! first operation, fails with a non-retryable [`Error::Store`](fencelock_core::Error::Store)
 //! saying what to do) on a table that records another scheme. Scheme 1 (earlier builds of
 //! this crate, lock ids from (namespace, key) only) recorded nothing; its tables have no
 //! `lock_id_scheme` column and are refused the same way.
@@ -202,14 +202,14 @@
 //! **Upgrading from fence scheme 1.** Earlier builds minted plain counters (1, 2, 3, … per
 //! key) and never deleted a row; a new table records fence scheme 2 in a CHECK constraint on
 //! its `fence_scheme` column (`fencelock_fence_scheme_2`), next to the lock-id scheme, and a
-//! store refuses a table without it ([`Error::Store`](lock_core::Error::Store) naming the fix).
+//! store refuses a table without it ([`Error::Store`](fencelock_core::Error::Store) naming the fix).
 //! The lock ids do not change, so lock-id scheme 2 stays. On each existing fence table: stop
 //! every store that uses it, run [`PostgresConfig::fence_scheme_upgrade_sql`] once (counters
 //! kept), start the new binaries. Each key's next token then jumps once, upward, from its
 //! counter to a transaction id. The column has no default, so an old binary started by
 //! mistake afterwards cannot insert a row (a not-null violation) and never restarts a removed
 //! key at 1; a table still at lock-id scheme 1 gets both columns from
-//! [`PostgresConfig::lock_id_scheme_upgrade_sql`]. `cargo test -p lock-postgres
+//! [`PostgresConfig::lock_id_scheme_upgrade_sql`]. `cargo test -p fencelock-postgres
 //! --all-features --test retention` locks 10,000 distinct keys (`FENCELOCK_KEYS=100000` for
 //! more) with a short window and counts the rows back down.
 //!
@@ -226,7 +226,7 @@
 //! the table, and may read `pg_locks`, `pg_constraint` and `pg_stat_activity` (everyone can;
 //! the watch task sees its own role's backends, which are the ones it watches).
 //!
-//! [`LockStore::evict`]: lock_core::LockStore::evict
+//! [`LockStore::evict`]: fencelock_core::LockStore::evict
 #![warn(missing_docs)]
 
 // Module order (each imports only from those before it): keys, sql, config, error, session, cleanup, watch, store, descriptor.

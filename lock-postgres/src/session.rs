@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use lock_core::Error;
+use fencelock_core::Error;
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::{Connection, Row};
 use tokio::sync::OnceCell;
@@ -118,7 +118,7 @@ impl Sessions {
     ///
     /// # Cancel safety
     /// Dropping the future drops a half-opened connection; nothing is held.
-    pub(crate) async fn checkout(&self) -> lock_core::Result<Checkout> {
+    pub(crate) async fn checkout(&self) -> fencelock_core::Result<Checkout> {
         if let Some(session) = self.idle_list().pop() {
             return Ok(Checkout {
                 session,
@@ -149,7 +149,7 @@ impl Sessions {
     ///
     /// # Cancel safety
     /// Dropping the future drops the half-opened connection; nothing is held.
-    pub(crate) async fn open(&self) -> lock_core::Result<Session> {
+    pub(crate) async fn open(&self) -> fencelock_core::Result<Session> {
         let limit = self.config.connect_timeout;
         let opening = async {
             let mut conn = PgConnection::connect_with(&self.options)
@@ -201,7 +201,7 @@ impl Sessions {
     /// checks its privilege even when the schema exists), then refuses a table that records a
     /// lock-id scheme other than this build's. Concurrent creators race harmlessly: a duplicate
     /// error means another one won.
-    async fn ensure_fence_table(&self, conn: &mut PgConnection) -> lock_core::Result<()> {
+    async fn ensure_fence_table(&self, conn: &mut PgConnection) -> fencelock_core::Result<()> {
         let fence_table = self.config.fence_table();
         let mut state = self.fence_table_state(conn).await?;
         if !state.table_exists {
@@ -235,7 +235,7 @@ impl Sessions {
     async fn fence_table_state(
         &self,
         conn: &mut PgConnection,
-    ) -> lock_core::Result<FenceTableState> {
+    ) -> fencelock_core::Result<FenceTableState> {
         let failed = |e| sql_error("looking for the fence table", e);
         let row = sqlx::query(FENCE_TABLE_STATE)
             .bind(format!("\"{}\"", self.config.schema))
@@ -254,7 +254,11 @@ impl Sessions {
     /// Terminates the backend `pid` if it is still waiting for advisory lock `lock_id`: the
     /// condition names the cancelled waiter, never a later backend that reused the pid for
     /// something else (at worst another waiter for the same key, which then fails retryably).
-    pub(crate) async fn terminate_waiter(&self, pid: i32, lock_id: i64) -> lock_core::Result<()> {
+    pub(crate) async fn terminate_waiter(
+        &self,
+        pid: i32,
+        lock_id: i64,
+    ) -> fencelock_core::Result<()> {
         let Checkout { mut session, .. } = self.checkout().await?;
         let result = bounded(
             self.config.command_timeout,

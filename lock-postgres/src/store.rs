@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::ttl::whole_millis;
-use lock_core::validate::{check_key, check_request, check_ttl, check_wait};
-use lock_core::{
+use fencelock_core::ttl::whole_millis;
+use fencelock_core::validate::{check_key, check_request, check_ttl, check_wait};
+use fencelock_core::{
     Acquire, Capabilities, Error, Extend, Instant, KeyStatus, Lease, LockStore, OwnerId, Release,
     ReleaseOutcome, Result,
 };

@@ -2,9 +2,9 @@
 
 use std::sync::Arc;
 
-use conformance::{async_trait, StoreFactory};
-use lock_core::DynLockStore;
-use lock_postgres::{PostgresConfig, PostgresStore};
+use fencelock_conformance::{async_trait, StoreFactory};
+use fencelock_core::DynLockStore;
+use fencelock_postgres::{PostgresConfig, PostgresStore};
 use test_servers::{closed_ports, shared};
 
 struct PostgresFactory {
@@ -32,7 +32,7 @@ impl StoreFactory for PostgresFactory {
     }
 }
 
-conformance::conformance_tests!(async {
+fencelock_conformance::conformance_tests!(async {
     Arc::new(PostgresFactory {
         url: shared::postgres().url(),
     })

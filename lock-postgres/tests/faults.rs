@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{admin, backend_exists, holders, store, terminate_holder};
-use lock_core::{Acquire, Error, Extend, KeepAlive, Release, ReleaseOutcome};
+use fencelock_core::{Acquire, Error, Extend, KeepAlive, Release, ReleaseOutcome};
 use test_servers::PostgresServer;
 use tokio::time::{sleep, timeout, Instant};
 

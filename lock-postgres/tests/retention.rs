@@ -3,7 +3,7 @@
 //! (fence scheme 2: tokens are at least the bumping transaction's id). A table made by an
 //! earlier build (plain counters) is refused until upgraded, and its tokens then jump upward.
 //!
-//! CI locks 10,000 distinct keys; `FENCELOCK_KEYS=100000 cargo test -p lock-postgres
+//! CI locks 10,000 distinct keys; `FENCELOCK_KEYS=100000 cargo test -p fencelock-postgres
 //! --all-features --test retention` locks more.
 
 mod common;
@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{admin, store};
-use lock_core::{Acquire, Error, LockStore, Release, ReleaseOutcome};
-use lock_postgres::{PostgresConfig, PostgresStore};
+use fencelock_core::{Acquire, Error, LockStore, Release, ReleaseOutcome};
+use fencelock_postgres::{PostgresConfig, PostgresStore};
 use test_servers::shared;
 use tokio::time::{sleep, Instant};
 
@@ -221,13 +221,13 @@ struct ShortWindow {
     url: String,
 }
 
-#[conformance::async_trait]
-impl conformance::StoreFactory for ShortWindow {
-    async fn handle(&self) -> lock_core::DynLockStore {
+#[fencelock_conformance::async_trait]
+impl fencelock_conformance::StoreFactory for ShortWindow {
+    async fn handle(&self) -> fencelock_core::DynLockStore {
         Arc::new(store(&self.url, &format!("{}&{OPTIONS}", table("case"))).await)
     }
 
-    async fn unreachable_handle(&self) -> lock_core::DynLockStore {
+    async fn unreachable_handle(&self) -> fencelock_core::DynLockStore {
         let url = format!(
             "postgres://u@127.0.0.1:{}/db?connect_timeout=1s&command_timeout=1s&{OPTIONS}",
             test_servers::closed_ports(1)[0]
@@ -244,6 +244,7 @@ async fn the_conformance_case_for_the_retention_window_passes() {
         url: shared::postgres().url(),
     });
     let outcome =
-        conformance::run_case("tokens_increase_after_the_retention_window", factory).await;
-    assert_eq!(outcome, conformance::Outcome::Passed);
+        fencelock_conformance::run_case("tokens_increase_after_the_retention_window", factory)
+            .await;
+    assert_eq!(outcome, fencelock_conformance::Outcome::Passed);
 }

@@ -1,19 +1,19 @@
 //! The lock and its fencing counter come as a pair: handles on different fence tables never
 //! share a lock with two counters, and a store refuses a fence table that records another
-//! lock-id scheme (an older or newer lock-postgres would lock different ids for one key).
+//! lock-id scheme (an older or newer fencelock-postgres would lock different ids for one key).
 
 mod common;
 
 use std::time::Duration;
 
 use common::{admin, store};
-use lock_core::{Acquire, Error, FenceGate, Release, ReleaseOutcome};
-use lock_postgres::{PostgresConfig, PostgresStore};
+use fencelock_core::{Acquire, Error, FenceGate, Release, ReleaseOutcome};
+use fencelock_postgres::{PostgresConfig, PostgresStore};
 use test_servers::shared;
 
 const TTL: Duration = Duration::from_secs(30);
 
-/// The fence table as lock-postgres made it before the lock-id scheme was recorded (scheme 1).
+/// The fence table as fencelock-postgres made it before the lock-id scheme was recorded (scheme 1).
 const SCHEME_1_DDL: &str = "CREATE TABLE {fence} (
     namespace  text        NOT NULL,
     key        bytea       NOT NULL,
@@ -147,7 +147,7 @@ async fn a_fence_table_recording_another_scheme_is_refused() {
     let ddl = config(&url, options).fence_table_ddl();
     let ours = "fencelock_lock_id_scheme_2 CHECK (lock_id_scheme = 2)";
     assert!(ddl.contains(ours), "{ddl}");
-    // What a future lock-postgres with scheme 3 would record.
+    // What a future fencelock-postgres with scheme 3 would record.
     let newer = ddl.replace(
         ours,
         "fencelock_lock_id_scheme_3 CHECK (lock_id_scheme = 3)",

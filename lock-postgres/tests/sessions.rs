@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{admin, backend_exists, holders, store, waiters};
-use conformance::eventually;
-use lock_core::{Acquire, Error, Extend, KeyStatus, LockStore, Release, ReleaseOutcome};
+use fencelock_conformance::eventually;
+use fencelock_core::{Acquire, Error, Extend, KeyStatus, LockStore, Release, ReleaseOutcome};
 use sqlx::Row;
 use test_servers::shared;
 use tokio::time::sleep;
@@ -365,20 +365,20 @@ async fn connect_errors_are_classified() {
     let mut missing = url::Url::parse(&url).unwrap();
     missing.set_path("/no_such_db");
     missing.set_query(Some("connect_timeout=30"));
-    let missing = lock_postgres::PostgresConfig::from_url(missing.as_str()).unwrap();
-    let error = lock_postgres::PostgresStore::connect(missing)
+    let missing = fencelock_postgres::PostgresConfig::from_url(missing.as_str()).unwrap();
+    let error = fencelock_postgres::PostgresStore::connect(missing)
         .await
         .unwrap_err();
     assert!(matches!(error, Error::Store { .. }), "{error}");
     assert!(error.to_string().contains("no_such_db"), "{error}");
     // A closed port: retryable, and fast.
     let port = test_servers::closed_ports(1)[0];
-    let closed = lock_postgres::PostgresConfig::from_url(&format!(
+    let closed = fencelock_postgres::PostgresConfig::from_url(&format!(
         "postgres://postgres:secret@127.0.0.1:{port}/postgres?connect_timeout=2"
     ))
     .unwrap();
     let started = std::time::Instant::now();
-    let error = lock_postgres::PostgresStore::connect(closed)
+    let error = fencelock_postgres::PostgresStore::connect(closed)
         .await
         .unwrap_err();
     assert!(error.is_retryable(), "{error}");

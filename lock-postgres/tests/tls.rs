@@ -10,9 +10,9 @@ mod common;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use conformance::{async_trait, StoreFactory};
-use lock_core::{Acquire, DynLockStore, Error, Release};
-use lock_postgres::{PostgresConfig, PostgresStore};
+use fencelock_conformance::{async_trait, StoreFactory};
+use fencelock_core::{Acquire, DynLockStore, Error, Release};
+use fencelock_postgres::{PostgresConfig, PostgresStore};
 use test_servers::{closed_ports, shared, PostgresServer, ServerCert, TestCa};
 
 const SECRET: &str = "tls-test-hunter2";
@@ -66,7 +66,7 @@ impl StoreFactory for TlsFactory {
 }
 
 // The whole suite, every case over TLS with verify-full.
-conformance::conformance_tests!(async { Arc::new(TlsFactory) });
+fencelock_conformance::conformance_tests!(async { Arc::new(TlsFactory) });
 
 #[tokio::test]
 async fn the_session_really_is_encrypted() {

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{admin, store, terminate_holder};
-use conformance::eventually;
-use lock_core::{Acquire, KeepAlive, Release, ReleaseOutcome};
+use fencelock_conformance::eventually;
+use fencelock_core::{Acquire, KeepAlive, Release, ReleaseOutcome};
 use sqlx::{PgConnection, Row};
 use test_servers::shared;
 use tokio::time::{timeout, Instant};
@@ -71,7 +71,9 @@ async fn a_lease_whose_session_lives_is_never_revoked() {
     let lease = holder.try_acquire(key, ttl).await.unwrap();
     for _ in 0..6 {
         tokio::time::sleep(ttl / 6).await;
-        lock_core::Extend::extend(&holder, &lease).await.unwrap();
+        fencelock_core::Extend::extend(&holder, &lease)
+            .await
+            .unwrap();
     }
     assert!(!lease.is_revoked());
     assert_eq!(

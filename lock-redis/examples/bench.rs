@@ -2,7 +2,7 @@
 //! measured in one run from one client machine.
 //!
 //! ```sh
-//! cargo run --release -p lock-redis --example bench
+//! cargo run --release -p fencelock-redis --example bench
 //! ```
 //!
 //! Starts its own server with test-servers, or uses `LOCK_BENCH_URL` if set. Prints one table:
@@ -22,12 +22,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{failed, rslock_handoff_rows, server_version, Rslock};
-use conformance::bench::{
+use fencelock_conformance::bench::{
     cycle, cycle_into, handoff, handoff_to_another, lock_throughput, micros as us, server_or_env,
     throughput, time_each, Samples, Table,
 };
-use lock_core::DynLockStore;
-use lock_redis::{RedisConfig, RedisStore};
+use fencelock_core::DynLockStore;
+use fencelock_redis::{RedisConfig, RedisStore};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::time::Instant;
 
@@ -47,7 +47,7 @@ const COMPARE_AND_DELETE: &str =
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
 
 /// `SET key raw-owner NX PX 30000`: `Some("OK")` if it set the key.
-async fn set_nx(conn: &mut ConnectionManager, key: &str) -> lock_core::Result<Option<String>> {
+async fn set_nx(conn: &mut ConnectionManager, key: &str) -> fencelock_core::Result<Option<String>> {
     redis::cmd("SET")
         .arg(key)
         .arg("raw-owner")
@@ -65,9 +65,9 @@ async fn raw_cycle(
     conn: &mut ConnectionManager,
     release: &redis::Script,
     key: &str,
-) -> lock_core::Result<()> {
+) -> fencelock_core::Result<()> {
     if set_nx(conn, key).await?.is_none() {
-        return Err(lock_core::Error::Busy {
+        return Err(fencelock_core::Error::Busy {
             key: key.to_owned(),
         });
     }
@@ -78,7 +78,7 @@ async fn raw_cycle(
         .await
         .map_err(failed("EVALSHA compare-and-delete"))?;
     if deleted != 1 {
-        return Err(lock_core::Error::Store {
+        return Err(fencelock_core::Error::Store {
             message: format!("raw release of {key} found another owner"),
             source: None,
         });
@@ -88,7 +88,7 @@ async fn raw_cycle(
 
 /// `SET NX PX` then a plain `DEL`: not a correct lock (it may delete a successor's key), only
 /// the floor of two round trips of the cheapest commands.
-async fn unsafe_cycle(conn: &mut ConnectionManager, key: &str) -> lock_core::Result<()> {
+async fn unsafe_cycle(conn: &mut ConnectionManager, key: &str) -> fencelock_core::Result<()> {
     let _ = set_nx(conn, key).await?;
     let _: i64 = redis::cmd("DEL")
         .arg(key)
@@ -101,7 +101,7 @@ async fn unsafe_cycle(conn: &mut ConnectionManager, key: &str) -> lock_core::Res
 /// The physical floor of a notified handoff: after the same idle `HOLD` as the handoff runs,
 /// the time from sending a `PUBLISH` to a raw subscriber connection receiving the message.
 /// Both ends wake from idle here, as a parked waiter and a holder that worked a while do.
-async fn raw_notify(client: &redis::Client, samples: usize) -> lock_core::Result<Samples> {
+async fn raw_notify(client: &redis::Client, samples: usize) -> fencelock_core::Result<Samples> {
     use futures_util::StreamExt;
     let mut pubsub = client
         .get_async_pubsub()
@@ -136,7 +136,7 @@ async fn raw_notify(client: &redis::Client, samples: usize) -> lock_core::Result
 
 /// Microseconds the server spent in commands since the last `CONFIG RESETSTAT`, from
 /// `INFO commandstats`.
-async fn server_usec(conn: &mut ConnectionManager) -> lock_core::Result<u64> {
+async fn server_usec(conn: &mut ConnectionManager) -> fencelock_core::Result<u64> {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
         .query_async(conn)
@@ -151,7 +151,7 @@ async fn server_usec(conn: &mut ConnectionManager) -> lock_core::Result<u64> {
         .sum())
 }
 
-async fn reset_stats(conn: &mut ConnectionManager) -> lock_core::Result<()> {
+async fn reset_stats(conn: &mut ConnectionManager) -> fencelock_core::Result<()> {
     redis::cmd("CONFIG")
         .arg("RESETSTAT")
         .query_async::<()>(conn)
@@ -357,7 +357,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
     );
     table
         .latency(
-            "  releaser may re-take (conformance::bench) p50",
+            "  releaser may re-take (fencelock_conformance::bench) p50",
             reacquiring.p50(),
         )
         .ratio(us(reacquiring.p50()) / us(rtt), None);

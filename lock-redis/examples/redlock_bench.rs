@@ -2,7 +2,7 @@
 //! crate on the same five masters, measured in one run from one client machine.
 //!
 //! ```sh
-//! cargo run --release -p lock-redis --example redlock_bench
+//! cargo run --release -p fencelock-redis --example redlock_bench
 //! ```
 //!
 //! Starts five redis-servers with test-servers. Prints one table: the raw floor (one `PING`
@@ -21,11 +21,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{failed, rslock_handoff_rows, server_version, Rslock};
-use conformance::bench::{
+use fencelock_conformance::bench::{
     cycle, cycle_into, handoff_to_another, lock_throughput, micros as us, time_each, Samples, Table,
 };
-use lock_core::DynLockStore;
-use lock_redis::{RedisConfig, RedisStore, RedlockConfig, RedlockStore};
+use fencelock_core::DynLockStore;
+use fencelock_redis::{RedisConfig, RedisStore, RedlockConfig, RedlockStore};
 use redis::aio::ConnectionManager;
 
 const ITERATIONS: usize = 2000;
@@ -40,7 +40,7 @@ const TTL: Duration = Duration::from_secs(30);
 const HOLD: Duration = Duration::from_millis(5);
 
 /// Runs `command` on every node at once; done when all answered.
-async fn on_all(nodes: &[ConnectionManager], command: &redis::Cmd) -> lock_core::Result<()> {
+async fn on_all(nodes: &[ConnectionManager], command: &redis::Cmd) -> fencelock_core::Result<()> {
     let replies = futures_util::future::join_all(nodes.iter().map(|node| {
         let mut node = node.clone();
         async move { command.query_async::<redis::Value>(&mut node).await }

@@ -7,9 +7,9 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use lock_core::url::{parse_timeout, parse_window, redact};
-use lock_core::validate::{check_retention, DEFAULT_RETENTION, MAX_TTL};
-use lock_core::{Error, Result};
+use fencelock_core::url::{parse_timeout, parse_window, redact};
+use fencelock_core::validate::{check_retention, DEFAULT_RETENTION, MAX_TTL};
+use fencelock_core::{Error, Result};
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo};
 use url::Url;
 
@@ -22,7 +22,7 @@ pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
 /// The longest key prefix accepted, in bytes.
 pub const MAX_PREFIX_LEN: usize = 256;
 /// TTLs travel as whole milliseconds (`PX`, `PEXPIRE`), rounded up; the bounds are
-/// lock-core's ([`lock_core::validate::MIN_TTL`] to [`lock_core::validate::MAX_TTL`]).
+/// fencelock-core's ([`fencelock_core::validate::MIN_TTL`] to [`fencelock_core::validate::MAX_TTL`]).
 pub(crate) const TTL_GRANULARITY: Duration = Duration::from_millis(1);
 
 /// The query-string options this crate reads; anything else is rejected, so a typo such as
@@ -114,7 +114,7 @@ impl RedisConfig {
     /// a bad database number, an unknown or malformed option, or `rediss://` without the `tls`
     /// feature. The message never contains the password.
     pub fn from_url(url: &str) -> Result<Self> {
-        lock_core::url::check_userinfo_encoded(url)?;
+        fencelock_core::url::check_userinfo_encoded(url)?;
         let parsed = Url::parse(url).map_err(|e| bad_url(format!("not a URL: {e}")))?;
         let tls = match parsed.scheme() {
             "redis" => false,
@@ -325,7 +325,7 @@ pub(crate) fn parse_bool(what: &str, value: &str) -> Result<bool> {
     }
 }
 
-/// The `max_ttl` option: a window of at most lock-core's 24 h.
+/// The `max_ttl` option: a window of at most fencelock-core's 24 h.
 pub(crate) fn parse_max_ttl(value: &str) -> Result<Duration> {
     let max_ttl = parse_window("max_ttl", value)?;
     if max_ttl > MAX_TTL {
@@ -340,7 +340,7 @@ pub(crate) fn parse_max_ttl(value: &str) -> Result<Duration> {
 pub(crate) fn check_tls(tls: bool) -> Result<()> {
     if tls && !cfg!(feature = "tls") {
         return Err(bad_url(
-            "rediss:// (TLS) needs lock-redis's `tls` feature".into(),
+            "rediss:// (TLS) needs fencelock-redis's `tls` feature".into(),
         ));
     }
     Ok(())
@@ -349,7 +349,7 @@ pub(crate) fn check_tls(tls: bool) -> Result<()> {
 /// The percent-decoded user name and password of `url`, each `None` when absent or empty.
 pub(crate) fn credentials(url: &Url) -> Result<(Option<String>, Option<String>)> {
     let decode = |what: &str, raw: &str| {
-        lock_core::url::percent_decode(raw)
+        fencelock_core::url::percent_decode(raw)
             .ok_or_else(|| bad_url(format!("the {what} is not valid percent-encoded UTF-8")))
     };
     let user = match url.username() {
@@ -463,7 +463,7 @@ impl TlsFiles {
     #[cfg(not(feature = "tls"))]
     fn attach(&self, _info: ConnectionInfo) -> Result<ConnectionInfo> {
         Err(bad_url(
-            "rediss:// (TLS) needs lock-redis's `tls` feature".into(),
+            "rediss:// (TLS) needs fencelock-redis's `tls` feature".into(),
         ))
     }
 }

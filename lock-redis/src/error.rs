@@ -1,6 +1,6 @@
-//! Redis errors as [`lock_core::Error`]: which ones a caller may retry.
+//! Redis errors as [`fencelock_core::Error`]: which ones a caller may retry.
 
-use lock_core::Error;
+use fencelock_core::Error;
 use redis::{ErrorKind, RedisError, ServerErrorKind};
 
 /// Whether the server could not be reached or asked us to come back later, as opposed to a

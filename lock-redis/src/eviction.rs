@@ -5,7 +5,7 @@
 
 use std::fmt;
 
-use lock_core::{Error, Result};
+use fencelock_core::{Error, Result};
 use redis::aio::ConnectionLike;
 use redis::RedisError;
 

@@ -2,10 +2,10 @@
 //! waiters woken by pub/sub.
 //!
 //! ```no_run
-//! # async fn demo() -> lock_core::Result<()> {
+//! # async fn demo() -> fencelock_core::Result<()> {
 //! use std::time::Duration;
-//! use lock_core::{Acquire, Release};
-//! use lock_redis::{RedisConfig, RedisStore};
+//! use fencelock_core::{Acquire, Release};
+//! use fencelock_redis::{RedisConfig, RedisStore};
 //!
 //! let config = RedisConfig::from_url("redis://cache.internal:6379/0?prefix=billing:")?;
 //! let store = RedisStore::connect(config).await?;
@@ -127,7 +127,7 @@
 //! refreshes the expiry too, and a node whose fence expired has not been written for a whole
 //! window, so every token minted since is past every token handed out before that window by
 //! `retention − 2 × skew`: the quorum argument below holds as long as the skew stays far below
-//! the window (seconds against days). `cargo test -p lock-redis --all-features --test
+//! the window (seconds against days). `cargo test -p fencelock-redis --all-features --test
 //! retention` locks 10,000 distinct keys (`FENCELOCK_KEYS=100000` for more) with a short
 //! window and counts the keys back to none.
 //!
@@ -157,7 +157,7 @@
 //! release only when it tries again: when the holder's `PTTL` runs out, and at least every
 //! [`WAIT_CAP`] (250 ms) meanwhile. A peer's release is seen within 250 ms plus one round
 //! trip; fencelock's own releases still wake waiters at once. [`Capabilities`] therefore says
-//! `notified_wait: false` in this layout. `cargo test -p lock-redis --all-features --test
+//! `notified_wait: false` in this layout. `cargo test -p fencelock-redis --all-features --test
 //! peer_clients` runs redis-py's `Lock` against fencelock and prints the wake-up delay.
 //!
 //! **Scope.** One server. `redlock://` has no layout option: the peers' multi-master variants
@@ -242,11 +242,11 @@
 //!   margin covers 1% by default), and a holder that pauses past its validity must be stopped
 //!   by the fencing token at the resource.
 //!
-//! [`Error::Unavailable`]: lock_core::Error::Unavailable
-//! [`Error::Store`]: lock_core::Error::Store
-//! [`Error::InvalidInput`]: lock_core::Error::InvalidInput
-//! [`Capabilities`]: lock_core::Capabilities
-//! [`LockStore::evict`]: lock_core::LockStore::evict
+//! [`Error::Unavailable`]: fencelock_core::Error::Unavailable
+//! [`Error::Store`]: fencelock_core::Error::Store
+//! [`Error::InvalidInput`]: fencelock_core::Error::InvalidInput
+//! [`Capabilities`]: fencelock_core::Capabilities
+//! [`LockStore::evict`]: fencelock_core::LockStore::evict
 #![warn(missing_docs)]
 
 // Module order (each imports only from those before it): config, error, keys, script, eviction, subscriber, store, stats, redlock (config, quorum, fanout, store), descriptor.

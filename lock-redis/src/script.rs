@@ -4,8 +4,8 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use lock_core::ttl::whole_millis;
-use lock_core::{Error, KeyStatus, OwnerId, Result};
+use fencelock_core::ttl::whole_millis;
+use fencelock_core::{Error, KeyStatus, OwnerId, Result};
 use redis::aio::ConnectionLike;
 use redis::Script;
 

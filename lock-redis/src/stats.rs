@@ -1,6 +1,6 @@
 //! How much per-key state the server holds for a store: the keys under its prefix.
 
-use lock_core::{Error, Result};
+use fencelock_core::{Error, Result};
 
 use crate::error::redis_error;
 use crate::store::RedisStore;

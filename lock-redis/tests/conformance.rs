@@ -5,9 +5,9 @@ mod common;
 
 use std::sync::Arc;
 
-use conformance::{async_trait, StoreFactory};
-use lock_core::DynLockStore;
-use lock_redis::{RedisConfig, RedisStore};
+use fencelock_conformance::{async_trait, StoreFactory};
+use fencelock_core::DynLockStore;
+use fencelock_redis::{RedisConfig, RedisStore};
 use test_servers::{closed_ports, shared};
 
 struct RedisFactory {
@@ -32,7 +32,7 @@ impl StoreFactory for RedisFactory {
     }
 }
 
-conformance::conformance_tests!(async {
+fencelock_conformance::conformance_tests!(async {
     Arc::new(RedisFactory {
         url: shared::redis().url(),
     })
@@ -43,9 +43,9 @@ conformance::conformance_tests!(async {
 mod plain_layout {
     use std::sync::Arc;
 
-    use conformance::{async_trait, StoreFactory};
-    use lock_core::DynLockStore;
-    use lock_redis::{Layout, RedisConfig, RedisStore};
+    use fencelock_conformance::{async_trait, StoreFactory};
+    use fencelock_core::DynLockStore;
+    use fencelock_redis::{Layout, RedisConfig, RedisStore};
     use test_servers::{closed_ports, shared};
 
     struct PlainFactory {
@@ -72,7 +72,7 @@ mod plain_layout {
         }
     }
 
-    conformance::conformance_tests!(async {
+    fencelock_conformance::conformance_tests!(async {
         Arc::new(PlainFactory {
             url: shared::redis().url(),
         })

@@ -7,8 +7,8 @@ mod common;
 use std::time::Duration;
 
 use common::{admin, admin_query, with_options};
-use lock_core::{Acquire, Error, LockStore, ReleaseOutcome};
-use lock_redis::{
+use fencelock_core::{Acquire, Error, LockStore, ReleaseOutcome};
+use fencelock_redis::{
     EvictionCheck, EvictionRisk, RedisConfig, RedisStore, RedlockConfig, RedlockStore,
 };
 use test_servers::RedisServer;

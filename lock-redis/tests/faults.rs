@@ -7,8 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{admin, admin_query, store};
-use conformance::eventually;
-use lock_core::{Acquire, Error, Extend, KeepAlive, KeyStatus, LockStore, Release, ReleaseOutcome};
+use fencelock_conformance::eventually;
+use fencelock_core::{
+    Acquire, Error, Extend, KeepAlive, KeyStatus, LockStore, Release, ReleaseOutcome,
+};
 use test_servers::RedisServer;
 use tokio::time::{sleep, timeout, Instant};
 
@@ -20,7 +22,7 @@ fn start() -> RedisServer {
 const SLACK: Duration = Duration::from_millis(750);
 
 /// Acquires and releases `key` `n` times; gives the last token.
-async fn cycles(store: &lock_redis::RedisStore, key: &str, n: usize) -> u64 {
+async fn cycles(store: &fencelock_redis::RedisStore, key: &str, n: usize) -> u64 {
     let mut last = 0;
     for _ in 0..n {
         let lease = store
@@ -113,8 +115,8 @@ async fn frozen_server_gives_a_retryable_error_within_the_command_timeout() {
     let elapsed = started.elapsed();
     // A new handle: the frozen server accepts the TCP connection but never answers.
     let connecting = Instant::now();
-    let fresh = lock_redis::RedisStore::connect(
-        lock_redis::RedisConfig::from_url(&format!("{url}?connect_timeout=500ms")).unwrap(),
+    let fresh = fencelock_redis::RedisStore::connect(
+        fencelock_redis::RedisConfig::from_url(&format!("{url}?connect_timeout=500ms")).unwrap(),
     )
     .await;
     let connect_took = connecting.elapsed();
@@ -256,8 +258,8 @@ async fn killed_server_gives_retryable_errors_then_recovers_after_restart() {
         elapsed < Duration::from_secs(6) + SLACK * 4,
         "six calls with 1 s timeouts took {elapsed:?}"
     );
-    let fresh = lock_redis::RedisStore::connect(
-        lock_redis::RedisConfig::from_url(&format!("{url}?connect_timeout=1s")).unwrap(),
+    let fresh = fencelock_redis::RedisStore::connect(
+        fencelock_redis::RedisConfig::from_url(&format!("{url}?connect_timeout=1s")).unwrap(),
     )
     .await;
     assert!(

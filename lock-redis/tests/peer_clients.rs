@@ -10,8 +10,8 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use common::{admin, admin_query, store};
-use lock_core::{Acquire, Error, LockStore, Release, ReleaseOutcome};
-use lock_redis::{Layout, RedisStore, WAIT_CAP};
+use fencelock_core::{Acquire, Error, LockStore, Release, ReleaseOutcome};
+use fencelock_redis::{Layout, RedisStore, WAIT_CAP};
 use test_servers::shared;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};

@@ -2,9 +2,9 @@
 
 use std::sync::Arc;
 
-use conformance::{async_trait, StoreFactory};
-use lock_core::DynLockStore;
-use lock_redis::{RedlockConfig, RedlockStore};
+use fencelock_conformance::{async_trait, StoreFactory};
+use fencelock_core::DynLockStore;
+use fencelock_redis::{RedlockConfig, RedlockStore};
 use test_servers::{closed_ports, shared};
 
 /// The five shared masters of this test process.
@@ -52,12 +52,14 @@ impl StoreFactory for RedlockFactory {
     }
 }
 
-conformance::conformance_tests!(async { Arc::new(RedlockFactory { url: redlock_url() }) });
+fencelock_conformance::conformance_tests!(async {
+    Arc::new(RedlockFactory { url: redlock_url() })
+});
 
 /// `drift_factor` widens the margin taken off the lease's validity (and the extend's).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drift_factor_shortens_the_local_deadline() {
-    use lock_core::{Acquire, Extend, Instant, Release};
+    use fencelock_core::{Acquire, Extend, Instant, Release};
     use std::time::Duration;
 
     let store = store(&format!("{}&drift_factor=0.5", redlock_url())).await;
@@ -68,7 +70,7 @@ async fn drift_factor_shortens_the_local_deadline() {
         .expect("acquire");
     let answered = Instant::now();
     // Validity = TTL − elapsed − (TTL × 0.5 + 2 ms), counted from before the request: at
-    // most 4.998 s after the answer (lock-core's own margin would leave 9.898 s).
+    // most 4.998 s after the answer (fencelock-core's own margin would leave 9.898 s).
     let margin = ttl / 2 + Duration::from_millis(2);
     assert!(
         lease.valid_until() <= answered + (ttl - margin),

@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use lock_core::{Acquire, Error, Extend, KeyStatus, LockStore, Release, ReleaseOutcome};
-use lock_redis::{RedlockConfig, RedlockStore};
+use fencelock_core::{Acquire, Error, Extend, KeyStatus, LockStore, Release, ReleaseOutcome};
+use fencelock_redis::{RedlockConfig, RedlockStore};
 use rand::seq::SliceRandom;
 use test_servers::RedisServer;
 use tokio::time::{sleep, Instant};
@@ -223,7 +223,7 @@ async fn three_of_five_down_give_a_quorum_error_and_leave_nothing_held_past_the_
         .expect_err("no quorum with three of five down");
     assert!(error.is_retryable(), "{error}");
     let quorum = std::error::Error::source(&error)
-        .and_then(|source| source.downcast_ref::<lock_redis::QuorumError>())
+        .and_then(|source| source.downcast_ref::<fencelock_redis::QuorumError>())
         .unwrap_or_else(|| panic!("no typed quorum error behind {error}"));
     assert_eq!(quorum.quorum(), 3);
     assert_eq!(quorum.nodes().len(), 5, "{quorum}");

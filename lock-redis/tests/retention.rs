@@ -2,7 +2,7 @@
 //! acquire, on one server and on every Redlock node, and a key whose fence expired still gets
 //! a greater token.
 //!
-//! CI locks 10,000 distinct keys; `FENCELOCK_KEYS=100000 cargo test -p lock-redis
+//! CI locks 10,000 distinct keys; `FENCELOCK_KEYS=100000 cargo test -p fencelock-redis
 //! --all-features --test retention` locks more.
 
 mod common;
@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{Acquire, LockStore, Release, ReleaseOutcome};
-use lock_redis::{RedisConfig, RedisStore, RedlockConfig, RedlockStore};
+use fencelock_core::{Acquire, LockStore, Release, ReleaseOutcome};
+use fencelock_redis::{RedisConfig, RedisStore, RedlockConfig, RedlockStore};
 use test_servers::shared;
 use tokio::time::{sleep, Instant};
 
@@ -172,7 +172,7 @@ async fn the_store_declares_its_window_and_max_ttl() {
     assert!(
         matches!(
             over,
-            Err(lock_core::Error::InvalidInput { what: "ttl", .. })
+            Err(fencelock_core::Error::InvalidInput { what: "ttl", .. })
         ),
         "a TTL over max_ttl is refused: {over:?}"
     );
@@ -226,13 +226,13 @@ struct ShortWindow {
     url: String,
 }
 
-#[conformance::async_trait]
-impl conformance::StoreFactory for ShortWindow {
-    async fn handle(&self) -> lock_core::DynLockStore {
+#[fencelock_conformance::async_trait]
+impl fencelock_conformance::StoreFactory for ShortWindow {
+    async fn handle(&self) -> fencelock_core::DynLockStore {
         Arc::new(common::store(&self.url, &format!("prefix={}&{OPTIONS}", prefix("case"))).await)
     }
 
-    async fn unreachable_handle(&self) -> lock_core::DynLockStore {
+    async fn unreachable_handle(&self) -> fencelock_core::DynLockStore {
         let url = format!(
             "redis://127.0.0.1:{}?connect_timeout=1s&command_timeout=1s&{OPTIONS}",
             test_servers::closed_ports(1)[0]
@@ -250,6 +250,7 @@ async fn the_conformance_case_for_the_retention_window_passes() {
         url: shared::redis().url(),
     });
     let outcome =
-        conformance::run_case("tokens_increase_after_the_retention_window", factory).await;
-    assert_eq!(outcome, conformance::Outcome::Passed);
+        fencelock_conformance::run_case("tokens_increase_after_the_retention_window", factory)
+            .await;
+    assert_eq!(outcome, fencelock_conformance::Outcome::Passed);
 }

@@ -9,9 +9,9 @@ mod common;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use conformance::{async_trait, StoreFactory};
-use lock_core::{Acquire, DynLockStore, Error, Release};
-use lock_redis::{RedisConfig, RedisStore, RedlockConfig, RedlockStore};
+use fencelock_conformance::{async_trait, StoreFactory};
+use fencelock_core::{Acquire, DynLockStore, Error, Release};
+use fencelock_redis::{RedisConfig, RedisStore, RedlockConfig, RedlockStore};
 use test_servers::{closed_ports, ServerCert, TestCa, TlsRedis};
 
 const SECRET: &str = "tls-test-hunter2";
@@ -66,7 +66,7 @@ impl StoreFactory for TlsFactory {
 }
 
 // The whole suite, every case over TLS.
-conformance::conformance_tests!(async { Arc::new(TlsFactory) });
+fencelock_conformance::conformance_tests!(async { Arc::new(TlsFactory) });
 
 #[tokio::test]
 async fn a_client_certificate_opens_a_server_that_requires_one() {
@@ -172,7 +172,7 @@ fn tls_options_need_rediss_and_come_in_pairs() {
     let ca = path(ca().ca_file());
     // A file that exists but holds no certificate.
     let not_pem = concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml");
-    let expect = |parsed: lock_core::Result<()>, url: &str, needle: &str| match parsed {
+    let expect = |parsed: fencelock_core::Result<()>, url: &str, needle: &str| match parsed {
         Err(Error::InvalidInput { what: "url", rule }) => {
             assert!(rule.contains(needle), "{url}: {rule}")
         }

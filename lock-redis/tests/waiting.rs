@@ -7,9 +7,9 @@ mod common;
 use std::time::Duration;
 
 use common::{admin, admin_query, store};
-use conformance::eventually;
-use lock_core::{Acquire, Error, Release, ReleaseOutcome};
-use lock_redis::{RedisConfig, RedisStore};
+use fencelock_conformance::eventually;
+use fencelock_core::{Acquire, Error, Release, ReleaseOutcome};
+use fencelock_redis::{RedisConfig, RedisStore};
 use test_servers::{shared, RedisServer};
 use tokio::time::{sleep, Instant};
 

@@ -1,7 +1,7 @@
 //! The SQLite store against the floors it is built on, measured in one run on one file system.
 //!
 //! ```sh
-//! cargo run --release -p lock-sqlite --example bench
+//! cargo run --release -p fencelock-sqlite --example bench
 //! ```
 //!
 //! Works in a new directory under the system's temporary directory (or `LOCK_BENCH_DIR`), which
@@ -27,9 +27,9 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use conformance::bench::{cycle, cycle_into, micros as us, Samples, Table};
-use lock_core::{Acquire, DynLockStore, KeyStatus, LockStore, Release};
-use lock_sqlite::{SqliteConfig, SqliteStore};
+use fencelock_conformance::bench::{cycle, cycle_into, micros as us, Samples, Table};
+use fencelock_core::{Acquire, DynLockStore, KeyStatus, LockStore, Release};
+use fencelock_sqlite::{SqliteConfig, SqliteStore};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
 use sqlx::{ConnectOptions, SqliteConnection};
 
@@ -249,7 +249,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
 async fn run(dir: &Path) -> Result<(), Box<dyn Error>> {
     let db = dir.join("locks.db");
     println!(
-        "lock-sqlite bench in {} ({ITERATIONS} cycles, {HANDOFFS} handoffs between 2 processes)\n",
+        "fencelock-sqlite bench in {} ({ITERATIONS} cycles, {HANDOFFS} handoffs between 2 processes)\n",
         dir.display()
     );
 

@@ -19,7 +19,7 @@
 
 use std::sync::OnceLock;
 
-use lock_core::{Error, Result};
+use fencelock_core::{Error, Result};
 
 /// Nanoseconds on `CLOCK_MONOTONIC`, the clock all processes of the host (in one time
 /// namespace) share.

@@ -5,9 +5,9 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
-use lock_core::url::{parse_timeout, parse_window, percent_decode};
-use lock_core::validate::{check_retention, DEFAULT_RETENTION, MAX_TTL};
-use lock_core::{Error, Result};
+use fencelock_core::url::{parse_timeout, parse_window, percent_decode};
+use fencelock_core::validate::{check_retention, DEFAULT_RETENTION, MAX_TTL};
+use fencelock_core::{Error, Result};
 
 /// The URL schemes this store answers to.
 pub const URL_SCHEMES: &[&str] = &["sqlite"];

@@ -1,10 +1,10 @@
-//! sqlx's SQLite errors as [`lock_core::Error`]: which ones a caller may retry, and which name
+//! sqlx's SQLite errors as [`fencelock_core::Error`]: which ones a caller may retry, and which name
 //! a file that cannot serve as a lock database.
 
 use std::path::Path;
 use std::time::Duration;
 
-use lock_core::Error;
+use fencelock_core::Error;
 
 // SQLite's primary result codes (the low byte of an extended code).
 const SQLITE_PERM: i32 = 3;

@@ -4,7 +4,7 @@
 //! differ anywhere in their 1,024 bytes are distinct rows and no character is special. The
 //! owner id is its 32-hex-digit form ([`OwnerId`]'s `Display`), tokens are SQLite integers.
 
-use lock_core::{Error, OwnerId, Result};
+use fencelock_core::{Error, OwnerId, Result};
 
 /// The key as stored.
 pub(crate) fn stored_key(key: &str) -> &[u8] {

@@ -1,10 +1,10 @@
 //! fencelock in a SQLite file: locks shared by the processes of one host, with no server.
 //!
 //! ```no_run
-//! # async fn demo() -> lock_core::Result<()> {
+//! # async fn demo() -> fencelock_core::Result<()> {
 //! use std::time::Duration;
-//! use lock_core::{Acquire, Release};
-//! use lock_sqlite::{SqliteConfig, SqliteStore};
+//! use fencelock_core::{Acquire, Release};
+//! use fencelock_sqlite::{SqliteConfig, SqliteStore};
 //!
 //! let config = SqliteConfig::from_url("sqlite:///var/lib/myapp/locks.db")?;
 //! let store = SqliteStore::connect(config).await?;
@@ -47,7 +47,7 @@
 //! Every handle watches the database's directory with inotify (one task per handle, started by
 //! the first wait), and its waiters re-read the key when that file is written; a waiter
 //! otherwise wakes at the holder's expiry and at least every 500 ms (every 100 ms where inotify
-//! cannot watch the directory, and then [`Capabilities::notified_wait`](lock_core::Capabilities)
+//! cannot watch the directory, and then [`Capabilities::notified_wait`](fencelock_core::Capabilities)
 //! is false). A lock freed by other means (a row edited by hand) is noticed by that fallback.
 //! Waiters race for a released key: no fair queue.
 //!
@@ -96,19 +96,19 @@
 //! [`SqliteConfig::fence_scheme_upgrade_sql`] is run once: it rebuilds the table in one
 //! transaction, keeping the counters, so tokens go on from where they were (no jump).
 //! [`SqliteStore::stored_rows`] counts the rows (`lockctl stats`), and
-//! [`SqliteStore::remove_idle_rows`] removes idle rows at once. `cargo test -p lock-sqlite
+//! [`SqliteStore::remove_idle_rows`] removes idle rows at once. `cargo test -p fencelock-sqlite
 //! --all-features --test retention` locks 10,000 distinct keys (`FENCELOCK_KEYS=100000` for
 //! more) and checks that one row is left after a 2 s window.
 //!
 //! # Bad input
-//! A path that cannot be created or opened is [`Error::InvalidInput`](lock_core::Error) on the
-//! `"url"`; a file that is not a SQLite database is [`Error::Store`](lock_core::Error); a
+//! A path that cannot be created or opened is [`Error::InvalidInput`](fencelock_core::Error) on the
+//! `"url"`; a file that is not a SQLite database is [`Error::Store`](fencelock_core::Error); a
 //! database that another connection keeps locked beyond the command timeout is a retryable
-//! [`Error::Unavailable`](lock_core::Error) (the conformance suite's unreachable store, made
+//! [`Error::Unavailable`](fencelock_core::Error) (the conformance suite's unreachable store, made
 //! with [`SqliteStore::unreachable`] and [`Lockout`]). In every case nothing is left held.
 //!
 //! # Operator actions
-//! [`LockStore::evict`](lock_core::LockStore::evict) frees a key whoever holds it (its counter
+//! [`LockStore::evict`](fencelock_core::LockStore::evict) frees a key whoever holds it (its counter
 //! stays); the holder learns at its next extend.
 //!
 //! # The URL

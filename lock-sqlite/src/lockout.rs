@@ -5,7 +5,7 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
-use lock_core::{Error, Result};
+use fencelock_core::{Error, Result};
 
 /// Where SQLite's unix VFS keeps its file locks (`os_unix.c`): the pending byte, the reserved
 /// byte after it, then the 510-byte shared range. A write lock over all of them is what a
@@ -88,5 +88,5 @@ impl Drop for Lockout {
 }
 
 fn rand_suffix() -> u64 {
-    lock_core::OwnerId::random().as_u128() as u64
+    fencelock_core::OwnerId::random().as_u128() as u64
 }

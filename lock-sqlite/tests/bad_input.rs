@@ -6,14 +6,14 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use lock_core::{Acquire, Error, KeyStatus, LockStore, Release, ReleaseOutcome};
-use lock_sqlite::{Lockout, SqliteConfig, SqliteStore};
+use fencelock_core::{Acquire, Error, KeyStatus, LockStore, Release, ReleaseOutcome};
+use fencelock_sqlite::{Lockout, SqliteConfig, SqliteStore};
 use sqlx::{Connection, SqliteConnection};
 use support::Scratch;
 
 const TTL: Duration = Duration::from_secs(30);
 
-fn invalid_url(result: lock_core::Result<SqliteStore>) -> String {
+fn invalid_url(result: fencelock_core::Result<SqliteStore>) -> String {
     match result {
         Err(Error::InvalidInput { what: "url", rule }) => rule,
         other => panic!("expected an invalid url, got {other:?}"),

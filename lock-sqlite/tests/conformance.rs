@@ -8,9 +8,9 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use conformance::{async_trait, StoreFactory};
-use lock_core::DynLockStore;
-use lock_sqlite::{SqliteConfig, SqliteStore};
+use fencelock_conformance::{async_trait, StoreFactory};
+use fencelock_core::DynLockStore;
+use fencelock_sqlite::{SqliteConfig, SqliteStore};
 use support::Scratch;
 
 struct SqliteFactory {
@@ -39,7 +39,7 @@ impl StoreFactory for SqliteFactory {
     }
 }
 
-conformance::conformance_tests!(async {
+fencelock_conformance::conformance_tests!(async {
     Arc::new(SqliteFactory {
         dir: Scratch::new("conformance"),
     })

@@ -8,8 +8,8 @@ use std::path::Path;
 use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};
 
-use lock_core::{Acquire, Error, Extend, Release, ReleaseOutcome};
-use lock_sqlite::SqliteStore;
+use fencelock_core::{Acquire, Error, Extend, Release, ReleaseOutcome};
+use fencelock_sqlite::SqliteStore;
 use sqlx::{Connection, SqliteConnection};
 use support::Scratch;
 
@@ -131,9 +131,9 @@ async fn run_child(role: &str, db: &Path, out: &Path) -> i32 {
             }
             append(out, &last.to_string());
             if role == "die-in-commit" {
-                lock_sqlite::crash_hooks::kill_in_next_commit();
+                fencelock_sqlite::crash_hooks::kill_in_next_commit();
             } else {
-                lock_sqlite::crash_hooks::kill_after_next_grant();
+                fencelock_sqlite::crash_hooks::kill_after_next_grant();
             }
             let _ = store.try_acquire(KEY, Duration::from_secs(1)).await;
             eprintln!("the crash hook did not fire");

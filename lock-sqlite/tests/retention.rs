@@ -3,7 +3,7 @@
 //! row was removed still gets a greater token (fence scheme 2). A table made by an earlier
 //! build (plain counters from 1) is refused until upgraded.
 //!
-//! CI locks 10,000 distinct keys; `FENCELOCK_KEYS=100000 cargo test -p lock-sqlite
+//! CI locks 10,000 distinct keys; `FENCELOCK_KEYS=100000 cargo test -p fencelock-sqlite
 //! --all-features --test retention` locks more. The databases live on /dev/shm where it
 //! exists: these tests are about rows, not about fsync, which would cost a disk's worth of
 //! time per commit.
@@ -15,8 +15,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{Acquire, Error, LockStore, Release, ReleaseOutcome};
-use lock_sqlite::{SqliteConfig, SqliteStore};
+use fencelock_core::{Acquire, Error, LockStore, Release, ReleaseOutcome};
+use fencelock_sqlite::{SqliteConfig, SqliteStore};
 use sqlx::Connection;
 use support::Scratch;
 use tokio::time::{sleep, Instant};
@@ -226,13 +226,13 @@ struct ShortWindow {
     dir: Scratch,
 }
 
-#[conformance::async_trait]
-impl conformance::StoreFactory for ShortWindow {
-    async fn handle(&self) -> lock_core::DynLockStore {
+#[fencelock_conformance::async_trait]
+impl fencelock_conformance::StoreFactory for ShortWindow {
+    async fn handle(&self) -> fencelock_core::DynLockStore {
         Arc::new(store(self.dir.db()).await)
     }
 
-    async fn unreachable_handle(&self) -> lock_core::DynLockStore {
+    async fn unreachable_handle(&self) -> fencelock_core::DynLockStore {
         let config = config(self.dir.db())
             .with_command_timeout(Duration::from_secs(1))
             .with_connect_timeout(Duration::from_secs(1));
@@ -246,6 +246,7 @@ async fn the_conformance_case_for_the_retention_window_passes() {
         dir: scratch("retention-case"),
     });
     let outcome =
-        conformance::run_case("tokens_increase_after_the_retention_window", factory).await;
-    assert_eq!(outcome, conformance::Outcome::Passed);
+        fencelock_conformance::run_case("tokens_increase_after_the_retention_window", factory)
+            .await;
+    assert_eq!(outcome, fencelock_conformance::Outcome::Passed);
 }

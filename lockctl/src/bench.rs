@@ -3,8 +3,8 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use conformance::bench::{self, Table};
 use fencelock::{DynLockStore, Error};
+use fencelock_conformance::bench::{self, Table};
 
 pub async fn bench(url: &str, store: DynLockStore, iterations: usize) -> ExitCode {
     match measure(url, store, iterations).await {

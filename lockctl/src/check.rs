@@ -3,8 +3,8 @@
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use conformance::{async_trait, StoreFactory};
 use fencelock::DynLockStore;
+use fencelock_conformance::{async_trait, StoreFactory};
 
 /// Handles to the store behind a URL; a lease is forgotten by the store's own eviction.
 struct UrlFactory {
@@ -40,7 +40,7 @@ pub async fn conformance(url: &str, parallel: usize) -> ExitCode {
     let factory = Arc::new(UrlFactory {
         url: url.to_owned(),
     });
-    let report = conformance::run_all(factory, parallel).await;
+    let report = fencelock_conformance::run_all(factory, parallel).await;
     println!("{report}");
     if report.passed() {
         ExitCode::SUCCESS

@@ -64,7 +64,7 @@ pub async fn run(
     // What `etcdctl lock` gives its command, so its scripts run unchanged; only a lease granted
     // in etcd's own layout (`layout=etcd`) has them, and its token is then `ETCD_LOCK_REV`.
     #[cfg(feature = "etcd")]
-    if let Some(mutex_key) = fencelock::lock_etcd::mutex_key(&lease) {
+    if let Some(mutex_key) = fencelock::fencelock_etcd::mutex_key(&lease) {
         command
             .env("ETCD_LOCK_KEY", mutex_key)
             .env("ETCD_LOCK_REV", lease.fencing_token().to_string());

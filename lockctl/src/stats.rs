@@ -65,7 +65,7 @@ fn human(d: std::time::Duration) -> String {
 async fn per_key_state(store: &DynLockStore) -> fencelock::Result<PerKeyState> {
     #[cfg(feature = "redis")]
     {
-        use fencelock::lock_redis::RedisStore;
+        use fencelock::fencelock_redis::RedisStore;
         if let Some(redis) = store.downcast_ref::<RedisStore>() {
             return Ok(PerKeyState {
                 store: "redis",
@@ -76,7 +76,7 @@ async fn per_key_state(store: &DynLockStore) -> fencelock::Result<PerKeyState> {
     }
     #[cfg(feature = "postgres")]
     {
-        use fencelock::lock_postgres::PostgresStore;
+        use fencelock::fencelock_postgres::PostgresStore;
         if let Some(postgres) = store.downcast_ref::<PostgresStore>() {
             return Ok(PerKeyState {
                 store: "postgres",
@@ -87,7 +87,7 @@ async fn per_key_state(store: &DynLockStore) -> fencelock::Result<PerKeyState> {
     }
     #[cfg(feature = "sqlite")]
     {
-        use fencelock::lock_sqlite::SqliteStore;
+        use fencelock::fencelock_sqlite::SqliteStore;
         if let Some(sqlite) = store.downcast_ref::<SqliteStore>() {
             return Ok(PerKeyState {
                 store: "sqlite",
@@ -98,7 +98,7 @@ async fn per_key_state(store: &DynLockStore) -> fencelock::Result<PerKeyState> {
     }
     #[cfg(feature = "mysql")]
     {
-        use fencelock::lock_mysql::MysqlStore;
+        use fencelock::fencelock_mysql::MysqlStore;
         if let Some(mysql) = store.downcast_ref::<MysqlStore>() {
             return Ok(PerKeyState {
                 store: "mysql",

@@ -26,7 +26,7 @@ pub async fn status(store: DynLockStore, key: &str, json: bool) -> ExitCode {
 fn notes(store: &DynLockStore) -> Vec<String> {
     #[cfg(feature = "redis")]
     {
-        use fencelock::lock_redis::{EvictionCheck, RedisStore, RedlockStore};
+        use fencelock::fencelock_redis::{EvictionCheck, RedisStore, RedlockStore};
         // downcast_ref sees through the metrics wrapper that connect may put around a store.
         let checks: Vec<(String, Option<&EvictionCheck>)> =
             if let Some(redis) = store.downcast_ref::<RedisStore>() {

@@ -145,7 +145,7 @@ mod sqlite {
     use std::process::Command;
     use std::sync::OnceLock;
 
-    use lock_sqlite::Lockout;
+    use fencelock_sqlite::Lockout;
 
     /// A directory of this test process's own for its database files, under cargo's scratch
     /// directory for tests (target/tmp), so a run leaves nothing in the system's /tmp.

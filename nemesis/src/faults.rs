@@ -189,7 +189,7 @@ impl Fault {
         Self::ALL.into_iter().find(|f| f.name() == name)
     }
 
-    /// Whether the store documents this event as freeing locks early (the lock-core contract
+    /// Whether the store documents this event as freeing locks early (the fencelock-core contract
     /// and each store's table in the README): a PostgreSQL or MySQL session ended by the
     /// server, a Redis restart without persistence, a memory store that lost its data. A
     /// Redlock minority restarted after a TTL, an etcd leader change and every client fault

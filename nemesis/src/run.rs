@@ -813,10 +813,10 @@ impl Nemesis {
                 let stopped = self.past_ttl();
                 // A leader stopped past a TTL and resumed revokes leases a newer leader kept
                 // alive, on etcd before 3.4.31/3.5.13 (etcd issue 15247): an early free the
-                // lock-etcd docs name, so the checker must not blame the store for it.
+                // fencelock-etcd docs name, so the checker must not blame the store for it.
                 let leader = cluster.leader().ok() == Some(member);
                 let affected = EtcdCluster::version().is_ok_and(|version| {
-                    fencelock::lock_etcd::stale_leader_revokes_leases(&version)
+                    fencelock::fencelock_etcd::stale_leader_revokes_leases(&version)
                 });
                 let frees_early = leader && affected;
                 let what = format!(
@@ -886,10 +886,10 @@ async fn kill_mysql_holder(url: String) -> std::result::Result<Option<i64>, sqlx
     let mut conn = sqlx::MySqlConnection::connect(&url).await?;
     let database = url.rsplit('/').next().unwrap_or_default();
     let database = database.split('?').next().unwrap_or_default();
-    let name = lock_mysql::lock_name(
+    let name = fencelock_mysql::lock_name(
         database,
-        lock_mysql::DEFAULT_TABLE,
-        lock_mysql::DEFAULT_NAMESPACE,
+        fencelock_mysql::DEFAULT_TABLE,
+        fencelock_mysql::DEFAULT_NAMESPACE,
         worker::KEY,
     );
     let holder = sqlx::query_scalar::<_, Option<i64>>(MYSQL_HOLDER_SQL)

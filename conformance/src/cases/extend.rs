@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use lock_core::{drift, Error, KeyStatus};
+use fencelock_core::{drift, Error, KeyStatus};
 use tokio::time::{sleep, sleep_until, Instant};
 
 use super::support::{expect_busy, expect_lost, outlive, released};

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use lock_core::{Error, KeyStatus};
+use fencelock_core::{Error, KeyStatus};
 use tokio::time::{timeout, Instant};
 
 use super::support::released;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::{
+use fencelock_core::{
     with_lock, Acquire, Capabilities, DynLockStore, Error, Extend, KeyStatus, Lease, LockOptions,
     LockStore, Release, ReleaseOutcome,
 };
@@ -25,10 +25,15 @@ struct Stalled(DynLockStore);
 #[async_trait]
 #[deny(clippy::missing_trait_methods)]
 impl Acquire for Stalled {
-    async fn try_acquire(&self, key: &str, ttl: Duration) -> lock_core::Result<Lease> {
+    async fn try_acquire(&self, key: &str, ttl: Duration) -> fencelock_core::Result<Lease> {
         self.0.try_acquire(key, ttl).await
     }
-    async fn acquire(&self, key: &str, ttl: Duration, wait: Duration) -> lock_core::Result<Lease> {
+    async fn acquire(
+        &self,
+        key: &str,
+        ttl: Duration,
+        wait: Duration,
+    ) -> fencelock_core::Result<Lease> {
         self.0.acquire(key, ttl, wait).await
     }
 }
@@ -36,7 +41,7 @@ impl Acquire for Stalled {
 #[async_trait]
 #[deny(clippy::missing_trait_methods)]
 impl Release for Stalled {
-    async fn release(&self, lease: &Lease) -> lock_core::Result<ReleaseOutcome> {
+    async fn release(&self, lease: &Lease) -> fencelock_core::Result<ReleaseOutcome> {
         self.0.release(lease).await
     }
 }
@@ -44,7 +49,7 @@ impl Release for Stalled {
 #[async_trait]
 #[deny(clippy::missing_trait_methods)]
 impl Extend for Stalled {
-    async fn extend(&self, _: &Lease) -> lock_core::Result<()> {
+    async fn extend(&self, _: &Lease) -> fencelock_core::Result<()> {
         pending().await
     }
 }
@@ -55,10 +60,10 @@ impl LockStore for Stalled {
     fn capabilities(&self) -> Capabilities {
         self.0.capabilities()
     }
-    async fn status(&self, key: &str) -> lock_core::Result<KeyStatus> {
+    async fn status(&self, key: &str) -> fencelock_core::Result<KeyStatus> {
         self.0.status(key).await
     }
-    async fn evict(&self, key: &str) -> lock_core::Result<bool> {
+    async fn evict(&self, key: &str) -> fencelock_core::Result<bool> {
         self.0.evict(key).await
     }
 }
@@ -91,7 +96,7 @@ impl WatchedExtends {
 #[async_trait]
 #[deny(clippy::missing_trait_methods)]
 impl Extend for WatchedExtends {
-    async fn extend(&self, lease: &Lease) -> lock_core::Result<()> {
+    async fn extend(&self, lease: &Lease) -> fencelock_core::Result<()> {
         let fail = self
             .failures_left
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))

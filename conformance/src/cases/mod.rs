@@ -5,7 +5,7 @@
 //! line in the list of [`__for_each_case!`](crate::__for_each_case), from which both [`CASES`]
 //! and the tests of [`conformance_tests!`](crate::conformance_tests) are generated.
 
-use lock_core::Capabilities;
+use fencelock_core::Capabilities;
 
 use crate::runner::Case;
 

@@ -1,6 +1,6 @@
 //! Releasing: compare-and-delete, so only the holder releases and a lost lease says so.
 
-use lock_core::ReleaseOutcome;
+use fencelock_core::ReleaseOutcome;
 
 use super::support::{expect_busy, outlive, released};
 use crate::runner::{CaseResult, Failure};

@@ -5,13 +5,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lock_core::{DynLockStore, Error, FenceGate, Lease, ReleaseOutcome};
+use fencelock_core::{DynLockStore, Error, FenceGate, Lease, ReleaseOutcome};
 use tokio::time::sleep;
 
 use crate::runner::{CaseResult, Failure};
 use crate::Ctx;
 
-pub(super) fn expect_busy(result: lock_core::Result<Lease>, what: &str) -> CaseResult {
+pub(super) fn expect_busy(result: fencelock_core::Result<Lease>, what: &str) -> CaseResult {
     match result {
         Err(Error::Busy { .. }) => Ok(()),
         Ok(lease) => Err(Failure(format!(
@@ -23,7 +23,7 @@ pub(super) fn expect_busy(result: lock_core::Result<Lease>, what: &str) -> CaseR
 }
 
 pub(super) fn expect_invalid(
-    result: lock_core::Result<Lease>,
+    result: fencelock_core::Result<Lease>,
     input: &str,
     what: &str,
 ) -> CaseResult {
@@ -46,7 +46,7 @@ pub(super) fn expect_invalid(
     }
 }
 
-pub(super) fn expect_lost(result: lock_core::Result<()>, what: &str) -> CaseResult {
+pub(super) fn expect_lost(result: fencelock_core::Result<()>, what: &str) -> CaseResult {
     match result {
         Err(Error::LeaseLost { .. }) => Ok(()),
         Ok(()) => Err(Failure(format!("{what}: extend succeeded"))),

@@ -3,7 +3,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lock_core::{Error, ReleaseOutcome};
+use fencelock_core::{Error, ReleaseOutcome};
 use tokio::time::{sleep, timeout, Instant};
 
 use super::support::released;

@@ -4,9 +4,9 @@
 
 use std::sync::Arc;
 
-use conformance::{async_trait, StoreFactory};
-use lock_core::DynLockStore;
-use lock_etcd::{EtcdConfig, EtcdStore};
+use fencelock_conformance::{async_trait, StoreFactory};
+use fencelock_core::DynLockStore;
+use fencelock_etcd::{EtcdConfig, EtcdStore};
 
 /// A connected store handle; `options` (`"&prefix=x"`) follow the generous connect timeout,
 /// since other test processes may load this machine.

@@ -1,7 +1,7 @@
 //! Helpers shared by the integration tests: an admin connection and pg_locks lookups.
 #![allow(dead_code)]
 
-use lock_postgres::{PostgresConfig, PostgresStore};
+use fencelock_postgres::{PostgresConfig, PostgresStore};
 use sqlx::{Connection, PgConnection, Row};
 
 /// A plain sqlx connection, outside any store.

@@ -4,16 +4,16 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use conformance::bench::{micros, Samples, Table};
-use lock_core::{
+use fencelock_conformance::bench::{micros, Samples, Table};
+use fencelock_core::{
     Acquire, Capabilities, Extend, Lease, LockStore, OwnerId, Release, ReleaseOutcome,
 };
 use redis::aio::ConnectionManager;
 use tokio::time::Instant;
 
 /// Maps a raw client's error to a store error naming `what` failed.
-pub fn failed(what: &'static str) -> impl Fn(redis::RedisError) -> lock_core::Error {
-    move |e| lock_core::Error::store(what, e)
+pub fn failed(what: &'static str) -> impl Fn(redis::RedisError) -> fencelock_core::Error {
+    move |e| fencelock_core::Error::store(what, e)
 }
 
 /// The server's `redis_version`, from `INFO server`.
@@ -64,7 +64,7 @@ impl Rslock {
 
 #[async_trait]
 impl Acquire for Rslock {
-    async fn try_acquire(&self, key: &str, ttl: Duration) -> lock_core::Result<Lease> {
+    async fn try_acquire(&self, key: &str, ttl: Duration) -> fencelock_core::Result<Lease> {
         let sent_at = Instant::now();
         match self.manager.lock(key.as_bytes(), ttl).await {
             Ok(lock) => Ok(Lease::with_store_state(
@@ -75,13 +75,18 @@ impl Acquire for Rslock {
                 sent_at,
                 lock,
             )),
-            Err(_) => Err(lock_core::Error::Busy {
+            Err(_) => Err(fencelock_core::Error::Busy {
                 key: key.to_owned(),
             }),
         }
     }
 
-    async fn acquire(&self, key: &str, ttl: Duration, wait: Duration) -> lock_core::Result<Lease> {
+    async fn acquire(
+        &self,
+        key: &str,
+        ttl: Duration,
+        wait: Duration,
+    ) -> fencelock_core::Result<Lease> {
         let sent_at = Instant::now();
         match tokio::time::timeout(wait, self.manager.acquire_no_guard(key.as_bytes(), ttl)).await {
             Ok(Ok(lock)) => Ok(Lease::with_store_state(
@@ -92,11 +97,11 @@ impl Acquire for Rslock {
                 sent_at,
                 lock,
             )),
-            Ok(Err(e)) => Err(lock_core::Error::Store {
+            Ok(Err(e)) => Err(fencelock_core::Error::Store {
                 message: format!("rslock: {e}"),
                 source: None,
             }),
-            Err(_) => Err(lock_core::Error::WaitTimedOut {
+            Err(_) => Err(fencelock_core::Error::WaitTimedOut {
                 key: key.to_owned(),
                 waited: wait,
             }),
@@ -106,7 +111,7 @@ impl Acquire for Rslock {
 
 #[async_trait]
 impl Release for Rslock {
-    async fn release(&self, lease: &Lease) -> lock_core::Result<ReleaseOutcome> {
+    async fn release(&self, lease: &Lease) -> fencelock_core::Result<ReleaseOutcome> {
         if let Some(lock) = lease.store_state::<rslock::Lock>() {
             self.manager.unlock(lock).await;
         }
@@ -116,8 +121,8 @@ impl Release for Rslock {
 
 #[async_trait]
 impl Extend for Rslock {
-    async fn extend(&self, _: &Lease) -> lock_core::Result<()> {
-        Err(lock_core::Error::Unsupported {
+    async fn extend(&self, _: &Lease) -> fencelock_core::Result<()> {
+        Err(fencelock_core::Error::Unsupported {
             operation: "extend in this benchmark adapter",
         })
     }

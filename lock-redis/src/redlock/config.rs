@@ -3,9 +3,9 @@
 use std::fmt;
 use std::time::Duration;
 
-use lock_core::url::{parse_timeout, parse_window};
-use lock_core::validate::{check_retention, DEFAULT_RETENTION, MAX_TTL};
-use lock_core::{Error, Result};
+use fencelock_core::url::{parse_timeout, parse_window};
+use fencelock_core::validate::{check_retention, DEFAULT_RETENTION, MAX_TTL};
+use fencelock_core::{Error, Result};
 use url::Url;
 
 use crate::config::{
@@ -52,7 +52,7 @@ const OPTIONS: &[&str] = &[
 /// | `prefix` | `fencelock:` | prepended to every key name, as for `redis://` |
 /// | `connect_timeout` | `5s` | bound on opening one node's connection |
 /// | `command_timeout` | `250ms` | bound on one node's answer (per-node timeout); a slower node counts as failed for that round |
-/// | `drift_factor` | `0.01` | the validity margin is `ttl × drift_factor + 2 ms` (never less than lock-core's 1% + 2 ms); from 0 to 0.5 |
+/// | `drift_factor` | `0.01` | the validity margin is `ttl × drift_factor + 2 ms` (never less than fencelock-core's 1% + 2 ms); from 0 to 0.5 |
 /// | `retry_count` | `3` | retries after a round without a quorum (a split vote, too many nodes failing); at most 100 |
 /// | `retry_jitter` | `100ms` | a retry waits a random 1 ms to this long, so contenders fall out of step |
 /// | `allow_eviction` | `false` | `true` skips the check that no node can evict a held lock (`maxmemory` with a policy other than `noeviction`), accepting that risk knowingly, as for `redis://` |
@@ -82,7 +82,7 @@ impl RedlockConfig {
     /// nodes, a node listed twice, a bad host, port or database, or an unknown or malformed
     /// option. The message never contains the password.
     pub fn from_url(url: &str) -> Result<Self> {
-        lock_core::url::check_userinfo_encoded(url)?;
+        fencelock_core::url::check_userinfo_encoded(url)?;
         let Some(rest) = url.strip_prefix("redlock://") else {
             let scheme = url.split_once("://").map_or("(none)", |(s, _)| s);
             return Err(bad_url(format!(
@@ -251,11 +251,11 @@ impl RedlockConfig {
     }
 
     /// The margin taken off a lease's validity: `ttl × drift_factor + 2 ms`, never less than
-    /// lock-core's [`drift`](lock_core::drift).
+    /// fencelock-core's [`drift`](fencelock_core::drift).
     pub fn drift(&self, ttl: Duration) -> Duration {
         ttl.mul_f64(self.drift_factor)
             .saturating_add(Duration::from_millis(2))
-            .max(lock_core::drift(ttl))
+            .max(fencelock_core::drift(ttl))
     }
 }
 
@@ -391,8 +391,8 @@ mod tests {
         let config: RedlockConfig = "redlock://a,b,c?drift_factor=0".parse().unwrap();
         assert_eq!(
             config.drift(Duration::from_secs(10)),
-            lock_core::drift(Duration::from_secs(10)),
-            "never less than lock-core's margin"
+            fencelock_core::drift(Duration::from_secs(10)),
+            "never less than fencelock-core's margin"
         );
         let config: RedlockConfig = "redlock://a,b,c?drift_factor=0.1".parse().unwrap();
         assert_eq!(

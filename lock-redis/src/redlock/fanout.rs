@@ -5,8 +5,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use fencelock_core::{Error, Result};
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use lock_core::{Error, Result};
 use redis::aio::ConnectionManager;
 use tokio::time::timeout;
 

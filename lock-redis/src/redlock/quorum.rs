@@ -3,13 +3,13 @@
 
 use std::fmt;
 
-use lock_core::Result;
+use fencelock_core::Result;
 
 use crate::eviction::{risk_of, EvictionRisk};
 
 /// Why a Redlock operation found no quorum: each node's answer or failure, in URL order. It is
-/// the `source` of the [`Error::Unavailable`](lock_core::Error::Unavailable) or
-/// [`Error::Store`](lock_core::Error::Store) such an operation returns;
+/// the `source` of the [`Error::Unavailable`](fencelock_core::Error::Unavailable) or
+/// [`Error::Store`](fencelock_core::Error::Store) such an operation returns;
 /// reach it with `std::error::Error::source` and `downcast_ref::<QuorumError>()`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QuorumError {

@@ -6,12 +6,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use futures_util::stream::{FuturesUnordered, StreamExt};
-use lock_core::validate::{check_key, check_request, check_wait};
-use lock_core::{
+use fencelock_core::validate::{check_key, check_request, check_wait};
+use fencelock_core::{
     Acquire, Capabilities, Error, Extend, Instant, KeyStatus, Lease, LockStore, OwnerId, Release,
     ReleaseOutcome, Result,
 };
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use redis::aio::ConnectionManager;
 use tokio::time::{sleep, sleep_until};
 
@@ -101,7 +101,7 @@ impl RedlockStore {
         }
         let quorum = store.no_quorum(&answers, |_| "answered".into());
         let message = format!("connecting to {}: {quorum}", store.config());
-        let source: Option<lock_core::BoxError> = Some(Box::new(quorum));
+        let source: Option<fencelock_core::BoxError> = Some(Box::new(quorum));
         let refused = answers
             .iter()
             .any(|a| matches!(a, Some(Err(e)) if !e.is_retryable()));
@@ -183,13 +183,13 @@ impl RedlockStore {
         }
     }
 
-    /// `sent_at` moved back by however much the configured drift exceeds lock-core's, so the
-    /// lease's deadline (which lock-core computes with its own drift) keeps the larger margin.
+    /// `sent_at` moved back by however much the configured drift exceeds fencelock-core's, so the
+    /// lease's deadline (which fencelock-core computes with its own drift) keeps the larger margin.
     fn deadline_base(&self, sent_at: Instant, ttl: Duration) -> Option<Instant> {
         let extra = self
             .config()
             .drift(ttl)
-            .saturating_sub(lock_core::drift(ttl));
+            .saturating_sub(fencelock_core::drift(ttl));
         sent_at.checked_sub(extra)
     }
 
@@ -284,7 +284,7 @@ impl RedlockStore {
         };
         let valid_until = self
             .deadline_base(sent_at, ttl)
-            .map(|base| base + ttl.saturating_sub(lock_core::drift(ttl)));
+            .map(|base| base + ttl.saturating_sub(fencelock_core::drift(ttl)));
 
         let outcome = if count(&answers, granted) >= quorum {
             let minted = answers
@@ -591,7 +591,7 @@ impl Extend for RedlockStore {
         let base = self.deadline_base(sent_at, ttl);
         if count(&answers, |extended| *extended) >= quorum {
             if let Some(base) = base {
-                if Instant::now() < base + ttl.saturating_sub(lock_core::drift(ttl)) {
+                if Instant::now() < base + ttl.saturating_sub(fencelock_core::drift(ttl)) {
                     lease.confirm(base);
                     return Ok(());
                 }

@@ -1,7 +1,7 @@
 //! Shared by the integration tests: store handles with generous timeouts, admin connections.
 #![allow(dead_code)]
 
-use lock_redis::{RedisConfig, RedisStore};
+use fencelock_redis::{RedisConfig, RedisStore};
 
 /// `url` with extra query options (`"prefix=x&command_timeout=1s"`) appended.
 pub fn with_options(url: &str, options: &str) -> String {

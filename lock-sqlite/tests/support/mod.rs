@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use lock_sqlite::{SqliteConfig, SqliteStore};
+use fencelock_sqlite::{SqliteConfig, SqliteStore};
 
 /// A new directory under the system's temporary directory, removed when dropped.
 #[derive(Debug)]
@@ -21,7 +21,7 @@ impl Scratch {
         let dir = base.join(format!(
             "lock-sqlite-test-{name}-{}-{:016x}",
             std::process::id(),
-            lock_core::OwnerId::random().as_u128() as u64
+            fencelock_core::OwnerId::random().as_u128() as u64
         ));
         std::fs::create_dir_all(&dir).expect("scratch directory");
         Scratch(dir)
