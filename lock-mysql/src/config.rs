@@ -41,6 +41,9 @@ const OWN_OPTIONS: &[&str] = &[
     "sslrootcert",
     "sslcert",
     "sslkey",
+    "tls_ca",
+    "tls_cert",
+    "tls_key",
 ];
 
 /// The query-string options passed on to the sqlx driver unchanged; anything else is
@@ -61,7 +64,9 @@ const SQLX_OPTIONS: &[&str] = &["charset", "collation", "statement-cache-capacit
 /// | option | default | meaning |
 /// | --- | --- | --- |
 /// | `sslmode` | `prefer` | `disable`, `prefer`, `require`, `verify-ca`, `verify-full` (the names of the PostgreSQL store; MySQL's `DISABLED` … `VERIFY_IDENTITY` are accepted too); the last three need the crate feature `tls` |
-/// | `sslrootcert`, `sslcert`, `sslkey` | | CA certificate, client certificate and key files |
+/// | `sslrootcert`, `sslcert`, `sslkey` | | CA certificate, client certificate and key files (read by sqlx when it connects) |
+/// | `tls_ca` | | PEM file of the CA that signs the server's certificate (the name the other stores use); implies `sslmode=verify-full` (MySQL's `VERIFY_IDENTITY`) unless `sslmode` is given |
+/// | `tls_cert`, `tls_key` | | PEM files of a client certificate and its key, for a server that asks for one; given together |
 /// | `charset`, `collation`, `statement-cache-capacity` | | as in sqlx |
 /// | `namespace` | `default` | 1–63 bytes, no NUL; part of every key's lock name |
 /// | `table` | `fencelock_fence` | the fence table in the URL's database (`[A-Za-z_][A-Za-z0-9_]*`, at most 58 bytes, so its floor table `<table>_floor` fits MySQL's 64); created if missing; part of every key's lock name |
@@ -70,6 +75,10 @@ const SQLX_OPTIONS: &[&str] = &["charset", "collation", "statement-cache-capacit
 /// | `max_idle` | `16` | idle connections kept for reuse; `0` closes each one after use |
 /// | `retention` | `7d` | a key's fence row may be removed once it has not been bumped for this long and nobody holds the key (`ms`, `s`, `m`, `h`, `d`); must exceed `max_ttl`; see the crate docs ("Per-key state") |
 /// | `max_ttl` | `24h` | the longest TTL this handle grants (at most 24 h) |
+///
+/// The `tls_*` files are read when the URL is parsed (a missing file, or one without a PEM
+/// block, is [`Error::InvalidInput`] naming the option) and are never printed; each is refused
+/// next to its twin (`sslrootcert`, `sslcert`, `sslkey`) and with `sslmode=disable`.
 ///
 /// Unknown options are rejected. `Debug` and `Display` never show the password.
 #[derive(Clone)]
@@ -127,10 +136,14 @@ impl MysqlConfig {
             retention: DEFAULT_RETENTION,
             max_ttl: MAX_TTL,
         };
-        let mut ssl_mode = MySqlSslMode::Preferred;
+        let mut ssl_mode = None;
         let mut passed_on = Vec::new();
+        let mut tls = TlsFiles::default();
         for (name, value) in parsed.query_pairs() {
             match &*name {
+                "tls_ca" => tls.ca = Some(read_pem("tls_ca", &value)?),
+                "tls_cert" => tls.cert = Some(read_pem("tls_cert", &value)?),
+                "tls_key" => tls.key = Some(read_pem("tls_key", &value)?),
                 "namespace" => config.namespace = check_namespace(&value)?,
                 "table" => config.table = check_table(&value)?,
                 "connect_timeout" => {
@@ -151,7 +164,7 @@ impl MysqlConfig {
                         return Err(bad(format!("max_ttl must be at most 24h, not {value:?}")));
                     }
                 }
-                "sslmode" => ssl_mode = parse_ssl_mode(&value)?,
+                "sslmode" => ssl_mode = Some(parse_ssl_mode(&value)?),
                 "sslrootcert" => passed_on.push(("ssl-ca".to_owned(), value.to_string())),
                 "sslcert" => passed_on.push(("ssl-cert".to_owned(), value.to_string())),
                 "sslkey" => passed_on.push(("ssl-key".to_owned(), value.to_string())),
@@ -168,6 +181,13 @@ impl MysqlConfig {
             }
         }
         check_retention(config.retention, config.max_ttl)?;
+        tls.check_against(&passed_on, ssl_mode)?;
+        let ssl_mode = ssl_mode.unwrap_or(if tls.ca.is_some() {
+            // A CA is named to check the server against it: check the host name too.
+            MySqlSslMode::VerifyIdentity
+        } else {
+            MySqlSslMode::Preferred
+        });
         if requires_tls(ssl_mode) && !cfg!(feature = "tls") {
             return Err(bad(
                 "sslmode=require, verify-ca and verify-full need fencelock-mysql's `tls` feature"
@@ -186,6 +206,7 @@ impl MysqlConfig {
         config.connect = MySqlConnectOptions::from_str(for_sqlx.as_str())
             .map_err(|e| bad(format!("{}: {e}", config.redacted)))?
             .ssl_mode(ssl_mode);
+        config.connect = tls.apply(config.connect);
         Ok(config)
     }
 
@@ -306,6 +327,81 @@ impl FromStr for MysqlConfig {
     fn from_str(url: &str) -> Result<Self> {
         Self::from_url(url)
     }
+}
+
+/// The PEM contents of the `tls_*` options, applied to sqlx's options after it parsed the rest.
+#[derive(Default)]
+struct TlsFiles {
+    ca: Option<Vec<u8>>,
+    cert: Option<Vec<u8>>,
+    key: Option<Vec<u8>>,
+}
+
+impl TlsFiles {
+    /// Refuses a `tls_*` option next to its twin (which one would win is not obvious), a
+    /// client certificate without its key or the other way round, and `tls_*` with TLS off.
+    /// `passed_on` holds the twins under sqlx's names (`ssl-ca`, `ssl-cert`, `ssl-key`).
+    fn check_against(
+        &self,
+        passed_on: &[(String, String)],
+        ssl_mode: Option<MySqlSslMode>,
+    ) -> Result<()> {
+        let given = |name: &str| passed_on.iter().any(|(n, _)| n == name);
+        let twins = [
+            ("tls_ca", self.ca.is_some(), "ssl-ca", "sslrootcert"),
+            ("tls_cert", self.cert.is_some(), "ssl-cert", "sslcert"),
+            ("tls_key", self.key.is_some(), "ssl-key", "sslkey"),
+        ];
+        for (ours, set, sqlx_name, theirs) in twins {
+            if set && given(sqlx_name) {
+                return Err(Error::invalid(
+                    "url",
+                    format!("{ours} and {theirs} name the same file; give one"),
+                ));
+            }
+        }
+        if self.cert.is_some() != self.key.is_some() {
+            return Err(Error::invalid(
+                "url",
+                "tls_cert and tls_key go together: a client certificate needs its key",
+            ));
+        }
+        let any = self.ca.is_some() || self.cert.is_some();
+        if any && matches!(ssl_mode, Some(MySqlSslMode::Disabled)) {
+            return Err(Error::invalid(
+                "url",
+                "tls_ca, tls_cert and tls_key need TLS, and sslmode=disable turns it off",
+            ));
+        }
+        Ok(())
+    }
+
+    fn apply(self, mut connect: MySqlConnectOptions) -> MySqlConnectOptions {
+        if let Some(ca) = self.ca {
+            connect = connect.ssl_ca_from_pem(ca);
+        }
+        if let (Some(cert), Some(key)) = (self.cert, self.key) {
+            connect = connect
+                .ssl_client_cert_from_pem(cert)
+                .ssl_client_key_from_pem(key);
+        }
+        connect
+    }
+}
+
+/// Reads the PEM file `path` named by `option`. The message names the option and the path,
+/// never the contents (a key file's contents are secret).
+fn read_pem(option: &str, path: &str) -> Result<Vec<u8>> {
+    let bad = |rule: String| Error::invalid("url", rule);
+    let contents = std::fs::read(path)
+        .map_err(|e| bad(format!("{option}: cannot read {path:?}: {}", e.kind())))?;
+    if !contents
+        .windows(b"-----BEGIN ".len())
+        .any(|w| w == b"-----BEGIN ")
+    {
+        return Err(bad(format!("{option}: {path:?} holds no PEM block")));
+    }
+    Ok(contents)
 }
 
 /// The PostgreSQL store's `sslmode` names, and MySQL's own.
@@ -532,6 +628,98 @@ mod tests {
         assert!(rule("mysql://h/db?connect_timeout=soon").contains("connect_timeout"));
         assert!(rule("mysql://h/db?max_idle=-1").contains("max_idle"));
         assert!(rule("mysql://h/db?sslmode=sometimes").contains("sslmode"));
+    }
+
+    /// A file holding `contents` in this test process's own directory under the temp dir.
+    fn file(name: &str, contents: &str) -> String {
+        let dir = std::env::temp_dir().join(format!("lock-mysql-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(name);
+        std::fs::write(&path, contents).unwrap();
+        path.to_str().unwrap().to_owned()
+    }
+
+    const PEM: &str = "-----BEGIN CERTIFICATE-----\nnot checked here\n-----END CERTIFICATE-----\n";
+    const KEY: &str = "-----BEGIN PRIVATE KEY-----\nKEYMATERIAL\n-----END PRIVATE KEY-----\n";
+
+    fn mode(config: &MysqlConfig) -> String {
+        format!("{:?}", config.connect.get_ssl_mode())
+    }
+
+    #[test]
+    fn tls_options_map_to_sqlx_pem_options_and_imply_verify_identity() {
+        let ca = file("ca.pem", PEM);
+        let cert = file("client.pem", PEM);
+        let key = file("client.key", KEY);
+        let config = MysqlConfig::from_url(&format!("mysql://u@h/db?tls_ca={ca}"));
+        if !cfg!(feature = "tls") {
+            assert!(rule(&format!("mysql://u@h/db?tls_ca={ca}")).contains("`tls` feature"));
+            return;
+        }
+        let config = config.unwrap();
+        assert_eq!(mode(&config), format!("{:?}", MySqlSslMode::VerifyIdentity));
+        // The PEM's contents reached sqlx's options, not a path for it to read later.
+        let shown = format!("{:?}", config.connect);
+        assert!(shown.contains("ssl_ca: Some(Inline("), "{shown}");
+        // An sslmode given in the URL wins over the implied verify-full, in either order.
+        for url in [
+            format!("mysql://u@h/db?sslmode=verify-ca&tls_ca={ca}"),
+            format!("mysql://u@h/db?tls_ca={ca}&sslmode=VERIFY_CA"),
+        ] {
+            let config = MysqlConfig::from_url(&url).unwrap();
+            assert_eq!(
+                mode(&config),
+                format!("{:?}", MySqlSslMode::VerifyCa),
+                "{url}"
+            );
+        }
+        // A client certificate alone does not change sslmode.
+        let config = MysqlConfig::from_url(&format!(
+            "mysql://u@h/db?sslmode=require&tls_cert={cert}&tls_key={key}"
+        ))
+        .unwrap();
+        assert_eq!(mode(&config), format!("{:?}", MySqlSslMode::Required));
+        for shown in [config.to_string(), format!("{config:?}")] {
+            assert!(!shown.contains("KEYMATERIAL"), "{shown}");
+        }
+        let config =
+            MysqlConfig::from_url(&format!("mysql://u@h/db?tls_cert={cert}&tls_key={key}"))
+                .unwrap();
+        assert_eq!(mode(&config), format!("{:?}", MySqlSslMode::Preferred));
+    }
+
+    #[test]
+    fn bad_tls_options_are_invalid_input_naming_the_option() {
+        let ca = file("ca2.pem", PEM);
+        let cert = file("client2.pem", PEM);
+        let key = file("client2.key", KEY);
+        let not_pem = file("not.pem", "KEYMATERIAL without a header");
+        let missing = format!("{ca}.missing");
+        assert!(rule(&format!("mysql://h/db?tls_ca={missing}")).contains("tls_ca: cannot read"));
+        let message = rule(&format!("mysql://h/db?tls_key={not_pem}&tls_cert={cert}"));
+        assert!(
+            message.contains("tls_key") && message.contains("no PEM block"),
+            "{message}"
+        );
+        assert!(!message.contains("KEYMATERIAL"), "{message}");
+        assert!(rule(&format!("mysql://h/db?tls_cert={cert}")).contains("go together"));
+        assert!(rule(&format!("mysql://h/db?tls_key={key}")).contains("go together"));
+        assert!(rule(&format!("mysql://h/db?tls_ca={ca}&sslrootcert={ca}")).contains("sslrootcert"));
+        assert!(rule(&format!(
+            "mysql://h/db?tls_cert={cert}&tls_key={key}&sslcert={cert}"
+        ))
+        .contains("sslcert"));
+        assert!(rule(&format!(
+            "mysql://h/db?tls_cert={cert}&tls_key={key}&sslkey={key}"
+        ))
+        .contains("sslkey"));
+        assert!(
+            rule(&format!("mysql://h/db?tls_ca={ca}&sslmode=disable")).contains("sslmode=disable")
+        );
+        assert!(rule(&format!(
+            "mysql://h/db?sslmode=DISABLED&tls_cert={cert}&tls_key={key}"
+        ))
+        .contains("sslmode=disable"));
     }
 
     #[test]

@@ -144,12 +144,48 @@ fn is_retryable(error: &sqlx::Error) -> bool {
     }
 }
 
+/// Whether `io` carries a `rustls::Error`: sqlx reports a handshake the client refused (an
+/// unknown issuer, a certificate for another host) as an I/O error, which a retry cannot fix.
+#[cfg(feature = "tls")]
+fn is_tls_refusal(io: &std::io::Error) -> bool {
+    io.get_ref()
+        .is_some_and(|inner| inner.is::<rustls::Error>())
+}
+
+#[cfg(not(feature = "tls"))]
+fn is_tls_refusal(_: &std::io::Error) -> bool {
+    false
+}
+
 /// A failed connect to `whom` (the redacted URL) as a contract error: a configuration the
-/// driver refuses, a TLS failure, or else as [`sql_error`].
+/// driver refuses, a TLS failure (not retryable), or else as [`sql_error`].
 pub(crate) fn connect_error(whom: &str, error: sqlx::Error) -> Error {
     match error {
         sqlx::Error::Configuration(e) => Error::invalid("url", format!("{whom}: {e}")),
         sqlx::Error::Tls(_) => Error::store(format!("TLS with {whom} failed: {error}"), error),
+        sqlx::Error::Io(ref io) if is_tls_refusal(io) => {
+            Error::store(format!("TLS with {whom} failed: {error}"), error)
+        }
         other => sql_error(&format!("connecting to {whom}"), other),
+    }
+}
+
+#[cfg(all(test, feature = "tls"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_tls_handshake_is_not_retryable() {
+        let refused = std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer),
+        );
+        let error = connect_error("mysql://h/db", sqlx::Error::Io(refused));
+        assert!(
+            matches!(error, Error::Store { .. }) && !error.is_retryable(),
+            "{error:?}"
+        );
+        let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+        assert!(connect_error("mysql://h/db", sqlx::Error::Io(reset)).is_retryable());
     }
 }

@@ -159,9 +159,10 @@
 //! # The URL
 //! `mysql://` or `mariadb://`, with user, password, host, port and the database that holds the
 //! fence table, and this store's options (`namespace`, `table`, `connect_timeout`,
-//! `command_timeout`, `max_idle`, `retention`, `max_ttl`, `sslmode`, `sslrootcert`, `sslcert`,
-//! `sslkey`): see
-//! [`MysqlConfig`].
+//! `command_timeout`, `max_idle`, `retention`, `max_ttl`, `sslmode`, and for TLS `tls_ca`,
+//! `tls_cert`, `tls_key`, the names the other stores use, or the libpq names `sslrootcert`,
+//! `sslcert`, `sslkey`): see [`MysqlConfig`]. `tls_ca` alone means `sslmode=verify-full`: the
+//! server's certificate must chain to that CA and name the URL's host.
 //!
 //! # Server requirements
 //! MySQL 8 or MariaDB 10.3 or newer (`RELEASE_ALL_LOCKS`, `KILL` with an expression), InnoDB.
