@@ -271,7 +271,9 @@ pub fn unreachable_store_exits_69(url: &str) {
 /// `lockctl conformance` against the live store: every case passes and the table says so.
 pub fn conformance_command_passes(url: &str) {
     let output = lockctl(url)
-        .args(["conformance", "--parallel", "8"])
+        // Two of these run at once in this binary, beside the servers: four cases each keeps
+        // a starved two-core machine from missing one-second keep-alives.
+        .args(["conformance", "--parallel", "4"])
         .output()
         .expect("runs");
     let stdout = String::from_utf8_lossy(&output.stdout);
