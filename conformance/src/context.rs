@@ -15,6 +15,10 @@ pub struct Timing {
     pub short_ttl: Duration,
     /// The TTL of leases that must not expire during a case.
     pub long_ttl: Duration,
+    /// The TTL of leases a case keeps alive or extends over several TTLs: at least two
+    /// seconds, so that an extend held up for most of a second by a loaded machine (a slow
+    /// fsync, a starved thread) does not lose the lease and fail a case about something else.
+    pub hold_ttl: Duration,
     /// How late after its due time an expiry or wake-up may be observed.
     pub slack: Duration,
     /// How soon after a release a waiter must hold the key.
@@ -36,9 +40,15 @@ impl Timing {
         let short_ttl =
             capabilities.granted_ttl(capabilities.min_ttl.max(Duration::from_millis(300)));
         let long_ttl = capabilities.granted_ttl(Duration::from_secs(30).min(capabilities.max_ttl));
+        let hold_ttl = capabilities.granted_ttl(
+            short_ttl
+                .max(Duration::from_secs(2))
+                .min(capabilities.max_ttl),
+        );
         Timing {
             short_ttl,
             long_ttl,
+            hold_ttl,
             slack: short_ttl.max(Duration::from_millis(500)),
             wake_bound: Duration::from_secs(2),
             notified_wake_median: Duration::from_millis(150),

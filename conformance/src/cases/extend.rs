@@ -12,7 +12,7 @@ use crate::Ctx;
 pub(super) async fn extend_keeps_a_lease_past_its_first_ttl(ctx: Ctx) -> CaseResult {
     let key = ctx.key("extend");
     let other = ctx.handle().await;
-    let lease = ctx.store.try_acquire(&key, ctx.timing.short_ttl).await?;
+    let lease = ctx.store.try_acquire(&key, ctx.timing.hold_ttl).await?;
     for _ in 0..4 {
         sleep(lease.ttl() / 2).await;
         ctx.store.extend(&lease).await?;
@@ -44,7 +44,7 @@ pub(super) async fn extend_by_a_stale_lease_is_rejected(ctx: Ctx) -> CaseResult 
     let other = ctx.handle().await;
     let stale = ctx.store.try_acquire(&key, ctx.timing.short_ttl).await?;
     outlive(&ctx, &stale).await;
-    let current = other.try_acquire(&key, ctx.timing.short_ttl).await?;
+    let current = other.try_acquire(&key, ctx.timing.hold_ttl).await?;
     expect_lost(ctx.store.extend(&stale).await, "a stale lease's extend")?;
     other.extend(&current).await?;
     released(&other, &current, "successor").await
@@ -69,15 +69,13 @@ pub(super) async fn extend_moves_the_local_deadline(ctx: Ctx) -> CaseResult {
 /// After an extend the store keeps the key until at least the holder's new local deadline: a
 /// tenth of the TTL before it (and past the grant's own expiry) another handle finds the key
 /// busy. A store that renews for less than the TTL while the lease's deadline moves by the whole
-/// TTL lets others take a key its holder believes it holds. A one-second TTL at least keeps the
-/// margin to the store's real expiry (a tenth of the TTL plus the drift) wide on a loaded
-/// machine.
+/// TTL lets others take a key its holder believes it holds. The TTL is
+/// [`Timing::hold_ttl`](crate::Timing), so the margin to the store's real expiry (a tenth of
+/// the TTL plus the drift) stays wide on a loaded machine.
 pub(super) async fn extend_keeps_the_key_until_the_new_local_deadline(ctx: Ctx) -> CaseResult {
     let key = ctx.key("extend-holds");
     let other = ctx.handle().await;
-    let ttl = ctx
-        .capabilities
-        .granted_ttl(ctx.timing.short_ttl.max(Duration::from_secs(1)));
+    let ttl = ctx.timing.hold_ttl;
     let lease = ctx.store.try_acquire(&key, ttl).await?;
     sleep(lease.ttl() / 2).await;
     ctx.store.extend(&lease).await?;

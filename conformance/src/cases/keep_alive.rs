@@ -116,7 +116,7 @@ impl Extend for WatchedExtends {
 pub(super) async fn keep_alive_holds_a_lease_over_five_ttls(ctx: Ctx) -> CaseResult {
     let key = ctx.key("keep-alive");
     let other = ctx.handle().await;
-    let lease = ctx.store.try_acquire(&key, ctx.timing.short_ttl).await?;
+    let lease = ctx.store.try_acquire(&key, ctx.timing.hold_ttl).await?;
     let held = ctx.factory.keep_alive(ctx.store.clone(), lease);
     for _ in 0..5 {
         sleep(held.lease().ttl()).await;
@@ -148,15 +148,12 @@ const TRANSIENT_FAILURES: u32 = 3;
 /// A keep-alive survives extends that fail with a retryable error and then recover: the lost
 /// signal stays quiet and the key stays held (past the grant's expiry and the recovering
 /// extend's) until the keep-alive is stopped. See [`TRANSIENT_FAILURES`] for why three
-/// failures in a row prove that retries come soon enough. A one-second TTL at least keeps the
-/// retries' margin wide on a loaded machine.
+/// failures in a row prove that retries come soon enough. The TTL is
+/// [`Timing::hold_ttl`](crate::Timing), so the retries' margin stays wide on a loaded machine.
 pub(super) async fn keep_alive_survives_transient_extend_failures(ctx: Ctx) -> CaseResult {
     let key = ctx.key("transient");
     let other = ctx.handle().await;
-    let ttl = ctx
-        .capabilities
-        .granted_ttl(ctx.timing.short_ttl.max(Duration::from_secs(1)));
-    let lease = ctx.store.try_acquire(&key, ttl).await?;
+    let lease = ctx.store.try_acquire(&key, ctx.timing.hold_ttl).await?;
     let flaky = Arc::new(WatchedExtends::failing_first(
         ctx.store.clone(),
         TRANSIENT_FAILURES,
