@@ -1,9 +1,10 @@
 //! `etcd` members on free loopback ports: a single server or a static cluster.
 
+use std::fmt;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -32,6 +33,31 @@ const HTTP_TIMEOUT: Duration = Duration::from_millis(500);
 pub struct EtcdServer {
     endpoints: Vec<String>,
     cluster: Option<EtcdCluster>,
+    /// Set by [`EtcdServer::start_with_auth`].
+    auth: Option<Auth>,
+}
+
+/// Credentials of a server started with authentication on.
+struct Auth {
+    etcdctl: PathBuf,
+    /// Every user's password is `{user}-{nonce}`: unique per server, so a test can look for it
+    /// in error text.
+    nonce: String,
+}
+
+impl Auth {
+    fn password(&self, user: &str) -> String {
+        format!("{user}-{}", self.nonce)
+    }
+}
+
+impl fmt::Debug for Auth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Auth")
+            .field("etcdctl", &self.etcdctl)
+            .field("passwords", &"***")
+            .finish()
+    }
 }
 
 impl EtcdServer {
@@ -49,13 +75,174 @@ impl EtcdServer {
             return Ok(EtcdServer {
                 endpoints,
                 cluster: None,
+                auth: None,
             });
         }
         let cluster = EtcdCluster::start(1)?;
         Ok(EtcdServer {
             endpoints: cluster.endpoints(),
             cluster: Some(cluster),
+            auth: None,
         })
+    }
+
+    /// The administrator of a server started by [`start_with_auth`](Self::start_with_auth)
+    /// (role `root`).
+    pub const ROOT_USER: &'static str = "root";
+    /// The least-privilege user of [`start_with_auth`](Self::start_with_auth).
+    pub const LIMITED_USER: &'static str = "locks";
+    /// The role of [`LIMITED_USER`](Self::LIMITED_USER): `readwrite` on the store's prefix,
+    /// nothing else.
+    pub const LIMITED_ROLE: &'static str = "fencelock";
+
+    /// Starts a fresh local single member (never `LOCK_TEST_ETCD_URL`) with authentication
+    /// on, set up with `etcdctl` (Debian package `etcd-client`) before auth is enabled, so no
+    /// step needs credentials:
+    ///
+    /// ```sh
+    /// etcdctl user add root --interactive=false --new-user-password=…
+    /// etcdctl role add fencelock
+    /// etcdctl role grant-permission fencelock --prefix=true readwrite PREFIX
+    /// etcdctl user add locks --interactive=false --new-user-password=…
+    /// etcdctl user grant-role locks fencelock
+    /// etcdctl auth enable
+    /// ```
+    ///
+    /// (`etcdctl auth enable` gives `root` the `root` role.) The user
+    /// [`LIMITED_USER`](Self::LIMITED_USER) has the role [`LIMITED_ROLE`](Self::LIMITED_ROLE)
+    /// only, which may read and write the keys under `prefix` and nothing else; see
+    /// [`limited_url`](Self::limited_url) and [`root_url`](Self::root_url). [`url`](Self::url)
+    /// carries no user: etcd refuses its requests.
+    ///
+    /// Fails with [`Error::MissingBinary`] if `etcd` or `etcdctl` is not installed.
+    pub fn start_with_auth(prefix: &str) -> Result<Self> {
+        let etcdctl = process::find_binary("etcdctl", "etcd-client")?;
+        let cluster = EtcdCluster::start(1)?;
+        let server = EtcdServer {
+            endpoints: cluster.endpoints(),
+            cluster: Some(cluster),
+            auth: Some(Auth {
+                etcdctl,
+                nonce: nonce(),
+            }),
+        };
+        let (root, limited, role) = (Self::ROOT_USER, Self::LIMITED_USER, Self::LIMITED_ROLE);
+        server.etcdctl(
+            None,
+            &["user", "add", root, "--interactive=false"],
+            Some(root),
+        )?;
+        server.etcdctl(None, &["role", "add", role], None)?;
+        let grant = [
+            "role",
+            "grant-permission",
+            role,
+            "--prefix=true",
+            "readwrite",
+            prefix,
+        ];
+        server.etcdctl(None, &grant, None)?;
+        let add = ["user", "add", limited, "--interactive=false"];
+        server.etcdctl(None, &add, Some(limited))?;
+        server.etcdctl(None, &["user", "grant-role", limited, role], None)?;
+        server.etcdctl(None, &["auth", "enable"], None)?;
+        Ok(server)
+    }
+
+    /// `etcd://locks:PASSWORD@127.0.0.1:PORT`: the least-privilege user of
+    /// [`start_with_auth`](Self::start_with_auth); `None` without authentication.
+    pub fn limited_url(&self) -> Option<String> {
+        self.user_url(Self::LIMITED_USER)
+    }
+
+    /// `etcd://root:PASSWORD@127.0.0.1:PORT`: the administrator of a server started by
+    /// [`start_with_auth`](Self::start_with_auth); `None` without authentication.
+    pub fn root_url(&self) -> Option<String> {
+        self.user_url(Self::ROOT_USER)
+    }
+
+    /// `etcd://USER:PASSWORD@127.0.0.1:PORT` for a user of this server (one made by
+    /// [`start_with_auth`](Self::start_with_auth) or [`add_user`](Self::add_user)); `None`
+    /// without authentication.
+    pub fn user_url(&self, user: &str) -> Option<String> {
+        let auth = self.auth.as_ref()?;
+        Some(format!(
+            "etcd://{user}:{}@{}",
+            auth.password(user),
+            self.endpoints.join(",")
+        ))
+    }
+
+    /// Adds (as `root`) a role `{user}-role` with `grants`, each `(permission, key prefix)`
+    /// with `permission` one of `read`, `write`, `readwrite` (`etcdctl role grant-permission
+    /// {user}-role --prefix=true PERMISSION PREFIX`), and a user `user` with that role only.
+    /// Returns its URL, as [`user_url`](Self::user_url). Fails with [`Error::Unsupported`] on
+    /// a server without authentication.
+    pub fn add_user(&self, user: &str, grants: &[(&str, &str)]) -> Result<String> {
+        if self.auth.is_none() {
+            return Err(Error::Unsupported(format!(
+                "add_user on the etcd server at {} (started without authentication)",
+                self.endpoints[0]
+            )));
+        }
+        let role = format!("{user}-role");
+        let root = Some(Self::ROOT_USER);
+        self.etcdctl(root, &["role", "add", &role], None)?;
+        for (permission, prefix) in grants {
+            let grant = [
+                "role",
+                "grant-permission",
+                &role,
+                "--prefix=true",
+                permission,
+                prefix,
+            ];
+            self.etcdctl(root, &grant, None)?;
+        }
+        self.etcdctl(
+            root,
+            &["user", "add", user, "--interactive=false"],
+            Some(user),
+        )?;
+        self.etcdctl(root, &["user", "grant-role", user, &role], None)?;
+        Ok(self.user_url(user).expect("a server with authentication"))
+    }
+
+    /// Runs `etcdctl --endpoints=… ARGS` on a server started with authentication, as
+    /// `as_user` if given (with its password), and with `--new-user-password=` the password of
+    /// `new_user` if given; gives its standard output. No password appears in the error.
+    fn etcdctl(
+        &self,
+        as_user: Option<&str>,
+        args: &[&str],
+        new_user: Option<&str>,
+    ) -> Result<String> {
+        let auth = self.auth.as_ref().ok_or_else(|| {
+            Error::Unsupported("etcdctl on a server without authentication".into())
+        })?;
+        let mut cmd = Command::new(&auth.etcdctl);
+        cmd.arg(format!("--endpoints={}", self.endpoints.join(",")))
+            .arg("--dial-timeout=10s")
+            .arg("--command-timeout=20s")
+            .args(args)
+            .stdin(Stdio::null());
+        if let Some(user) = as_user {
+            cmd.arg(format!("--user={user}"))
+                .arg(format!("--password={}", auth.password(user)));
+        }
+        if let Some(user) = new_user {
+            cmd.arg(format!("--new-user-password={}", auth.password(user)));
+        }
+        let output = cmd.output()?;
+        if output.status.success() {
+            return Ok(String::from_utf8_lossy(&output.stdout).into_owned());
+        }
+        Err(Error::Etcd(format!(
+            "`etcdctl {}` failed ({}): {}",
+            args.join(" "),
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        )))
     }
 
     /// The client endpoint `127.0.0.1:PORT` (the first one, if external).
@@ -428,6 +615,24 @@ impl EtcdCluster {
             ))
         })
     }
+}
+
+/// A hard-to-guess text for this server's passwords (no randomness crate: the clock, the
+/// process id and a counter, hashed).
+fn nonce() -> String {
+    use std::collections::hash_map::RandomState;
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut hasher = RandomState::new().build_hasher();
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    hasher.write_u32(std::process::id());
+    hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    format!("pw{:016x}", hasher.finish())
 }
 
 /// GOARCH of this machine if etcd 3.4 needs `ETCD_UNSUPPORTED_ARCH` for it.
