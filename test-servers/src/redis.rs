@@ -145,6 +145,40 @@ impl RedisServer {
         local.launch(port)
     }
 
+    /// Runs `ACL SETUSER user rules...` as the default user (Redis 6+), for example
+    /// `acl_setuser("locks", &["on", ">secret", "~fencelock:*", "-@all", "+evalsha"])`.
+    /// Fails with [`Error::InvalidArgument`] carrying the server's own text (`-ERR ...`) if it
+    /// refuses a rule, and with [`Error::Unsupported`] on an external server. Local
+    /// servers only: an external one ([`is_external`](Self::is_external)) may need a password
+    /// this crate does not know, and its users are not ours to change.
+    pub fn acl_setuser(&self, user: &str, rules: &[&str]) -> Result<()> {
+        self.local("ACL SETUSER")?;
+        let mut args = vec!["ACL", "SETUSER", user];
+        args.extend_from_slice(rules);
+        let what = format!("ACL SETUSER {user} on {}", self.what());
+        match command_reply(self.port, &args) {
+            Ok(reply) if reply == "+OK" => Ok(()),
+            Ok(reply) => Err(Error::InvalidArgument(format!(
+                "{what}: the server answered {reply}"
+            ))),
+            Err(e) => Err(Error::Io(std::io::Error::new(
+                e.kind(),
+                format!("{what}: {e}"),
+            ))),
+        }
+    }
+
+    /// The URL that logs in as `user` with `password`: `redis://user:password@127.0.0.1:PORT`
+    /// (both percent-encoded where a URL needs it).
+    pub fn url_as(&self, user: &str, password: &str) -> String {
+        format!(
+            "redis://{}:{}@127.0.0.1:{}",
+            percent_encode(user),
+            percent_encode(password),
+            self.port
+        )
+    }
+
     fn what(&self) -> String {
         format!("redis-server on 127.0.0.1:{}", self.port)
     }
@@ -210,4 +244,43 @@ fn ping(port: u16) -> bool {
         }
     }
     reply.starts_with(b"+PONG")
+}
+
+/// Sends one command (as a RESP array) to the server on `port` as the default user and returns
+/// the first line of its answer without the line end: `+OK`, `-ERR ...`, `:1`, and so on.
+fn command_reply(port: u16, args: &[&str]) -> std::io::Result<String> {
+    let timeout = Duration::from_secs(10);
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
+    stream.set_read_timeout(Some(timeout))?;
+    stream.set_write_timeout(Some(timeout))?;
+    let mut request = format!("*{}\r\n", args.len()).into_bytes();
+    for arg in args {
+        request.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
+        request.extend_from_slice(arg.as_bytes());
+        request.extend_from_slice(b"\r\n");
+    }
+    stream.write_all(&request)?;
+    let mut reply = Vec::new();
+    let mut buf = [0u8; 256];
+    while !reply.ends_with(b"\r\n") {
+        match stream.read(&mut buf)? {
+            0 => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            n => reply.extend_from_slice(&buf[..n]),
+        }
+    }
+    let line = reply.split(|b| *b == b'\r').next().unwrap_or_default();
+    Ok(String::from_utf8_lossy(line).into_owned())
+}
+
+/// `text` with every byte outside `A-Z a-z 0-9 - . _ ~` percent-encoded, for a URL's user part.
+fn percent_encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
