@@ -104,6 +104,23 @@ impl crate::Acquire for Refused {
     ) -> Result<Lease> {
         Err(self.error())
     }
+    async fn try_acquire_as(
+        &self,
+        _: &str,
+        _: std::time::Duration,
+        _: crate::Mode,
+    ) -> Result<Lease> {
+        Err(self.error())
+    }
+    async fn acquire_as(
+        &self,
+        _: &str,
+        _: std::time::Duration,
+        _: std::time::Duration,
+        _: crate::Mode,
+    ) -> Result<Lease> {
+        Err(self.error())
+    }
 }
 
 #[async_trait::async_trait]

@@ -28,11 +28,17 @@ pub struct Capabilities {
     /// or keeps it forever. A key locked again after its state went gets a greater token all
     /// the same.
     pub retention: Option<Duration>,
+    /// Shared leases ([`Mode::Shared`](crate::Mode::Shared), reader-writer locks) are kept;
+    /// otherwise they are refused with [`Error::Unsupported`](crate::Error::Unsupported).
+    pub shared: bool,
+    /// Semaphore permits ([`Mode::Permit`](crate::Mode::Permit)) are kept; otherwise they are
+    /// refused with [`Error::Unsupported`](crate::Error::Unsupported).
+    pub permits: bool,
 }
 
 impl Capabilities {
     /// The baseline: millisecond TTLs from [`MIN_TTL`] to [`MAX_TTL`], polled waits, no
-    /// disconnect detection, no fairness, no eviction. Adjust with the `with_*` methods.
+    /// disconnect detection, no fairness, no eviction, exclusive leases only. Adjust with the `with_*` methods.
     pub fn new() -> Self {
         Capabilities {
             min_ttl: MIN_TTL,
@@ -42,6 +48,8 @@ impl Capabilities {
             notified_wait: false,
             fair_queue: false,
             evict: false,
+            shared: false,
+            permits: false,
             retention: None,
         }
     }
@@ -92,6 +100,27 @@ impl Capabilities {
     pub fn with_retention(mut self, retention: Duration) -> Self {
         self.retention = Some(retention);
         self
+    }
+
+    /// Declares that shared leases (reader-writer locks) are kept.
+    pub fn with_shared(mut self, yes: bool) -> Self {
+        self.shared = yes;
+        self
+    }
+
+    /// Declares that semaphore permits are kept.
+    pub fn with_permits(mut self, yes: bool) -> Self {
+        self.permits = yes;
+        self
+    }
+
+    /// Whether the store keeps leases in `mode`.
+    pub fn supports(&self, mode: crate::Mode) -> bool {
+        match mode {
+            crate::Mode::Exclusive => true,
+            crate::Mode::Shared => self.shared,
+            crate::Mode::Permit { .. } => self.permits,
+        }
     }
 
     /// `ttl` rounded up to the granularity: what the store will actually grant.

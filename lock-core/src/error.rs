@@ -102,6 +102,20 @@ pub enum Error {
         source: Option<BoxError>,
     },
 
+    /// A semaphore permit was asked with a limit other than the one the key's permits are
+    /// held with. Ask with the same limit, or wait until the key is free to set a new one.
+    #[error(
+        "`{key}` is held as a semaphore of {held} permits; this request asked for {requested}"
+    )]
+    LimitMismatch {
+        /// The key.
+        key: String,
+        /// The limit the key's permits are held with.
+        held: u32,
+        /// The limit the request asked for.
+        requested: u32,
+    },
+
     /// The store cannot do this at all (for example report a key's status).
     #[error("{operation} is not supported by this store")]
     Unsupported {

@@ -8,6 +8,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::{HolderStatus, Mode};
+
 /// Anything that carries a fencing token: pass it to the protected resource with every write.
 ///
 /// A token is strictly greater than every token the same store issued for the same key before,
@@ -90,6 +92,8 @@ struct LeaseInner {
     token: u64,
     ttl: Duration,
     valid_until: Mutex<Instant>,
+    mode: Mode,
+    slot: Option<u32>,
     revocation: Revocation,
     store_state: Option<Box<dyn Any + Send + Sync>>,
     /// The `store` label of the metered store that granted it, for the keep-alive's metrics.
@@ -116,6 +120,22 @@ impl Lease {
         Self::build(key, owner, token, ttl, sent_at, Some(Box::new(state)))
     }
 
+    /// Marks a lease just built by [`Lease::new`] or [`Lease::with_store_state`] as held in
+    /// `mode`, with its permit `slot` (`Some` exactly for [`Mode::Permit`]). For store
+    /// implementations; call it before the lease is cloned (a clone keeps the lease as it
+    /// was, and a debug build panics).
+    #[must_use]
+    pub fn in_mode(mut self, mode: Mode, slot: Option<u32>) -> Self {
+        match Arc::get_mut(&mut self.inner) {
+            Some(inner) => {
+                inner.mode = mode;
+                inner.slot = slot;
+            }
+            None => debug_assert!(false, "Lease::in_mode called on a shared lease"),
+        }
+        self
+    }
+
     fn build(
         key: &str,
         owner: OwnerId,
@@ -131,6 +151,8 @@ impl Lease {
                 token,
                 ttl,
                 valid_until: Mutex::new(deadline(sent_at, ttl)),
+                mode: Mode::Exclusive,
+                slot: None,
                 revocation: Revocation::default(),
                 store_state,
                 #[cfg(feature = "metrics")]
@@ -152,6 +174,20 @@ impl Lease {
     /// The fencing token.
     pub fn fencing_token(&self) -> u64 {
         self.inner.token
+    }
+
+    /// How the lease holds its key: [`Mode::Exclusive`] unless it was taken with
+    /// [`Acquire::try_acquire_as`](crate::Acquire::try_acquire_as) or
+    /// [`Acquire::acquire_as`](crate::Acquire::acquire_as).
+    pub fn mode(&self) -> Mode {
+        self.inner.mode
+    }
+
+    /// The permit's slot, `0..limit`, for a [`Mode::Permit`] lease; `None` otherwise. At most
+    /// one unexpired permit of a key holds a slot at any instant, and a slot's tokens only
+    /// grow, so a resource the permit holders share fences writes per slot.
+    pub fn slot(&self) -> Option<u32> {
+        self.inner.slot
     }
 
     /// The TTL the store granted (some stores round the requested TTL up).
@@ -242,6 +278,8 @@ impl fmt::Debug for Lease {
             .field("owner", &self.inner.owner)
             .field("fencing_token", &self.inner.token)
             .field("ttl", &self.inner.ttl)
+            .field("mode", &self.inner.mode)
+            .field("slot", &self.inner.slot)
             .field("remaining", &self.remaining())
             .finish_non_exhaustive()
     }
@@ -319,5 +357,14 @@ pub enum KeyStatus {
         token: Option<u64>,
         /// How long the store will keep the lease without an extend.
         remaining: Option<Duration>,
+    },
+    /// The key is held in [`Mode::Shared`] or [`Mode::Permit`] mode by `count` leases.
+    Shared {
+        /// The mode the key is held in (for permits, with the recorded limit).
+        mode: Mode,
+        /// How many leases hold the key.
+        count: u32,
+        /// The holders, where the store can tell them (empty where it counts only).
+        holders: Vec<HolderStatus>,
     },
 }

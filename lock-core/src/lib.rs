@@ -46,6 +46,7 @@ mod lease;
 mod memory;
 #[cfg(feature = "metrics")]
 pub mod metered;
+mod mode;
 mod scoped;
 mod store;
 pub mod ttl;
@@ -61,6 +62,7 @@ pub use lease::{drift, FencingToken, KeyStatus, Lease, OwnerId, ReleaseOutcome, 
 pub use memory::{MemoryStore, MEMORY};
 #[cfg(feature = "metrics")]
 pub use metered::Metered;
+pub use mode::{HolderStatus, Mode, MAX_PERMITS};
 pub use scoped::{with_lock, LockOptions};
 pub use store::{Acquire, DynLockStore, Extend, LockStore, Release};
 

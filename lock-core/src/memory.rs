@@ -11,10 +11,10 @@ use tokio::sync::Notify;
 use tokio::time::{sleep_until, Instant};
 
 use crate::kind::BoxFuture;
-use crate::validate::{check_request, check_wait};
+use crate::validate::{check_mode, check_request, check_wait};
 use crate::{
-    Acquire, Capabilities, DynLockStore, Error, Extend, KeyStatus, Lease, LockStore, OwnerId,
-    Release, ReleaseOutcome, Result, StoreKind,
+    Acquire, Capabilities, DynLockStore, Error, Extend, HolderStatus, KeyStatus, Lease, LockStore,
+    Mode, OwnerId, Release, ReleaseOutcome, Result, StoreKind,
 };
 
 /// A lock store in this process's memory, on tokio's clock (so tests may run it under
@@ -22,7 +22,9 @@ use crate::{
 ///
 /// Clones are handles to the same store. Waiters are woken by notification on release and
 /// sleep exactly until the holder's expiry otherwise. Tokens come from one store-wide counter,
-/// so they increase per key and across keys. Nothing survives the process.
+/// so they increase per key and across keys, in every mode. Shared leases and semaphore
+/// permits are kept ([`Mode`]); a waiting exclusive request keeps new readers out. Nothing
+/// survives the process.
 ///
 /// Two fault switches serve tests: [`MemoryStore::set_reachable`] and [`LockStore::evict`], which
 /// forgets whoever holds a key, as a store that lost its data would.
@@ -45,7 +47,11 @@ struct State {
 
 #[derive(Default)]
 struct Slot {
-    holder: Option<Holder>,
+    /// The leases on the key: at most one exclusive, or shared ones, or permits of one limit.
+    /// Expired ones are dropped at the next change.
+    holders: Vec<Holder>,
+    /// Exclusive requests waiting for the key: while any waits, shared requests are refused.
+    waiting_writers: usize,
     // Waiters clone this Arc; a slot is only removed when nobody else holds it, so a waiter
     // always listens on the slot its key uses.
     wake: Arc<Notify>,
@@ -55,26 +61,81 @@ struct Holder {
     owner: OwnerId,
     token: u64,
     expires_at: Instant,
+    mode: Mode,
+    slot: Option<u32>,
 }
 
 impl Slot {
-    fn live_holder(&self, now: Instant) -> Option<&Holder> {
-        self.holder.as_ref().filter(|h| h.expires_at > now)
+    fn live_holders(&self, now: Instant) -> impl Iterator<Item = &Holder> {
+        self.holders.iter().filter(move |h| h.expires_at > now)
     }
 
-    fn is_held_by(&self, lease: &Lease, now: Instant) -> bool {
-        self.live_holder(now)
-            .is_some_and(|h| h.owner == lease.owner() && h.token == lease.fencing_token())
+    fn holder_of(&mut self, lease: &Lease, now: Instant) -> Option<&mut Holder> {
+        self.holders.iter_mut().find(|h| {
+            h.expires_at > now && h.owner == lease.owner() && h.token == lease.fencing_token()
+        })
     }
 
     fn is_idle(&self, now: Instant) -> bool {
-        self.live_holder(now).is_none() && Arc::strong_count(&self.wake) == 1
+        self.live_holders(now).next().is_none()
+            && self.waiting_writers == 0
+            && Arc::strong_count(&self.wake) == 1
+    }
+
+    /// Whether a request in `mode` may be granted now; `Err` for a limit mismatch. On `Ok(false)`
+    /// the earliest expiry of a live holder, if any, says when to look again.
+    fn admits(&self, key: &str, mode: Mode, now: Instant) -> Result<bool> {
+        let mut live = self.live_holders(now).peekable();
+        let Some(first) = live.peek().map(|h| h.mode) else {
+            return Ok(!(mode == Mode::Shared && self.waiting_writers > 0));
+        };
+        if let (Mode::Permit { limit: held }, Mode::Permit { limit: requested }) = (first, mode) {
+            if held != requested {
+                return Err(Error::LimitMismatch {
+                    key: key.to_owned(),
+                    held,
+                    requested,
+                });
+            }
+        }
+        if !mode.compatible_with(first) {
+            return Ok(false);
+        }
+        Ok(match mode {
+            Mode::Shared => self.waiting_writers == 0,
+            Mode::Permit { limit } => live.count() < limit as usize,
+            _ => false,
+        })
+    }
+
+    fn free_slot(&self, mode: Mode, now: Instant) -> Option<u32> {
+        let Mode::Permit { limit } = mode else {
+            return None;
+        };
+        (0..limit).find(|slot| !self.live_holders(now).any(|h| h.slot == Some(*slot)))
     }
 }
 
 enum Attempt {
     Granted(Lease),
-    Held { expires_at: Instant },
+    Held { expires_at: Option<Instant> },
+}
+
+/// Registers an exclusive waiter on a key while it lives, keeping new shared requests out.
+struct WaitingWriter<'a> {
+    store: &'a MemoryStore,
+    key: &'a str,
+}
+
+impl Drop for WaitingWriter<'_> {
+    fn drop(&mut self) {
+        let mut state = self.store.lock();
+        if let Some(slot) = state.slots.get_mut(self.key) {
+            slot.waiting_writers = slot.waiting_writers.saturating_sub(1);
+            // Readers refused while this writer waited may go now.
+            slot.wake.notify_waiters();
+        }
+    }
 }
 
 impl MemoryStore {
@@ -117,31 +178,103 @@ impl MemoryStore {
         Ok(())
     }
 
-    fn attempt(&self, key: &str, ttl: Duration) -> Result<Attempt> {
+    fn attempt(&self, key: &str, ttl: Duration, mode: Mode) -> Result<Attempt> {
         self.check_reachable()?;
         let sent_at = Instant::now();
         let mut state = self.lock();
         let state = &mut *state;
         let slot = state.slots.entry(key.to_owned()).or_default();
-        if let Some(holder) = slot.live_holder(sent_at) {
+        slot.holders.retain(|h| h.expires_at > sent_at);
+        if !slot.admits(key, mode, sent_at)? {
             return Ok(Attempt::Held {
-                expires_at: holder.expires_at,
+                expires_at: slot.live_holders(sent_at).map(|h| h.expires_at).min(),
             });
         }
         state.last_token += 1;
         let owner = OwnerId::random();
-        slot.holder = Some(Holder {
+        let permit = slot.free_slot(mode, sent_at);
+        slot.holders.push(Holder {
             owner,
             token: state.last_token,
             expires_at: sent_at + ttl,
+            mode,
+            slot: permit,
         });
-        Ok(Attempt::Granted(Lease::new(
-            key,
-            owner,
-            state.last_token,
-            ttl,
-            sent_at,
-        )))
+        Ok(Attempt::Granted(
+            Lease::new(key, owner, state.last_token, ttl, sent_at).in_mode(mode, permit),
+        ))
+    }
+
+    fn try_acquire_in(&self, key: &str, ttl: Duration, mode: Mode) -> Result<Lease> {
+        check_request(key, ttl, &self.capabilities())?;
+        check_mode(mode, &self.capabilities())?;
+        match self.attempt(key, ttl, mode)? {
+            Attempt::Granted(lease) => {
+                tracing::debug!(key, token = lease.fencing_token(), %mode, "acquired");
+                Ok(lease)
+            }
+            Attempt::Held { .. } => Err(Error::Busy {
+                key: key.to_owned(),
+            }),
+        }
+    }
+
+    async fn acquire_in(
+        &self,
+        key: &str,
+        ttl: Duration,
+        wait: Duration,
+        mode: Mode,
+    ) -> Result<Lease> {
+        check_request(key, ttl, &self.capabilities())?;
+        check_mode(mode, &self.capabilities())?;
+        check_wait(wait)?;
+        let started = Instant::now();
+        let deadline = started + wait;
+        let wake = self.wake_handle(key);
+        let mut writer = None;
+        let result = loop {
+            let notified = wake.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let expires_at = match self.attempt(key, ttl, mode) {
+                Ok(Attempt::Granted(lease)) => break Ok(lease),
+                Ok(Attempt::Held { expires_at }) => expires_at,
+                Err(error) => break Err(error),
+            };
+            let now = Instant::now();
+            if now >= deadline {
+                break Err(Error::WaitTimedOut {
+                    key: key.to_owned(),
+                    waited: now - started,
+                });
+            }
+            if mode == Mode::Exclusive && writer.is_none() {
+                if let Some(slot) = self.lock().slots.get_mut(key) {
+                    slot.waiting_writers += 1;
+                }
+                writer = Some(WaitingWriter { store: self, key });
+            }
+            let until = expires_at.map_or(deadline, |at| at.min(deadline));
+            tokio::select! {
+                () = notified => {}
+                () = sleep_until(until) => {}
+            }
+        };
+        drop(writer);
+        drop(wake);
+        self.lock().tidy(key, Instant::now());
+        match &result {
+            Ok(lease) => tracing::debug!(
+                key,
+                token = lease.fencing_token(),
+                %mode,
+                waited_ms = started.elapsed().as_millis() as u64,
+                "acquired after waiting"
+            ),
+            Err(error) => tracing::debug!(key, %error, "acquire gave up"),
+        }
+        result
     }
 
     fn wake_handle(&self, key: &str) -> Arc<Notify> {
@@ -174,16 +307,7 @@ impl Acquire for MemoryStore {
         fields(store = "memory")
     )]
     async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Lease> {
-        check_request(key, ttl, &self.capabilities())?;
-        match self.attempt(key, ttl)? {
-            Attempt::Granted(lease) => {
-                tracing::debug!(key, token = lease.fencing_token(), "acquired");
-                Ok(lease)
-            }
-            Attempt::Held { .. } => Err(Error::Busy {
-                key: key.to_owned(),
-            }),
-        }
+        self.try_acquire_in(key, ttl, Mode::Exclusive)
     }
 
     /// # Cancel safety
@@ -195,44 +319,38 @@ impl Acquire for MemoryStore {
         fields(store = "memory")
     )]
     async fn acquire(&self, key: &str, ttl: Duration, wait: Duration) -> Result<Lease> {
-        check_request(key, ttl, &self.capabilities())?;
-        check_wait(wait)?;
-        let started = Instant::now();
-        let deadline = started + wait;
-        let wake = self.wake_handle(key);
-        let result = loop {
-            let notified = wake.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            let expires_at = match self.attempt(key, ttl) {
-                Ok(Attempt::Granted(lease)) => break Ok(lease),
-                Ok(Attempt::Held { expires_at }) => expires_at,
-                Err(error) => break Err(error),
-            };
-            let now = Instant::now();
-            if now >= deadline {
-                break Err(Error::WaitTimedOut {
-                    key: key.to_owned(),
-                    waited: now - started,
-                });
-            }
-            tokio::select! {
-                () = notified => {}
-                () = sleep_until(expires_at.min(deadline)) => {}
-            }
-        };
-        drop(wake);
-        self.lock().tidy(key, Instant::now());
-        match &result {
-            Ok(lease) => tracing::debug!(
-                key,
-                token = lease.fencing_token(),
-                waited_ms = started.elapsed().as_millis() as u64,
-                "acquired after waiting"
-            ),
-            Err(error) => tracing::debug!(key, %error, "acquire gave up"),
-        }
-        result
+        self.acquire_in(key, ttl, wait, Mode::Exclusive).await
+    }
+
+    /// # Cancel safety
+    /// Cancel safe: the grant happens in one synchronous step.
+    #[tracing::instrument(
+        level = "debug",
+        name = "try_acquire_as",
+        skip(self),
+        fields(store = "memory")
+    )]
+    async fn try_acquire_as(&self, key: &str, ttl: Duration, mode: Mode) -> Result<Lease> {
+        self.try_acquire_in(key, ttl, mode)
+    }
+
+    /// # Cancel safety
+    /// Cancel safe: a dropped waiter holds nothing, and a dropped exclusive waiter stops
+    /// keeping readers out at once.
+    #[tracing::instrument(
+        level = "debug",
+        name = "acquire_as",
+        skip(self),
+        fields(store = "memory")
+    )]
+    async fn acquire_as(
+        &self,
+        key: &str,
+        ttl: Duration,
+        wait: Duration,
+        mode: Mode,
+    ) -> Result<Lease> {
+        self.acquire_in(key, ttl, wait, mode).await
     }
 }
 
@@ -253,8 +371,9 @@ impl Release for MemoryStore {
         let Some(slot) = state.slots.get_mut(lease.key()) else {
             return Ok(ReleaseOutcome::Lost);
         };
-        let outcome = if slot.is_held_by(lease, now) {
-            slot.holder = None;
+        let outcome = if slot.holder_of(lease, now).is_some() {
+            slot.holders
+                .retain(|h| h.expires_at > now && h.token != lease.fencing_token());
             slot.wake.notify_waiters();
             ReleaseOutcome::Released
         } else {
@@ -285,16 +404,18 @@ impl Extend for MemoryStore {
         self.check_reachable()?;
         let sent_at = Instant::now();
         let mut state = self.lock();
-        match state.slots.get_mut(lease.key()) {
-            Some(slot) if slot.is_held_by(lease, sent_at) => {
-                if let Some(holder) = slot.holder.as_mut() {
-                    holder.expires_at = sent_at + lease.ttl();
-                }
+        match state
+            .slots
+            .get_mut(lease.key())
+            .and_then(|slot| slot.holder_of(lease, sent_at))
+        {
+            Some(holder) => {
+                holder.expires_at = sent_at + lease.ttl();
                 lease.confirm(sent_at);
                 tracing::trace!(key = lease.key(), token = lease.fencing_token(), "extended");
                 Ok(())
             }
-            _ => Err(Error::lost(lease, "expired or held by another owner")),
+            None => Err(Error::lost(lease, "expired or held by another owner")),
         }
     }
 }
@@ -305,6 +426,8 @@ impl LockStore for MemoryStore {
         Capabilities::new()
             .with_notified_wait(true)
             .with_evict(true)
+            .with_shared(true)
+            .with_permits(true)
     }
 
     /// Forgets whoever holds `key`, as a store that lost its data would, and wakes its
@@ -320,8 +443,8 @@ impl LockStore for MemoryStore {
             .slots
             .get_mut(key)
             .and_then(|slot| {
-                let live = slot.live_holder(now).is_some();
-                slot.holder.take();
+                let live = slot.live_holders(now).next().is_some();
+                slot.holders.clear();
                 live.then(|| slot.wake.clone())
             })
             .inspect(|wake| wake.notify_waiters());
@@ -335,16 +458,33 @@ impl LockStore for MemoryStore {
         self.check_reachable()?;
         let now = Instant::now();
         let state = self.lock();
-        Ok(
-            match state.slots.get(key).and_then(|slot| slot.live_holder(now)) {
-                Some(holder) => KeyStatus::Held {
-                    owner: Some(holder.owner),
-                    token: Some(holder.token),
-                    remaining: Some(holder.expires_at - now),
-                },
-                None => KeyStatus::Free,
+        let Some(slot) = state.slots.get(key) else {
+            return Ok(KeyStatus::Free);
+        };
+        let live: Vec<&Holder> = slot.live_holders(now).collect();
+        Ok(match live.as_slice() {
+            [] => KeyStatus::Free,
+            [holder] if holder.mode == Mode::Exclusive => KeyStatus::Held {
+                owner: Some(holder.owner),
+                token: Some(holder.token),
+                remaining: Some(holder.expires_at - now),
             },
-        )
+            [first, ..] => KeyStatus::Shared {
+                mode: first.mode,
+                count: u32::try_from(live.len()).unwrap_or(u32::MAX),
+                holders: live
+                    .iter()
+                    .map(|h| {
+                        HolderStatus::new(
+                            Some(h.owner),
+                            Some(h.token),
+                            h.slot,
+                            Some(h.expires_at - now),
+                        )
+                    })
+                    .collect(),
+            },
+        })
     }
 }
 

@@ -29,7 +29,7 @@ use async_trait::async_trait;
 use metrics::{counter, describe_counter, describe_histogram, histogram, Unit};
 
 use crate::{
-    Acquire, Capabilities, DynLockStore, Error, Extend, KeyStatus, Lease, LockStore, Release,
+    Acquire, Capabilities, DynLockStore, Error, Extend, KeyStatus, Lease, LockStore, Mode, Release,
     ReleaseOutcome, Result,
 };
 
@@ -162,6 +162,28 @@ impl Acquire for Metered {
     async fn acquire(&self, key: &str, ttl: Duration, wait: Duration) -> Result<Lease> {
         let started = Instant::now();
         let result = self.inner.acquire(key, ttl, wait).await;
+        self.time(WAIT_SECONDS, started.elapsed());
+        self.granted(&result);
+        result
+    }
+
+    async fn try_acquire_as(&self, key: &str, ttl: Duration, mode: Mode) -> Result<Lease> {
+        let started = Instant::now();
+        let result = self.inner.try_acquire_as(key, ttl, mode).await;
+        self.time(ACQUIRE_SECONDS, started.elapsed());
+        self.granted(&result);
+        result
+    }
+
+    async fn acquire_as(
+        &self,
+        key: &str,
+        ttl: Duration,
+        wait: Duration,
+        mode: Mode,
+    ) -> Result<Lease> {
+        let started = Instant::now();
+        let result = self.inner.acquire_as(key, ttl, wait, mode).await;
         self.time(WAIT_SECONDS, started.elapsed());
         self.granted(&result);
         result

@@ -8,13 +8,15 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::{Capabilities, KeyStatus, Lease, ReleaseOutcome, Result};
+use crate::{Capabilities, KeyStatus, Lease, Mode, ReleaseOutcome, Result};
 
 /// Taking a lock.
 ///
 /// # Contract
-/// - At most one lease per key is held *in the store* at any instant, across all handles and
-///   clients of the same store. A lease is held in the store from its grant until its release,
+/// - At most one exclusive lease per key is held *in the store* at any instant, across all
+///   handles and clients of the same store, and none next to it; leases in other modes
+///   ([`Mode`]: shared, semaphore permits) follow the table on [`Mode`], in particular at most
+///   `limit` unexpired permits of a key at any instant. A lease is held in the store from its grant until its release,
 ///   its expiry at the TTL, or an event the store documents as freeing locks early (below).
 /// - A holder's local deadline ([`Lease::valid_until`]) never runs past the store's own expiry.
 ///   It can run past an *early* free, which only the store sees first: the holder then learns
@@ -32,7 +34,8 @@ use crate::{Capabilities, KeyStatus, Lease, ReleaseOutcome, Result};
 ///   cluster restored from a snapshot without `--bump-revision` reissues revisions, so its
 ///   tokens go backwards).
 /// - Every lease granted for a key carries a fencing token strictly greater than every token the
-///   store granted for that key before: across release, expiry, other clients and contention.
+///   store granted for that key before, in any mode: across release, expiry, other clients and
+///   contention.
 /// - The key and TTL are validated first (see [`crate::validate`]); a bad one gives
 ///   [`Error::InvalidInput`](crate::Error::InvalidInput) and no request is sent.
 /// - The returned lease's local deadline is measured from a clock reading taken before the
@@ -62,6 +65,54 @@ pub trait Acquire: Send + Sync {
     /// As for [`Acquire::try_acquire`]: a dropped waiter stops waiting and leaves nothing held
     /// past its TTL.
     async fn acquire(&self, key: &str, ttl: Duration, wait: Duration) -> Result<Lease>;
+
+    /// Like [`Acquire::try_acquire`], in `mode`: a shared lease (reader) or a semaphore
+    /// permit as well as an exclusive lease. See [`Mode`] for what each excludes.
+    ///
+    /// Fails with [`Error::Unsupported`](crate::Error::Unsupported) where the store's
+    /// [`Capabilities::supports`] says no (the default for any mode but exclusive),
+    /// [`Error::InvalidInput`](crate::Error::InvalidInput) for a limit outside
+    /// `1..=`[`MAX_PERMITS`](crate::MAX_PERMITS), and
+    /// [`Error::LimitMismatch`](crate::Error::LimitMismatch) if the key's permits are held with
+    /// another limit.
+    ///
+    /// # Cancel safety
+    /// As for [`Acquire::try_acquire`].
+    async fn try_acquire_as(&self, key: &str, ttl: Duration, mode: Mode) -> Result<Lease> {
+        match mode {
+            Mode::Exclusive => self.try_acquire(key, ttl).await,
+            other => Err(unsupported(other)),
+        }
+    }
+
+    /// Like [`Acquire::acquire`], in `mode` (see [`Acquire::try_acquire_as`]). An exclusive
+    /// request that waits keeps new shared requests for the key out until it is served or
+    /// gives up, so writers never starve behind a stream of readers.
+    ///
+    /// # Cancel safety
+    /// As for [`Acquire::acquire`]: a dropped waiter stops waiting (and stops keeping readers
+    /// out) and leaves nothing held past its TTL.
+    async fn acquire_as(
+        &self,
+        key: &str,
+        ttl: Duration,
+        wait: Duration,
+        mode: Mode,
+    ) -> Result<Lease> {
+        match mode {
+            Mode::Exclusive => self.acquire(key, ttl, wait).await,
+            other => Err(unsupported(other)),
+        }
+    }
+}
+
+fn unsupported(mode: Mode) -> crate::Error {
+    let supported = Capabilities::new();
+    crate::validate::check_mode(mode, &supported)
+        .err()
+        .unwrap_or(crate::Error::Unsupported {
+            operation: "this lock mode",
+        })
 }
 
 /// Giving a lock back.

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::{Capabilities, Error, Result};
+use crate::{Capabilities, Error, Mode, Result, MAX_PERMITS};
 
 /// The longest key, in bytes of UTF-8.
 pub const MAX_KEY_LEN: usize = 1024;
@@ -88,6 +88,28 @@ pub fn check_wait(wait: Duration) -> Result<()> {
 pub fn check_request(key: &str, ttl: Duration, capabilities: &Capabilities) -> Result<()> {
     check_key(key)?;
     check_ttl(ttl, capabilities)
+}
+
+/// A mode the store keeps ([`Capabilities::supports`], else
+/// [`Error::Unsupported`]) with a limit of 1 to [`MAX_PERMITS`] permits.
+pub fn check_mode(mode: Mode, capabilities: &Capabilities) -> Result<()> {
+    if !capabilities.supports(mode) {
+        return Err(Error::Unsupported {
+            operation: match mode {
+                Mode::Shared => "shared leases (reader-writer locks)",
+                _ => "semaphore permits",
+            },
+        });
+    }
+    if let Mode::Permit { limit } = mode {
+        if limit == 0 || limit > MAX_PERMITS {
+            return Err(Error::invalid(
+                "permits",
+                format!("{limit} is outside 1..={MAX_PERMITS}"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

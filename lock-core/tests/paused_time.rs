@@ -8,7 +8,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use fencelock_core::{
     with_lock, Acquire, Capabilities, Error, Extend, KeepAlive, KeyStatus, Lease, LockOptions,
-    LockStore, MemoryStore, Release, ReleaseOutcome, Result,
+    LockStore, MemoryStore, Mode, Release, ReleaseOutcome, Result,
 };
 use tokio::time::{advance, sleep, Instant};
 
@@ -29,6 +29,18 @@ impl Acquire for Counting {
     }
     async fn acquire(&self, key: &str, ttl: Duration, wait: Duration) -> Result<Lease> {
         self.store.acquire(key, ttl, wait).await
+    }
+    async fn try_acquire_as(&self, key: &str, ttl: Duration, mode: Mode) -> Result<Lease> {
+        self.store.try_acquire_as(key, ttl, mode).await
+    }
+    async fn acquire_as(
+        &self,
+        key: &str,
+        ttl: Duration,
+        wait: Duration,
+        mode: Mode,
+    ) -> Result<Lease> {
+        self.store.acquire_as(key, ttl, wait, mode).await
     }
 }
 
@@ -198,6 +210,18 @@ impl Acquire for Scripted {
     }
     async fn acquire(&self, key: &str, ttl: Duration, _wait: Duration) -> Result<Lease> {
         self.try_acquire(key, ttl).await
+    }
+    async fn try_acquire_as(&self, key: &str, ttl: Duration, mode: Mode) -> Result<Lease> {
+        self.store.try_acquire_as(key, ttl, mode).await
+    }
+    async fn acquire_as(
+        &self,
+        key: &str,
+        ttl: Duration,
+        wait: Duration,
+        mode: Mode,
+    ) -> Result<Lease> {
+        self.store.acquire_as(key, ttl, wait, mode).await
     }
 }
 

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use fencelock::{
-    Acquire, Capabilities, DynLockStore, Extend, KeyStatus, Lease, LockStore, MemoryStore, Release,
-    ReleaseOutcome, Result,
+    Acquire, Capabilities, DynLockStore, Extend, KeyStatus, Lease, LockStore, MemoryStore, Mode,
+    Release, ReleaseOutcome, Result,
 };
 use tokio::sync::watch;
 
@@ -55,6 +55,26 @@ impl Acquire for Link {
     async fn acquire(&self, key: &str, ttl: Duration, wait: Duration) -> Result<Lease> {
         self.through().await;
         let lease = self.inner.acquire(key, ttl, wait).await;
+        self.through().await;
+        lease
+    }
+
+    async fn try_acquire_as(&self, key: &str, ttl: Duration, mode: Mode) -> Result<Lease> {
+        self.through().await;
+        let lease = self.inner.try_acquire_as(key, ttl, mode).await;
+        self.through().await;
+        lease
+    }
+
+    async fn acquire_as(
+        &self,
+        key: &str,
+        ttl: Duration,
+        wait: Duration,
+        mode: Mode,
+    ) -> Result<Lease> {
+        self.through().await;
+        let lease = self.inner.acquire_as(key, ttl, wait, mode).await;
         self.through().await;
         lease
     }
@@ -151,7 +171,8 @@ impl RestartingMemory {
         *highest = (*highest).max(token);
         let sent_at = lease.valid_until() + fencelock::drift(lease.ttl()) - lease.ttl();
         let (key, owner, ttl) = (lease.key().to_string(), lease.owner(), lease.ttl());
-        Lease::with_store_state(&key, owner, token, ttl, sent_at, lease)
+        let (mode, slot) = (lease.mode(), lease.slot());
+        Lease::with_store_state(&key, owner, token, ttl, sent_at, lease).in_mode(mode, slot)
     }
 
     /// The memory store's own lease inside one of ours, if it is from the current store.
@@ -170,6 +191,22 @@ impl Acquire for RestartingMemory {
 
     async fn acquire(&self, key: &str, ttl: Duration, wait: Duration) -> Result<Lease> {
         let lease = self.store().acquire(key, ttl, wait).await?;
+        Ok(self.rebase(lease))
+    }
+
+    async fn try_acquire_as(&self, key: &str, ttl: Duration, mode: Mode) -> Result<Lease> {
+        let lease = self.store().try_acquire_as(key, ttl, mode).await?;
+        Ok(self.rebase(lease))
+    }
+
+    async fn acquire_as(
+        &self,
+        key: &str,
+        ttl: Duration,
+        wait: Duration,
+        mode: Mode,
+    ) -> Result<Lease> {
+        let lease = self.store().acquire_as(key, ttl, wait, mode).await?;
         Ok(self.rebase(lease))
     }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use fencelock_core::{
     with_lock, Acquire, Capabilities, DynLockStore, Error, Extend, KeyStatus, Lease, LockOptions,
-    LockStore, Release, ReleaseOutcome,
+    LockStore, Mode, Release, ReleaseOutcome,
 };
 use tokio::sync::watch;
 use tokio::time::{sleep, timeout, Instant};
@@ -35,6 +35,23 @@ impl Acquire for Stalled {
         wait: Duration,
     ) -> fencelock_core::Result<Lease> {
         self.0.acquire(key, ttl, wait).await
+    }
+    async fn try_acquire_as(
+        &self,
+        key: &str,
+        ttl: Duration,
+        mode: Mode,
+    ) -> fencelock_core::Result<Lease> {
+        self.0.try_acquire_as(key, ttl, mode).await
+    }
+    async fn acquire_as(
+        &self,
+        key: &str,
+        ttl: Duration,
+        wait: Duration,
+        mode: Mode,
+    ) -> fencelock_core::Result<Lease> {
+        self.0.acquire_as(key, ttl, wait, mode).await
     }
 }
 

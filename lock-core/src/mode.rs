@@ -1,0 +1,113 @@
+//! How a lease holds its key: alone, shared with other readers, or as one permit of a
+//! semaphore. See [`Mode`].
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::OwnerId;
+
+/// The most permits a semaphore may have: a store keeps one entry per permit, so the limit
+/// bounds the work of every operation on the key.
+pub const MAX_PERMITS: u32 = 1024;
+
+/// How a lease holds its key. [`Acquire::try_acquire`](crate::Acquire::try_acquire) and
+/// [`Acquire::acquire`](crate::Acquire::acquire) take [`Mode::Exclusive`];
+/// [`Acquire::try_acquire_as`](crate::Acquire::try_acquire_as) and
+/// [`Acquire::acquire_as`](crate::Acquire::acquire_as) take any mode the store's
+/// [`Capabilities`](crate::Capabilities) declare.
+///
+/// | held \ asked | `Exclusive` | `Shared` | `Permit { limit: L }` |
+/// | --- | --- | --- | --- |
+/// | nothing | granted | granted, unless a writer waits | granted, slot 0 |
+/// | `Exclusive` | busy | busy | busy |
+/// | `Shared` | busy | granted, unless a writer waits | busy |
+/// | `Permit { limit: L }` | busy | busy | granted while fewer than `L` are held |
+/// | `Permit { limit: M ≠ L }` | busy | busy | [`Error::LimitMismatch`](crate::Error::LimitMismatch) |
+///
+/// **Writers do not starve:** while an exclusive request waits for a key
+/// ([`Acquire::acquire_as`](crate::Acquire::acquire_as) with a non-zero wait), new shared
+/// requests for the key are refused or wait behind it; readers that already hold keep their
+/// leases until they release or expire. Every store keeps this policy.
+///
+/// **Tokens:** every lease of a key, in any mode, carries a fencing token greater than every
+/// token granted for the key before. A reader's token is therefore greater than every earlier
+/// writer's, so a reader can tell whether it saw the latest write. Permit holders share no
+/// single "highest token wins" gate: each permit occupies a numbered slot
+/// ([`Lease::slot`](crate::Lease::slot), `0..limit`), and a resource the permit holders share
+/// fences per slot; a slot's tokens only grow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum Mode {
+    /// The only lease on the key: excludes every other lease.
+    #[default]
+    Exclusive,
+    /// A reader: any number of shared leases coexist, and they exclude exclusive ones.
+    Shared,
+    /// One of at most `limit` permits of a semaphore (1 to [`MAX_PERMITS`]). The store
+    /// records the limit while any permit of the key is held; a request with another limit
+    /// then fails with [`Error::LimitMismatch`](crate::Error::LimitMismatch).
+    Permit {
+        /// How many permits the key has.
+        limit: u32,
+    },
+}
+
+impl Mode {
+    /// A semaphore permit of a key with `limit` permits.
+    pub fn permits(limit: u32) -> Self {
+        Mode::Permit { limit }
+    }
+
+    /// Whether a lease in this mode may be held next to one in `other` (same key). Two
+    /// permits are compatible only with the same limit.
+    pub fn compatible_with(self, other: Mode) -> bool {
+        match (self, other) {
+            (Mode::Shared, Mode::Shared) => true,
+            (Mode::Permit { limit: a }, Mode::Permit { limit: b }) => a == b,
+            _ => false,
+        }
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Mode::Exclusive => f.write_str("exclusive"),
+            Mode::Shared => f.write_str("shared"),
+            Mode::Permit { limit } => write!(f, "permit of {limit}"),
+        }
+    }
+}
+
+/// One holder of a key held in shared or permit mode, as
+/// [`KeyStatus::Shared`](crate::KeyStatus::Shared) reports it. Each field is `None` where
+/// the store cannot tell.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HolderStatus {
+    /// The holder's owner id.
+    pub owner: Option<OwnerId>,
+    /// The holder's fencing token.
+    pub token: Option<u64>,
+    /// The holder's permit slot (permits only).
+    pub slot: Option<u32>,
+    /// How long the store will keep the lease without an extend.
+    pub remaining: Option<Duration>,
+}
+
+impl HolderStatus {
+    /// A holder; for store implementations.
+    pub fn new(
+        owner: Option<OwnerId>,
+        token: Option<u64>,
+        slot: Option<u32>,
+        remaining: Option<Duration>,
+    ) -> Self {
+        HolderStatus {
+            owner,
+            token,
+            slot,
+            remaining,
+        }
+    }
+}
