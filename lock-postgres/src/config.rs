@@ -41,6 +41,7 @@ const OWN_OPTIONS: &[&str] = &[
     "max_idle",
     "retention",
     "max_ttl",
+    "create_table",
     "tls_ca",
     "tls_cert",
     "tls_key",
@@ -85,7 +86,8 @@ const SQLX_OPTIONS: &[&str] = &[
 /// | `tls_cert`, `tls_key` | | PEM files of a client certificate and its key, for a server that asks for one; given together |
 /// | `namespace` | `default` | 1–63 bytes, no NUL; part of every key's lock id |
 /// | `schema` | `public` | schema of the fence table (`[A-Za-z_][A-Za-z0-9_]*`, at most 63 bytes); part of every key's lock id |
-/// | `table` | `fencelock_fence` | name of the fence table (same rule); created if missing; part of every key's lock id |
+/// | `table` | `fencelock_fence` | name of the fence table (same rule); created if missing (see `create_table`); part of every key's lock id |
+/// | `create_table` | `true` | `false`: never create the schema or the fence table; `connect` fails (not retryable) if the table is missing, so a role without `CREATE` never tries. An administrator creates it with [`PostgresConfig::fence_table_ddl`] |
 /// | `connect_timeout` | `5s` | bound on opening one connection: `10` (seconds, as in libpq), `2s` or `250ms` |
 /// | `command_timeout` | `10s` | bound on one statement that does not wait for a lock |
 /// | `max_idle` | `16` | idle connections kept for reuse; `0` closes each one after use |
@@ -109,6 +111,7 @@ pub struct PostgresConfig {
     pub(crate) max_idle: usize,
     pub(crate) retention: Duration,
     pub(crate) max_ttl: Duration,
+    pub(crate) create_table: bool,
 }
 
 impl PostgresConfig {
@@ -140,6 +143,7 @@ impl PostgresConfig {
             max_idle: DEFAULT_MAX_IDLE,
             retention: DEFAULT_RETENTION,
             max_ttl: MAX_TTL,
+            create_table: true,
         };
         let mut passed_on = Vec::new();
         let mut tls = TlsFiles::default();
@@ -163,6 +167,7 @@ impl PostgresConfig {
                     })?
                 }
                 "retention" => config.retention = parse_window("retention", &value)?,
+                "create_table" => config.create_table = parse_bool("create_table", &value)?,
                 "max_ttl" => {
                     config.max_ttl = parse_window("max_ttl", &value)?;
                     if config.max_ttl > MAX_TTL {
@@ -217,6 +222,21 @@ impl PostgresConfig {
     /// The fence table as `"schema"."table"`.
     pub fn fence_table(&self) -> String {
         format!("\"{}\".\"{}\"", self.schema, self.table)
+    }
+
+    /// Whether the store creates the schema and the fence table when they are missing (the
+    /// default). See [`PostgresConfig::with_create_table`].
+    pub fn create_table(&self) -> bool {
+        self.create_table
+    }
+
+    /// `false`: the store never creates the schema or the fence table (URL option
+    /// `create_table=false`), so a role without `CREATE` never tries; with the table missing,
+    /// `connect` (or a lazy handle's first operation) fails with a non-retryable
+    /// [`Error::Store`] that names the table and [`PostgresConfig::fence_table_ddl`].
+    pub fn with_create_table(mut self, create: bool) -> Self {
+        self.create_table = create;
+        self
     }
 
     /// The statement that creates the fence table, for an administrator who creates it ahead
@@ -315,6 +335,7 @@ impl fmt::Debug for PostgresConfig {
             .field("max_idle", &self.max_idle)
             .field("retention", &self.retention)
             .field("max_ttl", &self.max_ttl)
+            .field("create_table", &self.create_table)
             .finish()
     }
 }
@@ -403,6 +424,19 @@ fn read_pem(option: &str, path: &str) -> Result<Vec<u8>> {
         return Err(bad(format!("{option}: {path:?} holds no PEM block")));
     }
     Ok(contents)
+}
+
+/// `true` or `false`, nothing else (as the Redis store reads its switches): `1`, `yes` or an
+/// empty value is refused rather than guessed.
+fn parse_bool(what: &str, value: &str) -> Result<bool> {
+    match value {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(Error::invalid(
+            "url",
+            format!("{what} must be true or false, not {value:?}"),
+        )),
+    }
 }
 
 fn is_options_entry(name: &str) -> bool {
@@ -520,6 +554,18 @@ mod tests {
     }
 
     #[test]
+    fn create_table_defaults_to_true_and_is_read_from_the_url_or_set() {
+        let config = PostgresConfig::from_url("postgres://u@h/db").unwrap();
+        assert!(config.create_table());
+        let config = PostgresConfig::from_url("postgres://u@h/db?create_table=false").unwrap();
+        assert!(!config.create_table());
+        assert!(format!("{config:?}").contains("create_table: false"));
+        assert!(config.with_create_table(true).create_table());
+        let config = PostgresConfig::from_url("postgres://u@h/db?create_table=true").unwrap();
+        assert!(!config.with_create_table(false).create_table());
+    }
+
+    #[test]
     fn passwords_never_print() {
         for url in [
             "postgres://user:s3cr%40t@h/db",
@@ -577,6 +623,10 @@ mod tests {
         assert!(rule("postgres://h/db?connect_timeout=0").contains("connect_timeout"));
         assert!(rule("postgres://h/db?connect_timeout=soon").contains("connect_timeout"));
         assert!(rule("postgres://h/db?max_idle=-1").contains("max_idle"));
+        assert!(
+            rule("postgres://h/db?create_table=no").contains("create_table must be true or false")
+        );
+        assert!(rule("postgres://h/db?create_table=").contains("create_table"));
         assert!(rule("postgres://h/db?sslmode=sometimes").contains("postgres://h/db"));
     }
 

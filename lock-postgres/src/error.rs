@@ -101,10 +101,42 @@ pub(crate) fn is_duplicate_object(error: &sqlx::Error) -> bool {
 }
 
 /// A failed statement as a contract error: retryable when the server could not be reached
-/// or is restarting, a store error otherwise.
+/// or is restarting, a store error otherwise. A missing privilege (SQLSTATE 42501, never
+/// retryable) keeps the server's text, which names the table or schema, and adds which rights
+/// the store needs.
 pub(crate) fn sql_error(what: &str, error: sqlx::Error) -> Error {
-    Error::from_client(what, error, is_retryable)
+    match missing_privilege_hint(what, &error) {
+        Some(hint) => Error::store(format!("{what}: {error}; {hint}"), error),
+        None => Error::from_client(what, error, is_retryable),
+    }
 }
+
+/// What to grant after a "permission denied for table/schema/database" (42501) during `what`.
+/// Other 42501 errors (ending another role's backend, a function) get no hint: the server's
+/// text says it.
+fn missing_privilege_hint(what: &str, error: &sqlx::Error) -> Option<&'static str> {
+    let sqlx::Error::Database(e) = error else {
+        return None;
+    };
+    let on_an_object = ["table", "schema", "database"].iter().any(|object| {
+        e.message()
+            .starts_with(&format!("permission denied for {object} "))
+    });
+    if e.code().as_deref() != Some("42501") || !on_an_object {
+        return None;
+    }
+    Some(if what == CREATING_THE_FENCE_TABLE {
+        "this role may not create the fence table: grant it CREATE on the schema (CREATE on the \
+         database if the schema is missing too), or have an administrator run \
+         PostgresConfig::fence_table_ddl() once and connect with create_table=false"
+    } else {
+        "the store needs USAGE on the fence table's schema and SELECT, INSERT, UPDATE and DELETE \
+         on the fence table"
+    })
+}
+
+/// The operation named in the error of a failed `CREATE SCHEMA` or `CREATE TABLE`.
+pub(crate) const CREATING_THE_FENCE_TABLE: &str = "creating the fence table";
 
 /// Whether the server could not be reached, or is restarting, out of connections or shutting
 /// down: the same call may succeed later.

@@ -11,7 +11,9 @@ use tokio::sync::OnceCell;
 use tokio::time::timeout;
 
 use crate::config::PostgresConfig;
-use crate::error::{bounded, connect_error, is_duplicate_object, sql_error};
+use crate::error::{
+    bounded, connect_error, is_duplicate_object, sql_error, CREATING_THE_FENCE_TABLE,
+};
 use crate::keys::{check_recorded_fence_scheme, check_recorded_scheme};
 use crate::sql::{Statements, FENCE_TABLE_STATE, SESSION_INFO, TERMINATE_WAITER};
 
@@ -198,12 +200,28 @@ impl Sessions {
     }
 
     /// Creates the schema and the fence table if they are missing (only then: `CREATE SCHEMA`
-    /// checks its privilege even when the schema exists), then refuses a table that records a
-    /// lock-id scheme other than this build's. Concurrent creators race harmlessly: a duplicate
-    /// error means another one won.
+    /// checks its privilege even when the schema exists; never with `create_table=false`), then
+    /// refuses a table that records a lock-id scheme other than this build's. Concurrent
+    /// creators race harmlessly: a duplicate error means another one won.
     async fn ensure_fence_table(&self, conn: &mut PgConnection) -> fencelock_core::Result<()> {
         let fence_table = self.config.fence_table();
         let mut state = self.fence_table_state(conn).await?;
+        if !state.table_exists && !self.config.create_table {
+            let schema = if state.schema_exists {
+                String::new()
+            } else {
+                format!(" (nor its schema \"{}\")", self.config.schema)
+            };
+            return Err(Error::Store {
+                message: format!(
+                    "the fence table {fence_table} does not exist{schema}, and create_table=false \
+                     forbids creating it: have an administrator run the statement of \
+                     PostgresConfig::fence_table_ddl() once (the README's \"Minimal rights\" \
+                     shows it with its grants)"
+                ),
+                source: None,
+            });
+        }
         if !state.table_exists {
             let statements = if state.schema_exists {
                 vec![&self.sql.create_fence_table]
@@ -214,7 +232,7 @@ impl Sessions {
                 match sqlx::query(statement).execute(&mut *conn).await {
                     Ok(_) => {}
                     Err(e) if is_duplicate_object(&e) => {}
-                    Err(e) => return Err(sql_error("creating the fence table", e)),
+                    Err(e) => return Err(sql_error(CREATING_THE_FENCE_TABLE, e)),
                 }
             }
             state = self.fence_table_state(conn).await?;
@@ -229,7 +247,8 @@ impl Sessions {
             tracing::info!(table = %fence_table, "created the fence table");
         }
         check_recorded_scheme(&fence_table, &state.schemes)?;
-        check_recorded_fence_scheme(&fence_table, &state.fence_schemes)
+        check_recorded_fence_scheme(&fence_table, &state.fence_schemes)?;
+        check_privileges(&fence_table, &state)
     }
 
     async fn fence_table_state(
@@ -248,6 +267,13 @@ impl Sessions {
             table_exists: row.try_get(1).map_err(failed)?,
             schemes: row.try_get(2).map_err(failed)?,
             fence_schemes: row.try_get(3).map_err(failed)?,
+            role: row.try_get(4).map_err(failed)?,
+            privileges: [
+                ("SELECT", row.try_get(5).map_err(failed)?),
+                ("INSERT", row.try_get(6).map_err(failed)?),
+                ("UPDATE", row.try_get(7).map_err(failed)?),
+                ("DELETE", row.try_get(8).map_err(failed)?),
+            ],
         })
     }
 
@@ -286,6 +312,36 @@ struct FenceTableState {
     schemes: Vec<String>,
     /// The token schemes it records (none for a table made before fence scheme 2).
     fence_schemes: Vec<String>,
+    /// The session's role (`current_user`).
+    role: String,
+    /// Whether the role holds each privilege the store uses on the table (`None` without it).
+    privileges: [(&'static str, Option<bool>); 4],
+}
+
+/// Refuses a role that lacks a privilege the store uses on the fence table, naming it and the
+/// `GRANT` that fixes it, rather than failing later in an acquire (`UPDATE`), a status
+/// (`SELECT`) or the background removal of idle rows (`DELETE`). A grant on every column
+/// counts as one on the table.
+fn check_privileges(fence_table: &str, state: &FenceTableState) -> fencelock_core::Result<()> {
+    let missing: Vec<&str> = state
+        .privileges
+        .iter()
+        .filter(|(_, held)| *held == Some(false))
+        .map(|(name, _)| *name)
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let role = format!("\"{}\"", state.role.replace('"', "\"\""));
+    let missing = missing.join(", ");
+    Err(Error::Store {
+        message: format!(
+            "the role {role} lacks {missing} on the fence table {fence_table}; the store needs \
+             SELECT, INSERT, UPDATE and DELETE on it (and USAGE on its schema): GRANT {missing} \
+             ON {fence_table} TO {role}"
+        ),
+        source: None,
+    })
 }
 
 /// Cancels a lock wait whose future was dropped: the dropped connection alone does not stop a

@@ -28,7 +28,9 @@ pub(crate) const TERMINATE_WAITER: &str = "SELECT pg_terminate_backend(pid) FROM
 
 /// Whether the schema ($1) and the fence table ($2) exist, the lock-id schemes the table
 /// records (the suffixes of its CHECK constraints named `fencelock_lock_id_scheme_<n>`) and its
-/// token schemes (`fencelock_fence_scheme_<n>`). A single read.
+/// token schemes (`fencelock_fence_scheme_<n>`), the session's role, and whether that role may
+/// SELECT, INSERT, UPDATE (on the table or on any of its columns) and DELETE (NULL without
+/// the table). A single read.
 pub(crate) const FENCE_TABLE_STATE: &str =
     "SELECT to_regnamespace($1) IS NOT NULL, to_regclass($2) IS NOT NULL,
             ARRAY(SELECT substr(conname::text, 26) FROM pg_constraint
@@ -38,7 +40,12 @@ pub(crate) const FENCE_TABLE_STATE: &str =
             ARRAY(SELECT substr(conname::text, 24) FROM pg_constraint
                    WHERE conrelid = to_regclass($2) AND contype = 'c'
                      AND starts_with(conname::text, 'fencelock_fence_scheme_')
-                   ORDER BY 1)";
+                   ORDER BY 1),
+            current_user::text,
+            has_any_column_privilege(to_regclass($2), 'SELECT'),
+            has_any_column_privilege(to_regclass($2), 'INSERT'),
+            has_any_column_privilege(to_regclass($2), 'UPDATE'),
+            has_table_privilege(to_regclass($2), 'DELETE')";
 
 /// The fence table: one durable counter per key (the key itself, as bytes, not its hash, so a
 /// hash collision never merges two counters), plus who took it last, for `status`. The

@@ -211,6 +211,114 @@ impl PostgresServer {
         local.launch(port)
     }
 
+    /// Makes a fresh database `name` and a login role `name` holding only what a least-privilege
+    /// fencelock role holds, and returns the role's URL (`postgres://name@HOST:PORT/name`).
+    ///
+    /// Runs, as the server's superuser (with `psql`): `DROP DATABASE IF EXISTS name WITH
+    /// (FORCE)`, `DROP ROLE IF EXISTS name` (so a rerun against an external server starts
+    /// clean), `CREATE ROLE name LOGIN` (no `CREATEDB`, no `CREATEROLE`), `CREATE DATABASE
+    /// name`, then in it:
+    ///
+    /// ```sql
+    /// REVOKE ALL ON DATABASE name FROM PUBLIC;   -- no TEMPORARY, no CONNECT for others
+    /// GRANT CONNECT ON DATABASE name TO name;
+    /// REVOKE ALL ON SCHEMA public FROM PUBLIC;   -- no CREATE (PostgreSQL 15's default), no USAGE
+    /// GRANT USAGE ON SCHEMA public TO name;
+    /// ```
+    ///
+    /// and for each `(ddl, table, privileges)` of `tables`: `ddl` (the fence table's
+    /// `CREATE TABLE`, run by the superuser, who owns the table), then `GRANT privileges ON
+    /// table TO name`. A fresh database keeps the other tests on a shared server undisturbed.
+    ///
+    /// Fails with [`Error::InvalidArgument`] unless `name` is 1 to 40 of `[a-z0-9_]` starting
+    /// with a letter, [`Error::MissingBinary`] without `psql` (package `postgresql-client`), and
+    /// [`Error::Start`] with `psql`'s output if a statement fails.
+    pub fn least_privilege_role(
+        &self,
+        name: &str,
+        tables: &[(&str, &str, &str)],
+    ) -> Result<String> {
+        let plain = name.len() <= 40
+            && name.starts_with(|c: char| c.is_ascii_lowercase())
+            && name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+        if !plain {
+            return Err(Error::InvalidArgument(format!(
+                "a least-privilege role's name must be 1 to 40 of [a-z0-9_] starting with a letter, not {name:?}"
+            )));
+        }
+        let psql = process::find_binary("psql", "postgresql-client")?;
+        let what = format!("the least-privilege role {name} on {}", self.what());
+        self.psql(
+            &psql,
+            "postgres",
+            &format!(
+                "DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE);\n\
+                 DROP ROLE IF EXISTS \"{name}\";\n\
+                 CREATE ROLE \"{name}\" LOGIN;\n\
+                 CREATE DATABASE \"{name}\";\n"
+            ),
+            &what,
+        )?;
+        let mut setup = format!(
+            "REVOKE ALL ON DATABASE \"{name}\" FROM PUBLIC;\n\
+             GRANT CONNECT ON DATABASE \"{name}\" TO \"{name}\";\n\
+             REVOKE ALL ON SCHEMA public FROM PUBLIC;\n\
+             GRANT USAGE ON SCHEMA public TO \"{name}\";\n"
+        );
+        for (ddl, table, privileges) in tables {
+            setup.push_str(&format!(
+                "{};\nGRANT {privileges} ON {table} TO \"{name}\";\n",
+                ddl.trim_end().trim_end_matches(';')
+            ));
+        }
+        self.psql(&psql, name, &setup, &what)?;
+        Ok(self.url_on(Some(name), name))
+    }
+
+    /// This server's URL with `user` (`None`: its own user and password) and `database` in
+    /// place of its own; the query is kept.
+    fn url_on(&self, user: Option<&str>, database: &str) -> String {
+        let (scheme, rest) = self
+            .url
+            .split_once("://")
+            .unwrap_or(("postgres", &self.url));
+        let end = rest.find(['/', '?']).unwrap_or(rest.len());
+        let (own_user, host_port) = match rest[..end].rsplit_once('@') {
+            Some((userinfo, host_port)) => (Some(userinfo), host_port),
+            None => (None, &rest[..end]),
+        };
+        let query = rest[end..].find('?').map_or("", |i| &rest[end + i..]);
+        let user = user.or(own_user).map_or(String::new(), |u| format!("{u}@"));
+        format!("{scheme}://{user}{host_port}/{database}{query}")
+    }
+
+    /// Runs `sql` (statements one by one, stopping at the first error) with `psql` as this
+    /// server's own user on `database`.
+    fn psql(&self, psql: &Path, database: &str, sql: &str, what: &str) -> Result<()> {
+        let admin = self.url_on(None, database);
+        let mut child = Command::new(psql)
+            .args(["-X", "-q", "-v", "ON_ERROR_STOP=1", "-f", "-", "-d"])
+            .arg(&admin)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        if let Some(mut stdin) = child.stdin.take() {
+            stdin.write_all(sql.as_bytes())?;
+        }
+        let out = child.wait_with_output()?;
+        if out.status.success() {
+            return Ok(());
+        }
+        Err(Error::Start {
+            server: what.to_string(),
+            reason: format!("psql failed ({}) running:\n{sql}", out.status),
+            log_tail: String::from_utf8_lossy(&[out.stdout, out.stderr].concat()).into_owned(),
+        })
+    }
+
     fn what(&self) -> String {
         format!("postgres on 127.0.0.1:{}", self.port)
     }
