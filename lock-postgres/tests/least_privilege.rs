@@ -252,7 +252,7 @@ async fn a_role_without_update_is_refused_naming_the_right_and_the_table() {
         "the role without UPDATE",
     );
     let grant = format!("GRANT UPDATE ON \"public\".\"{NO_UPDATE}\" TO \"{ROLE}\"");
-    for part in [&format!("lacks UPDATE on the fence table"), &grant] {
+    for part in ["lacks UPDATE on the fence table", &grant] {
         assert!(message.contains(part), "{part:?} not in {message}");
     }
 }
