@@ -24,6 +24,7 @@ mod guardian;
 mod run;
 mod stats;
 mod status;
+mod usage;
 
 /// The command line.
 #[derive(Debug, Parser)]
@@ -39,8 +40,8 @@ struct Cli {
     /// TLS (in a build with `--features tls`): rediss://h:6380?tls_ca=ca.pem,
     /// redlock://a:6380,b:6380,c:6380?tls=true&tls_ca=ca.pem,
     /// etcds://h:2379?tls_ca=ca.pem&tls_cert=client.pem&tls_key=client.key,
-    /// postgres://u@h/db?tls_ca=ca.pem (implies sslmode=verify-full),
-    /// mysql://u@h/db?sslmode=verify-full&sslrootcert=ca.pem
+    /// postgres://u@h/db?tls_ca=ca.pem, mysql://u@h/db?tls_ca=ca.pem (`lockctl run --help`
+    /// has an example per store)
     #[arg(long, env = "LOCK_URL", global = true, hide_env_values = true)]
     url: Option<String>,
 
@@ -55,6 +56,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Acquire KEY, run CMD while keeping the lease alive, release when it ends.
+    #[command(after_help = RUN_AFTER_HELP)]
     Run {
         /// The lock's key.
         key: String,
@@ -101,6 +103,37 @@ enum Command {
     },
 }
 
+/// Whether this build has TLS, for the help.
+#[cfg(feature = "tls")]
+macro_rules! tls_build {
+    () => {
+        "this lockctl has TLS"
+    };
+}
+#[cfg(not(feature = "tls"))]
+macro_rules! tls_build {
+    () => {
+        "this lockctl has no TLS: build it with --features tls"
+    };
+}
+
+/// The end of `lockctl run --help`: a TLS URL per store, the examples of the README's TLS table.
+const RUN_AFTER_HELP: &str = concat!(
+    "TLS URLs, one per store (",
+    tls_build!(),
+    "); on every store tls_ca, tls_cert and tls_key name PEM files:\n",
+    "  Redis       rediss://:PASSWORD@redis.internal:6380/0?tls_ca=/etc/fencelock/ca.pem\n",
+    "  Redlock     redlock://a:6380,b:6380,c:6380?tls=true&tls_ca=/etc/fencelock/ca.pem\n",
+    "  etcd        etcds://etcd1:2379,etcd2:2379?tls_ca=/etc/fencelock/ca.pem&tls_cert=/etc/fencelock/client.pem&tls_key=/etc/fencelock/client.key\n",
+    "  PostgreSQL  postgres://locks@pg.internal/app?tls_ca=/etc/fencelock/ca.pem\n",
+    "  MySQL       mysql://locks@db.internal/app?tls_ca=/etc/fencelock/ca.pem\n",
+    "On PostgreSQL and MySQL tls_ca implies sslmode=verify-full unless sslmode is given.\n",
+    "Give a URL with a password in LOCK_URL, not --url: a command line is visible to every user\n",
+    "of the host, e.g.\n",
+    "  LOCK_URL='rediss://:PASSWORD@redis.internal:6380/0?tls_ca=/etc/fencelock/ca.pem' \\\n",
+    "    lockctl run nightly-export --ttl 30s -- ./export.sh",
+);
+
 /// sysexits.h
 pub(crate) mod exit {
     pub const USAGE: u8 = 64;
@@ -123,17 +156,27 @@ pub(crate) fn exit_code(error: &Error) -> u8 {
 }
 
 pub(crate) fn fail(error: &Error) -> ExitCode {
-    eprintln!("lockctl: {error}");
+    eprintln!("lockctl: {}", usage::one_line(&error.to_string()));
     ExitCode::from(exit_code(error))
 }
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
-        Err(error) => {
-            let code = if error.use_stderr() { exit::USAGE } else { 0 };
+        // --help and --version: clap's own text on stdout, exit 0.
+        Err(error) if !error.use_stderr() => {
             let _ = error.print();
-            return ExitCode::from(code);
+            return ExitCode::SUCCESS;
+        }
+        // Every refusal is one line.
+        Err(error) => {
+            let command = <Cli as clap::CommandFactory>::command();
+            let subcommands: Vec<&str> = command
+                .get_subcommands()
+                .map(clap::Command::get_name)
+                .collect();
+            eprintln!("lockctl: {}", usage::argument_error(error, &subcommands));
+            return ExitCode::from(exit::USAGE);
         }
     };
     // The guardian is forked now, while lockctl still has one thread (see guardian.rs).

@@ -159,7 +159,7 @@ async fn supervise(
                     "lockctl: the lease on {:?} (fencing token {}) is lost: {}; terminating the command",
                     held.lease().key(),
                     held.lease().fencing_token(),
-                    held.lost_reason().unwrap_or_default()
+                    crate::usage::one_line(&held.lost_reason().unwrap_or_default())
                 );
                 guarded.end(grace).await;
                 let _ = store.release(&held.stop()).await;
@@ -205,7 +205,10 @@ async fn supervise(
         }
         Err(error) => {
             // The command finished under a confirmed lease; the lock expires at its TTL.
-            eprintln!("lockctl: release failed ({error}); the lock expires at its TTL");
+            eprintln!(
+                "lockctl: release failed ({}); the lock expires at its TTL",
+                crate::usage::one_line(&error.to_string())
+            );
             ExitCode::from(code_of(status))
         }
     }

@@ -18,21 +18,181 @@ fn lockctl(args: &[&str]) -> Output {
         .expect("lockctl runs")
 }
 
-/// A refusal is exit 64 with exactly one diagnostic line (clap's `error:` or our `lockctl:`;
-/// clap may add a usage hint after it), and no process ever panics.
+/// Whether `stderr` is exactly one line, `lockctl: …` and a newline, with no other line break
+/// (no carriage return, vertical tab, form feed or Unicode line separator a terminal or a log
+/// reader might split on).
+fn is_one_line(stderr: &str) -> bool {
+    stderr.starts_with("lockctl: ")
+        && stderr.ends_with('\n')
+        && !stderr[..stderr.len() - 1].contains(|c: char| {
+            c.is_control() || c == '\u{85}' || c == '\u{2028}' || c == '\u{2029}'
+        })
+}
+
+/// A refusal is exit 64 with exactly one line on stderr, `lockctl: …` (no usage line, no
+/// `--help` hint), and no process ever panics.
 fn check(output: &Output, allowed: &[i32], args: &[&str]) -> Result<i32, TestCaseError> {
     let stderr = String::from_utf8_lossy(&output.stderr);
     let code = output.status.code().unwrap_or(-1);
     prop_assert!(!stderr.contains("panicked"), "{args:?} panicked: {stderr}");
     prop_assert!(allowed.contains(&code), "{args:?} exited {code}: {stderr}");
     if code == USAGE {
-        let diagnostics = stderr
-            .lines()
-            .filter(|line| line.starts_with("error:") || line.starts_with("lockctl:"))
-            .count();
-        prop_assert_eq!(diagnostics, 1, "{:?}: {}", args, stderr);
+        prop_assert!(
+            is_one_line(&stderr),
+            "{:?}: not one line: {:?}",
+            args,
+            stderr
+        );
     }
     Ok(code)
+}
+
+/// Refusals clap makes in several lines (a list of missing arguments, a tip, a usage line, a
+/// `--help` hint) and values with line breaks in them: each is exit 64 and one line, which
+/// still says what is wrong.
+#[test]
+fn every_argument_refusal_is_one_line() {
+    let cases: &[(&[&str], &str)] = &[
+        (&[], "a command is required: run, status"),
+        (&["bogus"], "unrecognized subcommand 'bogus'"),
+        (&["run"], "<KEY>, <COMMAND>"),
+        (&["--url", "memory://", "run", "k"], "<COMMAND>"),
+        (
+            &["--url", "memory://", "run", "k", "--tl", "3s", "--", "true"],
+            "'--tl'",
+        ),
+        (
+            &[
+                "--url",
+                "memory://",
+                "run",
+                "k",
+                "--ttl",
+                "1s",
+                "--ttl",
+                "2s",
+                "--",
+                "true",
+            ],
+            "cannot be used multiple times",
+        ),
+        (
+            &["--url", "memory://", "run", "k", "--ttl=xx", "--", "true"],
+            "not a duration",
+        ),
+        (
+            &[
+                "--url",
+                "memory://",
+                "run",
+                "k",
+                "--ttl=1\n\nUsage: x",
+                "--",
+                "true",
+            ],
+            "--ttl",
+        ),
+        (
+            &[
+                "--url",
+                "memory://",
+                "run",
+                "k",
+                "--wait=\r\u{1b}[2K",
+                "--",
+                "true",
+            ],
+            "--wait",
+        ),
+        (
+            &["--url", "memory://", "run", "k", "--x\ny", "--", "true"],
+            "unexpected argument",
+        ),
+        (
+            &["--url", "memory://", "conformance", "--parallel", "x"],
+            "--parallel",
+        ),
+        (&["--url", "memory://", "status", "--", ""], "invalid key"),
+        (&["--url", "nope://\nx", "status", "k"], "invalid url"),
+        (&["status", "k"], "no store given"),
+    ];
+    // A key too long, of line breaks.
+    let long_key = "\n\u{2028}".repeat(300);
+    let long_key_args = ["--url", "memory://", "status", "--", &long_key];
+    let cases = cases
+        .iter()
+        .copied()
+        .chain([(&long_key_args[..], "invalid key")]);
+    for (args, needle) in cases {
+        let output = lockctl(args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(USAGE), "{args:?}: {stderr}");
+        assert!(is_one_line(&stderr), "{args:?}: not one line: {stderr:?}");
+        assert!(
+            stderr.contains(needle),
+            "{args:?}: {needle:?} not in {stderr:?}"
+        );
+    }
+}
+
+/// `--help` and `--version` are clap's own text on stdout, exit 0, nothing on stderr.
+#[test]
+fn help_and_version_still_exit_0() {
+    for args in [
+        &["--help"][..],
+        &["-h"],
+        &["run", "--help"],
+        &["help", "run"],
+        &["--version"],
+    ] {
+        let output = lockctl(args);
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert_eq!(output.status.code(), Some(0), "{args:?}: {stdout}");
+        assert!(output.stderr.is_empty(), "{args:?}: {:?}", output.stderr);
+        assert!(
+            stdout.lines().count() > 1 || args == &["--version"],
+            "{stdout}"
+        );
+    }
+    let version = lockctl(&["--version"]);
+    assert!(String::from_utf8_lossy(&version.stdout).starts_with("lockctl "));
+}
+
+/// `lockctl run --help` shows every example URL of the README's TLS table (one per store:
+/// Redis, Redlock, etcd, PostgreSQL, MySQL).
+#[test]
+fn run_help_shows_the_readme_tls_examples() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
+        .expect("the workspace README");
+    let section = readme
+        .split("\n### TLS\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n### ").next())
+        .expect("README has a ### TLS section");
+    let examples: Vec<(&str, &str)> = section
+        .lines()
+        .filter_map(|line| {
+            let cells: Vec<&str> = line.trim().trim_matches('|').split('|').collect();
+            let store = cells.first()?.trim();
+            let example = cells.last()?.trim().strip_prefix('`')?.strip_suffix('`')?;
+            example.contains("://").then_some((store, example))
+        })
+        .collect();
+    let stores: Vec<&str> = examples.iter().map(|(store, _)| *store).collect();
+    assert_eq!(
+        stores,
+        ["Redis", "Redlock", "etcd", "PostgreSQL", "MySQL / MariaDB"],
+        "the README's TLS table changed: {section}"
+    );
+    let help = lockctl(&["run", "--help"]);
+    let text = String::from_utf8_lossy(&help.stdout);
+    assert_eq!(help.status.code(), Some(0), "{text}");
+    for (store, example) in examples {
+        assert!(
+            text.contains(example),
+            "{store}: {example} is not in `lockctl run --help`:\n{text}"
+        );
+    }
 }
 
 /// Text a shell can pass as one argument: no NUL, anything else.

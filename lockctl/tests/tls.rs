@@ -1,0 +1,269 @@
+//! The built `lockctl` over TLS (issue 17), against real servers with a throwaway CA from
+//! test-servers: `rediss://` and `redlock://…?tls=true` with `tls_ca`, `etcds://` with `tls_ca`,
+//! and `postgres://…?tls_ca=` (sslmode=verify-full implied). On each, `lockctl run KEY -- true`
+//! runs the command, a second `lockctl run --wait 0s` is refused with exit 75 while a first one
+//! holds the key, and a run that trusts the wrong CA exits 76 (the store's error) with one line
+//! that does not show the password, without running the command.
+#![cfg(feature = "tls")]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use test_servers::TestCa;
+
+/// The store refused: sysexits' EX_PROTOCOL.
+const STORE_ERROR: i32 = 76;
+/// The lock is held by someone else: EX_TEMPFAIL.
+const BUSY: i32 = 75;
+const SECRET: &str = "lockctl-tls-hunter2";
+
+fn lockctl(url: &str) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_lockctl"));
+    // Never the developer's terminal: lockctl would hand it to the command's group.
+    command.env("LOCK_URL", url).stdin(Stdio::null());
+    command
+}
+
+fn path(p: PathBuf) -> String {
+    p.to_str().expect("UTF-8 path").to_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// A `lockctl run` holding a key; killed if the test fails before it ends it.
+struct Holder(Child);
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        if self.0.try_wait().ok().flatten().is_none() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+fn wait_for_file(path: &Path, holder: &mut Holder) -> String {
+    let started = Instant::now();
+    loop {
+        if let Ok(text) = std::fs::read_to_string(path) {
+            if !text.trim().is_empty() {
+                return text;
+            }
+        }
+        if let Some(status) = holder.0.try_wait().expect("try_wait") {
+            panic!("the holding lockctl exited {status} before its command ran");
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "{} never appeared",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `url` (a TLS URL trusting the right CA): `lockctl run KEY -- true` exits 0; while a first
+/// `lockctl run` holds the key (its command has run with a fencing token), a second with
+/// `--wait 0s` exits 75; the first, sent SIGTERM, passes it to its command (128 + 15).
+fn runs_and_excludes_over(url: &str, scratch: &Path) {
+    let output = lockctl(url)
+        .args(["run", "tls-run", "--", "true"])
+        .output()
+        .expect("lockctl runs");
+    assert_eq!(output.status.code(), Some(0), "{url}: {}", stderr(&output));
+
+    let marker = scratch.join("token");
+    let mut holder = Holder(
+        lockctl(url)
+            .args(["run", "tls-busy", "--ttl", "10s", "--", "sh", "-c"])
+            .arg(format!(
+                "echo $LOCK_FENCING_TOKEN > {}; exec sleep 60",
+                marker.display()
+            ))
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("holder spawns"),
+    );
+    let token: u64 = wait_for_file(&marker, &mut holder)
+        .trim()
+        .parse()
+        .expect("a fencing token");
+    assert!(token > 0, "{url}: token {token}");
+    let output = lockctl(url)
+        .args(["run", "tls-busy", "--wait", "0s", "--", "true"])
+        .output()
+        .expect("lockctl runs");
+    assert_eq!(
+        output.status.code(),
+        Some(BUSY),
+        "{url}: {}",
+        stderr(&output)
+    );
+    // SAFETY: kill(2) on a child we spawned and have not reaped.
+    unsafe {
+        libc::kill(holder.0.id() as libc::pid_t, libc::SIGTERM);
+    }
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = holder.0.try_wait().expect("try_wait") {
+            break status;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "{url}: the holder did not exit after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(143), "{url}: {status}");
+}
+
+/// `url` (with `SECRET` as its password, trusting a CA that did not sign the server): exit 76
+/// with exactly one line on stderr that speaks of the certificate and names no password, and
+/// the command never ran.
+fn wrong_ca_is_one_line_without_the_password(url: &str, scratch: &Path) {
+    assert!(url.contains(SECRET), "{url}");
+    let ran = scratch.join("ran");
+    let output = lockctl(url)
+        .args([
+            "--connect-timeout",
+            "30s",
+            "run",
+            "tls-wrong-ca",
+            "--",
+            "sh",
+        ])
+        .arg("-c")
+        .arg(format!("touch {}", ran.display()))
+        .output()
+        .expect("lockctl runs");
+    let text = stderr(&output);
+    assert_eq!(output.status.code(), Some(STORE_ERROR), "{text}");
+    assert!(!text.contains(SECRET), "the password shows: {text}");
+    assert!(
+        text.contains("certificate"),
+        "says nothing of the certificate: {text}"
+    );
+    assert!(
+        text.starts_with("lockctl: ") && text.ends_with('\n') && text.lines().count() == 1,
+        "not one line: {text:?}"
+    );
+    assert!(
+        !ran.exists(),
+        "the command ran against a server of the wrong CA"
+    );
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("lockctl-tls-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
+
+/// The CA files and a scratch directory for one test; removed when it ends.
+struct Setup {
+    ca: TestCa,
+    scratch: PathBuf,
+}
+
+impl Setup {
+    fn new(name: &str) -> Self {
+        Setup {
+            ca: TestCa::generate().expect("test CA"),
+            scratch: scratch(name),
+        }
+    }
+
+    fn ca_file(&self) -> String {
+        path(self.ca.ca_file())
+    }
+
+    fn other_ca_file(&self) -> String {
+        path(self.ca.other_ca_file())
+    }
+}
+
+impl Drop for Setup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.scratch);
+    }
+}
+
+#[cfg(feature = "redis")]
+#[test]
+fn redis_over_tls() {
+    use test_servers::{ServerCert, TlsRedis};
+    let setup = Setup::new("redis");
+    let server = TlsRedis::start(&setup.ca, ServerCert::Valid).expect("redis with TLS");
+    let url = format!("{}?tls_ca={}", server.tls_url(), setup.ca_file());
+    runs_and_excludes_over(&url, &setup.scratch);
+    let url = format!(
+        "{}?tls_ca={}",
+        server
+            .tls_url()
+            .replacen("rediss://", &format!("rediss://:{SECRET}@"), 1),
+        setup.other_ca_file()
+    );
+    wrong_ca_is_one_line_without_the_password(&url, &setup.scratch);
+}
+
+#[cfg(feature = "redis")]
+#[test]
+fn redlock_over_tls() {
+    use test_servers::{ServerCert, TlsRedis};
+    let setup = Setup::new("redlock");
+    let nodes: Vec<TlsRedis> = (0..3)
+        .map(|_| TlsRedis::start(&setup.ca, ServerCert::Valid).expect("redis with TLS"))
+        .collect();
+    let hosts: Vec<String> = nodes
+        .iter()
+        .map(|node| format!("127.0.0.1:{}", node.tls_port()))
+        .collect();
+    let url = format!(
+        "redlock://{}?tls=true&tls_ca={}",
+        hosts.join(","),
+        setup.ca_file()
+    );
+    runs_and_excludes_over(&url, &setup.scratch);
+}
+
+#[cfg(feature = "etcd")]
+#[test]
+fn etcd_over_tls() {
+    use test_servers::{ServerCert, TlsEtcd};
+    let setup = Setup::new("etcd");
+    let server = TlsEtcd::start(&setup.ca, ServerCert::Valid).expect("etcd with TLS");
+    let url = format!("{}?tls_ca={}", server.tls_url(), setup.ca_file());
+    runs_and_excludes_over(&url, &setup.scratch);
+    let url = format!(
+        "{}?tls_ca={}",
+        server
+            .tls_url()
+            .replacen("etcds://", &format!("etcds://root:{SECRET}@"), 1),
+        setup.other_ca_file()
+    );
+    wrong_ca_is_one_line_without_the_password(&url, &setup.scratch);
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn postgres_over_tls() {
+    use test_servers::{PostgresServer, ServerCert};
+    let setup = Setup::new("postgres");
+    let server =
+        PostgresServer::start_tls(&setup.ca, ServerCert::Valid).expect("postgres with TLS");
+    let url = format!("{}?tls_ca={}", server.url(), setup.ca_file());
+    runs_and_excludes_over(&url, &setup.scratch);
+    let url = format!(
+        "{}?tls_ca={}",
+        server.url().replacen(
+            "postgres://postgres@",
+            &format!("postgres://postgres:{SECRET}@"),
+            1
+        ),
+        setup.other_ca_file()
+    );
+    wrong_ca_is_one_line_without_the_password(&url, &setup.scratch);
+}
