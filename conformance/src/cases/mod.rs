@@ -24,6 +24,7 @@ mod extend;
 mod faults;
 mod keep_alive;
 mod keys;
+mod modes;
 mod release;
 mod support;
 mod tokens;
@@ -107,6 +108,18 @@ macro_rules! __for_each_case {
             faults {
                 unreachable_store_gives_a_retryable_error,
                 status_reports_the_holder,
+            }
+            modes {
+                permits_never_exceed_the_limit_under_contention if |c: &Capabilities| c.permits,
+                released_and_expired_permits_are_free_again_and_wake_a_waiter if |c: &Capabilities| c.permits,
+                tokens_increase_across_permits_and_modes if |c: &Capabilities| c.permits || c.shared,
+                readers_hold_together if |c: &Capabilities| c.shared,
+                a_writer_excludes_readers_and_writers if |c: &Capabilities| c.shared,
+                a_waiting_writer_is_served_while_readers_keep_arriving if |c: &Capabilities| c.shared,
+                permit_release_and_extend_are_owner_only if |c: &Capabilities| c.permits,
+                a_different_limit_is_refused_while_permits_are_held if |c: &Capabilities| c.permits,
+                a_dropped_permit_waiter_never_takes_a_permit_later if |c: &Capabilities| c.permits,
+                unsupported_modes_are_refused,
             }
         }
     };

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use fencelock_core::{DynLockStore, Error, FenceGate, Lease, ReleaseOutcome};
+use fencelock_core::{DynLockStore, Error, FenceGate, KeyStatus, Lease, Mode, ReleaseOutcome};
 use tokio::time::sleep;
 
 use crate::runner::{CaseResult, Failure};
@@ -131,4 +131,114 @@ pub(super) async fn contend(ctx: &Ctx, key: &str, tasks: usize) -> Result<Vec<u6
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .clone();
     Ok(order)
+}
+
+/// Checks that `lease` holds its key in `mode`, with a slot below the limit exactly for a
+/// permit.
+pub(super) fn expect_mode(lease: &Lease, mode: Mode, what: &str) -> CaseResult {
+    ensure!(
+        lease.mode() == mode,
+        "{what}: a lease asked as {mode} says it is held as {}",
+        lease.mode()
+    );
+    match (mode, lease.slot()) {
+        (Mode::Permit { limit }, Some(slot)) => ensure!(
+            slot < limit,
+            "{what}: a permit of {limit} has slot {slot}, outside 0..{limit}"
+        ),
+        (Mode::Permit { .. }, None) => {
+            return Err(Failure(format!("{what}: a permit carries no slot")))
+        }
+        (_, Some(slot)) => {
+            return Err(Failure(format!(
+                "{what}: a {mode} lease carries slot {slot}; only permits have slots"
+            )))
+        }
+        (_, None) => {}
+    }
+    Ok(())
+}
+
+/// Takes `key` in `mode` with one attempt and checks the lease's mode.
+pub(super) async fn take(
+    store: &DynLockStore,
+    key: &str,
+    ttl: Duration,
+    mode: Mode,
+    what: &str,
+) -> Result<Lease, Failure> {
+    let lease = store.try_acquire_as(key, ttl, mode).await.map_err(|e| {
+        Failure(format!(
+            "{what}: try_acquire_as({mode}) of a key that admits it: {e}"
+        ))
+    })?;
+    expect_mode(&lease, mode, what)?;
+    Ok(lease)
+}
+
+/// Checks what `status` says of a key held in `mode` by `leases` (and nothing else): the mode,
+/// at least `leases.len()` holders (exactly, for permits, which a store must count), and for
+/// each holder it names, a token and slot of one of `leases`. A store without `status` passes.
+pub(super) async fn expect_held_together(
+    store: &DynLockStore,
+    key: &str,
+    mode: Mode,
+    leases: &[&Lease],
+    what: &str,
+) -> CaseResult {
+    let status = match store.status(key).await {
+        Err(Error::Unsupported { .. }) => return Ok(()),
+        other => other?,
+    };
+    let KeyStatus::Shared {
+        mode: held_as,
+        count,
+        holders,
+    } = status
+    else {
+        return Err(Failure(format!(
+            "{what}: a key held by {} leases in {mode} has the status {status:?}",
+            leases.len()
+        )));
+    };
+    ensure!(
+        held_as == mode,
+        "{what}: a key held in {mode} has the status of one held in {held_as}"
+    );
+    let expected = u32::try_from(leases.len()).unwrap_or(u32::MAX);
+    match mode {
+        Mode::Permit { .. } => ensure!(
+            count == expected,
+            "{what}: the status counts {count} permits where {expected} are held"
+        ),
+        _ => ensure!(
+            count >= expected,
+            "{what}: the status counts {count} holders where {expected} hold the key"
+        ),
+    }
+    ensure!(
+        holders.is_empty() || holders.len() == count as usize,
+        "{what}: the status counts {count} holders but lists {}",
+        holders.len()
+    );
+    for holder in &holders {
+        let Some(token) = holder.token else { continue };
+        let Some(lease) = leases.iter().find(|l| l.fencing_token() == token) else {
+            return Err(Failure(format!(
+                "{what}: the status lists a holder with token {token}, none of the leases' {:?}",
+                leases.iter().map(|l| l.fencing_token()).collect::<Vec<_>>()
+            )));
+        };
+        ensure!(
+            holder.owner.is_none_or(|owner| owner == lease.owner()),
+            "{what}: the status names another owner for token {token}"
+        );
+        ensure!(
+            holder.slot.is_none() || holder.slot == lease.slot(),
+            "{what}: the status puts token {token} in slot {:?}, the lease in {:?}",
+            holder.slot,
+            lease.slot()
+        );
+    }
+    Ok(())
 }
