@@ -37,6 +37,7 @@ const OWN_OPTIONS: &[&str] = &[
     "max_idle",
     "retention",
     "max_ttl",
+    "create_table",
     "sslmode",
     "sslrootcert",
     "sslcert",
@@ -69,7 +70,8 @@ const SQLX_OPTIONS: &[&str] = &["charset", "collation", "statement-cache-capacit
 /// | `tls_cert`, `tls_key` | | PEM files of a client certificate and its key, for a server that asks for one; given together |
 /// | `charset`, `collation`, `statement-cache-capacity` | | as in sqlx |
 /// | `namespace` | `default` | 1–63 bytes, no NUL; part of every key's lock name |
-/// | `table` | `fencelock_fence` | the fence table in the URL's database (`[A-Za-z_][A-Za-z0-9_]*`, at most 58 bytes, so its floor table `<table>_floor` fits MySQL's 64); created if missing; part of every key's lock name |
+/// | `table` | `fencelock_fence` | the fence table in the URL's database (`[A-Za-z_][A-Za-z0-9_]*`, at most 58 bytes, so its floor table `<table>_floor` fits MySQL's 64); created if missing (see `create_table`); part of every key's lock name |
+/// | `create_table` | `true` | `false`: never create the fence table or its floor table; `connect` fails (not retryable) if either is missing, so a user without `CREATE` never tries. An administrator creates them with [`MysqlConfig::fence_table_ddl`] and [`MysqlConfig::floor_table_ddl`] |
 /// | `connect_timeout` | `5s` | bound on opening one connection: `10` (seconds), `2s` or `250ms` |
 /// | `command_timeout` | `10s` | bound on one statement that does not wait for a lock |
 /// | `max_idle` | `16` | idle connections kept for reuse; `0` closes each one after use |
@@ -93,6 +95,7 @@ pub struct MysqlConfig {
     pub(crate) max_idle: usize,
     pub(crate) retention: Duration,
     pub(crate) max_ttl: Duration,
+    pub(crate) create_table: bool,
 }
 
 impl MysqlConfig {
@@ -135,6 +138,7 @@ impl MysqlConfig {
             max_idle: DEFAULT_MAX_IDLE,
             retention: DEFAULT_RETENTION,
             max_ttl: MAX_TTL,
+            create_table: true,
         };
         let mut ssl_mode = None;
         let mut passed_on = Vec::new();
@@ -158,6 +162,7 @@ impl MysqlConfig {
                     })?
                 }
                 "retention" => config.retention = parse_window("retention", &value)?,
+                "create_table" => config.create_table = parse_bool("create_table", &value)?,
                 "max_ttl" => {
                     config.max_ttl = parse_window("max_ttl", &value)?;
                     if config.max_ttl > MAX_TTL {
@@ -250,6 +255,22 @@ impl MysqlConfig {
         self.max_ttl
     }
 
+    /// Whether the store creates the fence table and its floor table when they are missing
+    /// (the default). See [`MysqlConfig::with_create_table`].
+    pub fn create_table(&self) -> bool {
+        self.create_table
+    }
+
+    /// `false`: the store never creates the fence table or its floor table (URL option
+    /// `create_table=false`), so a user without `CREATE` never tries; with either missing,
+    /// `connect` (or a lazy handle's first operation) fails with a non-retryable
+    /// [`Error::Store`] that names the table and [`MysqlConfig::fence_table_ddl`] or
+    /// [`MysqlConfig::floor_table_ddl`].
+    pub fn with_create_table(mut self, create: bool) -> Self {
+        self.create_table = create;
+        self
+    }
+
     /// The statement that creates the fence table, for an administrator who creates it ahead
     /// of time (the store then needs no `CREATE` privilege). The table records lock-id scheme
     /// [`LOCK_ID_SCHEME`](crate::LOCK_ID_SCHEME) in its comment.
@@ -317,6 +338,7 @@ impl fmt::Debug for MysqlConfig {
             .field("max_idle", &self.max_idle)
             .field("retention", &self.retention)
             .field("max_ttl", &self.max_ttl)
+            .field("create_table", &self.create_table)
             .finish()
     }
 }
@@ -405,6 +427,19 @@ fn read_pem(option: &str, path: &str) -> Result<Vec<u8>> {
 }
 
 /// The PostgreSQL store's `sslmode` names, and MySQL's own.
+/// `true` or `false`, nothing else (as the other stores read their switches): `1`, `yes` or
+/// an empty value is refused rather than guessed.
+fn parse_bool(what: &str, value: &str) -> Result<bool> {
+    match value {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(Error::invalid(
+            "url",
+            format!("{what} must be true or false, not {value:?}"),
+        )),
+    }
+}
+
 fn parse_ssl_mode(value: &str) -> Result<MySqlSslMode> {
     Ok(match &*value.to_ascii_lowercase() {
         "disable" | "disabled" => MySqlSslMode::Disabled,
@@ -613,6 +648,18 @@ mod tests {
     }
 
     #[test]
+    fn create_table_defaults_to_true_and_is_read_from_the_url_or_set() {
+        let config = MysqlConfig::from_url("mysql://u@h/db").unwrap();
+        assert!(config.create_table());
+        let config = MysqlConfig::from_url("mysql://u@h/db?create_table=false").unwrap();
+        assert!(!config.create_table());
+        assert!(format!("{config:?}").contains("create_table: false"));
+        assert!(config.with_create_table(true).create_table());
+        let config = MysqlConfig::from_url("mysql://u@h/db?create_table=true").unwrap();
+        assert!(!config.with_create_table(false).create_table());
+    }
+
+    #[test]
     fn bad_urls_are_invalid_input_naming_the_rule() {
         assert!(rule("postgres://h/db").contains("mysql://"));
         assert!(rule("not a url").contains("not a URL"));
@@ -627,6 +674,7 @@ mod tests {
         assert!(rule("mysql://h/db?connect_timeout=0").contains("connect_timeout"));
         assert!(rule("mysql://h/db?connect_timeout=soon").contains("connect_timeout"));
         assert!(rule("mysql://h/db?max_idle=-1").contains("max_idle"));
+        assert!(rule("mysql://h/db?create_table=0").contains("create_table must be true or false"));
         assert!(rule("mysql://h/db?sslmode=sometimes").contains("sslmode"));
     }
 

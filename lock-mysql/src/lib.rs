@@ -159,7 +159,7 @@
 //! # The URL
 //! `mysql://` or `mariadb://`, with user, password, host, port and the database that holds the
 //! fence table, and this store's options (`namespace`, `table`, `connect_timeout`,
-//! `command_timeout`, `max_idle`, `retention`, `max_ttl`, `sslmode`, and for TLS `tls_ca`,
+//! `command_timeout`, `max_idle`, `retention`, `max_ttl`, `create_table`, `sslmode`, and for TLS `tls_ca`,
 //! `tls_cert`, `tls_key`, the names the other stores use, or the libpq names `sslrootcert`,
 //! `sslcert`, `sslkey`): see [`MysqlConfig`]. `tls_ca` alone means `sslmode=verify-full`: the
 //! server's certificate must chain to that CA and name the URL's host.
@@ -167,8 +167,9 @@
 //! # Server requirements
 //! MySQL 8 or MariaDB 10.3 or newer (`RELEASE_ALL_LOCKS`, `KILL` with an expression), InnoDB.
 //! The user needs `CREATE` on the database the first time (or create the tables yourself with
-//! [`MysqlConfig::fence_table_ddl`] and [`MysqlConfig::floor_table_ddl`]), then `SELECT`,
-//! `INSERT`, `UPDATE` and `DELETE` on both; it
+//! [`MysqlConfig::fence_table_ddl`] and [`MysqlConfig::floor_table_ddl`], and connect with
+//! `create_table=false` ([`MysqlConfig::with_create_table`]) so the store never tries), then
+//! `SELECT`, `INSERT`, `UPDATE` and `DELETE` on both; it
 //! sees and kills its own sessions in the process list, which is all the store needs.
 //!
 //! [`LockStore::evict`]: fencelock_core::LockStore::evict

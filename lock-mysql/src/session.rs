@@ -209,13 +209,17 @@ impl Sessions {
     }
 
     /// Creates the fence table and its floor table if they are missing (only then: `CREATE
-    /// TABLE` checks its privilege even when the table exists), then refuses a table that is
+    /// TABLE` checks its privilege even when the table exists; never with
+    /// `create_table=false`), then refuses a table that is
     /// not InnoDB, that records a lock-id scheme other than this build's, or no fence scheme
     /// (an earlier build's), and makes sure the floor row exists. Concurrent creators race
     /// harmlessly (`IF NOT EXISTS`, `INSERT IGNORE`).
     async fn ensure_fence_table(&self, conn: &mut MySqlConnection) -> fencelock_core::Result<()> {
         let fence_table = self.config.fence_table();
         let mut state = self.fence_table_state(conn).await?;
+        if state.engine.is_none() && !self.config.create_table {
+            return Err(not_created(&fence_table, "fence_table_ddl"));
+        }
         if state.engine.is_none() {
             sqlx::query(&self.sql.create_fence_table)
                 .execute(&mut *conn)
@@ -252,6 +256,9 @@ impl Sessions {
                 ),
                 source: None,
             });
+        }
+        if state.floor_table == 0 && !self.config.create_table {
+            return Err(not_created(&self.config.floor_table(), "floor_table_ddl"));
         }
         if state.floor_table == 0 {
             sqlx::query(&self.sql.create_floor_table)
@@ -337,6 +344,19 @@ impl Sessions {
             }
             Err(fault) => Err(fault.into_error("killing a cancelled waiter's session")),
         }
+    }
+}
+
+/// The refusal of a missing `table` under `create_table=false`: it names the table and the
+/// [`MysqlConfig`](crate::MysqlConfig) method (`ddl`) whose statement creates it.
+fn not_created(table: &str, ddl: &str) -> Error {
+    Error::Store {
+        message: format!(
+            "the table {table} does not exist, and create_table=false forbids creating it: have \
+             an administrator run the statements of MysqlConfig::fence_table_ddl() and \
+             MysqlConfig::floor_table_ddl() once (MysqlConfig::{ddl}() makes this one)"
+        ),
+        source: None,
     }
 }
 

@@ -778,4 +778,79 @@ mod server_tests {
         );
         drop(abandoned);
     }
+
+    /// `create_table=false` creates neither table, even for a user that may: `connect` fails
+    /// naming the missing one and the DDL that makes it; once an administrator ran both, the
+    /// store works.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn create_table_false_never_creates_the_tables() {
+        let options = "table=lp_premade&create_table=false";
+        let config = MysqlConfig::from_url(&format!("{}?{options}", url())).unwrap();
+        let admin = store().await;
+        let Checkout { mut session, .. } = admin.sessions.checkout().await.unwrap();
+        sqlx::raw_sql(&format!(
+            "DROP TABLE IF EXISTS {}; DROP TABLE IF EXISTS {};",
+            config.fence_table(),
+            config.floor_table()
+        ))
+        .execute(&mut session.conn)
+        .await
+        .unwrap();
+        let refused = |result: fencelock_core::Result<MysqlStore>| match result {
+            Err(error @ Error::Store { .. }) if !error.is_retryable() => error.to_string(),
+            other => panic!("expected a non-retryable store error, got {other:?}"),
+        };
+
+        let message = refused(MysqlStore::connect(config.clone()).await);
+        for part in [
+            &format!("{} does not exist", config.fence_table()),
+            "create_table=false",
+            "MysqlConfig::fence_table_ddl()",
+        ] {
+            assert!(message.contains(part), "{part:?} not in {message}");
+        }
+        async fn count(conn: &mut sqlx::MySqlConnection) -> i64 {
+            sqlx::query(
+                "SELECT COUNT(*) FROM information_schema.TABLES \
+                 WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME LIKE 'lp\\_premade%'",
+            )
+            .fetch_one(conn)
+            .await
+            .unwrap()
+            .get::<i64, _>(0)
+        }
+        assert_eq!(count(&mut session.conn).await, 0, "a table was created");
+
+        // The fence table alone: the floor table is still missing, and still not created.
+        sqlx::raw_sql(&config.fence_table_ddl())
+            .execute(&mut session.conn)
+            .await
+            .unwrap();
+        let message = refused(MysqlStore::connect(config.clone()).await);
+        for part in [
+            &format!("{} does not exist", config.floor_table()),
+            "MysqlConfig::floor_table_ddl() makes this one",
+        ] {
+            assert!(message.contains(part), "{part:?} not in {message}");
+        }
+        assert_eq!(
+            count(&mut session.conn).await,
+            1,
+            "the floor table was created"
+        );
+
+        sqlx::raw_sql(&config.floor_table_ddl())
+            .execute(&mut session.conn)
+            .await
+            .unwrap();
+        let store = MysqlStore::connect(config).await.expect("both tables made");
+        let lease = store
+            .try_acquire("premade", Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert_eq!(
+            store.release(&lease).await.unwrap(),
+            ReleaseOutcome::Released
+        );
+    }
 }

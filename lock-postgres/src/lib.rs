@@ -216,15 +216,22 @@
 //! # The URL
 //! `postgres://` or `postgresql://`, with libpq's usual parameters (`sslmode`, `user`,
 //! `password`, …) and this store's own options (`namespace`, `schema`, `table`,
-//! `connect_timeout`, `command_timeout`, `max_idle`, `retention`, `max_ttl`): see
-//! [`PostgresConfig`].
+//! `connect_timeout`, `command_timeout`, `max_idle`, `retention`, `max_ttl`, `create_table`):
+//! see [`PostgresConfig`].
 //!
 //! # Server requirements
 //! PostgreSQL 14 or newer (`idle_session_timeout`, `client_connection_check_interval`). The
-//! role needs `CREATE` on the schema the first time (or create the table yourself with
-//! [`PostgresConfig::fence_table_ddl`]), then `SELECT`, `INSERT`, `UPDATE` and `DELETE` on
-//! the table, and may read `pg_locks`, `pg_constraint` and `pg_stat_activity` (everyone can;
-//! the watch task sees its own role's backends, which are the ones it watches).
+//! role needs `CONNECT` on the database (PostgreSQL grants it to `PUBLIC` by default),
+//! `USAGE` on the fence table's schema, and `SELECT`, `INSERT`, `UPDATE` and `DELETE` on the
+//! table; `connect` checks the four and refuses a role lacking one, naming it and its
+//! `GRANT`. It needs `CREATE` on the schema only to create the table the first time; an
+//! administrator can instead run [`PostgresConfig::fence_table_ddl`] once, and
+//! `create_table=false` ([`PostgresConfig::with_create_table`]) then makes sure the store never
+//! tries. Advisory locks, `idle_session_timeout`, reading `pg_locks`, `pg_constraint` and
+//! `pg_stat_activity`, and ending its own role's backends (a cancelled waiter's, or a holder's
+//! for [`LockStore::evict`]) need no grant; evicting a holder of another role needs
+//! `pg_signal_backend`. `cargo test -p fencelock-postgres --all-features --test
+//! least_privilege` runs the conformance suite as such a role.
 //!
 //! [`LockStore::evict`]: fencelock_core::LockStore::evict
 #![warn(missing_docs)]
