@@ -150,7 +150,7 @@ fn help_and_version_still_exit_0() {
         assert_eq!(output.status.code(), Some(0), "{args:?}: {stdout}");
         assert!(output.stderr.is_empty(), "{args:?}: {:?}", output.stderr);
         assert!(
-            stdout.lines().count() > 1 || args == &["--version"],
+            stdout.lines().count() > 1 || args == ["--version"],
             "{stdout}"
         );
     }
