@@ -15,9 +15,10 @@ pub struct Timing {
     pub short_ttl: Duration,
     /// The TTL of leases that must not expire during a case.
     pub long_ttl: Duration,
-    /// The TTL of leases a case keeps alive or extends over several TTLs: at least two
-    /// seconds, so that an extend held up for most of a second by a loaded machine (a slow
-    /// fsync, a starved thread) does not lose the lease and fail a case about something else.
+    /// The TTL of leases a case keeps alive or extends over several TTLs: at least three
+    /// seconds, so that an extend held up for a second or two by a loaded machine (a slow
+    /// fsync, a starved thread, a starved server) does not lose the lease and fail a case
+    /// about something else.
     pub hold_ttl: Duration,
     /// How late after its due time an expiry or wake-up may be observed.
     pub slack: Duration,
@@ -42,7 +43,7 @@ impl Timing {
         let long_ttl = capabilities.granted_ttl(Duration::from_secs(30).min(capabilities.max_ttl));
         let hold_ttl = capabilities.granted_ttl(
             short_ttl
-                .max(Duration::from_secs(2))
+                .max(Duration::from_secs(3))
                 .min(capabilities.max_ttl),
         );
         Timing {
