@@ -1,16 +1,26 @@
-//! The Redis names of a lock key: the lock, its fencing counter and its release channel, all
-//! under one Cluster hash tag (in [`Layout::Plain`], the lock is the key itself).
+//! The Redis names of a lock key: the lock, its fencing counter, its shared holders, its
+//! waiting writers and its release channel, all under one Cluster hash tag (in
+//! [`Layout::Plain`], the lock is the key itself).
 
 use crate::config::Layout;
 
 /// The Redis names of one lock key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct KeyNames {
-    /// `{prefix}{{key}}:lock`, holding the owner id with a PX expiry.
+    /// `{prefix}{{key}}:lock`, holding the owner id with a PX expiry; while the key is held in
+    /// shared or permit mode, the mode's tag (`fencelock:shared`, `fencelock:permits:L`)
+    /// expiring with the last holder.
     pub(crate) lock: String,
     /// `{prefix}{{key}}:fence`, the last token minted; expires one retention window after the
     /// last acquire.
     pub(crate) fence: String,
+    /// `{prefix}{{key}}:holders`, a sorted set of the shared or permit holders
+    /// (`owner:token:slot`, scored by their expiry in server µs); expires with the last one.
+    pub(crate) holders: String,
+    /// `{prefix}{{key}}:writers`, a sorted set of the exclusive requests waiting for the key
+    /// (a random waiter id, scored by the expiry of its mark in server µs), which keep new
+    /// shared requests out; expires with the last mark.
+    pub(crate) writers: String,
     /// `{prefix}{{key}}:released`, the pub/sub channel a release publishes on.
     pub(crate) channel: String,
 }
@@ -25,7 +35,7 @@ impl KeyNames {
     }
 
     /// [`Layout::Plain`]: the lock is the key itself, as `SET key value NX PX` clients name it;
-    /// the fence and the channel keep fencelock's names, shared with [`Layout::Fencelock`], so
+    /// the fence, the holders, the writers and the channel keep fencelock's names, shared with [`Layout::Fencelock`], so
     /// tokens keep growing when a key's clients switch layouts.
     pub(crate) fn plain(prefix: &str, key: &str) -> Self {
         KeyNames {
@@ -39,6 +49,8 @@ impl KeyNames {
         KeyNames {
             lock: format!("{prefix}{{{tag}}}:lock"),
             fence: format!("{prefix}{{{tag}}}:fence"),
+            holders: format!("{prefix}{{{tag}}}:holders"),
+            writers: format!("{prefix}{{{tag}}}:writers"),
             channel: format!("{prefix}{{{tag}}}:released"),
         }
     }
@@ -63,6 +75,8 @@ mod tests {
         assert_eq!(names.lock, "fencelock:{jobs/nightly}:lock");
         assert_eq!(names.fence, "fencelock:{jobs/nightly}:fence");
         assert_eq!(names.channel, "fencelock:{jobs/nightly}:released");
+        assert_eq!(names.holders, "fencelock:{jobs/nightly}:holders");
+        assert_eq!(names.writers, "fencelock:{jobs/nightly}:writers");
         // Braces and percent signs: the tag (first `{` to the first `}` after it) is the whole
         // escaped key, the same in all three names, never empty, and distinct keys stay apart.
         let tag = |name: &str| {
@@ -75,6 +89,8 @@ mod tests {
             assert!(!tag(&names.lock).is_empty(), "{key:?}");
             assert_eq!(tag(&names.lock), tag(&names.fence), "{key:?}");
             assert_eq!(tag(&names.lock), tag(&names.channel), "{key:?}");
+            assert_eq!(tag(&names.lock), tag(&names.holders), "{key:?}");
+            assert_eq!(tag(&names.lock), tag(&names.writers), "{key:?}");
         }
         assert_ne!(KeyNames::new("p:", "}"), KeyNames::new("p:", "%7D"));
         assert_eq!(KeyNames::new("p:", "}x").lock, "p:{%7Dx}:lock");
@@ -87,6 +103,8 @@ mod tests {
         assert_eq!(plain.lock, "jobs/nightly");
         assert_eq!(plain.fence, ours.fence);
         assert_eq!(plain.channel, ours.channel);
+        assert_eq!(plain.holders, ours.holders);
+        assert_eq!(plain.writers, ours.writers);
         assert_eq!(ours, KeyNames::new("fencelock:", "jobs/nightly"));
     }
 }

@@ -5,7 +5,7 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use fencelock_core::ttl::whole_millis;
-use fencelock_core::{Error, KeyStatus, OwnerId, Result};
+use fencelock_core::{Error, HolderStatus, KeyStatus, Mode, OwnerId, Result};
 use redis::aio::ConnectionLike;
 use redis::Script;
 
@@ -58,21 +58,38 @@ end
 return 0
 ";
 
-/// Evict (the operator's "forget"): delete the lock whoever holds it, never the fence, and
-/// wake waiters. Atomic: delete and publish in one script.
-/// ARGV: channel. Returns 1 if a lock was deleted.
+/// Evict (the operator's "forget"): delete the lock whoever holds it, and the key's shared or
+/// permit holders, never the fence, and wake waiters. Atomic: delete and publish in one script.
+/// KEYS: lock, holders. ARGV: channel. Returns 1 if a lock (or a mode's tag) was deleted.
 pub(crate) const EVICT_LUA: &str = r"
-if redis.call('DEL', KEYS[1]) == 1 then
+local deleted = redis.call('DEL', KEYS[1])
+redis.call('DEL', KEYS[2])
+if deleted == 1 then
   redis.call('PUBLISH', ARGV[1], '')
   return 1
 end
 return 0
 ";
 
-/// Status: the holder, its remaining TTL and the fence, read together. Atomic: one script,
-/// so the three values belong to one instant. Returns `{owner or false, pttl, fence or false}`.
+/// Status: the holder, its remaining TTL and the fence, read together, and while the key is
+/// held in shared or permit mode (the lock holds the mode's tag) its live holders with the ms
+/// each has left by server TIME. Atomic: one script, so the values belong to one instant; a key
+/// held exclusively is read with `GET`/`PTTL` only, as before. KEYS: lock, fence, holders.
+/// Returns `{owner or tag or false, pttl, fence or false, {member, ms left, ...}}`.
 pub(crate) const STATUS_LUA: &str = r"
-return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2])}
+local owner = redis.call('GET', KEYS[1])
+local holders = {}
+if owner and string.sub(owner, 1, 10) == 'fencelock:' then
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local live = redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. string.format('%d', now), '+inf',
+    'WITHSCORES')
+  for i = 1, #live, 2 do
+    holders[#holders + 1] = live[i]
+    holders[#holders + 1] = string.format('%d', math.floor((tonumber(live[i + 1]) - now) / 1000))
+  end
+end
+return {owner, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2]), holders}
 ";
 
 /// Raise (Redlock only): set the fence to ARGV[1] if it is below that, else report the fence;
@@ -90,12 +107,216 @@ redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return fence
 ";
 
+// ---- shared and permit modes ----------------------------------------------------------------
+// While a key is held in shared or permit mode, its lock holds the mode's tag
+// (`fencelock:shared`, `fencelock:permits:L`; never an owner id, so the exclusive scripts above
+// see a held key and need no change) and expires with the last holder; the holders are a sorted
+// set (member `owner:token:slot`, slot `-` when shared, scored by expiry in server µs) that
+// expires with it. Every script purges expired holders by server TIME. The lock is the truth:
+// holders left without their tag (evicted, expired) hold nothing.
+
+/// Lua shared by the mode scripts: `fmt` writes a whole number in full (Lua's own conversion
+/// keeps 14 digits, too few for µs), `now` is the server clock in µs, and `hold` makes the lock
+/// (set to the tag) and the holders set expire just after the last live holder (ms rounded up,
+/// plus 2 ms: a script's writes count expiry from the clock it read when it started), or
+/// deletes both when no holder is left. Call `hold` only while the lock holds the tag or
+/// nothing.
+macro_rules! prelude_lua {
+    () => {
+        r"
+local function fmt(n) return string.format('%d', n) end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local function hold(lock, tag, holders)
+  local last = redis.call('ZRANGE', holders, -1, -1, 'WITHSCORES')
+  if #last == 0 then
+    redis.call('DEL', lock, holders)
+    return
+  end
+  local px = math.ceil(tonumber(last[2]) / 1000) - math.floor(now / 1000) + 2
+  redis.call('SET', lock, tag, 'PX', fmt(px))
+  redis.call('PEXPIRE', holders, fmt(px))
+end
+"
+    };
+}
+
+/// Lua minting the token from the fence (KEYS[2]) as [`ACQUIRE_LUA`] does:
+/// max(fence + 1, `now`), the fence expiring one retention window (ARGV[3] ms) later.
+macro_rules! mint_lua {
+    () => {
+        r"
+local token = redis.call('INCR', KEYS[2])
+if token < now then
+  token = now
+  redis.call('SET', KEYS[2], fmt(token))
+end
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+"
+    };
+}
+
+/// Acquire in shared or permit mode. Refused (`{0, pttl}`) while an exclusive holder lives or
+/// the key is held in the other mode; a shared request also while a writer's mark lives
+/// (`{3, 0}`); a permit while `limit` permits live (`{0, ms until the first expires}`), or with
+/// `{2, limit held}` if they were taken with another limit. Otherwise mints the token from the
+/// same fence as the exclusive acquire, takes the lowest free slot (permits), adds the holder
+/// and answers `{1, token, slot or -1}`. Atomic: one script.
+/// KEYS: lock, fence, holders, writers. ARGV: owner, ttl ms, retention ms, tag, limit (0: shared).
+pub(crate) const ACQUIRE_AS_LUA: &str = concat!(
+    prelude_lua!(),
+    r"
+local held = redis.call('GET', KEYS[1])
+if held and string.sub(held, 1, 10) ~= 'fencelock:' then
+  return {0, redis.call('PTTL', KEYS[1])}
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', fmt(now))
+local count = redis.call('ZCARD', KEYS[3])
+if not held or count == 0 then
+  if count > 0 then
+    redis.call('DEL', KEYS[3])
+    count = 0
+  end
+  held = false
+end
+local limit = tonumber(ARGV[5])
+if held and held ~= ARGV[4] then
+  if limit > 0 and string.sub(held, 1, 18) == 'fencelock:permits:' then
+    return {2, tonumber(string.sub(held, 19)) or 0}
+  end
+  return {0, redis.call('PTTL', KEYS[1])}
+end
+local slot = -1
+if limit == 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', fmt(now))
+  if redis.call('ZCARD', KEYS[4]) > 0 then
+    return {3, 0}
+  end
+else
+  if count >= limit then
+    local first = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
+    return {0, math.ceil((tonumber(first[2]) - now) / 1000)}
+  end
+  local taken = {}
+  for _, member in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
+    local s = string.match(member, ':(%d+)$')
+    if s then
+      taken[tonumber(s)] = true
+    end
+  end
+  slot = 0
+  while taken[slot] do
+    slot = slot + 1
+  end
+end
+",
+    mint_lua!(),
+    r"
+local member = ARGV[1] .. ':' .. fmt(token) .. ':' .. (slot >= 0 and fmt(slot) or '-')
+redis.call('ZADD', KEYS[3], fmt(now + tonumber(ARGV[2]) * 1000), member)
+hold(KEYS[1], ARGV[4], KEYS[3])
+return {1, token, slot}
+"
+);
+
+/// Release in shared or permit mode: remove the holder only if the lock holds its mode's tag
+/// and the holder (owner and token) is still live, re-time the lock and the holders to the
+/// last one left (or delete both), and wake waiters on the key's channel, the one the
+/// exclusive release publishes on. Atomic: one script.
+/// KEYS: lock, holders. ARGV: member, tag, channel. Returns 1 if released, 0 if already gone.
+pub(crate) const RELEASE_AS_LUA: &str = concat!(
+    prelude_lua!(),
+    r"
+if redis.call('GET', KEYS[1]) ~= ARGV[2] then
+  return 0
+end
+local score = redis.call('ZSCORE', KEYS[2], ARGV[1])
+if not score or tonumber(score) <= now then
+  return 0
+end
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', fmt(now))
+hold(KEYS[1], ARGV[2], KEYS[2])
+redis.call('PUBLISH', ARGV[3], '')
+return 1
+"
+);
+
+/// Extend in shared or permit mode: only a live holder (owner and token) under its mode's tag
+/// gets `ttl` from now, and the lock and holders then expire with the last holder. Never
+/// recreates a holder. Atomic: one script.
+/// KEYS: lock, holders. ARGV: member, tag, ttl ms. Returns 1 if extended, 0 if gone.
+pub(crate) const EXTEND_AS_LUA: &str = concat!(
+    prelude_lua!(),
+    r"
+if redis.call('GET', KEYS[1]) ~= ARGV[2] then
+  return 0
+end
+local score = redis.call('ZSCORE', KEYS[2], ARGV[1])
+if not score or tonumber(score) <= now then
+  return 0
+end
+redis.call('ZADD', KEYS[2], fmt(now + tonumber(ARGV[3]) * 1000), ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', fmt(now))
+hold(KEYS[1], ARGV[2], KEYS[2])
+return 1
+"
+);
+
+/// An exclusive attempt of a request that waits: [`ACQUIRE_LUA`], and if the key is held, the
+/// waiter's mark in the writers set (its id, scored by now + mark ms), which keeps new shared
+/// requests out while it lives; a grant removes the mark. The mark's writes run under `pcall`:
+/// a user without the sorted-set rights (exclusive locks needed none before) still waits,
+/// unmarked, and the third field says so. Atomic: one script.
+/// KEYS: lock, fence, writers. ARGV: owner, ttl ms, retention ms, waiter id, mark ms.
+/// Returns `{1, token}` if granted, `{0, pttl, 1 if marked else 0}` if held.
+pub(crate) const ACQUIRE_WAITING_LUA: &str = concat!(
+    r"
+local function fmt(n) return string.format('%d', n) end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+",
+    mint_lua!(),
+    r"
+  redis.pcall('ZREM', KEYS[3], ARGV[4])
+  return {1, token}
+end
+local marked = redis.pcall('ZADD', KEYS[3], fmt(now + tonumber(ARGV[5]) * 1000), ARGV[4])
+if type(marked) == 'table' and marked.err then
+  return {0, redis.call('PTTL', KEYS[1]), 0}
+end
+redis.pcall('ZREMRANGEBYSCORE', KEYS[3], '-inf', fmt(now))
+local last = redis.pcall('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
+if type(last) == 'table' and #last == 2 then
+  local px = math.ceil(tonumber(last[2]) / 1000) - math.floor(now / 1000) + 2
+  redis.pcall('PEXPIRE', KEYS[3], fmt(px))
+end
+return {0, redis.call('PTTL', KEYS[1]), 1}
+"
+);
+
+/// A waiting writer stops waiting: remove its mark and, if it was there, wake the key's
+/// waiters (readers it kept out). Atomic: one script. KEYS: writers. ARGV: waiter id, channel.
+pub(crate) const WITHDRAW_LUA: &str = r"
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then
+  redis.call('PUBLISH', ARGV[2], '')
+  return 1
+end
+return 0
+";
+
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_LUA));
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_LUA));
 static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(EXTEND_LUA));
 static EVICT: LazyLock<Script> = LazyLock::new(|| Script::new(EVICT_LUA));
 static STATUS: LazyLock<Script> = LazyLock::new(|| Script::new(STATUS_LUA));
 static RAISE: LazyLock<Script> = LazyLock::new(|| Script::new(RAISE_LUA));
+static ACQUIRE_AS: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_AS_LUA));
+static RELEASE_AS: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_AS_LUA));
+static EXTEND_AS: LazyLock<Script> = LazyLock::new(|| Script::new(EXTEND_AS_LUA));
+static ACQUIRE_WAITING: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_WAITING_LUA));
+static WITHDRAW: LazyLock<Script> = LazyLock::new(|| Script::new(WITHDRAW_LUA));
 
 // ---- the steps ------------------------------------------------------------------------------
 
@@ -175,6 +396,7 @@ pub(crate) async fn extend_on<C: ConnectionLike>(
 pub(crate) async fn evict_on<C: ConnectionLike>(conn: &mut C, names: &KeyNames) -> Result<bool> {
     let evicted: i64 = EVICT
         .key(&names.lock)
+        .key(&names.holders)
         .arg(&names.channel)
         .invoke_async(conn)
         .await
@@ -187,20 +409,249 @@ pub(crate) async fn status_on<C: ConnectionLike>(
     conn: &mut C,
     names: &KeyNames,
 ) -> Result<KeyStatus> {
-    let (owner, pttl, fence): (Option<String>, i64, Option<String>) = STATUS
-        .key(&names.lock)
-        .key(&names.fence)
-        .invoke_async(conn)
-        .await
-        .map_err(|e| redis_error("status", e))?;
-    Ok(match owner {
-        None => KeyStatus::Free,
-        Some(owner) => KeyStatus::Held {
+    let (owner, pttl, fence, holders): (Option<String>, i64, Option<String>, Vec<String>) =
+        STATUS
+            .key(&names.lock)
+            .key(&names.fence)
+            .key(&names.holders)
+            .invoke_async(conn)
+            .await
+            .map_err(|e| redis_error("status", e))?;
+    let Some(owner) = owner else {
+        return Ok(KeyStatus::Free);
+    };
+    let Some(mode) = mode_of_tag(&owner) else {
+        return Ok(KeyStatus::Held {
             owner: OwnerId::parse(&owner),
             token: fence.and_then(|f| f.parse().ok()),
             remaining: u64::try_from(pttl).ok().map(Duration::from_millis),
-        },
+        });
+    };
+    let holders: Vec<HolderStatus> = holders
+        .chunks_exact(2)
+        .map(|pair| {
+            let (owner, token, slot) = parse_member(&pair[0]);
+            let remaining = pair[1].parse().ok().map(Duration::from_millis);
+            HolderStatus::new(owner, token, slot, remaining)
+        })
+        .collect();
+    Ok(if holders.is_empty() {
+        // The tag outlives its last holder by at most a few ms: nothing is held.
+        KeyStatus::Free
+    } else {
+        KeyStatus::Shared {
+            mode,
+            count: u32::try_from(holders.len()).unwrap_or(u32::MAX),
+            holders,
+        }
     })
+}
+
+// ---- shared and permit modes ----------------------------------------------------------------
+
+/// The tag the lock holds while the key is held in `mode`: `fencelock:shared` or
+/// `fencelock:permits:L`; `None` for an exclusive lease (and any mode this crate does not keep).
+pub(crate) fn tag_of(mode: Mode) -> Option<String> {
+    match mode {
+        Mode::Shared => Some("fencelock:shared".to_owned()),
+        Mode::Permit { limit } => Some(format!("fencelock:permits:{limit}")),
+        _ => None,
+    }
+}
+
+/// The mode a lock's value is the tag of, if it is one.
+pub(crate) fn mode_of_tag(value: &str) -> Option<Mode> {
+    match value.strip_prefix("fencelock:")? {
+        "shared" => Some(Mode::Shared),
+        other => other
+            .strip_prefix("permits:")?
+            .parse()
+            .ok()
+            .map(Mode::permits),
+    }
+}
+
+/// A holder's member of the holders set: `owner:token:slot`, slot `-` for a shared lease.
+pub(crate) fn member(owner: OwnerId, token: u64, slot: Option<u32>) -> String {
+    match slot {
+        Some(slot) => format!("{owner}:{token}:{slot}"),
+        None => format!("{owner}:{token}:-"),
+    }
+}
+
+/// The owner, token and slot of a member, each `None` if it does not parse.
+fn parse_member(member: &str) -> (Option<OwnerId>, Option<u64>, Option<u32>) {
+    let mut parts = member.splitn(3, ':');
+    let owner = parts.next().and_then(OwnerId::parse);
+    let token = parts.next().and_then(|t| t.parse().ok());
+    let slot = parts.next().and_then(|s| s.parse().ok());
+    (owner, token, slot)
+}
+
+/// What one shared or permit acquire script found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ModeAttempt {
+    /// Granted with this token, and for a permit this slot.
+    Granted { token: u64, slot: Option<u32> },
+    /// Held in a way that excludes the request (an exclusive holder, the other mode, all
+    /// permits taken, a waiting writer); the earliest change by expiry, if one is known.
+    Held { expires_in: Option<Duration> },
+    /// The key's permits are held with this other limit.
+    LimitMismatch { held: u32 },
+}
+
+/// Runs the shared or permit acquire script on one connection; `mode` is not exclusive.
+pub(crate) async fn acquire_as_on<C: ConnectionLike>(
+    conn: &mut C,
+    names: &KeyNames,
+    owner: OwnerId,
+    ttl: Duration,
+    retention: Duration,
+    mode: Mode,
+) -> Result<ModeAttempt> {
+    let (Some(tag), limit) = (tag_of(mode), limit_of(mode)) else {
+        return Err(Error::Unsupported {
+            operation: "this lock mode",
+        });
+    };
+    let reply: Vec<i64> = ACQUIRE_AS
+        .key(&names.lock)
+        .key(&names.fence)
+        .key(&names.holders)
+        .key(&names.writers)
+        .arg(owner.to_string())
+        .arg(whole_millis(ttl))
+        .arg(whole_millis(retention))
+        .arg(tag)
+        .arg(limit)
+        .invoke_async(conn)
+        .await
+        .map_err(|e| redis_error("acquire", e))?;
+    match reply.as_slice() {
+        [1, token, slot] if *token > 0 => Ok(ModeAttempt::Granted {
+            token: *token as u64,
+            slot: match (mode, u32::try_from(*slot)) {
+                (Mode::Permit { limit }, Ok(slot)) if slot < limit => Some(slot),
+                (Mode::Shared, Err(_)) => None,
+                _ => return Err(unexpected("acquire", &reply)),
+            },
+        }),
+        [0, pttl] => Ok(ModeAttempt::Held {
+            expires_in: u64::try_from(*pttl).ok().map(Duration::from_millis),
+        }),
+        [2, held] => match u32::try_from(*held) {
+            Ok(held) if held > 0 => Ok(ModeAttempt::LimitMismatch { held }),
+            _ => Err(unexpected("acquire", &reply)),
+        },
+        [3, _] => Ok(ModeAttempt::Held { expires_in: None }),
+        other => Err(unexpected("acquire", other)),
+    }
+}
+
+/// The limit sent with a request in `mode`: the permits' limit, 0 for shared.
+fn limit_of(mode: Mode) -> u32 {
+    match mode {
+        Mode::Permit { limit } => limit,
+        _ => 0,
+    }
+}
+
+/// Runs the shared or permit release script on one connection; true if this holder (owner and
+/// token) was removed. `tag` is [`tag_of`] the lease's mode.
+pub(crate) async fn release_as_on<C: ConnectionLike>(
+    conn: &mut C,
+    names: &KeyNames,
+    member: &str,
+    tag: &str,
+) -> Result<bool> {
+    let released: i64 = RELEASE_AS
+        .key(&names.lock)
+        .key(&names.holders)
+        .arg(member)
+        .arg(tag)
+        .arg(&names.channel)
+        .invoke_async(conn)
+        .await
+        .map_err(|e| redis_error("release", e))?;
+    Ok(released == 1)
+}
+
+/// Runs the shared or permit extend script on one connection; true if this holder got a fresh
+/// TTL.
+pub(crate) async fn extend_as_on<C: ConnectionLike>(
+    conn: &mut C,
+    names: &KeyNames,
+    member: &str,
+    tag: &str,
+    ttl: Duration,
+) -> Result<bool> {
+    let extended: i64 = EXTEND_AS
+        .key(&names.lock)
+        .key(&names.holders)
+        .arg(member)
+        .arg(tag)
+        .arg(whole_millis(ttl))
+        .invoke_async(conn)
+        .await
+        .map_err(|e| redis_error("extend", e))?;
+    Ok(extended == 1)
+}
+
+/// Runs the exclusive attempt of a waiting request on one connection, marking `waiter` as a
+/// waiting writer for `mark` if the key is held. The flag says whether the mark was written
+/// (false: the user may not write the writers set).
+pub(crate) async fn acquire_waiting_on<C: ConnectionLike>(
+    conn: &mut C,
+    names: &KeyNames,
+    owner: OwnerId,
+    ttl: Duration,
+    retention: Duration,
+    waiter: &str,
+    mark: Duration,
+) -> Result<(Attempt, bool)> {
+    let reply: Vec<i64> = ACQUIRE_WAITING
+        .key(&names.lock)
+        .key(&names.fence)
+        .key(&names.writers)
+        .arg(owner.to_string())
+        .arg(whole_millis(ttl))
+        .arg(whole_millis(retention))
+        .arg(waiter)
+        .arg(whole_millis(mark))
+        .invoke_async(conn)
+        .await
+        .map_err(|e| redis_error("acquire", e))?;
+    match reply.as_slice() {
+        [1, token] if *token > 0 => Ok((
+            Attempt::Granted {
+                token: *token as u64,
+            },
+            true,
+        )),
+        [0, pttl, marked @ (0 | 1)] => Ok((
+            Attempt::Held {
+                expires_in: u64::try_from(*pttl).ok().map(Duration::from_millis),
+            },
+            *marked == 1,
+        )),
+        other => Err(unexpected("acquire", other)),
+    }
+}
+
+/// Runs the withdraw script on one connection: `waiter` no longer waits.
+pub(crate) async fn withdraw_on<C: ConnectionLike>(
+    conn: &mut C,
+    names: &KeyNames,
+    waiter: &str,
+) -> Result<()> {
+    let _: i64 = WITHDRAW
+        .key(&names.writers)
+        .arg(waiter)
+        .arg(&names.channel)
+        .invoke_async(conn)
+        .await
+        .map_err(|e| redis_error("withdraw", e))?;
+    Ok(())
 }
 
 /// What one node's raise found.

@@ -6,10 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use fencelock_core::validate::{check_key, check_request, check_wait};
+use fencelock_core::validate::{check_key, check_mode, check_request, check_wait};
 use fencelock_core::{
-    Acquire, Capabilities, Error, Extend, Instant, KeyStatus, Lease, LockStore, OwnerId, Release,
-    ReleaseOutcome, Result,
+    Acquire, Capabilities, Error, Extend, Instant, KeyStatus, Lease, LockStore, Mode, OwnerId,
+    Release, ReleaseOutcome, Result,
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::time::{sleep_until, timeout};
@@ -19,12 +19,21 @@ use crate::config::{Layout, RedisConfig};
 use crate::error::redis_error;
 use crate::eviction::{self, EvictionCheck};
 use crate::keys::KeyNames;
-use crate::script::{acquire_on, evict_on, extend_on, release_on, status_on, Attempt};
+use crate::script::{
+    acquire_as_on, acquire_on, acquire_waiting_on, evict_on, extend_as_on, extend_on, member,
+    release_as_on, release_on, status_on, tag_of, withdraw_on, Attempt, ModeAttempt,
+};
 use crate::subscriber::ReleaseSubscriber;
 
 /// The longest a waiter sleeps without a notification before it tries again, so a lost
 /// release message costs at most this much delay.
 pub const WAIT_CAP: Duration = Duration::from_millis(250);
+
+/// How long a waiting exclusive request's mark keeps new shared requests out without being
+/// refreshed. The waiter refreshes it at every attempt, at least every [`WAIT_CAP`], and
+/// removes it when it stops waiting; the expiry bounds the mark of a waiter that was dropped
+/// and could not remove it.
+pub(crate) const WRITER_MARK: Duration = Duration::from_secs(1);
 
 fn timed_out(what: &str, after: Duration) -> Error {
     Error::Unavailable {
@@ -74,6 +83,8 @@ struct Inner {
     eviction: tokio::sync::OnceCell<EvictionCheck>,
     /// Whether a refusal was logged already.
     refusal_logged: AtomicBool,
+    /// Whether a waiting writer's refused mark was logged already.
+    mark_refusal_logged: AtomicBool,
 }
 
 impl RedisStore {
@@ -161,6 +172,7 @@ impl RedisStore {
                 subscriber,
                 eviction: tokio::sync::OnceCell::new(),
                 refusal_logged: AtomicBool::new(false),
+                mark_refusal_logged: AtomicBool::new(false),
             }),
         })
     }
@@ -264,20 +276,207 @@ impl RedisStore {
         }
     }
 
-    /// One acquire attempt; the lease's deadline is measured from before the script was sent.
-    async fn attempt(&self, key: &str, names: &KeyNames, ttl: Duration) -> Result<Granted> {
+    /// One acquire attempt in `mode`; the lease's deadline is measured from before the script
+    /// was sent. An exclusive attempt with a `mark` also marks the request as a waiting writer
+    /// while the key is held (see [`WriterMark`]); without one it is the plain acquire script.
+    async fn attempt(
+        &self,
+        key: &str,
+        names: &KeyNames,
+        ttl: Duration,
+        mode: Mode,
+        mark: Option<&mut WriterMark>,
+    ) -> Result<Granted> {
         let owner = OwnerId::random();
         let retention = self.inner.config.retention;
         let sent_at = Instant::now();
-        let attempt = self
-            .run("acquire", |mut conn| async move {
-                acquire_on(&mut conn, names, owner, ttl, retention).await
-            })
-            .await?;
+        if mode != Mode::Exclusive {
+            let attempt = self
+                .run("acquire", |mut conn| async move {
+                    acquire_as_on(&mut conn, names, owner, ttl, retention, mode).await
+                })
+                .await?;
+            return match attempt {
+                ModeAttempt::Granted { token, slot } => Ok(Granted::Yes(
+                    Lease::new(key, owner, token, ttl, sent_at).in_mode(mode, slot),
+                )),
+                ModeAttempt::Held { expires_in } => Ok(Granted::No { expires_in }),
+                ModeAttempt::LimitMismatch { held } => Err(Error::LimitMismatch {
+                    key: key.to_owned(),
+                    held,
+                    requested: match mode {
+                        Mode::Permit { limit } => limit,
+                        _ => 0,
+                    },
+                }),
+            };
+        }
+        let attempt = match mark {
+            None => {
+                self.run("acquire", |mut conn| async move {
+                    acquire_on(&mut conn, names, owner, ttl, retention).await
+                })
+                .await?
+            }
+            Some(mark) => {
+                // Set before the script is sent: a future dropped meanwhile still removes it.
+                mark.set = true;
+                let waiter = &mark.waiter;
+                let (attempt, marked) = self
+                    .run("acquire", |mut conn| async move {
+                        acquire_waiting_on(
+                            &mut conn,
+                            names,
+                            owner,
+                            ttl,
+                            retention,
+                            waiter,
+                            WRITER_MARK,
+                        )
+                        .await
+                    })
+                    .await?;
+                if matches!(attempt, Attempt::Granted { .. }) {
+                    // The script removed the mark with the grant.
+                    mark.set = false;
+                }
+                if !marked && !self.inner.mark_refusal_logged.swap(true, Relaxed) {
+                    tracing::warn!(
+                        server = self.inner.config.redacted(),
+                        "the server refused to mark a waiting exclusive request (ZADD on the \
+                         key's :writers set): readers may overtake it while it waits; allow \
+                         +zadd +zrem +zremrangebyscore +zrange for this user"
+                    );
+                }
+                attempt
+            }
+        };
         Ok(match attempt {
             Attempt::Granted { token } => Granted::Yes(Lease::new(key, owner, token, ttl, sent_at)),
             Attempt::Held { expires_in } => Granted::No { expires_in },
         })
+    }
+
+    /// One attempt in `mode`, refused as [`Error::Busy`].
+    async fn try_acquire_in(&self, key: &str, ttl: Duration, mode: Mode) -> Result<Lease> {
+        match self.attempt(key, &self.names(key), ttl, mode, None).await? {
+            Granted::Yes(lease) => Ok(lease),
+            Granted::No { .. } => Err(Error::Busy {
+                key: key.to_owned(),
+            }),
+        }
+    }
+
+    /// Waits for `key` in `mode` as [`Acquire::acquire`] describes; an exclusive request marks
+    /// itself as a waiting writer from its second attempt on (see [`WriterMark`]).
+    async fn acquire_in(
+        &self,
+        key: &str,
+        ttl: Duration,
+        wait: Duration,
+        mode: Mode,
+    ) -> Result<Lease> {
+        let started = Instant::now();
+        let deadline = started + wait;
+        let names = self.names(key);
+        let timed_out = |now: Instant| Error::WaitTimedOut {
+            key: key.to_owned(),
+            waited: now - started,
+        };
+        if let Granted::Yes(lease) = self.attempt(key, &names, ttl, mode, None).await? {
+            return Ok(lease);
+        }
+        if Instant::now() >= deadline {
+            return Err(timed_out(Instant::now()));
+        }
+        let listener = self.inner.subscriber.listen(&names.channel);
+        listener
+            .subscribed(WAIT_CAP.min(deadline.saturating_duration_since(Instant::now())))
+            .await;
+        let mut mark = (mode == Mode::Exclusive).then(|| WriterMark::new(self, &names));
+        loop {
+            let notified = listener.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            // Measured before the attempt: the holder's remaining TTL counts from here.
+            let asked = Instant::now();
+            let expires_in = match self.attempt(key, &names, ttl, mode, mark.as_mut()).await? {
+                Granted::Yes(lease) => return Ok(lease),
+                Granted::No { expires_in } => expires_in,
+            };
+            let now = Instant::now();
+            if now >= deadline {
+                if let Some(mark) = mark.take() {
+                    mark.withdraw().await;
+                }
+                return Err(timed_out(now));
+            }
+            // One millisecond past the PTTL, which the server rounds down.
+            let nap = expires_in
+                .map_or(WAIT_CAP, |left| left + Duration::from_millis(1))
+                .min(WAIT_CAP);
+            tokio::select! {
+                () = notified => {}
+                () = sleep_until((asked + nap).max(now).min(deadline)) => {}
+            }
+        }
+    }
+}
+
+/// A waiting exclusive request's mark in the key's writers set, which keeps new shared
+/// requests out while it lives (writers do not starve behind readers). Every attempt of the
+/// waiter refreshes it for [`WRITER_MARK`]; a grant removes it in the same script, a waiter
+/// that gives up removes it before it returns, and a dropped one removes it from a spawned
+/// task (its expiry bounds it if that cannot run). Each removal wakes the key's waiters.
+pub(crate) struct WriterMark {
+    store: RedisStore,
+    names: KeyNames,
+    /// A random id of this wait, the member in the writers set.
+    waiter: String,
+    /// Whether the mark may be on the server.
+    set: bool,
+}
+
+impl WriterMark {
+    fn new(store: &RedisStore, names: &KeyNames) -> Self {
+        WriterMark {
+            store: store.clone(),
+            names: names.clone(),
+            waiter: OwnerId::random().to_string(),
+            set: false,
+        }
+    }
+
+    /// Removes the mark now, if it may be set; a failure is left to the mark's expiry.
+    async fn withdraw(mut self) {
+        if std::mem::take(&mut self.set) {
+            remove_mark(&self.store, &self.names, &self.waiter).await;
+        }
+    }
+}
+
+async fn remove_mark(store: &RedisStore, names: &KeyNames, waiter: &str) {
+    let removed = store
+        .run("withdraw", |mut conn| async move {
+            withdraw_on(&mut conn, names, waiter).await
+        })
+        .await;
+    if let Err(error) = removed {
+        tracing::debug!(%error, "a waiting writer's mark was left to expire");
+    }
+}
+
+impl Drop for WriterMark {
+    fn drop(&mut self) {
+        if !self.set {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (store, names) = (self.store.clone(), self.names.clone());
+        let waiter = std::mem::take(&mut self.waiter);
+        runtime.spawn(async move { remove_mark(&store, &names, &waiter).await });
     }
 }
 
@@ -311,12 +510,7 @@ impl Acquire for RedisStore {
     )]
     async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Lease> {
         check_request(key, ttl, &self.capabilities())?;
-        match self.attempt(key, &self.names(key), ttl).await? {
-            Granted::Yes(lease) => Ok(lease),
-            Granted::No { .. } => Err(Error::Busy {
-                key: key.to_owned(),
-            }),
-        }
+        self.try_acquire_in(key, ttl, Mode::Exclusive).await
     }
 
     /// Tries once; if the key is held, subscribes to the key's release channel (confirmed
@@ -342,46 +536,55 @@ impl Acquire for RedisStore {
     async fn acquire(&self, key: &str, ttl: Duration, wait: Duration) -> Result<Lease> {
         check_request(key, ttl, &self.capabilities())?;
         check_wait(wait)?;
-        let started = Instant::now();
-        let deadline = started + wait;
-        let names = self.names(key);
-        let timed_out = |now: Instant| Error::WaitTimedOut {
-            key: key.to_owned(),
-            waited: now - started,
-        };
-        if let Granted::Yes(lease) = self.attempt(key, &names, ttl).await? {
-            return Ok(lease);
-        }
-        if Instant::now() >= deadline {
-            return Err(timed_out(Instant::now()));
-        }
-        let listener = self.inner.subscriber.listen(&names.channel);
-        listener
-            .subscribed(WAIT_CAP.min(deadline.saturating_duration_since(Instant::now())))
-            .await;
-        loop {
-            let notified = listener.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            // Measured before the attempt: the holder's remaining TTL counts from here.
-            let asked = Instant::now();
-            let expires_in = match self.attempt(key, &names, ttl).await? {
-                Granted::Yes(lease) => return Ok(lease),
-                Granted::No { expires_in } => expires_in,
-            };
-            let now = Instant::now();
-            if now >= deadline {
-                return Err(timed_out(now));
-            }
-            // One millisecond past the PTTL, which the server rounds down.
-            let nap = expires_in
-                .map_or(WAIT_CAP, |left| left + Duration::from_millis(1))
-                .min(WAIT_CAP);
-            tokio::select! {
-                () = notified => {}
-                () = sleep_until((asked + nap).max(now).min(deadline)) => {}
-            }
-        }
+        self.acquire_in(key, ttl, wait, Mode::Exclusive).await
+    }
+
+    /// One attempt in `mode`: [`Acquire::try_acquire`] for an exclusive lease, else one script
+    /// over the key's holders (see the crate docs, `# Shared leases and permits`).
+    ///
+    /// # Cancel safety
+    /// As for `try_acquire`: dropped after its script was sent, it may leave a holder nobody
+    /// knows of, which takes a permit (or keeps writers out) until its TTL.
+    #[tracing::instrument(
+        level = "debug",
+        name = "try_acquire_as",
+        skip(self),
+        fields(store = "redis"),
+        ret(level = "debug"),
+        err(level = "debug")
+    )]
+    async fn try_acquire_as(&self, key: &str, ttl: Duration, mode: Mode) -> Result<Lease> {
+        check_request(key, ttl, &self.capabilities())?;
+        check_mode(mode, &self.capabilities())?;
+        self.try_acquire_in(key, ttl, mode).await
+    }
+
+    /// Waits as [`Acquire::acquire`] does, in `mode`. An exclusive request that has to wait
+    /// marks itself as a waiting writer from its second attempt on, which keeps new shared
+    /// requests out until it is served or stops waiting.
+    ///
+    /// # Cancel safety
+    /// As for `acquire`. A dropped exclusive waiter's mark is removed by a spawned task, and
+    /// expires within a second if that cannot run; meanwhile it keeps new readers out.
+    #[tracing::instrument(
+        level = "debug",
+        name = "acquire_as",
+        skip(self),
+        fields(store = "redis"),
+        ret(level = "debug"),
+        err(level = "debug")
+    )]
+    async fn acquire_as(
+        &self,
+        key: &str,
+        ttl: Duration,
+        wait: Duration,
+        mode: Mode,
+    ) -> Result<Lease> {
+        check_request(key, ttl, &self.capabilities())?;
+        check_mode(mode, &self.capabilities())?;
+        check_wait(wait)?;
+        self.acquire_in(key, ttl, wait, mode).await
     }
 }
 
@@ -400,11 +603,21 @@ impl Release for RedisStore {
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
         let names = self.names(lease.key());
         let owner = lease.owner();
-        let released = self
-            .run("release", |mut conn| async move {
-                release_on(&mut conn, &names, owner).await
-            })
-            .await?;
+        let released = match tag_of(lease.mode()) {
+            None => {
+                self.run("release", |mut conn| async move {
+                    release_on(&mut conn, &names, owner).await
+                })
+                .await?
+            }
+            Some(tag) => {
+                let member = member(owner, lease.fencing_token(), lease.slot());
+                self.run("release", |mut conn| async move {
+                    release_as_on(&mut conn, &names, &member, &tag).await
+                })
+                .await?
+            }
+        };
         Ok(if released {
             ReleaseOutcome::Released
         } else {
@@ -429,11 +642,21 @@ impl Extend for RedisStore {
         let names = self.names(lease.key());
         let (owner, ttl) = (lease.owner(), lease.ttl());
         let sent_at = Instant::now();
-        let extended = self
-            .run("extend", |mut conn| async move {
-                extend_on(&mut conn, &names, owner, ttl).await
-            })
-            .await?;
+        let extended = match tag_of(lease.mode()) {
+            None => {
+                self.run("extend", |mut conn| async move {
+                    extend_on(&mut conn, &names, owner, ttl).await
+                })
+                .await?
+            }
+            Some(tag) => {
+                let member = member(owner, lease.fencing_token(), lease.slot());
+                self.run("extend", |mut conn| async move {
+                    extend_as_on(&mut conn, &names, &member, &tag, ttl).await
+                })
+                .await?
+            }
+        };
         if extended {
             lease.confirm(sent_at);
             Ok(())
@@ -461,6 +684,8 @@ impl LockStore for RedisStore {
             .with_evict(true)
             .with_max_ttl(self.inner.config.max_ttl)
             .with_retention(self.inner.config.retention)
+            .with_shared(true)
+            .with_permits(true)
     }
 
     /// Deletes the lock on `key` behind its holder's back (never the fencing counter, so the
