@@ -320,8 +320,9 @@ struct FenceTableState {
 
 /// Refuses a role that lacks a privilege the store uses on the fence table, naming it and the
 /// `GRANT` that fixes it, rather than failing later in an acquire (`UPDATE`), a status
-/// (`SELECT`) or the background removal of idle rows (`DELETE`). A grant on every column
-/// counts as one on the table.
+/// (`SELECT`) or the background removal of idle rows (`DELETE`). For SELECT, INSERT and
+/// UPDATE a grant on any column counts, so column-level grants are never refused here (a
+/// partial one fails later, with the server's text).
 fn check_privileges(fence_table: &str, state: &FenceTableState) -> fencelock_core::Result<()> {
     let missing: Vec<&str> = state
         .privileges
