@@ -12,6 +12,9 @@ use tokio::time::timeout;
 pub(crate) mod number {
     /// Too many connections (`max_connections` reached).
     pub(crate) const TOO_MANY_CONNECTIONS: u16 = 1040;
+    /// Access denied: a wrong user name or password, or an account requirement (`REQUIRE SSL`,
+    /// `X509`, …) the connection does not meet; the server does not say which.
+    pub(crate) const ACCESS_DENIED: u16 = 1045;
     /// The server is shutting down.
     pub(crate) const SERVER_SHUTDOWN: u16 = 1053;
     /// `KILL` named a connection id that does not exist.
@@ -158,7 +161,8 @@ fn is_tls_refusal(_: &std::io::Error) -> bool {
 }
 
 /// A failed connect to `whom` (the redacted URL) as a contract error: a configuration the
-/// driver refuses, a TLS failure (not retryable), or else as [`sql_error`].
+/// driver refuses, a TLS failure (not retryable), a refused login (not retryable, with the
+/// causes the server's `Access denied` leaves out), or else as [`sql_error`].
 pub(crate) fn connect_error(whom: &str, error: sqlx::Error) -> Error {
     match error {
         sqlx::Error::Configuration(e) => Error::invalid("url", format!("{whom}: {e}")),
@@ -166,6 +170,15 @@ pub(crate) fn connect_error(whom: &str, error: sqlx::Error) -> Error {
         sqlx::Error::Io(ref io) if is_tls_refusal(io) => {
             Error::store(format!("TLS with {whom} failed: {error}"), error)
         }
+        ref denied if error_number(denied) == Some(number::ACCESS_DENIED) => Error::store(
+            format!(
+                "connecting to {whom}: {error} (the server says this both for a wrong user name \
+                 or password and for an account whose REQUIRE clause the connection does not \
+                 meet: REQUIRE SSL needs TLS (sslmode or tls_ca); REQUIRE X509, ISSUER or \
+                 SUBJECT need a client certificate (tls_cert and tls_key))"
+            ),
+            error,
+        ),
         other => sql_error(&format!("connecting to {whom}"), other),
     }
 }

@@ -1,15 +1,17 @@
-//! MariaDB (`mariadb-install-db` + `mariadbd`) in a temporary directory.
+//! MariaDB (`mariadb-install-db` + `mariadbd`) in a temporary directory, in plain text or
+//! with TLS.
 
 use std::fs;
 use std::io::Read;
 use std::net::{SocketAddr, TcpStream};
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
 use crate::process::{self, log_marker, start_error, wait_ready, Proc, TempDir};
-use crate::{Error, Result};
+use crate::{Error, Result, ServerCert, TestCa};
 
 const ENV_URL: &str = "LOCK_TEST_MYSQL_URL";
 
@@ -31,6 +33,15 @@ const INIT_SQL: &str = "CREATE USER IF NOT EXISTS 'fencelock'@'%';
 GRANT ALL PRIVILEGES ON *.* TO 'fencelock'@'%';
 CREATE DATABASE IF NOT EXISTS fencelock;
 ";
+
+/// The password of the users of a TLS server (see [`MariadbServer::start_tls`]). Not a
+/// secret: it is in the URLs so that a refusal in a TLS test cannot come from a wrong
+/// password, and so that those tests can check that it never shows in an error.
+const TLS_PASSWORD: &str = "fencelock-tls-pw";
+
+/// The user of a TLS server that needs a client certificate whatever the server's
+/// [`ServerCert`].
+const X509_USER: &str = "fencelock_x509";
 
 /// Settings of a test server: small InnoDB files so a data directory is made in under a
 /// second, durable commits (the default, stated here because the fence counters rely on it),
@@ -54,6 +65,9 @@ const SERVER_ARGS: &[&str] = &[
 /// When the tests run as root, `mariadb-install-db` and `mariadbd` run as the `mysql` system
 /// user (which the Debian package creates), in a directory under `/tmp` that it owns.
 ///
+/// [`start_tls`](Self::start_tls) starts one that speaks TLS and lets its users in only over
+/// TLS (`REQUIRE SSL`) or only with a client certificate (`REQUIRE X509`).
+///
 /// Dropping it kills the server (`SIGKILL`; InnoDB would recover) and removes the temporary
 /// directory.
 #[derive(Debug)]
@@ -72,6 +86,8 @@ struct Local {
     user: Option<(u32, u32)>,
     data: PathBuf,
     log: PathBuf,
+    /// `--ssl-*` arguments of a TLS server, empty for plain text.
+    tls_args: Vec<String>,
     dir: TempDir,
 }
 
@@ -89,6 +105,29 @@ impl MariadbServer {
                 local: None,
             });
         }
+        Self::start_local(None)
+    }
+
+    /// Starts a local server with TLS (`ssl_ca`, `ssl_cert`, `ssl_key`), presenting `cert` from
+    /// `ca`; always local. A plain-text client still gets a greeting, but neither of its two
+    /// users logs in without TLS. Both have the password that is in their URLs, and all privileges:
+    /// - `fencelock` ([`url`](Self::url):
+    ///   `mysql://fencelock:fencelock-tls-pw@127.0.0.1:PORT/fencelock`) must use TLS
+    ///   (`REQUIRE SSL`), or, with [`ServerCert::RequireClientCert`], also present a client
+    ///   certificate signed by `ca` (`REQUIRE X509`);
+    /// - `fencelock_x509` ([`client_cert_url`](Self::client_cert_url)) must present a client
+    ///   certificate signed by `ca` (`REQUIRE X509`) whatever `cert` is.
+    ///
+    /// MariaDB asks every TLS client for a certificate and checks the requirement at login; a
+    /// login refused for it is `Access denied` (error 1045), the same as for a wrong password.
+    ///
+    /// The performance schema is on, so `performance_schema.status_by_thread` shows each
+    /// connection's `Ssl_cipher` (empty for plain text).
+    pub fn start_tls(ca: &TestCa, cert: ServerCert) -> Result<Self> {
+        Self::start_local(Some((ca, cert)))
+    }
+
+    fn start_local(tls: Option<(&TestCa, ServerCert)>) -> Result<Self> {
         let server = find_server()?;
         let install_db = process::find_binary("mariadb-install-db", PACKAGE)?;
         let user = if process::is_root() {
@@ -111,9 +150,15 @@ impl MariadbServer {
         let dir = TempDir::new("mariadb", port, base)?;
         let data = dir.path().join("data");
         fs::create_dir(&data)?;
-        fs::write(dir.path().join("init.sql"), INIT_SQL)?;
+        let tmp = dir.path().join("tmp");
+        fs::create_dir(&tmp)?;
+        let init_sql = match tls {
+            None => INIT_SQL.to_owned(),
+            Some((_, cert)) => tls_init_sql(cert),
+        };
+        fs::write(dir.path().join("init.sql"), init_sql)?;
         if let Some((uid, gid)) = user {
-            for path in [dir.path(), data.as_path(), &dir.path().join("init.sql")] {
+            for path in [dir.path(), &data, &tmp, &dir.path().join("init.sql")] {
                 std::os::unix::fs::chown(path, Some(uid), Some(gid))?;
             }
         }
@@ -123,8 +168,12 @@ impl MariadbServer {
             server,
             user,
             data,
+            tls_args: Vec::new(),
             dir,
         };
+        if let Some((ca, cert)) = tls {
+            local.enable_tls(ca, cert)?;
+        }
         local.install(&install_db)?;
 
         let mut attempt = 1;
@@ -139,17 +188,36 @@ impl MariadbServer {
                 Err(e) => return Err(e),
             }
         }
+        let password = if tls.is_some() {
+            format!(":{TLS_PASSWORD}")
+        } else {
+            String::new()
+        };
         Ok(MariadbServer {
             port,
-            url: format!("mysql://{USER}@127.0.0.1:{port}/{DATABASE}"),
+            url: format!("mysql://{USER}{password}@127.0.0.1:{port}/{DATABASE}"),
             local: Some(local),
         })
     }
 
     /// The URL to connect to: `mysql://fencelock@127.0.0.1:PORT/fencelock` (no password), or
-    /// the external URL.
+    /// the external URL; for a TLS server `mysql://fencelock:fencelock-tls-pw@…` (see
+    /// [`start_tls`](Self::start_tls)).
     pub fn url(&self) -> String {
         self.url.clone()
+    }
+
+    /// On a server of [`start_tls`](Self::start_tls), the URL of the user that must present a
+    /// client certificate: `mysql://fencelock_x509:fencelock-tls-pw@127.0.0.1:PORT/fencelock`.
+    /// `None` on a plain-text or external server.
+    pub fn client_cert_url(&self) -> Option<String> {
+        let local = self.local.as_ref()?;
+        (!local.tls_args.is_empty()).then(|| {
+            format!(
+                "mysql://{X509_USER}:{TLS_PASSWORD}@127.0.0.1:{}/{DATABASE}",
+                self.port
+            )
+        })
     }
 
     /// The TCP port the server listens on.
@@ -236,11 +304,44 @@ impl Local {
         cmd
     }
 
+    /// Copies the certificates into the server's directory (it reads them as its own user) and
+    /// keeps the `--ssl-*` arguments for every launch.
+    fn enable_tls(&mut self, ca: &TestCa, cert: ServerCert) -> Result<()> {
+        let (crt, key) = cert.files(ca);
+        let mut args = Vec::new();
+        for (from, name, mode, flag) in [
+            (ca.ca_file(), "ca.crt", 0o644, "--ssl-ca"),
+            (crt, "server.crt", 0o644, "--ssl-cert"),
+            (key, "server.key", 0o600, "--ssl-key"),
+        ] {
+            let to = self.dir.path().join(name);
+            fs::copy(from, &to)?;
+            fs::set_permissions(&to, fs::Permissions::from_mode(mode))?;
+            if let Some((uid, gid)) = self.user {
+                std::os::unix::fs::chown(&to, Some(uid), Some(gid))?;
+            }
+            args.push(format!("{flag}={}", to.display()));
+        }
+        // Per-connection Ssl_cipher in performance_schema.status_by_thread.
+        args.push("--performance-schema=ON".into());
+        self.tls_args = args;
+        Ok(())
+    }
+
+    /// A temporary directory of this server's own: at every start MariaDB deletes every `#sql*`
+    /// file in its tmpdir, which with the default `/tmp` are also the internal temporary tables
+    /// of every other server running (seen as `Error on delete of '/tmp/#sql-temptable-….MAI'`
+    /// in a statement of a server beside which another one started).
+    fn tmpdir_arg(&self) -> String {
+        format!("--tmpdir={}", self.dir.path().join("tmp").display())
+    }
+
     /// Makes the system tables in the data directory.
     fn install(&self, install_db: &Path) -> Result<()> {
         let mut cmd = self.command(install_db);
         cmd.arg("--no-defaults")
             .arg(format!("--datadir={}", self.data.display()))
+            .arg(self.tmpdir_arg())
             .args(["--auth-root-authentication-method=normal", "--skip-test-db"])
             .args(SERVER_ARGS);
         let log = self.dir.path().join("install.log");
@@ -256,12 +357,15 @@ impl Local {
         let mut cmd = self.command(&self.server);
         cmd.arg("--no-defaults")
             .arg(format!("--datadir={}", self.data.display()))
+            .arg(self.tmpdir_arg())
             .arg(format!("--port={port}"))
             .arg("--bind-address=127.0.0.1")
             .arg(format!("--socket={}", dir.join("sock").display()))
             .arg(format!("--pid-file={}", dir.join("mariadbd.pid").display()))
             .arg(format!("--init-file={}", dir.join("init.sql").display()))
-            .args(SERVER_ARGS);
+            .args(SERVER_ARGS)
+            // After SERVER_ARGS: the last --performance-schema wins.
+            .args(&self.tls_args);
         self.proc = Proc::spawn(cmd, &self.log)?;
         wait_ready(&mut self.proc, &what, &self.log, || greets(port))
     }
@@ -283,6 +387,31 @@ impl Local {
             reason: format!("it did not exit within {STOP_TIMEOUT:?} of SIGTERM and was killed"),
         })
     }
+}
+
+/// The init file of a TLS server: the users `fencelock` (let in only over TLS, or only with a
+/// client certificate for [`ServerCert::RequireClientCert`]) and [`X509_USER`] (only with a
+/// client certificate), both with [`TLS_PASSWORD`]. `CREATE OR REPLACE` so that a restart
+/// finds them as they are made here.
+fn tls_init_sql(cert: ServerCert) -> String {
+    let require = if cert.requires_client_cert() {
+        "X509"
+    } else {
+        "SSL"
+    };
+    let mut sql = String::new();
+    for (user, require) in [(USER, require), (X509_USER, "X509")] {
+        sql.push_str(&format!(
+            "CREATE OR REPLACE USER '{user}'@'%' IDENTIFIED BY '{TLS_PASSWORD}' REQUIRE {require};
+GRANT ALL PRIVILEGES ON *.* TO '{user}'@'%';
+"
+        ));
+    }
+    sql.push_str(&format!(
+        "CREATE DATABASE IF NOT EXISTS {DATABASE};
+"
+    ));
+    sql
 }
 
 /// True if the server on `port` sends a protocol-10 handshake to a new TCP client (and not
