@@ -342,6 +342,12 @@ impl EtcdConfig {
         options
     }
 
+    /// Whether this is TLS without a client certificate: a member that requires one
+    /// (`--client-cert-auth`) closes every connection.
+    pub(crate) fn lacks_client_cert(&self) -> bool {
+        self.tls && self.tls_identity.is_none()
+    }
+
     /// The endpoints as the client library wants them: `http://host:port` or `https://…`.
     pub(crate) fn endpoint_urls(&self) -> Vec<String> {
         let scheme = if self.tls { "https" } else { "http" };

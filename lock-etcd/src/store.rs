@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -21,7 +21,10 @@ use fencelock_core::{
 use tokio::time::{sleep, sleep_until, timeout, timeout_at};
 
 use crate::config::{EtcdConfig, Layout, MIN_TTL, TTL_GRANULARITY};
-use crate::error::{client_error, is_retryable, never_sent};
+use crate::error::{
+    self, client_certificate_required, client_error, is_old_auth_revision, is_retryable,
+    name_the_right, never_sent, ClosedConnections, Right,
+};
 use crate::keys::{self, entry_owner};
 use crate::renewer::Renewer;
 use crate::txn;
@@ -76,6 +79,11 @@ struct Shared {
     renewer: Renewer,
     /// Released locks' etcd leases, holding no keys, by requested TTL in seconds.
     idle: Mutex<HashMap<u64, Vec<IdleLease>>>,
+    /// How many times this handle fetched a fresh auth token after etcd called its token older
+    /// than the auth store; the lock lets one request fetch it for every request that saw the
+    /// same old token.
+    auth_refreshes: AtomicU64,
+    auth_refresh: tokio::sync::Mutex<()>,
 }
 
 /// An etcd lease whose lock was released: it holds no keys and is not kept alive. The next
@@ -131,15 +139,23 @@ impl EtcdStore {
                 // permission either.
                 let client = &store.shared.client;
                 store
-                    .call("connect", Resend::Transient, || {
+                    .call("connect", Resend::Probe, || {
                         let mut maintenance = client.maintenance_client();
                         async move { maintenance.status().await }
                     })
                     .await?;
             } else {
+                let client = &store.shared.client;
                 store
-                    .kv_get("connect", prefix, GetOptions::new().with_count_only())
-                    .await?;
+                    .call("connect", Resend::Probe, || {
+                        let (mut kv, key) = (client.kv_client(), prefix.clone());
+                        let options = GetOptions::new().with_count_only();
+                        async move { kv.get(key, Some(options)).await }
+                    })
+                    .await
+                    .map_err(|error| {
+                        name_the_right(error, "connect", &prefix, Right::ReadWrite, &prefix)
+                    })?;
             }
             Ok(store)
         };
@@ -176,14 +192,29 @@ impl EtcdStore {
             options = options.with_tls(config.tls_options());
         }
         let endpoints = config.endpoint_urls();
-        let client = match timeout(
-            config.connect_timeout,
-            Client::connect(endpoints, Some(options)),
-        )
-        .await
-        {
+        // With a user, connecting sends the first request (authenticate): a member that
+        // requires a client certificate closes the connection then; see `ClosedConnections`.
+        let connect = async {
+            let mut closed = ClosedConnections::default();
+            loop {
+                match Client::connect(endpoints.clone(), Some(options.clone())).await {
+                    Ok(client) => return Ok(client),
+                    Err(error) if config.lacks_client_cert() && config.user.is_some() => {
+                        if closed.count(&error) {
+                            return Err(client_certificate_required("connect", error));
+                        }
+                        if !error::closed_at_first_request(&error) {
+                            return Err(client_error("connect", error));
+                        }
+                        sleep(Duration::from_millis(20)).await;
+                    }
+                    Err(error) => return Err(client_error("connect", error)),
+                }
+            }
+        };
+        let client = match timeout(config.connect_timeout, connect).await {
             Ok(Ok(client)) => client,
-            Ok(Err(error)) => return Err(client_error("connect", error)),
+            Ok(Err(error)) => return Err(error),
             Err(_) => {
                 return Err(Error::Unavailable {
                     message: format!(
@@ -202,6 +233,8 @@ impl EtcdStore {
                 config,
                 renewer,
                 idle: Mutex::default(),
+                auth_refreshes: AtomicU64::new(0),
+                auth_refresh: tokio::sync::Mutex::new(()),
             }),
         })
     }
@@ -217,7 +250,9 @@ impl EtcdStore {
     /// failed before it reached any member (a member is down and the connection to it was
     /// refused) is sent again, to another member if the balancer picks one; with
     /// [`Resend::Transient`], so is one that failed in any retryable way (no leader, a broken
-    /// connection), which only requests that are safe to apply twice may ask for.
+    /// connection), which only requests that are safe to apply twice may ask for. A request
+    /// etcd refused for an auth token older than its auth store (users or roles changed) was
+    /// not applied: it is sent again with a fresh token, whatever it does.
     async fn call<T, F, Fut>(&self, what: &'static str, resend: Resend, mut request: F) -> Result<T>
     where
         F: FnMut() -> Fut,
@@ -226,7 +261,9 @@ impl EtcdStore {
         let limit = self.shared.config.command_timeout;
         let deadline = Instant::now() + limit;
         let mut pause = Duration::from_millis(5);
+        let mut closed = ClosedConnections::default();
         loop {
+            let token = self.shared.auth_refreshes.load(Ordering::SeqCst);
             let error = match timeout_at(deadline, request()).await {
                 Ok(Ok(answer)) => return Ok(answer),
                 Ok(Err(error)) => error,
@@ -237,8 +274,23 @@ impl EtcdStore {
                     })
                 }
             };
+            if matches!(resend, Resend::Probe)
+                && self.shared.config.lacks_client_cert()
+                && closed.count(&error)
+            {
+                return Err(client_certificate_required(what, error));
+            }
             let again = match resend {
-                Resend::Transient => is_retryable(&error),
+                _ if is_old_auth_revision(&error) && self.shared.config.user.is_some() => {
+                    match timeout_at(deadline, self.refresh_auth_token(token)).await {
+                        Ok(Ok(())) => true,
+                        Ok(Err(refresh)) => {
+                            return Err(client_error("refresh the auth token", refresh))
+                        }
+                        Err(_) => false,
+                    }
+                }
+                Resend::Transient | Resend::Probe => is_retryable(&error),
                 Resend::IfUnsent => never_sent(&error),
             };
             if !again || Instant::now() + pause >= deadline {
@@ -248,6 +300,19 @@ impl EtcdStore {
             sleep(pause).await;
             pause = (pause * 2).min(Duration::from_millis(100));
         }
+    }
+
+    /// Fetches a fresh auth token, unless another request did since `seen` (the count of
+    /// refreshes when the refused request was sent).
+    async fn refresh_auth_token(&self, seen: u64) -> std::result::Result<(), etcd_client::Error> {
+        let _one_at_a_time = self.shared.auth_refresh.lock().await;
+        if self.shared.auth_refreshes.load(Ordering::SeqCst) != seen {
+            return Ok(());
+        }
+        tracing::debug!("etcd's auth store changed; fetching a fresh token");
+        self.shared.client.refresh_token().await?;
+        self.shared.auth_refreshes.fetch_add(1, Ordering::SeqCst);
+        Ok(())
     }
 
     async fn txn(&self, what: &'static str, resend: Resend, txn: Txn) -> Result<TxnResponse> {
@@ -491,6 +556,26 @@ impl EtcdStore {
     fn dir(&self, key: &str) -> String {
         let config = &self.shared.config;
         keys::dir(config.layout, config.prefix(), key)
+    }
+
+    /// Makes etcd's "permission denied" during `operation` on `touched` (a queue directory or
+    /// an entry in it) name the `right` the user needs: on this handle's prefix, or with the
+    /// empty prefix of `layout=etcd`, on the lock's own directory.
+    fn refused<'a>(
+        &'a self,
+        operation: &'static str,
+        touched: &'a str,
+        right: Right,
+    ) -> impl FnOnce(Error) -> Error + 'a {
+        move |error| {
+            let prefix = self.shared.config.prefix();
+            let grant_on = if !prefix.is_empty() && touched.starts_with(prefix) {
+                prefix
+            } else {
+                touched.rfind('/').map_or(touched, |end| &touched[..=end])
+            };
+            name_the_right(error, operation, touched, right, grant_on)
+        }
     }
 
     fn held<'l>(&self, lease: &'l Lease) -> Result<&'l Held> {
@@ -769,6 +854,10 @@ enum Resend {
     Transient,
     /// Only if it certainly reached no member.
     IfUnsent,
+    /// As `Transient`, for the request that proves a new handle can talk to the cluster: with
+    /// TLS and no client certificate, connections closed at their first request several times
+    /// in a row end it as a missing client certificate (see `ClosedConnections`).
+    Probe,
 }
 
 #[async_trait]
@@ -786,7 +875,12 @@ impl Acquire for EtcdStore {
     )]
     async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Lease> {
         check_request(key, ttl, &self.capabilities())?;
-        self.attempt(key, ttl, None).await
+        let dir = self.dir(key);
+        self.attempt(key, ttl, None).await.map_err(self.refused(
+            "try_acquire",
+            &dir,
+            Right::ReadWrite,
+        ))
     }
 
     /// # Cancel safety
@@ -797,7 +891,12 @@ impl Acquire for EtcdStore {
         check_request(key, ttl, &self.capabilities())?;
         check_wait(wait)?;
         let started = Instant::now();
-        match self.attempt(key, ttl, Some(started + wait)).await {
+        let dir = self.dir(key);
+        let attempt = self
+            .attempt(key, ttl, Some(started + wait))
+            .await
+            .map_err(self.refused("acquire", &dir, Right::ReadWrite));
+        match attempt {
             Err(Error::Busy { key }) => Err(Error::WaitTimedOut {
                 key,
                 waited: started.elapsed(),
@@ -828,7 +927,8 @@ impl Release for EtcdStore {
         // Sent again only if unsent: a second delete would find nothing and report Lost.
         let deleted = self
             .txn("release", Resend::IfUnsent, txn)
-            .await?
+            .await
+            .map_err(self.refused("release", &held.entry, Right::ReadWrite))?
             .succeeded();
         // Whichever of two racing releases decides first settles the etcd lease's fate.
         let settle = |to| {
@@ -890,7 +990,7 @@ impl Extend for EtcdStore {
             return Err(Error::lost(lease, "its etcd lease expired or was revoked"));
         }
         renewed?;
-        entry?;
+        entry.map_err(self.refused("extend", &held.entry, Right::Read))?;
         // A release that ran meanwhile may have handed the etcd lease to another lock: the
         // renewal then vouches for that lock, not this one.
         if held.state.load(Ordering::SeqCst) != HELD {
@@ -925,13 +1025,18 @@ impl LockStore for EtcdStore {
     async fn evict(&self, key: &str) -> Result<bool> {
         fencelock_core::validate::check_key(key)?;
         let dir = self.dir(key);
-        let Some(head) = self.queue_head(&dir).await? else {
+        let refused = || self.refused("evict", &dir, Right::ReadWrite);
+        let Some(head) = self.queue_head(&dir).await.map_err(refused())? else {
             return Ok(false);
         };
         // Compare-and-delete, so a holder that released meanwhile never costs its successor.
         let txn = txn::delete_if_created_at(head.key(), head.create_revision());
         // Sent again only if unsent: a second delete would find nothing and report false.
-        let deleted = self.txn("evict", Resend::IfUnsent, txn).await?.succeeded();
+        let deleted = self
+            .txn("evict", Resend::IfUnsent, txn)
+            .await
+            .map_err(refused())?
+            .succeeded();
         // Only a lease whose entry this call deleted: its holder can no longer release it, so it
         // never goes back to its handle's idle leases to carry another lock.
         if deleted && head.lease() != 0 {
@@ -949,7 +1054,8 @@ impl LockStore for EtcdStore {
     async fn status(&self, key: &str) -> Result<KeyStatus> {
         fencelock_core::validate::check_key(key)?;
         let dir = self.dir(key);
-        let Some(head) = self.queue_head(&dir).await? else {
+        let refused = || self.refused("status", &dir, Right::Read);
+        let Some(head) = self.queue_head(&dir).await.map_err(refused())? else {
             return Ok(KeyStatus::Free);
         };
         let client = &self.shared.client;
@@ -962,7 +1068,8 @@ impl LockStore for EtcdStore {
                     let mut leases = client.lease_client();
                     async move { leases.time_to_live(lease_id, None).await }
                 })
-                .await?
+                .await
+                .map_err(refused())?
                 .ttl();
             u64::try_from(ttl).ok().map(Duration::from_secs)
         };

@@ -40,6 +40,9 @@ pub struct EtcdServer {
 /// Credentials of a server started with authentication on.
 struct Auth {
     etcdctl: PathBuf,
+    /// The JWT signing keys (dropped after the member is killed: `EtcdServer` drops `cluster`
+    /// first).
+    _keys: TempDir,
     /// Every user's password is `{user}-{nonce}`: unique per server, so a test can look for it
     /// in error text.
     nonce: String,
@@ -96,8 +99,11 @@ impl EtcdServer {
     pub const LIMITED_ROLE: &'static str = "fencelock";
 
     /// Starts a fresh local single member (never `LOCK_TEST_ETCD_URL`) with authentication
-    /// on, set up with `etcdctl` (Debian package `etcd-client`) before auth is enabled, so no
-    /// step needs credentials:
+    /// on and JWT auth tokens (`--auth-token=jwt,…,sign-method=RS256`, as etcd advises for
+    /// production; the RSA key is made with `openssl`, Debian package `openssl`): a token
+    /// carries the auth store's revision, so after any change to users or roles etcd refuses
+    /// every older token until its client fetches a new one. Set up with `etcdctl` (Debian
+    /// package `etcd-client`) before auth is enabled, so no step needs credentials:
     ///
     /// ```sh
     /// etcdctl user add root --interactive=false --new-user-password=…
@@ -114,15 +120,50 @@ impl EtcdServer {
     /// [`limited_url`](Self::limited_url) and [`root_url`](Self::root_url). [`url`](Self::url)
     /// carries no user: etcd refuses its requests.
     ///
-    /// Fails with [`Error::MissingBinary`] if `etcd` or `etcdctl` is not installed.
+    /// Fails with [`Error::MissingBinary`] if `etcd`, `etcdctl` or `openssl` is not
+    /// installed.
     pub fn start_with_auth(prefix: &str) -> Result<Self> {
         let etcdctl = process::find_binary("etcdctl", "etcd-client")?;
-        let cluster = EtcdCluster::start(1)?;
+        let openssl = process::find_binary("openssl", "openssl")?;
+        let keys = TempDir::new("etcd-jwt", 0, None)?;
+        let (private, public) = (keys.path().join("jwt.key"), keys.path().join("jwt.pub"));
+        for args in [
+            vec![
+                "genrsa".as_ref(),
+                "-out".as_ref(),
+                private.as_os_str(),
+                "2048".as_ref(),
+            ],
+            vec![
+                "rsa".as_ref(),
+                "-in".as_ref(),
+                private.as_os_str(),
+                "-pubout".as_ref(),
+                "-out".as_ref(),
+                public.as_os_str(),
+            ],
+        ] {
+            let output = Command::new(&openssl).args(&args).output()?;
+            if !output.status.success() {
+                return Err(Error::Start {
+                    server: "etcd's JWT key (openssl)".into(),
+                    reason: format!("openssl {:?} failed", args[0]),
+                    log_tail: String::from_utf8_lossy(&output.stderr).into_owned(),
+                });
+            }
+        }
+        let token = format!(
+            "--auth-token=jwt,pub-key={},priv-key={},sign-method=RS256,ttl=10m",
+            public.display(),
+            private.display()
+        );
+        let cluster = EtcdCluster::start_with_args(1, vec![token])?;
         let server = EtcdServer {
             endpoints: cluster.endpoints(),
             cluster: Some(cluster),
             auth: Some(Auth {
                 etcdctl,
+                _keys: keys,
                 nonce: nonce(),
             }),
         };
@@ -318,6 +359,8 @@ pub struct EtcdCluster {
     binary: PathBuf,
     initial_cluster: String,
     token: String,
+    /// More `etcd` arguments for every member (authentication's token settings).
+    extra_args: Vec<String>,
     dir: TempDir,
 }
 
@@ -369,6 +412,11 @@ impl EtcdCluster {
 
     /// Fails with [`Error::MissingBinary`] if `etcd` is not installed.
     pub fn start(members: usize) -> Result<Self> {
+        Self::start_with_args(members, Vec::new())
+    }
+
+    /// [`start`](Self::start) with more `etcd` arguments for every member (kept for restarts).
+    fn start_with_args(members: usize, extra_args: Vec<String>) -> Result<Self> {
         if members == 0 {
             return Err(Error::InvalidArgument(
                 "an etcd cluster needs at least one member".into(),
@@ -377,7 +425,7 @@ impl EtcdCluster {
         let binary = process::find_binary("etcd", "etcd-server")?;
         let mut last_error = None;
         for _ in 0..process::START_ATTEMPTS {
-            match Self::try_start(&binary, members)? {
+            match Self::try_start(&binary, members, &extra_args)? {
                 Ok(cluster) => return Ok(cluster),
                 Err(e) => last_error = Some(e),
             }
@@ -387,7 +435,11 @@ impl EtcdCluster {
 
     /// One start on fresh ports. The outer error is final; the inner one
     /// (a member exited early, e.g. a port was taken) is worth a retry.
-    fn try_start(binary: &std::path::Path, n: usize) -> Result<Result<Self>> {
+    fn try_start(
+        binary: &std::path::Path,
+        n: usize,
+        extra_args: &[String],
+    ) -> Result<Result<Self>> {
         let ports = process::free_ports(2 * n)?;
         let dir = TempDir::new("etcd", ports[0], None)?;
         let members: Vec<Member> = (0..n)
@@ -415,6 +467,7 @@ impl EtcdCluster {
             binary: binary.to_path_buf(),
             initial_cluster,
             token,
+            extra_args: extra_args.to_vec(),
             dir,
         };
         for i in 0..n {
@@ -484,6 +537,7 @@ impl EtcdCluster {
             .arg(format!("--election-timeout={ELECTION_TIMEOUT_MS}"))
             .arg("--logger=zap")
             .arg("--log-outputs=stderr")
+            .args(&self.extra_args)
             .current_dir(self.dir.path());
         // etcd refuses to start on architectures it does not officially
         // support unless this names the architecture (GOARCH spelling).

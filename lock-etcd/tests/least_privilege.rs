@@ -1,0 +1,315 @@
+//! Least privilege on etcd (issue 17), against a real member with authentication on
+//! (`test_servers::EtcdServer::start_with_auth`):
+//!
+//! - the conformance suite (all but the five cases of [`LEFT_OUT`]) as the user `locks`, whose
+//!   only role grants `readwrite` on the store's prefix `fencelock/` (every key the default
+//!   layout writes is under it: the queue directories `fencelock/{escaped key}/` and their
+//!   entries; leases need no permission). The suite's `forget` evicts through a handle of
+//!   that same user;
+//! - users that lack the prefix, or have `read` only, get a non-retryable `Error::Store` that
+//!   names the operation, the key it touched and the right the user needs, never a password;
+//! - a handle goes on working after users or roles change (the member uses JWT tokens, which
+//!   etcd refuses once the auth store has changed since they were issued).
+
+mod common;
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use futures_util::stream::{self, StreamExt};
+
+use common::EtcdFactory;
+use fencelock_conformance::{run_case, Outcome, StoreFactory, CASES};
+use fencelock_core::{Acquire, Error, Extend, KeyStatus, LockStore, Release, ReleaseOutcome};
+use fencelock_etcd::{EtcdConfig, EtcdStore, DEFAULT_PREFIX};
+use test_servers::EtcdServer;
+
+/// The member with authentication on, shared by every test of this file.
+fn server() -> &'static EtcdServer {
+    static SERVER: OnceLock<EtcdServer> = OnceLock::new();
+    SERVER.get_or_init(|| {
+        EtcdServer::start_with_auth(DEFAULT_PREFIX).expect("etcd with authentication")
+    })
+}
+
+/// `outsider`: `readwrite` on `elsewhere/` only, nothing under the store's prefix.
+fn outsider() -> &'static str {
+    static URL: OnceLock<String> = OnceLock::new();
+    URL.get_or_init(|| {
+        server()
+            .add_user("outsider", &[("readwrite", "elsewhere/")])
+            .expect("user outsider")
+    })
+}
+
+/// `reader`: `read` on the store's prefix, no `write`.
+fn reader() -> &'static str {
+    static URL: OnceLock<String> = OnceLock::new();
+    URL.get_or_init(|| {
+        server()
+            .add_user("reader", &[("read", DEFAULT_PREFIX)])
+            .expect("user reader")
+    })
+}
+
+fn limited() -> String {
+    server()
+        .limited_url()
+        .expect("a server with authentication")
+}
+
+/// The password in an `etcd://user:password@…` URL.
+fn password(url: &str) -> String {
+    let userinfo = url.split_once("://").expect("a URL").1;
+    let userinfo = userinfo.split_once('@').expect("a user").0;
+    userinfo.split_once(':').expect("a password").1.to_owned()
+}
+
+const TTL: Duration = Duration::from_secs(30);
+
+fn key(test: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    format!("least-privilege-{test}-{nanos:08x}")
+}
+
+/// `error` is the non-retryable refusal that names `needles` (the operation, the key, the
+/// right) and shows no password of this server's users.
+fn assert_refused(error: &Error, needles: &[&str]) {
+    assert!(
+        matches!(error, Error::Store { .. }) && !error.is_retryable(),
+        "a missing right is not retryable: {error:?}"
+    );
+    let text = error.to_string();
+    for needle in needles.iter().chain(&["etcd refused: permission denied"]) {
+        assert!(text.contains(needle), "{needle:?} is not in: {text}");
+    }
+    let passwords = [
+        password(&limited()),
+        password(reader()),
+        password(outsider()),
+        password(&server().root_url().expect("root")),
+    ];
+    for shown in [text, format!("{error:?}")] {
+        for secret in &passwords {
+            assert!(
+                !shown.contains(secret.as_str()),
+                "a password shows: {shown}"
+            );
+        }
+    }
+}
+
+/// Cases left out, to keep this file within its share of the test time (the whole suite takes
+/// about 30 s here, as in `tests/conformance.rs`). None sends a request the others do not send
+/// as this user: they extend over several TTLs (`keep_alive_holds_a_lease_over_five_ttls`,
+/// `extend_keeps_a_lease_past_its_first_ttl`), stall or break extends in the test's own
+/// keep-alive (`lost_signal_fires_before_store_expiry_when_extends_stall`,
+/// `keep_alive_survives_transient_extend_failures`), or use the unreachable handle, which has
+/// no user (`unreachable_store_gives_a_retryable_error`).
+const LEFT_OUT: &[&str] = &[
+    "keep_alive_holds_a_lease_over_five_ttls",
+    "extend_keeps_a_lease_past_its_first_ttl",
+    "lost_signal_fires_before_store_expiry_when_extends_stall",
+    "keep_alive_survives_transient_extend_failures",
+    "unreachable_store_gives_a_retryable_error",
+];
+
+/// Every other case (new ones join by themselves) as the user whose only right is readwrite
+/// on `fencelock/`; the suite's `forget` evicts through that user's handle too. Two cases at a
+/// time, as the harness runs `tests/conformance.rs`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_conformance_suite_passes_as_the_limited_user() {
+    for name in LEFT_OUT {
+        assert!(
+            CASES.iter().any(|case| case.name == *name),
+            "no conformance case is called {name:?}: update LEFT_OUT"
+        );
+    }
+    let factory: Arc<dyn StoreFactory> = Arc::new(EtcdFactory { url: limited() });
+    let cases = CASES.iter().filter(|case| !LEFT_OUT.contains(&case.name));
+    let outcomes: Vec<(&str, Outcome)> = stream::iter(cases)
+        .map(|case| {
+            let factory = factory.clone();
+            async move { (case.name, run_case(case.name, factory).await) }
+        })
+        .buffer_unordered(2)
+        .collect()
+        .await;
+    assert_eq!(outcomes.len(), CASES.len() - LEFT_OUT.len());
+    let failures: Vec<String> = outcomes
+        .iter()
+        .filter_map(|(name, outcome)| match outcome {
+            Outcome::Failed(failure) => Some(format!("{name}: {failure}")),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases failed as the limited user:\n{}",
+        failures.len(),
+        outcomes.len(),
+        failures.join("\n")
+    );
+}
+
+#[tokio::test]
+async fn the_limited_user_really_is_limited_to_its_prefix() {
+    // The same user on a prefix its role does not grant: connecting (a read of the prefix)
+    // is refused, naming the prefix and the right.
+    let config = EtcdConfig::from_url(&format!("{}?prefix=other%2F", limited())).expect("url");
+    let error = EtcdStore::connect(config)
+        .await
+        .expect_err("connected outside the granted prefix");
+    assert_refused(
+        &error,
+        &[
+            "connect on other/",
+            "the user needs readwrite on the prefix other/",
+        ],
+    );
+}
+
+#[tokio::test]
+async fn a_user_without_the_prefix_is_refused_at_connect() {
+    let config = EtcdConfig::from_url(outsider()).expect("url");
+    let error = EtcdStore::connect(config)
+        .await
+        .expect_err("connected without rights on the prefix");
+    assert_refused(
+        &error,
+        &[
+            "connect on fencelock/",
+            "the user needs readwrite on the prefix fencelock/",
+            "etcdctl role grant-permission ROLE --prefix=true readwrite fencelock/",
+        ],
+    );
+}
+
+#[tokio::test]
+async fn a_user_without_the_prefix_cannot_read_a_status_or_extend() {
+    let key = key("outsider");
+    let holder = common::store(&limited(), "").await;
+    let lease = holder.try_acquire(&key, TTL).await.expect("acquire");
+    // connect_lazy skips the read that would refuse it at once.
+    let config = EtcdConfig::from_url(outsider()).expect("url");
+    let outsider = EtcdStore::connect_lazy(config).await.expect("lazy connect");
+    let dir = format!("{DEFAULT_PREFIX}{key}/");
+
+    let error = outsider
+        .status(&key)
+        .await
+        .expect_err("status without read");
+    assert_refused(
+        &error,
+        &[
+            &format!("status on {dir}"),
+            "the user needs read on the prefix fencelock/",
+        ],
+    );
+    let error = outsider
+        .extend(&lease)
+        .await
+        .expect_err("extend without read");
+    assert_refused(
+        &error,
+        &[
+            &format!("extend on {dir}"),
+            "the user needs read on the prefix fencelock/",
+        ],
+    );
+    assert_eq!(
+        holder.release(&lease).await.expect("release"),
+        ReleaseOutcome::Released
+    );
+}
+
+#[tokio::test]
+async fn a_read_only_user_is_refused_every_write_naming_readwrite() {
+    let key = key("reader");
+    let dir = format!("{DEFAULT_PREFIX}{key}/");
+    let reader = common::store(reader(), "").await;
+    let readwrite = "the user needs readwrite on the prefix fencelock/";
+
+    let error = reader
+        .try_acquire(&key, TTL)
+        .await
+        .expect_err("try_acquire without write");
+    assert_refused(&error, &[&format!("try_acquire on {dir}"), readwrite]);
+    let error = reader
+        .acquire(&key, TTL, Duration::from_secs(1))
+        .await
+        .expect_err("acquire without write");
+    assert_refused(&error, &[&format!("acquire on {dir}"), readwrite]);
+
+    // A lock held by the limited user: the reader sees it, but can neither release nor
+    // evict it, and it stays held.
+    let holder = common::store(&limited(), "").await;
+    let lease = holder.try_acquire(&key, TTL).await.expect("acquire");
+    match reader.status(&key).await.expect("status needs read only") {
+        KeyStatus::Held { token, .. } => assert_eq!(token, Some(lease.fencing_token())),
+        other => panic!("the reader sees {other:?}"),
+    }
+    reader.extend(&lease).await.expect("extend needs read only");
+    let error = reader
+        .release(&lease)
+        .await
+        .expect_err("release without write");
+    assert_refused(&error, &[&format!("release on {dir}"), readwrite]);
+    let error = reader.evict(&key).await.expect_err("evict without write");
+    assert_refused(&error, &[&format!("evict on {dir}"), readwrite]);
+    assert!(
+        matches!(
+            holder.status(&key).await.expect("status"),
+            KeyStatus::Held { .. }
+        ),
+        "the refused release or evict freed the lock"
+    );
+    assert_eq!(
+        holder.release(&lease).await.expect("release"),
+        ReleaseOutcome::Released
+    );
+}
+
+#[tokio::test]
+async fn in_the_etcd_layout_the_right_is_named_on_the_locks_own_name() {
+    // `layout=etcd` with the empty prefix: the lock `jobs/{key}` is the directory
+    // `jobs/{key}/`, which the limited user's role does not grant.
+    let key = format!("jobs/{}", key("layout"));
+    let store = common::store(&limited(), "&layout=etcd").await;
+    let error = store
+        .try_acquire(&key, TTL)
+        .await
+        .expect_err("acquire outside the granted prefix");
+    assert_refused(
+        &error,
+        &[
+            &format!("try_acquire on {key}/"),
+            &format!("the user needs readwrite on the prefix {key}/"),
+        ],
+    );
+}
+
+#[tokio::test]
+async fn a_handle_keeps_working_after_users_or_roles_change() {
+    // Any change to users or roles makes etcd refuse every token issued before it ("revision
+    // of auth store is old"), which etcd-client's own refresh does not handle: the store
+    // fetches a fresh token and sends the refused request again.
+    let key = key("auth-change");
+    let store = common::store(&limited(), "").await;
+    let lease = store.try_acquire(&key, TTL).await.expect("acquire");
+    server()
+        .add_user("newcomer", &[("read", "newcomer/")])
+        .expect("user newcomer");
+    store.extend(&lease).await.expect("extend after the change");
+    assert_eq!(
+        store.release(&lease).await.expect("release"),
+        ReleaseOutcome::Released
+    );
+    let again = store.try_acquire(&key, TTL).await.expect("acquire again");
+    assert_eq!(
+        store.release(&again).await.expect("release"),
+        ReleaseOutcome::Released
+    );
+}
