@@ -4,17 +4,18 @@
 //! lockctl --url redis://127.0.0.1:6379 run nightly-export --ttl 30s -- ./export.sh
 //! ```
 //!
-//! Exit codes follow sysexits: the command's own code when it ran; 64 bad input; 69 store
-//! unreachable; 70 lease lost while the command ran (its process group is terminated); 75 the
-//! lock is held by someone else (and the wait, if any, ran out); 76 the store answered with an
-//! error.
+//! Exit codes follow sysexits: the command's own code when it ran; 64 bad input (including a
+//! lock mode the store does not keep, and `--permits` disagreeing with the limit the key's
+//! permits are held with); 69 store unreachable; 70 lease lost while the command ran (its
+//! process group is terminated); 75 the lock is held by someone else (and the wait, if any, ran
+//! out); 76 the store answered with an error.
 
 use std::ffi::OsString;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use fencelock::{DynLockStore, Error};
+use fencelock::{DynLockStore, Error, Mode, MAX_PERMITS};
 
 mod bench;
 mod check;
@@ -55,7 +56,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Acquire KEY, run CMD while keeping the lease alive, release when it ends.
+    /// Acquire KEY (alone, --shared, or one of --permits N), run CMD while keeping the lease
+    /// alive, release when it ends.
     #[command(after_help = RUN_AFTER_HELP)]
     Run {
         /// The lock's key.
@@ -66,6 +68,20 @@ enum Command {
         /// Wait up to this long for the lock (default, or 0: one attempt).
         #[arg(long, value_parser = duration::parse_wait)]
         wait: Option<Duration>,
+        /// Take one of N permits of KEY (a semaphore: at most N holders at once) instead of
+        /// the lock itself; CMD gets its slot, 0 to N-1, in LOCK_SLOT. Every holder of the key
+        /// must give the same N.
+        #[arg(
+            long,
+            value_name = "N",
+            conflicts_with = "shared",
+            value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_PERMITS))
+        )]
+        permits: Option<u32>,
+        /// Hold KEY shared, as a reader: readers run together, and exclude the holders of KEY
+        /// without --shared (writers). A waiting writer keeps new readers out.
+        #[arg(long)]
+        shared: bool,
         /// After SIGTERM to CMD's process group (on a lost lease, or to what CMD left behind
         /// when it exited), how long the group gets before SIGKILL.
         #[arg(long, default_value = "10s", value_parser = duration::parse)]
@@ -74,7 +90,8 @@ enum Command {
         #[arg(required = true, last = true)]
         command: Vec<OsString>,
     },
-    /// Show whether KEY is held, its fencing token and remaining TTL.
+    /// Show whether KEY is held, its fencing token and remaining TTL; for a key held shared or
+    /// as permits, how many hold it and each holder's slot, token and remaining TTL.
     Status {
         /// The lock's key.
         key: String,
@@ -119,6 +136,12 @@ macro_rules! tls_build {
 
 /// The end of `lockctl run --help`: a TLS URL per store, the examples of the README's TLS table.
 const RUN_AFTER_HELP: &str = concat!(
+    "CMD's environment: LOCK_KEY (the key), LOCK_FENCING_TOKEN (the lease's fencing token),\n",
+    "LOCK_MODE (exclusive, shared or permit); with --permits N also LOCK_PERMITS (N) and\n",
+    "LOCK_SLOT (the permit's slot, 0 to N-1: a resource the permit holders share fences per\n",
+    "slot, whose tokens only grow). A store that does not keep --shared or --permits refuses\n",
+    "them (exit 64); so does a key whose permits are held with another N.\n",
+    "\n",
     "TLS URLs, one per store (",
     tls_build!(),
     "); on every store tls_ca, tls_cert and tls_key name PEM files:\n",
@@ -146,9 +169,14 @@ pub(crate) mod exit {
 /// The exit code for an error that ends `lockctl`.
 pub(crate) fn exit_code(error: &Error) -> u8 {
     match error {
-        Error::InvalidInput { .. } => exit::USAGE,
+        // A mode the store does not keep, or permits of another limit than the key's holders
+        // use, never succeed by retrying the same command line (69 and 75 invite retries):
+        // the command line or the URL must change.
+        Error::InvalidInput { .. } | Error::Unsupported { .. } | Error::LimitMismatch { .. } => {
+            exit::USAGE
+        }
         Error::Busy { .. } | Error::WaitTimedOut { .. } => exit::TEMPFAIL,
-        Error::Unavailable { .. } | Error::Unsupported { .. } => exit::UNAVAILABLE,
+        Error::Unavailable { .. } => exit::UNAVAILABLE,
         Error::LeaseLost { .. } | Error::StaleToken { .. } => exit::SOFTWARE,
         Error::Store { .. } => exit::PROTOCOL,
         _ => exit::SOFTWARE,
@@ -226,10 +254,26 @@ fn main() -> ExitCode {
                 key,
                 ttl,
                 wait,
+                permits,
+                shared,
                 grace,
                 command,
             } => match guardian {
-                Some(guardian) => run::run(store, &key, ttl, wait, grace, command, guardian).await,
+                Some(guardian) => {
+                    let mode = match (permits, shared) {
+                        (Some(limit), _) => Mode::permits(limit),
+                        (None, true) => Mode::Shared,
+                        (None, false) => Mode::Exclusive,
+                    };
+                    let request = run::Request {
+                        key: &key,
+                        ttl,
+                        wait,
+                        mode,
+                        grace,
+                    };
+                    run::run(store, request, command, guardian).await
+                }
                 None => unreachable!("the guardian is started for run"),
             },
             Command::Status { key, json } => status::status(store, &key, json).await,

@@ -5,7 +5,7 @@ use std::io::{IsTerminal, Write};
 use std::process::{ExitCode, ExitStatus};
 use std::time::Duration;
 
-use fencelock::{DynLockStore, Error, KeepAlive, Lease, ReleaseOutcome};
+use fencelock::{DynLockStore, Error, KeepAlive, Lease, Mode, ReleaseOutcome};
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
@@ -13,7 +13,22 @@ use crate::exit;
 use crate::group::{self, Terminal};
 use crate::guardian::Guardian;
 
-/// Acquires `key`, runs `command` in a process group of its own while keeping the lease alive,
+/// What `run` acquires, and how long it gives the command's group after SIGTERM.
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    /// The lock's key.
+    pub key: &'a str,
+    /// The lease TTL.
+    pub ttl: Duration,
+    /// How long to wait for the key (`None` or zero: one attempt).
+    pub wait: Option<Duration>,
+    /// Exclusive, shared (`--shared`) or a permit (`--permits N`).
+    pub mode: Mode,
+    /// SIGTERM to SIGKILL.
+    pub grace: Duration,
+}
+
+/// Acquires `request.key` in `request.mode`, runs `command` in a process group of its own while keeping the lease alive,
 /// and releases the lease once no process of that group runs any more.
 ///
 /// `guardian` SIGKILLs the group if lockctl dies before it is told to stand down.
@@ -25,14 +40,18 @@ use crate::guardian::Guardian;
 /// gets SIGKILL from the guardian once lockctl exits.
 pub async fn run(
     store: DynLockStore,
-    key: &str,
-    ttl: Duration,
-    wait: Option<Duration>,
-    grace: Duration,
+    request: Request<'_>,
     command: Vec<OsString>,
     guardian: Guardian,
 ) -> ExitCode {
-    let lease = match acquire(&store, key, ttl, wait).await {
+    let Request {
+        key,
+        ttl,
+        wait,
+        mode,
+        grace,
+    } = request;
+    let lease = match acquire(&store, key, ttl, wait, mode).await {
         Ok(lease) => lease,
         Err(error @ (Error::Busy { .. } | Error::WaitTimedOut { .. })) => {
             let holder = match store.status(key).await {
@@ -61,6 +80,7 @@ pub async fn run(
         .env("LOCK_KEY", key)
         .env("LOCK_FENCING_TOKEN", lease.fencing_token().to_string())
         .kill_on_drop(true);
+    mode_env(&mut command, &lease);
     // What `etcdctl lock` gives its command, so its scripts run unchanged; only a lease granted
     // in etcd's own layout (`layout=etcd`) has them, and its token is then `ETCD_LOCK_REV`.
     #[cfg(feature = "etcd")]
@@ -214,17 +234,53 @@ async fn supervise(
     }
 }
 
+/// `LOCK_MODE`, and for a permit `LOCK_PERMITS` and `LOCK_SLOT`; a `LOCK_PERMITS` or
+/// `LOCK_SLOT` lockctl itself inherited (from an outer `lockctl run --permits`) is removed
+/// when this lease has none, so the command never reads another lease's slot.
+fn mode_env(command: &mut Command, lease: &Lease) {
+    command.env_remove("LOCK_PERMITS").env_remove("LOCK_SLOT");
+    match lease.mode() {
+        Mode::Exclusive => {
+            command.env("LOCK_MODE", "exclusive");
+        }
+        Mode::Shared => {
+            command.env("LOCK_MODE", "shared");
+        }
+        Mode::Permit { limit } => {
+            command
+                .env("LOCK_MODE", "permit")
+                .env("LOCK_PERMITS", limit.to_string());
+            if let Some(slot) = lease.slot() {
+                command.env("LOCK_SLOT", slot.to_string());
+            }
+        }
+        other => {
+            command.env("LOCK_MODE", other.to_string());
+        }
+    }
+}
+
 async fn acquire(
     store: &DynLockStore,
     key: &str,
     ttl: Duration,
     wait: Option<Duration>,
+    mode: Mode,
 ) -> Result<Lease, Error> {
     // No wait, or a zero one: one attempt, as the library's `acquire` makes for a zero wait.
+    // An exclusive lease takes the path it always took; `*_as` forwards to it anyway.
     let Some(wait) = wait.filter(|wait| !wait.is_zero()) else {
-        return store.try_acquire(key, ttl).await;
+        return match mode {
+            Mode::Exclusive => store.try_acquire(key, ttl).await,
+            mode => store.try_acquire_as(key, ttl, mode).await,
+        };
     };
-    let waiting = store.acquire(key, ttl, wait);
+    let waiting = async {
+        match mode {
+            Mode::Exclusive => store.acquire(key, ttl, wait).await,
+            mode => store.acquire_as(key, ttl, wait, mode).await,
+        }
+    };
     if !std::io::stderr().is_terminal() {
         return waiting.await;
     }

@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use fencelock::{DynLockStore, KeyStatus};
+use fencelock::{DynLockStore, HolderStatus, KeyStatus, Mode};
 
 pub async fn status(store: DynLockStore, key: &str, json: bool) -> ExitCode {
     let status = match store.status(key).await {
@@ -13,6 +13,12 @@ pub async fn status(store: DynLockStore, key: &str, json: bool) -> ExitCode {
         println!("{}", to_json(key, &status));
     } else {
         println!("{}", describe(key, &status));
+        // A shared or permit key's holders, one line each under the summary.
+        if let KeyStatus::Shared { holders, .. } = &status {
+            for holder in holders {
+                println!("  {}", describe_holder(holder));
+            }
+        }
     }
     // On stderr, so `--json` stays one object on stdout.
     for note in notes(&store) {
@@ -78,10 +84,45 @@ pub fn describe(key: &str, status: &KeyStatus) -> String {
             }
             format!("{key}: held ({})", parts.join(", "))
         }
+        KeyStatus::Shared { mode, count, .. } => match mode {
+            Mode::Shared => format!(
+                "{key}: held shared by {count} reader{}",
+                if *count == 1 { "" } else { "s" }
+            ),
+            Mode::Permit { limit } => format!("{key}: {count} of {limit} permits taken"),
+            other => format!("{key}: held ({other}) by {count}"),
+        },
         _ => format!("{key}: free"),
     }
 }
 
+/// One holder of a shared or permit key: its slot, token, owner and remaining TTL, as far as
+/// the store tells them.
+fn describe_holder(holder: &HolderStatus) -> String {
+    let mut parts = Vec::new();
+    if let Some(slot) = holder.slot {
+        parts.push(format!("slot {slot}"));
+    }
+    if let Some(token) = holder.token {
+        parts.push(format!("fencing token {token}"));
+    }
+    if let Some(owner) = holder.owner {
+        parts.push(format!("owner {owner}"));
+    }
+    if let Some(remaining) = holder.remaining {
+        parts.push(format!("{:.1}s left", remaining.as_secs_f64()));
+    }
+    if parts.is_empty() {
+        "a holder (the store tells nothing more)".to_owned()
+    } else {
+        parts.join(", ")
+    }
+}
+
+/// `{"key", "held"}`; when held also `"mode"` (`"exclusive"`, `"shared"` or `"permit"`, with
+/// `"limit"` for permits). Exclusive: `"token"`, `"owner"`, `"remaining_ms"`. Shared and
+/// permit: `"count"` and `"holders"`, each with `"slot"`, `"token"`, `"owner"`,
+/// `"remaining_ms"`. A field the store cannot tell is `null`.
 fn to_json(key: &str, status: &KeyStatus) -> String {
     let mut fields = vec![format!("\"key\":{}", json_string(key))];
     match status {
@@ -91,23 +132,72 @@ fn to_json(key: &str, status: &KeyStatus) -> String {
             remaining,
         } => {
             fields.push("\"held\":true".into());
-            let none = || "null".to_owned();
-            fields.push(format!(
-                "\"token\":{}",
-                token.map_or_else(none, |t| t.to_string())
-            ));
-            fields.push(format!(
-                "\"owner\":{}",
-                owner.map_or_else(none, |o| json_string(&o.to_string()))
-            ));
-            fields.push(format!(
-                "\"remaining_ms\":{}",
-                remaining.map_or_else(none, |r| r.as_millis().to_string())
-            ));
+            fields.push("\"mode\":\"exclusive\"".into());
+            lease_fields(&mut fields, None, *token, owner.as_ref(), *remaining);
+        }
+        KeyStatus::Shared {
+            mode,
+            count,
+            holders,
+        } => {
+            fields.push("\"held\":true".into());
+            match mode {
+                Mode::Shared => fields.push("\"mode\":\"shared\"".into()),
+                Mode::Permit { limit } => {
+                    fields.push("\"mode\":\"permit\"".into());
+                    fields.push(format!("\"limit\":{limit}"));
+                }
+                other => fields.push(format!("\"mode\":{}", json_string(&other.to_string()))),
+            }
+            fields.push(format!("\"count\":{count}"));
+            let holders: Vec<String> = holders
+                .iter()
+                .map(|holder| {
+                    let mut fields = Vec::new();
+                    lease_fields(
+                        &mut fields,
+                        Some(holder.slot),
+                        holder.token,
+                        holder.owner.as_ref(),
+                        holder.remaining,
+                    );
+                    format!("{{{}}}", fields.join(","))
+                })
+                .collect();
+            fields.push(format!("\"holders\":[{}]", holders.join(",")));
         }
         _ => fields.push("\"held\":false".into()),
     }
     format!("{{{}}}", fields.join(","))
+}
+
+/// A lease's fields, `null` where unknown; `"slot"` first when `slot` is `Some`.
+fn lease_fields(
+    fields: &mut Vec<String>,
+    slot: Option<Option<u32>>,
+    token: Option<u64>,
+    owner: Option<&fencelock::OwnerId>,
+    remaining: Option<std::time::Duration>,
+) {
+    let none = || "null".to_owned();
+    if let Some(slot) = slot {
+        fields.push(format!(
+            "\"slot\":{}",
+            slot.map_or_else(none, |s| s.to_string())
+        ));
+    }
+    fields.push(format!(
+        "\"token\":{}",
+        token.map_or_else(none, |t| t.to_string())
+    ));
+    fields.push(format!(
+        "\"owner\":{}",
+        owner.map_or_else(none, |o| json_string(&o.to_string()))
+    ));
+    fields.push(format!(
+        "\"remaining_ms\":{}",
+        remaining.map_or_else(none, |r| r.as_millis().to_string())
+    ));
 }
 
 fn json_string(text: &str) -> String {
@@ -131,6 +221,67 @@ mod tests {
     use super::*;
 
     #[test]
+    fn permits_and_readers_show_their_count_mode_and_holders() {
+        let owner = fencelock::OwnerId::from(0xab_u128);
+        let permits = KeyStatus::Shared {
+            mode: Mode::permits(4),
+            count: 2,
+            holders: vec![
+                HolderStatus::new(
+                    Some(owner),
+                    Some(9),
+                    Some(2),
+                    Some(Duration::from_millis(2500)),
+                ),
+                HolderStatus::new(None, None, None, None),
+            ],
+        };
+        assert_eq!(describe("jobs", &permits), "jobs: 2 of 4 permits taken");
+        assert_eq!(
+            describe_holder(&permits_holders(&permits)[0]),
+            format!("slot 2, fencing token 9, owner {owner}, 2.5s left")
+        );
+        assert_eq!(
+            describe_holder(&permits_holders(&permits)[1]),
+            "a holder (the store tells nothing more)"
+        );
+        assert_eq!(
+            to_json("jobs", &permits),
+            format!(
+                concat!(
+                    r#"{{"key":"jobs","held":true,"mode":"permit","limit":4,"count":2,"holders":["#,
+                    r#"{{"slot":2,"token":9,"owner":"{}","remaining_ms":2500}},"#,
+                    r#"{{"slot":null,"token":null,"owner":null,"remaining_ms":null}}]}}"#
+                ),
+                owner
+            )
+        );
+        let readers = KeyStatus::Shared {
+            mode: Mode::Shared,
+            count: 3,
+            holders: Vec::new(),
+        };
+        assert_eq!(describe("doc", &readers), "doc: held shared by 3 readers");
+        assert_eq!(
+            to_json("doc", &readers),
+            r#"{"key":"doc","held":true,"mode":"shared","count":3,"holders":[]}"#
+        );
+        let reader = KeyStatus::Shared {
+            mode: Mode::Shared,
+            count: 1,
+            holders: Vec::new(),
+        };
+        assert_eq!(describe("doc", &reader), "doc: held shared by 1 reader");
+    }
+
+    fn permits_holders(status: &KeyStatus) -> &[HolderStatus] {
+        match status {
+            KeyStatus::Shared { holders, .. } => holders,
+            _ => &[],
+        }
+    }
+
+    #[test]
     fn json_escapes_keys_and_reports_fields() {
         let held = KeyStatus::Held {
             owner: None,
@@ -139,7 +290,7 @@ mod tests {
         };
         assert_eq!(
             to_json("a\"b\n", &held),
-            r#"{"key":"a\"b\u000a","held":true,"token":7,"owner":null,"remaining_ms":1500}"#
+            r#"{"key":"a\"b\u000a","held":true,"mode":"exclusive","token":7,"owner":null,"remaining_ms":1500}"#
         );
         assert_eq!(
             to_json("k", &KeyStatus::Free),
