@@ -1,5 +1,6 @@
 //! fencelock on one Redis server: `SET NX PX` locks with fencing tokens minted in Lua, and
-//! waiters woken by pub/sub.
+//! waiters woken by pub/sub; shared leases (reader-writer locks) and semaphore permits on the
+//! same keys and the same fence.
 //!
 //! ```no_run
 //! # async fn demo() -> fencelock_core::Result<()> {
@@ -21,7 +22,8 @@
 //!   `{prefix}{k}:released`, with `%` and `}` in `k` written `%25` and `%7D`. The braces are
 //!   a Redis Cluster hash tag: all three names hash by the whole (escaped) key, so one script
 //!   can touch them on a Cluster too. Keys and owners always travel as `KEYS`/`ARGV`, never as
-//!   script text.
+//!   script text. Shared leases and permits add two sorted sets under the same tag,
+//!   `{prefix}{k}:holders` and `{prefix}{k}:writers` (`# Shared leases and permits`).
 //! - **Acquire** is one Lua script (`EVALSHA`, reloaded on `NOSCRIPT`): `SET lock owner NX PX
 //!   ttl`, and if that set the key, the token `max(fence + 1, server TIME in µs)`, written back
 //!   to the fence. A held key answers with its `PTTL`, which a waiter sleeps on.
@@ -42,6 +44,10 @@
 //! # What is guaranteed
 //! - At most one live lease per key while the server keeps its data: the lock is one key and
 //!   `SET NX` is atomic.
+//! - In shared and permit mode, while the server keeps its data: no exclusive lease next to a
+//!   shared or permit one, at most `L` live permits per key, each in its own slot, and one
+//!   limit per key at a time; every check and change of a key's holders is one script.
+//! - Tokens grow across all modes of a key: every acquire mints from the one fence.
 //! - Tokens only grow per key, even after the server loses its data (restart without
 //!   persistence, `FLUSHALL`, eviction of the fence key): a lost fence restarts from the
 //!   server's clock in microseconds, which is past every earlier token as long as that clock
@@ -69,12 +75,61 @@
 //!   intact, tokens stay monotonic whatever the clock does.
 //! - Waiters are not served in order (`fair_queue: false`): on a release every waiter tries,
 //!   and whoever's script runs first wins.
-//! - Each distinct key leaves its fence key behind (a few dozen bytes, no expiry): that is
-//!   what keeps tokens monotonic across releases.
+//! - Each distinct key leaves its fence key behind for one retention window after its last
+//!   acquire (`# Per-key state`): that is what keeps tokens monotonic across releases.
 //! - This store targets one server; the hash tags only keep the door to a Cluster open (no
 //!   test runs one).
 //! - **Memory eviction** can delete a held lock; the store refuses such a server unless told
 //!   otherwise (next section).
+//!
+//! # Shared leases and permits
+//! [`RedisStore`] keeps all three [`Mode`]s (`Capabilities::shared` and `permits`; Redlock does
+//! not, see `# Redlock`). Each operation is one Lua script, atomic on the server.
+//! - **Layout.** While a key is held in shared or permit mode, its lock `{prefix}{k}:lock`
+//!   (in `layout=plain`, the key itself) holds the mode's *tag*, `fencelock:shared` or
+//!   `fencelock:permits:L`, never an owner id, with a `PX` expiry just past the last holder's.
+//!   The holders are the sorted set `{prefix}{k}:holders`: one member `owner:token:slot` per
+//!   lease (slot `-` when shared), scored by its expiry in server µs, the set expiring with the
+//!   tag. Exclusive requests that wait are marked in the sorted set `{prefix}{k}:writers` (a
+//!   random id per wait, scored by the mark's expiry, the set expiring with its last mark).
+//!   Every script reads the server's `TIME` and drops expired holders and marks first; the
+//!   lock is the truth, so holders found without their tag hold nothing.
+//! - **Exclusion.** Since the tag is in the lock, the exclusive scripts are unchanged: `SET NX`
+//!   refuses a key held by readers or permits, and release and extend compare the owner id,
+//!   which a tag never equals. A shared or permit request is refused while the lock holds an
+//!   owner id (an exclusive holder, or in `layout=plain` a peer client) or the other mode's tag.
+//! - **Acquire** (shared or permit) mints its token from the key's one fence, exactly as the
+//!   exclusive acquire does, so tokens grow across all modes. A permit takes the lowest slot
+//!   `0..L` no live holder has ([`Lease::slot`]). The limit is the tag's: while any permit of
+//!   the key lives, a request with another limit fails with [`Error::LimitMismatch`]; once the
+//!   last permit is released or expired, the tag is gone and any limit may be set. A permit
+//!   waiter sleeps until the earliest holder's expiry (capped at [`WAIT_CAP`]).
+//! - **Release and extend** compare owner *and* token (the member is built from the lease) and
+//!   act only on a live holder under its mode's tag; extend never recreates one. A release
+//!   re-times the tag to the last holder left, or deletes tag and set, and publishes on the
+//!   key's channel, as the exclusive release does, so every kind of waiter is woken by it.
+//! - **Writers do not starve.** An exclusive [`acquire`](fencelock_core::Acquire::acquire) or
+//!   `acquire_as` that finds the key held marks itself in the writers set from its second
+//!   attempt on (the first is the plain exclusive script, so an uncontended acquire costs what
+//!   it did). Each attempt refreshes the mark for one second; the grant removes it in the same
+//!   script, a waiter that times out removes it before it returns (and wakes the key's
+//!   waiters), and a dropped waiter's mark is removed by a spawned task, or expires within a
+//!   second of its last refresh if that task cannot run. New shared requests are refused while
+//!   any mark lives, so readers already holding drain and the writer gets the key; readers
+//!   waiting meanwhile are woken by its release. Permits are not held back by marks (as in
+//!   the memory store). A mark is written under `pcall`: a user without the sorted-set rights
+//!   still waits for exclusive locks, unmarked (readers may then overtake it), and the handle
+//!   logs one warning.
+//! - **Status** reports [`KeyStatus::Shared`] with the mode, the count and every holder's owner,
+//!   token, slot and remaining time; a key held exclusively is read as before. **Evict** deletes
+//!   the lock (or tag) and the holders set, never the fence, and wakes the waiters.
+//! - **Per-key state.** Tag, holders and marks all expire with what they record: a key no one
+//!   holds in a mode leaves only its fence behind.
+//! - **Cost.** The exclusive acquire, release and extend scripts are the ones from before modes
+//!   existed: same keys, same commands, same round trips. Evict and status name one more key
+//!   (status reads it only when it finds a tag). A shared or permit acquire reads `TIME`, the
+//!   lock, the holders (`ZRANGE` over all of them for a permit's slot, at most
+//!   [`MAX_PERMITS`](fencelock_core::MAX_PERMITS)), and writes fence, holders and tag.
 //!
 //! # Eviction
 //! A lock key carries a TTL. With `maxmemory` set and any `maxmemory-policy` but
@@ -171,8 +226,9 @@
 //! gives up its subscription. See each method's `# Cancel safety`.
 //!
 //! # Operator actions
-//! [`LockStore::evict`] deletes a key's lock behind its holder's back (never its fence) and
-//! wakes the waiters; the holder finds out at its next extend or release.
+//! [`LockStore::evict`] deletes a key's lock behind its holder's back (never its fence), with
+//! every shared or permit holder of the key, and wakes the waiters; the holders find out at
+//! their next extend or release.
 //!
 //! # Server requirements
 //! Redis 5 or newer (scripts that read `TIME` and then write rely on effect replication,
@@ -181,8 +237,13 @@
 //! scripts call (`SET`, `GET`, `DEL`, `INCR`, `PEXPIRE`, `PTTL`, `TIME`, `PUBLISH`), the
 //! keys and channels under the prefix, and for the eviction check `CONFIG GET` (ACL
 //! `+config|get`) or else `INFO` (`+info`); with neither the store warns and goes on, and
-//! with `allow_eviction=true` neither is sent. Each handle opens one command connection and, once something
-//! waits, one pub/sub connection.
+//! with `allow_eviction=true` neither is sent. Shared leases and permits, and the marks of
+//! waiting writers, also need the sorted-set commands `ZADD`, `ZREM`, `ZRANGE`,
+//! `ZRANGEBYSCORE`, `ZREMRANGEBYSCORE`, `ZCARD` and `ZSCORE` on the same keys
+//! (`+zadd +zrem +zrange +zrangebyscore +zremrangebyscore +zcard +zscore`); a user that only
+//! takes exclusive locks can do without them (its waits go unmarked, with one warning, and
+//! status reads the holders only of a key held in a mode). Each handle opens one command
+//! connection and, once something waits, one pub/sub connection.
 //!
 //! # The URL
 //! `redis://[[user]:password@]host[:port][/db][?prefix=…&layout=…&connect_timeout=…&command_timeout=…&allow_eviction=…&retention=…&max_ttl=…]`,
@@ -242,10 +303,34 @@
 //!   margin covers 1% by default), and a holder that pauses past its validity must be stopped
 //!   by the fencing token at the resource.
 //!
+//! **No semaphores, no shared leases.** [`RedlockStore`] declares neither
+//! (`Capabilities::shared` and `permits` are false) and refuses both modes with
+//! [`Error::Unsupported`](fencelock_core::Error::Unsupported). Running the single-node
+//! semaphore on every node and counting a majority would not bound the permits. Redlock's
+//! argument is pairwise: two leases that exclude each other were granted by majorities that
+//! share a node, and that node refused the second. A semaphore's bound is not pairwise: a node
+//! allows `L` permits, so the shared node holds both, and each permit may be granted by a
+//! different majority. With 3 nodes `A, B, C` and `L = 2`, permits granted on `{A, B}`,
+//! `{A, C}` and `{B, C}` leave each node holding exactly two, within its limit, while three
+//! permits are out. In general `N` nodes of `L` permits each, with majorities of `q`, let up to
+//! `⌊N·L/q⌋` permits be held at once (each permit on `q` consecutive nodes, round the ring),
+//! which is more than `L` for every `L ≥ 2` on an odd number of nodes (5 nodes, `L = 3`: 5
+//! permits), and nodes that lose their data push it further. Only `L = 1`, a mutex, is
+//! bounded that way. A bounded Redlock semaphore would
+//! need another design, such as `L` separate Redlock mutexes, one per slot, with an acquire
+//! that may try every slot; this crate does not implement it. Shared leases are pairwise (a
+//! reader and a writer would meet on a shared node), so a quorum reader-writer lock is possible
+//! in principle, but it would need the writers' marks and the fence raise on a quorum as well;
+//! it is not implemented either. Use [`RedisStore`] on one server, etcd or PostgreSQL for them.
+//!
 //! [`Error::Unavailable`]: fencelock_core::Error::Unavailable
 //! [`Error::Store`]: fencelock_core::Error::Store
 //! [`Error::InvalidInput`]: fencelock_core::Error::InvalidInput
 //! [`Capabilities`]: fencelock_core::Capabilities
+//! [`Mode`]: fencelock_core::Mode
+//! [`Lease::slot`]: fencelock_core::Lease::slot
+//! [`Error::LimitMismatch`]: fencelock_core::Error::LimitMismatch
+//! [`KeyStatus::Shared`]: fencelock_core::KeyStatus::Shared
 //! [`LockStore::evict`]: fencelock_core::LockStore::evict
 #![warn(missing_docs)]
 

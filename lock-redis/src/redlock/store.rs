@@ -33,6 +33,9 @@ const RAISE_ROUNDS: usize = 8;
 
 /// A lock store over N ≥ 3 independent Redis masters (Redlock), with fencing tokens. See the
 /// crate docs (`# Redlock`) for how it works, why its tokens only grow, and what it assumes.
+/// Exclusive leases only: shared leases and semaphore permits are refused with
+/// [`Error::Unsupported`], since a majority of independent semaphores does not bound the
+/// permits (the crate docs, `# Redlock`, argue it).
 ///
 /// A handle owns one [`RedisStore`] per node (one multiplexed connection each, and a pub/sub
 /// connection once a waiter needs it). Clones share them.
