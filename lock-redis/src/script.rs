@@ -409,14 +409,13 @@ pub(crate) async fn status_on<C: ConnectionLike>(
     conn: &mut C,
     names: &KeyNames,
 ) -> Result<KeyStatus> {
-    let (owner, pttl, fence, holders): (Option<String>, i64, Option<String>, Vec<String>) =
-        STATUS
-            .key(&names.lock)
-            .key(&names.fence)
-            .key(&names.holders)
-            .invoke_async(conn)
-            .await
-            .map_err(|e| redis_error("status", e))?;
+    let (owner, pttl, fence, holders): (Option<String>, i64, Option<String>, Vec<String>) = STATUS
+        .key(&names.lock)
+        .key(&names.fence)
+        .key(&names.holders)
+        .invoke_async(conn)
+        .await
+        .map_err(|e| redis_error("status", e))?;
     let Some(owner) = owner else {
         return Ok(KeyStatus::Free);
     };
