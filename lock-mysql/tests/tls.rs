@@ -140,6 +140,11 @@ async fn the_conformance_suite_passes_over_tls() {
         .iter()
         .filter(|(_, outcome)| *outcome == Outcome::Passed)
         .count();
+    println!(
+        "{passed} cases passed over TLS, {} not applicable, {} in plain text only",
+        outcomes.len() - passed,
+        PLAIN_TEXT_ONLY.len()
+    );
     assert!(passed >= 30, "only {passed} cases passed");
 }
 
