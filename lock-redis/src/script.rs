@@ -9,7 +9,7 @@ use fencelock_core::{Error, HolderStatus, KeyStatus, Mode, OwnerId, Result};
 use redis::aio::ConnectionLike;
 use redis::Script;
 
-use crate::error::redis_error;
+use crate::error::script_error;
 use crate::keys::KeyNames;
 
 // ---- Lua ------------------------------------------------------------------------------------
@@ -347,7 +347,7 @@ pub(crate) async fn acquire_on<C: ConnectionLike>(
         .arg(whole_millis(retention))
         .invoke_async(conn)
         .await
-        .map_err(|e| redis_error("acquire", e))?;
+        .map_err(|e| script_error("acquire", ACQUIRE_LUA, e))?;
     match reply.as_slice() {
         [1, token] if *token > 0 => Ok(Attempt::Granted {
             token: *token as u64,
@@ -371,7 +371,7 @@ pub(crate) async fn release_on<C: ConnectionLike>(
         .arg(&names.channel)
         .invoke_async(conn)
         .await
-        .map_err(|e| redis_error("release", e))?;
+        .map_err(|e| script_error("release", RELEASE_LUA, e))?;
     Ok(released == 1)
 }
 
@@ -388,7 +388,7 @@ pub(crate) async fn extend_on<C: ConnectionLike>(
         .arg(whole_millis(ttl))
         .invoke_async(conn)
         .await
-        .map_err(|e| redis_error("extend", e))?;
+        .map_err(|e| script_error("extend", EXTEND_LUA, e))?;
     Ok(extended == 1)
 }
 
@@ -400,7 +400,7 @@ pub(crate) async fn evict_on<C: ConnectionLike>(conn: &mut C, names: &KeyNames) 
         .arg(&names.channel)
         .invoke_async(conn)
         .await
-        .map_err(|e| redis_error("evict", e))?;
+        .map_err(|e| script_error("evict", EVICT_LUA, e))?;
     Ok(evicted == 1)
 }
 
@@ -415,7 +415,7 @@ pub(crate) async fn status_on<C: ConnectionLike>(
         .key(&names.holders)
         .invoke_async(conn)
         .await
-        .map_err(|e| redis_error("status", e))?;
+        .map_err(|e| script_error("status", STATUS_LUA, e))?;
     let Some(owner) = owner else {
         return Ok(KeyStatus::Free);
     };
@@ -525,7 +525,7 @@ pub(crate) async fn acquire_as_on<C: ConnectionLike>(
         .arg(limit)
         .invoke_async(conn)
         .await
-        .map_err(|e| redis_error("acquire", e))?;
+        .map_err(|e| script_error("acquire", ACQUIRE_AS_LUA, e))?;
     match reply.as_slice() {
         [1, token, slot] if *token > 0 => Ok(ModeAttempt::Granted {
             token: *token as u64,
@@ -571,7 +571,7 @@ pub(crate) async fn release_as_on<C: ConnectionLike>(
         .arg(&names.channel)
         .invoke_async(conn)
         .await
-        .map_err(|e| redis_error("release", e))?;
+        .map_err(|e| script_error("release", RELEASE_AS_LUA, e))?;
     Ok(released == 1)
 }
 
@@ -592,7 +592,7 @@ pub(crate) async fn extend_as_on<C: ConnectionLike>(
         .arg(whole_millis(ttl))
         .invoke_async(conn)
         .await
-        .map_err(|e| redis_error("extend", e))?;
+        .map_err(|e| script_error("extend", EXTEND_AS_LUA, e))?;
     Ok(extended == 1)
 }
 
@@ -619,7 +619,7 @@ pub(crate) async fn acquire_waiting_on<C: ConnectionLike>(
         .arg(whole_millis(mark))
         .invoke_async(conn)
         .await
-        .map_err(|e| redis_error("acquire", e))?;
+        .map_err(|e| script_error("acquire", ACQUIRE_WAITING_LUA, e))?;
     match reply.as_slice() {
         [1, token] if *token > 0 => Ok((
             Attempt::Granted {
@@ -649,7 +649,7 @@ pub(crate) async fn withdraw_on<C: ConnectionLike>(
         .arg(&names.channel)
         .invoke_async(conn)
         .await
-        .map_err(|e| redis_error("withdraw", e))?;
+        .map_err(|e| script_error("withdraw", WITHDRAW_LUA, e))?;
     Ok(())
 }
 
@@ -676,7 +676,7 @@ pub(crate) async fn raise_on<C: ConnectionLike>(
         .arg(whole_millis(retention))
         .invoke_async(conn)
         .await
-        .map_err(|e| redis_error("raise", e))?;
+        .map_err(|e| script_error("raise", RAISE_LUA, e))?;
     match u64::try_from(found) {
         Ok(0) => Ok(Raise::Raised),
         Ok(fence) => Ok(Raise::Ahead(fence)),

@@ -32,6 +32,8 @@ struct Shared {
     channels: Mutex<HashMap<String, Arc<Channel>>>,
     // Started with the first waiter: a handle that never waits opens no second connection.
     commands: OnceLock<mpsc::UnboundedSender<Command>>,
+    /// Whether a refused SUBSCRIBE was logged already.
+    refusal_logged: std::sync::atomic::AtomicBool,
 }
 
 struct Channel {
@@ -67,6 +69,7 @@ impl ReleaseSubscriber {
                 command_timeout,
                 channels: Mutex::default(),
                 commands: OnceLock::new(),
+                refusal_logged: false.into(),
             }),
         }
     }
@@ -113,6 +116,25 @@ impl Shared {
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Arc<Channel>>> {
         self.channels.lock().unwrap_or_else(PoisonError::into_inner)
     }
+
+    /// Says once per handle, at warn level, that the server refused a SUBSCRIBE (an ACL
+    /// without `+subscribe` or the channel): waits still work, by trying again.
+    fn refused(&self, error: &redis::RedisError) {
+        if crate::error::is_unavailable(error) {
+            return;
+        }
+        if !self
+            .refusal_logged
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            tracing::warn!(
+                %error,
+                "the server refused SUBSCRIBE to a release channel: waiters are not woken by \
+                 releases and find them by trying again (at least every 250 ms); allow \
+                 +subscribe and the channels under the prefix (&PREFIX*) for this user"
+            );
+        }
+    }
 }
 
 impl Listener {
@@ -157,19 +179,12 @@ async fn run(shared: Weak<Shared>, mut commands: mpsc::UnboundedReceiver<Command
         let (mut sink, mut messages) = match connected {
             Some(connection) => connection,
             None => {
-                // Keep draining commands meanwhile, so channels nobody waits on are dropped.
-                tokio::select! {
-                    () = sleep(backoff) => {}
-                    command = commands.recv() => match command {
-                        None => return,
-                        Some(command) => if let Some(s) = shared.upgrade() { forget_unused(&s, command) },
-                    },
+                if !back_off(&shared, &mut commands, &mut backoff).await {
+                    return;
                 }
-                backoff = (backoff * 2).min(Duration::from_secs(1));
                 continue;
             }
         };
-        backoff = Duration::from_millis(50);
         // Everything queued so far is covered by subscribing to the whole map below.
         while let Ok(command) = commands.try_recv() {
             if let Some(s) = shared.upgrade() {
@@ -177,8 +192,14 @@ async fn run(shared: Weak<Shared>, mut commands: mpsc::UnboundedReceiver<Command
             }
         }
         if !resubscribe(&shared, &mut sink).await {
+            // Backed off as a failed connect: a SUBSCRIBE the server refuses (an ACL without
+            // `+subscribe` or the channel) would otherwise reconnect and retry at once, forever.
+            if !back_off(&shared, &mut commands, &mut backoff).await {
+                return;
+            }
             continue;
         }
+        backoff = Duration::from_millis(50);
         loop {
             tokio::select! {
                 message = messages.next() => match message {
@@ -209,6 +230,24 @@ async fn run(shared: Weak<Shared>, mut commands: mpsc::UnboundedReceiver<Command
     }
 }
 
+/// Waits `backoff` (doubled for next time, up to 1 s) while draining commands, so channels
+/// nobody waits on are dropped meanwhile. False if the store is gone.
+async fn back_off(
+    shared: &Weak<Shared>,
+    commands: &mut mpsc::UnboundedReceiver<Command>,
+    backoff: &mut Duration,
+) -> bool {
+    tokio::select! {
+        () = sleep(*backoff) => {}
+        command = commands.recv() => match command {
+            None => return false,
+            Some(command) => if let Some(s) = shared.upgrade() { forget_unused(&s, command) },
+        },
+    }
+    *backoff = (*backoff * 2).min(Duration::from_secs(1));
+    true
+}
+
 async fn connect(shared: &Shared) -> Option<(PubSubSink, PubSubStream)> {
     match timeout(shared.connect_timeout, shared.client.get_async_pubsub()).await {
         Ok(Ok(pubsub)) => Some(pubsub.split()),
@@ -233,7 +272,11 @@ async fn resubscribe(shared: &Weak<Shared>, sink: &mut PubSubSink) -> bool {
     if !names.is_empty() {
         match timeout(s.command_timeout, sink.subscribe(&names)).await {
             Ok(Ok(())) => {}
-            _ => return false,
+            Ok(Err(error)) => {
+                s.refused(&error);
+                return false;
+            }
+            Err(_) => return false,
         }
     }
     // Only the channels this SUBSCRIBE named: one added meanwhile has its own command queued,
@@ -271,7 +314,11 @@ async fn execute(shared: &Shared, sink: &mut PubSubSink, command: Command) -> bo
                     }
                     true
                 }
-                _ => false,
+                Ok(Err(error)) => {
+                    shared.refused(&error);
+                    false
+                }
+                Err(_) => false,
             }
         }
         Command::Unsubscribe(name) => {

@@ -262,3 +262,66 @@ async fn a_lazy_redlock_handle_never_uses_an_evicting_node() {
     let keys: Vec<String> = admin_query(&mut admin, redis::cmd("KEYS").arg("*")).await;
     assert!(keys.is_empty(), "the evicting node was written: {keys:?}");
 }
+
+/// The least-privilege ACL user of tests/least_privilege.rs (the README's "Minimal rights"
+/// line without `+config|get`): its `CONFIG GET` is refused, so the check reads `INFO memory`,
+/// refuses an evicting server and accepts a `noeviction` one.
+#[tokio::test]
+async fn a_least_privilege_user_reads_the_settings_from_info_memory() {
+    const PASSWORD: &str = "lp-Secret-3f9c";
+    let rules = [
+        "on",
+        &format!(">{PASSWORD}"),
+        "resetkeys",
+        "~fencelock:*",
+        "resetchannels",
+        "&fencelock:*",
+        "-@all",
+        "+evalsha",
+        "+script|load",
+        "+subscribe",
+        "+unsubscribe",
+        "+ping",
+        "+set",
+        "+get",
+        "+del",
+        "+incr",
+        "+pexpire",
+        "+pttl",
+        "+time",
+        "+publish",
+        "+info",
+    ];
+    let evicting = server(EVICTING);
+    evicting
+        .acl_setuser("locks", &rules)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let error = RedisStore::connect(config(&evicting.url_as("locks", PASSWORD), ""))
+        .await
+        .expect_err("an evicting server is refused through INFO memory");
+    let (message, risk) = refusal(&error);
+    assert!(message.contains("INFO memory"), "{message}");
+    assert!(!message.contains("CONFIG GET"), "{message}");
+    assert!(
+        !format!("{error} {error:?}").contains(PASSWORD),
+        "{error:?}"
+    );
+    assert_eq!(risk.settings().read_with(), "INFO memory");
+    assert_eq!(risk.settings().policy(), "volatile-lru");
+    assert_eq!(risk.settings().maxmemory(), 8 * 1024 * 1024);
+
+    let safe = server(NOT_EVICTING);
+    safe.acl_setuser("locks", &rules)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let store = RedisStore::connect(config(&safe.url_as("locks", PASSWORD), ""))
+        .await
+        .expect("a noeviction server is accepted through INFO memory");
+    match store.eviction_check() {
+        Some(EvictionCheck::CannotEvict(settings)) => {
+            assert_eq!(settings.read_with(), "INFO memory");
+            assert_eq!(settings.policy(), "noeviction");
+        }
+        other => panic!("expected CannotEvict, got {other:?}"),
+    }
+    cycle(&store, "eviction:least-privilege").await;
+}
