@@ -10,7 +10,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use fencelock_core::{DynLockStore, Error, KeepAlive, Lease, LockStore, Result};
+use fencelock_core::{
+    Capabilities, DynLockStore, Error, KeepAlive, Lease, LockStore, Mode, Result,
+};
 use tokio::time::Instant;
 
 /// Latency samples.
@@ -105,6 +107,180 @@ pub async fn cycle_into(
         samples.push(started.elapsed());
     }
     Ok(())
+}
+
+/// The limit of the semaphore whose permit cycle the benchmarks time.
+pub const BENCH_PERMITS: u32 = 4;
+
+/// Uncontended acquire + release cycles in `mode` on one key, as [`cycle`] times the
+/// exclusive one.
+pub async fn cycle_as(
+    store: &DynLockStore,
+    key: &str,
+    ttl: Duration,
+    mode: Mode,
+    iterations: usize,
+) -> Result<Samples> {
+    time_each(iterations, |_| async {
+        let lease = store.try_acquire_as(key, ttl, mode).await?;
+        store.release(&lease).await.map(drop)
+    })
+    .await
+}
+
+/// As [`cycle_into`], in `mode`.
+pub async fn cycle_as_into(
+    store: &DynLockStore,
+    key: &str,
+    ttl: Duration,
+    mode: Mode,
+    iterations: usize,
+    samples: &mut Vec<Duration>,
+) -> Result<()> {
+    for _ in 0..iterations {
+        let started = Instant::now();
+        let lease = store.try_acquire_as(key, ttl, mode).await?;
+        let _ = store.release(&lease).await?;
+        samples.push(started.elapsed());
+    }
+    Ok(())
+}
+
+/// The cycles of the lock modes besides exclusive that a store keeps — a permit of a
+/// [`BENCH_PERMITS`]-permit semaphore, then a shared lease — each on its own key, timed in
+/// the same alternating rounds as the exclusive cycle, so a benchmark prints them next to it.
+/// A mode the store's [`Capabilities`] do not declare is left out: no row, no request.
+///
+/// ```
+/// # async fn demo() -> fencelock_core::Result<()> {
+/// use std::{sync::Arc, time::Duration};
+/// use fencelock_conformance::bench::{cycle_into, ModeCycles, Samples, Table};
+/// use fencelock_core::{DynLockStore, LockStore, MemoryStore};
+///
+/// let store: DynLockStore = Arc::new(MemoryStore::new());
+/// let ttl = Duration::from_secs(10);
+/// let mut modes = ModeCycles::new(&store.capabilities());
+/// modes.warm_up(&store, "cycle", ttl, 10).await?;
+/// let mut exclusive = Vec::new();
+/// for _round in 0..4 {
+///     cycle_into(&store, "cycle", ttl, 25, &mut exclusive).await?;
+///     modes.round(&store, "cycle", ttl, 25).await?;
+/// }
+/// let exclusive = Samples::new(exclusive);
+/// let mut table = Table::default();
+/// table.latency("ours: try_acquire + release p50", exclusive.p50());
+/// modes.rows(&mut table, "ours: ", Some(exclusive.p50()), Some(exclusive.p99()));
+/// assert_eq!(table.rows.len(), 5); // the memory store keeps both modes
+/// # Ok(())
+/// # }
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+/// #     .block_on(demo()).unwrap();
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct ModeCycles {
+    cycles: Vec<(Mode, Vec<Duration>)>,
+}
+
+impl ModeCycles {
+    /// The modes `capabilities` declare, besides exclusive.
+    pub fn new(capabilities: &Capabilities) -> Self {
+        let cycles = [Mode::permits(BENCH_PERMITS), Mode::Shared]
+            .into_iter()
+            .filter(|mode| capabilities.supports(*mode))
+            .map(|mode| (mode, Vec::new()))
+            .collect();
+        ModeCycles { cycles }
+    }
+
+    /// Whether the store keeps none of them.
+    pub fn is_empty(&self) -> bool {
+        self.cycles.is_empty()
+    }
+
+    /// The key of `mode`'s cycle: `key_prefix` and the mode.
+    fn key(key_prefix: &str, mode: Mode) -> String {
+        match mode {
+            Mode::Shared => format!("{key_prefix}:shared"),
+            Mode::Permit { limit } => format!("{key_prefix}:permits-{limit}"),
+            other => format!("{key_prefix}:{other}"),
+        }
+    }
+
+    /// `iterations` untimed cycles of each mode.
+    pub async fn warm_up(
+        &self,
+        store: &DynLockStore,
+        key_prefix: &str,
+        ttl: Duration,
+        iterations: usize,
+    ) -> Result<()> {
+        let mut discarded = Vec::new();
+        for (mode, _) in &self.cycles {
+            let key = Self::key(key_prefix, *mode);
+            cycle_as_into(store, &key, ttl, *mode, iterations, &mut discarded).await?;
+        }
+        Ok(())
+    }
+
+    /// Times `iterations` cycles of each mode, one mode after the other, adding the samples.
+    pub async fn round(
+        &mut self,
+        store: &DynLockStore,
+        key_prefix: &str,
+        ttl: Duration,
+        iterations: usize,
+    ) -> Result<()> {
+        for (mode, samples) in &mut self.cycles {
+            let key = Self::key(key_prefix, *mode);
+            cycle_as_into(store, &key, ttl, *mode, iterations, samples).await?;
+        }
+        Ok(())
+    }
+
+    /// Each mode's samples so far, with the words for its rows: `"semaphore permit (of 4)"`,
+    /// `"shared (reader)"`.
+    pub fn samples(&self) -> Vec<(String, Samples)> {
+        self.cycles
+            .iter()
+            .map(|(mode, samples)| (Self::label(*mode), Samples::new(samples.clone())))
+            .collect()
+    }
+
+    fn label(mode: Mode) -> String {
+        match mode {
+            Mode::Shared => "shared (reader)".to_owned(),
+            Mode::Permit { limit } => format!("semaphore permit (of {limit})"),
+            other => other.to_string(),
+        }
+    }
+
+    /// Adds a p50 and a p99 row per mode, `"{prefix}{label}: try_acquire_as + release p50"`,
+    /// each with its ratio to `p50_base` / `p99_base` where given (the base the exclusive
+    /// cycle's rows are divided by, so the ratio column keeps one meaning).
+    pub fn rows(
+        &self,
+        table: &mut Table,
+        prefix: &str,
+        p50_base: Option<Duration>,
+        p99_base: Option<Duration>,
+    ) {
+        for (label, samples) in self.samples() {
+            let row = table.latency(
+                format!("{prefix}{label}: try_acquire_as + release p50"),
+                samples.p50(),
+            );
+            if let Some(base) = p50_base.filter(|b| !b.is_zero()) {
+                row.ratio(micros(samples.p50()) / micros(base), None);
+            }
+            let row = table.latency(
+                format!("{prefix}{label}: try_acquire_as + release p99"),
+                samples.p99(),
+            );
+            if let Some(base) = p99_base.filter(|b| !b.is_zero()) {
+                row.ratio(micros(samples.p99()) / micros(base), None);
+            }
+        }
+    }
 }
 
 /// Runs `op(task, iteration)` in `tasks` concurrent loops for `duration`; returns completed
@@ -555,6 +731,68 @@ mod tests {
             grants.windows(2).all(|pair| pair[0] != pair[1]),
             "a releaser took the key back: {grants:?}"
         );
+    }
+
+    #[tokio::test]
+    async fn mode_cycles_time_only_the_modes_a_store_keeps() {
+        let memory: DynLockStore = Arc::new(MemoryStore::new());
+        let mut modes = ModeCycles::new(&memory.capabilities());
+        modes
+            .warm_up(&memory, "m", Duration::from_secs(5), 3)
+            .await
+            .unwrap();
+        modes
+            .round(&memory, "m", Duration::from_secs(5), 5)
+            .await
+            .unwrap();
+        modes
+            .round(&memory, "m", Duration::from_secs(5), 5)
+            .await
+            .unwrap();
+        let samples = modes.samples();
+        let labels: Vec<&str> = samples.iter().map(|(l, _)| l.as_str()).collect();
+        assert_eq!(labels, ["semaphore permit (of 4)", "shared (reader)"]);
+        assert!(samples.iter().all(|(_, s)| s.len() == 10));
+        let mut table = Table::default();
+        modes.rows(&mut table, "ours: ", Some(Duration::from_micros(1)), None);
+        let rows: Vec<(&str, bool)> = table
+            .rows
+            .iter()
+            .map(|r| (r.what.as_str(), r.ratio.is_some()))
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                (
+                    "ours: semaphore permit (of 4): try_acquire_as + release p50",
+                    true
+                ),
+                (
+                    "ours: semaphore permit (of 4): try_acquire_as + release p99",
+                    false
+                ),
+                ("ours: shared (reader): try_acquire_as + release p50", true),
+                ("ours: shared (reader): try_acquire_as + release p99", false),
+            ]
+        );
+        // Every cycle released its lease.
+        for key in ["m:shared", "m:permits-4"] {
+            assert_eq!(
+                memory.status(key).await.unwrap(),
+                fencelock_core::KeyStatus::Free
+            );
+        }
+
+        // A store that keeps exclusive leases only: no mode, no row.
+        let exclusive = Capabilities::new();
+        let none = ModeCycles::new(&exclusive);
+        assert!(none.is_empty());
+        let mut table = Table::default();
+        none.rows(&mut table, "ours: ", None, None);
+        assert!(table.rows.is_empty());
+        let partial = ModeCycles::new(&Capabilities::new().with_shared(true));
+        let labels: Vec<String> = partial.samples().into_iter().map(|(l, _)| l).collect();
+        assert_eq!(labels, ["shared (reader)"]);
     }
 
     #[test]

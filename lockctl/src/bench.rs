@@ -6,6 +6,9 @@ use std::time::Duration;
 use fencelock::{DynLockStore, Error};
 use fencelock_conformance::bench::{self, Table};
 
+/// The rounds the cycles alternate in.
+const ROUNDS: usize = 10;
+
 pub async fn bench(url: &str, store: DynLockStore, iterations: usize) -> ExitCode {
     match measure(url, store, iterations).await {
         Ok(table) => {
@@ -37,15 +40,37 @@ async fn measure(url: &str, store: DynLockStore, iterations: usize) -> Result<Ta
         table.latency("round trip (status read), p50", floor);
     }
 
-    let cycle = bench::cycle(&store, &format!("{prefix}cycle"), ttl, iterations).await?;
+    // The exclusive cycle and the cycles of the modes the store keeps (a permit of a
+    // semaphore, a shared lease), in alternating rounds so all see the same machine load.
+    let cycle_key = format!("{prefix}cycle");
+    let mut modes = bench::ModeCycles::new(&store.capabilities());
+    let mut warm_up = Vec::new();
+    bench::cycle_into(&store, &cycle_key, ttl, iterations / 10, &mut warm_up).await?;
+    modes
+        .warm_up(&store, &cycle_key, ttl, iterations / 10)
+        .await?;
+    let rounds = ROUNDS.min(iterations).max(1);
+    let mut cycles = Vec::with_capacity(iterations);
+    for _ in 0..rounds {
+        let per_round = iterations.div_ceil(rounds);
+        bench::cycle_into(&store, &cycle_key, ttl, per_round, &mut cycles).await?;
+        modes.round(&store, &cycle_key, ttl, per_round).await?;
+    }
+    let cycle = bench::Samples::new(cycles);
+    let floor_of_cycle = floor.filter(|f| !f.is_zero()).map(|f| 2 * f);
     let row = table.latency("acquire+release cycle, p50", cycle.p50());
-    if let Some(floor) = floor.filter(|f| !f.is_zero()) {
-        row.ratio(
-            cycle.p50().as_secs_f64() / (2.0 * floor.as_secs_f64()),
-            None,
-        );
+    if let Some(floor) = floor_of_cycle {
+        row.ratio(cycle.p50().as_secs_f64() / floor.as_secs_f64(), None);
     }
     table.latency("acquire+release cycle, p99", cycle.p99());
+    // Ratios as the exclusive p50 row's: to two round trips.
+    for (label, samples) in modes.samples() {
+        let row = table.latency(format!("{label} cycle, p50"), samples.p50());
+        if let Some(floor) = floor_of_cycle {
+            row.ratio(samples.p50().as_secs_f64() / floor.as_secs_f64(), None);
+        }
+        table.latency(format!("{label} cycle, p99"), samples.p99());
+    }
 
     let rate = bench::lock_throughput(
         store.clone(),

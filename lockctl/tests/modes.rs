@@ -229,6 +229,43 @@ fn a_store_without_the_mode_refuses_it_with_exit_64() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `lockctl bench` times a permit cycle and a shared cycle next to the exclusive one on a
+/// store that keeps them (the memory store), keeping the exclusive rows.
+#[test]
+fn bench_prints_the_mode_cycles_next_to_the_exclusive_cycle() {
+    let mut child = lockctl("memory://")
+        .args(["bench", "--iterations", "50"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("lockctl runs");
+    let (status, errors) = wait_exit(&mut child);
+    let mut text = String::new();
+    if let Some(mut out) = child.stdout.take() {
+        let _ = std::io::Read::read_to_string(&mut out, &mut text);
+    }
+    assert!(status.success(), "{status}\n{text}{errors}");
+    let rows: Vec<&str> = text
+        .lines()
+        .filter_map(|line| line.split("  ").next())
+        .collect();
+    let at = |row: &str| {
+        rows.iter()
+            .position(|r| *r == row)
+            .unwrap_or_else(|| panic!("no {row:?} row:\n{text}"))
+    };
+    let order = [
+        at("acquire+release cycle, p50"),
+        at("acquire+release cycle, p99"),
+        at("semaphore permit (of 4) cycle, p50"),
+        at("semaphore permit (of 4) cycle, p99"),
+        at("shared (reader) cycle, p50"),
+        at("shared (reader) cycle, p99"),
+        at("throughput, 16 tasks on distinct keys"),
+    ];
+    assert!(order.windows(2).all(|w| w[0] < w[1]), "{text}");
+}
+
 mod redis {
     use super::*;
     use test_servers::shared;
