@@ -265,6 +265,16 @@ impl PostgresConfig {
         sql::upgrade_from_fence_scheme_1(&self.fence_table())
     }
 
+    /// The SQL that lets a fence table made before semaphore permits existed record a
+    /// semaphore's limit: `ALTER TABLE … ADD COLUMN IF NOT EXISTS permit_limit integer`
+    /// (nullable, no default: no table rewrite; older stores keep working beside it). Until it
+    /// ran, permit requests fail with a non-retryable [`Error::Store`] naming it; exclusive and
+    /// shared leases need nothing. Needs the table's owner. See the crate docs, "Shared leases
+    /// and semaphore permits".
+    pub fn permits_upgrade_sql(&self) -> String {
+        sql::add_permit_limit(&self.fence_table())
+    }
+
     /// How long a key's fence row outlives its last bump.
     pub fn retention(&self) -> Duration {
         self.retention

@@ -66,6 +66,56 @@ pub fn pg_locks_ids(lock_id: i64) -> (u32, u32) {
     ((bits >> 32) as u32, bits as u32)
 }
 
+/// The advisory locks a key's shared leases and semaphore permits use next to its lock `M`
+/// (see the crate docs, "Shared leases and semaphore permits"). Each id is
+/// `i64::from_be_bytes(SHA-256("fencelock-mode\0" || M as 8 bytes BE || role || index as u32
+/// BE)[0..8])`, so it never aliases a key's own lock id except by a 2⁻⁶⁴ chance (false
+/// contention, as for two keys).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ModeLocks {
+    /// Taken per transaction by every shared or permit acquire of the key: serialises their
+    /// checks.
+    pub(crate) gate: i64,
+    /// Held shared by every reader: the readers' group.
+    pub(crate) readers: i64,
+    /// Held shared by every permit holder: the permits' group.
+    pub(crate) permits: i64,
+    main: i64,
+}
+
+impl ModeLocks {
+    pub(crate) fn of(main: i64) -> Self {
+        ModeLocks {
+            gate: derived_id(main, b"gate", 0),
+            readers: derived_id(main, b"readers", 0),
+            permits: derived_id(main, b"permits", 0),
+            main,
+        }
+    }
+
+    /// The lock of permit slot `slot`.
+    pub(crate) fn slot(&self, slot: u32) -> i64 {
+        derived_id(self.main, b"slot", slot)
+    }
+
+    /// The locks of slots `0..limit`, in slot order.
+    pub(crate) fn slots(&self, limit: u32) -> Vec<i64> {
+        (0..limit).map(|slot| self.slot(slot)).collect()
+    }
+}
+
+fn derived_id(main: i64, role: &[u8], index: u32) -> i64 {
+    let mut hasher = Sha256::new();
+    hasher.update(b"fencelock-mode\0");
+    hasher.update(main.to_be_bytes());
+    hasher.update(role);
+    hasher.update(index.to_be_bytes());
+    let digest = hasher.finalize();
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    i64::from_be_bytes(first)
+}
+
 /// The lock space of one store handle: its fence table and namespace.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Space<'a> {
@@ -244,6 +294,20 @@ mod tests {
                 other => panic!("{recorded:?}: expected a store error, got {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn mode_locks_are_distinct_and_stable() {
+        let main = lock_id("public", "fencelock_fence", "default", "nightly-export");
+        let locks = ModeLocks::of(main);
+        let mut ids = vec![main, locks.gate, locks.readers, locks.permits];
+        ids.extend(locks.slots(4));
+        let count = ids.len();
+        ids.sort_unstable();
+        ids.dedup();
+        assert_eq!(ids.len(), count);
+        assert_eq!(ModeLocks::of(main), locks);
+        assert_ne!(ModeLocks::of(main + 1).gate, locks.gate);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Server sessions: one dedicated connection per held lease, idle ones kept for reuse, and
 //! the guard that ends a cancelled waiter's backend.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use fencelock_core::Error;
@@ -82,6 +82,8 @@ pub(crate) struct Sessions {
     idle: Mutex<Vec<Session>>,
     open: Arc<AtomicUsize>,
     fence_table_ready: OnceCell<()>,
+    /// Whether the fence table has the `permit_limit` column (known once it was checked).
+    permit_limit_column: AtomicBool,
     pub(crate) sql: Statements,
     /// When idle fence rows were last removed (see `cleanup.rs`).
     pub(crate) cleanup: crate::cleanup::Cleanup,
@@ -97,9 +99,16 @@ impl Sessions {
             idle: Mutex::new(Vec::new()),
             open: Arc::new(AtomicUsize::new(0)),
             fence_table_ready: OnceCell::new(),
+            permit_limit_column: AtomicBool::new(false),
             sql,
             cleanup: crate::cleanup::Cleanup::default(),
         }
+    }
+
+    /// Whether the fence table can record a semaphore's limit (it has the `permit_limit`
+    /// column). Meaningful once a session was opened.
+    pub(crate) fn has_permit_limit_column(&self) -> bool {
+        self.permit_limit_column.load(Ordering::Relaxed)
     }
 
     /// Sessions open right now: held by leases, waiting, running a statement, or idle.
@@ -248,7 +257,13 @@ impl Sessions {
         }
         check_recorded_scheme(&fence_table, &state.schemes)?;
         check_recorded_fence_scheme(&fence_table, &state.fence_schemes)?;
-        check_privileges(&fence_table, &state)
+        check_privileges(&fence_table, &state)?;
+        self.permit_limit_column
+            .store(state.permit_limit_column, Ordering::Relaxed);
+        if !state.permit_limit_column {
+            tracing::info!(table = %fence_table, "the fence table has no permit_limit column: semaphore permits are refused until PostgresConfig::permits_upgrade_sql() ran");
+        }
+        Ok(())
     }
 
     async fn fence_table_state(
@@ -274,6 +289,7 @@ impl Sessions {
                 ("UPDATE", row.try_get(7).map_err(failed)?),
                 ("DELETE", row.try_get(8).map_err(failed)?),
             ],
+            permit_limit_column: row.try_get(9).map_err(failed)?,
         })
     }
 
@@ -316,6 +332,8 @@ struct FenceTableState {
     role: String,
     /// Whether the role holds each privilege the store uses on the table (`None` without it).
     privileges: [(&'static str, Option<bool>); 4],
+    /// Whether the table has the `permit_limit` column (tables made before permits have not).
+    permit_limit_column: bool,
 }
 
 /// Refuses a role that lacks a privilege the store uses on the fence table, naming it and the

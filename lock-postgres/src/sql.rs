@@ -30,7 +30,7 @@ pub(crate) const TERMINATE_WAITER: &str = "SELECT pg_terminate_backend(pid) FROM
 /// records (the suffixes of its CHECK constraints named `fencelock_lock_id_scheme_<n>`) and its
 /// token schemes (`fencelock_fence_scheme_<n>`), the session's role, and whether that role may
 /// SELECT, INSERT, UPDATE (on the table or on any of its columns) and DELETE (NULL without
-/// the table). A single read.
+/// the table), and whether the table has the `permit_limit` column. A single read.
 pub(crate) const FENCE_TABLE_STATE: &str =
     "SELECT to_regnamespace($1) IS NOT NULL, to_regclass($2) IS NOT NULL,
             ARRAY(SELECT substr(conname::text, 26) FROM pg_constraint
@@ -45,7 +45,9 @@ pub(crate) const FENCE_TABLE_STATE: &str =
             has_any_column_privilege(to_regclass($2), 'SELECT'),
             has_any_column_privilege(to_regclass($2), 'INSERT'),
             has_any_column_privilege(to_regclass($2), 'UPDATE'),
-            has_table_privilege(to_regclass($2), 'DELETE')";
+            has_table_privilege(to_regclass($2), 'DELETE'),
+            EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($2)
+                     AND attname = 'permit_limit' AND NOT attisdropped)";
 
 /// The fence table: one durable counter per key (the key itself, as bytes, not its hash, so a
 /// hash collision never merges two counters), plus who took it last, for `status`. The
@@ -67,8 +69,14 @@ const CREATE_FENCE_TABLE: &str = "CREATE TABLE IF NOT EXISTS {fence} (
     holder_pid     integer     NOT NULL,
     ttl_ms         bigint      NOT NULL,
     updated_at     timestamptz NOT NULL,
+    permit_limit   integer,
     PRIMARY KEY (namespace, key)
 )";
+
+/// Adds the column that records a semaphore's limit (`permit_limit`) to a fence table made
+/// before permits existed. Nullable and without a default: no rewrite, and stores that do not
+/// know the column keep working beside it (their statements name their columns).
+const ADD_PERMIT_LIMIT: &str = "ALTER TABLE {fence} ADD COLUMN IF NOT EXISTS permit_limit integer";
 
 /// Moves a fence table made by a scheme-1 store to scheme {scheme}: the counters stay. Atomic:
 /// one transaction, so the table is never left half-upgraded. Only with every older store
@@ -156,6 +164,24 @@ macro_rules! held_by_this_backend {
     };
 }
 
+/// Somebody holds the single-`bigint` advisory lock `$n` shared (granted).
+macro_rules! held_shared_by_anyone {
+    ($param:literal) => {
+        concat!(
+            "SELECT 1 FROM pg_locks
+              WHERE locktype = 'advisory' AND granted AND mode = 'ShareLock'
+                AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+                AND classid = ((",
+            $param,
+            "::int8 >> 32) & 4294967295)::oid
+                AND objid = (",
+            $param,
+            "::int8 & 4294967295)::oid
+                AND objsubid = 1"
+        )
+    };
+}
+
 /// One attempt: take the lock ($1) if free; if taken, bump the fence of ($2, $3) and arm the
 /// server-side TTL ($4 ms of silence ends the session). Atomic: one statement, one transaction;
 /// the lock is taken (MATERIALIZED, read by the bump) before the bump, which commits durably
@@ -223,11 +249,103 @@ pub(crate) const TERMINATE_HOLDER: &str = "SELECT pg_terminate_backend(pid, 5000
 pub(crate) const RELEASE: &str =
     "SELECT pg_advisory_unlock($1::int8) AS released, set_config('idle_session_timeout', '0', false)";
 
-/// Status of lock $1 and the fence of ($2, $3): the holding backend, how long it has been
-/// silent, and the fence row (whose holder_pid tells whether the row belongs to that holder).
-/// A single read.
-const STATUS: &str = "SELECT l.pid, f.token, f.owner, f.holder_pid, f.ttl_ms, a.state,
-        (extract(epoch FROM clock_timestamp() - a.state_change) * 1000)::int8 AS silent_ms
+// ---- shared leases and semaphore permits ----------------------------------------------------
+// A mode acquire runs as one transaction of several statements on the lease's session, under
+// the key's gate (a transaction-level lock): the checks and the takes of one acquire never
+// interleave with another's. Session locks it took survive a rollback, so a refused attempt
+// ends with UNLOCK_ALL before its ROLLBACK (the session holds nothing else).
+
+/// The key's gate ($1), held until the transaction ends. Blocks only for another acquire's
+/// checks (a few statements).
+pub(crate) const TAKE_GATE: &str = "SELECT pg_advisory_xact_lock($1::int8)";
+
+/// One attempt at a shared session lock ($1): fails while it is held exclusively or an
+/// exclusive request waits for it (PostgreSQL queues a new request behind a waiter it
+/// conflicts with).
+pub(crate) const TRY_SHARED: &str = "SELECT pg_try_advisory_lock_shared($1::int8) AS granted";
+
+/// Whether readers ($1) and permit holders ($2) hold their groups' locks (granted, shared).
+/// Two reads of `pg_locks`.
+pub(crate) const GROUPS_HELD: &str = concat!(
+    "SELECT EXISTS (",
+    held_shared_by_anyone!("$1"),
+    ") AS readers, EXISTS (",
+    held_shared_by_anyone!("$2"),
+    ") AS permits"
+);
+
+/// The first free slot among the slot locks $1 (in slot order), taken: its index, or no row.
+/// One statement; the scan stops at the first lock it gets.
+pub(crate) const TAKE_SLOT: &str = "SELECT (s.ord - 1)::int8 AS slot
+   FROM unnest($1::int8[]) WITH ORDINALITY AS s(id, ord)
+  WHERE pg_try_advisory_lock(s.id)
+  ORDER BY s.ord
+  LIMIT 1";
+
+/// Releases every session-level advisory lock of this session: a lease's session holds only
+/// its own.
+pub(crate) const UNLOCK_ALL: &str = "SELECT pg_advisory_unlock_all()";
+
+/// Waits in the server's queue for lock $1, exclusively, for at most $2 ms, then lets it go at
+/// once: a wake-up, not a grant. On a lock timeout (55P03) the transaction rolls back and
+/// lock_timeout with it; a lock granted in that instant is freed by [`UNLOCK_ALL`].
+pub(crate) const WAIT_EXCLUSIVE_SIGNAL: &str = "WITH settings AS MATERIALIZED (SELECT set_config('lock_timeout', ($2::int8)::text, false) AS t),
+     lock AS MATERIALIZED (SELECT pg_advisory_lock($1::int8) AS locked FROM settings)
+SELECT pg_advisory_unlock($1::int8) AS unlocked, set_config('lock_timeout', '0', false) FROM lock";
+
+/// Waits in the server's queue for lock $1, shared, for at most $2 ms, and keeps it. As
+/// [`WAIT_EXCLUSIVE_SIGNAL`] on a timeout.
+pub(crate) const WAIT_SHARED: &str = "WITH settings AS MATERIALIZED (SELECT set_config('lock_timeout', ($2::int8)::text, false) AS t),
+     lock AS MATERIALIZED (SELECT pg_advisory_lock_shared($1::int8) AS locked FROM settings)
+SELECT set_config('lock_timeout', '0', false) FROM lock";
+
+/// The limit recorded for the key's permits ($1, $2), if any. A single read, inside the gate.
+const RECORDED_LIMIT: &str =
+    "SELECT permit_limit FROM {fence} WHERE namespace = $1::text AND key = $2::bytea";
+
+/// Bumps the fence of a reader's key (as [`TRY_ACQUIRE`] does, $1..$5) and arms the TTL; the
+/// recorded limit is left as it is (it means something only while permits are held). Inside
+/// the gate's transaction; the TTL timer starts once it commits.
+const BUMP_SHARED: &str = concat!(
+    "WITH bump AS (",
+    bump_fence!("(SELECT 1) AS one"),
+    ")
+     SELECT token, pg_backend_pid() AS pid, set_config('idle_session_timeout', ($4::int8)::text, false)
+       FROM bump"
+);
+
+/// Bumps the fence of a permit's key ($1..$5), records its limit ($6) and arms the TTL.
+const BUMP_PERMIT: &str = "INSERT INTO {fence} AS f (namespace, key, lock_id, lock_id_scheme, fence_scheme, token, owner, holder_pid, ttl_ms, updated_at, permit_limit)
+     VALUES ($2::text, $3::bytea, $1::int8, {scheme}, {fence_scheme}, pg_current_xact_id()::text::int8,
+             $5::text, pg_backend_pid(), $4::int8, clock_timestamp(), $6::int4)
+     ON CONFLICT (namespace, key) DO UPDATE
+        SET token = GREATEST(f.token + 1, pg_current_xact_id()::text::int8),
+            lock_id = EXCLUDED.lock_id, owner = EXCLUDED.owner,
+            holder_pid = EXCLUDED.holder_pid, ttl_ms = EXCLUDED.ttl_ms,
+            updated_at = EXCLUDED.updated_at, permit_limit = EXCLUDED.permit_limit
+     RETURNING f.token AS token, pg_backend_pid() AS pid,
+               set_config('idle_session_timeout', ($4::int8)::text, false)";
+
+/// Release of a shared lease or a permit: whether the session still held the key's lock $1
+/// (in any mode), then every lock of the session (key, group, slot) goes, and the TTL is
+/// disarmed. One statement; the check is read before the unlock.
+pub(crate) const RELEASE_ALL: &str = concat!(
+    "WITH held AS MATERIALIZED (SELECT EXISTS (",
+    held_by_this_backend!(),
+    ") AS released),
+     gone AS MATERIALIZED (SELECT h.released, pg_advisory_unlock_all() AS unlocked FROM held h)
+     SELECT released, set_config('idle_session_timeout', '0', false) FROM gone"
+);
+
+/// Every holder of the key's lock $1 (pid, lock mode), with the advisory locks each holds (as
+/// ids), whether its backend is idle and for how long, and the key's fence row ($2, $3) if it
+/// is this lock's. For the status of a key held in shared or permit mode.
+const HOLDERS: &str = "SELECT l.pid, l.mode,
+        ARRAY(SELECT ((p.classid::int8 << 32) | p.objid::int8) FROM pg_locks p
+               WHERE p.pid = l.pid AND p.locktype = 'advisory' AND p.granted
+                 AND p.objsubid = 1 AND p.database = l.database) AS locks,
+        a.state, (extract(epoch FROM clock_timestamp() - a.state_change) * 1000)::int8 AS silent_ms,
+        f.token, f.owner, f.holder_pid, f.ttl_ms, f.permit_limit
    FROM pg_locks l
    LEFT JOIN pg_stat_activity a ON a.pid = l.pid
    LEFT JOIN {fence} f ON f.namespace = $2::text AND f.key = $3::bytea AND f.lock_id = $1::int8
@@ -236,7 +354,7 @@ const STATUS: &str = "SELECT l.pid, f.token, f.owner, f.holder_pid, f.ttl_ms, a.
     AND l.classid = (($1::int8 >> 32) & 4294967295)::oid
     AND l.objid = ($1::int8 & 4294967295)::oid
     AND l.objsubid = 1
-  LIMIT 1";
+  ORDER BY l.pid";
 
 /// `sql` with the fence table and this build's lock-id scheme filled in.
 fn fill(sql: &str, fence_table: &str) -> String {
@@ -257,16 +375,23 @@ pub(crate) fn upgrade_from_fence_scheme_1(fence_table: &str) -> String {
     fill(UPGRADE_FROM_FENCE_SCHEME_1, fence_table)
 }
 
+pub(crate) fn add_permit_limit(fence_table: &str) -> String {
+    fill(ADD_PERMIT_LIMIT, fence_table)
+}
+
 /// The statements with the fence table filled in.
 pub(crate) struct Statements {
     pub(crate) try_acquire: String,
     pub(crate) wait_acquire: String,
     pub(crate) reclaim: String,
-    pub(crate) status: String,
     pub(crate) create_schema: String,
     pub(crate) create_fence_table: String,
     pub(crate) remove_idle_fences: String,
     pub(crate) count_fences: String,
+    pub(crate) recorded_limit: String,
+    pub(crate) bump_shared: String,
+    pub(crate) bump_permit: String,
+    pub(crate) holders: String,
 }
 
 impl Statements {
@@ -276,11 +401,14 @@ impl Statements {
             try_acquire: fill(TRY_ACQUIRE),
             wait_acquire: fill(WAIT_ACQUIRE),
             reclaim: fill(RECLAIM_AFTER_TIMEOUT),
-            status: fill(STATUS),
             create_schema: format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\""),
             create_fence_table: fill(CREATE_FENCE_TABLE),
             remove_idle_fences: fill(REMOVE_IDLE_FENCES),
             count_fences: fill(COUNT_FENCES),
+            recorded_limit: fill(RECORDED_LIMIT),
+            bump_shared: fill(BUMP_SHARED),
+            bump_permit: fill(BUMP_PERMIT),
+            holders: fill(HOLDERS),
         }
     }
 }
@@ -296,10 +424,13 @@ mod tests {
             &sql.try_acquire,
             &sql.wait_acquire,
             &sql.reclaim,
-            &sql.status,
             &sql.create_fence_table,
             &sql.remove_idle_fences,
             &sql.count_fences,
+            &sql.recorded_limit,
+            &sql.bump_shared,
+            &sql.bump_permit,
+            &sql.holders,
         ] {
             assert!(statement.contains("\"s\".\"t\""), "{statement}");
             assert!(!statement.contains("{fence}"), "{statement}");

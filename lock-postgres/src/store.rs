@@ -7,19 +7,22 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use fencelock_core::ttl::whole_millis;
-use fencelock_core::validate::{check_key, check_request, check_ttl, check_wait};
+use fencelock_core::validate::{check_key, check_mode, check_request, check_ttl, check_wait};
 use fencelock_core::{
-    Acquire, Capabilities, Error, Extend, Instant, KeyStatus, Lease, LockStore, OwnerId, Release,
-    ReleaseOutcome, Result,
+    Acquire, Capabilities, Error, Extend, HolderStatus, Instant, KeyStatus, Lease, LockStore, Mode,
+    OwnerId, Release, ReleaseOutcome, Result,
 };
 use sqlx::postgres::PgRow;
 use sqlx::Row;
 
 use crate::config::{PostgresConfig, MIN_TTL};
 use crate::error::{bounded, sql_error, Fault};
-use crate::keys::Target;
+use crate::keys::{ModeLocks, Target};
 use crate::session::{Checkout, Session, Sessions, WaitGuard};
-use crate::sql::{CONFIRM_HELD, RELEASE, TERMINATE_HOLDER};
+use crate::sql::{
+    CONFIRM_HELD, GROUPS_HELD, RELEASE, RELEASE_ALL, TAKE_GATE, TAKE_SLOT, TERMINATE_HOLDER,
+    TRY_SHARED, UNLOCK_ALL, WAIT_EXCLUSIVE_SIGNAL, WAIT_SHARED,
+};
 use crate::watch::{Backend, Watch};
 
 // ---- the store ------------------------------------------------------------------------------
@@ -35,6 +38,9 @@ const POOLING_PROXY: &str =
 /// releasing it closes the session, which frees the lock at once.
 struct Held {
     lock_id: i64,
+    /// A shared lease or a permit: its session holds the key's lock shared, a group lock and
+    /// (permits) a slot lock, all released together.
+    several_locks: bool,
     pid: i32,
     session: tokio::sync::Mutex<Option<Session>>,
     sessions: Arc<Sessions>,
@@ -388,6 +394,41 @@ impl PostgresStore {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
+    fn lease_in(
+        &self,
+        target: &Target,
+        owner: OwnerId,
+        token: i64,
+        ttl: Duration,
+        sent_at: Instant,
+        session: Session,
+        mode: Mode,
+        slot: Option<u32>,
+    ) -> Lease {
+        let backend = Backend {
+            pid: session.pid,
+            started_us: session.started_us,
+        };
+        let watch_id = self.watch.reserve();
+        let held = Held {
+            lock_id: target.lock_id,
+            several_locks: mode != Mode::Exclusive,
+            pid: session.pid,
+            session: tokio::sync::Mutex::new(Some(session)),
+            sessions: self.sessions.clone(),
+            watch: self.watch.clone(),
+            watch_id,
+        };
+        // Tokens start at 1 and only grow, so they are never negative.
+        let token = token.max(0).unsigned_abs();
+        let lease = Lease::with_store_state(&target.display, owner, token, ttl, sent_at, held)
+            .in_mode(mode, slot);
+        self.watch
+            .add(&self.sessions, watch_id, backend, ttl, lease.revocation());
+        lease
+    }
+
     fn lease(
         &self,
         target: &Target,
@@ -397,29 +438,22 @@ impl PostgresStore {
         sent_at: Instant,
         session: Session,
     ) -> Lease {
-        let backend = Backend {
-            pid: session.pid,
-            started_us: session.started_us,
-        };
-        let watch_id = self.watch.reserve();
-        let held = Held {
-            lock_id: target.lock_id,
-            pid: session.pid,
-            session: tokio::sync::Mutex::new(Some(session)),
-            sessions: self.sessions.clone(),
-            watch: self.watch.clone(),
-            watch_id,
-        };
-        // Tokens start at 1 and only grow, so they are never negative.
-        let token = token.max(0).unsigned_abs();
-        let lease = Lease::with_store_state(&target.display, owner, token, ttl, sent_at, held);
-        self.watch
-            .add(&self.sessions, watch_id, backend, ttl, lease.revocation());
-        lease
+        self.lease_in(
+            target,
+            owner,
+            token,
+            ttl,
+            sent_at,
+            session,
+            Mode::Exclusive,
+            None,
+        )
     }
 
     async fn extend_lease(&self, lease: &Lease) -> Result<()> {
-        let held = held(lease)?;
+        let Some(held) = held(lease) else {
+            return Err(Error::lost(lease, FOREIGN_LEASE));
+        };
         let mut slot = held.session.lock().await;
         let Some(session) = slot.as_mut() else {
             return Err(Error::lost(
@@ -467,7 +501,10 @@ impl PostgresStore {
     }
 
     async fn release_lease(&self, lease: &Lease) -> Result<ReleaseOutcome> {
-        let held = held(lease)?;
+        let Some(held) = held(lease) else {
+            // Not granted by this kind of store: whatever holds the key, it is not this lease.
+            return Ok(ReleaseOutcome::Lost);
+        };
         let mut slot = held.session.lock().await;
         let Some(mut session) = slot.take() else {
             return Ok(ReleaseOutcome::Lost);
@@ -477,9 +514,13 @@ impl PostgresStore {
         // From here on a dropped future drops the session, which frees the lock.
         let reply = bounded(
             held.sessions.config.command_timeout,
-            sqlx::query(RELEASE)
-                .bind(held.lock_id)
-                .fetch_one(&mut session.conn),
+            sqlx::query(if held.several_locks {
+                RELEASE_ALL
+            } else {
+                RELEASE
+            })
+            .bind(held.lock_id)
+            .fetch_one(&mut session.conn),
         )
         .await;
         match reply {
@@ -511,15 +552,15 @@ impl PostgresStore {
             } = self.checkout(fresh).await?;
             let reply = bounded(
                 self.sessions.config.command_timeout,
-                sqlx::query(&self.sessions.sql.status)
+                sqlx::query(&self.sessions.sql.holders)
                     .bind(target.lock_id)
                     .bind(&target.namespace)
                     .bind(&target.fence_key)
-                    .fetch_optional(&mut session.conn),
+                    .fetch_all(&mut session.conn),
             )
             .await;
-            let row = match reply {
-                Ok(row) => row,
+            let rows = match reply {
+                Ok(rows) => rows,
                 Err(fault) if reused && fault.session_ended() => {
                     fresh = true;
                     continue;
@@ -527,50 +568,494 @@ impl PostgresStore {
                 Err(fault) => return Err(fault.into_error("status")),
             };
             self.sessions.checkin(session);
-            let Some(row) = row else {
-                return Ok(KeyStatus::Free);
-            };
-            return decode(&row, |row| {
-                let pid: i32 = row.try_get("pid")?;
-                let holder_pid: Option<i32> = row.try_get("holder_pid")?;
-                // The fence row describes the holder only if that backend bumped it; otherwise
-                // another key (a hash collision) or another program holds the lock.
-                if holder_pid != Some(pid) {
-                    return Ok(KeyStatus::Held {
-                        owner: None,
-                        token: None,
-                        remaining: None,
-                    });
-                }
-                let token: Option<i64> = row.try_get("token")?;
-                let owner: Option<String> = row.try_get("owner")?;
-                let ttl_ms: Option<i64> = row.try_get("ttl_ms")?;
-                let state: Option<String> = row.try_get("state")?;
-                let silent_ms: Option<i64> = row.try_get("silent_ms")?;
-                // The server's idle timer runs only while the backend is idle.
-                let remaining = match (ttl_ms, state.as_deref(), silent_ms) {
-                    (Some(ttl), Some("idle"), Some(silent)) => Some(ttl.saturating_sub(silent)),
-                    (Some(ttl), Some(_), _) => Some(ttl),
-                    _ => None,
-                }
-                .map(|ms| Duration::from_millis(ms.max(0).unsigned_abs()));
-                Ok(KeyStatus::Held {
-                    owner: owner.as_deref().and_then(OwnerId::parse),
-                    token: token.map(|t| t.max(0).unsigned_abs()),
-                    remaining,
-                })
-            });
+            return self.status_from(&target, &rows);
         }
     }
 }
 
-fn held(lease: &Lease) -> Result<&Held> {
-    lease.store_state::<Held>().ok_or_else(|| {
-        Error::invalid(
-            "lease",
-            "it was not granted by a PostgreSQL store (it carries no session)",
+// ---- shared leases and semaphore permits ----------------------------------------------------
+
+/// The longest one wake-up wait on a group or slot lock lasts before the waiter looks again:
+/// the bound on noticing a freed slot other than the one it waits on, or a group emptied by
+/// the server ending a session (which nothing announces otherwise).
+const MODE_POLL: Duration = Duration::from_millis(200);
+
+/// What stood in a mode attempt's way.
+enum Blocker {
+    /// The key's lock: an exclusive holder, or an exclusive request waiting (writers first).
+    Main,
+    /// Another lock (the other group's, the own group's, a slot): wait on it, then look again.
+    Lock(i64),
+}
+
+/// How a mode attempt ended.
+enum Attempt {
+    Granted {
+        token: i64,
+        pid: i32,
+        slot: Option<u32>,
+    },
+    Blocked(Blocker),
+    /// The key's permits are held with this other limit.
+    Mismatch(u32),
+}
+
+impl PostgresStore {
+    fn check_permit_column(&self, mode: Mode) -> Result<()> {
+        if matches!(mode, Mode::Permit { .. }) && !self.sessions.has_permit_limit_column() {
+            return Err(Error::Store {
+                message: format!(
+                    "the fence table {} has no permit_limit column (an earlier \
+                     fencelock-postgres made it), so it cannot record a semaphore's limit: have \
+                     the table's owner run PostgresConfig::permits_upgrade_sql() once (crate \
+                     docs: \"Shared leases and semaphore permits\"); exclusive and shared \
+                     leases work without it",
+                    self.sessions.config.fence_table()
+                ),
+                source: None,
+            });
+        }
+        Ok(())
+    }
+
+    /// One attempt in `mode`, as one transaction under the key's gate. Session locks taken by
+    /// a refused attempt are released before it returns; `have_main` says the session already
+    /// holds the key's lock shared (from a wait in the queue).
+    #[allow(clippy::too_many_arguments)]
+    async fn attempt_mode(
+        &self,
+        session: &mut Session,
+        target: &Target,
+        locks: &ModeLocks,
+        mode: Mode,
+        ttl: Duration,
+        owner: OwnerId,
+        have_main: bool,
+    ) -> std::result::Result<Attempt, Fault> {
+        let limit = self.sessions.config.command_timeout;
+        bounded(limit, sqlx::query("BEGIN").execute(&mut session.conn)).await?;
+        let outcome = self
+            .checks_and_takes(session, target, locks, mode, ttl, owner, have_main)
+            .await?;
+        if !matches!(outcome, Attempt::Granted { .. }) {
+            bounded(limit, sqlx::query(UNLOCK_ALL).execute(&mut session.conn)).await?;
+            bounded(limit, sqlx::query("ROLLBACK").execute(&mut session.conn)).await?;
+            return Ok(outcome);
+        }
+        bounded(limit, sqlx::query("COMMIT").execute(&mut session.conn)).await?;
+        Ok(outcome)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn checks_and_takes(
+        &self,
+        session: &mut Session,
+        target: &Target,
+        locks: &ModeLocks,
+        mode: Mode,
+        ttl: Duration,
+        owner: OwnerId,
+        have_main: bool,
+    ) -> std::result::Result<Attempt, Fault> {
+        let limit = self.sessions.config.command_timeout;
+        let conn = &mut session.conn;
+        bounded(
+            limit,
+            sqlx::query(TAKE_GATE).bind(locks.gate).execute(&mut *conn),
         )
+        .await?;
+        let try_shared = |id: i64| sqlx::query_scalar::<_, bool>(TRY_SHARED).bind(id);
+        if !have_main && !bounded(limit, try_shared(target.lock_id).fetch_one(&mut *conn)).await? {
+            return Ok(Attempt::Blocked(Blocker::Main));
+        }
+        let groups = bounded(
+            limit,
+            sqlx::query(GROUPS_HELD)
+                .bind(locks.readers)
+                .bind(locks.permits)
+                .fetch_one(&mut *conn),
+        )
+        .await?;
+        let readers: bool = groups.try_get("readers").map_err(Fault::Sql)?;
+        let permits: bool = groups.try_get("permits").map_err(Fault::Sql)?;
+        let bump = match mode {
+            Mode::Permit { limit: wanted } => {
+                if readers {
+                    return Ok(Attempt::Blocked(Blocker::Lock(locks.readers)));
+                }
+                if permits {
+                    let recorded: Option<Option<i32>> = bounded(
+                        limit,
+                        sqlx::query_scalar(&self.sessions.sql.recorded_limit)
+                            .bind(&target.namespace)
+                            .bind(&target.fence_key)
+                            .fetch_optional(&mut *conn),
+                    )
+                    .await?;
+                    match recorded.flatten() {
+                        Some(held) if held.max(0).unsigned_abs() != wanted => {
+                            return Ok(Attempt::Mismatch(held.max(0).unsigned_abs()))
+                        }
+                        Some(_) => {}
+                        // Held, but no limit on record (its row was removed after the
+                        // retention window): wait until that group is gone.
+                        None => return Ok(Attempt::Blocked(Blocker::Lock(locks.permits))),
+                    }
+                }
+                if !bounded(limit, try_shared(locks.permits).fetch_one(&mut *conn)).await? {
+                    return Ok(Attempt::Blocked(Blocker::Lock(locks.permits)));
+                }
+                let slot: Option<i64> = bounded(
+                    limit,
+                    sqlx::query_scalar(TAKE_SLOT)
+                        .bind(locks.slots(wanted))
+                        .fetch_optional(&mut *conn),
+                )
+                .await?;
+                let Some(slot) = slot.and_then(|s| u32::try_from(s).ok()) else {
+                    let pick = (OwnerId::random().as_u128() % u128::from(wanted)) as u32;
+                    return Ok(Attempt::Blocked(Blocker::Lock(locks.slot(pick))));
+                };
+                let row = bounded(
+                    limit,
+                    sqlx::query(&self.sessions.sql.bump_permit)
+                        .bind(target.lock_id)
+                        .bind(&target.namespace)
+                        .bind(&target.fence_key)
+                        .bind(millis(ttl))
+                        .bind(owner.to_string())
+                        .bind(i32::try_from(wanted).unwrap_or(i32::MAX))
+                        .fetch_one(&mut *conn),
+                )
+                .await?;
+                (row, Some(slot))
+            }
+            _ => {
+                if permits {
+                    return Ok(Attempt::Blocked(Blocker::Lock(locks.permits)));
+                }
+                if !bounded(limit, try_shared(locks.readers).fetch_one(&mut *conn)).await? {
+                    return Ok(Attempt::Blocked(Blocker::Lock(locks.readers)));
+                }
+                let row = bounded(
+                    limit,
+                    sqlx::query(&self.sessions.sql.bump_shared)
+                        .bind(target.lock_id)
+                        .bind(&target.namespace)
+                        .bind(&target.fence_key)
+                        .bind(millis(ttl))
+                        .bind(owner.to_string())
+                        .fetch_one(&mut *conn),
+                )
+                .await?;
+                (row, None)
+            }
+        };
+        let (row, slot) = bump;
+        let token: i64 = row.try_get("token").map_err(Fault::Sql)?;
+        let pid: i32 = row.try_get("pid").map_err(Fault::Sql)?;
+        Ok(Attempt::Granted { token, pid, slot })
+    }
+
+    /// One attempt in a shared or permit mode; `Busy` if anything stands in the way.
+    async fn try_mode(&self, target: &Target, ttl: Duration, mode: Mode) -> Result<Lease> {
+        let ttl = Duration::from_millis(whole_millis(ttl));
+        let locks = ModeLocks::of(target.lock_id);
+        let mut fresh = false;
+        loop {
+            let Checkout {
+                mut session,
+                reused,
+            } = self.checkout(fresh).await?;
+            self.check_permit_column(mode)?;
+            let owner = OwnerId::random();
+            let sent_at = Instant::now();
+            let attempt = self
+                .attempt_mode(&mut session, target, &locks, mode, ttl, owner, false)
+                .await;
+            return match attempt {
+                Ok(Attempt::Granted { token, pid, slot }) => {
+                    check_same_backend(&session, pid)?;
+                    Ok(self.lease_in(target, owner, token, ttl, sent_at, session, mode, slot))
+                }
+                Ok(Attempt::Blocked(_)) => {
+                    self.sessions.checkin(session);
+                    Err(Error::Busy {
+                        key: target.display.clone(),
+                    })
+                }
+                Ok(Attempt::Mismatch(held)) => {
+                    self.sessions.checkin(session);
+                    Err(mismatch(target, held, mode))
+                }
+                Err(fault) if reused && fault.session_ended() => {
+                    tracing::debug!(reason = %fault.describe(), "an idle session was dead; retrying on a new one");
+                    fresh = true;
+                    continue;
+                }
+                // Whatever the attempt took is freed when the dropped session closes.
+                Err(fault) => Err(fault.into_error("try_acquire_as")),
+            };
+        }
+    }
+
+    /// Waits up to `wait` in a shared or permit mode: in the server's queue for the key's lock
+    /// (behind any writer), then, for what a group or a full semaphore holds, in the queue of
+    /// that lock for at most [`MODE_POLL`] at a time.
+    async fn wait_mode(
+        &self,
+        target: &Target,
+        ttl: Duration,
+        wait: Duration,
+        mode: Mode,
+    ) -> Result<Lease> {
+        let started = Instant::now();
+        if wait.is_zero() {
+            return self
+                .try_mode(target, ttl, mode)
+                .await
+                .map_err(|error| match error {
+                    Error::Busy { key } => Error::WaitTimedOut {
+                        key,
+                        waited: started.elapsed(),
+                    },
+                    other => other,
+                });
+        }
+        let deadline = started + wait;
+        let ttl = Duration::from_millis(whole_millis(ttl));
+        let locks = ModeLocks::of(target.lock_id);
+        let timed_out = || Error::WaitTimedOut {
+            key: target.display.clone(),
+            waited: started.elapsed(),
+        };
+        let mut fresh = false;
+        'session: loop {
+            let Checkout {
+                mut session,
+                reused,
+            } = self.checkout(fresh).await?;
+            self.check_permit_column(mode)?;
+            let mut have_main = false;
+            let mut first = true;
+            loop {
+                let remaining = deadline.saturating_duration_since(Instant::now());
+                if remaining.is_zero() {
+                    if have_main {
+                        bounded(
+                            self.sessions.config.command_timeout,
+                            sqlx::query(UNLOCK_ALL).execute(&mut session.conn),
+                        )
+                        .await
+                        .map_err(|fault| fault.into_error("acquire_as"))?;
+                    }
+                    self.sessions.checkin(session);
+                    return Err(timed_out());
+                }
+                let owner = OwnerId::random();
+                let sent_at = Instant::now();
+                let attempt = self
+                    .attempt_mode(&mut session, target, &locks, mode, ttl, owner, have_main)
+                    .await;
+                have_main = false;
+                let blocker = match attempt {
+                    Ok(Attempt::Granted { token, pid, slot }) => {
+                        check_same_backend(&session, pid)?;
+                        return Ok(
+                            self.lease_in(target, owner, token, ttl, sent_at, session, mode, slot)
+                        );
+                    }
+                    Ok(Attempt::Mismatch(held)) => {
+                        self.sessions.checkin(session);
+                        return Err(mismatch(target, held, mode));
+                    }
+                    Ok(Attempt::Blocked(blocker)) => blocker,
+                    Err(fault) if first && reused && fault.session_ended() => {
+                        tracing::debug!(reason = %fault.describe(), "an idle session was dead; retrying on a new one");
+                        fresh = true;
+                        continue 'session;
+                    }
+                    Err(fault) => return Err(fault.into_error("acquire_as")),
+                };
+                first = false;
+                let remaining = deadline.saturating_duration_since(Instant::now());
+                match blocker {
+                    Blocker::Main => {
+                        have_main = self
+                            .wait_in_queue(&mut session, target.lock_id, true, remaining)
+                            .await?;
+                    }
+                    Blocker::Lock(id) => {
+                        let jitter =
+                            Duration::from_millis((OwnerId::random().as_u128() % 50) as u64);
+                        let bound = remaining.min(MODE_POLL + jitter);
+                        self.wait_in_queue(&mut session, id, false, bound).await?;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Waits in the server's queue for lock `id` for at most `bound`: shared and kept
+    /// (`keep`, the key's lock), or exclusive and let go at once (a wake-up). Returns whether
+    /// the session holds the lock afterwards. A dropped future terminates the waiting backend
+    /// as a dropped exclusive waiter's is.
+    async fn wait_in_queue(
+        &self,
+        session: &mut Session,
+        id: i64,
+        keep: bool,
+        bound: Duration,
+    ) -> Result<bool> {
+        let lock_timeout = Duration::from_millis(whole_millis(bound).max(1));
+        let guard = WaitGuard::arm(&self.sessions, session, id);
+        let reply = bounded(
+            lock_timeout + self.sessions.config.command_timeout,
+            sqlx::query(if keep {
+                WAIT_SHARED
+            } else {
+                WAIT_EXCLUSIVE_SIGNAL
+            })
+            .bind(id)
+            .bind(millis(lock_timeout))
+            .execute(&mut session.conn),
+        )
+        .await;
+        if !matches!(reply, Err(Fault::TimedOut(_))) {
+            guard.disarm();
+        }
+        match reply {
+            Ok(_) => Ok(keep),
+            Err(fault) if fault.code().as_deref() == Some("55P03") => {
+                // A lock granted just as the timeout fired is still held: let it go.
+                bounded(
+                    self.sessions.config.command_timeout,
+                    sqlx::query(UNLOCK_ALL).execute(&mut session.conn),
+                )
+                .await
+                .map_err(|fault| fault.into_error("acquire_as"))?;
+                Ok(false)
+            }
+            Err(fault) => Err(fault.into_error("acquire_as")),
+        }
+    }
+
+    /// The status of a key from every holder of its lock: one exclusive holder, or the
+    /// readers or permit holders (those holding their group's lock).
+    fn status_from(&self, target: &Target, rows: &[PgRow]) -> Result<KeyStatus> {
+        let locks = ModeLocks::of(target.lock_id);
+        let Some(first) = rows.first() else {
+            return Ok(KeyStatus::Free);
+        };
+        let first_mode: String = decode(first, |row| row.try_get("mode"))?;
+        if first_mode == "ExclusiveLock" {
+            return decode(first, exclusive_status);
+        }
+        let mut readers = 0u32;
+        let mut permits = 0u32;
+        let mut holders = Vec::new();
+        let recorded: Option<i32> = decode(first, |row| row.try_get("permit_limit"))?;
+        let limit = recorded.map(|l| l.max(0).unsigned_abs());
+        let slots = locks.slots(limit.unwrap_or(0).min(fencelock_core::MAX_PERMITS));
+        let mut any = 0u32;
+        for row in rows {
+            let held: Vec<i64> = decode(row, |row| row.try_get("locks"))?;
+            any += 1;
+            let slot = if held.contains(&locks.permits) {
+                permits += 1;
+                slots
+                    .iter()
+                    .position(|id| held.contains(id))
+                    .and_then(|i| u32::try_from(i).ok())
+            } else if held.contains(&locks.readers) {
+                readers += 1;
+                None
+            } else {
+                // Between its lock and its group's (an acquire in flight), or another program.
+                continue;
+            };
+            let (owner, token, remaining) = decode(row, holder_fields)?;
+            holders.push(HolderStatus::new(owner, token, slot, remaining));
+        }
+        if permits > 0 {
+            Ok(KeyStatus::Shared {
+                mode: Mode::Permit {
+                    limit: limit.unwrap_or(0),
+                },
+                count: permits,
+                holders,
+            })
+        } else if readers > 0 {
+            Ok(KeyStatus::Shared {
+                mode: Mode::Shared,
+                count: readers,
+                holders,
+            })
+        } else {
+            // Held shared by another program (pg_advisory_lock_shared on the key's id).
+            Ok(KeyStatus::Shared {
+                mode: Mode::Shared,
+                count: any,
+                holders: Vec::new(),
+            })
+        }
+    }
+}
+
+/// Owner, token and remaining time of a holder row, where the fence row is this holder's (it
+/// describes the last lease granted).
+fn holder_fields(row: &PgRow) -> sqlx::Result<(Option<OwnerId>, Option<u64>, Option<Duration>)> {
+    let pid: i32 = row.try_get("pid")?;
+    let holder_pid: Option<i32> = row.try_get("holder_pid")?;
+    if holder_pid != Some(pid) {
+        return Ok((None, None, None));
+    }
+    let token: Option<i64> = row.try_get("token")?;
+    let owner: Option<String> = row.try_get("owner")?;
+    let ttl_ms: Option<i64> = row.try_get("ttl_ms")?;
+    let state: Option<String> = row.try_get("state")?;
+    let silent_ms: Option<i64> = row.try_get("silent_ms")?;
+    // The server's idle timer runs only while the backend is idle.
+    let remaining = match (ttl_ms, state.as_deref(), silent_ms) {
+        (Some(ttl), Some("idle"), Some(silent)) => Some(ttl.saturating_sub(silent)),
+        (Some(ttl), Some(_), _) => Some(ttl),
+        _ => None,
+    }
+    .map(|ms| Duration::from_millis(ms.max(0).unsigned_abs()));
+    Ok((
+        owner.as_deref().and_then(OwnerId::parse),
+        token.map(|t| t.max(0).unsigned_abs()),
+        remaining,
+    ))
+}
+
+fn exclusive_status(row: &PgRow) -> sqlx::Result<KeyStatus> {
+    let (owner, token, remaining) = holder_fields(row)?;
+    Ok(KeyStatus::Held {
+        owner,
+        token,
+        remaining,
     })
+}
+
+fn mismatch(target: &Target, held: u32, mode: Mode) -> Error {
+    let requested = match mode {
+        Mode::Permit { limit } => limit,
+        _ => 0,
+    };
+    Error::LimitMismatch {
+        key: target.display.clone(),
+        held,
+        requested,
+    }
+}
+
+/// Why a lease without a session of this store is lost to it.
+const FOREIGN_LEASE: &str =
+    "it was not granted by a PostgreSQL store (it carries no session), so it holds nothing here";
+
+fn held(lease: &Lease) -> Option<&Held> {
+    lease.store_state::<Held>()
 }
 
 fn check_same_backend(session: &Session, pid: i32) -> Result<()> {
@@ -645,6 +1130,75 @@ impl Acquire for PostgresStore {
         }
         result
     }
+
+    /// Readers take the key's lock shared (`pg_try_advisory_lock_shared`); a permit takes it
+    /// shared and one of `limit` slot locks. See the crate docs, "Shared leases and semaphore
+    /// permits".
+    ///
+    /// # Cancel safety
+    /// As for [`Acquire::try_acquire`]: the attempt runs on a session owned by the future.
+    #[tracing::instrument(
+        level = "debug",
+        name = "try_acquire_as",
+        skip(self),
+        fields(store = "postgres")
+    )]
+    async fn try_acquire_as(&self, key: &str, ttl: Duration, mode: Mode) -> Result<Lease> {
+        if mode == Mode::Exclusive {
+            return self.try_acquire(key, ttl).await;
+        }
+        check_request(key, ttl, &self.capabilities())?;
+        check_mode(mode, &self.capabilities())?;
+        let target = Target::hashed(&self.sessions.config.space(), key);
+        let result = self.try_mode(&target, ttl, mode).await;
+        match &result {
+            Ok(lease) => {
+                tracing::debug!(key, token = lease.fencing_token(), slot = ?lease.slot(), "acquired")
+            }
+            Err(error) => tracing::debug!(key, %error, "not acquired"),
+        }
+        result
+    }
+
+    /// Waits in PostgreSQL's queue for the key's lock (a reader or permit queues behind any
+    /// waiting writer), then, while the other group or a full semaphore holds the key, in the
+    /// queue of that group's lock or of one slot, looking again at least every 200 ms (the
+    /// fallback for a slot freed elsewhere or a session the server ended).
+    ///
+    /// # Cancel safety
+    /// As for [`Acquire::acquire`]: dropping the future closes its session and terminates a
+    /// backend still waiting, so a dropped waiter never takes a lease later.
+    #[tracing::instrument(
+        level = "debug",
+        name = "acquire_as",
+        skip(self),
+        fields(store = "postgres")
+    )]
+    async fn acquire_as(
+        &self,
+        key: &str,
+        ttl: Duration,
+        wait: Duration,
+        mode: Mode,
+    ) -> Result<Lease> {
+        if mode == Mode::Exclusive {
+            return self.acquire(key, ttl, wait).await;
+        }
+        check_request(key, ttl, &self.capabilities())?;
+        check_mode(mode, &self.capabilities())?;
+        check_wait(wait)?;
+        let target = Target::hashed(&self.sessions.config.space(), key);
+        let started = Instant::now();
+        let result = self.wait_mode(&target, ttl, wait, mode).await;
+        let waited_ms = started.elapsed().as_millis() as u64;
+        match &result {
+            Ok(lease) => {
+                tracing::debug!(key, token = lease.fencing_token(), slot = ?lease.slot(), waited_ms, "acquired")
+            }
+            Err(error) => tracing::debug!(key, %error, waited_ms, "not acquired"),
+        }
+        result
+    }
 }
 
 #[async_trait]
@@ -705,6 +1259,8 @@ impl LockStore for PostgresStore {
             // PostgreSQL's lock queue is first come, first served: see the crate docs.
             .with_fair_queue(true)
             .with_evict(true)
+            .with_shared(true)
+            .with_permits(true)
             .with_max_ttl(self.sessions.config.max_ttl)
             .with_retention(self.sessions.config.retention)
     }
