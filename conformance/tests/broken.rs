@@ -11,8 +11,8 @@ use std::time::Duration;
 use fencelock_conformance::{async_trait, run_all, run_case, Outcome, StoreFactory};
 use fencelock_core::validate::{check_request, check_wait};
 use fencelock_core::{
-    Acquire, Capabilities, DynLockStore, Error, Extend, KeepAlive, Lease, LockStore, OwnerId,
-    Release, ReleaseOutcome, Result,
+    drift, Acquire, Capabilities, DynLockStore, Error, Extend, KeepAlive, KeyStatus, Lease,
+    LockStore, MemoryStore, Mode, OwnerId, Release, ReleaseOutcome, Result, MAX_PERMITS,
 };
 use tokio::time::{sleep, Instant};
 
@@ -502,4 +502,488 @@ async fn a_keep_alive_that_retries_a_whole_period_later_is_caught() {
         "keep_alive_survives_transient_extend_failures",
     )
     .await;
+}
+
+/// How [`ModeStore`] breaks the lock modes of the memory store it wraps: one flaw per modes
+/// case, each breaking the guarantee that case names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ModeFlaw {
+    None,
+    /// A semaphore of `L` grants `L + 1` permits.
+    PermitsOverLimit,
+    /// A shared request is taken as an exclusive one, so readers exclude each other.
+    ReadersExcludeEachOther,
+    /// An exclusive request on a key held by readers is granted as one more reader.
+    WriterJoinsReaders,
+    /// A waiting exclusive request polls `try_acquire` without registering as a waiting
+    /// writer, so a stream of readers starves it.
+    WritersStarve,
+    /// Shared and permit leases carry tokens from a counter of their own per key, from 1,
+    /// below the exclusive leases' tokens.
+    TokensOfOtherModesRestart,
+    /// A permit's release that finds the lease gone frees another permit of the key instead.
+    OwnerBlindPermitRelease,
+    /// A request with another limit is granted a permit of the held limit.
+    LimitMismatchGranted,
+    /// A permit waiter waits in a detached task, which takes a permit after its caller's
+    /// future was dropped.
+    DetachedPermitWaiter,
+    /// A permit's release reports `Released` and frees nothing: the permit stays until its TTL.
+    PermitReleaseFreesNothing,
+    /// The capabilities declare no shared leases and no permits, yet both are granted.
+    UndeclaredModesGranted,
+    /// Limits outside `1..=MAX_PERMITS` are clamped into it instead of refused.
+    PermitLimitUnchecked,
+}
+
+/// A [`MemoryStore`] with one [`ModeFlaw`]; exclusive leases are the memory store's own.
+#[derive(Debug, Clone)]
+struct ModeStore {
+    inner: MemoryStore,
+    flaw: ModeFlaw,
+    /// For [`ModeFlaw::TokensOfOtherModesRestart`]: the per-key counter of the other modes,
+    /// and the memory store's lease behind each lease handed out, by owner.
+    other_modes: Arc<Mutex<OtherModes>>,
+}
+
+#[derive(Default)]
+struct OtherModes {
+    counters: HashMap<String, u64>,
+    real: HashMap<OwnerId, Lease>,
+}
+
+impl std::fmt::Debug for OtherModes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OtherModes")
+    }
+}
+
+impl ModeStore {
+    fn new(inner: MemoryStore, flaw: ModeFlaw) -> Self {
+        ModeStore {
+            inner,
+            flaw,
+            other_modes: Arc::default(),
+        }
+    }
+
+    fn other_modes(&self) -> std::sync::MutexGuard<'_, OtherModes> {
+        self.other_modes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The mode the memory store is asked for instead of `mode`.
+    fn asked(&self, mode: Mode) -> Mode {
+        match (self.flaw, mode) {
+            (ModeFlaw::PermitsOverLimit, Mode::Permit { limit }) if limit > 0 => {
+                Mode::permits(limit + 1)
+            }
+            (ModeFlaw::ReadersExcludeEachOther, Mode::Shared) => Mode::Exclusive,
+            (ModeFlaw::PermitLimitUnchecked, Mode::Permit { limit }) => {
+                Mode::permits(limit.clamp(1, MAX_PERMITS))
+            }
+            _ => mode,
+        }
+    }
+
+    /// The memory store's `lease`, granted for a request in `mode`, as the caller sees it.
+    fn granted(&self, lease: Lease, mode: Mode) -> Lease {
+        let slot = match (self.flaw, mode) {
+            // The extra permit shares a slot below the limit, as a store whose slots wrap would.
+            (ModeFlaw::PermitsOverLimit, Mode::Permit { limit }) => {
+                lease.slot().map(|s| s.checked_rem(limit).unwrap_or(s))
+            }
+            _ => lease.slot(),
+        };
+        if self.flaw != ModeFlaw::TokensOfOtherModesRestart || mode == Mode::Exclusive {
+            return if (lease.mode(), lease.slot()) == (mode, slot) {
+                lease
+            } else {
+                lease.in_mode(mode, slot)
+            };
+        }
+        let mut other_modes = self.other_modes();
+        let counter = other_modes
+            .counters
+            .entry(lease.key().to_owned())
+            .or_insert(0);
+        *counter += 1;
+        let seen = Lease::new(
+            lease.key(),
+            lease.owner(),
+            *counter,
+            lease.ttl(),
+            Instant::now() - (lease.ttl() - lease.remaining()),
+        )
+        .in_mode(mode, slot);
+        other_modes.real.insert(lease.owner(), lease);
+        seen
+    }
+
+    /// The memory store's lease behind `lease`.
+    fn real(&self, lease: &Lease) -> Lease {
+        self.other_modes()
+            .real
+            .get(&lease.owner())
+            .cloned()
+            .unwrap_or_else(|| lease.clone())
+    }
+
+    /// One attempt in `mode`, flaws included.
+    async fn try_in(&self, key: &str, ttl: Duration, mode: Mode) -> Result<Lease> {
+        let result = self.inner.try_acquire_as(key, ttl, self.asked(mode)).await;
+        let result = match (self.flaw, result) {
+            (ModeFlaw::WriterJoinsReaders, Err(Error::Busy { .. })) if mode == Mode::Exclusive => {
+                match self.inner.status(key).await? {
+                    KeyStatus::Shared {
+                        mode: Mode::Shared, ..
+                    } => self.inner.try_acquire_as(key, ttl, Mode::Shared).await,
+                    _ => Err(Error::Busy {
+                        key: key.to_owned(),
+                    }),
+                }
+            }
+            (ModeFlaw::LimitMismatchGranted, Err(Error::LimitMismatch { held, .. })) => {
+                self.inner
+                    .try_acquire_as(key, ttl, Mode::permits(held))
+                    .await
+            }
+            (_, result) => result,
+        };
+        Ok(self.granted(result?, mode))
+    }
+
+    /// A waiting acquire in `mode`, flaws included.
+    async fn wait_in(&self, key: &str, ttl: Duration, wait: Duration, mode: Mode) -> Result<Lease> {
+        match (self.flaw, mode) {
+            (ModeFlaw::WritersStarve | ModeFlaw::WriterJoinsReaders, Mode::Exclusive) => {
+                check_wait(wait)?;
+                let started = Instant::now();
+                loop {
+                    match self.try_in(key, ttl, mode).await {
+                        Err(Error::Busy { .. }) => {}
+                        other => return other,
+                    }
+                    if started.elapsed() >= wait {
+                        return Err(Error::WaitTimedOut {
+                            key: key.to_owned(),
+                            waited: started.elapsed(),
+                        });
+                    }
+                    sleep(Duration::from_millis(5)).await;
+                }
+            }
+            (ModeFlaw::DetachedPermitWaiter, Mode::Permit { .. }) => {
+                let (inner, key) = (self.inner.clone(), key.to_owned());
+                let task =
+                    tokio::spawn(async move { inner.acquire_as(&key, ttl, wait, mode).await });
+                task.await
+                    .map_err(|e| Error::store("the waiting task failed", e))?
+            }
+            (ModeFlaw::LimitMismatchGranted, Mode::Permit { .. }) => {
+                match self.inner.acquire_as(key, ttl, wait, mode).await {
+                    Err(Error::LimitMismatch { held, .. }) => {
+                        let lease = self
+                            .inner
+                            .acquire_as(key, ttl, wait, Mode::permits(held))
+                            .await?;
+                        Ok(self.granted(lease, mode))
+                    }
+                    other => other,
+                }
+            }
+            _ => {
+                let lease = self
+                    .inner
+                    .acquire_as(key, ttl, wait, self.asked(mode))
+                    .await?;
+                Ok(self.granted(lease, mode))
+            }
+        }
+    }
+
+    /// The permit of `key` that `status` lists as held by `lease`'s owner and token, or any
+    /// other held one when `anyone`.
+    async fn held_permit(&self, lease: &Lease, anyone: bool) -> Result<Option<Lease>> {
+        let KeyStatus::Shared { holders, .. } = self.inner.status(lease.key()).await? else {
+            return Ok(None);
+        };
+        Ok(holders.into_iter().find_map(|holder| {
+            let (owner, token) = (holder.owner?, holder.token?);
+            let ours = owner == lease.owner() && token == lease.fencing_token();
+            (ours || anyone).then(|| {
+                Lease::new(lease.key(), owner, token, lease.ttl(), Instant::now())
+                    .in_mode(lease.mode(), holder.slot)
+            })
+        }))
+    }
+}
+
+#[async_trait]
+#[deny(clippy::missing_trait_methods)]
+impl Acquire for ModeStore {
+    async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Lease> {
+        self.try_in(key, ttl, Mode::Exclusive).await
+    }
+
+    async fn acquire(&self, key: &str, ttl: Duration, wait: Duration) -> Result<Lease> {
+        self.wait_in(key, ttl, wait, Mode::Exclusive).await
+    }
+
+    async fn try_acquire_as(&self, key: &str, ttl: Duration, mode: Mode) -> Result<Lease> {
+        self.try_in(key, ttl, mode).await
+    }
+
+    async fn acquire_as(
+        &self,
+        key: &str,
+        ttl: Duration,
+        wait: Duration,
+        mode: Mode,
+    ) -> Result<Lease> {
+        self.wait_in(key, ttl, wait, mode).await
+    }
+}
+
+#[async_trait]
+#[deny(clippy::missing_trait_methods)]
+impl Release for ModeStore {
+    async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
+        let permit = matches!(lease.mode(), Mode::Permit { .. });
+        match self.flaw {
+            ModeFlaw::TokensOfOtherModesRestart => self.inner.release(&self.real(lease)).await,
+            ModeFlaw::PermitReleaseFreesNothing if permit => {
+                Ok(match self.held_permit(lease, false).await? {
+                    Some(_) => ReleaseOutcome::Released,
+                    None => ReleaseOutcome::Lost,
+                })
+            }
+            ModeFlaw::OwnerBlindPermitRelease if permit => match self.inner.release(lease).await? {
+                ReleaseOutcome::Lost => match self.held_permit(lease, true).await? {
+                    Some(someone) => self.inner.release(&someone).await,
+                    None => Ok(ReleaseOutcome::Lost),
+                },
+                released => Ok(released),
+            },
+            _ => self.inner.release(lease).await,
+        }
+    }
+}
+
+#[async_trait]
+#[deny(clippy::missing_trait_methods)]
+impl Extend for ModeStore {
+    async fn extend(&self, lease: &Lease) -> Result<()> {
+        if self.flaw == ModeFlaw::TokensOfOtherModesRestart {
+            let real = self.real(lease);
+            self.inner.extend(&real).await?;
+            lease.confirm(real.valid_until() - (lease.ttl() - drift(lease.ttl())));
+            return Ok(());
+        }
+        self.inner.extend(lease).await
+    }
+}
+
+#[async_trait]
+#[deny(clippy::missing_trait_methods)]
+impl LockStore for ModeStore {
+    fn capabilities(&self) -> Capabilities {
+        let capabilities = self.inner.capabilities();
+        match self.flaw {
+            ModeFlaw::UndeclaredModesGranted => capabilities.with_shared(false).with_permits(false),
+            _ => capabilities,
+        }
+    }
+
+    async fn status(&self, key: &str) -> Result<KeyStatus> {
+        self.inner.status(key).await
+    }
+
+    async fn evict(&self, key: &str) -> Result<bool> {
+        self.inner.evict(key).await
+    }
+}
+
+struct ModeFactory {
+    store: ModeStore,
+}
+
+#[async_trait]
+impl StoreFactory for ModeFactory {
+    async fn handle(&self) -> DynLockStore {
+        Arc::new(self.store.clone())
+    }
+
+    async fn unreachable_handle(&self) -> DynLockStore {
+        let inner = MemoryStore::new();
+        inner.set_reachable(false);
+        Arc::new(ModeStore::new(inner, self.store.flaw))
+    }
+}
+
+fn mode_factory(flaw: ModeFlaw) -> Arc<ModeFactory> {
+    Arc::new(ModeFactory {
+        store: ModeStore::new(MemoryStore::new(), flaw),
+    })
+}
+
+/// The modes cases, which the flawless [`ModeStore`] passes and each [`ModeFlaw`] fails one of.
+const MODE_CASES: &[&str] = &[
+    "permits_never_exceed_the_limit_under_contention",
+    "released_and_expired_permits_are_free_again_and_wake_a_waiter",
+    "tokens_increase_across_permits_and_modes",
+    "readers_hold_together",
+    "a_writer_excludes_readers_and_writers",
+    "a_waiting_writer_is_served_while_readers_keep_arriving",
+    "permit_release_and_extend_are_owner_only",
+    "a_different_limit_is_refused_while_permits_are_held",
+    "a_dropped_permit_waiter_never_takes_a_permit_later",
+    "unsupported_modes_are_refused",
+];
+
+/// Each flaw and the modes case that catches it.
+const MODE_FLAWS: &[(ModeFlaw, &str)] = &[
+    (
+        ModeFlaw::PermitsOverLimit,
+        "permits_never_exceed_the_limit_under_contention",
+    ),
+    (
+        ModeFlaw::PermitReleaseFreesNothing,
+        "released_and_expired_permits_are_free_again_and_wake_a_waiter",
+    ),
+    (
+        ModeFlaw::TokensOfOtherModesRestart,
+        "tokens_increase_across_permits_and_modes",
+    ),
+    (ModeFlaw::ReadersExcludeEachOther, "readers_hold_together"),
+    (
+        ModeFlaw::WriterJoinsReaders,
+        "a_writer_excludes_readers_and_writers",
+    ),
+    (
+        ModeFlaw::WritersStarve,
+        "a_waiting_writer_is_served_while_readers_keep_arriving",
+    ),
+    (
+        ModeFlaw::OwnerBlindPermitRelease,
+        "permit_release_and_extend_are_owner_only",
+    ),
+    (
+        ModeFlaw::LimitMismatchGranted,
+        "a_different_limit_is_refused_while_permits_are_held",
+    ),
+    (
+        ModeFlaw::DetachedPermitWaiter,
+        "a_dropped_permit_waiter_never_takes_a_permit_later",
+    ),
+    (
+        ModeFlaw::UndeclaredModesGranted,
+        "unsupported_modes_are_refused",
+    ),
+    (
+        ModeFlaw::PermitLimitUnchecked,
+        "unsupported_modes_are_refused",
+    ),
+];
+
+async fn assert_mode_flaw_caught(flaw: ModeFlaw) {
+    let cases: Vec<&str> = MODE_FLAWS
+        .iter()
+        .filter(|(f, _)| *f == flaw)
+        .map(|(_, case)| *case)
+        .collect();
+    assert!(!cases.is_empty(), "{flaw:?} names no case that catches it");
+    for case in cases {
+        assert_caught_in_modes(mode_factory(flaw), &format!("{flaw:?}"), case).await;
+    }
+}
+
+async fn assert_caught_in_modes(factory: Arc<ModeFactory>, flaw: &str, case: &str) {
+    match run_case(case, factory).await {
+        Outcome::Failed(failure) => println!("{flaw} caught by {case}: {failure}"),
+        other => panic!("the suite did not catch {flaw}: {case} ended {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_flawless_mode_store_passes_every_modes_case() {
+    use futures_util::future::join_all;
+    let outcomes =
+        join_all(MODE_CASES.iter().map(|case| async move {
+            (*case, run_case(case, mode_factory(ModeFlaw::None)).await)
+        }))
+        .await;
+    for (case, outcome) in outcomes {
+        assert_eq!(outcome, Outcome::Passed, "{case}");
+    }
+}
+
+#[test]
+fn every_modes_case_catches_a_mode_flaw() {
+    for case in MODE_CASES {
+        assert!(
+            fencelock_conformance::CASES.iter().any(|c| c.name == *case),
+            "no conformance case is called {case}"
+        );
+        assert!(
+            MODE_FLAWS.iter().any(|(_, caught_by)| caught_by == case),
+            "no broken store proves that {case} can fail"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permits_over_the_limit_are_caught() {
+    assert_mode_flaw_caught(ModeFlaw::PermitsOverLimit).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permit_release_that_frees_nothing_is_caught() {
+    assert_mode_flaw_caught(ModeFlaw::PermitReleaseFreesNothing).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_of_shared_and_permit_leases_below_the_writers_are_caught() {
+    assert_mode_flaw_caught(ModeFlaw::TokensOfOtherModesRestart).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_that_exclude_each_other_are_caught() {
+    assert_mode_flaw_caught(ModeFlaw::ReadersExcludeEachOther).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_granted_next_to_readers_is_caught() {
+    assert_mode_flaw_caught(ModeFlaw::WriterJoinsReaders).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writers_starved_by_readers_are_caught() {
+    assert_mode_flaw_caught(ModeFlaw::WritersStarve).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn owner_blind_permit_release_is_caught() {
+    assert_mode_flaw_caught(ModeFlaw::OwnerBlindPermitRelease).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silently_granted_limit_mismatch_is_caught() {
+    assert_mode_flaw_caught(ModeFlaw::LimitMismatchGranted).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permit_waiter_that_outlives_its_future_is_caught() {
+    assert_mode_flaw_caught(ModeFlaw::DetachedPermitWaiter).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn modes_granted_without_being_declared_are_caught() {
+    assert_mode_flaw_caught(ModeFlaw::UndeclaredModesGranted).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unchecked_permit_limits_are_caught() {
+    assert_mode_flaw_caught(ModeFlaw::PermitLimitUnchecked).await;
 }
