@@ -32,9 +32,10 @@ pub(crate) fn is_retryable(error: &etcd_client::Error) -> bool {
 }
 
 /// Whether the TLS handshake was refused for good: a member certificate from another CA or
-/// for another host, or a member that does not speak TLS. tonic reports these as gRPC
-/// `Unavailable` with rustls's text, so the text decides. (A missing client certificate looks
-/// like any dropped connection, see [`closed_at_first_request`].)
+/// for another host, a member that does not speak TLS, or a member's certificate alert (see
+/// [`certificate_alert`]). tonic reports these as gRPC `Unavailable` or `Unknown` with
+/// rustls's text, so the text decides. (A missing client certificate often looks like any
+/// dropped connection instead, see [`closed_at_first_request`].)
 fn is_tls_refusal(error: &etcd_client::Error) -> bool {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
     while let Some(current) = source {
@@ -44,7 +45,35 @@ fn is_tls_refusal(error: &etcd_client::Error) -> bool {
         }
         source = current.source();
     }
-    false
+    certificate_alert(error).is_some()
+}
+
+/// The TLS alerts with which a member refuses the client's certificate or its absence (as
+/// rustls names them): settings, never a passing fault.
+const CERTIFICATE_ALERTS: [&str; 7] = [
+    "BadCertificate",
+    "CertificateRequired",
+    "UnsupportedCertificate",
+    "CertificateRevoked",
+    "CertificateExpired",
+    "CertificateUnknown",
+    "UnknownCA",
+];
+
+/// The certificate alert the member sent, if rustls reports one ("received fatal alert:
+/// BadCertificate" is how a Go member refuses a TLS 1.3 client without a certificate, when the
+/// alert arrives before the connection is seen closed).
+fn certificate_alert(error: &etcd_client::Error) -> Option<&'static str> {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(current) = source {
+        let text = current.to_string();
+        if let Some((_, alert)) = text.split_once("received fatal alert: ") {
+            let alert = alert.split(|c: char| !c.is_ascii_alphanumeric()).next()?;
+            return CERTIFICATE_ALERTS.iter().copied().find(|a| *a == alert);
+        }
+        source = current.source();
+    }
+    None
 }
 
 /// Maps the client library's error, kept as the source: retryable ones become
@@ -140,23 +169,30 @@ pub(crate) fn name_the_right(
     }
 }
 
-/// Whether tonic reports the request's connection as closed before an answer came: gRPC
-/// `Cancelled` over hyper's "connection closed". A member that requires a client certificate
-/// (`--client-cert-auth`) closes a TLS 1.3 connection that has none in exactly this way, once
-/// the client sends its first request (the client finished its side of the handshake before
-/// the member checked for a certificate, so no handshake error is seen); but so would a member
-/// that dropped the connection for any other reason at that moment. One such error is
-/// therefore retryable; see [`ClosedConnections`].
+/// Whether the connection was closed under the request: tonic's gRPC `Cancelled` over hyper's
+/// "connection closed", or a write into it that failed with a broken pipe or a reset (which
+/// of these depends on how far the request had got). A member that requires a client
+/// certificate (`--client-cert-auth`) closes a TLS 1.3 connection that has none in exactly
+/// this way at the client's first request: the client finished its side of the handshake
+/// before the member checked for a certificate, so no handshake error is seen. But a member
+/// that dropped the connection at that moment for any other reason looks the same, so one
+/// such error is retryable; see [`ClosedConnections`].
 pub(crate) fn closed_at_first_request(error: &etcd_client::Error) -> bool {
     let etcd_client::Error::GRpcStatus(status) = error else {
         return false;
     };
-    if status.code() as i32 != CANCELLED {
-        return false;
-    }
+    let cancelled = status.code() as i32 == CANCELLED;
     let mut source = std::error::Error::source(status);
     while let Some(current) = source {
-        if current.to_string().contains("connection closed") {
+        if let Some(io) = current.downcast_ref::<std::io::Error>() {
+            if matches!(
+                io.kind(),
+                std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
+            ) {
+                return true;
+            }
+        }
+        if cancelled && current.to_string().contains("connection closed") {
             return true;
         }
         source = current.source();
@@ -177,9 +213,13 @@ pub(crate) struct ClosedConnections {
 
 impl ClosedConnections {
     /// Counts `error`; `true` once [`CLOSED_CONNECTIONS`] connections in a row were closed at
-    /// their first request: then the member closes every TLS connection without a client
-    /// certificate, which is what `--client-cert-auth` does, not a passing fault.
+    /// their first request (then the member closes every TLS connection without a client
+    /// certificate, which is what `--client-cert-auth` does, not a passing fault), or at once
+    /// for a certificate alert, which says so itself.
     pub(crate) fn count(&mut self, error: &etcd_client::Error) -> bool {
+        if certificate_alert(error).is_some() {
+            return true;
+        }
         if closed_at_first_request(error) {
             self.in_a_row += 1;
         } else {
@@ -189,14 +229,19 @@ impl ClosedConnections {
     }
 }
 
-/// The non-retryable error for a member that closed every TLS connection without a client
-/// certificate during `what`.
+/// The non-retryable error for a member that refused (with a certificate alert) or closed
+/// every TLS connection without a client certificate during `what`.
 pub(crate) fn client_certificate_required(what: &str, error: etcd_client::Error) -> Error {
+    let seen = match certificate_alert(&error) {
+        Some(alert) => format!("etcd refused the TLS connection with the alert {alert}"),
+        None => format!(
+            "etcd closed {CLOSED_CONNECTIONS} TLS connections in a row at their first request"
+        ),
+    };
     Error::store(
         format!(
-            "{what}: etcd closed {CLOSED_CONNECTIONS} TLS connections in a row at their first \
-             request; the member may require a client certificate (--client-cert-auth): give \
-             tls_cert and tls_key"
+            "{what}: {seen}; the member may require a client certificate (--client-cert-auth): \
+             give tls_cert and tls_key"
         ),
         error,
     )

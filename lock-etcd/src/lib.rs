@@ -168,9 +168,30 @@
 //! [`EtcdConfig`].
 //!
 //! # Server requirements
-//! etcd 3.4 or newer with the v3 API. With authentication on, the user needs read and write
-//! permission on the prefix (default `fencelock/`; in the etcd layout, on each lock's name);
-//! leases need no permission.
+//! etcd 3.4 or newer with the v3 API. With authentication on, the user needs a role with
+//! `readwrite` on the prefix (default `fencelock/`; with `layout=etcd` and its empty prefix, on
+//! each lock's name), and nothing else: every key the store reads or writes is under it (each
+//! lock's queue directory `{prefix}{escaped key}/` and its entries; there are no other keys).
+//! Leases need no permission (revoking one needs write on the keys attached to it, which are
+//! the store's own). [`LockStore::status`] and [`Extend::extend`] need only `read`. The test
+//! `least_privilege` runs the conformance suite as such a user:
+//!
+//! ```sh
+//! etcdctl role add fencelock
+//! etcdctl role grant-permission fencelock --prefix=true readwrite fencelock/
+//! etcdctl user add locks
+//! etcdctl user grant-role locks fencelock
+//! ```
+//!
+//! An operation etcd refuses for a missing right fails with a non-retryable
+//! [`Error::Store`](fencelock_core::Error) that names the operation, the key it touched and the
+//! right the user needs (etcd's own "permission denied" names none of them). After any change
+//! to users or roles etcd refuses the tokens issued before it (with JWT tokens, until they
+//! expire); the store then fetches a fresh token and sends the refused request again, which
+//! etcd had not applied.
+//!
+//! [`Extend::extend`]: fencelock_core::Extend::extend
+//! [`LockStore::status`]: fencelock_core::LockStore::status
 //!
 //! [`LockStore::evict`]: fencelock_core::LockStore::evict
 #![warn(missing_docs)]

@@ -125,7 +125,10 @@ impl EtcdStore {
     /// Connects and proves the cluster answers with one read, within the connect timeout.
     ///
     /// Fails with a retryable [`Error::Unavailable`] if no member answers in time, or
-    /// [`Error::Store`] if etcd refuses (for example wrong credentials).
+    /// [`Error::Store`] if etcd refuses (for example wrong credentials, a user without `read`
+    /// on the prefix, or, over TLS without `tls_cert`, a member that requires a client
+    /// certificate: it refuses with a certificate alert, or closes three fresh connections in
+    /// a row at their first request).
     ///
     /// # Cancel safety
     /// Dropping the future closes whatever connection it had opened; nothing is written.
