@@ -8,7 +8,8 @@
 //!
 //! Starts its own single-member server with test-servers, or uses `LOCK_BENCH_URL` if set.
 //! Prints one table: the raw round trips (a read, a write), the raw floor (lease grant + txn
-//! put + delete, the same client), our try_acquire + release cycle and its ratio, etcd's
+//! put + delete, the same client), our try_acquire + release cycle and its ratio (and the same
+//! cycle as a permit of a semaphore of 4 and as a shared lease, where the store keeps them), etcd's
 //! lock/unlock cycle, throughput on distinct keys, handoff latency with 8 waiters on one key
 //! (ours and etcd's lock service), and 1,000 locks held with keep-alive on one handle.
 
@@ -20,7 +21,7 @@ use async_trait::async_trait;
 use etcd_client::{Client, Compare, CompareOp, LockOptions, PutOptions, Txn, TxnOp};
 use fencelock_conformance::bench::{
     cycle_into, handoff, handoff_between, hold_kept_alive, lock_throughput, micros as us,
-    server_or_env, throughput, time_each, Contender, Handoff, Samples, Table,
+    server_or_env, throughput, time_each, Contender, Handoff, ModeCycles, Samples, Table,
 };
 use fencelock_core::DynLockStore;
 use fencelock_etcd::{EtcdConfig, EtcdStore};
@@ -176,7 +177,10 @@ async fn main() -> Result<(), Box<dyn Error>> {
     .await?;
 
     // The raw floor, our cycle and etcd's lock/unlock in alternating rounds, so all three see
-    // the same machine load; each warmed up first.
+    // the same machine load; each warmed up first. Ours also as a semaphore permit and as a
+    // shared lease, where the store keeps them.
+    let mut modes = ModeCycles::new(&dyn_store.capabilities());
+    modes.warm_up(&dyn_store, "bench:cycle", TTL, 50).await?;
     for _ in 0..50 {
         raw_cycle(&mut raw, "bench/raw/cycle").await?;
         let lease = dyn_store.try_acquire("bench:cycle", TTL).await?;
@@ -198,6 +202,9 @@ async fn main() -> Result<(), Box<dyn Error>> {
             &mut our_samples,
         )
         .await?;
+        modes
+            .round(&dyn_store, "bench:cycle", TTL, ITERATIONS / ROUNDS)
+            .await?;
         for _ in 0..ITERATIONS / ROUNDS {
             let started = Instant::now();
             peer_cycle(&mut raw, "bench/peer/cycle").await?;
@@ -267,6 +274,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
         .latency("ours: try_acquire + release p50", ours.p50())
         .ratio(ratio, Some(("≤ 1.2× raw floor", ratio <= 1.2)));
     table.latency("ours: try_acquire + release p99", ours.p99());
+    modes.rows(&mut table, "ours: ", Some(raw_floor.p50()), None);
     table
         .latency("peer: grant + lock() + unlock() p50", peer.p50())
         .ratio(us(peer.p50()) / us(raw_floor.p50()), None);

@@ -19,7 +19,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use fencelock_conformance::bench::{
     cycle, cycle_into, handoff_between, handoff_to_another, hold_kept_alive, lock_throughput,
-    micros as us, server_or_env, throughput, time_each, Contender, Handoff, Samples, Table,
+    micros as us, server_or_env, throughput, time_each, Contender, Handoff, ModeCycles, Samples,
+    Table,
 };
 use fencelock_core::DynLockStore;
 use fencelock_mysql::{MysqlConfig, MysqlStore};
@@ -159,7 +160,10 @@ async fn main() -> Result<(), Box<dyn Error>> {
     .await?;
     // The raw floor and our cycle in alternating rounds, so both see the same machine load;
     // warmed up first.
+    // Ours also as a semaphore permit and as a shared lease, where the store keeps them.
     cycle(&dyn_store, "bench:cycle", TTL, 100).await?;
+    let mut modes = ModeCycles::new(&dyn_store.capabilities());
+    modes.warm_up(&dyn_store, "bench:cycle", TTL, 100).await?;
     let (mut raw_samples, mut our_samples) = (Vec::new(), Vec::new());
     for _ in 0..ROUNDS {
         let mut raw = raw.lock().await;
@@ -177,6 +181,9 @@ async fn main() -> Result<(), Box<dyn Error>> {
             &mut our_samples,
         )
         .await?;
+        modes
+            .round(&dyn_store, "bench:cycle", TTL, ITERATIONS / ROUNDS)
+            .await?;
     }
     let raw_floor = Samples::new(raw_samples);
     let ours = Samples::new(our_samples);
@@ -233,6 +240,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
         .latency("ours: try_acquire + release p50", ours.p50())
         .ratio(ratio, Some(("≤ 1.2× raw floor", ratio <= 1.2)));
     table.latency("ours: try_acquire + release p99", ours.p99());
+    modes.rows(&mut table, "ours: ", Some(raw_floor.p50()), None);
     table.rate(format!("raw floor, {TASKS} tasks, distinct keys"), raw_rate);
     table
         .rate(format!("ours, {TASKS} tasks, distinct keys"), our_rate)

@@ -6,7 +6,9 @@
 //!
 //! Starts its own server with test-servers, or uses `LOCK_BENCH_URL` if set. Prints one table:
 //! the raw floor (the same client running `pg_try_advisory_lock` + the fence upsert +
-//! `pg_advisory_unlock` as three plain statements), our acquire + release cycle and its ratio,
+//! `pg_advisory_unlock` as three plain statements), our acquire + release cycle and its ratio
+//! (and the same cycle as a permit of a semaphore of 4 and as a shared lease, where the store
+//! keeps them),
 //! throughput with 16 tasks on distinct keys against 16 raw connections doing the same, handoff
 //! latency with 8 waiters on one key, and 500 leases held at once with keep-alive on one store
 //! handle, with the connection count.
@@ -18,7 +20,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use fencelock_conformance::bench::{
     cycle, cycle_into, handoff, handoff_between, hold_kept_alive, lock_throughput, micros as us,
-    server_or_env, throughput, time_each, Contender, Handoff, Samples, Table,
+    server_or_env, throughput, time_each, Contender, Handoff, ModeCycles, Samples, Table,
 };
 use fencelock_core::DynLockStore;
 use fencelock_postgres::{PostgresConfig, PostgresStore};
@@ -174,7 +176,10 @@ async fn main() -> Result<(), Box<dyn Error>> {
     .await?;
     // The raw floor and our cycle (the loop of `fencelock_conformance::bench::cycle`) in alternating
     // rounds, so both see the same machine load; warmed up first.
+    // Ours also as a semaphore permit and as a shared lease, where the store keeps them.
     cycle(&dyn_store, "bench:cycle", TTL, 100).await?;
+    let mut modes = ModeCycles::new(&dyn_store.capabilities());
+    modes.warm_up(&dyn_store, "bench:cycle", TTL, 100).await?;
     let (mut raw_samples, mut our_samples) = (Vec::new(), Vec::new());
     for _ in 0..ROUNDS {
         let mut conn = raw.lock().await;
@@ -192,6 +197,9 @@ async fn main() -> Result<(), Box<dyn Error>> {
             &mut our_samples,
         )
         .await?;
+        modes
+            .round(&dyn_store, "bench:cycle", TTL, ITERATIONS / ROUNDS)
+            .await?;
     }
     let raw_floor = Samples::new(raw_samples);
     let ours = Samples::new(our_samples);
@@ -269,6 +277,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
         .latency("ours: try_acquire + release p50", ours.p50())
         .ratio(ratio, Some(("≤ 1.2× raw floor", ratio <= 1.2)));
     table.latency("ours: try_acquire + release p99", ours.p99());
+    modes.rows(&mut table, "ours: ", Some(raw_floor.p50()), None);
     table
         .latency("ours: a new key per cycle p50", new_keys.p50())
         .ratio(us(new_keys.p50()) / us(raw_floor.p50()), None);

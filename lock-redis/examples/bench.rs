@@ -9,7 +9,8 @@
 //! the raw round trips (`PING`, `SET NX PX`, `EVALSHA` of a compare-and-delete) on the same
 //! kind of connection the store uses (a `ConnectionManager`); the raw cycle — `SET NX PX` then
 //! compare-and-delete by `EVALSHA`, the plainest correct Redis lock, without fencing or
-//! wake-ups — and our acquire + release cycle, timed in alternating rounds; throughput with 64
+//! wake-ups — and our acquire + release cycle, exclusive, as a permit of a semaphore of 4 and
+//! as a shared lease (where the store keeps those modes), timed in alternating rounds; throughput with 64
 //! tasks on distinct keys, ours against the raw cycle, with the server's time per cycle;
 //! handoff latency to another waiter with 8 waiters on one key (one store handle each), next to
 //! its physical floor (a raw `PUBLISH` reaching a raw subscriber after the same idle time, plus
@@ -24,7 +25,7 @@ use std::time::Duration;
 use common::{failed, rslock_handoff_rows, server_version, Rslock};
 use fencelock_conformance::bench::{
     cycle, cycle_into, handoff, handoff_to_another, lock_throughput, micros as us, server_or_env,
-    throughput, time_each, Samples, Table,
+    throughput, time_each, ModeCycles, Samples, Table,
 };
 use fencelock_core::DynLockStore;
 use fencelock_redis::{RedisConfig, RedisStore};
@@ -223,8 +224,11 @@ async fn main() -> Result<(), Box<dyn Error>> {
     })
     .await?;
 
-    // The raw cycles and ours in alternating rounds, so all see the same machine load.
+    // The raw cycles and ours in alternating rounds, so all see the same machine load; ours
+    // also as a semaphore permit and as a shared lease, where the store keeps them.
     cycle(&ours, "cycle", TTL, 200).await?;
+    let mut modes = ModeCycles::new(&ours.capabilities());
+    modes.warm_up(&ours, "cycle", TTL, 200).await?;
     let (mut raw_samples, mut unsafe_samples, mut our_samples) =
         (Vec::new(), Vec::new(), Vec::new());
     let mut raw_conn = raw.clone();
@@ -240,6 +244,9 @@ async fn main() -> Result<(), Box<dyn Error>> {
             unsafe_samples.push(started.elapsed());
         }
         cycle_into(&ours, "cycle", TTL, ITERATIONS / ROUNDS, &mut our_samples).await?;
+        modes
+            .round(&ours, "cycle", TTL, ITERATIONS / ROUNDS)
+            .await?;
     }
     let raw_cycles = Samples::new(raw_samples);
     let unsafe_cycles = Samples::new(unsafe_samples);
@@ -324,6 +331,12 @@ async fn main() -> Result<(), Box<dyn Error>> {
     table
         .latency("ours: try_acquire + release p99", our_cycles.p99())
         .ratio(us(our_cycles.p99()) / us(raw_cycles.p99()), None);
+    modes.rows(
+        &mut table,
+        "ours: ",
+        Some(raw_cycles.p50()),
+        Some(raw_cycles.p99()),
+    );
     table
         .latency("ours: a new key per cycle p50", our_new_keys.p50())
         .ratio(us(our_new_keys.p50()) / us(raw_cycles.p50()), None);

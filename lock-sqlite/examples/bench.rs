@@ -27,7 +27,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fencelock_conformance::bench::{cycle, cycle_into, micros as us, Samples, Table};
+use fencelock_conformance::bench::{cycle, cycle_into, micros as us, ModeCycles, Samples, Table};
 use fencelock_core::{Acquire, DynLockStore, KeyStatus, LockStore, Release};
 use fencelock_sqlite::{SqliteConfig, SqliteStore};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
@@ -272,6 +272,11 @@ async fn run(dir: &Path) -> Result<(), Box<dyn Error>> {
         raw_cycle(&mut raw).await?;
     }
     cycle(&store, "bench-cycle", TTL, ITERATIONS / 10).await?;
+    // Ours also as a semaphore permit and as a shared lease, where the store keeps them.
+    let mut modes = ModeCycles::new(&store.capabilities());
+    modes
+        .warm_up(&store, "bench-cycle", TTL, ITERATIONS / 10)
+        .await?;
     let (mut raw_samples, mut ours, mut flocks, mut fsyncs) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut token = 0;
@@ -282,6 +287,9 @@ async fn run(dir: &Path) -> Result<(), Box<dyn Error>> {
             raw_samples.push(started.elapsed());
         }
         cycle_into(&store, "bench-cycle", TTL, ITERATIONS / ROUNDS, &mut ours).await?;
+        modes
+            .round(&store, "bench-cycle", TTL, ITERATIONS / ROUNDS)
+            .await?;
         let (lock, counter, file) = (lock.clone(), counter.clone(), fsync_file.clone());
         let (flock_round, fsync_round, last) = tokio::task::spawn_blocking(move || {
             let (mut flocks, mut fsyncs) = (Vec::new(), Vec::new());
@@ -325,6 +333,7 @@ async fn run(dir: &Path) -> Result<(), Box<dyn Error>> {
             Some(("≤ 1.2× raw", us(ours.p50()) <= 1.2 * us(raw_cycle.p50()))),
         );
     table.latency("cycle p99", ours.p99());
+    modes.rows(&mut table, "cycle: ", Some(raw_cycle.p50()), None);
     table
         .latency(
             "flock(2) + counter write + fdatasync + unlock (p50)",
