@@ -52,6 +52,65 @@
 //!   checks `pg_locks` once more, since the lock can be granted in the very instant the timeout
 //!   fires (a session lock survives the rolled-back statement); if it was, the grant completes.
 //!
+//! # Shared leases and semaphore permits
+//! [`Acquire::try_acquire_as`](fencelock_core::Acquire::try_acquire_as) and
+//! [`acquire_as`](fencelock_core::Acquire::acquire_as) keep [`Mode::Shared`] and
+//! [`Mode::Permit`] as well (see [`Mode`] for the table), on the lease's own session like the
+//! exclusive lock, with the same fence row (one counter per key, every mode) and the same
+//! server-enforced TTL. Besides the key's lock `M`, a key has a few derived advisory locks
+//! (ids hashed from `M`: a gate, a readers' lock, a permits' lock and one lock per slot):
+//! - a **reader** holds `M` shared (`pg_try_advisory_lock_shared`) and the readers' lock
+//!   shared;
+//! - a **permit** holds `M` shared, the permits' lock shared and one slot lock, the lowest free
+//!   of `0..limit` (`Lease::slot`);
+//! - an exclusive lease holds `M` exclusively, as always, so it excludes both and both exclude
+//!   it in PostgreSQL's lock manager.
+//!
+//! Readers and permits exclude each other, and permits check their limit, inside one
+//! transaction per acquire under the key's gate (`pg_advisory_xact_lock`), so no two acquires'
+//! checks interleave: it reads `pg_locks` for the other group, reads the limit recorded in
+//! the fence row's `permit_limit` column while permits are held (another limit:
+//! [`Error::LimitMismatch`](fencelock_core::Error::LimitMismatch); the first permit of a free
+//! key records its own), takes its locks, bumps the fence and commits. Releases and ended
+//! sessions only remove holders, so a check that sees one in the middle of going is
+//! conservative (busy, or a mismatch while the last permit of another limit is going). A
+//! release unlocks every advisory lock of the lease's session. Permits held continuously for
+//! longer than the retention window with no new permit taken may have lost their row: new
+//! permits then wait until that group is gone.
+//!
+//! **Writers first.** A waiting writer waits in `M`'s queue; PostgreSQL refuses a new shared
+//! request that conflicts with a *waiting* request (`lock.c`: `conflictTab[mode] &
+//! lock->waitMask`), so while a writer waits a reader's `pg_try_advisory_lock_shared` fails
+//! (busy) and a waiting reader queues behind it; readers that hold keep their leases. A writer
+//! that gives up (its `lock_timeout`) leaves the queue at once. `tests/modes.rs` checks this
+//! on the server.
+//!
+//! **Waiting** in these modes is in the server's queue: first for `M` shared (behind any
+//! writer), then, while the other group or a full semaphore stands in the way, for the
+//! blocking group's lock or one slot's lock (chosen at random), at most 200 ms at a time, then
+//! the waiter looks again: a slot freed elsewhere, or a group emptied by the server ending a
+//! session, is noticed within that bound. A waiting reader therefore also keeps new permits
+//! out, and the other way round, so neither group starves the other.
+//!
+//! **Status** reports [`KeyStatus::Shared`](fencelock_core::KeyStatus::Shared) with the
+//! count from `pg_locks` (the holders of the group's lock) and every holder; owner, token and
+//! remaining time only for the holder that took the latest lease (the fence row keeps one),
+//! slots for all permits.
+//!
+//! **Upgrading a fence table made before permits.** New tables have the nullable
+//! `permit_limit` column. On an older table exclusive and shared leases work unchanged, and
+//! a permit request fails with a non-retryable [`Error::Store`](fencelock_core::Error::Store)
+//! naming the fix: have the table's owner run [`PostgresConfig::permits_upgrade_sql`] once
+//! (`ALTER TABLE … ADD COLUMN IF NOT EXISTS permit_limit integer`: no rewrite, no default;
+//! older stores keep working beside it, and cannot take permits anyway). A handle checks the
+//! column when it opens its first session: handles connected before the upgrade keep refusing
+//! permits until they are replaced. No new rights are needed (the role's `UPDATE` must cover
+//! the column if granted per column).
+//!
+//! [`Mode`]: fencelock_core::Mode
+//! [`Mode::Shared`]: fencelock_core::Mode::Shared
+//! [`Mode::Permit`]: fencelock_core::Mode::Permit
+//!
 //! # Fairness
 //! Waiters are served in the order their wait reached the server, and a `try_acquire` never
 //! jumps the queue. This is PostgreSQL's lock manager (`lock.c`, `proc.c`): a new request that
