@@ -675,6 +675,8 @@ impl LockStore for RedisStore {
     /// lock lives until its TTL. In [`Layout::Plain`] waits are not declared notified: peer
     /// clients publish nothing when they release, so a waiter sees their releases only by
     /// trying again, at least every [`WAIT_CAP`] (fencelock's own releases still wake it).
+    /// Shared leases and semaphore permits are kept in both layouts (the crate docs,
+    /// `# Shared leases and permits`).
     fn capabilities(&self) -> Capabilities {
         Capabilities::new()
             .with_notified_wait(self.inner.config.layout == Layout::Fencelock)
@@ -689,8 +691,9 @@ impl LockStore for RedisStore {
     }
 
     /// Deletes the lock on `key` behind its holder's back (never the fencing counter, so the
-    /// next token is still greater) and wakes its waiters. Returns whether a lock was deleted.
-    /// The holder finds out at its next extend or release.
+    /// next token is still greater), with every shared or permit holder of the key, and wakes
+    /// its waiters. Returns whether a lock (or a mode's tag) was deleted. The holders find out
+    /// at their next extend or release.
     ///
     /// # Cancel safety
     /// Dropping the future may or may not have deleted the lock.
