@@ -35,6 +35,36 @@ pub const MAX_PERMITS: u32 = 1024;
 /// single "highest token wins" gate: each permit occupies a numbered slot
 /// ([`Lease::slot`](crate::Lease::slot), `0..limit`), and a resource the permit holders share
 /// fences per slot; a slot's tokens only grow.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> fencelock_core::Result<()> {
+/// use std::time::Duration;
+/// use fencelock_core::{Acquire, FenceGate, MemoryStore, Mode, Release};
+///
+/// let store = MemoryStore::new();
+/// let ttl = Duration::from_secs(30);
+/// // The resource the permit holders share keeps one fence per slot.
+/// let slots: Vec<FenceGate> = (0..2).map(|_| FenceGate::new()).collect();
+///
+/// let a = store.try_acquire_as("exports", ttl, Mode::permits(2)).await?;
+/// let b = store.try_acquire_as("exports", ttl, Mode::permits(2)).await?;
+/// assert!(store.try_acquire_as("exports", ttl, Mode::permits(2)).await.is_err()); // both taken
+/// let (slot_a, slot_b) = (a.slot().unwrap_or(0), b.slot().unwrap_or(0));
+/// assert_ne!(slot_a, slot_b);
+///
+/// let gate = &slots[slot_a as usize];
+/// gate.claim(a.fencing_token())?;                     // claim at read …
+/// gate.write(a.fencing_token(), || { /* write */ })?; // … write only while the claim holds
+///
+/// // Another limit while permits are held is refused, never mixed.
+/// let mixed = store.try_acquire_as("exports", ttl, Mode::permits(5)).await;
+/// assert!(matches!(mixed, Err(fencelock_core::Error::LimitMismatch { held: 2, requested: 5, .. })));
+/// # let _ = store.release(&a).await?;
+/// # let _ = store.release(&b).await?;
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
 pub enum Mode {
