@@ -96,8 +96,8 @@ pub fn check_mode(mode: Mode, capabilities: &Capabilities) -> Result<()> {
     if !capabilities.supports(mode) {
         return Err(Error::Unsupported {
             operation: match mode {
-                Mode::Shared => "shared leases (reader-writer locks)",
-                _ => "semaphore permits",
+                Mode::Shared => "the shared mode (reader-writer locks)",
+                _ => "the permit mode (semaphores)",
             },
         });
     }

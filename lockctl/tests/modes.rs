@@ -202,11 +202,8 @@ fn a_store_without_the_mode_refuses_it_with_exit_64() {
     let dir = scratch("sqlite");
     let url = format!("sqlite://{}", dir.join("locks.db").display());
     for (mode_args, needle) in [
-        (&["--shared"][..], "shared leases"),
-        (
-            &["--permits", "3", "--wait", "30s"][..],
-            "semaphore permits",
-        ),
+        (&["--shared"][..], "shared mode"),
+        (&["--permits", "3", "--wait", "30s"][..], "permit mode"),
     ] {
         let started = Instant::now();
         let out = output(
