@@ -37,6 +37,8 @@ missing_packages() {
   command -v openssl >/dev/null || echo openssl
   command -v redis-cli >/dev/null || echo redis-tools
   /usr/bin/python3 -c 'import redis' 2>/dev/null || echo python3-redis
+  # A server started with its clock set back (the Redis Cluster failover tests).
+  command -v faketime >/dev/null || echo faketime
 }
 
 install_packages() {
