@@ -55,6 +55,7 @@ mod ports;
 mod postgres;
 mod process;
 mod redis;
+mod redis_cluster;
 mod relay;
 pub mod shared;
 mod tls;
@@ -64,6 +65,7 @@ pub use mariadb::MariadbServer;
 pub use ports::closed_ports;
 pub use postgres::PostgresServer;
 pub use redis::RedisServer;
+pub use redis_cluster::RedisCluster;
 pub use relay::FreezableRelay;
 pub use tls::{ServerCert, TestCa, TlsEtcd, TlsRedis, CLIENT_CN};
 

@@ -224,7 +224,7 @@ fn command(binary: &Path, port: u16, dir: &Path) -> Command {
 }
 
 /// True if the server on `port` answers `PING` with `+PONG`.
-fn ping(port: u16) -> bool {
+pub(crate) fn ping(port: u16) -> bool {
     let timeout = Duration::from_millis(500);
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let Ok(mut stream) = TcpStream::connect_timeout(&addr, timeout) else {
