@@ -68,9 +68,45 @@ pub(crate) fn entry_key(dir: &str, owner: fencelock_core::OwnerId) -> String {
     format!("{dir}{owner}")
 }
 
+/// Where readers' entries are named in a queue directory: `{dir}~r/{owner id}`. Owner ids are
+/// hexadecimal, so every other entry of the directory (exclusive `{dir}{owner id}`, permits
+/// `{dir}~p/{owner id}`) sorts before `{dir}~r/`: a reader reads the range `[dir, dir~r/)`
+/// for the writers older than itself, as etcd's `RWMutex` recipe reads its `write` keys.
+const SHARED_NAMES: &str = "~r/";
+/// Where permits' entries are named: `{dir}~p/{owner id}` (inside the writers' range).
+const PERMIT_NAMES: &str = "~p/";
+
+/// The queue entry of one acquisition in `mode` (in [`Layout::Fencelock`], the only layout
+/// that keeps modes).
+pub(crate) fn mode_entry(
+    dir: &str,
+    owner: fencelock_core::OwnerId,
+    mode: fencelock_core::Mode,
+) -> String {
+    match mode {
+        fencelock_core::Mode::Shared => format!("{dir}{SHARED_NAMES}{owner}"),
+        fencelock_core::Mode::Permit { .. } => format!("{dir}{PERMIT_NAMES}{owner}"),
+        _ => entry_key(dir, owner),
+    }
+}
+
+/// The readers' part of `dir`: `[start, end)`, every entry in it a reader's.
+pub(crate) fn shared_range(dir: &str) -> (String, String) {
+    (format!("{dir}{SHARED_NAMES}"), format!("{dir}~r0"))
+}
+
+/// The end of the writers' part of `dir`, `[dir, end)`: every entry that is not a reader's.
+pub(crate) fn not_shared_end(dir: &str) -> String {
+    format!("{dir}{SHARED_NAMES}")
+}
+
 /// The owner id at the end of an entry of `dir`, if it is one.
 pub(crate) fn entry_owner(dir: &str, entry: &[u8]) -> Option<fencelock_core::OwnerId> {
     let rest = entry.strip_prefix(dir.as_bytes())?;
+    let rest = rest
+        .strip_prefix(SHARED_NAMES.as_bytes())
+        .or_else(|| rest.strip_prefix(PERMIT_NAMES.as_bytes()))
+        .unwrap_or(rest);
     fencelock_core::OwnerId::parse(std::str::from_utf8(rest).ok()?)
 }
 
@@ -119,5 +155,34 @@ mod tests {
         let entry = entry_key(&dir, owner);
         assert_eq!(entry_owner(&dir, entry.as_bytes()), Some(owner));
         assert_eq!(entry_owner(&dir, b"elsewhere"), None);
+        for mode in [
+            fencelock_core::Mode::Shared,
+            fencelock_core::Mode::permits(3),
+        ] {
+            let entry = mode_entry(&dir, owner, mode);
+            assert_eq!(entry_owner(&dir, entry.as_bytes()), Some(owner));
+        }
+    }
+
+    #[test]
+    fn readers_are_named_apart_from_every_other_entry() {
+        let dir = queue_dir("fencelock/", "k");
+        let (start, end) = shared_range(&dir);
+        let writers_end = not_shared_end(&dir);
+        let owners = [
+            OwnerId::from(0),
+            OwnerId::from(u128::MAX),
+            OwnerId::random(),
+        ];
+        for owner in owners {
+            let reader = mode_entry(&dir, owner, fencelock_core::Mode::Shared);
+            assert!(reader >= start && reader < end, "{reader}");
+            for other in [
+                mode_entry(&dir, owner, fencelock_core::Mode::permits(2)),
+                mode_entry(&dir, owner, fencelock_core::Mode::Exclusive),
+            ] {
+                assert!(other >= dir && other < writers_end, "{other}");
+            }
+        }
     }
 }

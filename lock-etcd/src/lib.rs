@@ -196,11 +196,12 @@
 //! [`LockStore::evict`]: fencelock_core::LockStore::evict
 #![warn(missing_docs)]
 
-// Module order (each imports only from those before it): config, error, keys, txn, renewer, store, descriptor.
+// Module order (each imports only from those before it): config, error, keys, modes, txn, renewer, store, descriptor.
 mod config;
 mod descriptor;
 mod error;
 mod keys;
+mod modes;
 mod renewer;
 mod store;
 mod txn;

@@ -13,10 +13,10 @@ use etcd_client::{
     WatchOptions,
 };
 use fencelock_core::ttl::whole_secs;
-use fencelock_core::validate::{check_request, check_wait};
+use fencelock_core::validate::{check_mode, check_request, check_wait};
 use fencelock_core::{
-    drift, Acquire, Capabilities, Error, Extend, Instant, KeyStatus, Lease, LockStore, OwnerId,
-    Release, ReleaseOutcome, Result,
+    drift, Acquire, Capabilities, Error, Extend, HolderStatus, Instant, KeyStatus, Lease,
+    LockStore, Mode, OwnerId, Release, ReleaseOutcome, Result,
 };
 use tokio::time::{sleep, sleep_until, timeout, timeout_at};
 
@@ -26,6 +26,7 @@ use crate::error::{
     name_the_right, never_sent, ClosedConnections, Right,
 };
 use crate::keys::{self, entry_owner};
+use crate::modes::{self, Decision, EntryMode, Seen};
 use crate::renewer::Renewer;
 use crate::txn;
 
@@ -386,8 +387,8 @@ impl EtcdStore {
         Ok((granted.id(), Duration::from_secs(seconds)))
     }
 
-    async fn enqueue(&self, dir: &str, entry: &str, lease_id: i64) -> Result<Enqueued> {
-        let txn = txn::enqueue(dir, entry, lease_id);
+    async fn enqueue(&self, dir: &str, entry: &str, lease_id: i64, mode: Mode) -> Result<Enqueued> {
+        let txn = txn::enqueue(dir, entry, lease_id, EntryMode::waiting(mode).value());
         // Safe to send twice: a second put keeps the entry's create revision, read back here.
         let answer = self.txn("enqueue", Resend::Transient, txn).await?;
         let reads = txn::gets(&answer);
@@ -408,9 +409,16 @@ impl EtcdStore {
         })
     }
 
-    /// One attempt: grant, enqueue, and either hold the lock or wait until `deadline` (none:
-    /// give up at once).
-    async fn attempt(&self, key: &str, ttl: Duration, deadline: Option<Instant>) -> Result<Lease> {
+    /// One attempt in `mode`: grant, enqueue, and either hold the lock or wait until
+    /// `deadline` (none: give up at once; a shared or permit request still waits, at most the
+    /// command timeout, for older compatible requests to settle their grants).
+    async fn attempt(
+        &self,
+        key: &str,
+        ttl: Duration,
+        deadline: Option<Instant>,
+        mode: Mode,
+    ) -> Result<Lease> {
         let started = Instant::now();
         let layout = self.shared.config.layout;
         let dir = self.dir(key);
@@ -419,15 +427,19 @@ impl EtcdStore {
             let owner = OwnerId::random();
             let sent_at = Instant::now();
             let idle = if use_idle { self.take_idle(ttl) } else { None };
+            let entry_of = |lease_id| match mode {
+                Mode::Exclusive => keys::entry(layout, &dir, owner, lease_id),
+                mode => keys::mode_entry(&dir, owner, mode),
+            };
             let (lease_id, granted, entry, enqueued, revoke) = match idle {
                 Some(idle) => {
                     let revoke = RevokeOnDrop::new(self, idle.lease_id);
-                    let entry = keys::entry(layout, &dir, owner, idle.lease_id);
+                    let entry = entry_of(idle.lease_id);
                     // The renewal restarts the idle lease's TTL after `sent_at`, in parallel
                     // with the enqueue; only a lease etcd still knows is used.
                     let (renewed, enqueued) = tokio::join!(
                         self.shared.renewer.renew(idle.lease_id),
-                        self.enqueue(&dir, &entry, idle.lease_id)
+                        self.enqueue(&dir, &entry, idle.lease_id, mode)
                     );
                     match (renewed, enqueued) {
                         (Ok(true), Ok(enqueued)) => {
@@ -444,13 +456,62 @@ impl EtcdStore {
                 None => {
                     let (lease_id, granted) = self.grant(ttl).await?;
                     let revoke = RevokeOnDrop::new(self, lease_id);
-                    let entry = keys::entry(layout, &dir, owner, lease_id);
-                    let enqueued = self.enqueue(&dir, &entry, lease_id).await?;
+                    let entry = entry_of(lease_id);
+                    let enqueued = self.enqueue(&dir, &entry, lease_id, mode).await?;
                     (lease_id, granted, entry, enqueued, revoke)
                 }
             };
-            let (confirmed_at, answered_at) = if enqueued.first {
-                (sent_at, enqueued.answered_at)
+            let (confirmed_at, answered_at, slot) = if mode != Mode::Exclusive {
+                let wait = Waiter {
+                    store: self,
+                    dir: &dir,
+                    entry: &entry,
+                    lease_id,
+                    revision: enqueued.revision,
+                    ttl: granted,
+                    confirmed_at: sent_at,
+                    deadline: deadline.unwrap_or(sent_at + self.shared.config.command_timeout),
+                };
+                match wait.run_mode(mode, deadline.is_none()).await? {
+                    Waited::Holder {
+                        confirmed_at,
+                        answered_at,
+                        slot,
+                    } => (confirmed_at, answered_at, slot),
+                    Waited::Busy | Waited::TimedOut if deadline.is_none() => {
+                        revoke.now().await;
+                        return Err(Error::Busy {
+                            key: key.to_owned(),
+                        });
+                    }
+                    Waited::Busy | Waited::TimedOut => {
+                        drop(revoke);
+                        return Err(Error::WaitTimedOut {
+                            key: key.to_owned(),
+                            waited: started.elapsed(),
+                        });
+                    }
+                    Waited::Mismatch { held } => {
+                        revoke.now().await;
+                        let Mode::Permit { limit } = mode else {
+                            return Err(Error::Store {
+                                message: "a limit mismatch for a request without a limit".into(),
+                                source: None,
+                            });
+                        };
+                        return Err(Error::LimitMismatch {
+                            key: key.to_owned(),
+                            held,
+                            requested: limit,
+                        });
+                    }
+                    Waited::LeaseEnded => {
+                        drop(revoke);
+                        continue;
+                    }
+                }
+            } else if enqueued.first {
+                (sent_at, enqueued.answered_at, None)
             } else {
                 let Some(deadline) = deadline else {
                     revoke.now().await;
@@ -472,8 +533,9 @@ impl EtcdStore {
                     Waited::Holder {
                         confirmed_at,
                         answered_at,
-                    } => (confirmed_at, answered_at),
-                    Waited::TimedOut => {
+                        slot: _,
+                    } => (confirmed_at, answered_at, None),
+                    Waited::TimedOut | Waited::Busy | Waited::Mismatch { .. } => {
                         drop(revoke);
                         return Err(Error::WaitTimedOut {
                             key: key.to_owned(),
@@ -496,8 +558,8 @@ impl EtcdStore {
                 message: format!("etcd gave a negative revision {token}"),
                 source: None,
             })?;
-            tracing::debug!(key, token, lease_id, "acquired");
-            return Ok(Lease::with_store_state(
+            tracing::debug!(key, token, lease_id, %mode, slot, "acquired");
+            let lease = Lease::with_store_state(
                 key,
                 owner,
                 token,
@@ -510,7 +572,12 @@ impl EtcdStore {
                     layout,
                     state: AtomicU8::new(HELD),
                 },
-            ));
+            );
+            return Ok(if mode == Mode::Exclusive {
+                lease
+            } else {
+                lease.in_mode(mode, slot)
+            });
         }
     }
 
@@ -580,13 +647,11 @@ impl EtcdStore {
             name_the_right(error, operation, touched, right, grant_on)
         }
     }
-
-    fn held<'l>(&self, lease: &'l Lease) -> Result<&'l Held> {
-        lease
-            .store_state::<Held>()
-            .ok_or_else(|| Error::invalid("lease", "was not granted by an etcd store"))
-    }
 }
+
+/// Why a lease without an entry of this store is lost to it.
+const FOREIGN_LEASE: &str =
+    "it was not granted by an etcd store (it names no entry), so it holds nothing here";
 
 /// Revokes an etcd lease from a spawned task when dropped armed: a dropped or failed acquire
 /// leaves no queue entry behind to block others until its TTL.
@@ -653,13 +718,22 @@ enum Renewed {
 }
 
 enum Waited {
-    /// The read at store revision `answered_at` found no predecessor and our entry alive.
+    /// The read at store revision `answered_at` found no predecessor and our entry alive (or,
+    /// for a shared or permit request, the transaction that marked it granted, with the
+    /// permit's slot).
     Holder {
         confirmed_at: Instant,
         answered_at: i64,
+        slot: Option<u32>,
     },
     TimedOut,
     LeaseEnded,
+    /// A request without a wait found the key held in a mode that excludes it.
+    Busy,
+    /// The key's permits are held with another limit.
+    Mismatch {
+        held: u32,
+    },
 }
 
 /// A queued entry waiting for every older entry to go, keeping its own lease alive meanwhile.
@@ -708,6 +782,7 @@ impl Waiter<'_> {
                 return Ok(Waited::Holder {
                     confirmed_at: self.confirmed_at,
                     answered_at,
+                    slot: None,
                 });
             };
             if Instant::now() >= self.deadline {
@@ -850,6 +925,226 @@ impl Waiter<'_> {
     }
 }
 
+/// What a shared or permit waiter read at one revision: the older entries its decision rests
+/// on, whether its own entry is still there, and the revision.
+struct ModeView {
+    older: Vec<Seen>,
+    decision: Decision,
+    ours: bool,
+}
+
+impl ModeView {
+    /// The older entries as read: any change to them (a delete, a mark) changes this.
+    fn fingerprint(&self) -> Vec<(&[u8], i64)> {
+        self.older
+            .iter()
+            .map(|seen| (seen.key.as_slice(), seen.modified))
+            .collect()
+    }
+}
+
+/// The most older entries a permit waiter watches at once (one watch each, over one stream);
+/// past that it also reads the queue again at every renewal.
+const MAX_WATCHED: usize = fencelock_core::MAX_PERMITS as usize;
+
+impl Waiter<'_> {
+    /// Waits as a shared or permit request (`mode`), until its entry may be marked granted
+    /// (see [`crate::modes`]), then marks it. With `without_wait`, returns [`Waited::Busy`] as
+    /// soon as something other than a compatible request still settling its grant is in front.
+    async fn run_mode(mut self, mode: Mode, without_wait: bool) -> Result<Waited> {
+        let period = (self.ttl / 3).max(Duration::from_millis(100));
+        loop {
+            // As in `run`: renew alongside the read unless the last confirmed renewal is recent.
+            let sent_at = Instant::now();
+            let recent = sent_at < self.confirmed_at + period / 2;
+            let renew = async {
+                if recent {
+                    Ok(true)
+                } else {
+                    self.store.shared.renewer.renew(self.lease_id).await
+                }
+            };
+            let (renewed, view) = tokio::join!(renew, self.mode_view(mode));
+            let sent_at = if recent { self.confirmed_at } else { sent_at };
+            let view = view?;
+            match self.renewed(renewed, sent_at)? {
+                Renewed::Ended => return Ok(Waited::LeaseEnded),
+                _ if !view.ours => {
+                    tracing::debug!(entry = self.entry, "queued entry vanished while waiting");
+                    return Ok(Waited::LeaseEnded);
+                }
+                Renewed::Confirmed | Renewed::Unconfirmed => {}
+            }
+            match &view.decision {
+                Decision::Grant { mark, slot } => {
+                    let txn = txn::mark(self.entry, self.revision, mark.value(), self.lease_id);
+                    // Safe to send twice: the same value on the same entry.
+                    let answer = self
+                        .store
+                        .txn("record the grant", Resend::Transient, txn)
+                        .await?;
+                    if !answer.succeeded() {
+                        return Ok(Waited::LeaseEnded);
+                    }
+                    return Ok(Waited::Holder {
+                        confirmed_at: self.confirmed_at,
+                        answered_at: answered_at(&answer)?,
+                        slot: *slot,
+                    });
+                }
+                Decision::Mismatch { held } => return Ok(Waited::Mismatch { held: *held }),
+                Decision::Blocked { pending, .. } if without_wait && !pending => {
+                    return Ok(Waited::Busy)
+                }
+                Decision::Blocked { watch, .. } => {
+                    if Instant::now() >= self.deadline {
+                        return Ok(Waited::TimedOut);
+                    }
+                    let truncated = watch.len() > MAX_WATCHED;
+                    // The newest older entries: those most likely to change next are the
+                    // oldest, but a waiter that truncates re-reads at every renewal anyway.
+                    let watched = &watch[watch.len().saturating_sub(MAX_WATCHED)..];
+                    match self
+                        .watch_changes(mode, watched, &view, truncated, period)
+                        .await?
+                    {
+                        Some(outcome) => return Ok(outcome),
+                        None => continue,
+                    }
+                }
+            }
+        }
+    }
+
+    /// Reads what a `mode` request's grant depends on, at one revision.
+    async fn mode_view(&self, mode: Mode) -> Result<ModeView> {
+        let seen = |kv: &KeyValue| Seen {
+            key: kv.key().to_vec(),
+            mode: EntryMode::parse(kv.value()),
+            modified: kv.mod_revision(),
+        };
+        let ours = |kvs: Option<Vec<KeyValue>>| {
+            kvs.is_some_and(|kvs| {
+                kvs.iter()
+                    .any(|kv| kv.create_revision() == self.revision && kv.lease() == self.lease_id)
+            })
+        };
+        match mode {
+            Mode::Permit { limit } => {
+                let txn = txn::permit_view(self.dir, self.entry, self.revision);
+                let answer = self
+                    .store
+                    .txn("read the permits ahead", Resend::Transient, txn)
+                    .await?;
+                let mut reads = txn::gets(&answer).into_iter();
+                let older: Vec<Seen> = reads.next().unwrap_or_default().iter().map(seen).collect();
+                let decision = modes::decide_permit(limit, &older);
+                Ok(ModeView {
+                    older,
+                    decision,
+                    ours: ours(reads.next()),
+                })
+            }
+            _ => {
+                let txn = txn::reader_view(self.dir, self.entry, self.revision);
+                let answer = self
+                    .store
+                    .txn("read the writers ahead", Resend::Transient, txn)
+                    .await?;
+                let mut reads = txn::gets(&answer).into_iter();
+                let first = |kvs: Option<Vec<KeyValue>>| kvs.and_then(|kvs| kvs.first().map(seen));
+                let (writer, reader) = (first(reads.next()), first(reads.next()));
+                let decision = modes::decide_shared(writer.as_ref(), reader.as_ref());
+                Ok(ModeView {
+                    older: writer.into_iter().chain(reader).collect(),
+                    decision,
+                    ours: ours(reads.next()),
+                })
+            }
+        }
+    }
+
+    /// Watches `keys` (older entries only, never the newer ones) for any change, renewing our
+    /// lease every `period`. `None`: read again (a change, a watch that ended or was
+    /// cancelled, or, when `truncated`, a renewal). As in `watch_deletion`, the watches start
+    /// at the current revision, and once they exist the view is read again: if it differs
+    /// from `seen`, something changed in between.
+    async fn watch_changes(
+        &mut self,
+        mode: Mode,
+        keys: &[Vec<u8>],
+        seen: &ModeView,
+        truncated: bool,
+        period: Duration,
+    ) -> Result<Option<Waited>> {
+        let Some(first) = keys.first() else {
+            return Ok(None);
+        };
+        let client = &self.store.shared.client;
+        let limit = self.store.shared.config.command_timeout;
+        let mut stream = self
+            .store
+            .call("watch the entries ahead", Resend::Transient, || {
+                let (mut watches, key) = (client.watch_client(), first.clone());
+                async move { watches.watch(key, None).await }
+            })
+            .await?;
+        for key in &keys[1..] {
+            if stream.watch(key.clone(), None).await.is_err() {
+                return Ok(None);
+            }
+        }
+        let mut created = 0;
+        while created < keys.len() {
+            match timeout(limit, stream.message()).await {
+                Ok(Ok(Some(message))) if message.created() && !message.canceled() => {
+                    created += 1;
+                }
+                // An event before every watch exists, or a broken stream: read again.
+                Ok(_) => return Ok(None),
+                Err(_) => {
+                    return Err(Error::Unavailable {
+                        message: format!("etcd did not confirm a watch within {limit:?}"),
+                        source: None,
+                    })
+                }
+            }
+        }
+        let again = self.mode_view(mode).await?;
+        if !again.ours || again.fingerprint() != seen.fingerprint() {
+            return Ok(None);
+        }
+        let mut next_renewal = self.confirmed_at + period;
+        loop {
+            tokio::select! {
+                message = stream.message() => {
+                    let message = match message {
+                        Ok(Some(message)) => message,
+                        Ok(None) | Err(_) => return Ok(None),
+                    };
+                    if message.canceled()
+                        || message.compact_revision() > 0
+                        || !message.events().is_empty()
+                    {
+                        return Ok(None);
+                    }
+                }
+                () = sleep_until(next_renewal) => {
+                    let sent_at = Instant::now();
+                    let renewed = self.store.shared.renewer.renew(self.lease_id).await;
+                    next_renewal = match self.renewed(renewed, sent_at)? {
+                        Renewed::Ended => return Ok(Some(Waited::LeaseEnded)),
+                        Renewed::Confirmed if truncated => return Ok(None),
+                        Renewed::Confirmed => sent_at + period,
+                        Renewed::Unconfirmed => Instant::now() + period / 4,
+                    };
+                }
+                () = sleep_until(self.deadline) => return Ok(Some(Waited::TimedOut)),
+            }
+        }
+    }
+}
+
 /// When [`EtcdStore::call`] may send a request again.
 #[derive(Clone, Copy)]
 enum Resend {
@@ -879,11 +1174,9 @@ impl Acquire for EtcdStore {
     async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Lease> {
         check_request(key, ttl, &self.capabilities())?;
         let dir = self.dir(key);
-        self.attempt(key, ttl, None).await.map_err(self.refused(
-            "try_acquire",
-            &dir,
-            Right::ReadWrite,
-        ))
+        self.attempt(key, ttl, None, Mode::Exclusive)
+            .await
+            .map_err(self.refused("try_acquire", &dir, Right::ReadWrite))
     }
 
     /// # Cancel safety
@@ -896,9 +1189,67 @@ impl Acquire for EtcdStore {
         let started = Instant::now();
         let dir = self.dir(key);
         let attempt = self
-            .attempt(key, ttl, Some(started + wait))
+            .attempt(key, ttl, Some(started + wait), Mode::Exclusive)
             .await
             .map_err(self.refused("acquire", &dir, Right::ReadWrite));
+        match attempt {
+            Err(Error::Busy { key }) => Err(Error::WaitTimedOut {
+                key,
+                waited: started.elapsed(),
+            }),
+            other => other,
+        }
+    }
+
+    /// Shared and permit requests join the key's one queue (see the crate docs, *Semaphores
+    /// and reader-writer locks*). Without a wait, a request that only older compatible
+    /// requests stand in front of (readers, or permits of its limit, queued but not yet
+    /// marked granted) waits for them to settle, at most the command timeout; anything else
+    /// in front makes it [`Error::Busy`] at once, its entry revoked.
+    ///
+    /// # Cancel safety
+    /// As [`Acquire::try_acquire`]: a dropped attempt's entry is deleted by a spawned revoke.
+    #[tracing::instrument(
+        level = "debug",
+        name = "try_acquire_as",
+        skip(self),
+        fields(store = "etcd")
+    )]
+    async fn try_acquire_as(&self, key: &str, ttl: Duration, mode: Mode) -> Result<Lease> {
+        check_request(key, ttl, &self.capabilities())?;
+        check_mode(mode, &self.capabilities())?;
+        let dir = self.dir(key);
+        self.attempt(key, ttl, None, mode)
+            .await
+            .map_err(self.refused("try_acquire_as", &dir, Right::ReadWrite))
+    }
+
+    /// # Cancel safety
+    /// As [`Acquire::acquire`]: a dropped waiter's entry is deleted by a spawned revoke, so
+    /// it stops holding its place (and stops keeping newer readers out) at once, and never
+    /// takes the key later.
+    #[tracing::instrument(
+        level = "debug",
+        name = "acquire_as",
+        skip(self),
+        fields(store = "etcd")
+    )]
+    async fn acquire_as(
+        &self,
+        key: &str,
+        ttl: Duration,
+        wait: Duration,
+        mode: Mode,
+    ) -> Result<Lease> {
+        check_request(key, ttl, &self.capabilities())?;
+        check_mode(mode, &self.capabilities())?;
+        check_wait(wait)?;
+        let started = Instant::now();
+        let dir = self.dir(key);
+        let attempt = self
+            .attempt(key, ttl, Some(started + wait), mode)
+            .await
+            .map_err(self.refused("acquire_as", &dir, Right::ReadWrite));
         match attempt {
             Err(Error::Busy { key }) => Err(Error::WaitTimedOut {
                 key,
@@ -922,7 +1273,10 @@ impl Release for EtcdStore {
         fields(store = "etcd", key = lease.key(), token = lease.fencing_token())
     )]
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
-        let held = self.held(lease)?;
+        let Some(held) = lease.store_state::<Held>() else {
+            // It holds nothing here, whoever made it: no entry of this store is its.
+            return Ok(ReleaseOutcome::Lost);
+        };
         if held.state.load(Ordering::SeqCst) != HELD {
             return Ok(ReleaseOutcome::Lost);
         }
@@ -971,7 +1325,9 @@ impl Extend for EtcdStore {
         fields(store = "etcd", key = lease.key(), token = lease.fencing_token())
     )]
     async fn extend(&self, lease: &Lease) -> Result<()> {
-        let held = self.held(lease)?;
+        let Some(held) = lease.store_state::<Held>() else {
+            return Err(Error::lost(lease, FOREIGN_LEASE));
+        };
         if held.state.load(Ordering::SeqCst) != HELD {
             return Err(Error::lost(lease, "it was released"));
         }
@@ -1014,6 +1370,10 @@ impl LockStore for EtcdStore {
             .with_fair_queue(true)
             .with_frees_on_disconnect(false)
             .with_evict(true)
+            // etcdctl's and Go's clients know only exclusive entries: in their layout, modes
+            // are refused rather than mixed with entries they would misread.
+            .with_shared(self.shared.config.layout == Layout::Fencelock)
+            .with_permits(self.shared.config.layout == Layout::Fencelock)
     }
 
     /// Deletes the entry that holds `key` behind its holder's back and revokes the holder's
@@ -1058,24 +1418,60 @@ impl LockStore for EtcdStore {
         fencelock_core::validate::check_key(key)?;
         let dir = self.dir(key);
         let refused = || self.refused("status", &dir, Right::Read);
-        let Some(head) = self.queue_head(&dir).await.map_err(refused())? else {
-            return Ok(KeyStatus::Free);
-        };
-        let client = &self.shared.client;
-        let lease_id = head.lease();
-        let remaining = if lease_id == 0 {
-            None
-        } else {
-            let ttl = self
-                .call("read the holder's lease", Resend::Transient, || {
-                    let mut leases = client.lease_client();
-                    async move { leases.time_to_live(lease_id, None).await }
-                })
+        let queue = match self.shared.config.layout {
+            Layout::Fencelock => self
+                .kv_get("read the queue", dir.clone(), txn::whole_queue())
+                .await
+                .map_err(refused())?,
+            Layout::Etcd => self
+                .queue_head(&dir)
                 .await
                 .map_err(refused())?
-                .ttl();
-            u64::try_from(ttl).ok().map(Duration::from_secs)
+                .into_iter()
+                .collect(),
         };
+        let Some(head) = queue.first() else {
+            return Ok(KeyStatus::Free);
+        };
+        let head_mode = match self.shared.config.layout {
+            Layout::Fencelock => EntryMode::parse(head.value()),
+            Layout::Etcd => EntryMode::Exclusive,
+        };
+        if head_mode != EntryMode::Exclusive {
+            // Granted entries of a mode are the queue's front (each was granted only once
+            // every older one was); a front entry not yet marked holds nothing yet.
+            let mode = head_mode.mode();
+            let mut holders = Vec::new();
+            for kv in queue.iter().take_while(|kv| {
+                let entry = EntryMode::parse(kv.value());
+                entry.granted() && entry.mode() == mode
+            }) {
+                let slot = match EntryMode::parse(kv.value()) {
+                    EntryMode::Permit { slot, .. } => slot,
+                    _ => None,
+                };
+                let remaining = if holders.len() < STATUS_TTL_READS {
+                    self.remaining(kv.lease()).await.map_err(refused())?
+                } else {
+                    None
+                };
+                holders.push(HolderStatus::new(
+                    entry_owner(&dir, kv.key()),
+                    u64::try_from(kv.create_revision()).ok(),
+                    slot,
+                    remaining,
+                ));
+            }
+            if holders.is_empty() {
+                return Ok(KeyStatus::Free);
+            }
+            return Ok(KeyStatus::Shared {
+                mode,
+                count: u32::try_from(holders.len()).unwrap_or(u32::MAX),
+                holders,
+            });
+        }
+        let remaining = self.remaining(head.lease()).await.map_err(refused())?;
         // In the etcd layout the token (the granting reply's revision) is kept nowhere in etcd.
         let token = match self.shared.config.layout {
             Layout::Fencelock => u64::try_from(head.create_revision()).ok(),
@@ -1086,6 +1482,28 @@ impl LockStore for EtcdStore {
             token,
             remaining,
         })
+    }
+}
+
+/// How many holders of a shared or permit key `status` reads the remaining TTL of (one
+/// request each); the others are listed without it.
+const STATUS_TTL_READS: usize = 32;
+
+impl EtcdStore {
+    /// What is left of etcd lease `lease_id` (`None` for no lease, or one that is gone).
+    async fn remaining(&self, lease_id: i64) -> Result<Option<Duration>> {
+        if lease_id == 0 {
+            return Ok(None);
+        }
+        let client = &self.shared.client;
+        let ttl = self
+            .call("read the holder's lease", Resend::Transient, || {
+                let mut leases = client.lease_client();
+                async move { leases.time_to_live(lease_id, None).await }
+            })
+            .await?
+            .ttl();
+        Ok(u64::try_from(ttl).ok().map(Duration::from_secs))
     }
 }
 

@@ -5,6 +5,7 @@
 //! gone) while a read checks that the entry still exists with its token; both are sent after
 //! the lease's `sent_at`.
 
+use crate::keys;
 use etcd_client::{
     Compare, CompareOp, GetOptions, KeyValue, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
     TxnOpResponse, TxnResponse,
@@ -18,12 +19,13 @@ pub(crate) fn queue_head() -> GetOptions {
         .with_limit(1)
 }
 
-/// Enqueue: put `entry` on `lease_id`, read it back and read the head of `dir`. Atomic: one
-/// transaction at one revision, so "we are first" is decided against exactly the queue the
-/// entry joined (and a resent put, which keeps the create revision, decides the same).
-pub(crate) fn enqueue(dir: &str, entry: &str, lease_id: i64) -> Txn {
+/// Enqueue: put `entry` (with `value`: empty for an exclusive request) on `lease_id`, read it
+/// back and read the head of `dir`. Atomic: one transaction at one revision, so "we are first"
+/// is decided against exactly the queue the entry joined (and a resent put, which keeps the
+/// create revision, decides the same).
+pub(crate) fn enqueue(dir: &str, entry: &str, lease_id: i64, value: String) -> Txn {
     Txn::new().and_then([
-        TxnOp::put(entry, "", Some(PutOptions::new().with_lease(lease_id))),
+        TxnOp::put(entry, value, Some(PutOptions::new().with_lease(lease_id))),
         TxnOp::get(entry, Some(GetOptions::new().with_keys_only())),
         TxnOp::get(dir, Some(queue_head().with_keys_only())),
     ])
@@ -43,6 +45,64 @@ pub(crate) fn predecessor(dir: &str, entry: &str, revision: i64) -> Txn {
         TxnOp::get(dir, Some(older)),
         TxnOp::get(entry, Some(GetOptions::new().with_keys_only())),
     ])
+}
+
+/// The newest entry of `[start, end)` older than `revision`, if any.
+fn newest_older(end: impl Into<Vec<u8>>, revision: i64) -> GetOptions {
+    GetOptions::new()
+        .with_range(end)
+        .with_sort(SortTarget::Create, SortOrder::Descend)
+        .with_max_create_revision(revision - 1)
+        .with_limit(1)
+}
+
+/// A reader's view: the newest older entry that is not a reader's (keys only), the newest
+/// older reader (with its value), and `entry` itself. Atomic: all three at one revision, so
+/// "no older writer, the newest older reader granted, and our entry still there" is one
+/// snapshot.
+pub(crate) fn reader_view(dir: &str, entry: &str, revision: i64) -> Txn {
+    let (readers, readers_end) = keys::shared_range(dir);
+    Txn::new().and_then([
+        TxnOp::get(
+            dir,
+            Some(newest_older(keys::not_shared_end(dir), revision).with_keys_only()),
+        ),
+        TxnOp::get(readers, Some(newest_older(readers_end, revision))),
+        TxnOp::get(entry, Some(GetOptions::new().with_keys_only())),
+    ])
+}
+
+/// A permit's view: every entry of `dir` older than `revision` with its value (oldest
+/// first), and `entry` itself. Atomic: one snapshot of the queue ahead of us.
+pub(crate) fn permit_view(dir: &str, entry: &str, revision: i64) -> Txn {
+    let older = GetOptions::new()
+        .with_prefix()
+        .with_sort(SortTarget::Create, SortOrder::Ascend)
+        .with_max_create_revision(revision - 1);
+    Txn::new().and_then([
+        TxnOp::get(dir, Some(older)),
+        TxnOp::get(entry, Some(GetOptions::new().with_keys_only())),
+    ])
+}
+
+/// Grant: rewrite `entry`'s value to `value` (on its own lease, keeping its create revision)
+/// only if its create revision is still `revision`. Atomic: compare and put in one
+/// transaction, so only a live entry is marked granted, and never a successor's entry.
+pub(crate) fn mark(entry: &str, revision: i64, value: String, lease_id: i64) -> Txn {
+    Txn::new()
+        .when([Compare::create_revision(entry, CompareOp::Equal, revision)])
+        .and_then([TxnOp::put(
+            entry,
+            value,
+            Some(PutOptions::new().with_lease(lease_id)),
+        )])
+}
+
+/// Every entry of a queue, oldest first, with values (status).
+pub(crate) fn whole_queue() -> GetOptions {
+    GetOptions::new()
+        .with_prefix()
+        .with_sort(SortTarget::Create, SortOrder::Ascend)
 }
 
 /// Release (and the operator's evict): delete `entry` only if its create revision is still
