@@ -37,6 +37,7 @@ macro_rules! stores {
 
 stores! {
     "redis" => fencelock_redis::REDIS, "redis", ["redis", "rediss"];
+    "redis" => fencelock_redis::REDIS_CLUSTER, "redis-cluster", ["redis+cluster"];
     "redis" => fencelock_redis::REDLOCK, "redlock", ["redlock"];
     "etcd" => fencelock_etcd::ETCD, "etcd", ["etcd", "etcds"];
     "postgres" => fencelock_postgres::POSTGRES, "postgres", ["postgres", "postgresql"];

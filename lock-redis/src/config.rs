@@ -40,6 +40,23 @@ pub(crate) const OPTIONS: &[&str] = &[
     "tls_key",
 ];
 
+/// The options only `redis+cluster://` reads.
+pub(crate) const CLUSTER_OPTIONS: &[&str] = &["min_replicas", "replica_timeout"];
+
+/// The default bound on the replicas' acknowledgement (`WAIT`) when `min_replicas` is set.
+pub const DEFAULT_REPLICA_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// A Redis Cluster's seed nodes and the replica acknowledgement it asks for.
+#[derive(Clone)]
+pub(crate) struct ClusterSettings {
+    /// The seed nodes, in URL order.
+    pub(crate) nodes: Vec<ConnectionInfo>,
+    /// How many replicas must acknowledge an acquire (`WAIT`) before its lease is handed out.
+    pub(crate) min_replicas: u32,
+    /// How long the acknowledgement may take.
+    pub(crate) replica_timeout: Duration,
+}
+
 /// How a lock is named in Redis.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -105,6 +122,8 @@ pub struct RedisConfig {
     pub(crate) allow_eviction: bool,
     pub(crate) retention: Duration,
     pub(crate) max_ttl: Duration,
+    /// `Some` for `redis+cluster://`.
+    pub(crate) cluster: Option<ClusterSettings>,
 }
 
 impl RedisConfig {
@@ -115,13 +134,73 @@ impl RedisConfig {
     /// feature. The message never contains the password.
     pub fn from_url(url: &str) -> Result<Self> {
         fencelock_core::url::check_userinfo_encoded(url)?;
+        let scheme = url.split_once("://").map_or("", |(scheme, _)| scheme);
+        if scheme.eq_ignore_ascii_case("redis+cluster") {
+            return Self::from_cluster_url(url);
+        }
+        if scheme.eq_ignore_ascii_case("rediss+cluster") {
+            return Err(bad_url(
+                "rediss+cluster:// (a Redis Cluster over TLS) is not supported yet".into(),
+            ));
+        }
+        Self::parse(url, None)
+    }
+
+    /// `redis+cluster://[[user]:password@]host:port[,host:port…][?option=value&…]`: the seed
+    /// nodes, parsed one by one as `redis://` nodes, with the options of the first.
+    fn from_cluster_url(url: &str) -> Result<Self> {
+        let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+        let tls = false;
+        let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+        let (authority, tail) = rest.split_at(end);
+        let (userinfo, hosts) = match authority.rfind('@') {
+            Some(at) => authority.split_at(at + 1),
+            None => ("", authority),
+        };
+        let single = if tls { "rediss" } else { "redis" };
+        let mut nodes = Vec::new();
+        for host in hosts.split(',') {
+            if host.is_empty() {
+                return Err(bad_url(
+                    "an empty node in the redis+cluster:// host list".into(),
+                ));
+            }
+            let node = Url::parse(&format!("{single}://{userinfo}{host}"))
+                .map_err(|e| bad_url(format!("not a URL: {e}")))?;
+            nodes.push(node);
+        }
+        let first = hosts.split(',').next().unwrap_or_default();
+        let shape = format!("{single}://{userinfo}{first}{tail}");
+        let seeds = nodes.clone();
+        let mut config = Self::parse(&shape, Some(seeds))?;
+        let shown = redact(&format!("{single}://{userinfo}nodes.invalid"));
+        let shown_userinfo = shown
+            .strip_prefix(&format!("{single}://"))
+            .and_then(|s| s.strip_suffix("nodes.invalid"))
+            .unwrap_or_default();
+        config.redacted = format!("{scheme}://{shown_userinfo}{hosts}{tail}");
+        if config.layout == Layout::Plain {
+            return Err(bad_url(
+                "layout=plain is for one server: on a Cluster the plain lock key and the fence \
+                 would hash to different slots"
+                    .into(),
+            ));
+        }
+        if config.connection.redis_settings().db() != 0 {
+            return Err(bad_url("a Redis Cluster has only database 0".into()));
+        }
+        Ok(config)
+    }
+
+    fn parse(url: &str, cluster_nodes: Option<Vec<Url>>) -> Result<Self> {
         let parsed = Url::parse(url).map_err(|e| bad_url(format!("not a URL: {e}")))?;
         let tls = match parsed.scheme() {
             "redis" => false,
             "rediss" => true,
             other => {
                 return Err(bad_url(format!(
-                    "the scheme must be redis:// or rediss://, not {other}://"
+                    "the scheme must be redis://, rediss://, redis+cluster:// or \
+                     rediss+cluster://, not {other}://"
                 )))
             }
         };
@@ -154,9 +233,23 @@ impl RedisConfig {
             allow_eviction: false,
             retention: DEFAULT_RETENTION,
             max_ttl: MAX_TTL,
+            cluster: None,
         };
+        let mut min_replicas = 0u32;
+        let mut replica_timeout = DEFAULT_REPLICA_TIMEOUT;
+        let is_cluster = cluster_nodes.is_some();
         for (name, value) in parsed.query_pairs() {
             match &*name {
+                "min_replicas" if is_cluster => {
+                    min_replicas = value.parse().ok().filter(|n| *n <= 16).ok_or_else(|| {
+                        bad_url(format!(
+                            "min_replicas must be a whole number from 0 to 16, not {value:?}"
+                        ))
+                    })?
+                }
+                "replica_timeout" if is_cluster => {
+                    replica_timeout = parse_timeout("replica_timeout", &value)?
+                }
                 "prefix" => config.prefix = check_prefix(&value)?,
                 "layout" => {
                     config.layout = match &*value {
@@ -179,12 +272,68 @@ impl RedisConfig {
                 "retention" => config.retention = parse_window("retention", &value)?,
                 "max_ttl" => config.max_ttl = parse_max_ttl(&value)?,
                 name if tls_files.read(name, &value) => {}
+                unknown if is_cluster => {
+                    return Err(bad_url(format!(
+                        "unknown option {unknown:?}; redis+cluster:// reads {}, {}",
+                        OPTIONS.join(", "),
+                        CLUSTER_OPTIONS.join(", ")
+                    )))
+                }
                 unknown => return Err(unknown_option(unknown)),
             }
         }
         check_retention(config.retention, config.max_ttl)?;
         config.connection = tls_files.apply(config.connection, tls)?;
+        if let Some(seeds) = cluster_nodes {
+            if replica_timeout >= config.command_timeout {
+                return Err(bad_url(format!(
+                    "replica_timeout ({replica_timeout:?}) must be below command_timeout \
+                     ({:?}): the acknowledgement runs within one command",
+                    config.command_timeout
+                )));
+            }
+            let mut nodes = Vec::with_capacity(seeds.len());
+            for seed in &seeds {
+                let host = seed
+                    .host_str()
+                    .filter(|h| !h.is_empty())
+                    .ok_or_else(|| bad_url("a cluster node without a host".into()))?;
+                let host = host.trim_start_matches('[').trim_end_matches(']');
+                let info = node_info(
+                    host,
+                    seed.port().unwrap_or(6379),
+                    user.as_deref(),
+                    password.as_deref(),
+                    0,
+                    tls,
+                )?;
+                nodes.push(tls_files.apply(info, tls)?);
+            }
+            config.cluster = Some(ClusterSettings {
+                nodes,
+                min_replicas,
+                replica_timeout,
+            });
+        }
         Ok(config)
+    }
+
+    /// Whether this config names a Redis Cluster (`redis+cluster://`).
+    pub fn is_cluster(&self) -> bool {
+        self.cluster.is_some()
+    }
+
+    /// How many replicas must acknowledge an acquire before its lease is handed out
+    /// (`min_replicas`; 0, the default, and always on one server: no acknowledgement).
+    pub fn min_replicas(&self) -> u32 {
+        self.cluster.as_ref().map_or(0, |c| c.min_replicas)
+    }
+
+    /// How long the replicas' acknowledgement may take (`replica_timeout`).
+    pub fn replica_timeout(&self) -> Duration {
+        self.cluster
+            .as_ref()
+            .map_or(DEFAULT_REPLICA_TIMEOUT, |c| c.replica_timeout)
     }
 
     /// The prefix of every key name this store writes.
@@ -290,6 +439,7 @@ impl fmt::Debug for RedisConfig {
             .field("allow_eviction", &self.allow_eviction)
             .field("retention", &self.retention)
             .field("max_ttl", &self.max_ttl)
+            .field("min_replicas", &self.min_replicas())
             .finish()
     }
 }

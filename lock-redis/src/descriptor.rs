@@ -14,6 +14,14 @@ use crate::RedisConfig;
 pub const REDIS: StoreKind = StoreKind::new("redis", &["redis", "rediss"], "redis", redis)
     .with_eviction("deletes the key's lock (never its fencing counter) and wakes its waiters");
 
+/// A Redis Cluster: `redis+cluster://host:port[,host:port…]`, see [`RedisConfig`]; the same
+/// [`RedisStore`] on the Cluster client.
+pub const REDIS_CLUSTER: StoreKind =
+    StoreKind::new("redis-cluster", &["redis+cluster"], "redis", redis).with_eviction(
+        "deletes the key's lock (never its fencing counter) on its slot's master and wakes its \
+         waiters",
+    );
+
 /// Redlock over independent Redis masters: `redlock://host:port,host:port,host:port`, see
 /// [`RedlockConfig`].
 pub const REDLOCK: StoreKind = StoreKind::new("redlock", &["redlock"], "redis", redlock)

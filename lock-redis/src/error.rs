@@ -15,6 +15,13 @@ pub(crate) fn is_unavailable(error: &RedisError) -> bool {
         || error.is_timeout()
         || error.is_connection_dropped()
         || error.is_connection_refusal()
+        // A Cluster client that reaches no node (none of the seeds answers, the node of a slot
+        // is down), or a slot moving during a failover or a resharding.
+        || matches!(
+            error.kind(),
+            ErrorKind::ClusterConnectionNotFound
+                | ErrorKind::Server(ServerErrorKind::Moved | ServerErrorKind::Ask)
+        )
         || matches!(
             error.kind(),
             ErrorKind::Server(

@@ -335,6 +335,7 @@
 #![warn(missing_docs)]
 
 // Module order (each imports only from those before it): config, error, keys, script, eviction, subscriber, store, stats, redlock (config, quorum, fanout, store), descriptor.
+mod cluster;
 mod config;
 mod descriptor;
 mod error;
@@ -350,7 +351,7 @@ pub use config::{
     Layout, RedisConfig, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX,
     MAX_PREFIX_LEN,
 };
-pub use descriptor::{REDIS, REDLOCK};
+pub use descriptor::{REDIS, REDIS_CLUSTER, REDLOCK};
 pub use eviction::{EvictionCheck, EvictionRisk, EvictionSettings};
 pub use redlock::{QuorumError, RedlockConfig, RedlockStore};
 pub use store::{RedisStore, WAIT_CAP};

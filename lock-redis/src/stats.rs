@@ -18,6 +18,11 @@ impl RedisStore {
     /// # Cancel safety
     /// Reads only; dropping the future loses nothing.
     pub async fn stored_keys(&self) -> Result<u64> {
+        if self.config().is_cluster() {
+            return Err(fencelock_core::Error::Unsupported {
+                operation: "counting the stored keys of a Redis Cluster",
+            });
+        }
         let pattern = format!("{}*", glob_escape(self.config().prefix()));
         let mut conn = self.connection();
         let limit = self.config().command_timeout();

@@ -1,7 +1,7 @@
 //! [`RedisStore`]: one Redis server, its connections, the eviction check, and the trait impls.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,6 +14,7 @@ use fencelock_core::{
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::time::{sleep_until, timeout};
 
+use crate::cluster::{Acked, Conn};
 use crate::config::TTL_GRANULARITY;
 use crate::config::{Layout, RedisConfig};
 use crate::error::redis_error;
@@ -76,7 +77,7 @@ pub struct RedisStore {
 
 struct Inner {
     config: RedisConfig,
-    conn: ConnectionManager,
+    conn: Conn,
     subscriber: ReleaseSubscriber,
     /// Set by the first eviction check that let the store go on; a refusal is not kept, so a
     /// server reconfigured meanwhile is checked afresh.
@@ -151,6 +152,28 @@ impl RedisStore {
         ) {
             install_crypto_provider();
         }
+        if let Some(cluster) = &config.cluster {
+            let client = redis::cluster::ClusterClientBuilder::new(cluster.nodes.clone())
+                .connection_timeout(config.connect_timeout)
+                .response_timeout(config.command_timeout)
+                .retries(2)
+                .build()
+                .map_err(|e| Error::store(format!("{config}: {:?}", e.kind()), e))?;
+            let cluster_config = redis::cluster::ClusterConfig::new()
+                .set_connection_timeout(config.connect_timeout)
+                .set_response_timeout(config.command_timeout);
+            let conn =
+                Conn::Cluster(client.get_pending_async_connection_with_config(cluster_config));
+            let clients = cluster
+                .nodes
+                .iter()
+                .map(|node| redis::Client::open(node.clone()))
+                .collect::<redis::RedisResult<Vec<_>>>()
+                .map_err(|e| Error::store(format!("{config}: {:?}", e.kind()), e))?;
+            let subscriber =
+                ReleaseSubscriber::new(clients, config.connect_timeout, config.command_timeout);
+            return Ok(Self::assemble(config, conn, subscriber));
+        }
         let client = redis::Client::open(config.connection.clone())
             .map_err(|e| Error::store(format!("{config}: {:?}", e.kind()), e))?;
         let manager_config = ConnectionManagerConfig::new()
@@ -164,8 +187,12 @@ impl RedisStore {
         let conn = ConnectionManager::new_lazy_with_config(client.clone(), manager_config)
             .map_err(|e| redis_error(&format!("connecting to {config}"), e))?;
         let subscriber =
-            ReleaseSubscriber::new(client, config.connect_timeout, config.command_timeout);
-        Ok(RedisStore {
+            ReleaseSubscriber::new(vec![client], config.connect_timeout, config.command_timeout);
+        Ok(Self::assemble(config, Conn::Single(conn), subscriber))
+    }
+
+    fn assemble(config: RedisConfig, conn: Conn, subscriber: ReleaseSubscriber) -> Self {
+        RedisStore {
             inner: Arc::new(Inner {
                 config,
                 conn,
@@ -174,7 +201,7 @@ impl RedisStore {
                 refusal_logged: AtomicBool::new(false),
                 mark_refusal_logged: AtomicBool::new(false),
             }),
-        })
+        }
     }
 
     /// The configuration this handle was made from.
@@ -207,8 +234,10 @@ impl RedisStore {
             .inner
             .eviction
             .get_or_try_init(|| async move {
-                let mut conn = conn;
-                let found = eviction::check(&mut conn, node).await?;
+                let found = match conn {
+                    Conn::Cluster(conn) => crate::cluster::check_eviction(&conn, node).await?,
+                    mut conn => eviction::check(&mut conn, node).await?,
+                };
                 if let EvictionCheck::Unknown { reason } = &found {
                     tracing::warn!(
                         server = node,
@@ -248,7 +277,7 @@ impl RedisStore {
     }
 
     /// A clone of the shared command connection, for Redlock's per-node fan-out.
-    pub(crate) fn connection(&self) -> ConnectionManager {
+    pub(crate) fn connection(&self) -> Conn {
         self.inner.conn.clone()
     }
 
@@ -265,12 +294,63 @@ impl RedisStore {
     /// Runs one command on a clone of the shared connection under the command timeout.
     async fn run<T, F, Fut>(&self, what: &str, command: F) -> Result<T>
     where
-        F: FnOnce(ConnectionManager) -> Fut,
+        F: FnOnce(Conn) -> Fut,
+        Fut: std::future::Future<Output = Result<T>>,
+    {
+        self.run_on(self.inner.conn.clone(), what, command).await
+    }
+
+    /// The connection an acquire script runs on: on a Cluster with `min_replicas`, one that
+    /// follows the script with `WAIT`, and where it leaves the count of acknowledging replicas.
+    fn acquire_connection(&self) -> (Conn, Option<Arc<AtomicI64>>) {
+        let replicas = self.inner.config.min_replicas();
+        match &self.inner.conn {
+            Conn::Cluster(conn) if replicas > 0 => {
+                let timeout = self.inner.config.replica_timeout();
+                let (conn, acked) = Acked::new(conn.clone(), replicas, timeout);
+                (Conn::Acked(conn), Some(acked))
+            }
+            conn => (conn.clone(), None),
+        }
+    }
+
+    /// A granted lease, if `min_replicas` replicas acknowledged its acquire (or none were
+    /// asked for); else the lease is released and the acquire fails with the retryable
+    /// [`Error::Unavailable`]: a lease whose token a failover may lose is never handed out.
+    async fn acknowledged(&self, lease: Lease, acked: Option<Arc<AtomicI64>>) -> Result<Lease> {
+        let Some(acked) = acked else {
+            return Ok(lease);
+        };
+        let wanted = self.inner.config.min_replicas();
+        let got = acked.load(std::sync::atomic::Ordering::SeqCst);
+        if got >= i64::from(wanted) {
+            return Ok(lease);
+        }
+        if let Err(error) = Release::release(self, &lease).await {
+            tracing::debug!(%error, "an unacknowledged lease was left to expire");
+        }
+        Err(Error::Unavailable {
+            message: format!(
+                "acquire {:?}: {} of the {wanted} replicas required (min_replicas) acknowledged \
+                 the grant within {:?}; the lease was released, since a failover could lose it \
+                 and its token",
+                lease.key(),
+                got.max(0),
+                self.inner.config.replica_timeout()
+            ),
+            source: None,
+        })
+    }
+
+    /// [`Self::run`] on `conn`.
+    async fn run_on<T, F, Fut>(&self, conn: Conn, what: &str, command: F) -> Result<T>
+    where
+        F: FnOnce(Conn) -> Fut,
         Fut: std::future::Future<Output = Result<T>>,
     {
         let bound = self.inner.config.command_timeout;
         self.checked_eviction_within(bound).await?;
-        match timeout(bound, command(self.inner.conn.clone())).await {
+        match timeout(bound, command(conn)).await {
             Ok(result) => result,
             Err(_) => Err(timed_out(what, bound)),
         }
@@ -290,16 +370,18 @@ impl RedisStore {
         let owner = OwnerId::random();
         let retention = self.inner.config.retention;
         let sent_at = Instant::now();
+        let (conn, acked) = self.acquire_connection();
         if mode != Mode::Exclusive {
             let attempt = self
-                .run("acquire", |mut conn| async move {
+                .run_on(conn, "acquire", |mut conn| async move {
                     acquire_as_on(&mut conn, names, owner, ttl, retention, mode).await
                 })
                 .await?;
             return match attempt {
-                ModeAttempt::Granted { token, slot } => Ok(Granted::Yes(
-                    Lease::new(key, owner, token, ttl, sent_at).in_mode(mode, slot),
-                )),
+                ModeAttempt::Granted { token, slot } => {
+                    let lease = Lease::new(key, owner, token, ttl, sent_at).in_mode(mode, slot);
+                    Ok(Granted::Yes(self.acknowledged(lease, acked).await?))
+                }
                 ModeAttempt::Held { expires_in } => Ok(Granted::No { expires_in }),
                 ModeAttempt::LimitMismatch { held } => Err(Error::LimitMismatch {
                     key: key.to_owned(),
@@ -313,7 +395,7 @@ impl RedisStore {
         }
         let attempt = match mark {
             None => {
-                self.run("acquire", |mut conn| async move {
+                self.run_on(conn, "acquire", |mut conn| async move {
                     acquire_on(&mut conn, names, owner, ttl, retention).await
                 })
                 .await?
@@ -323,7 +405,7 @@ impl RedisStore {
                 mark.set = true;
                 let waiter = &mark.waiter;
                 let (attempt, marked) = self
-                    .run("acquire", |mut conn| async move {
+                    .run_on(conn, "acquire", |mut conn| async move {
                         acquire_waiting_on(
                             &mut conn,
                             names,
@@ -352,7 +434,10 @@ impl RedisStore {
             }
         };
         Ok(match attempt {
-            Attempt::Granted { token } => Granted::Yes(Lease::new(key, owner, token, ttl, sent_at)),
+            Attempt::Granted { token } => {
+                let lease = Lease::new(key, owner, token, ttl, sent_at);
+                Granted::Yes(self.acknowledged(lease, acked).await?)
+            }
             Attempt::Held { expires_in } => Granted::No { expires_in },
         })
     }

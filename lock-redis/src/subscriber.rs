@@ -26,7 +26,11 @@ pub(crate) struct ReleaseSubscriber {
 }
 
 struct Shared {
-    client: redis::Client,
+    /// The servers to subscribe on, tried in turn (one for a single server; every seed node of
+    /// a Cluster, where PUBLISH reaches every node).
+    clients: Vec<redis::Client>,
+    /// The index of the client to try next.
+    next: std::sync::atomic::AtomicUsize,
     connect_timeout: Duration,
     command_timeout: Duration,
     channels: Mutex<HashMap<String, Arc<Channel>>>,
@@ -58,13 +62,14 @@ pub(crate) struct Listener {
 
 impl ReleaseSubscriber {
     pub(crate) fn new(
-        client: redis::Client,
+        clients: Vec<redis::Client>,
         connect_timeout: Duration,
         command_timeout: Duration,
     ) -> Self {
         ReleaseSubscriber {
             shared: Arc::new(Shared {
-                client,
+                clients,
+                next: 0.into(),
                 connect_timeout,
                 command_timeout,
                 channels: Mutex::default(),
@@ -249,13 +254,22 @@ async fn back_off(
 }
 
 async fn connect(shared: &Shared) -> Option<(PubSubSink, PubSubStream)> {
-    match timeout(shared.connect_timeout, shared.client.get_async_pubsub()).await {
+    let index = shared.next.load(std::sync::atomic::Ordering::Relaxed);
+    let client = shared.clients.get(index % shared.clients.len().max(1))?;
+    match timeout(shared.connect_timeout, client.get_async_pubsub()).await {
         Ok(Ok(pubsub)) => Some(pubsub.split()),
         Ok(Err(error)) => {
+            // The next connect tries the next server (a Cluster's node may be down).
+            shared
+                .next
+                .store(index.wrapping_add(1), std::sync::atomic::Ordering::Relaxed);
             tracing::debug!(%error, "pub/sub connection failed");
             None
         }
         Err(_) => {
+            shared
+                .next
+                .store(index.wrapping_add(1), std::sync::atomic::Ordering::Relaxed);
             tracing::debug!("pub/sub connection timed out");
             None
         }

@@ -5,9 +5,9 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::cluster::Conn;
 use fencelock_core::{Error, Result};
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use redis::aio::ConnectionManager;
 use tokio::time::timeout;
 
 use super::quorum::Answers;
@@ -73,7 +73,7 @@ impl<T: Send + 'static> FanOut<T> {
         op: F,
     ) -> Self
     where
-        F: Fn(ConnectionManager) -> Fut,
+        F: Fn(Conn) -> Fut,
         Fut: Future<Output = Result<T>> + Send + 'static,
     {
         let pending = nodes

@@ -5,6 +5,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::cluster::Conn;
 use async_trait::async_trait;
 use fencelock_core::validate::{check_key, check_request, check_wait};
 use fencelock_core::{
@@ -12,7 +13,6 @@ use fencelock_core::{
     ReleaseOutcome, Result,
 };
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use redis::aio::ConnectionManager;
 use tokio::time::{sleep, sleep_until};
 
 use super::config::RedlockConfig;
@@ -162,7 +162,7 @@ impl RedlockStore {
     fn fan_out<T, F, Fut>(&self, what: &'static str, bound: Duration, op: F) -> FanOut<T>
     where
         T: Send + 'static,
-        F: Fn(ConnectionManager) -> Fut,
+        F: Fn(Conn) -> Fut,
         Fut: Future<Output = Result<T>> + Send + 'static,
     {
         FanOut::start(&self.inner.nodes, what, bound, None, op)
