@@ -69,6 +69,73 @@
 //!   with `LeaseLost` if etcd answers TTL 0 or the entry is gone or has another revision. The
 //!   new local deadline is measured from a clock reading taken before both were sent.
 //!
+//! # Semaphores and reader-writer locks
+//! [`Acquire::try_acquire_as`](fencelock_core::Acquire::try_acquire_as) and
+//! [`Acquire::acquire_as`](fencelock_core::Acquire::acquire_as) keep shared leases (readers)
+//! and semaphore permits ([`Mode`](fencelock_core::Mode)) in the key's **one** queue, next to
+//! the exclusive entries, each entry on its own etcd lease, in the manner of etcd's
+//! `recipes.RWMutex`:
+//! - a reader's entry is `{prefix}{key}/~r/{owner id}`, a permit's `{prefix}{key}/~p/{owner
+//!   id}` (owner ids are hexadecimal, so every entry that is not a reader's sorts before
+//!   `~r/`: a reader reads the writers older than itself as one range). The entry is put
+//!   *waiting* (its value says the mode, and a permit's limit), and holds once a transaction
+//!   has **marked it granted**: rewritten its value on the same lease, keeping its create
+//!   revision, on the condition that the entry still exists with that revision;
+//! - **a reader** is marked once a read at one revision finds no older entry that is not a
+//!   reader's and the newest older reader marked (so every older one: each was marked only
+//!   after the readers before it). It waits for earlier writers only;
+//! - **a writer** is unchanged: it holds when its entry is the oldest, so it waits for
+//!   everything earlier, readers and permits included;
+//! - **a permit of `L`** is marked once every older entry is a marked permit of `L` and there
+//!   are fewer than `L` of them; it takes the lowest slot in `0..L` none of them occupies,
+//!   recorded in its value. Two permits never share a slot: a permit is marked only after
+//!   every older one, from a snapshot in which every older permit's slot is recorded, and no
+//!   newer permit can be marked before it. A free slot always exists: fewer than `L` older
+//!   entries, and no newer one marked.
+//!
+//! **The writer policy is FIFO**, which meets the one in [`Mode`](fencelock_core::Mode): a
+//! reader that arrives after a waiting writer has that writer's entry older than its own, so
+//! it queues behind it; readers that already hold keep their leases until they release or
+//! expire. A writer that gives up revokes its entry and so stops keeping readers out at once.
+//!
+//! **Tokens** are the entries' create revisions in every mode, and every grant happens in
+//! create-revision order (an entry is granted only once every older entry is gone or was
+//! granted before it), so every lease's token is greater than every token granted for the
+//! key before, across modes. Within one slot tokens only grow.
+//!
+//! **The limit** is in each permit's value. A permit request that finds a *granted* older
+//! permit with another limit fails with
+//! [`Error::LimitMismatch`](fencelock_core::Error::LimitMismatch) (its entry revoked); a
+//! waiting one with another limit is about to be refused the same way, and is waited for. Once
+//! every permit is gone, a new limit may be set.
+//!
+//! **Waiting**: a waiter watches only entries older than its own, never the newer keys: a
+//! reader the one entry that blocks it (the newest older writer, or the newest older reader
+//! not yet marked), a permit every older entry (any of them may free a slot, or a place among
+//! the `L` oldest), all over one watch stream, up to 1024 watches (past that it also reads the
+//! queue again at every renewal). The watches start at the current revision and the view is
+//! read again once they exist, as for the exclusive waiter.
+//!
+//! **Without a wait**, `try_acquire_as` is [`Error::Busy`](fencelock_core::Error::Busy) at
+//! once when a writer, a reader (for a permit), another limit's request or `L` older entries
+//! are in front, and its entry is revoked before it returns: it leaves nothing queued. Only
+//! when what is in front is compatible requests between their enqueue and their mark (two
+//! readers arriving together) does it wait for them, at most the command timeout.
+//!
+//! Release, extend, evict and the lease's TTL are those of an exclusive lease (release deletes
+//! the entry if its create revision is still the token; evict frees the oldest entry).
+//! [`LockStore::status`] reports
+//! [`KeyStatus::Shared`](fencelock_core::KeyStatus::Shared) with every marked reader or permit
+//! (owner, token, slot, and for the first 32 the lease's remaining TTL). Each mode grant costs
+//! one more transaction than an exclusive one (the mark), and a read of the entries ahead.
+//!
+//! Modes are kept only in [`Layout::Fencelock`]: with `layout=etcd`,
+//! [`Capabilities`](fencelock_core::Capabilities) declare neither, and both are refused with
+//! [`Error::Unsupported`](fencelock_core::Error::Unsupported). etcd's own clients know only
+//! exclusive entries and would take a reader's entry for a holder of theirs (safe, but a
+//! reader would then block `etcdctl lock`), and etcd's `RWMutex` recipe names its `read` and
+//! `write` keys in a layout of its own.
+//!
 //! # Next to etcd's own lock clients: `layout=etcd`
 //! With [`Layout::Etcd`] (URL option `layout=etcd`) every name is the one etcd's Go recipe
 //! uses: the queue of `key` is `{prefix}{key}/` (prefix empty by default, the key not
