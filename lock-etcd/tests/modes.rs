@@ -84,7 +84,7 @@ async fn a_refused_request_leaves_nothing_queued() {
         1,
         "a refused limit left its entry"
     );
-    a.release(&first).await.unwrap();
+    assert_eq!(a.release(&first).await.unwrap(), ReleaseOutcome::Released);
     assert_eq!(keys_under(&prefix).await, 0);
 }
 
@@ -203,7 +203,13 @@ async fn readers_arriving_together_are_all_granted_and_listed() {
     let mut slots: Vec<_> = holders.iter().map(|h| h.slot).collect();
     slots.sort();
     assert_eq!(slots, [Some(0), Some(1)]);
-    handles[0].release(&first).await.unwrap();
-    handles[1].release(&second).await.unwrap();
+    assert_eq!(
+        handles[0].release(&first).await.unwrap(),
+        ReleaseOutcome::Released
+    );
+    assert_eq!(
+        handles[1].release(&second).await.unwrap(),
+        ReleaseOutcome::Released
+    );
     assert_eq!(handles[0].status("k").await.unwrap(), KeyStatus::Free);
 }
