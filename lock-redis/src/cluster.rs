@@ -92,6 +92,16 @@ impl Acked {
 
 impl ConnectionLike for Acked {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        // Only a command with keys goes with WAIT to its slot's master; others (`SCRIPT LOAD`
+        // after `NOSCRIPT`, which the Cluster client sends to every master) go as they are.
+        let script = matches!(
+            cmd.args_iter().next(),
+            Some(redis::Arg::Simple(name))
+                if name.eq_ignore_ascii_case(b"EVALSHA") || name.eq_ignore_ascii_case(b"EVAL")
+        );
+        if !script {
+            return self.conn.req_packed_command(cmd);
+        }
         Box::pin(async move {
             let mut pipeline = redis::pipe();
             pipeline.add_command(cmd.clone());

@@ -181,7 +181,20 @@ impl RedisCluster {
     }
 
     /// The client port of a replica of the master on `master` (the first one listed).
+    /// Retried for up to 10 s: a node learns of a replica a moment after the cluster is created.
     pub fn replica_of(&self, master: u16) -> Result<u16> {
+        let started = Instant::now();
+        loop {
+            match self.replica_now(master) {
+                Err(_) if started.elapsed() < Duration::from_secs(10) => {
+                    thread::sleep(Duration::from_millis(100))
+                }
+                found => return found,
+            }
+        }
+    }
+
+    fn replica_now(&self, master: u16) -> Result<u16> {
         let lines = self.cluster_nodes()?;
         let id = lines
             .iter()
