@@ -111,11 +111,12 @@ fn sweep_stale(base: &Path) {
     swept.push(base.to_path_buf());
     for entry in fs::read_dir(base).into_iter().flatten().flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        // fencelock-<kind>-<pid>-<counter>-<port>
+        // fencelock-<kind>-<pid>-<counter>-<port>, where <kind> may hold dashes
+        // (`etcd-tls`, `redis-cluster`): the pid is the third field from the end.
         let Some(rest) = name.strip_prefix("fencelock-") else {
             continue;
         };
-        let Some(pid) = rest.split('-').nth(1).and_then(|p| p.parse::<u32>().ok()) else {
+        let Some(pid) = rest.rsplit('-').nth(2).and_then(|p| p.parse::<u32>().ok()) else {
             continue;
         };
         if !Path::new(&format!("/proc/{pid}")).exists() {
@@ -461,5 +462,33 @@ pub(crate) fn wait_ready(
         }
         thread::sleep(delay);
         delay = (delay * 2).min(Duration::from_millis(100));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sweep_removes_directories_of_dead_processes_whatever_their_kind() {
+        let base = std::env::temp_dir().join(format!("sweep-test-{}", std::process::id()));
+        fs::create_dir_all(&base).expect("a base directory");
+        let dead = (4_000_000..4_194_304)
+            .find(|pid| !Path::new(&format!("/proc/{pid}")).exists())
+            .expect("a pid no process has");
+        let ours = std::process::id();
+        let names = [
+            format!("fencelock-etcd-{dead}-0-1"),
+            format!("fencelock-etcd-tls-{dead}-1-2"),
+            format!("fencelock-redis-cluster-{dead}-2-3"),
+            format!("fencelock-etcd-tls-{ours}-3-4"),
+        ];
+        for name in &names {
+            fs::create_dir_all(base.join(name)).expect("a directory");
+        }
+        sweep_stale(&base);
+        let left: Vec<bool> = names.iter().map(|n| base.join(n).exists()).collect();
+        let _ = fs::remove_dir_all(&base);
+        assert_eq!(left, [false, false, false, true]);
     }
 }
