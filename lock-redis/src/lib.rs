@@ -77,10 +77,37 @@
 //!   and whoever's script runs first wins.
 //! - Each distinct key leaves its fence key behind for one retention window after its last
 //!   acquire (`# Per-key state`): that is what keeps tokens monotonic across releases.
-//! - This store targets one server; the hash tags only keep the door to a Cluster open (no
-//!   test runs one).
+//! - On a **Redis Cluster** (`redis+cluster://`, see `# Redis Cluster`) the same scripts run on
+//!   each key's slot master; failover there is the replica case above, which
+//!   `min_replicas` narrows for tokens.
 //! - **Memory eviction** can delete a held lock; the store refuses such a server unless told
 //!   otherwise (next section).
+//!
+//! # Redis Cluster
+//! `redis+cluster://[user:password@]host:port[,host:port…][?options]` connects the same
+//! [`RedisStore`] through the redis crate's Cluster client. Every key of a lock (lock, fence,
+//! holders, writers) shares one hash tag, so each script runs on the key's slot master, and the
+//! options are those of `redis://` but `layout=plain` (lock and fence would hash to different
+//! slots), a database other than 0 and TLS (`rediss+cluster://` is not supported yet), which
+//! are refused. Wake-ups come from pub/sub on a seed node (`PUBLISH` reaches every node); the
+//! eviction check runs on every master. `stored_keys` (`lockctl stats`) is `Unsupported`.
+//! - **Failover.** Replication is asynchronous: a lock granted on a master that dies before its
+//!   replica got it is lost (two holders), and once the tokens have passed the promoted
+//!   replica's clock it can mint a token no greater than one already handed out.
+//! - **`min_replicas=N`** (with `replica_timeout`, default 500 ms, below `command_timeout`):
+//!   every acquire script goes out in one pipeline with `WAIT N replica_timeout` on the slot
+//!   master's connection (`WAIT` counts that connection's writes only; one pipeline keeps a
+//!   reconnect from giving it a fresh connection, whose `WAIT` would succeed at once). A grant
+//!   that fewer replicas acknowledged is released and refused with the retryable
+//!   [`Error::Unavailable`](fencelock_core::Error::Unavailable). Every token handed out is
+//!   then on a replica, so a failover to that replica keeps tokens growing; the lock itself is
+//!   still only as safe as Redis replication (`WAIT` does not make Redis consistent: a
+//!   failover to a replica that did not acknowledge loses it).
+//!   `tests/cluster_faults.rs` shows both with the fence set a day ahead of every node's clock
+//!   (Debian's redis-server, built with jemalloc, does not start under libfaketime, so a
+//!   replica with its clock set back is emulated this way): without `WAIT` the promoted
+//!   replica mints a token not above the lost one; with `min_replicas=1` above the
+//!   acknowledged one.
 //!
 //! # Shared leases and permits
 //! [`RedisStore`] keeps all three [`Mode`]s (`Capabilities::shared` and `permits`; Redlock does
