@@ -9,9 +9,13 @@
 //! the raw round trips (`PING`, `SET NX PX`, `EVALSHA` of a compare-and-delete) on the same
 //! kind of connection the store uses (a `ConnectionManager`); the raw cycle — `SET NX PX` then
 //! compare-and-delete by `EVALSHA`, the plainest correct Redis lock, without fencing or
-//! wake-ups — and our acquire + release cycle, exclusive, as a permit of a semaphore of 4 and
-//! as a shared lease (where the store keeps those modes), timed in alternating rounds; throughput with 64
-//! tasks on distinct keys, ours against the raw cycle, with the server's time per cycle;
+//! wake-ups, kept as context — the raw *fenced floor* (issue 16): the smallest correct fenced
+//! cycle written by hand on the same client, two scripts by `EVALSHA` (`SET NX PX` then `INCR`
+//! of a counter; compare, `DEL` and `PUBLISH`) — and our acquire + release cycle, exclusive, as a permit of a semaphore of 4 and
+//! as a shared lease (where the store keeps those modes), timed in alternating rounds;
+//! throughput with 64 tasks on distinct keys, raw, floor and ours in alternating rounds, with
+//! the server's time per cycle (its main thread's CPU, and the time `INFO commandstats` gives
+//! the commands the client sent, each script once with the commands it calls);
 //! handoff latency to another waiter with 8 waiters on one key (one store handle each), next to
 //! its physical floor (a raw `PUBLISH` reaching a raw subscriber after the same idle time, plus
 //! one round trip); and the same cycle and handoff for `rslock` on the same server.
@@ -27,7 +31,7 @@ use fencelock_conformance::bench::{
     cycle, cycle_into, handoff, handoff_to_another, lock_throughput, micros as us, server_or_env,
     throughput, time_each, ModeCycles, Samples, Table,
 };
-use fencelock_core::DynLockStore;
+use fencelock_core::{DynLockStore, OwnerId};
 use fencelock_redis::{RedisConfig, RedisStore};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::time::Instant;
@@ -42,6 +46,16 @@ const PEER_HANDOFFS: usize = 100;
 /// How long each holder keeps the key in the handoff runs.
 const HOLD: Duration = Duration::from_millis(5);
 const TTL: Duration = Duration::from_secs(30);
+/// Alternating throughput rounds of raw, floor and ours, each `RUN_FOR / THROUGHPUT_ROUNDS`.
+const THROUGHPUT_ROUNDS: u32 = 3;
+
+/// The fenced floor's acquire, exactly as issue 16 gives it: `SET NX PX`, then the token from a
+/// counter. KEYS: lock, counter. ARGV: owner, ttl ms. Returns the token, 0 if held.
+const FLOOR_ACQUIRE: &str = "if redis.call('SET',KEYS[1],ARGV[1],'NX','PX',ARGV[2]) then return redis.call('INCR',KEYS[2]) end return 0";
+
+/// The fenced floor's release, exactly as issue 16 gives it: compare, delete, wake waiters.
+/// KEYS: lock. ARGV: owner. Returns 1 if released.
+const FLOOR_RELEASE: &str = "if redis.call('GET',KEYS[1])==ARGV[1] then redis.call('DEL',KEYS[1]) redis.call('PUBLISH',KEYS[1],'') return 1 end return 0";
 
 /// Compare-and-delete, the release every correct Redis lock needs.
 const COMPARE_AND_DELETE: &str =
@@ -85,6 +99,61 @@ async fn raw_cycle(
         });
     }
     Ok(())
+}
+
+/// The two scripts of the fenced floor.
+#[derive(Clone)]
+struct Floor {
+    acquire: redis::Script,
+    release: redis::Script,
+}
+
+impl Floor {
+    fn new() -> Self {
+        Floor {
+            acquire: redis::Script::new(FLOOR_ACQUIRE),
+            release: redis::Script::new(FLOOR_RELEASE),
+        }
+    }
+
+    /// One fenced cycle by hand on `key`: the acquire script with a fresh random owner (as a
+    /// correct lock needs; the same 32 hex digits as ours), a token checked to be there, then
+    /// the release script.
+    async fn cycle(&self, conn: &mut ConnectionManager, key: &str) -> fencelock_core::Result<()> {
+        let owner = OwnerId::random().to_string();
+        let (lock, counter) = (
+            format!("floor:{{{key}}}:lock"),
+            format!("floor:{{{key}}}:fence"),
+        );
+        let token: i64 = self
+            .acquire
+            .key(&lock)
+            .key(&counter)
+            .arg(&owner)
+            .arg(TTL.as_millis() as u64)
+            .invoke_async(conn)
+            .await
+            .map_err(failed("EVALSHA floor acquire"))?;
+        if token <= 0 {
+            return Err(fencelock_core::Error::Busy {
+                key: key.to_owned(),
+            });
+        }
+        let released: i64 = self
+            .release
+            .key(&lock)
+            .arg(&owner)
+            .invoke_async(conn)
+            .await
+            .map_err(failed("EVALSHA floor release"))?;
+        if released != 1 {
+            return Err(fencelock_core::Error::Store {
+                message: format!("floor release of {key} found another owner"),
+                source: None,
+            });
+        }
+        Ok(())
+    }
 }
 
 /// `SET NX PX` then a plain `DEL`: not a correct lock (it may delete a successor's key), only
@@ -135,29 +204,111 @@ async fn raw_notify(client: &redis::Client, samples: usize) -> fencelock_core::R
     Ok(Samples::new(taken))
 }
 
-/// Microseconds the server spent in commands since the last `CONFIG RESETSTAT`, from
-/// `INFO commandstats`.
-async fn server_usec(conn: &mut ConnectionManager) -> fencelock_core::Result<u64> {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(conn)
-        .await
-        .map_err(failed("INFO commandstats"))?;
-    Ok(info
-        .lines()
-        .filter(|l| !l.starts_with("cmdstat_info") && !l.starts_with("cmdstat_config"))
-        .filter_map(|l| l.split("usec=").nth(1))
-        .filter_map(|rest| rest.split(',').next())
-        .filter_map(|usec| usec.parse::<u64>().ok())
-        .sum())
+/// What the server spent since the last [`reset_stats`]: its main thread's CPU (`INFO cpu`,
+/// `used_cpu_*_main_thread`, minus what it was at the reset) and the time `INFO commandstats`
+/// gives the commands in `sent`, the ones the client sends. Redis counts a command a script
+/// calls in commandstats too, and inside the script's own time, so a sum over every line
+/// would count a script's work twice.
+struct ServerTime {
+    cpu_at_reset: f64,
 }
 
-async fn reset_stats(conn: &mut ConnectionManager) -> fencelock_core::Result<()> {
+/// `INFO cpu`: the main thread's user + system CPU, in µs.
+async fn main_thread_cpu(conn: &mut ConnectionManager) -> fencelock_core::Result<f64> {
+    let info: String = redis::cmd("INFO")
+        .arg("cpu")
+        .query_async(conn)
+        .await
+        .map_err(failed("INFO cpu"))?;
+    Ok(info
+        .lines()
+        .filter(|l| {
+            l.starts_with("used_cpu_sys_main_thread:")
+                || l.starts_with("used_cpu_user_main_thread:")
+        })
+        .filter_map(|l| l.split(':').nth(1)?.trim().parse::<f64>().ok())
+        .sum::<f64>()
+        * 1e6)
+}
+
+async fn reset_stats(conn: &mut ConnectionManager) -> fencelock_core::Result<ServerTime> {
     redis::cmd("CONFIG")
         .arg("RESETSTAT")
         .query_async::<()>(conn)
         .await
-        .map_err(failed("CONFIG RESETSTAT"))
+        .map_err(failed("CONFIG RESETSTAT"))?;
+    Ok(ServerTime {
+        cpu_at_reset: main_thread_cpu(conn).await?,
+    })
+}
+
+impl ServerTime {
+    /// Main-thread CPU µs and the commands' µs (`sent` only) since the reset.
+    async fn read(
+        &self,
+        conn: &mut ConnectionManager,
+        sent: &[&str],
+    ) -> fencelock_core::Result<(f64, f64)> {
+        let cpu = main_thread_cpu(conn).await? - self.cpu_at_reset;
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(conn)
+            .await
+            .map_err(failed("INFO commandstats"))?;
+        let commands = info
+            .lines()
+            .filter_map(|l| l.strip_prefix("cmdstat_")?.split_once(':'))
+            .filter(|(name, _)| sent.contains(name))
+            .filter_map(|(_, rest)| rest.split("usec=").nth(1)?.split(',').next())
+            .filter_map(|usec| usec.parse::<u64>().ok())
+            .sum::<u64>();
+        Ok((cpu, commands as f64))
+    }
+}
+
+/// Alternating throughput rounds: the rate and the server's time per cycle of each contender.
+#[derive(Default, Clone, Copy)]
+struct Rate {
+    cycles: f64,
+    seconds: f64,
+    cpu_us: f64,
+    command_us: f64,
+}
+
+impl Rate {
+    /// Runs `run` for `RUN_FOR / THROUGHPUT_ROUNDS` and adds what it did and cost.
+    async fn round<Fut>(
+        &mut self,
+        admin: &mut ConnectionManager,
+        sent: &[&str],
+        run: Fut,
+    ) -> fencelock_core::Result<()>
+    where
+        Fut: std::future::Future<Output = fencelock_core::Result<f64>>,
+    {
+        let stats = reset_stats(admin).await?;
+        let started = Instant::now();
+        let rate = run.await?;
+        let seconds = started.elapsed().as_secs_f64();
+        let (cpu, commands) = stats.read(admin, sent).await?;
+        self.cycles += rate * seconds;
+        self.seconds += seconds;
+        self.cpu_us += cpu;
+        self.command_us += commands;
+        Ok(())
+    }
+
+    fn per_second(&self) -> f64 {
+        self.cycles / self.seconds
+    }
+
+    fn cpu_per_cycle(&self) -> f64 {
+        self.cpu_us / self.cycles
+    }
+
+    fn commands_per_cycle(&self) -> f64 {
+        self.command_us / self.cycles
+    }
 }
 
 #[tokio::main(flavor = "multi_thread")]
@@ -229,8 +380,12 @@ async fn main() -> Result<(), Box<dyn Error>> {
     cycle(&ours, "cycle", TTL, 200).await?;
     let mut modes = ModeCycles::new(&ours.capabilities());
     modes.warm_up(&ours, "cycle", TTL, 200).await?;
-    let (mut raw_samples, mut unsafe_samples, mut our_samples) =
-        (Vec::new(), Vec::new(), Vec::new());
+    let floor = Floor::new();
+    for _ in 0..200 {
+        floor.cycle(&mut raw.clone(), "cycle").await?;
+    }
+    let (mut raw_samples, mut unsafe_samples, mut floor_samples, mut our_samples) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut raw_conn = raw.clone();
     for _ in 0..ROUNDS {
         for _ in 0..ITERATIONS / ROUNDS {
@@ -243,6 +398,11 @@ async fn main() -> Result<(), Box<dyn Error>> {
             unsafe_cycle(&mut raw_conn, "raw:unsafe-cycle").await?;
             unsafe_samples.push(started.elapsed());
         }
+        for _ in 0..ITERATIONS / ROUNDS {
+            let started = Instant::now();
+            floor.cycle(&mut raw_conn, "cycle").await?;
+            floor_samples.push(started.elapsed());
+        }
         cycle_into(&ours, "cycle", TTL, ITERATIONS / ROUNDS, &mut our_samples).await?;
         modes
             .round(&ours, "cycle", TTL, ITERATIONS / ROUNDS)
@@ -250,6 +410,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
     }
     let raw_cycles = Samples::new(raw_samples);
     let unsafe_cycles = Samples::new(unsafe_samples);
+    let floor_cycles = Samples::new(floor_samples);
     let our_cycles = Samples::new(our_samples);
     // The per-entity pattern: a key never locked before in every cycle (its fence is created,
     // then left to expire after the retention window).
@@ -263,26 +424,36 @@ async fn main() -> Result<(), Box<dyn Error>> {
     })
     .await?;
 
-    // Throughput: 64 tasks on distinct keys over one multiplexed connection each way, with the
-    // server's own time per cycle from INFO commandstats.
+    // Throughput: 64 tasks on distinct keys over one multiplexed connection each way, raw,
+    // floor and ours in alternating rounds, with the server's own time per cycle.
     let mut admin = raw.clone();
-    reset_stats(&mut admin).await?;
-    let raw_started = Instant::now();
-    let raw_rate = throughput(TASKS, RUN_FOR, {
-        let (raw, script) = (raw.clone(), compare_and_delete.clone());
-        move |task, _| {
-            let (mut raw, script) = (raw.clone(), script.clone());
-            async move { raw_cycle(&mut raw, &script, &format!("raw:throughput:{task}")).await }
-        }
-    })
-    .await?;
-    let raw_server_us =
-        server_usec(&mut admin).await? as f64 / (raw_rate * raw_started.elapsed().as_secs_f64());
-    reset_stats(&mut admin).await?;
-    let our_started = Instant::now();
-    let our_rate = lock_throughput(ours.clone(), "throughput:", TTL, TASKS, RUN_FOR).await?;
-    let our_server_us =
-        server_usec(&mut admin).await? as f64 / (our_rate * our_started.elapsed().as_secs_f64());
+    let (mut raw_rate, mut floor_rate, mut our_rate) =
+        (Rate::default(), Rate::default(), Rate::default());
+    let slice = RUN_FOR / THROUGHPUT_ROUNDS;
+    for _ in 0..THROUGHPUT_ROUNDS {
+        let raw_run = throughput(TASKS, slice, {
+            let (raw, script) = (raw.clone(), compare_and_delete.clone());
+            move |task, _| {
+                let (mut raw, script) = (raw.clone(), script.clone());
+                async move { raw_cycle(&mut raw, &script, &format!("raw:throughput:{task}")).await }
+            }
+        });
+        raw_rate
+            .round(&mut admin, &["set", "evalsha"], raw_run)
+            .await?;
+        let floor_run = throughput(TASKS, slice, {
+            let (raw, floor) = (raw.clone(), floor.clone());
+            move |task, _| {
+                let (mut raw, floor) = (raw.clone(), floor.clone());
+                async move { floor.cycle(&mut raw, &format!("throughput:{task}")).await }
+            }
+        });
+        floor_rate
+            .round(&mut admin, &["evalsha"], floor_run)
+            .await?;
+        let our_run = lock_throughput(ours.clone(), "throughput:", TTL, TASKS, slice);
+        our_rate.round(&mut admin, &["evalsha"], our_run).await?;
+    }
 
     // Handoff: 8 waiters on one key, one store handle (two connections) each.
     let mut handles: Vec<DynLockStore> = Vec::new();
@@ -321,12 +492,28 @@ async fn main() -> Result<(), Box<dyn Error>> {
     table
         .latency("SET NX PX + DEL (unsafe floor) p50", unsafe_cycles.p50())
         .ratio(us(unsafe_cycles.p50()) / us(raw_cycles.p50()), None);
+    table
+        .latency(
+            "raw fenced floor: EVALSHA acquire + release p50",
+            floor_cycles.p50(),
+        )
+        .ratio(us(floor_cycles.p50()) / us(raw_cycles.p50()), None);
+    table
+        .latency("raw fenced floor p99", floor_cycles.p99())
+        .ratio(us(floor_cycles.p99()) / us(raw_cycles.p99()), None);
     let cycle_ratio = us(our_cycles.p50()) / us(raw_cycles.p50());
     table
         .latency("ours: try_acquire + release p50", our_cycles.p50())
         .ratio(
             cycle_ratio,
             Some(("≤ 1.15× the raw cycle", cycle_ratio <= 1.15)),
+        );
+    let floor_ratio = us(our_cycles.p50()) / us(floor_cycles.p50());
+    table
+        .push("  ours / the fenced floor, p50", String::new())
+        .ratio(
+            floor_ratio,
+            Some(("≤ 1.1× the fenced floor", floor_ratio <= 1.1)),
         );
     table
         .latency("ours: try_acquire + release p99", our_cycles.p99())
@@ -343,14 +530,47 @@ async fn main() -> Result<(), Box<dyn Error>> {
     table
         .latency("ours: a new key per cycle p99", our_new_keys.p99())
         .ratio(us(our_new_keys.p99()) / us(raw_cycles.p99()), None);
-    table.rate(format!("raw cycle, {TASKS} tasks, distinct keys"), raw_rate);
-    let rate_ratio = our_rate / raw_rate;
+    table.rate(
+        format!("raw cycle, {TASKS} tasks, distinct keys"),
+        raw_rate.per_second(),
+    );
     table
-        .rate(format!("ours, {TASKS} tasks, distinct keys"), our_rate)
+        .rate(
+            format!("raw fenced floor, {TASKS} tasks, distinct keys"),
+            floor_rate.per_second(),
+        )
+        .ratio(floor_rate.per_second() / raw_rate.per_second(), None);
+    let rate_ratio = our_rate.per_second() / raw_rate.per_second();
+    table
+        .rate(
+            format!("ours, {TASKS} tasks, distinct keys"),
+            our_rate.per_second(),
+        )
         .ratio(rate_ratio, Some(("≥ 0.8× raw", rate_ratio >= 0.8)));
+    let floor_rate_ratio = our_rate.per_second() / floor_rate.per_second();
+    table
+        .push("  ours / the fenced floor, throughput", String::new())
+        .ratio(
+            floor_rate_ratio,
+            Some(("≥ 0.9× the fenced floor", floor_rate_ratio >= 0.9)),
+        );
     table.push(
-        "  server time per cycle: raw / ours",
-        format!("{raw_server_us:.1} / {our_server_us:.1} µs"),
+        "  server CPU per cycle (main thread): raw / floor / ours",
+        format!(
+            "{:.1} / {:.1} / {:.1} µs",
+            raw_rate.cpu_per_cycle(),
+            floor_rate.cpu_per_cycle(),
+            our_rate.cpu_per_cycle()
+        ),
+    );
+    table.push(
+        "  server time in commands per cycle: raw / floor / ours",
+        format!(
+            "{:.1} / {:.1} / {:.1} µs",
+            raw_rate.commands_per_cycle(),
+            floor_rate.commands_per_cycle(),
+            our_rate.commands_per_cycle()
+        ),
     );
     let handoff_rtts = us(handoffs.p50()) / us(rtt);
     table
@@ -387,6 +607,14 @@ async fn main() -> Result<(), Box<dyn Error>> {
     );
     rslock_handoff_rows(&mut table, WAITERS, &handoffs, &peer_handoffs);
     println!("{table}");
+    println!(
+        "the raw fenced floor: the two scripts of issue 16 by EVALSHA on the same kind of \
+         connection (SET NX PX + INCR of a counter; GET, DEL, PUBLISH), a fresh random owner \
+         per cycle; it has no expiring fence and no clock floor, so its tokens do not survive \
+         the loss of the counter. Server time: the main thread's CPU (INFO cpu), and the \
+         commandstats time of the commands the client sent (a script counted once, with the \
+         commands it calls)."
+    );
     println!(
         "ratios: cycle rows to the raw cycle; handoff rows to the raw SET NX PX round trip; \
          the rslock handoff row is rslock's p50 over ours. Handoffs go to another waiter \
