@@ -16,25 +16,54 @@ use crate::keys::KeyNames;
 // KEYS[1] is the lock key, KEYS[2] the fence key: both carry the same `{key}` hash tag, so they
 // live in one Cluster slot. Keys, owners and channels are always KEYS/ARGV, never script text.
 
-/// Acquire: `SET lock owner NX PX ttl`; if it was set, mint the token as
-/// max(fence + 1, server TIME in µs), store it and let the fence expire one retention window
-/// later (the crate docs, `# Per-key state`, say why a later token is still greater).
-/// Atomic: a script runs alone on the server.
-/// ARGV: owner, ttl ms, retention ms. Returns `{1, token}` if granted, `{0, pttl}` if held.
-pub(crate) const ACQUIRE_LUA: &str = r"
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  local now = redis.call('TIME')
-  local floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
-  local token = redis.call('INCR', KEYS[2])
-  if token < floor then
-    token = floor
-    redis.call('SET', KEYS[2], string.format('%d', token))
+/// Lua minting a token from the fence (KEYS[2]) at the server clock `now` (µs): the token is
+/// max(fence + 1, `now`), written to the fence, which then expires one retention window
+/// (ARGV[3] ms) later (the crate docs, `# Per-key state`, say why a later token is still
+/// greater). Leaves it in `token`.
+///
+/// One write in the usual case: `SET fence now PX retention GET` writes the clock and answers
+/// the fence it replaced, which is below the clock unless another grant fell within the same
+/// µs (or the clock stepped back); then a second `SET` writes fence + 1. Redis before 6.2 has
+/// no `SET … GET` and refuses it (a syntax error, under `pcall`): there the fence is read with
+/// `GET` first. Numbers go to `redis.call` as they are: Redis writes a whole number below 10^17
+/// in full (Lua's own `tostring` would keep only 14 digits), and a µs clock stays below that
+/// until the year 5000.
+macro_rules! mint_lua {
+    () => {
+        r"
+local token = now
+local old = redis.pcall('SET', KEYS[2], token, 'PX', ARGV[3], 'GET')
+if type(old) == 'table' then
+  old = redis.call('GET', KEYS[2])
+  if not (old and tonumber(old) >= token) then
+    redis.call('SET', KEYS[2], token, 'PX', ARGV[3])
   end
-  redis.call('PEXPIRE', KEYS[2], ARGV[3])
-  return {1, token}
+end
+if old and tonumber(old) >= token then
+  token = tonumber(old) + 1
+  redis.call('SET', KEYS[2], token, 'PX', ARGV[3])
+end
+"
+    };
+}
+
+/// Acquire: `SET lock owner NX PX ttl`; if it was set, mint the token from the fence at the
+/// server's `TIME` as `mint_lua!` does. Atomic: a script runs alone on the server.
+/// ARGV: owner, ttl ms, retention ms. Returns the token (a positive integer) if granted,
+/// `{0, pttl}` if held.
+pub(crate) const ACQUIRE_LUA: &str = concat!(
+    r"
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  local t = redis.call('TIME')
+  local now = t[1] * 1000000 + t[2]
+",
+    mint_lua!(),
+    r"
+  return token
 end
 return {0, redis.call('PTTL', KEYS[1])}
-";
+"
+);
 
 /// Release: delete the lock only if it still holds this owner, then wake waiters on the
 /// key's channel. Atomic: compare, delete and publish in one script.
@@ -137,21 +166,6 @@ local function hold(lock, tag, holders)
   redis.call('SET', lock, tag, 'PX', fmt(px))
   redis.call('PEXPIRE', holders, fmt(px))
 end
-"
-    };
-}
-
-/// Lua minting the token from the fence (KEYS[2]) as [`ACQUIRE_LUA`] does:
-/// max(fence + 1, `now`), the fence expiring one retention window (ARGV[3] ms) later.
-macro_rules! mint_lua {
-    () => {
-        r"
-local token = redis.call('INCR', KEYS[2])
-if token < now then
-  token = now
-  redis.call('SET', KEYS[2], fmt(token))
-end
-redis.call('PEXPIRE', KEYS[2], ARGV[3])
 "
     };
 }
@@ -339,23 +353,44 @@ pub(crate) async fn acquire_on<C: ConnectionLike>(
     ttl: Duration,
     retention: Duration,
 ) -> Result<Attempt> {
-    let reply: Vec<i64> = ACQUIRE
-        .key(&names.lock)
-        .key(&names.fence)
-        .arg(owner.to_string())
+    acquire_keys_on(conn, &names.lock, &names.fence, owner, ttl, retention).await
+}
+
+/// [`acquire_on`] given only the two names the script uses.
+pub(crate) async fn acquire_keys_on<C: ConnectionLike>(
+    conn: &mut C,
+    lock: &str,
+    fence: &str,
+    owner: OwnerId,
+    ttl: Duration,
+    retention: Duration,
+) -> Result<Attempt> {
+    let reply: redis::Value = ACQUIRE
+        .key(lock)
+        .key(fence)
+        .arg(&owner_hex(owner)[..])
         .arg(whole_millis(ttl))
         .arg(whole_millis(retention))
         .invoke_async(conn)
         .await
         .map_err(|e| script_error("acquire", ACQUIRE_LUA, e))?;
-    match reply.as_slice() {
-        [1, token] if *token > 0 => Ok(Attempt::Granted {
-            token: *token as u64,
+    attempt_of(reply)
+}
+
+/// What the acquire script's reply says: a positive integer is the token, `{0, pttl}` a held
+/// key.
+fn attempt_of(reply: redis::Value) -> Result<Attempt> {
+    match reply {
+        redis::Value::Int(token) if token > 0 => Ok(Attempt::Granted {
+            token: token as u64,
         }),
-        [0, pttl] => Ok(Attempt::Held {
-            expires_in: u64::try_from(*pttl).ok().map(Duration::from_millis),
-        }),
-        other => Err(unexpected("acquire", other)),
+        redis::Value::Array(ref held) => match held.as_slice() {
+            [redis::Value::Int(0), redis::Value::Int(pttl)] => Ok(Attempt::Held {
+                expires_in: u64::try_from(*pttl).ok().map(Duration::from_millis),
+            }),
+            _ => Err(unexpected_value("acquire", &reply)),
+        },
+        _ => Err(unexpected_value("acquire", &reply)),
     }
 }
 
@@ -365,10 +400,20 @@ pub(crate) async fn release_on<C: ConnectionLike>(
     names: &KeyNames,
     owner: OwnerId,
 ) -> Result<bool> {
+    release_keys_on(conn, &names.lock, &names.channel, owner).await
+}
+
+/// [`release_on`] given only the two names the script uses.
+pub(crate) async fn release_keys_on<C: ConnectionLike>(
+    conn: &mut C,
+    lock: &str,
+    channel: &str,
+    owner: OwnerId,
+) -> Result<bool> {
     let released: i64 = RELEASE
-        .key(&names.lock)
-        .arg(owner.to_string())
-        .arg(&names.channel)
+        .key(lock)
+        .arg(&owner_hex(owner)[..])
+        .arg(channel)
         .invoke_async(conn)
         .await
         .map_err(|e| script_error("release", RELEASE_LUA, e))?;
@@ -687,9 +732,210 @@ pub(crate) async fn raise_on<C: ConnectionLike>(
     }
 }
 
+/// The owner id as its 32 lowercase hex digits, the form `OwnerId`'s `Display` writes, without
+/// the formatting machinery (it ran twice per lock cycle).
+pub(crate) fn owner_hex(owner: OwnerId) -> [u8; 32] {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let id = owner.as_u128();
+    let mut hex = [0u8; 32];
+    for (i, digit) in hex.iter_mut().enumerate() {
+        *digit = DIGITS[((id >> (124 - 4 * i)) & 0xf) as usize];
+    }
+    hex
+}
+
+/// A reply the script never gives, described by its shape only (a string in it could hold
+/// anything the server had).
+fn unexpected_value(what: &str, reply: &redis::Value) -> Error {
+    let shape = match reply {
+        redis::Value::Int(n) => n.to_string(),
+        redis::Value::Array(items) => format!("an array of {}", items.len()),
+        _ => "a reply that is neither an integer nor an array".to_owned(),
+    };
+    Error::Store {
+        message: format!("{what}: the script answered {shape}, which it never returns"),
+        source: None,
+    }
+}
+
 fn unexpected(what: &str, reply: &[i64]) -> Error {
     Error::Store {
         message: format!("{what}: the script answered {reply:?}, which it never returns"),
         source: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const RETENTION_MS: u64 = 600_000;
+
+    /// The acquire script as it runs, and as Redis before 6.2 runs it: there `SET … GET` is a
+    /// syntax error, which a flag no Redis knows gives here too, so the fence is read by `GET`
+    /// first.
+    fn variants() -> [(&'static str, String); 2] {
+        let old_server = ACQUIRE_LUA.replace("ARGV[3], 'GET')", "ARGV[3], 'NO-SUCH-FLAG')");
+        assert_ne!(
+            old_server, ACQUIRE_LUA,
+            "the pcall'd SET … GET is where it was"
+        );
+        [
+            ("SET … GET", ACQUIRE_LUA.to_owned()),
+            ("GET, then SET", old_server),
+        ]
+    }
+
+    async fn server_micros(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
+        let (s, us): (u64, u64) = redis::cmd("TIME").query_async(conn).await.expect("TIME");
+        s * 1_000_000 + us
+    }
+
+    async fn acquire(
+        conn: &mut redis::aio::MultiplexedConnection,
+        script: &Script,
+        key: &str,
+    ) -> Attempt {
+        let reply: redis::Value = script
+            .key(format!("{key}:lock"))
+            .key(format!("{key}:fence"))
+            .arg(&owner_hex(OwnerId::random())[..])
+            .arg(30_000)
+            .arg(RETENTION_MS)
+            .invoke_async(conn)
+            .await
+            .expect("acquire script");
+        attempt_of(reply).expect("an acquire reply")
+    }
+
+    /// Both ways of minting give max(fence + 1, server µs), write it to the fence and let the
+    /// fence expire one retention window later: with no fence, a fence behind the clock and
+    /// one ahead of it; and a held key answers its TTL.
+    #[tokio::test]
+    async fn the_token_is_the_fence_plus_one_or_the_clock_and_the_fence_expires_after_retention() {
+        let url = test_servers::shared::redis().url();
+        let mut conn = redis::Client::open(url)
+            .expect("url")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect");
+        let run = OwnerId::random();
+        for (way, text) in variants() {
+            let script = Script::new(&text);
+            for (case, fence) in [
+                ("no fence", None),
+                ("a fence behind the clock", Some(5u64)),
+                ("a fence ahead of the clock", Some(9_000_000_000_000_000)),
+            ] {
+                let key = format!("script-test:{run}:{way}:{case}");
+                let fence_key = format!("{key}:fence");
+                if let Some(fence) = fence {
+                    let _: () = redis::cmd("SET")
+                        .arg(&fence_key)
+                        .arg(fence)
+                        .query_async(&mut conn)
+                        .await
+                        .expect("SET fence");
+                }
+                let before = server_micros(&mut conn).await;
+                let Attempt::Granted { token } = acquire(&mut conn, &script, &key).await else {
+                    panic!("{way}, {case}: a free key was refused");
+                };
+                let after = server_micros(&mut conn).await;
+                match fence {
+                    Some(ahead) if ahead > after => {
+                        assert_eq!(token, ahead + 1, "{way}, {case}")
+                    }
+                    _ => assert!(
+                        (before..=after).contains(&token),
+                        "{way}, {case}: {token} not within the server's clock {before}..={after}"
+                    ),
+                }
+                let stored: u64 = redis::cmd("GET")
+                    .arg(&fence_key)
+                    .query_async(&mut conn)
+                    .await
+                    .expect("GET fence");
+                assert_eq!(stored, token, "{way}, {case}: the fence holds the token");
+                let pttl: i64 = redis::cmd("PTTL")
+                    .arg(&fence_key)
+                    .query_async(&mut conn)
+                    .await
+                    .expect("PTTL fence");
+                assert!(
+                    (RETENTION_MS as i64 - 10_000..=RETENTION_MS as i64).contains(&pttl),
+                    "{way}, {case}: the fence expires in {pttl} ms, not one retention window"
+                );
+                let Attempt::Held { expires_in } = acquire(&mut conn, &script, &key).await else {
+                    panic!("{way}, {case}: a held key was granted again");
+                };
+                let left = expires_in.expect("the lock has a TTL");
+                assert!(
+                    left > Duration::from_secs(20) && left <= Duration::from_secs(30),
+                    "{way}, {case}: {left:?}"
+                );
+                let _: () = redis::cmd("DEL")
+                    .arg(format!("{key}:lock"))
+                    .arg(&fence_key)
+                    .query_async(&mut conn)
+                    .await
+                    .expect("DEL");
+            }
+        }
+    }
+
+    /// A fence at or ahead of the clock (as after many grants within one µs, or a clock set
+    /// back) is passed by one at each grant.
+    #[tokio::test]
+    async fn a_fence_ahead_of_the_clock_is_passed_by_one_at_each_grant() {
+        let url = test_servers::shared::redis().url();
+        let mut conn = redis::Client::open(url)
+            .expect("url")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect");
+        let run = OwnerId::random();
+        for (way, text) in variants() {
+            let script = Script::new(&text);
+            let key = format!("script-test:{run}:{way}:same-µs");
+            let mut last = 0;
+            for _ in 0..50 {
+                let Attempt::Granted { token } = acquire(&mut conn, &script, &key).await else {
+                    panic!("{way}: a released key was refused");
+                };
+                assert!(token > last, "{way}: {token} after {last}");
+                last = token;
+                // Release, and put the fence a little ahead of the clock, as many grants in
+                // one µs would.
+                let _: () = redis::cmd("DEL")
+                    .arg(format!("{key}:lock"))
+                    .query_async(&mut conn)
+                    .await
+                    .expect("DEL lock");
+                let ahead = server_micros(&mut conn).await + 1_000_000;
+                let _: () = redis::cmd("SET")
+                    .arg(format!("{key}:fence"))
+                    .arg(ahead.max(last))
+                    .query_async(&mut conn)
+                    .await
+                    .expect("SET fence");
+                last = ahead.max(last);
+            }
+        }
+    }
+
+    #[test]
+    fn owner_hex_is_the_display_form() {
+        for id in [
+            0u128,
+            1,
+            u128::MAX,
+            0x0123_4567_89ab_cdef_fedc_ba98_7654_3210,
+        ] {
+            let owner = OwnerId::parse(&format!("{id:032x}")).expect("32 hex digits");
+            assert_eq!(owner_hex(owner), owner.to_string().as_bytes(), "{id:#x}");
+        }
+        let owner = OwnerId::random();
+        assert_eq!(owner_hex(owner), owner.to_string().as_bytes());
     }
 }

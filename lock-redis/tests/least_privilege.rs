@@ -31,7 +31,6 @@ const RIGHTS: &[&str] = &[
     "+set",
     "+get",
     "+del",
-    "+incr",
     "+pexpire",
     "+pttl",
     "+time",
