@@ -39,27 +39,70 @@
 //!   extend (every TTL/4 under `KeepAlive`), never a stream or connection per lock.
 //! - **Waiting** is etcd's recipe: a waiter watches only its predecessor (the newest entry
 //!   older than its own) for deletion, so a release wakes exactly one waiter (no thundering
-//!   herd). The watch starts at the current revision — etcd serves a watch from a past
-//!   revision as "unsynced" and catches it up only every 100 ms, which would delay wake-ups —
-//!   and once it exists the predecessor is read again, closing the gap since the queue was
-//!   read. After each deletion the waiter reads the queue again in one transaction (the
-//!   predecessor, and its own entry), because the deleted entry may have been a waiter that
-//!   gave up while an older holder remains. A watch that is cancelled (compaction, a member
-//!   losing its leader) or breaks makes the waiter re-read the queue instead of failing. The
-//!   waiter renews its own lease every TTL/3 while it waits, and once more together with the
-//!   final read (unless the last confirmed renewal is less than TTL/6 old), so the lease it
-//!   returns is measured from a recent renewal, not from the grant; a renewal without an
-//!   answer (an election) is retried while the last confirmed one still covers the lease.
+//!   herd). The enqueue transaction itself names the predecessor (it reads the queue's two
+//!   newest entries at the revision of the put: ours, and the one before it), so a waiter
+//!   starts watching without another read. The watch starts at the current revision — etcd
+//!   serves a watch from a past revision as "unsynced" and catches it up only every 100 ms,
+//!   which would delay wake-ups — and the gap since the queue was read is closed by reading
+//!   the predecessor again once the watch exists, unless the watch's creation reply shows no
+//!   write since that read (etcd starts a watch without a start revision right after the
+//!   revision its creation reply names). After each deletion the waiter reads the queue again
+//!   in one transaction (the predecessor, and its own entry), because the deleted entry may
+//!   have been a waiter that gave up while an older holder remains. A watch that is
+//!   cancelled (compaction, a member losing its leader) or breaks makes the waiter re-read
+//!   the queue instead of failing. The waiter renews its own lease every TTL/3 while it
+//!   waits, and once more together with the final read (unless the last confirmed renewal is
+//!   less than TTL/6 old), so the lease it returns is measured from a recent renewal, not
+//!   from the grant; a renewal without an answer (an election) is retried while the last
+//!   confirmed one still covers the lease.
 //! - **Before returning after a wait**, the waiter's final read confirms its own entry still
 //!   exists with its own lease and revision (Jepsen's etcd 3.4.3 finding: a waiter whose lease
 //!   expired must not believe it holds the lock). If the entry is gone, it queues again, at the
-//!   back, within the same wait bound.
+//!   back, within the same wait bound. A handoff (below) is the one grant without that read:
+//!   the transaction that hands over proves the same facts.
 //! - **Release** deletes the entry only if its create revision is still the lease's token (a
 //!   retried, stale unlock never deletes a newer holder; etcd issue 22082). The lock's etcd
 //!   lease then holds nothing and no other lock uses it: it is kept, idle and not kept alive,
 //!   for the next acquire with the same TTL on this handle (at most 8 per TTL, and only while at
 //!   least half its TTL is left); otherwise it is revoked from a spawned task. A lease whose
 //!   release found it lost is always revoked.
+//! - **Handoff** ([`Layout::Fencelock`], exclusive locks). A waiter's final read also lists
+//!   the exclusive entries right behind its own (up to 8, oldest first, stopping at a reader
+//!   or a permit): its *successors*. When it releases, one transaction deletes its entry (on
+//!   the token comparison above) and, if the first successor's entry still has the create
+//!   revision and the lease that read saw, rewrites that entry's value to a *handoff mark* on
+//!   that same lease; the mark lists the remaining successors, so the new holder can hand off
+//!   in turn. Each waiter watches its own entry next to its predecessor, over the same watch
+//!   stream, and the put event of a mark on its own entry, with its own create revision and
+//!   lease, is its grant: no read after the wake-up, where etcd's `Lock` RPC reads the queue
+//!   again. The predecessor's delete event (same revision, the other watch) may come first:
+//!   the waiter then reads the queue as always, and takes whichever answer comes first, the
+//!   mark or the read; either is a correct grant. Why a mark is one, at the mark's revision
+//!   `D`:
+//!   - *the marked entry is the oldest live entry at `D`*: the releaser's entry still had its
+//!     token at `D`, so it was the holder, the oldest entry (no entry older than a holder ever
+//!     appears again: create revisions only grow). The successor list came from one read at a
+//!     revision `G` at which no entry lay between the releaser's and the marked one in create
+//!     order, nor between consecutive successors; every entry created after `G` is newer than
+//!     all of them, and deleted entries never come back. So once the releaser's entry is
+//!     deleted at `D`, the marked entry is the oldest;
+//!   - *a waiter whose entry or lease vanished is never handed the lock*: the mark is written
+//!     only if the entry exists at `D` with the create revision and the lease the read saw (a
+//!     revoked lease took its entry with it; an entry deleted by hand fails the comparison,
+//!     and the put never writes it back). The waiter accepts only a mark on its own entry with
+//!     its own create revision and lease, and one event on one watch carries all of it, so no
+//!     ordering between watches is assumed;
+//!   - *the token* is the entry's create revision, as for any grant, and grants still happen
+//!     in create-revision order;
+//!   - *compaction or a broken watch* cancels the waiter's watches: it re-reads the queue as
+//!     before. A mark written while it was not watching (between its read and its watches)
+//!     came with its predecessor's deletion, which the read after the watches exist finds, and
+//!     the read then grants it as always.
+//!
+//!   A successor that gave up makes the comparison fail: the release then only deletes, and
+//!   the waiters behind wake and read as before. A holder that knows no successor (granted at
+//!   once by `try_acquire`, or every listed one used up) releases with the plain delete. In
+//!   `layout=etcd` nothing is marked: etcd's own clients know no mark.
 //! - **Reusing an idle lease** saves the grant (a Raft write): the acquire sends a keep-alive
 //!   for it over the stream in parallel with the enqueue transaction, both after `sent_at`, and
 //!   uses it only if etcd confirms it alive; if it ended while idle (expired, revoked), its entry
@@ -263,10 +306,13 @@
 //! [`LockStore::evict`]: fencelock_core::LockStore::evict
 #![warn(missing_docs)]
 
-// Module order (each imports only from those before it): config, error, keys, modes, txn, renewer, store, descriptor.
+// Module order (each imports only from those before it): config, error, keys, modes, handoff, txn, renewer, store, descriptor.
 mod config;
 mod descriptor;
 mod error;
+mod handoff;
+#[cfg(test)]
+mod handoff_tests;
 mod keys;
 mod modes;
 mod renewer;

@@ -22,9 +22,10 @@ const SHARED_WAITING: &str = "shared waiting";
 /// The value of a granted reader's entry.
 const SHARED: &str = "shared";
 
-/// What an entry's value says about it. Exclusive entries have the empty value; anything this
-/// module cannot read counts as exclusive, which blocks every other request (never a grant
-/// next to an entry it does not understand).
+/// What an entry's value says about it. Exclusive entries have the empty value, or a handoff
+/// mark once a release handed them the lock ([`crate::handoff`]); anything this module cannot
+/// read counts as exclusive, which blocks every other request (never a grant next to an entry
+/// it does not understand).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum EntryMode {
     Exclusive,

@@ -25,6 +25,7 @@ use crate::error::{
     self, client_certificate_required, client_error, is_old_auth_revision, is_retryable,
     name_the_right, never_sent, ClosedConnections, Right,
 };
+use crate::handoff::{self, Successor};
 use crate::keys::{self, entry_owner};
 use crate::modes::{self, Decision, EntryMode, Seen};
 use crate::renewer::Renewer;
@@ -42,10 +43,20 @@ struct Held {
     /// [`Layout::Etcd`], where the token is the revision of the reply that granted the lock.
     created: i64,
     layout: Layout,
+    /// Whom a release hands the lock to, if this holder knows its successors (see
+    /// [`crate::handoff`]): an exclusive lease in [`Layout::Fencelock`] granted after a wait.
+    handoff: Option<Handoff>,
     /// [`HELD`], then [`RECYCLED`] or [`DISCARDED`] once a release has decided the etcd
     /// lease's fate. Shared by the lease's clones, so a second release or an extend after the
     /// release never touches an etcd lease that may already carry another lock.
     state: AtomicU8,
+}
+
+/// A holder's successors, oldest first, and the directory they are in.
+#[derive(Debug)]
+struct Handoff {
+    dir: String,
+    next: Vec<Successor>,
 }
 
 /// The lock was granted and no release has finished.
@@ -107,6 +118,9 @@ struct Enqueued {
     answered_at: i64,
     /// Whether our entry is the queue's head.
     first: bool,
+    /// When our entry was the newest: the newest entry older than it (our predecessor, `None`
+    /// when we are first), in the transaction's snapshot.
+    predecessor: Option<Option<Vec<u8>>>,
 }
 
 /// The holder's fencing token in [`Layout::Etcd`]: the store revision of the reply that showed
@@ -402,10 +416,19 @@ impl EtcdStore {
             message: "etcd did not return the entry it had just put".into(),
             source: None,
         })?;
+        // The two newest entries: ours and our predecessor, unless a resent put kept an older
+        // create revision and newer entries joined meanwhile.
+        let predecessor = reads.get(2).and_then(|newest| {
+            let mut newest = newest.iter();
+            let ours = newest.next()?;
+            (ours.create_revision() == revision && ours.key() == entry.as_bytes())
+                .then(|| newest.next().map(|kv| kv.key().to_vec()))
+        });
         Ok(Enqueued {
             revision,
             answered_at: answered_at(&answer)?,
             first: create_revision(1) == Some(revision),
+            predecessor,
         })
     }
 
@@ -461,7 +484,7 @@ impl EtcdStore {
                     (lease_id, granted, entry, enqueued, revoke)
                 }
             };
-            let (confirmed_at, answered_at, slot) = if mode != Mode::Exclusive {
+            let (confirmed_at, answered_at, slot, successors) = if mode != Mode::Exclusive {
                 let wait = Waiter {
                     store: self,
                     dir: &dir,
@@ -477,7 +500,8 @@ impl EtcdStore {
                         confirmed_at,
                         answered_at,
                         slot,
-                    } => (confirmed_at, answered_at, slot),
+                        successors: _,
+                    } => (confirmed_at, answered_at, slot, Vec::new()),
                     Waited::Busy | Waited::TimedOut if deadline.is_none() => {
                         revoke.now().await;
                         return Err(Error::Busy {
@@ -511,7 +535,7 @@ impl EtcdStore {
                     }
                 }
             } else if enqueued.first {
-                (sent_at, enqueued.answered_at, None)
+                (sent_at, enqueued.answered_at, None, Vec::new())
             } else {
                 let Some(deadline) = deadline else {
                     revoke.now().await;
@@ -529,12 +553,21 @@ impl EtcdStore {
                     confirmed_at: sent_at,
                     deadline,
                 };
-                match wait.run().await? {
+                // The enqueue's snapshot already names our predecessor (our entry, just put on
+                // our lease, was in it).
+                let seen = enqueued.predecessor.clone().map(|predecessor| Found {
+                    predecessor,
+                    ours: true,
+                    answered_at: enqueued.answered_at,
+                    successors: Vec::new(),
+                });
+                match wait.run(seen).await? {
                     Waited::Holder {
                         confirmed_at,
                         answered_at,
                         slot: _,
-                    } => (confirmed_at, answered_at, None),
+                        successors,
+                    } => (confirmed_at, answered_at, None, successors),
                     Waited::TimedOut | Waited::Busy | Waited::Mismatch { .. } => {
                         drop(revoke);
                         return Err(Error::WaitTimedOut {
@@ -570,6 +603,15 @@ impl EtcdStore {
                     lease_id,
                     created: enqueued.revision,
                     layout,
+                    // Only entries of this layout are ever handed the lock (etcd's own clients
+                    // know nothing of a mark).
+                    handoff: (layout == Layout::Fencelock
+                        && mode == Mode::Exclusive
+                        && !successors.is_empty())
+                    .then(|| Handoff {
+                        dir: dir.clone(),
+                        next: successors,
+                    }),
                     state: AtomicU8::new(HELD),
                 },
             );
@@ -725,6 +767,8 @@ enum Waited {
         confirmed_at: Instant,
         answered_at: i64,
         slot: Option<u32>,
+        /// An exclusive holder's successors, for its release to hand the lock to.
+        successors: Vec<Successor>,
     },
     TimedOut,
     LeaseEnded,
@@ -750,8 +794,13 @@ struct Waiter<'a> {
 }
 
 impl Waiter<'_> {
-    async fn run(mut self) -> Result<Waited> {
+    /// Waits for every older entry to go. `seen`: a read of the queue already made (by the
+    /// enqueue), used instead of a first one.
+    async fn run(mut self, seen: Option<Found>) -> Result<Waited> {
         let period = (self.ttl / 3).max(Duration::from_millis(100));
+        // A read made already (by the enqueue, or while watching, raced against a handoff),
+        // used instead of a new one.
+        let mut read_meanwhile: Option<Found> = seen;
         loop {
             // Renew alongside the check, so the lease handed out is measured from now; unless
             // the last confirmed renewal is recent (the grant, or a renewal moments ago), which
@@ -765,32 +814,65 @@ impl Waiter<'_> {
                     self.store.shared.renewer.renew(self.lease_id).await
                 }
             };
-            let (renewed, found) = tokio::join!(renew, self.predecessor());
+            let pending = read_meanwhile.take();
+            let read = async {
+                match pending {
+                    Some(found) => Ok(found),
+                    None => self.predecessor().await,
+                }
+            };
+            let (renewed, found) = tokio::join!(renew, read);
             let sent_at = if recent { self.confirmed_at } else { sent_at };
-            let (predecessor, ours_exists, answered_at) = found?;
+            let found = found?;
             match self.renewed(renewed, sent_at)? {
                 Renewed::Ended => return Ok(Waited::LeaseEnded),
-                _ if !ours_exists => {
+                _ if !found.ours => {
                     tracing::debug!(entry = self.entry, "queued entry vanished while waiting");
                     return Ok(Waited::LeaseEnded);
                 }
                 Renewed::Confirmed | Renewed::Unconfirmed => {}
             }
-            let Some(predecessor) = predecessor else {
+            let Some(predecessor) = found.predecessor else {
                 // Measured from the last confirmed renewal: this one, or an earlier one if this
                 // one got no answer.
                 return Ok(Waited::Holder {
                     confirmed_at: self.confirmed_at,
-                    answered_at,
+                    answered_at: found.answered_at,
                     slot: None,
+                    successors: found.successors,
                 });
             };
             if Instant::now() >= self.deadline {
                 return Ok(Waited::TimedOut);
             }
-            match self.watch_deletion(predecessor, period).await? {
-                Some(outcome) => return Ok(outcome),
-                None => continue,
+            match self
+                .watch_deletion(predecessor, found.answered_at, period)
+                .await?
+            {
+                Woken::Look => {}
+                Woken::Read(found) => read_meanwhile = Some(found),
+                Woken::Done(outcome) => return Ok(outcome),
+                Woken::HandedOff {
+                    answered_at,
+                    successors,
+                } => {
+                    // The mark proves our entry the oldest, alive on our lease, at
+                    // `answered_at`. Renew first only if the last confirmed renewal is old, so
+                    // the lease handed out is measured as after a read.
+                    if Instant::now() >= self.confirmed_at + period / 2 {
+                        let sent_at = Instant::now();
+                        let renewed = self.store.shared.renewer.renew(self.lease_id).await;
+                        if let Renewed::Ended = self.renewed(renewed, sent_at)? {
+                            return Ok(Waited::LeaseEnded);
+                        }
+                    }
+                    return Ok(Waited::Holder {
+                        confirmed_at: self.confirmed_at,
+                        answered_at,
+                        slot: None,
+                        successors,
+                    });
+                }
             }
         }
     }
@@ -821,38 +903,42 @@ impl Waiter<'_> {
         }
     }
 
-    /// The newest entry older than ours, whether ours still exists, and the store revision both
-    /// were read at.
-    async fn predecessor(&self) -> Result<(Option<Vec<u8>>, bool, i64)> {
-        let txn = txn::predecessor(self.dir, self.entry, self.revision);
-        let answer = self
-            .store
-            .txn("read the predecessor", Resend::Transient, txn)
-            .await?;
-        let mut reads = txn::gets(&answer).into_iter();
-        let predecessor = reads
-            .next()
-            .and_then(|kvs| kvs.into_iter().next())
-            .map(|kv| kv.key().to_vec());
-        let ours = reads.next().is_some_and(|kvs| {
-            kvs.iter()
-                .any(|kv| kv.create_revision() == self.revision && kv.lease() == self.lease_id)
-        });
-        Ok((predecessor, ours, answered_at(&answer)?))
+    /// Whether releases may hand the lock to this waiter (see [`crate::handoff`]).
+    fn takes_handoffs(&self) -> bool {
+        self.store.shared.config.layout == Layout::Fencelock
     }
 
-    /// Waits until `predecessor` is deleted, renewing our lease every `period`. `None`: look
-    /// again (deleted, or the watch ended or was cancelled).
+    async fn predecessor(&self) -> Result<Found> {
+        read_predecessor(
+            self.store,
+            self.dir,
+            self.entry,
+            self.revision,
+            self.lease_id,
+            self.takes_handoffs(),
+        )
+        .await
+    }
+
+    /// Waits until `predecessor` is deleted, or (in [`Layout::Fencelock`]) a release hands
+    /// us the lock, renewing our lease every `period`.
     ///
-    /// The watch starts from the current revision, not from the revision the queue was read
-    /// at: etcd serves a watch from a past revision as "unsynced", catching it up only every
-    /// 100 ms, which would delay the wake-up. The gap between the read and the watch is closed
-    /// by reading the predecessor again once the watch exists.
+    /// Two watches over one stream: the predecessor's deletion, and our own entry (a handoff
+    /// mark, or its deletion). Both start from the current revision, not from the revision the
+    /// queue was read at: etcd serves a watch from a past revision as "unsynced", catching it
+    /// up only every 100 ms, which would delay the wake-up. The gap between the read and the
+    /// watches is closed by reading the predecessor again once they exist (a handoff in that
+    /// gap deleted the predecessor too, so the read after it finds us first).
+    ///
+    /// When the predecessor's deletion arrives, the queue is read again at once; a handoff mark
+    /// of the same transaction (its event goes out on the other watch, in either order) that
+    /// arrives before that read's answer ends the wait without it.
     async fn watch_deletion(
         &mut self,
         predecessor: Vec<u8>,
+        read_at: i64,
         period: Duration,
-    ) -> Result<Option<Waited>> {
+    ) -> Result<Woken> {
         let options = WatchOptions::new().with_filters([WatchFilterType::NoPut]);
         let client = &self.store.shared.client;
         let limit = self.store.shared.config.command_timeout;
@@ -864,35 +950,57 @@ impl Waiter<'_> {
                 async move { watches.watch(key, Some(options)).await }
             })
             .await?;
-        match timeout(limit, stream.message()).await {
-            Ok(Ok(Some(created))) if created.created() && !created.canceled() => {}
-            Ok(_) => return Ok(None),
-            Err(_) => {
-                return Err(Error::Unavailable {
-                    message: format!("etcd did not confirm a watch within {limit:?}"),
-                    source: None,
-                })
+        let mut watches = 1;
+        if self.takes_handoffs() {
+            if stream.watch(self.entry, None).await.is_err() {
+                return Ok(Woken::Look);
+            }
+            watches += 1;
+        }
+        // Each watch delivers every event after the revision its creation reply names.
+        let (mut created, mut covered_after) = (0, 0);
+        while created < watches {
+            match timeout(limit, stream.message()).await {
+                Ok(Ok(Some(message))) if message.created() && !message.canceled() => {
+                    created += 1;
+                    let from = message.header().map_or(i64::MAX, |h| h.revision());
+                    covered_after = covered_after.max(from);
+                }
+                // An event before every watch exists, or a broken stream: read again.
+                Ok(_) => return Ok(Woken::Look),
+                Err(_) => {
+                    return Err(Error::Unavailable {
+                        message: format!("etcd did not confirm a watch within {limit:?}"),
+                        source: None,
+                    })
+                }
             }
         }
-        let still_there = self
-            .store
-            .kv_get(
-                "read the predecessor again",
-                predecessor,
-                GetOptions::new().with_keys_only(),
-            )
-            .await?;
-        if still_there.is_empty() {
-            return Ok(None);
+        // Nothing written between the read and the watches: they miss nothing since the read.
+        if covered_after > read_at {
+            let still_there = self
+                .store
+                .kv_get(
+                    "read the predecessor again",
+                    predecessor.clone(),
+                    GetOptions::new().with_keys_only(),
+                )
+                .await?;
+            if still_there.is_empty() {
+                return Ok(Woken::Look);
+            }
         }
         let mut next_renewal = self.confirmed_at + period;
+        // The read sent on the predecessor's deletion, while a handoff may still arrive.
+        let mut reading: Option<std::pin::Pin<Box<dyn Future<Output = Result<Found>> + Send>>> =
+            None;
         loop {
             tokio::select! {
                 message = stream.message() => {
                     let message = match message {
                         Ok(Some(message)) => message,
                         // Ended or broken: re-list, which also tells whether etcd answers.
-                        Ok(None) | Err(_) => return Ok(None),
+                        Ok(None) | Err(_) => return Ok(Woken::Look),
                     };
                     if message.canceled() || message.compact_revision() > 0 {
                         tracing::debug!(
@@ -900,29 +1008,142 @@ impl Waiter<'_> {
                             reason = message.cancel_reason(),
                             "watch cancelled; re-listing the queue"
                         );
-                        return Ok(None);
+                        return Ok(Woken::Look);
                     }
-                    if message
-                        .events()
-                        .iter()
-                        .any(|e| e.event_type() == EventType::Delete)
-                    {
-                        return Ok(None);
+                    if let Some(woken) = self.own_event(&message) {
+                        return Ok(woken);
+                    }
+                    let deleted = message.events().iter().any(|event| {
+                        event.event_type() == EventType::Delete
+                            && event.kv().is_some_and(|kv| kv.key() == predecessor.as_slice())
+                    });
+                    if deleted && reading.is_none() {
+                        // A handoff's mark, of the same transaction, goes out on the other
+                        // watch right behind this event: if it is here already, no read.
+                        if let Ok(next) = timeout(Duration::ZERO, stream.message()).await {
+                            match next {
+                                Ok(Some(next)) if !next.canceled() && next.compact_revision() == 0 => {
+                                    if let Some(woken) = self.own_event(&next) {
+                                        return Ok(woken);
+                                    }
+                                }
+                                _ => return Ok(Woken::Look),
+                            }
+                        }
+                        let (store, dir, entry) =
+                            (self.store.clone(), self.dir.to_owned(), self.entry.to_owned());
+                        let (revision, lease_id) = (self.revision, self.lease_id);
+                        let successors = self.takes_handoffs();
+                        reading = Some(Box::pin(async move {
+                            read_predecessor(&store, &dir, &entry, revision, lease_id, successors)
+                                .await
+                        }));
                     }
                 }
-                () = sleep_until(next_renewal) => {
+                found = async {
+                    match reading.as_mut() {
+                        Some(read) => read.await,
+                        None => std::future::pending().await,
+                    }
+                }, if reading.is_some() => return Ok(Woken::Read(found?)),
+                () = sleep_until(next_renewal), if reading.is_none() => {
                     let sent_at = Instant::now();
                     let renewed = self.store.shared.renewer.renew(self.lease_id).await;
                     next_renewal = match self.renewed(renewed, sent_at)? {
-                        Renewed::Ended => return Ok(Some(Waited::LeaseEnded)),
+                        Renewed::Ended => return Ok(Woken::Done(Waited::LeaseEnded)),
                         Renewed::Confirmed => sent_at + period,
                         Renewed::Unconfirmed => Instant::now() + period / 4,
                     };
                 }
-                () = sleep_until(self.deadline) => return Ok(Some(Waited::TimedOut)),
+                () = sleep_until(self.deadline) => return Ok(Woken::Done(Waited::TimedOut)),
             }
         }
     }
+}
+
+impl Waiter<'_> {
+    /// What an event on our own entry in `message` means: a handoff mark (on our entry, with
+    /// its create revision and lease) hands us the lock; a deletion sends us to read the queue
+    /// (which finds our entry gone). Anything else: `None`.
+    fn own_event(&self, message: &etcd_client::WatchResponse) -> Option<Woken> {
+        for event in message.events() {
+            let Some(kv) = event.kv().filter(|kv| kv.key() == self.entry.as_bytes()) else {
+                continue;
+            };
+            if event.event_type() == EventType::Delete {
+                return Some(Woken::Look);
+            }
+            if kv.create_revision() != self.revision || kv.lease() != self.lease_id {
+                continue;
+            }
+            if let Some(successors) = handoff::parse_mark(kv.value()) {
+                tracing::trace!(entry = self.entry, "handed the lock by a release");
+                return Some(Woken::HandedOff {
+                    answered_at: kv.mod_revision(),
+                    successors,
+                });
+            }
+        }
+        None
+    }
+}
+
+/// What a waiter's read of the queue found: the newest entry older than its own, whether its
+/// own is still there, the store revision both were read at, and (when asked) the exclusive
+/// entries right behind its own, for a release to hand the lock to.
+struct Found {
+    predecessor: Option<Vec<u8>>,
+    ours: bool,
+    answered_at: i64,
+    successors: Vec<Successor>,
+}
+
+/// How a wait for the predecessor ended.
+enum Woken {
+    /// Read the queue again.
+    Look,
+    /// The queue was read again already (after the predecessor's deletion).
+    Read(Found),
+    /// A release handed us the lock at store revision `answered_at`, and these successors.
+    HandedOff {
+        answered_at: i64,
+        successors: Vec<Successor>,
+    },
+    Done(Waited),
+}
+
+/// Reads the waiter's view of the queue (see [`Found`]) in one transaction.
+async fn read_predecessor(
+    store: &EtcdStore,
+    dir: &str,
+    entry: &str,
+    revision: i64,
+    lease_id: i64,
+    successors: bool,
+) -> Result<Found> {
+    let txn = txn::predecessor(dir, entry, revision, successors);
+    let answer = store
+        .txn("read the predecessor", Resend::Transient, txn)
+        .await?;
+    let mut reads = txn::gets(&answer).into_iter();
+    let predecessor = reads
+        .next()
+        .and_then(|kvs| kvs.into_iter().next())
+        .map(|kv| kv.key().to_vec());
+    let ours = reads.next().is_some_and(|kvs| {
+        kvs.iter()
+            .any(|kv| kv.create_revision() == revision && kv.lease() == lease_id)
+    });
+    let successors = reads
+        .next()
+        .map(|newer| handoff::successors(dir, &newer))
+        .unwrap_or_default();
+    Ok(Found {
+        predecessor,
+        ours,
+        answered_at: answered_at(&answer)?,
+        successors,
+    })
 }
 
 /// What a shared or permit waiter read at one revision: the older entries its decision rests
@@ -990,6 +1211,7 @@ impl Waiter<'_> {
                         confirmed_at: self.confirmed_at,
                         answered_at: answered_at(&answer)?,
                         slot: *slot,
+                        successors: Vec::new(),
                     });
                 }
                 Decision::Mismatch { held } => return Ok(Waited::Mismatch { held: *held }),
@@ -1280,7 +1502,20 @@ impl Release for EtcdStore {
         if held.state.load(Ordering::SeqCst) != HELD {
             return Ok(ReleaseOutcome::Lost);
         }
-        let txn = txn::delete_if_created_at(held.entry.as_str(), held.created);
+        let txn = match held
+            .handoff
+            .as_ref()
+            .and_then(|h| Some((h, h.next.split_first()?)))
+        {
+            Some((handoff, (next, after))) => txn::release_to(
+                &held.entry,
+                held.created,
+                &handoff.dir,
+                next,
+                handoff::mark(after),
+            ),
+            None => txn::delete_if_created_at(held.entry.as_str(), held.created),
+        };
         // Sent again only if unsent: a second delete would find nothing and report Lost.
         let deleted = self
             .txn("release", Resend::IfUnsent, txn)

@@ -5,6 +5,7 @@
 //! gone) while a read checks that the entry still exists with its token; both are sent after
 //! the lease's `sent_at`.
 
+use crate::handoff::{self, Successor};
 use crate::keys;
 use etcd_client::{
     Compare, CompareOp, GetOptions, KeyValue, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
@@ -20,31 +21,51 @@ pub(crate) fn queue_head() -> GetOptions {
 }
 
 /// Enqueue: put `entry` (with `value`: empty for an exclusive request) on `lease_id`, read it
-/// back and read the head of `dir`. Atomic: one transaction at one revision, so "we are first"
-/// is decided against exactly the queue the entry joined (and a resent put, which keeps the
-/// create revision, decides the same).
+/// back, read the head of `dir` and its two newest entries. Atomic: one transaction at one
+/// revision, so "we are first" is decided against exactly the queue the entry joined (and a
+/// resent put, which keeps the create revision, decides the same); and when our entry is the
+/// newest, the one before it is our predecessor in that same snapshot, so a waiter starts
+/// watching it without another read.
 pub(crate) fn enqueue(dir: &str, entry: &str, lease_id: i64, value: String) -> Txn {
+    let newest = GetOptions::new()
+        .with_prefix()
+        .with_sort(SortTarget::Create, SortOrder::Descend)
+        .with_limit(2)
+        .with_keys_only();
     Txn::new().and_then([
         TxnOp::put(entry, value, Some(PutOptions::new().with_lease(lease_id))),
         TxnOp::get(entry, Some(GetOptions::new().with_keys_only())),
         TxnOp::get(dir, Some(queue_head().with_keys_only())),
+        TxnOp::get(dir, Some(newest)),
     ])
 }
 
-/// Predecessor: the newest entry of `dir` older than `revision`, and `entry` itself. Atomic:
-/// both reads at one revision, so "no predecessor and our entry (and so our lease) still
-/// exists" is one snapshot.
-pub(crate) fn predecessor(dir: &str, entry: &str, revision: i64) -> Txn {
+/// Predecessor: the newest entry of `dir` older than `revision`, and `entry` itself; with
+/// `successors`, also the oldest entries newer than `revision` (keys only, at most
+/// [`handoff::MAX_SUCCESSORS`]), which a holder hands the lock to on release. Atomic: all reads
+/// at one revision, so "no predecessor and our entry (and so our lease) still exists" is one
+/// snapshot, and the successors listed are, in that snapshot, the entries right behind ours.
+pub(crate) fn predecessor(dir: &str, entry: &str, revision: i64, successors: bool) -> Txn {
     let older = GetOptions::new()
         .with_prefix()
         .with_sort(SortTarget::Create, SortOrder::Descend)
         .with_max_create_revision(revision - 1)
         .with_limit(1)
         .with_keys_only();
-    Txn::new().and_then([
+    let mut reads = vec![
         TxnOp::get(dir, Some(older)),
         TxnOp::get(entry, Some(GetOptions::new().with_keys_only())),
-    ])
+    ];
+    if successors {
+        let newer = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Ascend)
+            .with_min_create_revision(revision + 1)
+            .with_limit(handoff::MAX_SUCCESSORS)
+            .with_keys_only();
+        reads.push(TxnOp::get(dir, Some(newer)));
+    }
+    Txn::new().and_then(reads)
 }
 
 /// The newest entry of `[start, end)` older than `revision`, if any.
@@ -117,6 +138,40 @@ pub(crate) fn delete_if_created_at(entry: impl Into<Vec<u8>>, revision: i64) -> 
             revision,
         )])
         .and_then([TxnOp::delete(entry, None)])
+}
+
+/// Release with a handoff: if `entry` still has create revision `revision` (the holder's
+/// token), delete it and, if `next` (the holder's successor in `dir`) still exists with the
+/// create revision and lease it was read with, rewrite its value to `mark` on that same lease.
+/// Atomic: one transaction, so the mark is written exactly when the holder's entry goes and
+/// its successor is still queued, at the revision that frees the lock. Without the successor,
+/// it is the plain compare-and-delete. The outer comparison decides whether anything was
+/// deleted, as for [`delete_if_created_at`].
+pub(crate) fn release_to(
+    entry: &str,
+    revision: i64,
+    dir: &str,
+    next: &Successor,
+    mark: String,
+) -> Txn {
+    let next_key = next.key(dir);
+    let hand_off = Txn::new()
+        .when([
+            Compare::create_revision(next_key.clone(), CompareOp::Equal, next.created),
+            Compare::lease(next_key.clone(), CompareOp::Equal, next.lease_id),
+        ])
+        .and_then([
+            TxnOp::delete(entry, None),
+            TxnOp::put(
+                next_key,
+                mark,
+                Some(PutOptions::new().with_lease(next.lease_id)),
+            ),
+        ])
+        .or_else([TxnOp::delete(entry, None)]);
+    Txn::new()
+        .when([Compare::create_revision(entry, CompareOp::Equal, revision)])
+        .and_then([TxnOp::txn(hand_off)])
 }
 
 /// The key-values of each read in a transaction's answer, in order.
