@@ -152,8 +152,9 @@
 //!   the lock (or tag) and the holders set, never the fence, and wakes the waiters.
 //! - **Per-key state.** Tag, holders and marks all expire with what they record: a key no one
 //!   holds in a mode leaves only its fence behind.
-//! - **Cost.** The exclusive acquire, release and extend scripts are the ones from before modes
-//!   existed: same keys, same commands, same round trips. Evict and status name one more key
+//! - **Cost.** The exclusive release and extend scripts are the ones from before modes existed,
+//!   and the exclusive acquire names the same two keys (it mints as every acquire does, see
+//!   `# Per-key state`): one round trip each. Evict and status name one more key
 //!   (status reads it only when it finds a tag). A shared or permit acquire reads `TIME`, the
 //!   lock, the holders (`ZRANGE` over all of them for a permit's slot, at most
 //!   [`MAX_PERMITS`](fencelock_core::MAX_PERMITS)), and writes fence, holders and tag.
@@ -192,6 +193,14 @@
 //! within the window, never every key ever locked. The lock key expires with its TTL and the
 //! release channel holds nothing. Fences written by builds before this one have no expiry
 //! until their key is locked again. `lockctl stats` counts the keys under the prefix.
+//!
+//! Each acquire writes the token and the fence's expiry in one command, `SET fence token PX
+//! retention`: from Redis 6.2 on it is `SET fence now PX retention GET`, which also answers
+//! the fence it replaced, followed by a second `SET` of fence + 1 only when that fence was at
+//! or ahead of the clock; older servers refuse `GET` there and the script reads the fence
+//! first. Against the plainest fenced acquire (`SET NX PX`, then `INCR` of a counter that
+//! never expires and does not survive losing it), ours adds `TIME` and writes the fence with
+//! a `SET` and its expiry where that one runs `INCR`; the example bench prints both.
 //!
 //! A key locked again after its fence expired still gets a greater token. The argument, on
 //! one server: a token is `max(fence + 1, TIME µs)`, so the fence never runs ahead of the
@@ -260,8 +269,9 @@
 //! # Server requirements
 //! Redis 5 or newer (scripts that read `TIME` and then write rely on effect replication,
 //! the default since 5), Redis 6 or newer for an ACL user name in the URL; Valkey works the
-//! same. The user needs `EVALSHA`, `SCRIPT LOAD`, `SUBSCRIBE` and `PING`, the commands the
-//! scripts call (`SET`, `GET`, `DEL`, `INCR`, `PEXPIRE`, `PTTL`, `TIME`, `PUBLISH`), the
+//! same (from 6.2 an acquire writes the fence with one `SET … GET`, before it with `GET` and
+//! `SET`). The user needs `EVALSHA`, `SCRIPT LOAD`, `SUBSCRIBE` and `PING`, the commands the
+//! scripts call (`SET`, `GET`, `DEL`, `PEXPIRE`, `PTTL`, `TIME`, `PUBLISH`), the
 //! keys and channels under the prefix, and for the eviction check `CONFIG GET` (ACL
 //! `+config|get`) or else `INFO` (`+info`); with neither the store warns and goes on, and
 //! with `allow_eviction=true` neither is sent. Shared leases and permits, and the marks of
