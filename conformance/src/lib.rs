@@ -50,4 +50,6 @@ pub use cases::CASES;
 pub use context::{Ctx, Timing};
 pub use factory::StoreFactory;
 pub use memory::MemoryFactory;
-pub use runner::{run_all, run_case, Case, CaseReport, CaseResult, Failure, Outcome, Report};
+pub use runner::{
+    run_all, run_case, run_matching, Case, CaseReport, CaseResult, Failure, Outcome, Report,
+};

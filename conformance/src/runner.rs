@@ -140,8 +140,18 @@ pub async fn run_case(name: &str, factory: Arc<dyn StoreFactory>) -> Outcome {
 
 /// Runs every case, `parallel` at a time, and reports each.
 pub async fn run_all(factory: Arc<dyn StoreFactory>, parallel: usize) -> Report {
+    run_matching(factory, parallel, |_| true).await
+}
+
+/// Runs the cases whose name `select` accepts, `parallel` at a time, and reports each (the
+/// others are left out of the report).
+pub async fn run_matching(
+    factory: Arc<dyn StoreFactory>,
+    parallel: usize,
+    select: impl Fn(&str) -> bool,
+) -> Report {
     use futures_util::stream::{self, StreamExt};
-    let cases = stream::iter(crate::CASES.iter())
+    let cases = stream::iter(crate::CASES.iter().filter(|case| select(case.name)))
         .map(|case| {
             let factory = factory.clone();
             async move {

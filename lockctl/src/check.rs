@@ -32,7 +32,18 @@ impl StoreFactory for UrlFactory {
     }
 }
 
-pub async fn conformance(url: &str, parallel: usize) -> ExitCode {
+pub async fn conformance(url: &str, parallel: usize, cases: &[String]) -> ExitCode {
+    let selected = |name: &str| cases.is_empty() || cases.iter().any(|c| name.contains(c.as_str()));
+    if !fencelock_conformance::CASES
+        .iter()
+        .any(|case| selected(case.name))
+    {
+        eprintln!(
+            "lockctl: no conformance case matches {}",
+            cases.join(", ").escape_debug()
+        );
+        return ExitCode::from(crate::exit::USAGE);
+    }
     if let Err(error) = crate::connect(url, std::time::Duration::from_secs(10)).await {
         return crate::fail(&error);
     }
@@ -40,7 +51,7 @@ pub async fn conformance(url: &str, parallel: usize) -> ExitCode {
     let factory = Arc::new(UrlFactory {
         url: url.to_owned(),
     });
-    let report = fencelock_conformance::run_all(factory, parallel).await;
+    let report = fencelock_conformance::run_matching(factory, parallel, selected).await;
     println!("{report}");
     if report.passed() {
         ExitCode::SUCCESS

@@ -111,6 +111,9 @@ enum Command {
         /// How many cases run at once.
         #[arg(long, default_value_t = 4)]
         parallel: usize,
+        /// Run only the cases whose name contains this text (repeatable; default: every case).
+        #[arg(long = "case", value_name = "TEXT")]
+        cases: Vec<String>,
     },
     /// Measure cycle, throughput and handoff against the store's raw round trip.
     Bench {
@@ -235,7 +238,10 @@ fn main() -> ExitCode {
             return ExitCode::from(exit::USAGE);
         };
         match cli.command {
-            Command::Conformance { parallel } => return check::conformance(&url, parallel).await,
+            Command::Conformance {
+                parallel,
+                ref cases,
+            } => return check::conformance(&url, parallel, cases).await,
             Command::Bench { iterations } => {
                 let store = match connect(&url, cli.connect_timeout).await {
                     Ok(store) => store,

@@ -154,6 +154,37 @@ fn conformance_passes_on_the_memory_store() {
     assert!(stdout.contains(" 0 failed"), "{stdout}");
 }
 
+/// `--case` runs only the cases whose name contains the text; a text no case contains is
+/// refused in one line with exit 64, before anything is connected.
+#[test]
+fn conformance_runs_only_the_selected_cases() {
+    let output = lockctl(&[
+        "--url",
+        "memory://",
+        "conformance",
+        "--case",
+        "tokens_increase_sequentially",
+        "--case",
+        "empty_key",
+    ]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(0), "{stdout}{}", stderr(&output));
+    assert!(stdout.contains("2 passed, 0 failed"), "{stdout}");
+    assert!(stdout.contains("empty_key_is_rejected"), "{stdout}");
+    assert!(!stdout.contains("tokens_increase_after_expiry"), "{stdout}");
+
+    let output = lockctl(&[
+        "--url",
+        "memory://",
+        "conformance",
+        "--case",
+        "no such case",
+    ]);
+    assert_eq!(output.status.code(), Some(64), "{}", stderr(&output));
+    assert_eq!(stderr(&output).lines().count(), 1, "{}", stderr(&output));
+    assert!(stderr(&output).contains("no conformance case matches"));
+}
+
 /// The bench finishes on a store that answers without ever yielding (the in-process one used
 /// to spin its throughput tasks forever) and prints every row.
 #[test]
