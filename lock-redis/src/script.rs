@@ -365,16 +365,42 @@ pub(crate) async fn acquire_keys_on<C: ConnectionLike>(
     ttl: Duration,
     retention: Duration,
 ) -> Result<Attempt> {
-    let reply: redis::Value = ACQUIRE
-        .key(lock)
-        .key(fence)
+    let mut cmd = evalsha(&ACQUIRE, 2, 5, lock.len() + fence.len() + 64);
+    cmd.arg(lock)
+        .arg(fence)
         .arg(&owner_hex(owner)[..])
         .arg(whole_millis(ttl))
-        .arg(whole_millis(retention))
-        .invoke_async(conn)
+        .arg(whole_millis(retention));
+    let reply: redis::Value = run_script(conn, &ACQUIRE, &cmd)
         .await
         .map_err(|e| script_error("acquire", ACQUIRE_LUA, e))?;
     attempt_of(reply)
+}
+
+/// `EVALSHA sha numkeys` with room for `args` more arguments (keys and values, `bytes` of
+/// them), for [`run_script`]: one command built in place, where the redis crate's
+/// `ScriptInvocation` copies each key and argument into a vector of its own first (the hot
+/// paths, acquire and release, use this).
+fn evalsha(script: &Script, keys: usize, args: usize, bytes: usize) -> redis::Cmd {
+    let mut cmd = redis::Cmd::with_capacity(3 + args, 16 + 40 + bytes);
+    cmd.arg("EVALSHA").arg(script.get_hash()).arg(keys);
+    cmd
+}
+
+/// Sends an [`evalsha`] command; on `NOSCRIPT` loads the script and sends it again, as
+/// `ScriptInvocation::invoke_async` does.
+async fn run_script<C: ConnectionLike, T: redis::FromRedisValue>(
+    conn: &mut C,
+    script: &Script,
+    cmd: &redis::Cmd,
+) -> redis::RedisResult<T> {
+    match cmd.query_async(conn).await {
+        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+            script.prepare_invoke().load_async(conn).await?;
+            cmd.query_async(conn).await
+        }
+        other => other,
+    }
 }
 
 /// What the acquire script's reply says: a positive integer is the token, `{0, pttl}` a held
@@ -410,11 +436,9 @@ pub(crate) async fn release_keys_on<C: ConnectionLike>(
     channel: &str,
     owner: OwnerId,
 ) -> Result<bool> {
-    let released: i64 = RELEASE
-        .key(lock)
-        .arg(&owner_hex(owner)[..])
-        .arg(channel)
-        .invoke_async(conn)
+    let mut cmd = evalsha(&RELEASE, 1, 3, lock.len() + channel.len() + 40);
+    cmd.arg(lock).arg(&owner_hex(owner)[..]).arg(channel);
+    let released: i64 = run_script(conn, &RELEASE, &cmd)
         .await
         .map_err(|e| script_error("release", RELEASE_LUA, e))?;
     Ok(released == 1)
