@@ -11,7 +11,8 @@
 //! put + delete, the same client), our try_acquire + release cycle and its ratio (and the same
 //! cycle as a permit of a semaphore of 4 and as a shared lease, where the store keeps them), etcd's
 //! lock/unlock cycle, throughput on distinct keys, handoff latency with 8 waiters on one key
-//! (ours and etcd's lock service), and 1,000 locks held with keep-alive on one handle.
+//! (ours and etcd's lock service, in alternating rounds, over the raw floor of a delete seen by
+//! another client's watch), and 1,000 locks held with keep-alive on one handle.
 
 use std::error::Error;
 use std::sync::Arc;
@@ -33,6 +34,7 @@ const TASKS: usize = 16;
 const RUN_FOR: Duration = Duration::from_secs(2);
 const WAITERS: usize = 8;
 const HANDOFFS: usize = 200;
+const HANDOFF_ROUNDS: usize = 4;
 const HELD: usize = 1000;
 const HELD_TTL: Duration = Duration::from_secs(3);
 const TTL: Duration = Duration::from_secs(30);
@@ -82,6 +84,56 @@ async fn peer_cycle(client: &mut Client, name: &str) -> fencelock_core::Result<(
         .await
         .map_err(raw_error("peer unlock"))?;
     Ok(())
+}
+
+/// The physical floor under any handoff through etcd: one client deletes a key, another
+/// client's watch (its own connection) sees the deletion. Every handoff, ours or the lock
+/// service's, pays at least this: a Raft write and one event to another process.
+async fn raw_handoff_floor(
+    endpoints: &[String],
+    samples: usize,
+) -> fencelock_core::Result<Samples> {
+    let mut writer = Client::connect(endpoints, None)
+        .await
+        .map_err(raw_error("floor connect"))?;
+    let mut watcher = Client::connect(endpoints, None)
+        .await
+        .map_err(raw_error("floor connect"))?;
+    let key = "bench/raw/handoff";
+    let mut stream = watcher
+        .watch(
+            key,
+            Some(
+                etcd_client::WatchOptions::new()
+                    .with_filters([etcd_client::WatchFilterType::NoPut]),
+            ),
+        )
+        .await
+        .map_err(raw_error("floor watch"))?;
+    stream.message().await.map_err(raw_error("floor watch"))?;
+    let mut out = Vec::with_capacity(samples);
+    for _ in 0..samples {
+        writer
+            .put(key, "", None)
+            .await
+            .map_err(raw_error("floor put"))?;
+        let started = Instant::now();
+        let (deleted, event) = tokio::join!(writer.delete(key, None), stream.message());
+        deleted.map_err(raw_error("floor delete"))?;
+        event.map_err(raw_error("floor event"))?;
+        out.push(started.elapsed());
+    }
+    Ok(Samples::new(out))
+}
+
+/// Samples pooled from several rounds.
+fn pooled(rounds: &[Samples]) -> Samples {
+    let mut all = Vec::new();
+    for round in rounds {
+        let n = round.len();
+        all.extend((0..n).map(|i| round.quantile(i as f64 / (n.max(2) - 1) as f64)));
+    }
+    Samples::new(all)
 }
 
 /// A waiter of etcd's lock service, for the handoff of `fencelock_conformance::bench::handoff`: its own
@@ -227,17 +279,31 @@ async fn main() -> Result<(), Box<dyn Error>> {
     let our_rate =
         lock_throughput(dyn_store.clone(), "bench:throughput:", TTL, TASKS, RUN_FOR).await?;
 
-    // Handoff: 8 waiters on one key, each with its own handle (connection).
+    // Handoff: 8 waiters on one key, each with its own handle (connection); ours and etcd's
+    // lock service in alternating rounds, so both see the same machine load, and the raw
+    // floor (a delete seen by another client's watch) between them.
     let mut handles: Vec<DynLockStore> = Vec::new();
     for _ in 0..WAITERS {
         handles.push(Arc::new(EtcdStore::connect(config.clone()).await?));
     }
-    let handoffs = handoff(handles, "bench:handoff", TTL, HANDOFFS).await?;
-    let mut peers = Vec::new();
-    for _ in 0..WAITERS {
-        peers.push(PeerWaiter::connect(&endpoints, "bench/peer/handoff").await?);
+    let (mut ours_rounds, mut peer_rounds, mut floor_rounds) = (Vec::new(), Vec::new(), Vec::new());
+    // Each round on keys of its own: the waiters a round ends with are aborted, and whatever
+    // they leave queued must not stand in front of the next round.
+    for round in 0..HANDOFF_ROUNDS {
+        let per_round = HANDOFFS / HANDOFF_ROUNDS;
+        let key = format!("bench:handoff:{round}");
+        ours_rounds.push(handoff(handles.clone(), &key, TTL, per_round).await?);
+        let mut peers = Vec::new();
+        for _ in 0..WAITERS {
+            let name = format!("bench/peer/handoff/{round}");
+            peers.push(PeerWaiter::connect(&endpoints, &name).await?);
+        }
+        peer_rounds.push(handoff_between(peers, per_round, Handoff::AnyWaiter).await?);
+        floor_rounds.push(raw_handoff_floor(&endpoints, per_round).await?);
     }
-    let peer_handoffs = handoff_between(peers, HANDOFFS, Handoff::AnyWaiter).await?;
+    let handoffs = pooled(&ours_rounds);
+    let peer_handoffs = pooled(&peer_rounds);
+    let handoff_floor = pooled(&floor_rounds);
 
     // 1,000 locks held at once on one handle, each kept alive (one keep-alive stream).
     let held_store = Arc::new(EtcdStore::connect(config.clone()).await?);
@@ -305,10 +371,16 @@ async fn main() -> Result<(), Box<dyn Error>> {
         format!("peer handoff p99, {WAITERS} waiters (lock/unlock)"),
         peer_handoffs.p99(),
     );
-    table.push(
-        "handoff p50 ours / peer",
-        format!("{:.2}", us(handoffs.p50()) / us(peer_handoffs.p50())),
-    );
+    let versus_peer = us(handoffs.p50()) / us(peer_handoffs.p50());
+    table
+        .push("handoff p50 ours / peer", format!("{versus_peer:.2}"))
+        .target = Some(("≤ 1.0× etcd's lock() handoff".into(), versus_peer <= 1.0));
+    table
+        .latency(
+            "raw handoff floor: delete → another client's watch event p50",
+            handoff_floor.p50(),
+        )
+        .ratio(us(handoffs.p50()) / us(handoff_floor.p50()), None);
     table
         .push(
             format!("{HELD} locks held with keep-alive, TTL {HELD_TTL:?}, for 3 TTLs"),

@@ -1019,13 +1019,23 @@ impl Waiter<'_> {
                     });
                     if deleted && reading.is_none() {
                         // A handoff's mark, of the same transaction, goes out on the other
-                        // watch right behind this event: if it is here already, no read.
-                        if let Ok(next) = timeout(Duration::ZERO, stream.message()).await {
+                        // watch right behind this event: if it is here already (or once the
+                        // connection's task has run), no read.
+                        for peek in 0..2 {
+                            if peek > 0 {
+                                tokio::task::yield_now().await;
+                            }
+                            let Ok(next) = timeout(Duration::ZERO, stream.message()).await else {
+                                continue;
+                            };
                             match next {
-                                Ok(Some(next)) if !next.canceled() && next.compact_revision() == 0 => {
+                                Ok(Some(next))
+                                    if !next.canceled() && next.compact_revision() == 0 =>
+                                {
                                     if let Some(woken) = self.own_event(&next) {
                                         return Ok(woken);
                                     }
+                                    break;
                                 }
                                 _ => return Ok(Woken::Look),
                             }
