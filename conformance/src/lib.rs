@@ -51,5 +51,6 @@ pub use context::{Ctx, Timing};
 pub use factory::StoreFactory;
 pub use memory::MemoryFactory;
 pub use runner::{
-    run_all, run_case, run_matching, Case, CaseReport, CaseResult, Failure, Outcome, Report,
+    expect_transport_cases, run_all, run_case, run_matching, Case, CaseReport, CaseResult, Failure,
+    Outcome, Report, TRANSPORT_CASES,
 };

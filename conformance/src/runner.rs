@@ -189,3 +189,48 @@ async fn run_one(case: &Case, factory: Arc<dyn StoreFactory>) -> (Outcome, Durat
     };
     (outcome, started.elapsed())
 }
+
+/// A substantial subset of the suite that exercises every operation once over a new transport
+/// or as a new user (TLS, a least-privilege account): acquire, contention, waiting and its
+/// notification, release, extend, tokens, hostile and long keys, eviction and the lost signal,
+/// dropped waiters, status, the unreachable handle and the lock modes. The whole suite runs in
+/// each store's own `tests/conformance.rs`.
+pub const TRANSPORT_CASES: &[&str] = &[
+    "try_acquire_grants_a_free_key",
+    "try_acquire_on_a_held_key_is_busy",
+    "acquire_is_exclusive_under_contention",
+    "waiting_acquire_gets_the_key_after_release",
+    "notified_waiter_gets_a_released_key_within_150_ms",
+    "release_of_a_held_lease_reports_released",
+    "release_by_non_owner_is_rejected",
+    "extend_moves_the_local_deadline",
+    "tokens_increase_across_handles",
+    "tokens_increase_under_contention",
+    "keys_are_data_not_code",
+    "max_length_key_is_accepted",
+    "lost_signal_fires_within_a_third_of_the_ttl_of_a_forget",
+    "dropped_waiter_never_acquires_later",
+    "status_reports_the_holder",
+    "unreachable_store_gives_a_retryable_error",
+    "permits_never_exceed_the_limit_under_contention",
+    "a_writer_excludes_readers_and_writers",
+    "unsupported_modes_are_refused",
+];
+
+/// Runs [`TRANSPORT_CASES`] against the factory's store, four at a time, and panics with every
+/// failure (a case the store does not declare counts as not applicable).
+pub async fn expect_transport_cases(factory: Arc<dyn StoreFactory>) {
+    for name in TRANSPORT_CASES {
+        assert!(
+            crate::CASES.iter().any(|case| case.name == *name),
+            "{name}: no such conformance case"
+        );
+    }
+    let report = run_matching(factory, 4, |name| TRANSPORT_CASES.contains(&name)).await;
+    let failures: Vec<String> = report
+        .failures()
+        .map(|case| format!("{}: {:?}", case.name, case.outcome))
+        .collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert_eq!(report.cases.len(), TRANSPORT_CASES.len(), "{report}");
+}
