@@ -7,6 +7,8 @@ cd "$(dirname "$0")/.."
 
 if [[ -n "${CI:-}" ]]; then
   export CARGO_TERM_COLOR=never
+  # A clean clone builds everything once: incremental compilation only adds work and disk.
+  export CARGO_INCREMENTAL=0
 fi
 
 timings=()
