@@ -6,7 +6,7 @@
 
 mod common;
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use fencelock_conformance::{async_trait, StoreFactory};
 use fencelock_core::{DynLockStore, Error};
@@ -15,30 +15,9 @@ use test_servers::{closed_ports, shared, ServerCert, TestCa, TlsEtcd};
 
 const SECRET: &str = "tls-test-hunter2";
 
-fn ca() -> &'static TestCa {
-    static CA: OnceLock<TestCa> = OnceLock::new();
-    CA.get_or_init(|| TestCa::generate().expect("test CA"))
-}
-
-/// One TLS member per `cert`, shared by the tests of this file.
-fn server(cert: ServerCert) -> &'static TlsEtcd {
-    static VALID: OnceLock<TlsEtcd> = OnceLock::new();
-    static STRICT: OnceLock<TlsEtcd> = OnceLock::new();
-    static ELSEWHERE: OnceLock<TlsEtcd> = OnceLock::new();
-    let cell = match cert {
-        ServerCert::RequireClientCert => &STRICT,
-        ServerCert::Elsewhere => &ELSEWHERE,
-        _ => &VALID,
-    };
-    cell.get_or_init(|| TlsEtcd::start(ca(), cert).expect("etcd with TLS"))
-}
-
-fn path(p: std::path::PathBuf) -> String {
-    p.to_str().expect("UTF-8 path").to_owned()
-}
-
-fn ca_option(file: std::path::PathBuf) -> String {
-    format!("&tls_ca={}", path(file))
+/// `&tls_ca=…` trusting the test CA.
+fn ca_option() -> String {
+    format!("&{}", TestCa::shared().ca_option())
 }
 
 struct TlsFactory;
@@ -46,15 +25,15 @@ struct TlsFactory;
 #[async_trait]
 impl StoreFactory for TlsFactory {
     async fn handle(&self) -> DynLockStore {
-        let url = server(ServerCert::Valid).tls_url();
-        Arc::new(common::store(&url, &ca_option(ca().ca_file())).await)
+        let url = TlsEtcd::shared(ServerCert::Valid).tls_url();
+        Arc::new(common::store(&url, &ca_option()).await)
     }
 
     async fn unreachable_handle(&self) -> DynLockStore {
         let config = EtcdConfig::from_url(&format!(
             "etcds://127.0.0.1:{}?connect_timeout=1&command_timeout=1{}",
             closed_ports(1)[0],
-            ca_option(ca().ca_file())
+            ca_option()
         ))
         .expect("config");
         Arc::new(EtcdStore::connect_lazy(config).await.expect("lazy connect"))
@@ -71,13 +50,8 @@ async fn the_transport_cases_pass_over_tls() {
 
 #[tokio::test]
 async fn a_client_certificate_opens_a_member_that_requires_one() {
-    let options = format!(
-        "{}&tls_cert={}&tls_key={}",
-        ca_option(ca().ca_file()),
-        path(ca().client_cert()),
-        path(ca().client_key())
-    );
-    let url = server(ServerCert::RequireClientCert).tls_url();
+    let options = format!("{}&{}", ca_option(), TestCa::shared().client_cert_options());
+    let url = TlsEtcd::shared(ServerCert::RequireClientCert).tls_url();
     let store = common::store(&url, &options).await;
     assert!(store.config().is_tls());
 }
@@ -105,20 +79,20 @@ async fn refused(url: &str, options: &str) -> Error {
 
 #[tokio::test]
 async fn a_member_signed_by_another_ca_is_refused() {
-    let url = server(ServerCert::Valid).tls_url();
-    refused(&url, &ca_option(ca().other_ca_file())).await;
+    let url = TlsEtcd::shared(ServerCert::Valid).tls_url();
+    refused(&url, &format!("&{}", TestCa::shared().other_ca_option())).await;
 }
 
 #[tokio::test]
 async fn a_member_certificate_for_another_host_is_refused() {
-    let url = server(ServerCert::Elsewhere).tls_url();
-    refused(&url, &ca_option(ca().ca_file())).await;
+    let url = TlsEtcd::shared(ServerCert::Elsewhere).tls_url();
+    refused(&url, &ca_option()).await;
 }
 
 #[tokio::test]
 async fn a_tls_client_against_a_plain_text_member_is_refused() {
     let url = shared::etcd().url().replacen("etcd://", "etcds://", 1);
-    refused(&url, &ca_option(ca().ca_file())).await;
+    refused(&url, &ca_option()).await;
 }
 
 /// A member started with `--client-cert-auth` closes a TLS 1.3 connection without a client
@@ -129,18 +103,15 @@ async fn a_tls_client_against_a_plain_text_member_is_refused() {
 /// request is the authentication; without one, the probe read.
 #[tokio::test]
 async fn a_missing_client_certificate_is_refused_naming_it() {
-    let url = server(ServerCert::RequireClientCert).tls_url();
+    let url = TlsEtcd::shared(ServerCert::RequireClientCert).tls_url();
     for user in [true, false] {
         let url = if user {
             url.replacen("://", &format!("://root:{SECRET}@"), 1)
         } else {
             url.clone()
         };
-        let config = EtcdConfig::from_url(&format!(
-            "{url}?connect_timeout=5{}",
-            ca_option(ca().ca_file())
-        ))
-        .expect("config");
+        let config = EtcdConfig::from_url(&format!("{url}?connect_timeout=5{}", ca_option()))
+            .expect("config");
         let Err(error) = EtcdStore::connect(config).await else {
             panic!("connected without a client certificate")
         };
@@ -161,7 +132,7 @@ async fn a_missing_client_certificate_is_refused_naming_it() {
 
 #[test]
 fn tls_options_need_etcds_and_come_in_pairs() {
-    let ca = path(ca().ca_file());
+    let ca = TestCa::shared().ca_file().display().to_string();
     let not_pem = concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml");
     for (url, needle) in [
         (format!("etcd://h:1?tls_ca={ca}"), "etcds://"),

@@ -8,7 +8,7 @@
 #![cfg(feature = "tls")]
 
 use std::str::FromStr;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use fencelock_conformance::{async_trait, run_case, Outcome, StoreFactory, CASES};
@@ -23,37 +23,16 @@ use test_servers::{closed_ports, shared, MariadbServer, ServerCert, TestCa};
 /// connection is refused before the password matters).
 const SECRET: &str = "tls-test-hunter2";
 
-fn ca() -> &'static TestCa {
-    static CA: OnceLock<TestCa> = OnceLock::new();
-    CA.get_or_init(|| TestCa::generate().expect("test CA"))
-}
-
-/// One TLS server per `cert` (only `Valid` and `Elsewhere` are used: the `Valid` server's
-/// second user needs a client certificate), shared by the tests of this file.
-fn server(cert: ServerCert) -> &'static MariadbServer {
-    static VALID: OnceLock<MariadbServer> = OnceLock::new();
-    static ELSEWHERE: OnceLock<MariadbServer> = OnceLock::new();
-    let cell = match cert {
-        ServerCert::Elsewhere => &ELSEWHERE,
-        _ => &VALID,
-    };
-    cell.get_or_init(|| MariadbServer::start_tls(ca(), cert).expect("mariadb with TLS"))
-}
-
 /// The URL of the `Valid` server's user that must present a client certificate.
 fn client_cert_url() -> String {
-    server(ServerCert::Valid)
+    MariadbServer::shared_tls(ServerCert::Valid)
         .client_cert_url()
         .expect("a TLS server has a client-certificate user")
 }
 
-fn path(p: std::path::PathBuf) -> String {
-    p.to_str().expect("UTF-8 path").to_owned()
-}
-
-/// `url` trusting `ca_file` (and so, with no sslmode, verify-full).
-fn with_ca(url: &str, ca_file: &str) -> String {
-    format!("{url}?tls_ca={ca_file}")
+/// `url` trusting the test CA (and so, with no sslmode, verify-full).
+fn with_ca(url: &str) -> String {
+    format!("{url}?{}", TestCa::shared().ca_option())
 }
 
 /// The password in `url`, which no error may show.
@@ -78,15 +57,15 @@ struct TlsFactory;
 #[async_trait]
 impl StoreFactory for TlsFactory {
     async fn handle(&self) -> DynLockStore {
-        let url = with_ca(&server(ServerCert::Valid).url(), &path(ca().ca_file()));
+        let url = with_ca(&MariadbServer::shared_tls(ServerCert::Valid).url());
         Arc::new(store(&url).await)
     }
 
     async fn unreachable_handle(&self) -> DynLockStore {
         let url = format!(
-            "mysql://fencelock@127.0.0.1:{}/fencelock?connect_timeout=1&command_timeout=1&tls_ca={}",
+            "mysql://fencelock@127.0.0.1:{}/fencelock?connect_timeout=1&command_timeout=1&{}",
             closed_ports(1)[0],
-            path(ca().ca_file())
+            TestCa::shared().ca_option()
         );
         Arc::new(MysqlStore::connect_lazy(
             MysqlConfig::from_url(&url).expect("config"),
@@ -160,8 +139,8 @@ async fn admin(server: &MariadbServer) -> MySqlConnection {
 
 #[tokio::test]
 async fn the_store_s_session_really_is_encrypted() {
-    let server = server(ServerCert::Valid);
-    let store = store(&with_ca(&server.url(), &path(ca().ca_file()))).await;
+    let server = MariadbServer::shared_tls(ServerCert::Valid);
+    let store = store(&with_ca(&server.url())).await;
     let lease = store
         .try_acquire("encrypted", Duration::from_secs(30))
         .await
@@ -195,10 +174,9 @@ async fn the_store_s_session_really_is_encrypted() {
 #[tokio::test]
 async fn a_client_certificate_opens_an_account_that_requires_one() {
     let url = format!(
-        "{}&tls_cert={}&tls_key={}",
-        with_ca(&client_cert_url(), &path(ca().ca_file())),
-        path(ca().client_cert()),
-        path(ca().client_key())
+        "{}&{}",
+        with_ca(&client_cert_url()),
+        TestCa::shared().client_cert_options()
     );
     let store = store(&url).await;
     let lease = store
@@ -230,9 +208,10 @@ async fn refused(url: &str) -> String {
 
 #[tokio::test]
 async fn a_server_signed_by_another_ca_is_refused() {
-    let url = with_ca(
-        &server(ServerCert::Valid).url(),
-        &path(ca().other_ca_file()),
+    let url = format!(
+        "{}?{}",
+        &MariadbServer::shared_tls(ServerCert::Valid).url(),
+        TestCa::shared().other_ca_option()
     );
     let text = refused(&url).await;
     assert!(text.contains("certificate"), "{text}");
@@ -240,7 +219,7 @@ async fn a_server_signed_by_another_ca_is_refused() {
 
 #[tokio::test]
 async fn a_server_certificate_for_another_host_is_refused() {
-    let url = with_ca(&server(ServerCert::Elsewhere).url(), &path(ca().ca_file()));
+    let url = with_ca(&MariadbServer::shared_tls(ServerCert::Elsewhere).url());
     let text = refused(&url).await;
     assert!(text.contains("certificate"), "{text}");
 }
@@ -252,13 +231,13 @@ async fn tls_against_a_plain_text_server_is_refused() {
         &format!("mysql://fencelock:{SECRET}@"),
         1,
     );
-    let text = refused(&with_ca(&url, &path(ca().ca_file()))).await;
+    let text = refused(&with_ca(&url)).await;
     assert!(text.contains("TLS"), "{text}");
 }
 
 #[tokio::test]
 async fn a_missing_client_certificate_is_refused() {
-    let url = with_ca(&client_cert_url(), &path(ca().ca_file()));
+    let url = with_ca(&client_cert_url());
     let text = refused(&url).await;
     assert!(text.contains("certificate"), "{text}");
 }
@@ -267,7 +246,10 @@ async fn a_missing_client_certificate_is_refused() {
 /// text: the same user and password without TLS is refused.
 #[tokio::test]
 async fn plain_text_is_refused_by_an_account_that_requires_tls() {
-    let url = format!("{}?sslmode=disable", server(ServerCert::Valid).url());
+    let url = format!(
+        "{}?sslmode=disable",
+        MariadbServer::shared_tls(ServerCert::Valid).url()
+    );
     let text = refused(&url).await;
     assert!(text.contains("Access denied"), "{text}");
 }

@@ -7,7 +7,7 @@
 
 mod common;
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use fencelock_conformance::{async_trait, StoreFactory};
@@ -17,31 +17,9 @@ use test_servers::{closed_ports, shared, PostgresServer, ServerCert, TestCa};
 
 const SECRET: &str = "tls-test-hunter2";
 
-fn ca() -> &'static TestCa {
-    static CA: OnceLock<TestCa> = OnceLock::new();
-    CA.get_or_init(|| TestCa::generate().expect("test CA"))
-}
-
-/// One TLS server per `cert`, shared by the tests of this file.
-fn server(cert: ServerCert) -> &'static PostgresServer {
-    static VALID: OnceLock<PostgresServer> = OnceLock::new();
-    static STRICT: OnceLock<PostgresServer> = OnceLock::new();
-    static ELSEWHERE: OnceLock<PostgresServer> = OnceLock::new();
-    let cell = match cert {
-        ServerCert::RequireClientCert => &STRICT,
-        ServerCert::Elsewhere => &ELSEWHERE,
-        _ => &VALID,
-    };
-    cell.get_or_init(|| PostgresServer::start_tls(ca(), cert).expect("postgres with TLS"))
-}
-
-fn path(p: std::path::PathBuf) -> String {
-    p.to_str().expect("UTF-8 path").to_owned()
-}
-
-/// `url` trusting `ca_file` (and so, with no sslmode, verify-full).
-fn with_ca(url: &str, ca_file: &str) -> String {
-    format!("{url}?tls_ca={ca_file}")
+/// `url` trusting the test CA (and so, with no sslmode, verify-full).
+fn with_ca(url: &str) -> String {
+    format!("{url}?{}", TestCa::shared().ca_option())
 }
 
 struct TlsFactory;
@@ -49,15 +27,15 @@ struct TlsFactory;
 #[async_trait]
 impl StoreFactory for TlsFactory {
     async fn handle(&self) -> DynLockStore {
-        let url = with_ca(&server(ServerCert::Valid).url(), &path(ca().ca_file()));
+        let url = with_ca(&PostgresServer::shared_tls(ServerCert::Valid).url());
         Arc::new(common::store(&url, "").await)
     }
 
     async fn unreachable_handle(&self) -> DynLockStore {
         let url = format!(
-            "postgres://postgres@127.0.0.1:{}/postgres?connect_timeout=1&command_timeout=1&tls_ca={}",
+            "postgres://postgres@127.0.0.1:{}/postgres?connect_timeout=1&command_timeout=1&{}",
             closed_ports(1)[0],
-            path(ca().ca_file())
+            TestCa::shared().ca_option()
         );
         Arc::new(PostgresStore::connect_lazy(
             PostgresConfig::from_url(&url).expect("config"),
@@ -75,7 +53,7 @@ async fn the_transport_cases_pass_over_tls() {
 
 #[tokio::test]
 async fn the_session_really_is_encrypted() {
-    let url = with_ca(&server(ServerCert::Valid).url(), &path(ca().ca_file()));
+    let url = with_ca(&PostgresServer::shared_tls(ServerCert::Valid).url());
     let mut admin = common::admin(&url).await;
     let ssl: bool = sqlx::query_scalar("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
         .fetch_one(&mut admin)
@@ -87,13 +65,9 @@ async fn the_session_really_is_encrypted() {
 #[tokio::test]
 async fn a_client_certificate_opens_a_server_that_requires_one() {
     let url = format!(
-        "{}&tls_cert={}&tls_key={}",
-        with_ca(
-            &server(ServerCert::RequireClientCert).url(),
-            &path(ca().ca_file())
-        ),
-        path(ca().client_cert()),
-        path(ca().client_key())
+        "{}&{}",
+        with_ca(&PostgresServer::shared_tls(ServerCert::RequireClientCert).url()),
+        TestCa::shared().client_cert_options()
     );
     let store = common::store(&url, "").await;
     let lease = store
@@ -130,9 +104,10 @@ async fn refused(url: &str) -> Error {
 
 #[tokio::test]
 async fn a_server_signed_by_another_ca_is_refused() {
-    let url = with_ca(
-        &server(ServerCert::Valid).url(),
-        &path(ca().other_ca_file()),
+    let url = format!(
+        "{}?{}",
+        &PostgresServer::shared_tls(ServerCert::Valid).url(),
+        TestCa::shared().other_ca_option()
     );
     let text = refused(&url).await.to_string();
     assert!(text.contains("certificate"), "{text}");
@@ -140,24 +115,21 @@ async fn a_server_signed_by_another_ca_is_refused() {
 
 #[tokio::test]
 async fn a_server_certificate_for_another_host_is_refused() {
-    let url = with_ca(&server(ServerCert::Elsewhere).url(), &path(ca().ca_file()));
+    let url = with_ca(&PostgresServer::shared_tls(ServerCert::Elsewhere).url());
     let text = refused(&url).await.to_string();
     assert!(text.contains("certificate"), "{text}");
 }
 
 #[tokio::test]
 async fn tls_against_a_plain_text_server_is_refused() {
-    let url = with_ca(&shared::postgres().url(), &path(ca().ca_file()));
+    let url = with_ca(&shared::postgres().url());
     let text = refused(&url).await.to_string();
     assert!(text.contains("TLS"), "{text}");
 }
 
 #[tokio::test]
 async fn a_missing_client_certificate_is_refused() {
-    let url = with_ca(
-        &server(ServerCert::RequireClientCert).url(),
-        &path(ca().ca_file()),
-    );
+    let url = with_ca(&PostgresServer::shared_tls(ServerCert::RequireClientCert).url());
     let text = refused(&url).await.to_string();
     assert!(text.contains("certificate"), "{text}");
 }

@@ -6,7 +6,7 @@
 
 mod common;
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use fencelock_conformance::{async_trait, StoreFactory};
@@ -16,31 +16,9 @@ use test_servers::{closed_ports, ServerCert, TestCa, TlsRedis};
 
 const SECRET: &str = "tls-test-hunter2";
 
-fn ca() -> &'static TestCa {
-    static CA: OnceLock<TestCa> = OnceLock::new();
-    CA.get_or_init(|| TestCa::generate().expect("test CA"))
-}
-
-/// One TLS server per `cert`, shared by the tests of this file.
-fn server(cert: ServerCert) -> &'static TlsRedis {
-    static VALID: OnceLock<TlsRedis> = OnceLock::new();
-    static STRICT: OnceLock<TlsRedis> = OnceLock::new();
-    static ELSEWHERE: OnceLock<TlsRedis> = OnceLock::new();
-    let cell = match cert {
-        ServerCert::RequireClientCert => &STRICT,
-        ServerCert::Elsewhere => &ELSEWHERE,
-        _ => &VALID,
-    };
-    cell.get_or_init(|| TlsRedis::start(ca(), cert).expect("redis with TLS"))
-}
-
-fn path(p: std::path::PathBuf) -> String {
-    p.to_str().expect("UTF-8 path").to_owned()
-}
-
-/// `rediss://` to `cert`'s server, trusting `ca_file`.
-fn tls_url(cert: ServerCert, ca_file: &str) -> String {
-    format!("{}?tls_ca={ca_file}", server(cert).tls_url())
+/// `rediss://` to `cert`'s server with `tls_option` (a `tls_ca=…`).
+fn tls_url(cert: ServerCert, tls_option: &str) -> String {
+    format!("{}?{tls_option}", TlsRedis::shared(cert).tls_url())
 }
 
 struct TlsFactory;
@@ -48,15 +26,15 @@ struct TlsFactory;
 #[async_trait]
 impl StoreFactory for TlsFactory {
     async fn handle(&self) -> DynLockStore {
-        let url = tls_url(ServerCert::Valid, &path(ca().ca_file()));
+        let url = tls_url(ServerCert::Valid, &TestCa::shared().ca_option());
         Arc::new(common::store(&url, "").await)
     }
 
     async fn unreachable_handle(&self) -> DynLockStore {
         let url = format!(
-            "rediss://127.0.0.1:{}?connect_timeout=1s&command_timeout=1s&tls_ca={}",
+            "rediss://127.0.0.1:{}?connect_timeout=1s&command_timeout=1s&{}",
             closed_ports(1)[0],
-            path(ca().ca_file())
+            TestCa::shared().ca_option()
         );
         Arc::new(
             RedisStore::connect_lazy(RedisConfig::from_url(&url).expect("config"))
@@ -76,10 +54,9 @@ async fn the_transport_cases_pass_over_tls() {
 #[tokio::test]
 async fn a_client_certificate_opens_a_server_that_requires_one() {
     let url = format!(
-        "{}&tls_cert={}&tls_key={}",
-        tls_url(ServerCert::RequireClientCert, &path(ca().ca_file())),
-        path(ca().client_cert()),
-        path(ca().client_key())
+        "{}&{}",
+        tls_url(ServerCert::RequireClientCert, &TestCa::shared().ca_option()),
+        TestCa::shared().client_cert_options()
     );
     let store = common::store(&url, "").await;
     let lease = store
@@ -92,16 +69,16 @@ async fn a_client_certificate_opens_a_server_that_requires_one() {
 #[tokio::test]
 async fn redlock_runs_over_three_tls_nodes() {
     let nodes: Vec<TlsRedis> = (0..3)
-        .map(|_| TlsRedis::start(ca(), ServerCert::Valid).expect("TLS node"))
+        .map(|_| TlsRedis::start(TestCa::shared(), ServerCert::Valid).expect("TLS node"))
         .collect();
     let hosts: Vec<String> = nodes
         .iter()
         .map(|n| format!("127.0.0.1:{}", n.tls_port()))
         .collect();
     let url = format!(
-        "redlock://{}?tls=true&tls_ca={}&connect_timeout=30s",
+        "redlock://{}?tls=true&{}&connect_timeout=30s",
         hosts.join(","),
-        path(ca().ca_file())
+        TestCa::shared().ca_option()
     );
     let store = RedlockStore::connect(RedlockConfig::from_url(&url).expect("config"))
         .await
@@ -141,24 +118,32 @@ async fn refused(url: &str) -> Error {
 
 #[tokio::test]
 async fn a_server_signed_by_another_ca_is_refused() {
-    let error = refused(&tls_url(ServerCert::Valid, &path(ca().other_ca_file()))).await;
+    let error = refused(&tls_url(
+        ServerCert::Valid,
+        &TestCa::shared().other_ca_option(),
+    ))
+    .await;
     let text = error.to_string();
     assert!(text.contains("certificate"), "{text}");
 }
 
 #[tokio::test]
 async fn a_server_certificate_for_another_host_is_refused() {
-    let error = refused(&tls_url(ServerCert::Elsewhere, &path(ca().ca_file()))).await;
+    let error = refused(&tls_url(
+        ServerCert::Elsewhere,
+        &TestCa::shared().ca_option(),
+    ))
+    .await;
     let text = error.to_string();
     assert!(text.contains("certificate"), "{text}");
 }
 
 #[tokio::test]
 async fn a_tls_client_against_a_plain_text_server_is_refused() {
-    let plain = server(ServerCert::Valid)
+    let plain = TlsRedis::shared(ServerCert::Valid)
         .plain_url()
         .replace("redis://", "rediss://");
-    let error = refused(&format!("{plain}?tls_ca={}", path(ca().ca_file()))).await;
+    let error = refused(&format!("{plain}?{}", TestCa::shared().ca_option())).await;
     assert!(!error.to_string().is_empty());
 }
 
@@ -166,7 +151,7 @@ async fn a_tls_client_against_a_plain_text_server_is_refused() {
 async fn a_missing_client_certificate_is_refused() {
     let error = refused(&tls_url(
         ServerCert::RequireClientCert,
-        &path(ca().ca_file()),
+        &TestCa::shared().ca_option(),
     ))
     .await;
     assert!(!error.to_string().is_empty());
@@ -174,7 +159,7 @@ async fn a_missing_client_certificate_is_refused() {
 
 #[test]
 fn tls_options_need_rediss_and_come_in_pairs() {
-    let ca = path(ca().ca_file());
+    let ca = TestCa::shared().ca_file().display().to_string();
     // A file that exists but holds no certificate.
     let not_pem = concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml");
     let expect = |parsed: fencelock_core::Result<()>, url: &str, needle: &str| match parsed {

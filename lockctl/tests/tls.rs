@@ -25,10 +25,6 @@ fn lockctl(url: &str) -> Command {
     command
 }
 
-fn path(p: PathBuf) -> String {
-    p.to_str().expect("UTF-8 path").to_owned()
-}
-
 fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
@@ -156,114 +152,87 @@ fn wrong_ca_is_one_line_without_the_password(url: &str, scratch: &Path) {
     );
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("lockctl-tls-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    dir
-}
+/// A scratch directory for one test; removed when it ends.
+struct Scratch(PathBuf);
 
-/// The CA files and a scratch directory for one test; removed when it ends.
-struct Setup {
-    ca: TestCa,
-    scratch: PathBuf,
-}
-
-impl Setup {
+impl Scratch {
     fn new(name: &str) -> Self {
-        Setup {
-            ca: TestCa::generate().expect("test CA"),
-            scratch: scratch(name),
-        }
-    }
-
-    fn ca_file(&self) -> String {
-        path(self.ca.ca_file())
-    }
-
-    fn other_ca_file(&self) -> String {
-        path(self.ca.other_ca_file())
+        let dir = std::env::temp_dir().join(format!("lockctl-tls-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("scratch dir");
+        Scratch(dir)
     }
 }
 
-impl Drop for Setup {
+impl Drop for Scratch {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.scratch);
+        let _ = std::fs::remove_dir_all(&self.0);
     }
+}
+
+/// `url` (a TLS URL without options) trusting the test CA runs and excludes
+/// ([`runs_and_excludes_over`]); `with_password` (the same URL with [`SECRET`] as the
+/// password) trusting another CA is refused in one line ([`wrong_ca_is_one_line_without_the_password`]).
+fn runs_over_and_refuses_the_wrong_ca(name: &str, url: &str, with_password: &str) {
+    let scratch = Scratch::new(name);
+    let ca = TestCa::shared();
+    runs_and_excludes_over(&format!("{url}?{}", ca.ca_option()), &scratch.0);
+    wrong_ca_is_one_line_without_the_password(
+        &format!("{with_password}?{}", ca.other_ca_option()),
+        &scratch.0,
+    );
 }
 
 #[cfg(feature = "redis")]
 #[test]
 fn redis_over_tls() {
     use test_servers::{ServerCert, TlsRedis};
-    let setup = Setup::new("redis");
-    let server = TlsRedis::start(&setup.ca, ServerCert::Valid).expect("redis with TLS");
-    let url = format!("{}?tls_ca={}", server.tls_url(), setup.ca_file());
-    runs_and_excludes_over(&url, &setup.scratch);
-    let url = format!(
-        "{}?tls_ca={}",
-        server
-            .tls_url()
-            .replacen("rediss://", &format!("rediss://:{SECRET}@"), 1),
-        setup.other_ca_file()
-    );
-    wrong_ca_is_one_line_without_the_password(&url, &setup.scratch);
+    let server = TlsRedis::start(TestCa::shared(), ServerCert::Valid).expect("redis with TLS");
+    let url = server.tls_url();
+    let with_password = url.replacen("rediss://", &format!("rediss://:{SECRET}@"), 1);
+    runs_over_and_refuses_the_wrong_ca("redis", &url, &with_password);
 }
 
 #[cfg(feature = "redis")]
 #[test]
 fn redlock_over_tls() {
     use test_servers::{ServerCert, TlsRedis};
-    let setup = Setup::new("redlock");
+    let scratch = Scratch::new("redlock");
     let nodes: Vec<TlsRedis> = (0..3)
-        .map(|_| TlsRedis::start(&setup.ca, ServerCert::Valid).expect("redis with TLS"))
+        .map(|_| TlsRedis::start(TestCa::shared(), ServerCert::Valid).expect("redis with TLS"))
         .collect();
     let hosts: Vec<String> = nodes
         .iter()
         .map(|node| format!("127.0.0.1:{}", node.tls_port()))
         .collect();
     let url = format!(
-        "redlock://{}?tls=true&tls_ca={}",
+        "redlock://{}?tls=true&{}",
         hosts.join(","),
-        setup.ca_file()
+        TestCa::shared().ca_option()
     );
-    runs_and_excludes_over(&url, &setup.scratch);
+    runs_and_excludes_over(&url, &scratch.0);
 }
 
 #[cfg(feature = "etcd")]
 #[test]
 fn etcd_over_tls() {
     use test_servers::{ServerCert, TlsEtcd};
-    let setup = Setup::new("etcd");
-    let server = TlsEtcd::start(&setup.ca, ServerCert::Valid).expect("etcd with TLS");
-    let url = format!("{}?tls_ca={}", server.tls_url(), setup.ca_file());
-    runs_and_excludes_over(&url, &setup.scratch);
-    let url = format!(
-        "{}?tls_ca={}",
-        server
-            .tls_url()
-            .replacen("etcds://", &format!("etcds://root:{SECRET}@"), 1),
-        setup.other_ca_file()
-    );
-    wrong_ca_is_one_line_without_the_password(&url, &setup.scratch);
+    let server = TlsEtcd::start(TestCa::shared(), ServerCert::Valid).expect("etcd with TLS");
+    let url = server.tls_url();
+    let with_password = url.replacen("etcds://", &format!("etcds://root:{SECRET}@"), 1);
+    runs_over_and_refuses_the_wrong_ca("etcd", &url, &with_password);
 }
 
 #[cfg(feature = "postgres")]
 #[test]
 fn postgres_over_tls() {
     use test_servers::{PostgresServer, ServerCert};
-    let setup = Setup::new("postgres");
     let server =
-        PostgresServer::start_tls(&setup.ca, ServerCert::Valid).expect("postgres with TLS");
-    let url = format!("{}?tls_ca={}", server.url(), setup.ca_file());
-    runs_and_excludes_over(&url, &setup.scratch);
-    let url = format!(
-        "{}?tls_ca={}",
-        server.url().replacen(
-            "postgres://postgres@",
-            &format!("postgres://postgres:{SECRET}@"),
-            1
-        ),
-        setup.other_ca_file()
+        PostgresServer::start_tls(TestCa::shared(), ServerCert::Valid).expect("postgres with TLS");
+    let url = server.url();
+    let with_password = url.replacen(
+        "postgres://postgres@",
+        &format!("postgres://postgres:{SECRET}@"),
+        1,
     );
-    wrong_ca_is_one_line_without_the_password(&url, &setup.scratch);
+    runs_over_and_refuses_the_wrong_ca("postgres", &url, &with_password);
 }

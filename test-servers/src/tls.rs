@@ -16,9 +16,10 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::OnceLock;
 
 use crate::process::{self, log_marker, wait_ready, Proc, TempDir};
-use crate::{Error, RedisServer, Result};
+use crate::{Error, MariadbServer, PostgresServer, RedisServer, Result};
 
 /// The common name of the client certificate (PostgreSQL's `cert` authentication maps it to
 /// the database user of the same name).
@@ -126,6 +127,41 @@ impl TestCa {
         Ok(ca)
     }
 
+    /// One CA per test process, generated on first use and shared by every test in it (never
+    /// dropped, like the servers of [`crate::shared`]).
+    ///
+    /// # Panics
+    ///
+    /// If the CA cannot be generated (the error names a missing `openssl`).
+    pub fn shared() -> &'static TestCa {
+        static CA: OnceLock<std::result::Result<TestCa, String>> = OnceLock::new();
+        match CA.get_or_init(|| TestCa::generate().map_err(|e| e.to_string())) {
+            Ok(ca) => ca,
+            Err(error) => panic!("test CA: {error}"),
+        }
+    }
+
+    /// The URL option `tls_ca=PATH` trusting [`ca_file`](Self::ca_file), as every fencelock
+    /// store reads it.
+    pub fn ca_option(&self) -> String {
+        option("tls_ca", &self.ca_file())
+    }
+
+    /// `tls_ca=PATH` trusting [`other_ca_file`](Self::other_ca_file), a CA that signed none of
+    /// the certificates.
+    pub fn other_ca_option(&self) -> String {
+        option("tls_ca", &self.other_ca_file())
+    }
+
+    /// The URL options `tls_cert=PATH&tls_key=PATH` of the client certificate and its key.
+    pub fn client_cert_options(&self) -> String {
+        format!(
+            "{}&{}",
+            option("tls_cert", &self.client_cert()),
+            option("tls_key", &self.client_key())
+        )
+    }
+
     /// The directory holding every file.
     pub fn dir(&self) -> &Path {
         self.dir.path()
@@ -174,6 +210,75 @@ impl TestCa {
 
     fn file(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
+    }
+}
+
+/// `name=PATH`; the paths are under the temporary directory, plain UTF-8 without `&` or `#`.
+fn option(name: &str, path: &Path) -> String {
+    let path = path.to_str().expect("the test CA's paths are UTF-8");
+    format!("{name}={path}")
+}
+
+/// One TLS server per [`ServerCert`], started with [`TestCa::shared`] on first use and shared by
+/// every test of the process; the first start's error otherwise.
+struct PerCert<T> {
+    valid: OnceLock<std::result::Result<T, String>>,
+    strict: OnceLock<std::result::Result<T, String>>,
+    elsewhere: OnceLock<std::result::Result<T, String>>,
+}
+
+impl<T> PerCert<T> {
+    const fn new() -> Self {
+        PerCert {
+            valid: OnceLock::new(),
+            strict: OnceLock::new(),
+            elsewhere: OnceLock::new(),
+        }
+    }
+
+    fn get(
+        &'static self,
+        cert: ServerCert,
+        what: &str,
+        start: impl FnOnce(&TestCa, ServerCert) -> Result<T>,
+    ) -> &'static T {
+        let cell = match cert {
+            ServerCert::Valid => &self.valid,
+            ServerCert::RequireClientCert => &self.strict,
+            ServerCert::Elsewhere => &self.elsewhere,
+        };
+        match cell.get_or_init(|| start(TestCa::shared(), cert).map_err(|e| e.to_string())) {
+            Ok(server) => server,
+            Err(error) => panic!("{what} with TLS: {error}"),
+        }
+    }
+}
+
+impl PostgresServer {
+    /// The process's shared TLS server presenting `cert` from [`TestCa::shared`]
+    /// ([`PostgresServer::start_tls`]), started on first use; for tests that only lock and
+    /// unlock, each on its own keys.
+    ///
+    /// # Panics
+    ///
+    /// If the server cannot be started.
+    pub fn shared_tls(cert: ServerCert) -> &'static PostgresServer {
+        static SERVERS: PerCert<PostgresServer> = PerCert::new();
+        SERVERS.get(cert, "postgres", PostgresServer::start_tls)
+    }
+}
+
+impl MariadbServer {
+    /// The process's shared TLS server presenting `cert` from [`TestCa::shared`]
+    /// ([`MariadbServer::start_tls`]), started on first use; for tests that only lock and
+    /// unlock, each on its own keys.
+    ///
+    /// # Panics
+    ///
+    /// If the server cannot be started.
+    pub fn shared_tls(cert: ServerCert) -> &'static MariadbServer {
+        static SERVERS: PerCert<MariadbServer> = PerCert::new();
+        SERVERS.get(cert, "mariadb", MariadbServer::start_tls)
     }
 }
 
@@ -257,6 +362,17 @@ impl TlsRedis {
             }
         }
         Err(last_error.expect("at least one attempt"))
+    }
+
+    /// The process's shared server presenting `cert` from [`TestCa::shared`], started on
+    /// first use; for tests that only lock and unlock, each on its own keys.
+    ///
+    /// # Panics
+    ///
+    /// If the server cannot be started.
+    pub fn shared(cert: ServerCert) -> &'static TlsRedis {
+        static SERVERS: PerCert<TlsRedis> = PerCert::new();
+        SERVERS.get(cert, "redis", TlsRedis::start)
     }
 
     /// `rediss://127.0.0.1:TLS_PORT` (no options).
@@ -347,6 +463,17 @@ impl TlsEtcd {
             }
         }
         Err(last_error.expect("at least one attempt"))
+    }
+
+    /// The process's shared member presenting `cert` from [`TestCa::shared`], started on
+    /// first use; for tests that only lock and unlock, each on its own keys.
+    ///
+    /// # Panics
+    ///
+    /// If the member cannot be started.
+    pub fn shared(cert: ServerCert) -> &'static TlsEtcd {
+        static SERVERS: PerCert<TlsEtcd> = PerCert::new();
+        SERVERS.get(cert, "etcd", TlsEtcd::start)
     }
 
     /// `etcds://127.0.0.1:PORT` (no options).
