@@ -51,6 +51,6 @@ pub use context::{Ctx, Timing};
 pub use factory::StoreFactory;
 pub use memory::MemoryFactory;
 pub use runner::{
-    expect_transport_cases, run_all, run_case, run_matching, Case, CaseReport, CaseResult, Failure,
-    Outcome, Report, TRANSPORT_CASES,
+    expect_cases_except, expect_transport_cases, run_all, run_case, run_matching, Case, CaseReport,
+    CaseResult, Failure, Outcome, Report, HOLD_CASES, TRANSPORT_CASES,
 };

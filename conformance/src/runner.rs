@@ -217,20 +217,65 @@ pub const TRANSPORT_CASES: &[&str] = &[
     "unsupported_modes_are_refused",
 ];
 
+/// The cases that hold one lease over several [`Timing::hold_ttl`]s (3 s or more each) and
+/// send no request the rest of the suite does not send: they extend over time, by hand or by
+/// a keep-alive, whose own stalls and failures the case injects. A run that proves the
+/// requests work as a new user may leave them out ([`expect_cases_except`]); they are the
+/// slowest cases, 4 to 15 s each.
+pub const HOLD_CASES: &[&str] = &[
+    "keep_alive_holds_a_lease_over_five_ttls",
+    "extend_keeps_a_lease_past_its_first_ttl",
+    "extend_keeps_the_key_until_the_new_local_deadline",
+    "keep_alive_survives_transient_extend_failures",
+    "lost_signal_fires_before_store_expiry_when_extends_stall",
+];
+
 /// Runs [`TRANSPORT_CASES`] against the factory's store, four at a time, and panics with every
 /// failure (a case the store does not declare counts as not applicable).
 pub async fn expect_transport_cases(factory: Arc<dyn StoreFactory>) {
-    for name in TRANSPORT_CASES {
+    expect_cases(factory, 4, TRANSPORT_CASES.len(), |name| {
+        TRANSPORT_CASES.contains(&name)
+    })
+    .await;
+}
+
+/// Runs every case but those `left_out` names (new cases join by themselves), `parallel` at a
+/// time, and panics with every failure. Each name left out must be a case of the suite.
+pub async fn expect_cases_except(
+    factory: Arc<dyn StoreFactory>,
+    parallel: usize,
+    left_out: &[&str],
+) {
+    for name in left_out {
         assert!(
             crate::CASES.iter().any(|case| case.name == *name),
             "{name}: no such conformance case"
         );
     }
-    let report = run_matching(factory, 4, |name| TRANSPORT_CASES.contains(&name)).await;
+    let expected = crate::CASES.len() - left_out.len();
+    expect_cases(factory, parallel, expected, |name| {
+        !left_out.contains(&name)
+    })
+    .await;
+}
+
+async fn expect_cases(
+    factory: Arc<dyn StoreFactory>,
+    parallel: usize,
+    expected: usize,
+    select: impl Fn(&str) -> bool,
+) {
+    let report = run_matching(factory, parallel, select).await;
     let failures: Vec<String> = report
         .failures()
         .map(|case| format!("{}: {:?}", case.name, case.outcome))
         .collect();
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
-    assert_eq!(report.cases.len(), TRANSPORT_CASES.len(), "{report}");
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases failed:\n{}",
+        failures.len(),
+        report.cases.len(),
+        failures.join("\n")
+    );
+    assert_eq!(report.cases.len(), expected, "{report}");
 }

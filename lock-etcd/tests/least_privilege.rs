@@ -16,10 +16,9 @@ mod common;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use futures_util::stream::{self, StreamExt};
 
 use common::EtcdFactory;
-use fencelock_conformance::{run_case, Outcome, StoreFactory, CASES};
+use fencelock_conformance::StoreFactory;
 use fencelock_core::{Acquire, Error, Extend, KeyStatus, LockStore, Release, ReleaseOutcome};
 use fencelock_etcd::{EtcdConfig, EtcdStore, DEFAULT_PREFIX};
 use test_servers::EtcdServer;
@@ -101,57 +100,17 @@ fn assert_refused(error: &Error, needles: &[&str]) {
     }
 }
 
-/// Cases left out, to keep this file within its share of the test time (the whole suite takes
-/// about 30 s here, as in `tests/conformance.rs`). None sends a request the others do not send
-/// as this user: they extend over several TTLs (`keep_alive_holds_a_lease_over_five_ttls`,
-/// `extend_keeps_a_lease_past_its_first_ttl`), stall or break extends in the test's own
-/// keep-alive (`lost_signal_fires_before_store_expiry_when_extends_stall`,
-/// `keep_alive_survives_transient_extend_failures`), or use the unreachable handle, which has
-/// no user (`unreachable_store_gives_a_retryable_error`).
-const LEFT_OUT: &[&str] = &[
-    "keep_alive_holds_a_lease_over_five_ttls",
-    "extend_keeps_a_lease_past_its_first_ttl",
-    "lost_signal_fires_before_store_expiry_when_extends_stall",
-    "keep_alive_survives_transient_extend_failures",
-    "unreachable_store_gives_a_retryable_error",
-];
-
-/// Every other case (new ones join by themselves) as the user whose only right is readwrite
-/// on `fencelock/`; the suite's `forget` evicts through that user's handle too. Two cases at a
-/// time, as the harness runs `tests/conformance.rs`.
+/// Every case but the slow ones that send no request the others do not send as this user
+/// (new cases join by themselves), as the user whose only right is readwrite on `fencelock/`;
+/// the suite's `forget` evicts through that user's handle too. Left out: the cases that only
+/// hold a lease over several TTLs (`HOLD_CASES`, 4 to 15 s each), and the one that uses the
+/// unreachable handle, which has no user (`unreachable_store_gives_a_retryable_error`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_conformance_suite_passes_as_the_limited_user() {
-    for name in LEFT_OUT {
-        assert!(
-            CASES.iter().any(|case| case.name == *name),
-            "no conformance case is called {name:?}: update LEFT_OUT"
-        );
-    }
+    let mut left_out = fencelock_conformance::HOLD_CASES.to_vec();
+    left_out.push("unreachable_store_gives_a_retryable_error");
     let factory: Arc<dyn StoreFactory> = Arc::new(EtcdFactory { url: limited() });
-    let cases = CASES.iter().filter(|case| !LEFT_OUT.contains(&case.name));
-    let outcomes: Vec<(&str, Outcome)> = stream::iter(cases)
-        .map(|case| {
-            let factory = factory.clone();
-            async move { (case.name, run_case(case.name, factory).await) }
-        })
-        .buffer_unordered(2)
-        .collect()
-        .await;
-    assert_eq!(outcomes.len(), CASES.len() - LEFT_OUT.len());
-    let failures: Vec<String> = outcomes
-        .iter()
-        .filter_map(|(name, outcome)| match outcome {
-            Outcome::Failed(failure) => Some(format!("{name}: {failure}")),
-            _ => None,
-        })
-        .collect();
-    assert!(
-        failures.is_empty(),
-        "{} of {} cases failed as the limited user:\n{}",
-        failures.len(),
-        outcomes.len(),
-        failures.join("\n")
-    );
+    fencelock_conformance::expect_cases_except(factory, 4, &left_out).await;
 }
 
 #[tokio::test]
