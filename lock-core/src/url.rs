@@ -62,6 +62,50 @@ pub fn parse_window(what: &str, value: &str) -> Result<Duration> {
     }
 }
 
+/// Reads the PEM file at `path` that the TLS option `option` (`tls_ca`, `tls_cert`, `tls_key`)
+/// names, as a store does when it parses its URL, so a missing or wrong file fails then.
+/// `label` is the block the file must hold: `"CERTIFICATE"`, `"PRIVATE KEY"` (which
+/// `EC PRIVATE KEY` and `RSA PRIVATE KEY` match too), or `""` for a block of any kind.
+///
+/// The error is [`Error::InvalidInput`] on the `"url"`; it names the option and the path, never
+/// the contents (a key file's contents are secret).
+pub fn read_pem(option: &str, path: &str, label: &str) -> Result<Vec<u8>> {
+    let contents = std::fs::read(path)
+        .map_err(|e| Error::invalid("url", format!("{option}: cannot read {path:?}: {e}")))?;
+    let holds_block = String::from_utf8_lossy(&contents).lines().any(|line| {
+        line.trim_end()
+            .strip_prefix("-----BEGIN ")
+            .and_then(|rest| rest.strip_suffix("-----"))
+            .is_some_and(|found| found.ends_with(label))
+    });
+    if !holds_block {
+        let block = if label.is_empty() {
+            "PEM block".to_owned()
+        } else {
+            format!("PEM {label} block")
+        };
+        return Err(Error::invalid(
+            "url",
+            format!("{option}: {path:?} holds no {block}"),
+        ));
+    }
+    Ok(contents)
+}
+
+/// The client certificate and its key (the `tls_cert` and `tls_key` options), given together
+/// or not at all: `Some` for both, `None` for neither, and [`Error::InvalidInput`] on the
+/// `"url"` for one without the other.
+pub fn client_identity<T>(cert: Option<T>, key: Option<T>) -> Result<Option<(T, T)>> {
+    match (cert, key) {
+        (Some(cert), Some(key)) => Ok(Some((cert, key))),
+        (None, None) => Ok(None),
+        _ => Err(Error::invalid(
+            "url",
+            "tls_cert and tls_key go together: give both or neither",
+        )),
+    }
+}
+
 /// Decodes `%XX` escapes, as in a URL's user name and password (which keep `+` literally,
 /// unlike a query string). `None` if an escape is malformed or the result is not UTF-8.
 pub fn percent_decode(text: &str) -> Option<String> {
@@ -181,6 +225,66 @@ fn redact_query(tail: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A file of its own under the system's temporary directory, holding `text`.
+    fn pem_file(name: &str, text: &str) -> String {
+        let path =
+            std::env::temp_dir().join(format!("fencelock-core-url-{}-{name}", std::process::id()));
+        std::fs::write(&path, text).expect("write");
+        path.to_str().expect("UTF-8").to_owned()
+    }
+
+    #[test]
+    fn a_pem_file_must_hold_a_block_of_the_label_asked_for() {
+        let cert = pem_file(
+            "cert.pem",
+            "-----BEGIN CERTIFICATE-----\nMII=\n-----END CERTIFICATE-----\n",
+        );
+        let key = pem_file(
+            "key.pem",
+            "junk\n-----BEGIN EC PRIVATE KEY-----\nMHc=\n-----END EC PRIVATE KEY-----\n",
+        );
+        let text = pem_file("text.pem", "[package]\nname = \"x\"\n");
+        assert!(read_pem("tls_ca", &cert, "CERTIFICATE").is_ok());
+        assert!(read_pem("tls_ca", &cert, "").is_ok());
+        assert!(read_pem("tls_key", &key, "PRIVATE KEY").is_ok());
+        assert!(read_pem("tls_key", &key, "").is_ok());
+        let rule = |option: &str, path: &str, label: &str| match read_pem(option, path, label) {
+            Err(Error::InvalidInput { what: "url", rule }) => rule,
+            other => panic!("{path}: {other:?}"),
+        };
+        assert_eq!(
+            rule("tls_ca", &key, "CERTIFICATE"),
+            format!("tls_ca: {key:?} holds no PEM CERTIFICATE block")
+        );
+        assert_eq!(
+            rule("tls_cert", &text, ""),
+            format!("tls_cert: {text:?} holds no PEM block")
+        );
+        let missing = "/nonexistent/fencelock/ca.pem";
+        let message = rule("tls_ca", missing, "");
+        assert!(
+            message.starts_with(&format!("tls_ca: cannot read {missing:?}: ")),
+            "{message}"
+        );
+        for path in [cert, key, text] {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+
+    #[test]
+    fn a_client_certificate_and_its_key_come_together() {
+        assert_eq!(client_identity(Some(1), Some(2)).ok(), Some(Some((1, 2))));
+        assert_eq!(client_identity::<u8>(None, None).ok(), Some(None));
+        for (cert, key) in [(Some(1), None), (None, Some(2))] {
+            match client_identity(cert, key) {
+                Err(Error::InvalidInput { what: "url", rule }) => {
+                    assert!(rule.contains("go together: give both or neither"), "{rule}")
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    }
 
     #[test]
     fn windows_take_a_unit_from_milliseconds_to_days() {

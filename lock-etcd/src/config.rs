@@ -4,7 +4,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use fencelock_core::url::{parse_timeout, percent_decode};
+use fencelock_core::url::{client_identity, parse_timeout, percent_decode, read_pem};
 use fencelock_core::{Error, Result};
 
 /// The default key prefix: every key this store writes starts with it.
@@ -118,22 +118,6 @@ pub struct EtcdConfig {
     tls_identity: Option<(Vec<u8>, Vec<u8>)>,
 }
 
-/// Reads the PEM file an option names; the error names the option and the path, never the
-/// contents.
-fn read_pem(option: &str, path: &str) -> Result<Vec<u8>> {
-    let text = std::fs::read(path).map_err(|e| Error::InvalidInput {
-        what: "url",
-        rule: format!("{option}: cannot read {path:?}: {e}"),
-    })?;
-    if !text.windows(11).any(|w| w == b"-----BEGIN ") {
-        return Err(Error::InvalidInput {
-            what: "url",
-            rule: format!("{option}: {path:?} holds no PEM block"),
-        });
-    }
-    Ok(text)
-}
-
 impl EtcdConfig {
     /// Parses an `etcd://` or `etcds://` URL (see the type's docs for the options).
     ///
@@ -236,9 +220,9 @@ impl EtcdConfig {
                 "tls_ca" | "tls_cert" | "tls_key" if !tls => {
                     return Err(bad(format!("{name} needs etcds://, not etcd://")))
                 }
-                "tls_ca" => config.tls_ca = Some(read_pem("tls_ca", &value)?),
-                "tls_cert" => tls_cert = Some(read_pem("tls_cert", &value)?),
-                "tls_key" => tls_key = Some(read_pem("tls_key", &value)?),
+                "tls_ca" => config.tls_ca = Some(read_pem("tls_ca", &value, "")?),
+                "tls_cert" => tls_cert = Some(read_pem("tls_cert", &value, "")?),
+                "tls_key" => tls_key = Some(read_pem("tls_key", &value, "")?),
                 unknown => {
                     return Err(bad(format!(
                         "unknown option {unknown:?}; this store reads {}",
@@ -247,15 +231,7 @@ impl EtcdConfig {
                 }
             }
         }
-        config.tls_identity = match (tls_cert, tls_key) {
-            (Some(cert), Some(key)) => Some((cert, key)),
-            (None, None) => None,
-            _ => {
-                return Err(bad(
-                    "tls_cert and tls_key come together: both or neither".into()
-                ))
-            }
-        };
+        config.tls_identity = client_identity(tls_cert, tls_key)?;
         // Checked after every option, since `layout=` may come after `prefix=`.
         if config.prefix().is_empty() && config.layout == Layout::Fencelock {
             return Err(bad(

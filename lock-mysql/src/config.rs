@@ -4,7 +4,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use fencelock_core::url::{parse_timeout, parse_window, redact};
+use fencelock_core::url::{client_identity, parse_timeout, parse_window, read_pem, redact};
 use fencelock_core::validate::{check_retention, DEFAULT_RETENTION, MAX_TTL};
 use fencelock_core::{Error, Result};
 use sqlx::mysql::{MySqlConnectOptions, MySqlSslMode};
@@ -145,9 +145,9 @@ impl MysqlConfig {
         let mut tls = TlsFiles::default();
         for (name, value) in parsed.query_pairs() {
             match &*name {
-                "tls_ca" => tls.ca = Some(read_pem("tls_ca", &value)?),
-                "tls_cert" => tls.cert = Some(read_pem("tls_cert", &value)?),
-                "tls_key" => tls.key = Some(read_pem("tls_key", &value)?),
+                "tls_ca" => tls.ca = Some(read_pem("tls_ca", &value, "")?),
+                "tls_cert" => tls.cert = Some(read_pem("tls_cert", &value, "")?),
+                "tls_key" => tls.key = Some(read_pem("tls_key", &value, "")?),
                 "namespace" => config.namespace = check_namespace(&value)?,
                 "table" => config.table = check_table(&value)?,
                 "connect_timeout" => {
@@ -382,12 +382,7 @@ impl TlsFiles {
                 ));
             }
         }
-        if self.cert.is_some() != self.key.is_some() {
-            return Err(Error::invalid(
-                "url",
-                "tls_cert and tls_key go together: a client certificate needs its key",
-            ));
-        }
+        client_identity(self.cert.as_ref(), self.key.as_ref())?;
         let any = self.ca.is_some() || self.cert.is_some();
         if any && matches!(ssl_mode, Some(MySqlSslMode::Disabled)) {
             return Err(Error::invalid(
@@ -409,21 +404,6 @@ impl TlsFiles {
         }
         connect
     }
-}
-
-/// Reads the PEM file `path` named by `option`. The message names the option and the path,
-/// never the contents (a key file's contents are secret).
-fn read_pem(option: &str, path: &str) -> Result<Vec<u8>> {
-    let bad = |rule: String| Error::invalid("url", rule);
-    let contents = std::fs::read(path)
-        .map_err(|e| bad(format!("{option}: cannot read {path:?}: {}", e.kind())))?;
-    if !contents
-        .windows(b"-----BEGIN ".len())
-        .any(|w| w == b"-----BEGIN ")
-    {
-        return Err(bad(format!("{option}: {path:?} holds no PEM block")));
-    }
-    Ok(contents)
 }
 
 /// The PostgreSQL store's `sslmode` names, and MySQL's own.

@@ -4,7 +4,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use fencelock_core::url::{parse_timeout, parse_window, redact};
+use fencelock_core::url::{client_identity, parse_timeout, parse_window, read_pem, redact};
 use fencelock_core::validate::{check_retention, DEFAULT_RETENTION, MAX_TTL};
 use fencelock_core::{Error, Result};
 use sqlx::postgres::{PgConnectOptions, PgSslMode};
@@ -149,9 +149,9 @@ impl PostgresConfig {
         let mut tls = TlsFiles::default();
         for (name, value) in parsed.query_pairs() {
             match &*name {
-                "tls_ca" => tls.ca = Some(read_pem("tls_ca", &value)?),
-                "tls_cert" => tls.cert = Some(read_pem("tls_cert", &value)?),
-                "tls_key" => tls.key = Some(read_pem("tls_key", &value)?),
+                "tls_ca" => tls.ca = Some(read_pem("tls_ca", &value, "")?),
+                "tls_cert" => tls.cert = Some(read_pem("tls_cert", &value, "")?),
+                "tls_key" => tls.key = Some(read_pem("tls_key", &value, "")?),
                 "namespace" => config.namespace = check_namespace(&value)?,
                 "schema" => config.schema = check_identifier("schema", &value)?,
                 "table" => config.table = check_identifier("table", &value)?,
@@ -388,12 +388,7 @@ impl TlsFiles {
                 ));
             }
         }
-        if self.cert.is_some() != self.key.is_some() {
-            return Err(Error::invalid(
-                "url",
-                "tls_cert and tls_key go together: a client certificate needs its key",
-            ));
-        }
+        client_identity(self.cert.as_ref(), self.key.as_ref())?;
         Ok(())
     }
 
@@ -419,21 +414,6 @@ impl TlsFiles {
         }
         Ok(connect)
     }
-}
-
-/// Reads the PEM file `path` named by `option`. The message names the option and the path,
-/// never the contents (a key file's contents are secret).
-fn read_pem(option: &str, path: &str) -> Result<Vec<u8>> {
-    let bad = |rule: String| Error::invalid("url", rule);
-    let contents = std::fs::read(path)
-        .map_err(|e| bad(format!("{option}: cannot read {path:?}: {}", e.kind())))?;
-    if !contents
-        .windows(b"-----BEGIN ".len())
-        .any(|w| w == b"-----BEGIN ")
-    {
-        return Err(bad(format!("{option}: {path:?} holds no PEM block")));
-    }
-    Ok(contents)
 }
 
 /// `true` or `false`, nothing else (as the Redis store reads its switches): `1`, `yes` or an

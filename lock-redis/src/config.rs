@@ -561,38 +561,24 @@ impl TlsFiles {
                 "tls_ca, tls_cert and tls_key need a rediss:// (TLS) URL".into(),
             ));
         }
-        if self.cert.is_some() != self.key.is_some() {
-            return Err(bad_url(
-                "tls_cert and tls_key go together: give both or neither".into(),
-            ));
-        }
+        fencelock_core::url::client_identity(self.cert.as_ref(), self.key.as_ref())?;
         self.attach(info)
     }
 
     #[cfg(feature = "tls")]
     fn attach(&self, info: ConnectionInfo) -> Result<ConnectionInfo> {
-        let read = |what: &str, path: &str| {
-            std::fs::read(path).map_err(|e| bad_url(format!("{what}: cannot read {path:?}: {e}")))
-        };
-        // The redis crate takes a file without a certificate as an empty trust store.
-        let pem = |what: &str, path: &str, label: &str| {
-            let bytes = read(what, path)?;
-            if !String::from_utf8_lossy(&bytes).contains(label) {
-                return Err(bad_url(format!(
-                    "{what}: {path:?} is not a PEM file holding {label}"
-                )));
-            }
-            Ok(bytes)
-        };
+        // The redis crate takes a file without a certificate as an empty trust store: ask for
+        // the block each option needs.
+        use fencelock_core::url::read_pem;
         let root_cert = self
             .ca
             .as_deref()
-            .map(|p| pem("tls_ca", p, "CERTIFICATE-----"))
+            .map(|p| read_pem("tls_ca", p, "CERTIFICATE"))
             .transpose()?;
         let client_tls = match (&self.cert, &self.key) {
             (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
-                client_cert: pem("tls_cert", cert, "CERTIFICATE-----")?,
-                client_key: pem("tls_key", key, "PRIVATE KEY-----")?,
+                client_cert: read_pem("tls_cert", cert, "CERTIFICATE")?,
+                client_key: read_pem("tls_key", key, "PRIVATE KEY")?,
             }),
             _ => None,
         };
