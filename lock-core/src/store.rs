@@ -81,7 +81,7 @@ pub trait Acquire: Send + Sync {
     async fn try_acquire_as(&self, key: &str, ttl: Duration, mode: Mode) -> Result<Lease> {
         match mode {
             Mode::Exclusive => self.try_acquire(key, ttl).await,
-            other => Err(unsupported(other)),
+            other => Err(crate::validate::unsupported_mode(other)),
         }
     }
 
@@ -101,18 +101,9 @@ pub trait Acquire: Send + Sync {
     ) -> Result<Lease> {
         match mode {
             Mode::Exclusive => self.acquire(key, ttl, wait).await,
-            other => Err(unsupported(other)),
+            other => Err(crate::validate::unsupported_mode(other)),
         }
     }
-}
-
-fn unsupported(mode: Mode) -> crate::Error {
-    let supported = Capabilities::new();
-    crate::validate::check_mode(mode, &supported)
-        .err()
-        .unwrap_or(crate::Error::Unsupported {
-            operation: "this lock mode",
-        })
 }
 
 /// Giving a lock back.

@@ -94,12 +94,7 @@ pub fn check_request(key: &str, ttl: Duration, capabilities: &Capabilities) -> R
 /// [`Error::Unsupported`]) with a limit of 1 to [`MAX_PERMITS`] permits.
 pub fn check_mode(mode: Mode, capabilities: &Capabilities) -> Result<()> {
     if !capabilities.supports(mode) {
-        return Err(Error::Unsupported {
-            operation: match mode {
-                Mode::Shared => "the shared mode (reader-writer locks)",
-                _ => "the permit mode (semaphores)",
-            },
-        });
+        return Err(unsupported_mode(mode));
     }
     if let Mode::Permit { limit } = mode {
         if limit == 0 || limit > MAX_PERMITS {
@@ -110,6 +105,17 @@ pub fn check_mode(mode: Mode, capabilities: &Capabilities) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The refusal of a mode a store does not keep.
+pub(crate) fn unsupported_mode(mode: Mode) -> Error {
+    Error::Unsupported {
+        operation: match mode {
+            Mode::Exclusive => "the exclusive mode",
+            Mode::Shared => "the shared mode (reader-writer locks)",
+            Mode::Permit { .. } => "the permit mode (semaphores)",
+        },
+    }
 }
 
 #[cfg(test)]
