@@ -46,7 +46,9 @@
 //!   which would delay wake-ups — and the gap since the queue was read is closed by reading
 //!   the predecessor again once the watch exists, unless the watch's creation reply shows no
 //!   write since that read (etcd starts a watch without a start revision right after the
-//!   revision its creation reply names). After each deletion the waiter reads the queue again
+//!   revision its creation reply names). That read is serializable (no consensus round) and
+//!   counts only if the member answered at or after the watch's revision, as the member that
+//!   created the watch has; otherwise it is made linearizable. After each deletion the waiter reads the queue again
 //!   in one transaction (the predecessor, and its own entry), because the deleted entry may
 //!   have been a waiter that gave up while an older holder remains. A watch that is
 //!   cancelled (compaction, a member losing its leader) or breaks makes the waiter re-read
@@ -106,8 +108,12 @@
 //! - **Reusing an idle lease** saves the grant (a Raft write): the acquire sends a keep-alive
 //!   for it over the stream in parallel with the enqueue transaction, both after `sent_at`, and
 //!   uses it only if etcd confirms it alive; if it ended while idle (expired, revoked), its entry
-//!   went with it and the acquire starts over with a fresh lease. An idle lease carries at most
-//!   one lock at a time.
+//!   went with it and the acquire starts over with a fresh lease. A lease whose last confirmed
+//!   renewal (or grant) was sent less than a tenth of its TTL ago is reused without the
+//!   keep-alive: the new lock's local deadline is measured from that earlier confirmation
+//!   (etcd keeps the lease at least a TTL from it), and a lease etcd no longer knows fails the
+//!   enqueue's put ("lease not found"), which starts over with a fresh lease. An idle lease
+//!   carries at most one lock at a time.
 //! - **Extend** renews the lease over the stream and, in parallel, reads the entry: it fails
 //!   with `LeaseLost` if etcd answers TTL 0 or the entry is gone or has another revision. The
 //!   new local deadline is measured from a clock reading taken before both were sent.

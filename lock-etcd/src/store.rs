@@ -99,12 +99,23 @@ struct Shared {
 }
 
 /// An etcd lease whose lock was released: it holds no keys and is not kept alive. The next
-/// acquire with the same TTL renews it instead of granting a new one (a Raft write saved).
+/// acquire with the same TTL renews it instead of granting a new one (a Raft write saved), or
+/// takes it as it is when its last confirmed renewal is recent (see [`FRESH_IDLE`]).
 struct IdleLease {
     lease_id: i64,
     ttl: Duration,
     valid_until: Instant,
+    /// When the request etcd last confirmed it by (its grant or a renewal) was sent.
+    confirmed_at: Instant,
 }
+
+/// An idle lease confirmed less than this share of its TTL ago is reused without a renewal:
+/// etcd keeps it at least a TTL from that confirmation, and the lock granted on it is measured
+/// from it, so its holder believes it holds the lock for at most a tenth of a TTL less than
+/// after a renewal, and never longer than etcd keeps it. A fast acquire-release cycle (a
+/// handoff, a short critical section) then sends one request fewer per acquire. A lease etcd
+/// no longer knows (revoked meanwhile) fails the enqueue's put, and a new one is granted.
+const FRESH_IDLE: u32 = 10;
 
 /// How many idle leases a handle keeps per TTL; more are revoked.
 const MAX_IDLE_PER_TTL: usize = 8;
@@ -449,6 +460,9 @@ impl EtcdStore {
         loop {
             let owner = OwnerId::random();
             let sent_at = Instant::now();
+            // When the request that last renewed the etcd lease was sent: `sent_at`, or earlier
+            // for a fresh idle lease.
+            let mut confirmed_at = sent_at;
             let idle = if use_idle { self.take_idle(ttl) } else { None };
             let entry_of = |lease_id| match mode {
                 Mode::Exclusive => keys::entry(layout, &dir, owner, lease_id),
@@ -459,11 +473,21 @@ impl EtcdStore {
                     let revoke = RevokeOnDrop::new(self, idle.lease_id);
                     let entry = entry_of(idle.lease_id);
                     // The renewal restarts the idle lease's TTL after `sent_at`, in parallel
-                    // with the enqueue; only a lease etcd still knows is used.
-                    let (renewed, enqueued) = tokio::join!(
-                        self.shared.renewer.renew(idle.lease_id),
-                        self.enqueue(&dir, &entry, idle.lease_id, mode)
-                    );
+                    // with the enqueue; only a lease etcd still knows is used. A lease confirmed
+                    // moments ago is measured from that confirmation instead.
+                    let fresh = sent_at < idle.confirmed_at + idle.ttl / FRESH_IDLE;
+                    let renew = async {
+                        if fresh {
+                            Ok(true)
+                        } else {
+                            self.shared.renewer.renew(idle.lease_id).await
+                        }
+                    };
+                    let (renewed, enqueued) =
+                        tokio::join!(renew, self.enqueue(&dir, &entry, idle.lease_id, mode));
+                    if fresh {
+                        confirmed_at = idle.confirmed_at;
+                    }
                     match (renewed, enqueued) {
                         (Ok(true), Ok(enqueued)) => {
                             (idle.lease_id, idle.ttl, entry, enqueued, revoke)
@@ -492,7 +516,7 @@ impl EtcdStore {
                     lease_id,
                     revision: enqueued.revision,
                     ttl: granted,
-                    confirmed_at: sent_at,
+                    confirmed_at,
                     deadline: deadline.unwrap_or(sent_at + self.shared.config.command_timeout),
                 };
                 match wait.run_mode(mode, deadline.is_none()).await? {
@@ -535,7 +559,7 @@ impl EtcdStore {
                     }
                 }
             } else if enqueued.first {
-                (sent_at, enqueued.answered_at, None, Vec::new())
+                (confirmed_at, enqueued.answered_at, None, Vec::new())
             } else {
                 let Some(deadline) = deadline else {
                     revoke.now().await;
@@ -550,7 +574,7 @@ impl EtcdStore {
                     lease_id,
                     revision: enqueued.revision,
                     ttl: granted,
-                    confirmed_at: sent_at,
+                    confirmed_at,
                     deadline,
                 };
                 // The enqueue's snapshot already names our predecessor (our entry, just put on
@@ -657,6 +681,9 @@ impl EtcdStore {
                     lease_id,
                     ttl: lease.ttl(),
                     valid_until: lease.valid_until(),
+                    // The inverse of the lease's deadline, `confirmed + ttl - drift(ttl)`.
+                    confirmed_at: lease.valid_until()
+                        - lease.ttl().saturating_sub(drift(lease.ttl())),
                 });
                 return;
             }
@@ -977,18 +1004,8 @@ impl Waiter<'_> {
             }
         }
         // Nothing written between the read and the watches: they miss nothing since the read.
-        if covered_after > read_at {
-            let still_there = self
-                .store
-                .kv_get(
-                    "read the predecessor again",
-                    predecessor.clone(),
-                    GetOptions::new().with_keys_only(),
-                )
-                .await?;
-            if still_there.is_empty() {
-                return Ok(Woken::Look);
-            }
+        if covered_after > read_at && !self.still_there(&predecessor, covered_after).await? {
+            return Ok(Woken::Look);
         }
         let mut next_renewal = self.confirmed_at + period;
         // The read sent on the predecessor's deletion, while a handoff may still arrive.
@@ -1072,6 +1089,32 @@ impl Waiter<'_> {
 }
 
 impl Waiter<'_> {
+    /// Whether `predecessor` (older than our entry) still existed at store revision `at` or
+    /// later, so no deletion of it up to `at` was missed. A serializable read (no consensus
+    /// round) answers when the member it reaches has applied `at`, as the member that
+    /// created the watches at `at` has; a lagging member's answer is checked by a
+    /// linearizable read instead. An entry of that name created after ours is not our
+    /// predecessor: it counts as gone.
+    async fn still_there(&self, predecessor: &[u8], at: i64) -> Result<bool> {
+        let client = &self.store.shared.client;
+        let read = |options: GetOptions| {
+            self.store
+                .call("read the predecessor again", Resend::Transient, move || {
+                    let (mut kv, key, options) =
+                        (client.kv_client(), predecessor.to_vec(), options.clone());
+                    async move { kv.get(key, Some(options)).await }
+                })
+        };
+        let mut answer = read(GetOptions::new().with_keys_only().with_serializable()).await?;
+        if answer.header().map_or(0, |h| h.revision()) < at {
+            answer = read(GetOptions::new().with_keys_only()).await?;
+        }
+        Ok(answer
+            .kvs()
+            .iter()
+            .any(|kv| kv.create_revision() < self.revision))
+    }
+
     /// What an event on our own entry in `message` means: a handoff mark (on our entry, with
     /// its create revision and lease) hands us the lock; a deletion sends us to read the queue
     /// (which finds our entry gone). Anything else: `None`.

@@ -12,7 +12,12 @@
 //! cycle as a permit of a semaphore of 4 and as a shared lease, where the store keeps them), etcd's
 //! lock/unlock cycle, throughput on distinct keys, handoff latency with 8 waiters on one key
 //! (ours and etcd's lock service, in alternating rounds, over the raw floor of a delete seen by
-//! another client's watch), and 1,000 locks held with keep-alive on one handle.
+//! another client's watch, with the CPU each spends per handoff, client and server), the same
+//! handoff one waiter at a time on a quiet machine, and 10,000 locks held with keep-alive on
+//! one handle (TTL 10 s, three TTLs), with the client memory per lock, the client's
+//! connections and the server's keep-alive streams.
+//!
+//! `ETCD_BENCH_HELD=N` holds N locks instead of 10,000.
 
 use std::error::Error;
 use std::sync::Arc;
@@ -21,12 +26,17 @@ use std::time::Duration;
 use async_trait::async_trait;
 use etcd_client::{Client, Compare, CompareOp, LockOptions, PutOptions, Txn, TxnOp};
 use fencelock_conformance::bench::{
-    cycle_into, handoff, handoff_between, hold_kept_alive, lock_throughput, micros as us,
-    server_or_env, throughput, time_each, Contender, Handoff, ModeCycles, Samples, Table,
+    cycle_into, handoff, handoff_between, lock_throughput, micros as us, server_or_env, throughput,
+    time_each, Contender, Handoff, ModeCycles, Samples, Table,
 };
 use fencelock_core::DynLockStore;
 use fencelock_etcd::{EtcdConfig, EtcdStore};
 use tokio::time::Instant;
+
+mod scale;
+
+#[global_allocator]
+static ALLOCATOR: scale::Counting = scale::Counting;
 
 const ITERATIONS: usize = 600;
 const ROUNDS: usize = 10;
@@ -35,8 +45,12 @@ const RUN_FOR: Duration = Duration::from_secs(2);
 const WAITERS: usize = 8;
 const HANDOFFS: usize = 200;
 const HANDOFF_ROUNDS: usize = 4;
-const HELD: usize = 1000;
-const HELD_TTL: Duration = Duration::from_secs(3);
+const HELD: usize = 10_000;
+const HELD_TTL: Duration = Duration::from_secs(10);
+/// Acquires in flight while taking the held locks.
+const HELD_IN_FLIGHT: usize = 32;
+/// Handoffs measured one at a time, each kind.
+const QUIET_HANDOFFS: usize = 40;
 const TTL: Duration = Duration::from_secs(30);
 
 fn raw_error(what: &'static str) -> impl Fn(etcd_client::Error) -> fencelock_core::Error {
@@ -87,8 +101,9 @@ async fn peer_cycle(client: &mut Client, name: &str) -> fencelock_core::Result<(
 }
 
 /// The physical floor under any handoff through etcd: one client deletes a key, another
-/// client's watch (its own connection) sees the deletion. Every handoff, ours or the lock
-/// service's, pays at least this: a Raft write and one event to another process.
+/// client's watch (its own connection) sees the deletion, timed until the event arrives.
+/// Every handoff, ours or the lock service's, pays at least this: a Raft write and one event
+/// to another process.
 async fn raw_handoff_floor(
     endpoints: &[String],
     samples: usize,
@@ -118,12 +133,159 @@ async fn raw_handoff_floor(
             .await
             .map_err(raw_error("floor put"))?;
         let started = Instant::now();
-        let (deleted, event) = tokio::join!(writer.delete(key, None), stream.message());
+        let seen = async {
+            let event = stream.message().await;
+            (event, started.elapsed())
+        };
+        let (deleted, (event, seen_after)) = tokio::join!(writer.delete(key, None), seen);
         deleted.map_err(raw_error("floor delete"))?;
         event.map_err(raw_error("floor event"))?;
-        out.push(started.elapsed());
+        out.push(seen_after);
     }
     Ok(Samples::new(out))
+}
+
+/// One handoff with nothing else running: `first` holds `key`, `second` and `third` queue
+/// behind it; `first` releases, so `second` is granted by its read of the queue and knows
+/// `third` as its successor; the time measured is from `second`'s release (a handoff mark for
+/// `third`) to `third`'s grant.
+async fn quiet_handoff(handles: &[DynLockStore], key: &str) -> fencelock_core::Result<Duration> {
+    let wait = Duration::from_secs(10);
+    let first = handles[0].try_acquire(key, TTL).await?;
+    let second = tokio::spawn({
+        let (store, key) = (handles[1].clone(), key.to_owned());
+        async move { store.acquire(&key, TTL, wait).await }
+    });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let third = tokio::spawn({
+        let (store, key) = (handles[2].clone(), key.to_owned());
+        async move {
+            let lease = store.acquire(&key, TTL, wait).await;
+            (Instant::now(), lease)
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let _ = handles[0].release(&first).await?;
+    let second = joined(second.await)??;
+    // Both parked in their watches.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let released_at = Instant::now();
+    let _ = handles[1].release(&second).await?;
+    let (granted_at, third) = joined(third.await)?;
+    let _ = handles[2].release(&third?).await?;
+    Ok(granted_at - released_at)
+}
+
+/// The same for etcd's lock service: one waiter parked in `lock()` (long enough for the
+/// server's watch from a past revision to be synced, which etcd does every 100 ms), then the
+/// holder's `unlock()`.
+async fn quiet_peer_handoff(
+    holder: &mut PeerWaiter,
+    waiter: &mut PeerWaiter,
+) -> fencelock_core::Result<Duration> {
+    let held = holder.take().await?;
+    let mut parked = PeerWaiter {
+        client: waiter.client.clone(),
+        lease: waiter.lease,
+        name: waiter.name.clone(),
+    };
+    let wait = tokio::spawn(async move {
+        let key = parked.take().await;
+        (Instant::now(), key, parked)
+    });
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let released_at = Instant::now();
+    holder.give_back(held).await?;
+    let (granted_at, key, mut parked) = joined(wait.await)?;
+    parked.give_back(key?).await?;
+    Ok(granted_at - released_at)
+}
+
+/// The raw floor one sample at a time: a key put and watched, a pause, then its deletion
+/// timed until another client's watch reports it.
+struct QuietFloor {
+    writer: Client,
+    stream: etcd_client::WatchStream,
+}
+
+impl QuietFloor {
+    const KEY: &'static str = "bench/raw/quiet";
+
+    async fn connect(endpoints: &[String]) -> fencelock_core::Result<Self> {
+        let writer = Client::connect(endpoints, None)
+            .await
+            .map_err(raw_error("floor connect"))?;
+        let mut watcher = Client::connect(endpoints, None)
+            .await
+            .map_err(raw_error("floor connect"))?;
+        let options =
+            etcd_client::WatchOptions::new().with_filters([etcd_client::WatchFilterType::NoPut]);
+        let mut stream = watcher
+            .watch(Self::KEY, Some(options))
+            .await
+            .map_err(raw_error("floor watch"))?;
+        stream.message().await.map_err(raw_error("floor watch"))?;
+        Ok(QuietFloor { writer, stream })
+    }
+
+    async fn sample(&mut self) -> fencelock_core::Result<Duration> {
+        self.writer
+            .put(Self::KEY, "", None)
+            .await
+            .map_err(raw_error("floor put"))?;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let started = Instant::now();
+        let stream = &mut self.stream;
+        let seen = async {
+            let event = stream.message().await;
+            (event, started.elapsed())
+        };
+        let (deleted, (event, seen_after)) =
+            tokio::join!(self.writer.delete(Self::KEY, None), seen);
+        deleted.map_err(raw_error("floor delete"))?;
+        event.map_err(raw_error("floor event"))?;
+        Ok(seen_after)
+    }
+}
+
+fn joined<T>(joined: Result<T, tokio::task::JoinError>) -> fencelock_core::Result<T> {
+    joined.map_err(|e| fencelock_core::Error::Store {
+        message: format!("a benchmark task failed: {e}"),
+        source: None,
+    })
+}
+
+/// CPU spent over some handoffs, client and server.
+#[derive(Default)]
+struct CpuSpent {
+    client: Option<Duration>,
+    server: Option<Duration>,
+    handoffs: u32,
+}
+
+impl CpuSpent {
+    fn add(
+        &mut self,
+        before: (Option<Duration>, Option<Duration>),
+        after: (Option<Duration>, Option<Duration>),
+        handoffs: usize,
+    ) {
+        let spent = |b: Option<Duration>, a: Option<Duration>, sum: Option<Duration>| {
+            Some(sum.unwrap_or_default() + a?.saturating_sub(b?))
+        };
+        self.client = spent(before.0, after.0, self.client);
+        self.server = spent(before.1, after.1, self.server);
+        self.handoffs += u32::try_from(handoffs).unwrap_or(u32::MAX);
+    }
+
+    fn figure(&self) -> String {
+        let per = |d: Option<Duration>| {
+            d.map_or("not measured".into(), |d| {
+                format!("{:.0} µs", us(d / self.handoffs.max(1)))
+            })
+        };
+        format!("{} + {}", per(self.client), per(self.server))
+    }
 }
 
 /// Samples pooled from several rounds.
@@ -190,7 +352,14 @@ impl Contender for PeerWaiter {
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() -> Result<(), Box<dyn Error>> {
-    let (_server, url) = server_or_env(test_servers::EtcdServer::start, |s| s.url())?;
+    let (server, url) = server_or_env(test_servers::EtcdServer::start, |s| s.url())?;
+    // The server's CPU is read from /proc when it runs here.
+    let server_pid = server
+        .as_ref()
+        .and_then(|s| s.pid())
+        .map(|pid| pid.to_string());
+    let server_cpu = || server_pid.as_deref().and_then(scale::cpu_time);
+    let client_cpu = || scale::cpu_time("self");
     let config = EtcdConfig::from_url(&url)?;
     println!("etcd store benchmark against {config}");
     let endpoints = config.endpoints().to_vec();
@@ -287,46 +456,69 @@ async fn main() -> Result<(), Box<dyn Error>> {
         handles.push(Arc::new(EtcdStore::connect(config.clone()).await?));
     }
     let (mut ours_rounds, mut peer_rounds, mut floor_rounds) = (Vec::new(), Vec::new(), Vec::new());
+    // CPU spent during each side's rounds: (client, server).
+    let mut ours_cpu = CpuSpent::default();
+    let mut peer_cpu = CpuSpent::default();
     // Each round on keys of its own: the waiters a round ends with are aborted, and whatever
     // they leave queued must not stand in front of the next round.
     for round in 0..HANDOFF_ROUNDS {
         let per_round = HANDOFFS / HANDOFF_ROUNDS;
         let key = format!("bench:handoff:{round}");
+        let before = (client_cpu(), server_cpu());
         ours_rounds.push(handoff(handles.clone(), &key, TTL, per_round).await?);
+        ours_cpu.add(before, (client_cpu(), server_cpu()), per_round);
         let mut peers = Vec::new();
         for _ in 0..WAITERS {
             let name = format!("bench/peer/handoff/{round}");
             peers.push(PeerWaiter::connect(&endpoints, &name).await?);
         }
+        let before = (client_cpu(), server_cpu());
         peer_rounds.push(handoff_between(peers, per_round, Handoff::AnyWaiter).await?);
+        peer_cpu.add(before, (client_cpu(), server_cpu()), per_round);
         floor_rounds.push(raw_handoff_floor(&endpoints, per_round).await?);
     }
     let handoffs = pooled(&ours_rounds);
     let peer_handoffs = pooled(&peer_rounds);
     let handoff_floor = pooled(&floor_rounds);
 
-    // 1,000 locks held at once on one handle, each kept alive (one keep-alive stream).
-    let held_store = Arc::new(EtcdStore::connect(config.clone()).await?);
-    let mut held = hold_kept_alive(&held_store, "bench:held:", HELD, HELD_TTL).await?;
-    let lost = held.lost();
-    let held_entries = raw
-        .get(
-            "fencelock/bench:held:",
-            Some(
-                etcd_client::GetOptions::new()
-                    .with_prefix()
-                    .with_keys_only(),
-            ),
-        )
-        .await?;
-    let distinct_leases = held_entries
-        .kvs()
+    // The same handoffs one at a time, nothing else running: ours (a handoff mark), etcd's
+    // lock service, the raw floor, alternating.
+    let (mut quiet_ours, mut quiet_peer, mut quiet_floor) = (Vec::new(), Vec::new(), Vec::new());
+    let mut holder = PeerWaiter::connect(&endpoints, "bench/peer/quiet").await?;
+    let mut waiter = PeerWaiter::connect(&endpoints, "bench/peer/quiet").await?;
+    let mut quiet = QuietFloor::connect(&endpoints).await?;
+    for i in 0..QUIET_HANDOFFS {
+        quiet_ours.push(quiet_handoff(&handles, &format!("bench:quiet:{i}")).await?);
+        quiet_peer.push(quiet_peer_handoff(&mut holder, &mut waiter).await?);
+        quiet_floor.push(quiet.sample().await?);
+    }
+    let (quiet_ours, quiet_peer, quiet_floor) = (
+        Samples::new(quiet_ours),
+        Samples::new(quiet_peer),
+        Samples::new(quiet_floor),
+    );
+    drop((handles, holder, waiter, quiet));
+
+    // Many locks held at once on one handle, each kept alive (one keep-alive stream).
+    let held_count = std::env::var("ETCD_BENCH_HELD")
+        .ok()
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(HELD);
+    let ports: Vec<u16> = endpoints
         .iter()
-        .map(|kv| kv.lease())
-        .collect::<std::collections::HashSet<_>>()
-        .len();
-    let entries_held = held_entries.kvs().len();
-    held.release(&*held_store).await?;
+        .filter_map(|e| e.rsplit(':').next()?.parse().ok())
+        .collect();
+    let metrics = (!config.to_string().starts_with("etcds:")).then(|| endpoints[0].clone());
+    let held = scale::hold(
+        || EtcdStore::connect(config.clone()),
+        "bench:held:",
+        held_count,
+        HELD_TTL,
+        HELD_IN_FLIGHT,
+        &ports,
+        metrics.as_deref(),
+    )
+    .await?;
 
     let mut table = Table::default();
     table.latency("raw round trip: get p50", raw_read.p50());
@@ -381,18 +573,75 @@ async fn main() -> Result<(), Box<dyn Error>> {
             handoff_floor.p50(),
         )
         .ratio(us(handoffs.p50()) / us(handoff_floor.p50()), None);
+    table.push("  CPU per handoff, ours: client + etcd", ours_cpu.figure());
+    table.push(
+        "  CPU per handoff, lock service: client + etcd",
+        peer_cpu.figure(),
+    );
+    table
+        .latency(
+            "quiet handoff p50, one waiter at a time: ours (a mark)",
+            quiet_ours.p50(),
+        )
+        .ratio(us(quiet_ours.p50()) / us(quiet_floor.p50()), None);
+    table
+        .latency("quiet handoff p50: lock service", quiet_peer.p50())
+        .ratio(us(quiet_peer.p50()) / us(quiet_floor.p50()), None);
+    table.latency("quiet handoff p50: raw floor", quiet_floor.p50());
+    table.push(
+        "quiet handoff p50 ours / lock service",
+        format!("{:.2}", us(quiet_ours.p50()) / us(quiet_peer.p50())),
+    );
+    let n = held.count;
     table
         .push(
-            format!("{HELD} locks held with keep-alive, TTL {HELD_TTL:?}, for 3 TTLs"),
-            format!("{lost} lost"),
+            format!("{n} locks held with keep-alive on one handle, TTL {HELD_TTL:?}, for 3 TTLs"),
+            format!("{} lost", held.lost),
         )
-        .target = Some((format!("{HELD} held, none lost"), lost == 0));
+        .target = Some((format!("{n} held, none lost"), held.lost == 0));
+    let constant = |range: Option<(u64, u64)>| match range {
+        Some((lo, hi)) if lo == hi => format!("{lo} (constant)"),
+        Some((lo, hi)) => format!("{lo}–{hi} (NOT constant)"),
+        None => "not measured".into(),
+    };
     table.push(
-        "  entries held / distinct etcd leases under them",
-        format!("{entries_held} / {distinct_leases}"),
+        "  client TCP connections to etcd while held",
+        format!(
+            "{}; {} before the handle",
+            constant(held.connections),
+            held.connections_before
+                .map_or("not measured".into(), |c| c.to_string())
+        ),
     );
     table.push(
-        format!("  time to acquire {HELD} (one at a time)"),
+        "  keep-alive streams open on the server while held",
+        format!(
+            "{}; {} before the handle, {} started by it",
+            constant(held.streams_open),
+            held.streams_open_before
+                .map_or("not measured".into(), |c| c.to_string()),
+            held.streams_started
+                .map_or("not measured".into(), |c| c.to_string())
+        ),
+    );
+    table.push(
+        "  watch streams open on the server while held",
+        constant(held.watch_streams_open),
+    );
+    let held_constant = held.connections.is_some_and(|(lo, hi)| lo == hi)
+        && held.streams_open.is_some_and(|(lo, hi)| lo == hi);
+    table
+        .push(
+            "  connections and keep-alive streams constant",
+            if held_constant { "yes" } else { "no" }.into(),
+        )
+        .target = Some(("constant".into(), held_constant));
+    table.push(
+        "  client memory per held lock: heap live / RSS growth",
+        format!("{:.0} B / {:.0} B", held.heap_per_lock, held.rss_per_lock),
+    );
+    table.push(
+        format!("  time to acquire {n} ({HELD_IN_FLIGHT} in flight)"),
         format!("{:.0} ms", held.acquired_in.as_secs_f64() * 1e3),
     );
     table.latency("  extend p50 while they are kept alive", held.extends.p50());
