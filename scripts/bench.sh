@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Every store's benchmark, one after another in one run (release builds), each printing its
+# figures next to the raw store's own round trip measured in the same run. The README's
+# benchmark table is written from one such run. Not part of scripts/test.sh: run it on an
+# otherwise idle machine (it takes a few minutes per store).
+#
+#   scripts/bench.sh            every bench; the output is also kept in target/bench/
+#   scripts/bench.sh redis etcd only those (names below)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# name, package, example
+benches=(
+  "redis fencelock-redis bench"
+  "redlock fencelock-redis redlock_bench"
+  "redis-scale fencelock-redis scale"
+  "etcd fencelock-etcd bench"
+  "postgres fencelock-postgres bench"
+  "mysql fencelock-mysql bench"
+  "sqlite fencelock-sqlite bench"
+)
+
+selected=("$@")
+wanted() {
+  ((${#selected[@]} == 0)) && return 0
+  local name
+  for name in "${selected[@]}"; do
+    [[ $name == "$1" ]] && return 0
+  done
+  return 1
+}
+
+# Build every selected example first, so that no build runs next to a measurement.
+for entry in "${benches[@]}"; do
+  read -r name package example <<<"$entry"
+  wanted "$name" || continue
+  cargo build -q --release -p "$package" --example "$example"
+done
+
+mkdir -p target/bench
+log="target/bench/$(date -u +%Y-%m-%dT%H%M%SZ).txt"
+{
+  echo "# scripts/bench.sh, $(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+  for entry in "${benches[@]}"; do
+    read -r name package example <<<"$entry"
+    wanted "$name" || continue
+    echo
+    echo "## $name: cargo run --release -p $package --example $example"
+    start=$SECONDS
+    cargo run -q --release -p "$package" --example "$example"
+    echo "($name took $((SECONDS - start)) s; load average $(cut -d' ' -f1-3 /proc/loadavg))"
+  done
+} 2>&1 | tee "$log"
+echo "kept in $log"
