@@ -210,6 +210,8 @@ where
             None => None,
         }
     };
+    // Connections that earlier parts of the run dropped close asynchronously.
+    tokio::time::sleep(Duration::from_secs(1)).await;
     let connections_before = connections_to(ports);
     let streams_before = keep_alive_streams().await;
     let store = Arc::new(connect().await?);
