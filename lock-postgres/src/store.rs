@@ -159,7 +159,8 @@ impl PostgresStore {
     /// As for [`Acquire::try_acquire`].
     pub async fn try_acquire_raw(&self, lock_id: i64, ttl: Duration) -> Result<Lease> {
         check_ttl(ttl, &self.capabilities())?;
-        self.try_target(&Target::raw(lock_id), ttl).await
+        self.try_in(&Target::raw(lock_id), ttl, Mode::Exclusive)
+            .await
     }
 
     /// Like [`Acquire::acquire`], for a raw advisory lock id (see
@@ -170,7 +171,8 @@ impl PostgresStore {
     pub async fn acquire_raw(&self, lock_id: i64, ttl: Duration, wait: Duration) -> Result<Lease> {
         check_ttl(ttl, &self.capabilities())?;
         check_wait(wait)?;
-        self.wait_target(&Target::raw(lock_id), ttl, wait).await
+        self.wait_in(&Target::raw(lock_id), ttl, wait, Mode::Exclusive)
+            .await
     }
 
     /// [`LockStore::evict`] for a raw advisory lock id: ends the session that holds it.
@@ -205,68 +207,123 @@ impl PostgresStore {
         self.sessions.checkout().await
     }
 
-    async fn try_target(&self, target: &Target, ttl: Duration) -> Result<Lease> {
+    /// The exclusive attempt: one statement that tries the key's lock and, if it is granted,
+    /// bumps the fence. The outer `Err` is final (an answer that makes no sense, or a backend
+    /// other than the session's); the inner result is the attempt, or the fault that ended it.
+    async fn attempt_exclusive(
+        &self,
+        session: &mut Session,
+        target: &Target,
+        ttl: Duration,
+        owner: OwnerId,
+    ) -> Result<std::result::Result<Attempt, Fault>> {
+        let reply = bounded(
+            self.sessions.config.command_timeout,
+            sqlx::query(&self.sessions.sql.try_acquire)
+                .bind(target.lock_id)
+                .bind(&target.namespace)
+                .bind(&target.fence_key)
+                .bind(millis(ttl))
+                .bind(owner.to_string())
+                .fetch_one(&mut session.conn),
+        )
+        .await;
+        let row = match reply {
+            Ok(row) => row,
+            Err(fault) => return Ok(Err(fault)),
+        };
+        let (granted, token, pid) = decode(&row, |row| {
+            Ok((
+                row.try_get::<bool, _>("granted")?,
+                row.try_get::<Option<i64>, _>("token")?,
+                row.try_get::<i32, _>("pid")?,
+            ))
+        })?;
+        check_same_backend(session, pid)?;
+        match (granted, token) {
+            (true, Some(token)) => Ok(Ok(Attempt::Granted {
+                token,
+                pid,
+                slot: None,
+            })),
+            (false, _) => Ok(Ok(Attempt::Blocked(Blocker::Main))),
+            (true, None) => Err(Error::Store {
+                message: "the acquire statement took the lock but returned no token".into(),
+                source: None,
+            }),
+        }
+    }
+
+    /// One attempt in `mode`, on a session of its own: exclusive as one statement
+    /// ([`attempt_exclusive`](Self::attempt_exclusive)), shared or permit as one transaction
+    /// under the key's gate ([`attempt_mode`](Self::attempt_mode)); `Busy` if anything stands
+    /// in the way.
+    async fn try_in(&self, target: &Target, ttl: Duration, mode: Mode) -> Result<Lease> {
         // The server's timers count whole milliseconds: the lease carries the TTL they keep.
         let ttl = Duration::from_millis(whole_millis(ttl));
+        let exclusive = mode == Mode::Exclusive;
         let mut fresh = false;
         loop {
             let Checkout {
                 mut session,
                 reused,
             } = self.checkout(fresh).await?;
+            self.check_permit_column(mode)?;
             let owner = OwnerId::random();
             let sent_at = Instant::now();
-            let reply = bounded(
-                self.sessions.config.command_timeout,
-                sqlx::query(&self.sessions.sql.try_acquire)
-                    .bind(target.lock_id)
-                    .bind(&target.namespace)
-                    .bind(&target.fence_key)
-                    .bind(millis(ttl))
-                    .bind(owner.to_string())
-                    .fetch_one(&mut session.conn),
-            )
-            .await;
-            let row = match reply {
-                Ok(row) => row,
+            let attempt = if exclusive {
+                self.attempt_exclusive(&mut session, target, ttl, owner)
+                    .await?
+            } else {
+                let locks = ModeLocks::of(target.lock_id);
+                self.attempt_mode(&mut session, target, &locks, mode, ttl, owner, false)
+                    .await
+            };
+            return match attempt {
+                Ok(Attempt::Granted { token, pid, slot }) => {
+                    check_same_backend(&session, pid)?;
+                    Ok(self.lease_in(target, owner, token, ttl, sent_at, session, mode, slot))
+                }
+                Ok(Attempt::Blocked(_)) => {
+                    self.sessions.checkin(session);
+                    Err(Error::Busy {
+                        key: target.display.clone(),
+                    })
+                }
+                Ok(Attempt::Mismatch(held)) => {
+                    self.sessions.checkin(session);
+                    Err(mismatch(target, held, mode))
+                }
                 // The session died while idle: whatever it took died with it; try a new one.
                 Err(fault) if reused && fault.session_ended() => {
                     tracing::debug!(reason = %fault.describe(), "an idle session was dead; retrying on a new one");
                     fresh = true;
                     continue;
                 }
-                // Any lock the statement took is freed when the dropped session closes.
-                Err(fault) => return Err(fault.into_error("try_acquire")),
-            };
-            let (granted, token, pid) = decode(&row, |row| {
-                Ok((
-                    row.try_get::<bool, _>("granted")?,
-                    row.try_get::<Option<i64>, _>("token")?,
-                    row.try_get::<i32, _>("pid")?,
-                ))
-            })?;
-            check_same_backend(&session, pid)?;
-            return match (granted, token) {
-                (true, Some(token)) => Ok(self.lease(target, owner, token, ttl, sent_at, session)),
-                (false, _) => {
-                    self.sessions.checkin(session);
-                    Err(Error::Busy {
-                        key: target.display.clone(),
-                    })
-                }
-                (true, None) => Err(Error::Store {
-                    message: "the acquire statement took the lock but returned no token".into(),
-                    source: None,
-                }),
+                // Whatever the attempt took is freed when the dropped session closes.
+                Err(fault) => Err(fault.into_error(if exclusive {
+                    "try_acquire"
+                } else {
+                    "try_acquire_as"
+                })),
             };
         }
     }
 
-    async fn wait_target(&self, target: &Target, ttl: Duration, wait: Duration) -> Result<Lease> {
+    /// Waits up to `wait` in `mode`: [`wait_target`](Self::wait_target) (exclusive) or
+    /// [`wait_mode`](Self::wait_mode); with no wait, one attempt, `Busy` becoming
+    /// `WaitTimedOut`.
+    async fn wait_in(
+        &self,
+        target: &Target,
+        ttl: Duration,
+        wait: Duration,
+        mode: Mode,
+    ) -> Result<Lease> {
         let started = Instant::now();
         if wait.is_zero() {
             return self
-                .try_target(target, ttl)
+                .try_in(target, ttl, mode)
                 .await
                 .map_err(|error| match error {
                     Error::Busy { key } => Error::WaitTimedOut {
@@ -276,7 +333,68 @@ impl PostgresStore {
                     other => other,
                 });
         }
-        let deadline = started + wait;
+        if mode == Mode::Exclusive {
+            self.wait_target(target, ttl, started + wait, started).await
+        } else {
+            self.wait_mode(target, ttl, started + wait, started, mode)
+                .await
+        }
+    }
+
+    /// `try_acquire` (`mode` exclusive) and `try_acquire_as`: the request's checks, one
+    /// attempt, the log line.
+    async fn try_key(&self, key: &str, ttl: Duration, mode: Mode) -> Result<Lease> {
+        check_request(key, ttl, &self.capabilities())?;
+        if mode != Mode::Exclusive {
+            check_mode(mode, &self.capabilities())?;
+        }
+        let target = Target::hashed(&self.sessions.config.space(), key);
+        let result = self.try_in(&target, ttl, mode).await;
+        match &result {
+            Ok(lease) => {
+                tracing::debug!(key, token = lease.fencing_token(), slot = ?lease.slot(), "acquired")
+            }
+            Err(error) => tracing::debug!(key, %error, "not acquired"),
+        }
+        result
+    }
+
+    /// `acquire` (`mode` exclusive) and `acquire_as`: the request's checks, the wait, the log
+    /// line.
+    async fn wait_key(
+        &self,
+        key: &str,
+        ttl: Duration,
+        wait: Duration,
+        mode: Mode,
+    ) -> Result<Lease> {
+        check_request(key, ttl, &self.capabilities())?;
+        if mode != Mode::Exclusive {
+            check_mode(mode, &self.capabilities())?;
+        }
+        check_wait(wait)?;
+        let target = Target::hashed(&self.sessions.config.space(), key);
+        let started = Instant::now();
+        let result = self.wait_in(&target, ttl, wait, mode).await;
+        let waited_ms = started.elapsed().as_millis() as u64;
+        match &result {
+            Ok(lease) => {
+                tracing::debug!(key, token = lease.fencing_token(), slot = ?lease.slot(), waited_ms, "acquired")
+            }
+            Err(error) => tracing::debug!(key, %error, waited_ms, "not acquired"),
+        }
+        result
+    }
+
+    /// Waits until `deadline` for the key's lock in the server's queue (a wait that started at
+    /// `started`).
+    async fn wait_target(
+        &self,
+        target: &Target,
+        ttl: Duration,
+        deadline: Instant,
+        started: Instant,
+    ) -> Result<Lease> {
         // The server's timers count whole milliseconds: the lease carries the TTL they keep.
         let ttl = Duration::from_millis(whole_millis(ttl));
         let mut fresh = false;
@@ -757,72 +875,17 @@ impl PostgresStore {
         Ok(Attempt::Granted { token, pid, slot })
     }
 
-    /// One attempt in a shared or permit mode; `Busy` if anything stands in the way.
-    async fn try_mode(&self, target: &Target, ttl: Duration, mode: Mode) -> Result<Lease> {
-        let ttl = Duration::from_millis(whole_millis(ttl));
-        let locks = ModeLocks::of(target.lock_id);
-        let mut fresh = false;
-        loop {
-            let Checkout {
-                mut session,
-                reused,
-            } = self.checkout(fresh).await?;
-            self.check_permit_column(mode)?;
-            let owner = OwnerId::random();
-            let sent_at = Instant::now();
-            let attempt = self
-                .attempt_mode(&mut session, target, &locks, mode, ttl, owner, false)
-                .await;
-            return match attempt {
-                Ok(Attempt::Granted { token, pid, slot }) => {
-                    check_same_backend(&session, pid)?;
-                    Ok(self.lease_in(target, owner, token, ttl, sent_at, session, mode, slot))
-                }
-                Ok(Attempt::Blocked(_)) => {
-                    self.sessions.checkin(session);
-                    Err(Error::Busy {
-                        key: target.display.clone(),
-                    })
-                }
-                Ok(Attempt::Mismatch(held)) => {
-                    self.sessions.checkin(session);
-                    Err(mismatch(target, held, mode))
-                }
-                Err(fault) if reused && fault.session_ended() => {
-                    tracing::debug!(reason = %fault.describe(), "an idle session was dead; retrying on a new one");
-                    fresh = true;
-                    continue;
-                }
-                // Whatever the attempt took is freed when the dropped session closes.
-                Err(fault) => Err(fault.into_error("try_acquire_as")),
-            };
-        }
-    }
-
-    /// Waits up to `wait` in a shared or permit mode: in the server's queue for the key's lock
-    /// (behind any writer), then, for what a group or a full semaphore holds, in the queue of
-    /// that lock for at most [`MODE_POLL`] at a time.
+    /// Waits until `deadline` in a shared or permit mode (a wait that started at `started`): in
+    /// the server's queue for the key's lock (behind any writer), then, for what a group or a
+    /// full semaphore holds, in the queue of that lock for at most [`MODE_POLL`] at a time.
     async fn wait_mode(
         &self,
         target: &Target,
         ttl: Duration,
-        wait: Duration,
+        deadline: Instant,
+        started: Instant,
         mode: Mode,
     ) -> Result<Lease> {
-        let started = Instant::now();
-        if wait.is_zero() {
-            return self
-                .try_mode(target, ttl, mode)
-                .await
-                .map_err(|error| match error {
-                    Error::Busy { key } => Error::WaitTimedOut {
-                        key,
-                        waited: started.elapsed(),
-                    },
-                    other => other,
-                });
-        }
-        let deadline = started + wait;
         let ttl = Duration::from_millis(whole_millis(ttl));
         let locks = ModeLocks::of(target.lock_id);
         let timed_out = || Error::WaitTimedOut {
@@ -1092,14 +1155,7 @@ impl Acquire for PostgresStore {
         fields(store = "postgres")
     )]
     async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Lease> {
-        check_request(key, ttl, &self.capabilities())?;
-        let target = Target::hashed(&self.sessions.config.space(), key);
-        let result = self.try_target(&target, ttl).await;
-        match &result {
-            Ok(lease) => tracing::debug!(key, token = lease.fencing_token(), "acquired"),
-            Err(error) => tracing::debug!(key, %error, "not acquired"),
-        }
-        result
+        self.try_key(key, ttl, Mode::Exclusive).await
     }
 
     /// Waits in PostgreSQL's own lock queue (`pg_advisory_lock` under `lock_timeout`), so the
@@ -1118,17 +1174,7 @@ impl Acquire for PostgresStore {
         fields(store = "postgres")
     )]
     async fn acquire(&self, key: &str, ttl: Duration, wait: Duration) -> Result<Lease> {
-        check_request(key, ttl, &self.capabilities())?;
-        check_wait(wait)?;
-        let target = Target::hashed(&self.sessions.config.space(), key);
-        let started = Instant::now();
-        let result = self.wait_target(&target, ttl, wait).await;
-        let waited_ms = started.elapsed().as_millis() as u64;
-        match &result {
-            Ok(lease) => tracing::debug!(key, token = lease.fencing_token(), waited_ms, "acquired"),
-            Err(error) => tracing::debug!(key, %error, waited_ms, "not acquired"),
-        }
-        result
+        self.wait_key(key, ttl, wait, Mode::Exclusive).await
     }
 
     /// Readers take the key's lock shared (`pg_try_advisory_lock_shared`); a permit takes it
@@ -1147,17 +1193,7 @@ impl Acquire for PostgresStore {
         if mode == Mode::Exclusive {
             return self.try_acquire(key, ttl).await;
         }
-        check_request(key, ttl, &self.capabilities())?;
-        check_mode(mode, &self.capabilities())?;
-        let target = Target::hashed(&self.sessions.config.space(), key);
-        let result = self.try_mode(&target, ttl, mode).await;
-        match &result {
-            Ok(lease) => {
-                tracing::debug!(key, token = lease.fencing_token(), slot = ?lease.slot(), "acquired")
-            }
-            Err(error) => tracing::debug!(key, %error, "not acquired"),
-        }
-        result
+        self.try_key(key, ttl, mode).await
     }
 
     /// Waits in PostgreSQL's queue for the key's lock (a reader or permit queues behind any
@@ -1184,20 +1220,7 @@ impl Acquire for PostgresStore {
         if mode == Mode::Exclusive {
             return self.acquire(key, ttl, wait).await;
         }
-        check_request(key, ttl, &self.capabilities())?;
-        check_mode(mode, &self.capabilities())?;
-        check_wait(wait)?;
-        let target = Target::hashed(&self.sessions.config.space(), key);
-        let started = Instant::now();
-        let result = self.wait_mode(&target, ttl, wait, mode).await;
-        let waited_ms = started.elapsed().as_millis() as u64;
-        match &result {
-            Ok(lease) => {
-                tracing::debug!(key, token = lease.fencing_token(), slot = ?lease.slot(), waited_ms, "acquired")
-            }
-            Err(error) => tracing::debug!(key, %error, waited_ms, "not acquired"),
-        }
-        result
+        self.wait_key(key, ttl, wait, mode).await
     }
 }
 
@@ -1325,7 +1348,7 @@ mod server_tests {
         let store = store().await;
         let target = Target::hashed(&store.sessions.config.space(), "reclaim:granted");
         let before = store
-            .try_target(&target, Duration::from_secs(30))
+            .try_in(&target, Duration::from_secs(30), Mode::Exclusive)
             .await
             .unwrap();
         assert_eq!(
@@ -1347,7 +1370,9 @@ mod server_tests {
         // The TTL is armed and the lock is held exactly once: one release frees it.
         let other = self::store().await;
         assert!(matches!(
-            other.try_target(&target, Duration::from_secs(30)).await,
+            other
+                .try_in(&target, Duration::from_secs(30), Mode::Exclusive)
+                .await,
             Err(Error::Busy { .. })
         ));
         assert_eq!(
@@ -1355,7 +1380,7 @@ mod server_tests {
             ReleaseOutcome::Released
         );
         let next = other
-            .try_target(&target, Duration::from_secs(30))
+            .try_in(&target, Duration::from_secs(30), Mode::Exclusive)
             .await
             .unwrap();
         assert_eq!(
