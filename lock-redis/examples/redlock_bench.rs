@@ -11,8 +11,9 @@
 //! `rslock`, timed in alternating rounds; throughput with 32 tasks on distinct keys; and the
 //! handoff to another waiter with 8 waiters on one key (one handle each), ours and rslock's.
 //!
-//! Our cycle has one more parallel round trip than rslock's: the raise of a quorum's fencing
-//! counters to the token before the lease is handed out. rslock gives no fencing token.
+//! Our cycle has the same parallel round trips as rslock's when a quorum of the granting
+//! nodes minted the same token (the usual case: the raise is skipped, see the crate docs,
+//! `# Redlock`), one more otherwise. rslock gives no fencing token.
 
 mod common;
 
@@ -147,10 +148,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
         .latency("ours on five: try_acquire + release p50", our_cycles.p50())
         .ratio(
             cycle_ratio,
-            Some((
-                "≤ 2× rslock's cycle (one more round trip)",
-                cycle_ratio <= 2.0,
-            )),
+            Some(("≤ 1.5× rslock's cycle", cycle_ratio <= 1.5)),
         );
     table.latency("single node cycle p99", single_cycles.p99());
     table.latency("rslock cycle p99", peer_cycles.p99());
@@ -163,7 +161,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
     let rate_ratio = our_rate / peer_rate;
     table
         .rate(format!("ours, {TASKS} tasks, distinct keys"), our_rate)
-        .ratio(rate_ratio, Some(("≥ 0.5× rslock", rate_ratio >= 0.5)));
+        .ratio(rate_ratio, Some(("≥ 0.6× rslock", rate_ratio >= 0.6)));
     table
         .latency(
             format!("ours handoff p50, {WAITERS} waiters"),

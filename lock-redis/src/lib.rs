@@ -296,8 +296,8 @@
 //!   timeout (`command_timeout`, capped at the TTL). It succeeds when `q` nodes granted and
 //!   the lease still has validity: `TTL − elapsed − drift`, with drift `TTL × 0.01 + 2 ms` by
 //!   default and elapsed counted from a clock reading taken before the first request. On
-//!   failure it releases on every node, including those that failed or have not answered,
-//!   and retries up to `retry_count` times after a random delay up to `retry_jitter`. Errors
+//!   failure it releases on every node that granted, failed or has not answered, and
+//!   retries up to `retry_count` times after a random delay up to `retry_jitter`. Errors
 //!   from a minority of nodes are tolerated; too many give the retryable
 //!   [`Error::Unavailable`] listing each node's answer or reason. Outcomes are decided as soon
 //!   as they are known, so a frozen minority costs nothing; its requests still run in the
@@ -305,37 +305,65 @@
 //! - **Release** goes to every node: `Released` once `q` nodes deleted this owner's lock,
 //!   `Lost` once it cannot have been held by `q`. **Extend** needs `q` nodes to extend within
 //!   the validity. **Waiting** listens on the key's release channel of every node (each
-//!   node's one pub/sub connection per handle) and is capped at [`WAIT_CAP`] like the
-//!   single-node store. [`LockStore::evict`] deletes the lock on every node.
+//!   node's one pub/sub connection per handle), tries again once a quorum of nodes published
+//!   a release, and is capped at [`WAIT_CAP`] like the single-node store; waiters queue in
+//!   ticket order (below). [`LockStore::evict`] deletes the lock on every node.
 //!
-//! **Fencing tokens.** Each node mints in its acquire script, as above. A lease is handed out
-//! only after (1) `q` nodes granted it, and (2) `q` nodes answered a script that raised their
-//! fence to the lease's token `t` *from below*: `t` starts one above the maximum the granting
-//! nodes minted, and a node whose fence is already at or beyond it refuses and reports its
-//! fence, and the next raise round asks for one more than the highest fence reported.
+//! **Fencing tokens.** Each node mints in its acquire script as above, but from a coarse
+//! clock: `max(fence + 1, TIME µs rounded down to a multiple of 2^18 µs)` (about 0.26 s),
+//! written to its fence. A lease's token `t` is the largest its granting nodes minted, and the
+//! lease is handed out only once it has **witnesses**: a quorum of nodes whose fence went from
+//! below `t` to `t` by a write made while the node's lock held this lease.
+//! - If a quorum of the granting nodes minted `t` itself, they are the witnesses (the mint
+//!   wrote `t` over a smaller fence inside the grant's own script) and nothing more is sent:
+//!   one round trip, as in plain Redlock. Nodes whose clocks read the same granule and whose
+//!   fences agree mint the same token, which is why the clock is coarse: this is the usual
+//!   case, and a key locked again within the granule mints `fence + 1` everywhere.
+//! - Otherwise the granting nodes that minted less are **raised** to `t`, by a script that
+//!   writes only while the node's lock holds this owner, and only from below; a fence found at
+//!   or beyond `t` (only a writer that does not check the owner can put it there) makes the
+//!   next round ask every granting node for one more than the highest fence found.
 //!
-//! Take a lease `A` with token `a`, handed out, and any lease `B` handed out after it. `B` was
-//! granted by `q` nodes, and so was `A`; they share a node `n`, which cannot have held both
-//! locks at once, and `B`'s grant on `n` came after `A`'s lock there ended (a lock of `A`
-//! granted after `B`'s would have to come after `B`'s ended, which is after `B` was handed
-//! out, which is after `A` was). `A`'s lock on `n` ends after `A` was handed out, so `B`'s
-//! raise round comes after `A`'s raise had finished on its `q` nodes. `B`'s raise quorum shares
-//! a node `m` with `A`'s, whose fence was at least `a` by then; `m` took `B`'s token from
-//! below, so `b > a`. This holds whichever majorities grant and raise, whatever the nodes'
-//! clocks read, and also for attempts whose requests were sent while `A` was still being
-//! acquired.
+//! Take a lease `A` with token `a`, handed out, and any lease `B` handed out after it. Their
+//! witnesses are two quorums, so they share a node `m`, and both held `m`'s lock, at different
+//! times. `A`'s lock there came first: otherwise it was granted after `B`'s ended, which is
+//! after `B` was handed out (a lease's locks stay in place until then: its validity), which is
+//! after `A` was, yet `A`'s lock on `m` was granted before `A` was handed out. So `A`'s write
+//! of a fence `≥ a` on `m` came before `B`'s lock there, and `B`'s write on `m` took `b` from
+//! below a fence that only grows: `b > a`. This holds whichever majorities grant, whatever the
+//! nodes' clocks read, and also for attempts whose requests were sent while `A` was still being
+//! acquired. The owner check is what makes skipping the raise sound: a raise that could write
+//! a node it does not hold could lift `m`'s fence past `b` after `B`'s mint there, hand `A` out
+//! with `a > b`, and `B`, its witness on `m` being the earlier mint, would follow with a smaller
+//! token. (Builds before the owner check raised any node: stop them before running this one on
+//! the same nodes; fences are kept, so tokens keep growing across the switch.)
+//!
+//! The coarse clock costs the per-key state argument at most one granule: a fence runs ahead
+//! of its node's clock by less than a granule plus the grants made within one granule, so the
+//! margins of `# Per-key state` shrink by about 0.26 s against a retention window of seconds
+//! to days.
+//!
+//! **Waiting in order.** A waiting acquire enters a per-key queue on every node, with one
+//! ticket for all of them (its client's clock when the wait began; ties by a random waiter id),
+//! and refreshes its entry at every round (it lapses 1.5 s after the last one). While a node's
+//! queue holds a live entry, it grants only to the head, so the nodes agree on whom to grant
+//! next and woken waiters no longer split the vote: the head takes the key in one round after
+//! a quorum of releases. A request that does not wait (`try_acquire`) is `Busy` while waiters
+//! are queued. A wait that ends without a lease (timeout, error, dropped future) withdraws its
+//! entries and wakes the others; a waiter whose process died holds the head until its entry
+//! lapses. The order follows the clients' clocks, so the queue is not declared fair.
 //!
 //! **Assumptions.**
 //! - No node loses its data while it is in a majority that raised a token, unless it stays
 //!   down longer than the longest TTL before rejoining (the classic Redlock caveat: a node
 //!   that comes back at once may grant a lock it had granted before, and may be the only node
-//!   shared with the raise). A node that rejoined empty still mints `max(counter + 1, TIME
-//!   µs)`: every earlier token was some node's clock reading at its grant (or a counter just
-//!   past one), so after a downtime longer than the skew between the nodes' clocks the floor
-//!   alone is past it. That is why killed-and-restarted minorities keep tokens growing in the
-//!   fault tests.
-//! - `A`'s locks are still in place on its granting nodes while it raises (its validity,
-//!   checked after the raise, says so within the drift margin).
+//!   shared with the witnesses). A node that rejoined empty still mints from its clock: every
+//!   earlier token was some node's clock reading at its grant, rounded down to the granule
+//!   (or a counter just past one), so after a downtime longer than the skew between the
+//!   nodes' clocks plus a granule (0.26 s) the floor alone is past it. That is why
+//!   killed-and-restarted minorities keep tokens growing in the fault tests.
+//! - A lease's locks are still in place on its granting nodes until it is handed out (its
+//!   validity, checked after the raise, says so within the drift margin).
 //! - As for every Redlock: the holder's clock runs at about the nodes' rate (the drift
 //!   margin covers 1% by default), and a holder that pauses past its validity must be stopped
 //!   by the fencing token at the resource.

@@ -121,21 +121,6 @@ end
 return {owner, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2]), holders}
 ";
 
-/// Raise (Redlock only): set the fence to ARGV[1] if it is below that, else report the fence;
-/// either way the fence expires one retention window (ARGV[2], ms) from now, as after an
-/// acquire. Atomic: the read and the write run as one script, so a concurrent mint is either
-/// before (and raised) or after. KEYS[1] is the fence key. Returns 0 if the fence now holds
-/// ARGV[1], or the fence it found at or above ARGV[1] (the caller then asks again with more).
-pub(crate) const RAISE_LUA: &str = r"
-local fence = tonumber(redis.call('GET', KEYS[1]) or '0')
-if fence < tonumber(ARGV[1]) then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return 0
-end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return fence
-";
-
 // ---- shared and permit modes ----------------------------------------------------------------
 // While a key is held in shared or permit mode, its lock holds the mode's tag
 // (`fencelock:shared`, `fencelock:permits:L`; never an owner id, so the exclusive scripts above
@@ -325,7 +310,6 @@ static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_LUA));
 static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(EXTEND_LUA));
 static EVICT: LazyLock<Script> = LazyLock::new(|| Script::new(EVICT_LUA));
 static STATUS: LazyLock<Script> = LazyLock::new(|| Script::new(STATUS_LUA));
-static RAISE: LazyLock<Script> = LazyLock::new(|| Script::new(RAISE_LUA));
 static ACQUIRE_AS: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_AS_LUA));
 static RELEASE_AS: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_AS_LUA));
 static EXTEND_AS: LazyLock<Script> = LazyLock::new(|| Script::new(EXTEND_AS_LUA));
@@ -381,7 +365,7 @@ pub(crate) async fn acquire_keys_on<C: ConnectionLike>(
 /// them), for [`run_script`]: one command built in place, where the redis crate's
 /// `ScriptInvocation` copies each key and argument into a vector of its own first (the hot
 /// paths, acquire and release, use this).
-fn evalsha(script: &Script, keys: usize, args: usize, bytes: usize) -> redis::Cmd {
+pub(crate) fn evalsha(script: &Script, keys: usize, args: usize, bytes: usize) -> redis::Cmd {
     let mut cmd = redis::Cmd::with_capacity(3 + args, 16 + 40 + bytes);
     cmd.arg("EVALSHA").arg(script.get_hash()).arg(keys);
     cmd
@@ -389,7 +373,7 @@ fn evalsha(script: &Script, keys: usize, args: usize, bytes: usize) -> redis::Cm
 
 /// Sends an [`evalsha`] command; on `NOSCRIPT` loads the script and sends it again, as
 /// `ScriptInvocation::invoke_async` does.
-async fn run_script<C: ConnectionLike, T: redis::FromRedisValue>(
+pub(crate) async fn run_script<C: ConnectionLike, T: redis::FromRedisValue>(
     conn: &mut C,
     script: &Script,
     cmd: &redis::Cmd,
@@ -720,40 +704,6 @@ pub(crate) async fn withdraw_on<C: ConnectionLike>(
         .await
         .map_err(|e| script_error("withdraw", WITHDRAW_LUA, e))?;
     Ok(())
-}
-
-/// What one node's raise found.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Raise {
-    /// The fence was below the token and now holds it.
-    Raised,
-    /// The fence was already at this value, at or above the token.
-    Ahead(u64),
-}
-
-/// Runs the raise script on one connection: raises the fence to `token`, unless it is already
-/// there or beyond, and leaves it to expire `retention` later.
-pub(crate) async fn raise_on<C: ConnectionLike>(
-    conn: &mut C,
-    names: &KeyNames,
-    token: u64,
-    retention: Duration,
-) -> Result<Raise> {
-    let found: i64 = RAISE
-        .key(&names.fence)
-        .arg(token)
-        .arg(whole_millis(retention))
-        .invoke_async(conn)
-        .await
-        .map_err(|e| script_error("raise", RAISE_LUA, e))?;
-    match u64::try_from(found) {
-        Ok(0) => Ok(Raise::Raised),
-        Ok(fence) => Ok(Raise::Ahead(fence)),
-        Err(_) => Err(Error::Store {
-            message: format!("raise: the script answered {found}, not a fence"),
-            source: None,
-        }),
-    }
 }
 
 /// The owner id as its 32 lowercase hex digits, the form `OwnerId`'s `Display` writes, without

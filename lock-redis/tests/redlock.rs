@@ -86,3 +86,118 @@ async fn drift_factor_shortens_the_local_deadline() {
     );
     let _ = store.release(&lease).await.expect("release");
 }
+
+/// The key's waiter queue on each node: while a waiter is queued, a request that does not
+/// wait is refused even though the lock is gone (deleted here without a release, so the waiter
+/// is not woken and stays queued until its next round), and the waiter gets the key; a wait
+/// that times out withdraws its entries, so the key is free for others at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_are_served_before_requests_that_do_not_wait_and_withdraw_when_they_give_up() {
+    use fencelock_core::{Acquire, Error, Release};
+    use std::time::{Duration, Instant};
+
+    let (holder, waiter) = (store(&redlock_url()).await, store(&redlock_url()).await);
+    let key = "redlock:queue-order";
+    let (lock, queue) = (
+        format!("fencelock:{{{key}}}:lock"),
+        format!("fencelock:{{{key}}}:queue"),
+    );
+    let ttl = Duration::from_secs(30);
+    let mut nodes = Vec::new();
+    for server in shared::redis_masters(5) {
+        let client = redis::Client::open(server.url()).expect("client");
+        nodes.push(
+            client
+                .get_multiplexed_async_connection()
+                .await
+                .expect("node"),
+        );
+    }
+
+    // A wait that runs out leaves no entry on a quorum: the key is free for try_acquire.
+    let held = holder.try_acquire(key, ttl).await.expect("acquire");
+    match waiter.acquire(key, ttl, Duration::from_millis(100)).await {
+        Err(Error::WaitTimedOut { .. }) => {}
+        other => panic!("expected a timed-out wait, got {other:?}"),
+    }
+    let mut withdrawn = 0;
+    for node in &mut nodes {
+        withdrawn += usize::from(zcard(node, &queue).await == 0);
+    }
+    assert!(
+        withdrawn >= 3,
+        "the entry is still on {} nodes",
+        5 - withdrawn
+    );
+    let _ = holder.release(&held).await.expect("release");
+    // The rest of the withdrawal finishes in the background; then the key is taken on all five.
+    let started = Instant::now();
+    let again = loop {
+        let again = holder.try_acquire(key, ttl).await.expect("free");
+        let mut locked = 0;
+        for node in &mut nodes {
+            let owner: Option<String> = redis::cmd("GET")
+                .arg(&lock)
+                .query_async(node)
+                .await
+                .expect("GET");
+            locked += usize::from(owner.is_some());
+        }
+        if locked == nodes.len() {
+            break again;
+        }
+        let _ = holder.release(&again).await.expect("release");
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "withdrawal incomplete"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+
+    // A waiter queued behind the holder, seen on every node.
+    let waiting = tokio::spawn({
+        let waiter = waiter.clone();
+        async move { waiter.acquire(key, ttl, Duration::from_secs(20)).await }
+    });
+    let started = Instant::now();
+    loop {
+        let mut queued = 0;
+        for node in &mut nodes {
+            queued += usize::from(zcard(node, &queue).await > 0);
+        }
+        if queued == nodes.len() {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "the waiter is queued on only {queued} nodes"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The lock vanishes without a release (no wake-up): the waiter is still queued.
+    for node in &mut nodes {
+        let _: () = redis::cmd("DEL")
+            .arg(&lock)
+            .query_async(node)
+            .await
+            .expect("DEL");
+    }
+    match holder.try_acquire(key, ttl).await {
+        Err(Error::Busy { .. }) => {}
+        other => panic!("a request that does not wait took the key from a waiter: {other:?}"),
+    }
+    let lease = waiting
+        .await
+        .expect("task")
+        .expect("the waiter gets the key");
+    assert!(lease.fencing_token() > again.fencing_token());
+    let _ = waiter.release(&lease).await.expect("release");
+}
+
+async fn zcard(node: &mut redis::aio::MultiplexedConnection, key: &str) -> u64 {
+    redis::cmd("ZCARD")
+        .arg(key)
+        .query_async(node)
+        .await
+        .expect("ZCARD")
+}

@@ -32,7 +32,7 @@ impl NodeOrder {
 /// Where a request stands in a round's [`NodeOrder`].
 #[derive(Clone, Copy)]
 pub(super) enum Turn {
-    /// Goes first: takes the gate before its task is spawned.
+    /// Goes first: takes the gate when the request is made, before it is first polled.
     First,
     /// Waits for the requests before it on the same node.
     After,
@@ -46,8 +46,10 @@ pub(super) struct FanOut<T> {
     nodes: usize,
 }
 
-impl<T> FanOut<T> {
+impl<T: Send + 'static> FanOut<T> {
     /// Collects answers until `decided` says the outcome is known or every node answered.
+    /// Requests still unanswered then run on in one background task, to their answer or
+    /// their bound, so a straggler's grant is still released in order.
     pub(super) async fn await_until(mut self, decided: impl Fn(&Answers<T>) -> bool) -> Answers<T> {
         let mut answers: Answers<T> = (0..self.nodes).map(|_| None).collect();
         while let Some((index, answer)) = self.pending.next().await {
@@ -56,12 +58,15 @@ impl<T> FanOut<T> {
                 break;
             }
         }
+        if !self.pending.is_empty() {
+            let mut rest = std::mem::take(&mut self.pending);
+            tokio::spawn(async move { while rest.next().await.is_some() {} });
+        }
         answers
     }
-}
 
-impl<T: Send + 'static> FanOut<T> {
-    /// Starts `op` on every node of `nodes` at once, each in its own task under `bound`. With
+    /// Starts `op` on every node of `nodes` (or those `only` marks) at once, each under
+    /// `bound`; the requests go out when [`await_until`](Self::await_until) first polls. With
     /// an `order`, each node's request waits for that node's earlier request in `order` to
     /// finish (or time out), so a cleanup never overtakes the grant it undoes (two tasks
     /// waiting on one reconnecting connection are otherwise polled in any order).
@@ -70,6 +75,7 @@ impl<T: Send + 'static> FanOut<T> {
         what: &'static str,
         bound: Duration,
         order: Option<(&NodeOrder, Turn)>,
+        only: Option<&[bool]>,
         op: F,
     ) -> Self
     where
@@ -79,6 +85,7 @@ impl<T: Send + 'static> FanOut<T> {
         let pending = nodes
             .iter()
             .enumerate()
+            .filter(|(index, _)| only.is_none_or(|only| only.get(*index) == Some(&true)))
             .map(|(index, node)| {
                 let work = op(node.connection());
                 let node = node.clone();
@@ -91,9 +98,9 @@ impl<T: Send + 'static> FanOut<T> {
                     Some((order, Turn::After)) => Some(order.gates[index].clone()),
                     _ => None,
                 };
-                // A task, so a request already sent runs to its answer (or its timeout) even
-                // when the caller stops waiting: a straggler's lock is then released in order.
-                let task = tokio::spawn(async move {
+                // Polled by `await_until`, then by its background task: a request already
+                // sent runs to its answer (or its timeout) even when the caller stops waiting.
+                Box::pin(async move {
                     let _turn = match after {
                         Some(gate) => Some(gate.lock_owned().await),
                         None => first,
@@ -104,21 +111,13 @@ impl<T: Send + 'static> FanOut<T> {
                         node.checked_eviction().await?;
                         work.await
                     };
-                    match timeout(bound, checked_work).await {
+                    let answer = match timeout(bound, checked_work).await {
                         Ok(answer) => answer,
                         Err(_) => Err(Error::Unavailable {
                             message: format!("{what}: no answer within {bound:?}"),
                             source: None,
                         }),
-                    }
-                });
-                Box::pin(async move {
-                    let answer = task.await.unwrap_or_else(|e| {
-                        Err(Error::Store {
-                            message: format!("{what}: the node's task failed: {e}"),
-                            source: None,
-                        })
-                    });
+                    };
                     (index, answer)
                 }) as NodeFuture<T>
             })

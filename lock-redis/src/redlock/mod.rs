@@ -9,10 +9,11 @@
 //!
 //! The argument for the tokens and its assumptions are in the crate docs (`# Redlock`).
 
-// Module order (each imports only from those before it): config, quorum, fanout, store.
+// Module order (each imports only from those before it): config, quorum, fanout, scripts, store.
 mod config;
 mod fanout;
 mod quorum;
+mod scripts;
 mod store;
 
 pub use config::RedlockConfig;

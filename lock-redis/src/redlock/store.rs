@@ -18,13 +18,12 @@ use tokio::time::{sleep, sleep_until};
 use super::config::RedlockConfig;
 use super::fanout::{FanOut, NodeOrder, Turn};
 use super::quorum::{answered, count, evicting, failures, Answers, QuorumError};
+use super::scripts::{acquire_on, raise_on, withdraw_on, NodeAttempt, Raise, RedlockNames, Waiter};
 use crate::config::TTL_GRANULARITY;
 use crate::error::redis_error;
 use crate::eviction::EvictionCheck;
 use crate::keys::KeyNames;
-use crate::script::{
-    acquire_on, evict_on, extend_on, raise_on, release_on, status_on, Attempt, Raise,
-};
+use crate::script::{evict_on, extend_on, release_on, status_on, Attempt};
 use crate::store::{RedisStore, WAIT_CAP};
 
 /// How many raise rounds one acquisition tries before giving up: each round that finds a
@@ -154,8 +153,11 @@ impl RedlockStore {
         self.inner.config.quorum()
     }
 
-    fn names(&self, key: &str) -> KeyNames {
-        KeyNames::new(self.config().prefix(), key)
+    fn names(&self, key: &str) -> Arc<RedlockNames> {
+        Arc::new(RedlockNames::new(KeyNames::new(
+            self.config().prefix(),
+            key,
+        )))
     }
 
     /// Starts `op` on every node at once, each in its own task under `bound`.
@@ -165,7 +167,7 @@ impl RedlockStore {
         F: Fn(Conn) -> Fut,
         Fut: Future<Output = Result<T>> + Send + 'static,
     {
-        FanOut::start(&self.inner.nodes, what, bound, None, op)
+        FanOut::start(&self.inner.nodes, what, bound, None, None, op)
     }
 
     /// Each node's answer or reason, as the typed source of a no-quorum error.
@@ -202,29 +204,54 @@ impl RedlockStore {
         Duration::from_micros(rand::random_range(1_000..=most))
     }
 
-    /// Raises the fences of a quorum to one token, at least `floor`, and returns it: a quorum
-    /// must have had its fence *below* the token, so the token is greater than every token a
-    /// quorum raised to before (any two quorums share a node). A node found at or beyond the
-    /// token makes the next round ask for one more than the highest fence found.
-    async fn raise(&self, names: &KeyNames, floor: u64, bound: Duration) -> Result<u64> {
-        let nodes = self.config().node_count();
+    /// Makes a quorum of the nodes this owner holds carry one token in their fence, taken
+    /// from below, and returns it. `grants` are the granting nodes with the token each minted
+    /// (its fence now). When a quorum of them minted the largest, that is the token and
+    /// nothing is sent (the crate docs, `# Redlock`, argue why). Otherwise the nodes below it
+    /// are raised to it; a node found at or beyond the token makes the next round ask every
+    /// granting node for one more than the highest fence found (only a writer that does not
+    /// check the lock's owner, such as an older build, can move a held node's fence).
+    async fn raise(
+        &self,
+        names: &Arc<RedlockNames>,
+        owner: OwnerId,
+        grants: &[(usize, u64)],
+        bound: Duration,
+    ) -> Result<u64> {
         let quorum = self.quorum();
         let retention = self.config().retention();
-        let mut token = floor;
+        let mut token = grants.iter().map(|(_, minted)| *minted).max().unwrap_or(0);
+        let mut settled = grants.iter().filter(|(_, m)| *m == token).count();
+        if settled >= quorum {
+            return Ok(token);
+        }
+        let mut targets = vec![false; self.config().node_count()];
+        for (index, minted) in grants {
+            targets[*index] = *minted < token;
+        }
         for _ in 0..RAISE_ROUNDS {
+            let sent = targets.iter().filter(|t| **t).count();
             let raise_names = names.clone();
-            let answers = self
-                .fan_out("raise", bound, move |mut conn| {
+            let answers = FanOut::start(
+                &self.inner.nodes,
+                "raise",
+                bound,
+                None,
+                Some(&targets),
+                move |mut conn| {
                     let names = raise_names.clone();
-                    async move { raise_on(&mut conn, &names, token, retention).await }
-                })
-                .await_until(|a| {
-                    count(a, |r| matches!(r, Raise::Raised)) >= quorum
-                        || count(a, |r| matches!(r, Raise::Ahead(_))) > 0
-                        || failures(a) > nodes - quorum
-                })
-                .await;
-            if count(&answers, |r| matches!(r, Raise::Raised)) >= quorum {
+                    async move { raise_on(&mut conn, &names.key, owner, token, retention).await }
+                },
+            )
+            .await_until(|a| {
+                let raised = count(a, |r| *r == Raise::Raised);
+                let lost = failures(a) + count(a, |r| *r == Raise::NotHeld);
+                settled + raised >= quorum
+                    || count(a, |r| matches!(r, Raise::Ahead(_))) > 0
+                    || settled + sent - lost < quorum
+            })
+            .await;
+            if settled + count(&answers, |r| *r == Raise::Raised) >= quorum {
                 return Ok(token);
             }
             let ahead = answers
@@ -235,7 +262,13 @@ impl RedlockStore {
                 })
                 .max();
             match ahead {
-                Some(fence) => token = token.max(fence.saturating_add(1)),
+                Some(fence) => {
+                    token = token.max(fence.saturating_add(1));
+                    settled = 0;
+                    for (index, _) in grants {
+                        targets[*index] = true;
+                    }
+                }
                 None => {
                     return Err(self.unavailable(
                         "acquire: raising the fencing counter",
@@ -253,9 +286,40 @@ impl RedlockStore {
         })
     }
 
-    /// One Redlock round: acquire on every node, and if a quorum granted in time, raise a
-    /// quorum's fences to the maximum token. Anything short of that is released everywhere.
-    async fn round(&self, key: &str, names: &KeyNames, ttl: Duration) -> Round {
+    /// Removes `waiter`'s queue entry on the nodes `on` marks, in the background (they wake
+    /// the key's waiters if it was there).
+    fn withdraw(&self, names: &Arc<RedlockNames>, waiter: OwnerId, on: &[bool]) {
+        if on.iter().any(|on| *on) {
+            tokio::spawn(self.withdrawal(names, waiter, on).await_until(|_| false));
+        }
+    }
+
+    /// The requests of [`withdraw`](Self::withdraw), to be awaited.
+    fn withdrawal(&self, names: &Arc<RedlockNames>, waiter: OwnerId, on: &[bool]) -> FanOut<()> {
+        let names = names.clone();
+        FanOut::start(
+            &self.inner.nodes,
+            "withdraw",
+            self.config().command_timeout(),
+            None,
+            Some(on),
+            move |mut conn| {
+                let names = names.clone();
+                async move { withdraw_on(&mut conn, &names, waiter).await }
+            },
+        )
+    }
+
+    /// One Redlock round: acquire on every node (as `waiter`, if given, entering its queue),
+    /// and if a quorum granted in time, make a quorum's fences carry the token. Anything
+    /// short of that is released on every node that granted, failed or did not answer.
+    async fn round(
+        &self,
+        key: &str,
+        names: &Arc<RedlockNames>,
+        ttl: Duration,
+        waiter: Option<Waiter>,
+    ) -> Round {
         let nodes = self.config().node_count();
         let quorum = self.quorum();
         let owner = OwnerId::random();
@@ -270,38 +334,52 @@ impl RedlockStore {
             "acquire",
             bound,
             Some((&order, Turn::First)),
+            None,
             move |mut conn| {
                 let names = acquire_names.clone();
-                async move { acquire_on(&mut conn, &names, owner, ttl, retention).await }
+                async move { acquire_on(&mut conn, &names, owner, ttl, retention, waiter).await }
             },
         )
         .await_until(|a| {
-            let granted = count(a, |x| matches!(x, Attempt::Granted { .. }));
+            let granted = count(a, |x| matches!(x.attempt, Attempt::Granted { .. }));
             granted >= quorum || answered(a) - granted > nodes - quorum
         })
         .await;
-        let granted = |a: &Attempt| matches!(a, Attempt::Granted { .. });
-        let show = |a: &Attempt| match a {
+        let granted = |a: &NodeAttempt| matches!(a.attempt, Attempt::Granted { .. });
+        let show = |a: &NodeAttempt| match a.attempt {
             Attempt::Granted { token } => format!("granted with token {token}"),
+            Attempt::Held { .. } if a.queued => "another waiter is ahead".to_owned(),
             Attempt::Held { .. } => "held by another owner".to_owned(),
         };
         let valid_until = self
             .deadline_base(sent_at, ttl)
             .map(|base| base + ttl.saturating_sub(fencelock_core::drift(ttl)));
+        let grants: Vec<(usize, u64)> = answers
+            .iter()
+            .enumerate()
+            .filter_map(|(index, a)| match a {
+                Some(Ok(NodeAttempt {
+                    attempt: Attempt::Granted { token },
+                    ..
+                })) => Some((index, *token)),
+                _ => None,
+            })
+            .collect();
 
-        let outcome = if count(&answers, granted) >= quorum {
-            let minted = answers
-                .iter()
-                .filter_map(|a| match a {
-                    Some(Ok(Attempt::Granted { token })) => Some(*token),
-                    _ => None,
-                })
-                .max()
-                .unwrap_or(0);
-            let raised = self.raise(names, minted + 1, bound).await;
+        let outcome = if grants.len() >= quorum {
+            let raised = self.raise(names, owner, &grants, bound).await;
             match (raised, valid_until) {
                 (Err(error), _) => Err(error),
                 (Ok(token), Some(until)) if Instant::now() < until => {
+                    if let Some(waiter) = waiter {
+                        // The granting nodes dropped the entry in the script; the others
+                        // would keep this waiter at their queue's head until it lapses.
+                        let rest: Vec<bool> = answers
+                            .iter()
+                            .map(|a| !matches!(a, Some(Ok(x)) if granted(x)))
+                            .collect();
+                        self.withdraw(names, waiter.id, &rest);
+                    }
                     let base = self.deadline_base(sent_at, ttl).unwrap_or(sent_at);
                     return Round::Granted(Lease::new(key, owner, token, ttl, base));
                 }
@@ -317,11 +395,12 @@ impl RedlockStore {
             Ok(())
         };
 
-        // No lease: release on every node, including those that failed or have not answered
-        // (each node's release waits for its acquire, so a late grant is released after it).
+        // No lease: release on every node that granted, failed or has not answered (each
+        // node's release waits for its acquire, so a late grant is released after it).
         // Wait for the nodes that granted, so our own leftovers do not block the retry.
-        let granted_nodes: Vec<usize> = (0..nodes)
-            .filter(|i| matches!(answers[*i], Some(Ok(Attempt::Granted { .. }))))
+        let unsettled: Vec<bool> = answers
+            .iter()
+            .map(|a| !matches!(a, Some(Ok(x)) if !granted(x)))
             .collect();
         let release_names = names.clone();
         FanOut::start(
@@ -329,12 +408,13 @@ impl RedlockStore {
             "release",
             bound,
             Some((&order, Turn::After)),
+            Some(&unsettled),
             move |mut conn| {
                 let names = release_names.clone();
-                async move { release_on(&mut conn, &names, owner).await }
+                async move { release_on(&mut conn, &names.key, owner).await }
             },
         )
-        .await_until(|a| granted_nodes.iter().all(|i| a[*i].is_some()))
+        .await_until(|a| grants.iter().all(|(i, _)| a[*i].is_some()))
         .await;
 
         if let Err(error) = outcome {
@@ -343,12 +423,15 @@ impl RedlockStore {
         if failures(&answers) > nodes - quorum {
             return Round::Failed(self.unavailable("acquire", &answers, show));
         }
-        let held = count(&answers, |a| matches!(a, Attempt::Held { .. }));
+        let held = count(&answers, |a| matches!(a.attempt, Attempt::Held { .. }));
         if held >= quorum {
             let expires_in = answers
                 .iter()
                 .filter_map(|a| match a {
-                    Some(Ok(Attempt::Held { expires_in })) => *expires_in,
+                    Some(Ok(NodeAttempt {
+                        attempt: Attempt::Held { expires_in },
+                        ..
+                    })) => *expires_in,
                     _ => None,
                 })
                 .min();
@@ -363,8 +446,8 @@ impl RedlockStore {
 impl Acquire for RedlockStore {
     /// One Redlock acquisition: a round, retried up to `retry_count` times after a random
     /// delay when it found no quorum but no clear holder (a split vote) or too many failed
-    /// nodes. [`Error::Busy`] when a quorum of nodes holds the key for others (or contention
-    /// outlasted the retries); the retryable [`Error::Unavailable`] naming each node's reason
+    /// nodes. [`Error::Busy`] when a quorum of nodes holds the key for others or has waiters
+    /// queued for it (or contention outlasted the retries); the retryable [`Error::Unavailable`] naming each node's reason
     /// when no quorum could be reached.
     ///
     /// # Cancel safety
@@ -383,7 +466,7 @@ impl Acquire for RedlockStore {
         let names = self.names(key);
         let mut retries = self.config().retry_count();
         loop {
-            let last = match self.round(key, &names, ttl).await {
+            let last = match self.round(key, &names, ttl, None).await {
                 Round::Granted(lease) => return Ok(lease),
                 Round::Held { .. } => {
                     return Err(Error::Busy {
@@ -406,13 +489,17 @@ impl Acquire for RedlockStore {
     /// Rounds until the wait runs out. While a quorum holds the key, the waiter listens on the
     /// key's release channel of every node (each node's store shares one pub/sub connection
     /// per handle) and tries again once a quorum of nodes published a release, when the
-    /// holders' TTL runs out, and at least every [`WAIT_CAP`]; after a split vote or failed nodes it retries after a
-    /// random delay. More than `retry_count` failed rounds in a row end the wait with the last
+    /// holders' TTL runs out, and at least every [`WAIT_CAP`]; after a split vote or failed
+    /// nodes it retries after a random delay. Every round enters or refreshes the waiter's
+    /// entry in the key's queue on every node, and a node grants only to its queue's head
+    /// (the crate docs, `# Redlock`, *Waiting in order*); a wait that ends without a lease
+    /// withdraws the entries. More than `retry_count` failed rounds in a row end the wait with the last
     /// error.
     ///
     /// # Cancel safety
     /// As for `try_acquire` while a round is in flight; dropped while waiting, nothing is
-    /// held and the subscriptions are given up.
+    /// held, the subscriptions are given up and the queue entries are withdrawn in the
+    /// background (inside a tokio runtime; otherwise they lapse after 1.5 s).
     #[tracing::instrument(
         level = "debug",
         name = "acquire",
@@ -424,16 +511,53 @@ impl Acquire for RedlockStore {
     async fn acquire(&self, key: &str, ttl: Duration, wait: Duration) -> Result<Lease> {
         check_request(key, ttl, &self.capabilities())?;
         check_wait(wait)?;
+        let names = self.names(key);
+        let waiter = Waiter {
+            id: OwnerId::random(),
+            ticket: ticket(),
+        };
+        // Withdraws the queue entries if the future is dropped during the wait.
+        let mut queued = Queued {
+            store: self,
+            names: &names,
+            waiter: waiter.id,
+            armed: true,
+        };
+        let outcome = self.wait_in_queue(key, &names, ttl, wait, waiter).await;
+        queued.armed = false;
+        if outcome.is_err() {
+            // Awaited until a quorum answered, so a request right after this one finds the
+            // queue without this waiter; the rest finish in the background.
+            let every = vec![true; self.config().node_count()];
+            let quorum = self.quorum();
+            self.withdrawal(&names, waiter.id, &every)
+                .await_until(|a| answered(a) >= quorum)
+                .await;
+        }
+        outcome
+    }
+}
+
+impl RedlockStore {
+    /// The rounds of [`acquire`](Acquire::acquire) as `waiter`, until a lease or the end of
+    /// the wait.
+    async fn wait_in_queue(
+        &self,
+        key: &str,
+        names: &Arc<RedlockNames>,
+        ttl: Duration,
+        wait: Duration,
+        waiter: Waiter,
+    ) -> Result<Lease> {
         let started = Instant::now();
         let deadline = started + wait;
-        let names = self.names(key);
         let timed_out = |now: Instant| Error::WaitTimedOut {
             key: key.to_owned(),
             waited: now - started,
         };
         let quorum = self.quorum();
         let mut failed_rounds = 0;
-        let nap = match self.round(key, &names, ttl).await {
+        let nap = match self.round(key, names, ttl, Some(waiter)).await {
             Round::Granted(lease) => return Ok(lease),
             Round::Held { .. } => Duration::ZERO,
             Round::Contended => self.jitter(),
@@ -452,7 +576,7 @@ impl Acquire for RedlockStore {
             .inner
             .nodes
             .iter()
-            .map(|node| node.subscriber().listen(&names.channel))
+            .map(|node| node.subscriber().listen(&names.key.channel))
             .collect();
         let confirm = WAIT_CAP.min(deadline.saturating_duration_since(Instant::now()));
         futures_util::future::join_all(listeners.iter().map(|l| l.subscribed(confirm))).await;
@@ -467,7 +591,7 @@ impl Acquire for RedlockStore {
             }
             // Measured before the round: the holders' remaining TTL counts from here.
             let asked = Instant::now();
-            let nap = match self.round(key, &names, ttl).await {
+            let nap = match self.round(key, names, ttl, Some(waiter)).await {
                 Round::Granted(lease) => return Ok(lease),
                 Round::Held { expires_in } => {
                     failed_rounds = 0;
@@ -508,6 +632,33 @@ impl Acquire for RedlockStore {
     }
 }
 
+/// A waiter's ticket: the client's wall clock in µs when its wait began. Every node orders
+/// the same waiters by the same tickets (ties by waiter id), which is all the queue needs;
+/// a client whose clock is behind only waits less.
+fn ticket() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_micros() as u64)
+}
+
+/// A waiter's queue entries while its wait may still end without a lease: dropped armed, it
+/// withdraws them on every node in the background.
+struct Queued<'a> {
+    store: &'a RedlockStore,
+    names: &'a Arc<RedlockNames>,
+    waiter: OwnerId,
+    armed: bool,
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        if self.armed && tokio::runtime::Handle::try_current().is_ok() {
+            let every = vec![true; self.store.config().node_count()];
+            self.store.withdraw(self.names, self.waiter, &every);
+        }
+    }
+}
+
 #[async_trait]
 impl Release for RedlockStore {
     /// Compare-and-delete on every node. `Released` once a quorum deleted this owner's lock,
@@ -536,7 +687,7 @@ impl Release for RedlockStore {
                 self.config().command_timeout(),
                 move |mut conn| {
                     let names = names.clone();
-                    async move { release_on(&mut conn, &names, owner).await }
+                    async move { release_on(&mut conn, &names.key, owner).await }
                 },
             )
             .await_until(|a| {
@@ -583,7 +734,7 @@ impl Extend for RedlockStore {
                 self.config().command_timeout().min(ttl),
                 move |mut conn| {
                     let names = names.clone();
-                    async move { extend_on(&mut conn, &names, owner, ttl).await }
+                    async move { extend_on(&mut conn, &names.key, owner, ttl).await }
                 },
             )
             .await_until(|a| {
@@ -623,7 +774,8 @@ impl Extend for RedlockStore {
 
 #[async_trait]
 impl LockStore for RedlockStore {
-    /// Millisecond TTLs, notified waits (each node's pub/sub), no fair queue, and a dead
+    /// Millisecond TTLs, notified waits (each node's pub/sub), a queue ordered by the
+    /// clients' clocks (so not declared fair), and a dead
     /// holder's lock lives until its TTL on every node.
     fn capabilities(&self) -> Capabilities {
         Capabilities::new()
@@ -652,7 +804,7 @@ impl LockStore for RedlockStore {
         let answers = self
             .fan_out("evict", self.config().command_timeout(), move |mut conn| {
                 let names = names.clone();
-                async move { evict_on(&mut conn, &names).await }
+                async move { evict_on(&mut conn, &names.key).await }
             })
             .await_until(|_| false)
             .await;
@@ -680,7 +832,7 @@ impl LockStore for RedlockStore {
                 self.config().command_timeout(),
                 move |mut conn| {
                     let names = names.clone();
-                    async move { status_on(&mut conn, &names).await }
+                    async move { status_on(&mut conn, &names.key).await }
                 },
             )
             .await_until(|_| false)
@@ -735,11 +887,37 @@ impl fmt::Debug for RedlockStore {
 mod tests {
     use super::*;
 
-    /// A node of the raise quorum whose fence is already at or beyond the token (another
-    /// lease raised it while this one was being granted) makes the token go past that fence:
-    /// the token must be taken from below on a quorum, not merely reached.
+    async fn admin(server: &test_servers::RedisServer) -> redis::aio::MultiplexedConnection {
+        redis::Client::open(server.url())
+            .expect("client")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("admin")
+    }
+
+    async fn set(conn: &mut redis::aio::MultiplexedConnection, key: &str, value: &[u8]) {
+        let _: () = redis::cmd("SET")
+            .arg(key)
+            .arg(value)
+            .query_async(conn)
+            .await
+            .expect("SET");
+    }
+
+    async fn fence(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> Option<u64> {
+        redis::cmd("GET")
+            .arg(key)
+            .query_async(conn)
+            .await
+            .expect("GET")
+    }
+
+    /// The raise: skipped when a quorum minted the largest token; a held node whose fence is
+    /// already at or beyond the token makes it go past that fence (taken from below on a
+    /// quorum); a node that no longer holds this owner's lock is not written and does not
+    /// count.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn raise_goes_past_a_fence_already_at_or_beyond_the_token() {
+    async fn raise_skips_goes_past_fences_ahead_and_writes_only_held_nodes() {
         let servers = test_servers::RedisServer::start_many(3).unwrap_or_else(|e| panic!("{e}"));
         let hosts: Vec<String> = servers
             .iter()
@@ -750,35 +928,42 @@ mod tests {
                 .expect("config");
         let store = RedlockStore::connect(config).await.expect("connect");
         let names = store.names("raise:ahead");
-        for (fence, expected) in [(1_000u64, 1_001u64), (10u64, 1_002u64)] {
-            // Node 1 holds `fence`; node 2 is frozen, so nodes 0 and 1 are the only quorum.
-            let mut admin = redis::Client::open(servers[1].url())
-                .expect("client")
-                .get_multiplexed_async_connection()
-                .await
-                .expect("admin");
-            let current: Option<u64> = redis::cmd("GET")
-                .arg(&names.fence)
-                .query_async(&mut admin)
-                .await
-                .expect("GET");
-            if current.is_none_or(|c| c < fence) {
-                let _: () = redis::cmd("SET")
-                    .arg(&names.fence)
-                    .arg(fence)
-                    .query_async(&mut admin)
-                    .await
-                    .expect("SET");
-            }
-            servers[2].pause().expect("SIGSTOP");
-            let token = store
-                .raise(&names, 10, Duration::from_secs(1))
-                .await
-                .expect("raise with a quorum up");
-            servers[2].resume().expect("SIGCONT");
-            // The first time node 1 is at 1000, ahead of 10; the second time it is at 1001
-            // (raised by the first), so 10 must again go past it.
-            assert_eq!(token, expected, "fence {fence}");
+        let owner = OwnerId::random();
+        let hex = crate::script::owner_hex(owner);
+        let bound = Duration::from_secs(1);
+        let (mut a, mut b) = (admin(&servers[0]).await, admin(&servers[1]).await);
+        for conn in [&mut a, &mut b] {
+            set(conn, &names.key.lock, &hex).await;
         }
+        set(&mut a, &names.key.fence, b"1000").await;
+        set(&mut b, &names.key.fence, b"10").await;
+
+        // Node 1 minted the largest (10), node 0 less (9) but its fence is at 1000.
+        let token = store
+            .raise(&names, owner, &[(0, 9), (1, 10)], bound)
+            .await
+            .expect("raise on two held nodes");
+        assert_eq!(token, 1001);
+        assert_eq!(fence(&mut a, &names.key.fence).await, Some(1001));
+        assert_eq!(fence(&mut b, &names.key.fence).await, Some(1001));
+
+        // A quorum minted the largest: nothing is written.
+        let token = store
+            .raise(&names, owner, &[(0, 5000), (1, 5000)], bound)
+            .await
+            .expect("skipped");
+        assert_eq!(token, 5000);
+        assert_eq!(fence(&mut a, &names.key.fence).await, Some(1001));
+
+        // Node 0 no longer holds this owner's lock: not raised, no quorum.
+        set(&mut a, &names.key.lock, b"someone else").await;
+        let refused = store
+            .raise(&names, owner, &[(0, 1), (1, 1002)], bound)
+            .await;
+        assert!(
+            matches!(refused, Err(Error::Unavailable { .. })),
+            "{refused:?}"
+        );
+        assert_eq!(fence(&mut a, &names.key.fence).await, Some(1001));
     }
 }

@@ -1,0 +1,283 @@
+//! The scripts only Redlock runs on each node: an acquire that mints from a coarse clock and
+//! keeps a per-key waiter queue, a raise that only touches a node this owner holds, and the
+//! withdrawal of a waiter. The release, extend, evict and status scripts are the single-node
+//! store's (`crate::script`).
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use fencelock_core::ttl::whole_millis;
+use fencelock_core::{Error, OwnerId, Result};
+use redis::aio::ConnectionLike;
+use redis::Script;
+
+use crate::error::script_error;
+use crate::keys::KeyNames;
+use crate::script::{evalsha, owner_hex, run_script, Attempt};
+
+/// How long a waiter's queue entry lives without a refresh. A waiter refreshes it at every
+/// round, at least every [`WAIT_CAP`](crate::store::WAIT_CAP) (250 ms) plus one round, so it
+/// outlives a live waiter's nap with room to spare; a waiter that vanished without
+/// withdrawing (its process died) holds the queue's head at most this long.
+pub(crate) const QUEUE_MARK: Duration = Duration::from_millis(1_500);
+
+/// Acquire on one node. KEYS: lock, fence, queue (waiter ids scored by ticket), expiries
+/// (waiter ids scored by the server ms their entry lapses). ARGV: owner, ttl ms, retention ms,
+/// waiter id (empty for a request that does not wait), ticket, mark ms.
+///
+/// A waiting request first enters (or refreshes) its entry. While the queue holds a live
+/// entry, only its head (lowest ticket, then lowest id: every node orders the same entries the
+/// same way) may take the lock: anyone else is answered `{0, pttl, 1}`. A grant is
+/// `SET lock owner NX PX ttl`, then the token `max(fence + 1, TIME µs rounded down to
+/// GRANULE)` written to the fence with its retention expiry (`SET … GET` from Redis 6.2, GET
+/// then SET before), and the waiter's entry removed; it answers the token. A held key answers
+/// `{0, pttl, 0}`. Atomic: one script.
+pub(crate) const ACQUIRE_LUA: &str = r"
+local t = redis.call('TIME')
+local ms = t[1] * 1000 + math.floor(t[2] / 1000)
+local waiter = ARGV[4]
+if waiter ~= '' then
+  redis.call('ZADD', KEYS[3], ARGV[5], waiter)
+  redis.call('ZADD', KEYS[4], ms + tonumber(ARGV[6]), waiter)
+  redis.call('PEXPIRE', KEYS[3], tonumber(ARGV[6]) + 1000)
+  redis.call('PEXPIRE', KEYS[4], tonumber(ARGV[6]) + 1000)
+end
+if redis.call('EXISTS', KEYS[4]) == 1 then
+  local gone = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', ms, 'LIMIT', 0, 100)
+  if #gone > 0 then
+    redis.call('ZREM', KEYS[3], unpack(gone))
+    redis.call('ZREM', KEYS[4], unpack(gone))
+  end
+  local head = redis.call('ZRANGE', KEYS[3], 0, 0)
+  if head[1] and head[1] ~= waiter then
+    return {0, redis.call('PTTL', KEYS[1]), 1}
+  end
+end
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  local now = t[1] * 1000000 + t[2]
+  local token = now - now % 262144
+  local old = redis.pcall('SET', KEYS[2], token, 'PX', ARGV[3], 'GET')
+  if type(old) == 'table' then
+    old = redis.call('GET', KEYS[2])
+    if not (old and tonumber(old) >= token) then
+      redis.call('SET', KEYS[2], token, 'PX', ARGV[3])
+    end
+  end
+  if old and tonumber(old) >= token then
+    token = tonumber(old) + 1
+    redis.call('SET', KEYS[2], token, 'PX', ARGV[3])
+  end
+  if waiter ~= '' then
+    redis.call('ZREM', KEYS[3], waiter)
+    redis.call('ZREM', KEYS[4], waiter)
+  end
+  return token
+end
+return {0, redis.call('PTTL', KEYS[1]), 0}
+";
+
+/// Raise on one node this owner holds: if the lock (KEYS[1]) holds ARGV[1], set the fence
+/// (KEYS[2]) to ARGV[2] if it is below, else report it; either way the fence expires ARGV[3] ms
+/// later. Answers -1 when the lock is not this owner's (expired, evicted): nothing is written
+/// then. Atomic: the check, the read and the write are one script.
+pub(crate) const RAISE_LUA: &str = r"
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return -1
+end
+local fence = tonumber(redis.call('GET', KEYS[2]) or '0')
+if fence < tonumber(ARGV[2]) then
+  redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
+  return 0
+end
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+return fence
+";
+
+/// A waiter stops waiting: remove its entry and, if it had one, wake the key's waiters (it may
+/// have been the head). KEYS: queue, expiries. ARGV: waiter id, channel. Atomic: one script.
+pub(crate) const WITHDRAW_LUA: &str = r"
+redis.call('ZREM', KEYS[2], ARGV[1])
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then
+  redis.call('PUBLISH', ARGV[2], '')
+  return 1
+end
+return 0
+";
+
+static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_LUA));
+static RAISE: LazyLock<Script> = LazyLock::new(|| Script::new(RAISE_LUA));
+static WITHDRAW: LazyLock<Script> = LazyLock::new(|| Script::new(WITHDRAW_LUA));
+
+/// The names of one key on a Redlock node: the single-node store's, and the key's waiter
+/// queue and its entries' expiries, under the same hash tag.
+#[derive(Debug)]
+pub(crate) struct RedlockNames {
+    pub(crate) key: KeyNames,
+    /// `{prefix}{{key}}:queue`: waiter ids scored by ticket.
+    pub(crate) queue: String,
+    /// `{prefix}{{key}}:queued`: waiter ids scored by the server ms their entry lapses.
+    pub(crate) expiries: String,
+}
+
+impl RedlockNames {
+    pub(crate) fn new(key: KeyNames) -> Self {
+        let stem = key.fence.strip_suffix("fence").unwrap_or(&key.fence);
+        let (queue, expiries) = (format!("{stem}queue"), format!("{stem}queued"));
+        RedlockNames {
+            key,
+            queue,
+            expiries,
+        }
+    }
+}
+
+/// A waiting request's place in the queue: its id and its ticket (the same on every node).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Waiter {
+    pub(crate) id: OwnerId,
+    pub(crate) ticket: u64,
+}
+
+/// What a Redlock acquire found on one node: the single-node [`Attempt`], and whether a
+/// waiter queue kept this request out of a lock that may be free.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct NodeAttempt {
+    pub(crate) attempt: Attempt,
+    pub(crate) queued: bool,
+}
+
+/// Runs [`ACQUIRE_LUA`] on one connection.
+pub(crate) async fn acquire_on<C: ConnectionLike>(
+    conn: &mut C,
+    names: &RedlockNames,
+    owner: OwnerId,
+    ttl: Duration,
+    retention: Duration,
+    waiter: Option<Waiter>,
+) -> Result<NodeAttempt> {
+    let bytes = names.key.lock.len() + names.key.fence.len() + 2 * names.queue.len() + 128;
+    let mut cmd = evalsha(&ACQUIRE, 4, 10, bytes);
+    cmd.arg(&names.key.lock)
+        .arg(&names.key.fence)
+        .arg(&names.queue)
+        .arg(&names.expiries)
+        .arg(&owner_hex(owner)[..])
+        .arg(whole_millis(ttl))
+        .arg(whole_millis(retention));
+    match waiter {
+        Some(waiter) => cmd
+            .arg(&owner_hex(waiter.id)[..])
+            .arg(waiter.ticket)
+            .arg(whole_millis(QUEUE_MARK)),
+        None => cmd.arg("").arg(0).arg(0),
+    };
+    let reply: redis::Value = run_script(conn, &ACQUIRE, &cmd)
+        .await
+        .map_err(|e| script_error("acquire", ACQUIRE_LUA, e))?;
+    match reply {
+        redis::Value::Int(token) if token > 0 => Ok(NodeAttempt {
+            attempt: Attempt::Granted {
+                token: token as u64,
+            },
+            queued: false,
+        }),
+        redis::Value::Array(ref held) => match held.as_slice() {
+            [redis::Value::Int(0), redis::Value::Int(pttl), redis::Value::Int(queued @ (0 | 1))] => {
+                Ok(NodeAttempt {
+                    attempt: Attempt::Held {
+                        expires_in: u64::try_from(*pttl).ok().map(Duration::from_millis),
+                    },
+                    queued: *queued == 1,
+                })
+            }
+            _ => Err(unexpected("acquire", &reply)),
+        },
+        _ => Err(unexpected("acquire", &reply)),
+    }
+}
+
+/// What one node's raise found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Raise {
+    /// The fence was below the token and now holds it.
+    Raised,
+    /// The fence was already at this value, at or above the token.
+    Ahead(u64),
+    /// The node no longer holds this owner's lock: nothing was written.
+    NotHeld,
+}
+
+/// Runs [`RAISE_LUA`] on one connection.
+pub(crate) async fn raise_on<C: ConnectionLike>(
+    conn: &mut C,
+    names: &KeyNames,
+    owner: OwnerId,
+    token: u64,
+    retention: Duration,
+) -> Result<Raise> {
+    let mut cmd = evalsha(&RAISE, 2, 5, names.lock.len() + names.fence.len() + 64);
+    cmd.arg(&names.lock)
+        .arg(&names.fence)
+        .arg(&owner_hex(owner)[..])
+        .arg(token)
+        .arg(whole_millis(retention));
+    let found: i64 = run_script(conn, &RAISE, &cmd)
+        .await
+        .map_err(|e| script_error("raise", RAISE_LUA, e))?;
+    match found {
+        -1 => Ok(Raise::NotHeld),
+        0 => Ok(Raise::Raised),
+        fence if fence > 0 => Ok(Raise::Ahead(fence as u64)),
+        other => Err(Error::Store {
+            message: format!("raise: the script answered {other}, not a fence"),
+            source: None,
+        }),
+    }
+}
+
+/// Runs [`WITHDRAW_LUA`] on one connection: `waiter` no longer waits.
+pub(crate) async fn withdraw_on<C: ConnectionLike>(
+    conn: &mut C,
+    names: &RedlockNames,
+    waiter: OwnerId,
+) -> Result<()> {
+    let mut cmd = evalsha(&WITHDRAW, 2, 4, 2 * names.queue.len() + 96);
+    cmd.arg(&names.queue)
+        .arg(&names.expiries)
+        .arg(&owner_hex(waiter)[..])
+        .arg(&names.key.channel);
+    let _: i64 = run_script(conn, &WITHDRAW, &cmd)
+        .await
+        .map_err(|e| script_error("withdraw", WITHDRAW_LUA, e))?;
+    Ok(())
+}
+
+fn unexpected(what: &str, reply: &redis::Value) -> Error {
+    Error::Store {
+        message: format!("{what}: unexpected reply from the script: {reply:?}"),
+        source: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The clock granule of a Redlock mint, in µs (2^18 µs, about 0.26 s): a node mints
+    /// `max(fence + 1, TIME µs rounded down to a multiple of this)`, so nodes whose clocks
+    /// read the same granule and whose fences agree mint the same token (the crate docs,
+    /// `# Redlock`, say why that lets the raise be skipped).
+    const GRANULE_MICROS: u64 = 1 << 18;
+
+    #[test]
+    fn the_script_rounds_the_clock_down_to_the_granule() {
+        assert!(ACQUIRE_LUA.contains(&format!("now - now % {GRANULE_MICROS}")));
+    }
+
+    #[test]
+    fn queue_names_share_the_hash_tag() {
+        let names = RedlockNames::new(KeyNames::new("p:", "jobs/x"));
+        assert_eq!(names.queue, "p:{jobs/x}:queue");
+        assert_eq!(names.expiries, "p:{jobs/x}:queued");
+    }
+}
