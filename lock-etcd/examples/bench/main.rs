@@ -661,6 +661,14 @@ async fn main() -> Result<(), Box<dyn Error>> {
     );
     table.latency("  extend p50 while they are kept alive", held.extends.p50());
     table.latency("  extend p99 while they are kept alive", held.extends.p99());
+    table.push(
+        "  extends of one more lock that failed and would be retried",
+        format!(
+            "{} of {}",
+            held.extends_failed,
+            held.extends.len() + held.extends_failed
+        ),
+    );
     println!("{table}");
     println!(
         "samples: {ITERATIONS} cycles each, {HANDOFFS} handoffs; raw get p99 {:.1} µs, raw put p99 {:.1} µs, raw floor p99 {:.1} µs; keep-alive: one stream per handle",

@@ -178,6 +178,8 @@ pub struct Held {
     pub watch_streams_open: Option<(u64, u64)>,
     /// One more lock's extend, repeated while the others are kept alive.
     pub extends: Samples,
+    /// Those extends that failed in a way the keep-alive retries (no answer in time).
+    pub extends_failed: usize,
 }
 
 /// Acquires `count` locks (`{prefix}{i}`, `in_flight` at a time) with `ttl` on a handle
@@ -246,7 +248,7 @@ where
     let (mut connections, mut open, mut watches): (Range, Range, Range) = (None, None, None);
     let widen =
         |range: Range, v: u64| Some(range.map_or((v, v), |(lo, hi)| (lo.min(v), hi.max(v))));
-    let mut extends = Vec::new();
+    let (mut extends, mut extends_failed) = (Vec::new(), 0);
     let until = Instant::now() + ttl * 3;
     let mut next_sample = Instant::now();
     while Instant::now() < until {
@@ -263,8 +265,12 @@ where
             }
         }
         let sent = Instant::now();
-        store.extend(&probe).await?;
-        extends.push(sent.elapsed());
+        match store.extend(&probe).await {
+            Ok(()) => extends.push(sent.elapsed()),
+            // Counted, not fatal: a keep-alive retries these too.
+            Err(error) if error.is_retryable() => extends_failed += 1,
+            Err(error) => return Err(error),
+        }
         tokio::time::sleep(Duration::from_millis(150)).await;
     }
     let lost = kept.iter().filter(|k| k.is_lost()).count();
@@ -298,5 +304,6 @@ where
             .map(|(after, (before, _))| after.saturating_sub(before)),
         watch_streams_open: watches,
         extends: Samples::new(extends),
+        extends_failed,
     })
 }
