@@ -1,55 +1,56 @@
 //! Replica acknowledgement and failover on a real Redis Cluster (3 masters, each with a
 //! replica): a master is killed after its replica was cut off, and the replica is promoted.
 //!
-//! # Why the fence is set a day ahead, and not the replica's clock a day back
+//! # The promoted replica's clock is a day behind
 //!
 //! Every node shares this host's clock, so a token minted from `TIME` alone would pass a
-//! monotonicity test across any failover. Issue 16 asks for the replica to run under Debian's
-//! `faketime` with its clock set back, so that only the replicated counter can keep tokens
-//! growing. That does not work with Debian's packages (bookworm: `redis-server` 7.0.15, which
-//! links the system's `libjemalloc.so.2` 5.3.0, and `libfaketime` 0.9.10): the server never
-//! starts. What was tried, each as `env … redis-server --port P --save ''`:
+//! monotonicity test across any failover: the replica promoted here runs with its wall clock a
+//! day behind every other node's ([`RedisCluster::start_with_replica_clock_back`]), so that
+//! only the replicated fence can keep its tokens above those acknowledged before the failover.
+//! The test checks that its `TIME` is a day behind its master's, and that a lease replicated
+//! to it expires by its own clock (a day later than its master would have expired it).
 //!
-//! - `faketime -f -1d redis-server`, `faketime '2020-01-01 00:00:00' redis-server`, and
-//!   `LD_PRELOAD=…/faketime/libfaketime.so.1 FAKETIME=-1d` and `libfaketimeMT.so.1`, each with
-//!   `FAKETIME_DONT_FAKE_MONOTONIC=1`, `DONT_FAKE_MONOTONIC=1`, `FAKETIME_NO_CACHE=1` or
-//!   `FAKETIME_FORCE_MONOTONIC_FIX=0`: every one prints libfaketime's "Cannot recover from
-//!   unexpected recursive calls to clock_gettime()" and hangs before it listens. gdb shows why:
-//!   the first `malloc` (libgpg-error's constructor) starts jemalloc's initialisation, which
-//!   reads `clock_gettime(CLOCK_MONOTONIC)`; libfaketime, not yet initialised, starts itself,
-//!   and its `dlsym(RTLD_NEXT, "__ftime")` fails (glibc 2.36 has no `__ftime`), and glibc
-//!   `malloc`s the error message: jemalloc again, inside its own initialisation. Upstream knows
-//!   this and has no fix on libfaketime's side (wolfcw/libfaketime issues 130, 327 and 478).
-//! - A preloaded helper exporting `__ftime` and `timer_settime`/`timer_gettime@GLIBC_2.2` (the
-//!   other two failed look-ups), so no `dlsym` fails: libfaketime then gets past `dlsym`, but its
-//!   initialisation calls `sem_open` (its shared-memory clock for child processes), which
-//!   `malloc`s and deadlocks on jemalloc's initialisation lock.
-//! - A helper preloaded before libfaketime that answers every clock but the wall clock with
-//!   the raw system call, so jemalloc's monotonic reads never reach libfaketime: jemalloc's
-//!   initialisation also calls `pthread_cond_init`, which libfaketime interposes and which
-//!   starts libfaketime's initialisation (same deadlock). Forwarding that call to the C
-//!   library's own version needs a handle on libc: `dlopen("libc.so.6", RTLD_NOLOAD)`
-//!   `malloc`s (deadlock), and `dlvsym` on libc's link map (from `dladdr1`) crashed.
-//! - `ldd $(command -v redis-server)`: jemalloc is a shared library, but redis calls
-//!   jemalloc's own `mallctl`, so another allocator cannot be preloaded in its place; jemalloc
-//!   reads the clock and initialises its condition variables whatever `MALLOC_CONF` says.
+//! The clock is moved by a small preloaded library of `test-servers` (`clock_shim.rs`: it
+//! overrides `clock_gettime` for the wall clocks, `gettimeofday` and `time`, and asks the
+//! kernel directly), not by Debian's `faketime`, which issue 16 named: with Debian's packages
+//! (bookworm: `redis-server` 7.0.15, linked with the shared `libjemalloc.so.2` 5.3.0, and
+//! `libfaketime` 0.9.10) the server never starts under it. Every variant tried (`faketime -f
+//! -1d`, an absolute date, `LD_PRELOAD` of `libfaketime.so.1` and `libfaketimeMT.so.1` with
+//! `FAKETIME=-1d`, each with `DONT_FAKE_MONOTONIC=1`, `FAKETIME_NO_CACHE=1` or
+//! `FAKETIME_FORCE_MONOTONIC_FIX=0`) prints libfaketime's "Cannot recover from unexpected
+//! recursive calls to clock_gettime()" and hangs before it listens: the first `malloc` starts
+//! jemalloc's initialisation, which reads `clock_gettime(CLOCK_MONOTONIC)`; libfaketime then
+//! initialises itself, and its failed `dlsym(RTLD_NEXT, "__ftime")` (glibc 2.36 has none)
+//! makes glibc `malloc` the error message, re-entering jemalloc inside its own initialisation
+//! (wolfcw/libfaketime issues 130, 327 and 478). Helpers preloaded to answer those look-ups or
+//! the monotonic clocks only moved the deadlock (libfaketime's `sem_open` and its
+//! `pthread_cond_init` wrapper `malloc` too), and redis calls jemalloc's own `mallctl`, so no
+//! other allocator can be preloaded in its place. The shim has none of that: no `malloc`, no
+//! `dlsym`, and the offset read with `getenv` on first use.
 //!
-//! So the test sets the fence key a day ahead of every clock and waits for the replica to have
-//! it: from then on `max(fence + 1, TIME)` is the counter on every node, exactly as it would be
-//! on a promoted replica whose clock is a day behind. What this cannot catch is an acquire
-//! script that returns `max(fence + 1, TIME)` but writes back only `fence + 1` (a clock a day
-//! back would); `script.rs`'s unit test
-//! `the_token_is_the_fence_plus_one_or_the_clock_and_the_fence_expires_after_retention` checks
-//! that the fence holds the token handed out.
+//! With that clock, an acquire script that returned `max(fence + 1, TIME)` but wrote back only
+//! `fence + 1` fails here: the promoted replica's fence would be far below the acknowledged
+//! token, and its `TIME` a day below it.
 
 mod common;
 
 use std::time::Duration;
 
 use fencelock_core::{Acquire, Error, Extend, Release, ReleaseOutcome};
-use test_servers::{RedisCluster, RedisServer};
+use test_servers::RedisCluster;
 
 const TTL: Duration = Duration::from_secs(30);
+const DAY: Duration = Duration::from_secs(86_400);
+
+/// The node's `TIME`, in whole seconds.
+fn time_s(cluster: &RedisCluster, port: u16) -> u64 {
+    let answer = cluster.query(port, &["TIME"]).expect("TIME");
+    answer
+        .lines()
+        .next()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or_else(|| panic!("TIME on {port} answered {answer:?}"))
+}
 
 /// A key whose fence (and so whose lock) lives on the master on `master`.
 fn key_on(cluster: &RedisCluster, master: u16, stem: &str) -> String {
@@ -87,10 +88,11 @@ where
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn min_replicas_keeps_acknowledged_locks_and_tokens_across_a_failover_and_plain_grants_can_be_lost(
 ) {
-    let mut cluster = tokio::task::spawn_blocking(|| RedisServer::start_cluster(3, 1))
-        .await
-        .expect("join")
-        .expect("a Redis Cluster");
+    let mut cluster =
+        tokio::task::spawn_blocking(|| RedisCluster::start_with_replica_clock_back(3, 1, DAY))
+            .await
+            .expect("join")
+            .expect("a Redis Cluster");
     let url = cluster.url();
     let acked = common::store(
         &url,
@@ -99,32 +101,26 @@ async fn min_replicas_keeps_acknowledged_locks_and_tokens_across_a_failover_and_
     .await;
     let plain = common::store(&url, "command_timeout=3s").await;
     let other = common::store(&url, "min_replicas=1&command_timeout=3s").await;
-    let key = "failover";
-    let slot = cluster.keyslot("fencelock:{failover}:fence").expect("slot");
-    let master = cluster.master_of_slot(slot).expect("master");
+    // The first master's replica runs a day behind.
+    let master = cluster.ports()[0];
     let replica = cluster.replica_of(master).expect("replica");
+    assert_eq!(replica, cluster.ports()[3]);
+    let key = key_on(&cluster, master, "failover");
     let held_key = key_on(&cluster, master, "held");
 
-    // The fence a day ahead of every clock, replicated before anything else happens.
-    let ahead = (std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_micros() as u64)
-        + 86_400_000_000;
-    cluster
-        .query(
-            master,
-            &["SET", "fencelock:{failover}:fence", &ahead.to_string()],
-        )
-        .expect("set the fence");
-    cluster.query(master, &["WAIT", "1", "5000"]).expect("wait");
+    // Its TIME is a day behind its master's (and this host's).
+    let (on_master, on_replica) = (time_s(&cluster, master), time_s(&cluster, replica));
+    let behind = on_master - on_replica;
+    assert!(
+        (DAY.as_secs() - 60..=DAY.as_secs() + 60).contains(&behind),
+        "the replica's TIME is {on_replica}, its master's {on_master}: {behind} s behind, not a day"
+    );
 
     // Acknowledged: granted.
     let first = acked
-        .try_acquire(key, TTL)
+        .try_acquire(&key, TTL)
         .await
         .expect("acknowledged grant");
-    assert!(first.fencing_token() > ahead);
     let released = acked.release(&first).await.expect("release");
     assert_eq!(released, ReleaseOutcome::Released);
     // An acknowledged lease on the same master, held across the failover.
@@ -139,14 +135,14 @@ async fn min_replicas_keeps_acknowledged_locks_and_tokens_across_a_failover_and_
     cluster
         .query(master, &["CLIENT", "KILL", "TYPE", "replica"])
         .expect("cut the replica off");
-    let refused = acked.try_acquire(key, TTL).await;
+    let refused = acked.try_acquire(&key, TTL).await;
     assert!(
         matches!(&refused, Err(Error::Unavailable { message, .. }) if message.contains("min_replicas")),
         "{refused:?}"
     );
     // Without WAIT the same grant is handed out, unreplicated.
     let lost = plain
-        .try_acquire(key, TTL)
+        .try_acquire(&key, TTL)
         .await
         .expect("unacknowledged grant");
     assert!(lost.fencing_token() > first.fencing_token());
@@ -163,13 +159,28 @@ async fn min_replicas_keeps_acknowledged_locks_and_tokens_across_a_failover_and_
         matches!(contended, Err(Error::Busy { .. })),
         "the promoted master must still hold the acknowledged lease: {contended:?}"
     );
+    // Replicated with its master's absolute expiry, which the promoted master reads on its own
+    // clock: the lease has a day more to live there.
+    let pttl: u64 = cluster
+        .query(
+            replica,
+            &["PTTL", &format!("fencelock:{{{held_key}}}:lock")],
+        )
+        .expect("PTTL")
+        .trim()
+        .parse()
+        .expect("a PTTL");
+    assert!(
+        pttl > DAY.as_millis() as u64,
+        "the held lease expires in {pttl} ms on the promoted master"
+    );
     retrying(|| acked.extend(&held))
         .await
         .expect("the holder extends its acknowledged lease on the promoted master");
 
     // The lock granted without WAIT is gone: a second holder gets it while the first still
     // believes it holds it (it learns at its next extend), and the next token is not above it.
-    let after = retrying(|| plain.try_acquire(key, TTL))
+    let after = retrying(|| plain.try_acquire(&key, TTL))
         .await
         .expect("a grant on the promoted replica");
     assert!(
@@ -180,8 +191,15 @@ async fn min_replicas_keeps_acknowledged_locks_and_tokens_across_a_failover_and_
     );
     let stale = plain.extend(&lost).await;
     assert!(stale.as_ref().is_err_and(Error::is_lease_lost), "{stale:?}");
-    // Every acknowledged token survived: the new one is above the acknowledged first.
-    assert!(after.fencing_token() > first.fencing_token());
+    // Every acknowledged token survived: the new one is above the acknowledged first, minted
+    // from the replicated fence (the promoted master's TIME is a day below it).
+    assert!(
+        after.fencing_token() > first.fencing_token(),
+        "the promoted replica minted {} after the acknowledged {}",
+        after.fencing_token(),
+        first.fencing_token()
+    );
+    assert_eq!(after.fencing_token(), first.fencing_token() + 1);
 
     // The held lease is released on the promoted master. The key is free again, but the
     // promoted master has no replica until one rejoins: with min_replicas=1 every grant on its

@@ -49,6 +49,7 @@
 //! ```
 #![cfg(unix)]
 
+mod clock_shim;
 mod etcd;
 mod mariadb;
 mod ports;

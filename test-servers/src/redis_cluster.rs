@@ -6,6 +6,7 @@ use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use crate::clock_shim;
 use crate::process::{self, log_marker, start_error, wait_ready, Proc, TempDir};
 use crate::redis::ping;
 use crate::{Error, RedisServer, Result};
@@ -17,6 +18,11 @@ const NODE_TIMEOUT_MS: u32 = 2000;
 /// A Redis Cluster for tests: `masters` masters, each with `replicas` replicas, every node a
 /// `redis-server` child process on free ports of 127.0.0.1 (client port and cluster bus port),
 /// in its own directory with its own `nodes.conf`, without persistence. Always local.
+///
+/// [`ports`](Self::ports) lists the masters as created, then their replicas in the same order:
+/// with `m` masters and `r` replicas each, node `m + i * r + k` is the `k`th replica of master
+/// `i`. The constructors return once every node reports `cluster_state:ok` and every replica's
+/// link to its master is up.
 ///
 /// Dropping it kills every node and removes their directories.
 #[derive(Debug)]
@@ -32,6 +38,8 @@ struct Node {
     port: u16,
     bus: u16,
     log: PathBuf,
+    /// How far behind this host's wall clock the node's runs ([`clock_shim`]); `None`: not moved.
+    clock_back: Option<Duration>,
     dir: TempDir,
 }
 
@@ -41,12 +49,29 @@ impl RedisServer {
     /// `cluster_state:ok`. Needs `redis-server` and `redis-cli` (Debian: `redis-server`,
     /// `redis-tools`); a missing one is [`Error::MissingBinary`].
     pub fn start_cluster(masters: usize, replicas_per_master: usize) -> Result<RedisCluster> {
-        RedisCluster::start(masters, replicas_per_master)
+        RedisCluster::start(masters, replicas_per_master, None)
     }
 }
 
 impl RedisCluster {
-    fn start(masters: usize, replicas: usize) -> Result<Self> {
+    /// As [`RedisServer::start_cluster`], but the replicas of the first master
+    /// (`ports()[0]`) run with their wall clock `back` (whole seconds) behind this host's:
+    /// their `TIME`, their key expiry and every other wall-clock reading, while their
+    /// monotonic clock is this host's. Promoting one of them gives that shard a master whose
+    /// clock is behind every other node's.
+    ///
+    /// The clock is moved by a small library preloaded into those `redis-server`s (Debian's
+    /// `faketime` deadlocks them at start), built once per process with `cc` (Debian: `gcc`;
+    /// missing, it is [`Error::MissingBinary`]).
+    pub fn start_with_replica_clock_back(
+        masters: usize,
+        replicas_per_master: usize,
+        back: Duration,
+    ) -> Result<Self> {
+        Self::start(masters, replicas_per_master, Some(back))
+    }
+
+    fn start(masters: usize, replicas: usize, clock_back: Option<Duration>) -> Result<Self> {
         if masters < 3 {
             return Err(Error::InvalidArgument(format!(
                 "a Redis Cluster needs at least 3 masters, not {masters}"
@@ -61,37 +86,129 @@ impl RedisCluster {
             let (port, bus) = (ports[2 * i], ports[2 * i + 1]);
             let dir = TempDir::new("redis-cluster", port, None)?;
             let log = dir.path().join("redis.log");
+            // The replicas of master 0 are nodes masters..masters + replicas.
+            let behind = i >= masters && i < masters + replicas;
             let mut node = Node {
                 proc: Proc::none(),
                 port,
                 bus,
                 log,
+                clock_back: clock_back.filter(|_| behind),
                 dir,
             };
             node.launch(&binary)?;
             nodes.push(node);
         }
         let cluster = RedisCluster { nodes, cli };
-        cluster.create(replicas)?;
+        cluster.create(masters)?;
+        cluster.attach_replicas(masters, replicas)?;
         cluster.wait_ok(Duration::from_secs(30))?;
+        cluster.wait_replicas_linked(masters, Duration::from_secs(30))?;
         Ok(cluster)
     }
 
-    /// `redis-cli --cluster create`: the first `masters` nodes get the slots.
-    fn create(&self, replicas: usize) -> Result<()> {
+    /// `redis-cli --cluster create` of the first `masters` nodes, which get the slots.
+    fn create(&self, masters: usize) -> Result<()> {
         let mut command = Command::new(&self.cli);
         command.arg("--cluster").arg("create");
-        for node in &self.nodes {
+        for node in &self.nodes[..masters] {
             command.arg(format!("127.0.0.1:{}", node.port));
-        }
-        if replicas > 0 {
-            command.arg("--cluster-replicas").arg(replicas.to_string());
         }
         command.arg("--cluster-yes");
         let log = &self.nodes[0].log;
         log_marker(log, "redis-cli --cluster create");
         process::run_logged(command, log)
             .map_err(|reason| start_error("redis-cli --cluster create", reason, log))
+    }
+
+    /// Makes node `masters + i * replicas + k` a replica of master `i` (`redis-cli --cluster
+    /// create --cluster-replicas` pairs them at random when every node has the same address):
+    /// `CLUSTER MEET` the first master, then `CLUSTER REPLICATE` once the node knows its master.
+    fn attach_replicas(&self, masters: usize, replicas: usize) -> Result<()> {
+        let first = &self.nodes[0];
+        let (meet_port, meet_bus) = (first.port.to_string(), first.bus.to_string());
+        let mut ids = Vec::with_capacity(masters);
+        for node in &self.nodes[..masters] {
+            ids.push(
+                self.query(node.port, &["CLUSTER", "MYID"])?
+                    .trim()
+                    .to_owned(),
+            );
+        }
+        let replica_nodes = &self.nodes[masters..];
+        for node in replica_nodes {
+            let answer = self.query(
+                node.port,
+                &["CLUSTER", "MEET", "127.0.0.1", &meet_port, &meet_bus],
+            )?;
+            if answer.trim() != "OK" {
+                return Err(start_error(
+                    "the Redis Cluster",
+                    format!("CLUSTER MEET on {} answered {answer:?}", node.port),
+                    &node.log,
+                ));
+            }
+        }
+        let started = Instant::now();
+        for (n, node) in replica_nodes.iter().enumerate() {
+            let id = &ids[n / replicas];
+            loop {
+                // "ERR Unknown node" until the gossip has reached this node.
+                let answer = self.query(node.port, &["CLUSTER", "REPLICATE", id])?;
+                if answer.trim() == "OK" {
+                    break;
+                }
+                if started.elapsed() > Duration::from_secs(30) {
+                    return Err(start_error(
+                        "the Redis Cluster",
+                        format!(
+                            "CLUSTER REPLICATE {id} on {} still answers {answer:?} after 30 s",
+                            node.port
+                        ),
+                        &node.log,
+                    ));
+                }
+                thread::sleep(Duration::from_millis(50));
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits until every replica reports `master_link_status:up` and every master lists
+    /// `replicas` of them as connected (`INFO replication`); fails after `bound`.
+    fn wait_replicas_linked(&self, masters: usize, bound: Duration) -> Result<()> {
+        let replicas = (self.nodes.len() - masters) / masters;
+        let started = Instant::now();
+        let linked = |node: &Node, master: bool| {
+            let wanted = if master {
+                format!("connected_slaves:{replicas}")
+            } else {
+                "master_link_status:up".to_owned()
+            };
+            self.query(node.port, &["INFO", "replication"])
+                .is_ok_and(|info| info.lines().any(|line| line.trim() == wanted))
+        };
+        loop {
+            let waiting = self
+                .nodes
+                .iter()
+                .enumerate()
+                .find(|(i, node)| !linked(node, *i < masters));
+            let Some((_, node)) = waiting else {
+                return Ok(());
+            };
+            if started.elapsed() > bound {
+                return Err(start_error(
+                    "the Redis Cluster",
+                    format!(
+                        "the node on {} has not got its replication links up after {bound:?}",
+                        node.port
+                    ),
+                    &node.log,
+                ));
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// Waits until every running node answers `CLUSTER INFO` with `cluster_state:ok` and knows
@@ -364,7 +481,12 @@ impl Node {
             .args(["--cluster-node-timeout", &NODE_TIMEOUT_MS.to_string()])
             .args(["--cluster-port", &self.bus.to_string()])
             .args(["--cluster-allow-replica-migration", "no"])
+            // A replica's first full sync starts at once, not 5 s later (7.0's default).
+            .args(["--repl-diskless-sync-delay", "0"])
             .current_dir(self.dir.path());
+        if let Some(back) = self.clock_back {
+            clock_shim::set_back(&mut command, back)?;
+        }
         self.proc = Proc::spawn(command, &self.log)?;
         wait_ready(&mut self.proc, &what, &self.log, || ping(port))
     }
