@@ -38,7 +38,7 @@ struct Node {
     port: u16,
     bus: u16,
     log: PathBuf,
-    /// How far behind this host's wall clock the node's runs ([`clock_shim`]); `None`: not moved.
+    /// How far the node's wall clock runs behind this host's ([`clock_shim`]); `None`: not moved.
     clock_back: Option<Duration>,
     dir: TempDir,
 }
@@ -46,7 +46,7 @@ struct Node {
 impl RedisServer {
     /// Starts a Redis Cluster of `masters` masters (at least 3, as `redis-cli --cluster create`
     /// wants), each with `replicas_per_master` replicas, and waits until every node reports
-    /// `cluster_state:ok`. Needs `redis-server` and `redis-cli` (Debian: `redis-server`,
+    /// `cluster_state:ok` and every replica's link to its master is up. Needs `redis-server` and `redis-cli` (Debian: `redis-server`,
     /// `redis-tools`); a missing one is [`Error::MissingBinary`].
     pub fn start_cluster(masters: usize, replicas_per_master: usize) -> Result<RedisCluster> {
         RedisCluster::start(masters, replicas_per_master, None)
