@@ -39,8 +39,9 @@ missing_packages() {
   command -v openssl >/dev/null || echo openssl
   command -v redis-cli >/dev/null || echo redis-tools
   /usr/bin/python3 -c 'import redis' 2>/dev/null || echo python3-redis
-  # A server started with its clock set back (the Redis Cluster failover tests).
-  command -v faketime >/dev/null || echo faketime
+  # A C compiler: rustc's linker, and test-servers builds the clock shim it preloads into a
+  # Redis replica whose clock is set back (the Redis Cluster failover test).
+  command -v cc >/dev/null || echo gcc
 }
 
 install_packages() {

@@ -103,11 +103,14 @@
 //!   then on a replica, so a failover to that replica keeps tokens growing; the lock itself is
 //!   still only as safe as Redis replication (`WAIT` does not make Redis consistent: a
 //!   failover to a replica that did not acknowledge loses it).
-//!   `tests/cluster_faults.rs` shows both with the fence set a day ahead of every node's clock
-//!   (Debian's redis-server, built with jemalloc, does not start under libfaketime, so a
-//!   replica with its clock set back is emulated this way): without `WAIT` the promoted
-//!   replica mints a token not above the lost one; with `min_replicas=1` above the
-//!   acknowledged one.
+//!   `tests/cluster_faults.rs` shows both with a replica whose wall clock runs a day behind
+//!   every other node's (a clock shim `test-servers` preloads; Debian's redis-server, built
+//!   with jemalloc, does not start under libfaketime): without `WAIT` the promoted replica
+//!   mints a token not above the lost one; with `min_replicas=1` one above every acknowledged
+//!   token, from the replicated fence, not the clock.
+//! - Redis 7 replicates an expiry as an absolute time, which a promoted replica reads on its
+//!   own clock: behind, it keeps a lease past its TTL (safe, but the next holder waits); ahead,
+//!   it frees the lease early, and only the fencing token keeps the old holder's writes out.
 //!
 //! # Shared leases and permits
 //! [`RedisStore`] keeps all three [`Mode`]s (`Capabilities::shared` and `permits`; Redlock does
