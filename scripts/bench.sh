@@ -30,11 +30,15 @@ wanted() {
   return 1
 }
 
-# Build every selected example first, so that no build runs next to a measurement.
+# Build every selected example first, so that no build runs next to a measurement, and copy
+# each one out at once: several crates have an example called `bench`, and they share
+# target/release/examples/bench.
+mkdir -p target/bench/bin
 for entry in "${benches[@]}"; do
   read -r name package example <<<"$entry"
   wanted "$name" || continue
   cargo build -q --release -p "$package" --example "$example"
+  cp "target/release/examples/$example" "target/bench/bin/$name"
 done
 
 mkdir -p target/bench
@@ -47,7 +51,7 @@ log="target/bench/$(date -u +%Y-%m-%dT%H%M%SZ).txt"
     echo
     echo "## $name: cargo run --release -p $package --example $example"
     start=$SECONDS
-    cargo run -q --release -p "$package" --example "$example"
+    "target/bench/bin/$name"
     echo "($name took $((SECONDS - start)) s; load average $(cut -d' ' -f1-3 /proc/loadavg))"
   done
 } 2>&1 | tee "$log"
