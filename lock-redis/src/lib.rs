@@ -310,7 +310,7 @@
 //!   the validity. **Waiting** listens on the key's release channel of every node (each
 //!   node's one pub/sub connection per handle), tries again once a quorum of nodes published
 //!   a release, and is capped at [`WAIT_CAP`] like the single-node store; waiters queue in
-//!   ticket order (below). [`LockStore::evict`] deletes the lock on every node.
+//!   ticket order and only the head is woken (below). [`LockStore::evict`] deletes the lock on every node.
 //!
 //! **Fencing tokens.** Each node mints in its acquire script as above, but from a coarse
 //! clock: `max(fence + 1, TIME µs rounded down to a multiple of 2^18 µs)` (about 0.26 s),
@@ -354,7 +354,11 @@
 //! a quorum of releases. A request that does not wait (`try_acquire`) is `Busy` while waiters
 //! are queued. A wait that ends without a lease (timeout, error, dropped future) withdraws its
 //! entries and wakes the others; a waiter whose process died holds the head until its entry
-//! lapses. The order follows the clients' clocks, so the queue is not declared fair.
+//! lapses. The order follows the clients' clocks, so the queue is not declared fair. A
+//! release (or withdrawal) wakes only the queue's head, on a channel of its own
+//! (`{prefix}{key}:released:<waiter id>`): the other waiters make no round. The queue needs
+//! `EXISTS` and the sorted-set commands of `# Server requirements`; its scripts call them
+//! under `pcall`, so a user without them still locks, its waits unordered.
 //!
 //! **Assumptions.**
 //! - No node loses its data while it is in a majority that raised a token, unless it stays

@@ -404,16 +404,8 @@ fn attempt_of(reply: redis::Value) -> Result<Attempt> {
     }
 }
 
-/// Runs the release script on one connection; true if this owner's lock was deleted.
-pub(crate) async fn release_on<C: ConnectionLike>(
-    conn: &mut C,
-    names: &KeyNames,
-    owner: OwnerId,
-) -> Result<bool> {
-    release_keys_on(conn, &names.lock, &names.channel, owner).await
-}
-
-/// [`release_on`] given only the two names the script uses.
+/// Runs the release script on one connection, given the two names it uses; true if this
+/// owner's lock was deleted.
 pub(crate) async fn release_keys_on<C: ConnectionLike>(
     conn: &mut C,
     lock: &str,

@@ -25,7 +25,8 @@ pub(crate) const QUEUE_MARK: Duration = Duration::from_millis(1_500);
 /// (waiter ids scored by the server ms their entry lapses). ARGV: owner, ttl ms, retention ms,
 /// waiter id (empty for a request that does not wait), ticket, mark ms.
 ///
-/// A waiting request first enters (or refreshes) its entry. While the queue holds a live
+/// The queue's commands run under `pcall`: a user without `EXISTS` and the sorted-set rights
+/// still locks, its waits unordered. A waiting request first enters (or refreshes) its entry. While the queue holds a live
 /// entry, only its head (lowest ticket, then lowest id: every node orders the same entries the
 /// same way) may take the lock: anyone else is answered `{0, pttl, 1}`. A grant is
 /// `SET lock owner NX PX ttl`, then the token `max(fence + 1, TIME µs rounded down to
@@ -37,18 +38,18 @@ local t = redis.call('TIME')
 local ms = t[1] * 1000 + math.floor(t[2] / 1000)
 local waiter = ARGV[4]
 if waiter ~= '' then
-  redis.call('ZADD', KEYS[3], ARGV[5], waiter)
-  redis.call('ZADD', KEYS[4], ms + tonumber(ARGV[6]), waiter)
-  redis.call('PEXPIRE', KEYS[3], tonumber(ARGV[6]) + 1000)
-  redis.call('PEXPIRE', KEYS[4], tonumber(ARGV[6]) + 1000)
+  redis.pcall('ZADD', KEYS[3], ARGV[5], waiter)
+  redis.pcall('ZADD', KEYS[4], ms + tonumber(ARGV[6]), waiter)
+  redis.pcall('PEXPIRE', KEYS[3], tonumber(ARGV[6]) + 1000)
+  redis.pcall('PEXPIRE', KEYS[4], tonumber(ARGV[6]) + 1000)
 end
-if redis.call('EXISTS', KEYS[4]) == 1 then
-  local gone = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', ms, 'LIMIT', 0, 100)
+if redis.pcall('EXISTS', KEYS[4]) == 1 then
+  local gone = redis.pcall('ZRANGEBYSCORE', KEYS[4], '-inf', ms, 'LIMIT', 0, 100)
   if #gone > 0 then
-    redis.call('ZREM', KEYS[3], unpack(gone))
-    redis.call('ZREM', KEYS[4], unpack(gone))
+    redis.pcall('ZREM', KEYS[3], unpack(gone))
+    redis.pcall('ZREM', KEYS[4], unpack(gone))
   end
-  local head = redis.call('ZRANGE', KEYS[3], 0, 0)
+  local head = redis.pcall('ZRANGE', KEYS[3], 0, 0)
   if head[1] and head[1] ~= waiter then
     return {0, redis.call('PTTL', KEYS[1]), 1}
   end
@@ -68,8 +69,8 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
     redis.call('SET', KEYS[2], token, 'PX', ARGV[3])
   end
   if waiter ~= '' then
-    redis.call('ZREM', KEYS[3], waiter)
-    redis.call('ZREM', KEYS[4], waiter)
+    redis.pcall('ZREM', KEYS[3], waiter)
+    redis.pcall('ZREM', KEYS[4], waiter)
   end
   return token
 end
@@ -93,20 +94,67 @@ redis.call('PEXPIRE', KEYS[2], ARGV[3])
 return fence
 ";
 
-/// A waiter stops waiting: remove its entry and, if it had one, wake the key's waiters (it may
-/// have been the head). KEYS: queue, expiries. ARGV: waiter id, channel. Atomic: one script.
-pub(crate) const WITHDRAW_LUA: &str = r"
-redis.call('ZREM', KEYS[2], ARGV[1])
-if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then
-  redis.call('PUBLISH', ARGV[2], '')
-  return 1
+/// Lua waking the head of the queue (KEYS[2], entries' expiries KEYS[3]) on its own channel,
+/// `ARGV[2]:<waiter id>`, after dropping lapsed entries.
+macro_rules! wake_head_lua {
+    () => {
+        r"
+if redis.pcall('EXISTS', KEYS[3]) == 1 then
+  local t = redis.call('TIME')
+  local ms = t[1] * 1000 + math.floor(t[2] / 1000)
+  local gone = redis.pcall('ZRANGEBYSCORE', KEYS[3], '-inf', ms, 'LIMIT', 0, 100)
+  if #gone > 0 then
+    redis.pcall('ZREM', KEYS[2], unpack(gone))
+    redis.pcall('ZREM', KEYS[3], unpack(gone))
+  end
+  local head = redis.pcall('ZRANGE', KEYS[2], 0, 0)
+  if head[1] then
+    redis.call('PUBLISH', ARGV[2] .. ':' .. head[1], '')
+  end
 end
-return 0
-";
+"
+    };
+}
+
+/// Release on one node: delete the lock only if it still holds this owner, publish on the
+/// key's channel (as the single-node release does), and wake the queue's head on its own
+/// channel, so only the waiter the nodes will grant to makes a round. KEYS: lock, queue,
+/// expiries. ARGV: owner, channel. Returns 1 if released, 0 if the lease was already gone.
+/// Atomic: one script.
+pub(crate) const RELEASE_LUA: &str = concat!(
+    r"
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+redis.call('DEL', KEYS[1])
+redis.call('PUBLISH', ARGV[2], '')
+",
+    wake_head_lua!(),
+    r"
+return 1
+"
+);
+
+/// A waiter stops waiting: remove its entry and, if it had one, wake the queue's new head (it
+/// may have been the head). KEYS: lock, queue, expiries. ARGV: waiter id, channel. Atomic: one
+/// script.
+pub(crate) const WITHDRAW_LUA: &str = concat!(
+    r"
+redis.pcall('ZREM', KEYS[3], ARGV[1])
+if redis.pcall('ZREM', KEYS[2], ARGV[1]) ~= 1 then
+  return 0
+end
+",
+    wake_head_lua!(),
+    r"
+return 1
+"
+);
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_LUA));
 static RAISE: LazyLock<Script> = LazyLock::new(|| Script::new(RAISE_LUA));
 static WITHDRAW: LazyLock<Script> = LazyLock::new(|| Script::new(WITHDRAW_LUA));
+static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_LUA));
 
 /// The names of one key on a Redlock node: the single-node store's, and the key's waiter
 /// queue and its entries' expiries, under the same hash tag.
@@ -241,8 +289,9 @@ pub(crate) async fn withdraw_on<C: ConnectionLike>(
     names: &RedlockNames,
     waiter: OwnerId,
 ) -> Result<()> {
-    let mut cmd = evalsha(&WITHDRAW, 2, 4, 2 * names.queue.len() + 96);
-    cmd.arg(&names.queue)
+    let mut cmd = evalsha(&WITHDRAW, 3, 5, 3 * names.queue.len() + 96);
+    cmd.arg(&names.key.lock)
+        .arg(&names.queue)
         .arg(&names.expiries)
         .arg(&owner_hex(waiter)[..])
         .arg(&names.key.channel);
@@ -250,6 +299,35 @@ pub(crate) async fn withdraw_on<C: ConnectionLike>(
         .await
         .map_err(|e| script_error("withdraw", WITHDRAW_LUA, e))?;
     Ok(())
+}
+
+/// Runs [`RELEASE_LUA`] on one connection; true if this owner's lock was deleted.
+pub(crate) async fn release_on<C: ConnectionLike>(
+    conn: &mut C,
+    names: &RedlockNames,
+    owner: OwnerId,
+) -> Result<bool> {
+    let bytes = names.key.lock.len() + 2 * names.queue.len() + names.key.channel.len() + 40;
+    let mut cmd = evalsha(&RELEASE, 3, 5, bytes);
+    cmd.arg(&names.key.lock)
+        .arg(&names.queue)
+        .arg(&names.expiries)
+        .arg(&owner_hex(owner)[..])
+        .arg(&names.key.channel);
+    let released: i64 = run_script(conn, &RELEASE, &cmd)
+        .await
+        .map_err(|e| script_error("release", RELEASE_LUA, e))?;
+    Ok(released == 1)
+}
+
+/// The channel a waiter is woken on when it heads the key's queue.
+pub(crate) fn waiter_channel(names: &RedlockNames, waiter: OwnerId) -> String {
+    let hex = owner_hex(waiter);
+    let mut channel = String::with_capacity(names.key.channel.len() + 1 + hex.len());
+    channel.push_str(&names.key.channel);
+    channel.push(':');
+    channel.push_str(std::str::from_utf8(&hex).unwrap_or_default());
+    channel
 }
 
 fn unexpected(what: &str, reply: &redis::Value) -> Error {

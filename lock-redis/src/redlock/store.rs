@@ -18,12 +18,15 @@ use tokio::time::{sleep, sleep_until};
 use super::config::RedlockConfig;
 use super::fanout::{FanOut, NodeOrder, Turn};
 use super::quorum::{answered, count, evicting, failures, Answers, QuorumError};
-use super::scripts::{acquire_on, raise_on, withdraw_on, NodeAttempt, Raise, RedlockNames, Waiter};
+use super::scripts::{
+    acquire_on, raise_on, release_on, waiter_channel, withdraw_on, NodeAttempt, Raise,
+    RedlockNames, Waiter,
+};
 use crate::config::TTL_GRANULARITY;
 use crate::error::redis_error;
 use crate::eviction::EvictionCheck;
 use crate::keys::KeyNames;
-use crate::script::{evict_on, extend_on, release_on, status_on, Attempt};
+use crate::script::{evict_on, extend_on, status_on, Attempt};
 use crate::store::{RedisStore, WAIT_CAP};
 
 /// How many raise rounds one acquisition tries before giving up: each round that finds a
@@ -411,7 +414,7 @@ impl RedlockStore {
             Some(&unsettled),
             move |mut conn| {
                 let names = release_names.clone();
-                async move { release_on(&mut conn, &names.key, owner).await }
+                async move { release_on(&mut conn, &names, owner).await }
             },
         )
         .await_until(|a| grants.iter().all(|(i, _)| a[*i].is_some()))
@@ -486,15 +489,15 @@ impl Acquire for RedlockStore {
         }
     }
 
-    /// Rounds until the wait runs out. While a quorum holds the key, the waiter listens on the
-    /// key's release channel of every node (each node's store shares one pub/sub connection
-    /// per handle) and tries again once a quorum of nodes published a release, when the
-    /// holders' TTL runs out, and at least every [`WAIT_CAP`]; after a split vote or failed
-    /// nodes it retries after a random delay. Every round enters or refreshes the waiter's
-    /// entry in the key's queue on every node, and a node grants only to its queue's head
-    /// (the crate docs, `# Redlock`, *Waiting in order*); a wait that ends without a lease
-    /// withdraws the entries. More than `retry_count` failed rounds in a row end the wait with the last
-    /// error.
+    /// Rounds until the wait runs out. Every round enters or refreshes the waiter's entry in
+    /// the key's queue on every node, and a node grants only to its queue's head (the crate
+    /// docs, `# Redlock`, *Waiting in order*). Between rounds the waiter listens on its own
+    /// channel of every node (each node's store shares one pub/sub connection per handle),
+    /// where a release or a withdrawal wakes the queue's head, and tries again once a quorum
+    /// of nodes woke it, when the holders' TTL runs out, and at least every [`WAIT_CAP`];
+    /// after a split vote or failed nodes it retries after a random delay. More than
+    /// `retry_count` failed rounds in a row end the wait with the last error. A wait that
+    /// ends without a lease withdraws its entries (awaited until a quorum answered).
     ///
     /// # Cancel safety
     /// As for `try_acquire` while a round is in flight; dropped while waiting, nothing is
@@ -572,11 +575,13 @@ impl RedlockStore {
         if Instant::now() >= deadline {
             return Err(timed_out(Instant::now()));
         }
+        // Releases and withdrawals wake only the queue's head, on its own channel.
+        let channel = waiter_channel(names, waiter.id);
         let listeners: Vec<_> = self
             .inner
             .nodes
             .iter()
-            .map(|node| node.subscriber().listen(&names.key.channel))
+            .map(|node| node.subscriber().listen(&channel))
             .collect();
         let confirm = WAIT_CAP.min(deadline.saturating_duration_since(Instant::now()));
         futures_util::future::join_all(listeners.iter().map(|l| l.subscribed(confirm))).await;
@@ -687,7 +692,7 @@ impl Release for RedlockStore {
                 self.config().command_timeout(),
                 move |mut conn| {
                     let names = names.clone();
-                    async move { release_on(&mut conn, &names.key, owner).await }
+                    async move { release_on(&mut conn, &names, owner).await }
                 },
             )
             .await_until(|a| {
