@@ -3,6 +3,8 @@
 //! Nothing here asserts a timing: benchmarks print figures next to the raw store's own round
 //! trip measured in the same run, and a person reads the ratio.
 
+pub use crate::probe::{connections_to, cpu_time, live_bytes, rss_bytes, CountingAllocator};
+
 use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

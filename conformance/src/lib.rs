@@ -43,6 +43,7 @@ mod context;
 mod factory;
 mod macros;
 mod memory;
+mod probe;
 mod runner;
 
 pub use async_trait::async_trait;

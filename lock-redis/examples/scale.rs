@@ -8,120 +8,21 @@
 //! test-servers); `-- --cluster` runs it on a Redis Cluster of 3 masters with a replica each;
 //! `FENCELOCK_LEASES=N` holds N leases instead of 10,000.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::collections::HashSet;
 use std::error::Error;
-use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fencelock_conformance::bench::{hold_kept_alive, Table};
+use fencelock_conformance::bench::{
+    connections_to, hold_kept_alive, live_bytes, rss_bytes, CountingAllocator, Table,
+};
 use fencelock_core::{Acquire, Extend, Release, ReleaseOutcome};
 use fencelock_redis::{RedisConfig, RedisStore};
 
-/// The system allocator, counting the bytes live at any moment.
-struct Counting;
-
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-// SAFETY: every call is forwarded to `System` unchanged; only a counter is updated besides.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let p = System.alloc(layout);
-        if !p.is_null() {
-            LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        }
-        p
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        let p = System.alloc_zeroed(layout);
-        if !p.is_null() {
-            LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        }
-        p
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        System.dealloc(ptr, layout);
-        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let p = System.realloc(ptr, layout, new_size);
-        if !p.is_null() {
-            LIVE.fetch_add(
-                new_size as isize - layout.size() as isize,
-                Ordering::Relaxed,
-            );
-        }
-        p
-    }
-}
-
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
+static ALLOCATOR: CountingAllocator = CountingAllocator;
 
 const TTL: Duration = Duration::from_secs(10);
-
-/// This process's resident set, in bytes (`VmRSS` in `/proc/self/status`); 0 if unreadable.
-fn rss() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|status| {
-            status.lines().find_map(|line| {
-                line.strip_prefix("VmRSS:")?
-                    .trim()
-                    .strip_suffix("kB")?
-                    .trim()
-                    .parse::<u64>()
-                    .ok()
-            })
-        })
-        .map_or(0, |kb| kb * 1024)
-}
-
-/// This process's established TCP connections to any of `ports` on the loopback: its socket
-/// inodes (`/proc/self/fd`) looked up in `/proc/self/net/tcp` and `tcp6`.
-fn connections(ports: &[u16]) -> usize {
-    let mut inodes = HashSet::new();
-    if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
-        for fd in fds.flatten() {
-            if let Ok(target) = std::fs::read_link(fd.path()) {
-                let target = target.to_string_lossy();
-                if let Some(inode) = target
-                    .strip_prefix("socket:[")
-                    .and_then(|s| s.strip_suffix(']'))
-                {
-                    inodes.insert(inode.to_owned());
-                }
-            }
-        }
-    }
-    let mut count = 0;
-    for table in ["/proc/self/net/tcp", "/proc/self/net/tcp6"] {
-        let Ok(text) = std::fs::read_to_string(table) else {
-            continue;
-        };
-        for line in text.lines().skip(1) {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            // sl local rem st tx:rx tr:when retrnsmt uid timeout inode
-            let (Some(remote), Some(state), Some(inode)) =
-                (fields.get(2), fields.get(3), fields.get(9))
-            else {
-                continue;
-            };
-            let port = remote
-                .rsplit_once(':')
-                .and_then(|(_, p)| u16::from_str_radix(p, 16).ok());
-            if *state == "01" && port.is_some_and(|p| ports.contains(&p)) && inodes.contains(*inode)
-            {
-                count += 1;
-            }
-        }
-    }
-    count
-}
 
 fn main() -> Result<(), Box<dyn Error>> {
     let cluster_mode = std::env::args().any(|a| a == "--cluster");
@@ -154,8 +55,8 @@ async fn run(url: &str, ports: &[u16], count: usize, cluster: bool) -> Result<()
     store.extend(&warm).await?;
     let _ = store.release(&warm).await?;
 
-    let connections_before = connections(ports);
-    let (live_before, rss_before) = (LIVE.load(Ordering::Relaxed), rss());
+    let connections_before = connections_to(ports).unwrap_or(0);
+    let (live_before, rss_before) = (live_bytes(), rss_bytes());
 
     // Connections sampled every 250 ms while the leases are acquired and held.
     let stop = Arc::new(AtomicBool::new(false));
@@ -168,7 +69,7 @@ async fn run(url: &str, ports: &[u16], count: usize, cluster: bool) -> Result<()
             (stop.clone(), fewest.clone(), most.clone(), ports.to_vec());
         async move {
             while !stop.load(Ordering::Relaxed) {
-                let n = connections(&ports);
+                let n = connections_to(&ports).unwrap_or(0);
                 fewest.fetch_min(n, Ordering::Relaxed);
                 most.fetch_max(n, Ordering::Relaxed);
                 tokio::time::sleep(Duration::from_millis(250)).await;
@@ -177,7 +78,7 @@ async fn run(url: &str, ports: &[u16], count: usize, cluster: bool) -> Result<()
     });
 
     let mut held = hold_kept_alive(&store, "scale-", count, TTL).await?;
-    let (live_held, rss_held) = (LIVE.load(Ordering::Relaxed), rss());
+    let (live_held, rss_held) = (live_bytes(), rss_bytes());
     stop.store(true, Ordering::Relaxed);
     sampler.await?;
     let lost = held.lost();
@@ -190,7 +91,7 @@ async fn run(url: &str, ports: &[u16], count: usize, cluster: bool) -> Result<()
             released += 1;
         }
     }
-    let connections_after = connections(ports);
+    let connections_after = connections_to(ports).unwrap_or(0);
     let (fewest, most) = (
         fewest.load(Ordering::Relaxed).min(connections_before),
         most.load(Ordering::Relaxed).max(connections_before),

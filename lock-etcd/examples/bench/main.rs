@@ -36,7 +36,7 @@ use tokio::time::Instant;
 mod scale;
 
 #[global_allocator]
-static ALLOCATOR: scale::Counting = scale::Counting;
+static ALLOCATOR: scale::CountingAllocator = scale::CountingAllocator;
 
 const ITERATIONS: usize = 600;
 const ROUNDS: usize = 10;

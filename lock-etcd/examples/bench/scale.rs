@@ -1,9 +1,6 @@
 //! The scale row: many locks held at once on one handle, each kept alive, with what they cost
 //! the client (memory, connections) and how many keep-alive streams the server saw.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::collections::HashSet;
-use std::sync::atomic::{AtomicIsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,120 +10,9 @@ use futures_util::{stream, StreamExt, TryStreamExt};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 
-/// The system allocator, counting the bytes live.
-pub struct Counting;
-
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-// SAFETY: every call is passed to `System` unchanged; the counter only adds up sizes.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let p = System.alloc(layout);
-        if !p.is_null() {
-            LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        }
-        p
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        let p = System.alloc_zeroed(layout);
-        if !p.is_null() {
-            LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        }
-        p
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        System.dealloc(ptr, layout);
-        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let p = System.realloc(ptr, layout, new_size);
-        if !p.is_null() {
-            LIVE.fetch_add(
-                new_size as isize - layout.size() as isize,
-                Ordering::Relaxed,
-            );
-        }
-        p
-    }
-}
-
-/// Bytes the process has allocated and not freed.
-pub fn live_bytes() -> isize {
-    LIVE.load(Ordering::Relaxed)
-}
-
-/// The process's resident set (`VmRSS` of /proc/self/status), in bytes; 0 where unknown.
-pub fn rss_bytes() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|status| {
-            let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-            let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-            Some(kib * 1024)
-        })
-        .unwrap_or(0)
-}
-
-/// CPU time of process `pid` ("self" for this one) so far: the sum of its threads'
-/// run times in /proc/PID/task/*/schedstat (nanoseconds). `None` where unreadable.
-pub fn cpu_time(pid: &str) -> Option<Duration> {
-    let mut total = 0u64;
-    for task in std::fs::read_dir(format!("/proc/{pid}/task")).ok()? {
-        let path = task.ok()?.path().join("schedstat");
-        // A thread may end between the listing and the read.
-        let Ok(stat) = std::fs::read_to_string(path) else {
-            continue;
-        };
-        total += stat.split_whitespace().next()?.parse::<u64>().ok()?;
-    }
-    Some(Duration::from_nanos(total))
-}
-
-/// This process's established TCP connections to any of `ports` on the peer side: the
-/// socket inodes among its open files, looked up in /proc/self/net/tcp and tcp6. `None`
-/// where /proc cannot tell.
-pub fn connections_to(ports: &[u16]) -> Option<usize> {
-    let mut inodes = HashSet::new();
-    for fd in std::fs::read_dir("/proc/self/fd").ok()? {
-        let Ok(target) = std::fs::read_link(fd.ok()?.path()) else {
-            continue;
-        };
-        let target = target.to_string_lossy().into_owned();
-        if let Some(inode) = target
-            .strip_prefix("socket:[")
-            .and_then(|rest| rest.strip_suffix(']'))
-        {
-            inodes.insert(inode.to_owned());
-        }
-    }
-    let mut count = 0;
-    for table in ["/proc/self/net/tcp", "/proc/self/net/tcp6"] {
-        let Ok(text) = std::fs::read_to_string(table) else {
-            continue;
-        };
-        for line in text.lines().skip(1) {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            let (Some(remote), Some(state), Some(inode)) =
-                (fields.get(2), fields.get(3), fields.get(9))
-            else {
-                continue;
-            };
-            let port = remote
-                .rsplit(':')
-                .next()
-                .and_then(|p| u16::from_str_radix(p, 16).ok());
-            // State 01: established.
-            if *state == "01" && port.is_some_and(|p| ports.contains(&p)) && inodes.contains(*inode)
-            {
-                count += 1;
-            }
-        }
-    }
-    Some(count)
-}
+pub use fencelock_conformance::bench::{
+    connections_to, cpu_time, live_bytes, rss_bytes, CountingAllocator,
+};
 
 /// gRPC streams of `method` the etcd member at `endpoint` (host:port, plain text) has
 /// started and finished so far, from its `/metrics`; `None` if it cannot be read.
