@@ -8,7 +8,9 @@
 //! Starts five redis-servers with test-servers. Prints one table: the raw floor (one `PING`
 //! to all five nodes in parallel, and `SET NX PX` to all five in parallel); the acquire +
 //! release cycle of the single-node store (on the first node), of our Redlock and of
-//! `rslock`, timed in alternating rounds; throughput with 32 tasks on distinct keys; and the
+//! `rslock`, timed in alternating rounds; throughput with 32 tasks on distinct keys (ours and
+//! rslock's in alternating rounds, with the CPU per cycle of this process and of the five
+//! servers); and the
 //! handoff to another waiter with 8 waiters on one key (one handle each), ours and rslock's.
 //!
 //! Our cycle has the same parallel round trips as rslock's when a quorum of the granting
@@ -33,9 +35,11 @@ const ITERATIONS: usize = 2000;
 const ROUNDS: usize = 20;
 const TASKS: usize = 32;
 const RUN_FOR: Duration = Duration::from_secs(3);
+/// Ours and rslock's throughput alternate in this many rounds of `RUN_FOR / ROUNDS` each.
+const THROUGHPUT_ROUNDS: usize = 6;
 const WAITERS: usize = 8;
 const HANDOFFS: usize = 500;
-const PEER_HANDOFFS: usize = 50;
+const PEER_HANDOFFS: usize = 200;
 const TTL: Duration = Duration::from_secs(30);
 /// How long a holder keeps the key in the handoff run, so waiters are parked in their wait.
 const HOLD: Duration = Duration::from_millis(5);
@@ -51,6 +55,59 @@ async fn on_all(nodes: &[ConnectionManager], command: &redis::Cmd) -> fencelock_
         reply.map_err(failed("raw command"))?;
     }
     Ok(())
+}
+
+/// What one side's throughput rounds added up to.
+#[derive(Default)]
+struct Load {
+    cycles: f64,
+    seconds: f64,
+    client_us: f64,
+    servers_us: f64,
+}
+
+impl Load {
+    fn rate(&self) -> f64 {
+        self.cycles / self.seconds
+    }
+}
+
+/// This process's user + system CPU in µs, from `/proc/self/stat` (every thread; Linux only,
+/// in clock ticks, 10 ms at the usual 100 Hz); 0 elsewhere.
+fn client_cpu() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    // The fields after the command name, which is in parentheses and may hold spaces.
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return 0.0;
+    };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the whole line, 12 and 13 after the name.
+    let ticks: f64 = fields.get(11..13).map_or(0.0, |f| {
+        f.iter().filter_map(|t| t.parse::<f64>().ok()).sum()
+    });
+    ticks * 1e6 / 100.0
+}
+
+/// The five servers' CPU so far in µs (`INFO cpu`: used_cpu_sys + used_cpu_user, every thread).
+async fn servers_cpu(nodes: &[ConnectionManager]) -> fencelock_core::Result<f64> {
+    let mut total = 0.0;
+    for node in nodes {
+        let mut node = node.clone();
+        let info: String = redis::cmd("INFO")
+            .arg("cpu")
+            .query_async(&mut node)
+            .await
+            .map_err(failed("INFO cpu"))?;
+        total += info
+            .lines()
+            .filter_map(|line| line.split_once(':'))
+            .filter(|(k, _)| *k == "used_cpu_sys" || *k == "used_cpu_user")
+            .filter_map(|(_, v)| v.trim().parse::<f64>().ok())
+            .sum::<f64>();
+    }
+    Ok(total * 1e6)
 }
 
 #[tokio::main(flavor = "multi_thread")]
@@ -116,9 +173,24 @@ async fn main() -> Result<(), Box<dyn Error>> {
     let peer_cycles = Samples::new(peer_samples);
 
     let single_rate = lock_throughput(single.clone(), "single:", TTL, TASKS, RUN_FOR).await?;
-    let our_rate = lock_throughput(ours.clone(), "throughput:", TTL, TASKS, RUN_FOR).await?;
-    let peer_rate =
-        lock_throughput(peer.clone(), "rslock:throughput:", TTL, TASKS, RUN_FOR).await?;
+    // Ours and rslock's in alternating rounds, so both see the same machine load; with the
+    // CPU each cycle took in this process (the client) and on the five servers.
+    let (mut ours_load, mut peer_load) = (Load::default(), Load::default());
+    for _ in 0..THROUGHPUT_ROUNDS {
+        let round = RUN_FOR / THROUGHPUT_ROUNDS as u32;
+        for (store, prefix, load) in [
+            (&ours, "throughput:", &mut ours_load),
+            (&peer, "rslock:throughput:", &mut peer_load),
+        ] {
+            let (client, servers) = (client_cpu(), servers_cpu(&raw).await?);
+            let rate = lock_throughput(store.clone(), prefix, TTL, TASKS, round).await?;
+            load.cycles += rate * round.as_secs_f64();
+            load.seconds += round.as_secs_f64();
+            load.client_us += client_cpu() - client;
+            load.servers_us += servers_cpu(&raw).await? - servers;
+        }
+    }
+    let (our_rate, peer_rate) = (ours_load.rate(), peer_load.rate());
 
     let mut handles: Vec<DynLockStore> = Vec::new();
     let mut peer_handles: Vec<DynLockStore> = Vec::new();
@@ -162,6 +234,16 @@ async fn main() -> Result<(), Box<dyn Error>> {
     table
         .rate(format!("ours, {TASKS} tasks, distinct keys"), our_rate)
         .ratio(rate_ratio, Some(("≥ 0.6× rslock", rate_ratio >= 0.6)));
+    for (who, load) in [("rslock", &peer_load), ("ours", &ours_load)] {
+        table.push(
+            format!("{who}: CPU per cycle, client / five servers"),
+            format!(
+                "{:.1} / {:.1} µs",
+                load.client_us / load.cycles,
+                load.servers_us / load.cycles
+            ),
+        );
+    }
     table
         .latency(
             format!("ours handoff p50, {WAITERS} waiters"),
@@ -182,7 +264,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
     );
     println!(
         "samples: {ITERATIONS} raw round trips and cycles each, throughput over {RUN_FOR:?} \
-         each, {HANDOFFS} handoffs ({PEER_HANDOFFS} for rslock)"
+         each (ours and rslock's alternating in {THROUGHPUT_ROUNDS} rounds), {HANDOFFS} handoffs ({PEER_HANDOFFS} for rslock)"
     );
     Ok(())
 }
