@@ -77,8 +77,8 @@ end
 return {0, redis.call('PTTL', KEYS[1]), 0}
 ";
 
-/// Raise on one node this owner holds: if the lock (KEYS[1]) holds ARGV[1], set the fence
-/// (KEYS[2]) to ARGV[2] if it is below, else report it; either way the fence expires ARGV[3] ms
+/// Raise on one node this owner holds: if the lock (`KEYS[1]`) holds `ARGV[1]`, set the fence
+/// (`KEYS[2]`) to `ARGV[2]` if it is below, else report it; either way the fence expires `ARGV[3]` ms
 /// later. Answers -1 when the lock is not this owner's (expired, evicted): nothing is written
 /// then. Atomic: the check, the read and the write are one script.
 pub(crate) const RAISE_LUA: &str = r"
@@ -94,7 +94,7 @@ redis.call('PEXPIRE', KEYS[2], ARGV[3])
 return fence
 ";
 
-/// Lua waking the head of the queue (KEYS[2], entries' expiries KEYS[3]) on its own channel,
+/// Lua waking the head of the queue (`KEYS[2]`, entries' expiries `KEYS[3]`) on its own channel,
 /// `ARGV[2]:<waiter id>`, after dropping lapsed entries.
 macro_rules! wake_head_lua {
     () => {
