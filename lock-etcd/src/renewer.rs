@@ -92,6 +92,11 @@ fn unavailable(message: &str) -> Error {
 struct Open {
     keeper: LeaseKeeper,
     responses: LeaseKeepAliveStream,
+    /// Renewals not yet handed to the stream, oldest first. The stream's buffer is small
+    /// (100 requests); the task never waits on it, so it keeps reading answers while a burst
+    /// of renewals (thousands of leases on one handle) waits here. Waiting on a full buffer
+    /// instead could stall both ways: etcd stops reading requests while its answers go unread.
+    unsent: VecDeque<Renewal>,
     /// Renewals sent and not yet answered, per lease, oldest first: etcd answers in order.
     pending: HashMap<i64, VecDeque<Reply>>,
 }
@@ -99,12 +104,15 @@ struct Open {
 enum Event {
     Request(Option<Request>),
     Response(Result<Option<(i64, bool)>, etcd_client::Error>),
+    /// The oldest unsent renewal went into the stream (or the stream's sender is closed).
+    Sent(bool),
 }
 
-async fn next_response(open: &mut Option<Open>) -> Result<Option<(i64, bool)>, etcd_client::Error> {
-    match open {
-        Some(open) => open
-            .responses
+async fn next_response(
+    responses: Option<&mut LeaseKeepAliveStream>,
+) -> Result<Option<(i64, bool)>, etcd_client::Error> {
+    match responses {
+        Some(responses) => responses
             .message()
             .await
             .map(|m| m.map(|r| (r.id(), r.ttl() > 0))),
@@ -112,12 +120,34 @@ async fn next_response(open: &mut Option<Open>) -> Result<Option<(i64, bool)>, e
     }
 }
 
+/// Sends `keeper`'s renewal once the stream's buffer has room. Cancel safe: a send that loses
+/// the race in `select!` has sent nothing (tokio's `Sender::send`).
+async fn send_next(keeper: Option<LeaseKeeper>) -> bool {
+    match keeper {
+        Some(mut keeper) => keeper.keep_alive().await.is_ok(),
+        None => std::future::pending().await,
+    }
+}
+
 async fn run(client: Client, mut received: mpsc::UnboundedReceiver<Request>, timeout: Duration) {
     let mut open: Option<Open> = None;
     loop {
+        let (responses, next) = match open.as_mut() {
+            Some(stream) => {
+                // The stream's sender is public (feature `pub-response-field`): a keeper for
+                // any lease id writes to the same stream.
+                let next = stream.unsent.front().map(|renewal| LeaseKeeper {
+                    id: renewal.lease_id,
+                    sender: stream.keeper.sender.clone(),
+                });
+                (Some(&mut stream.responses), next)
+            }
+            None => (None, None),
+        };
         let event = tokio::select! {
             request = received.recv() => Event::Request(request),
-            response = next_response(&mut open) => Event::Response(response),
+            response = next_response(responses) => Event::Response(response),
+            sent = send_next(next) => Event::Sent(sent),
         };
         match event {
             Event::Request(None) => return,
@@ -128,30 +158,21 @@ async fn run(client: Client, mut received: mpsc::UnboundedReceiver<Request>, tim
                 }
             }
             Event::Request(Some(Request::Renew(renewal))) => match open.as_mut() {
-                Some(stream) => {
-                    // The stream's sender is public (feature `pub-response-field`): a keeper
-                    // for any lease id writes to the same stream.
-                    let mut keeper = LeaseKeeper {
-                        id: renewal.lease_id,
-                        sender: stream.keeper.sender.clone(),
-                    };
-                    // A full buffer for a whole timeout means etcd stopped reading: broken.
-                    let sent = tokio::time::timeout(timeout, keeper.keep_alive());
-                    if matches!(sent.await, Ok(Ok(()))) {
+                Some(stream) => stream.unsent.push_back(renewal),
+                None => open = open_with(&client, renewal, timeout).await,
+            },
+            Event::Sent(true) => {
+                if let Some(stream) = open.as_mut() {
+                    if let Some(renewal) = stream.unsent.pop_front() {
                         stream
                             .pending
                             .entry(renewal.lease_id)
                             .or_default()
                             .push_back(renewal.reply);
-                    } else {
-                        let _ = renewal
-                            .reply
-                            .send(Err(unavailable("the keep-alive stream closed")));
-                        fail_all(open.take(), "the keep-alive stream closed");
                     }
                 }
-                None => open = open_with(&client, renewal, timeout).await,
-            },
+            }
+            Event::Sent(false) => fail_all(open.take(), "the keep-alive stream closed"),
             Event::Response(Ok(Some((lease_id, alive)))) => {
                 if let Some(stream) = open.as_mut() {
                     let reply = match stream.pending.entry(lease_id) {
@@ -203,6 +224,7 @@ async fn open_with(client: &Client, renewal: Renewal, timeout: Duration) -> Opti
             Some(Open {
                 keeper,
                 responses,
+                unsent: VecDeque::new(),
                 pending: HashMap::new(),
             })
         }
@@ -229,10 +251,9 @@ async fn open_with(client: &Client, renewal: Renewal, timeout: Duration) -> Opti
 }
 
 fn fail_all(open: Option<Open>, why: &str) {
-    for reply in open
-        .into_iter()
-        .flat_map(|o| o.pending.into_values().flatten())
-    {
+    let Some(open) = open else { return };
+    let unsent = open.unsent.into_iter().map(|renewal| renewal.reply);
+    for reply in unsent.chain(open.pending.into_values().flatten()) {
         let _ = reply.send(Err(unavailable(why)));
     }
 }
