@@ -45,8 +45,9 @@ const TTL: Duration = Duration::from_secs(30);
 const RAW_TRY: &str = "SELECT GET_LOCK(?, 0)";
 const RAW_WAIT: &str = "SELECT GET_LOCK(?, 60)";
 const RAW_BUMP: &str = "INSERT INTO {fence}
-        (namespace, `key`, lock_name, lock_id_scheme, token, owner, holder_id, ttl_ms, updated_at)
-    VALUES ('bench-raw', ?, ?, 2, LAST_INSERT_ID(1), 'raw', CONNECTION_ID(), 0, NOW(6))
+        (namespace, `key`, lock_name, lock_id_scheme, token, owner, holder_id, ttl_ms, updated_at,
+         fence_scheme)
+    VALUES ('bench-raw', ?, ?, 2, LAST_INSERT_ID(1), 'raw', CONNECTION_ID(), 0, NOW(6), 2)
     ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1)";
 const RAW_RELEASE: &str = "SELECT RELEASE_LOCK(?)";
 
