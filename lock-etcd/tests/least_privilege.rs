@@ -16,7 +16,6 @@ mod common;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-
 use common::EtcdFactory;
 use fencelock_conformance::StoreFactory;
 use fencelock_core::{Acquire, Error, Extend, KeyStatus, LockStore, Release, ReleaseOutcome};
