@@ -217,11 +217,11 @@ pub const TRANSPORT_CASES: &[&str] = &[
     "unsupported_modes_are_refused",
 ];
 
-/// The cases that hold one lease over several [`Timing::hold_ttl`]s (3 s or more each) and
-/// send no request the rest of the suite does not send: they extend over time, by hand or by
-/// a keep-alive, whose own stalls and failures the case injects. A run that proves the
-/// requests work as a new user may leave them out ([`expect_cases_except`]); they are the
-/// slowest cases, 4 to 15 s each.
+/// The cases that hold one lease over several [`hold_ttl`](crate::Timing::hold_ttl)s (3 s or
+/// more each) and send no request the rest of the suite does not send: they extend over time,
+/// by hand or by a keep-alive, whose own stalls and failures the case injects. A run that
+/// proves the requests work as a new user may leave them out ([`expect_cases_except`]); they
+/// are the slowest cases, 4 to 15 s each.
 pub const HOLD_CASES: &[&str] = &[
     "keep_alive_holds_a_lease_over_five_ttls",
     "extend_keeps_a_lease_past_its_first_ttl",
