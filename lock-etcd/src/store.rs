@@ -117,6 +117,13 @@ struct IdleLease {
 /// no longer knows (revoked meanwhile) fails the enqueue's put, and a new one is granted.
 const FRESH_IDLE: u32 = 10;
 
+/// How long a waiter whose predecessor was itself waiting puts off the read that closes the
+/// gap between its read of the queue and its watches (see `Waiter::watch_deletion`). Most
+/// waits behind a waiter end by a handoff before it, so the read is usually never sent; a
+/// deletion missed in the gap delays the wake-up by this much (etcd's own catch-up of a watch
+/// started in the past runs every 100 ms).
+const GAP_CHECK_DELAY: Duration = Duration::from_millis(50);
+
 /// How many idle leases a handle keeps per TTL; more are revoked.
 const MAX_IDLE_PER_TTL: usize = 8;
 
@@ -132,6 +139,8 @@ struct Enqueued {
     /// When our entry was the newest: the newest entry older than it (our predecessor, `None`
     /// when we are first), in the transaction's snapshot.
     predecessor: Option<Option<Vec<u8>>>,
+    /// Whether that predecessor was itself waiting behind the head in that snapshot.
+    predecessor_waits: bool,
 }
 
 /// The holder's fencing token in [`Layout::Etcd`]: the store revision of the reply that showed
@@ -435,11 +444,17 @@ impl EtcdStore {
             (ours.create_revision() == revision && ours.key() == entry.as_bytes())
                 .then(|| newest.next().map(|kv| kv.key().to_vec()))
         });
+        let head = reads.get(1).and_then(|kvs| kvs.first()).map(KeyValue::key);
+        let predecessor_waits = matches!(
+            (&predecessor, head),
+            (Some(Some(predecessor)), Some(head)) if predecessor.as_slice() != head
+        );
         Ok(Enqueued {
             revision,
             answered_at: answered_at(&answer)?,
             first: create_revision(1) == Some(revision),
             predecessor,
+            predecessor_waits,
         })
     }
 
@@ -581,6 +596,7 @@ impl EtcdStore {
                 // our lease, was in it).
                 let seen = enqueued.predecessor.clone().map(|predecessor| Found {
                     predecessor,
+                    predecessor_waits: enqueued.predecessor_waits,
                     ours: true,
                     answered_at: enqueued.answered_at,
                     successors: Vec::new(),
@@ -873,7 +889,12 @@ impl Waiter<'_> {
                 return Ok(Waited::TimedOut);
             }
             match self
-                .watch_deletion(predecessor, found.answered_at, period)
+                .watch_deletion(
+                    predecessor,
+                    found.answered_at,
+                    found.predecessor_waits,
+                    period,
+                )
                 .await?
             {
                 Woken::Look => {}
@@ -955,7 +976,11 @@ impl Waiter<'_> {
     /// queue was read at: etcd serves a watch from a past revision as "unsynced", catching it
     /// up only every 100 ms, which would delay the wake-up. The gap between the read and the
     /// watches is closed by reading the predecessor again once they exist (a handoff in that
-    /// gap deleted the predecessor too, so the read after it finds us first).
+    /// gap deleted the predecessor too, so the read after it finds us first). When the
+    /// predecessor was itself waiting at the read (`predecessor_waits`), that read is put off
+    /// by [`GAP_CHECK_DELAY`], and skipped if the wait ends first: such a predecessor leaves
+    /// within the gap only if it gives up, its lease ends, or it is granted and released
+    /// within one round trip, and a deletion missed then only delays us, by at most that.
     ///
     /// When the predecessor's deletion arrives, the queue is read again at once; a handoff mark
     /// of the same transaction (its event goes out on the other watch, in either order) that
@@ -964,6 +989,7 @@ impl Waiter<'_> {
         &mut self,
         predecessor: Vec<u8>,
         read_at: i64,
+        predecessor_waits: bool,
         period: Duration,
     ) -> Result<Woken> {
         let options = WatchOptions::new().with_filters([WatchFilterType::NoPut]);
@@ -1004,8 +1030,13 @@ impl Waiter<'_> {
             }
         }
         // Nothing written between the read and the watches: they miss nothing since the read.
-        if covered_after > read_at && !self.still_there(&predecessor, covered_after).await? {
-            return Ok(Woken::Look);
+        let mut gap_check = None;
+        if covered_after > read_at {
+            if predecessor_waits {
+                gap_check = Some(Instant::now() + GAP_CHECK_DELAY);
+            } else if !self.still_there(&predecessor, covered_after).await? {
+                return Ok(Woken::Look);
+            }
         }
         let mut next_renewal = self.confirmed_at + period;
         // The read sent on the predecessor's deletion, while a handoff may still arrive.
@@ -1073,6 +1104,14 @@ impl Waiter<'_> {
                         None => std::future::pending().await,
                     }
                 }, if reading.is_some() => return Ok(Woken::Read(found?)),
+                () = sleep_until(gap_check.unwrap_or(self.deadline)),
+                    if gap_check.is_some() && reading.is_none() =>
+                {
+                    gap_check = None;
+                    if !self.still_there(&predecessor, covered_after).await? {
+                        return Ok(Woken::Look);
+                    }
+                }
                 () = sleep_until(next_renewal), if reading.is_none() => {
                     let sent_at = Instant::now();
                     let renewed = self.store.shared.renewer.renew(self.lease_id).await;
@@ -1146,6 +1185,9 @@ impl Waiter<'_> {
 /// entries right behind its own, for a release to hand the lock to.
 struct Found {
     predecessor: Option<Vec<u8>>,
+    /// Whether the predecessor was itself waiting (not the queue's head) at the read, when
+    /// known; `false` when not known.
+    predecessor_waits: bool,
     ours: bool,
     answered_at: i64,
     successors: Vec<Successor>,
@@ -1193,6 +1235,7 @@ async fn read_predecessor(
         .unwrap_or_default();
     Ok(Found {
         predecessor,
+        predecessor_waits: false,
         ours,
         answered_at: answered_at(&answer)?,
         successors,
