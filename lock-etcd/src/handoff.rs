@@ -44,6 +44,14 @@ fn exclusive_name(name: &str) -> bool {
     name.len() == 32 && name.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
+/// Whether `key` is an exclusive entry of queue directory `dir` (not a reader's or a
+/// permit's).
+pub(crate) fn is_exclusive_entry(dir: &str, key: &[u8]) -> bool {
+    key.strip_prefix(dir.as_bytes())
+        .and_then(|name| std::str::from_utf8(name).ok())
+        .is_some_and(exclusive_name)
+}
+
 /// The successors of a holder from the entries of `dir` newer than its own, oldest first, as
 /// one read returned them: the leading run of exclusive entries (a reader or a permit next in
 /// line is granted its own way, by its own mark, never by a handoff).
@@ -144,6 +152,25 @@ mod tests {
             good.name
         );
         assert_eq!(parse_mark(value.as_bytes()), Some(vec![good]));
+    }
+
+    #[test]
+    fn only_an_owner_named_entry_is_exclusive() {
+        let dir = crate::keys::queue_dir("fencelock/", "k");
+        let owner = fencelock_core::OwnerId::from(9);
+        let exclusive = crate::keys::entry_key(&dir, owner);
+        assert!(is_exclusive_entry(&dir, exclusive.as_bytes()));
+        for mode in [
+            fencelock_core::Mode::Shared,
+            fencelock_core::Mode::permits(2),
+        ] {
+            let entry = crate::keys::mode_entry(&dir, owner, mode);
+            assert!(!is_exclusive_entry(&dir, entry.as_bytes()), "{entry}");
+        }
+        assert!(!is_exclusive_entry(
+            "fencelock/other/",
+            exclusive.as_bytes()
+        ));
     }
 
     #[test]

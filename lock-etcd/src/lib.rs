@@ -49,7 +49,8 @@
 //!   revision its creation reply names). That read is serializable (no consensus round) and
 //!   counts only if the member answered at or after the watch's revision, as the member that
 //!   created the watch has; otherwise it is made linearizable. When the enqueue showed the
-//!   predecessor itself waiting behind the head, that read is put off by 50 ms and dropped if
+//!   predecessor itself waiting (an exclusive entry behind the head: only the head holds an
+//!   exclusive lock; a reader's or a permit's entry behind it may hold the key), that read is put off by 50 ms and dropped if
 //!   the wait ends first (in a long queue it usually does, by a handoff): such a predecessor
 //!   leaves within the gap only if it gives up, its lease ends, or it is granted and
 //!   released within about one round trip, and a deletion missed then delays the waiter by

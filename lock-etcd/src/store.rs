@@ -444,10 +444,15 @@ impl EtcdStore {
             (ours.create_revision() == revision && ours.key() == entry.as_bytes())
                 .then(|| newest.next().map(|kv| kv.key().to_vec()))
         });
+        // An exclusive entry behind the head is waiting: an exclusive lock is only ever held
+        // by the head. (A reader's or a permit's entry behind the head may hold the key.)
         let head = reads.get(1).and_then(|kvs| kvs.first()).map(KeyValue::key);
+        let layout = self.shared.config.layout;
         let predecessor_waits = matches!(
             (&predecessor, head),
-            (Some(Some(predecessor)), Some(head)) if predecessor.as_slice() != head
+            (Some(Some(predecessor)), Some(head))
+                if predecessor.as_slice() != head
+                    && (layout == Layout::Etcd || handoff::is_exclusive_entry(dir, predecessor))
         );
         Ok(Enqueued {
             revision,
