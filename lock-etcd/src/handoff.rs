@@ -44,12 +44,17 @@ fn exclusive_name(name: &str) -> bool {
     name.len() == 32 && name.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
+/// The name of `key` in queue directory `dir` if it is an exclusive entry's (not a reader's
+/// or a permit's).
+fn exclusive_entry_name<'k>(dir: &str, key: &'k [u8]) -> Option<&'k str> {
+    let name = std::str::from_utf8(key.strip_prefix(dir.as_bytes())?).ok()?;
+    exclusive_name(name).then_some(name)
+}
+
 /// Whether `key` is an exclusive entry of queue directory `dir` (not a reader's or a
 /// permit's).
 pub(crate) fn is_exclusive_entry(dir: &str, key: &[u8]) -> bool {
-    key.strip_prefix(dir.as_bytes())
-        .and_then(|name| std::str::from_utf8(name).ok())
-        .is_some_and(exclusive_name)
+    exclusive_entry_name(dir, key).is_some()
 }
 
 /// The successors of a holder from the entries of `dir` newer than its own, oldest first, as
@@ -59,8 +64,7 @@ pub(crate) fn successors(dir: &str, newer: &[KeyValue]) -> Vec<Successor> {
     newer
         .iter()
         .map_while(|kv| {
-            let name = std::str::from_utf8(kv.key().strip_prefix(dir.as_bytes())?).ok()?;
-            exclusive_name(name).then(|| Successor {
+            exclusive_entry_name(dir, kv.key()).map(|name| Successor {
                 name: name.to_owned(),
                 created: kv.create_revision(),
                 lease_id: kv.lease(),

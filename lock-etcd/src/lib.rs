@@ -49,15 +49,16 @@
 //!   revision its creation reply names). That read is serializable (no consensus round) and
 //!   counts only if the member answered at or after the watch's revision, as the member that
 //!   created the watch has; otherwise it is made linearizable. When the enqueue showed the
-//!   predecessor itself waiting (an exclusive entry behind the head: only the head holds an
-//!   exclusive lock; a reader's or a permit's entry behind it may hold the key), that read is put off by 50 ms and dropped if
-//!   the wait ends first (in a long queue it usually does, by a handoff): such a predecessor
-//!   leaves within the gap only if it gives up, its lease ends, or it is granted and
-//!   released within about one round trip, and a deletion missed then delays the waiter by
-//!   those 50 ms, never lets it through early. In the 8-waiter bench this took the reads per
-//!   handoff from 0.70 to 0.01 (etcd's gRPC counters). After each deletion the waiter reads the queue again
-//!   in one transaction (the predecessor, and its own entry), because the deleted entry may
-//!   have been a waiter that gave up while an older holder remains. A watch that is
+//!   predecessor certainly waiting (an exclusive entry behind the head: only the head holds
+//!   an exclusive lock; a reader's or a permit's entry behind it may hold the key), that read
+//!   is put off by 50 ms and dropped if the wait ends first (in a long queue it usually does,
+//!   by a handoff): such a predecessor leaves within the gap only if it gives up, its lease
+//!   ends, or it is granted and released within about one round trip, and a deletion missed
+//!   then delays the waiter by those 50 ms, never lets it through early. In the 8-waiter
+//!   bench this took the reads per handoff from 0.70 to 0.01 (etcd's gRPC counters). After
+//!   each deletion the waiter reads the queue again in one transaction (the predecessor, and
+//!   its own entry), because the deleted entry may have been a waiter that gave up while an
+//!   older holder remains. A watch that is
 //!   cancelled (compaction, a member losing its leader) or breaks makes the waiter re-read
 //!   the queue instead of failing. The waiter renews its own lease every TTL/3 while it
 //!   waits, and once more together with the final read (unless the last confirmed renewal is

@@ -139,7 +139,8 @@ struct Enqueued {
     /// When our entry was the newest: the newest entry older than it (our predecessor, `None`
     /// when we are first), in the transaction's snapshot.
     predecessor: Option<Option<Vec<u8>>>,
-    /// Whether that predecessor was itself waiting behind the head in that snapshot.
+    /// Whether that predecessor was certainly waiting in that snapshot: an exclusive entry
+    /// behind the head.
     predecessor_waits: bool,
 }
 
@@ -982,7 +983,7 @@ impl Waiter<'_> {
     /// up only every 100 ms, which would delay the wake-up. The gap between the read and the
     /// watches is closed by reading the predecessor again once they exist (a handoff in that
     /// gap deleted the predecessor too, so the read after it finds us first). When the
-    /// predecessor was itself waiting at the read (`predecessor_waits`), that read is put off
+    /// predecessor was certainly waiting at the read (`predecessor_waits`), that read is put off
     /// by [`GAP_CHECK_DELAY`], and skipped if the wait ends first: such a predecessor leaves
     /// within the gap only if it gives up, its lease ends, or it is granted and released
     /// within one round trip, and a deletion missed then only delays us, by at most that.
@@ -1190,8 +1191,8 @@ impl Waiter<'_> {
 /// entries right behind its own, for a release to hand the lock to.
 struct Found {
     predecessor: Option<Vec<u8>>,
-    /// Whether the predecessor was itself waiting (not the queue's head) at the read, when
-    /// known; `false` when not known.
+    /// Whether the predecessor was certainly waiting at the read (an exclusive entry behind
+    /// the head); `false` when not known.
     predecessor_waits: bool,
     ours: bool,
     answered_at: i64,
