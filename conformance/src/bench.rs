@@ -30,6 +30,12 @@ impl Samples {
         Samples { sorted: samples }
     }
 
+    /// The samples of every part, as one set (for a figure measured in rounds that
+    /// alternate with another's, so both see the same machine).
+    pub fn merged(parts: impl IntoIterator<Item = Samples>) -> Self {
+        Samples::new(parts.into_iter().flat_map(|part| part.sorted).collect())
+    }
+
     /// The `q` quantile (0.0 to 1.0); zero when empty.
     pub fn quantile(&self, q: f64) -> Duration {
         if self.sorted.is_empty() {

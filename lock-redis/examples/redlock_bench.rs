@@ -10,8 +10,16 @@
 //! release cycle of the single-node store (on the first node), of our Redlock and of
 //! `rslock`, timed in alternating rounds; throughput with 32 tasks on distinct keys (ours and
 //! rslock's in alternating rounds, with the CPU per cycle of this process and of the five
-//! servers); and the
-//! handoff to another waiter with 8 waiters on one key (one handle each), ours and rslock's.
+//! servers); and the handoff to another waiter with 8 waiters on one key (one handle each),
+//! ours and rslock's, next to the floor of any handoff in two rounds (the holder releases on
+//! every node, then the woken waiter acquires on a quorum) done by hand with plain commands,
+//! the three in alternating rounds.
+//!
+//! That floor is measured after the same idle hold as the handoffs: on a virtual machine a
+//! server or client that slept a few ms takes far longer to answer than in a back-to-back
+//! loop (here a raw fan-out to five took about twice the raw RTT after 5 ms idle), so the
+//! raw RTT alone understates what a handoff can cost. rslock's handoff over that floor is the
+//! most any release-then-acquire handoff could be better than rslock's in the same run.
 //!
 //! Our cycle has the same parallel round trips as rslock's when a quorum of the granting
 //! nodes minted the same token (the usual case: the raise is skipped, see the crate docs,
@@ -21,7 +29,7 @@ mod common;
 
 use std::error::Error;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::{failed, rslock_handoff_rows, server_version, Rslock};
 use fencelock_conformance::bench::{
@@ -29,6 +37,7 @@ use fencelock_conformance::bench::{
 };
 use fencelock_core::DynLockStore;
 use fencelock_redis::{RedisConfig, RedisStore, RedlockConfig, RedlockStore};
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use redis::aio::ConnectionManager;
 
 const ITERATIONS: usize = 2000;
@@ -40,6 +49,8 @@ const THROUGHPUT_ROUNDS: usize = 6;
 const WAITERS: usize = 8;
 const HANDOFFS: usize = 500;
 const PEER_HANDOFFS: usize = 200;
+/// The handoff runs (the raw floor's, ours and rslock's) alternate in this many rounds.
+const HANDOFF_ROUNDS: usize = 4;
 const TTL: Duration = Duration::from_secs(30);
 /// How long a holder keeps the key in the handoff run, so waiters are parked in their wait.
 const HOLD: Duration = Duration::from_millis(5);
@@ -55,6 +66,92 @@ async fn on_all(nodes: &[ConnectionManager], command: &redis::Cmd) -> fencelock_
         reply.map_err(failed("raw command"))?;
     }
     Ok(())
+}
+
+/// Runs `command` on every node at once; done when `quorum` answered (the rest finish in the
+/// background).
+async fn on_quorum(
+    nodes: &[ConnectionManager],
+    command: &redis::Cmd,
+    quorum: usize,
+) -> fencelock_core::Result<()> {
+    let mut replies: FuturesUnordered<_> = nodes
+        .iter()
+        .map(|node| {
+            let (mut node, command) = (node.clone(), command.clone());
+            async move { command.query_async::<redis::Value>(&mut node).await }
+        })
+        .collect();
+    for _ in 0..quorum {
+        match replies.next().await {
+            Some(reply) => drop(reply.map_err(failed("raw command"))?),
+            None => break,
+        }
+    }
+    tokio::spawn(async move { while replies.next().await.is_some() {} });
+    Ok(())
+}
+
+/// The floor of any handoff in two rounds (the holder releases on every node, the woken
+/// waiter then acquires on a quorum), by hand: after the same idle `HOLD` as the handoff runs,
+/// the time from the holder sending `DEL` + `PUBLISH` to all five to a raw waiter, subscribed
+/// on all five and woken by a quorum of messages, having a quorum of its `SET NX PX` answered.
+/// No scripts, no queue, no token: cheaper than any real handoff of this shape.
+async fn raw_two_round_handoff(
+    urls: &[String],
+    nodes: &[ConnectionManager],
+    samples: usize,
+) -> fencelock_core::Result<Samples> {
+    let quorum = nodes.len() / 2 + 1;
+    let mut streams = Vec::new();
+    for url in urls {
+        let client = redis::Client::open(url.as_str()).map_err(failed("raw subscriber"))?;
+        let mut pubsub = client
+            .get_async_pubsub()
+            .await
+            .map_err(failed("raw subscriber"))?;
+        pubsub
+            .subscribe("raw:handoff")
+            .await
+            .map_err(failed("SUBSCRIBE"))?;
+        streams.push(Box::pin(pubsub.into_on_message()));
+    }
+    let mut messages = futures_util::stream::select_all(streams);
+    let mut release = redis::cmd("EVAL");
+    release
+        .arg("redis.call('DEL', KEYS[1]) return redis.call('PUBLISH', ARGV[1], '')")
+        .arg(1)
+        .arg("raw:handoff:lock")
+        .arg("raw:handoff");
+    let mut acquire = redis::cmd("SET");
+    acquire
+        .arg("raw:handoff:lock")
+        .arg("x")
+        .arg("NX")
+        .arg("PX")
+        .arg(1_000);
+    let mut taken = Vec::with_capacity(samples);
+    for _ in 0..samples {
+        tokio::time::sleep(HOLD).await;
+        let sent = Instant::now();
+        let released = on_all(nodes, &release);
+        let waiter = async {
+            for _ in 0..quorum {
+                messages.next().await;
+            }
+            let acquired = on_quorum(nodes, &acquire, quorum).await;
+            (acquired, Instant::now())
+        };
+        let (released, (acquired, granted)) = tokio::join!(released, waiter);
+        released?;
+        acquired?;
+        taken.push(granted - sent);
+        // The rest of this sample's messages, so the next sample starts with none pending.
+        for _ in quorum..nodes.len() {
+            messages.next().await;
+        }
+    }
+    Ok(Samples::new(taken))
 }
 
 /// What one side's throughput rounds added up to.
@@ -198,9 +295,29 @@ async fn main() -> Result<(), Box<dyn Error>> {
         handles.push(Arc::new(RedlockStore::connect(config.clone()).await?));
         peer_handles.push(Arc::new(Rslock::new(urls.clone())));
     }
-    let handoffs = handoff_to_another(handles, "handoff", TTL, HOLD, HANDOFFS).await?;
-    let peer_handoffs =
-        handoff_to_another(peer_handles, "rslock:handoff", TTL, HOLD, PEER_HANDOFFS).await?;
+    // The raw floor, ours and rslock's in alternating rounds, so all see the same machine.
+    let (mut floor_parts, mut our_parts, mut peer_parts) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..HANDOFF_ROUNDS {
+        floor_parts.push(raw_two_round_handoff(&urls, &raw, HANDOFFS / HANDOFF_ROUNDS).await?);
+        let key = format!("handoff:{round}");
+        our_parts.push(
+            handoff_to_another(handles.clone(), &key, TTL, HOLD, HANDOFFS / HANDOFF_ROUNDS).await?,
+        );
+        let key = format!("rslock:handoff:{round}");
+        peer_parts.push(
+            handoff_to_another(
+                peer_handles.clone(),
+                &key,
+                TTL,
+                HOLD,
+                PEER_HANDOFFS / HANDOFF_ROUNDS,
+            )
+            .await?,
+        );
+    }
+    let floor_handoffs = Samples::merged(floor_parts);
+    let handoffs = Samples::merged(our_parts);
+    let peer_handoffs = Samples::merged(peer_parts);
 
     let rtt = set_nx.p50();
     let mut table = Table::default();
@@ -255,16 +372,43 @@ async fn main() -> Result<(), Box<dyn Error>> {
         handoffs.p99(),
     );
     rslock_handoff_rows(&mut table, WAITERS, &handoffs, &peer_handoffs);
+    table
+        .latency(
+            "raw two-round handoff after the same idle p50",
+            floor_handoffs.p50(),
+        )
+        .ratio(us(floor_handoffs.p50()) / us(rtt), None);
+    table.push(
+        "  ours / that floor, p50",
+        format!("{:.2}", us(handoffs.p50()) / us(floor_handoffs.p50())),
+    );
+    let reachable = us(peer_handoffs.p50()) / us(floor_handoffs.p50());
+    table.push(
+        "  rslock's handoff / that floor: the most a two-round handoff can be better",
+        format!(
+            "{reachable:.2}{}",
+            if reachable < 10.0 {
+                " (10× is out of reach of release-then-acquire in this run)"
+            } else {
+                ""
+            }
+        ),
+    );
     println!("{table}");
     println!(
         "ratios: single-node and rslock cycles to the raw RTT; our cycle to rslock's; our \
          throughput to rslock's; our handoff to the raw RTT; the rslock handoff row is \
          rslock's p50 over ours. Handoffs go to another waiter (the releaser waits for the \
-         next grant before contending again)."
+         next grant before contending again). The raw two-round handoff: the holder's DEL + \
+         PUBLISH to all five by hand and a raw waiter, woken by a quorum of messages, sending \
+         SET NX PX to all five until a quorum answered, after the same {HOLD:?} idle as the \
+         handoffs (each round wakes servers and client from idle, which a back-to-back round \
+         trip never does)."
     );
     println!(
         "samples: {ITERATIONS} raw round trips and cycles each, throughput over {RUN_FOR:?} \
-         each (ours and rslock's alternating in {THROUGHPUT_ROUNDS} rounds), {HANDOFFS} handoffs ({PEER_HANDOFFS} for rslock)"
+         each (ours and rslock's alternating in {THROUGHPUT_ROUNDS} rounds), {HANDOFFS} handoffs ({PEER_HANDOFFS} for rslock) and as many raw ones, the three alternating in \
+         {HANDOFF_ROUNDS} rounds"
     );
     Ok(())
 }
