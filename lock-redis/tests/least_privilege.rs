@@ -4,6 +4,9 @@
 //! server's ACL LOG shows), nothing outside the list is used, and a refused operation is a
 //! non-retryable `Error::Store` that names the operation and the right.
 //!
+//! Redlock's waiter queue needs `EXISTS` and the sorted-set commands, which its scripts call
+//! under `pcall`: a user without them still locks (`redlock_locks_without_the_queue_rights`).
+//!
 //! The user has the README's "Minimal rights" line without `+config|get`, so the eviction check
 //! reads `INFO memory` (tests/eviction.rs checks that path against evicting servers), plus the
 //! sorted-set commands of shared leases and permits for the suite's mode cases.
@@ -500,4 +503,81 @@ async fn a_refused_subscribe_is_retried_with_backoff() {
         (1..=40).contains(&subscribes),
         "{subscribes} refused SUBSCRIBEs in about two seconds"
     );
+}
+
+/// Redlock as a user with the listed rights but not `EXISTS` nor the sorted-set commands its
+/// waiter queue uses: the queue's commands run under `pcall` (the crate docs, `# Redlock`), so
+/// the user still locks, a waiter still gets the key once it is released (its wait
+/// unordered, found by trying again), and tokens still grow. The ACL LOG shows the queue's
+/// commands refused inside the scripts, so the fallback, not a user who happened to have the
+/// rights, is what passed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_locks_without_the_queue_rights() {
+    use fencelock_redis::{RedlockConfig, RedlockStore};
+    let password = password_rule();
+    let servers: Vec<RedisServer> = (0..3)
+        .map(|_| server_with(&[(USER, rules(&password, KEYS, CHANNELS, RIGHTS))]))
+        .collect();
+    let hosts: Vec<String> = servers
+        .iter()
+        .map(|s| format!("127.0.0.1:{}", s.port()))
+        .collect();
+    let url = format!(
+        "redlock://{USER}:{PASSWORD}@{}?connect_timeout=30s&command_timeout=10s",
+        hosts.join(",")
+    );
+    let store = RedlockStore::connect(RedlockConfig::from_url(&url).expect("config"))
+        .await
+        .expect("connect as the user without the queue's rights");
+    let key = "redlock-no-queue";
+
+    let first = store.try_acquire(key, TTL).await.expect("try_acquire");
+    let waiter = tokio::spawn({
+        let store = store.clone();
+        async move { store.acquire(key, TTL, Duration::from_secs(60)).await }
+    });
+    // The waiter's round tried to enter the queue (ZADD, refused) on every node: it waits.
+    for server in &servers {
+        let entered = eventually!(
+            Duration::from_secs(30),
+            denials_of(server, USER)
+                .await
+                .iter()
+                .any(|d| d.reason == "command" && d.object == "zadd" && d.context == "lua")
+        );
+        assert!(
+            entered,
+            "no refused ZADD from the waiter's round: {:?}",
+            acl_log(server).await
+        );
+    }
+    assert!(!waiter.is_finished(), "the waiter got a key that was held");
+    assert_eq!(
+        store.release(&first).await.expect("release"),
+        fencelock_core::ReleaseOutcome::Released
+    );
+    let second = waiter
+        .await
+        .expect("waiter task")
+        .expect("the waiter gets the key after the release");
+    assert!(
+        second.fencing_token() > first.fencing_token(),
+        "{} after {}",
+        second.fencing_token(),
+        first.fencing_token()
+    );
+    assert_eq!(
+        store.release(&second).await.expect("release"),
+        fencelock_core::ReleaseOutcome::Released
+    );
+    // The release's wake of the queue's head ran under pcall too (EXISTS refused).
+    for server in &servers {
+        let denials = denials_of(server, USER).await;
+        assert!(
+            denials
+                .iter()
+                .any(|d| d.object == "exists" && d.context == "lua"),
+            "{denials:?}"
+        );
+    }
 }
