@@ -651,6 +651,18 @@ async fn main() -> Result<(), Box<dyn Error>> {
         "  ours / the durable fenced floor, throughput",
         format!("{:.2}", our_rate.per_second() / durable_rate.per_second()),
     );
+    let durable_reach = durable_rate.per_second() / floor_rate.per_second();
+    table.push(
+        "  the durable floor / the fenced floor: the most durable tokens allow",
+        format!(
+            "{durable_reach:.2}{}",
+            if durable_reach < 0.9 {
+                " (0.9× is out of reach of tokens that survive data loss in this run)"
+            } else {
+                ""
+            }
+        ),
+    );
     let each = |f: fn(&Rate) -> f64| {
         [&raw_rate, &floor_rate, &durable_rate, &our_rate]
             .map(|r| format!("{:.1}", f(r)))
