@@ -48,6 +48,7 @@ mod memory;
 pub mod metered;
 mod mode;
 mod scoped;
+pub mod session_watch;
 mod store;
 pub mod ttl;
 pub mod url;
