@@ -38,6 +38,7 @@
 #![warn(missing_docs)]
 
 mod capabilities;
+pub mod cleanup;
 mod error;
 mod fence;
 mod keepalive;
