@@ -22,6 +22,9 @@
 //!   crate's facade; the names and units are tabled in the `metered` module.
 //! - [`StoreKind`]: a store's descriptor (name, URL schemes, feature, connect), one per store
 //!   crate, listed once by the `fencelock` facade.
+//! - For store implementers: [`validate`] (the request checks every store makes), [`ttl`],
+//!   [`url`], [`cleanup`] (when to remove idle fence rows) and [`session_watch`] (revoking a
+//!   lease whose server session ended, for locks that live as long as a session).
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
