@@ -26,7 +26,7 @@ use std::error::Error;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{failed, rslock_handoff_rows, server_version, Rslock};
+use common::{client_cpu, failed, raw_subscription, rslock_handoff_rows, server_version, Rslock};
 use fencelock_conformance::bench::{
     cycle, cycle_into, handoff, handoff_to_another, lock_throughput, micros as us, server_or_env,
     throughput, time_each, ModeCycles, Samples, Table,
@@ -205,15 +205,8 @@ async fn unsafe_cycle(conn: &mut ConnectionManager, key: &str) -> fencelock_core
 /// Both ends wake from idle here, as a parked waiter and a holder that worked a while do.
 async fn raw_notify(client: &redis::Client, samples: usize) -> fencelock_core::Result<Samples> {
     use futures_util::StreamExt;
-    let mut pubsub = client
-        .get_async_pubsub()
-        .await
-        .map_err(failed("raw subscriber"))?;
-    pubsub
-        .subscribe("raw:notify")
-        .await
-        .map_err(failed("SUBSCRIBE"))?;
-    let mut messages = pubsub.into_on_message();
+    let messages = raw_subscription(client, "raw:notify").await?;
+    futures_util::pin_mut!(messages);
     let mut conn = client
         .get_multiplexed_async_connection()
         .await
@@ -348,24 +341,6 @@ impl Rate {
     fn client_cpu_per_cycle(&self) -> f64 {
         self.client_cpu_us / self.cycles
     }
-}
-
-/// This process's user + system CPU in µs, from `/proc/self/stat` (every thread; Linux only,
-/// in clock ticks, 10 ms at the usual 100 Hz: about 1% of a round's CPU); 0 elsewhere.
-fn client_cpu() -> f64 {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
-        return 0.0;
-    };
-    // The fields after the command name, which is in parentheses and may hold spaces.
-    let Some((_, rest)) = stat.rsplit_once(')') else {
-        return 0.0;
-    };
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // utime and stime are fields 14 and 15 of the whole line, 12 and 13 after the name.
-    let ticks: f64 = fields.get(11..13).map_or(0.0, |f| {
-        f.iter().filter_map(|t| t.parse::<f64>().ok()).sum()
-    });
-    ticks * 1e6 / 100.0
 }
 
 #[tokio::main(flavor = "multi_thread")]

@@ -31,7 +31,7 @@ use std::error::Error;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{failed, rslock_handoff_rows, server_version, Rslock};
+use common::{client_cpu, failed, raw_subscription, rslock_handoff_rows, server_version, Rslock};
 use fencelock_conformance::bench::{
     cycle, cycle_into, handoff_to_another, lock_throughput, micros as us, time_each, Samples, Table,
 };
@@ -57,15 +57,7 @@ const HOLD: Duration = Duration::from_millis(5);
 
 /// Runs `command` on every node at once; done when all answered.
 async fn on_all(nodes: &[ConnectionManager], command: &redis::Cmd) -> fencelock_core::Result<()> {
-    let replies = futures_util::future::join_all(nodes.iter().map(|node| {
-        let mut node = node.clone();
-        async move { command.query_async::<redis::Value>(&mut node).await }
-    }))
-    .await;
-    for reply in replies {
-        reply.map_err(failed("raw command"))?;
-    }
-    Ok(())
+    on_quorum(nodes, command, nodes.len()).await
 }
 
 /// Runs `command` on every node at once; done when `quorum` answered (the rest finish in the
@@ -106,15 +98,7 @@ async fn raw_two_round_handoff(
     let mut streams = Vec::new();
     for url in urls {
         let client = redis::Client::open(url.as_str()).map_err(failed("raw subscriber"))?;
-        let mut pubsub = client
-            .get_async_pubsub()
-            .await
-            .map_err(failed("raw subscriber"))?;
-        pubsub
-            .subscribe("raw:handoff")
-            .await
-            .map_err(failed("SUBSCRIBE"))?;
-        streams.push(Box::pin(pubsub.into_on_message()));
+        streams.push(Box::pin(raw_subscription(&client, "raw:handoff").await?));
     }
     let mut messages = futures_util::stream::select_all(streams);
     let mut release = redis::cmd("EVAL");
@@ -167,24 +151,6 @@ impl Load {
     fn rate(&self) -> f64 {
         self.cycles / self.seconds
     }
-}
-
-/// This process's user + system CPU in µs, from `/proc/self/stat` (every thread; Linux only,
-/// in clock ticks, 10 ms at the usual 100 Hz); 0 elsewhere.
-fn client_cpu() -> f64 {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
-        return 0.0;
-    };
-    // The fields after the command name, which is in parentheses and may hold spaces.
-    let Some((_, rest)) = stat.rsplit_once(')') else {
-        return 0.0;
-    };
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // utime and stime are fields 14 and 15 of the whole line, 12 and 13 after the name.
-    let ticks: f64 = fields.get(11..13).map_or(0.0, |f| {
-        f.iter().filter_map(|t| t.parse::<f64>().ok()).sum()
-    });
-    ticks * 1e6 / 100.0
 }
 
 /// The five servers' CPU so far in µs (`INFO cpu`: used_cpu_sys + used_cpu_user, every thread).

@@ -1,5 +1,6 @@
 //! What the two Redis benchmarks (`bench.rs`, `redlock_bench.rs`) share: the `rslock` peer
-//! behind our traits and its handoff rows, and the raw client's error and version helpers.
+//! behind our traits and its handoff rows, the raw client's error, version and subscription
+//! helpers, and this process's CPU time.
 
 use std::time::Duration;
 
@@ -14,6 +15,40 @@ use tokio::time::Instant;
 /// Maps a raw client's error to a store error naming `what` failed.
 pub fn failed(what: &'static str) -> impl Fn(redis::RedisError) -> fencelock_core::Error {
     move |e| fencelock_core::Error::store(what, e)
+}
+
+/// A raw pub/sub connection of `client` subscribed to `channel`, as its stream of messages.
+pub async fn raw_subscription(
+    client: &redis::Client,
+    channel: &str,
+) -> fencelock_core::Result<impl futures_util::Stream<Item = redis::Msg>> {
+    let mut pubsub = client
+        .get_async_pubsub()
+        .await
+        .map_err(failed("raw subscriber"))?;
+    pubsub
+        .subscribe(channel)
+        .await
+        .map_err(failed("SUBSCRIBE"))?;
+    Ok(pubsub.into_on_message())
+}
+
+/// This process's user + system CPU in µs, from `/proc/self/stat` (every thread; Linux only,
+/// in clock ticks, 10 ms at the usual 100 Hz: about 1% of a round's CPU); 0 elsewhere.
+pub fn client_cpu() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    // The fields after the command name, which is in parentheses and may hold spaces.
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return 0.0;
+    };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the whole line, 12 and 13 after the name.
+    let ticks: f64 = fields.get(11..13).map_or(0.0, |f| {
+        f.iter().filter_map(|t| t.parse::<f64>().ok()).sum()
+    });
+    ticks * 1e6 / 100.0
 }
 
 /// The server's `redis_version`, from `INFO server`.
