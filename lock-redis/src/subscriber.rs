@@ -46,6 +46,9 @@ struct Channel {
     waiters: std::sync::atomic::AtomicUsize,
     /// True once the server confirmed the subscription on the current connection.
     subscribed: watch::Sender<bool>,
+    /// The last message on the channel that was not empty (a Redlock waiter's channel
+    /// carries the grants a release made it), kept until a newer one replaces it.
+    last: Mutex<Option<Vec<u8>>>,
 }
 
 enum Command {
@@ -98,6 +101,7 @@ impl ReleaseSubscriber {
                     wake: Notify::new(),
                     waiters: 0.into(),
                     subscribed: watch::Sender::new(false),
+                    last: Mutex::default(),
                 })
             })
             .clone();
@@ -153,6 +157,16 @@ impl Listener {
     /// the attempt it follows, so a message during the attempt is not lost).
     pub(crate) fn notified(&self) -> tokio::sync::futures::Notified<'_> {
         self.channel.wake.notified()
+    }
+
+    /// The last message on the channel that was not empty, if any came while it was
+    /// listened to (read it after [`notified`](Self::notified) completes, or before waiting).
+    pub(crate) fn last_message(&self) -> Option<Vec<u8>> {
+        self.channel
+            .last
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 }
 
@@ -212,6 +226,11 @@ async fn run(shared: Weak<Shared>, mut commands: mpsc::UnboundedReceiver<Command
                         let Some(s) = shared.upgrade() else { return };
                         let channels = s.lock();
                         if let Some(channel) = channels.get(message.get_channel_name()) {
+                            let payload = message.get_payload_bytes();
+                            if !payload.is_empty() {
+                                *channel.last.lock().unwrap_or_else(PoisonError::into_inner) =
+                                    Some(payload.to_vec());
+                            }
                             channel.wake.notify_waiters();
                         }
                     }

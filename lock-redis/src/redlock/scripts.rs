@@ -21,19 +21,52 @@ use crate::script::{evalsha, owner_hex, run_script, Attempt};
 /// withdrawing (its process died) holds the queue's head at most this long.
 pub(crate) const QUEUE_MARK: Duration = Duration::from_millis(1_500);
 
+/// Lua defining `mint(t, retention)`: the token `max(fence + 1, TIME µs rounded down to
+/// GRANULE)` for the clock reading `t`, written to the fence (`KEYS[2]`) with its retention
+/// expiry (`SET … GET` from Redis 6.2, GET then SET before). Called only while the lock holds
+/// the owner it mints for.
+macro_rules! mint_fn_lua {
+    () => {
+        r"
+local function mint(t, retention)
+  local now = t[1] * 1000000 + t[2]
+  local token = now - now % 262144
+  local old = redis.pcall('SET', KEYS[2], token, 'PX', retention, 'GET')
+  if type(old) == 'table' then
+    old = redis.call('GET', KEYS[2])
+    if not (old and tonumber(old) >= token) then
+      redis.call('SET', KEYS[2], token, 'PX', retention)
+    end
+  end
+  if old and tonumber(old) >= token then
+    token = tonumber(old) + 1
+    redis.call('SET', KEYS[2], token, 'PX', retention)
+  end
+  return token
+end
+"
+    };
+}
+
 /// Acquire on one node. KEYS: lock, fence, queue (waiter ids scored by ticket), expiries
-/// (waiter ids scored by the server ms their entry lapses). ARGV: owner, ttl ms, retention ms,
-/// waiter id (empty for a request that does not wait), ticket, mark ms.
+/// (waiter ids scored by the server ms their entry lapses), the waiter's request. ARGV: owner,
+/// ttl ms, retention ms, waiter id (empty for a request that does not wait), ticket, mark ms,
+/// the waiter's next owner.
 ///
 /// The queue's commands run under `pcall`: a user without `EXISTS` and the sorted-set rights
-/// still locks, its waits unordered. A waiting request first enters (or refreshes) its entry. While the queue holds a live
+/// still locks, its waits unordered. A waiting request first enters (or refreshes) its entry,
+/// and its **request** (`<next owner>:<ttl ms>`, lapsing with the entry): what a release
+/// grants the waiter when it heads the queue (`GRANT_HEAD`). A lock already held by this
+/// round's owner is such a server grant not collected yet: it is this round's grant, its
+/// expiry set to the TTL from now and its token minted again. While the queue holds a live
 /// entry, only its head (lowest ticket, then lowest id: every node orders the same entries the
 /// same way) may take the lock: anyone else is answered `{0, pttl, 1}`. A grant is
-/// `SET lock owner NX PX ttl`, then the token `max(fence + 1, TIME µs rounded down to
-/// GRANULE)` written to the fence with its retention expiry (`SET … GET` from Redis 6.2, GET
-/// then SET before), and the waiter's entry removed; it answers the token. A held key answers
-/// `{0, pttl, 0}`. Atomic: one script.
-pub(crate) const ACQUIRE_LUA: &str = r"
+/// `SET lock owner NX PX ttl`, then the minted token (`mint_fn_lua!`); the waiter's entry
+/// stays until the waiter withdraws it, so a round that fails hands the node back to the same
+/// head. A held key answers `{0, pttl, 0}`. Atomic: one script.
+pub(crate) const ACQUIRE_LUA: &str = concat!(
+    mint_fn_lua!(),
+    r"
 local t = redis.call('TIME')
 local ms = t[1] * 1000 + math.floor(t[2] / 1000)
 local waiter = ARGV[4]
@@ -42,6 +75,11 @@ if waiter ~= '' then
   redis.pcall('ZADD', KEYS[4], ms + tonumber(ARGV[6]), waiter)
   redis.pcall('PEXPIRE', KEYS[3], tonumber(ARGV[6]) + 1000)
   redis.pcall('PEXPIRE', KEYS[4], tonumber(ARGV[6]) + 1000)
+  redis.call('SET', KEYS[5], ARGV[7] .. ':' .. ARGV[2], 'PX', ARGV[6])
+  if redis.call('GET', KEYS[1]) == ARGV[1] then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    return mint(t, ARGV[3])
+  end
 end
 if redis.pcall('EXISTS', KEYS[4]) == 1 then
   local gone = redis.pcall('ZRANGEBYSCORE', KEYS[4], '-inf', ms, 'LIMIT', 0, 100)
@@ -55,27 +93,11 @@ if redis.pcall('EXISTS', KEYS[4]) == 1 then
   end
 end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  local now = t[1] * 1000000 + t[2]
-  local token = now - now % 262144
-  local old = redis.pcall('SET', KEYS[2], token, 'PX', ARGV[3], 'GET')
-  if type(old) == 'table' then
-    old = redis.call('GET', KEYS[2])
-    if not (old and tonumber(old) >= token) then
-      redis.call('SET', KEYS[2], token, 'PX', ARGV[3])
-    end
-  end
-  if old and tonumber(old) >= token then
-    token = tonumber(old) + 1
-    redis.call('SET', KEYS[2], token, 'PX', ARGV[3])
-  end
-  if waiter ~= '' then
-    redis.pcall('ZREM', KEYS[3], waiter)
-    redis.pcall('ZREM', KEYS[4], waiter)
-  end
-  return token
+  return mint(t, ARGV[3])
 end
 return {0, redis.call('PTTL', KEYS[1]), 0}
-";
+"
+);
 
 /// Raise on one node this owner holds: if the lock (`KEYS[1]`) holds `ARGV[1]`, set the fence
 /// (`KEYS[2]`) to `ARGV[2]` if it is below, else report it; either way the fence expires `ARGV[3]` ms
@@ -94,22 +116,41 @@ redis.call('PEXPIRE', KEYS[2], ARGV[3])
 return fence
 ";
 
-/// Lua waking the head of the queue (`KEYS[2]`, entries' expiries `KEYS[3]`) on its own channel,
-/// `ARGV[2]:<waiter id>`, after dropping lapsed entries.
-macro_rules! wake_head_lua {
+/// Lua handing a free lock (`KEYS[1]`) to the head of the queue (`KEYS[3]`, entries' expiries
+/// `KEYS[4]`), after dropping lapsed entries: when the head left a request
+/// (`ARGV[3]<waiter id>`, holding `<owner>:<ttl ms>`), the lock is set to that owner for that
+/// TTL, a token minted (`mint_fn_lua!`, retention `ARGV[4]`), the head's entry and request
+/// removed, and `g:<token>:<owner>` published on the head's own channel,
+/// `ARGV[2]:<waiter id>`; otherwise (no request: a client without them; or the lock is held)
+/// the head is only woken there, with an empty message, and makes a round.
+macro_rules! grant_head_lua {
     () => {
         r"
-if redis.pcall('EXISTS', KEYS[3]) == 1 then
+if redis.pcall('EXISTS', KEYS[4]) == 1 then
   local t = redis.call('TIME')
   local ms = t[1] * 1000 + math.floor(t[2] / 1000)
-  local gone = redis.pcall('ZRANGEBYSCORE', KEYS[3], '-inf', ms, 'LIMIT', 0, 100)
+  local gone = redis.pcall('ZRANGEBYSCORE', KEYS[4], '-inf', ms, 'LIMIT', 0, 100)
   if #gone > 0 then
-    redis.pcall('ZREM', KEYS[2], unpack(gone))
     redis.pcall('ZREM', KEYS[3], unpack(gone))
+    redis.pcall('ZREM', KEYS[4], unpack(gone))
   end
-  local head = redis.pcall('ZRANGE', KEYS[2], 0, 0)
-  if head[1] then
-    redis.call('PUBLISH', ARGV[2] .. ':' .. head[1], '')
+  local head = redis.pcall('ZRANGE', KEYS[3], 0, 0)
+  local id = head[1]
+  if id then
+    local message = ''
+    local request = redis.call('GET', ARGV[3] .. id)
+    local at = request and string.find(request, ':', 1, true)
+    if at then
+      local owner = string.sub(request, 1, at - 1)
+      local set = redis.pcall('SET', KEYS[1], owner, 'NX', 'PX', string.sub(request, at + 1))
+      if type(set) == 'table' and set.ok then
+        message = 'g:' .. mint(t, ARGV[4]) .. ':' .. owner
+        redis.pcall('ZREM', KEYS[3], id)
+        redis.pcall('ZREM', KEYS[4], id)
+        redis.call('DEL', ARGV[3] .. id)
+      end
+    end
+    redis.call('PUBLISH', ARGV[2] .. ':' .. id, message)
   end
 end
 "
@@ -117,11 +158,12 @@ end
 }
 
 /// Release on one node: delete the lock only if it still holds this owner, publish on the
-/// key's channel (as the single-node release does), and wake the queue's head on its own
-/// channel, so only the waiter the nodes will grant to makes a round. KEYS: lock, queue,
-/// expiries. ARGV: owner, channel. Returns 1 if released, 0 if the lease was already gone.
-/// Atomic: one script.
+/// key's channel (as the single-node release does), and hand the lock to the queue's head
+/// (`grant_head_lua!`), so the next lease takes no round of its own. KEYS: lock, fence,
+/// queue, expiries. ARGV: owner, channel, request prefix, retention ms. Returns 1 if
+/// released, 0 if the lease was already gone. Atomic: one script.
 pub(crate) const RELEASE_LUA: &str = concat!(
+    mint_fn_lua!(),
     r"
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
@@ -129,23 +171,34 @@ end
 redis.call('DEL', KEYS[1])
 redis.call('PUBLISH', ARGV[2], '')
 ",
-    wake_head_lua!(),
+    grant_head_lua!(),
     r"
 return 1
 "
 );
 
-/// A waiter stops waiting: remove its entry and, if it had one, wake the queue's new head (it
-/// may have been the head). KEYS: lock, queue, expiries. ARGV: waiter id, channel. Atomic: one
-/// script.
+/// A waiter stops waiting: remove its entry and request; delete the lock if it holds
+/// `ARGV[5]` or `ARGV[6]` (server grants it will not collect; empty for none); then, if
+/// either was there, hand the lock to the queue's new head or wake it (`grant_head_lua!`).
+/// KEYS: lock, fence, queue, expiries. ARGV: waiter id, channel, request prefix, retention
+/// ms, two stale owners. Atomic: one script.
 pub(crate) const WITHDRAW_LUA: &str = concat!(
+    mint_fn_lua!(),
     r"
-redis.pcall('ZREM', KEYS[3], ARGV[1])
-if redis.pcall('ZREM', KEYS[2], ARGV[1]) ~= 1 then
+redis.pcall('ZREM', KEYS[4], ARGV[1])
+local was = redis.pcall('ZREM', KEYS[3], ARGV[1]) == 1
+redis.call('DEL', ARGV[3] .. ARGV[1])
+local holder = redis.call('GET', KEYS[1])
+if holder and (holder == ARGV[5] or holder == ARGV[6]) then
+  redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', ARGV[2], '')
+  was = true
+end
+if not was then
   return 0
 end
 ",
-    wake_head_lua!(),
+    grant_head_lua!(),
     r"
 return 1
 "
@@ -165,25 +218,41 @@ pub(crate) struct RedlockNames {
     pub(crate) queue: String,
     /// `{prefix}{{key}}:queued`: waiter ids scored by the server ms their entry lapses.
     pub(crate) expiries: String,
+    /// `{prefix}{{key}}:request:`, followed by a waiter id: that waiter's request,
+    /// `<owner>:<ttl ms>`, what a release grants it when it heads the queue.
+    pub(crate) requests: String,
 }
 
 impl RedlockNames {
     pub(crate) fn new(key: KeyNames) -> Self {
         let stem = key.fence.strip_suffix("fence").unwrap_or(&key.fence);
         let (queue, expiries) = (format!("{stem}queue"), format!("{stem}queued"));
+        let requests = format!("{stem}request:");
         RedlockNames {
             key,
             queue,
             expiries,
+            requests,
         }
+    }
+
+    /// The key of `waiter`'s request.
+    pub(crate) fn request(&self, waiter: OwnerId) -> String {
+        let hex = owner_hex(waiter);
+        let mut key = String::with_capacity(self.requests.len() + hex.len());
+        key.push_str(&self.requests);
+        key.push_str(std::str::from_utf8(&hex).unwrap_or_default());
+        key
     }
 }
 
-/// A waiting request's place in the queue: its id and its ticket (the same on every node).
+/// A waiting request's place in the queue: its id and its ticket (the same on every node),
+/// and the owner a release on a node grants it the lock as (its request there).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Waiter {
     pub(crate) id: OwnerId,
     pub(crate) ticket: u64,
+    pub(crate) next: OwnerId,
 }
 
 /// What a Redlock acquire found on one node: the single-node [`Attempt`], and whether a
@@ -203,21 +272,26 @@ pub(crate) async fn acquire_on<C: ConnectionLike>(
     retention: Duration,
     waiter: Option<Waiter>,
 ) -> Result<NodeAttempt> {
-    let bytes = names.key.lock.len() + names.key.fence.len() + 2 * names.queue.len() + 128;
-    let mut cmd = evalsha(&ACQUIRE, 4, 10, bytes);
+    let bytes = names.key.lock.len() + names.key.fence.len() + 3 * names.queue.len() + 200;
+    let mut cmd = evalsha(&ACQUIRE, 5, 12, bytes);
     cmd.arg(&names.key.lock)
         .arg(&names.key.fence)
         .arg(&names.queue)
-        .arg(&names.expiries)
-        .arg(&owner_hex(owner)[..])
+        .arg(&names.expiries);
+    match waiter {
+        Some(waiter) => cmd.arg(names.request(waiter.id)),
+        None => cmd.arg(&names.requests),
+    };
+    cmd.arg(&owner_hex(owner)[..])
         .arg(whole_millis(ttl))
         .arg(whole_millis(retention));
     match waiter {
         Some(waiter) => cmd
             .arg(&owner_hex(waiter.id)[..])
             .arg(waiter.ticket)
-            .arg(whole_millis(QUEUE_MARK)),
-        None => cmd.arg("").arg(0).arg(0),
+            .arg(whole_millis(QUEUE_MARK))
+            .arg(&owner_hex(waiter.next)[..]),
+        None => cmd.arg("").arg(0).arg(0).arg(""),
     };
     let reply: redis::Value = run_script(conn, &ACQUIRE, &cmd)
         .await
@@ -283,18 +357,31 @@ pub(crate) async fn raise_on<C: ConnectionLike>(
     }
 }
 
-/// Runs [`WITHDRAW_LUA`] on one connection: `waiter` no longer waits.
+/// Runs [`WITHDRAW_LUA`] on one connection: `waiter` no longer waits, and a lock held by
+/// one of the `stale` owners (at most two: server grants it will not collect) is deleted.
 pub(crate) async fn withdraw_on<C: ConnectionLike>(
     conn: &mut C,
     names: &RedlockNames,
     waiter: OwnerId,
+    stale: &[OwnerId],
+    retention: Duration,
 ) -> Result<()> {
-    let mut cmd = evalsha(&WITHDRAW, 3, 5, 3 * names.queue.len() + 96);
+    debug_assert!(stale.len() <= 2);
+    let mut cmd = evalsha(&WITHDRAW, 4, 10, 5 * names.queue.len() + 160);
     cmd.arg(&names.key.lock)
+        .arg(&names.key.fence)
         .arg(&names.queue)
         .arg(&names.expiries)
         .arg(&owner_hex(waiter)[..])
-        .arg(&names.key.channel);
+        .arg(&names.key.channel)
+        .arg(&names.requests)
+        .arg(whole_millis(retention));
+    for slot in 0..2 {
+        match stale.get(slot) {
+            Some(owner) => cmd.arg(&owner_hex(*owner)[..]),
+            None => cmd.arg(""),
+        };
+    }
     let _: i64 = run_script(conn, &WITHDRAW, &cmd)
         .await
         .map_err(|e| script_error("withdraw", WITHDRAW_LUA, e))?;
@@ -306,14 +393,18 @@ pub(crate) async fn release_on<C: ConnectionLike>(
     conn: &mut C,
     names: &RedlockNames,
     owner: OwnerId,
+    retention: Duration,
 ) -> Result<bool> {
-    let bytes = names.key.lock.len() + 2 * names.queue.len() + names.key.channel.len() + 40;
-    let mut cmd = evalsha(&RELEASE, 3, 5, bytes);
+    let bytes = names.key.lock.len() + 4 * names.queue.len() + names.key.channel.len() + 80;
+    let mut cmd = evalsha(&RELEASE, 4, 8, bytes);
     cmd.arg(&names.key.lock)
+        .arg(&names.key.fence)
         .arg(&names.queue)
         .arg(&names.expiries)
         .arg(&owner_hex(owner)[..])
-        .arg(&names.key.channel);
+        .arg(&names.key.channel)
+        .arg(&names.requests)
+        .arg(whole_millis(retention));
     let released: i64 = run_script(conn, &RELEASE, &cmd)
         .await
         .map_err(|e| script_error("release", RELEASE_LUA, e))?;
@@ -357,5 +448,10 @@ mod tests {
         let names = RedlockNames::new(KeyNames::new("p:", "jobs/x"));
         assert_eq!(names.queue, "p:{jobs/x}:queue");
         assert_eq!(names.expiries, "p:{jobs/x}:queued");
+        let waiter = OwnerId::parse(&format!("{:032x}", 7)).expect("hex");
+        assert_eq!(
+            names.request(waiter),
+            format!("p:{{jobs/x}}:request:{waiter}")
+        );
     }
 }

@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use crate::cluster::Conn;
@@ -12,7 +12,6 @@ use fencelock_core::{
     Acquire, Capabilities, Error, Extend, Instant, KeyStatus, Lease, LockStore, OwnerId, Release,
     ReleaseOutcome, Result,
 };
-use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::time::{sleep, sleep_until};
 
 use super::config::RedlockConfig;
@@ -26,7 +25,7 @@ use crate::config::TTL_GRANULARITY;
 use crate::error::redis_error;
 use crate::eviction::EvictionCheck;
 use crate::keys::KeyNames;
-use crate::script::{evict_on, extend_on, status_on, Attempt};
+use crate::script::{evict_on, extend_on, owner_hex, status_on, Attempt};
 use crate::store::{RedisStore, WAIT_CAP};
 
 /// How many raise rounds one acquisition tries before giving up: each round that finds a
@@ -289,17 +288,30 @@ impl RedlockStore {
         })
     }
 
-    /// Removes `waiter`'s queue entry on the nodes `on` marks, in the background (they wake
-    /// the key's waiters if it was there).
-    fn withdraw(&self, names: &Arc<RedlockNames>, waiter: OwnerId, on: &[bool]) {
+    /// Removes `waiter`'s queue entry and request on the nodes `on` marks, and deletes the
+    /// lock there if it holds one of the `stale` owners (server grants the waiter will not
+    /// collect), in the background (the key's next waiter is granted or woken if either was
+    /// there).
+    fn withdraw(&self, names: &Arc<RedlockNames>, waiter: OwnerId, stale: &[OwnerId], on: &[bool]) {
         if on.iter().any(|on| *on) {
-            tokio::spawn(self.withdrawal(names, waiter, on).await_until(|_| false));
+            tokio::spawn(
+                self.withdrawal(names, waiter, stale, on)
+                    .await_until(|_| false),
+            );
         }
     }
 
     /// The requests of [`withdraw`](Self::withdraw), to be awaited.
-    fn withdrawal(&self, names: &Arc<RedlockNames>, waiter: OwnerId, on: &[bool]) -> FanOut<()> {
+    fn withdrawal(
+        &self,
+        names: &Arc<RedlockNames>,
+        waiter: OwnerId,
+        stale: &[OwnerId],
+        on: &[bool],
+    ) -> FanOut<()> {
         let names = names.clone();
+        let retention = self.config().retention();
+        let stale: Arc<[OwnerId]> = stale.into();
         FanOut::start(
             &self.inner.nodes,
             "withdraw",
@@ -307,25 +319,27 @@ impl RedlockStore {
             None,
             Some(on),
             move |mut conn| {
-                let names = names.clone();
-                async move { withdraw_on(&mut conn, &names, waiter).await }
+                let (names, stale) = (names.clone(), stale.clone());
+                async move { withdraw_on(&mut conn, &names, waiter, &stale, retention).await }
             },
         )
     }
 
-    /// One Redlock round: acquire on every node (as `waiter`, if given, entering its queue),
-    /// and if a quorum granted in time, make a quorum's fences carry the token. Anything
-    /// short of that is released on every node that granted, failed or did not answer.
+    /// One Redlock round as `owner`: acquire on every node (as `waiter`, if given, entering
+    /// its queue and leaving its request for `waiter.next`; a server grant already made to
+    /// `owner` counts as this round's), and if a quorum granted in time, make a quorum's
+    /// fences carry the token. Anything short of that is released on every node that granted,
+    /// failed or did not answer (a waiter's nodes then grant it `waiter.next`).
     async fn round(
         &self,
         key: &str,
         names: &Arc<RedlockNames>,
         ttl: Duration,
         waiter: Option<Waiter>,
+        owner: OwnerId,
     ) -> Round {
         let nodes = self.config().node_count();
         let quorum = self.quorum();
-        let owner = OwnerId::random();
         let retention = self.config().retention();
         let bound = self.config().command_timeout().min(ttl);
         // Read before the first request is sent: validity counts from here.
@@ -375,13 +389,9 @@ impl RedlockStore {
                 (Err(error), _) => Err(error),
                 (Ok(token), Some(until)) if Instant::now() < until => {
                     if let Some(waiter) = waiter {
-                        // The granting nodes dropped the entry in the script; the others
-                        // would keep this waiter at their queue's head until it lapses.
-                        let rest: Vec<bool> = answers
-                            .iter()
-                            .map(|a| !matches!(a, Some(Ok(x)) if granted(x)))
-                            .collect();
-                        self.withdraw(names, waiter.id, &rest);
+                        // Every node keeps this waiter at its queue's head (and may grant its
+                        // request) until the entry is withdrawn or lapses.
+                        self.withdraw(names, waiter.id, &[waiter.next], &vec![true; nodes]);
                     }
                     let base = self.deadline_base(sent_at, ttl).unwrap_or(sent_at);
                     return Round::Granted(Lease::new(key, owner, token, ttl, base));
@@ -414,7 +424,7 @@ impl RedlockStore {
             Some(&unsettled),
             move |mut conn| {
                 let names = release_names.clone();
-                async move { release_on(&mut conn, &names, owner).await }
+                async move { release_on(&mut conn, &names, owner, retention).await }
             },
         )
         .await_until(|a| grants.iter().all(|(i, _)| a[*i].is_some()))
@@ -469,7 +479,7 @@ impl Acquire for RedlockStore {
         let names = self.names(key);
         let mut retries = self.config().retry_count();
         loop {
-            let last = match self.round(key, &names, ttl, None).await {
+            let last = match self.round(key, &names, ttl, None, OwnerId::random()).await {
                 Round::Granted(lease) => return Ok(lease),
                 Round::Held { .. } => {
                     return Err(Error::Busy {
@@ -490,19 +500,23 @@ impl Acquire for RedlockStore {
     }
 
     /// Rounds until the wait runs out. Every round enters or refreshes the waiter's entry in
-    /// the key's queue on every node, and a node grants only to its queue's head (the crate
-    /// docs, `# Redlock`, *Waiting in order*). Between rounds the waiter listens on its own
-    /// channel of every node (each node's store shares one pub/sub connection per handle),
-    /// where a release or a withdrawal wakes the queue's head, and tries again once a quorum
-    /// of nodes woke it, when the holders' TTL runs out, and at least every [`WAIT_CAP`];
-    /// after a split vote or failed nodes it retries after a random delay. More than
-    /// `retry_count` failed rounds in a row end the wait with the last error. A wait that
-    /// ends without a lease withdraws its entries (awaited until a quorum answered).
+    /// the key's queue on every node, with its request, and a node grants only to its
+    /// queue's head (the crate docs, `# Redlock`, *Waiting in order*). Between rounds the
+    /// waiter listens on its own channel of every node (each node's store shares one pub/sub
+    /// connection per handle), where a release hands the lock to the queue's head and says
+    /// so: a quorum of such grants is the lease, without a round of its own. It makes
+    /// another round once a quorum of nodes woke it without that, when the holders' TTL runs
+    /// out, and at least every [`WAIT_CAP`]; after a split vote or failed nodes it retries
+    /// after a random delay. More than `retry_count` failed rounds in a row end the wait with
+    /// the last error. A wait that ends without a lease withdraws its entries and requests
+    /// and deletes the grants it did not collect (awaited until a quorum answered).
     ///
     /// # Cancel safety
     /// As for `try_acquire` while a round is in flight; dropped while waiting, nothing is
-    /// held, the subscriptions are given up and the queue entries are withdrawn in the
-    /// background (inside a tokio runtime; otherwise they lapse after 1.5 s).
+    /// held: the subscriptions are given up, and the queue entries withdrawn and the grants
+    /// made to the waiter deleted in the background (inside a tokio runtime; otherwise
+    /// entries lapse after 1.5 s, and a grant made to the waiter holds the key until its
+    /// TTL).
     #[tracing::instrument(
         level = "debug",
         name = "acquire",
@@ -515,25 +529,26 @@ impl Acquire for RedlockStore {
         check_request(key, ttl, &self.capabilities())?;
         check_wait(wait)?;
         let names = self.names(key);
-        let waiter = Waiter {
-            id: OwnerId::random(),
-            ticket: ticket(),
-        };
-        // Withdraws the queue entries if the future is dropped during the wait.
+        let (id, first) = (OwnerId::random(), OwnerId::random());
+        // Withdraws the queue entries (and deletes uncollected grants) if the future is
+        // dropped during the wait.
         let mut queued = Queued {
             store: self,
             names: &names,
-            waiter: waiter.id,
+            waiter: id,
+            owners: std::sync::Mutex::new([first, first]),
             armed: true,
         };
-        let outcome = self.wait_in_queue(key, &names, ttl, wait, waiter).await;
+        let outcome = self
+            .wait_in_queue(key, &names, ttl, wait, id, &queued.owners)
+            .await;
         queued.armed = false;
         if outcome.is_err() {
             // Awaited until a quorum answered, so a request right after this one finds the
             // queue without this waiter; the rest finish in the background.
             let every = vec![true; self.config().node_count()];
             let quorum = self.quorum();
-            self.withdrawal(&names, waiter.id, &every)
+            self.withdrawal(&names, id, &queued.owners(), &every)
                 .await_until(|a| answered(a) >= quorum)
                 .await;
         }
@@ -542,15 +557,18 @@ impl Acquire for RedlockStore {
 }
 
 impl RedlockStore {
-    /// The rounds of [`acquire`](Acquire::acquire) as `waiter`, until a lease or the end of
-    /// the wait.
+    /// The rounds of [`acquire`](Acquire::acquire) as waiter `id`, until a lease or the end
+    /// of the wait. `owners` is kept at the last round's owner and the waiter's current
+    /// request (what releases grant it), for the withdrawal of a wait that ends without a
+    /// lease.
     async fn wait_in_queue(
         &self,
         key: &str,
         names: &Arc<RedlockNames>,
         ttl: Duration,
         wait: Duration,
-        waiter: Waiter,
+        id: OwnerId,
+        owners: &std::sync::Mutex<[OwnerId; 2]>,
     ) -> Result<Lease> {
         let started = Instant::now();
         let deadline = started + wait;
@@ -559,8 +577,19 @@ impl RedlockStore {
             waited: now - started,
         };
         let quorum = self.quorum();
+        let ticket = ticket();
+        // Each round is made as the owner the previous one requested, so it counts the
+        // grants releases made to that request since, and requests a fresh owner.
+        let advance = |owner: OwnerId| {
+            let next = OwnerId::random();
+            *owners.lock().unwrap_or_else(PoisonError::into_inner) = [owner, next];
+            Waiter { id, ticket, next }
+        };
+        let mut owner = owners.lock().unwrap_or_else(PoisonError::into_inner)[0];
+        let mut waiter = advance(owner);
         let mut failed_rounds = 0;
-        let nap = match self.round(key, names, ttl, Some(waiter)).await {
+        let mut asked = Instant::now();
+        let nap = match self.round(key, names, ttl, Some(waiter), owner).await {
             Round::Granted(lease) => return Ok(lease),
             Round::Held { .. } => Duration::ZERO,
             Round::Contended => self.jitter(),
@@ -575,8 +604,8 @@ impl RedlockStore {
         if Instant::now() >= deadline {
             return Err(timed_out(Instant::now()));
         }
-        // Releases and withdrawals wake only the queue's head, on its own channel.
-        let channel = waiter_channel(names, waiter.id);
+        // Releases and withdrawals reach only the queue's head, on its own channel.
+        let channel = waiter_channel(names, id);
         let listeners: Vec<_> = self
             .inner
             .nodes
@@ -585,18 +614,59 @@ impl RedlockStore {
             .collect();
         let confirm = WAIT_CAP.min(deadline.saturating_duration_since(Instant::now()));
         futures_util::future::join_all(listeners.iter().map(|l| l.subscribed(confirm))).await;
-        if !nap.is_zero() {
-            sleep_until((Instant::now() + nap).min(deadline)).await;
-        }
+        let mut nap_until = Instant::now() + nap;
         loop {
-            // Registered before the round, so a release during the round is not missed.
+            // Registered before the round, so a message during the round is not missed.
             let mut notified: Vec<_> = listeners.iter().map(|l| Box::pin(l.notified())).collect();
             for wake in &mut notified {
                 wake.as_mut().enable();
             }
-            // Measured before the round: the holders' remaining TTL counts from here.
-            let asked = Instant::now();
-            let nap = match self.round(key, names, ttl, Some(waiter)).await {
+            // Between rounds: a quorum of grants to the current request is the lease; a
+            // quorum of nodes heard from without one, the nap's end or the deadline make
+            // the next round.
+            let mut heard = vec![false; listeners.len()];
+            loop {
+                let grants: Vec<(usize, u64)> = listeners
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(index, l)| {
+                        Some((index, grant_to(&l.last_message()?, waiter.next)?))
+                    })
+                    .collect();
+                if grants.len() >= quorum {
+                    if let Some(lease) = self
+                        .take_granted(key, names, ttl, waiter, &grants, asked)
+                        .await
+                    {
+                        return Ok(lease);
+                    }
+                    break;
+                }
+                if heard.iter().filter(|h| **h).count() >= quorum {
+                    break;
+                }
+                let until = nap_until.max(Instant::now()).min(deadline);
+                let woken = futures_util::future::select_all(notified.iter_mut());
+                tokio::select! {
+                    ((), index, _) = woken => {
+                        heard[index] = true;
+                        let mut again = Box::pin(listeners[index].notified());
+                        again.as_mut().enable();
+                        notified[index] = again;
+                    }
+                    () = sleep_until(until) => break,
+                }
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(timed_out(now));
+            }
+            // Measured before the round: the holders' remaining TTL, and the validity of
+            // grants to the request it leaves, count from here.
+            asked = Instant::now();
+            owner = waiter.next;
+            waiter = advance(owner);
+            let nap = match self.round(key, names, ttl, Some(waiter), owner).await {
                 Round::Granted(lease) => return Ok(lease),
                 Round::Held { expires_in } => {
                     failed_rounds = 0;
@@ -617,24 +687,55 @@ impl RedlockStore {
                     self.jitter()
                 }
             };
+            nap_until = asked + nap;
             let now = Instant::now();
             if now >= deadline {
                 return Err(timed_out(now));
             }
-            // Wake once a quorum of nodes published a release: after the first one alone,
-            // the others usually still hold the key and the round would split.
-            let mut released: FuturesUnordered<_> = notified.into_iter().collect();
-            let quorum_released = async {
-                for _ in 0..quorum {
-                    released.next().await;
-                }
-            };
-            tokio::select! {
-                () = quorum_released => {}
-                () = sleep_until((asked + nap).max(now).min(deadline)) => {}
-            }
         }
     }
+
+    /// A lease from a quorum of server grants to `waiter.next` (`grants`: the nodes and the
+    /// tokens they minted), made from the request of the round sent at `asked`. Each grant
+    /// was made after its node read that request, so its lock lasts at least `ttl` from
+    /// `asked`: the validity counts from there. `None` (a round then collects the grants,
+    /// with a validity of its own) when less than half the TTL would be left or the raise
+    /// failed. The nodes that have not granted yet drop the entry and request; a grant they
+    /// make meanwhile belongs to this lease, whose release deletes it.
+    async fn take_granted(
+        &self,
+        key: &str,
+        names: &Arc<RedlockNames>,
+        ttl: Duration,
+        waiter: Waiter,
+        grants: &[(usize, u64)],
+        asked: Instant,
+    ) -> Option<Lease> {
+        let base = self.deadline_base(asked, ttl)?;
+        let until = base + ttl.saturating_sub(fencelock_core::drift(ttl));
+        if Instant::now() + ttl / 2 >= until {
+            return None;
+        }
+        let bound = self.config().command_timeout().min(ttl);
+        let token = self.raise(names, waiter.next, grants, bound).await.ok()?;
+        if Instant::now() >= until {
+            return None;
+        }
+        let mut rest = vec![true; self.config().node_count()];
+        for (index, _) in grants {
+            rest[*index] = false;
+        }
+        self.withdraw(names, waiter.id, &[], &rest);
+        Some(Lease::new(key, waiter.next, token, ttl, base))
+    }
+}
+
+/// The token of a release's grant to `owner` (`g:<token>:<owner>`), if `message` is one.
+fn grant_to(message: &[u8], owner: OwnerId) -> Option<u64> {
+    let message = std::str::from_utf8(message).ok()?.strip_prefix("g:")?;
+    let (token, to) = message.split_once(':')?;
+    let token: u64 = token.parse().ok()?;
+    (to.as_bytes() == owner_hex(owner) && token > 0).then_some(token)
 }
 
 /// A waiter's ticket: the client's wall clock in µs when its wait began. Every node orders
@@ -647,19 +748,28 @@ fn ticket() -> u64 {
 }
 
 /// A waiter's queue entries while its wait may still end without a lease: dropped armed, it
-/// withdraws them on every node in the background.
+/// withdraws them on every node in the background, deleting the grants made to its last
+/// round's owner or its request.
 struct Queued<'a> {
     store: &'a RedlockStore,
     names: &'a Arc<RedlockNames>,
     waiter: OwnerId,
+    owners: std::sync::Mutex<[OwnerId; 2]>,
     armed: bool,
+}
+
+impl Queued<'_> {
+    fn owners(&self) -> [OwnerId; 2] {
+        *self.owners.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 impl Drop for Queued<'_> {
     fn drop(&mut self) {
         if self.armed && tokio::runtime::Handle::try_current().is_ok() {
             let every = vec![true; self.store.config().node_count()];
-            self.store.withdraw(self.names, self.waiter, &every);
+            self.store
+                .withdraw(self.names, self.waiter, &self.owners(), &every);
         }
     }
 }
@@ -685,14 +795,14 @@ impl Release for RedlockStore {
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
         let (nodes, quorum) = (self.config().node_count(), self.quorum());
         let names = self.names(lease.key());
-        let owner = lease.owner();
+        let (owner, retention) = (lease.owner(), self.config().retention());
         let answers = self
             .fan_out(
                 "release",
                 self.config().command_timeout(),
                 move |mut conn| {
                     let names = names.clone();
-                    async move { release_on(&mut conn, &names, owner).await }
+                    async move { release_on(&mut conn, &names, owner, retention).await }
                 },
             )
             .await_until(|a| {
