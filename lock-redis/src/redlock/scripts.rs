@@ -144,7 +144,7 @@ if redis.pcall('EXISTS', KEYS[4]) == 1 then
       local owner = string.sub(request, 1, at - 1)
       local set = redis.pcall('SET', KEYS[1], owner, 'NX', 'PX', string.sub(request, at + 1))
       if type(set) == 'table' and set.ok then
-        message = 'g:' .. mint(t, ARGV[4]) .. ':' .. owner
+        message = 'g:' .. string.format('%d', mint(t, ARGV[4])) .. ':' .. owner
         redis.pcall('ZREM', KEYS[3], id)
         redis.pcall('ZREM', KEYS[4], id)
         redis.call('DEL', ARGV[3] .. id)
