@@ -201,3 +201,82 @@ async fn zcard(node: &mut redis::aio::MultiplexedConnection, key: &str) -> u64 {
         .await
         .expect("ZCARD")
 }
+
+/// A release hands the key to the queued waiter itself: each node's release script sets the
+/// lock to the owner the waiter's request names and tells the waiter, which takes the lease
+/// from a quorum of those grants without an acquire round of its own. Such a lease's validity
+/// counts from the round that left the request, sent before the release began; a lease from a
+/// round made after the release would count from that round. A waiter refreshes its request
+/// with a round at least every 250 ms, which may coincide with a handoff (about one in 250):
+/// so five handoffs are made and at least one must come from the grants. Without grants on
+/// release (a wake-up and a round), none does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_hands_the_key_to_the_queued_waiter_without_a_round() {
+    use fencelock_core::{Acquire, Release};
+    use std::time::{Duration, Instant};
+
+    let (holder, waiter) = (store(&redlock_url()).await, store(&redlock_url()).await);
+    let key = "redlock:grant-on-release";
+    let pattern = format!("fencelock:{{{key}}}:request:*");
+    let ttl = Duration::from_secs(30);
+    let mut nodes = Vec::new();
+    for server in shared::redis_masters(5) {
+        let client = redis::Client::open(server.url()).expect("client");
+        nodes.push(
+            client
+                .get_multiplexed_async_connection()
+                .await
+                .expect("node"),
+        );
+    }
+    let mut last = 0;
+    let mut by_grants = 0;
+    for _ in 0..5 {
+        let held = holder.try_acquire(key, ttl).await.expect("acquire");
+        assert!(held.fencing_token() > last);
+        let waiting = tokio::spawn({
+            let waiter = waiter.clone();
+            async move { waiter.acquire(key, ttl, Duration::from_secs(20)).await }
+        });
+        // The waiter's request is on every node.
+        let started = Instant::now();
+        loop {
+            let mut requested = 0;
+            for node in &mut nodes {
+                let (_, found): (u64, Vec<String>) = redis::cmd("SCAN")
+                    .arg(0)
+                    .arg("MATCH")
+                    .arg(&pattern)
+                    .arg("COUNT")
+                    .arg(10_000)
+                    .query_async(node)
+                    .await
+                    .expect("SCAN");
+                requested += usize::from(!found.is_empty());
+            }
+            if requested == nodes.len() {
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(15),
+                "the waiter's request is on only {requested} nodes"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let released_at = Instant::now();
+        let _ = holder.release(&held).await.expect("release");
+        let lease = waiting
+            .await
+            .expect("task")
+            .expect("the waiter gets the key");
+        assert!(lease.fencing_token() > held.fencing_token());
+        last = lease.fencing_token();
+        let from_a_later_round = released_at + ttl - fencelock_core::drift(ttl);
+        by_grants += usize::from(lease.valid_until() < from_a_later_round.into());
+        let _ = waiter.release(&lease).await.expect("release");
+    }
+    assert!(
+        by_grants > 0,
+        "no handoff of five came from the release's grants"
+    );
+}

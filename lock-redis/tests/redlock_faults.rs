@@ -321,3 +321,108 @@ async fn tokens_keep_growing_while_the_live_nodes_change_between_acquisitions() 
         }
     }
 }
+
+/// A release cut off after a minority of nodes grants the queued waiter only there. The waiter
+/// cannot use a minority; when its wait ends without a lease, it deletes those grants (they
+/// hold the owner its request named) along with its entries. The stopped nodes, once resumed,
+/// run what was sent to them meanwhile (or lose it with the connection): either way no node is
+/// left held by anyone but the old holder (whose own lock there lapses at its TTL).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grants_a_waiter_did_not_collect_are_deleted_when_its_wait_ends() {
+    let servers = start_five();
+    let (holder, waiter) = (store(&servers).await, store(&servers).await);
+    let key = "faults:uncollected-grant";
+    let ttl = Duration::from_secs(60);
+    let request = format!("fencelock:{{{key}}}:request:*");
+    let queued = || async {
+        let started = Instant::now();
+        for server in &servers {
+            let mut conn = admin(server).await;
+            loop {
+                let (_, found): (u64, Vec<String>) = redis::cmd("SCAN")
+                    .arg(0)
+                    .arg("MATCH")
+                    .arg(&request)
+                    .query_async(&mut conn)
+                    .await
+                    .expect("SCAN");
+                if !found.is_empty() {
+                    break;
+                }
+                assert!(started.elapsed() < Duration::from_secs(15), "not queued");
+                sleep(Duration::from_millis(10)).await;
+            }
+        }
+    };
+    // Every script is loaded on every node first: a handoff, and a wait that runs out (a
+    // script sent to a stopped node for the first time is refused when it resumes, with
+    // nobody left to load it).
+    let held = holder.try_acquire(key, ttl).await.expect("acquire");
+    let waiting = tokio::spawn({
+        let waiter = waiter.clone();
+        async move { waiter.acquire(key, ttl, Duration::from_secs(20)).await }
+    });
+    queued().await;
+    let _ = holder.release(&held).await.expect("release");
+    let lease = waiting.await.expect("task").expect("handed over");
+    match waiter.acquire(key, ttl, Duration::from_millis(50)).await {
+        Err(Error::WaitTimedOut { .. }) => {}
+        other => panic!("a wait behind a holder: {other:?}"),
+    }
+    let _ = waiter.release(&lease).await.expect("release");
+
+    let held = holder.try_acquire(key, ttl).await.expect("acquire");
+    let waiting = tokio::spawn({
+        let waiter = waiter.clone();
+        async move { waiter.acquire(key, ttl, Duration::from_secs(3)).await }
+    });
+    queued().await;
+    // Three nodes of five stop: the release reaches nodes 0 and 1, which grant the waiter.
+    for server in &servers[2..] {
+        server.pause().expect("SIGSTOP");
+    }
+    match holder.release(&held).await {
+        Err(Error::Unavailable { .. }) => {}
+        other => panic!("a release heard by two nodes of five: {other:?}"),
+    }
+    for server in &servers[..2] {
+        let mut node = admin(server).await;
+        let granted: Option<String> = redis::cmd("GET")
+            .arg(lock_key(key))
+            .query_async(&mut node)
+            .await
+            .expect("GET");
+        let granted = granted.expect("the node granted the queued waiter on release");
+        assert_ne!(granted, held.owner().to_string());
+    }
+
+    let outcome = waiting.await.expect("task");
+    assert!(
+        outcome.is_err(),
+        "a lease from two nodes of five: {outcome:?}"
+    );
+    for server in &servers[..2] {
+        assert!(
+            !exists(server, &lock_key(key)).await,
+            "a grant outlived the wait"
+        );
+    }
+    for server in &servers[2..] {
+        server.resume().expect("SIGCONT");
+    }
+    // What the stopped nodes were sent runs now, each connection's in order.
+    sleep(SLACK * 2).await;
+    for server in &servers {
+        let mut conn = admin(server).await;
+        let owner: Option<String> = redis::cmd("GET")
+            .arg(lock_key(key))
+            .query_async(&mut conn)
+            .await
+            .expect("GET");
+        assert!(
+            owner.is_none() || owner == Some(held.owner().to_string()),
+            "node {} is held by {owner:?}, not the old holder",
+            server.port()
+        );
+    }
+}

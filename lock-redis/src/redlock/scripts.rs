@@ -48,17 +48,26 @@ end
     };
 }
 
+/// How long a node remembers that a waiter's request was granted or withdrawn, at least (the
+/// request's TTL if longer): a round of that waiter arriving later than that (sent before, but
+/// held up by a stopped node or a reconnection) could queue it again, and a release grant it
+/// a lock nobody collects until the TTL.
+pub(crate) const STALE_GUARD: Duration = Duration::from_secs(10);
+
 /// Acquire on one node. KEYS: lock, fence, queue (waiter ids scored by ticket), expiries
 /// (waiter ids scored by the server ms their entry lapses), the waiter's request. ARGV: owner,
 /// ttl ms, retention ms, waiter id (empty for a request that does not wait), ticket, mark ms,
-/// the waiter's next owner.
+/// the waiter's next owner, the round's number in the wait.
 ///
 /// The queue's commands run under `pcall`: a user without `EXISTS` and the sorted-set rights
-/// still locks, its waits unordered. A waiting request first enters (or refreshes) its entry,
-/// and its **request** (`<next owner>:<ttl ms>`, lapsing with the entry): what a release
-/// grants the waiter when it heads the queue (`GRANT_HEAD`). A lock already held by this
-/// round's owner is such a server grant not collected yet: it is this round's grant, its
-/// expiry set to the TTL from now and its token minted again. While the queue holds a live
+/// still locks, its waits unordered. A waiting request first checks its request key: a
+/// request from this round or a later one, or a withdrawal (`w`), means this round is stale
+/// (sent before, arrived late): it changes nothing and answers `{0, pttl, 1}`. Otherwise it
+/// enters (or refreshes) its entry, and its **request** (`<round>:<next owner>:<ttl ms>`,
+/// lapsing with the entry): what a release grants the waiter when it heads the queue
+/// (`grant_head_lua!`). A lock already held by this round's owner is such a server grant not
+/// collected yet: it is this round's grant, its expiry set to the TTL from now and its token
+/// minted again. While the queue holds a live
 /// entry, only its head (lowest ticket, then lowest id: every node orders the same entries the
 /// same way) may take the lock: anyone else is answered `{0, pttl, 1}`. A grant is
 /// `SET lock owner NX PX ttl`, then the minted token (`mint_fn_lua!`); the waiter's entry
@@ -71,11 +80,18 @@ local t = redis.call('TIME')
 local ms = t[1] * 1000 + math.floor(t[2] / 1000)
 local waiter = ARGV[4]
 if waiter ~= '' then
+  local before = redis.call('GET', KEYS[5])
+  if before then
+    local last = tonumber(string.match(before, '^(%d+):') or '')
+    if not last or last >= tonumber(ARGV[8]) then
+      return {0, redis.call('PTTL', KEYS[1]), 1}
+    end
+  end
   redis.pcall('ZADD', KEYS[3], ARGV[5], waiter)
   redis.pcall('ZADD', KEYS[4], ms + tonumber(ARGV[6]), waiter)
   redis.pcall('PEXPIRE', KEYS[3], tonumber(ARGV[6]) + 1000)
   redis.pcall('PEXPIRE', KEYS[4], tonumber(ARGV[6]) + 1000)
-  redis.call('SET', KEYS[5], ARGV[7] .. ':' .. ARGV[2], 'PX', ARGV[6])
+  redis.call('SET', KEYS[5], ARGV[8] .. ':' .. ARGV[7] .. ':' .. ARGV[2], 'PX', ARGV[6])
   if redis.call('GET', KEYS[1]) == ARGV[1] then
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
     return mint(t, ARGV[3])
@@ -118,11 +134,13 @@ return fence
 
 /// Lua handing a free lock (`KEYS[1]`) to the head of the queue (`KEYS[3]`, entries' expiries
 /// `KEYS[4]`), after dropping lapsed entries: when the head left a request
-/// (`ARGV[3]<waiter id>`, holding `<owner>:<ttl ms>`), the lock is set to that owner for that
-/// TTL, a token minted (`mint_fn_lua!`, retention `ARGV[4]`), the head's entry and request
-/// removed, and `g:<token>:<owner>` published on the head's own channel,
-/// `ARGV[2]:<waiter id>`; otherwise (no request: a client without them; or the lock is held)
-/// the head is only woken there, with an empty message, and makes a round.
+/// (`ARGV[3]<waiter id>`, holding `<round>:<owner>:<ttl ms>`), the lock is set to that owner
+/// for that TTL, a token minted (`mint_fn_lua!`, retention `ARGV[4]`), the head's entry
+/// removed, its request marked granted (`<round>:`, kept the TTL or `ARGV[5]` ms if longer,
+/// so a late round of the same waiter is known as stale), and `g:<token>:<owner>` published
+/// on the head's own channel, `ARGV[2]:<waiter id>`; otherwise (no request: a client without
+/// them; or the lock is held) the head is only woken there, with an empty message, and makes
+/// a round.
 macro_rules! grant_head_lua {
     () => {
         r"
@@ -139,15 +157,18 @@ if redis.pcall('EXISTS', KEYS[4]) == 1 then
   if id then
     local message = ''
     local request = redis.call('GET', ARGV[3] .. id)
-    local at = request and string.find(request, ':', 1, true)
-    if at then
-      local owner = string.sub(request, 1, at - 1)
-      local set = redis.pcall('SET', KEYS[1], owner, 'NX', 'PX', string.sub(request, at + 1))
+    local round, owner, ttl
+    if request then
+      round, owner, ttl = string.match(request, '^(%d+):(%x+):(%d+)$')
+    end
+    if owner then
+      local set = redis.pcall('SET', KEYS[1], owner, 'NX', 'PX', ttl)
       if type(set) == 'table' and set.ok then
         message = 'g:' .. string.format('%d', mint(t, ARGV[4])) .. ':' .. owner
         redis.pcall('ZREM', KEYS[3], id)
         redis.pcall('ZREM', KEYS[4], id)
-        redis.call('DEL', ARGV[3] .. id)
+        local keep = math.max(tonumber(ttl), tonumber(ARGV[5]))
+        redis.call('SET', ARGV[3] .. id, round .. ':', 'PX', keep)
       end
     end
     redis.call('PUBLISH', ARGV[2] .. ':' .. id, message)
@@ -160,7 +181,8 @@ end
 /// Release on one node: delete the lock only if it still holds this owner, publish on the
 /// key's channel (as the single-node release does), and hand the lock to the queue's head
 /// (`grant_head_lua!`), so the next lease takes no round of its own. KEYS: lock, fence,
-/// queue, expiries. ARGV: owner, channel, request prefix, retention ms. Returns 1 if
+/// queue, expiries. ARGV: owner, channel, request prefix, retention ms, stale guard ms
+/// ([`STALE_GUARD`]). Returns 1 if
 /// released, 0 if the lease was already gone. Atomic: one script.
 pub(crate) const RELEASE_LUA: &str = concat!(
     mint_fn_lua!(),
@@ -177,19 +199,20 @@ return 1
 "
 );
 
-/// A waiter stops waiting: remove its entry and request; delete the lock if it holds
-/// `ARGV[5]` or `ARGV[6]` (server grants it will not collect; empty for none); then, if
-/// either was there, hand the lock to the queue's new head or wake it (`grant_head_lua!`).
-/// KEYS: lock, fence, queue, expiries. ARGV: waiter id, channel, request prefix, retention
-/// ms, two stale owners. Atomic: one script.
+/// A waiter stops waiting: remove its entry, mark its request withdrawn (`w`, kept `ARGV[5]`
+/// ms, so a late round of it changes nothing); delete the lock if it holds `ARGV[6]` or
+/// `ARGV[7]` (server grants it will not collect; empty for none); then, if either was there,
+/// hand the lock to the queue's new head or wake it (`grant_head_lua!`). KEYS: lock, fence,
+/// queue, expiries. ARGV: waiter id, channel, request prefix, retention ms, how long to keep
+/// the mark (ms), two stale owners. Atomic: one script.
 pub(crate) const WITHDRAW_LUA: &str = concat!(
     mint_fn_lua!(),
     r"
 redis.pcall('ZREM', KEYS[4], ARGV[1])
 local was = redis.pcall('ZREM', KEYS[3], ARGV[1]) == 1
-redis.call('DEL', ARGV[3] .. ARGV[1])
+redis.call('SET', ARGV[3] .. ARGV[1], 'w', 'PX', ARGV[5])
 local holder = redis.call('GET', KEYS[1])
-if holder and (holder == ARGV[5] or holder == ARGV[6]) then
+if holder and (holder == ARGV[6] or holder == ARGV[7]) then
   redis.call('DEL', KEYS[1])
   redis.call('PUBLISH', ARGV[2], '')
   was = true
@@ -253,6 +276,9 @@ pub(crate) struct Waiter {
     pub(crate) id: OwnerId,
     pub(crate) ticket: u64,
     pub(crate) next: OwnerId,
+    /// The round's number in the wait, from 1: a node ignores a round older than the
+    /// request it holds.
+    pub(crate) round: u64,
 }
 
 /// What a Redlock acquire found on one node: the single-node [`Attempt`], and whether a
@@ -273,7 +299,7 @@ pub(crate) async fn acquire_on<C: ConnectionLike>(
     waiter: Option<Waiter>,
 ) -> Result<NodeAttempt> {
     let bytes = names.key.lock.len() + names.key.fence.len() + 3 * names.queue.len() + 200;
-    let mut cmd = evalsha(&ACQUIRE, 5, 12, bytes);
+    let mut cmd = evalsha(&ACQUIRE, 5, 13, bytes);
     cmd.arg(&names.key.lock)
         .arg(&names.key.fence)
         .arg(&names.queue)
@@ -290,8 +316,9 @@ pub(crate) async fn acquire_on<C: ConnectionLike>(
             .arg(&owner_hex(waiter.id)[..])
             .arg(waiter.ticket)
             .arg(whole_millis(QUEUE_MARK))
-            .arg(&owner_hex(waiter.next)[..]),
-        None => cmd.arg("").arg(0).arg(0).arg(""),
+            .arg(&owner_hex(waiter.next)[..])
+            .arg(waiter.round),
+        None => cmd.arg("").arg(0).arg(0).arg("").arg(0),
     };
     let reply: redis::Value = run_script(conn, &ACQUIRE, &cmd)
         .await
@@ -365,9 +392,10 @@ pub(crate) async fn withdraw_on<C: ConnectionLike>(
     waiter: OwnerId,
     stale: &[OwnerId],
     retention: Duration,
+    ttl: Duration,
 ) -> Result<()> {
     debug_assert!(stale.len() <= 2);
-    let mut cmd = evalsha(&WITHDRAW, 4, 10, 5 * names.queue.len() + 160);
+    let mut cmd = evalsha(&WITHDRAW, 4, 11, 5 * names.queue.len() + 160);
     cmd.arg(&names.key.lock)
         .arg(&names.key.fence)
         .arg(&names.queue)
@@ -375,7 +403,8 @@ pub(crate) async fn withdraw_on<C: ConnectionLike>(
         .arg(&owner_hex(waiter)[..])
         .arg(&names.key.channel)
         .arg(&names.requests)
-        .arg(whole_millis(retention));
+        .arg(whole_millis(retention))
+        .arg(whole_millis(ttl.max(STALE_GUARD)));
     for slot in 0..2 {
         match stale.get(slot) {
             Some(owner) => cmd.arg(&owner_hex(*owner)[..]),
@@ -396,7 +425,7 @@ pub(crate) async fn release_on<C: ConnectionLike>(
     retention: Duration,
 ) -> Result<bool> {
     let bytes = names.key.lock.len() + 4 * names.queue.len() + names.key.channel.len() + 80;
-    let mut cmd = evalsha(&RELEASE, 4, 8, bytes);
+    let mut cmd = evalsha(&RELEASE, 4, 9, bytes);
     cmd.arg(&names.key.lock)
         .arg(&names.key.fence)
         .arg(&names.queue)
@@ -404,7 +433,8 @@ pub(crate) async fn release_on<C: ConnectionLike>(
         .arg(&owner_hex(owner)[..])
         .arg(&names.key.channel)
         .arg(&names.requests)
-        .arg(whole_millis(retention));
+        .arg(whole_millis(retention))
+        .arg(whole_millis(STALE_GUARD));
     let released: i64 = run_script(conn, &RELEASE, &cmd)
         .await
         .map_err(|e| script_error("release", RELEASE_LUA, e))?;

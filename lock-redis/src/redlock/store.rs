@@ -292,10 +292,17 @@ impl RedlockStore {
     /// lock there if it holds one of the `stale` owners (server grants the waiter will not
     /// collect), in the background (the key's next waiter is granted or woken if either was
     /// there).
-    fn withdraw(&self, names: &Arc<RedlockNames>, waiter: OwnerId, stale: &[OwnerId], on: &[bool]) {
+    fn withdraw(
+        &self,
+        names: &Arc<RedlockNames>,
+        waiter: OwnerId,
+        stale: &[OwnerId],
+        ttl: Duration,
+        on: &[bool],
+    ) {
         if on.iter().any(|on| *on) {
             tokio::spawn(
-                self.withdrawal(names, waiter, stale, on)
+                self.withdrawal(names, waiter, stale, ttl, on)
                     .await_until(|_| false),
             );
         }
@@ -307,6 +314,7 @@ impl RedlockStore {
         names: &Arc<RedlockNames>,
         waiter: OwnerId,
         stale: &[OwnerId],
+        ttl: Duration,
         on: &[bool],
     ) -> FanOut<()> {
         let names = names.clone();
@@ -320,7 +328,7 @@ impl RedlockStore {
             Some(on),
             move |mut conn| {
                 let (names, stale) = (names.clone(), stale.clone());
-                async move { withdraw_on(&mut conn, &names, waiter, &stale, retention).await }
+                async move { withdraw_on(&mut conn, &names, waiter, &stale, retention, ttl).await }
             },
         )
     }
@@ -391,7 +399,7 @@ impl RedlockStore {
                     if let Some(waiter) = waiter {
                         // Every node keeps this waiter at its queue's head (and may grant its
                         // request) until the entry is withdrawn or lapses.
-                        self.withdraw(names, waiter.id, &[waiter.next], &vec![true; nodes]);
+                        self.withdraw(names, waiter.id, &[waiter.next], ttl, &vec![true; nodes]);
                     }
                     let base = self.deadline_base(sent_at, ttl).unwrap_or(sent_at);
                     return Round::Granted(Lease::new(key, owner, token, ttl, base));
@@ -537,6 +545,7 @@ impl Acquire for RedlockStore {
             names: &names,
             waiter: id,
             owners: std::sync::Mutex::new([first, first]),
+            ttl,
             armed: true,
         };
         let outcome = self
@@ -548,7 +557,7 @@ impl Acquire for RedlockStore {
             // queue without this waiter; the rest finish in the background.
             let every = vec![true; self.config().node_count()];
             let quorum = self.quorum();
-            self.withdrawal(&names, id, &queued.owners(), &every)
+            self.withdrawal(&names, id, &queued.owners(), ttl, &every)
                 .await_until(|a| answered(a) >= quorum)
                 .await;
         }
@@ -580,10 +589,17 @@ impl RedlockStore {
         let ticket = ticket();
         // Each round is made as the owner the previous one requested, so it counts the
         // grants releases made to that request since, and requests a fresh owner.
-        let advance = |owner: OwnerId| {
+        let mut rounds = 0;
+        let mut advance = |owner: OwnerId| {
             let next = OwnerId::random();
             *owners.lock().unwrap_or_else(PoisonError::into_inner) = [owner, next];
-            Waiter { id, ticket, next }
+            rounds += 1;
+            Waiter {
+                id,
+                ticket,
+                next,
+                round: rounds,
+            }
         };
         let mut owner = owners.lock().unwrap_or_else(PoisonError::into_inner)[0];
         let mut waiter = advance(owner);
@@ -725,7 +741,7 @@ impl RedlockStore {
         for (index, _) in grants {
             rest[*index] = false;
         }
-        self.withdraw(names, waiter.id, &[], &rest);
+        self.withdraw(names, waiter.id, &[], ttl, &rest);
         Some(Lease::new(key, waiter.next, token, ttl, base))
     }
 }
@@ -755,6 +771,7 @@ struct Queued<'a> {
     names: &'a Arc<RedlockNames>,
     waiter: OwnerId,
     owners: std::sync::Mutex<[OwnerId; 2]>,
+    ttl: Duration,
     armed: bool,
 }
 
@@ -769,7 +786,7 @@ impl Drop for Queued<'_> {
         if self.armed && tokio::runtime::Handle::try_current().is_ok() {
             let every = vec![true; self.store.config().node_count()];
             self.store
-                .withdraw(self.names, self.waiter, &self.owners(), &every);
+                .withdraw(self.names, self.waiter, &self.owners(), self.ttl, &every);
         }
     }
 }
@@ -1080,5 +1097,93 @@ mod tests {
             "{refused:?}"
         );
         assert_eq!(fence(&mut a, &names.key.fence).await, Some(1001));
+    }
+
+    async fn get(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> Option<String> {
+        redis::cmd("GET")
+            .arg(key)
+            .query_async(conn)
+            .await
+            .expect("GET")
+    }
+
+    /// A waiter's round that reaches a node after a newer round of the same wait, after a
+    /// release granted that wait's request, or after the waiter withdrew (held up by a
+    /// stopped node or a reconnection) changes nothing there: it neither queues the waiter
+    /// again nor leaves a request a release would grant. A round newer than a granted request
+    /// collects that grant.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_late_round_changes_nothing_once_a_newer_one_a_grant_or_a_withdrawal_came() {
+        use super::super::scripts::{acquire_on, release_on, withdraw_on};
+        let server = test_servers::RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
+        let mut conn = admin(&server).await;
+        let names = RedlockNames::new(KeyNames::new("fencelock:", "late-rounds"));
+        let (ttl, retention) = (Duration::from_secs(30), Duration::from_secs(600));
+        let id = OwnerId::random();
+        let owners: Vec<OwnerId> = (0..5).map(|_| OwnerId::random()).collect();
+        let round = |n: usize| Waiter {
+            id,
+            ticket: 1,
+            next: owners[n],
+            round: n as u64,
+        };
+        let hex = |owner: OwnerId| owner.to_string();
+        let request = names.request(id);
+        let queued = |a: NodeAttempt| matches!(a.attempt, Attempt::Held { .. }) && a.queued;
+
+        // Round 2 (as owner 1, leaving a request for owner 2) takes the free lock.
+        let granted = acquire_on(&mut conn, &names, owners[1], ttl, retention, Some(round(2)))
+            .await
+            .expect("round 2");
+        assert!(
+            matches!(granted.attempt, Attempt::Granted { .. }),
+            "{granted:?}"
+        );
+        // Round 1 arrives late: nothing changes.
+        let late = acquire_on(&mut conn, &names, owners[0], ttl, retention, Some(round(1)))
+            .await
+            .expect("round 1");
+        assert!(queued(late), "{late:?}");
+        let left = format!("2:{}:{}", hex(owners[2]), ttl.as_millis());
+        assert_eq!(get(&mut conn, &request).await, Some(left));
+        assert_eq!(get(&mut conn, &names.key.lock).await, Some(hex(owners[1])));
+
+        // The release grants the request (owner 2); round 2 again is stale.
+        assert!(release_on(&mut conn, &names, owners[1], retention)
+            .await
+            .expect("release"));
+        assert_eq!(get(&mut conn, &names.key.lock).await, Some(hex(owners[2])));
+        assert_eq!(get(&mut conn, &request).await, Some("2:".to_owned()));
+        let late = acquire_on(&mut conn, &names, owners[1], ttl, retention, Some(round(2)))
+            .await
+            .expect("round 2 again");
+        assert!(queued(late), "{late:?}");
+        assert_eq!(get(&mut conn, &names.key.lock).await, Some(hex(owners[2])));
+
+        // Round 3, made as owner 2, collects the grant.
+        let collected = acquire_on(&mut conn, &names, owners[2], ttl, retention, Some(round(3)))
+            .await
+            .expect("round 3");
+        assert!(
+            matches!(collected.attempt, Attempt::Granted { .. }),
+            "{collected:?}"
+        );
+
+        // Withdrawn (deleting the grant to owner 3): round 4 arriving after it changes nothing.
+        withdraw_on(&mut conn, &names, id, &[owners[3]], retention, ttl)
+            .await
+            .expect("withdraw");
+        assert_eq!(get(&mut conn, &request).await, Some("w".to_owned()));
+        let late = acquire_on(&mut conn, &names, owners[3], ttl, retention, Some(round(4)))
+            .await
+            .expect("round 4");
+        assert!(queued(late), "{late:?}");
+        let entries: u64 = redis::cmd("ZCARD")
+            .arg(&names.queue)
+            .query_async(&mut conn)
+            .await
+            .expect("ZCARD");
+        assert_eq!(entries, 0);
+        assert_eq!(get(&mut conn, &request).await, Some("w".to_owned()));
     }
 }
