@@ -426,3 +426,94 @@ async fn grants_a_waiter_did_not_collect_are_deleted_when_its_wait_ends() {
         );
     }
 }
+
+/// Three clients hand one key to each other, by the releases' grants and by rounds, while up
+/// to two of five nodes stop and resume at random (so releases and grants are cut off after
+/// some nodes, and grants are left on a minority): every lease's token is above the one
+/// before it, no two leases are held at once, and handoffs go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handoffs_keep_tokens_growing_while_the_live_nodes_change() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    const HANDOFFS: usize = 400;
+    let servers = Arc::new(start_five());
+    let key = "faults:randomized-handoffs";
+    // The last lease's token, and whether a lease is held now.
+    let last = Arc::new(Mutex::new((0u64, false)));
+    let (handed, done) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicBool::new(false)));
+    let mut workers = Vec::new();
+    for _ in 0..3 {
+        let store = store(&servers).await;
+        let (last, handed, done) = (last.clone(), handed.clone(), done.clone());
+        workers.push(tokio::spawn(async move {
+            let mut failures = 0;
+            while !done.load(Ordering::SeqCst) {
+                let lease = match store.acquire(key, TTL, Duration::from_secs(10)).await {
+                    Ok(lease) => lease,
+                    Err(_) => {
+                        failures += 1;
+                        continue;
+                    }
+                };
+                {
+                    let mut last = last.lock().expect("lock");
+                    assert!(!last.1, "two leases at once (token {})", lease.fencing_token());
+                    assert!(
+                        lease.fencing_token() > last.0,
+                        "token {} after {}",
+                        lease.fencing_token(),
+                        last.0
+                    );
+                    *last = (lease.fencing_token(), true);
+                }
+                sleep(Duration::from_micros(rand::random_range(0..3_000))).await;
+                last.lock().expect("lock").1 = false;
+                let _ = store.release(&lease).await;
+                if handed.fetch_add(1, Ordering::SeqCst) + 1 >= HANDOFFS {
+                    done.store(true, Ordering::SeqCst);
+                }
+            }
+            failures
+        }));
+    }
+    let chaos = tokio::spawn({
+        let (servers, done) = (servers.clone(), done.clone());
+        async move {
+            let mut stopped = [false; 5];
+            let mut indexes = [0usize, 1, 2, 3, 4];
+            while !done.load(Ordering::SeqCst) {
+                indexes.shuffle(&mut rand::rng());
+                let down = rand::random_range(0..=2);
+                for (position, node) in indexes.iter().enumerate() {
+                    let stop = position < down;
+                    if stop && !stopped[*node] {
+                        servers[*node].pause().expect("SIGSTOP");
+                    } else if !stop && stopped[*node] {
+                        servers[*node].resume().expect("SIGCONT");
+                    }
+                    stopped[*node] = stop;
+                }
+                sleep(Duration::from_millis(rand::random_range(20..80))).await;
+            }
+            for (node, stopped) in stopped.iter().enumerate() {
+                if *stopped {
+                    servers[node].resume().expect("SIGCONT");
+                }
+            }
+        }
+    });
+    let started = Instant::now();
+    let mut failures = 0;
+    for worker in workers {
+        failures += tokio::time::timeout(Duration::from_secs(120), worker)
+            .await
+            .expect("handoffs stalled")
+            .expect("worker");
+    }
+    chaos.await.expect("chaos");
+    eprintln!(
+        "{HANDOFFS} handoffs in {:?}, {failures} waits ended without a lease",
+        started.elapsed()
+    );
+}
