@@ -441,7 +441,10 @@ async fn handoffs_keep_tokens_growing_while_the_live_nodes_change() {
     let key = "faults:randomized-handoffs";
     // The last lease's token, and whether a lease is held now.
     let last = Arc::new(Mutex::new((0u64, false)));
-    let (handed, done) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicBool::new(false)));
+    let (handed, done) = (
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicBool::new(false)),
+    );
     let mut workers = Vec::new();
     for _ in 0..3 {
         let store = store(&servers).await;
@@ -458,7 +461,11 @@ async fn handoffs_keep_tokens_growing_while_the_live_nodes_change() {
                 };
                 {
                     let mut last = last.lock().expect("lock");
-                    assert!(!last.1, "two leases at once (token {})", lease.fencing_token());
+                    assert!(
+                        !last.1,
+                        "two leases at once (token {})",
+                        lease.fencing_token()
+                    );
                     assert!(
                         lease.fencing_token() > last.0,
                         "token {} after {}",

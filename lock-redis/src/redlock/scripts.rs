@@ -54,10 +54,17 @@ end
 /// a lock nobody collects until the TTL.
 pub(crate) const STALE_GUARD: Duration = Duration::from_secs(10);
 
+/// How recently a waiter must have refreshed its entry for a release to grant it the lock: a
+/// live waiter refreshes it at least every [`WAIT_CAP`](crate::store::WAIT_CAP) (250 ms) plus
+/// one round. A waiter whose process died is granted the key (which then stays held until the
+/// TTL) only by a release within this long of its last round; after that it is only woken, as
+/// a client without requests is, until its entry lapses ([`QUEUE_MARK`]).
+pub(crate) const GRANT_FRESH: Duration = Duration::from_millis(750);
+
 /// Acquire on one node. KEYS: lock, fence, queue (waiter ids scored by ticket), expiries
 /// (waiter ids scored by the server ms their entry lapses), the waiter's request. ARGV: owner,
 /// ttl ms, retention ms, waiter id (empty for a request that does not wait), ticket, mark ms,
-/// the waiter's next owner, the round's number in the wait.
+/// the waiter's next owner, the round's number in the wait, stale guard ms ([`STALE_GUARD`]).
 ///
 /// The queue's commands run under `pcall`: a user without `EXISTS` and the sorted-set rights
 /// still locks, its waits unordered. A waiting request first checks its request key: a
@@ -67,18 +74,27 @@ pub(crate) const STALE_GUARD: Duration = Duration::from_secs(10);
 /// lapsing with the entry): what a release grants the waiter when it heads the queue
 /// (`grant_head_lua!`). A lock already held by this round's owner is such a server grant not
 /// collected yet: it is this round's grant, its expiry set to the TTL from now and its token
-/// minted again. While the queue holds a live
-/// entry, only its head (lowest ticket, then lowest id: every node orders the same entries the
-/// same way) may take the lock: anyone else is answered `{0, pttl, 1}`. A grant is
-/// `SET lock owner NX PX ttl`, then the minted token (`mint_fn_lua!`); the waiter's entry
-/// stays until the waiter withdraws it, so a round that fails hands the node back to the same
-/// head. A held key answers `{0, pttl, 0}`. Atomic: one script.
+/// minted again. While the queue holds a live entry, only its head (lowest ticket, then lowest
+/// id: every node orders the same entries the same way) may take the lock: anyone else is
+/// answered `{0, pttl, 1}`. A grant is `SET lock owner NX PX ttl`, then the minted token
+/// (`mint_fn_lua!`); a waiter's grant also removes its entry and marks its request granted
+/// (`<round>:`, kept as `grant_head_lua!` keeps it), so no release grants it again. A held
+/// key answers `{0, pttl, 0}`. Atomic: one script.
 pub(crate) const ACQUIRE_LUA: &str = concat!(
     mint_fn_lua!(),
     r"
 local t = redis.call('TIME')
 local ms = t[1] * 1000 + math.floor(t[2] / 1000)
 local waiter = ARGV[4]
+local function granted()
+  if waiter ~= '' then
+    redis.pcall('ZREM', KEYS[3], waiter)
+    redis.pcall('ZREM', KEYS[4], waiter)
+    local keep = math.max(tonumber(ARGV[2]), tonumber(ARGV[9]))
+    redis.call('SET', KEYS[5], ARGV[8] .. ':', 'PX', keep)
+  end
+  return mint(t, ARGV[3])
+end
 if waiter ~= '' then
   local before = redis.call('GET', KEYS[5])
   if before then
@@ -94,7 +110,7 @@ if waiter ~= '' then
   redis.call('SET', KEYS[5], ARGV[8] .. ':' .. ARGV[7] .. ':' .. ARGV[2], 'PX', ARGV[6])
   if redis.call('GET', KEYS[1]) == ARGV[1] then
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    return mint(t, ARGV[3])
+    return granted()
   end
 end
 if redis.pcall('EXISTS', KEYS[4]) == 1 then
@@ -109,7 +125,7 @@ if redis.pcall('EXISTS', KEYS[4]) == 1 then
   end
 end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return mint(t, ARGV[3])
+  return granted()
 end
 return {0, redis.call('PTTL', KEYS[1]), 0}
 "
@@ -139,8 +155,9 @@ return fence
 /// removed, its request marked granted (`<round>:`, kept the TTL or `ARGV[5]` ms if longer,
 /// so a late round of the same waiter is known as stale), and `g:<token>:<owner>` published
 /// on the head's own channel, `ARGV[2]:<waiter id>`; otherwise (no request: a client without
-/// them; or the lock is held) the head is only woken there, with an empty message, and makes
-/// a round.
+/// them; an entry not refreshed within [`GRANT_FRESH`], so that its lapse is less than
+/// `ARGV[6]` ms away; or the lock is held) the head is only woken there, with an empty
+/// message, and makes a round.
 macro_rules! grant_head_lua {
     () => {
         r"
@@ -157,8 +174,9 @@ if redis.pcall('EXISTS', KEYS[4]) == 1 then
   if id then
     local message = ''
     local request = redis.call('GET', ARGV[3] .. id)
+    local lapses = tonumber(redis.pcall('ZSCORE', KEYS[4], id)) or 0
     local round, owner, ttl
-    if request then
+    if request and lapses - ms >= tonumber(ARGV[6]) then
       round, owner, ttl = string.match(request, '^(%d+):(%x+):(%d+)$')
     end
     if owner then
@@ -182,7 +200,7 @@ end
 /// key's channel (as the single-node release does), and hand the lock to the queue's head
 /// (`grant_head_lua!`), so the next lease takes no round of its own. KEYS: lock, fence,
 /// queue, expiries. ARGV: owner, channel, request prefix, retention ms, stale guard ms
-/// ([`STALE_GUARD`]). Returns 1 if
+/// ([`STALE_GUARD`]), the least time to its lapse a granted entry has (ms). Returns 1 if
 /// released, 0 if the lease was already gone. Atomic: one script.
 pub(crate) const RELEASE_LUA: &str = concat!(
     mint_fn_lua!(),
@@ -200,11 +218,12 @@ return 1
 );
 
 /// A waiter stops waiting: remove its entry, mark its request withdrawn (`w`, kept `ARGV[5]`
-/// ms, so a late round of it changes nothing); delete the lock if it holds `ARGV[6]` or
-/// `ARGV[7]` (server grants it will not collect; empty for none); then, if either was there,
+/// ms, so a late round of it changes nothing); delete the lock if it holds `ARGV[7]` or
+/// `ARGV[8]` (server grants it will not collect; empty for none); then, if either was there,
 /// hand the lock to the queue's new head or wake it (`grant_head_lua!`). KEYS: lock, fence,
 /// queue, expiries. ARGV: waiter id, channel, request prefix, retention ms, how long to keep
-/// the mark (ms), two stale owners. Atomic: one script.
+/// the mark (ms), the least time to its lapse a granted entry has (ms), two stale owners.
+/// Atomic: one script.
 pub(crate) const WITHDRAW_LUA: &str = concat!(
     mint_fn_lua!(),
     r"
@@ -212,7 +231,7 @@ redis.pcall('ZREM', KEYS[4], ARGV[1])
 local was = redis.pcall('ZREM', KEYS[3], ARGV[1]) == 1
 redis.call('SET', ARGV[3] .. ARGV[1], 'w', 'PX', ARGV[5])
 local holder = redis.call('GET', KEYS[1])
-if holder and (holder == ARGV[6] or holder == ARGV[7]) then
+if holder and (holder == ARGV[7] or holder == ARGV[8]) then
   redis.call('DEL', KEYS[1])
   redis.call('PUBLISH', ARGV[2], '')
   was = true
@@ -299,7 +318,7 @@ pub(crate) async fn acquire_on<C: ConnectionLike>(
     waiter: Option<Waiter>,
 ) -> Result<NodeAttempt> {
     let bytes = names.key.lock.len() + names.key.fence.len() + 3 * names.queue.len() + 200;
-    let mut cmd = evalsha(&ACQUIRE, 5, 13, bytes);
+    let mut cmd = evalsha(&ACQUIRE, 5, 14, bytes);
     cmd.arg(&names.key.lock)
         .arg(&names.key.fence)
         .arg(&names.queue)
@@ -320,6 +339,7 @@ pub(crate) async fn acquire_on<C: ConnectionLike>(
             .arg(waiter.round),
         None => cmd.arg("").arg(0).arg(0).arg("").arg(0),
     };
+    cmd.arg(whole_millis(STALE_GUARD));
     let reply: redis::Value = run_script(conn, &ACQUIRE, &cmd)
         .await
         .map_err(|e| script_error("acquire", ACQUIRE_LUA, e))?;
@@ -395,7 +415,7 @@ pub(crate) async fn withdraw_on<C: ConnectionLike>(
     ttl: Duration,
 ) -> Result<()> {
     debug_assert!(stale.len() <= 2);
-    let mut cmd = evalsha(&WITHDRAW, 4, 11, 5 * names.queue.len() + 160);
+    let mut cmd = evalsha(&WITHDRAW, 4, 12, 5 * names.queue.len() + 160);
     cmd.arg(&names.key.lock)
         .arg(&names.key.fence)
         .arg(&names.queue)
@@ -404,7 +424,8 @@ pub(crate) async fn withdraw_on<C: ConnectionLike>(
         .arg(&names.key.channel)
         .arg(&names.requests)
         .arg(whole_millis(retention))
-        .arg(whole_millis(ttl.max(STALE_GUARD)));
+        .arg(whole_millis(ttl.max(STALE_GUARD)))
+        .arg(whole_millis(QUEUE_MARK - GRANT_FRESH));
     for slot in 0..2 {
         match stale.get(slot) {
             Some(owner) => cmd.arg(&owner_hex(*owner)[..]),
@@ -425,7 +446,7 @@ pub(crate) async fn release_on<C: ConnectionLike>(
     retention: Duration,
 ) -> Result<bool> {
     let bytes = names.key.lock.len() + 4 * names.queue.len() + names.key.channel.len() + 80;
-    let mut cmd = evalsha(&RELEASE, 4, 9, bytes);
+    let mut cmd = evalsha(&RELEASE, 4, 10, bytes);
     cmd.arg(&names.key.lock)
         .arg(&names.key.fence)
         .arg(&names.queue)
@@ -434,7 +455,8 @@ pub(crate) async fn release_on<C: ConnectionLike>(
         .arg(&names.key.channel)
         .arg(&names.requests)
         .arg(whole_millis(retention))
-        .arg(whole_millis(STALE_GUARD));
+        .arg(whole_millis(STALE_GUARD))
+        .arg(whole_millis(QUEUE_MARK - GRANT_FRESH));
     let released: i64 = run_script(conn, &RELEASE, &cmd)
         .await
         .map_err(|e| script_error("release", RELEASE_LUA, e))?;

@@ -337,7 +337,7 @@ impl RedlockStore {
     /// its queue and leaving its request for `waiter.next`; a server grant already made to
     /// `owner` counts as this round's), and if a quorum granted in time, make a quorum's
     /// fences carry the token. Anything short of that is released on every node that granted,
-    /// failed or did not answer (a waiter's nodes then grant it `waiter.next`).
+    /// failed or did not answer (which hands those nodes to their queue's head).
     async fn round(
         &self,
         key: &str,
@@ -397,9 +397,14 @@ impl RedlockStore {
                 (Err(error), _) => Err(error),
                 (Ok(token), Some(until)) if Instant::now() < until => {
                     if let Some(waiter) = waiter {
-                        // Every node keeps this waiter at its queue's head (and may grant its
-                        // request) until the entry is withdrawn or lapses.
-                        self.withdraw(names, waiter.id, &[waiter.next], ttl, &vec![true; nodes]);
+                        // The granting nodes dropped the entry and request in the script; the
+                        // others would keep this waiter at their queue's head (and may grant
+                        // its request) until it is withdrawn or lapses.
+                        let rest: Vec<bool> = answers
+                            .iter()
+                            .map(|a| !matches!(a, Some(Ok(x)) if granted(x)))
+                            .collect();
+                        self.withdraw(names, waiter.id, &[waiter.next], ttl, &rest);
                     }
                     let base = self.deadline_base(sent_at, ttl).unwrap_or(sent_at);
                     return Round::Granted(Lease::new(key, owner, token, ttl, base));
@@ -1110,8 +1115,8 @@ mod tests {
     /// A waiter's round that reaches a node after a newer round of the same wait, after a
     /// release granted that wait's request, or after the waiter withdrew (held up by a
     /// stopped node or a reconnection) changes nothing there: it neither queues the waiter
-    /// again nor leaves a request a release would grant. A round newer than a granted request
-    /// collects that grant.
+    /// again nor leaves a request a release would grant. A release grants a queued request; a
+    /// round newer than it collects that grant and marks its own request granted.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_late_round_changes_nothing_once_a_newer_one_a_grant_or_a_withdrawal_came() {
         use super::super::scripts::{acquire_on, release_on, withdraw_on};
@@ -1131,13 +1136,18 @@ mod tests {
         let request = names.request(id);
         let queued = |a: NodeAttempt| matches!(a.attempt, Attempt::Held { .. }) && a.queued;
 
-        // Round 2 (as owner 1, leaving a request for owner 2) takes the free lock.
-        let granted = acquire_on(&mut conn, &names, owners[1], ttl, retention, Some(round(2)))
+        // Another owner holds the lock; round 2 (as owner 1) leaves a request for owner 2.
+        let holder = OwnerId::random();
+        let held = acquire_on(&mut conn, &names, holder, ttl, retention, None)
+            .await
+            .expect("holder");
+        assert!(matches!(held.attempt, Attempt::Granted { .. }), "{held:?}");
+        let waiting = acquire_on(&mut conn, &names, owners[1], ttl, retention, Some(round(2)))
             .await
             .expect("round 2");
         assert!(
-            matches!(granted.attempt, Attempt::Granted { .. }),
-            "{granted:?}"
+            matches!(waiting.attempt, Attempt::Held { .. }),
+            "{waiting:?}"
         );
         // Round 1 arrives late: nothing changes.
         let late = acquire_on(&mut conn, &names, owners[0], ttl, retention, Some(round(1)))
@@ -1146,10 +1156,10 @@ mod tests {
         assert!(queued(late), "{late:?}");
         let left = format!("2:{}:{}", hex(owners[2]), ttl.as_millis());
         assert_eq!(get(&mut conn, &request).await, Some(left));
-        assert_eq!(get(&mut conn, &names.key.lock).await, Some(hex(owners[1])));
+        assert_eq!(get(&mut conn, &names.key.lock).await, Some(hex(holder)));
 
         // The release grants the request (owner 2); round 2 again is stale.
-        assert!(release_on(&mut conn, &names, owners[1], retention)
+        assert!(release_on(&mut conn, &names, holder, retention)
             .await
             .expect("release"));
         assert_eq!(get(&mut conn, &names.key.lock).await, Some(hex(owners[2])));
@@ -1160,7 +1170,7 @@ mod tests {
         assert!(queued(late), "{late:?}");
         assert_eq!(get(&mut conn, &names.key.lock).await, Some(hex(owners[2])));
 
-        // Round 3, made as owner 2, collects the grant.
+        // Round 3, made as owner 2, collects the grant, and marks its own request granted.
         let collected = acquire_on(&mut conn, &names, owners[2], ttl, retention, Some(round(3)))
             .await
             .expect("round 3");
@@ -1168,6 +1178,7 @@ mod tests {
             matches!(collected.attempt, Attempt::Granted { .. }),
             "{collected:?}"
         );
+        assert_eq!(get(&mut conn, &request).await, Some("3:".to_owned()));
 
         // Withdrawn (deleting the grant to owner 3): round 4 arriving after it changes nothing.
         withdraw_on(&mut conn, &names, id, &[owners[3]], retention, ttl)
