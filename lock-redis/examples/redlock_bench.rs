@@ -13,7 +13,9 @@
 //! servers); and the handoff to another waiter with 8 waiters on one key (one handle each),
 //! ours and rslock's, next to the floor of any handoff in two rounds (the holder releases on
 //! every node, then the woken waiter acquires on a quorum) done by hand with plain commands,
-//! the three in alternating rounds.
+//! the three in alternating rounds. Ours takes one round: each node's release grants the key
+//! to the head of its waiter queue (the crate docs, `# Redlock`), so it can go below that
+//! floor.
 //!
 //! That floor is measured after the same idle hold as the handoffs: on a virtual machine a
 //! server or client that slept a few ms takes far longer to answer than in a back-to-back
@@ -348,24 +350,17 @@ async fn main() -> Result<(), Box<dyn Error>> {
         "  ours / that floor, p50",
         format!("{:.2}", us(handoffs.p50()) / us(floor_handoffs.p50())),
     );
-    let reachable = us(peer_handoffs.p50()) / us(floor_handoffs.p50());
     table.push(
         "  rslock's handoff / that floor: the most a two-round handoff can be better",
-        format!(
-            "{reachable:.2}{}",
-            if reachable < 10.0 {
-                " (10× is out of reach of release-then-acquire in this run)"
-            } else {
-                ""
-            }
-        ),
+        format!("{:.2}", us(peer_handoffs.p50()) / us(floor_handoffs.p50())),
     );
     println!("{table}");
     println!(
         "ratios: single-node and rslock cycles to the raw RTT; our cycle to rslock's; our \
          throughput to rslock's; our handoff to the raw RTT; the rslock handoff row is \
          rslock's p50 over ours. Handoffs go to another waiter (the releaser waits for the \
-         next grant before contending again). The raw two-round handoff: the holder's DEL + \
+         next grant before contending again); ours is one round (each node's release grants \
+         the key to its queue's head). The raw two-round handoff: the holder's DEL + \
          PUBLISH to all five by hand and a raw waiter, woken by a quorum of messages, sending \
          SET NX PX to all five until a quorum answered, after the same {HOLD:?} idle as the \
          handoffs (each round wakes servers and client from idle, which a back-to-back round \
