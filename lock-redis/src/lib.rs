@@ -307,10 +307,12 @@
 //!   background up to their timeout.
 //! - **Release** goes to every node: `Released` once `q` nodes deleted this owner's lock,
 //!   `Lost` once it cannot have been held by `q`. **Extend** needs `q` nodes to extend within
-//!   the validity. **Waiting** listens on the key's release channel of every node (each
-//!   node's one pub/sub connection per handle), tries again once a quorum of nodes published
-//!   a release, and is capped at [`WAIT_CAP`] like the single-node store; waiters queue in
-//!   ticket order and only the head is woken (below). [`LockStore::evict`] deletes the lock on every node.
+//!   the validity. **Waiting** queues on every node in ticket order, and a release hands the
+//!   key to the queue's head itself, so a handoff takes one round trip from the releaser
+//!   (below); the waiter listens on a channel of its own on every node (each node's one
+//!   pub/sub connection per handle) and makes its own round when woken without a grant, when
+//!   the holder's TTL runs out, and at least every [`WAIT_CAP`] like the single-node store.
+//!   [`LockStore::evict`] deletes the lock on every node.
 //!
 //! **Fencing tokens.** Each node mints in its acquire script as above, but from a coarse
 //! clock: `max(fence + 1, TIME µs rounded down to a multiple of 2^18 µs)` (about 0.26 s),
@@ -341,6 +343,11 @@
 //! token. (Builds before the owner check raised any node: stop them before running this one on
 //! the same nodes; fences are kept, so tokens keep growing across the switch.)
 //!
+//! A lease a release handed over (*Waiting in order*, below) fits the same argument: each
+//! node that granted it minted its token in the release script that set its lock, exactly as
+//! an acquire script does, so those nodes are its witnesses when a quorum of them minted the
+//! largest token, and otherwise the raise runs as above, as that lease's owner.
+//!
 //! The coarse clock costs the per-key state argument at most one granule: a fence runs ahead
 //! of its node's clock by less than a granule plus the grants made within one granule, so the
 //! margins of `# Per-key state` shrink by about 0.26 s against a retention window of seconds
@@ -350,15 +357,40 @@
 //! ticket for all of them (its client's clock when the wait began; ties by a random waiter id),
 //! and refreshes its entry at every round (it lapses 1.5 s after the last one). While a node's
 //! queue holds a live entry, it grants only to the head, so the nodes agree on whom to grant
-//! next and woken waiters no longer split the vote: the head takes the key in one round after
-//! a quorum of releases. A request that does not wait (`try_acquire`) is `Busy` while waiters
-//! are queued. A wait that ends without a lease (timeout, error, dropped future) withdraws its
-//! entries and wakes the others; a waiter whose process died holds the head until its entry
-//! lapses. The order follows the clients' clocks, so the queue is not declared fair. A
-//! release (or withdrawal) wakes only the queue's head, on a channel of its own
-//! (`{prefix}{key}:released:<waiter id>`): the other waiters make no round. The queue needs
-//! `EXISTS` and the sorted-set commands of `# Server requirements`; its scripts call them
-//! under `pcall`, so a user without them still locks, its waits unordered.
+//! next and waiters do not split the vote. A request that does not wait (`try_acquire`) is
+//! `Busy` while waiters are queued. The order follows the clients' clocks, so the queue is not
+//! declared fair. The queue needs `EXISTS` and the sorted-set commands of `# Server
+//! requirements`; its scripts call them under `pcall`, so a user without them still locks,
+//! its waits unordered.
+//!
+//! **Handoff in one round.** Each round of a waiter also leaves a *request* on every node
+//! (`{prefix}{key}:request:<waiter id>`: the round's number, an owner id, the TTL), and is
+//! itself made as the owner the previous round requested. A release (or a withdrawal) that
+//! frees a node's lock hands it to the queue's head there, when the head's request is there
+//! and its entry was refreshed within the last 0.75 s: the script sets the lock to the
+//! requested owner for the requested TTL, mints a token as an acquire does, removes the
+//! entry, and publishes `g:<token>:<owner>` on the head's own channel
+//! (`{prefix}{key}:released:<waiter id>`). Otherwise it only wakes the head there. The
+//! waiter takes the lease as soon as a quorum of nodes granted its current request, without
+//! a round of its own: the handoff costs one fan-out, the release. The lease's validity
+//! counts from the moment the round that left the request was sent (each node granted after
+//! reading it, so each lock there lasts the TTL from after that moment); with less than half
+//! the TTL left that way, the waiter makes a round instead, which finds the grants (a lock
+//! held by the round's own owner), refreshes their expiry and mints again. A waiter woken
+//! by a quorum of nodes without a quorum of grants makes a round too, as do waiters of
+//! builds that leave no request. Other waiters are neither woken nor granted.
+//! - A wait that ends without a lease (timeout, error, dropped future) withdraws its entries
+//!   on every node, deletes the grants made to its last two owners (grants on a minority, from
+//!   a release cut off part-way), and hands each freed node on; the nodes that granted a lease
+//!   taken from grants drop the waiter's entry in the same script, the others are withdrawn.
+//! - Every round carries its number, and a node that holds a newer request of the same wait,
+//!   a grant of it or its withdrawal (kept the TTL, at least 10 s) ignores an older round: a
+//!   round held up by a stopped node or a reconnection cannot queue its waiter again after
+//!   the wait ended.
+//! - **Cost:** a waiter whose process died is granted the key by a release within 0.75 s of
+//!   its last round, and that lock then stays until its TTL, as a lease nobody collects (an
+//!   acquire dropped mid-round can leave one too); after 0.75 s it is only woken, and it holds
+//!   the head of the queue until its entry lapses (1.5 s).
 //!
 //! **Assumptions.**
 //! - No node loses its data while it is in a majority that raised a token, unless it stays
