@@ -103,16 +103,7 @@ async fn waiters_are_served_before_requests_that_do_not_wait_and_withdraw_when_t
         format!("fencelock:{{{key}}}:queue"),
     );
     let ttl = Duration::from_secs(30);
-    let mut nodes = Vec::new();
-    for server in shared::redis_masters(5) {
-        let client = redis::Client::open(server.url()).expect("client");
-        nodes.push(
-            client
-                .get_multiplexed_async_connection()
-                .await
-                .expect("node"),
-        );
-    }
+    let mut nodes = admin_connections().await;
 
     // A wait that runs out leaves no entry on a quorum: the key is free for try_acquire.
     let held = holder.try_acquire(key, ttl).await.expect("acquire");
@@ -194,6 +185,21 @@ async fn waiters_are_served_before_requests_that_do_not_wait_and_withdraw_when_t
     let _ = waiter.release(&lease).await.expect("release");
 }
 
+/// One plain connection to each of the five shared masters.
+async fn admin_connections() -> Vec<redis::aio::MultiplexedConnection> {
+    let mut nodes = Vec::new();
+    for server in shared::redis_masters(5) {
+        let client = redis::Client::open(server.url()).expect("client");
+        nodes.push(
+            client
+                .get_multiplexed_async_connection()
+                .await
+                .expect("node"),
+        );
+    }
+    nodes
+}
+
 async fn zcard(node: &mut redis::aio::MultiplexedConnection, key: &str) -> u64 {
     redis::cmd("ZCARD")
         .arg(key)
@@ -219,16 +225,7 @@ async fn a_release_hands_the_key_to_the_queued_waiter_without_a_round() {
     let key = "redlock:grant-on-release";
     let pattern = format!("fencelock:{{{key}}}:request:*");
     let ttl = Duration::from_secs(30);
-    let mut nodes = Vec::new();
-    for server in shared::redis_masters(5) {
-        let client = redis::Client::open(server.url()).expect("client");
-        nodes.push(
-            client
-                .get_multiplexed_async_connection()
-                .await
-                .expect("node"),
-        );
-    }
+    let mut nodes = admin_connections().await;
     let mut last = 0;
     let mut by_grants = 0;
     for _ in 0..5 {

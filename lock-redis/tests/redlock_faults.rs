@@ -55,6 +55,23 @@ fn fence_key(key: &str) -> String {
     format!("fencelock:{{{key}}}:fence")
 }
 
+/// Stops a random set of up to two of the five nodes (SIGSTOP) and resumes the others that
+/// `stopped` marks; `stopped` then marks the new set.
+fn stop_up_to_two(servers: &[RedisServer], stopped: &mut [bool; 5]) {
+    let mut indexes = [0usize, 1, 2, 3, 4];
+    indexes.shuffle(&mut rand::rng());
+    let down = rand::random_range(0..=2);
+    for (position, node) in indexes.iter().enumerate() {
+        let stop = position < down;
+        if stop && !stopped[*node] {
+            servers[*node].pause().expect("SIGSTOP");
+        } else if !stop && stopped[*node] {
+            servers[*node].resume().expect("SIGCONT");
+        }
+        stopped[*node] = stop;
+    }
+}
+
 async fn exists(server: &RedisServer, name: &str) -> bool {
     let mut conn = admin(server).await;
     let found: i64 = redis::cmd("EXISTS")
@@ -286,21 +303,9 @@ async fn tokens_keep_growing_while_the_live_nodes_change_between_acquisitions() 
     let key = "faults:randomized";
     let mut stopped = [false; 5];
     let mut last = 0;
-    let mut rng = rand::rng();
-    let mut indexes = [0usize, 1, 2, 3, 4];
     for round in 0..200 {
         // Up to two nodes down, a different set each time.
-        indexes.shuffle(&mut rng);
-        let down = rand::random_range(0..=2);
-        for (position, node) in indexes.iter().enumerate() {
-            let stop = position < down;
-            if stop && !stopped[*node] {
-                servers[*node].pause().expect("SIGSTOP");
-            } else if !stop && stopped[*node] {
-                servers[*node].resume().expect("SIGCONT");
-            }
-            stopped[*node] = stop;
-        }
+        stop_up_to_two(&servers, &mut stopped);
         let lease = store
             .acquire(key, TTL, Duration::from_secs(10))
             .await
@@ -488,19 +493,8 @@ async fn handoffs_keep_tokens_growing_while_the_live_nodes_change() {
         let (servers, done) = (servers.clone(), done.clone());
         async move {
             let mut stopped = [false; 5];
-            let mut indexes = [0usize, 1, 2, 3, 4];
             while !done.load(Ordering::SeqCst) {
-                indexes.shuffle(&mut rand::rng());
-                let down = rand::random_range(0..=2);
-                for (position, node) in indexes.iter().enumerate() {
-                    let stop = position < down;
-                    if stop && !stopped[*node] {
-                        servers[*node].pause().expect("SIGSTOP");
-                    } else if !stop && stopped[*node] {
-                        servers[*node].resume().expect("SIGCONT");
-                    }
-                    stopped[*node] = stop;
-                }
+                stop_up_to_two(&servers, &mut stopped);
                 sleep(Duration::from_millis(rand::random_range(20..80))).await;
             }
             for (node, stopped) in stopped.iter().enumerate() {

@@ -1041,7 +1041,10 @@ mod tests {
             .expect("SET");
     }
 
-    async fn fence(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> Option<u64> {
+    async fn get<T: redis::FromRedisValue>(
+        conn: &mut redis::aio::MultiplexedConnection,
+        key: &str,
+    ) -> Option<T> {
         redis::cmd("GET")
             .arg(key)
             .query_async(conn)
@@ -1081,8 +1084,8 @@ mod tests {
             .await
             .expect("raise on two held nodes");
         assert_eq!(token, 1001);
-        assert_eq!(fence(&mut a, &names.key.fence).await, Some(1001));
-        assert_eq!(fence(&mut b, &names.key.fence).await, Some(1001));
+        assert_eq!(get::<u64>(&mut a, &names.key.fence).await, Some(1001));
+        assert_eq!(get::<u64>(&mut b, &names.key.fence).await, Some(1001));
 
         // A quorum minted the largest: nothing is written.
         let token = store
@@ -1090,7 +1093,7 @@ mod tests {
             .await
             .expect("skipped");
         assert_eq!(token, 5000);
-        assert_eq!(fence(&mut a, &names.key.fence).await, Some(1001));
+        assert_eq!(get::<u64>(&mut a, &names.key.fence).await, Some(1001));
 
         // Node 0 no longer holds this owner's lock: not raised, no quorum.
         set(&mut a, &names.key.lock, b"someone else").await;
@@ -1101,15 +1104,7 @@ mod tests {
             matches!(refused, Err(Error::Unavailable { .. })),
             "{refused:?}"
         );
-        assert_eq!(fence(&mut a, &names.key.fence).await, Some(1001));
-    }
-
-    async fn get(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> Option<String> {
-        redis::cmd("GET")
-            .arg(key)
-            .query_async(conn)
-            .await
-            .expect("GET")
+        assert_eq!(get::<u64>(&mut a, &names.key.fence).await, Some(1001));
     }
 
     /// A waiter's round that reaches a node after a newer round of the same wait, after a
@@ -1155,20 +1150,32 @@ mod tests {
             .expect("round 1");
         assert!(queued(late), "{late:?}");
         let left = format!("2:{}:{}", hex(owners[2]), ttl.as_millis());
-        assert_eq!(get(&mut conn, &request).await, Some(left));
-        assert_eq!(get(&mut conn, &names.key.lock).await, Some(hex(holder)));
+        assert_eq!(get::<String>(&mut conn, &request).await, Some(left));
+        assert_eq!(
+            get::<String>(&mut conn, &names.key.lock).await,
+            Some(hex(holder))
+        );
 
         // The release grants the request (owner 2); round 2 again is stale.
         assert!(release_on(&mut conn, &names, holder, retention)
             .await
             .expect("release"));
-        assert_eq!(get(&mut conn, &names.key.lock).await, Some(hex(owners[2])));
-        assert_eq!(get(&mut conn, &request).await, Some("2:".to_owned()));
+        assert_eq!(
+            get::<String>(&mut conn, &names.key.lock).await,
+            Some(hex(owners[2]))
+        );
+        assert_eq!(
+            get::<String>(&mut conn, &request).await,
+            Some("2:".to_owned())
+        );
         let late = acquire_on(&mut conn, &names, owners[1], ttl, retention, Some(round(2)))
             .await
             .expect("round 2 again");
         assert!(queued(late), "{late:?}");
-        assert_eq!(get(&mut conn, &names.key.lock).await, Some(hex(owners[2])));
+        assert_eq!(
+            get::<String>(&mut conn, &names.key.lock).await,
+            Some(hex(owners[2]))
+        );
 
         // Round 3, made as owner 2, collects the grant, and marks its own request granted.
         let collected = acquire_on(&mut conn, &names, owners[2], ttl, retention, Some(round(3)))
@@ -1178,13 +1185,19 @@ mod tests {
             matches!(collected.attempt, Attempt::Granted { .. }),
             "{collected:?}"
         );
-        assert_eq!(get(&mut conn, &request).await, Some("3:".to_owned()));
+        assert_eq!(
+            get::<String>(&mut conn, &request).await,
+            Some("3:".to_owned())
+        );
 
         // Withdrawn (deleting the grant to owner 3): round 4 arriving after it changes nothing.
         withdraw_on(&mut conn, &names, id, &[owners[3]], retention, ttl)
             .await
             .expect("withdraw");
-        assert_eq!(get(&mut conn, &request).await, Some("w".to_owned()));
+        assert_eq!(
+            get::<String>(&mut conn, &request).await,
+            Some("w".to_owned())
+        );
         let late = acquire_on(&mut conn, &names, owners[3], ttl, retention, Some(round(4)))
             .await
             .expect("round 4");
@@ -1195,6 +1208,9 @@ mod tests {
             .await
             .expect("ZCARD");
         assert_eq!(entries, 0);
-        assert_eq!(get(&mut conn, &request).await, Some("w".to_owned()));
+        assert_eq!(
+            get::<String>(&mut conn, &request).await,
+            Some("w".to_owned())
+        );
     }
 }
