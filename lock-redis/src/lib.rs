@@ -221,7 +221,9 @@
 //! refreshes the expiry too, and a node whose fence expired has not been written for a whole
 //! window, so every token minted since is past every token handed out before that window by
 //! `retention − 2 × skew`: the quorum argument below holds as long as the skew stays far below
-//! the window (seconds against days). `cargo test -p fencelock-redis --all-features --test
+//! the window (seconds against days). A Redlock wait also leaves, on each node, one small
+//! request key for 10 s after it ends (none when its first round took the lock), and its
+//! queue's two sorted sets expire 2.5 s after the last entry. `cargo test -p fencelock-redis --all-features --test
 //! retention` locks 10,000 distinct keys (`FENCELOCK_KEYS=100000` for more) with a short
 //! window and counts the keys back to none.
 //!
@@ -380,13 +382,15 @@
 //! by a quorum of nodes without a quorum of grants makes a round too, as do waiters of
 //! builds that leave no request. Other waiters are neither woken nor granted.
 //! - A wait that ends without a lease (timeout, error, dropped future) withdraws its entries
-//!   on every node, deletes the grants made to its last two owners (grants on a minority, from
-//!   a release cut off part-way), and hands each freed node on; the nodes that granted a lease
-//!   taken from grants drop the waiter's entry in the same script, the others are withdrawn.
+//!   on every node and deletes the grants it did not collect (grants on a minority, from a
+//!   release cut off part-way: the owner the node's request key names, or its last two), then
+//!   hands each freed node on. A lease taken from grants withdraws from the nodes outside its
+//!   quorum (deleting a grant made there meanwhile: it does not need it).
 //! - Every round carries its number, and a node that holds a newer request of the same wait,
-//!   a grant of it or its withdrawal (kept the TTL, at least 10 s) ignores an older round: a
-//!   round held up by a stopped node or a reconnection cannot queue its waiter again after
-//!   the wait ended.
+//!   a grant of it or its withdrawal (kept 10 s) ignores an older round: a round held up by a
+//!   stopped node or a reconnection cannot queue its waiter again after the wait ended. A
+//!   round also takes over a grant an earlier request of its wait got on that node (one the
+//!   waiter missed), so no grant of a wait still waiting is left for the TTL.
 //! - **Cost:** a waiter whose process died is granted the key by a release within 0.75 s of
 //!   its last round, and that lock then stays until its TTL, as a lease nobody collects (an
 //!   acquire dropped mid-round can leave one too); after 0.75 s it is only woken, and it holds

@@ -222,18 +222,17 @@ async fn a_release_hands_the_key_to_the_queued_waiter_without_a_round() {
     use std::time::{Duration, Instant};
 
     let (holder, waiter) = (store(&redlock_url()).await, store(&redlock_url()).await);
-    let key = "redlock:grant-on-release";
-    let pattern = format!("fencelock:{{{key}}}:request:*");
     let ttl = Duration::from_secs(30);
     let mut nodes = admin_connections().await;
-    let mut last = 0;
     let mut by_grants = 0;
-    for _ in 0..5 {
-        let held = holder.try_acquire(key, ttl).await.expect("acquire");
-        assert!(held.fencing_token() > last);
+    for i in 0..5 {
+        // A key of its own each time: no request key of an earlier wait matches the pattern.
+        let key = format!("redlock:grant-on-release:{i}");
+        let pattern = format!("fencelock:{{{key}}}:request:*");
+        let held = holder.try_acquire(&key, ttl).await.expect("acquire");
         let waiting = tokio::spawn({
-            let waiter = waiter.clone();
-            async move { waiter.acquire(key, ttl, Duration::from_secs(20)).await }
+            let (waiter, key) = (waiter.clone(), key.clone());
+            async move { waiter.acquire(&key, ttl, Duration::from_secs(20)).await }
         });
         // The waiter's request is on every node.
         let started = Instant::now();
@@ -267,7 +266,6 @@ async fn a_release_hands_the_key_to_the_queued_waiter_without_a_round() {
             .expect("task")
             .expect("the waiter gets the key");
         assert!(lease.fencing_token() > held.fencing_token());
-        last = lease.fencing_token();
         let from_a_later_round = released_at + ttl - fencelock_core::drift(ttl);
         by_grants += usize::from(lease.valid_until() < from_a_later_round.into());
         let _ = waiter.release(&lease).await.expect("release");

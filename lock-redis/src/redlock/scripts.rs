@@ -48,10 +48,11 @@ end
     };
 }
 
-/// How long a node remembers that a waiter's request was granted or withdrawn, at least (the
-/// request's TTL if longer): a round of that waiter arriving later than that (sent before, but
-/// held up by a stopped node or a reconnection) could queue it again, and a release grant it
-/// a lock nobody collects until the TTL.
+/// How long a node remembers that a waiter's request was granted or withdrawn: a round of that
+/// waiter arriving later than that (sent before, but held up by a stopped node or a
+/// reconnection) could queue it again, and a release grant it a lock nobody collects until
+/// the TTL. One small key per node and wait (none for a wait granted by its first round)
+/// lives this long.
 pub(crate) const STALE_GUARD: Duration = Duration::from_secs(10);
 
 /// How recently a waiter must have refreshed its entry for a release to grant it the lock: a
@@ -68,18 +69,21 @@ pub(crate) const GRANT_FRESH: Duration = Duration::from_millis(750);
 ///
 /// The queue's commands run under `pcall`: a user without `EXISTS` and the sorted-set rights
 /// still locks, its waits unordered. A waiting request first checks its request key: a
-/// request from this round or a later one, or a withdrawal (`w`), means this round is stale
-/// (sent before, arrived late): it changes nothing and answers `{0, pttl, 1}`. Otherwise it
-/// enters (or refreshes) its entry, and its **request** (`<round>:<next owner>:<ttl ms>`,
-/// lapsing with the entry): what a release grants the waiter when it heads the queue
-/// (`grant_head_lua!`). A lock already held by this round's owner is such a server grant not
-/// collected yet: it is this round's grant, its expiry set to the TTL from now and its token
-/// minted again. While the queue holds a live entry, only its head (lowest ticket, then lowest
-/// id: every node orders the same entries the same way) may take the lock: anyone else is
-/// answered `{0, pttl, 1}`. A grant is `SET lock owner NX PX ttl`, then the minted token
-/// (`mint_fn_lua!`); a waiter's grant also removes its entry and marks its request granted
-/// (`<round>:`, kept as `grant_head_lua!` keeps it), so no release grants it again. A held
-/// key answers `{0, pttl, 0}`. Atomic: one script.
+/// request or grant from this round or a later one, or a withdrawal (`w`), means this round
+/// is stale (sent before, arrived late): it changes nothing and answers `{0, pttl, 1}`.
+/// Otherwise it enters (or refreshes) its entry, and its **request**
+/// (`<round>:<next owner>:<ttl ms>`, lapsing with the entry): what a release grants the waiter
+/// when it heads the queue (`grant_head_lua!`). A lock held by this round's owner, or by the
+/// owner the key named before (an earlier round's request or grant: a grant this wait never
+/// collected, or a grant whose release was lost), is this wait's: it becomes this round's
+/// grant, set to this round's owner for the TTL from now, its token minted again. No lease
+/// holds such a lock: a wait that took a lease makes no more rounds. While the queue holds a
+/// live entry, only its head (lowest ticket, then lowest id: every node orders the same
+/// entries the same way) may take the lock: anyone else is answered `{0, pttl, 1}`. A grant
+/// is `SET lock owner NX PX ttl`, then the minted token (`mint_fn_lua!`); a waiter's grant
+/// also removes its entry and marks its request granted (`<round>:<owner>:`, kept
+/// [`STALE_GUARD`]; deleted for a first round, which no older round can follow), so no
+/// release grants it again. A held key answers `{0, pttl, 0}`. Atomic: one script.
 pub(crate) const ACQUIRE_LUA: &str = concat!(
     mint_fn_lua!(),
     r"
@@ -90,17 +94,25 @@ local function granted()
   if waiter ~= '' then
     redis.pcall('ZREM', KEYS[3], waiter)
     redis.pcall('ZREM', KEYS[4], waiter)
-    local keep = math.max(tonumber(ARGV[2]), tonumber(ARGV[9]))
-    redis.call('SET', KEYS[5], ARGV[8] .. ':', 'PX', keep)
+    if ARGV[8] == '1' then
+      redis.call('DEL', KEYS[5])
+    else
+      redis.call('SET', KEYS[5], ARGV[8] .. ':' .. ARGV[1] .. ':', 'PX', ARGV[9])
+    end
   end
   return mint(t, ARGV[3])
 end
 if waiter ~= '' then
   local before = redis.call('GET', KEYS[5])
+  local known
   if before then
-    local last = tonumber(string.match(before, '^(%d+):') or '')
+    local last, owner = string.match(before, '^(%d+):(%x*)')
+    last = tonumber(last or '')
     if not last or last >= tonumber(ARGV[8]) then
       return {0, redis.call('PTTL', KEYS[1]), 1}
+    end
+    if owner ~= '' then
+      known = owner
     end
   end
   redis.pcall('ZADD', KEYS[3], ARGV[5], waiter)
@@ -108,8 +120,9 @@ if waiter ~= '' then
   redis.pcall('PEXPIRE', KEYS[3], tonumber(ARGV[6]) + 1000)
   redis.pcall('PEXPIRE', KEYS[4], tonumber(ARGV[6]) + 1000)
   redis.call('SET', KEYS[5], ARGV[8] .. ':' .. ARGV[7] .. ':' .. ARGV[2], 'PX', ARGV[6])
-  if redis.call('GET', KEYS[1]) == ARGV[1] then
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  local holder = redis.call('GET', KEYS[1])
+  if holder and (holder == ARGV[1] or holder == known) then
+    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
     return granted()
   end
 end
@@ -152,8 +165,8 @@ return fence
 /// `KEYS[4]`), after dropping lapsed entries: when the head left a request
 /// (`ARGV[3]<waiter id>`, holding `<round>:<owner>:<ttl ms>`), the lock is set to that owner
 /// for that TTL, a token minted (`mint_fn_lua!`, retention `ARGV[4]`), the head's entry
-/// removed, its request marked granted (`<round>:`, kept the TTL or `ARGV[5]` ms if longer,
-/// so a late round of the same waiter is known as stale), and `g:<token>:<owner>` published
+/// removed, its request marked granted (`<round>:<owner>:`, kept `ARGV[5]` ms, so a late
+/// round of the same waiter is known as stale), and `g:<token>:<owner>` published
 /// on the head's own channel, `ARGV[2]:<waiter id>`; otherwise (no request: a client without
 /// them; an entry not refreshed within [`GRANT_FRESH`], so that its lapse is less than
 /// `ARGV[6]` ms away; or the lock is held) the head is only woken there, with an empty
@@ -185,8 +198,7 @@ if redis.pcall('EXISTS', KEYS[4]) == 1 then
         message = 'g:' .. string.format('%d', mint(t, ARGV[4])) .. ':' .. owner
         redis.pcall('ZREM', KEYS[3], id)
         redis.pcall('ZREM', KEYS[4], id)
-        local keep = math.max(tonumber(ttl), tonumber(ARGV[5]))
-        redis.call('SET', ARGV[3] .. id, round .. ':', 'PX', keep)
+        redis.call('SET', ARGV[3] .. id, round .. ':' .. owner .. ':', 'PX', ARGV[5])
       end
     end
     redis.call('PUBLISH', ARGV[2] .. ':' .. id, message)
@@ -218,8 +230,9 @@ return 1
 );
 
 /// A waiter stops waiting: remove its entry, mark its request withdrawn (`w`, kept `ARGV[5]`
-/// ms, so a late round of it changes nothing); delete the lock if it holds `ARGV[7]` or
-/// `ARGV[8]` (server grants it will not collect; empty for none); then, if either was there,
+/// ms, so a late round of it changes nothing); delete the lock if it holds the owner the
+/// request key named (the last round's request or grant on this node), `ARGV[7]` or `ARGV[8]`
+/// (grants it will not collect; empty for none); then, if either was there,
 /// hand the lock to the queue's new head or wake it (`grant_head_lua!`). KEYS: lock, fence,
 /// queue, expiries. ARGV: waiter id, channel, request prefix, retention ms, how long to keep
 /// the mark (ms), the least time to its lapse a granted entry has (ms), two stale owners.
@@ -229,9 +242,10 @@ pub(crate) const WITHDRAW_LUA: &str = concat!(
     r"
 redis.pcall('ZREM', KEYS[4], ARGV[1])
 local was = redis.pcall('ZREM', KEYS[3], ARGV[1]) == 1
+local known = string.match(redis.call('GET', ARGV[3] .. ARGV[1]) or '', '^%d+:(%x+)')
 redis.call('SET', ARGV[3] .. ARGV[1], 'w', 'PX', ARGV[5])
 local holder = redis.call('GET', KEYS[1])
-if holder and (holder == ARGV[7] or holder == ARGV[8]) then
+if holder and (holder == known or holder == ARGV[7] or holder == ARGV[8]) then
   redis.call('DEL', KEYS[1])
   redis.call('PUBLISH', ARGV[2], '')
   was = true
@@ -412,7 +426,6 @@ pub(crate) async fn withdraw_on<C: ConnectionLike>(
     waiter: OwnerId,
     stale: &[OwnerId],
     retention: Duration,
-    ttl: Duration,
 ) -> Result<()> {
     debug_assert!(stale.len() <= 2);
     let mut cmd = evalsha(&WITHDRAW, 4, 12, 5 * names.queue.len() + 160);
@@ -424,7 +437,7 @@ pub(crate) async fn withdraw_on<C: ConnectionLike>(
         .arg(&names.key.channel)
         .arg(&names.requests)
         .arg(whole_millis(retention))
-        .arg(whole_millis(ttl.max(STALE_GUARD)))
+        .arg(whole_millis(STALE_GUARD))
         .arg(whole_millis(QUEUE_MARK - GRANT_FRESH));
     for slot in 0..2 {
         match stale.get(slot) {

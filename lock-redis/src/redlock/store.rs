@@ -292,17 +292,10 @@ impl RedlockStore {
     /// lock there if it holds one of the `stale` owners (server grants the waiter will not
     /// collect), in the background (the key's next waiter is granted or woken if either was
     /// there).
-    fn withdraw(
-        &self,
-        names: &Arc<RedlockNames>,
-        waiter: OwnerId,
-        stale: &[OwnerId],
-        ttl: Duration,
-        on: &[bool],
-    ) {
+    fn withdraw(&self, names: &Arc<RedlockNames>, waiter: OwnerId, stale: &[OwnerId], on: &[bool]) {
         if on.iter().any(|on| *on) {
             tokio::spawn(
-                self.withdrawal(names, waiter, stale, ttl, on)
+                self.withdrawal(names, waiter, stale, on)
                     .await_until(|_| false),
             );
         }
@@ -314,7 +307,6 @@ impl RedlockStore {
         names: &Arc<RedlockNames>,
         waiter: OwnerId,
         stale: &[OwnerId],
-        ttl: Duration,
         on: &[bool],
     ) -> FanOut<()> {
         let names = names.clone();
@@ -328,7 +320,7 @@ impl RedlockStore {
             Some(on),
             move |mut conn| {
                 let (names, stale) = (names.clone(), stale.clone());
-                async move { withdraw_on(&mut conn, &names, waiter, &stale, retention, ttl).await }
+                async move { withdraw_on(&mut conn, &names, waiter, &stale, retention).await }
             },
         )
     }
@@ -404,7 +396,7 @@ impl RedlockStore {
                             .iter()
                             .map(|a| !matches!(a, Some(Ok(x)) if granted(x)))
                             .collect();
-                        self.withdraw(names, waiter.id, &[waiter.next], ttl, &rest);
+                        self.withdraw(names, waiter.id, &[waiter.next], &rest);
                     }
                     let base = self.deadline_base(sent_at, ttl).unwrap_or(sent_at);
                     return Round::Granted(Lease::new(key, owner, token, ttl, base));
@@ -550,22 +542,22 @@ impl Acquire for RedlockStore {
             names: &names,
             waiter: id,
             owners: std::sync::Mutex::new([first, first]),
-            ttl,
             armed: true,
         };
         let outcome = self
             .wait_in_queue(key, &names, ttl, wait, id, &queued.owners)
             .await;
-        queued.armed = false;
         if outcome.is_err() {
             // Awaited until a quorum answered, so a request right after this one finds the
-            // queue without this waiter; the rest finish in the background.
+            // queue without this waiter; the rest finish in the background. Still armed: a
+            // future dropped meanwhile withdraws again, in the background.
             let every = vec![true; self.config().node_count()];
             let quorum = self.quorum();
-            self.withdrawal(&names, id, &queued.owners(), ttl, &every)
+            self.withdrawal(&names, id, &queued.owners(), &every)
                 .await_until(|a| answered(a) >= quorum)
                 .await;
         }
+        queued.armed = false;
         outcome
     }
 }
@@ -636,12 +628,15 @@ impl RedlockStore {
         let confirm = WAIT_CAP.min(deadline.saturating_duration_since(Instant::now()));
         futures_util::future::join_all(listeners.iter().map(|l| l.subscribed(confirm))).await;
         let mut nap_until = Instant::now() + nap;
-        loop {
-            // Registered before the round, so a message during the round is not missed.
+        let arm = || {
             let mut notified: Vec<_> = listeners.iter().map(|l| Box::pin(l.notified())).collect();
             for wake in &mut notified {
                 wake.as_mut().enable();
             }
+            notified
+        };
+        let mut notified = arm();
+        loop {
             // Between rounds: a quorum of grants to the current request is the lease; a
             // quorum of nodes heard from without one, the nap's end or the deadline make
             // the next round.
@@ -687,6 +682,8 @@ impl RedlockStore {
             asked = Instant::now();
             owner = waiter.next;
             waiter = advance(owner);
+            // Registered before the round, so a message during the round is not missed.
+            notified = arm();
             let nap = match self.round(key, names, ttl, Some(waiter), owner).await {
                 Round::Granted(lease) => return Ok(lease),
                 Round::Held { expires_in } => {
@@ -721,8 +718,9 @@ impl RedlockStore {
     /// was made after its node read that request, so its lock lasts at least `ttl` from
     /// `asked`: the validity counts from there. `None` (a round then collects the grants,
     /// with a validity of its own) when less than half the TTL would be left or the raise
-    /// failed. The nodes that have not granted yet drop the entry and request; a grant they
-    /// make meanwhile belongs to this lease, whose release deletes it.
+    /// failed. The nodes that have not granted yet drop the entry and request, and delete a
+    /// grant they made meanwhile (a lock of this lease outside its quorum, which it does not
+    /// need).
     async fn take_granted(
         &self,
         key: &str,
@@ -746,7 +744,7 @@ impl RedlockStore {
         for (index, _) in grants {
             rest[*index] = false;
         }
-        self.withdraw(names, waiter.id, &[], ttl, &rest);
+        self.withdraw(names, waiter.id, &[waiter.next], &rest);
         Some(Lease::new(key, waiter.next, token, ttl, base))
     }
 }
@@ -776,7 +774,6 @@ struct Queued<'a> {
     names: &'a Arc<RedlockNames>,
     waiter: OwnerId,
     owners: std::sync::Mutex<[OwnerId; 2]>,
-    ttl: Duration,
     armed: bool,
 }
 
@@ -791,7 +788,7 @@ impl Drop for Queued<'_> {
         if self.armed && tokio::runtime::Handle::try_current().is_ok() {
             let every = vec![true; self.store.config().node_count()];
             self.store
-                .withdraw(self.names, self.waiter, &self.owners(), self.ttl, &every);
+                .withdraw(self.names, self.waiter, &self.owners(), &every);
         }
     }
 }
@@ -1166,7 +1163,7 @@ mod tests {
         );
         assert_eq!(
             get::<String>(&mut conn, &request).await,
-            Some("2:".to_owned())
+            Some(format!("2:{}:", hex(owners[2])))
         );
         let late = acquire_on(&mut conn, &names, owners[1], ttl, retention, Some(round(2)))
             .await
@@ -1187,11 +1184,11 @@ mod tests {
         );
         assert_eq!(
             get::<String>(&mut conn, &request).await,
-            Some("3:".to_owned())
+            Some(format!("3:{}:", hex(owners[2])))
         );
 
         // Withdrawn (deleting the grant to owner 3): round 4 arriving after it changes nothing.
-        withdraw_on(&mut conn, &names, id, &[owners[3]], retention, ttl)
+        withdraw_on(&mut conn, &names, id, &[owners[3]], retention)
             .await
             .expect("withdraw");
         assert_eq!(
@@ -1212,5 +1209,58 @@ mod tests {
             get::<String>(&mut conn, &request).await,
             Some("w".to_owned())
         );
+    }
+
+    /// A grant made from a round's request on a node that the next round never reached (its
+    /// request lost with a connection) is still this wait's: a later round collects it, and
+    /// a withdrawal deletes what the node's request key names, whatever owners the client
+    /// passes.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_grant_to_an_earlier_request_is_collected_or_withdrawn() {
+        use super::super::scripts::{acquire_on, release_on, withdraw_on};
+        let server = test_servers::RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
+        let mut conn = admin(&server).await;
+        let names = RedlockNames::new(KeyNames::new("fencelock:", "missed-round"));
+        let (ttl, retention) = (Duration::from_secs(30), Duration::from_secs(600));
+        let id = OwnerId::random();
+        let owners: Vec<OwnerId> = (0..4).map(|_| OwnerId::random()).collect();
+        let round = |n: usize| Waiter {
+            id,
+            ticket: 1,
+            next: owners[n],
+            round: n as u64,
+        };
+        let holder = OwnerId::random();
+        acquire_on(&mut conn, &names, holder, ttl, retention, None)
+            .await
+            .expect("holder");
+        // Round 1 (as owner 0) leaves a request for owner 1; the release grants it.
+        acquire_on(&mut conn, &names, owners[0], ttl, retention, Some(round(1)))
+            .await
+            .expect("round 1");
+        assert!(release_on(&mut conn, &names, holder, retention)
+            .await
+            .expect("release"));
+        assert_eq!(
+            get::<String>(&mut conn, &names.key.lock).await,
+            Some(owners[1].to_string())
+        );
+        // Round 2 (as owner 1) never reaches this node; round 3 (as owner 2) collects it.
+        let collected = acquire_on(&mut conn, &names, owners[2], ttl, retention, Some(round(3)))
+            .await
+            .expect("round 3");
+        assert!(
+            matches!(collected.attempt, Attempt::Granted { .. }),
+            "{collected:?}"
+        );
+        assert_eq!(
+            get::<String>(&mut conn, &names.key.lock).await,
+            Some(owners[2].to_string())
+        );
+        // Withdrawn naming other owners: the grant the node's key names is deleted.
+        withdraw_on(&mut conn, &names, id, &[owners[3]], retention)
+            .await
+            .expect("withdraw");
+        assert_eq!(get::<String>(&mut conn, &names.key.lock).await, None);
     }
 }
