@@ -223,8 +223,8 @@
 //! `retention − 2 × skew`: the quorum argument below holds as long as the skew stays far below
 //! the window (seconds against days). A Redlock wait also leaves, on each node, one small
 //! request key for 10 s after it ends (none when its first round took the lock), and its
-//! queue's two sorted sets expire 2.5 s after the last entry. `cargo test -p fencelock-redis --all-features --test
-//! retention` locks 10,000 distinct keys (`FENCELOCK_KEYS=100000` for more) with a short
+//! queue's two sorted sets expire 2.5 s after the last entry. `cargo test -p fencelock-redis
+//! --all-features --test retention` locks 10,000 distinct keys (`FENCELOCK_KEYS=100000` for more) with a short
 //! window and counts the keys back to none.
 //!
 //! # Next to other Redis lock clients: `layout=plain`
