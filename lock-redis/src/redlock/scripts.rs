@@ -21,29 +21,26 @@ use crate::script::{evalsha, owner_hex, run_script, Attempt};
 /// withdrawing (its process died) holds the queue's head at most this long.
 pub(crate) const QUEUE_MARK: Duration = Duration::from_millis(1_500);
 
-/// Lua defining `mint(t, retention)`: the token `max(fence + 1, TIME µs rounded down to
-/// GRANULE)` for the clock reading `t`, written to the fence (`KEYS[2]`) with its retention
-/// expiry (`SET … GET` from Redis 6.2, GET then SET before). Called only while the lock holds
-/// the owner it mints for.
-macro_rules! mint_fn_lua {
+/// Lua setting `token` to `max(fence + 1, TIME µs rounded down to GRANULE)` for the clock
+/// reading `t`, written to the fence (`KEYS[2]`) with its retention expiry (`ARGV[3]`; `SET …
+/// GET` from Redis 6.2, GET then SET before). Run only while the lock holds the owner it mints
+/// for. Inline, not a Lua function: a closure made at every call costs the hot paths.
+macro_rules! mint_lua {
     () => {
         r"
-local function mint(t, retention)
   local now = t[1] * 1000000 + t[2]
-  local token = now - now % 262144
-  local old = redis.pcall('SET', KEYS[2], token, 'PX', retention, 'GET')
+  token = now - now % 262144
+  local old = redis.pcall('SET', KEYS[2], token, 'PX', ARGV[3], 'GET')
   if type(old) == 'table' then
     old = redis.call('GET', KEYS[2])
     if not (old and tonumber(old) >= token) then
-      redis.call('SET', KEYS[2], token, 'PX', retention)
+      redis.call('SET', KEYS[2], token, 'PX', ARGV[3])
     end
   end
   if old and tonumber(old) >= token then
     token = tonumber(old) + 1
-    redis.call('SET', KEYS[2], token, 'PX', retention)
+    redis.call('SET', KEYS[2], token, 'PX', ARGV[3])
   end
-  return token
-end
 "
     };
 }
@@ -52,20 +49,39 @@ end
 /// waiter arriving later than that (sent before, but held up by a stopped node or a
 /// reconnection) could queue it again, and a release grant it a lock nobody collects until
 /// the TTL. One small key per node and wait (none for a wait granted by its first round)
-/// lives this long.
+/// lives this long. Written into the scripts as [`STALE_GUARD_MS`].
+// The scripts carry it as a literal; a test checks they agree.
+#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) const STALE_GUARD: Duration = Duration::from_secs(10);
+
+/// [`STALE_GUARD`] in ms, as the scripts have it.
+macro_rules! stale_guard_ms {
+    () => {
+        "10000"
+    };
+}
 
 /// How recently a waiter must have refreshed its entry for a release to grant it the lock: a
 /// live waiter refreshes it at least every [`WAIT_CAP`](crate::store::WAIT_CAP) (250 ms) plus
 /// one round. A waiter whose process died is granted the key (which then stays held until the
 /// TTL) only by a release within this long of its last round; after that it is only woken, as
 /// a client without requests is, until its entry lapses ([`QUEUE_MARK`]).
+// The scripts carry it as a literal; a test checks they agree.
+#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) const GRANT_FRESH: Duration = Duration::from_millis(750);
 
+/// [`QUEUE_MARK`] − [`GRANT_FRESH`] in ms, as the scripts have it: the least time to its lapse
+/// an entry a release grants has.
+macro_rules! fresh_lapse_ms {
+    () => {
+        "750"
+    };
+}
+
 /// Acquire on one node. KEYS: lock, fence, queue (waiter ids scored by ticket), expiries
-/// (waiter ids scored by the server ms their entry lapses), the waiter's request. ARGV: owner,
-/// ttl ms, retention ms, waiter id (empty for a request that does not wait), ticket, mark ms,
-/// the waiter's next owner, the round's number in the wait, stale guard ms ([`STALE_GUARD`]).
+/// (waiter ids scored by the server ms their entry lapses), and for a waiter its request.
+/// ARGV: owner, ttl ms, retention ms, and for a waiter: its id, ticket, mark ms, next owner,
+/// the round's number in the wait.
 ///
 /// The queue's commands run under `pcall`: a user without `EXISTS` and the sorted-set rights
 /// still locks, its waits unordered. A waiting request first checks its request key: a
@@ -80,28 +96,16 @@ pub(crate) const GRANT_FRESH: Duration = Duration::from_millis(750);
 /// holds such a lock: a wait that took a lease makes no more rounds. While the queue holds a
 /// live entry, only its head (lowest ticket, then lowest id: every node orders the same
 /// entries the same way) may take the lock: anyone else is answered `{0, pttl, 1}`. A grant
-/// is `SET lock owner NX PX ttl`, then the minted token (`mint_fn_lua!`); a waiter's grant
-/// also removes its entry and marks its request granted (`<round>:<owner>:`, kept
+/// is `SET lock owner NX PX ttl`, then the minted token (`mint_lua!`); a waiter's grant also
+/// removes its entry and marks its request granted (`<round>:<owner>:`, kept
 /// [`STALE_GUARD`]; deleted for a first round, which no older round can follow), so no
 /// release grants it again. A held key answers `{0, pttl, 0}`. Atomic: one script.
 pub(crate) const ACQUIRE_LUA: &str = concat!(
-    mint_fn_lua!(),
     r"
 local t = redis.call('TIME')
 local ms = t[1] * 1000 + math.floor(t[2] / 1000)
-local waiter = ARGV[4]
-local function granted()
-  if waiter ~= '' then
-    redis.pcall('ZREM', KEYS[3], waiter)
-    redis.pcall('ZREM', KEYS[4], waiter)
-    if ARGV[8] == '1' then
-      redis.call('DEL', KEYS[5])
-    else
-      redis.call('SET', KEYS[5], ARGV[8] .. ':' .. ARGV[1] .. ':', 'PX', ARGV[9])
-    end
-  end
-  return mint(t, ARGV[3])
-end
+local waiter = ARGV[4] or ''
+local mine = false
 if waiter ~= '' then
   local before = redis.call('GET', KEYS[5])
   local known
@@ -123,24 +127,41 @@ if waiter ~= '' then
   local holder = redis.call('GET', KEYS[1])
   if holder and (holder == ARGV[1] or holder == known) then
     redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-    return granted()
+    mine = true
   end
 end
-if redis.pcall('EXISTS', KEYS[4]) == 1 then
-  local gone = redis.pcall('ZRANGEBYSCORE', KEYS[4], '-inf', ms, 'LIMIT', 0, 100)
-  if #gone > 0 then
-    redis.pcall('ZREM', KEYS[3], unpack(gone))
-    redis.pcall('ZREM', KEYS[4], unpack(gone))
+if not mine then
+  if redis.pcall('EXISTS', KEYS[4]) == 1 then
+    local gone = redis.pcall('ZRANGEBYSCORE', KEYS[4], '-inf', ms, 'LIMIT', 0, 100)
+    if #gone > 0 then
+      redis.pcall('ZREM', KEYS[3], unpack(gone))
+      redis.pcall('ZREM', KEYS[4], unpack(gone))
+    end
+    local head = redis.pcall('ZRANGE', KEYS[3], 0, 0)
+    if head[1] and head[1] ~= waiter then
+      return {0, redis.call('PTTL', KEYS[1]), 1}
+    end
   end
-  local head = redis.pcall('ZRANGE', KEYS[3], 0, 0)
-  if head[1] and head[1] ~= waiter then
-    return {0, redis.call('PTTL', KEYS[1]), 1}
+  if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+    return {0, redis.call('PTTL', KEYS[1]), 0}
   end
 end
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return granted()
+if waiter ~= '' then
+  redis.pcall('ZREM', KEYS[3], waiter)
+  redis.pcall('ZREM', KEYS[4], waiter)
+  if ARGV[8] == '1' then
+    redis.call('DEL', KEYS[5])
+  else
+    redis.call('SET', KEYS[5], ARGV[8] .. ':' .. ARGV[1] .. ':', 'PX', ",
+    stale_guard_ms!(),
+    r")
+  end
 end
-return {0, redis.call('PTTL', KEYS[1]), 0}
+local token
+",
+    mint_lua!(),
+    r"
+return token
 "
 );
 
@@ -162,18 +183,19 @@ return fence
 ";
 
 /// Lua handing a free lock (`KEYS[1]`) to the head of the queue (`KEYS[3]`, entries' expiries
-/// `KEYS[4]`), after dropping lapsed entries: when the head left a request
-/// (`ARGV[3]<waiter id>`, holding `<round>:<owner>:<ttl ms>`), the lock is set to that owner
-/// for that TTL, a token minted (`mint_fn_lua!`, retention `ARGV[4]`), the head's entry
-/// removed, its request marked granted (`<round>:<owner>:`, kept `ARGV[5]` ms, so a late
-/// round of the same waiter is known as stale), and `g:<token>:<owner>` published
-/// on the head's own channel, `ARGV[2]:<waiter id>`; otherwise (no request: a client without
-/// them; an entry not refreshed within [`GRANT_FRESH`], so that its lapse is less than
-/// `ARGV[6]` ms away; or the lock is held) the head is only woken there, with an empty
-/// message, and makes a round.
+/// `KEYS[4]`), after dropping lapsed entries: when the head left a request (the key
+/// `<stem>request:<waiter id>` next to `<stem>queue`, holding `<round>:<owner>:<ttl ms>`) and
+/// refreshed its entry within [`GRANT_FRESH`], the lock is set to that owner for that TTL, a
+/// token minted (`mint_lua!`, retention `ARGV[3]`), the head's entry removed, its request
+/// marked granted (`<round>:<owner>:`, kept [`STALE_GUARD`], so a late round of the same
+/// waiter is known as stale), and `g:<token>:<owner>` published on the head's own channel,
+/// `ARGV[2]:<waiter id>`; otherwise (no request: a client without them; an entry not
+/// refreshed lately; or the lock is held) the head is only woken there, with an empty message,
+/// and makes a round.
 macro_rules! grant_head_lua {
     () => {
-        r"
+        concat!(
+            r"
 if redis.pcall('EXISTS', KEYS[4]) == 1 then
   local t = redis.call('TIME')
   local ms = t[1] * 1000 + math.floor(t[2] / 1000)
@@ -186,36 +208,44 @@ if redis.pcall('EXISTS', KEYS[4]) == 1 then
   local id = head[1]
   if id then
     local message = ''
-    local request = redis.call('GET', ARGV[3] .. id)
+    local requests = string.sub(KEYS[3], 1, -6) .. 'request:'
+    local request = redis.call('GET', requests .. id)
     local lapses = tonumber(redis.pcall('ZSCORE', KEYS[4], id)) or 0
     local round, owner, ttl
-    if request and lapses - ms >= tonumber(ARGV[6]) then
+    if request and lapses - ms >= ",
+            fresh_lapse_ms!(),
+            r" then
       round, owner, ttl = string.match(request, '^(%d+):(%x+):(%d+)$')
     end
     if owner then
       local set = redis.pcall('SET', KEYS[1], owner, 'NX', 'PX', ttl)
       if type(set) == 'table' and set.ok then
-        message = 'g:' .. string.format('%d', mint(t, ARGV[4])) .. ':' .. owner
+        local token
+",
+            mint_lua!(),
+            r"
+        message = 'g:' .. string.format('%d', token) .. ':' .. owner
         redis.pcall('ZREM', KEYS[3], id)
         redis.pcall('ZREM', KEYS[4], id)
-        redis.call('SET', ARGV[3] .. id, round .. ':' .. owner .. ':', 'PX', ARGV[5])
+        redis.call('SET', requests .. id, round .. ':' .. owner .. ':', 'PX', ",
+            stale_guard_ms!(),
+            r")
       end
     end
     redis.call('PUBLISH', ARGV[2] .. ':' .. id, message)
   end
 end
 "
+        )
     };
 }
 
 /// Release on one node: delete the lock only if it still holds this owner, publish on the
 /// key's channel (as the single-node release does), and hand the lock to the queue's head
 /// (`grant_head_lua!`), so the next lease takes no round of its own. KEYS: lock, fence,
-/// queue, expiries. ARGV: owner, channel, request prefix, retention ms, stale guard ms
-/// ([`STALE_GUARD`]), the least time to its lapse a granted entry has (ms). Returns 1 if
-/// released, 0 if the lease was already gone. Atomic: one script.
+/// queue, expiries. ARGV: owner, channel, retention ms. Returns 1 if released, 0 if the lease
+/// was already gone. Atomic: one script.
 pub(crate) const RELEASE_LUA: &str = concat!(
-    mint_fn_lua!(),
     r"
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
@@ -229,23 +259,23 @@ return 1
 "
 );
 
-/// A waiter stops waiting: remove its entry, mark its request withdrawn (`w`, kept `ARGV[5]`
-/// ms, so a late round of it changes nothing); delete the lock if it holds the owner the
-/// request key named (the last round's request or grant on this node), `ARGV[7]` or `ARGV[8]`
-/// (grants it will not collect; empty for none); then, if either was there,
-/// hand the lock to the queue's new head or wake it (`grant_head_lua!`). KEYS: lock, fence,
-/// queue, expiries. ARGV: waiter id, channel, request prefix, retention ms, how long to keep
-/// the mark (ms), the least time to its lapse a granted entry has (ms), two stale owners.
-/// Atomic: one script.
+/// A waiter stops waiting: remove its entry, mark its request withdrawn (`w`, kept
+/// [`STALE_GUARD`], so a late round of it changes nothing; the request key is `ARGV[4]`);
+/// delete the lock if it holds the owner the request key named (the last round's request or
+/// grant on this node), `ARGV[5]` or `ARGV[6]` (grants it will not collect; empty for none);
+/// then, if either was there, hand the lock to the queue's new head or wake it
+/// (`grant_head_lua!`). KEYS: lock, fence, queue, expiries. ARGV: waiter id, channel,
+/// retention ms, request key, two stale owners. Atomic: one script.
 pub(crate) const WITHDRAW_LUA: &str = concat!(
-    mint_fn_lua!(),
     r"
 redis.pcall('ZREM', KEYS[4], ARGV[1])
 local was = redis.pcall('ZREM', KEYS[3], ARGV[1]) == 1
-local known = string.match(redis.call('GET', ARGV[3] .. ARGV[1]) or '', '^%d+:(%x+)')
-redis.call('SET', ARGV[3] .. ARGV[1], 'w', 'PX', ARGV[5])
+local known = string.match(redis.call('GET', ARGV[4]) or '', '^%d+:(%x+)')
+redis.call('SET', ARGV[4], 'w', 'PX', ",
+    stale_guard_ms!(),
+    r")
 local holder = redis.call('GET', KEYS[1])
-if holder and (holder == known or holder == ARGV[7] or holder == ARGV[8]) then
+if holder and (holder == known or holder == ARGV[5] or holder == ARGV[6]) then
   redis.call('DEL', KEYS[1])
   redis.call('PUBLISH', ARGV[2], '')
   was = true
@@ -332,28 +362,27 @@ pub(crate) async fn acquire_on<C: ConnectionLike>(
     waiter: Option<Waiter>,
 ) -> Result<NodeAttempt> {
     let bytes = names.key.lock.len() + names.key.fence.len() + 3 * names.queue.len() + 200;
-    let mut cmd = evalsha(&ACQUIRE, 5, 14, bytes);
+    let mut cmd = match waiter {
+        Some(_) => evalsha(&ACQUIRE, 5, 13, bytes),
+        None => evalsha(&ACQUIRE, 4, 7, bytes),
+    };
     cmd.arg(&names.key.lock)
         .arg(&names.key.fence)
         .arg(&names.queue)
         .arg(&names.expiries);
-    match waiter {
-        Some(waiter) => cmd.arg(names.request(waiter.id)),
-        None => cmd.arg(&names.requests),
-    };
+    if let Some(waiter) = waiter {
+        cmd.arg(names.request(waiter.id));
+    }
     cmd.arg(&owner_hex(owner)[..])
         .arg(whole_millis(ttl))
         .arg(whole_millis(retention));
-    match waiter {
-        Some(waiter) => cmd
-            .arg(&owner_hex(waiter.id)[..])
+    if let Some(waiter) = waiter {
+        cmd.arg(&owner_hex(waiter.id)[..])
             .arg(waiter.ticket)
             .arg(whole_millis(QUEUE_MARK))
             .arg(&owner_hex(waiter.next)[..])
-            .arg(waiter.round),
-        None => cmd.arg("").arg(0).arg(0).arg("").arg(0),
-    };
-    cmd.arg(whole_millis(STALE_GUARD));
+            .arg(waiter.round);
+    }
     let reply: redis::Value = run_script(conn, &ACQUIRE, &cmd)
         .await
         .map_err(|e| script_error("acquire", ACQUIRE_LUA, e))?;
@@ -428,17 +457,15 @@ pub(crate) async fn withdraw_on<C: ConnectionLike>(
     retention: Duration,
 ) -> Result<()> {
     debug_assert!(stale.len() <= 2);
-    let mut cmd = evalsha(&WITHDRAW, 4, 12, 5 * names.queue.len() + 160);
+    let mut cmd = evalsha(&WITHDRAW, 4, 10, 6 * names.queue.len() + 160);
     cmd.arg(&names.key.lock)
         .arg(&names.key.fence)
         .arg(&names.queue)
         .arg(&names.expiries)
         .arg(&owner_hex(waiter)[..])
         .arg(&names.key.channel)
-        .arg(&names.requests)
         .arg(whole_millis(retention))
-        .arg(whole_millis(STALE_GUARD))
-        .arg(whole_millis(QUEUE_MARK - GRANT_FRESH));
+        .arg(names.request(waiter));
     for slot in 0..2 {
         match stale.get(slot) {
             Some(owner) => cmd.arg(&owner_hex(*owner)[..]),
@@ -458,18 +485,15 @@ pub(crate) async fn release_on<C: ConnectionLike>(
     owner: OwnerId,
     retention: Duration,
 ) -> Result<bool> {
-    let bytes = names.key.lock.len() + 4 * names.queue.len() + names.key.channel.len() + 80;
-    let mut cmd = evalsha(&RELEASE, 4, 10, bytes);
+    let bytes = names.key.lock.len() + 3 * names.queue.len() + names.key.channel.len() + 60;
+    let mut cmd = evalsha(&RELEASE, 4, 7, bytes);
     cmd.arg(&names.key.lock)
         .arg(&names.key.fence)
         .arg(&names.queue)
         .arg(&names.expiries)
         .arg(&owner_hex(owner)[..])
         .arg(&names.key.channel)
-        .arg(&names.requests)
-        .arg(whole_millis(retention))
-        .arg(whole_millis(STALE_GUARD))
-        .arg(whole_millis(QUEUE_MARK - GRANT_FRESH));
+        .arg(whole_millis(retention));
     let released: i64 = run_script(conn, &RELEASE, &cmd)
         .await
         .map_err(|e| script_error("release", RELEASE_LUA, e))?;
@@ -502,6 +526,19 @@ mod tests {
     /// read the same granule and whose fences agree mint the same token (the crate docs,
     /// `# Redlock`, say why that lets the raise be skipped).
     const GRANULE_MICROS: u64 = 1 << 18;
+
+    #[test]
+    fn the_scripts_constants_are_the_crates() {
+        assert_eq!(stale_guard_ms!(), STALE_GUARD.as_millis().to_string());
+        assert_eq!(
+            fresh_lapse_ms!(),
+            (QUEUE_MARK - GRANT_FRESH).as_millis().to_string()
+        );
+        // The scripts find a waiter's request next to the queue.
+        let names = RedlockNames::new(KeyNames::new("p:", "k"));
+        let stem = names.queue.strip_suffix("queue").expect("queue");
+        assert_eq!(names.requests, format!("{stem}request:"));
+    }
 
     #[test]
     fn the_script_rounds_the_clock_down_to_the_granule() {
