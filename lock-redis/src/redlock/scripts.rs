@@ -24,7 +24,8 @@ pub(crate) const QUEUE_MARK: Duration = Duration::from_millis(1_500);
 /// Lua setting `token` to `max(fence + 1, TIME µs rounded down to GRANULE)` for the clock
 /// reading `t`, written to the fence (`KEYS[2]`) with its retention expiry (`ARGV[3]`; `SET …
 /// GET` from Redis 6.2, GET then SET before). Run only while the lock holds the owner it mints
-/// for. Inline, not a Lua function: a closure made at every call costs the hot paths.
+/// for. Inline, not a Lua function: a closure made at every call costs the hot paths. The
+/// code around it declares `local token` first and has the clock reading `t` in scope.
 macro_rules! mint_lua {
     () => {
         r"
@@ -49,7 +50,7 @@ macro_rules! mint_lua {
 /// waiter arriving later than that (sent before, but held up by a stopped node or a
 /// reconnection) could queue it again, and a release grant it a lock nobody collects until
 /// the TTL. One small key per node and wait (none for a wait granted by its first round)
-/// lives this long. Written into the scripts as [`STALE_GUARD_MS`].
+/// lives this long. Written into the scripts by `stale_guard_ms!`.
 // The scripts carry it as a literal; a test checks they agree.
 #[cfg_attr(not(test), allow(dead_code))]
 pub(crate) const STALE_GUARD: Duration = Duration::from_secs(10);
@@ -305,7 +306,8 @@ pub(crate) struct RedlockNames {
     /// `{prefix}{{key}}:queued`: waiter ids scored by the server ms their entry lapses.
     pub(crate) expiries: String,
     /// `{prefix}{{key}}:request:`, followed by a waiter id: that waiter's request,
-    /// `<owner>:<ttl ms>`, what a release grants it when it heads the queue.
+    /// `<round>:<owner>:<ttl ms>`, what a release grants it when it heads the queue (or the
+    /// marks `<round>:<owner>:` once granted and `w` once withdrawn).
     pub(crate) requests: String,
 }
 
