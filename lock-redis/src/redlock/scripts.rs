@@ -46,6 +46,21 @@ macro_rules! mint_lua {
     };
 }
 
+/// Lua dropping the queue's lapsed entries (`KEYS[3]`, their expiries `KEYS[4]`, server ms
+/// `ms`), then reading its head into `head`.
+macro_rules! queue_head_lua {
+    () => {
+        r"
+  local gone = redis.pcall('ZRANGEBYSCORE', KEYS[4], '-inf', ms, 'LIMIT', 0, 100)
+  if #gone > 0 then
+    redis.pcall('ZREM', KEYS[3], unpack(gone))
+    redis.pcall('ZREM', KEYS[4], unpack(gone))
+  end
+  local head = redis.pcall('ZRANGE', KEYS[3], 0, 0)
+"
+    };
+}
+
 /// How long a node remembers that a waiter's request was granted or withdrawn: a round of that
 /// waiter arriving later than that (sent before, but held up by a stopped node or a
 /// reconnection) could queue it again, and a release grant it a lock nobody collects until
@@ -133,12 +148,9 @@ if waiter ~= '' then
 end
 if not mine then
   if redis.pcall('EXISTS', KEYS[4]) == 1 then
-    local gone = redis.pcall('ZRANGEBYSCORE', KEYS[4], '-inf', ms, 'LIMIT', 0, 100)
-    if #gone > 0 then
-      redis.pcall('ZREM', KEYS[3], unpack(gone))
-      redis.pcall('ZREM', KEYS[4], unpack(gone))
-    end
-    local head = redis.pcall('ZRANGE', KEYS[3], 0, 0)
+",
+    queue_head_lua!(),
+    r"
     if head[1] and head[1] ~= waiter then
       return {0, redis.call('PTTL', KEYS[1]), 1}
     end
@@ -200,12 +212,9 @@ macro_rules! grant_head_lua {
 if redis.pcall('EXISTS', KEYS[4]) == 1 then
   local t = redis.call('TIME')
   local ms = t[1] * 1000 + math.floor(t[2] / 1000)
-  local gone = redis.pcall('ZRANGEBYSCORE', KEYS[4], '-inf', ms, 'LIMIT', 0, 100)
-  if #gone > 0 then
-    redis.pcall('ZREM', KEYS[3], unpack(gone))
-    redis.pcall('ZREM', KEYS[4], unpack(gone))
-  end
-  local head = redis.pcall('ZRANGE', KEYS[3], 0, 0)
+",
+            queue_head_lua!(),
+            r"
   local id = head[1]
   if id then
     local message = ''

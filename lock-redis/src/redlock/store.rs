@@ -1104,6 +1104,42 @@ mod tests {
         assert_eq!(get::<u64>(&mut a, &names.key.fence).await, Some(1001));
     }
 
+    /// The TTL and retention of the script tests.
+    const SCRIPT_TTL: Duration = Duration::from_secs(30);
+    const SCRIPT_RETENTION: Duration = Duration::from_secs(600);
+
+    /// A real server of its own, a connection to it, and `key`'s names there.
+    async fn one_node(
+        key: &str,
+    ) -> (
+        test_servers::RedisServer,
+        redis::aio::MultiplexedConnection,
+        RedlockNames,
+    ) {
+        let server = test_servers::RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
+        let conn = admin(&server).await;
+        (
+            server,
+            conn,
+            RedlockNames::new(KeyNames::new("fencelock:", key)),
+        )
+    }
+
+    fn owners(n: usize) -> Vec<OwnerId> {
+        (0..n).map(|_| OwnerId::random()).collect()
+    }
+
+    /// Round `n` of waiter `id`'s wait: it requests `owners[n]` (and is made as
+    /// `owners[n - 1]`, the owner the round before requested).
+    fn round(id: OwnerId, owners: &[OwnerId], n: usize) -> Waiter {
+        Waiter {
+            id,
+            ticket: 1,
+            next: owners[n],
+            round: n as u64,
+        }
+    }
+
     /// A waiter's round that reaches a node after a newer round of the same wait, after a
     /// release granted that wait's request, or after the waiter withdrew (held up by a
     /// stopped node or a reconnection) changes nothing there: it neither queues the waiter
@@ -1112,18 +1148,10 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_late_round_changes_nothing_once_a_newer_one_a_grant_or_a_withdrawal_came() {
         use super::super::scripts::{acquire_on, release_on, withdraw_on};
-        let server = test_servers::RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
-        let mut conn = admin(&server).await;
-        let names = RedlockNames::new(KeyNames::new("fencelock:", "late-rounds"));
-        let (ttl, retention) = (Duration::from_secs(30), Duration::from_secs(600));
-        let id = OwnerId::random();
-        let owners: Vec<OwnerId> = (0..5).map(|_| OwnerId::random()).collect();
-        let round = |n: usize| Waiter {
-            id,
-            ticket: 1,
-            next: owners[n],
-            round: n as u64,
-        };
+        let (_server, mut conn, names) = one_node("late-rounds").await;
+        let (ttl, retention) = (SCRIPT_TTL, SCRIPT_RETENTION);
+        let (id, owners) = (OwnerId::random(), owners(5));
+        let round = |n: usize| round(id, &owners, n);
         let hex = |owner: OwnerId| owner.to_string();
         let request = names.request(id);
         let queued = |a: NodeAttempt| matches!(a.attempt, Attempt::Held { .. }) && a.queued;
@@ -1218,18 +1246,10 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_grant_to_an_earlier_request_is_collected_or_withdrawn() {
         use super::super::scripts::{acquire_on, release_on, withdraw_on};
-        let server = test_servers::RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
-        let mut conn = admin(&server).await;
-        let names = RedlockNames::new(KeyNames::new("fencelock:", "missed-round"));
-        let (ttl, retention) = (Duration::from_secs(30), Duration::from_secs(600));
-        let id = OwnerId::random();
-        let owners: Vec<OwnerId> = (0..4).map(|_| OwnerId::random()).collect();
-        let round = |n: usize| Waiter {
-            id,
-            ticket: 1,
-            next: owners[n],
-            round: n as u64,
-        };
+        let (_server, mut conn, names) = one_node("missed-round").await;
+        let (ttl, retention) = (SCRIPT_TTL, SCRIPT_RETENTION);
+        let (id, owners) = (OwnerId::random(), owners(4));
+        let round = |n: usize| round(id, &owners, n);
         let holder = OwnerId::random();
         acquire_on(&mut conn, &names, holder, ttl, retention, None)
             .await
