@@ -82,6 +82,16 @@ async fn exists(server: &RedisServer, name: &str) -> bool {
     found == 1
 }
 
+/// The owner `key`'s lock holds on `server`, if any.
+async fn lock_owner(server: &RedisServer, key: &str) -> Option<String> {
+    let mut conn = admin(server).await;
+    redis::cmd("GET")
+        .arg(lock_key(key))
+        .query_async(&mut conn)
+        .await
+        .expect("GET lock")
+}
+
 async fn fence(server: &RedisServer, key: &str) -> u64 {
     let mut conn = admin(server).await;
     let fence: Option<u64> = redis::cmd("GET")
@@ -391,13 +401,9 @@ async fn grants_a_waiter_did_not_collect_are_deleted_when_its_wait_ends() {
         other => panic!("a release heard by two nodes of five: {other:?}"),
     }
     for server in &servers[..2] {
-        let mut node = admin(server).await;
-        let granted: Option<String> = redis::cmd("GET")
-            .arg(lock_key(key))
-            .query_async(&mut node)
+        let granted = lock_owner(server, key)
             .await
-            .expect("GET");
-        let granted = granted.expect("the node granted the queued waiter on release");
+            .expect("the node granted the queued waiter on release");
         assert_ne!(granted, held.owner().to_string());
     }
 
@@ -418,12 +424,7 @@ async fn grants_a_waiter_did_not_collect_are_deleted_when_its_wait_ends() {
     // What the stopped nodes were sent runs now, each connection's in order.
     sleep(SLACK * 2).await;
     for server in &servers {
-        let mut conn = admin(server).await;
-        let owner: Option<String> = redis::cmd("GET")
-            .arg(lock_key(key))
-            .query_async(&mut conn)
-            .await
-            .expect("GET");
+        let owner = lock_owner(server, key).await;
         assert!(
             owner.is_none() || owner == Some(held.owner().to_string()),
             "node {} is held by {owner:?}, not the old holder",
