@@ -29,28 +29,28 @@ use crate::keys::KeyNames;
 /// read with `GET` first.
 ///
 /// The usual case converts no number: the clock is the digits `TIME` gave (seconds, then µs
-/// padded to six), and `at_or_after` compares two such strings by length, then by character
-/// (both are digits only, which every locale's collation orders as numbers). Converting
-/// (`tonumber`, or a Lua number passed to `redis.call`, which Redis formats with `%.17g`) cost
-/// about 3k of the 65k instructions the server spent per acquire (callgrind). A number is
-/// still written in full (Lua's own `tostring` would keep only 14 digits), and a µs clock
-/// stays below 2^53, where a Lua number stops being exact, until 2255.
+/// padded to six), and the fence is compared with it as a string, by length, then by
+/// character (both are digits only, which every locale's collation orders as numbers).
+/// Converting (`tonumber`, or a Lua number passed to `redis.call`, which Redis formats with
+/// `%.17g`) cost about 3k of the 65k instructions the server spent per acquire (callgrind).
+/// The comparison is written out twice rather than as a `local function`: a closure is made
+/// at every run of the script, and that cost 4.5k instructions per acquire, 5% of the
+/// server's whole cycle (callgrind, `examples/cycle_cost.rs`). A number is still written in
+/// full (Lua's own `tostring` would keep only 14 digits), and a µs clock stays below 2^53,
+/// where a Lua number stops being exact, until 2255.
 macro_rules! mint_lua {
     () => {
         r"
-local function at_or_after(a, b)
-  return #a > #b or (#a == #b and a >= b)
-end
 local clock = t[1] .. string.sub('00000' .. t[2], -6)
 local token = clock
 local old = redis.pcall('SET', KEYS[2], clock, 'PX', ARGV[3], 'GET')
 if type(old) == 'table' then
   old = redis.call('GET', KEYS[2])
-  if not (old and at_or_after(old, clock)) then
+  if not (old and (#old > #clock or (#old == #clock and old >= clock))) then
     redis.call('SET', KEYS[2], clock, 'PX', ARGV[3])
   end
 end
-if old and at_or_after(old, clock) then
+if old and (#old > #clock or (#old == #clock and old >= clock)) then
   token = tonumber(old) + 1
   redis.call('SET', KEYS[2], token, 'PX', ARGV[3])
 end
@@ -390,7 +390,8 @@ pub(crate) async fn run_script<C: ConnectionLike, T: redis::FromRedisValue>(
 ) -> redis::RedisResult<T> {
     match cmd.query_async(conn).await {
         Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-            script.prepare_invoke().load_async(conn).await?;
+            // Boxed, as the rare path: inline, its future would be copied with every call's.
+            Box::pin(script.prepare_invoke().load_async(conn)).await?;
             cmd.query_async(conn).await
         }
         other => other,
