@@ -177,9 +177,13 @@ impl RedisStore {
         }
         let client = redis::Client::open(config.connection.clone())
             .map_err(|e| Error::store(format!("{config}: {:?}", e.kind()), e))?;
+        // No response timeout of the client's own: every command on this connection runs
+        // under a timeout of ours (`run_on`, Redlock's fan-out, the eviction check, `stats`)
+        // no longer than the command timeout, which also bounds a wait for a reconnect; a
+        // second timer per command cost about 650 instructions (callgrind), 4% of a cycle.
         let manager_config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(config.connect_timeout))
-            .set_response_timeout(Some(config.command_timeout))
+            .set_response_timeout(None)
             // A failed reconnect is retried by the next command; a long backoff here would
             // only make callers wait past their own timeouts.
             .set_number_of_retries(1)
@@ -271,7 +275,9 @@ impl RedisStore {
         if self.inner.eviction.initialized() {
             return Ok(());
         }
-        match timeout(bound, self.checked_eviction()).await {
+        // Boxed: the check's future is large (about 1.9 kB), and held inline it would be copied
+        // with every acquire's and release's future, though it runs once per handle.
+        match timeout(bound, Box::pin(self.checked_eviction())).await {
             Ok(checked) => checked,
             Err(_) => Err(timed_out("eviction check", bound)),
         }
