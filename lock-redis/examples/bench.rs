@@ -21,6 +21,8 @@
 //! one round trip); and the same cycle and handoff for `rslock` on the same server.
 
 mod common;
+#[path = "common/floor.rs"]
+mod floor;
 
 use std::error::Error;
 use std::sync::Arc;
@@ -31,8 +33,9 @@ use fencelock_conformance::bench::{
     cycle, cycle_into, handoff, handoff_to_another, lock_throughput, micros as us, server_or_env,
     throughput, time_each, ModeCycles, Samples, Table,
 };
-use fencelock_core::{DynLockStore, OwnerId};
+use fencelock_core::DynLockStore;
 use fencelock_redis::{RedisConfig, RedisStore};
+use floor::Floor;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::time::Instant;
 
@@ -48,14 +51,6 @@ const HOLD: Duration = Duration::from_millis(5);
 const TTL: Duration = Duration::from_secs(30);
 /// Alternating throughput rounds of raw, floor and ours, each `RUN_FOR / THROUGHPUT_ROUNDS`.
 const THROUGHPUT_ROUNDS: u32 = 3;
-
-/// The fenced floor's acquire, exactly as issue 16 gives it: `SET NX PX`, then the token from a
-/// counter. KEYS: lock, counter. ARGV: owner, ttl ms. Returns the token, 0 if held.
-const FLOOR_ACQUIRE: &str = "if redis.call('SET',KEYS[1],ARGV[1],'NX','PX',ARGV[2]) then return redis.call('INCR',KEYS[2]) end return 0";
-
-/// The fenced floor's release, exactly as issue 16 gives it: compare, delete, wake waiters.
-/// KEYS: lock. ARGV: owner. Returns 1 if released.
-const FLOOR_RELEASE: &str = "if redis.call('GET',KEYS[1])==ARGV[1] then redis.call('DEL',KEYS[1]) redis.call('PUBLISH',KEYS[1],'') return 1 end return 0";
 
 /// Compare-and-delete, the release every correct Redis lock needs.
 const COMPARE_AND_DELETE: &str =
@@ -99,93 +94,6 @@ async fn raw_cycle(
         });
     }
     Ok(())
-}
-
-/// The acquire of the *durable* fenced floor: the smallest by hand whose tokens survive the
-/// loss of the counter, as ours must (the crate docs, `# Per-key state`): `SET NX PX`, then
-/// the token max(counter + 1, server µs) written with the counter's expiry in one `SET … GET`
-/// (Redis 6.2+), the clock kept as the digits `TIME` gave and compared as strings (no number
-/// conversion, the cheapest way found). KEYS: lock, counter. ARGV: owner, ttl ms, retention
-/// ms. Returns the token (its digits), 0 if held.
-const DURABLE_ACQUIRE: &str = "if redis.call('SET',KEYS[1],ARGV[1],'NX','PX',ARGV[2]) then local t=redis.call('TIME') local now=t[1]..string.sub('00000'..t[2],-6) local old=redis.call('SET',KEYS[2],now,'PX',ARGV[3],'GET') if old and (#old>#now or (#old==#now and old>=now)) then now=tonumber(old)+1 redis.call('SET',KEYS[2],now,'PX',ARGV[3]) end return now end return 0";
-
-/// The retention window the durable floor gives its counter: the store's default, 7 days.
-const RETENTION_MS: u64 = 7 * 86_400_000;
-
-/// The two scripts of a fenced floor.
-#[derive(Clone)]
-struct Floor {
-    acquire: redis::Script,
-    release: redis::Script,
-    /// The durable floor's retention argument, `None` for the issue's floor.
-    retention: Option<u64>,
-    /// Where its keys live: `floor:` or `durable:`.
-    prefix: &'static str,
-}
-
-impl Floor {
-    /// The issue's floor.
-    fn new() -> Self {
-        Floor {
-            acquire: redis::Script::new(FLOOR_ACQUIRE),
-            release: redis::Script::new(FLOOR_RELEASE),
-            retention: None,
-            prefix: "floor:",
-        }
-    }
-
-    /// The durable floor: tokens that survive losing the counter, the same release.
-    fn durable() -> Self {
-        Floor {
-            acquire: redis::Script::new(DURABLE_ACQUIRE),
-            release: redis::Script::new(FLOOR_RELEASE),
-            retention: Some(RETENTION_MS),
-            prefix: "durable:",
-        }
-    }
-
-    /// One fenced cycle by hand on `key`: the acquire script with a fresh random owner (as a
-    /// correct lock needs; the same 32 hex digits as ours), a token checked to be there, then
-    /// the release script.
-    async fn cycle(&self, conn: &mut ConnectionManager, key: &str) -> fencelock_core::Result<()> {
-        let owner = OwnerId::random().to_string();
-        let prefix = self.prefix;
-        let (lock, counter) = (
-            format!("{prefix}{{{key}}}:lock"),
-            format!("{prefix}{{{key}}}:fence"),
-        );
-        let mut acquire = self.acquire.key(&lock);
-        acquire
-            .key(&counter)
-            .arg(&owner)
-            .arg(TTL.as_millis() as u64);
-        if let Some(retention) = self.retention {
-            acquire.arg(retention);
-        }
-        let token: i64 = acquire
-            .invoke_async(conn)
-            .await
-            .map_err(failed("EVALSHA floor acquire"))?;
-        if token <= 0 {
-            return Err(fencelock_core::Error::Busy {
-                key: key.to_owned(),
-            });
-        }
-        let released: i64 = self
-            .release
-            .key(&lock)
-            .arg(&owner)
-            .invoke_async(conn)
-            .await
-            .map_err(failed("EVALSHA floor release"))?;
-        if released != 1 {
-            return Err(fencelock_core::Error::Store {
-                message: format!("floor release of {key} found another owner"),
-                source: None,
-            });
-        }
-        Ok(())
-    }
 }
 
 /// `SET NX PX` then a plain `DEL`: not a correct lock (it may delete a successor's key), only
@@ -414,8 +322,8 @@ async fn main() -> Result<(), Box<dyn Error>> {
     modes.warm_up(&ours, "cycle", TTL, 200).await?;
     let (floor, durable) = (Floor::new(), Floor::durable());
     for _ in 0..200 {
-        floor.cycle(&mut raw.clone(), "cycle").await?;
-        durable.cycle(&mut raw.clone(), "cycle").await?;
+        floor.cycle(&mut raw.clone(), "cycle", TTL).await?;
+        durable.cycle(&mut raw.clone(), "cycle", TTL).await?;
     }
     let (mut raw_samples, mut unsafe_samples, mut floor_samples, mut our_samples) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
@@ -434,12 +342,12 @@ async fn main() -> Result<(), Box<dyn Error>> {
         }
         for _ in 0..ITERATIONS / ROUNDS {
             let started = Instant::now();
-            floor.cycle(&mut raw_conn, "cycle").await?;
+            floor.cycle(&mut raw_conn, "cycle", TTL).await?;
             floor_samples.push(started.elapsed());
         }
         for _ in 0..ITERATIONS / ROUNDS {
             let started = Instant::now();
-            durable.cycle(&mut raw_conn, "cycle").await?;
+            durable.cycle(&mut raw_conn, "cycle", TTL).await?;
             durable_samples.push(started.elapsed());
         }
         cycle_into(&ours, "cycle", TTL, ITERATIONS / ROUNDS, &mut our_samples).await?;
@@ -489,7 +397,11 @@ async fn main() -> Result<(), Box<dyn Error>> {
             let (raw, floor) = (raw.clone(), floor.clone());
             move |task, _| {
                 let (mut raw, floor) = (raw.clone(), floor.clone());
-                async move { floor.cycle(&mut raw, &format!("throughput:{task}")).await }
+                async move {
+                    floor
+                        .cycle(&mut raw, &format!("throughput:{task}"), TTL)
+                        .await
+                }
             }
         });
         floor_rate
@@ -499,7 +411,11 @@ async fn main() -> Result<(), Box<dyn Error>> {
             let (raw, durable) = (raw.clone(), durable.clone());
             move |task, _| {
                 let (mut raw, durable) = (raw.clone(), durable.clone());
-                async move { durable.cycle(&mut raw, &format!("throughput:{task}")).await }
+                async move {
+                    durable
+                        .cycle(&mut raw, &format!("throughput:{task}"), TTL)
+                        .await
+                }
             }
         });
         durable_rate

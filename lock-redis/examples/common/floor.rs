@@ -1,0 +1,113 @@
+//! The raw fenced floors the Redis benchmark measures ours against, written by hand with the
+//! same client: issue 16's two scripts, and the durable floor whose tokens survive the loss of
+//! the counter. Shared by `bench.rs` and `cycle_cost.rs`.
+
+use std::time::Duration;
+
+use fencelock_core::OwnerId;
+use redis::aio::ConnectionManager;
+
+/// Maps the raw client's error to a store error naming `what` failed.
+fn failed_as(what: &'static str) -> impl Fn(redis::RedisError) -> fencelock_core::Error {
+    move |e| fencelock_core::Error::store(what, e)
+}
+
+/// The fenced floor's acquire, exactly as issue 16 gives it: `SET NX PX`, then the token from a
+/// counter. KEYS: lock, counter. ARGV: owner, ttl ms. Returns the token, 0 if held.
+pub const FLOOR_ACQUIRE: &str = "if redis.call('SET',KEYS[1],ARGV[1],'NX','PX',ARGV[2]) then return redis.call('INCR',KEYS[2]) end return 0";
+
+/// The fenced floor's release, exactly as issue 16 gives it: compare, delete, wake waiters.
+/// KEYS: lock. ARGV: owner. Returns 1 if released.
+pub const FLOOR_RELEASE: &str = "if redis.call('GET',KEYS[1])==ARGV[1] then redis.call('DEL',KEYS[1]) redis.call('PUBLISH',KEYS[1],'') return 1 end return 0";
+
+/// The acquire of the *durable* fenced floor: the smallest by hand whose tokens survive the
+/// loss of the counter, as ours must (the crate docs, `# Per-key state`): `SET NX PX`, then
+/// the token max(counter + 1, server µs) written with the counter's expiry in one `SET … GET`
+/// (Redis 6.2+), the clock kept as the digits `TIME` gave and compared as strings (no number
+/// conversion, the cheapest way found). KEYS: lock, counter. ARGV: owner, ttl ms, retention
+/// ms. Returns the token (its digits), 0 if held.
+pub const DURABLE_ACQUIRE: &str = "if redis.call('SET',KEYS[1],ARGV[1],'NX','PX',ARGV[2]) then local t=redis.call('TIME') local now=t[1]..string.sub('00000'..t[2],-6) local old=redis.call('SET',KEYS[2],now,'PX',ARGV[3],'GET') if old and (#old>#now or (#old==#now and old>=now)) then now=tonumber(old)+1 redis.call('SET',KEYS[2],now,'PX',ARGV[3]) end return now end return 0";
+
+/// The retention window the durable floor gives its counter: the store's default, 7 days.
+pub const RETENTION_MS: u64 = 7 * 86_400_000;
+
+/// The two scripts of a fenced floor.
+#[derive(Clone)]
+pub struct Floor {
+    acquire: redis::Script,
+    release: redis::Script,
+    /// The durable floor's retention argument, `None` for the issue's floor.
+    retention: Option<u64>,
+    /// Where its keys live: `floor:` or `durable:`.
+    prefix: &'static str,
+}
+
+impl Floor {
+    /// The issue's floor.
+    pub fn new() -> Self {
+        Floor {
+            acquire: redis::Script::new(FLOOR_ACQUIRE),
+            release: redis::Script::new(FLOOR_RELEASE),
+            retention: None,
+            prefix: "floor:",
+        }
+    }
+
+    /// The durable floor: tokens that survive losing the counter, the same release.
+    pub fn durable() -> Self {
+        Floor {
+            acquire: redis::Script::new(DURABLE_ACQUIRE),
+            release: redis::Script::new(FLOOR_RELEASE),
+            retention: Some(RETENTION_MS),
+            prefix: "durable:",
+        }
+    }
+
+    /// One fenced cycle by hand on `key`: the acquire script with a fresh random owner (as a
+    /// correct lock needs; the same 32 hex digits as ours), a token checked to be there, then
+    /// the release script.
+    pub async fn cycle(
+        &self,
+        conn: &mut ConnectionManager,
+        key: &str,
+        ttl: Duration,
+    ) -> fencelock_core::Result<()> {
+        let owner = OwnerId::random().to_string();
+        let prefix = self.prefix;
+        let (lock, counter) = (
+            format!("{prefix}{{{key}}}:lock"),
+            format!("{prefix}{{{key}}}:fence"),
+        );
+        let mut acquire = self.acquire.key(&lock);
+        acquire
+            .key(&counter)
+            .arg(&owner)
+            .arg(ttl.as_millis() as u64);
+        if let Some(retention) = self.retention {
+            acquire.arg(retention);
+        }
+        let token: i64 = acquire
+            .invoke_async(conn)
+            .await
+            .map_err(failed_as("EVALSHA floor acquire"))?;
+        if token <= 0 {
+            return Err(fencelock_core::Error::Busy {
+                key: key.to_owned(),
+            });
+        }
+        let released: i64 = self
+            .release
+            .key(&lock)
+            .arg(&owner)
+            .invoke_async(conn)
+            .await
+            .map_err(failed_as("EVALSHA floor release"))?;
+        if released != 1 {
+            return Err(fencelock_core::Error::Store {
+                message: format!("floor release of {key} found another owner"),
+                source: None,
+            });
+        }
+        Ok(())
+    }
+}
