@@ -12,8 +12,9 @@
 //! wake-ups, kept as context — the raw *fenced floor* (issue 16): the smallest correct fenced
 //! cycle written by hand on the same client, two scripts by `EVALSHA` (`SET NX PX` then `INCR`
 //! of a counter; compare, `DEL` and `PUBLISH`) — and our acquire + release cycle, exclusive, as a permit of a semaphore of 4 and
-//! as a shared lease (where the store keeps those modes), timed in alternating rounds;
-//! throughput with 64 tasks on distinct keys, raw, floor and ours in alternating rounds, with
+//! as a shared lease (where the store keeps those modes), the raw cycles, the floors and ours
+//! one cycle each in turn, the modes in alternating rounds; throughput with 64 tasks on
+//! distinct keys, raw, the floors and ours in ten alternating rounds, with
 //! the server's time per cycle (its main thread's CPU, and the time `INFO commandstats` gives
 //! the commands the client sent, each script once with the commands it calls);
 //! handoff latency to another waiter with 8 waiters on one key (one store handle each), next to
@@ -49,8 +50,11 @@ const PEER_HANDOFFS: usize = 100;
 /// How long each holder keeps the key in the handoff runs.
 const HOLD: Duration = Duration::from_millis(5);
 const TTL: Duration = Duration::from_secs(30);
-/// Alternating throughput rounds of raw, floor and ours, each `RUN_FOR / THROUGHPUT_ROUNDS`.
-const THROUGHPUT_ROUNDS: u32 = 3;
+/// Alternating throughput rounds of raw, the floors and ours, each `RUN_FOR /
+/// THROUGHPUT_ROUNDS`. Ten short rounds, not three long ones: with three, ours / the durable
+/// floor moved between 0.91 and 1.13 from run to run on the same build; with ten, between 0.96
+/// and 1.01.
+const THROUGHPUT_ROUNDS: u32 = 10;
 
 /// Compare-and-delete, the release every correct Redis lock needs.
 const COMPARE_AND_DELETE: &str =
@@ -315,8 +319,9 @@ async fn main() -> Result<(), Box<dyn Error>> {
     })
     .await?;
 
-    // The raw cycles and ours in alternating rounds, so all see the same machine load; ours
-    // also as a semaphore permit and as a shared lease, where the store keeps them.
+    // The raw cycles, the floors and ours one cycle each in turn, so all see the same machine
+    // load; ours also as a semaphore permit and as a shared lease, where the store keeps them,
+    // in alternating rounds.
     cycle(&ours, "cycle", TTL, 200).await?;
     let mut modes = ModeCycles::new(&ours.capabilities());
     modes.warm_up(&ours, "cycle", TTL, 200).await?;
@@ -330,27 +335,24 @@ async fn main() -> Result<(), Box<dyn Error>> {
     let mut durable_samples = Vec::new();
     let mut raw_conn = raw.clone();
     for _ in 0..ROUNDS {
+        // One cycle of each in turn, so that a change in the machine's load falls on all of
+        // them alike: in blocks of 200 cycles each, ours / the fenced floor moved between 1.04
+        // and 1.13 from run to run on the same build; one at a time, between 1.03 and 1.06.
         for _ in 0..ITERATIONS / ROUNDS {
             let started = Instant::now();
             raw_cycle(&mut raw_conn, &compare_and_delete, "raw:cycle").await?;
             raw_samples.push(started.elapsed());
-        }
-        for _ in 0..ITERATIONS / ROUNDS {
             let started = Instant::now();
             unsafe_cycle(&mut raw_conn, "raw:unsafe-cycle").await?;
             unsafe_samples.push(started.elapsed());
-        }
-        for _ in 0..ITERATIONS / ROUNDS {
             let started = Instant::now();
             floor.cycle(&mut raw_conn, "cycle", TTL).await?;
             floor_samples.push(started.elapsed());
-        }
-        for _ in 0..ITERATIONS / ROUNDS {
             let started = Instant::now();
             durable.cycle(&mut raw_conn, "cycle", TTL).await?;
             durable_samples.push(started.elapsed());
+            cycle_into(&ours, "cycle", TTL, 1, &mut our_samples).await?;
         }
-        cycle_into(&ours, "cycle", TTL, ITERATIONS / ROUNDS, &mut our_samples).await?;
         modes
             .round(&ours, "cycle", TTL, ITERATIONS / ROUNDS)
             .await?;
@@ -479,11 +481,19 @@ async fn main() -> Result<(), Box<dyn Error>> {
             Some(("≤ 1.15× the raw cycle", cycle_ratio <= 1.15)),
         );
     let floor_ratio = us(our_cycles.p50()) / us(floor_cycles.p50());
+    let durable_cycle_reach = us(durable_cycles.p50()) / us(floor_cycles.p50());
     table
         .push("  ours / the fenced floor, p50", String::new())
         .ratio(
             floor_ratio,
-            Some(("≤ 1.1× the fenced floor", floor_ratio <= 1.1)),
+            Some((
+                if durable_cycle_reach > 1.1 {
+                    "≤ 1.1× the fenced floor (out of reach of durable tokens in this run, below)"
+                } else {
+                    "≤ 1.1× the fenced floor"
+                },
+                floor_ratio <= 1.1,
+            )),
         );
     table
         .latency(
@@ -494,6 +504,10 @@ async fn main() -> Result<(), Box<dyn Error>> {
     table.push(
         "  ours / the durable fenced floor, p50",
         format!("{:.2}", us(our_cycles.p50()) / us(durable_cycles.p50())),
+    );
+    table.push(
+        "  the durable floor / the fenced floor, p50: the least durable tokens allow",
+        format!("{durable_cycle_reach:.2}"),
     );
     table
         .latency("ours: try_acquire + release p99", our_cycles.p99())
@@ -528,11 +542,19 @@ async fn main() -> Result<(), Box<dyn Error>> {
         )
         .ratio(rate_ratio, Some(("≥ 0.8× raw", rate_ratio >= 0.8)));
     let floor_rate_ratio = our_rate.per_second() / floor_rate.per_second();
+    let durable_reach = durable_rate.per_second() / floor_rate.per_second();
     table
         .push("  ours / the fenced floor, throughput", String::new())
         .ratio(
             floor_rate_ratio,
-            Some(("≥ 0.9× the fenced floor", floor_rate_ratio >= 0.9)),
+            Some((
+                if durable_reach < 0.9 {
+                    "≥ 0.9× the fenced floor (out of reach of durable tokens in this run, below)"
+                } else {
+                    "≥ 0.9× the fenced floor"
+                },
+                floor_rate_ratio >= 0.9,
+            )),
         );
     table.rate(
         format!("raw durable fenced floor, {TASKS} tasks, distinct keys"),
@@ -542,7 +564,6 @@ async fn main() -> Result<(), Box<dyn Error>> {
         "  ours / the durable fenced floor, throughput",
         format!("{:.2}", our_rate.per_second() / durable_rate.per_second()),
     );
-    let durable_reach = durable_rate.per_second() / floor_rate.per_second();
     table.push(
         "  the durable floor / the fenced floor: the most durable tokens allow",
         format!(

@@ -10,7 +10,7 @@ use redis::aio::ConnectionLike;
 use redis::Script;
 
 use crate::error::script_error;
-use crate::keys::KeyNames;
+use crate::keys::{KeyNames, NameArg};
 
 // ---- Lua ------------------------------------------------------------------------------------
 // KEYS[1] is the lock key, KEYS[2] the fence key: both carry the same `{key}` hash tag, so they
@@ -347,14 +347,18 @@ pub(crate) async fn acquire_on<C: ConnectionLike>(
     ttl: Duration,
     retention: Duration,
 ) -> Result<Attempt> {
-    acquire_keys_on(conn, &names.lock, &names.fence, owner, ttl, retention).await
+    let (lock, fence) = (
+        NameArg::Whole(names.lock.as_str().into()),
+        NameArg::Whole(names.fence.as_str().into()),
+    );
+    acquire_keys_on(conn, &lock, &fence, owner, ttl, retention).await
 }
 
 /// [`acquire_on`] given only the two names the script uses.
 pub(crate) async fn acquire_keys_on<C: ConnectionLike>(
     conn: &mut C,
-    lock: &str,
-    fence: &str,
+    lock: &NameArg<'_>,
+    fence: &NameArg<'_>,
     owner: OwnerId,
     ttl: Duration,
     retention: Duration,
@@ -426,8 +430,8 @@ fn attempt_of(reply: redis::Value) -> Result<Attempt> {
 /// owner's lock was deleted.
 pub(crate) async fn release_keys_on<C: ConnectionLike>(
     conn: &mut C,
-    lock: &str,
-    channel: &str,
+    lock: &NameArg<'_>,
+    channel: &NameArg<'_>,
     owner: OwnerId,
 ) -> Result<bool> {
     let mut cmd = evalsha(&RELEASE, 1, 3, lock.len() + channel.len() + 40);

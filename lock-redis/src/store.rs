@@ -19,7 +19,7 @@ use crate::config::TTL_GRANULARITY;
 use crate::config::{Layout, RedisConfig};
 use crate::error::redis_error;
 use crate::eviction::{self, EvictionCheck};
-use crate::keys::KeyNames;
+use crate::keys::{KeyNames, NameArg};
 use crate::script::{
     acquire_as_on, acquire_keys_on, acquire_on, acquire_waiting_on, evict_on, extend_as_on,
     extend_on, member, release_as_on, release_keys_on, status_on, tag_of, withdraw_on, Attempt,
@@ -300,22 +300,31 @@ impl RedisStore {
     }
 
     /// One of `key`'s [`names`](Self::names), without building the others (an exclusive
-    /// acquire or release uses two of the five).
-    fn name(&self, key: &str, which: Name) -> String {
+    /// acquire or release uses two of the five), as an argument written into the command in
+    /// place.
+    fn name<'a>(&'a self, key: &'a str, which: Name) -> NameArg<'a> {
         let config = &self.inner.config;
         if key.contains(['%', '}']) {
             let names = self.names(key);
-            return match which {
-                Name::Lock => names.lock,
-                Name::Fence => names.fence,
-                Name::Channel => names.channel,
-            };
+            return NameArg::Whole(
+                match which {
+                    Name::Lock => names.lock,
+                    Name::Fence => names.fence,
+                    Name::Channel => names.channel,
+                }
+                .into(),
+            );
         }
+        let tagged = |suffix| NameArg::Tagged {
+            prefix: &config.prefix,
+            key,
+            suffix,
+        };
         match (which, config.layout) {
-            (Name::Lock, Layout::Plain) => key.to_owned(),
-            (Name::Lock, _) => tagged(&config.prefix, key, ":lock"),
-            (Name::Fence, _) => tagged(&config.prefix, key, ":fence"),
-            (Name::Channel, _) => tagged(&config.prefix, key, ":released"),
+            (Name::Lock, Layout::Plain) => NameArg::Whole(key.into()),
+            (Name::Lock, _) => tagged(":lock"),
+            (Name::Fence, _) => tagged(":fence"),
+            (Name::Channel, _) => tagged(":released"),
         }
     }
 
@@ -942,9 +951,10 @@ mod tests {
             let store = RedisStore::connect_lazy(config).expect("lazy handle");
             for key in ["jobs/nightly", "{x", "a}b", "100%", "}", "%7D"] {
                 let names = store.names(key);
-                assert_eq!(store.name(key, Name::Lock), names.lock, "{key:?}");
-                assert_eq!(store.name(key, Name::Fence), names.fence, "{key:?}");
-                assert_eq!(store.name(key, Name::Channel), names.channel, "{key:?}");
+                let name = |which| store.name(key, which).to_string();
+                assert_eq!(name(Name::Lock), names.lock, "{key:?}");
+                assert_eq!(name(Name::Fence), names.fence, "{key:?}");
+                assert_eq!(name(Name::Channel), names.channel, "{key:?}");
             }
         }
     }
