@@ -52,8 +52,8 @@ const HOLD: Duration = Duration::from_millis(5);
 const TTL: Duration = Duration::from_secs(30);
 /// Alternating throughput rounds of raw, the floors and ours, each `RUN_FOR /
 /// THROUGHPUT_ROUNDS`. Ten short rounds, not three long ones: with three, ours / the durable
-/// floor moved between 0.91 and 1.13 from run to run on the same build; with ten, between 0.96
-/// and 1.01.
+/// floor moved between 0.91 and 1.13 from run to run; with ten, between 0.94 and 1.06 (seven
+/// runs).
 const THROUGHPUT_ROUNDS: u32 = 10;
 
 /// Compare-and-delete, the release every correct Redis lock needs.
@@ -337,7 +337,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
     for _ in 0..ROUNDS {
         // One cycle of each in turn, so that a change in the machine's load falls on all of
         // them alike: in blocks of 200 cycles each, ours / the fenced floor moved between 1.04
-        // and 1.13 from run to run on the same build; one at a time, between 1.03 and 1.06.
+        // and 1.13 from run to run; one at a time, between 1.02 and 1.09 (ten runs).
         for _ in 0..ITERATIONS / ROUNDS {
             let started = Instant::now();
             raw_cycle(&mut raw_conn, &compare_and_delete, "raw:cycle").await?;
@@ -646,8 +646,10 @@ async fn main() -> Result<(), Box<dyn Error>> {
     );
     println!("load average at the end: {}", load_average());
     println!(
-        "samples: {ITERATIONS} round trips and cycles each, {} rslock cycles, \
-         {HANDOFFS} handoffs ({PEER_HANDOFFS} for rslock), throughput over {RUN_FOR:?} each",
+        "samples: {ITERATIONS} round trips and cycles each (the raw cycles, the floors and \
+         ours one cycle each in turn), {} rslock cycles, {HANDOFFS} handoffs ({PEER_HANDOFFS} \
+         for rslock), throughput over {RUN_FOR:?} each (raw, the floors and ours alternating \
+         in {THROUGHPUT_ROUNDS} rounds)",
         ITERATIONS / 4
     );
     Ok(())

@@ -185,7 +185,12 @@ mod tests {
             let name = KeyNames::new("fencelock:", key).fence;
             assert_eq!(arg.to_string(), name);
             assert_eq!(arg.len(), name.len());
-            assert_eq!(arg.to_redis_args(), vec![name.into_bytes()], "{} bytes", key.len());
+            assert_eq!(
+                arg.to_redis_args(),
+                vec![name.into_bytes()],
+                "{} bytes",
+                key.len()
+            );
         }
         let whole = NameArg::Whole("p:{%7D}:lock".into());
         assert_eq!(whole.to_redis_args(), vec![b"p:{%7D}:lock".to_vec()]);
