@@ -8,7 +8,8 @@
 //! ```
 //! The difference of the two totals over 2000 is one cycle's cost on the client, start-up
 //! excluded; run the server itself under callgrind the same way for its side. Contenders:
-//! `ours` (the store through `DynLockStore`, as the bench times it), and the bench's fenced
+//! `ours` (the store through `DynLockStore`, as the bench times it), `shared` (ours, a shared
+//! lease), and the bench's fenced
 //! floors by hand with the same client (`common/floor.rs`): `floor` (issue 16's two scripts)
 //! and `durable` (tokens that survive the loss of the counter).
 #[path = "common/floor.rs"]
@@ -18,7 +19,7 @@ use std::error::Error;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fencelock_core::DynLockStore;
+use fencelock_core::{DynLockStore, Mode};
 use fencelock_redis::{RedisConfig, RedisStore};
 
 const TTL: Duration = Duration::from_secs(30);
@@ -33,11 +34,15 @@ fn main() -> Result<(), Box<dyn Error>> {
         .build()?;
     runtime.block_on(async move {
         match which.as_str() {
-            "ours" => {
+            "ours" | "shared" => {
                 let config = RedisConfig::from_url(&url)?.with_prefix("cost:")?;
                 let ours: DynLockStore = Arc::new(RedisStore::connect(config).await?);
                 for _ in 0..n {
-                    let lease = ours.try_acquire("cycle", TTL).await?;
+                    let lease = if which == "ours" {
+                        ours.try_acquire("cycle", TTL).await?
+                    } else {
+                        ours.try_acquire_as("shared", TTL, Mode::Shared).await?
+                    };
                     let _ = ours.release(&lease).await?;
                 }
             }
@@ -54,7 +59,9 @@ fn main() -> Result<(), Box<dyn Error>> {
                 }
             }
             other => {
-                return Err(format!("unknown contender {other}: ours, floor or durable").into())
+                return Err(
+                    format!("unknown contender {other}: ours, shared, floor or durable").into(),
+                )
             }
         }
         Ok::<_, Box<dyn Error>>(())

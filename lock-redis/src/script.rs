@@ -139,29 +139,52 @@ return {owner, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2]), holders}
 // expires with it. Every script purges expired holders by server TIME. The lock is the truth:
 // holders left without their tag (evicted, expired) hold nothing.
 
-/// Lua shared by the mode scripts: `fmt` writes a whole number in full (Lua's own conversion
-/// keeps 14 digits, too few for µs), `now` is the server clock in µs, and `hold` makes the lock
-/// (set to the tag) and the holders set expire just after the last live holder (ms rounded up,
-/// plus 2 ms: a script's writes count expiry from the clock it read when it started), or
-/// deletes both when no holder is left. Call `hold` only while the lock holds the tag or
-/// nothing.
+/// Lua shared by the mode scripts: `fmt` is `string.format`, and `fmt('%d', n)` writes a
+/// whole number in full (Lua's own conversion keeps 14 digits, too few for µs); `now` is the
+/// server clock in µs. No `local function`: Lua makes a closure at every run of a script that
+/// defines one (the two this prelude had cost the server 9k of the 231k instructions of a
+/// shared acquire + release, callgrind, `examples/cycle_cost.rs shared`).
 macro_rules! prelude_lua {
     () => {
         r"
-local function fmt(n) return string.format('%d', n) end
+local fmt = string.format
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local function hold(lock, tag, holders)
-  local last = redis.call('ZRANGE', holders, -1, -1, 'WITHSCORES')
-  if #last == 0 then
-    redis.call('DEL', lock, holders)
-    return
-  end
+"
+    };
+}
+
+/// Lua making the lock (set to the tag) and the holders set expire just after the last live
+/// holder (ms rounded up, plus 2 ms: a script's writes count expiry from the clock it read when
+/// it started), or deleting both when no holder is left; after `prelude_lua!`. Use it only
+/// while the lock holds the tag or nothing. Arguments: the Lua expressions for the lock, the
+/// tag and the holders.
+macro_rules! hold_lua {
+    ($lock:literal, $tag:literal, $holders:literal) => {
+        concat!(
+            "
+local last = redis.call('ZRANGE', ",
+            $holders,
+            ", -1, -1, 'WITHSCORES')
+if #last == 0 then
+  redis.call('DEL', ",
+            $lock,
+            ", ",
+            $holders,
+            ")
+else
   local px = math.ceil(tonumber(last[2]) / 1000) - math.floor(now / 1000) + 2
-  redis.call('SET', lock, tag, 'PX', fmt(px))
-  redis.call('PEXPIRE', holders, fmt(px))
+  redis.call('SET', ",
+            $lock,
+            ", ",
+            $tag,
+            ", 'PX', fmt('%d', px))
+  redis.call('PEXPIRE', ",
+            $holders,
+            ", fmt('%d', px))
 end
 "
+        )
     };
 }
 
@@ -179,7 +202,7 @@ local held = redis.call('GET', KEYS[1])
 if held and string.sub(held, 1, 10) ~= 'fencelock:' then
   return {0, redis.call('PTTL', KEYS[1])}
 end
-redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', fmt(now))
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', fmt('%d', now))
 local count = redis.call('ZCARD', KEYS[3])
 if not held or count == 0 then
   if count > 0 then
@@ -197,7 +220,7 @@ if held and held ~= ARGV[4] then
 end
 local slot = -1
 if limit == 0 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', fmt(now))
+  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', fmt('%d', now))
   if redis.call('ZCARD', KEYS[4]) > 0 then
     return {3, 0}
   end
@@ -221,9 +244,11 @@ end
 ",
     mint_lua!(),
     r"
-local member = ARGV[1] .. ':' .. fmt(token) .. ':' .. (slot >= 0 and fmt(slot) or '-')
-redis.call('ZADD', KEYS[3], fmt(now + tonumber(ARGV[2]) * 1000), member)
-hold(KEYS[1], ARGV[4], KEYS[3])
+local member = ARGV[1] .. ':' .. fmt('%d', token) .. ':' .. (slot >= 0 and fmt('%d', slot) or '-')
+redis.call('ZADD', KEYS[3], fmt('%d', now + tonumber(ARGV[2]) * 1000), member)
+",
+    hold_lua!("KEYS[1]", "ARGV[4]", "KEYS[3]"),
+    r"
 return {1, token, slot}
 "
 );
@@ -244,8 +269,10 @@ if not score or tonumber(score) <= now then
   return 0
 end
 redis.call('ZREM', KEYS[2], ARGV[1])
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', fmt(now))
-hold(KEYS[1], ARGV[2], KEYS[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', fmt('%d', now))
+",
+    hold_lua!("KEYS[1]", "ARGV[2]", "KEYS[2]"),
+    r"
 redis.call('PUBLISH', ARGV[3], '')
 return 1
 "
@@ -265,9 +292,11 @@ local score = redis.call('ZSCORE', KEYS[2], ARGV[1])
 if not score or tonumber(score) <= now then
   return 0
 end
-redis.call('ZADD', KEYS[2], fmt(now + tonumber(ARGV[3]) * 1000), ARGV[1])
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', fmt(now))
-hold(KEYS[1], ARGV[2], KEYS[2])
+redis.call('ZADD', KEYS[2], fmt('%d', now + tonumber(ARGV[3]) * 1000), ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', fmt('%d', now))
+",
+    hold_lua!("KEYS[1]", "ARGV[2]", "KEYS[2]"),
+    r"
 return 1
 "
 );
@@ -281,7 +310,7 @@ return 1
 /// Returns `{1, token}` if granted, `{0, pttl, 1 if marked else 0}` if held.
 pub(crate) const ACQUIRE_WAITING_LUA: &str = concat!(
     r"
-local function fmt(n) return string.format('%d', n) end
+local fmt = string.format
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
@@ -291,15 +320,15 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   redis.pcall('ZREM', KEYS[3], ARGV[4])
   return {1, token}
 end
-local marked = redis.pcall('ZADD', KEYS[3], fmt(now + tonumber(ARGV[5]) * 1000), ARGV[4])
+local marked = redis.pcall('ZADD', KEYS[3], fmt('%d', now + tonumber(ARGV[5]) * 1000), ARGV[4])
 if type(marked) == 'table' and marked.err then
   return {0, redis.call('PTTL', KEYS[1]), 0}
 end
-redis.pcall('ZREMRANGEBYSCORE', KEYS[3], '-inf', fmt(now))
+redis.pcall('ZREMRANGEBYSCORE', KEYS[3], '-inf', fmt('%d', now))
 local last = redis.pcall('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
 if type(last) == 'table' and #last == 2 then
   local px = math.ceil(tonumber(last[2]) / 1000) - math.floor(now / 1000) + 2
-  redis.pcall('PEXPIRE', KEYS[3], fmt(px))
+  redis.pcall('PEXPIRE', KEYS[3], fmt('%d', px))
 end
 return {0, redis.call('PTTL', KEYS[1]), 1}
 "
