@@ -71,6 +71,11 @@ pub(crate) enum NameArg<'a> {
     Whole(std::borrow::Cow<'a, str>),
 }
 
+/// `{prefix}{{key}}{suffix}` in its five pieces: the one place a tagged name's form is written.
+fn tagged_parts<'a>(prefix: &'a str, key: &'a str, suffix: &'a str) -> [&'a str; 5] {
+    [prefix, "{", key, "}", suffix]
+}
+
 impl NameArg<'_> {
     /// The name's length in bytes.
     pub(crate) fn len(&self) -> usize {
@@ -79,8 +84,23 @@ impl NameArg<'_> {
                 prefix,
                 key,
                 suffix,
-            } => prefix.len() + key.len() + 2 + suffix.len(),
+            } => tagged_parts(prefix, key, suffix)
+                .iter()
+                .map(|p| p.len())
+                .sum(),
             NameArg::Whole(name) => name.len(),
+        }
+    }
+
+    /// The name as a `String` of its own (one allocation of the exact size).
+    pub(crate) fn into_string(self) -> String {
+        match self {
+            NameArg::Tagged {
+                prefix,
+                key,
+                suffix,
+            } => tagged_parts(prefix, key, suffix).concat(),
+            NameArg::Whole(name) => name.into_owned(),
         }
     }
 }
@@ -92,7 +112,9 @@ impl std::fmt::Display for NameArg<'_> {
                 prefix,
                 key,
                 suffix,
-            } => write!(f, "{prefix}{{{key}}}{suffix}"),
+            } => tagged_parts(prefix, key, suffix)
+                .iter()
+                .try_for_each(|part| f.write_str(part)),
             NameArg::Whole(name) => f.write_str(name),
         }
     }
@@ -106,24 +128,18 @@ impl redis::ToRedisArgs for NameArg<'_> {
                 key,
                 suffix,
             } => {
-                let parts = [
-                    prefix.as_bytes(),
-                    b"{",
-                    key.as_bytes(),
-                    b"}",
-                    suffix.as_bytes(),
-                ];
+                let parts = tagged_parts(prefix, key, suffix);
                 // Assembled on the stack when it fits (the redis crate's writer for an
                 // argument in place costs more per part than the allocation it saves).
                 let mut buf = [0u8; 192];
                 let len = self.len();
                 if len > buf.len() {
-                    out.write_arg(&parts.concat());
+                    out.write_arg(parts.concat().as_bytes());
                     return;
                 }
                 let mut at = 0;
                 for part in parts {
-                    buf[at..at + part.len()].copy_from_slice(part);
+                    buf[at..at + part.len()].copy_from_slice(part.as_bytes());
                     at += part.len();
                 }
                 out.write_arg(&buf[..len]);

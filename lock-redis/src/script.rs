@@ -33,9 +33,9 @@ use crate::keys::{KeyNames, NameArg};
 /// character (both are digits only, which every locale's collation orders as numbers).
 /// Converting (`tonumber`, or a Lua number passed to `redis.call`, which Redis formats with
 /// `%.17g`) cost about 3k of the 65k instructions the server spent per acquire (callgrind).
-/// The comparison is written out twice rather than as a `local function`: a closure is made
-/// at every run of the script, and that cost 4.5k instructions per acquire, 5% of the
-/// server's whole cycle (callgrind, `examples/cycle_cost.rs`). A number is still written in
+/// The comparison is written out rather than as a `local function`: a closure is made at
+/// every run of the script, and that cost 4.5k instructions per acquire, 5% of the server's
+/// whole cycle (callgrind, `examples/cycle_cost.rs`). A number is still written in
 /// full (Lua's own `tostring` would keep only 14 digits), and a µs clock stays below 2^53,
 /// where a Lua number stops being exact, until 2255.
 macro_rules! mint_lua {
@@ -44,15 +44,15 @@ macro_rules! mint_lua {
 local clock = t[1] .. string.sub('00000' .. t[2], -6)
 local token = clock
 local old = redis.pcall('SET', KEYS[2], clock, 'PX', ARGV[3], 'GET')
-if type(old) == 'table' then
+local refused = type(old) == 'table'
+if refused then
   old = redis.call('GET', KEYS[2])
-  if not (old and (#old > #clock or (#old == #clock and old >= clock))) then
-    redis.call('SET', KEYS[2], clock, 'PX', ARGV[3])
-  end
 end
 if old and (#old > #clock or (#old == #clock and old >= clock)) then
   token = tonumber(old) + 1
   redis.call('SET', KEYS[2], token, 'PX', ARGV[3])
+elseif refused then
+  redis.call('SET', KEYS[2], clock, 'PX', ARGV[3])
 end
 "
     };

@@ -315,16 +315,16 @@ impl RedisStore {
                 .into(),
             );
         }
-        let tagged = |suffix| NameArg::Tagged {
+        let in_tag = |suffix| NameArg::Tagged {
             prefix: &config.prefix,
             key,
             suffix,
         };
         match (which, config.layout) {
             (Name::Lock, Layout::Plain) => NameArg::Whole(key.into()),
-            (Name::Lock, _) => tagged(":lock"),
-            (Name::Fence, _) => tagged(":fence"),
-            (Name::Channel, _) => tagged(":released"),
+            (Name::Lock, _) => in_tag(":lock"),
+            (Name::Fence, _) => in_tag(":fence"),
+            (Name::Channel, _) => in_tag(":released"),
         }
     }
 
@@ -636,7 +636,14 @@ fn quick_names(layout: Layout, prefix: &str, key: &str) -> Option<KeyNames> {
     if key.contains(['%', '}']) {
         return None;
     }
-    let name = |suffix: &str| tagged(prefix, key, suffix);
+    let name = |suffix| {
+        NameArg::Tagged {
+            prefix,
+            key,
+            suffix,
+        }
+        .into_string()
+    };
     Some(KeyNames {
         lock: match layout {
             Layout::Fencelock => name(":lock"),
@@ -647,17 +654,6 @@ fn quick_names(layout: Layout, prefix: &str, key: &str) -> Option<KeyNames> {
         writers: name(":writers"),
         channel: name(":released"),
     })
-}
-
-/// `{prefix}{{key}}{suffix}`, for a key that needs no escaping.
-fn tagged(prefix: &str, key: &str, suffix: &str) -> String {
-    let mut name = String::with_capacity(prefix.len() + key.len() + 2 + suffix.len());
-    name.push_str(prefix);
-    name.push('{');
-    name.push_str(key);
-    name.push('}');
-    name.push_str(suffix);
-    name
 }
 
 /// Which of a key's names [`RedisStore::name`] builds.
