@@ -84,7 +84,11 @@ fn main() -> Result<(), Box<dyn Error>> {
                     let mut client = Client::connect(config.endpoints(), None).await?;
                     let lease = client.lease_grant(60, None).await?.id();
                     let name = format!("cost/peer/{key}");
-                    peers.push(PeerWaiter { client, lease, name });
+                    peers.push(PeerWaiter {
+                        client,
+                        lease,
+                        name,
+                    });
                 }
                 handoff_between(peers, n, Handoff::AnyWaiter).await?;
             }
@@ -107,8 +111,15 @@ fn main() -> Result<(), Box<dyn Error>> {
                     stream.message().await?;
                     let mut id = 100;
                     for _ in 0..n {
-                        stream.watch(pred.as_str(), Some(nopt().with_watch_id(id))).await?;
-                        stream.watch(own.as_str(), Some(WatchOptions::new().with_watch_id(id + 1))).await?;
+                        stream
+                            .watch(pred.as_str(), Some(nopt().with_watch_id(id)))
+                            .await?;
+                        stream
+                            .watch(
+                                own.as_str(),
+                                Some(WatchOptions::new().with_watch_id(id + 1)),
+                            )
+                            .await?;
                         for _ in 0..2 {
                             stream.message().await?.ok_or("ended")?;
                         }

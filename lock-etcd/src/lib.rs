@@ -58,7 +58,12 @@
 //!   bench this took the reads per handoff from 0.70 to 0.01 (etcd's gRPC counters). After
 //!   each deletion the waiter reads the queue again in one transaction (the predecessor, and
 //!   its own entry), because the deleted entry may have been a waiter that gave up while an
-//!   older holder remains. A watch that is
+//!   older holder remains. Every wait of a handle watches over the handle's one watch
+//!   stream, as etcd's Go client does: a wait creates its watches on it and cancels them when
+//!   it ends, instead of opening a stream of its own (a stream per wait cost the client 46k
+//!   instructions and etcd about 110 µs of CPU more per wait: `examples/handoff_cost.rs`). The
+//!   stream opens with the first wait, closes after 30 s without a watch, and a break ends
+//!   every wait's watches at once, each of which then reads again, as below. A watch that is
 //!   cancelled (compaction, a member losing its leader) or breaks makes the waiter re-read
 //!   the queue instead of failing. The waiter renews its own lease every TTL/3 while it
 //!   waits, and once more together with the final read (unless the last confirmed renewal is
@@ -169,7 +174,7 @@
 //! **Waiting**: a waiter watches only entries older than its own, never the newer keys: a
 //! reader the one entry that blocks it (the newest older writer, or the newest older reader
 //! not yet marked), a permit every older entry (any of them may free a slot, or a place among
-//! the `L` oldest), all over one watch stream, up to 1024 watches (past that it also reads the
+//! the `L` oldest), all over the handle's one watch stream, up to 1024 watches (past that it also reads the
 //! queue again at every renewal). The watches start at the current revision and the view is
 //! read again once they exist, as for the exclusive waiter.
 //!
@@ -332,6 +337,7 @@ mod modes;
 mod renewer;
 mod store;
 mod txn;
+mod watcher;
 
 pub use config::{
     EtcdConfig, Layout, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PORT,

@@ -30,6 +30,7 @@ use crate::keys::{self, entry_owner};
 use crate::modes::{self, Decision, EntryMode, Seen};
 use crate::renewer::Renewer;
 use crate::txn;
+use crate::watcher::{Watcher, Watching};
 
 /// HTTP/2 pings keep idle connections checked; etcd refuses pings more often than every 5 s.
 const PING_INTERVAL: Duration = Duration::from_secs(10);
@@ -89,6 +90,8 @@ struct Shared {
     client: Client,
     config: EtcdConfig,
     renewer: Renewer,
+    /// The handle's one watch stream, shared by its waits.
+    watcher: Watcher,
     /// Released locks' etcd leases, holding no keys, by requested TTL in seconds.
     idle: Mutex<HashMap<u64, Vec<IdleLease>>>,
     /// How many times this handle fetched a fresh auth token after etcd called its token older
@@ -271,6 +274,7 @@ impl EtcdStore {
                 client,
                 config,
                 renewer,
+                watcher: Watcher::default(),
                 idle: Mutex::default(),
                 auth_refreshes: AtomicU64::new(0),
                 auth_refresh: tokio::sync::Mutex::new(()),
@@ -378,6 +382,35 @@ impl EtcdStore {
             })
             .await?;
         Ok(answer.take_kvs())
+    }
+
+    /// Creates `watches` (key and options each, at least one) on the handle's watch stream,
+    /// opening it with the first if none is open (see [`crate::watcher`]). Their creation
+    /// replies are their first messages.
+    async fn watch(
+        &self,
+        what: &'static str,
+        watches: Vec<(Vec<u8>, WatchOptions)>,
+    ) -> Result<Watching> {
+        let opening = match self.shared.watcher.watch(watches).await {
+            Ok(watching) => return Ok(watching),
+            Err(opening) => opening,
+        };
+        let Some((key, options)) = opening.first().cloned() else {
+            return Err(Error::Store {
+                message: format!("{what}: no key to watch"),
+                source: None,
+            });
+        };
+        let client = &self.shared.client;
+        let stream = self
+            .call(what, Resend::Transient, || {
+                let (mut watches, key, options) =
+                    (client.watch_client(), key.clone(), options.clone());
+                async move { watches.watch(key, Some(options)).await }
+            })
+            .await?;
+        Ok(opening.adopt(stream))
     }
 
     async fn revoke(&self, what: &'static str, lease_id: i64) -> Result<()> {
@@ -999,40 +1032,25 @@ impl Waiter<'_> {
         period: Duration,
     ) -> Result<Woken> {
         let options = WatchOptions::new().with_filters([WatchFilterType::NoPut]);
-        let client = &self.store.shared.client;
         let limit = self.store.shared.config.command_timeout;
-        let mut stream = self
-            .store
-            .call("watch the predecessor", Resend::Transient, || {
-                let (mut watches, key, options) =
-                    (client.watch_client(), predecessor.clone(), options.clone());
-                async move { watches.watch(key, Some(options)).await }
-            })
-            .await?;
-        let mut watches = 1;
+        let mut watches = vec![(predecessor.clone(), options)];
         if self.takes_handoffs() {
-            if stream.watch(self.entry, None).await.is_err() {
-                return Ok(Woken::Look);
-            }
-            watches += 1;
+            watches.push((self.entry.as_bytes().to_vec(), WatchOptions::new()));
         }
+        let count = watches.len();
+        let mut stream = self.store.watch("watch the predecessor", watches).await?;
         // Each watch delivers every event after the revision its creation reply names.
         let (mut created, mut covered_after) = (0, 0);
-        while created < watches {
+        while created < count {
             match timeout(limit, stream.message()).await {
-                Ok(Ok(Some(message))) if message.created() && !message.canceled() => {
+                Ok(Some(message)) if message.created() && !message.canceled() => {
                     created += 1;
                     let from = message.header().map_or(i64::MAX, |h| h.revision());
                     covered_after = covered_after.max(from);
                 }
                 // An event before every watch exists, or a broken stream: read again.
                 Ok(_) => return Ok(Woken::Look),
-                Err(_) => {
-                    return Err(Error::Unavailable {
-                        message: format!("etcd did not confirm a watch within {limit:?}"),
-                        source: None,
-                    })
-                }
+                Err(_) => return Err(unconfirmed_watch(&stream, limit)),
             }
         }
         // Nothing written between the read and the watches: they miss nothing since the read.
@@ -1051,10 +1069,9 @@ impl Waiter<'_> {
         loop {
             tokio::select! {
                 message = stream.message() => {
-                    let message = match message {
-                        Ok(Some(message)) => message,
-                        // Ended or broken: re-list, which also tells whether etcd answers.
-                        Ok(None) | Err(_) => return Ok(Woken::Look),
+                    // Ended or broken: re-list, which also tells whether etcd answers.
+                    let Some(message) = message else {
+                        return Ok(Woken::Look);
                     };
                     if message.canceled() || message.compact_revision() > 0 {
                         tracing::debug!(
@@ -1079,10 +1096,8 @@ impl Waiter<'_> {
                             if peek > 0 {
                                 tokio::task::yield_now().await;
                             }
-                            let Ok(next) = timeout(Duration::ZERO, stream.message()).await else {
-                                continue;
-                            };
-                            match next {
+                            match stream.ready() {
+                                Ok(None) => continue,
                                 Ok(Some(next))
                                     if !next.canceled() && next.compact_revision() == 0 =>
                                 {
@@ -1401,37 +1416,24 @@ impl Waiter<'_> {
         truncated: bool,
         period: Duration,
     ) -> Result<Option<Waited>> {
-        let Some(first) = keys.first() else {
+        if keys.is_empty() {
             return Ok(None);
-        };
-        let client = &self.store.shared.client;
-        let limit = self.store.shared.config.command_timeout;
-        let mut stream = self
-            .store
-            .call("watch the entries ahead", Resend::Transient, || {
-                let (mut watches, key) = (client.watch_client(), first.clone());
-                async move { watches.watch(key, None).await }
-            })
-            .await?;
-        for key in &keys[1..] {
-            if stream.watch(key.clone(), None).await.is_err() {
-                return Ok(None);
-            }
         }
+        let limit = self.store.shared.config.command_timeout;
+        let watches = keys
+            .iter()
+            .map(|key| (key.clone(), WatchOptions::new()))
+            .collect();
+        let mut stream = self.store.watch("watch the entries ahead", watches).await?;
         let mut created = 0;
         while created < keys.len() {
             match timeout(limit, stream.message()).await {
-                Ok(Ok(Some(message))) if message.created() && !message.canceled() => {
+                Ok(Some(message)) if message.created() && !message.canceled() => {
                     created += 1;
                 }
                 // An event before every watch exists, or a broken stream: read again.
                 Ok(_) => return Ok(None),
-                Err(_) => {
-                    return Err(Error::Unavailable {
-                        message: format!("etcd did not confirm a watch within {limit:?}"),
-                        source: None,
-                    })
-                }
+                Err(_) => return Err(unconfirmed_watch(&stream, limit)),
             }
         }
         let again = self.mode_view(mode).await?;
@@ -1442,9 +1444,8 @@ impl Waiter<'_> {
         loop {
             tokio::select! {
                 message = stream.message() => {
-                    let message = match message {
-                        Ok(Some(message)) => message,
-                        Ok(None) | Err(_) => return Ok(None),
+                    let Some(message) = message else {
+                        return Ok(None);
                     };
                     if message.canceled()
                         || message.compact_revision() > 0
@@ -1466,6 +1467,16 @@ impl Waiter<'_> {
                 () = sleep_until(self.deadline) => return Ok(Some(Waited::TimedOut)),
             }
         }
+    }
+}
+
+/// etcd did not confirm the watches of `stream` within `limit`: the stream is closed for
+/// every wait on it (the next wait opens another), and the wait fails as unavailable.
+fn unconfirmed_watch(stream: &Watching, limit: Duration) -> Error {
+    stream.close_stream();
+    Error::Unavailable {
+        message: format!("etcd did not confirm a watch within {limit:?}"),
+        source: None,
     }
 }
 

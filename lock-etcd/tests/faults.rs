@@ -1,6 +1,6 @@
 //! Faults against real etcd servers, each test with its own: a killed leader, a holder cut off
-//! from the cluster (its keep-alives stall), a stopped cluster, an operator's eviction, and a
-//! dropped waiter.
+//! from the cluster (its keep-alives stall), a stopped cluster, an operator's eviction, a
+//! dropped waiter, and the watches a handle's waits leave behind.
 
 mod common;
 
@@ -376,6 +376,103 @@ async fn dropped_waiter_leaves_no_queue_entry_behind() {
         ReleaseOutcome::Released
     );
     assert_eq!(entries(&url, key).await, 0);
+}
+
+/// A gauge from the `/metrics` of the etcd member at `endpoint` (host:port, plain text).
+async fn gauge(endpoint: &str, name: &str) -> f64 {
+    let mut socket = TcpStream::connect(endpoint)
+        .await
+        .expect("connect to /metrics");
+    let request = format!("GET /metrics HTTP/1.0\r\nHost: {endpoint}\r\n\r\n");
+    socket
+        .write_all(request.as_bytes())
+        .await
+        .expect("ask for /metrics");
+    let mut body = String::new();
+    socket
+        .read_to_string(&mut body)
+        .await
+        .expect("read /metrics");
+    body.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("etcd reports no {name}"))
+}
+
+/// Waits until the gauge `name` reads `value`.
+async fn gauge_reaches(endpoint: &str, name: &str, value: f64, what: &str) {
+    let started = Instant::now();
+    loop {
+        let now = gauge(endpoint, name).await;
+        if now == value {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{what}: {name} is {now}, not {value}"
+        );
+        sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waits_on_one_handle_share_one_watch_stream_and_leave_no_watch_behind() {
+    const WATCHERS: &str = "etcd_debugging_mvcc_watcher_total";
+    const STREAMS: &str = "etcd_debugging_mvcc_watch_stream_total";
+    let server = EtcdServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let (url, endpoint) = (server.url(), server.endpoint());
+    let holder = store(&url, "").await;
+    let waiter = store(&url, "").await;
+    let ttl = Duration::from_secs(30);
+    let held = [
+        holder.try_acquire("watches:a", ttl).await.unwrap(),
+        holder.try_acquire("watches:b", ttl).await.unwrap(),
+    ];
+    // Six waits on two keys from one handle (and its clones), each queued before the next:
+    // each watches its predecessor and its own entry.
+    let mut waits = Vec::new();
+    for (i, key) in ["watches:a", "watches:b"]
+        .iter()
+        .cycle()
+        .take(6)
+        .enumerate()
+    {
+        let waiter = waiter.clone();
+        waits.push(tokio::spawn(
+            async move { waiter.acquire(key, ttl, ttl).await },
+        ));
+        let watches = 2.0 * (i + 1) as f64;
+        gauge_reaches(&endpoint, WATCHERS, watches, "a wait's watches").await;
+        assert_eq!(
+            gauge(&endpoint, STREAMS).await,
+            1.0,
+            "one stream for every wait"
+        );
+    }
+
+    // A dropped wait cancels its two watches, and only those.
+    waits.remove(2).abort();
+    gauge_reaches(&endpoint, WATCHERS, 10.0, "the dropped wait's watches").await;
+
+    // Each grant cancels the watches of the wait it ends; none is left once all are granted.
+    for lease in &held {
+        assert_eq!(
+            holder.release(lease).await.unwrap(),
+            ReleaseOutcome::Released
+        );
+    }
+    for wait in waits {
+        let lease = timeout(ttl, wait).await.expect("granted").unwrap().unwrap();
+        assert_eq!(
+            waiter.release(&lease).await.unwrap(),
+            ReleaseOutcome::Released
+        );
+    }
+    gauge_reaches(&endpoint, WATCHERS, 0.0, "after every grant").await;
+    assert_eq!(
+        gauge(&endpoint, STREAMS).await,
+        1.0,
+        "the stream stays open for the next wait"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
