@@ -92,7 +92,7 @@ fn main() -> Result<(), Box<dyn Error>> {
                 }
                 handoff_between(peers, n, Handoff::AnyWaiter).await?;
             }
-            "stream" | "shared" => {
+            "stream" | "shared" | "shared1" | "merged" => {
                 use etcd_client::{WatchFilterType, WatchOptions};
                 let mut client = Client::connect(config.endpoints(), None).await?;
                 let pred = format!("{key}/pred");
@@ -105,6 +105,29 @@ fn main() -> Result<(), Box<dyn Error>> {
                         for _ in 0..2 {
                             stream.message().await?.ok_or("ended")?;
                         }
+                    }
+                } else if which == "merged" {
+                    // As `shared`, but each wait's cancellations go out with the next wait's
+                    // creations.
+                    let mut stream = client.watch("x", None).await?;
+                    stream.message().await?;
+                    let mut id = 100;
+                    for _ in 0..n {
+                        if id > 100 {
+                            stream.cancel(id - 2).await?;
+                            stream.cancel(id - 1).await?;
+                        }
+                        stream
+                            .watch(pred.as_str(), Some(nopt().with_watch_id(id)))
+                            .await?;
+                        let options = WatchOptions::new().with_watch_id(id + 1);
+                        stream.watch(own.as_str(), Some(options)).await?;
+                        let mut created = 0;
+                        while created < 2 {
+                            let message = stream.message().await?.ok_or("ended")?;
+                            created += usize::from(message.created());
+                        }
+                        id += 2;
                     }
                 } else {
                     let mut stream = client.watch("x", None).await?;

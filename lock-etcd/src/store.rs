@@ -386,13 +386,15 @@ impl EtcdStore {
 
     /// Creates `watches` (key and options each, at least one) on the handle's watch stream,
     /// opening it with the first if none is open (see [`crate::watcher`]). Their creation
-    /// replies are their first messages.
+    /// replies are their first messages. `quiet_after`: they send (almost) nothing once the
+    /// wait ends, so their cancellation may go out with the next wait's creations.
     async fn watch(
         &self,
         what: &'static str,
         watches: Vec<(Vec<u8>, WatchOptions)>,
+        quiet_after: bool,
     ) -> Result<Watching> {
-        let opening = match self.shared.watcher.watch(watches).await {
+        let opening = match self.shared.watcher.watch(watches, quiet_after).await {
             Ok(watching) => return Ok(watching),
             Err(opening) => opening,
         };
@@ -1010,8 +1012,14 @@ impl Waiter<'_> {
     /// Waits until `predecessor` is deleted, or (in [`Layout::Fencelock`]) a release hands
     /// us the lock, renewing our lease every `period`.
     ///
-    /// Two watches over one stream: the predecessor's deletion, and our own entry (a handoff
-    /// mark, or its deletion). Both start from the current revision, not from the revision the
+    /// Two watches on the handle's stream (see [`crate::watcher`]): the predecessor's
+    /// deletions, and our own entry's puts (a handoff mark). Neither sends anything once the
+    /// wait is over (the predecessor is gone, or a later deletion of it is one stray message;
+    /// our entry is put only by a mark), so their cancellation goes out with the next wait's
+    /// creations. Our own entry's deletion is not watched: it is the end of our lease (which
+    /// the renewal every `period` finds) or an operator's delete (which the read after the
+    /// predecessor's deletion finds, as a release hands off only to an entry still there).
+    /// Both start from the current revision, not from the revision the
     /// queue was read at: etcd serves a watch from a past revision as "unsynced", catching it
     /// up only every 100 ms, which would delay the wake-up. The gap between the read and the
     /// watches is closed by reading the predecessor again once they exist (a handoff in that
@@ -1035,10 +1043,14 @@ impl Waiter<'_> {
         let limit = self.store.shared.config.command_timeout;
         let mut watches = vec![(predecessor.clone(), options)];
         if self.takes_handoffs() {
-            watches.push((self.entry.as_bytes().to_vec(), WatchOptions::new()));
+            let options = WatchOptions::new().with_filters([WatchFilterType::NoDelete]);
+            watches.push((self.entry.as_bytes().to_vec(), options));
         }
         let count = watches.len();
-        let mut stream = self.store.watch("watch the predecessor", watches).await?;
+        let mut stream = self
+            .store
+            .watch("watch the predecessor", watches, true)
+            .await?;
         // Each watch delivers every event after the revision its creation reply names.
         let (mut created, mut covered_after) = (0, 0);
         while created < count {
@@ -1176,8 +1188,9 @@ impl Waiter<'_> {
     }
 
     /// What an event on our own entry in `message` means: a handoff mark (on our entry, with
-    /// its create revision and lease) hands us the lock; a deletion sends us to read the queue
-    /// (which finds our entry gone). Anything else: `None`.
+    /// its create revision and lease) hands us the lock; a deletion (not watched for now, but
+    /// it would mean this) sends us to read the queue (which finds our entry gone). Anything
+    /// else: `None`.
     fn own_event(&self, message: &etcd_client::WatchResponse) -> Option<Woken> {
         for event in message.events() {
             let Some(kv) = event.kv().filter(|kv| kv.key() == self.entry.as_bytes()) else {
@@ -1424,7 +1437,10 @@ impl Waiter<'_> {
             .iter()
             .map(|key| (key.clone(), WatchOptions::new()))
             .collect();
-        let mut stream = self.store.watch("watch the entries ahead", watches).await?;
+        let mut stream = self
+            .store
+            .watch("watch the entries ahead", watches, false)
+            .await?;
         let mut created = 0;
         while created < keys.len() {
             match timeout(limit, stream.message()).await {
