@@ -43,8 +43,8 @@ const ROUNDS: usize = 10;
 const TASKS: usize = 16;
 const RUN_FOR: Duration = Duration::from_secs(2);
 const WAITERS: usize = 8;
-const HANDOFFS: usize = 200;
-const HANDOFF_ROUNDS: usize = 4;
+const HANDOFFS: usize = 800;
+const HANDOFF_ROUNDS: usize = 8;
 const HELD: usize = 10_000;
 const HELD_TTL: Duration = Duration::from_secs(10);
 /// Acquires in flight while taking the held locks.
