@@ -67,12 +67,13 @@
 //!   more than by the watches in each, and that saves it about 150 µs per wait. The
 //!   stream opens with the first wait, closes after 30 s without a watch, and a break ends
 //!   every wait's watches at once, each of which then reads again, as below. A watch that is
-//!   cancelled (compaction, a member losing its leader) or breaks makes the waiter re-read
-//!   the queue instead of failing. The waiter renews its own lease every TTL/3 while it
-//!   waits, and once more together with the final read (unless the last confirmed renewal is
-//!   less than TTL/6 old), so the lease it returns is measured from a recent renewal, not
-//!   from the grant; a renewal without an answer (an election) is retried while the last
-//!   confirmed one still covers the lease.
+//!   cancelled or refused (a stream's auth token gone stale: the stream is closed, see
+//!   `watcher.rs`), or a stream that breaks (a member that lost its leader ends it: the
+//!   client requires a leader), makes the waiter re-read the queue instead of failing. The
+//!   waiter renews its own lease every TTL/3 while it waits, and once more together with the
+//!   final read (unless the last confirmed renewal is less than TTL/6 old), so the lease it
+//!   returns is measured from a recent renewal, not from the grant; a renewal without an
+//!   answer (an election) is retried while the last confirmed one still covers the lease.
 //! - **Before returning after a wait**, the waiter's final read confirms its own entry still
 //!   exists with its own lease and revision (Jepsen's etcd 3.4.3 finding: a waiter whose lease
 //!   expired must not believe it holds the lock). If the entry is gone, it queues again, at the

@@ -394,9 +394,19 @@ impl EtcdStore {
         watches: Vec<(Vec<u8>, WatchOptions)>,
         quiet_after: bool,
     ) -> Result<Watching> {
-        let opening = match self.shared.watcher.watch(watches, quiet_after).await {
-            Ok(watching) => return Ok(watching),
-            Err(opening) => opening,
+        // Waiting for another wait that is opening the stream counts against the command
+        // timeout too, so waits queued behind a failing open fail one timeout later, not one
+        // per wait ahead of them.
+        let limit = self.shared.config.command_timeout;
+        let opening = match timeout(limit, self.shared.watcher.watch(watches, quiet_after)).await {
+            Ok(Ok(watching)) => return Ok(watching),
+            Ok(Err(opening)) => opening,
+            Err(_) => {
+                return Err(Error::Unavailable {
+                    message: format!("{what}: etcd opened no watch stream within {limit:?}"),
+                    source: None,
+                })
+            }
         };
         let Some((key, options)) = opening.first().cloned() else {
             return Err(Error::Store {
@@ -1053,15 +1063,18 @@ impl Waiter<'_> {
             .await?;
         // Each watch delivers every event after the revision its creation reply names.
         let (mut created, mut covered_after) = (0, 0);
+        let confirm_by = (Instant::now() + limit).min(self.deadline);
         while created < count {
-            match timeout(limit, stream.message()).await {
+            match timeout_at(confirm_by, stream.message()).await {
                 Ok(Some(message)) if message.created() && !message.canceled() => {
                     created += 1;
                     let from = message.header().map_or(i64::MAX, |h| h.revision());
                     covered_after = covered_after.max(from);
                 }
-                // An event before every watch exists, or a broken stream: read again.
+                // An event before every watch exists, a refused watch or a broken stream:
+                // read again.
                 Ok(_) => return Ok(Woken::Look),
+                Err(_) if confirm_by == self.deadline => return Ok(Woken::Done(Waited::TimedOut)),
                 Err(_) => return Err(unconfirmed_watch(&stream, limit)),
             }
         }
@@ -1442,13 +1455,16 @@ impl Waiter<'_> {
             .watch("watch the entries ahead", watches, false)
             .await?;
         let mut created = 0;
+        let confirm_by = (Instant::now() + limit).min(self.deadline);
         while created < keys.len() {
-            match timeout(limit, stream.message()).await {
+            match timeout_at(confirm_by, stream.message()).await {
                 Ok(Some(message)) if message.created() && !message.canceled() => {
                     created += 1;
                 }
-                // An event before every watch exists, or a broken stream: read again.
+                // An event before every watch exists, a refused watch or a broken stream:
+                // read again.
                 Ok(_) => return Ok(None),
+                Err(_) if confirm_by == self.deadline => return Ok(Some(Waited::TimedOut)),
                 Err(_) => return Err(unconfirmed_watch(&stream, limit)),
             }
         }

@@ -16,9 +16,17 @@
 //!
 //! The stream is opened by the first wait that finds none, with that wait's first watch as its
 //! first request (the client library's way to open one). It closes when it breaks, when etcd
-//! ends it, or after [`IDLE_CLOSE`] with no watch on it. When it breaks, every `Watching` on it
-//! ends ([`Watching::message`] answers `None`), and its waiter reads the queue again, as it
-//! does after any broken watch.
+//! ends it (a member that lost its leader ends it: the client requires a leader), after
+//! [`IDLE_CLOSE`] with no watch on it, when a wait saw no creation reply in time
+//! ([`Watching::close_stream`]), and when etcd refuses a creation (a reply both created and
+//! cancelled). A stream's auth token is the one it was opened with: once that token is stale
+//! (users or roles changed, or a JWT expired), etcd refuses every later creation on it
+//! ("revision of auth store is old", "permission denied"), while the handle's other requests
+//! go on with a fresh token; kept open, the stream would refuse each wait's watches again at
+//! every try (`tests/least_privilege.rs` counted 1,085 watch requests in 2 s of one wait).
+//! When the stream closes, every `Watching` on it ends ([`Watching::message`] answers
+//! `None`), and its waiter reads the queue again, as it does after any broken watch; the next
+//! wait opens another stream, with the client's current token.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
@@ -74,8 +82,10 @@ pub(crate) struct Watching {
 }
 
 impl Watching {
-    /// The next message for these watches (their creation replies first, one per watch, in
-    /// the order they were asked for); `None` once the stream broke or ended.
+    /// The next message for these watches, in the order etcd sent them: a creation reply per
+    /// watch, in the order they were asked for, each before any event of its own watch (an
+    /// event of the first may come before the creation reply of the second); `None` once the
+    /// stream broke or ended.
     ///
     /// # Cancel safety
     /// Cancel safe: a message not returned stays for the next call.
@@ -341,19 +351,29 @@ async fn run(
                 } else {
                     by_watch.get(&message.watch_id()).copied()
                 };
-                let Some((id, wait)) = id.and_then(|id| Some((id, waits.get_mut(&id)?))) else {
+                let wait = id.and_then(|id| Some((id, waits.get_mut(&id)?)));
+                if message.created() && message.canceled() {
+                    // Refused: the stream's token is stale (see the module docs). Its wait
+                    // learns why; every wait then reads again, and watches on a new stream.
+                    tracing::debug!(
+                        reason = message.cancel_reason(),
+                        "etcd refused a watch; closing the handle's watch stream"
+                    );
+                    if let Some((_, wait)) = wait.filter(|(_, wait)| !wait.done) {
+                        let _ = wait.messages.send(message);
+                    }
+                    return;
+                }
+                let Some((id, wait)) = wait else {
                     continue;
                 };
                 if message.created() {
                     wait.pending -= 1;
-                    // A refused creation (cancelled in its reply) has no watch to cancel.
-                    if !message.canceled() {
-                        if wait.done {
-                            unsent.push_back(Outgoing::Cancel(message.watch_id()));
-                        } else {
-                            wait.watch_ids.push(message.watch_id());
-                            by_watch.insert(message.watch_id(), id);
-                        }
+                    if wait.done {
+                        unsent.push_back(Outgoing::Cancel(message.watch_id()));
+                    } else {
+                        wait.watch_ids.push(message.watch_id());
+                        by_watch.insert(message.watch_id(), id);
                     }
                 } else if message.canceled() {
                     by_watch.remove(&message.watch_id());
@@ -364,7 +384,9 @@ async fn run(
                         waits.remove(&id);
                     }
                 } else {
-                    // A wait that stopped reading without being dropped only loses its messages.
+                    // A wait reads its messages until it drops its `Watching` (which ends
+                    // this registration), so they do not pile up; a send fails only if it was
+                    // dropped meanwhile.
                     let _ = wait.messages.send(message);
                 }
             }

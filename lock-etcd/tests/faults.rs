@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::store;
+use common::{metric, store};
 use etcd_client::GetOptions;
 use fencelock_core::{Acquire, Error, Extend, KeepAlive, LockStore, Release, ReleaseOutcome};
 use fencelock_etcd::{EtcdConfig, EtcdStore};
@@ -378,31 +378,11 @@ async fn dropped_waiter_leaves_no_queue_entry_behind() {
     assert_eq!(entries(&url, key).await, 0);
 }
 
-/// A gauge from the `/metrics` of the etcd member at `endpoint` (host:port, plain text).
-async fn gauge(endpoint: &str, name: &str) -> f64 {
-    let mut socket = TcpStream::connect(endpoint)
-        .await
-        .expect("connect to /metrics");
-    let request = format!("GET /metrics HTTP/1.0\r\nHost: {endpoint}\r\n\r\n");
-    socket
-        .write_all(request.as_bytes())
-        .await
-        .expect("ask for /metrics");
-    let mut body = String::new();
-    socket
-        .read_to_string(&mut body)
-        .await
-        .expect("read /metrics");
-    body.lines()
-        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or_else(|| panic!("etcd reports no {name}"))
-}
-
 /// Waits until the gauge `name` reads `value`.
 async fn gauge_reaches(endpoint: &str, name: &str, value: f64, what: &str) {
     let started = Instant::now();
     loop {
-        let now = gauge(endpoint, name).await;
+        let now = metric(endpoint, name).await;
         if now == value {
             return;
         }
@@ -443,7 +423,7 @@ async fn waits_on_one_handle_share_one_watch_stream_and_leave_no_watch_behind() 
         let watches = 2.0 * (i + 1) as f64;
         gauge_reaches(&endpoint, WATCHERS, watches, "a wait's watches").await;
         assert_eq!(
-            gauge(&endpoint, STREAMS).await,
+            metric(&endpoint, STREAMS).await,
             1.0,
             "one stream for every wait"
         );
@@ -469,7 +449,7 @@ async fn waits_on_one_handle_share_one_watch_stream_and_leave_no_watch_behind() 
     }
     gauge_reaches(&endpoint, WATCHERS, 0.0, "after every grant").await;
     assert_eq!(
-        gauge(&endpoint, STREAMS).await,
+        metric(&endpoint, STREAMS).await,
         1.0,
         "the stream stays open for the next wait"
     );

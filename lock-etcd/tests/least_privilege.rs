@@ -271,3 +271,87 @@ async fn a_handle_keeps_working_after_users_or_roles_change() {
         ReleaseOutcome::Released
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waits_go_on_when_users_or_roles_change_while_they_watch() {
+    // A handle's waits share one watch stream, which keeps the token it was opened with. Once
+    // users or roles change, etcd refuses every watch created on that stream ("revision of
+    // auth store is old"), while the handle's other requests go on with a fresh token. The store closes the stream at the
+    // first refusal: every wait reads again and watches on a new stream. Without that, a wait
+    // that started after the change asks for its watch again and again, each time refused,
+    // until its predecessor leaves. Its own server, so that its request counts are this
+    // test's alone.
+    const WAIT: Duration = Duration::from_secs(40);
+    const PROMPT: Duration = Duration::from_secs(15);
+    const WATCH_REQUESTS: &str = "grpc_server_msg_received_total{grpc_method=\"Watch\",\
+        grpc_service=\"etcdserverpb.Watch\",grpc_type=\"bidi_stream\"}";
+    let server = EtcdServer::start_with_auth(DEFAULT_PREFIX).expect("etcd with authentication");
+    let url = server.limited_url().expect("the limited user");
+    let endpoint = server.endpoint();
+    let (first, second) = (key("change-while-waiting-1"), key("change-while-waiting-2"));
+    let holder = common::store(&url, "").await;
+    let waiting = Arc::new(common::store(&url, "").await);
+    let held_first = holder
+        .try_acquire(&first, TTL)
+        .await
+        .expect("hold the first key");
+    let held_second = holder
+        .try_acquire(&second, TTL)
+        .await
+        .expect("hold the second key");
+    let wait_for = |key: String| {
+        let waiting = waiting.clone();
+        tokio::spawn(async move { waiting.acquire(&key, TTL, WAIT).await })
+    };
+    // The first wait opens the handle's watch stream.
+    let mut first_wait = wait_for(first.clone());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    server
+        .add_user("newcomer", &[("read", "newcomer/")])
+        .expect("a new user");
+    // The second wait's first watch is asked for on the stream opened before the change.
+    let before = common::metric(&endpoint, WATCH_REQUESTS).await;
+    let mut second_wait = wait_for(second.clone());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let asked = common::metric(&endpoint, WATCH_REQUESTS).await - before;
+    assert!(
+        !first_wait.is_finished() && !second_wait.is_finished(),
+        "both keys are held, so both wait"
+    );
+    // Refused once, then a new stream: the two waits' watches (two each) on it, and the
+    // cancellations of the first wait's watches on the old one at most.
+    assert!(
+        asked <= 8.0,
+        "{asked} watch requests in 2 s of waiting: a refused watch is asked for again and again"
+    );
+    assert_eq!(
+        holder
+            .release(&held_first)
+            .await
+            .expect("release the first"),
+        ReleaseOutcome::Released
+    );
+    let granted = tokio::time::timeout(PROMPT, &mut first_wait)
+        .await
+        .expect("the first wait hears of the release, not only at its bound")
+        .expect("join")
+        .expect("the first wait is granted");
+    assert_eq!(
+        holder
+            .release(&held_second)
+            .await
+            .expect("release the second"),
+        ReleaseOutcome::Released
+    );
+    let granted_second = tokio::time::timeout(PROMPT, &mut second_wait)
+        .await
+        .expect("the second wait hears of the release")
+        .expect("join")
+        .expect("the second wait is granted");
+    for lease in [granted, granted_second] {
+        assert_eq!(
+            waiting.release(&lease).await.expect("release"),
+            ReleaseOutcome::Released
+        );
+    }
+}

@@ -35,3 +35,25 @@ impl StoreFactory for EtcdFactory {
         Arc::new(EtcdStore::connect_lazy(config).await.expect("lazy connect"))
     }
 }
+
+/// A metric from the `/metrics` of the etcd member at `endpoint` (host:port, plain text):
+/// `name` as etcd prints it, labels included (`grpc_server_started_total{grpc_method="Txn",…}`).
+pub async fn metric(endpoint: &str, name: &str) -> f64 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut socket = tokio::net::TcpStream::connect(endpoint)
+        .await
+        .expect("connect to /metrics");
+    let request = format!("GET /metrics HTTP/1.0\r\nHost: {endpoint}\r\n\r\n");
+    socket
+        .write_all(request.as_bytes())
+        .await
+        .expect("ask for /metrics");
+    let mut body = String::new();
+    socket
+        .read_to_string(&mut body)
+        .await
+        .expect("read /metrics");
+    body.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("etcd reports no {name}"))
+}
