@@ -50,7 +50,8 @@
 //!   counts only if the member answered at or after the watch's revision, as the member that
 //!   created the watch has; otherwise it is made linearizable. When the enqueue showed the
 //!   predecessor certainly waiting (an exclusive entry behind the head: only the head holds
-//!   an exclusive lock; a reader's or a permit's entry behind it may hold the key), that read
+//!   an exclusive lock; a reader's or a permit's entry behind it may hold the key, and so may
+//!   an entry of a nested name in the etcd layout, `a/b/…` in `a/`'s directory), that read
 //!   is put off by 50 ms and dropped if the wait ends first (in a long queue it usually does,
 //!   by a handoff): such a predecessor leaves within the gap only if it gives up, its lease
 //!   ends, or it is granted and released within about one round trip, and a deletion missed
@@ -77,8 +78,11 @@
 //! - **Before returning after a wait**, the waiter's final read confirms its own entry still
 //!   exists with its own lease and revision (Jepsen's etcd 3.4.3 finding: a waiter whose lease
 //!   expired must not believe it holds the lock). If the entry is gone, it queues again, at the
-//!   back, within the same wait bound. A handoff (below) is the one grant without that read:
-//!   the transaction that hands over proves the same facts.
+//!   back, within the same wait bound (a request without a wait: within one command timeout
+//!   of its start). A watch's creation and the reads made while watching end at that bound
+//!   too; past it, a wait only finishes the requests it has in flight (each bounded by the
+//!   command timeout) and returns. A handoff (below) is the one grant without that read: the
+//!   transaction that hands over proves the same facts.
 //! - **Release** deletes the entry only if its create revision is still the lease's token (a
 //!   retried, stale unlock never deletes a newer holder; etcd issue 22082). The lock's etcd
 //!   lease then holds nothing and no other lock uses it: it is kept, idle and not kept alive,

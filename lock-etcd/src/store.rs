@@ -491,14 +491,24 @@ impl EtcdStore {
                 .then(|| newest.next().map(|kv| kv.key().to_vec()))
         });
         // An exclusive entry behind the head is waiting: an exclusive lock is only ever held
-        // by the head. (A reader's or a permit's entry behind the head may hold the key.)
+        // by the head. (A reader's or a permit's entry behind the head may hold the key; in
+        // the etcd layout, so may an entry of a nested name, `a/b/…` in `a/`'s directory, as
+        // etcd's own recipe lays them out.)
         let head = reads.get(1).and_then(|kvs| kvs.first()).map(KeyValue::key);
         let layout = self.shared.config.layout;
+        let own_entry = |predecessor: &[u8]| {
+            predecessor
+                .get(dir.len()..)
+                .is_some_and(|name| !name.contains(&b'/'))
+        };
         let predecessor_waits = matches!(
             (&predecessor, head),
             (Some(Some(predecessor)), Some(head))
                 if predecessor.as_slice() != head
-                    && (layout == Layout::Etcd || handoff::is_exclusive_entry(dir, predecessor))
+                    && match layout {
+                        Layout::Etcd => own_entry(predecessor),
+                        Layout::Fencelock => handoff::is_exclusive_entry(dir, predecessor),
+                    }
         );
         Ok(Enqueued {
             revision,
@@ -523,6 +533,18 @@ impl EtcdStore {
         let layout = self.shared.config.layout;
         let dir = self.dir(key);
         let mut use_idle = true;
+        // Queueing again (our lease ended while we waited) stops here: the wait's bound, or for
+        // a request without a wait, one command timeout after it started.
+        let requeue_by = deadline.unwrap_or(started + self.shared.config.command_timeout);
+        let gave_up = || match deadline {
+            Some(_) => Error::WaitTimedOut {
+                key: key.to_owned(),
+                waited: started.elapsed(),
+            },
+            None => Error::Busy {
+                key: key.to_owned(),
+            },
+        };
         loop {
             let owner = OwnerId::random();
             let sent_at = Instant::now();
@@ -583,7 +605,7 @@ impl EtcdStore {
                     revision: enqueued.revision,
                     ttl: granted,
                     confirmed_at,
-                    deadline: deadline.unwrap_or(sent_at + self.shared.config.command_timeout),
+                    deadline: requeue_by,
                 };
                 match wait.run_mode(mode, deadline.is_none()).await? {
                     Waited::Holder {
@@ -621,6 +643,9 @@ impl EtcdStore {
                     }
                     Waited::LeaseEnded => {
                         drop(revoke);
+                        if Instant::now() >= requeue_by {
+                            return Err(gave_up());
+                        }
                         continue;
                     }
                 }
@@ -666,9 +691,13 @@ impl EtcdStore {
                             waited: started.elapsed(),
                         });
                     }
-                    // Our lease ended while we waited: queue again, at the back.
+                    // Our lease ended while we waited: queue again, at the back, within the
+                    // wait's bound.
                     Waited::LeaseEnded => {
                         drop(revoke);
+                        if Instant::now() >= requeue_by {
+                            return Err(gave_up());
+                        }
                         continue;
                     }
                 }
@@ -1002,6 +1031,14 @@ impl Waiter<'_> {
         }
     }
 
+    /// `step`'s outcome, or `None` if the wait's deadline came first (`step` is dropped).
+    async fn by_deadline<T>(&self, step: impl Future<Output = Result<T>>) -> Result<Option<T>> {
+        match timeout_at(self.deadline, step).await {
+            Ok(outcome) => outcome.map(Some),
+            Err(_) => Ok(None),
+        }
+    }
+
     /// Whether releases may hand the lock to this waiter (see [`crate::handoff`]).
     fn takes_handoffs(&self) -> bool {
         self.store.shared.config.layout == Layout::Fencelock
@@ -1057,10 +1094,12 @@ impl Waiter<'_> {
             watches.push((self.entry.as_bytes().to_vec(), options));
         }
         let count = watches.len();
-        let mut stream = self
-            .store
-            .watch("watch the predecessor", watches, true)
-            .await?;
+        let Some(mut stream) = self
+            .by_deadline(self.store.watch("watch the predecessor", watches, true))
+            .await?
+        else {
+            return Ok(Woken::Done(Waited::TimedOut));
+        };
         // Each watch delivers every event after the revision its creation reply names.
         let (mut created, mut covered_after) = (0, 0);
         let confirm_by = (Instant::now() + limit).min(self.deadline);
@@ -1083,8 +1122,15 @@ impl Waiter<'_> {
         if covered_after > read_at {
             if predecessor_waits {
                 gap_check = Some(Instant::now() + GAP_CHECK_DELAY);
-            } else if !self.still_there(&predecessor, covered_after).await? {
-                return Ok(Woken::Look);
+            } else {
+                match self
+                    .by_deadline(self.still_there(&predecessor, covered_after))
+                    .await?
+                {
+                    None => return Ok(Woken::Done(Waited::TimedOut)),
+                    Some(false) => return Ok(Woken::Look),
+                    Some(true) => {}
+                }
             }
         }
         let mut next_renewal = self.confirmed_at + period;
@@ -1154,8 +1200,13 @@ impl Waiter<'_> {
                     if gap_check.is_some() && reading.is_none() =>
                 {
                     gap_check = None;
-                    if !self.still_there(&predecessor, covered_after).await? {
-                        return Ok(Woken::Look);
+                    match self
+                        .by_deadline(self.still_there(&predecessor, covered_after))
+                        .await?
+                    {
+                        None => return Ok(Woken::Done(Waited::TimedOut)),
+                        Some(false) => return Ok(Woken::Look),
+                        Some(true) => {}
                     }
                 }
                 () = sleep_until(next_renewal), if reading.is_none() => {
@@ -1450,10 +1501,12 @@ impl Waiter<'_> {
             .iter()
             .map(|key| (key.clone(), WatchOptions::new()))
             .collect();
-        let mut stream = self
-            .store
-            .watch("watch the entries ahead", watches, false)
-            .await?;
+        let Some(mut stream) = self
+            .by_deadline(self.store.watch("watch the entries ahead", watches, false))
+            .await?
+        else {
+            return Ok(Some(Waited::TimedOut));
+        };
         let mut created = 0;
         let confirm_by = (Instant::now() + limit).min(self.deadline);
         while created < keys.len() {
@@ -1468,7 +1521,9 @@ impl Waiter<'_> {
                 Err(_) => return Err(unconfirmed_watch(&stream, limit)),
             }
         }
-        let again = self.mode_view(mode).await?;
+        let Some(again) = self.by_deadline(self.mode_view(mode)).await? else {
+            return Ok(Some(Waited::TimedOut));
+        };
         if !again.ours || again.fingerprint() != seen.fingerprint() {
             return Ok(None);
         }
