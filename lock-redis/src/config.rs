@@ -179,13 +179,7 @@ impl RedisConfig {
             .and_then(|s| s.strip_suffix("nodes.invalid"))
             .unwrap_or_default();
         config.redacted = format!("{scheme}://{shown_userinfo}{hosts}{tail}");
-        if config.layout == Layout::Plain {
-            return Err(bad_url(
-                "layout=plain is for one server: on a Cluster the plain lock key and the fence \
-                 would hash to different slots"
-                    .into(),
-            ));
-        }
+        config.check()?;
         if config.connection.redis_settings().db() != 0 {
             return Err(bad_url("a Redis Cluster has only database 0".into()));
         }
@@ -285,13 +279,6 @@ impl RedisConfig {
         check_retention(config.retention, config.max_ttl)?;
         config.connection = tls_files.apply(config.connection, tls)?;
         if let Some(seeds) = cluster_nodes {
-            if replica_timeout >= config.command_timeout {
-                return Err(bad_url(format!(
-                    "replica_timeout ({replica_timeout:?}) must be below command_timeout \
-                     ({:?}): the acknowledgement runs within one command",
-                    config.command_timeout
-                )));
-            }
             let mut nodes = Vec::with_capacity(seeds.len());
             for seed in &seeds {
                 let host = seed
@@ -346,7 +333,33 @@ impl RedisConfig {
         self.layout
     }
 
-    /// Sets the layout (the `layout` option).
+    /// The rules across settings, checked when the URL is read and again by `connect` and
+    /// `connect_lazy`, since a builder (`with_layout`, `with_command_timeout`) may break one
+    /// afterwards: on a Cluster, no plain layout, and the replicas' acknowledgement bounded
+    /// below one command.
+    pub(crate) fn check(&self) -> Result<()> {
+        let Some(cluster) = &self.cluster else {
+            return Ok(());
+        };
+        if self.layout == Layout::Plain {
+            return Err(bad_url(
+                "layout=plain is for one server: on a Cluster the plain lock key and the fence \
+                 would hash to different slots"
+                    .into(),
+            ));
+        }
+        if cluster.replica_timeout >= self.command_timeout {
+            return Err(bad_url(format!(
+                "replica_timeout ({:?}) must be below command_timeout ({:?}): the \
+                 acknowledgement runs within one command",
+                cluster.replica_timeout, self.command_timeout
+            )));
+        }
+        Ok(())
+    }
+
+    /// Sets the layout (the `layout` option). On a Cluster the plain layout is refused by
+    /// `connect` and `connect_lazy`.
     pub fn with_layout(mut self, layout: Layout) -> Self {
         self.layout = layout;
         self
@@ -410,7 +423,8 @@ impl RedisConfig {
         self
     }
 
-    /// Sets the bound on one command's round trip.
+    /// Sets the bound on one command's round trip. On a Cluster, one at or below
+    /// `replica_timeout` is refused by `connect` and `connect_lazy`.
     pub fn with_command_timeout(mut self, timeout: Duration) -> Self {
         self.command_timeout = timeout;
         self
@@ -673,6 +687,33 @@ mod tests {
         match RedisConfig::from_url(url) {
             Err(Error::InvalidInput { what: "url", rule }) => rule,
             other => panic!("{url}: expected an invalid url, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn cluster_rules_hold_for_the_url_and_again_after_the_builders() {
+        assert!(rule("redis+cluster://a:1,b:2?layout=plain").contains("layout=plain is for one"));
+        assert!(
+            rule("redis+cluster://a:1?replica_timeout=2s&command_timeout=2s")
+                .contains("must be below command_timeout")
+        );
+        let config = RedisConfig::from_url("redis+cluster://a:1,b:2").unwrap();
+        assert!(config.check().is_ok());
+        let broken = [
+            (
+                config.clone().with_layout(Layout::Plain),
+                "layout=plain is for one",
+            ),
+            (
+                config.with_command_timeout(DEFAULT_REPLICA_TIMEOUT),
+                "must be below command_timeout",
+            ),
+        ];
+        for (config, needle) in broken {
+            match crate::RedisStore::connect_lazy(config) {
+                Err(Error::InvalidInput { rule, .. }) => assert!(rule.contains(needle), "{rule}"),
+                other => panic!("expected {needle:?}, got {:?}", other.map(|_| ())),
+            }
         }
     }
 

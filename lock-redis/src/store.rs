@@ -146,6 +146,7 @@ impl RedisStore {
     /// server may evict (and `allow_eviction` is not set), every operation fails with the
     /// [`Error::Store`] that [`connect`](Self::connect) would return, and sends nothing else.
     pub fn connect_lazy(config: RedisConfig) -> Result<Self> {
+        config.check()?;
         #[cfg(feature = "tls")]
         if matches!(
             config.connection.addr(),
