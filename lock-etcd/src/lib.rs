@@ -83,8 +83,9 @@
 //!   too; past it, a wait only finishes the requests it has in flight (each bounded by the
 //!   command timeout) and returns. A handoff (below) is the one grant without that read: the
 //!   transaction that hands over proves the same facts.
-//! - **Release** deletes the entry only if its create revision is still the lease's token (a
-//!   retried, stale unlock never deletes a newer holder; etcd issue 22082). The lock's etcd
+//! - **Release** deletes the entry only if its create revision is still the one the lease
+//!   was granted on (the token, in the default layout; a retried, stale unlock never deletes a
+//!   newer holder; etcd issue 22082). The lock's etcd
 //!   lease then holds nothing and no other lock uses it: it is kept, idle and not kept alive,
 //!   for the next acquire with the same TTL on this handle (at most 8 per TTL, and only while at
 //!   least half its TTL is left); otherwise it is revoked from a spawned task. A lease whose
@@ -124,7 +125,9 @@
 //!
 //!   A successor that gave up makes the comparison fail: the release then only deletes, and
 //!   the waiters behind wake and read as before. A holder that knows no successor (granted at
-//!   once by `try_acquire`, or every listed one used up) releases with the plain delete. In
+//!   once, by `try_acquire` or by an `acquire` that found the queue empty, or with every
+//!   listed one used up) releases with the plain delete, so in a queue the first handoff comes
+//!   after the first grant that followed a wait. In
 //!   `layout=etcd` nothing is marked: etcd's own clients know no mark.
 //! - **Reusing an idle lease** saves the grant (a Raft write): the acquire sends a keep-alive
 //!   for it over the stream in parallel with the enqueue transaction, both after `sent_at`, and
