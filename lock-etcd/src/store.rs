@@ -44,6 +44,9 @@ struct Held {
     /// [`Layout::Etcd`], where the token is the revision of the reply that granted the lock.
     created: i64,
     layout: Layout,
+    /// The TTL asked for, in whole seconds: a released lock's idle etcd lease is filed under
+    /// it, as the next acquire asking for it looks (etcd may have granted more, its minimum).
+    requested_secs: u64,
     /// Whom a release hands the lock to, if this holder knows its successors (see
     /// [`crate::handoff`]): an exclusive lease in [`Layout::Fencelock`] granted after a wait.
     handoff: Option<Handoff>,
@@ -723,6 +726,7 @@ impl EtcdStore {
                     lease_id,
                     created: enqueued.revision,
                     layout,
+                    requested_secs: whole_secs(ttl),
                     // Only entries of this layout are ever handed the lock (etcd's own clients
                     // know nothing of a mark).
                     handoff: (layout == Layout::Fencelock
@@ -761,8 +765,9 @@ impl EtcdStore {
         None
     }
 
-    /// Keeps a released lock's etcd lease for reuse, or revokes it.
-    fn recycle(&self, lease: &Lease, lease_id: i64) {
+    /// Keeps a released lock's etcd lease for reuse by acquires asking for `requested_secs`,
+    /// or revokes it.
+    fn recycle(&self, lease: &Lease, lease_id: i64, requested_secs: u64) {
         let now = Instant::now();
         let fresh = lease.valid_until() > now + lease.ttl() / 2;
         if fresh {
@@ -771,7 +776,7 @@ impl EtcdStore {
                 .idle
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
-            let leases = idle.entry(whole_secs(lease.ttl())).or_default();
+            let leases = idle.entry(requested_secs).or_default();
             if leases.len() < MAX_IDLE_PER_TTL {
                 leases.push(IdleLease {
                     lease_id,
@@ -1731,7 +1736,7 @@ impl Release for EtcdStore {
         if deleted {
             if settle(RECYCLED) {
                 // The lease holds nothing now: keep it for the next acquire with this TTL.
-                self.recycle(lease, held.lease_id);
+                self.recycle(lease, held.lease_id, held.requested_secs);
             }
         } else if settle(DISCARDED) {
             // Lost: its lease may still be alive (the entry was evicted); revoke it off the
