@@ -1127,15 +1127,8 @@ impl Waiter<'_> {
         if covered_after > read_at {
             if predecessor_waits {
                 gap_check = Some(Instant::now() + GAP_CHECK_DELAY);
-            } else {
-                match self
-                    .by_deadline(self.still_there(&predecessor, covered_after))
-                    .await?
-                {
-                    None => return Ok(Woken::Done(Waited::TimedOut)),
-                    Some(false) => return Ok(Woken::Look),
-                    Some(true) => {}
-                }
+            } else if let Some(woken) = self.check_gap(&predecessor, covered_after).await? {
+                return Ok(woken);
             }
         }
         let mut next_renewal = self.confirmed_at + period;
@@ -1205,13 +1198,8 @@ impl Waiter<'_> {
                     if gap_check.is_some() && reading.is_none() =>
                 {
                     gap_check = None;
-                    match self
-                        .by_deadline(self.still_there(&predecessor, covered_after))
-                        .await?
-                    {
-                        None => return Ok(Woken::Done(Waited::TimedOut)),
-                        Some(false) => return Ok(Woken::Look),
-                        Some(true) => {}
+                    if let Some(woken) = self.check_gap(&predecessor, covered_after).await? {
+                        return Ok(woken);
                     }
                 }
                 () = sleep_until(next_renewal), if reading.is_none() => {
@@ -1230,6 +1218,19 @@ impl Waiter<'_> {
 }
 
 impl Waiter<'_> {
+    /// Closes the gap between a read of the queue and watches created at revision `at`:
+    /// `None` if `predecessor` was still there then (keep watching), otherwise how the wait
+    /// goes on (read again, or its deadline came first).
+    async fn check_gap(&self, predecessor: &[u8], at: i64) -> Result<Option<Woken>> {
+        Ok(
+            match self.by_deadline(self.still_there(predecessor, at)).await? {
+                None => Some(Woken::Done(Waited::TimedOut)),
+                Some(false) => Some(Woken::Look),
+                Some(true) => None,
+            },
+        )
+    }
+
     /// Whether `predecessor` (older than our entry) still existed at store revision `at` or
     /// later, so no deletion of it up to `at` was missed. A serializable read (no consensus
     /// round) answers when the member it reaches has applied `at`, as the member that
