@@ -1044,6 +1044,44 @@ impl Waiter<'_> {
         }
     }
 
+    /// Creates `watches` on the handle's stream (see [`EtcdStore::watch`]) and waits for etcd
+    /// to confirm each, within the command timeout and the wait's deadline.
+    async fn create_watches(
+        &self,
+        what: &'static str,
+        watches: Vec<(Vec<u8>, WatchOptions)>,
+        quiet_after: bool,
+    ) -> Result<Created> {
+        let count = watches.len();
+        let limit = self.store.shared.config.command_timeout;
+        let Some(mut stream) = self
+            .by_deadline(self.store.watch(what, watches, quiet_after))
+            .await?
+        else {
+            return Ok(Created::TimedOut);
+        };
+        // Each watch delivers every event after the revision its creation reply names.
+        let (mut created, mut covered_after) = (0, 0);
+        let confirm_by = (Instant::now() + limit).min(self.deadline);
+        while created < count {
+            match timeout_at(confirm_by, stream.message()).await {
+                Ok(Some(message)) if message.created() && !message.canceled() => {
+                    created += 1;
+                    let from = message.header().map_or(i64::MAX, |h| h.revision());
+                    covered_after = covered_after.max(from);
+                }
+                // An event before every watch exists, a refused watch or a broken stream.
+                Ok(_) => return Ok(Created::Look),
+                Err(_) if confirm_by == self.deadline => return Ok(Created::TimedOut),
+                Err(_) => return Err(unconfirmed_watch(&stream, limit)),
+            }
+        }
+        Ok(Created::Watching {
+            stream,
+            covered_after,
+        })
+    }
+
     /// Whether releases may hand the lock to this waiter (see [`crate::handoff`]).
     fn takes_handoffs(&self) -> bool {
         self.store.shared.config.layout == Layout::Fencelock
@@ -1092,36 +1130,22 @@ impl Waiter<'_> {
         period: Duration,
     ) -> Result<Woken> {
         let options = WatchOptions::new().with_filters([WatchFilterType::NoPut]);
-        let limit = self.store.shared.config.command_timeout;
         let mut watches = vec![(predecessor.clone(), options)];
         if self.takes_handoffs() {
             let options = WatchOptions::new().with_filters([WatchFilterType::NoDelete]);
             watches.push((self.entry.as_bytes().to_vec(), options));
         }
-        let count = watches.len();
-        let Some(mut stream) = self
-            .by_deadline(self.store.watch("watch the predecessor", watches, true))
+        let (mut stream, covered_after) = match self
+            .create_watches("watch the predecessor", watches, true)
             .await?
-        else {
-            return Ok(Woken::Done(Waited::TimedOut));
+        {
+            Created::Watching {
+                stream,
+                covered_after,
+            } => (stream, covered_after),
+            Created::Look => return Ok(Woken::Look),
+            Created::TimedOut => return Ok(Woken::Done(Waited::TimedOut)),
         };
-        // Each watch delivers every event after the revision its creation reply names.
-        let (mut created, mut covered_after) = (0, 0);
-        let confirm_by = (Instant::now() + limit).min(self.deadline);
-        while created < count {
-            match timeout_at(confirm_by, stream.message()).await {
-                Ok(Some(message)) if message.created() && !message.canceled() => {
-                    created += 1;
-                    let from = message.header().map_or(i64::MAX, |h| h.revision());
-                    covered_after = covered_after.max(from);
-                }
-                // An event before every watch exists, a refused watch or a broken stream:
-                // read again.
-                Ok(_) => return Ok(Woken::Look),
-                Err(_) if confirm_by == self.deadline => return Ok(Woken::Done(Waited::TimedOut)),
-                Err(_) => return Err(unconfirmed_watch(&stream, limit)),
-            }
-        }
         // Nothing written between the read and the watches: they miss nothing since the read.
         let mut gap_check = None;
         if covered_after > read_at {
@@ -1295,6 +1319,20 @@ struct Found {
     ours: bool,
     answered_at: i64,
     successors: Vec<Successor>,
+}
+
+/// What creating a wait's watches came to.
+enum Created {
+    /// Every watch exists; together they deliver every event after revision `covered_after`.
+    Watching {
+        stream: Watching,
+        covered_after: i64,
+    },
+    /// An event came before every watch existed, a watch was refused, or the stream broke:
+    /// read the queue again.
+    Look,
+    /// The wait's deadline came first.
+    TimedOut,
 }
 
 /// How a wait for the predecessor ended.
@@ -1502,31 +1540,18 @@ impl Waiter<'_> {
         if keys.is_empty() {
             return Ok(None);
         }
-        let limit = self.store.shared.config.command_timeout;
         let watches = keys
             .iter()
             .map(|key| (key.clone(), WatchOptions::new()))
             .collect();
-        let Some(mut stream) = self
-            .by_deadline(self.store.watch("watch the entries ahead", watches, false))
+        let mut stream = match self
+            .create_watches("watch the entries ahead", watches, false)
             .await?
-        else {
-            return Ok(Some(Waited::TimedOut));
+        {
+            Created::Watching { stream, .. } => stream,
+            Created::Look => return Ok(None),
+            Created::TimedOut => return Ok(Some(Waited::TimedOut)),
         };
-        let mut created = 0;
-        let confirm_by = (Instant::now() + limit).min(self.deadline);
-        while created < keys.len() {
-            match timeout_at(confirm_by, stream.message()).await {
-                Ok(Some(message)) if message.created() && !message.canceled() => {
-                    created += 1;
-                }
-                // An event before every watch exists, a refused watch or a broken stream:
-                // read again.
-                Ok(_) => return Ok(None),
-                Err(_) if confirm_by == self.deadline => return Ok(Some(Waited::TimedOut)),
-                Err(_) => return Err(unconfirmed_watch(&stream, limit)),
-            }
-        }
         let Some(again) = self.by_deadline(self.mode_view(mode)).await? else {
             return Ok(Some(Waited::TimedOut));
         };

@@ -351,20 +351,16 @@ async fn run(
                 } else {
                     by_watch.get(&message.watch_id()).copied()
                 };
-                let wait = id.and_then(|id| Some((id, waits.get_mut(&id)?)));
                 if message.created() && message.canceled() {
-                    // Refused: the stream's token is stale (see the module docs). Its wait
-                    // learns why; every wait then reads again, and watches on a new stream.
+                    // Refused: the stream's token is stale (see the module docs). Every wait
+                    // then reads again, and watches on a new stream.
                     tracing::debug!(
                         reason = message.cancel_reason(),
                         "etcd refused a watch; closing the handle's watch stream"
                     );
-                    if let Some((_, wait)) = wait.filter(|(_, wait)| !wait.done) {
-                        let _ = wait.messages.send(message);
-                    }
                     return;
                 }
-                let Some((id, wait)) = wait else {
+                let Some((id, wait)) = id.and_then(|id| Some((id, waits.get_mut(&id)?))) else {
                     continue;
                 };
                 if message.created() {
