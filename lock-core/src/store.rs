@@ -40,6 +40,10 @@ use crate::{Capabilities, KeyStatus, Lease, Mode, ReleaseOutcome, Result};
 ///   [`Error::InvalidInput`](crate::Error::InvalidInput) and no request is sent.
 /// - The returned lease's local deadline is measured from a clock reading taken before the
 ///   granting request was sent.
+/// - A returned lease always has validity left ([`Lease::remaining`] > 0): a lease whose local
+///   deadline passed before the store's reply was read is released and refused with
+///   [`Error::Unavailable`](crate::Error::Unavailable)
+///   ([`check_granted`](crate::validate::check_granted)).
 #[async_trait]
 pub trait Acquire: Send + Sync {
     /// Makes exactly one attempt to take `key` for `ttl`.

@@ -1,8 +1,9 @@
-//! Input rules shared by every store. Stores call [`check_request`] before sending anything.
+//! Input rules shared by every store. Stores call [`check_request`] before sending anything,
+//! and [`check_granted`] on every lease before returning it.
 
 use std::time::Duration;
 
-use crate::{Capabilities, Error, Mode, Result, MAX_PERMITS};
+use crate::{Capabilities, Error, Lease, Mode, Release, Result, MAX_PERMITS};
 
 /// The longest key, in bytes of UTF-8.
 pub const MAX_KEY_LEN: usize = 1024;
@@ -107,6 +108,55 @@ pub fn check_mode(mode: Mode, capabilities: &Capabilities) -> Result<()> {
     Ok(())
 }
 
+/// What a store does with every lease it was granted, before it returns it: a lease whose local
+/// deadline has already passed is released and refused with [`Error::Unavailable`], so no
+/// caller ever starts work under a lease it must already assume gone.
+///
+/// The deadline is counted from before the granting request was sent, so it passes in transit
+/// only when the grant's round trip took nearly the whole TTL: a stalled network, a replica
+/// acknowledgement (Redis `min_replicas`), or a pause of the client between the reply and this
+/// check. Such a store cannot grant this TTL in time right now, which is what `Unavailable`
+/// says; the caller may retry, perhaps with a longer TTL.
+///
+/// # Cancel safety
+/// Dropping the future while it releases an expired lease leaves that lease to expire at its
+/// TTL, which by the holder's own reckoning has already passed.
+pub async fn check_granted<S: Release + ?Sized>(store: &S, lease: Lease) -> Result<Lease> {
+    if !lease.is_expired() {
+        return Ok(lease);
+    }
+    refuse_expired(store, lease).await
+}
+
+/// The cold half of [`check_granted`], kept out of every acquire's future.
+#[cold]
+fn refuse_expired<'a, S: Release + ?Sized>(
+    store: &'a S,
+    lease: Lease,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Lease>> + Send + 'a>> {
+    Box::pin(async move {
+        // Best effort: if the release fails, the lease expires at its TTL, which has passed here.
+        let released = store.release(&lease).await;
+        tracing::warn!(
+            key = lease.key(),
+            token = lease.fencing_token(),
+            ttl = ?lease.ttl(),
+            ?released,
+            "a lease was granted after its local deadline; released, not returned"
+        );
+        Err(Error::Unavailable {
+            message: format!(
+                "the lease on {:?} (fencing token {}) was granted after its local deadline: its \
+                 TTL of {:?} ran out before the store's reply was read; it was released",
+                lease.key(),
+                lease.fencing_token(),
+                lease.ttl()
+            ),
+            source: None,
+        })
+    })
+}
+
 /// The refusal of a mode a store does not keep.
 pub(crate) fn unsupported_mode(mode: Mode) -> Error {
     Error::Unsupported {
@@ -144,5 +194,24 @@ mod tests {
         assert!(check_ttl(Duration::MAX, &caps).is_err());
         assert!(check_wait(Duration::MAX).is_err());
         assert!(check_wait(Duration::ZERO).is_ok());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_granted_after_its_deadline_is_released_and_refused() {
+        let store = crate::MemoryStore::new();
+        let ttl = Duration::from_secs(1);
+        let lease = crate::Acquire::try_acquire(&store, "k", ttl).await.unwrap();
+        let lease = check_granted(&store, lease).await.unwrap();
+        // The reply "arrives" after the whole TTL less the drift margin.
+        tokio::time::advance(ttl - crate::drift(ttl)).await;
+        let err = check_granted(&store, lease.clone()).await.unwrap_err();
+        assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
+        assert!(
+            err.to_string().contains("granted after its local deadline"),
+            "{err}"
+        );
+        // Released at once, not left to its TTL: the key is free while the store still kept it.
+        let next = crate::Acquire::try_acquire(&store, "k", ttl).await.unwrap();
+        assert!(next.fencing_token() > lease.fencing_token());
     }
 }

@@ -13,7 +13,7 @@ use etcd_client::{
     WatchOptions,
 };
 use fencelock_core::ttl::whole_secs;
-use fencelock_core::validate::{check_mode, check_request, check_wait};
+use fencelock_core::validate::{check_granted, check_mode, check_request, check_wait};
 use fencelock_core::{
     drift, Acquire, Capabilities, Error, Extend, HolderStatus, Instant, KeyStatus, Lease,
     LockStore, Mode, OwnerId, Release, ReleaseOutcome, Result,
@@ -1627,9 +1627,11 @@ impl Acquire for EtcdStore {
     async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Lease> {
         check_request(key, ttl, &self.capabilities())?;
         let dir = self.dir(key);
-        self.attempt(key, ttl, None, Mode::Exclusive)
+        let lease = self
+            .attempt(key, ttl, None, Mode::Exclusive)
             .await
-            .map_err(self.refused("try_acquire", &dir, Right::ReadWrite))
+            .map_err(self.refused("try_acquire", &dir, Right::ReadWrite))?;
+        check_granted(self, lease).await
     }
 
     /// # Cancel safety
@@ -1650,6 +1652,7 @@ impl Acquire for EtcdStore {
                 key,
                 waited: started.elapsed(),
             }),
+            Ok(lease) => check_granted(self, lease).await,
             other => other,
         }
     }
@@ -1672,9 +1675,11 @@ impl Acquire for EtcdStore {
         check_request(key, ttl, &self.capabilities())?;
         check_mode(mode, &self.capabilities())?;
         let dir = self.dir(key);
-        self.attempt(key, ttl, None, mode)
+        let lease = self
+            .attempt(key, ttl, None, mode)
             .await
-            .map_err(self.refused("try_acquire_as", &dir, Right::ReadWrite))
+            .map_err(self.refused("try_acquire_as", &dir, Right::ReadWrite))?;
+        check_granted(self, lease).await
     }
 
     /// # Cancel safety
@@ -1708,6 +1713,7 @@ impl Acquire for EtcdStore {
                 key,
                 waited: started.elapsed(),
             }),
+            Ok(lease) => check_granted(self, lease).await,
             other => other,
         }
     }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use fencelock_core::ttl::{whole_millis, whole_secs};
-use fencelock_core::validate::{check_key, check_request, check_wait};
+use fencelock_core::validate::{check_granted, check_key, check_request, check_wait};
 use fencelock_core::{
     Acquire, Capabilities, Error, Extend, Instant, KeyStatus, Lease, LockStore, OwnerId, Release,
     ReleaseOutcome, Result,
@@ -530,7 +530,10 @@ impl Acquire for MysqlStore {
     async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Lease> {
         check_request(key, ttl, &self.capabilities())?;
         let target = Target::hashed(&self.sessions.config.space(), key);
-        let result = self.acquire_target(&target, ttl, Duration::ZERO).await;
+        let result = match self.acquire_target(&target, ttl, Duration::ZERO).await {
+            Ok(lease) => check_granted(self, lease).await,
+            Err(error) => Err(error),
+        };
         match &result {
             Ok(lease) => tracing::debug!(key, token = lease.fencing_token(), "acquired"),
             Err(error) => tracing::debug!(key, %error, "not acquired"),
@@ -554,7 +557,10 @@ impl Acquire for MysqlStore {
         check_wait(wait)?;
         let target = Target::hashed(&self.sessions.config.space(), key);
         let started = Instant::now();
-        let result = self.acquire_target(&target, ttl, wait).await;
+        let result = match self.acquire_target(&target, ttl, wait).await {
+            Ok(lease) => check_granted(self, lease).await,
+            Err(error) => Err(error),
+        };
         let waited_ms = started.elapsed().as_millis() as u64;
         match &result {
             Ok(lease) => tracing::debug!(key, token = lease.fencing_token(), waited_ms, "acquired"),

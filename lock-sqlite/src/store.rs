@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use fencelock_core::ttl::whole_millis;
-use fencelock_core::validate::{check_key, check_request, check_wait};
+use fencelock_core::validate::{check_granted, check_key, check_request, check_wait};
 use fencelock_core::{
     Acquire, Capabilities, Error, Extend, Instant, KeyStatus, Lease, LockStore, OwnerId, Release,
     ReleaseOutcome, Result,
@@ -615,7 +615,7 @@ impl Acquire for SqliteStore {
     async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Lease> {
         check_request(key, ttl, &self.capabilities())?;
         let result = match self.attempt(key, ttl).await {
-            Ok(Attempt::Granted(lease)) => Ok(lease),
+            Ok(Attempt::Granted(lease)) => check_granted(self, lease).await,
             Ok(Attempt::Held) => Err(Error::Busy {
                 key: key.to_owned(),
             }),
@@ -645,7 +645,10 @@ impl Acquire for SqliteStore {
         check_request(key, ttl, &self.capabilities())?;
         check_wait(wait)?;
         let started = Instant::now();
-        let result = self.wait_for(key, ttl, wait, started).await;
+        let result = match self.wait_for(key, ttl, wait, started).await {
+            Ok(lease) => check_granted(self, lease).await,
+            Err(error) => Err(error),
+        };
         let waited_ms = started.elapsed().as_millis() as u64;
         match &result {
             Ok(lease) => tracing::debug!(key, token = lease.fencing_token(), waited_ms, "acquired"),

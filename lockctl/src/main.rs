@@ -7,7 +7,7 @@
 //! Exit codes follow sysexits: the command's own code when it ran; 64 bad input (including a
 //! lock mode the store does not keep, and `--permits` disagreeing with the limit the key's
 //! permits are held with); 69 store unreachable; 70 lease lost while the command ran (its
-//! process group is terminated); 75 the lock is held by someone else (and the wait, if any, ran
+//! process group is terminated), or expired before it could start (it never ran); 75 the lock is held by someone else (and the wait, if any, ran
 //! out); 76 the store answered with an error.
 
 use std::ffi::OsString;

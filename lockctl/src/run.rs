@@ -90,6 +90,11 @@ pub async fn run(
             .env("ETCD_LOCK_REV", lease.fencing_token().to_string());
     }
     group::configure(&mut command, guardian.announce_fd(), terminal.as_ref());
+    if let Some(code) = expired_before_start(&store, &lease).await {
+        guardian.stand_down();
+        drop(terminal);
+        return ExitCode::from(code);
+    }
     let spawned = command.spawn().and_then(|child| {
         match child.id().and_then(|id| libc::pid_t::try_from(id).ok()) {
             Some(pid) => Ok((child, pid)),
@@ -260,6 +265,23 @@ fn mode_env(command: &mut Command, lease: &Lease) {
     }
 }
 
+/// The last check before the command starts: a lease whose local deadline has passed (a stall
+/// between the store's reply and here) is released, and `run` exits 70 without starting the
+/// command, which must assume the lease gone already.
+async fn expired_before_start(store: &DynLockStore, lease: &Lease) -> Option<u8> {
+    if !lease.is_expired() {
+        return None;
+    }
+    let _ = store.release(lease).await;
+    eprintln!(
+        "lockctl: the lease on {:?} (fencing token {}) expired before the command could start; \
+         the command did not run",
+        lease.key(),
+        lease.fencing_token()
+    );
+    Some(exit::SOFTWARE)
+}
+
 async fn acquire(
     store: &DynLockStore,
     key: &str,
@@ -318,5 +340,31 @@ fn code_of(status: ExitStatus) -> u8 {
         (Some(code), _) => u8::try_from(code).unwrap_or(1),
         (None, Some(signal)) => u8::try_from(128 + signal).unwrap_or(1),
         (None, None) => 1,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use fencelock::MemoryStore;
+
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_expired_before_the_command_starts_exits_70_and_frees_the_key() {
+        let store: DynLockStore = Arc::new(MemoryStore::new());
+        let ttl = Duration::from_secs(3);
+        let lease = store.try_acquire("k", ttl).await.unwrap();
+        assert_eq!(expired_before_start(&store, &lease).await, None);
+        // A stall of the whole local validity between the grant and the spawn.
+        tokio::time::advance(ttl - fencelock::drift(ttl)).await;
+        assert_eq!(
+            expired_before_start(&store, &lease).await,
+            Some(exit::SOFTWARE)
+        );
+        // Released, not left to the store's TTL, which has not run out yet.
+        let next = store.try_acquire("k", ttl).await.unwrap();
+        assert!(next.fencing_token() > lease.fencing_token());
     }
 }
