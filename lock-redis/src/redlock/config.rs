@@ -415,7 +415,10 @@ mod tests {
         // Issue 32: with this window two consecutive leases on one key got the same token.
         let refused = rule("redlock://a,b,c?retention=150ms&max_ttl=100ms");
         assert!(refused.contains("granule"), "{refused}");
-        assert!(refused.contains("smallest window allowed is 1264ms"), "{refused}");
+        assert!(
+            refused.contains("smallest window allowed is 1264ms"),
+            "{refused}"
+        );
         assert!(!refused.contains('\n'), "one line: {refused}");
         // The bound moves with the skew the URL promises, and is exact to the ms.
         let config =
@@ -424,9 +427,14 @@ mod tests {
         assert_eq!(config.max_skew(), Duration::from_millis(10));
         assert_eq!(min_retention(config.max_skew()), Duration::from_millis(274));
         let refused = rule("redlock://a,b,c?retention=273ms&max_ttl=100ms&max_skew=10ms");
-        assert!(refused.contains("smallest window allowed is 274ms"), "{refused}");
+        assert!(
+            refused.contains("smallest window allowed is 274ms"),
+            "{refused}"
+        );
         assert_eq!(
-            RedlockConfig::from_url("redlock://a,b,c").unwrap().max_skew(),
+            RedlockConfig::from_url("redlock://a,b,c")
+                .unwrap()
+                .max_skew(),
             DEFAULT_MAX_SKEW
         );
         assert!(rule("redlock://a,b,c?max_skew=0").contains("max_skew must be"));
