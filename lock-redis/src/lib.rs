@@ -111,6 +111,22 @@
 //! - Redis 7 replicates an expiry as an absolute time, which a promoted replica reads on its
 //!   own clock: behind, it keeps a lease past its TTL (safe, but the next holder waits); ahead,
 //!   it frees the lease early, and only the fencing token keeps the old holder's writes out.
+//! - **Resent requests.** After an I/O error the Cluster client sends a command (with
+//!   `min_replicas`, the whole script-and-`WAIT` pipeline) again, so an acquire script may run
+//!   twice. Each attempt has a fresh owner id, and a permit acquire that finds a live slot of
+//!   its own owner answers that grant and changes nothing: a resend never takes a second slot
+//!   (`script.rs`, `a_resent_permit_acquire_answers_its_grant_and_takes_one_slot`). An
+//!   exclusive acquire run twice finds the key held (by its own first run): the caller sees
+//!   `Busy`, or waits, and that lock stays until its TTL; a shared acquire run twice adds a
+//!   second reader, which keeps writers out until its TTL. Both are bounded by the TTL, as a
+//!   dropped acquire is (`# Cancel safety`).
+//! - **Extends and releases are not acknowledged by replicas.** `min_replicas` adds `WAIT` to
+//!   acquires only: after a failover to a replica that had not received an extend, an
+//!   acknowledged lease expires at the TTL of its acquire or of the last extend that replica
+//!   got, earlier than its holder's deadline (the holder learns at its next extend, and only
+//!   the fencing token keeps its writes out meanwhile); a release the replica had not received
+//!   is undone, and the lease then blocks the key until that same expiry. Tokens are not
+//!   affected: they are written by acquires, which `WAIT` covers.
 //!
 //! # Shared leases and permits
 //! [`RedisStore`] keeps all three [`Mode`]s (`Capabilities::shared` and `permits`; Redlock does
