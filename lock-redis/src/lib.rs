@@ -99,7 +99,10 @@
 //!   master's connection (`WAIT` counts that connection's writes only; one pipeline keeps a
 //!   reconnect from giving it a fresh connection, whose `WAIT` would succeed at once). A grant
 //!   that fewer replicas acknowledged is released and refused with the retryable
-//!   [`Error::Unavailable`](fencelock_core::Error::Unavailable). Every token handed out is
+//!   [`Error::Unavailable`](fencelock_core::Error::Unavailable). A request whose TTL is below
+//!   twice `replica_timeout` is refused with [`Error::InvalidInput`] naming that rule (the
+//!   acknowledgement may take up to `replica_timeout`, and such a lease could be expired on
+//!   arrival); `Capabilities::min_ttl` says so. Every token handed out is
 //!   then on a replica, so a failover to that replica keeps tokens growing; the lock itself is
 //!   still only as safe as Redis replication (`WAIT` does not make Redis consistent: a
 //!   failover to a replica that did not acknowledge loses it).
