@@ -323,6 +323,30 @@ impl RedisConfig {
             .map_or(DEFAULT_REPLICA_TIMEOUT, |c| c.replica_timeout)
     }
 
+    /// The shortest TTL a request may ask for beyond fencelock-core's minimum: with
+    /// `min_replicas`, twice `replica_timeout`, since the acknowledgement (`WAIT`) may take up
+    /// to `replica_timeout` after the grant and a shorter lease could be expired on arrival.
+    pub(crate) fn acknowledged_min_ttl(&self) -> Option<Duration> {
+        (self.min_replicas() > 0).then(|| self.replica_timeout().saturating_mul(2))
+    }
+
+    /// Refuses a request whose TTL is below [`Self::acknowledged_min_ttl`] with
+    /// [`Error::InvalidInput`] on the `"ttl"`, naming the rule.
+    pub(crate) fn check_acknowledged_ttl(&self, ttl: Duration) -> Result<()> {
+        match self.acknowledged_min_ttl() {
+            Some(least) if ttl < least => Err(Error::invalid(
+                "ttl",
+                format!(
+                    "{ttl:?} is below twice replica_timeout ({least:?}): with min_replicas the \
+                     replicas' acknowledgement (WAIT) may take up to replica_timeout ({:?}) \
+                     after the grant, and the lease would be expired on arrival",
+                    self.replica_timeout()
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// The prefix of every key name this store writes.
     pub fn prefix(&self) -> &str {
         &self.prefix
@@ -714,6 +738,36 @@ mod tests {
                 Err(Error::InvalidInput { rule, .. }) => assert!(rule.contains(needle), "{rule}"),
                 other => panic!("expected {needle:?}, got {:?}", other.map(|_| ())),
             }
+        }
+    }
+
+    #[test]
+    fn with_min_replicas_a_ttl_below_twice_the_replica_timeout_is_refused() {
+        let config = RedisConfig::from_url(
+            "redis+cluster://a:1?min_replicas=1&replica_timeout=400ms&command_timeout=1s",
+        )
+        .unwrap();
+        assert_eq!(
+            config.acknowledged_min_ttl(),
+            Some(Duration::from_millis(800))
+        );
+        match config.check_acknowledged_ttl(Duration::from_millis(799)) {
+            Err(Error::InvalidInput { what: "ttl", rule }) => {
+                assert!(rule.contains("twice replica_timeout"), "{rule}");
+                assert!(rule.contains("expired on arrival"), "{rule}");
+            }
+            other => panic!("expected the rule, got {other:?}"),
+        }
+        assert!(config
+            .check_acknowledged_ttl(Duration::from_millis(800))
+            .is_ok());
+        // Without min_replicas nothing is waited for, so there is no such rule.
+        for url in ["redis+cluster://a:1?replica_timeout=400ms", "redis://h"] {
+            let config = RedisConfig::from_url(url).unwrap();
+            assert_eq!(config.acknowledged_min_ttl(), None, "{url}");
+            assert!(config
+                .check_acknowledged_ttl(Duration::from_millis(10))
+                .is_ok());
         }
     }
 

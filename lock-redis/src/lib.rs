@@ -99,7 +99,10 @@
 //!   master's connection (`WAIT` counts that connection's writes only; one pipeline keeps a
 //!   reconnect from giving it a fresh connection, whose `WAIT` would succeed at once). A grant
 //!   that fewer replicas acknowledged is released and refused with the retryable
-//!   [`Error::Unavailable`](fencelock_core::Error::Unavailable). Every token handed out is
+//!   [`Error::Unavailable`](fencelock_core::Error::Unavailable). A request whose TTL is below
+//!   twice `replica_timeout` is refused with [`Error::InvalidInput`] naming that rule (the
+//!   acknowledgement may take up to `replica_timeout`, and such a lease could be expired on
+//!   arrival); `Capabilities::min_ttl` says so. Every token handed out is
 //!   then on a replica, so a failover to that replica keeps tokens growing; the lock itself is
 //!   still only as safe as Redis replication (`WAIT` does not make Redis consistent: a
 //!   failover to a replica that did not acknowledge loses it).
@@ -111,6 +114,22 @@
 //! - Redis 7 replicates an expiry as an absolute time, which a promoted replica reads on its
 //!   own clock: behind, it keeps a lease past its TTL (safe, but the next holder waits); ahead,
 //!   it frees the lease early, and only the fencing token keeps the old holder's writes out.
+//! - **Resent requests.** After an I/O error the Cluster client sends a command (with
+//!   `min_replicas`, the whole script-and-`WAIT` pipeline) again, so an acquire script may run
+//!   twice. Each attempt has a fresh owner id, and a permit acquire that finds a live slot of
+//!   its own owner answers that grant and changes nothing: a resend never takes a second slot
+//!   (`script.rs`, `a_resent_permit_acquire_answers_its_grant_and_takes_one_slot`). An
+//!   exclusive acquire run twice finds the key held (by its own first run): the caller sees
+//!   `Busy`, or waits, and that lock stays until its TTL; a shared acquire run twice adds a
+//!   second reader, which keeps writers out until its TTL. Both are bounded by the TTL, as a
+//!   dropped acquire is (`# Cancel safety`).
+//! - **Extends and releases are not acknowledged by replicas.** `min_replicas` adds `WAIT` to
+//!   acquires only: after a failover to a replica that had not received an extend, an
+//!   acknowledged lease expires at the TTL of its acquire or of the last extend that replica
+//!   got, earlier than its holder's deadline (the holder learns at its next extend, and only
+//!   the fencing token keeps its writes out meanwhile); a release the replica had not received
+//!   is undone, and the lease then blocks the key until that same expiry. Tokens are not
+//!   affected: they are written by acquires, which `WAIT` covers.
 //!
 //! # Shared leases and permits
 //! [`RedisStore`] keeps all three [`Mode`]s (`Capabilities::shared` and `permits`; Redlock does
@@ -216,12 +235,30 @@
 //! expiry and the key's next acquire. A failover to a replica whose clock is behind is the
 //! caveat the Redis table already names.
 //!
-//! On Redlock the same holds per node, with `E` the largest skew between the nodes' clocks
-//! (a raise sets a node's fence to one above the tokens other nodes minted): the raise script
-//! refreshes the expiry too, and a node whose fence expired has not been written for a whole
-//! window, so every token minted since is past every token handed out before that window by
-//! `retention − 2 × skew`: the quorum argument below holds as long as the skew stays far below
-//! the window (seconds against days). A Redlock wait also leaves, on each node, one small
+//! So on one server any window the URL accepts is enough: the mint has no granule (µs) and
+//! one clock both mints and expires, so `retention > max_ttl` is the only rule, and no sound
+//! window is refused. The same holds on a **Redis Cluster** for a key that stays on its slot
+//! master, and across a failover to a replica that has the fence (Redis 7 replicates the
+//! expiry as an absolute time, the promoted replica's mint reads the same clock that expires
+//! it). A **resharding** that moves the slot carries the fence with its *remaining* time to a
+//! master whose clock may be behind by `s`: the margin shrinks to `retention − s`, which any
+//! window of seconds covers.
+//!
+//! **On Redlock** a node's fence may hold a token from another node's clock, ahead of its own
+//! by up to the skew `S` (a raise), and its mint rounds its clock down to a granule `G` (2^18
+//! µs). The fence expires once the node's clock read at least `w + retention`, `w` its last
+//! write (a raise refreshes the expiry too); the next mint there is at least that reading
+//! rounded down, so above the old fence (at most `w + S` plus `E`) once `retention ≥ G + S`
+//! (plus 1 ms: the expiry counts from the script's start, the mint from its `TIME`). A lease's
+//! lifetime only adds margin (a key's next lease on a node comes after the last one's lock
+//! there ended), so `max_ttl` is not part of it; the window must exceed it anyway. A shorter
+//! window lets a node whose fence expired within the granule mint the token it minted before
+//! (issue 32: `retention=150ms&max_ttl=100ms` handed one token out twice), so `redlock://`
+//! refuses any window below `G + max_skew + 1 ms`, with `max_skew` (default 1 s, the
+//! deployment's promise about its nodes' clocks) a URL option: see [`RedlockConfig`]. The
+//! argument is modelled in the tests (`floor_model.rs`: the Lua mint checked against a Rust
+//! mirror on a real server, property tests at the bound, and a history 3 ms below it that
+//! hands a token out twice). A Redlock wait also leaves, on each node, one small
 //! request key for 10 s after it ends (none when its first round took the lock), and its
 //! queue's two sorted sets expire 2.5 s after the last entry. `cargo test -p fencelock-redis
 //! --all-features --test retention` locks 10,000 distinct keys (`FENCELOCK_KEYS=100000` for more) with a short
@@ -350,10 +387,11 @@
 //! an acquire script does, so those nodes are its witnesses when a quorum of them minted the
 //! largest token, and otherwise the raise runs as above, as that lease's owner.
 //!
-//! The coarse clock costs the per-key state argument at most one granule: a fence runs ahead
-//! of its node's clock by less than a granule plus the grants made within one granule, so the
-//! margins of `# Per-key state` shrink by about 0.26 s against a retention window of seconds
-//! to days.
+//! The coarse clock costs the per-key state argument one granule: a node's fence expiring
+//! within a granule plus the skew of its last write could let its next mint repeat a token,
+//! so the retention window must be at least a granule plus `max_skew` plus 1 ms (1264 ms with
+//! the default skew of 1 s), and shorter windows are refused when the URL is read
+//! (`# Per-key state`).
 //!
 //! **Waiting in order.** A waiting acquire enters a per-key queue on every node, with one
 //! ticket for all of them (its client's clock when the wait began; ties by a random waiter id),
@@ -448,6 +486,8 @@ mod config;
 mod descriptor;
 mod error;
 mod eviction;
+#[cfg(test)]
+mod floor_model;
 mod keys;
 mod redlock;
 mod script;

@@ -193,7 +193,10 @@ end
 /// (`{3, 0}`); a permit while `limit` permits live (`{0, ms until the first expires}`), or with
 /// `{2, limit held}` if they were taken with another limit. Otherwise mints the token from the
 /// same fence as the exclusive acquire, takes the lowest free slot (permits), adds the holder
-/// and answers `{1, token, slot or -1}`. Atomic: one script.
+/// and answers `{1, token, slot or -1}`. A permit request whose owner (a fresh id per attempt)
+/// already holds a live slot is the same request sent again (the Cluster client resends a
+/// pipeline after an I/O error): it answers that grant, changing nothing, so a resend never
+/// takes a second slot; the scan it needs is the slot scan's. Atomic: one script.
 /// KEYS: lock, fence, holders, writers. ARGV: owner, ttl ms, retention ms, tag, limit (0: shared).
 pub(crate) const ACQUIRE_AS_LUA: &str = concat!(
     prelude_lua!(),
@@ -225,16 +228,21 @@ if limit == 0 then
     return {3, 0}
   end
 else
-  if count >= limit then
-    local first = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
-    return {0, math.ceil((tonumber(first[2]) - now) / 1000)}
-  end
+  local mine = ARGV[1] .. ':'
   local taken = {}
   for _, member in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
+    if string.sub(member, 1, #mine) == mine then
+      local granted, s = string.match(member, ':(%d+):(%d+)$')
+      return {1, granted, tonumber(s)}
+    end
     local s = string.match(member, ':(%d+)$')
     if s then
       taken[tonumber(s)] = true
     end
+  end
+  if count >= limit then
+    local first = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
+    return {0, math.ceil((tonumber(first[2]) - now) / 1000)}
   end
   slot = 0
   while taken[slot] do
@@ -944,6 +952,52 @@ mod tests {
                 last = ahead.max(last);
             }
         }
+    }
+
+    /// The Cluster client resends a whole pipeline after an I/O error, so an acquire may run
+    /// twice: the second run of a permit request (the same owner id) answers the grant the
+    /// first made and takes no second slot, even when the first took the last one.
+    #[tokio::test]
+    async fn a_resent_permit_acquire_answers_its_grant_and_takes_one_slot() {
+        let url = test_servers::shared::redis().url();
+        let mut conn = redis::Client::open(url)
+            .expect("url")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect");
+        let names = KeyNames::new(&format!("script-test:{}:", OwnerId::random()), "permits");
+        let (ttl, retention) = (Duration::from_secs(30), Duration::from_millis(RETENTION_MS));
+        let mode = Mode::permits(2);
+        let holders = |conn: &mut redis::aio::MultiplexedConnection| {
+            let cmd = redis::cmd("ZCARD").arg(&names.holders).clone();
+            let mut conn = conn.clone();
+            async move { cmd.query_async::<u64>(&mut conn).await.expect("ZCARD") }
+        };
+        let owner = OwnerId::random();
+        let first = acquire_as_on(&mut conn, &names, owner, ttl, retention, mode).await;
+        let resent = acquire_as_on(&mut conn, &names, owner, ttl, retention, mode).await;
+        assert!(
+            matches!(first, Ok(ModeAttempt::Granted { slot: Some(0), .. })),
+            "{first:?}"
+        );
+        assert_eq!(resent.ok(), first.ok(), "the resend answers the same grant");
+        assert_eq!(holders(&mut conn).await, 1, "one slot taken, not two");
+        // Another owner takes the last slot; its resend still finds its grant.
+        let other = OwnerId::random();
+        let last = acquire_as_on(&mut conn, &names, other, ttl, retention, mode).await;
+        assert!(
+            matches!(last, Ok(ModeAttempt::Granted { slot: Some(1), .. })),
+            "{last:?}"
+        );
+        let resent = acquire_as_on(&mut conn, &names, other, ttl, retention, mode).await;
+        assert_eq!(
+            resent.ok(),
+            last.ok(),
+            "a full key answers the resend its grant"
+        );
+        assert_eq!(holders(&mut conn).await, 2);
+        let third = acquire_as_on(&mut conn, &names, OwnerId::random(), ttl, retention, mode).await;
+        assert!(matches!(third, Ok(ModeAttempt::Held { .. })), "{third:?}");
     }
 
     #[test]

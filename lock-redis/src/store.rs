@@ -694,6 +694,7 @@ impl Acquire for RedisStore {
         err(level = "debug")
     )]
     async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Lease> {
+        self.inner.config.check_acknowledged_ttl(ttl)?;
         check_request(key, ttl, &self.capabilities())?;
         self.try_acquire_in(key, ttl, Mode::Exclusive).await
     }
@@ -719,6 +720,7 @@ impl Acquire for RedisStore {
         err(level = "debug")
     )]
     async fn acquire(&self, key: &str, ttl: Duration, wait: Duration) -> Result<Lease> {
+        self.inner.config.check_acknowledged_ttl(ttl)?;
         check_request(key, ttl, &self.capabilities())?;
         check_wait(wait)?;
         self.acquire_in(key, ttl, wait, Mode::Exclusive).await
@@ -739,6 +741,7 @@ impl Acquire for RedisStore {
         err(level = "debug")
     )]
     async fn try_acquire_as(&self, key: &str, ttl: Duration, mode: Mode) -> Result<Lease> {
+        self.inner.config.check_acknowledged_ttl(ttl)?;
         check_request(key, ttl, &self.capabilities())?;
         check_mode(mode, &self.capabilities())?;
         self.try_acquire_in(key, ttl, mode).await
@@ -766,6 +769,7 @@ impl Acquire for RedisStore {
         wait: Duration,
         mode: Mode,
     ) -> Result<Lease> {
+        self.inner.config.check_acknowledged_ttl(ttl)?;
         check_request(key, ttl, &self.capabilities())?;
         check_mode(mode, &self.capabilities())?;
         check_wait(wait)?;
@@ -863,13 +867,15 @@ impl LockStore for RedisStore {
     /// clients publish nothing when they release, so a waiter sees their releases only by
     /// trying again, at least every [`WAIT_CAP`] (fencelock's own releases still wake it).
     /// Shared leases and semaphore permits are kept in both layouts (the crate docs,
-    /// `# Shared leases and permits`).
+    /// `# Shared leases and permits`). With `min_replicas` the shortest TTL is twice
+    /// `replica_timeout` (acquires refuse shorter ones, naming that rule).
     fn capabilities(&self) -> Capabilities {
         Capabilities::new()
             .with_notified_wait(self.inner.config.layout == Layout::Fencelock)
             .with_frees_on_disconnect(false)
             .with_fair_queue(false)
             .with_ttl_granularity(TTL_GRANULARITY)
+            .with_min_ttl(self.inner.config.acknowledged_min_ttl().unwrap_or_default())
             .with_evict(true)
             .with_max_ttl(self.inner.config.max_ttl)
             .with_retention(self.inner.config.retention)
@@ -935,6 +941,38 @@ mod tests {
                 assert_eq!(quick_names(layout, "p:", key), None, "{key:?}");
             }
         }
+    }
+
+    /// Every acquire refuses a TTL below twice `replica_timeout` when `min_replicas` is set,
+    /// before sending anything (the handle's one node is a closed port), and the store
+    /// declares that minimum.
+    #[tokio::test]
+    async fn with_min_replicas_every_acquire_refuses_a_ttl_below_twice_the_replica_timeout() {
+        let port = test_servers::closed_ports(1)[0];
+        let config = RedisConfig::from_url(&format!(
+            "redis+cluster://127.0.0.1:{port}?min_replicas=1&replica_timeout=500ms&command_timeout=1s&allow_eviction=true"
+        ))
+        .expect("url");
+        let store = RedisStore::connect_lazy(config).expect("lazy handle");
+        let ttl = Duration::from_millis(999);
+        let permit = Mode::permits(2);
+        let refusals = [
+            store.try_acquire("k", ttl).await,
+            store.acquire("k", ttl, Duration::from_secs(1)).await,
+            store.try_acquire_as("k", ttl, permit).await,
+            store
+                .acquire_as("k", ttl, Duration::from_secs(1), permit)
+                .await,
+        ];
+        for refused in refusals {
+            match refused {
+                Err(Error::InvalidInput { what: "ttl", rule }) => {
+                    assert!(rule.contains("twice replica_timeout"), "{rule}")
+                }
+                other => panic!("expected the TTL rule, got {other:?}"),
+            }
+        }
+        assert_eq!(store.capabilities().min_ttl, Duration::from_secs(1));
     }
 
     #[tokio::test]

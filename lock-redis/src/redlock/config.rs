@@ -24,6 +24,15 @@ pub(crate) const DEFAULT_RETRY_COUNT: u32 = 3;
 pub(crate) const DEFAULT_RETRY_JITTER: Duration = Duration::from_millis(100);
 /// The fewest nodes a Redlock config accepts.
 pub(crate) const MIN_NODES: usize = 3;
+/// The clock granule of a node's mint: `max(fence + 1, TIME µs rounded down to a multiple of
+/// this)`, 2^18 µs (about 0.26 s), so nodes whose clocks read the same granule mint the same
+/// token (the crate docs, `# Redlock`, say why).
+pub(crate) const TOKEN_GRANULE: Duration = Duration::from_micros(1 << 18);
+/// The default bound on the difference between any two nodes' clocks (`max_skew`).
+pub(crate) const DEFAULT_MAX_SKEW: Duration = Duration::from_secs(1);
+/// A node writes its fence's expiry from the clock its script started at, and mints from the
+/// `TIME` the script reads a little later: this covers the gap (microseconds in practice).
+const EXPIRY_MARGIN: Duration = Duration::from_millis(1);
 
 const OPTIONS: &[&str] = &[
     "prefix",
@@ -35,6 +44,7 @@ const OPTIONS: &[&str] = &[
     "allow_eviction",
     "retention",
     "max_ttl",
+    "max_skew",
     "tls",
     "tls_ca",
     "tls_cert",
@@ -56,14 +66,30 @@ const OPTIONS: &[&str] = &[
 /// | `retry_count` | `3` | retries after a round without a quorum (a split vote, too many nodes failing); at most 100 |
 /// | `retry_jitter` | `100ms` | a retry waits a random 1 ms to this long, so contenders fall out of step |
 /// | `allow_eviction` | `false` | `true` skips the check that no node can evict a held lock (`maxmemory` with a policy other than `noeviction`), accepting that risk knowingly, as for `redis://` |
-/// | `retention` | `7d` | each node's fence expires this long after its last acquire or raise; must exceed `max_ttl`, as for `redis://` |
+/// | `retention` | `7d` | each node's fence expires this long after its last acquire or raise; must exceed `max_ttl`, as for `redis://`, and be at least one clock granule (2^18 µs) plus `max_skew` plus 1 ms, whole ms rounded up (see below) |
 /// | `max_ttl` | `24h` | the longest TTL this handle grants |
+/// | `max_skew` | `1s` | the largest difference between any two nodes' clocks this deployment promises (`ms`, `s`, `m`, `h`, `d`); the floor under the retention window, see below |
 /// | `tls` | `false` | `true`: every node is reached as `rediss://` (needs the crate feature `tls`) |
 /// | `tls_ca`, `tls_cert`, `tls_key` | | as for `rediss://`, for every node; need `tls=true` |
 ///
 /// At least three nodes, each `host:port` (port 6379 if omitted), none listed twice; the
 /// credentials and database apply to every node. Timeouts read `5`, `5s` or `250ms`. Unknown
 /// options are rejected. `Debug` and `Display` never show the password.
+///
+/// **The smallest retention window.** A node mints `max(fence + 1, its clock rounded down to
+/// the granule)`, and its fence may hold a token minted on a node whose clock is ahead by up
+/// to the skew (a raise). Once the fence expired, the node's next mint is its clock's granule:
+/// above the old fence only if the fence lived at least a granule plus the skew after its last
+/// write (plus 1 ms, the gap between the time the expiry counts from and the `TIME` the mint
+/// reads). A shorter window hands out the same token twice (two leases a window apart within
+/// one granule), so [`from_url`](Self::from_url) refuses it, naming the smallest window
+/// allowed: with the default skew, 1264 ms. `max_ttl` is not part of that bound (a key's next
+/// lease on a node comes after the last one's lock there ended, which only adds margin); the
+/// window must exceed it anyway, as on every store. The skew is a URL option rather than a
+/// constant because it is the deployment's promise, not the code's: nodes kept in step by NTP
+/// may say `max_skew=50ms` and use shorter windows; the default, 1 s, leaves room for clocks
+/// that are only loosely kept. It is the same skew the crate docs' node-restart assumption
+/// (`# Redlock`, **Assumptions**) counts on.
 #[derive(Clone)]
 pub struct RedlockConfig {
     /// Each node's single-server config, in URL order.
@@ -73,6 +99,7 @@ pub struct RedlockConfig {
     drift_factor: f64,
     retry_count: u32,
     retry_jitter: Duration,
+    max_skew: Duration,
 }
 
 impl RedlockConfig {
@@ -115,6 +142,7 @@ impl RedlockConfig {
         let mut allow_eviction = false;
         let mut retention = DEFAULT_RETENTION;
         let mut max_ttl = MAX_TTL;
+        let mut max_skew = DEFAULT_MAX_SKEW;
         let mut tls = false;
         let mut tls_files = TlsFiles::default();
         for (name, value) in shape.query_pairs() {
@@ -128,6 +156,7 @@ impl RedlockConfig {
                 "allow_eviction" => allow_eviction = parse_bool("allow_eviction", &value)?,
                 "retention" => retention = parse_window("retention", &value)?,
                 "max_ttl" => max_ttl = parse_max_ttl(&value)?,
+                "max_skew" => max_skew = parse_window("max_skew", &value)?,
                 "tls" => tls = parse_bool("tls", &value)?,
                 name if tls_files.read(name, &value) => {}
                 unknown => {
@@ -139,6 +168,7 @@ impl RedlockConfig {
             }
         }
         check_retention(retention, max_ttl)?;
+        check_granule(retention, max_skew)?;
 
         let mut nodes = Vec::new();
         let mut labels: Vec<String> = Vec::new();
@@ -182,6 +212,7 @@ impl RedlockConfig {
             drift_factor,
             retry_count,
             retry_jitter,
+            max_skew,
         })
     }
 
@@ -230,6 +261,12 @@ impl RedlockConfig {
         self.nodes[0].max_ttl()
     }
 
+    /// The largest difference between two nodes' clocks the retention window allows for
+    /// (`max_skew`).
+    pub fn max_skew(&self) -> Duration {
+        self.max_skew
+    }
+
     /// The clock drift factor.
     pub fn drift_factor(&self) -> f64 {
         self.drift_factor
@@ -269,6 +306,32 @@ fn node_label(node: &RedisConfig) -> String {
     }
 }
 
+/// The shortest retention window whose expiry cannot let a node mint a token again: a granule
+/// plus `max_skew` plus [`EXPIRY_MARGIN`], rounded up to a whole ms (windows are whole ms).
+pub(crate) fn min_retention(max_skew: Duration) -> Duration {
+    let bound = TOKEN_GRANULE
+        .saturating_add(max_skew)
+        .saturating_add(EXPIRY_MARGIN);
+    Duration::from_millis(u64::try_from(bound.as_micros().div_ceil(1_000)).unwrap_or(u64::MAX))
+}
+
+/// Refuses a retention window below [`min_retention`] (see the type's docs), naming the
+/// smallest window allowed. Run after `check_retention`, so the window already exceeds
+/// `max_ttl` and the smallest window allowed is this bound.
+fn check_granule(retention: Duration, max_skew: Duration) -> Result<()> {
+    let least = min_retention(max_skew);
+    if retention >= least {
+        return Ok(());
+    }
+    Err(bad_url(format!(
+        "retention ({retention:?}) is too short for Redlock: a node's fence that expires less \
+         than one clock granule ({TOKEN_GRANULE:?}) plus max_skew ({max_skew:?}) after its last \
+         write lets its next mint repeat a token already handed out; the smallest window \
+         allowed is {}ms",
+        least.as_millis()
+    )))
+}
+
 fn parse_drift_factor(value: &str) -> Result<f64> {
     match value.parse::<f64>() {
         Ok(factor) if (0.0..=0.5).contains(&factor) => Ok(factor),
@@ -304,6 +367,9 @@ impl fmt::Debug for RedlockConfig {
             .field("drift_factor", &self.drift_factor)
             .field("retry_count", &self.retry_count)
             .field("retry_jitter", &self.retry_jitter)
+            .field("retention", &self.retention())
+            .field("max_ttl", &self.max_ttl())
+            .field("max_skew", &self.max_skew)
             .field("allow_eviction", &self.allow_eviction())
             .finish()
     }
@@ -342,6 +408,37 @@ mod tests {
         assert!(rule("redlock://a,b,c?retention=1d").contains("must exceed the maximum TTL"));
         assert!(rule("redlock://a,b,c?retention=1s&max_ttl=1s").contains("must exceed"));
         assert!(rule("redlock://a,b,c?retention=soon").contains("retention must be"));
+    }
+
+    #[test]
+    fn a_window_below_the_clock_granule_is_refused_naming_the_smallest() {
+        // Issue 32: with this window two consecutive leases on one key got the same token.
+        let refused = rule("redlock://a,b,c?retention=150ms&max_ttl=100ms");
+        assert!(refused.contains("granule"), "{refused}");
+        assert!(
+            refused.contains("smallest window allowed is 1264ms"),
+            "{refused}"
+        );
+        assert!(!refused.contains('\n'), "one line: {refused}");
+        // The bound moves with the skew the URL promises, and is exact to the ms.
+        let config =
+            RedlockConfig::from_url("redlock://a,b,c?retention=274ms&max_ttl=100ms&max_skew=10ms")
+                .unwrap();
+        assert_eq!(config.max_skew(), Duration::from_millis(10));
+        assert_eq!(min_retention(config.max_skew()), Duration::from_millis(274));
+        let refused = rule("redlock://a,b,c?retention=273ms&max_ttl=100ms&max_skew=10ms");
+        assert!(
+            refused.contains("smallest window allowed is 274ms"),
+            "{refused}"
+        );
+        assert_eq!(
+            RedlockConfig::from_url("redlock://a,b,c")
+                .unwrap()
+                .max_skew(),
+            DEFAULT_MAX_SKEW
+        );
+        assert!(rule("redlock://a,b,c?max_skew=0").contains("max_skew must be"));
+        assert!(rule("redlock://a,b,c?max_skew=fast").contains("max_skew must be"));
     }
 
     #[test]

@@ -19,5 +19,7 @@ mod scripts;
 mod store;
 
 pub use config::RedlockConfig;
+#[cfg(test)]
+pub(crate) use config::{min_retention, TOKEN_GRANULE};
 pub use quorum::QuorumError;
 pub use store::RedlockStore;

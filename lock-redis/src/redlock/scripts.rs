@@ -532,11 +532,84 @@ fn unexpected(what: &str, reply: &redis::Value) -> Error {
 mod tests {
     use super::*;
 
-    /// The clock granule of a Redlock mint, in µs (2^18 µs, about 0.26 s): a node mints
-    /// `max(fence + 1, TIME µs rounded down to a multiple of this)`, so nodes whose clocks
-    /// read the same granule and whose fences agree mint the same token (the crate docs,
-    /// `# Redlock`, say why that lets the raise be skipped).
-    const GRANULE_MICROS: u64 = 1 << 18;
+    /// The clock granule of a Redlock mint, in µs: the config's, which bounds the window.
+    const GRANULE_MICROS: u64 = crate::redlock::config::TOKEN_GRANULE.as_micros() as u64;
+
+    /// `mint_lua!` on a real server, with the clock reading `t` given instead of read, and
+    /// the fence it left with its remaining ms: what `floor_model::mint` is checked against.
+    const MINT_AT_LUA: &str = concat!(
+        r"
+local t = {ARGV[1], ARGV[2]}
+local token
+",
+        mint_lua!(),
+        r"
+return {token, tonumber(redis.call('GET', KEYS[2])), redis.call('PTTL', KEYS[2])}
+"
+    );
+
+    /// The Lua mint is the model's: for fences missing, behind, within and ahead of the
+    /// clock's granule, the script answers and writes `floor_model::mint`'s token, which
+    /// expires one retention window later (the model's expiry).
+    #[tokio::test]
+    async fn the_lua_mint_is_the_models_mint() {
+        use proptest::strategy::{Strategy, ValueTree};
+        use proptest::test_runner::{Config, TestRunner};
+
+        let url = test_servers::shared::redis().url();
+        let mut conn = redis::Client::open(url)
+            .expect("url")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect");
+        let script = Script::new(MINT_AT_LUA);
+        let fence_key = format!("mint-model:{}:fence", OwnerId::random());
+        let retention_ms = 60_000u64;
+        let g = GRANULE_MICROS;
+        // A clock about 2024, and a fence some granules around it, or none.
+        let cases = (
+            1_700_000_000_000_000..1_800_000_000_000_000u64,
+            proptest::option::of(-3 * g as i64..3 * g as i64),
+        );
+        let mut runner = TestRunner::new(Config::with_cases(64));
+        for _ in 0..64 {
+            let (now, fence_offset) = cases.new_tree(&mut runner).expect("a case").current();
+            let fence = fence_offset.map(|offset| (now as i64 + offset) as u64);
+            match fence {
+                Some(fence) => {
+                    let _: () = redis::cmd("SET")
+                        .arg(&fence_key)
+                        .arg(fence)
+                        .query_async(&mut conn)
+                        .await
+                        .expect("SET fence");
+                }
+                None => {
+                    let _: () = redis::cmd("DEL")
+                        .arg(&fence_key)
+                        .query_async(&mut conn)
+                        .await
+                        .expect("DEL fence");
+                }
+            }
+            let (token, written, pttl): (u64, u64, i64) = script
+                .key("mint-model:unused")
+                .key(&fence_key)
+                .arg(now / 1_000_000)
+                .arg(now % 1_000_000)
+                .arg(retention_ms)
+                .invoke_async(&mut conn)
+                .await
+                .expect("mint script");
+            let expected = crate::floor_model::mint(fence, now, g);
+            assert_eq!(token, expected, "fence {fence:?} at {now} µs");
+            assert_eq!(written, expected, "the fence holds the token");
+            assert!(
+                pttl > 0 && pttl as u64 <= retention_ms,
+                "the fence expires within the window: {pttl} ms"
+            );
+        }
+    }
 
     #[test]
     fn the_scripts_constants_are_the_crates() {
