@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use fencelock_core::validate::{check_key, check_mode, check_request, check_wait};
+use fencelock_core::validate::{check_granted, check_key, check_mode, check_request, check_wait};
 use fencelock_core::{
     Acquire, Capabilities, Error, Extend, Instant, KeyStatus, Lease, LockStore, Mode, OwnerId,
     Release, ReleaseOutcome, Result,
@@ -696,7 +696,8 @@ impl Acquire for RedisStore {
     async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Lease> {
         self.inner.config.check_acknowledged_ttl(ttl)?;
         check_request(key, ttl, &self.capabilities())?;
-        self.try_acquire_in(key, ttl, Mode::Exclusive).await
+        let lease = self.try_acquire_in(key, ttl, Mode::Exclusive).await?;
+        check_granted(self, lease).await
     }
 
     /// Tries once; if the key is held, subscribes to the key's release channel (confirmed
@@ -723,7 +724,8 @@ impl Acquire for RedisStore {
         self.inner.config.check_acknowledged_ttl(ttl)?;
         check_request(key, ttl, &self.capabilities())?;
         check_wait(wait)?;
-        self.acquire_in(key, ttl, wait, Mode::Exclusive).await
+        let lease = self.acquire_in(key, ttl, wait, Mode::Exclusive).await?;
+        check_granted(self, lease).await
     }
 
     /// One attempt in `mode`: [`Acquire::try_acquire`] for an exclusive lease, else one script
@@ -744,7 +746,8 @@ impl Acquire for RedisStore {
         self.inner.config.check_acknowledged_ttl(ttl)?;
         check_request(key, ttl, &self.capabilities())?;
         check_mode(mode, &self.capabilities())?;
-        self.try_acquire_in(key, ttl, mode).await
+        let lease = self.try_acquire_in(key, ttl, mode).await?;
+        check_granted(self, lease).await
     }
 
     /// Waits as [`Acquire::acquire`] does, in `mode`. An exclusive request that has to wait
@@ -773,7 +776,8 @@ impl Acquire for RedisStore {
         check_request(key, ttl, &self.capabilities())?;
         check_mode(mode, &self.capabilities())?;
         check_wait(wait)?;
-        self.acquire_in(key, ttl, wait, mode).await
+        let lease = self.acquire_in(key, ttl, wait, mode).await?;
+        check_granted(self, lease).await
     }
 }
 

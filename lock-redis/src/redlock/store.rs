@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::cluster::Conn;
 use async_trait::async_trait;
-use fencelock_core::validate::{check_key, check_request, check_wait};
+use fencelock_core::validate::{check_granted, check_key, check_request, check_wait};
 use fencelock_core::{
     Acquire, Capabilities, Error, Extend, Instant, KeyStatus, Lease, LockStore, OwnerId, Release,
     ReleaseOutcome, Result,
@@ -485,7 +485,7 @@ impl Acquire for RedlockStore {
         let mut retries = self.config().retry_count();
         loop {
             let last = match self.round(key, &names, ttl, None, OwnerId::random()).await {
-                Round::Granted(lease) => return Ok(lease),
+                Round::Granted(lease) => return check_granted(self, lease).await,
                 Round::Held { .. } => {
                     return Err(Error::Busy {
                         key: key.to_owned(),
@@ -558,7 +558,7 @@ impl Acquire for RedlockStore {
                 .await;
         }
         queued.armed = false;
-        outcome
+        check_granted(self, outcome?).await
     }
 }
 
