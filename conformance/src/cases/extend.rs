@@ -163,8 +163,8 @@ fn expect_validity_left(lease: &Lease, mode: Mode, how: &str) -> CaseResult {
     );
     ensure!(
         !lease.is_expired() && lease.remaining() > Duration::ZERO,
-        "{how} returned a {mode} lease (TTL {:?}) whose local deadline had passed {:?} before \
-         the caller could use it",
+        "{how} returned a lease in {mode} (TTL {:?}) whose local deadline had passed {:?} \
+         before the caller could use it",
         lease.ttl(),
         Instant::now().saturating_duration_since(lease.valid_until())
     );
@@ -227,8 +227,7 @@ pub(super) async fn every_returned_lease_has_validity_left(ctx: Ctx) -> CaseResu
         .into_iter()
         .filter(|mode| ctx.capabilities.supports(*mode));
     // The modes in parallel: each waits out one TTL.
-    futures_util::future::try_join_all(modes.map(|mode| validity_left_in(&ctx, mode, ttl)))
-        .await?;
+    futures_util::future::try_join_all(modes.map(|mode| validity_left_in(&ctx, mode, ttl))).await?;
     Ok(())
 }
 

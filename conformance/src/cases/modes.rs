@@ -889,9 +889,7 @@ pub(super) async fn a_waiting_request_with_a_different_limit_is_refused(ctx: Ctx
 /// single attempts are busy and a waiting one times out (a store with one database session per
 /// handle must not let the session's own shared lock admit its exclusive request). The other
 /// way round, the writer's own handle is refused a reader.
-pub(super) async fn a_writer_is_refused_next_to_a_reader_of_its_own_handle(
-    ctx: Ctx,
-) -> CaseResult {
+pub(super) async fn a_writer_is_refused_next_to_a_reader_of_its_own_handle(ctx: Ctx) -> CaseResult {
     let key = ctx.key("own-reader");
     let long = ctx.timing.long_ttl;
     let store = ctx.handle().await;
@@ -942,7 +940,16 @@ pub(super) async fn extend_does_not_revive_an_expired_permit(ctx: Ctx) -> CaseRe
     let other = ctx.handle().await;
     let permit = take(&ctx.store, &permit_key, short, mode, "a short permit").await?;
     let reader = if ctx.capabilities.shared {
-        Some(take(&ctx.store, &reader_key, short, Mode::Shared, "a short reader").await?)
+        Some(
+            take(
+                &ctx.store,
+                &reader_key,
+                short,
+                Mode::Shared,
+                "a short reader",
+            )
+            .await?,
+        )
     } else {
         None
     };
@@ -1048,8 +1055,8 @@ pub(super) async fn status_counts_exactly_the_readers_held(ctx: Ctx) -> CaseResu
         let lease = take(&store, &key, long, Mode::Shared, &format!("reader {i}")).await?;
         held.push((store, lease));
         let leases: Vec<&Lease> = held.iter().map(|(_, lease)| lease).collect();
-        let what = format!("{i} readers");
-        if !expect_readers_counted(&ctx.store, &key, &leases, &mut lists, &what).await? {
+        let what = ["one reader", "two readers", "three readers"][i - 1];
+        if !expect_readers_counted(&ctx.store, &key, &leases, &mut lists, what).await? {
             // No status: nothing to count.
             for (store, lease) in &held {
                 released(store, lease, "a reader").await?;
@@ -1065,7 +1072,7 @@ pub(super) async fn status_counts_exactly_the_readers_held(ctx: Ctx) -> CaseResu
         &key,
         &leases,
         &mut lists,
-        "2 readers after a third released",
+        "two readers after a third released",
     )
     .await?;
     for (store, lease) in &held {
@@ -1095,8 +1102,16 @@ pub(super) async fn each_reader_keeps_the_key_for_its_own_ttl(ctx: Ctx) -> CaseR
     // Both short readers were taken before this sleep starts.
     outlive(&ctx, &last_short).await;
     for (key, lease, what) in [
-        (&joined_short, &long_after, "a long reader that joined a short one"),
-        (&joined_long, &long_before, "a long reader that a short one joined"),
+        (
+            &joined_short,
+            &long_after,
+            "a long reader that joined a short one",
+        ),
+        (
+            &joined_long,
+            &long_before,
+            "a long reader that a short one joined",
+        ),
     ] {
         expect_busy(
             other.try_acquire_as(key, long, Mode::Exclusive).await,
