@@ -3,7 +3,7 @@
 //! passes the whole suite, so each failure is the flaw's doing. The keep-alive cases are also
 //! run with broken keep-alives (fencelock-core's, fed through a wrapper that changes what it sees).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -44,6 +44,10 @@ enum Flaw {
     /// Declares a retention window of [`RETENTION`] and restarts the token of a key not
     /// acquired for that long, as a store that drops its counter with no floor would.
     TokensRestartAfterRetention,
+    /// The waiting path measures the lease's local deadline from the start of the wait, not
+    /// from the granting attempt: a lease granted after waiting longer than its TTL comes back
+    /// with its deadline already passed.
+    DeadlineFromWaitStart,
 }
 
 /// The retention window [`Flaw::TokensRestartAfterRetention`] declares.
@@ -191,6 +195,15 @@ impl Acquire for FlawedStore {
         let deadline = started + wait;
         loop {
             let expires = match self.attempt(key, ttl).await? {
+                Ok(lease) if self.flaw == Flaw::DeadlineFromWaitStart => {
+                    return Ok(Lease::new(
+                        key,
+                        lease.owner(),
+                        lease.fencing_token(),
+                        ttl,
+                        started,
+                    ))
+                }
                 Ok(lease) => return Ok(lease),
                 Err(expires) => expires,
             };
@@ -475,6 +488,15 @@ async fn polling_behind_a_notified_wait_claim_is_caught() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_returned_with_their_deadline_passed_are_caught() {
+    assert_caught(
+        Flaw::DeadlineFromWaitStart,
+        "every_returned_lease_has_validity_left",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_keep_alive_that_extends_too_seldom_to_notice_a_loss_is_caught() {
     assert_caught_in(
         factory_with(Flaw::None, KeepAliveFlaw::ExtendsTooSeldom),
@@ -534,6 +556,26 @@ enum ModeFlaw {
     UndeclaredModesGranted,
     /// Limits outside `1..=MAX_PERMITS` are clamped into it instead of refused.
     PermitLimitUnchecked,
+    /// A waiting request with another limit is granted a permit of the held limit (a single
+    /// attempt is refused, as it should be).
+    WaitingLimitMismatchGranted,
+    /// An exclusive request on a handle whose own readers are the key's only holders is
+    /// granted as one more of them, as a store with one database session per handle whose
+    /// session lock re-enters would.
+    WriterJoinsItsOwnHandlesReaders,
+    /// An extend of an expired permit takes a new permit for the lease and reports success.
+    ExtendRevivesExpiredPermits,
+    /// `status` of a key held by readers counts one reader more than there are, and lists
+    /// none.
+    StatusOverCountsReaders,
+    /// A reader that joins others is kept only until the earliest expiry among them: the
+    /// readers are all forgotten then.
+    ReadersExpireWithTheEarliest,
+    /// A waiting writer marks the key, keeping new readers out, and unmarks it only when its
+    /// wait ends: a writer dropped mid-wait keeps readers out for good.
+    DroppedWriterKeepsReadersOut,
+    /// Waiting readers ignore releases: they look again only when the writer's TTL runs out.
+    ReadersWokenOnlyAtExpiry,
 }
 
 /// A [`MemoryStore`] with one [`ModeFlaw`]; exclusive leases are the memory store's own.
@@ -542,14 +584,20 @@ struct ModeStore {
     inner: MemoryStore,
     flaw: ModeFlaw,
     /// For [`ModeFlaw::TokensOfOtherModesRestart`]: the per-key counter of the other modes,
-    /// and the memory store's lease behind each lease handed out, by owner.
+    /// and the memory store's lease behind each lease handed out, by owner; for
+    /// [`ModeFlaw::DroppedWriterKeepsReadersOut`], the writers' marks.
     other_modes: Arc<Mutex<OtherModes>>,
+    /// For [`ModeFlaw::WriterJoinsItsOwnHandlesReaders`]: the owners of the readers granted
+    /// through this handle (each handle has its own).
+    handle_readers: Arc<Mutex<HashSet<OwnerId>>>,
 }
 
 #[derive(Default)]
 struct OtherModes {
     counters: HashMap<String, u64>,
     real: HashMap<OwnerId, Lease>,
+    /// How many waiting writers marked each key.
+    writer_marks: HashMap<String, usize>,
 }
 
 impl std::fmt::Debug for OtherModes {
@@ -564,7 +612,70 @@ impl ModeStore {
             inner,
             flaw,
             other_modes: Arc::default(),
+            handle_readers: Arc::default(),
         }
+    }
+
+    /// Another handle to the same store.
+    fn new_handle(&self) -> Self {
+        ModeStore {
+            handle_readers: Arc::default(),
+            ..self.clone()
+        }
+    }
+
+    /// Adds `by` to the writers' marks on `key`.
+    fn mark(&self, key: &str, by: isize) {
+        let mut other_modes = self.other_modes();
+        let marks = other_modes.writer_marks.entry(key.to_owned()).or_insert(0);
+        *marks = marks.saturating_add_signed(by);
+    }
+
+    fn marked(&self, key: &str) -> bool {
+        self.other_modes()
+            .writer_marks
+            .get(key)
+            .is_some_and(|marks| *marks > 0)
+    }
+
+    /// Whether `key` is held by readers only, every one of them granted through this handle.
+    async fn held_by_own_readers(&self, key: &str) -> Result<bool> {
+        let KeyStatus::Shared {
+            mode: Mode::Shared,
+            holders,
+            ..
+        } = self.inner.status(key).await?
+        else {
+            return Ok(false);
+        };
+        let own = self
+            .handle_readers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        Ok(holders
+            .iter()
+            .all(|holder| holder.owner.is_some_and(|owner| own.contains(&owner))))
+    }
+
+    /// For [`ModeFlaw::ReadersExpireWithTheEarliest`]: forgets the key's readers when the
+    /// earliest of those `reader` joined expires.
+    async fn expire_with_the_earliest(&self, reader: &Lease) -> Result<()> {
+        let KeyStatus::Shared { holders, .. } = self.inner.status(reader.key()).await? else {
+            return Ok(());
+        };
+        let earliest = holders
+            .iter()
+            .filter(|holder| holder.owner != Some(reader.owner()))
+            .filter_map(|holder| holder.remaining)
+            .min();
+        if let Some(earliest) = earliest {
+            let (inner, key) = (self.inner.clone(), reader.key().to_owned());
+            tokio::spawn(async move {
+                sleep(earliest).await;
+                let _ = inner.evict(&key).await;
+            });
+        }
+        Ok(())
     }
 
     fn other_modes(&self) -> std::sync::MutexGuard<'_, OtherModes> {
@@ -589,6 +700,12 @@ impl ModeStore {
 
     /// The memory store's `lease`, granted for a request in `mode`, as the caller sees it.
     fn granted(&self, lease: Lease, mode: Mode) -> Lease {
+        if self.flaw == ModeFlaw::WriterJoinsItsOwnHandlesReaders && mode == Mode::Shared {
+            self.handle_readers
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(lease.owner());
+        }
         let slot = match (self.flaw, mode) {
             // The extra permit shares a slot below the limit, as a store whose slots wrap would.
             (ModeFlaw::PermitsOverLimit, Mode::Permit { limit }) => {
@@ -632,6 +749,15 @@ impl ModeStore {
 
     /// One attempt in `mode`, flaws included.
     async fn try_in(&self, key: &str, ttl: Duration, mode: Mode) -> Result<Lease> {
+        let busy = || Error::Busy {
+            key: key.to_owned(),
+        };
+        if self.flaw == ModeFlaw::DroppedWriterKeepsReadersOut
+            && mode == Mode::Shared
+            && self.marked(key)
+        {
+            return Err(busy());
+        }
         let result = self.inner.try_acquire_as(key, ttl, self.asked(mode)).await;
         let result = match (self.flaw, result) {
             (ModeFlaw::WriterJoinsReaders, Err(Error::Busy { .. })) if mode == Mode::Exclusive => {
@@ -649,9 +775,22 @@ impl ModeStore {
                     .try_acquire_as(key, ttl, Mode::permits(held))
                     .await
             }
+            (ModeFlaw::WriterJoinsItsOwnHandlesReaders, Err(Error::Busy { .. }))
+                if mode == Mode::Exclusive =>
+            {
+                if self.held_by_own_readers(key).await? {
+                    self.inner.try_acquire_as(key, ttl, Mode::Shared).await
+                } else {
+                    Err(busy())
+                }
+            }
             (_, result) => result,
         };
-        Ok(self.granted(result?, mode))
+        let lease = self.granted(result?, mode);
+        if self.flaw == ModeFlaw::ReadersExpireWithTheEarliest && mode == Mode::Shared {
+            self.expire_with_the_earliest(&lease).await?;
+        }
+        Ok(lease)
     }
 
     /// A waiting acquire in `mode`, flaws included.
@@ -681,16 +820,77 @@ impl ModeStore {
                 task.await
                     .map_err(|e| Error::store("the waiting task failed", e))?
             }
-            (ModeFlaw::LimitMismatchGranted, Mode::Permit { .. }) => {
-                match self.inner.acquire_as(key, ttl, wait, mode).await {
-                    Err(Error::LimitMismatch { held, .. }) => {
-                        let lease = self
-                            .inner
-                            .acquire_as(key, ttl, wait, Mode::permits(held))
-                            .await?;
+            (
+                ModeFlaw::LimitMismatchGranted | ModeFlaw::WaitingLimitMismatchGranted,
+                Mode::Permit { .. },
+            ) => match self.inner.acquire_as(key, ttl, wait, mode).await {
+                Err(Error::LimitMismatch { held, .. }) => {
+                    let lease = self
+                        .inner
+                        .acquire_as(key, ttl, wait, Mode::permits(held))
+                        .await?;
+                    Ok(self.granted(lease, mode))
+                }
+                other => other,
+            },
+            (ModeFlaw::WriterJoinsItsOwnHandlesReaders, Mode::Exclusive) => {
+                check_wait(wait)?;
+                match self.try_in(key, ttl, mode).await {
+                    Err(Error::Busy { .. }) => {
+                        let lease = self.inner.acquire_as(key, ttl, wait, mode).await?;
                         Ok(self.granted(lease, mode))
                     }
                     other => other,
+                }
+            }
+            (ModeFlaw::DroppedWriterKeepsReadersOut, Mode::Exclusive) => {
+                self.mark(key, 1);
+                let result = self.inner.acquire_as(key, ttl, wait, mode).await;
+                // Unmarked only here: a future dropped while it waits never gets here.
+                self.mark(key, -1);
+                Ok(self.granted(result?, mode))
+            }
+            (ModeFlaw::DroppedWriterKeepsReadersOut, Mode::Shared) => {
+                check_wait(wait)?;
+                let started = Instant::now();
+                while self.marked(key) {
+                    if started.elapsed() >= wait {
+                        return Err(Error::WaitTimedOut {
+                            key: key.to_owned(),
+                            waited: started.elapsed(),
+                        });
+                    }
+                    sleep(Duration::from_millis(5)).await;
+                }
+                let left = wait.saturating_sub(started.elapsed());
+                let lease = self.inner.acquire_as(key, ttl, left, mode).await?;
+                Ok(self.granted(lease, mode))
+            }
+            (ModeFlaw::ReadersWokenOnlyAtExpiry, Mode::Shared) => {
+                check_wait(wait)?;
+                let started = Instant::now();
+                let deadline = started + wait;
+                loop {
+                    match self.try_in(key, ttl, mode).await {
+                        Err(Error::Busy { .. }) => {}
+                        other => return other,
+                    }
+                    let now = Instant::now();
+                    if now >= deadline {
+                        return Err(Error::WaitTimedOut {
+                            key: key.to_owned(),
+                            waited: now - started,
+                        });
+                    }
+                    // Asleep until the writer's TTL runs out: its release wakes nobody.
+                    let next = match self.inner.status(key).await? {
+                        KeyStatus::Held {
+                            remaining: Some(remaining),
+                            ..
+                        } => now + remaining,
+                        _ => now + Duration::from_millis(5),
+                    };
+                    tokio::time::sleep_until(next.min(deadline)).await;
                 }
             }
             _ => {
@@ -698,7 +898,11 @@ impl ModeStore {
                     .inner
                     .acquire_as(key, ttl, wait, self.asked(mode))
                     .await?;
-                Ok(self.granted(lease, mode))
+                let lease = self.granted(lease, mode);
+                if self.flaw == ModeFlaw::ReadersExpireWithTheEarliest && mode == Mode::Shared {
+                    self.expire_with_the_earliest(&lease).await?;
+                }
+                Ok(lease)
             }
         }
     }
@@ -781,7 +985,22 @@ impl Extend for ModeStore {
             lease.confirm(real.valid_until() - (lease.ttl() - drift(lease.ttl())));
             return Ok(());
         }
-        self.inner.extend(lease).await
+        let permit = matches!(lease.mode(), Mode::Permit { .. });
+        match self.inner.extend(lease).await {
+            Err(Error::LeaseLost { .. })
+                if self.flaw == ModeFlaw::ExtendRevivesExpiredPermits
+                    && permit
+                    && lease.is_expired() =>
+            {
+                let sent_at = Instant::now();
+                self.inner
+                    .try_acquire_as(lease.key(), lease.ttl(), lease.mode())
+                    .await?;
+                lease.confirm(sent_at);
+                Ok(())
+            }
+            result => result,
+        }
     }
 }
 
@@ -797,7 +1016,21 @@ impl LockStore for ModeStore {
     }
 
     async fn status(&self, key: &str) -> Result<KeyStatus> {
-        self.inner.status(key).await
+        match (self.flaw, self.inner.status(key).await?) {
+            (
+                ModeFlaw::StatusOverCountsReaders,
+                KeyStatus::Shared {
+                    mode: Mode::Shared,
+                    count,
+                    ..
+                },
+            ) => Ok(KeyStatus::Shared {
+                mode: Mode::Shared,
+                count: count + 1,
+                holders: Vec::new(),
+            }),
+            (_, status) => Ok(status),
+        }
     }
 
     async fn evict(&self, key: &str) -> Result<bool> {
@@ -812,7 +1045,7 @@ struct ModeFactory {
 #[async_trait]
 impl StoreFactory for ModeFactory {
     async fn handle(&self) -> DynLockStore {
-        Arc::new(self.store.clone())
+        Arc::new(self.store.new_handle())
     }
 
     async fn unreachable_handle(&self) -> DynLockStore {
@@ -840,6 +1073,13 @@ const MODE_CASES: &[&str] = &[
     "a_different_limit_is_refused_while_permits_are_held",
     "a_dropped_permit_waiter_never_takes_a_permit_later",
     "unsupported_modes_are_refused",
+    "a_waiting_request_with_a_different_limit_is_refused",
+    "a_writer_is_refused_next_to_a_reader_of_its_own_handle",
+    "extend_does_not_revive_an_expired_permit",
+    "status_counts_exactly_the_readers_held",
+    "each_reader_keeps_the_key_for_its_own_ttl",
+    "a_dropped_waiting_writer_stops_keeping_readers_out",
+    "notified_readers_get_a_released_key_within_150_ms",
 ];
 
 /// Each flaw and the modes case that catches it.
@@ -884,6 +1124,34 @@ const MODE_FLAWS: &[(ModeFlaw, &str)] = &[
     (
         ModeFlaw::PermitLimitUnchecked,
         "unsupported_modes_are_refused",
+    ),
+    (
+        ModeFlaw::WaitingLimitMismatchGranted,
+        "a_waiting_request_with_a_different_limit_is_refused",
+    ),
+    (
+        ModeFlaw::WriterJoinsItsOwnHandlesReaders,
+        "a_writer_is_refused_next_to_a_reader_of_its_own_handle",
+    ),
+    (
+        ModeFlaw::ExtendRevivesExpiredPermits,
+        "extend_does_not_revive_an_expired_permit",
+    ),
+    (
+        ModeFlaw::StatusOverCountsReaders,
+        "status_counts_exactly_the_readers_held",
+    ),
+    (
+        ModeFlaw::ReadersExpireWithTheEarliest,
+        "each_reader_keeps_the_key_for_its_own_ttl",
+    ),
+    (
+        ModeFlaw::DroppedWriterKeepsReadersOut,
+        "a_dropped_waiting_writer_stops_keeping_readers_out",
+    ),
+    (
+        ModeFlaw::ReadersWokenOnlyAtExpiry,
+        "notified_readers_get_a_released_key_within_150_ms",
     ),
 ];
 
@@ -986,4 +1254,39 @@ async fn modes_granted_without_being_declared_are_caught() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unchecked_permit_limits_are_caught() {
     assert_mode_flaw_caught(ModeFlaw::PermitLimitUnchecked).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limit_mismatch_granted_on_the_waiting_path_is_caught() {
+    assert_mode_flaw_caught(ModeFlaw::WaitingLimitMismatchGranted).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_granted_next_to_its_own_handles_reader_is_caught() {
+    assert_mode_flaw_caught(ModeFlaw::WriterJoinsItsOwnHandlesReaders).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_extend_that_revives_an_expired_permit_is_caught() {
+    assert_mode_flaw_caught(ModeFlaw::ExtendRevivesExpiredPermits).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_status_that_over_counts_readers_is_caught() {
+    assert_mode_flaw_caught(ModeFlaw::StatusOverCountsReaders).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_kept_only_until_the_earliest_expiry_are_caught() {
+    assert_mode_flaw_caught(ModeFlaw::ReadersExpireWithTheEarliest).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_writer_that_keeps_readers_out_is_caught() {
+    assert_mode_flaw_caught(ModeFlaw::DroppedWriterKeepsReadersOut).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_woken_only_at_the_writers_expiry_are_caught() {
+    assert_mode_flaw_caught(ModeFlaw::ReadersWokenOnlyAtExpiry).await;
 }

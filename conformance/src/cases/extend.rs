@@ -1,8 +1,9 @@
-//! Extending and expiring: compare-and-expire, no resurrection, a conservative local deadline.
+//! Extending and expiring: compare-and-expire, no resurrection, a conservative local deadline,
+//! and no lease returned with its deadline already passed.
 
 use std::time::Duration;
 
-use fencelock_core::{drift, Error, KeyStatus};
+use fencelock_core::{drift, DynLockStore, Error, KeyStatus, Lease, Mode};
 use tokio::time::{sleep, sleep_until, Instant};
 
 use super::support::{expect_busy, expect_lost, outlive, released};
@@ -134,6 +135,100 @@ pub(super) async fn local_deadline_is_conservative(ctx: Ctx) -> CaseResult {
         );
     }
     released(&ctx.store, &lease, "holder").await
+}
+
+/// Takes `key` in `mode` by the plain methods for an exclusive lease, the `_as` ones for the
+/// others: one attempt without `wait`, a waiting acquire with it.
+async fn grant(
+    store: &DynLockStore,
+    key: &str,
+    ttl: Duration,
+    wait: Option<Duration>,
+    mode: Mode,
+) -> fencelock_core::Result<Lease> {
+    match (mode, wait) {
+        (Mode::Exclusive, None) => store.try_acquire(key, ttl).await,
+        (Mode::Exclusive, Some(wait)) => store.acquire(key, ttl, wait).await,
+        (mode, None) => store.try_acquire_as(key, ttl, mode).await,
+        (mode, Some(wait)) => store.acquire_as(key, ttl, wait, mode).await,
+    }
+}
+
+/// Checks that `lease`, just returned by `how`, is held in `mode` with validity left.
+fn expect_validity_left(lease: &Lease, mode: Mode, how: &str) -> CaseResult {
+    ensure!(
+        lease.mode() == mode,
+        "{how}: a lease asked as {mode} says it is held as {}",
+        lease.mode()
+    );
+    ensure!(
+        !lease.is_expired() && lease.remaining() > Duration::ZERO,
+        "{how} returned a lease in {mode} (TTL {:?}) whose local deadline had passed {:?} \
+         before the caller could use it",
+        lease.ttl(),
+        Instant::now().saturating_duration_since(lease.valid_until())
+    );
+    Ok(())
+}
+
+/// One mode of [`every_returned_lease_has_validity_left`].
+async fn validity_left_in(ctx: &Ctx, mode: Mode, ttl: Duration) -> CaseResult {
+    let name = match mode {
+        Mode::Exclusive => "validity-exclusive",
+        Mode::Shared => "validity-shared",
+        _ => "validity-permit",
+    };
+    let key = ctx.key(name);
+    let (other, waiter) = (ctx.handle().await, ctx.handle().await);
+    let lease = grant(&ctx.store, &key, ttl, None, mode).await?;
+    expect_validity_left(&lease, mode, "a single attempt")?;
+    released(&ctx.store, &lease, "a lease from a single attempt").await?;
+    let lease = grant(&ctx.store, &key, ttl, Some(ttl), mode).await?;
+    expect_validity_left(&lease, mode, "a waiting acquire of a free key")?;
+    released(&ctx.store, &lease, "a lease from a waiting acquire").await?;
+    // A writer holds the key for longer than the waiter's TTL.
+    let blocker = other.try_acquire(&key, ctx.timing.long_ttl).await?;
+    let waited = tokio::spawn({
+        let key = key.clone();
+        let wait = ttl * 2 + ctx.timing.wake_bound;
+        async move {
+            let lease = grant(&waiter, &key, ttl, Some(wait), mode).await;
+            (lease, waiter)
+        }
+    });
+    sleep(ttl + ttl / 4).await;
+    ensure!(
+        !waited.is_finished(),
+        "a waiting {mode} acquire returned while a writer held the key"
+    );
+    released(&other, &blocker, "the writer").await?;
+    let (lease, waiter) = waited
+        .await
+        .map_err(|e| Failure(format!("the waiter panicked: {e}")))?;
+    let lease = lease?;
+    expect_validity_left(
+        &lease,
+        mode,
+        "a waiting acquire that waited longer than its TTL",
+    )?;
+    released(&waiter, &lease, "a lease after a long wait").await
+}
+
+/// Every lease a store returns still has validity left (its local deadline is ahead, so its
+/// holder may act on it), in every mode the store keeps: from a single attempt, from a waiting
+/// acquire of a free key, and from one that waited longer than its own TTL (1 s, or the
+/// store's shortest) for a writer to go, which is where a deadline measured from the start of
+/// the wait, or a stall after the grant, would have it expire before it is returned.
+pub(super) async fn every_returned_lease_has_validity_left(ctx: Ctx) -> CaseResult {
+    let ttl = ctx
+        .capabilities
+        .granted_ttl(ctx.timing.short_ttl.max(Duration::from_secs(1)));
+    let modes = [Mode::Exclusive, Mode::Shared, Mode::permits(2)]
+        .into_iter()
+        .filter(|mode| ctx.capabilities.supports(*mode));
+    // The modes in parallel: each waits out one TTL.
+    futures_util::future::try_join_all(modes.map(|mode| validity_left_in(&ctx, mode, ttl))).await?;
+    Ok(())
 }
 
 pub(super) async fn expiry_frees_the_key(ctx: Ctx) -> CaseResult {

@@ -69,6 +69,7 @@ macro_rules! __for_each_case {
                 extend_moves_the_local_deadline,
                 extend_keeps_the_key_until_the_new_local_deadline,
                 local_deadline_is_conservative,
+                every_returned_lease_has_validity_left,
                 expiry_frees_the_key,
             }
             tokens {
@@ -114,10 +115,17 @@ macro_rules! __for_each_case {
                 released_and_expired_permits_are_free_again_and_wake_a_waiter if |c: &Capabilities| c.permits,
                 tokens_increase_across_permits_and_modes if |c: &Capabilities| c.permits || c.shared,
                 readers_hold_together if |c: &Capabilities| c.shared,
+                status_counts_exactly_the_readers_held if |c: &Capabilities| c.shared,
+                each_reader_keeps_the_key_for_its_own_ttl if |c: &Capabilities| c.shared,
+                notified_readers_get_a_released_key_within_150_ms if |c: &Capabilities| c.shared && c.notified_wait,
                 a_writer_excludes_readers_and_writers if |c: &Capabilities| c.shared,
+                a_writer_is_refused_next_to_a_reader_of_its_own_handle if |c: &Capabilities| c.shared,
+                a_dropped_waiting_writer_stops_keeping_readers_out if |c: &Capabilities| c.shared,
                 a_waiting_writer_is_served_while_readers_keep_arriving if |c: &Capabilities| c.shared,
                 permit_release_and_extend_are_owner_only if |c: &Capabilities| c.permits,
                 a_different_limit_is_refused_while_permits_are_held if |c: &Capabilities| c.permits,
+                a_waiting_request_with_a_different_limit_is_refused if |c: &Capabilities| c.permits,
+                extend_does_not_revive_an_expired_permit if |c: &Capabilities| c.permits,
                 a_dropped_permit_waiter_never_takes_a_permit_later if |c: &Capabilities| c.permits,
                 unsupported_modes_are_refused,
             }

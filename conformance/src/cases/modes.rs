@@ -1,13 +1,17 @@
 //! Lock modes ([`Mode`]): semaphore permits never exceed their limit, come free on release
-//! and expiry, refuse another limit and are owner-only; readers hold together, a writer
-//! excludes everyone and is served while readers keep arriving; tokens grow across every mode;
-//! and a store refuses the modes it does not declare.
+//! and expiry (an extend revives none), refuse another limit on both paths and are owner-only;
+//! readers hold together, each for its own TTL, and `status` counts them exactly; a writer
+//! excludes everyone (its own handle's reader too), is served while readers keep arriving, and
+//! keeps readers out no longer once dropped; a writer's release wakes waiting readers; tokens
+//! grow across every mode; and a store refuses the modes it does not declare.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use fencelock_core::{Error, FenceGate, Lease, Mode, OwnerId, ReleaseOutcome, MAX_PERMITS};
+use fencelock_core::{
+    DynLockStore, Error, FenceGate, KeyStatus, Lease, Mode, OwnerId, ReleaseOutcome, MAX_PERMITS,
+};
 use tokio::task::JoinHandle;
 use tokio::time::{sleep, timeout, Instant};
 
@@ -686,31 +690,9 @@ pub(super) async fn a_different_limit_is_refused_while_permits_are_held(ctx: Ctx
     let long = ctx.timing.long_ttl;
     let other = ctx.handle().await;
     let three = take(&ctx.store, &key, long, Mode::permits(3), "a permit of 3").await?;
-    let expect_mismatch =
-        |result: fencelock_core::Result<Lease>, held: u32, requested: u32| match result {
-            Err(Error::LimitMismatch {
-                key: k,
-                held: h,
-                requested: r,
-            }) => {
-                ensure!(k == key, "the limit mismatch names key {k:?}");
-                ensure!(
-                    (h, r) == (held, requested),
-                    "a request for {requested} permits next to {held} reported held {h}, \
-                     requested {r}"
-                );
-                Ok(())
-            }
-            Ok(lease) => Err(Failure(format!(
-                "a request for {requested} permits was granted (slot {:?}) while the key's \
-                 permits are held with a limit of {held}",
-                lease.slot()
-            ))),
-            Err(error) => Err(Failure(format!(
-                "a request for {requested} permits next to {held}: expected LimitMismatch, \
-                 got {error}"
-            ))),
-        };
+    let expect_mismatch = |result, held, requested| {
+        expect_limit_mismatch(result, &key, held, requested, "try_acquire_as")
+    };
     expect_mismatch(
         other.try_acquire_as(&key, long, Mode::permits(5)).await,
         3,
@@ -742,6 +724,41 @@ pub(super) async fn a_different_limit_is_refused_while_permits_are_held(ctx: Ctx
         3,
     )?;
     released(&other, &five, "the permit of 5").await
+}
+
+/// Checks that `result`, the answer to a request (by `how`) for `requested` permits of `key`
+/// while its permits are held with a limit of `held`, is `LimitMismatch` naming both.
+fn expect_limit_mismatch(
+    result: fencelock_core::Result<Lease>,
+    key: &str,
+    held: u32,
+    requested: u32,
+    how: &str,
+) -> CaseResult {
+    match result {
+        Err(Error::LimitMismatch {
+            key: k,
+            held: h,
+            requested: r,
+        }) => {
+            ensure!(k == key, "{how}: the limit mismatch names key {k:?}");
+            ensure!(
+                (h, r) == (held, requested),
+                "{how}: a request for {requested} permits next to {held} reported held {h}, \
+                 requested {r}"
+            );
+            Ok(())
+        }
+        Ok(lease) => Err(Failure(format!(
+            "{how}: a request for {requested} permits was granted (slot {:?}) while the key's \
+             permits are held with a limit of {held}",
+            lease.slot()
+        ))),
+        Err(error) => Err(Failure(format!(
+            "{how}: a request for {requested} permits next to {held}: expected LimitMismatch, \
+             got {error}"
+        ))),
+    }
 }
 
 /// A permit waiter dropped mid-wait never takes a permit afterwards: once a permit is
@@ -837,4 +854,405 @@ pub(super) async fn unsupported_modes_are_refused(ctx: Ctx) -> CaseResult {
     )
     .await?;
     released(&ctx.store, &lease, "the writer").await
+}
+
+/// The waiting path refuses another limit as the single attempt does: next to one permit of
+/// 2, and next to a full semaphore of 2, `acquire_as` for 5 fails with `LimitMismatch { held:
+/// 2, requested: 5 }`, neither granted a permit of the held limit nor left waiting until it
+/// times out (its wait is half a second).
+pub(super) async fn a_waiting_request_with_a_different_limit_is_refused(ctx: Ctx) -> CaseResult {
+    let key = ctx.key("permit-limit-waiting");
+    let long = ctx.timing.long_ttl;
+    let wait = Duration::from_millis(500);
+    let (other, third) = (ctx.handle().await, ctx.handle().await);
+    let first = take(&ctx.store, &key, long, Mode::permits(2), "a permit of 2").await?;
+    expect_limit_mismatch(
+        other.acquire_as(&key, long, wait, Mode::permits(5)).await,
+        &key,
+        2,
+        5,
+        "acquire_as next to one permit of 2",
+    )?;
+    let second = take(&third, &key, long, Mode::permits(2), "a second permit of 2").await?;
+    expect_limit_mismatch(
+        other.acquire_as(&key, long, wait, Mode::permits(5)).await,
+        &key,
+        2,
+        5,
+        "acquire_as next to a full semaphore of 2",
+    )?;
+    released(&ctx.store, &first, "the first permit of 2").await?;
+    released(&third, &second, "the second permit of 2").await
+}
+
+/// A handle that holds a key's only reader is refused a writer as any other handle is: both
+/// single attempts are busy and a waiting one times out (a store with one database session per
+/// handle must not let the session's own shared lock admit its exclusive request). The other
+/// way round, the writer's own handle is refused a reader.
+pub(super) async fn a_writer_is_refused_next_to_a_reader_of_its_own_handle(ctx: Ctx) -> CaseResult {
+    let key = ctx.key("own-reader");
+    let long = ctx.timing.long_ttl;
+    let store = ctx.handle().await;
+    let reader = take(&store, &key, long, Mode::Shared, "a reader").await?;
+    expect_busy(
+        store.try_acquire_as(&key, long, Mode::Exclusive).await,
+        "try_acquire_as(exclusive) on the handle that holds the only reader",
+    )?;
+    expect_busy(
+        store.try_acquire(&key, long).await,
+        "try_acquire on the handle that holds the only reader",
+    )?;
+    match store
+        .acquire_as(&key, long, Duration::from_millis(300), Mode::Exclusive)
+        .await
+    {
+        Err(Error::WaitTimedOut { .. }) => {}
+        Ok(lease) => {
+            return Err(Failure(format!(
+                "acquire_as(exclusive) on the handle that holds the only reader was granted \
+                 (token {}) next to that reader",
+                lease.fencing_token()
+            )))
+        }
+        Err(other) => {
+            return Err(Failure(format!(
+                "acquire_as(exclusive) on the handle that holds the only reader: expected \
+                 WaitTimedOut, got {other}"
+            )))
+        }
+    }
+    released(&store, &reader, "the reader").await?;
+    let writer = take(&store, &key, long, Mode::Exclusive, "a writer").await?;
+    expect_busy(
+        store.try_acquire_as(&key, long, Mode::Shared).await,
+        "a reader on the handle that holds the writer",
+    )?;
+    released(&store, &writer, "the writer").await
+}
+
+/// An extend after a permit's TTL ran out fails with `LeaseLost` and takes nothing: the only
+/// permit of a semaphore of 1 is there for the next request. The same for a reader where the
+/// store keeps them (a writer gets the key).
+pub(super) async fn extend_does_not_revive_an_expired_permit(ctx: Ctx) -> CaseResult {
+    let (permit_key, reader_key) = (ctx.key("revive-permit"), ctx.key("revive-reader"));
+    let (short, long) = (ctx.timing.short_ttl, ctx.timing.long_ttl);
+    let mode = Mode::permits(1);
+    let other = ctx.handle().await;
+    let permit = take(&ctx.store, &permit_key, short, mode, "a short permit").await?;
+    let reader = if ctx.capabilities.shared {
+        Some(
+            take(
+                &ctx.store,
+                &reader_key,
+                short,
+                Mode::Shared,
+                "a short reader",
+            )
+            .await?,
+        )
+    } else {
+        None
+    };
+    // Both were taken before this sleep starts.
+    outlive(&ctx, &permit).await;
+    expect_lost(
+        ctx.store.extend(&permit).await,
+        "an extend of an expired permit",
+    )?;
+    let next = other
+        .try_acquire_as(&permit_key, long, mode)
+        .await
+        .map_err(|e| {
+            Failure(format!(
+                "after a failed extend of the expired only permit of 1, the next request: {e} \
+                 (the extend revived it)"
+            ))
+        })?;
+    expect_mode(&next, mode, "the permit after an expired one")?;
+    released(&other, &next, "the permit after an expired one").await?;
+    let Some(reader) = reader else {
+        return Ok(());
+    };
+    expect_lost(
+        ctx.store.extend(&reader).await,
+        "an extend of an expired reader",
+    )?;
+    let writer = other
+        .try_acquire_as(&reader_key, long, Mode::Exclusive)
+        .await
+        .map_err(|e| {
+            Failure(format!(
+                "after a failed extend of the expired only reader, a writer: {e} (the extend \
+                 revived it)"
+            ))
+        })?;
+    released(&other, &writer, "the writer after an expired reader").await
+}
+
+/// Checks that `status` of `key` counts exactly the readers `leases` and nothing else, and that
+/// a store that lists holders lists each of them: `lists` remembers whether it listed any
+/// before (a store that listed its readers once lists them every time). `false` where the
+/// store has no `status`.
+async fn expect_readers_counted(
+    store: &DynLockStore,
+    key: &str,
+    leases: &[&Lease],
+    lists: &mut Option<bool>,
+    what: &str,
+) -> Result<bool, Failure> {
+    let status = match store.status(key).await {
+        Err(Error::Unsupported { .. }) => return Ok(false),
+        other => other?,
+    };
+    let expected = u32::try_from(leases.len()).unwrap_or(u32::MAX);
+    let KeyStatus::Shared {
+        mode: Mode::Shared,
+        count,
+        holders,
+    } = status
+    else {
+        return Err(Failure(format!(
+            "{what}: a key held by {expected} readers has the status {status:?}"
+        )));
+    };
+    ensure!(
+        count == expected,
+        "{what}: the status counts {count} readers where {expected} hold the key"
+    );
+    let listed_before = *lists.get_or_insert(!holders.is_empty());
+    ensure!(
+        holders.len() == count as usize || (holders.is_empty() && !listed_before),
+        "{what}: the status counts {count} readers and lists {} (it listed readers before)",
+        holders.len()
+    );
+    let mut named = Vec::new();
+    for holder in &holders {
+        let Some(token) = holder.token else { continue };
+        ensure!(
+            leases.iter().any(|l| l.fencing_token() == token),
+            "{what}: the status lists a reader with token {token}, none of the held readers' {:?}",
+            leases.iter().map(|l| l.fencing_token()).collect::<Vec<_>>()
+        );
+        ensure!(
+            !named.contains(&token),
+            "{what}: the status lists the reader with token {token} twice"
+        );
+        named.push(token);
+    }
+    Ok(true)
+}
+
+/// `status` of a key held by readers counts exactly the readers holding it as they come and
+/// go (1, 2, 3, then 2 after a release), lists each of them where the store lists holders, and
+/// says the key is free once the last one released.
+pub(super) async fn status_counts_exactly_the_readers_held(ctx: Ctx) -> CaseResult {
+    let key = ctx.key("status-readers");
+    let long = ctx.timing.long_ttl;
+    let mut lists = None;
+    let mut held = Vec::new();
+    for i in 1..=3 {
+        let store = ctx.handle().await;
+        let lease = take(&store, &key, long, Mode::Shared, &format!("reader {i}")).await?;
+        held.push((store, lease));
+        let leases: Vec<&Lease> = held.iter().map(|(_, lease)| lease).collect();
+        let what = ["one reader", "two readers", "three readers"][i - 1];
+        if !expect_readers_counted(&ctx.store, &key, &leases, &mut lists, what).await? {
+            // No status: nothing to count.
+            for (store, lease) in &held {
+                released(store, lease, "a reader").await?;
+            }
+            return Ok(());
+        }
+    }
+    let (store, lease) = held.remove(1);
+    released(&store, &lease, "the second reader").await?;
+    let leases: Vec<&Lease> = held.iter().map(|(_, lease)| lease).collect();
+    expect_readers_counted(
+        &ctx.store,
+        &key,
+        &leases,
+        &mut lists,
+        "two readers after a third released",
+    )
+    .await?;
+    for (store, lease) in &held {
+        released(store, lease, "a reader").await?;
+    }
+    let status = ctx.store.status(&key).await?;
+    ensure!(
+        status == KeyStatus::Free,
+        "every reader released, yet the status is {status:?}"
+    );
+    Ok(())
+}
+
+/// A reader holds the key for its own TTL, whatever the TTLs of the readers next to it: once a
+/// short reader expired, a long one still holds, whether it joined the short one or the short
+/// one joined it: a writer is busy, the long reader's extend succeeds and its release reports
+/// `Released`.
+pub(super) async fn each_reader_keeps_the_key_for_its_own_ttl(ctx: Ctx) -> CaseResult {
+    let (short, long) = (ctx.timing.short_ttl, ctx.timing.long_ttl);
+    let (a, b, other) = (ctx.handle().await, ctx.handle().await, ctx.handle().await);
+    let joined_short = ctx.key("reader-ttl-joined-short");
+    take(&a, &joined_short, short, Mode::Shared, "a short reader").await?;
+    let long_after = take(&b, &joined_short, long, Mode::Shared, "a long reader").await?;
+    let joined_long = ctx.key("reader-ttl-joined-long");
+    let long_before = take(&b, &joined_long, long, Mode::Shared, "a long reader").await?;
+    let last_short = take(&a, &joined_long, short, Mode::Shared, "a short reader").await?;
+    // Both short readers were taken before this sleep starts.
+    outlive(&ctx, &last_short).await;
+    for (key, lease, what) in [
+        (
+            &joined_short,
+            &long_after,
+            "a long reader that joined a short one",
+        ),
+        (
+            &joined_long,
+            &long_before,
+            "a long reader that a short one joined",
+        ),
+    ] {
+        expect_busy(
+            other.try_acquire_as(key, long, Mode::Exclusive).await,
+            &format!("a writer after the short reader expired, next to {what}"),
+        )?;
+        b.extend(lease).await.map_err(|e| {
+            Failure(format!(
+                "{what}: its extend after the short reader expired: {e} (it was kept only \
+                 until the short reader's expiry)"
+            ))
+        })?;
+        released(&b, lease, what).await?;
+    }
+    Ok(())
+}
+
+/// A writer waiting behind a reader keeps new readers out; once its future is dropped it no
+/// longer does: a new reader gets the key within the dropped writer's TTL plus the wake bound
+/// (a dropped waiter stops keeping readers out and leaves nothing held past its TTL).
+pub(super) async fn a_dropped_waiting_writer_stops_keeping_readers_out(ctx: Ctx) -> CaseResult {
+    let key = ctx.key("dropped-writer");
+    let (short, long) = (ctx.timing.short_ttl, ctx.timing.long_ttl);
+    let reader = take(&ctx.store, &key, long, Mode::Shared, "a reader").await?;
+    let writer_store = ctx.handle().await;
+    let writer = tokio::spawn({
+        let key = key.clone();
+        async move {
+            writer_store
+                .acquire_as(&key, short, long, Mode::Exclusive)
+                .await
+        }
+    });
+    // The writer is waiting once a new reader is refused.
+    let probe = ctx.handle().await;
+    let started = Instant::now();
+    loop {
+        match probe.try_acquire_as(&key, long, Mode::Shared).await {
+            Err(Error::Busy { .. }) => break,
+            Ok(lease) => released(&probe, &lease, "a reader before the writer waited").await?,
+            Err(other) => {
+                return Err(Failure(format!(
+                    "a reader next to a reader and a waiting writer: {other}"
+                )))
+            }
+        }
+        ensure!(
+            started.elapsed() <= ctx.timing.wake_bound,
+            "a writer waiting behind a reader did not keep new readers out within {:?}",
+            ctx.timing.wake_bound
+        );
+        sleep(Duration::from_millis(20)).await;
+    }
+    ensure!(
+        !writer.is_finished(),
+        "the waiting writer returned while a reader held the key"
+    );
+    writer.abort();
+    let _ = writer.await;
+    let bound = short + ctx.timing.wake_bound;
+    let dropped_at = Instant::now();
+    let next = probe
+        .acquire_as(&key, long, bound, Mode::Shared)
+        .await
+        .map_err(|e| {
+            Failure(format!(
+                "a writer dropped while it waited still kept readers out {bound:?} later (its \
+                 TTL {short:?} plus the wake bound): {e}"
+            ))
+        })?;
+    tracing::debug!(after = ?dropped_at.elapsed(), "reader admitted after a writer was dropped");
+    expect_mode(&next, Mode::Shared, "a reader after a writer was dropped")?;
+    released(&probe, &next, "the reader after the dropped writer").await?;
+    released(&ctx.store, &reader, "the first reader").await
+}
+
+/// Where the store declares notified waits, readers parked behind a writer are handed the key
+/// by the writer's release, not by its expiry (its TTL is [`Timing::long_ttl`](crate::Timing)):
+/// over five handoffs to two readers each, every reader holds within the wake bound of the
+/// release and the median within [`Timing::notified_wake_median`](crate::Timing), timed from
+/// before the release is sent.
+pub(super) async fn notified_readers_get_a_released_key_within_150_ms(ctx: Ctx) -> CaseResult {
+    let key = ctx.key("notified-readers");
+    let ttl = ctx.timing.long_ttl;
+    let writer_store = ctx.store.clone();
+    let readers = [ctx.handle().await, ctx.handle().await];
+    let mut handoffs = Vec::new();
+    for round in 0..5 {
+        let writer = take(&writer_store, &key, ttl, Mode::Exclusive, "a writer").await?;
+        let waiters: Vec<_> = readers
+            .iter()
+            .map(|store| {
+                let (store, key) = (store.clone(), key.clone());
+                tokio::spawn(async move {
+                    let lease = store.acquire_as(&key, ttl, ttl, Mode::Shared).await;
+                    (lease, Instant::now())
+                })
+            })
+            .collect();
+        // Long enough for the readers to be parked on their notification.
+        sleep(Duration::from_millis(150)).await;
+        ensure!(
+            waiters.iter().all(|w| !w.is_finished()),
+            "handoff {round}: a reader returned while a writer held the key"
+        );
+        let sent_at = Instant::now();
+        released(&writer_store, &writer, "the writer").await?;
+        let mut leases = Vec::new();
+        for waiter in waiters {
+            // Past the wake bound the case has failed: no need to wait longer.
+            let (lease, granted_at) = timeout(ctx.timing.wake_bound, waiter)
+                .await
+                .map_err(|_| {
+                    Failure(format!(
+                        "handoff {round}: a reader still waited {:?} after the writer's \
+                         release (the writer's TTL is {ttl:?}): it was not woken",
+                        ctx.timing.wake_bound
+                    ))
+                })?
+                .map_err(|e| Failure(format!("a reader panicked: {e}")))?;
+            let lease = lease?;
+            expect_mode(&lease, Mode::Shared, "a reader that waited")?;
+            handoffs.push(granted_at.saturating_duration_since(sent_at));
+            leases.push(lease);
+        }
+        for (store, lease) in readers.iter().zip(&leases) {
+            released(store, lease, "a reader").await?;
+        }
+    }
+    handoffs.sort_unstable();
+    let (median, slowest) = (handoffs[handoffs.len() / 2], handoffs[handoffs.len() - 1]);
+    ensure!(
+        slowest <= ctx.timing.wake_bound,
+        "a reader took {slowest:?} to get a key its writer released (all: {handoffs:?})"
+    );
+    let bound = ctx.timing.notified_wake_median;
+    ensure!(
+        median <= bound,
+        "the store declares notified waits, but the median of {} handoffs to waiting readers \
+         took {median:?} (all: {handoffs:?}); a notification hands a released key over within \
+         {bound:?}",
+        handoffs.len()
+    );
+    Ok(())
 }
