@@ -1243,7 +1243,10 @@ impl Acquire for PostgresStore {
     /// Waits in PostgreSQL's queue for the key's lock (a reader or permit queues behind any
     /// waiting writer), then, while the other group or a full semaphore holds the key, in the
     /// queue of that group's lock or of one slot, looking again at least every 200 ms (the
-    /// fallback for a slot freed elsewhere or a session the server ended).
+    /// fallback for a slot freed elsewhere or a session the server ended). Whatever the wait
+    /// holds is bounded by the server with `ttl`: a waiter silent for its TTL (a stopped
+    /// process) loses its session and all it held, and when it runs again it waits on, within
+    /// `wait`, on a new session (see the crate docs, "What the server bounds, and by what").
     ///
     /// # Cancel safety
     /// As for [`Acquire::acquire`]: dropping the future closes its session and terminates a
