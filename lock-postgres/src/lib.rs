@@ -42,7 +42,9 @@
 //!   to the TTL on the lease's session, and every extend (any statement) restarts that timer. A
 //!   holder that stops talking (paused process, partition) loses its session — and its lock —
 //!   the TTL after its last extend, though its connection is still open. A holder whose process
-//!   dies frees the lock at once: the server ends the session when the connection closes.
+//!   dies frees the lock at once: the server ends the session when the connection closes. A
+//!   shared or permit *waiter* is bounded the same way, by its own requested TTL (see "Shared
+//!   leases and semaphore permits").
 //! - **Extend** checks `pg_locks` for this backend and this lock, and fails with `LeaseLost`
 //!   once the session is gone.
 //! - **Watching** (see "When a lock is freed early"): while a handle holds leases, one task
@@ -57,7 +59,8 @@
 //! [`acquire_as`](fencelock_core::Acquire::acquire_as) keep [`Mode::Shared`] and
 //! [`Mode::Permit`] as well (see [`Mode`] for the table), on the lease's own session like the
 //! exclusive lock, with the same fence row (one counter per key, every mode) and the same
-//! server-enforced TTL. Besides the key's lock `M`, a key has a few derived advisory locks
+//! server-enforced TTL, which also bounds a waiter (see "What the server bounds" below).
+//! Besides the key's lock `M`, a key has a few derived advisory locks
 //! (ids hashed from `M`: a gate, a readers' lock, a permits' lock and one lock per slot):
 //! - a **reader** holds `M` shared (`pg_try_advisory_lock_shared`) and the readers' lock
 //!   shared;
@@ -92,10 +95,34 @@
 //! session, is noticed within that bound. A waiting reader therefore also keeps new permits
 //! out, and the other way round, so neither group starves the other.
 //!
+//! **What the server bounds, and by what.** A mode acquire holds things before it has a lease:
+//! the gate and an open transaction during each attempt, `M` shared from the moment the queue
+//! grants it until its attempt, and, inside the attempt, the group's lock, a slot and an
+//! uncommitted fence bump. Each is bounded by the server with the requested TTL, armed by the
+//! statement that takes the lock: the gate's statement sets `idle_in_transaction_session_timeout`
+//! (silence inside the attempt's transaction) and `idle_session_timeout` (silence between
+//! statements) to the TTL, and the queue wait that keeps `M` sets both again. A waiting
+//! acquire's refused attempt commits (it wrote nothing), so both stay armed for the rest of the
+//! wait, across the next queue wait and a lock granted as its `lock_timeout` fires. A waiter
+//! that stops talking (a stopped process, a client that stops reading) therefore loses its
+//! session, and everything it held, one TTL after its last statement: the key is never kept
+//! longer by a waiter than by a holder. A live waiter is never cut: it is silent only for a
+//! round trip between statements (waits in a queue are statements, and the server's idle timers
+//! do not run during a statement). When such a waiter runs again and finds its session ended, it
+//! holds nothing and no lease was granted: it goes on waiting, within its wait, on a new
+//! session. Once an attempt commits a grant, the lease's session keeps `idle_session_timeout` at
+//! the TTL, restarted by each extend exactly as for an exclusive lease; its release (or a
+//! waiter's giving up, or a lone `try_acquire_as` rolling back) sets both timers back to 0 before
+//! the session idles in the pool. `tests/frozen_waiters.rs` freezes waiters at each stage.
+//!
 //! **Status** reports [`KeyStatus::Shared`](fencelock_core::KeyStatus::Shared) with the
 //! count from `pg_locks` (the holders of the group's lock) and every holder; owner, token and
 //! remaining time only for the holder that took the latest lease (the fence row keeps one),
-//! slots for all permits.
+//! slots for all permits. A waiter is never counted: a session that holds `M` shared without
+//! its group's lock (granted in the queue, before its attempt) or that holds the gate (inside
+//! an attempt, not yet committed) has no lease. With only such sessions the key is
+//! [`KeyStatus::Free`](fencelock_core::KeyStatus::Free), although an exclusive request waits
+//! for them (at most their TTL).
 //!
 //! **Upgrading a fence table made before permits.** New tables have the nullable
 //! `permit_limit` column. On an older table exclusive and shared leases work unchanged, and
@@ -164,6 +191,11 @@
 //!   query while the server answers the watch task's look-up.
 //! - A waiter after a long wait gets its TTL restarted (one extra round trip), so its lease is
 //!   not shortened by the time it waited.
+//! - A shared or permit waiter that falls silent holds nothing for longer than its own TTL
+//!   after its last statement (see "Shared leases and semaphore permits"). An exclusive waiter
+//!   holds nothing before its grant, and the statement that grants it arms its TTL; a lock
+//!   granted in the very instant its `lock_timeout` fires is armed by the store's next
+//!   statement (the check described under "Waiting" above).
 //!
 //! # What is not
 //! - Like every lock, no protection against a holder that keeps working after its deadline:

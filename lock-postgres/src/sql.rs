@@ -253,11 +253,20 @@ pub(crate) const RELEASE: &str =
 // A mode acquire runs as one transaction of several statements on the lease's session, under
 // the key's gate (a transaction-level lock): the checks and the takes of one acquire never
 // interleave with another's. Session locks it took survive a rollback, so a refused attempt
-// ends with UNLOCK_ALL before its ROLLBACK (the session holds nothing else).
+// ends with UNLOCK_ALL before it ends its transaction (the session holds nothing else).
+//
+// Whatever a mode acquire holds (the gate, the key's lock, a group's lock, a slot, an open
+// transaction) is bounded by the server: the statements that take the gate and the key's lock
+// in the queue also arm the waiter's TTL, so a waiter that falls silent for its TTL (a stopped
+// process) loses its session and everything it held, as a silent holder does.
 
-/// The key's gate ($1), held until the transaction ends. Blocks only for another acquire's
-/// checks (a few statements).
-pub(crate) const TAKE_GATE: &str = "SELECT pg_advisory_xact_lock($1::int8)";
+/// The key's gate ($1), held until the transaction ends, and the waiter's TTL ($2 ms) armed in
+/// the same statement: the server ends the session after that much silence inside this
+/// transaction (`idle_in_transaction_session_timeout`) and, once it commits, outside it
+/// (`idle_session_timeout`). Blocks only for another acquire's checks (a few statements).
+pub(crate) const TAKE_GATE: &str = "SELECT pg_advisory_xact_lock($1::int8),
+        set_config('idle_in_transaction_session_timeout', ($2::int8)::text, false),
+        set_config('idle_session_timeout', ($2::int8)::text, false)";
 
 /// One attempt at a shared session lock ($1): fails while it is held exclusively or an
 /// exclusive request waits for it (PostgreSQL queues a new request behind a waiter it
@@ -293,11 +302,23 @@ pub(crate) const WAIT_EXCLUSIVE_SIGNAL: &str = "WITH settings AS MATERIALIZED (S
      lock AS MATERIALIZED (SELECT pg_advisory_lock($1::int8) AS locked FROM settings)
 SELECT pg_advisory_unlock($1::int8) AS unlocked, set_config('lock_timeout', '0', false) FROM lock";
 
-/// Waits in the server's queue for lock $1, shared, for at most $2 ms, and keeps it. As
+/// Waits in the server's queue for lock $1, shared, for at most $2 ms, and keeps it, with the
+/// waiter's TTL ($3 ms) armed by the same statement, between statements and inside the
+/// transaction of the attempt that follows (the lock is held across both). As
 /// [`WAIT_EXCLUSIVE_SIGNAL`] on a timeout.
 pub(crate) const WAIT_SHARED: &str = "WITH settings AS MATERIALIZED (SELECT set_config('lock_timeout', ($2::int8)::text, false) AS t),
      lock AS MATERIALIZED (SELECT pg_advisory_lock_shared($1::int8) AS locked FROM settings)
-SELECT set_config('lock_timeout', '0', false) FROM lock";
+SELECT set_config('lock_timeout', '0', false),
+       set_config('idle_session_timeout', ($3::int8)::text, false),
+       set_config('idle_in_transaction_session_timeout', ($3::int8)::text, false)
+  FROM lock";
+
+/// A mode waiter that gives up (its wait ran out, or another limit holds the key): every lock
+/// of its session goes and the TTL it armed is disarmed, so the session can idle in the pool.
+/// One statement.
+pub(crate) const DISARM_WAITER: &str = "SELECT pg_advisory_unlock_all(),
+        set_config('idle_session_timeout', '0', false),
+        set_config('idle_in_transaction_session_timeout', '0', false)";
 
 /// The limit recorded for the key's permits ($1, $2), if any. A single read, inside the gate.
 const RECORDED_LIMIT: &str =
@@ -327,14 +348,16 @@ const BUMP_PERMIT: &str = "INSERT INTO {fence} AS f (namespace, key, lock_id, lo
                set_config('idle_session_timeout', ($4::int8)::text, false)";
 
 /// Release of a shared lease or a permit: whether the session still held the key's lock $1
-/// (in any mode), then every lock of the session (key, group, slot) goes, and the TTL is
-/// disarmed. One statement; the check is read before the unlock.
+/// (in any mode), then every lock of the session (key, group, slot) goes, and the TTL (both
+/// timers its acquire armed) is disarmed. One statement; the check is read before the unlock.
 pub(crate) const RELEASE_ALL: &str = concat!(
     "WITH held AS MATERIALIZED (SELECT EXISTS (",
     held_by_this_backend!(),
     ") AS released),
      gone AS MATERIALIZED (SELECT h.released, pg_advisory_unlock_all() AS unlocked FROM held h)
-     SELECT released, set_config('idle_session_timeout', '0', false) FROM gone"
+     SELECT released, set_config('idle_session_timeout', '0', false),
+            set_config('idle_in_transaction_session_timeout', '0', false)
+       FROM gone"
 );
 
 /// Every holder of the key's lock $1 (pid, lock mode), with the advisory locks each holds (as

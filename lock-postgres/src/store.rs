@@ -20,8 +20,8 @@ use crate::error::{bounded, sql_error, Fault};
 use crate::keys::{ModeLocks, Target};
 use crate::session::{Checkout, Session, Sessions, WaitGuard};
 use crate::sql::{
-    CONFIRM_HELD, GROUPS_HELD, RELEASE, RELEASE_ALL, TAKE_GATE, TAKE_SLOT, TERMINATE_HOLDER,
-    TRY_SHARED, UNLOCK_ALL, WAIT_EXCLUSIVE_SIGNAL, WAIT_SHARED,
+    CONFIRM_HELD, DISARM_WAITER, GROUPS_HELD, RELEASE, RELEASE_ALL, TAKE_GATE, TAKE_SLOT,
+    TERMINATE_HOLDER, TRY_SHARED, UNLOCK_ALL, WAIT_EXCLUSIVE_SIGNAL, WAIT_SHARED,
 };
 use crate::watch::{Backend, Watch};
 
@@ -276,7 +276,7 @@ impl PostgresStore {
                     .await?
             } else {
                 let locks = ModeLocks::of(target.lock_id);
-                self.attempt_mode(&mut session, target, &locks, mode, ttl, owner, false)
+                self.attempt_mode(&mut session, target, &locks, mode, ttl, owner, false, false)
                     .await
             };
             return match attempt {
@@ -736,9 +736,12 @@ impl PostgresStore {
         Ok(())
     }
 
-    /// One attempt in `mode`, as one transaction under the key's gate. Session locks taken by
-    /// a refused attempt are released before it returns; `have_main` says the session already
-    /// holds the key's lock shared (from a wait in the queue).
+    /// One attempt in `mode`, as one transaction under the key's gate, whose statement arms
+    /// the TTL on the session. Session locks taken by a refused attempt are released before it
+    /// returns; `have_main` says the session already holds the key's lock shared (from a wait
+    /// in the queue). A refused attempt of a `waiting` acquire commits (it wrote nothing), so
+    /// the TTL stays armed for the rest of the wait; a lone attempt rolls back, which disarms it
+    /// for the idle pool.
     #[allow(clippy::too_many_arguments)]
     async fn attempt_mode(
         &self,
@@ -749,6 +752,7 @@ impl PostgresStore {
         ttl: Duration,
         owner: OwnerId,
         have_main: bool,
+        waiting: bool,
     ) -> std::result::Result<Attempt, Fault> {
         let limit = self.sessions.config.command_timeout;
         bounded(limit, sqlx::query("BEGIN").execute(&mut session.conn)).await?;
@@ -757,7 +761,8 @@ impl PostgresStore {
             .await?;
         if !matches!(outcome, Attempt::Granted { .. }) {
             bounded(limit, sqlx::query(UNLOCK_ALL).execute(&mut session.conn)).await?;
-            bounded(limit, sqlx::query("ROLLBACK").execute(&mut session.conn)).await?;
+            let end = if waiting { "COMMIT" } else { "ROLLBACK" };
+            bounded(limit, sqlx::query(end).execute(&mut session.conn)).await?;
             return Ok(outcome);
         }
         bounded(limit, sqlx::query("COMMIT").execute(&mut session.conn)).await?;
@@ -779,7 +784,10 @@ impl PostgresStore {
         let conn = &mut session.conn;
         bounded(
             limit,
-            sqlx::query(TAKE_GATE).bind(locks.gate).execute(&mut *conn),
+            sqlx::query(TAKE_GATE)
+                .bind(locks.gate)
+                .bind(millis(ttl))
+                .execute(&mut *conn),
         )
         .await?;
         let try_shared = |id: i64| sqlx::query_scalar::<_, bool>(TRY_SHARED).bind(id);
@@ -878,6 +886,9 @@ impl PostgresStore {
     /// Waits until `deadline` in a shared or permit mode (a wait that started at `started`): in
     /// the server's queue for the key's lock (behind any writer), then, for what a group or a
     /// full semaphore holds, in the queue of that lock for at most [`MODE_POLL`] at a time.
+    /// From its first attempt on, the session carries the waiter's TTL (see `sql.rs`); if the
+    /// server ended it (this waiter was silent that long, or it died idle in the pool), nothing
+    /// was granted, and the wait goes on with a new session.
     async fn wait_mode(
         &self,
         target: &Target,
@@ -904,24 +915,24 @@ impl PostgresStore {
             loop {
                 let remaining = deadline.saturating_duration_since(Instant::now());
                 if remaining.is_zero() {
-                    if have_main {
-                        bounded(
-                            self.sessions.config.command_timeout,
-                            sqlx::query(UNLOCK_ALL).execute(&mut session.conn),
-                        )
-                        .await
-                        .map_err(|fault| fault.into_error("acquire_as"))?;
-                    }
-                    self.sessions.checkin(session);
+                    self.give_up_wait(session).await;
                     return Err(timed_out());
                 }
                 let owner = OwnerId::random();
                 let sent_at = Instant::now();
                 let attempt = self
-                    .attempt_mode(&mut session, target, &locks, mode, ttl, owner, have_main)
+                    .attempt_mode(
+                        &mut session,
+                        target,
+                        &locks,
+                        mode,
+                        ttl,
+                        owner,
+                        have_main,
+                        true,
+                    )
                     .await;
-                have_main = false;
-                let blocker = match attempt {
+                let waited = match attempt {
                     Ok(Attempt::Granted { token, pid, slot }) => {
                         check_same_backend(&session, pid)?;
                         return Ok(
@@ -929,59 +940,93 @@ impl PostgresStore {
                         );
                     }
                     Ok(Attempt::Mismatch(held)) => {
-                        self.sessions.checkin(session);
+                        self.give_up_wait(session).await;
                         return Err(mismatch(target, held, mode));
                     }
-                    Ok(Attempt::Blocked(blocker)) => blocker,
-                    Err(fault) if first && reused && fault.session_ended() => {
-                        tracing::debug!(reason = %fault.describe(), "an idle session was dead; retrying on a new one");
-                        fresh = true;
+                    Ok(Attempt::Blocked(blocker)) => {
+                        let remaining = deadline.saturating_duration_since(Instant::now());
+                        match blocker {
+                            Blocker::Main => {
+                                self.wait_in_queue(
+                                    &mut session,
+                                    target.lock_id,
+                                    true,
+                                    remaining,
+                                    ttl,
+                                )
+                                .await
+                            }
+                            Blocker::Lock(id) => {
+                                let jitter = Duration::from_millis(
+                                    (OwnerId::random().as_u128() % 50) as u64,
+                                );
+                                let bound = remaining.min(MODE_POLL + jitter);
+                                self.wait_in_queue(&mut session, id, false, bound, ttl)
+                                    .await
+                            }
+                        }
+                    }
+                    Err(fault) => Err(fault),
+                };
+                match waited {
+                    Ok(held) => have_main = held,
+                    // Whatever the session held went with it, and no lease was handed out.
+                    Err(fault) if fault.session_ended() => {
+                        tracing::debug!(reason = %fault.describe(), "the waiting session ended; waiting on a new one");
+                        // A reused session dead at once: the other idle ones likely are too.
+                        fresh = first && reused;
                         continue 'session;
                     }
                     Err(fault) => return Err(fault.into_error("acquire_as")),
-                };
-                first = false;
-                let remaining = deadline.saturating_duration_since(Instant::now());
-                match blocker {
-                    Blocker::Main => {
-                        have_main = self
-                            .wait_in_queue(&mut session, target.lock_id, true, remaining)
-                            .await?;
-                    }
-                    Blocker::Lock(id) => {
-                        let jitter =
-                            Duration::from_millis((OwnerId::random().as_u128() % 50) as u64);
-                        let bound = remaining.min(MODE_POLL + jitter);
-                        self.wait_in_queue(&mut session, id, false, bound).await?;
-                    }
                 }
+                first = false;
+            }
+        }
+    }
+
+    /// Ends a mode wait without a lease: the session's locks go and its TTL is disarmed, then
+    /// it idles in the pool; a session that fails at that is closed (which frees everything).
+    async fn give_up_wait(&self, mut session: Session) {
+        let reply = bounded(
+            self.sessions.config.command_timeout,
+            sqlx::query(DISARM_WAITER).execute(&mut session.conn),
+        )
+        .await;
+        match reply {
+            Ok(_) => self.sessions.checkin(session),
+            Err(fault) => {
+                tracing::debug!(reason = %fault.describe(), "closed a waiting session that could not be reset")
             }
         }
     }
 
     /// Waits in the server's queue for lock `id` for at most `bound`: shared and kept
-    /// (`keep`, the key's lock), or exclusive and let go at once (a wake-up). Returns whether
-    /// the session holds the lock afterwards. A dropped future terminates the waiting backend
-    /// as a dropped exclusive waiter's is.
+    /// (`keep`, the key's lock, with `ttl` armed by the same statement), or exclusive and let
+    /// go at once (a wake-up). Returns whether the session holds the lock afterwards. A dropped
+    /// future terminates the waiting backend as a dropped exclusive waiter's is.
     async fn wait_in_queue(
         &self,
         session: &mut Session,
         id: i64,
         keep: bool,
         bound: Duration,
-    ) -> Result<bool> {
+        ttl: Duration,
+    ) -> std::result::Result<bool, Fault> {
         let lock_timeout = Duration::from_millis(whole_millis(bound).max(1));
         let guard = WaitGuard::arm(&self.sessions, session, id);
+        let statement = if keep {
+            sqlx::query(WAIT_SHARED)
+                .bind(id)
+                .bind(millis(lock_timeout))
+                .bind(millis(ttl))
+        } else {
+            sqlx::query(WAIT_EXCLUSIVE_SIGNAL)
+                .bind(id)
+                .bind(millis(lock_timeout))
+        };
         let reply = bounded(
             lock_timeout + self.sessions.config.command_timeout,
-            sqlx::query(if keep {
-                WAIT_SHARED
-            } else {
-                WAIT_EXCLUSIVE_SIGNAL
-            })
-            .bind(id)
-            .bind(millis(lock_timeout))
-            .execute(&mut session.conn),
+            statement.execute(&mut session.conn),
         )
         .await;
         if !matches!(reply, Err(Fault::TimedOut(_))) {
@@ -990,21 +1035,23 @@ impl PostgresStore {
         match reply {
             Ok(_) => Ok(keep),
             Err(fault) if fault.code().as_deref() == Some("55P03") => {
-                // A lock granted just as the timeout fired is still held: let it go.
+                // A lock granted just as the timeout fired is still held (the TTL armed by the
+                // attempt before bounds it): let it go.
                 bounded(
                     self.sessions.config.command_timeout,
                     sqlx::query(UNLOCK_ALL).execute(&mut session.conn),
                 )
-                .await
-                .map_err(|fault| fault.into_error("acquire_as"))?;
+                .await?;
                 Ok(false)
             }
-            Err(fault) => Err(fault.into_error("acquire_as")),
+            Err(fault) => Err(fault),
         }
     }
 
     /// The status of a key from every holder of its lock: one exclusive holder, or the
-    /// readers or permit holders (those holding their group's lock).
+    /// readers or permit holders (those holding their group's lock outside an acquire's
+    /// transaction). A session that holds the key's lock shared without its group's, or holds
+    /// the gate, is a waiter (its lease is not granted, and may never be): not counted.
     fn status_from(&self, target: &Target, rows: &[PgRow]) -> Result<KeyStatus> {
         let locks = ModeLocks::of(target.lock_id);
         let Some(first) = rows.first() else {
@@ -1020,11 +1067,12 @@ impl PostgresStore {
         let recorded: Option<i32> = decode(first, |row| row.try_get("permit_limit"))?;
         let limit = recorded.map(|l| l.max(0).unsigned_abs());
         let slots = locks.slots(limit.unwrap_or(0).min(fencelock_core::MAX_PERMITS));
-        let mut any = 0u32;
         for row in rows {
             let held: Vec<i64> = decode(row, |row| row.try_get("locks"))?;
-            any += 1;
-            let slot = if held.contains(&locks.permits) {
+            let slot = if held.contains(&locks.gate) {
+                // Inside its acquire's transaction: granted only once that commits.
+                continue;
+            } else if held.contains(&locks.permits) {
                 permits += 1;
                 slots
                     .iter()
@@ -1034,7 +1082,8 @@ impl PostgresStore {
                 readers += 1;
                 None
             } else {
-                // Between its lock and its group's (an acquire in flight), or another program.
+                // A waiter granted the key's lock in the queue, before its attempt (or another
+                // program that locks this store's ids).
                 continue;
             };
             let (owner, token, remaining) = decode(row, holder_fields)?;
@@ -1055,12 +1104,7 @@ impl PostgresStore {
                 holders,
             })
         } else {
-            // Held shared by another program (pg_advisory_lock_shared on the key's id).
-            Ok(KeyStatus::Shared {
-                mode: Mode::Shared,
-                count: any,
-                holders: Vec::new(),
-            })
+            Ok(KeyStatus::Free)
         }
     }
 }
@@ -1199,7 +1243,10 @@ impl Acquire for PostgresStore {
     /// Waits in PostgreSQL's queue for the key's lock (a reader or permit queues behind any
     /// waiting writer), then, while the other group or a full semaphore holds the key, in the
     /// queue of that group's lock or of one slot, looking again at least every 200 ms (the
-    /// fallback for a slot freed elsewhere or a session the server ended).
+    /// fallback for a slot freed elsewhere or a session the server ended). Whatever the wait
+    /// holds is bounded by the server with `ttl`: a waiter silent for its TTL (a stopped
+    /// process) loses its session and all it held, and when it runs again it waits on, within
+    /// `wait`, on a new session (see the crate docs, "What the server bounds, and by what").
     ///
     /// # Cancel safety
     /// As for [`Acquire::acquire`]: dropping the future closes its session and terminates a

@@ -1,0 +1,286 @@
+//! Waiters that freeze (a stopped process: its session sits idle and never sends its next
+//! statement) in the shared and permit modes. The server ends such a session one of the
+//! waiter's own TTLs after it fell silent, whatever it took for its acquire (the key's lock
+//! from the queue, the gate, a group's lock, a slot, an open transaction), so the key is free
+//! again within 2 TTLs; and `status` never counts a waiter as a holder.
+//!
+//! A waiter is frozen by polling its acquire future until the server shows it where the test
+//! wants it, and never again: the future (and its connection) stays alive, silent.
+
+mod common;
+
+use std::future::Future;
+use std::time::Duration;
+
+use common::{admin, holders, store, waiters};
+use fencelock_core::{Acquire, KeyStatus, LockStore, Mode, Release, ReleaseOutcome};
+use fencelock_postgres::{PostgresStore, DEFAULT_NAMESPACE, DEFAULT_SCHEMA, DEFAULT_TABLE};
+use sqlx::{PgConnection, Row};
+use test_servers::shared;
+use tokio::time::{sleep, timeout, Instant};
+
+/// The TTL every lease and waiter of these tests asks for.
+const TTL: Duration = Duration::from_secs(3);
+
+/// The bound: a third acquirer gets the key within 2 of the frozen waiter's TTLs.
+const BOUND: Duration = Duration::from_secs(6);
+
+/// The frozen waiter's wait: far beyond the bound, so only the server can free the key.
+const LONG_WAIT: Duration = Duration::from_secs(60);
+
+const PERMIT: Mode = Mode::Permit { limit: 1 };
+
+/// Polls `$condition` (an async expression) every 10 ms until it holds (boundedly: it is about
+/// to hold).
+macro_rules! until {
+    ($what:expr, $condition:expr) => {{
+        let started = Instant::now();
+        while !$condition {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "{} never happened",
+                $what
+            );
+            sleep(Duration::from_millis(10)).await;
+        }
+    }};
+}
+
+/// Polls `waiter` until `condition` holds, then stops: from then on the waiter's session gets
+/// no statement from it. Panics if the waiter returns first.
+async fn freeze_when<T: std::fmt::Debug>(
+    waiter: &mut (impl Future<Output = T> + Unpin),
+    condition: impl Future<Output = ()>,
+) {
+    tokio::select! {
+        result = waiter => panic!("the waiter returned before it was frozen: {result:?}"),
+        () = condition => {}
+    }
+}
+
+/// How many backends the backend `pid` blocks (waiting for a lock it holds).
+async fn blocked_by(admin: &mut PgConnection, pid: i32) -> i64 {
+    sqlx::query("SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))")
+        .bind(pid)
+        .fetch_one(admin)
+        .await
+        .expect("pg_blocking_pids")
+        .get(0)
+}
+
+/// The key's status must not count the frozen waiter: no lease was granted.
+async fn assert_free(store: &PostgresStore, key: &str, when: &str) {
+    match store.status(key).await.expect("status") {
+        KeyStatus::Free => {}
+        other => panic!("{when}: a waiter was reported as a holder: {other:?}"),
+    }
+}
+
+/// H holds `key` exclusively; W waits for it in `mode` and is frozen while it waits; H
+/// releases, so the server grants W's backend the key's lock (shared) in the queue, which W
+/// never reads. A writer gets the key within 2 of W's TTLs.
+async fn frozen_queued_waiter_keeps_the_key_at_most_its_ttl(mode: Mode, key: &str) {
+    let url = shared::postgres().url();
+    let (holder, waiter, third) = (
+        store(&url, "").await,
+        store(&url, "").await,
+        store(&url, "").await,
+    );
+    let mut admin = admin(&url).await;
+    let lock_id = holder.lock_id(key);
+    let held = holder.try_acquire(key, TTL).await.unwrap();
+
+    let mut frozen = Box::pin(waiter.acquire_as(key, TTL, LONG_WAIT, mode));
+    freeze_when(&mut frozen, async {
+        until!(
+            "the waiter queueing",
+            waiters(&mut admin, lock_id).await == 1
+        )
+    })
+    .await;
+    assert_eq!(
+        holder.release(&held).await.unwrap(),
+        ReleaseOutcome::Released
+    );
+    let freed = Instant::now();
+    until!(
+        "the server granting the frozen waiter",
+        holders(&mut admin, lock_id).await.len() == 1
+    );
+    assert_free(&third, key, "a waiter granted the key's lock in the queue").await;
+
+    let lease = timeout(BOUND, third.acquire(key, TTL, BOUND))
+        .await
+        .unwrap_or_else(|_| panic!("the writer was still waiting after {BOUND:?}"))
+        .unwrap_or_else(|e| panic!("the frozen waiter kept the key past {BOUND:?}: {e}"));
+    assert!(freed.elapsed() <= BOUND, "took {:?}", freed.elapsed());
+    assert_eq!(
+        third.release(&lease).await.unwrap(),
+        ReleaseOutcome::Released
+    );
+    thawed_waiter_gets_a_lease_on_a_new_session(frozen, &waiter, lease.fencing_token()).await;
+}
+
+/// The frozen waiter, polled again, finds its session ended by the server and goes on
+/// waiting on a new one: it gets the key, now free, above the token of the lease in between.
+async fn thawed_waiter_gets_a_lease_on_a_new_session(
+    frozen: impl Future<Output = fencelock_core::Result<fencelock_core::Lease>>,
+    waiter: &PostgresStore,
+    before: u64,
+) {
+    let lease = timeout(BOUND, frozen)
+        .await
+        .expect("the thawed waiter never returned")
+        .expect("the thawed waiter did not wait on with a new session");
+    assert!(lease.fencing_token() > before);
+    assert_eq!(
+        waiter.release(&lease).await.unwrap(),
+        ReleaseOutcome::Released
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frozen_reader_waiter_keeps_the_key_at_most_its_ttl() {
+    frozen_queued_waiter_keeps_the_key_at_most_its_ttl(Mode::Shared, "frozen:queued-reader").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frozen_permit_waiter_keeps_the_key_at_most_its_ttl() {
+    frozen_queued_waiter_keeps_the_key_at_most_its_ttl(PERMIT, "frozen:queued-permit").await;
+}
+
+/// W is frozen inside its acquire's transaction, holding the key's gate, the key's lock, its
+/// group's lock (and a slot) and an uncommitted fence bump: the test holds the key's fence row
+/// until W's bump waits for it, stops polling W, then lets the bump through. Another acquire in
+/// the same mode gets the key within 2 of W's TTLs.
+async fn waiter_frozen_in_the_gate_keeps_the_key_at_most_its_ttl(mode: Mode, key: &str) {
+    let url = shared::postgres().url();
+    let (first, waiter, third) = (
+        store(&url, "").await,
+        store(&url, "").await,
+        store(&url, "").await,
+    );
+    let mut admin = admin(&url).await;
+    let mut row_holder = admin_in_transaction(&url).await;
+    // A fence row for the key, to hold.
+    let lease = first.try_acquire_as(key, TTL, mode).await.unwrap();
+    assert_eq!(
+        first.release(&lease).await.unwrap(),
+        ReleaseOutcome::Released
+    );
+    let fence = format!("\"{DEFAULT_SCHEMA}\".\"{DEFAULT_TABLE}\"");
+    sqlx::query(&format!(
+        "SELECT 1 FROM {fence} WHERE namespace = $1 AND key = $2 FOR UPDATE"
+    ))
+    .bind(DEFAULT_NAMESPACE)
+    .bind(key.as_bytes())
+    .fetch_one(&mut row_holder.0)
+    .await
+    .unwrap();
+
+    let mut frozen = Box::pin(waiter.acquire_as(key, TTL, LONG_WAIT, mode));
+    let row_holder_pid = row_holder.1;
+    freeze_when(&mut frozen, async {
+        until!(
+            "the waiter's bump waiting for the fence row",
+            blocked_by(&mut admin, row_holder_pid).await == 1
+        )
+    })
+    .await;
+    sqlx::query("ROLLBACK")
+        .execute(&mut row_holder.0)
+        .await
+        .unwrap();
+    // The bump goes through; W never sends its COMMIT.
+    let frozen_at = Instant::now();
+    until!(
+        "the waiter's bump finishing",
+        blocked_by(&mut admin, row_holder_pid).await == 0
+    );
+    assert_free(&third, key, "a waiter inside its acquire's transaction").await;
+
+    let lease = timeout(BOUND, third.acquire_as(key, TTL, BOUND, mode))
+        .await
+        .unwrap_or_else(|_| panic!("the acquire was still running after {BOUND:?}"))
+        .unwrap_or_else(|e| panic!("the frozen waiter kept the key past {BOUND:?}: {e}"));
+    assert!(
+        frozen_at.elapsed() <= BOUND,
+        "took {:?}",
+        frozen_at.elapsed()
+    );
+    assert_eq!(
+        third.release(&lease).await.unwrap(),
+        ReleaseOutcome::Released
+    );
+    thawed_waiter_gets_a_lease_on_a_new_session(frozen, &waiter, lease.fencing_token()).await;
+}
+
+/// An admin connection inside a transaction, and its backend pid.
+async fn admin_in_transaction(url: &str) -> (PgConnection, i32) {
+    let mut conn = admin(url).await;
+    let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    sqlx::query("BEGIN").execute(&mut conn).await.unwrap();
+    (conn, pid)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reader_frozen_in_the_gate_keeps_the_key_at_most_its_ttl() {
+    waiter_frozen_in_the_gate_keeps_the_key_at_most_its_ttl(Mode::Shared, "frozen:gate-reader")
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permit_frozen_in_the_gate_keeps_the_key_at_most_its_ttl() {
+    waiter_frozen_in_the_gate_keeps_the_key_at_most_its_ttl(PERMIT, "frozen:gate-permit").await;
+}
+
+/// `status` counts the leases that hold a key, never a waiter: with a frozen reader waiter
+/// granted the key's lock in the queue, the key is free, and one reader's lease is one holder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_counts_no_waiter_as_a_holder() {
+    let url = shared::postgres().url();
+    let key = "frozen:status";
+    let (holder, waiter, other) = (
+        store(&url, "").await,
+        store(&url, "").await,
+        store(&url, "").await,
+    );
+    let mut admin = admin(&url).await;
+    let lock_id = holder.lock_id(key);
+    let held = holder.try_acquire(key, TTL).await.unwrap();
+    let mut frozen = Box::pin(waiter.acquire_as(key, TTL, LONG_WAIT, Mode::Shared));
+    freeze_when(&mut frozen, async {
+        until!(
+            "the waiter queueing",
+            waiters(&mut admin, lock_id).await == 1
+        )
+    })
+    .await;
+    assert_eq!(
+        holder.release(&held).await.unwrap(),
+        ReleaseOutcome::Released
+    );
+    until!(
+        "the server granting the frozen waiter",
+        holders(&mut admin, lock_id).await.len() == 1
+    );
+    assert_free(&other, key, "a reader waiter granted the key's lock").await;
+
+    let reader = other.try_acquire_as(key, TTL, Mode::Shared).await.unwrap();
+    match other.status(key).await.unwrap() {
+        KeyStatus::Shared {
+            mode: Mode::Shared,
+            count: 1,
+            holders,
+        } if holders.len() == 1 => {}
+        other => panic!("one reader and a frozen waiter: expected one holder, got {other:?}"),
+    }
+    assert_eq!(
+        other.release(&reader).await.unwrap(),
+        ReleaseOutcome::Released
+    );
+    drop(frozen);
+}
