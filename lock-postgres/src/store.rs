@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use fencelock_core::ttl::whole_millis;
-use fencelock_core::validate::{check_key, check_mode, check_request, check_ttl, check_wait};
+use fencelock_core::validate::{
+    check_granted, check_key, check_mode, check_request, check_ttl, check_wait,
+};
 use fencelock_core::{
     Acquire, Capabilities, Error, Extend, HolderStatus, Instant, KeyStatus, Lease, LockStore, Mode,
     OwnerId, Release, ReleaseOutcome, Result,
@@ -1199,7 +1201,8 @@ impl Acquire for PostgresStore {
         fields(store = "postgres")
     )]
     async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Lease> {
-        self.try_key(key, ttl, Mode::Exclusive).await
+        let lease = self.try_key(key, ttl, Mode::Exclusive).await?;
+        check_granted(self, lease).await
     }
 
     /// Waits in PostgreSQL's own lock queue (`pg_advisory_lock` under `lock_timeout`), so the
@@ -1218,7 +1221,8 @@ impl Acquire for PostgresStore {
         fields(store = "postgres")
     )]
     async fn acquire(&self, key: &str, ttl: Duration, wait: Duration) -> Result<Lease> {
-        self.wait_key(key, ttl, wait, Mode::Exclusive).await
+        let lease = self.wait_key(key, ttl, wait, Mode::Exclusive).await?;
+        check_granted(self, lease).await
     }
 
     /// Readers take the key's lock shared (`pg_try_advisory_lock_shared`); a permit takes it
@@ -1237,7 +1241,8 @@ impl Acquire for PostgresStore {
         if mode == Mode::Exclusive {
             return self.try_acquire(key, ttl).await;
         }
-        self.try_key(key, ttl, mode).await
+        let lease = self.try_key(key, ttl, mode).await?;
+        check_granted(self, lease).await
     }
 
     /// Waits in PostgreSQL's queue for the key's lock (a reader or permit queues behind any
@@ -1267,7 +1272,8 @@ impl Acquire for PostgresStore {
         if mode == Mode::Exclusive {
             return self.acquire(key, ttl, wait).await;
         }
-        self.wait_key(key, ttl, wait, mode).await
+        let lease = self.wait_key(key, ttl, wait, mode).await?;
+        check_granted(self, lease).await
     }
 }
 
