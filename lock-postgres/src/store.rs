@@ -284,7 +284,9 @@ impl PostgresStore {
             return match attempt {
                 Ok(Attempt::Granted { token, pid, slot }) => {
                     check_same_backend(&session, pid)?;
-                    Ok(self.lease_in(target, owner, token, ttl, sent_at, session, mode, slot))
+                    let lease =
+                        self.lease_in(target, owner, token, ttl, sent_at, session, mode, slot);
+                    self.won_back(lease, sent_at).await
                 }
                 Ok(Attempt::Blocked(_)) => {
                     self.sessions.checkin(session);
@@ -937,9 +939,9 @@ impl PostgresStore {
                 let waited = match attempt {
                     Ok(Attempt::Granted { token, pid, slot }) => {
                         check_same_backend(&session, pid)?;
-                        return Ok(
-                            self.lease_in(target, owner, token, ttl, sent_at, session, mode, slot)
-                        );
+                        let lease =
+                            self.lease_in(target, owner, token, ttl, sent_at, session, mode, slot);
+                        return self.won_back(lease, sent_at).await;
                     }
                     Ok(Attempt::Mismatch(held)) => {
                         self.give_up_wait(session).await;
@@ -984,6 +986,19 @@ impl PostgresStore {
                 first = false;
             }
         }
+    }
+
+    /// A lease granted by an attempt sent at `sent_at`, with the time the attempt spent
+    /// blocked won back: the server's TTL runs from the end of the granting statement, while
+    /// the local deadline counts from `sent_at`, so a statement that waited (for a gate held by
+    /// another acquire, which a frozen one holds up to its TTL) could hand out a lease with
+    /// little or no validity left. Past a sixteenth of the TTL, as after a long exclusive wait,
+    /// the TTL is restarted (an extend, which confirms a fresh deadline).
+    async fn won_back(&self, lease: Lease, sent_at: Instant) -> Result<Lease> {
+        if sent_at.elapsed() > lease.ttl() / 16 {
+            self.extend_lease(&lease).await?;
+        }
+        Ok(lease)
     }
 
     /// Ends a mode wait without a lease: the session's locks go and its TTL is disarmed, then
