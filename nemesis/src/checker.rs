@@ -567,6 +567,11 @@ impl<'h> Index<'h> {
         holds.sort_by_key(|h| h.granted);
         let mut violations = Vec::new();
         for (i, later) in holds.iter().enumerate() {
+            if later.until <= later.granted {
+                // Its answer came after its deadline (a worker frozen in between): it never
+                // held the key by the contract after its grant was seen.
+                continue;
+            }
             if let WorkMode::Permit { limit } = later.mode {
                 if later.slot.is_none_or(|s| s >= limit) {
                     violations.push(Violation {
