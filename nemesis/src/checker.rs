@@ -778,9 +778,10 @@ impl<'h> Index<'h> {
         let from_fault = self
             .history
             .iter()
+            .rev()
             .filter(|e| e.t <= wait.since && matches!(e.event, Event::Fault { .. }))
             .map(|e| e.t)
-            .last()
+            .next()
             .unwrap_or(wait.since);
         Violation {
             rule: 4,
