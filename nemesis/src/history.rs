@@ -320,4 +320,41 @@ mod tests {
         );
         assert_eq!(serde_json::from_str::<Entry>(&line).unwrap(), entry);
     }
+
+    #[test]
+    fn modes_and_slot_rows_round_trip_and_old_lines_read_as_exclusive() {
+        for mode in [
+            WorkMode::Exclusive,
+            WorkMode::Shared,
+            WorkMode::Permit { limit: 2 },
+        ] {
+            assert_eq!(WorkMode::parse(&mode.arg()), Some(mode));
+        }
+        for row in [Row::Fenced, Row::WriteOnly, Row::Shadow, Row::Slot(3)] {
+            assert_eq!(Row::from_id(row.id()), Some(row));
+        }
+        let grant = Entry {
+            t: 1,
+            worker: 1,
+            event: Event::Grant {
+                lease: 1,
+                token: 5,
+                ttl_ms: 1000,
+                deadline: 9,
+                mode: WorkMode::Permit { limit: 2 },
+                slot: Some(1),
+            },
+        };
+        let line = serde_json::to_string(&grant).unwrap();
+        assert_eq!(serde_json::from_str::<Entry>(&line).unwrap(), grant);
+        // A line written before modes existed is an exclusive grant.
+        let old =
+            r#"{"t":1,"worker":1,"ev":"grant","lease":1,"token":5,"ttl_ms":1000,"deadline":9}"#;
+        match serde_json::from_str::<Entry>(old).unwrap().event {
+            Event::Grant { mode, slot, .. } => {
+                assert_eq!((mode, slot), (WorkMode::Exclusive, None))
+            }
+            other => panic!("{other:?}"),
+        }
+    }
 }
