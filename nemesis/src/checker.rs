@@ -1,26 +1,44 @@
 //! The checker: reads a whole history and the resource's end state, and proves (or refutes)
 //! that nothing unsafe was accepted.
 //!
-//! Violations (any one fails the run):
-//! 1. **Stale write accepted**: the fenced row's accepted writes, in the order the resource
-//!    accepted them (its log's serial ids), must carry strictly increasing tokens.
-//! 2. **Lost update**: the fenced counter equals the number of its accepted writes, and each
-//!    accepted write read the value the previous one wrote.
-//! 3. **Unexplained refusal**: every refused claim or write on the fenced row belongs to a lease
-//!    that was lost: its lost signal fired at or before the refusal, or its local deadline had
-//!    passed, or a fault the store documents as freeing locks early hit it (the fault began
-//!    before the refusal and ended after the lease's grant). Otherwise the store let a second holder in while the first still held
-//!    the lock by the contract: a store bug.
+//! Violations (any one fails the run). The fenced rows are the exclusive holders' fenced row
+//! and each permit slot's row (one fence per slot).
 //!
-//! Counted, not failed: critical sections that overlapped in real time, updates lost on the
-//! row checked only at the write and on the unfenced shadow row (expected under pauses), lost
-//! signals, and for each fault the time until the next grant, in TTLs.
+//! 1. **Stale write accepted**: each fenced row's accepted writes, in the order the resource
+//!    accepted them (its log's serial ids), must carry strictly increasing tokens; and tokens
+//!    grow across every mode: a lease asked for after another was granted has a greater token.
+//! 2. **Lost update**: each fenced counter equals the number of its accepted writes, and each
+//!    accepted write read the value the previous one wrote.
+//! 3. **A second holder let in** while a conflicting lease still held the key by the contract
+//!    (no exclusive lease next to any other, no reader next to a permit, at most `limit`
+//!    permits, each in its own slot below the limit). Seen two ways:
+//!    - *an unexplained refusal*: a refused claim, write or reader's read on a fenced row
+//!      whose lease was not lost: its lost signal had not fired, its local deadline had not
+//!      passed, and no fault the store documents as freeing locks early hit it (the fault
+//!      began before the refusal and ended after the lease's grant);
+//!    - *a conflicting grant*: a lease granted (its answer received) while a conflicting lease
+//!      was held: from its grant until its last known local deadline, its release's sending,
+//!      its lost signal or its worker's kill, whichever came first, and not hit by a fault
+//!      that frees locks early.
+//! 4. **Unavailability**: while a worker that is not paused or cut off waits for the key, the
+//!    key is granted to someone within the store's bound ([`crate::delays`]: two TTLs plus
+//!    the store's documented delays), counted from the last grant, the start of the last
+//!    client fault (pause, kill, cut), or the end of the last store fault the store documents
+//!    as making it unavailable; the rule is off while such a fault is in progress.
+//!
+//! Counted, not failed: critical sections of conflicting modes that overlapped in real time,
+//! updates lost on the row checked only at the write and on the unfenced shadow row (expected
+//! under pauses), lost signals, for each fault the time until the next grant, and rule 4's
+//! longest unserved wait, in TTLs.
 
 use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::history::{Entry, Event, Row};
+use crate::delays::StoreDelays;
+use crate::faults::Fault;
+use crate::history::{Entry, Event, Row, WorkMode};
 use crate::resource::{Accepted, ResourceState};
 
 /// What the checker found in one store's run.
@@ -29,6 +47,10 @@ pub struct Verdict {
     /// Per fault kind (the window from a fault until the next one; `none` before the first),
     /// and `all` for the whole run.
     pub by_kind: BTreeMap<String, Stats>,
+    /// Per mode of the workers (`exclusive`, `shared`, `permit of 2`).
+    pub by_mode: BTreeMap<String, Stats>,
+    /// Rule 4's bound, in TTLs.
+    pub bound_ttl: f64,
     /// Every violation, each with the history excerpt that shows it.
     pub violations: Vec<Violation>,
 }
@@ -39,7 +61,7 @@ impl Verdict {
         self.violations.is_empty()
     }
 
-    /// Whether some violation broke `rule` (1, 2 or 3).
+    /// Whether some violation broke `rule` (1 to 4).
     pub fn broke(&self, rule: u8) -> bool {
         self.violations.iter().any(|v| v.rule == rule)
     }
@@ -75,12 +97,15 @@ pub struct Stats {
     pub lost_signals: u64,
     /// The longest time from a fault of this kind to the next grant, in TTLs.
     pub worst_unavailable_ttl: f64,
+    /// Rule 4's measure: the longest a worker that was not paused waited with no grant to
+    /// anyone, counted as rule 4 counts, in TTLs (attributed to the window it ended in).
+    pub longest_wait_ttl: f64,
 }
 
 /// A broken rule, with the part of the history that shows it.
 #[derive(Debug, Clone, Serialize)]
 pub struct Violation {
-    /// 1 stale write accepted, 2 lost update, 3 unexplained refusal.
+    /// 1 stale write accepted, 2 lost update, 3 second holder let in, 4 unavailability.
     pub rule: u8,
     /// What is wrong, in one line.
     pub summary: String,
@@ -94,39 +119,48 @@ pub const ALL: &str = "all";
 pub const NONE: &str = "none";
 
 /// Checks a history (ordered by time) against the resource's end state. `ttl_ms` is the
-/// lease TTL the workers asked for.
-pub fn check(history: &[Entry], resource: &ResourceState, ttl_ms: u64) -> Verdict {
+/// lease TTL the workers asked for; `delays` the store's row of [`crate::delays::TABLE`].
+pub fn check(
+    history: &[Entry],
+    resource: &ResourceState,
+    ttl_ms: u64,
+    delays: &StoreDelays,
+) -> Verdict {
     let index = Index::new(history);
     let mut by_kind: BTreeMap<String, Stats> = BTreeMap::new();
+    let mut by_mode: BTreeMap<String, Stats> = BTreeMap::new();
     let mut violations = Vec::new();
-    let mut bump = |kind: &str, f: &dyn Fn(&mut Stats)| {
+    let mut bump = |kind: &str, mode: Option<WorkMode>, f: &dyn Fn(&mut Stats)| {
         f(by_kind.entry(kind.to_string()).or_default());
         f(by_kind.entry(ALL.to_string()).or_default());
+        if let Some(mode) = mode {
+            f(by_mode.entry(mode.name()).or_default());
+        }
     };
 
     for entry in history {
         let kind = index.window(entry.t);
+        let mode = entry
+            .event
+            .lease()
+            .and_then(|l| index.modes.get(&(entry.worker, l)).copied());
         match &entry.event {
-            Event::Grant { .. } => bump(kind, &|s| s.acquisitions += 1),
-            Event::Lost { .. } => bump(kind, &|s| s.lost_signals += 1),
+            Event::Grant { .. } => bump(kind, mode, &|s| s.acquisitions += 1),
+            Event::Lost { .. } => bump(kind, mode, &|s| s.lost_signals += 1),
             Event::Fault { kind, .. } => {
                 let unavailable = index.unavailable_ttl(entry.t, ttl_ms);
-                bump(kind, &|s| {
+                bump(kind, None, &|s| {
                     s.faults += 1;
                     s.worst_unavailable_ttl = s.worst_unavailable_ttl.max(unavailable);
                 });
             }
             Event::Read {
-                row: Row::Fenced,
-                value: None,
-                ..
+                row, value: None, ..
             }
             | Event::Write {
-                row: Row::Fenced,
-                log_id: None,
-                ..
-            } => {
-                bump(kind, &|s| s.stale_refused += 1);
+                row, log_id: None, ..
+            } if row.is_fenced() => {
+                bump(kind, mode, &|s| s.stale_refused += 1);
                 if let Some(v) = index.unexplained_refusal(entry) {
                     violations.push(v);
                 }
@@ -135,40 +169,70 @@ pub fn check(history: &[Entry], resource: &ResourceState, ttl_ms: u64) -> Verdic
         }
     }
 
-    // Rules 1 and 2 from the resource's own order of the fenced row's writes.
-    let mut highest: Option<&Accepted> = None;
-    let mut current = 0i64;
-    let mut fenced_writes = 0i64;
-    for write in resource.accepted.iter().filter(|w| w.row == Row::Fenced) {
-        let kind = index.window_of_lease(write.worker, write.lease);
-        fenced_writes += 1;
-        bump(kind, &|s| s.writes_accepted += 1);
-        if let Some(prev) = highest.filter(|p| write.token <= p.token) {
-            bump(kind, &|s| s.stale_accepted += 1);
-            violations.push(Violation {
+    violations.extend(index.tokens_not_growing());
+    violations.extend(index.conflicting_grants());
+
+    // Rules 1 and 2 from the resource's own order of each fenced row's writes.
+    let mut fenced_rows: Vec<(Row, i64)> = vec![(Row::Fenced, resource.fenced)];
+    fenced_rows.extend(resource.slots.iter().map(|(&s, &v)| (Row::Slot(s), v)));
+    for row in resource.accepted.iter().map(|w| w.row) {
+        if row.is_fenced() && !fenced_rows.iter().any(|(r, _)| *r == row) {
+            fenced_rows.push((row, 0));
+        }
+    }
+    for (row, value) in fenced_rows {
+        let mut highest: Option<&Accepted> = None;
+        let mut current = 0i64;
+        let mut fenced_writes = 0i64;
+        for write in resource.accepted.iter().filter(|w| w.row == row) {
+            let kind = index.window_of_lease(write.worker, write.lease);
+            let mode = index.modes.get(&(write.worker, write.lease)).copied();
+            fenced_writes += 1;
+            bump(kind, mode, &|s| s.writes_accepted += 1);
+            if let Some(prev) = highest.filter(|p| write.token <= p.token) {
+                bump(kind, mode, &|s| s.stale_accepted += 1);
+                violations.push(Violation {
                 rule: 1,
                 summary: format!(
-                    "stale write accepted: log id {} (worker {} lease {} token {}) after log id {} (worker {} lease {} token {})",
+                    "stale write accepted on row {row:?}: log id {} (worker {} lease {} token {}) after log id {} (worker {} lease {} token {})",
                     write.id, write.worker, write.lease, write.token,
                     prev.id, prev.worker, prev.lease, prev.token
                 ),
                 excerpt: index.excerpt(&[(prev.worker, prev.lease), (write.worker, write.lease)]),
             });
-        }
-        if highest.is_none_or(|p| write.token > p.token) {
-            highest = Some(write);
-        }
-        if write.read_value != current {
-            violations.push(Violation {
+            }
+            if highest.is_none_or(|p| write.token > p.token) {
+                highest = Some(write);
+            }
+            if write.read_value != current {
+                violations.push(Violation {
                 rule: 2,
                 summary: format!(
-                    "lost update: log id {} (worker {} lease {} token {}) read {} but the counter held {}",
+                    "lost update on row {row:?}: log id {} (worker {} lease {} token {}) read {} but the counter held {}",
                     write.id, write.worker, write.lease, write.token, write.read_value, current
                 ),
                 excerpt: index.excerpt(&[(write.worker, write.lease)]),
             });
+            }
+            current = write.new_value;
         }
-        current = write.new_value;
+        if value != fenced_writes {
+            let last: Vec<(u32, u64)> = resource
+                .accepted
+                .iter()
+                .rev()
+                .filter(|a| a.row == row)
+                .take(2)
+                .map(|a| (a.worker, a.lease))
+                .collect();
+            violations.push(Violation {
+            rule: 2,
+            summary: format!(
+                "lost update: the counter of row {row:?} is {value} but the resource accepted {fenced_writes} writes",
+            ),
+            excerpt: index.excerpt(&last),
+        });
+        }
     }
 
     // The other rows' lost updates: the writes whose increment the final value does not
@@ -185,39 +249,68 @@ pub fn check(history: &[Entry], resource: &ResourceState, ttl_ms: u64) -> Verdic
                 continue;
             }
             let kind = index.window_of_lease(write.worker, write.lease);
+            let mode = index.modes.get(&(write.worker, write.lease)).copied();
             match row {
-                Row::WriteOnly => bump(kind, &|s| s.lost_write_only += 1),
-                _ => bump(kind, &|s| s.lost_shadow += 1),
+                Row::WriteOnly => bump(kind, mode, &|s| s.lost_write_only += 1),
+                _ => bump(kind, mode, &|s| s.lost_shadow += 1),
             }
         }
     }
-    if resource.fenced != fenced_writes {
-        let last: Vec<(u32, u64)> = resource
-            .accepted
-            .iter()
-            .rev()
-            .filter(|a| a.row == Row::Fenced)
-            .take(2)
-            .map(|a| (a.worker, a.lease))
-            .collect();
-        violations.push(Violation {
-            rule: 2,
-            summary: format!(
-                "lost update: the fenced counter is {} but the resource accepted {} writes",
-                resource.fenced, fenced_writes
-            ),
-            excerpt: index.excerpt(&last),
-        });
+
+    for (kind, mode, overlaps) in index.overlaps() {
+        bump(kind, Some(mode), &|s| s.overlaps += overlaps);
     }
 
-    for (kind, overlaps) in index.overlaps() {
-        bump(kind, &|s| s.overlaps += overlaps);
+    let ttl = Duration::from_millis(ttl_ms);
+    let bound = delays.bound(ttl);
+    let in_ttls = |ns: u64| ns as f64 / 1e6 / ttl_ms.max(1) as f64;
+    let waits = index.unserved_waits(delays);
+    let mut reported_stalls = Vec::new();
+    for wait in &waits {
+        let measure = in_ttls(wait.longest);
+        bump(index.window(wait.at), Some(wait.mode), &|s| {
+            s.longest_wait_ttl = s.longest_wait_ttl.max(measure)
+        });
+        // One violation per stall (its clock's start), however many waited through it.
+        if wait.longest > crate::clock::nanos(bound) && !reported_stalls.contains(&wait.since) {
+            reported_stalls.push(wait.since);
+            violations.push(index.unavailability(wait, in_ttls, bound));
+        }
     }
+
     by_kind.entry(ALL.to_string()).or_default();
     Verdict {
         by_kind,
+        by_mode,
+        bound_ttl: bound.as_secs_f64() * 1000.0 / ttl_ms.max(1) as f64,
         violations,
     }
+}
+
+/// Rule 4's measure of one eligible stretch of one worker's wait.
+#[derive(Debug, Clone)]
+struct UnservedWait {
+    worker: u32,
+    lease: u64,
+    mode: WorkMode,
+    /// The longest time with no grant counted as rule 4 counts (ns).
+    longest: u64,
+    /// Where that longest time began (a grant, a client fault's start, an unavailability's end).
+    since: u64,
+    /// Where it ended.
+    at: u64,
+}
+
+/// A lease's hold by the contract, as the history shows it.
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    worker: u32,
+    lease: u64,
+    mode: WorkMode,
+    slot: Option<u32>,
+    token: u64,
+    granted: u64,
+    until: u64,
 }
 
 /// Lookups over one history.
@@ -230,6 +323,12 @@ struct Index<'h> {
     grant_times: Vec<u64>,
     /// When each fault was healed, by fault id.
     healed: HashMap<u32, u64>,
+    /// Each lease's mode, from its acquire and its grant.
+    modes: HashMap<(u32, u64), WorkMode>,
+    /// When each worker was killed.
+    killed: HashMap<u32, u64>,
+    /// Where rule 4 stops looking: the controller's stop, or the end of the history.
+    end: u64,
 }
 
 impl<'h> Index<'h> {
@@ -241,13 +340,26 @@ impl<'h> Index<'h> {
             lost_at: HashMap::new(),
             grant_times: Vec::new(),
             healed: HashMap::new(),
+            modes: HashMap::new(),
+            killed: HashMap::new(),
+            end: history.last().map_or(0, |e| e.t),
         };
         for e in history {
             match &e.event {
-                Event::Fault { kind, .. } => index.faults.push((e.t, kind)),
-                Event::Grant { lease, .. } => {
+                Event::Fault { kind, target, .. } => {
+                    index.faults.push((e.t, kind));
+                    if let (Some(Fault::Kill), Some(w)) = (Fault::parse(kind), target) {
+                        index.killed.entry(*w).or_insert(e.t);
+                    }
+                }
+                Event::Acquire { lease, mode } => {
+                    index.modes.insert((e.worker, *lease), *mode);
+                }
+                Event::Stop => index.end = index.end.min(e.t),
+                Event::Grant { lease, mode, .. } => {
                     index.grants.insert((e.worker, *lease), e.t);
                     index.grant_times.push(e.t);
+                    index.modes.insert((e.worker, *lease), *mode);
                 }
                 Event::Lost { lease, .. } => {
                     index.lost_at.entry((e.worker, *lease)).or_insert(e.t);
@@ -314,22 +426,7 @@ impl<'h> Index<'h> {
         let signalled = lost || self.lost_at.get(&key).is_some_and(|&l| l <= refusal.t);
         let expired = deadline <= refusal.t;
         let granted = self.grants.get(&key).copied().unwrap_or(0);
-        // A fault hits the leases granted before it ended (a lease granted while a restart or a
-        // terminate was under way may be among those it freed) and explains refusals after it
-        // began.
-        let freed_early = self.history.iter().any(|e| match &e.event {
-            Event::Fault {
-                id,
-                frees_early: true,
-                target,
-                ..
-            } => {
-                let ended = self.healed.get(id).copied().unwrap_or(e.t);
-                target.is_none_or(|w| w == refusal.worker) && granted <= ended && e.t <= refusal.t
-            }
-            _ => false,
-        });
-        if signalled || expired || freed_early {
+        if signalled || expired || self.freed_early(refusal.worker, granted, refusal.t) {
             return None;
         }
         let step = match refusal.event {
@@ -345,6 +442,381 @@ impl<'h> Index<'h> {
             ),
             excerpt: self.excerpt_around(&[key], refusal.t),
         })
+    }
+
+    /// Whether a fault that the store documents as freeing locks early hit `worker`'s lease
+    /// granted at `granted`, before `t`. A fault hits the leases granted before it ended (a
+    /// lease granted while a restart or a terminate was under way may be among those it freed)
+    /// and explains what happens after it began.
+    fn freed_early(&self, worker: u32, granted: u64, t: u64) -> bool {
+        self.history.iter().any(|e| match &e.event {
+            Event::Fault {
+                id,
+                frees_early: true,
+                target,
+                ..
+            } => {
+                let ended = self.healed.get(id).copied().unwrap_or(e.t);
+                target.is_none_or(|w| w == worker) && granted <= ended && e.t <= t
+            }
+            _ => false,
+        })
+    }
+
+    /// Rule 1 across modes: a lease asked for after another lease's grant was received has a
+    /// greater token (the contract: every lease of a key, in any mode, has a token greater
+    /// than every earlier one).
+    fn tokens_not_growing(&self) -> Vec<Violation> {
+        let mut violations = Vec::new();
+        // The greatest token granted so far, and whose it was.
+        let mut highest: Option<(u64, u32, u64)> = None;
+        let mut before_ask: HashMap<(u32, u64), (u64, u32, u64)> = HashMap::new();
+        for e in self.history {
+            match &e.event {
+                Event::Acquire { lease, .. } => {
+                    if let Some(h) = highest {
+                        before_ask.insert((e.worker, *lease), h);
+                    }
+                }
+                Event::Grant { lease, token, .. } => {
+                    if let Some(&(prev, w, l)) = before_ask.get(&(e.worker, *lease)) {
+                        if *token <= prev {
+                            violations.push(Violation {
+                                rule: 1,
+                                summary: format!(
+                                    "token not greater than an earlier one: worker {} lease {lease} was granted token {token}, asked for after worker {w} lease {l} was granted token {prev}",
+                                    e.worker
+                                ),
+                                excerpt: self.excerpt(&[(w, l), (e.worker, *lease)]),
+                            });
+                        }
+                    }
+                    if highest.is_none_or(|(h, _, _)| *token > h) {
+                        highest = Some((*token, e.worker, *lease));
+                    }
+                }
+                _ => {}
+            }
+        }
+        violations
+    }
+
+    /// Each lease's hold by the contract: from its grant until its last known local
+    /// deadline, its release's sending, its lost signal or its worker's kill.
+    fn holds(&self) -> Vec<Held> {
+        let mut holds: Vec<Held> = Vec::new();
+        let mut at: HashMap<(u32, u64), usize> = HashMap::new();
+        for e in self.history {
+            let Some(lease) = e.event.lease() else {
+                continue;
+            };
+            let key = (e.worker, lease);
+            match &e.event {
+                Event::Grant {
+                    token,
+                    deadline,
+                    mode,
+                    slot,
+                    ..
+                } => {
+                    let until = self
+                        .killed
+                        .get(&e.worker)
+                        .map_or(*deadline, |&k| (*deadline).min(k));
+                    at.insert(key, holds.len());
+                    holds.push(Held {
+                        worker: e.worker,
+                        lease,
+                        mode: *mode,
+                        slot: *slot,
+                        token: *token,
+                        granted: e.t,
+                        until,
+                    });
+                }
+                // An extend confirmed before this step moved the deadline on.
+                Event::Read { deadline, .. } | Event::Write { deadline, .. } => {
+                    if let Some(h) = at.get(&key).map(|&i| &mut holds[i]) {
+                        let cap = self.killed.get(&e.worker).copied().unwrap_or(u64::MAX);
+                        h.until = h.until.max((*deadline).min(cap));
+                    }
+                }
+                _ => {}
+            }
+        }
+        for e in self.history {
+            let Some(lease) = e.event.lease() else {
+                continue;
+            };
+            let Some(h) = at.get(&(e.worker, lease)).map(|&i| &mut holds[i]) else {
+                continue;
+            };
+            match &e.event {
+                Event::Lost { .. } => h.until = h.until.min(e.t),
+                Event::Release { sent, .. } if *sent > 0 => h.until = h.until.min(*sent),
+                _ => {}
+            }
+        }
+        holds
+    }
+
+    /// Rule 3 from the grants alone: a lease granted while a conflicting one was held by the
+    /// contract, a permit beyond the limit, two permits in one slot, or a slot out of range.
+    fn conflicting_grants(&self) -> Vec<Violation> {
+        let mut holds = self.holds();
+        holds.sort_by_key(|h| h.granted);
+        let mut violations = Vec::new();
+        for (i, later) in holds.iter().enumerate() {
+            if later.until <= later.granted {
+                // Its answer came after its deadline (a worker frozen in between): it never
+                // held the key by the contract after its grant was seen.
+                continue;
+            }
+            if let WorkMode::Permit { limit } = later.mode {
+                if later.slot.is_none_or(|s| s >= limit) {
+                    violations.push(Violation {
+                        rule: 3,
+                        summary: format!(
+                            "permit of {limit} granted with slot {:?}: worker {} lease {} (token {})",
+                            later.slot, later.worker, later.lease, later.token
+                        ),
+                        excerpt: self.excerpt(&[(later.worker, later.lease)]),
+                    });
+                }
+            }
+            // The earlier leases still held at this grant, and not freed early before it.
+            let held: Vec<&Held> = holds[..i]
+                .iter()
+                .filter(|h| h.until > later.granted)
+                .filter(|h| !self.freed_early(h.worker, h.granted, later.granted))
+                .collect();
+            let why = held.iter().find_map(|h| {
+                if !later.mode.compatible_with(h.mode) {
+                    Some((
+                        h,
+                        format!("{} next to {}", later.mode.name(), h.mode.name()),
+                    ))
+                } else if later.slot.is_some() && later.slot == h.slot {
+                    Some((h, format!("two permits in slot {}", h.slot.unwrap_or(0))))
+                } else {
+                    match later.mode {
+                        WorkMode::Permit { limit } if held.len() as u64 >= u64::from(limit) => {
+                            Some((
+                                h,
+                                format!("{} permits of {limit} held at once", held.len() + 1),
+                            ))
+                        }
+                        _ => None,
+                    }
+                }
+            });
+            if let Some((h, what)) = why {
+                violations.push(Violation {
+                    rule: 3,
+                    summary: format!(
+                        "conflicting grant ({what}): worker {} lease {} (token {}) was granted {:.1} ms before worker {} lease {} (token {}) stopped holding by the contract",
+                        later.worker, later.lease, later.token,
+                        (h.until - later.granted) as f64 / 1e6,
+                        h.worker, h.lease, h.token
+                    ),
+                    excerpt: self.excerpt_around(
+                        &[(h.worker, h.lease), (later.worker, later.lease)],
+                        later.granted,
+                    ),
+                });
+            }
+        }
+        violations
+    }
+
+    /// Rule 4's measure for every stretch of every wait in which the waiter could be served
+    /// (not paused or cut off, not killed, no unavailability fault in progress, before the
+    /// stop).
+    fn unserved_waits(&self, delays: &StoreDelays) -> Vec<UnservedWait> {
+        // The clock's restarts: every grant, every client fault's start, every end of a fault
+        // during which the store is documented as unavailable.
+        let mut restarts: Vec<u64> = self.grant_times.clone();
+        // Spans in which no one can be served, and spans in which one worker cannot.
+        let mut unavailable: Vec<(u64, u64)> = Vec::new();
+        let mut silenced: HashMap<u32, Vec<(u64, u64)>> = HashMap::new();
+        for e in self.history {
+            let Event::Fault {
+                id, kind, target, ..
+            } = &e.event
+            else {
+                continue;
+            };
+            let Some(fault) = Fault::parse(kind) else {
+                continue;
+            };
+            let ended = self.healed.get(id).copied().unwrap_or(u64::MAX);
+            if fault.is_client() {
+                restarts.push(e.t);
+            }
+            if delays.unavailable_during(fault) {
+                unavailable.push((e.t, ended));
+                if ended != u64::MAX {
+                    restarts.push(ended);
+                }
+            }
+            if let (true, Some(w)) = (fault.silences_target(), target) {
+                silenced.entry(*w).or_default().push((e.t, ended));
+            }
+        }
+        if let Some(first) = self.history.first() {
+            restarts.push(first.t);
+        }
+        restarts.sort_unstable();
+
+        // Each worker's want of the key: from its acquire to its grant (a failed wait and the
+        // next ask are one want), its kill or the end; then the stretches in which it could be
+        // served.
+        let mut pieces: Vec<(u64, u64, u32, u64, WorkMode)> = Vec::new();
+        let mut open: HashMap<u32, (u64, WorkMode, u64)> = HashMap::new();
+        let mut close = |worker: u32, (lease, mode, from): (u64, WorkMode, u64), to: u64| {
+            let mut gaps = unavailable.clone();
+            gaps.extend(silenced.get(&worker).into_iter().flatten().copied());
+            for (p, q) in subtract(from, to.min(self.end), &mut gaps) {
+                pieces.push((p, q, worker, lease, mode));
+            }
+        };
+        for e in self.history {
+            match &e.event {
+                Event::Acquire { lease, mode } => {
+                    open.entry(e.worker).or_insert((*lease, *mode, e.t));
+                }
+                Event::Grant { .. } => {
+                    if let Some(want) = open.remove(&e.worker) {
+                        close(e.worker, want, e.t);
+                    }
+                }
+                _ => {}
+            }
+        }
+        for (worker, want) in open {
+            let to = self.killed.get(&worker).copied().unwrap_or(u64::MAX);
+            close(worker, want, to);
+        }
+        pieces.sort_by_key(|p| (p.0, p.2));
+
+        // While someone could be served, the clock restarts at every restart, and at the start
+        // of each such stretch (before it, no one asked).
+        let mut measured = Vec::new();
+        let mut i = 0;
+        while i < pieces.len() {
+            let (p, mut q) = (pieces[i].0, pieces[i].1);
+            let mut j = i + 1;
+            while j < pieces.len() && pieces[j].0 <= q {
+                q = q.max(pieces[j].1);
+                j += 1;
+            }
+            let stretch = &pieces[i..j];
+            i = j;
+            // The time since the clock's last restart grows between restarts: its largest
+            // values are just before each restart inside (p, q], and at q.
+            let last_before = |t: u64, strictly: bool| {
+                let k = restarts.partition_point(|&r| if strictly { r < t } else { r <= t });
+                restarts[..k].last().copied().unwrap_or(p).max(p)
+            };
+            let first = restarts.partition_point(|&r| r <= p);
+            let mut candidates: Vec<(u64, u64)> = restarts[first..]
+                .iter()
+                .take_while(|&&r| r <= q)
+                .map(|&r| (last_before(r, true), r))
+                .collect();
+            candidates.push((last_before(q, false), q));
+            let Some(&(since, at)) = candidates.iter().max_by_key(|(s, t)| t - s) else {
+                continue;
+            };
+            // Whoever could be served just before that moment, longest wanting first.
+            let waiter = stretch
+                .iter()
+                .filter(|w| w.0 < at && w.1 >= at)
+                .min_by_key(|w| w.0)
+                .unwrap_or(&stretch[0]);
+            measured.push(UnservedWait {
+                worker: waiter.2,
+                lease: waiter.3,
+                mode: waiter.4,
+                longest: at - since,
+                since,
+                at,
+            });
+        }
+        measured
+    }
+
+    /// Rule 4's violation for a wait longer than the bound.
+    fn unavailability(
+        &self,
+        wait: &UnservedWait,
+        in_ttls: impl Fn(u64) -> f64,
+        bound: Duration,
+    ) -> Violation {
+        let from = match self.history.iter().find(|e| e.t == wait.since) {
+            Some(Entry {
+                event: Event::Grant { .. },
+                worker,
+                ..
+            }) => format!("the grant to worker {worker}"),
+            Some(Entry {
+                event: Event::Fault { id, kind, .. },
+                ..
+            }) => format!("the start of fault {id} ({kind})"),
+            Some(Entry {
+                event: Event::Healed { id },
+                ..
+            }) => format!("the end of fault {id}"),
+            Some(Entry {
+                event: Event::Acquire { .. },
+                worker,
+                ..
+            }) => format!("worker {worker}'s ask, when no one else could be served"),
+            _ => "the start of the history".to_string(),
+        };
+        // From the last fault before the clock started, which is often the cause.
+        let from_fault = self
+            .history
+            .iter()
+            .rev()
+            .filter(|e| e.t <= wait.since && matches!(e.event, Event::Fault { .. }))
+            .map(|e| e.t)
+            .next()
+            .unwrap_or(wait.since);
+        Violation {
+            rule: 4,
+            summary: format!(
+                "unavailability: worker {} ({}, lease {}) waited, not paused, {:.2} TTLs with no grant to anyone, counted from {from}; the bound is {:.2} TTLs (two TTLs and the store's delays)",
+                wait.worker,
+                wait.mode.name(),
+                wait.lease,
+                in_ttls(wait.longest),
+                in_ttls(crate::clock::nanos(bound)),
+            ),
+            excerpt: self.excerpt_span(from_fault, wait.at, wait.worker),
+        }
+    }
+
+    /// The faults, acquires, grants and releases in `[from, to]`, and everything `worker` did.
+    fn excerpt_span(&self, from: u64, to: u64, worker: u32) -> Vec<String> {
+        let lines: Vec<String> = self
+            .history
+            .iter()
+            .filter(|e| e.t >= from && e.t <= to)
+            .filter(|e| {
+                e.worker == worker
+                    || matches!(
+                        e.event,
+                        Event::Fault { .. }
+                            | Event::Healed { .. }
+                            | Event::Grant { .. }
+                            | Event::Acquire { .. }
+                            | Event::Release { .. }
+                    )
+            })
+            .map(|e| serde_json::to_string(e).unwrap_or_default())
+            .collect();
+        shorten(lines)
     }
 
     /// Every entry of the given leases, the faults meanwhile, and the grants of other leases
@@ -365,7 +837,6 @@ impl<'h> Index<'h> {
     }
 
     fn excerpt_around(&self, leases: &[(u32, u64)], end: u64) -> Vec<String> {
-        const MAX_LINES: usize = 40;
         let ours = |e: &Entry| {
             e.event
                 .lease()
@@ -391,22 +862,13 @@ impl<'h> Index<'h> {
             })
             .map(|e| serde_json::to_string(e).unwrap_or_default())
             .collect();
-        if lines.len() <= MAX_LINES {
-            return lines;
-        }
-        // Keep the start and the end, where the leases begin and the violation is.
-        let mut kept = lines[..MAX_LINES / 2].to_vec();
-        kept.push(format!(
-            "... {} entries left out ...",
-            lines.len() - MAX_LINES
-        ));
-        kept.extend_from_slice(&lines[lines.len() - MAX_LINES / 2..]);
-        kept
+        shorten(lines)
     }
 
-    /// Overlapping critical sections (grant to the lease's last answer from the resource),
-    /// counted once per later section, attributed to that section's window.
-    fn overlaps(&self) -> HashMap<&'h str, u64> {
+    /// Overlapping critical sections of conflicting modes (grant to the lease's last answer
+    /// from the resource), counted once per later section, attributed to that section's
+    /// window and mode.
+    fn overlaps(&self) -> Vec<(&'h str, WorkMode, u64)> {
         let mut sections: HashMap<(u32, u64), (u64, u64)> = HashMap::new();
         for e in self.history {
             let Some(lease) = e.event.lease() else {
@@ -427,18 +889,67 @@ impl<'h> Index<'h> {
                 _ => {}
             }
         }
-        let mut sorted: Vec<(u64, u64)> = sections.into_values().collect();
+        let mut sorted: Vec<(u64, u64, WorkMode)> = sections
+            .into_iter()
+            .map(|(key, (start, end))| {
+                (
+                    start,
+                    end,
+                    self.modes.get(&key).copied().unwrap_or_default(),
+                )
+            })
+            .collect();
         sorted.sort_unstable();
-        let mut counts: HashMap<&'h str, u64> = HashMap::new();
-        let mut latest_end = 0u64;
-        for (i, &(start, end)) in sorted.iter().enumerate() {
-            if i > 0 && start < latest_end {
-                *counts.entry(self.window(start)).or_default() += 1;
+        let mut counts: HashMap<(&'h str, WorkMode), u64> = HashMap::new();
+        for (i, &(start, _, mode)) in sorted.iter().enumerate() {
+            // Permits next to permits and readers next to readers are the point of the modes.
+            let overlapped = sorted[..i]
+                .iter()
+                .any(|&(_, end, other)| end > start && !mode.compatible_with(other));
+            if overlapped {
+                *counts.entry((self.window(start), mode)).or_default() += 1;
             }
-            latest_end = latest_end.max(end);
         }
         counts
+            .into_iter()
+            .map(|((window, mode), n)| (window, mode, n))
+            .collect()
     }
+}
+
+/// `[from, to]` without the given spans, as the stretches left.
+fn subtract(from: u64, to: u64, gaps: &mut [(u64, u64)]) -> Vec<(u64, u64)> {
+    gaps.sort_unstable();
+    let mut left = Vec::new();
+    let mut at = from;
+    for &(a, b) in gaps.iter() {
+        if b <= at || a >= to {
+            continue;
+        }
+        if a > at {
+            left.push((at, a));
+        }
+        at = at.max(b);
+    }
+    if at < to {
+        left.push((at, to));
+    }
+    left
+}
+
+/// At most 40 lines: the start and the end, where the leases begin and the violation is.
+fn shorten(lines: Vec<String>) -> Vec<String> {
+    const MAX_LINES: usize = 40;
+    if lines.len() <= MAX_LINES {
+        return lines;
+    }
+    let mut kept = lines[..MAX_LINES / 2].to_vec();
+    kept.push(format!(
+        "... {} entries left out ...",
+        lines.len() - MAX_LINES
+    ));
+    kept.extend_from_slice(&lines[lines.len() - MAX_LINES / 2..]);
+    kept
 }
 
 #[cfg(test)]
@@ -447,6 +958,8 @@ mod tests {
 
     const MS: u64 = 1_000_000;
     const TTL_MS: u64 = 1000;
+    /// A store without delays: rule 4's bound is two TTLs.
+    const PLAIN: &StoreDelays = &crate::delays::TABLE[0];
 
     fn at(t_ms: u64, worker: u32, event: Event) -> Entry {
         Entry {
@@ -465,8 +978,71 @@ mod tests {
                 token,
                 ttl_ms: TTL_MS,
                 deadline: (t_ms + TTL_MS) * MS,
+                mode: WorkMode::Exclusive,
+                slot: None,
             },
         )
+    }
+
+    /// A grant in `mode` (a permit in `slot`).
+    fn grant_as(
+        t_ms: u64,
+        worker: u32,
+        lease: u64,
+        token: u64,
+        mode: WorkMode,
+        slot: Option<u32>,
+    ) -> Entry {
+        let mut entry = grant(t_ms, worker, lease, token);
+        if let Event::Grant {
+            mode: m, slot: s, ..
+        } = &mut entry.event
+        {
+            (*m, *s) = (mode, slot);
+        }
+        entry
+    }
+
+    fn acquire(t_ms: u64, worker: u32, lease: u64) -> Entry {
+        at(
+            t_ms,
+            worker,
+            Event::Acquire {
+                lease,
+                mode: WorkMode::Exclusive,
+            },
+        )
+    }
+
+    fn release(t_ms: u64, worker: u32, lease: u64, token: u64) -> Entry {
+        at(
+            t_ms,
+            worker,
+            Event::Release {
+                lease,
+                token,
+                outcome: "released".into(),
+                sent: t_ms * MS,
+            },
+        )
+    }
+
+    fn fault(t_ms: u64, id: u32, kind: &str, target: Option<u32>) -> Entry {
+        at(
+            t_ms,
+            0,
+            Event::Fault {
+                id,
+                kind: kind.into(),
+                target,
+                frees_early: false,
+                detail: String::new(),
+            },
+        )
+    }
+
+    fn healed(t_ms: u64, id: u32) -> Entry {
+        at(t_ms, 0, Event::Healed { id })
     }
 
     fn read(t_ms: u64, worker: u32, lease: u64, token: u64, value: Option<i64>) -> Entry {
@@ -517,9 +1093,11 @@ mod tests {
             grant(0, 1, 1, 10),
             read(1, 1, 1, 10, Some(0)),
             write(2, 1, 1, 10, Some(1)),
+            release(2, 1, 1, 10),
             grant(3, 2, 1, 11),
             read(4, 2, 1, 11, Some(1)),
             write(5, 2, 1, 11, Some(2)),
+            release(5, 2, 1, 11),
         ];
         let resource = ResourceState {
             fenced: 2,
@@ -532,7 +1110,7 @@ mod tests {
     #[test]
     fn a_clean_history_passes() {
         let (history, resource) = clean_history();
-        let verdict = check(&history, &resource, TTL_MS);
+        let verdict = check(&history, &resource, TTL_MS, PLAIN);
         assert!(verdict.is_safe(), "{:#?}", verdict.violations);
         assert_eq!(verdict.total().writes_accepted, 2);
         assert_eq!(verdict.total().acquisitions, 2);
@@ -545,7 +1123,7 @@ mod tests {
         history.push(write(6, 1, 1, 10, Some(3)));
         resource.accepted.push(accepted(3, 10, 1, 1, 2));
         resource.fenced = 3;
-        let verdict = check(&history, &resource, TTL_MS);
+        let verdict = check(&history, &resource, TTL_MS, PLAIN);
         assert!(verdict.broke(1), "{:#?}", verdict.violations);
         assert!(!verdict.broke(2) && !verdict.broke(3));
         assert_eq!(verdict.total().stale_accepted, 1);
@@ -558,7 +1136,7 @@ mod tests {
     fn a_counter_short_of_its_accepted_writes_breaks_rule_2() {
         let (history, mut resource) = clean_history();
         resource.fenced = 1;
-        let verdict = check(&history, &resource, TTL_MS);
+        let verdict = check(&history, &resource, TTL_MS, PLAIN);
         assert!(verdict.broke(2), "{:#?}", verdict.violations);
         assert!(!verdict.broke(1) && !verdict.broke(3));
     }
@@ -570,7 +1148,7 @@ mod tests {
         resource.accepted[1].read_value = 0;
         resource.accepted[1].new_value = 1;
         resource.fenced = 1;
-        let verdict = check(&history, &resource, TTL_MS);
+        let verdict = check(&history, &resource, TTL_MS, PLAIN);
         assert!(verdict.broke(2), "{:#?}", verdict.violations);
         assert!(verdict
             .violations
@@ -585,7 +1163,7 @@ mod tests {
         // 1 ms later: no lost signal, deadline far ahead, no fault.
         history.push(grant(10, 3, 1, 5));
         history.push(read(11, 3, 1, 5, None));
-        let verdict = check(&history, &resource, TTL_MS);
+        let verdict = check(&history, &resource, TTL_MS, PLAIN);
         assert!(verdict.broke(3), "{:#?}", verdict.violations);
         assert!(!verdict.broke(1) && !verdict.broke(2));
         assert_eq!(verdict.total().stale_refused, 1);
@@ -607,7 +1185,7 @@ mod tests {
             ),
         );
         history.push(write(6, 1, 1, 10, None));
-        let verdict = check(&history, &resource, TTL_MS);
+        let verdict = check(&history, &resource, TTL_MS, PLAIN);
         assert!(verdict.is_safe(), "{:#?}", verdict.violations);
         assert_eq!(verdict.total().lost_signals, 1);
     }
@@ -620,7 +1198,7 @@ mod tests {
             *deadline = 1000 * MS;
         }
         history.push(late);
-        assert!(check(&history, &resource, TTL_MS).is_safe());
+        assert!(check(&history, &resource, TTL_MS, PLAIN).is_safe());
     }
 
     #[test]
@@ -639,29 +1217,29 @@ mod tests {
             )
         };
         let (mut history, resource) = clean_history();
-        history.insert(6, fault(true));
+        history.push(fault(true));
         history.push(write(8, 2, 1, 11, None));
-        assert!(check(&history, &resource, TTL_MS).is_safe());
+        assert!(check(&history, &resource, TTL_MS, PLAIN).is_safe());
 
         let (mut history, resource) = clean_history();
-        history.insert(6, fault(false));
+        history.push(fault(false));
         history.push(write(8, 2, 1, 11, None));
-        assert!(check(&history, &resource, TTL_MS).broke(3));
+        assert!(check(&history, &resource, TTL_MS, PLAIN).broke(3));
 
         // A lease granted while the fault was under way is hit by it.
         let (mut history, resource) = clean_history();
-        history.insert(6, fault(true));
+        history.push(fault(true));
         history.push(grant(8, 3, 1, 12));
         history.push(at(9, 0, Event::Healed { id: 1 }));
         history.push(write(10, 3, 1, 12, None));
-        assert!(check(&history, &resource, TTL_MS).is_safe());
+        assert!(check(&history, &resource, TTL_MS, PLAIN).is_safe());
 
         // A lease granted after the fault is not explained by it.
         let (mut history, resource) = clean_history();
-        history.insert(6, fault(true));
+        history.push(fault(true));
         history.push(grant(9, 3, 1, 5));
         history.push(read(10, 3, 1, 5, None));
-        assert!(check(&history, &resource, TTL_MS).broke(3));
+        assert!(check(&history, &resource, TTL_MS, PLAIN).broke(3));
     }
 
     #[test]
@@ -675,7 +1253,7 @@ mod tests {
             });
         }
         resource.shadow = 1;
-        let verdict = check(&history, &resource, TTL_MS);
+        let verdict = check(&history, &resource, TTL_MS, PLAIN);
         assert!(verdict.is_safe());
         assert_eq!(verdict.total().lost_shadow, 1);
     }
@@ -696,8 +1274,15 @@ mod tests {
                 },
             ),
             grant(1100, 2, 1, 11),
-            // The paused holder's write lands after the next holder was granted.
-            write(2000, 1, 1, 10, None),
+            // The paused holder's write lands after the next holder was granted, and after its
+            // deadline.
+            {
+                let mut late = write(2000, 1, 1, 10, None);
+                if let Event::Write { deadline, .. } = &mut late.event {
+                    *deadline = 1000 * MS;
+                }
+                late
+            },
             write(2100, 2, 1, 11, Some(1)),
         ];
         let resource = ResourceState {
@@ -705,10 +1290,237 @@ mod tests {
             accepted: vec![accepted(1, 11, 2, 1, 0)],
             ..ResourceState::default()
         };
-        let verdict = check(&history, &resource, TTL_MS);
+        let verdict = check(&history, &resource, TTL_MS, PLAIN);
         let pause = &verdict.by_kind["pause"];
         assert_eq!(pause.overlaps, 1);
         assert_eq!(pause.faults, 1);
         assert!((pause.worst_unavailable_ttl - 1.0).abs() < 1e-9);
+    }
+
+    const PERMIT: WorkMode = WorkMode::Permit { limit: 2 };
+
+    #[test]
+    fn readers_together_and_permits_up_to_the_limit_pass() {
+        let history = vec![
+            grant_as(0, 1, 1, 10, WorkMode::Shared, None),
+            grant_as(10, 2, 1, 11, WorkMode::Shared, None),
+            release(100, 1, 1, 10),
+            release(110, 2, 1, 11),
+            grant_as(200, 3, 1, 12, PERMIT, Some(0)),
+            grant_as(210, 4, 1, 13, PERMIT, Some(1)),
+            release(300, 3, 1, 12),
+            // Slot 0 is free again: a third permit may take it.
+            grant_as(310, 5, 1, 14, PERMIT, Some(0)),
+            release(400, 4, 1, 13),
+            release(410, 5, 1, 14),
+            grant(500, 1, 2, 15),
+        ];
+        let verdict = check(&history, &ResourceState::default(), TTL_MS, PLAIN);
+        assert!(verdict.is_safe(), "{:#?}", verdict.violations);
+        assert_eq!(verdict.by_mode["shared"].acquisitions, 2);
+        assert_eq!(verdict.by_mode["permit of 2"].acquisitions, 3);
+        assert_eq!(verdict.total().overlaps, 0);
+    }
+
+    #[test]
+    fn a_writer_granted_while_a_reader_holds_breaks_rule_3() {
+        let history = vec![
+            grant_as(0, 1, 1, 10, WorkMode::Shared, None),
+            grant(100, 2, 1, 11),
+            release(200, 2, 1, 11),
+            release(300, 1, 1, 10),
+        ];
+        let verdict = check(&history, &ResourceState::default(), TTL_MS, PLAIN);
+        assert!(verdict.broke(3), "{:#?}", verdict.violations);
+        assert!(verdict.violations[0]
+            .summary
+            .contains("exclusive next to shared"));
+        assert!(!verdict.broke(1) && !verdict.broke(2) && !verdict.broke(4));
+    }
+
+    #[test]
+    fn permits_beyond_the_limit_or_in_one_slot_break_rule_3() {
+        let three = vec![
+            grant_as(0, 1, 1, 10, PERMIT, Some(0)),
+            grant_as(10, 2, 1, 11, PERMIT, Some(1)),
+            grant_as(20, 3, 1, 12, PERMIT, Some(1)),
+        ];
+        let verdict = check(&three, &ResourceState::default(), TTL_MS, PLAIN);
+        assert!(verdict.broke(3), "{:#?}", verdict.violations);
+
+        let shared_slot = vec![
+            grant_as(0, 1, 1, 10, PERMIT, Some(1)),
+            grant_as(10, 2, 1, 11, PERMIT, Some(1)),
+        ];
+        let verdict = check(&shared_slot, &ResourceState::default(), TTL_MS, PLAIN);
+        assert!(verdict.broke(3), "{:#?}", verdict.violations);
+        assert!(verdict.violations[0].summary.contains("slot 1"));
+
+        let out_of_range = vec![grant_as(0, 1, 1, 10, PERMIT, Some(2))];
+        let verdict = check(&out_of_range, &ResourceState::default(), TTL_MS, PLAIN);
+        assert!(verdict.broke(3), "{:#?}", verdict.violations);
+    }
+
+    #[test]
+    fn a_grant_after_the_holder_stopped_holding_is_no_conflict() {
+        // Worker 1's lease ends at its deadline (1000 ms), worker 2's release at its sending,
+        // worker 3's at its kill: each next grant comes after.
+        let history = vec![
+            grant(0, 1, 1, 10),
+            grant(1001, 2, 1, 11),
+            release(1100, 2, 1, 11),
+            grant(1101, 3, 1, 12),
+            fault(1200, 1, "kill", Some(3)),
+            healed(1201, 1),
+            grant(1202, 4, 1, 13),
+        ];
+        let verdict = check(&history, &ResourceState::default(), TTL_MS, PLAIN);
+        assert!(verdict.is_safe(), "{:#?}", verdict.violations);
+    }
+
+    #[test]
+    fn a_token_not_greater_than_an_earlier_grant_breaks_rule_1() {
+        let history = vec![
+            grant_as(0, 1, 1, 10, WorkMode::Shared, None),
+            at(
+                5,
+                2,
+                Event::Acquire {
+                    lease: 1,
+                    mode: WorkMode::Shared,
+                },
+            ),
+            grant_as(10, 2, 1, 9, WorkMode::Shared, None),
+        ];
+        let verdict = check(&history, &ResourceState::default(), TTL_MS, PLAIN);
+        assert!(verdict.broke(1), "{:#?}", verdict.violations);
+        assert!(!verdict.broke(3));
+    }
+
+    #[test]
+    fn a_slot_row_keeps_its_own_fence() {
+        let slot = |id, token, worker, read_value| Accepted {
+            row: Row::Slot(1),
+            ..accepted(id, token, worker, 1, read_value)
+        };
+        let mut resource = ResourceState {
+            accepted: vec![slot(1, 10, 1, 0), slot(2, 12, 2, 1)],
+            ..ResourceState::default()
+        };
+        resource.slots.insert(1, 2);
+        let verdict = check(&[], &resource, TTL_MS, PLAIN);
+        assert!(verdict.is_safe(), "{:#?}", verdict.violations);
+        assert_eq!(verdict.total().writes_accepted, 2);
+
+        // A stale permit's write accepted on the slot row after a greater token's.
+        resource.accepted.push(slot(3, 11, 3, 2));
+        resource.slots.insert(1, 3);
+        let verdict = check(&[], &resource, TTL_MS, PLAIN);
+        assert!(verdict.broke(1), "{:#?}", verdict.violations);
+        assert!(!verdict.broke(2));
+    }
+
+    /// Worker 1 holds; worker 2 starts waiting at 50 ms and is paused from 100 ms while it
+    /// waits; worker 1 releases at 200 ms; worker 3 waits from 300 ms.
+    fn frozen_waiter(next_grant_ms: Option<u64>) -> Vec<Entry> {
+        let mut history = vec![
+            grant(0, 1, 1, 10),
+            acquire(50, 2, 1),
+            fault(100, 1, "pause-waiter", Some(2)),
+            release(200, 1, 1, 10),
+            acquire(300, 3, 1),
+        ];
+        if let Some(t) = next_grant_ms {
+            history.push(grant(t, 3, 1, 11));
+        }
+        history.push(healed(4000, 1));
+        history.push(grant(4010, 2, 1, 12));
+        history.push(release(4100, 2, 1, 12));
+        if next_grant_ms.is_none() {
+            history.push(grant(4110, 3, 1, 13));
+        }
+        history
+    }
+
+    #[test]
+    fn a_frozen_waiter_that_keeps_the_key_breaks_rule_4() {
+        // The key is free from 200 ms, yet worker 3, asking at 300 ms, is granted only after
+        // worker 2 resumed and released: 3.71 TTLs later, past the bound of 2.
+        let verdict = check(
+            &frozen_waiter(None),
+            &ResourceState::default(),
+            TTL_MS,
+            PLAIN,
+        );
+        assert!(verdict.broke(4), "{:#?}", verdict.violations);
+        assert!(!verdict.broke(1) && !verdict.broke(2) && !verdict.broke(3));
+        let v = verdict.violations.iter().find(|v| v.rule == 4).unwrap();
+        assert!(v.summary.contains("worker 3"), "{}", v.summary);
+        assert!(
+            v.excerpt[0].contains("pause-waiter"),
+            "the excerpt starts at the fault: {:#?}",
+            v.excerpt
+        );
+        assert!((verdict.total().longest_wait_ttl - 3.71).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_waiter_served_while_another_is_frozen_passes_rule_4() {
+        let verdict = check(
+            &frozen_waiter(Some(350)),
+            &ResourceState::default(),
+            TTL_MS,
+            PLAIN,
+        );
+        assert!(verdict.is_safe(), "{:#?}", verdict.violations);
+        // The frozen waiter's own wait does not count while it is paused.
+        assert!(verdict.total().longest_wait_ttl < 0.2);
+    }
+
+    #[test]
+    fn a_paused_holder_keeps_the_key_within_the_bound() {
+        // The holder is paused at 100 ms; its lease runs out at 1000 ms; the waiter is granted
+        // at 1900 ms: 1.8 TTLs from the pause.
+        let history = vec![
+            grant(0, 1, 1, 10),
+            acquire(50, 2, 1),
+            fault(100, 1, "pause", Some(1)),
+            grant(1900, 2, 1, 11),
+            healed(2200, 1),
+        ];
+        let verdict = check(&history, &ResourceState::default(), TTL_MS, PLAIN);
+        assert!(verdict.is_safe(), "{:#?}", verdict.violations);
+        let pause = &verdict.by_kind["pause"];
+        assert!((pause.longest_wait_ttl - 1.8).abs() < 1e-9, "{pause:?}");
+
+        // The same grant at 2200 ms is past the bound; with the store's delays it is not.
+        let mut late = history.clone();
+        late[3] = grant(2200, 2, 1, 11);
+        assert!(check(&late, &ResourceState::default(), TTL_MS, PLAIN).broke(4));
+        let postgres = crate::delays::of("postgres");
+        assert!(check(&late, &ResourceState::default(), TTL_MS, postgres).is_safe());
+    }
+
+    #[test]
+    fn rule_4_is_off_while_the_store_is_unavailable_and_stops_at_the_stop() {
+        // PostgreSQL restarts from 100 ms to 3000 ms; the waiter is granted 1 s after.
+        let history = vec![
+            grant(0, 1, 1, 10),
+            release(50, 1, 1, 10),
+            acquire(60, 2, 1),
+            fault(100, 1, "pg-restart", None),
+            healed(3000, 1),
+            grant(4000, 2, 1, 11),
+            acquire(4100, 3, 1),
+            at(4200, 0, Event::Stop),
+            // After the stop, no one is granted: the run is ending.
+            release(9000, 2, 1, 11),
+        ];
+        let postgres = crate::delays::of("postgres");
+        let verdict = check(&history, &ResourceState::default(), TTL_MS, postgres);
+        assert!(verdict.is_safe(), "{:#?}", verdict.violations);
+        // Not so where the store does not document the restart as making it unavailable.
+        let verdict = check(&history, &ResourceState::default(), TTL_MS, PLAIN);
+        assert!(verdict.broke(4), "{:#?}", verdict.violations);
     }
 }

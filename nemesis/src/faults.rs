@@ -87,7 +87,7 @@ impl StoreKind {
     /// The faults that make sense on this store; `own_servers` says whether the run started
     /// the servers (an external store gets the client faults only).
     pub fn faults(self, own_servers: bool) -> Vec<Fault> {
-        let mut faults = vec![Fault::Pause, Fault::Kill];
+        let mut faults = vec![Fault::Pause, Fault::PauseWaiter, Fault::Kill];
         if self.over_network() {
             faults.push(Fault::Cut);
         }
@@ -117,13 +117,17 @@ impl fmt::Display for StoreKind {
 /// A fault.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Fault {
-    /// `SIGSTOP` a holder for longer than its TTL, then `SIGCONT` (tasks: hold it at its next
-    /// step and cut its link).
+    /// `SIGSTOP` a worker, holding or waiting, for longer than its TTL, then `SIGCONT` (tasks:
+    /// hold it at its next step and cut its link).
     Pause,
-    /// `SIGKILL` a holder and start a replacement worker.
+    /// `SIGSTOP` a worker while it waits for the key, for longer than the store's
+    /// unavailability bound (rule 4), then `SIGCONT`: a frozen waiter must not keep the key
+    /// from everyone.
+    PauseWaiter,
+    /// `SIGKILL` a worker, holding or waiting, and start a replacement worker.
     Kill,
-    /// Freeze every relay between a holder and the store for longer than its TTL (not on
-    /// SQLite: no connection).
+    /// Freeze every relay between a worker, holding or waiting, and the store for longer than
+    /// its TTL (not on SQLite: no connection).
     Cut,
     /// The memory store forgets every lock (broken-memory: and starts tokens over).
     StoreRestart,
@@ -131,7 +135,7 @@ pub enum Fault {
     RedisRestart,
     /// Redlock: kill 2 of 5 masters, restart them empty after more than a TTL.
     RedlockRestartMinority,
-    /// Redlock: freeze a holder's relays to 2 of the 5 masters for longer than its TTL.
+    /// Redlock: freeze a worker's relays to 2 of the 5 masters for longer than its TTL.
     RedlockCutMinority,
     /// etcd: kill the leader, restart it after two TTLs.
     EtcdKillLeader,
@@ -149,8 +153,9 @@ pub enum Fault {
 
 impl Fault {
     /// Every fault.
-    pub const ALL: [Fault; 13] = [
+    pub const ALL: [Fault; 14] = [
         Fault::Pause,
+        Fault::PauseWaiter,
         Fault::Kill,
         Fault::Cut,
         Fault::StoreRestart,
@@ -169,6 +174,7 @@ impl Fault {
     pub fn name(self) -> &'static str {
         match self {
             Fault::Pause => "pause",
+            Fault::PauseWaiter => "pause-waiter",
             Fault::Kill => "kill",
             Fault::Cut => "cut",
             Fault::StoreRestart => "store-restart",
@@ -207,13 +213,38 @@ impl Fault {
         )
     }
 
-    /// Whether the fault hits the current holder (and so waits for one).
-    pub fn needs_holder(self) -> bool {
-        matches!(
-            self,
-            Fault::Pause | Fault::Kill | Fault::Cut | Fault::RedlockCutMinority
-        )
+    /// Which worker the fault hits, for the faults that hit one.
+    pub fn target(self) -> Option<Target> {
+        match self {
+            Fault::Pause | Fault::Kill | Fault::Cut | Fault::RedlockCutMinority => {
+                Some(Target::Any)
+            }
+            Fault::PauseWaiter => Some(Target::Waiter),
+            _ => None,
+        }
     }
+
+    /// Whether the fault hits a client rather than the store: rule 4 counts its bound from the
+    /// start of the last one.
+    pub fn is_client(self) -> bool {
+        self.target().is_some()
+    }
+
+    /// Whether the fault stops its target from taking part (a paused or cut-off worker cannot
+    /// be granted the key, so rule 4 does not count its wait).
+    pub fn silences_target(self) -> bool {
+        matches!(self, Fault::Pause | Fault::PauseWaiter | Fault::Cut)
+    }
+}
+
+/// Which worker a client fault picks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// Any live worker: a holder or a waiter, each half the time (a holder preferably inside
+    /// its read-modify-write), so faults still land inside critical sections.
+    Any,
+    /// A worker waiting for the key.
+    Waiter,
 }
 
 impl fmt::Display for Fault {

@@ -20,16 +20,20 @@ pub struct Entry {
     pub event: Event,
 }
 
-/// Which of the three rows of the resource a write went to.
+/// Which row of the resource a read or a write went to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Row {
-    /// Claimed at the read, written only while the claim holds.
+    /// Claimed at the read, written only while the claim holds (exclusive holders); read
+    /// only while no greater token claimed it (readers).
     Fenced,
     /// Read plainly, written `WHERE fence < token`: the check at the write alone.
     WriteOnly,
     /// Read and written without any check.
     Shadow,
+    /// A permit slot's own fenced row (README, "Semaphores and reader-writer locks": one fence
+    /// per slot), claimed and written like [`Row::Fenced`] by the permit holding that slot.
+    Slot(u32),
 }
 
 impl Row {
@@ -39,14 +43,85 @@ impl Row {
             Row::Fenced => 1,
             Row::WriteOnly => 2,
             Row::Shadow => 3,
+            Row::Slot(slot) => 100 + i64::from(slot),
         }
     }
 
     /// The row with id `id`.
     pub fn from_id(id: i64) -> Option<Row> {
-        [Row::Fenced, Row::WriteOnly, Row::Shadow]
-            .into_iter()
-            .find(|r| r.id() == id)
+        match id {
+            1 => Some(Row::Fenced),
+            2 => Some(Row::WriteOnly),
+            3 => Some(Row::Shadow),
+            100.. => u32::try_from(id - 100).ok().map(Row::Slot),
+            _ => None,
+        }
+    }
+
+    /// Whether the row is fenced (claim at the read, write under the claim): the rows the
+    /// checker's rules 1 to 3 hold to.
+    pub fn is_fenced(self) -> bool {
+        matches!(self, Row::Fenced | Row::Slot(_))
+    }
+}
+
+/// How a worker holds the key: [`fencelock::Mode`] as the history writes it.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkMode {
+    /// The only holder: claims and writes the fenced row (and the two unchecked rows).
+    #[default]
+    Exclusive,
+    /// A reader: reads the fenced row while no writer with a greater token claimed it.
+    Shared,
+    /// One of `limit` permits: claims and writes its slot's row.
+    Permit {
+        /// The key's number of permits.
+        limit: u32,
+    },
+}
+
+impl WorkMode {
+    /// The lock mode to ask the store for.
+    pub fn to_mode(self) -> fencelock::Mode {
+        match self {
+            WorkMode::Exclusive => fencelock::Mode::Exclusive,
+            WorkMode::Shared => fencelock::Mode::Shared,
+            WorkMode::Permit { limit } => fencelock::Mode::permits(limit),
+        }
+    }
+
+    /// Whether leases in these two modes may be held at once (permits: up to the limit).
+    pub fn compatible_with(self, other: WorkMode) -> bool {
+        self.to_mode().compatible_with(other.to_mode())
+    }
+
+    /// The name in the report (`exclusive`, `shared`, `permit of 2`).
+    pub fn name(self) -> String {
+        self.to_mode().to_string()
+    }
+
+    /// The mode named like `exclusive`, `shared` or `permits:2` (the worker's command line).
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "exclusive" => Some(WorkMode::Exclusive),
+            "shared" => Some(WorkMode::Shared),
+            _ => text
+                .strip_prefix("permits:")
+                .and_then(|n| n.parse().ok())
+                .map(|limit| WorkMode::Permit { limit }),
+        }
+    }
+
+    /// The inverse of [`WorkMode::parse`].
+    pub fn arg(self) -> String {
+        match self {
+            WorkMode::Exclusive => "exclusive".to_string(),
+            WorkMode::Shared => "shared".to_string(),
+            WorkMode::Permit { limit } => format!("permits:{limit}"),
+        }
     }
 }
 
@@ -64,6 +139,9 @@ pub enum Event {
     Acquire {
         /// The lease number this acquisition will have.
         lease: u64,
+        /// The mode asked for.
+        #[serde(default)]
+        mode: WorkMode,
     },
     /// The store granted the lock.
     Grant {
@@ -75,6 +153,12 @@ pub enum Event {
         ttl_ms: u64,
         /// Its local deadline.
         deadline: u64,
+        /// Its mode.
+        #[serde(default)]
+        mode: WorkMode,
+        /// A permit's slot.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        slot: Option<u32>,
     },
     /// The acquisition failed (wait ran out, store unreachable).
     AcquireFailed {
@@ -130,6 +214,9 @@ pub enum Event {
         token: u64,
         /// `released`, `lost`, or the error.
         outcome: String,
+        /// When the release was sent (the lease is held until then, at most).
+        #[serde(default)]
+        sent: u64,
     },
     /// A step failed in a way the run does not expect (the resource unreachable).
     Error {
@@ -154,13 +241,15 @@ pub enum Event {
         /// The fault's number.
         id: u32,
     },
+    /// The controller stopped the workers: a wait after this is the run ending, not the store.
+    Stop,
 }
 
 impl Event {
     /// The lease number, for the steps that belong to a lease.
     pub fn lease(&self) -> Option<u64> {
         match self {
-            Event::Acquire { lease }
+            Event::Acquire { lease, .. }
             | Event::Grant { lease, .. }
             | Event::AcquireFailed { lease, .. }
             | Event::Read { lease, .. }
@@ -230,5 +319,42 @@ mod tests {
             r#"{"t":7,"worker":2,"ev":"write","lease":3,"token":40,"row":"fenced","log_id":9,"deadline":11,"lost":false}"#
         );
         assert_eq!(serde_json::from_str::<Entry>(&line).unwrap(), entry);
+    }
+
+    #[test]
+    fn modes_and_slot_rows_round_trip_and_old_lines_read_as_exclusive() {
+        for mode in [
+            WorkMode::Exclusive,
+            WorkMode::Shared,
+            WorkMode::Permit { limit: 2 },
+        ] {
+            assert_eq!(WorkMode::parse(&mode.arg()), Some(mode));
+        }
+        for row in [Row::Fenced, Row::WriteOnly, Row::Shadow, Row::Slot(3)] {
+            assert_eq!(Row::from_id(row.id()), Some(row));
+        }
+        let grant = Entry {
+            t: 1,
+            worker: 1,
+            event: Event::Grant {
+                lease: 1,
+                token: 5,
+                ttl_ms: 1000,
+                deadline: 9,
+                mode: WorkMode::Permit { limit: 2 },
+                slot: Some(1),
+            },
+        };
+        let line = serde_json::to_string(&grant).unwrap();
+        assert_eq!(serde_json::from_str::<Entry>(&line).unwrap(), grant);
+        // A line written before modes existed is an exclusive grant.
+        let old =
+            r#"{"t":1,"worker":1,"ev":"grant","lease":1,"token":5,"ttl_ms":1000,"deadline":9}"#;
+        match serde_json::from_str::<Entry>(old).unwrap().event {
+            Event::Grant { mode, slot, .. } => {
+                assert_eq!((mode, slot), (WorkMode::Exclusive, None))
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

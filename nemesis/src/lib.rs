@@ -8,11 +8,13 @@
 //! - [`resource`]: the counter rows on a PostgreSQL server no fault touches, and the log of
 //!   accepted writes in the order the resource accepted them.
 //! - [`faults`] and [`mod@run`]: the nemesis, seeded, and the controller.
-//! - [`checker`]: the rules a run must keep; [`report`] prints what it found.
+//! - [`checker`]: the rules a run must keep, with [`delays`], each store's documented delays
+//!   (rule 4's bound); [`report`] prints what it found.
 #![warn(missing_docs)]
 
 pub mod checker;
 pub mod clock;
+pub mod delays;
 pub mod faults;
 pub mod history;
 pub mod report;

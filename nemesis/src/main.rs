@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use nemesis::history::WorkMode;
 use nemesis::worker::WorkerConfig;
 use nemesis::{Fault, Options, StoreKind};
 
@@ -69,7 +70,13 @@ enum Mode {
         ttl_ms: u64,
         #[arg(long)]
         hold_ms: u64,
+        #[arg(long, default_value = "exclusive", value_parser = parse_mode)]
+        mode: WorkMode,
     },
+}
+
+fn parse_mode(text: &str) -> Result<WorkMode, String> {
+    WorkMode::parse(text).ok_or_else(|| format!("{text:?}: exclusive, shared or permits:N"))
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -98,6 +105,7 @@ fn main() -> ExitCode {
         schema,
         ttl_ms,
         hold_ms,
+        mode,
     }) = cli.mode
     {
         return nemesis::worker::run_process(
@@ -108,6 +116,7 @@ fn main() -> ExitCode {
                 hold_max: Duration::from_millis(hold_ms),
                 resource_url,
                 schema,
+                mode,
             },
         );
     }

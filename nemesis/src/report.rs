@@ -1,5 +1,5 @@
-//! The report: a table per store and fault kind, the violations with their history excerpts,
-//! or the same as JSON.
+//! The report: a table per store with a row per fault kind and per mode, the violations with
+//! their history excerpts, or the same as JSON.
 
 use std::fmt::Write as _;
 
@@ -7,7 +7,7 @@ use crate::checker::{Stats, ALL};
 use crate::run::StoreReport;
 
 /// The table header, in the order of [`row`].
-const HEADER: [&str; 12] = [
+const HEADER: [&str; 13] = [
     "store",
     "fault",
     "faults",
@@ -20,9 +20,11 @@ const HEADER: [&str; 12] = [
     "lost updates, shadow",
     "lost signals",
     "longest unavailability (× TTL)",
+    "longest unserved wait (× TTL, rule 4)",
 ];
 
-fn row(store: &str, kind: &str, s: &Stats) -> [String; 12] {
+/// A row of the table; `bound` is rule 4's bound in TTLs, shown on the `all` row.
+fn row(store: &str, kind: &str, s: &Stats, bound: Option<f64>) -> [String; 13] {
     [
         store.to_string(),
         kind.to_string(),
@@ -40,6 +42,10 @@ fn row(store: &str, kind: &str, s: &Stats) -> [String; 12] {
         } else {
             format!("{:.2}", s.worst_unavailable_ttl)
         },
+        match bound {
+            Some(bound) => format!("{:.2} (bound {bound:.2})", s.longest_wait_ttl),
+            None => format!("{:.2}", s.longest_wait_ttl),
+        },
     ]
 }
 
@@ -49,16 +55,42 @@ pub fn table(reports: &[StoreReport]) -> String {
     let _ = writeln!(out, "| {} |", HEADER.join(" | "));
     let _ = writeln!(out, "|{}", " --- |".repeat(HEADER.len()));
     for report in reports {
-        // The fault windows first, the whole run last.
-        let mut kinds: Vec<(&String, &Stats)> = report
+        // The fault windows first, then the modes (when the run mixed them), the whole run
+        // last. A mode row has no faults of its own.
+        let mut rows: Vec<(String, &Stats)> = report
             .verdict
             .by_kind
             .iter()
             .filter(|(k, _)| k.as_str() != ALL)
+            .map(|(k, s)| (k.clone(), s))
             .collect();
-        kinds.extend(report.verdict.by_kind.get_key_value(ALL));
-        for (kind, stats) in kinds {
-            let mut cells = row(&report.store, kind, stats);
+        if report.verdict.by_mode.len() > 1 {
+            rows.extend(
+                report
+                    .verdict
+                    .by_mode
+                    .iter()
+                    .map(|(m, s)| (format!("mode: {m}"), s)),
+            );
+        }
+        rows.extend(
+            report
+                .verdict
+                .by_kind
+                .get_key_value(ALL)
+                .map(|(k, s)| (k.clone(), s)),
+        );
+        for (kind, stats) in rows {
+            let mut cells = if kind == ALL {
+                row(&report.store, &kind, stats, Some(report.verdict.bound_ttl))
+            } else if kind.starts_with("mode: ") {
+                let mut cells = row(&report.store, &kind, stats, None);
+                cells[2] = "–".to_string();
+                cells[11] = "–".to_string();
+                cells
+            } else {
+                row(&report.store, &kind, stats, None)
+            };
             if kind == ALL {
                 cells = cells.map(|c| format!("**{c}**"));
             }
@@ -68,7 +100,7 @@ pub fn table(reports: &[StoreReport]) -> String {
     out.push('\n');
     for report in reports {
         let verdict = if report.verdict.is_safe() {
-            "safe: no stale write accepted, no lost update, no unexplained refusal".to_string()
+            "safe: no stale write accepted, no lost update, no second holder let in, no wait past the bound".to_string()
         } else {
             format!("{} VIOLATION(S)", report.verdict.violations.len())
         };

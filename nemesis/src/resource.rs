@@ -1,5 +1,6 @@
-//! The shared resource: three counter rows on a PostgreSQL server that no fault touches, and
-//! an append-only log of every accepted write, ordered by the resource itself.
+//! The shared resource: three counter rows (and one fenced row per permit slot) on a
+//! PostgreSQL server that no fault touches, and an append-only log of every accepted write,
+//! ordered by the resource itself.
 //!
 //! Each write and its log row are one statement, so the log holds exactly the writes the
 //! resource accepted, and its serial ids follow the order in which the row lock let them in.
@@ -30,6 +31,16 @@ const CLAIM_SQL: &str =
 
 /// A plain read, for the write-only and shadow rows. `$1` row id.
 const READ_SQL: &str = "SELECT value FROM counters WHERE id = $1";
+
+/// A slot row per permit slot, at 0. `$1` the number of slots.
+const SETUP_SLOTS_SQL: &str =
+    "INSERT INTO counters (id, value) SELECT 100 + s, 0 FROM generate_series(0, $1 - 1) AS s";
+
+/// A reader's read: the value, unless a writer with a greater token claimed the row (a
+/// reader's token is greater than every earlier writer's, so such a writer was let in while
+/// the reader held the key). Claims nothing, so readers never refuse each other.
+/// `$1` row id, `$2` token.
+const READ_CHECKED_SQL: &str = "SELECT value FROM counters WHERE id = $1 AND fence < $2";
 
 /// The fenced write: applies only while the row still carries the claim, and logs itself in
 /// the same statement, so a write is accepted exactly when it is logged.
@@ -77,11 +88,11 @@ fn check_schema(schema: &str) -> Result<()> {
     }
 }
 
-/// Drops and creates `schema` with the three rows at 0 and an empty log.
+/// Drops and creates `schema` with the three rows and `slots` slot rows at 0 and an empty log.
 ///
 /// # Cancel safety
 /// Dropping the future may leave the schema half made; the next call starts over.
-pub async fn setup(url: &str, schema: &str) -> Result<()> {
+pub async fn setup(url: &str, schema: &str, slots: u32) -> Result<()> {
     check_schema(schema)?;
     let mut conn = PgConnection::connect(url)
         .await
@@ -102,6 +113,11 @@ pub async fn setup(url: &str, schema: &str) -> Result<()> {
             .await
             .map_err(|e| sql_error("create the tables", e))?;
     }
+    sqlx::query(SETUP_SLOTS_SQL)
+        .bind(i64::from(slots))
+        .execute(&mut conn)
+        .await
+        .map_err(|e| sql_error("create the slot rows", e))?;
     Ok(())
 }
 
@@ -132,14 +148,15 @@ impl Resource {
         Ok(Resource { conn })
     }
 
-    /// Claims the fenced row with `token` and reads it; `None` if a greater token claimed it.
+    /// Claims a fenced `row` (the fenced row or a slot's) with `token` and reads it; `None` if
+    /// a greater token claimed it.
     ///
     /// # Cancel safety
     /// Dropping the future may leave the claim made.
-    pub fn claim(&mut self, token: u64) -> BoxFuture<'_, Result<Option<i64>>> {
+    pub fn claim(&mut self, row: Row, token: u64) -> BoxFuture<'_, Result<Option<i64>>> {
         Box::pin(async move {
             sqlx::query_scalar::<_, i64>(CLAIM_SQL)
-                .bind(Row::Fenced.id())
+                .bind(row.id())
                 .bind(as_i64(token)?)
                 .fetch_optional(&mut self.conn)
                 .await
@@ -161,6 +178,21 @@ impl Resource {
         })
     }
 
+    /// A reader's read of `row` with `token`: `None` if a greater token claimed it.
+    ///
+    /// # Cancel safety
+    /// Read-only.
+    pub fn read_checked(&mut self, row: Row, token: u64) -> BoxFuture<'_, Result<Option<i64>>> {
+        Box::pin(async move {
+            sqlx::query_scalar::<_, i64>(READ_CHECKED_SQL)
+                .bind(row.id())
+                .bind(as_i64(token)?)
+                .fetch_optional(&mut self.conn)
+                .await
+                .map_err(|e| sql_error("read", e))
+        })
+    }
+
     /// Writes `value` to `row` the way that row is written; the log id if it was accepted.
     ///
     /// # Cancel safety
@@ -174,7 +206,7 @@ impl Resource {
         lease: u64,
     ) -> BoxFuture<'_, Result<Option<i64>>> {
         let sql = match row {
-            Row::Fenced => WRITE_FENCED_SQL,
+            Row::Fenced | Row::Slot(_) => WRITE_FENCED_SQL,
             Row::WriteOnly => WRITE_ONLY_CHECKED_SQL,
             Row::Shadow => WRITE_SHADOW_SQL,
         };
@@ -224,6 +256,8 @@ pub struct ResourceState {
     pub write_only: i64,
     /// The shadow row's value.
     pub shadow: i64,
+    /// Each permit slot row's value, by slot.
+    pub slots: std::collections::BTreeMap<u32, i64>,
     /// Every accepted write, in the order the resource accepted them.
     pub accepted: Vec<Accepted>,
 }
@@ -245,6 +279,9 @@ pub async fn read_state(url: &str, schema: &str) -> Result<ResourceState> {
             Some(Row::Fenced) => state.fenced = value,
             Some(Row::WriteOnly) => state.write_only = value,
             Some(Row::Shadow) => state.shadow = value,
+            Some(Row::Slot(slot)) => {
+                state.slots.insert(slot, value);
+            }
             None => {}
         }
     }

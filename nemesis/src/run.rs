@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use fencelock::{CancellationToken, DynLockStore, Error, Result};
 use rand::rngs::StdRng;
-use rand::seq::SliceRandom;
+use rand::seq::{IndexedRandom, SliceRandom};
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use test_servers::{EtcdCluster, FreezableRelay, MariadbServer, PostgresServer, RedisServer};
@@ -22,8 +22,9 @@ use tokio::sync::watch;
 
 use crate::checker::{check, Verdict};
 use crate::clock::now_ns;
-use crate::faults::{Fault, StoreKind};
-use crate::history::{Entry, Event, Recorder, Row};
+use crate::delays::{self, StoreDelays};
+use crate::faults::{Fault, StoreKind, Target};
+use crate::history::{Entry, Event, Recorder, WorkMode};
 use crate::resource;
 use crate::store::{memory, Link, RestartingMemory};
 use crate::worker::{self, Emit, WorkerConfig};
@@ -227,7 +228,7 @@ fn run_store(
         }
     };
     let schema = format!("nemesis_{}", kind.name().replace('-', "_"));
-    runtime.block_on(resource::setup(resource_url, &schema))?;
+    runtime.block_on(resource::setup(resource_url, &schema, worker::PERMITS))?;
     let own = url.is_none();
     let (mut servers, store_url) = match url {
         Some(url) => (Servers::None, url),
@@ -257,6 +258,21 @@ fn run_store(
     } else {
         (None, None)
     };
+    // The store says which modes it keeps: every mode it keeps is in the mix.
+    let capabilities = match &shared {
+        Some(store) => store.capabilities(),
+        None => runtime
+            .block_on(fencelock::connect(&store_url))?
+            .capabilities(),
+    };
+    let modes: Vec<WorkMode> = worker::MODE_MIX
+        .into_iter()
+        .filter(|m| capabilities.supports(m.to_mode()))
+        .collect();
+    say(format!(
+        "modes {:?}",
+        modes.iter().map(|m| m.name()).collect::<Vec<_>>()
+    ));
     let mut pool = Pool {
         runtime,
         recorder: recorder.clone(),
@@ -269,7 +285,10 @@ fn run_store(
             hold_max: options.hold_max,
             resource_url: resource_url.to_string(),
             schema: schema.clone(),
+            mode: WorkMode::Exclusive,
         },
+        modes,
+        mode_of: HashMap::new(),
         binary: options.worker_binary.clone(),
         workers: BTreeMap::new(),
         next_id: 1,
@@ -277,12 +296,14 @@ fn run_store(
         phase: HashMap::new(),
     };
     for _ in 0..options.workers {
-        pool.spawn()?;
+        pool.spawn(None)?;
     }
 
+    let delays = delays::of(kind.name());
     let mut nemesis = Nemesis {
         rng: StdRng::seed_from_u64(options.seed ^ seed_salt(kind)),
         ttl: options.ttl,
+        delays,
         recorder: recorder.clone(),
         next_fault: 1,
         injected: Vec::new(),
@@ -303,7 +324,7 @@ fn run_store(
         let Some(fault) = cycle.pop() else { break };
         match nemesis.inject(fault, &mut pool, &mut servers, restarting.as_deref()) {
             Ok(Some(detail)) => say(format!("{fault}: {detail}")),
-            Ok(None) => say(format!("{fault}: skipped, no holder")),
+            Ok(None) => say(format!("{fault}: skipped, no worker to hit")),
             Err(e) => say(format!("{fault}: failed: {e}")),
         }
     }
@@ -312,6 +333,11 @@ fn run_store(
     }
     // Time to recover, so the availability after the last fault is measured, not cut short.
     thread::sleep(options.ttl * 2);
+    recorder.push(Entry {
+        t: now_ns(),
+        worker: 0,
+        event: Event::Stop,
+    });
     pool.stop_all(options.ttl);
     let history = recorder.snapshot();
     let state = runtime.block_on(resource::read_state(resource_url, &schema))?;
@@ -319,6 +345,7 @@ fn run_store(
         &history,
         &state,
         u64::try_from(options.ttl.as_millis()).unwrap_or(u64::MAX),
+        delays,
     );
     let history_path = match &options.history_dir {
         Some(dir) => Some(write_history(dir, kind, &history, &state)?),
@@ -368,6 +395,8 @@ fn write_history(
 /// A worker's progress, as the controller follows it from the history.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
+    /// Between a release (or a failed wait) and the next acquire.
+    Idle,
     Waiting,
     Granted,
     /// Claimed the fenced row: inside its read-modify-write.
@@ -398,6 +427,9 @@ struct Pool<'rt> {
     /// The store of in-process workers.
     shared: Option<DynLockStore>,
     template: WorkerConfig,
+    /// The modes new workers take, in turn.
+    modes: Vec<WorkMode>,
+    mode_of: HashMap<u32, WorkMode>,
     binary: PathBuf,
     workers: BTreeMap<u32, Handle>,
     next_id: u32,
@@ -406,11 +438,18 @@ struct Pool<'rt> {
 }
 
 impl Pool<'_> {
-    fn spawn(&mut self) -> Result<u32> {
+    /// Starts a worker in `mode`, or in the next mode of the mix.
+    fn spawn(&mut self, mode: Option<WorkMode>) -> Result<u32> {
         let id = self.next_id;
         self.next_id += 1;
+        let mode = mode.unwrap_or_else(|| {
+            let i = (id as usize - 1) % self.modes.len().max(1);
+            self.modes.get(i).copied().unwrap_or_default()
+        });
+        self.mode_of.insert(id, mode);
         let config = WorkerConfig {
             id,
+            mode,
             ..self.template.clone()
         };
         let handle = match &self.shared {
@@ -467,6 +506,7 @@ impl Pool<'_> {
             .args(["--schema", &config.schema])
             .args(["--ttl-ms", &config.ttl.as_millis().to_string()])
             .args(["--hold-ms", &config.hold_max.as_millis().to_string()])
+            .args(["--mode", &config.mode.arg()])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
@@ -514,11 +554,10 @@ impl Pool<'_> {
         self.recorder.with(|entries| {
             for e in &entries[*scanned..] {
                 let next = match &e.event {
+                    Event::Acquire { .. } => Phase::Waiting,
                     Event::Grant { .. } => Phase::Granted,
-                    Event::Read {
-                        row: Row::Fenced, ..
-                    } => Phase::Working,
-                    Event::Release { .. } | Event::Acquire { .. } => Phase::Waiting,
+                    Event::Read { row, .. } if row.is_fenced() => Phase::Working,
+                    Event::Release { .. } | Event::AcquireFailed { .. } => Phase::Idle,
                     _ => continue,
                 };
                 phase.insert(e.worker, next);
@@ -527,25 +566,47 @@ impl Pool<'_> {
         });
     }
 
-    /// A live worker holding the lock, preferably inside its read-modify-write.
-    fn holder(&mut self) -> Option<u32> {
-        self.follow();
-        let live = |id: &u32| self.workers.contains_key(id);
-        let working = self
+    /// The live workers in `phase`, in id order.
+    fn in_phase(&self, phase: Phase) -> Vec<u32> {
+        let mut ids: Vec<u32> = self
             .phase
             .iter()
-            .find(|(id, p)| **p == Phase::Working && live(id));
-        let granted = self
-            .phase
-            .iter()
-            .find(|(id, p)| **p == Phase::Granted && live(id));
-        working.or(granted).map(|(id, _)| *id)
+            .filter(|(id, p)| **p == phase && self.workers.contains_key(id))
+            .map(|(id, _)| *id)
+            .collect();
+        ids.sort_unstable();
+        ids
     }
 
-    fn wait_for_holder(&mut self, within: Duration) -> Option<u32> {
+    /// A live worker for a fault aimed at `target`: for [`Target::Any`], a holder (preferably
+    /// inside its read-modify-write) or a waiter, each half the time when both exist.
+    fn pick(&mut self, target: Target, rng: &mut StdRng) -> Option<u32> {
+        self.follow();
+        let waiting = self.in_phase(Phase::Waiting);
+        let working = self.in_phase(Phase::Working);
+        let holding = if working.is_empty() {
+            self.in_phase(Phase::Granted)
+        } else {
+            working
+        };
+        let from = match target {
+            Target::Waiter => waiting,
+            Target::Any if holding.is_empty() => waiting,
+            Target::Any if waiting.is_empty() || rng.random_bool(0.5) => holding,
+            Target::Any => waiting,
+        };
+        from.choose(rng).copied()
+    }
+
+    fn wait_for_target(
+        &mut self,
+        target: Target,
+        within: Duration,
+        rng: &mut StdRng,
+    ) -> Option<u32> {
         let deadline = Instant::now() + within;
         loop {
-            if let Some(id) = self.holder() {
+            if let Some(id) = self.pick(target, rng) {
                 return Some(id);
             }
             if Instant::now() >= deadline {
@@ -662,6 +723,7 @@ impl Pool<'_> {
 struct Nemesis {
     rng: StdRng,
     ttl: Duration,
+    delays: &'static StoreDelays,
     recorder: Recorder,
     next_fault: u32,
     injected: Vec<String>,
@@ -718,13 +780,15 @@ impl Nemesis {
         servers: &mut Servers,
         restarting: Option<&RestartingMemory>,
     ) -> Result<Option<String>> {
-        let holder = if fault.needs_holder() {
-            match pool.wait_for_holder(self.ttl * 3 + Duration::from_secs(2)) {
-                Some(id) => Some(id),
-                None => return Ok(None),
+        let holder = match fault.target() {
+            Some(target) => {
+                let within = self.ttl * 3 + Duration::from_secs(2);
+                match pool.wait_for_target(target, within, &mut self.rng) {
+                    Some(id) => Some(id),
+                    None => return Ok(None),
+                }
             }
-        } else {
-            None
+            None => None,
         };
         let fail = |e: test_servers::Error| setup_error(format!("{fault}: {e}"));
         let detail = match (fault, &mut *servers) {
@@ -737,11 +801,24 @@ impl Nemesis {
                 self.healed(id);
                 format!("worker {w} paused for {pause:?}")
             }
+            (Fault::PauseWaiter, _) => {
+                // Past rule 4's bound, so a waiter that keeps the key while frozen is seen.
+                let w = holder.unwrap_or(0);
+                let pause =
+                    self.delays.bound(self.ttl) + self.ttl.mul_f64(self.rng.random_range(0.5..1.5));
+                let id = self.record(fault, holder, &format!("waiting worker {w} for {pause:?}"));
+                pool.pause(w, true);
+                thread::sleep(pause);
+                pool.pause(w, false);
+                self.healed(id);
+                format!("waiting worker {w} paused for {pause:?}")
+            }
             (Fault::Kill, _) => {
                 let w = holder.unwrap_or(0);
                 let id = self.record(fault, holder, &format!("worker {w}"));
+                let mode = pool.mode_of.get(&w).copied();
                 pool.kill(w);
-                let replacement = pool.spawn()?;
+                let replacement = pool.spawn(mode)?;
                 self.healed(id);
                 format!("worker {w} killed, worker {replacement} started")
             }

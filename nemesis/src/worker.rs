@@ -1,5 +1,10 @@
-//! A worker: takes the lock, keeps it alive, increments the three rows of the resource, holds
-//! for a random time inside the read-modify-write, releases; and reports every step.
+//! A worker: takes the lock in its mode, keeps it alive, does its mode's work on the resource
+//! with a random hold inside it, releases; and reports every step.
+//!
+//! - Exclusive: increments the three rows (claim-read-hold-write on the fenced one).
+//! - Shared (a reader): reads the fenced row, holds, reads it again, each read refused if a
+//!   writer with a greater token claimed it meanwhile.
+//! - Permit: increments its slot's fenced row (claim-read-hold-write), one fence per slot.
 //!
 //! The hold sits between the reads and the writes, so a pause or a cut that hits a holder
 //! lands inside its read-modify-write: exactly where a check at the write alone, or no check,
@@ -15,11 +20,24 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::clock::{now_ns, to_ns};
-use crate::history::{Entry, Event, Row};
+use crate::history::{Entry, Event, Row, WorkMode};
 use crate::resource::Resource;
 
 /// The lock every worker contends for.
 pub const KEY: &str = "nemesis-counter";
+
+/// The number of permits of the key, for permit workers (fewer than a full run's permit
+/// workers, so the limit is contended).
+pub const PERMITS: u32 = 2;
+
+/// The modes of a run's workers on a store that keeps shared leases and permits, in the order
+/// workers are started: with 8 workers, 2 exclusive, 2 readers and 4 permits of 2.
+pub const MODE_MIX: [WorkMode; 4] = [
+    WorkMode::Exclusive,
+    WorkMode::Shared,
+    WorkMode::Permit { limit: PERMITS },
+    WorkMode::Permit { limit: PERMITS },
+];
 
 /// What a worker does.
 #[derive(Debug, Clone)]
@@ -34,6 +52,8 @@ pub struct WorkerConfig {
     pub resource_url: String,
     /// The resource's schema for this store run.
     pub schema: String,
+    /// How it holds the key.
+    pub mode: WorkMode,
 }
 
 /// Where a worker's steps go: a line on stdout, or the controller's recorder.
@@ -76,10 +96,13 @@ pub async fn run(
     while !stop.is_cancelled() {
         lease_no += 1;
         pass(&mut gate).await;
-        say(Event::Acquire { lease: lease_no });
+        say(Event::Acquire {
+            lease: lease_no,
+            mode: config.mode,
+        });
         let granted = tokio::select! {
             () = stop.cancelled() => return,
-            granted = store.acquire(KEY, config.ttl, wait) => granted,
+            granted = store.acquire_as(KEY, config.ttl, wait, config.mode.to_mode()) => granted,
         };
         let lease = match granted {
             Ok(lease) => lease,
@@ -97,6 +120,8 @@ pub async fn run(
             token: lease.fencing_token(),
             ttl_ms: u64::try_from(lease.ttl().as_millis()).unwrap_or(u64::MAX),
             deadline: to_ns(lease.valid_until()),
+            mode: config.mode,
+            slot: lease.slot(),
         });
         let kept = Arc::new(KeepAlive::start(store.clone(), lease.clone()));
         let watcher = watch_lost(&kept, lease_no, say.clone_box());
@@ -125,6 +150,7 @@ pub async fn run(
         drop(watcher);
         drop(kept);
         pass(&mut gate).await;
+        let sent = now_ns();
         let outcome = match store.release(&lease).await {
             Ok(ReleaseOutcome::Released) => "released".to_string(),
             Ok(ReleaseOutcome::Lost) => "lost".to_string(),
@@ -134,6 +160,7 @@ pub async fn run(
             lease: lease_no,
             token: lease.fencing_token(),
             outcome,
+            sent,
         });
         // A short breath, so the lock changes hands rather than going back to the same worker.
         let breath = rand::rng().random_range(0..=config.hold_max.as_millis() as u64 / 4 + 1);
@@ -173,7 +200,13 @@ impl Step<'_> {
     }
 }
 
-/// The critical section: read the three rows (claiming the fenced one), hold, write them.
+/// A random hold inside the critical section, up to the configured longest.
+async fn hold(config: &WorkerConfig) {
+    let hold = rand::rng().random_range(0..=config.hold_max.as_millis() as u64);
+    tokio::time::sleep(Duration::from_millis(hold)).await;
+}
+
+/// The critical section of the worker's mode.
 async fn work(
     r: &mut Resource,
     step: &Step<'_>,
@@ -182,8 +215,43 @@ async fn work(
     gate: &mut Option<Gate>,
 ) -> fencelock::Result<()> {
     let token = step.lease.fencing_token();
+    match config.mode {
+        WorkMode::Exclusive => {}
+        WorkMode::Shared => {
+            // Two reads, so the section spans the hold and a writer let in during it is seen.
+            for i in 0..2 {
+                if i > 0 {
+                    hold(config).await;
+                }
+                pass(gate).await;
+                let read = r.read_checked(Row::Fenced, token).await?;
+                say(step.read(Row::Fenced, read));
+                if read.is_none() {
+                    break;
+                }
+            }
+            return Ok(());
+        }
+        WorkMode::Permit { .. } => {
+            // A permit without a slot is a store bug; the checker sees it in the grant.
+            let row = Row::Slot(step.lease.slot().unwrap_or(0));
+            pass(gate).await;
+            let claimed = r.claim(row, token).await?;
+            say(step.read(row, claimed));
+            let Some(read) = claimed else {
+                return Ok(());
+            };
+            hold(config).await;
+            pass(gate).await;
+            let log_id = r
+                .write(row, token, read + 1, step.worker, step.lease_no)
+                .await?;
+            say(step.write(row, log_id));
+            return Ok(());
+        }
+    }
     pass(gate).await;
-    let claimed = r.claim(token).await?;
+    let claimed = r.claim(Row::Fenced, token).await?;
     say(step.read(Row::Fenced, claimed));
     pass(gate).await;
     let write_only = r.read(Row::WriteOnly).await?;
@@ -191,8 +259,7 @@ async fn work(
     let shadow = r.read(Row::Shadow).await?;
     say(step.read(Row::Shadow, Some(shadow)));
 
-    let hold = rand::rng().random_range(0..=config.hold_max.as_millis() as u64);
-    tokio::time::sleep(Duration::from_millis(hold)).await;
+    hold(config).await;
 
     for (row, read) in [
         (Row::Fenced, claimed),

@@ -1,0 +1,58 @@
+//! Rule 4 (unavailability) on histories recorded from real runs (`tests/fixtures/README.md`
+//! says how each was recorded): no server is started, so this takes milliseconds.
+
+use nemesis::history::Entry;
+use nemesis::resource::ResourceState;
+use nemesis::{check, delays, Verdict};
+
+const TTL_MS: u64 = 1000;
+
+/// A fixture's history, checked as the run checks its store's. The resource is left empty:
+/// a trimmed window's writes cannot be matched against a counter, and rule 4 needs none.
+fn check_fixture(name: &str, store: &str) -> Verdict {
+    let path = format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let history: Vec<Entry> = text
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{line}: {e}")))
+        .collect();
+    check(
+        &history,
+        &ResourceState::default(),
+        TTL_MS,
+        delays::of(store),
+    )
+}
+
+/// PostgreSQL before issue 32's fix of item 1: a reader frozen while it waited in the server's
+/// queue behind a writer holds the key's lock shared with no server-side limit; the exclusive
+/// worker's wait queues behind it and the permit worker's behind that, so no one is granted
+/// until the reader resumes.
+#[test]
+fn a_frozen_shared_waiter_on_postgres_before_the_fix_breaks_rule_4() {
+    let verdict = check_fixture("postgres-frozen-shared-waiter.jsonl", "postgres");
+    assert!(verdict.broke(4), "{:#?}", verdict.violations);
+    assert!(
+        verdict.violations.iter().all(|v| v.rule == 4),
+        "{:#?}",
+        verdict.violations
+    );
+    let v = &verdict.violations[0];
+    assert!(v.summary.contains("worker 1 (exclusive"), "{}", v.summary);
+    assert!(
+        v.excerpt[0].contains("pause-waiter"),
+        "the excerpt starts at the fault: {:#?}",
+        v.excerpt
+    );
+    assert!(verdict.total().longest_wait_ttl > verdict.bound_ttl);
+}
+
+/// The memory store under the same fault: a frozen waiter's grant runs out at its TTL, and the
+/// others are served within the bound.
+#[test]
+fn a_frozen_shared_waiter_on_the_memory_store_keeps_rule_4() {
+    let verdict = check_fixture("memory-frozen-shared-waiter.jsonl", "memory");
+    assert!(verdict.is_safe(), "{:#?}", verdict.violations);
+    let longest = verdict.total().longest_wait_ttl;
+    assert!(longest > 0.5 && longest < verdict.bound_ttl, "{longest}");
+}
