@@ -124,9 +124,87 @@ pub enum Error {
     },
 }
 
+/// What a caller can do about an [`Error`], for a `match`: every variant of [`Error`] belongs
+/// to exactly one kind ([`Error::kind`]), and new variants will join one of these kinds, or a
+/// new kind (the enum is `#[non_exhaustive]`: keep a `_` arm).
+///
+/// ```
+/// use fencelock_core::{Error, ErrorKind};
+///
+/// fn next_step(error: &Error) -> &'static str {
+///     match error.kind() {
+///         ErrorKind::Contended => "someone else holds the key: try later, or skip this run",
+///         ErrorKind::Unavailable => "the store did not answer: retry with backoff",
+///         ErrorKind::LeaseLost | ErrorKind::StaleToken => "stop: another holder may be working",
+///         _ => "report it: the call or the store's set-up must change",
+///     }
+/// }
+///
+/// let busy = Error::Busy { key: "nightly".into() };
+/// assert_eq!(next_step(&busy), "someone else holds the key: try later, or skip this run");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// Another lease holds the key: [`Error::Busy`] from a single attempt,
+    /// [`Error::WaitTimedOut`] from a wait that ran out. Try later, wait longer, or skip the
+    /// work; the store is healthy.
+    Contended,
+    /// The store could not be reached, did not answer in time, or could not grant the TTL in
+    /// time ([`Error::Unavailable`]). Retry with backoff; nothing is known to have changed.
+    Unavailable,
+    /// The lease is gone, or must be assumed gone ([`Error::LeaseLost`], and
+    /// [`Error::LostAfterBody`] for a lease lost while a finished body was being released).
+    /// Stop the work it protected: another holder may have the key.
+    LeaseLost,
+    /// A resource refused a token no greater than one it had accepted ([`Error::StaleToken`]):
+    /// this writer's lease was superseded. Stop; do not retry the write.
+    StaleToken,
+    /// The call broke a documented rule: a bad key, TTL, wait, URL or permit limit
+    /// ([`Error::InvalidInput`]), or permits asked with another limit than the key's holders
+    /// use ([`Error::LimitMismatch`]). Retrying the same call cannot succeed.
+    InvalidInput,
+    /// The store cannot do this at all ([`Error::Unsupported`]): a lock mode it does not keep,
+    /// `status` or `evict` where it has none. Pick another store or another call.
+    Unsupported,
+    /// The store answered with something the contract does not allow: a protocol or server
+    /// error, missing rights, a table of another layout ([`Error::Store`]). Not retryable
+    /// without a change to the store or its set-up.
+    Store,
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ErrorKind::Contended => "contended",
+            ErrorKind::Unavailable => "unavailable",
+            ErrorKind::LeaseLost => "lease lost",
+            ErrorKind::StaleToken => "stale token",
+            ErrorKind::InvalidInput => "invalid input",
+            ErrorKind::Unsupported => "unsupported",
+            ErrorKind::Store => "store error",
+        })
+    }
+}
+
 impl Error {
-    /// Whether the same call may succeed later without any change by the caller: the store was
-    /// unreachable, or the lock was busy.
+    /// The kind of this error: what the caller can do about it (see [`ErrorKind`]).
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::Busy { .. } | Error::WaitTimedOut { .. } => ErrorKind::Contended,
+            Error::Unavailable { .. } => ErrorKind::Unavailable,
+            Error::LeaseLost { .. } | Error::LostAfterBody { .. } => ErrorKind::LeaseLost,
+            Error::StaleToken { .. } => ErrorKind::StaleToken,
+            Error::InvalidInput { .. } | Error::LimitMismatch { .. } => ErrorKind::InvalidInput,
+            Error::Unsupported { .. } => ErrorKind::Unsupported,
+            Error::Store { .. } => ErrorKind::Store,
+        }
+    }
+
+    /// Whether the same call may succeed later without any change by the caller: exactly the
+    /// kinds [`ErrorKind::Contended`] (the lock was busy) and [`ErrorKind::Unavailable`] (the
+    /// store did not answer). A retry loop that must tell contention from an outage matches
+    /// on [`Error::kind`] instead.
     pub fn is_retryable(&self) -> bool {
         matches!(
             self,
@@ -236,6 +314,96 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One error of every variant, with the kind it must have.
+    fn every_variant() -> Vec<(Error, ErrorKind)> {
+        vec![
+            (Error::Busy { key: "k".into() }, ErrorKind::Contended),
+            (
+                Error::WaitTimedOut {
+                    key: "k".into(),
+                    waited: Duration::from_secs(1),
+                },
+                ErrorKind::Contended,
+            ),
+            (
+                Error::Unavailable {
+                    message: "down".into(),
+                    source: None,
+                },
+                ErrorKind::Unavailable,
+            ),
+            (
+                Error::LeaseLost {
+                    key: "k".into(),
+                    token: 1,
+                    reason: "expired".into(),
+                },
+                ErrorKind::LeaseLost,
+            ),
+            (
+                Error::LostAfterBody {
+                    key: "k".into(),
+                    token: 1,
+                    reason: "expired".into(),
+                    output: BodyOutput::new(()),
+                },
+                ErrorKind::LeaseLost,
+            ),
+            (
+                Error::StaleToken {
+                    token: 1,
+                    highest: 2,
+                },
+                ErrorKind::StaleToken,
+            ),
+            (Error::invalid("ttl", "zero"), ErrorKind::InvalidInput),
+            (
+                Error::LimitMismatch {
+                    key: "k".into(),
+                    held: 2,
+                    requested: 3,
+                },
+                ErrorKind::InvalidInput,
+            ),
+            (
+                Error::Unsupported {
+                    operation: "status",
+                },
+                ErrorKind::Unsupported,
+            ),
+            (
+                Error::Store {
+                    message: "bad".into(),
+                    source: None,
+                },
+                ErrorKind::Store,
+            ),
+        ]
+    }
+
+    #[test]
+    fn every_variant_has_the_kind_a_caller_acts_on() {
+        for (error, kind) in every_variant() {
+            assert_eq!(error.kind(), kind, "{error:?}");
+        }
+    }
+
+    #[test]
+    fn retryable_is_exactly_contended_or_unavailable() {
+        for (error, kind) in every_variant() {
+            assert_eq!(
+                error.is_retryable(),
+                matches!(kind, ErrorKind::Contended | ErrorKind::Unavailable),
+                "{error:?}"
+            );
+            assert_eq!(
+                error.is_lease_lost(),
+                kind == ErrorKind::LeaseLost,
+                "{error:?}"
+            );
+        }
+    }
 
     #[test]
     fn client_errors_are_unavailable_only_when_the_store_says_retryable() {

@@ -59,7 +59,7 @@ pub mod url;
 pub mod validate;
 
 pub use capabilities::Capabilities;
-pub use error::{BodyOutput, BoxError, Error, Result};
+pub use error::{BodyOutput, BoxError, Error, ErrorKind, Result};
 pub use fence::FenceGate;
 pub use keepalive::{keep_alive, KeepAlive};
 pub use kind::StoreKind;

@@ -50,6 +50,12 @@ pub trait Acquire: Send + Sync {
     ///
     /// Fails with [`Error::Busy`](crate::Error::Busy) if another lease holds the key.
     ///
+    /// # Errors
+    /// [`Contended`](crate::ErrorKind::Contended) (`Busy`) when another lease holds the key;
+    /// [`InvalidInput`](crate::ErrorKind::InvalidInput) for a bad key or TTL;
+    /// [`Unavailable`](crate::ErrorKind::Unavailable) when the store did not answer, or granted
+    /// too late for the lease to have validity left; [`Store`](crate::ErrorKind::Store).
+    ///
     /// # Cancel safety
     /// Dropping the future may lose a lease the store granted but whose reply was not yet
     /// read. No such lease outlives its TTL, and nobody else can hold it meanwhile; stores that
@@ -64,6 +70,11 @@ pub trait Acquire: Send + Sync {
     /// gives up before `wait` has passed, and returns
     /// [`Error::WaitTimedOut`](crate::Error::WaitTimedOut) shortly after. A zero `wait` makes one
     /// attempt.
+    ///
+    /// # Errors
+    /// As [`Acquire::try_acquire`], with [`Contended`](crate::ErrorKind::Contended)
+    /// (`WaitTimedOut`) once the wait ran out, and `InvalidInput` for a wait above
+    /// [`MAX_WAIT`](crate::validate::MAX_WAIT).
     ///
     /// # Cancel safety
     /// As for [`Acquire::try_acquire`]: a dropped waiter stops waiting and leaves nothing held
@@ -80,6 +91,10 @@ pub trait Acquire: Send + Sync {
     /// [`Error::LimitMismatch`](crate::Error::LimitMismatch) if the key's permits are held with
     /// another limit.
     ///
+    /// # Errors
+    /// As [`Acquire::try_acquire`], and [`Unsupported`](crate::ErrorKind::Unsupported) or
+    /// [`InvalidInput`](crate::ErrorKind::InvalidInput) (`LimitMismatch` too) as above.
+    ///
     /// # Cancel safety
     /// As for [`Acquire::try_acquire`].
     async fn try_acquire_as(&self, key: &str, ttl: Duration, mode: Mode) -> Result<Lease> {
@@ -92,6 +107,9 @@ pub trait Acquire: Send + Sync {
     /// Like [`Acquire::acquire`], in `mode` (see [`Acquire::try_acquire_as`]). An exclusive
     /// request that waits keeps new shared requests for the key out until it is served or
     /// gives up, so writers never starve behind a stream of readers.
+    ///
+    /// # Errors
+    /// As [`Acquire::acquire`], and those of [`Acquire::try_acquire_as`] for the mode.
     ///
     /// # Cancel safety
     /// As for [`Acquire::acquire`]: a dropped waiter stops waiting (and stops keeping readers
@@ -124,6 +142,11 @@ pub trait Release: Send + Sync {
     /// deleted. A release retried after a timeout reports `Lost` when the first attempt went
     /// through after all: the lease is gone either way.
     ///
+    /// # Errors
+    /// A lost lease is an outcome, not an error. [`Unavailable`](crate::ErrorKind::Unavailable)
+    /// when the store did not answer (the lease may or may not be released; it expires at its
+    /// TTL either way); [`Store`](crate::ErrorKind::Store).
+    ///
     /// # Cancel safety
     /// Dropping the future may leave the lease held; it then expires at its TTL as if release had
     /// never been called. Calling release again is safe.
@@ -144,6 +167,12 @@ pub trait Extend: Send + Sync {
     /// Fails with [`Error::LeaseLost`](crate::Error::LeaseLost) if the lease expired or another
     /// owner holds the key; with a retryable error if the store could not be asked, in which
     /// case the lease may or may not still be held until its local deadline.
+    ///
+    /// # Errors
+    /// [`LeaseLost`](crate::ErrorKind::LeaseLost) when the lease expired, was released or
+    /// evicted, or another owner holds the key; [`Unavailable`](crate::ErrorKind::Unavailable)
+    /// when the store could not be asked (keep trying until the local deadline);
+    /// [`Store`](crate::ErrorKind::Store).
     ///
     /// # Cancel safety
     /// Dropping the future leaves the lease as it was or extended; the local deadline is only
@@ -169,6 +198,11 @@ pub trait LockStore: Acquire + Release + Extend + Debug + Send + Sync + Any {
     /// What the store can tell about `key`, for diagnostics only: the answer may be stale by
     /// the time it arrives. Default: [`Error::Unsupported`](crate::Error::Unsupported).
     ///
+    /// # Errors
+    /// [`Unsupported`](crate::ErrorKind::Unsupported) where the store cannot tell;
+    /// [`InvalidInput`](crate::ErrorKind::InvalidInput) for a bad key;
+    /// [`Unavailable`](crate::ErrorKind::Unavailable); [`Store`](crate::ErrorKind::Store).
+    ///
     /// # Cancel safety
     /// Read-only; dropping the future loses nothing.
     async fn status(&self, key: &str) -> Result<KeyStatus> {
@@ -190,6 +224,9 @@ pub trait LockStore: Acquire + Release + Extend + Debug + Send + Sync + Any {
     /// [`Error::Unsupported`](crate::Error::Unsupported).
     ///
     /// [`StoreKind::eviction`]: crate::StoreKind::eviction
+    ///
+    /// # Errors
+    /// As [`LockStore::status`].
     ///
     /// # Cancel safety
     /// Dropping the future may or may not have evicted the holder.

@@ -15,7 +15,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use fencelock::{DynLockStore, Error, Mode, MAX_PERMITS};
+use fencelock::{DynLockStore, Error, ErrorKind, Mode, MAX_PERMITS};
 
 mod bench;
 mod check;
@@ -171,17 +171,15 @@ pub(crate) mod exit {
 
 /// The exit code for an error that ends `lockctl`.
 pub(crate) fn exit_code(error: &Error) -> u8 {
-    match error {
+    match error.kind() {
         // A mode the store does not keep, or permits of another limit than the key's holders
         // use, never succeed by retrying the same command line (69 and 75 invite retries):
         // the command line or the URL must change.
-        Error::InvalidInput { .. } | Error::Unsupported { .. } | Error::LimitMismatch { .. } => {
-            exit::USAGE
-        }
-        Error::Busy { .. } | Error::WaitTimedOut { .. } => exit::TEMPFAIL,
-        Error::Unavailable { .. } => exit::UNAVAILABLE,
-        Error::LeaseLost { .. } | Error::StaleToken { .. } => exit::SOFTWARE,
-        Error::Store { .. } => exit::PROTOCOL,
+        ErrorKind::InvalidInput | ErrorKind::Unsupported => exit::USAGE,
+        ErrorKind::Contended => exit::TEMPFAIL,
+        ErrorKind::Unavailable => exit::UNAVAILABLE,
+        ErrorKind::LeaseLost | ErrorKind::StaleToken => exit::SOFTWARE,
+        ErrorKind::Store => exit::PROTOCOL,
         _ => exit::SOFTWARE,
     }
 }
