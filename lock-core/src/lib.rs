@@ -14,6 +14,9 @@
 //! # The pieces
 //! - [`Acquire`], [`Release`], [`Extend`]: the operations, combined in [`LockStore`] and held as
 //!   [`DynLockStore`]. [`FencingToken`] is anything that carries a token.
+//! - [`LockStoreExt::lock`]: `store.lock(key).await?` gives a [`LockGuard`] that keeps its lease
+//!   alive, says when it is lost and releases on [`LockGuard::release`] or drop: the shortest
+//!   correct way to hold a lock.
 //! - [`KeepAlive`] / [`keep_alive`]: automatic extension and the lost signal.
 //! - [`with_lock`]: acquire, keep alive, run a body, release; the body is cancelled on loss.
 //! - [`FenceGate`]: the resource-side check, claim at the read and write while the claim holds.
@@ -44,6 +47,7 @@ mod capabilities;
 pub mod cleanup;
 mod error;
 mod fence;
+mod guard;
 mod keepalive;
 pub mod kind;
 mod lease;
@@ -61,6 +65,7 @@ pub mod validate;
 pub use capabilities::Capabilities;
 pub use error::{BodyOutput, BoxError, Error, ErrorKind, Result};
 pub use fence::FenceGate;
+pub use guard::{LockGuard, LockRequest, LockStoreExt, DEFAULT_TTL};
 pub use keepalive::{keep_alive, KeepAlive};
 pub use kind::StoreKind;
 pub use lease::{drift, FencingToken, KeyStatus, Lease, OwnerId, ReleaseOutcome, Revocation};

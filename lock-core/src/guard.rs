@@ -1,0 +1,340 @@
+//! The shortest correct way to hold a lock: `store.lock(key).await?` gives a [`LockGuard`] that
+//! keeps its lease alive, says when it is lost, and releases on [`LockGuard::release`] or drop.
+
+use std::future::{Future, IntoFuture};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::kind::BoxFuture;
+use crate::{
+    DynLockStore, Error, FencingToken, KeepAlive, Lease, LockStore, Mode, ReleaseOutcome, Result,
+};
+
+/// The TTL of a [`LockRequest`] that does not set one: 30 s, kept alive every 7.5 s.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
+
+/// `lock(key)` on every store held in an [`Arc`], including what `fencelock::connect` returns.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> fencelock_core::Result<()> {
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use fencelock_core::{DynLockStore, LockStoreExt, MemoryStore};
+///
+/// let store: DynLockStore = Arc::new(MemoryStore::new());
+/// let guard = store.lock("nightly-export").wait(Duration::from_secs(10)).await?;
+/// // ... pass guard.fencing_token() with every write, stop when guard.lost() completes ...
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+pub trait LockStoreExt {
+    /// A request for `key`: exclusive, with a TTL of [`DEFAULT_TTL`] and one attempt (no wait)
+    /// unless its builder methods say otherwise. Await it (or call
+    /// [`LockRequest::acquire`]) for a [`LockGuard`].
+    fn lock(&self, key: &str) -> LockRequest;
+}
+
+impl LockStoreExt for DynLockStore {
+    fn lock(&self, key: &str) -> LockRequest {
+        LockRequest::new(Arc::clone(self), key)
+    }
+}
+
+impl<S: LockStore + 'static> LockStoreExt for Arc<S> {
+    fn lock(&self, key: &str) -> LockRequest {
+        LockRequest::new(Arc::clone(self) as DynLockStore, key)
+    }
+}
+
+/// A lock request being built: `store.lock(key).ttl(..).wait(..).mode(..)`, then `.await`.
+#[derive(Debug, Clone)]
+#[must_use = "a lock request does nothing until it is awaited"]
+pub struct LockRequest {
+    store: DynLockStore,
+    key: String,
+    ttl: Duration,
+    wait: Duration,
+    mode: Mode,
+}
+
+impl LockRequest {
+    fn new(store: DynLockStore, key: &str) -> Self {
+        LockRequest {
+            store,
+            key: key.to_owned(),
+            ttl: DEFAULT_TTL,
+            wait: Duration::ZERO,
+            mode: Mode::Exclusive,
+        }
+    }
+
+    /// The lease's TTL (default [`DEFAULT_TTL`]): how long the key stays held if this process
+    /// stops keeping it alive. The guard extends it at a quarter of it.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// How long to wait for the key (default zero: one attempt, [`Error::Busy`] if held).
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = wait;
+        self
+    }
+
+    /// The lock mode (default [`Mode::Exclusive`]): a reader ([`Mode::Shared`]) or a
+    /// semaphore permit ([`Mode::Permit`]) where the store keeps them.
+    pub fn mode(mut self, mode: Mode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// Acquires the key and starts keeping the lease alive on the current tokio runtime.
+    ///
+    /// # Errors
+    /// Those of [`Acquire::try_acquire_as`](crate::Acquire::try_acquire_as) without a wait,
+    /// of [`Acquire::acquire_as`](crate::Acquire::acquire_as) with one:
+    /// [`Contended`](crate::ErrorKind::Contended) when the key stays held,
+    /// [`Unavailable`](crate::ErrorKind::Unavailable), [`InvalidInput`](crate::ErrorKind::InvalidInput),
+    /// [`Unsupported`](crate::ErrorKind::Unsupported) for a mode the store does not keep,
+    /// [`Store`](crate::ErrorKind::Store).
+    ///
+    /// # Cancel safety
+    /// As for the store's acquire: dropping the future may lose a lease the store granted but
+    /// whose reply was not yet read; it expires at its TTL.
+    ///
+    /// # Panics
+    /// Outside a tokio runtime (the keep-alive is a task on it).
+    pub async fn acquire(self) -> Result<LockGuard> {
+        let LockRequest {
+            store,
+            key,
+            ttl,
+            wait,
+            mode,
+        } = self;
+        let lease = if wait.is_zero() {
+            store.try_acquire_as(&key, ttl, mode).await?
+        } else {
+            store.acquire_as(&key, ttl, wait, mode).await?
+        };
+        let keep_alive = KeepAlive::start(Arc::clone(&store), lease);
+        Ok(LockGuard {
+            store,
+            keep_alive: Some(keep_alive),
+        })
+    }
+}
+
+impl IntoFuture for LockRequest {
+    type Output = Result<LockGuard>;
+    type IntoFuture = BoxFuture<'static, Result<LockGuard>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(self.acquire())
+    }
+}
+
+/// A held lock: its lease, kept alive in the background until it is released, dropped or lost.
+///
+/// - [`LockGuard::fencing_token`]: pass it with every write to the protected resource.
+/// - [`LockGuard::lost`] completes, [`LockGuard::lost_token`] is cancelled and
+///   [`LockGuard::run`] stops its work once the lease is lost (the store said so, or no extend
+///   was confirmed before the local deadline).
+/// - [`LockGuard::release`] gives the key back and says whether the lease was still held.
+///
+/// **Dropping a guard releases the key in the background, not at once.** The drop stops the
+/// keep-alive and spawns the release on the current tokio runtime, which sends it as soon as a
+/// worker runs it: another waiter gets the key about one round trip later. Without a runtime,
+/// or when the runtime shuts down before the task runs, nothing is sent and the lease expires at
+/// its TTL. Call [`LockGuard::release`] to know the outcome.
+///
+/// The guard owns what it needs (an `Arc` of the store), so it is `Send + 'static` and can move
+/// into a task.
+#[derive(Debug)]
+#[must_use = "dropping a guard releases the lock at once (in the background)"]
+pub struct LockGuard {
+    store: DynLockStore,
+    /// `None` once released.
+    keep_alive: Option<KeepAlive>,
+}
+
+impl LockGuard {
+    fn keep_alive(&self) -> &KeepAlive {
+        // Only `release`, which consumes the guard, and `drop` take it.
+        self.keep_alive
+            .as_ref()
+            .expect("a live guard keeps its keep-alive")
+    }
+
+    /// The lease: key, owner, fencing token, mode, local deadline.
+    pub fn lease(&self) -> &Lease {
+        self.keep_alive().lease()
+    }
+
+    /// The fencing token: pass it with every write to the protected resource.
+    pub fn fencing_token(&self) -> u64 {
+        self.lease().fencing_token()
+    }
+
+    /// Completes once the lease is lost: stop the work it protects.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future loses nothing, and a later call still completes.
+    pub async fn lost(&self) {
+        self.keep_alive().lost().await
+    }
+
+    /// A token cancelled once the lease is lost, to hand to other tasks.
+    pub fn lost_token(&self) -> CancellationToken {
+        self.keep_alive().lost_token()
+    }
+
+    /// Whether the lease is known to be lost.
+    pub fn is_lost(&self) -> bool {
+        self.keep_alive().is_lost()
+    }
+
+    /// Runs `work` under the lease: its output, or [`Error::LeaseLost`] (kind
+    /// [`LeaseLost`](crate::ErrorKind::LeaseLost)) as soon as the lease is lost, when `work` is
+    /// dropped at its next await point. Its writes must still carry the fencing token: a
+    /// paused process cannot be stopped in time.
+    ///
+    /// # Cancel safety
+    /// Dropping the future drops `work`; the lease stays held.
+    pub async fn run<F: Future>(&self, work: F) -> Result<F::Output> {
+        tokio::select! {
+            biased;
+            () = self.lost() => Err(self.lost_error()),
+            output = work => Ok(output),
+        }
+    }
+
+    fn lost_error(&self) -> Error {
+        let reason = self
+            .keep_alive()
+            .lost_reason()
+            .unwrap_or_else(|| "the keep-alive stopped".into());
+        Error::lost(self.lease(), reason)
+    }
+
+    /// Stops the keep-alive and releases the key: [`ReleaseOutcome::Released`], or
+    /// [`ReleaseOutcome::Lost`] if the lease had already expired or been taken.
+    ///
+    /// # Errors
+    /// As [`Release::release`](crate::Release::release):
+    /// [`Unavailable`](crate::ErrorKind::Unavailable) when the store did not answer (the lease
+    /// then expires at its TTL), [`Store`](crate::ErrorKind::Store).
+    ///
+    /// # Cancel safety
+    /// Dropping the future may leave the lease held; it then expires at its TTL.
+    pub async fn release(mut self) -> Result<ReleaseOutcome> {
+        let keep_alive = self
+            .keep_alive
+            .take()
+            .expect("a live guard keeps its keep-alive");
+        let lease = keep_alive.stop();
+        self.store.release(&lease).await
+    }
+}
+
+impl FencingToken for LockGuard {
+    fn fencing_token(&self) -> u64 {
+        LockGuard::fencing_token(self)
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        let Some(keep_alive) = self.keep_alive.take() else {
+            return;
+        };
+        let lease = keep_alive.stop();
+        // Without a runtime nothing can be sent: the lease expires at its TTL.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let store = Arc::clone(&self.store);
+            runtime.spawn(async move {
+                if let Err(error) = store.release(&lease).await {
+                    tracing::debug!(key = lease.key(), %error, "a dropped guard's release failed; the lease expires at its TTL");
+                }
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::{ErrorKind, MemoryStore};
+
+    fn store() -> DynLockStore {
+        Arc::new(MemoryStore::new())
+    }
+
+    #[test]
+    fn a_guard_can_move_into_a_task() {
+        fn send_static<T: Send + 'static>() {}
+        send_static::<LockGuard>();
+        send_static::<LockRequest>();
+    }
+
+    #[tokio::test]
+    async fn a_guard_holds_the_key_and_its_release_frees_it() {
+        let store = store();
+        let guard = store.lock("k").await.unwrap();
+        let err = store.lock("k").await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Contended, "{err}");
+        let token = guard.fencing_token();
+        assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released);
+        let next = store.lock("k").acquire().await.unwrap();
+        assert!(next.fencing_token() > token);
+    }
+
+    /// The issue's test: with a 30 s TTL, after an early `?` drops a guard, another handle
+    /// gets the key within 5 s (a sixth of the TTL: only the background release can free it).
+    #[tokio::test]
+    async fn a_guard_dropped_by_an_early_return_frees_the_key_long_before_its_ttl() {
+        async fn job(store: &DynLockStore) -> Result<()> {
+            let _guard = store.lock("job").ttl(Duration::from_secs(30)).await?;
+            Err(Error::invalid("input", "the job failed half-way"))?;
+            Ok(())
+        }
+        let store = store();
+        assert!(job(&store).await.is_err());
+        let started = tokio::time::Instant::now();
+        let lease = store
+            .acquire("job", Duration::from_secs(30), Duration::from_secs(5))
+            .await
+            .expect("the dropped guard's key is free within 5 s");
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert!(lease.fencing_token() > 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn run_stops_its_work_once_the_lease_is_lost() {
+        let store = store();
+        let guard = store.lock("k").ttl(Duration::from_secs(4)).await.unwrap();
+        assert!(store.evict("k").await.unwrap(), "an operator frees the key");
+        let err = guard
+            .run(std::future::pending::<()>())
+            .await
+            .expect_err("the work outlived its lease");
+        assert_eq!(err.kind(), ErrorKind::LeaseLost, "{err}");
+        assert!(guard.is_lost() && guard.lost_token().is_cancelled());
+        assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Lost);
+    }
+
+    #[tokio::test]
+    async fn a_guard_takes_the_mode_asked() {
+        let store = store();
+        let first = store.lock("k").mode(Mode::Shared).await.unwrap();
+        let second = store.lock("k").mode(Mode::Shared).await.unwrap();
+        assert_eq!(first.lease().mode(), Mode::Shared);
+        assert!(store.lock("k").await.is_err());
+        drop((first, second));
+    }
+}
