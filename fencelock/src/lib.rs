@@ -21,6 +21,7 @@
 //! store.release(&lease).await?;
 //! # Ok(()) }
 //! ```
+#![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 mod connect;

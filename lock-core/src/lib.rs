@@ -41,6 +41,7 @@
 //! assert_eq!(store.release(&lease).await?, ReleaseOutcome::Released);
 //! # Ok(()) }
 //! ```
+#![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 mod capabilities;

@@ -334,6 +334,7 @@
 //! [`LockStore::status`]: fencelock_core::LockStore::status
 //!
 //! [`LockStore::evict`]: fencelock_core::LockStore::evict
+#![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 // Module order (each imports only from those before it): config, error, keys, modes, handoff, txn, renewer, store, descriptor.

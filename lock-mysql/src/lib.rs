@@ -173,6 +173,7 @@
 //! sees and kills its own sessions in the process list, which is all the store needs.
 //!
 //! [`LockStore::evict`]: fencelock_core::LockStore::evict
+#![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 // Module order (each imports only from those before it): keys, sql, config, error, session, cleanup, watch, store, descriptor.

@@ -325,6 +325,7 @@
 //! least_privilege` runs the conformance suite as such a role.
 //!
 //! [`LockStore::evict`]: fencelock_core::LockStore::evict
+#![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 // Module order (each imports only from those before it): keys, sql, config, error, session, cleanup, watch, store, descriptor.

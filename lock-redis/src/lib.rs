@@ -478,6 +478,7 @@
 //! [`Error::LimitMismatch`]: fencelock_core::Error::LimitMismatch
 //! [`KeyStatus::Shared`]: fencelock_core::KeyStatus::Shared
 //! [`LockStore::evict`]: fencelock_core::LockStore::evict
+#![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 // Module order (each imports only from those before it): config, error, keys, script, eviction, subscriber, store, stats, redlock (config, quorum, fanout, store), descriptor.
