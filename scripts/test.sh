@@ -120,14 +120,6 @@ step doc env RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-fe
 step package package_crates
 step test cargo test --workspace --all-features
 step example cargo run -q -p fencelock-core --example quickstart
-# The README's service example, on a SQLite file (the build is the test step's, all features).
-service_example() {
-  local dir
-  dir=$(mktemp -d)
-  LOCK_URL="sqlite://$dir/locks.db" cargo run -q -p fencelock --all-features --example service
-  rm -rf "$dir"
-}
-step service service_example
 
 echo "==> elapsed"
 printf '%s\n' "${timings[@]}"

@@ -11,7 +11,7 @@ use std::time::Duration;
 use fencelock::LockStoreExt;
 
 #[tokio::main]
-async fn main() -> fencelock::Result<()> {
+pub async fn main() -> fencelock::Result<()> {
     let url = std::env::var("LOCK_URL").unwrap_or_else(|_| "memory://".into());
     let store = fencelock::connect(&url).await?;
 
