@@ -35,7 +35,7 @@
 //!
 //! In one process, [`fencelock_core::FenceGate`] is the same check (`claim`, `write`, and `update`
 //! for one step). [`pattern`] holds the plain
-//! SQL of the README's fencing pattern, which the tests run as written.
+//! SQL of the fencing pattern (docs/fencing.md), which the tests run as written.
 //!
 //! # Refusals
 //!

@@ -1,4 +1,4 @@
-//! The SQL of the README's fencing pattern, for one table of counters. These are the exact
+//! The SQL of the fencing pattern (docs/fencing.md), for one table of counters. These are the exact
 //! statements the README shows and `tests/postgres.rs` runs, so every snippet there is tested.
 //!
 //! Placeholders: `$1` is the row's id, `$2` the lease's fencing token, `$3` a value computed by
@@ -43,7 +43,7 @@ pub const NAIVE_READ: &str = "SELECT value FROM counters WHERE id = $1;";
 pub const NAIVE_WRITE: &str = "UPDATE counters SET value = $3, fence = $2
  WHERE id = $1 AND fence < $2;";
 
-/// Every statement above, for the test that the README shows only these.
+/// Every statement above, for the test that docs/fencing.md shows only these.
 pub const ALL: &[&str] = &[
     CREATE_TABLE,
     INCREMENT,

@@ -1,4 +1,4 @@
-//! The fencing pattern against a real PostgreSQL started by test-servers: the README's
+//! The fencing pattern against a real PostgreSQL started by test-servers: docs/fencing.md's
 //! statements exactly as written (`fencelock_fence::pattern`), and `FencedTable`.
 //!
 //! Each case drives one interleaving step by step, never by timing. The one that loses
@@ -34,7 +34,7 @@ async fn connect(schema: &str) -> PgConnection {
         .expect("connect")
 }
 
-/// A fresh schema holding the README's `counters` table with row 1 at value 0, fence 0, and
+/// A fresh schema holding the `counters` table of docs/fencing.md with row 1 at value 0, fence 0, and
 /// two connections to it: holder A's and holder B's.
 async fn counters(schema: &str) -> (PgConnection, PgConnection) {
     let mut admin = connect("public").await;
@@ -46,7 +46,7 @@ async fn counters(schema: &str) -> (PgConnection, PgConnection) {
     sqlx::query(CREATE_TABLE)
         .execute(&mut a)
         .await
-        .expect("the README's CREATE TABLE");
+        .expect("the CREATE TABLE of docs/fencing.md");
     sqlx::query("INSERT INTO counters (id, value) VALUES ($1, 0)")
         .bind(ROW)
         .execute(&mut a)
@@ -90,7 +90,7 @@ async fn naive_read(conn: &mut PgConnection) -> i64 {
 }
 
 /// The finding, reproduced: every write passes the `fence < $token` check, and one of
-/// the two increments is lost. The README's warning rests on this run.
+/// the two increments is lost. The warning in docs/fencing.md rests on this run.
 #[tokio::test]
 async fn checking_the_token_only_at_the_write_loses_an_update() {
     let (mut a, mut b) = counters("naive").await;
@@ -408,13 +408,13 @@ async fn fenced_table_quotes_names_with_capitals_spaces_and_quotes() {
     );
 }
 
-/// Every SQL block of the README's fencing section is made of the statements these tests run.
+/// Every SQL block of docs/fencing.md's fencing section is made of the statements these tests run.
 #[test]
 fn readme_fencing_sql_is_the_tested_sql() {
-    let readme = include_str!("../../README.md");
+    let readme = include_str!("../../docs/fencing.md");
     let start = readme
         .find("\n## The fencing pattern")
-        .expect("the README has a fencing pattern section");
+        .expect("docs/fencing.md has a fencing pattern section");
     let section = &readme[start + 1..];
     let section = &section[..section.find("\n## ").unwrap_or(section.len())];
     let mut blocks = 0;
@@ -431,7 +431,7 @@ fn readme_fencing_sql_is_the_tested_sql() {
                 assert!(
                     fencelock_fence::pattern::ALL.contains(&statement.as_str())
                         || ["BEGIN;", "COMMIT;"].contains(&statement.as_str()),
-                    "the README shows SQL no test runs:\n{statement}"
+                    "docs/fencing.md shows SQL no test runs:\n{statement}"
                 );
                 statement.clear();
             }

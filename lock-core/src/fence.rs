@@ -25,7 +25,7 @@ use crate::{Error, Result};
 /// lower tokens are refused. In a database the same two steps are a claiming read
 /// (`UPDATE … SET fence = $token WHERE id = $id AND fence <= $token RETURNING value`) and a
 /// write that checks the claim (`UPDATE … SET value = $new WHERE id = $id AND fence = $token`);
-/// see the README's fencing pattern and the `fencelock-fence` crate.
+/// see the fencing pattern (docs/fencing.md) and the `fencelock-fence` crate.
 ///
 /// Tokens from different keys, or from different stores, must not share a gate.
 ///

@@ -225,7 +225,7 @@ impl Sessions {
                 message: format!(
                     "the fence table {fence_table} does not exist{schema}, and create_table=false \
                      forbids creating it: have an administrator run the statement of \
-                     PostgresConfig::fence_table_ddl() once (the README's \"Minimal rights\" \
+                     PostgresConfig::fence_table_ddl() once (docs/security.md, \"Minimal rights\" \
                      shows it with its grants)"
                 ),
                 source: None,

@@ -16,7 +16,7 @@ use sqlx::postgres::PgConnection;
 use sqlx::{Connection, Row};
 use test_servers::{closed_ports, shared};
 
-/// Every right the store uses on its fence table (the README's list).
+/// Every right the store uses on its fence table (docs/security.md's list).
 const ALL: &str = "SELECT, INSERT, UPDATE, DELETE";
 
 /// The role that runs the conformance suite, and its database.
@@ -156,7 +156,7 @@ async fn the_conformance_suite_passes_as_the_least_privilege_role() {
 }
 
 /// The role really is least-privilege: it may not create in the schema, holds no TEMPORARY
-/// and is no superuser; so the suite above proves the README's list is enough.
+/// and is no superuser; so the suite above proves docs/security.md's list is enough.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_role_holds_only_the_listed_rights() {
     let url = role_url();

@@ -137,7 +137,7 @@ macro_rules! tls_build {
     };
 }
 
-/// The end of `lockctl run --help`: a TLS URL per store, the examples of the README's TLS table.
+/// The end of `lockctl run --help`: a TLS URL per store, the examples of the TLS table in docs/security.md.
 const RUN_AFTER_HELP: &str = concat!(
     "CMD's environment: LOCK_KEY (the key), LOCK_FENCING_TOKEN (the lease's fencing token),\n",
     "LOCK_MODE (exclusive, shared or permit); with --permits N also LOCK_PERMITS (N) and\n",

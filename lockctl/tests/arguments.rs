@@ -162,8 +162,9 @@ fn help_and_version_still_exit_0() {
 /// Redis, Redlock, etcd, PostgreSQL, MySQL).
 #[test]
 fn run_help_shows_the_readme_tls_examples() {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
-        .expect("the workspace README");
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/security.md"))
+            .expect("docs/security.md");
     let section = readme
         .split("\n### TLS\n")
         .nth(1)

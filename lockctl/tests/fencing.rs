@@ -19,7 +19,7 @@ fn server_url() -> String {
 
 /// The job script: the `sh` block of the README's "From the shell" subsection.
 fn readme_job() -> &'static str {
-    let readme = include_str!("../../README.md");
+    let readme = include_str!("../../docs/fencing.md");
     let start = readme
         .find("### From the shell: `lockctl run` and `psql`")
         .expect("the README's shell fencing example");

@@ -64,7 +64,7 @@ pub const TABLE: &[StoreDelays] = &[
             },
             Delay {
                 what: "a waiting writer's mark keeps readers and permits out for 1 s after the \
-                       writer stops refreshing it (README, Redis modes)",
+                       writer stops refreshing it (docs/stores.md, Redis)",
                 at_most: Duration::from_secs(1),
             },
         ],
@@ -104,7 +104,7 @@ pub const TABLE: &[StoreDelays] = &[
         min_ttl: fencelock::fencelock_postgres::MIN_TTL,
         ttl_granularity: Duration::from_millis(1),
         delays: &[Delay {
-            what: "a shared or permit waiter re-checks at most every 200 ms (MODE_POLL, README's \
+            what: "a shared or permit waiter re-checks at most every 200 ms (MODE_POLL, docs/stores.md's \
                    modes table), with up to as much jitter",
             at_most: Duration::from_millis(400),
         }],

@@ -196,7 +196,7 @@ impl Fault {
     }
 
     /// Whether the store documents this event as freeing locks early (the fencelock-core contract
-    /// and each store's table in the README): a PostgreSQL or MySQL session ended by the
+    /// and each store's table in docs/stores.md): a PostgreSQL or MySQL session ended by the
     /// server, a Redis restart without persistence, a memory store that lost its data. A
     /// Redlock minority restarted after a TTL, an etcd leader change and every client fault
     /// do not. An etcd member stop frees locks early only when it stops the leader of an

@@ -31,7 +31,7 @@ pub enum Row {
     WriteOnly,
     /// Read and written without any check.
     Shadow,
-    /// A permit slot's own fenced row (README, "Semaphores and reader-writer locks": one fence
+    /// A permit slot's own fenced row (docs/modes.md, "Semaphores and reader-writer locks": one fence
     /// per slot), claimed and written like [`Row::Fenced`] by the permit holding that slot.
     Slot(u32),
 }

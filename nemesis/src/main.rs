@@ -1,4 +1,4 @@
-//! `nemesis`: the fault run. See the crate docs and the README's "Proof under faults".
+//! `nemesis`: the fault run. See nemesis/README.md.
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -23,7 +23,7 @@ const SETUP_SQL: &[&str] = &[
     "INSERT INTO counters (id, value) VALUES (1, 0), (2, 0), (3, 0)",
 ];
 
-/// The claim (README, "The fencing pattern"): records the token unless a greater one claimed
+/// The claim (docs/fencing.md): records the token unless a greater one claimed
 /// the row, and returns the value; one statement, so the check and the claim are one step.
 /// `$1` row id, `$2` token.
 const CLAIM_SQL: &str =
