@@ -791,7 +791,7 @@ fn unexpected(what: &str, reply: &[i64]) -> Error {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     const RETENTION_MS: u64 = 600_000;
@@ -809,6 +809,15 @@ mod tests {
             ("SET … GET", ACQUIRE_LUA.to_owned()),
             ("GET, then SET", old_server),
         ]
+    }
+
+    /// A connection to the shared test server, for the script tests here and in Redlock's.
+    pub(crate) async fn shared_connection() -> redis::aio::MultiplexedConnection {
+        redis::Client::open(test_servers::shared::redis().url())
+            .expect("url")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect")
     }
 
     async fn server_micros(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
@@ -838,12 +847,7 @@ mod tests {
     /// one ahead of it; and a held key answers its TTL.
     #[tokio::test]
     async fn the_token_is_the_fence_plus_one_or_the_clock_and_the_fence_expires_after_retention() {
-        let url = test_servers::shared::redis().url();
-        let mut conn = redis::Client::open(url)
-            .expect("url")
-            .get_multiplexed_async_connection()
-            .await
-            .expect("connect");
+        let mut conn = shared_connection().await;
         let run = OwnerId::random();
         for (way, text) in variants() {
             let script = Script::new(&text);
@@ -918,12 +922,7 @@ mod tests {
     /// back) is passed by one at each grant.
     #[tokio::test]
     async fn a_fence_ahead_of_the_clock_is_passed_by_one_at_each_grant() {
-        let url = test_servers::shared::redis().url();
-        let mut conn = redis::Client::open(url)
-            .expect("url")
-            .get_multiplexed_async_connection()
-            .await
-            .expect("connect");
+        let mut conn = shared_connection().await;
         let run = OwnerId::random();
         for (way, text) in variants() {
             let script = Script::new(&text);
@@ -959,12 +958,7 @@ mod tests {
     /// first made and takes no second slot, even when the first took the last one.
     #[tokio::test]
     async fn a_resent_permit_acquire_answers_its_grant_and_takes_one_slot() {
-        let url = test_servers::shared::redis().url();
-        let mut conn = redis::Client::open(url)
-            .expect("url")
-            .get_multiplexed_async_connection()
-            .await
-            .expect("connect");
+        let mut conn = shared_connection().await;
         let names = KeyNames::new(&format!("script-test:{}:", OwnerId::random()), "permits");
         let (ttl, retention) = (Duration::from_secs(30), Duration::from_millis(RETENTION_MS));
         let mode = Mode::permits(2);

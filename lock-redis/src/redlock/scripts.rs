@@ -556,12 +556,7 @@ return {token, tonumber(redis.call('GET', KEYS[2])), redis.call('PTTL', KEYS[2])
         use proptest::strategy::{Strategy, ValueTree};
         use proptest::test_runner::{Config, TestRunner};
 
-        let url = test_servers::shared::redis().url();
-        let mut conn = redis::Client::open(url)
-            .expect("url")
-            .get_multiplexed_async_connection()
-            .await
-            .expect("connect");
+        let mut conn = crate::script::tests::shared_connection().await;
         let script = Script::new(MINT_AT_LUA);
         let fence_key = format!("mint-model:{}:fence", OwnerId::random());
         let retention_ms = 60_000u64;
