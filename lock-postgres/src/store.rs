@@ -286,7 +286,7 @@ impl PostgresStore {
                     check_same_backend(&session, pid)?;
                     let lease =
                         self.lease_in(target, owner, token, ttl, sent_at, session, mode, slot);
-                    self.won_back(lease, sent_at).await
+                    self.won_back(lease, sent_at.elapsed()).await
                 }
                 Ok(Attempt::Blocked(_)) => {
                     self.sessions.checkin(session);
@@ -448,12 +448,7 @@ impl PostgresStore {
                     check_same_backend(&session, pid)?;
                     let waited = Duration::from_micros(waited_us.max(0).unsigned_abs());
                     let lease = self.lease(target, owner, token, ttl, sent_at, session);
-                    // The server's TTL runs from the end of the statement; `sent_at` is before
-                    // the wait. After a long wait, restart the TTL to win back the waited time.
-                    if waited > ttl / 16 {
-                        self.extend_lease(&lease).await?;
-                    }
-                    return Ok(lease);
+                    return self.won_back(lease, waited).await;
                 }
                 Err(fault) if fault.code().as_deref() == Some("55P03") => {
                     return self
@@ -941,7 +936,7 @@ impl PostgresStore {
                         check_same_backend(&session, pid)?;
                         let lease =
                             self.lease_in(target, owner, token, ttl, sent_at, session, mode, slot);
-                        return self.won_back(lease, sent_at).await;
+                        return self.won_back(lease, sent_at.elapsed()).await;
                     }
                     Ok(Attempt::Mismatch(held)) => {
                         self.give_up_wait(session).await;
@@ -988,14 +983,14 @@ impl PostgresStore {
         }
     }
 
-    /// A lease granted by an attempt sent at `sent_at`, with the time the attempt spent
-    /// blocked won back: the server's TTL runs from the end of the granting statement, while
-    /// the local deadline counts from `sent_at`, so a statement that waited (for a gate held by
-    /// another acquire, which a frozen one holds up to its TTL) could hand out a lease with
-    /// little or no validity left. Past a sixteenth of the TTL, as after a long exclusive wait,
-    /// the TTL is restarted (an extend, which confirms a fresh deadline).
-    async fn won_back(&self, lease: Lease, sent_at: Instant) -> Result<Lease> {
-        if sent_at.elapsed() > lease.ttl() / 16 {
+    /// A lease whose granting statement `waited` (in the server's queue, or behind a gate held
+    /// by another acquire, which a frozen one holds up to its TTL), with that time won back:
+    /// the server's TTL runs from the end of the statement, while the local deadline counts
+    /// from before it was sent, so a long wait could hand out a lease with little or no
+    /// validity left. Past a sixteenth of the TTL, the TTL is restarted (an extend, which
+    /// confirms a fresh deadline). Every waiting path, exclusive or not, goes through here.
+    async fn won_back(&self, lease: Lease, waited: Duration) -> Result<Lease> {
+        if waited > lease.ttl() / 16 {
             self.extend_lease(&lease).await?;
         }
         Ok(lease)
