@@ -58,10 +58,10 @@ async fn main() -> Result<(), Error> {
 
     // Or let with_lock do all of it.
     let token = with_lock(
-        &*store,
+        &store,
         "nightly-export",
-        LockOptions::new(ttl),
-        |lease| async move { lease.fencing_token() },
+        LockOptions::new().ttl(ttl),
+        |lease| async move { Ok::<_, Error>(lease.fencing_token()) },
     )
     .await?;
     println!("with_lock ran its body under token {token}");

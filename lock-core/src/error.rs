@@ -2,7 +2,7 @@
 
 use std::any::Any;
 use std::fmt;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 /// A boxed error kept as the `source` of [`Error::Unavailable`] and [`Error::Store`].
@@ -44,6 +44,12 @@ pub enum Error {
 
     /// The lease is no longer held: it expired, the store forgot it, or another owner holds the
     /// key now. Work protected by the lease must stop.
+    ///
+    /// Said once: when a [`LockGuard`](crate::LockGuard), [`KeepAlive`](crate::KeepAlive) or
+    /// [`with_lock`](crate::with_lock) turns a store's answer into this error, the store's own
+    /// `LeaseLost` is passed on as it was (its reason, its source), and any other error the
+    /// store gave (an extend refused as [`Error::Store`], say) is kept, typed, as the
+    /// [`source`](std::error::Error::source): downcast it to [`Error`] to match its kind.
     #[error("lease on {key:?} with fencing token {token} is lost: {reason}")]
     LeaseLost {
         /// The key of the lost lease.
@@ -52,6 +58,9 @@ pub enum Error {
         token: u64,
         /// Why the lease is known or assumed to be lost.
         reason: String,
+        /// The store's error that made it lost, if one did.
+        #[source]
+        source: Option<SharedError>,
     },
 
     /// [`with_lock`](crate::with_lock)'s body ran to completion, but the release found the
@@ -272,7 +281,47 @@ impl Error {
             key: lease.key().to_owned(),
             token: lease.fencing_token(),
             reason: reason.into(),
+            source: None,
         }
+    }
+}
+
+/// An [`Error`] shared by every [`Error::LeaseLost`] built from one loss (a guard's `run` may
+/// report it more than once). It derefs to the [`Error`], and as a
+/// [`source`](std::error::Error::source) it is the [`Error`] itself, so
+/// `source.downcast_ref::<Error>()` finds it.
+#[derive(Debug, Clone)]
+pub struct SharedError(Arc<Error>);
+
+impl SharedError {
+    /// Shares `error`.
+    pub fn new(error: Error) -> Self {
+        SharedError(Arc::new(error))
+    }
+
+    /// What `thiserror` calls for a source: the shared error itself rather than this wrapper,
+    /// so a caller downcasts to [`Error`].
+    fn as_dyn_error(&self) -> &(dyn std::error::Error + 'static) {
+        &*self.0
+    }
+}
+
+impl std::ops::Deref for SharedError {
+    type Target = Error;
+    fn deref(&self) -> &Error {
+        &self.0
+    }
+}
+
+impl fmt::Display for SharedError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for SharedError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
     }
 }
 
@@ -338,6 +387,7 @@ mod tests {
                     key: "k".into(),
                     token: 1,
                     reason: "expired".into(),
+                    source: None,
                 },
                 ErrorKind::LeaseLost,
             ),

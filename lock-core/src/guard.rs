@@ -213,11 +213,9 @@ impl LockGuard {
     }
 
     fn lost_error(&self) -> Error {
-        let reason = self
-            .keep_alive()
-            .lost_reason()
-            .unwrap_or_else(|| "the keep-alive stopped".into());
-        Error::lost(self.lease(), reason)
+        self.keep_alive()
+            .lost_error()
+            .unwrap_or_else(|| Error::lost(self.lease(), "the keep-alive stopped"))
     }
 
     /// Stops the keep-alive and releases the key: [`ReleaseOutcome::Released`], or

@@ -7,10 +7,55 @@ use tokio::task::JoinHandle;
 use tokio::time::{sleep_until, timeout_at, Instant};
 use tokio_util::sync::CancellationToken;
 
-use crate::{Extend, Lease};
+use crate::{Error, Extend, Lease, SharedError};
 
-/// Extends `lease` until it can no longer be confirmed, then cancels `lost` and returns.
-/// Returns at once if `lost` is already cancelled.
+/// Why a kept-alive lease was lost: fencelock's account, or the store's own, and the store's
+/// error behind it. Cloned into every [`Error::LeaseLost`] built from it.
+#[derive(Debug, Clone)]
+pub(crate) struct Lost {
+    reason: String,
+    source: Option<SharedError>,
+}
+
+impl Lost {
+    fn because(reason: impl Into<String>) -> Self {
+        Lost {
+            reason: reason.into(),
+            source: None,
+        }
+    }
+
+    /// The store's answer to an extend that cannot be retried. A `LeaseLost` is the store's
+    /// own account and is passed on as it is, so the message says "lost" once; any other error
+    /// is kept, typed, as the source.
+    fn from_store(error: Error) -> Self {
+        match error {
+            Error::LeaseLost { reason, source, .. } => Lost { reason, source },
+            other => Lost {
+                reason: "an extend failed and cannot be retried".into(),
+                source: Some(SharedError::new(other)),
+            },
+        }
+    }
+
+    pub(crate) fn reason(&self) -> &str {
+        &self.reason
+    }
+
+    /// The [`Error::LeaseLost`] for `lease`.
+    pub(crate) fn error(&self, lease: &Lease) -> Error {
+        Error::LeaseLost {
+            key: lease.key().to_owned(),
+            token: lease.fencing_token(),
+            reason: self.reason.clone(),
+            source: self.source.clone(),
+        }
+    }
+}
+
+/// Extends `lease` until it can no longer be confirmed, then returns the
+/// [`Error::LeaseLost`] that says why; returns `None` at once if `lost` is (or gets) cancelled
+/// by someone else. It does not cancel `lost` itself: the caller acts on the error.
 ///
 /// Each extend is planned from what the lease has left, at `min(ttl / 4, remaining / 2)`, so a
 /// lease handed out with little validity (a slow acquire, Redlock's drift, a waiter that came
@@ -18,48 +63,56 @@ use crate::{Extend, Lease};
 /// third of the TTL (a quarter plus the extend's round trip).
 ///
 /// A failed extend that may be retried (store unreachable) is retried after a short jittered
-/// delay, again within what is left. `lost` is cancelled as soon as the store says the lease is
-/// gone ([`Error::LeaseLost`](crate::Error::LeaseLost) from an extend, or
-/// [`Revocation::revoke`](crate::Revocation::revoke) called by the store), or when the local deadline
-/// ([`Lease::valid_until`]) passes without a confirmation, which is before the store's own
-/// expiry. The reason is written to `reason`.
+/// delay, again within what is left. It returns as soon as the store says the lease is gone
+/// ([`Error::LeaseLost`] from an extend, passed on as it is; any other error that cannot be
+/// retried is kept as the source), or [`Revocation::revoke`](crate::Revocation::revoke) is
+/// called by the store, or the local deadline ([`Lease::valid_until`]) passes without a
+/// confirmation, which is before the store's own expiry.
 ///
 /// With the `metrics` feature, a lease granted through a [`Metered`](crate::Metered) store
 /// counts each failed extend (`fencelock_keep_alive_failures_total`) and its loss
 /// (`fencelock_leases_lost_total`) under that store.
 ///
+/// # Errors
+/// None as such: the returned error is the outcome, of kind
+/// [`LeaseLost`](crate::ErrorKind::LeaseLost).
+///
 /// # Cancel safety
 /// Dropping the future stops the extensions; the lease then expires at its TTL unless released.
-/// `lost` is not cancelled by the drop.
-pub async fn keep_alive<S>(
-    store: &S,
-    lease: &Lease,
-    lost: &CancellationToken,
-    reason: &Mutex<Option<String>>,
-) where
+pub async fn keep_alive<S>(store: &S, lease: &Lease, lost: &CancellationToken) -> Option<Error>
+where
+    S: Extend + ?Sized,
+{
+    watch(store, lease, lost)
+        .await
+        .map(|lost| lost.error(lease))
+}
+
+/// [`keep_alive`], keeping the cause in a form every later caller can turn into an error.
+pub(crate) async fn watch<S>(store: &S, lease: &Lease, lost: &CancellationToken) -> Option<Lost>
+where
     S: Extend + ?Sized,
 {
     let period = (lease.ttl() / 4).max(Duration::from_millis(1));
     let revocation = lease.revocation();
-    let lose = |why: String| {
-        tracing::warn!(key = lease.key(), token = lease.fencing_token(), reason = %why, "lease lost");
+    let lose = |why: Lost| {
+        tracing::warn!(key = lease.key(), token = lease.fencing_token(), reason = %why.reason, "lease lost");
         #[cfg(feature = "metrics")]
         crate::metered::lease_lost(lease);
-        *reason.lock().unwrap_or_else(PoisonError::into_inner) = Some(why);
-        lost.cancel();
+        Some(why)
     };
     let revoked = || {
         let why = revocation.reason().unwrap_or("no reason given");
-        format!("the store reported the lease gone: {why}")
+        Lost::because(format!("the store reported the lease gone: {why}"))
     };
     let mut next = plan(lease, period);
     loop {
         tokio::select! {
             biased;
-            () = lost.cancelled() => return,
+            () = lost.cancelled() => return None,
             () = revocation.revoked() => return lose(revoked()),
             () = sleep_until(lease.valid_until()) => {
-                return lose("the local deadline passed before an extend was confirmed".into());
+                return lose(Lost::because("the local deadline passed before an extend was confirmed"));
             }
             () = sleep_until(next) => {}
         }
@@ -75,14 +128,16 @@ pub async fn keep_alive<S>(
         }
         match answer {
             Err(_) => {
-                return lose("the local deadline passed while an extend was in flight".into());
+                return lose(Lost::because(
+                    "the local deadline passed while an extend was in flight",
+                ));
             }
             Ok(Ok(())) => next = plan(lease, period),
             Ok(Err(error)) if error.is_retryable() => {
                 tracing::debug!(key = lease.key(), %error, "extend failed, will retry");
                 next = Instant::now() + retry_delay(period).min(lease.remaining() / 2);
             }
-            Ok(Err(error)) => return lose(error.to_string()),
+            Ok(Err(error)) => return lose(Lost::from_store(error)),
         }
     }
 }
@@ -108,7 +163,7 @@ fn retry_delay(period: Duration) -> Duration {
 pub struct KeepAlive {
     lease: Lease,
     lost: CancellationToken,
-    reason: Arc<Mutex<Option<String>>>,
+    reason: Arc<Mutex<Option<Lost>>>,
     task: JoinHandle<()>,
 }
 
@@ -125,7 +180,13 @@ impl KeepAlive {
         let reason = Arc::new(Mutex::new(None));
         let task = tokio::spawn({
             let (lease, lost, reason) = (lease.clone(), lost.clone(), reason.clone());
-            async move { keep_alive(&*store, &lease, &lost, &reason).await }
+            async move {
+                if let Some(why) = watch(&*store, &lease, &lost).await {
+                    // Recorded before the signal, so whoever wakes on it finds the reason.
+                    *reason.lock().unwrap_or_else(PoisonError::into_inner) = Some(why);
+                    lost.cancel();
+                }
+            }
         });
         KeepAlive {
             lease,
@@ -160,6 +221,16 @@ impl KeepAlive {
 
     /// Why the lease was lost, once it is.
     pub fn lost_reason(&self) -> Option<String> {
+        self.lost_cause().map(|lost| lost.reason().to_owned())
+    }
+
+    /// The [`Error::LeaseLost`] that says why the lease was lost, once it is: the store's own,
+    /// or one whose [`source`](std::error::Error::source) is the store's error.
+    pub fn lost_error(&self) -> Option<Error> {
+        self.lost_cause().map(|lost| lost.error(&self.lease))
+    }
+
+    pub(crate) fn lost_cause(&self) -> Option<Lost> {
         self.reason
             .lock()
             .unwrap_or_else(PoisonError::into_inner)

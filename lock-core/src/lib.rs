@@ -64,7 +64,7 @@ pub mod url;
 pub mod validate;
 
 pub use capabilities::Capabilities;
-pub use error::{BodyOutput, BoxError, Error, ErrorKind, Result};
+pub use error::{BodyOutput, BoxError, Error, ErrorKind, Result, SharedError};
 pub use fence::FenceGate;
 pub use guard::{LockGuard, LockRequest, LockStoreExt, DEFAULT_TTL};
 pub use keepalive::{keep_alive, KeepAlive};
@@ -74,7 +74,7 @@ pub use memory::{MemoryStore, MEMORY};
 #[cfg(feature = "metrics")]
 pub use metered::Metered;
 pub use mode::{HolderStatus, Mode, MAX_PERMITS};
-pub use scoped::{with_lock, LockOptions};
+pub use scoped::{with_lock, AsLockStore, LockOptions};
 pub use store::{Acquire, DynLockStore, Extend, LockStore, Release};
 
 /// Re-exported so stores and callers name the same clock and cancellation types.

@@ -39,6 +39,23 @@ struct Shared {
     unreachable: AtomicBool,
 }
 
+/// The process clock in µs since the Unix epoch: the floor of every token, as in every store
+/// (see `docs/swaps.md`), so a resource fenced under another store accepts this one's leases.
+/// A clock before the epoch reads as 0, and the counter alone keeps tokens growing.
+fn clock_micros() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| {
+            u64::try_from(since.as_micros()).unwrap_or(u64::MAX)
+        })
+}
+
+/// `max(last + 1, clock)`: strictly above every token before, and never below the clock.
+/// Tokens stay below 2^63 for as long as the clock does (year 294,247).
+fn next_token(last: u64, clock_micros: u64) -> u64 {
+    (last + 1).max(clock_micros)
+}
+
 #[derive(Default)]
 struct State {
     slots: HashMap<String, Slot>,
@@ -190,7 +207,7 @@ impl MemoryStore {
                 expires_at: slot.live_holders(sent_at).map(|h| h.expires_at).min(),
             });
         }
-        state.last_token += 1;
+        state.last_token = next_token(state.last_token, clock_micros());
         let owner = OwnerId::random();
         let permit = slot.free_slot(mode, sent_at);
         slot.holders.push(Holder {
@@ -512,4 +529,40 @@ fn connect_memory(url: &str) -> BoxFuture<'_, Result<DynLockStore>> {
         .trim_end_matches('/');
     let store: DynLockStore = Arc::new(MemoryStore::named(name));
     Box::pin(std::future::ready(Ok(store)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_token_is_the_clock_or_one_past_the_last() {
+        assert_eq!(next_token(0, 1_800_000_000_000_000), 1_800_000_000_000_000);
+        assert_eq!(
+            next_token(1_800_000_000_000_005, 1_800_000_000_000_000),
+            1_800_000_000_000_006
+        );
+    }
+
+    /// A resource fenced under a store on the clock (Redis: µs since the epoch) accepts the
+    /// memory store's first lease (docs/swaps.md).
+    #[tokio::test]
+    async fn the_first_token_is_at_least_the_clock_at_grant() {
+        let before = clock_micros();
+        let store = MemoryStore::new();
+        let first = store
+            .try_acquire("k", Duration::from_secs(1))
+            .await
+            .unwrap();
+        assert!(
+            first.fencing_token() >= before,
+            "{} < {before}",
+            first.fencing_token()
+        );
+        let second = store
+            .try_acquire("other", Duration::from_secs(1))
+            .await
+            .unwrap();
+        assert!(second.fencing_token() > first.fencing_token());
+    }
 }

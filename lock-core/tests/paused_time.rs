@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use fencelock_core::{
-    with_lock, Acquire, Capabilities, Error, Extend, KeepAlive, KeyStatus, Lease, LockOptions,
-    LockStore, MemoryStore, Mode, Release, ReleaseOutcome, Result,
+    with_lock, Acquire, Capabilities, DynLockStore, Error, ErrorKind, Extend, KeepAlive, KeyStatus,
+    Lease, LockOptions, LockStore, LockStoreExt, MemoryStore, Mode, Release, ReleaseOutcome,
+    Result,
 };
 use tokio::time::{advance, sleep, Instant};
 
@@ -126,16 +127,16 @@ async fn lost_fires_on_the_first_extend_after_the_store_forgets() {
         "{:?}",
         forgotten_at.elapsed()
     );
-    assert!(held.lost_reason().unwrap().contains("lost"));
+    assert!(held.lost_error().unwrap().to_string().contains("lost"));
 }
 
 #[tokio::test(start_paused = true)]
 async fn with_lock_cancels_its_body_when_the_lease_is_lost() {
     let store = MemoryStore::new();
-    let result = with_lock(&store, "k", LockOptions::new(TTL), |_lease| async {
+    let result = with_lock(&store, "k", LockOptions::new().ttl(TTL), |_lease| async {
         store.evict("k").await.unwrap();
         sleep(Duration::from_secs(3600)).await;
-        "finished"
+        Ok::<_, Error>("finished")
     })
     .await;
     assert!(matches!(result, Err(Error::LeaseLost { .. })), "{result:?}");
@@ -192,6 +193,8 @@ struct Scripted {
     spent_percent: u32,
     /// What release answers instead of asking the store.
     release: Option<fn() -> Result<ReleaseOutcome>>,
+    /// What extend answers instead of asking the store.
+    extend: Option<fn() -> Result<()>>,
 }
 
 #[async_trait]
@@ -240,7 +243,10 @@ impl Release for Scripted {
 #[deny(clippy::missing_trait_methods)]
 impl Extend for Scripted {
     async fn extend(&self, lease: &Lease) -> Result<()> {
-        self.store.extend(lease).await
+        match self.extend {
+            Some(answer) => answer(),
+            None => self.store.extend(lease).await,
+        }
     }
 }
 
@@ -299,8 +305,8 @@ async fn with_lock_returns_the_output_when_the_release_cannot_be_done() {
         }),
         ..Scripted::default()
     };
-    let result = with_lock(&store, "k", LockOptions::new(TTL), |_lease| async {
-        "finished"
+    let result = with_lock(&store, "k", LockOptions::new().ttl(TTL), |_lease| async {
+        Ok::<_, Error>("finished")
     })
     .await;
     assert_eq!(result.unwrap(), "finished");
@@ -312,8 +318,8 @@ async fn with_lock_keeps_the_output_in_a_final_error_when_the_release_finds_the_
         release: Some(|| Ok(ReleaseOutcome::Lost)),
         ..Scripted::default()
     };
-    let result = with_lock(&store, "k", LockOptions::new(TTL), |_lease| async {
-        String::from("the body's result")
+    let result = with_lock(&store, "k", LockOptions::new().ttl(TTL), |_lease| async {
+        Ok::<_, Error>(String::from("the body's result"))
     })
     .await;
     let error = result.unwrap_err();
@@ -328,4 +334,106 @@ async fn with_lock_keeps_the_output_in_a_final_error_when_the_release_finds_the_
         Some("the body's result")
     );
     assert_eq!(error.take_output::<String>(), None, "taken once");
+}
+
+/// Every message in `error`'s chain, outermost first.
+fn chain(error: &(dyn std::error::Error + 'static)) -> Vec<String> {
+    let mut messages = vec![error.to_string()];
+    let mut next = error.source();
+    while let Some(cause) = next {
+        messages.push(cause.to_string());
+        next = cause.source();
+    }
+    messages
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lost_lease_says_lost_once_with_the_stores_own_reason() {
+    let store: DynLockStore = Arc::new(MemoryStore::new());
+    let guard = store.lock("k").ttl(TTL).await.unwrap();
+    store.evict("k").await.unwrap();
+    let error = guard.run(std::future::pending::<()>()).await.unwrap_err();
+    let messages = chain(&error).join(": ");
+    assert_eq!(
+        messages.matches("is lost").count(),
+        1,
+        "said more than once: {messages}"
+    );
+    assert!(
+        messages.contains("expired or held by another owner"),
+        "the store's reason is kept: {messages}"
+    );
+    assert_eq!(error.kind(), ErrorKind::LeaseLost);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_extend_the_store_refuses_is_kept_typed_as_the_source() {
+    let store = Arc::new(Scripted {
+        extend: Some(|| {
+            Err(Error::Store {
+                message: "permission denied for the lock table".into(),
+                source: None,
+            })
+        }),
+        ..Scripted::default()
+    });
+    let lease = store.try_acquire("k", TTL).await.unwrap();
+    let held = KeepAlive::start(store.clone(), lease);
+    held.lost().await;
+    let error = held.lost_error().expect("lost, so an error");
+    assert_eq!(error.kind(), ErrorKind::LeaseLost);
+    let source = std::error::Error::source(&error).expect("the store's error is the source");
+    let typed = source
+        .downcast_ref::<Error>()
+        .expect("the source is fencelock's own Error");
+    assert_eq!(typed.kind(), ErrorKind::Store);
+    let messages = chain(&error);
+    assert_eq!(
+        messages.join(": ").matches("permission denied").count(),
+        1,
+        "{messages:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_lock_takes_what_connect_returns_and_a_mode() {
+    let store: DynLockStore = Arc::new(MemoryStore::new());
+    let options = LockOptions::new().ttl(TTL).mode(Mode::Shared);
+    let inner = store.clone();
+    let (reader, writer) = with_lock(&store, "k", options, |lease| async move {
+        assert_eq!(lease.mode(), Mode::Shared);
+        let reader = inner.try_acquire_as("k", TTL, Mode::Shared).await;
+        let writer = inner.try_acquire("k", TTL).await;
+        Ok::<_, Error>((reader.is_ok(), writer.is_ok()))
+    })
+    .await
+    .unwrap();
+    assert!(reader, "a second reader shares the key");
+    assert!(!writer, "a writer is kept out while the body reads");
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_lock_releases_when_the_body_fails_and_returns_its_error() {
+    #[derive(Debug, PartialEq)]
+    enum JobError {
+        Lock(ErrorKind),
+        Input(&'static str),
+    }
+    impl From<Error> for JobError {
+        fn from(error: Error) -> Self {
+            JobError::Lock(error.kind())
+        }
+    }
+    let store = MemoryStore::new();
+    let result: std::result::Result<(), JobError> =
+        with_lock(&store, "k", LockOptions::new().ttl(TTL), |_lease| async {
+            Err(JobError::Input("half-way"))
+        })
+        .await;
+    assert_eq!(result, Err(JobError::Input("half-way")));
+    assert_eq!(store.status("k").await.unwrap(), KeyStatus::Free);
+    store.try_acquire("k", TTL).await.expect("released at once");
+    let busy: std::result::Result<(), JobError> =
+        with_lock(&store, "k", LockOptions::new(), |_lease| async { Ok(()) }).await;
+    assert_eq!(busy, Err(JobError::Lock(ErrorKind::Contended)));
 }

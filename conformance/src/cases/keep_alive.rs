@@ -290,7 +290,7 @@ pub(super) async fn lost_signal_fires_before_store_expiry_when_extends_stall(
 pub(super) async fn with_lock_cancels_its_body_on_loss(ctx: Ctx) -> CaseResult {
     let key = ctx.key("with-lock-loss");
     let finished = Arc::new(AtomicBool::new(false));
-    let options = LockOptions::new(ctx.timing.short_ttl);
+    let options = LockOptions::new().ttl(ctx.timing.short_ttl);
     let factory = ctx.factory.clone();
     let body_finished = finished.clone();
     let bound = ctx.timing.short_ttl * 2 + ctx.timing.slack;
@@ -300,6 +300,7 @@ pub(super) async fn with_lock_cancels_its_body_on_loss(ctx: Ctx) -> CaseResult {
             factory.forget(&lease).await;
             sleep(Duration::from_secs(3600)).await;
             body_finished.store(true, Ordering::SeqCst);
+            Ok::<_, Error>(())
         }),
     )
     .await
@@ -328,10 +329,10 @@ pub(super) async fn with_lock_releases_at_the_end(ctx: Ctx) -> CaseResult {
     let token = with_lock(
         &*ctx.store,
         &key,
-        LockOptions::new(ctx.timing.long_ttl),
+        LockOptions::new().ttl(ctx.timing.long_ttl),
         |lease| async move {
             let busy = other.try_acquire(&inner_key, Duration::from_secs(5)).await;
-            (lease.fencing_token(), busy.is_err(), other)
+            Ok::<_, Error>((lease.fencing_token(), busy.is_err(), other))
         },
     )
     .await?;
