@@ -16,6 +16,11 @@
 //! - The clock restarts at every boot, so a reading is only meaningful with its boot id; a
 //!   lease recorded under another boot id is dead whatever its expiry says (a reboot ended its
 //!   holder).
+//!
+//! Tokens are the exception: they are floored by wall time ([`unix_micros`], `CLOCK_REALTIME`),
+//! the clock every store shares with the rest of the world, so a resource fenced under another
+//! store accepts this one's tokens after a swap (the crate docs, "Fencing tokens"). No expiry
+//! or deadline depends on it.
 
 use std::sync::OnceLock;
 
@@ -36,6 +41,16 @@ pub(crate) fn monotonic_ns() -> i64 {
     now.tv_sec
         .saturating_mul(1_000_000_000)
         .saturating_add(now.tv_nsec)
+}
+
+/// Microseconds since the Unix epoch on `CLOCK_REALTIME` (the clock floor of a token), or 0
+/// for a clock set before 1970 (the counter then decides alone).
+pub(crate) fn unix_micros() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| {
+            i64::try_from(since.as_micros()).unwrap_or(i64::MAX)
+        })
 }
 
 /// This boot's id, read once per process.

@@ -18,6 +18,16 @@ pub const DEFAULT_TABLE: &str = "fencelock_locks";
 pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
 /// The default bound on opening the database and preparing it.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How far the host's wall clock may step back (an NTP step, an operator's `date`) without
+/// letting a token run ahead of it through a row's removal: the `max_skew` of the retention
+/// bound, [`min_retention`]. A constant, not a URL option: one host has one clock, and removal
+/// stays sound whatever the clock does (the floor table), so only the runahead depends on it.
+pub const MAX_CLOCK_STEP_BACK: Duration = Duration::from_secs(1);
+/// The clock granule of a token: the wall clock is read in whole microseconds.
+pub const TOKEN_GRANULE: Duration = Duration::from_micros(1);
+/// The clock floor is read just before the acquire statement is sent, the expiry the removal
+/// measures from a moment earlier: this covers the gap (microseconds in practice).
+const READ_MARGIN: Duration = Duration::from_millis(1);
 /// The shortest TTL this store accepts. Every acquire ends in a durable commit (an `fsync`,
 /// milliseconds on a disk), which a shorter lease would spend most of its life on.
 pub const MIN_TTL: Duration = Duration::from_millis(100);
@@ -48,7 +58,10 @@ pub const MIN_TTL: Duration = Duration::from_millis(100);
 ///
 /// `retention` (default `7d`; `ms`, `s`, `m`, `h`, `d`) is how long a key's row stays after its
 /// last lease expired before it may be removed; it must exceed `max_ttl` (default and at most
-/// `24h`), the longest TTL the handle grants. See the crate docs, "Per-key state".
+/// `24h`), the longest TTL the handle grants, and be at least [`min_retention`] (1002 ms: a
+/// token granule, 1 µs, plus [`MAX_CLOCK_STEP_BACK`] plus 1 ms, whole ms rounded up), so a key's
+/// next token after its row went is the clock's, not ahead of it. See the crate docs,
+/// "Per-key state".
 #[derive(Clone, PartialEq, Eq)]
 pub struct SqliteConfig {
     pub(crate) path: PathBuf,
@@ -145,6 +158,7 @@ impl SqliteConfig {
             }
         }
         check_retention(config.retention, config.max_ttl)?;
+        check_clock_retention(config.retention)?;
         Ok(config)
     }
 
@@ -179,20 +193,24 @@ impl SqliteConfig {
     }
 
     /// Sets the retention window and the longest TTL; the window must exceed `max_ttl`, which
-    /// is at most 24 h ([`Error::InvalidInput`] otherwise).
+    /// is at most 24 h, and be at least [`min_retention`] ([`Error::InvalidInput`] otherwise).
     pub fn with_retention(mut self, retention: Duration, max_ttl: Duration) -> Result<Self> {
         self.max_ttl = check_max_ttl(max_ttl)?;
         check_retention(retention, max_ttl)?;
+        check_clock_retention(retention)?;
         self.retention = retention;
         Ok(self)
     }
 
-    /// The statements that upgrade this configuration's lock table from a build before fence
-    /// scheme 2 (which the store refuses to use): counters are kept, so tokens go on from
-    /// where they were. Run them once, with `sqlite3 locks.db`, after stopping every process
-    /// of the older build (it cannot insert a row afterwards).
+    /// The statements that upgrade this configuration's lock table from fence scheme 1 or 2
+    /// (an earlier build's, which the store refuses to use) to fence scheme 3, in one
+    /// transaction: counters are kept, so each key's next token is `max(counter + 1, clock)`,
+    /// one jump upward to the clock. Run them once, with `sqlite3 locks.db`, after stopping
+    /// every process of the older build: afterwards its acquires fail (the table checks
+    /// `fence_scheme = 3`), so it cannot mint a token there. Running them on a table of
+    /// scheme 3 changes nothing.
     pub fn fence_scheme_upgrade_sql(&self) -> String {
-        crate::sql::upgrade_from_fence_scheme_1(&self.table)
+        crate::sql::upgrade_to_fence_scheme_3(&self.table)
     }
 
     /// Sets the lock table's name: `[A-Za-z_][A-Za-z0-9_]*`, at most 63 bytes, not starting
@@ -261,6 +279,36 @@ impl FromStr for SqliteConfig {
     fn from_str(url: &str) -> Result<Self> {
         Self::from_url(url)
     }
+}
+
+/// The shortest retention window this store accepts: a token granule plus
+/// [`MAX_CLOCK_STEP_BACK`] plus 1 ms, rounded up to a whole ms (windows are whole ms). A row
+/// goes once its last expiry is that far behind, so the wall clock has passed its token by at
+/// least this much less a step back, and the key's next token (`max(floor + 1, clock)`) is the
+/// clock's. The crate docs, "Per-key state", make the argument.
+pub fn min_retention() -> Duration {
+    let bound = TOKEN_GRANULE
+        .saturating_add(MAX_CLOCK_STEP_BACK)
+        .saturating_add(READ_MARGIN);
+    Duration::from_millis(u64::try_from(bound.as_micros().div_ceil(1_000)).unwrap_or(u64::MAX))
+}
+
+/// Refuses a retention window below [`min_retention`], naming the smallest window allowed.
+fn check_clock_retention(retention: Duration) -> Result<()> {
+    let least = min_retention();
+    if retention >= least {
+        return Ok(());
+    }
+    Err(Error::invalid(
+        "url",
+        format!(
+            "retention ({retention:?}) is too short: tokens are floored by the clock, and a row \
+             removed less than one granule ({TOKEN_GRANULE:?}) plus the clock's largest step \
+             back ({MAX_CLOCK_STEP_BACK:?}) plus 1 ms after its last lease lets the key's next \
+             token run ahead of the clock; the smallest window allowed is {}ms",
+            least.as_millis()
+        ),
+    ))
 }
 
 /// A longest TTL is at most [`MAX_TTL`].
@@ -370,6 +418,22 @@ mod tests {
         assert!(rule("sqlite:///x.db?max_ttl=25h").contains("at most 24h"));
         assert!(SqliteConfig::new("x.db")
             .with_retention(Duration::from_secs(1), Duration::from_secs(2))
+            .is_err());
+    }
+
+    #[test]
+    fn a_window_below_a_granule_plus_the_clock_step_plus_1_ms_is_refused() {
+        assert_eq!(min_retention(), Duration::from_millis(1002));
+        let refused = rule("sqlite:///x.db?retention=1001ms&max_ttl=100ms");
+        assert!(
+            refused.contains("smallest window allowed is 1002ms"),
+            "{refused}"
+        );
+        let config = SqliteConfig::from_url("sqlite:///x.db?retention=1002ms&max_ttl=100ms")
+            .expect("the smallest window");
+        assert_eq!(config.retention(), Duration::from_millis(1002));
+        assert!(SqliteConfig::new("x.db")
+            .with_retention(Duration::from_millis(1001), Duration::from_millis(100))
             .is_err());
     }
 

@@ -7,14 +7,22 @@
 //! in WAL mode the commit is on disk (the WAL `fsync`ed) before the answer comes back.
 //!
 //! Times are `CLOCK_MONOTONIC` nanoseconds read by the caller just before sending (see
-//! `clock.rs`), bound as parameters: SQLite has no monotonic clock of its own.
+//! `clock.rs`), bound as parameters: SQLite has no monotonic clock of its own. The token's
+//! clock floor is the wall clock in µs, read and bound the same way (SQLite's own `'now'`
+//! counts milliseconds).
+
+/// The fence scheme this build writes and reads: tokens are clock-floored (see the crate docs,
+/// "Fencing tokens"). Recorded in the lock table as the CHECK on `fence_scheme`.
+pub(crate) const FENCE_SCHEME: i64 = 3;
 
 /// The lock table: one row per key locked within the retention window (or held), holding the
-/// key's durable fencing counter and its current holder. `fence_scheme` records fence scheme 2
-/// (a new row starts above the floor); it has no default, so a build before it (which inserts
-/// rows at 1) cannot insert a row at all. `owner` is NULL while nobody holds the key; a holder recorded under
-/// another boot, or whose expiry has passed, holds nothing. The key is stored as the bytes of
-/// its UTF-8 (a BLOB), so any character, NUL included, is data.
+/// key's durable fencing counter and its current holder. `fence_scheme` records fence scheme 3
+/// (clock-floored tokens; a new row starts above the floor): it has no default and is checked to
+/// be 3, and SQLite checks it before it looks for a conflicting row, so a build of an earlier
+/// scheme (which writes no scheme, or 2) cannot take a key at all, new or not. `owner` is NULL
+/// while nobody holds the key; a holder recorded under another boot, or whose expiry has passed,
+/// holds nothing. The key is stored as the bytes of its UTF-8 (a BLOB), so any character, NUL
+/// included, is data.
 const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS {table} (
     key        BLOB    NOT NULL PRIMARY KEY,
     token      INTEGER NOT NULL,
@@ -23,7 +31,7 @@ const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS {table} (
     expires_ns INTEGER NOT NULL,
     ttl_ms     INTEGER NOT NULL,
     pid        INTEGER NOT NULL,
-    fence_scheme INTEGER NOT NULL CHECK (fence_scheme = 2)
+    fence_scheme INTEGER NOT NULL CHECK (fence_scheme = 3)
 ) WITHOUT ROWID";
 
 /// The floor table: one row, the highest token any removed row of the lock table had. A new
@@ -36,10 +44,9 @@ const CREATE_FLOOR: &str = "CREATE TABLE IF NOT EXISTS {floor} (
 /// The floor's one row, at 0 for a new table. Atomic: one statement; a row already there stays.
 const INIT_FLOOR: &str = "INSERT OR IGNORE INTO {floor} (one, floor) VALUES (1, 0)";
 
-/// Whether the lock table records a fence scheme (a table of an earlier build does not). ?1 is
-/// the unquoted table name. A single read.
-const HAS_FENCE_SCHEME: &str =
-    "SELECT count(*) FROM pragma_table_info(?1) WHERE name = 'fence_scheme'";
+/// The statement that made the lock table, as SQLite keeps it: [`recorded_fence_scheme`] reads
+/// the scheme from it. ?1 is the unquoted table name. A single read.
+const TABLE_SQL: &str = "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?1";
 
 /// Removes at most ?3 rows idle for the retention window, returning their tokens: rows of
 /// another boot than ?1 (nobody holds them) and rows whose expiry is at or before ?2 (now minus
@@ -58,14 +65,16 @@ const RAISE_FLOOR: &str = "UPDATE {floor} SET floor = max(floor, ?1) WHERE one =
 const COUNT_ROWS: &str = "SELECT count(*) FROM {table}";
 
 /// Takes key ?1 for owner ?2 (boot ?3, now ?4, for ?5 ns; ?6 ms and pid ?7 for `status`) if
-/// nobody holds it, and bumps its counter; a new row starts above the floor. Atomic: one
-/// statement under the write lock, so the floor read, the holder check, the take and the bump
-/// commit together or not at all. No row back: held.
+/// nobody holds it, and mints its token: `max(counter + 1, ?8)`, ?8 being the wall clock in µs
+/// (fence scheme 3); a new row's counter is the floor. Atomic: one statement under the write
+/// lock, so the floor read, the holder check, the take and the mint commit together or not at
+/// all. No row back: held.
 const ACQUIRE: &str =
     "INSERT INTO {table} AS l (key, token, owner, boot_id, expires_ns, ttl_ms, pid, fence_scheme)
-VALUES (?1, (SELECT f.floor + 1 FROM {floor} AS f WHERE f.one = 1), ?2, ?3, ?4 + ?5, ?6, ?7, 2)
+VALUES (?1, max((SELECT f.floor + 1 FROM {floor} AS f WHERE f.one = 1), ?8),
+        ?2, ?3, ?4 + ?5, ?6, ?7, 3)
 ON CONFLICT (key) DO UPDATE
-   SET token = l.token + 1, owner = excluded.owner, boot_id = excluded.boot_id,
+   SET token = max(l.token + 1, ?8), owner = excluded.owner, boot_id = excluded.boot_id,
        expires_ns = excluded.expires_ns, ttl_ms = excluded.ttl_ms, pid = excluded.pid
  WHERE l.owner IS NULL OR l.boot_id <> excluded.boot_id OR l.expires_ns <= ?4
 RETURNING token";
@@ -93,28 +102,38 @@ const HOLDER: &str = "SELECT token, owner, boot_id, expires_ns, ttl_ms FROM {tab
 /// What journal mode the database is in: the store needs `wal`. A single read.
 pub(crate) const JOURNAL_MODE: &str = "PRAGMA journal_mode";
 
-/// Rebuilds a lock table of an earlier build (no `fence_scheme`) as fence scheme 2, counters
-/// kept, and adds the floor table. SQLite cannot add a NOT NULL column without a default, so the
-/// rows move to a new table. Atomic: one transaction (`BEGIN IMMEDIATE` takes the write lock
-/// first, so no acquire runs in between).
-const UPGRADE_FROM_FENCE_SCHEME_1: &str = "BEGIN IMMEDIATE;
-CREATE TABLE {upgrade} (
-    key        BLOB    NOT NULL PRIMARY KEY,
-    token      INTEGER NOT NULL,
-    owner      TEXT,
-    boot_id    TEXT    NOT NULL,
-    expires_ns INTEGER NOT NULL,
-    ttl_ms     INTEGER NOT NULL,
-    pid        INTEGER NOT NULL,
-    fence_scheme INTEGER NOT NULL CHECK (fence_scheme = 2)
-) WITHOUT ROWID;
+/// Rebuilds a lock table of fence scheme 1 (no `fence_scheme`) or 2 (`fence_scheme = 2`) as
+/// fence scheme 3, counters kept, and adds the floor table where it is missing. SQLite can
+/// change neither a CHECK nor add a NOT NULL column without a default, so the rows move to a
+/// new table ({create_upgrade}: [`CREATE_TABLE`] under the new table's name). Atomic: one
+/// transaction (`BEGIN IMMEDIATE` takes the write lock first, so no acquire runs in between).
+const UPGRADE_TO_FENCE_SCHEME_3: &str = "BEGIN IMMEDIATE;
+{create_upgrade};
 INSERT INTO {upgrade} (key, token, owner, boot_id, expires_ns, ttl_ms, pid, fence_scheme)
-    SELECT key, token, owner, boot_id, expires_ns, ttl_ms, pid, 2 FROM {table};
+    SELECT key, token, owner, boot_id, expires_ns, ttl_ms, pid, 3 FROM {table};
 DROP TABLE {table};
 ALTER TABLE {upgrade} RENAME TO {table};
 {create_floor};
 {init_floor};
 COMMIT;";
+
+/// The fence scheme the lock table made by `create_sql` records: 3 (this build's) if it checks
+/// `fence_scheme = 3`, 2 if it has a `fence_scheme` column checked otherwise, 1 if it has none.
+/// Spaces and case are ignored; the text is the one this crate's builds wrote.
+pub(crate) fn recorded_fence_scheme(create_sql: &str) -> i64 {
+    let text: String = create_sql
+        .chars()
+        .filter(|c| !c.is_whitespace())
+        .flat_map(char::to_lowercase)
+        .collect();
+    if text.contains(&format!("check(fence_scheme={FENCE_SCHEME})")) {
+        FENCE_SCHEME
+    } else if text.contains("fence_scheme") {
+        2
+    } else {
+        1
+    }
+}
 
 /// `sql` with the lock table and its floor table filled in.
 fn fill(sql: &str, table: &str) -> String {
@@ -128,9 +147,11 @@ fn quote(table: &str) -> String {
     format!("\"{table}\"")
 }
 
-/// The statements that upgrade `table` (unquoted) from fence scheme 1, for the operator.
-pub(crate) fn upgrade_from_fence_scheme_1(table: &str) -> String {
-    let statement = UPGRADE_FROM_FENCE_SCHEME_1
+/// The statements that upgrade `table` (unquoted) from fence scheme 1 or 2, for the operator.
+pub(crate) fn upgrade_to_fence_scheme_3(table: &str) -> String {
+    let create_upgrade = CREATE_TABLE.replace("IF NOT EXISTS {table}", "{upgrade}");
+    let statement = UPGRADE_TO_FENCE_SCHEME_3
+        .replace("{create_upgrade}", &create_upgrade)
         .replace("{create_floor}", CREATE_FLOOR)
         .replace("{init_floor}", INIT_FLOOR);
     fill(&statement, table)
@@ -142,7 +163,7 @@ pub(crate) struct Statements {
     pub(crate) create_table: String,
     pub(crate) create_floor: String,
     pub(crate) init_floor: String,
-    pub(crate) has_fence_scheme: &'static str,
+    pub(crate) table_sql: &'static str,
     pub(crate) remove_idle: String,
     pub(crate) raise_floor: String,
     pub(crate) count_rows: String,
@@ -161,7 +182,7 @@ impl Statements {
             create_table: fill(CREATE_TABLE),
             create_floor: fill(CREATE_FLOOR),
             init_floor: fill(INIT_FLOOR),
-            has_fence_scheme: HAS_FENCE_SCHEME,
+            table_sql: TABLE_SQL,
             remove_idle: fill(REMOVE_IDLE),
             raise_floor: fill(RAISE_FLOOR),
             count_rows: fill(COUNT_ROWS),
@@ -188,7 +209,7 @@ mod tests {
             &sql.remove_idle,
             &sql.raise_floor,
             &sql.count_rows,
-            &upgrade_from_fence_scheme_1("t"),
+            &upgrade_to_fence_scheme_3("t"),
             &sql.acquire,
             &sql.release,
             &sql.extend,
@@ -201,5 +222,18 @@ mod tests {
             );
             assert!(!statement.contains('{'), "{statement}");
         }
+        assert!(upgrade_to_fence_scheme_3("t").contains("CREATE TABLE \"t_upgrade\" ("));
+    }
+
+    #[test]
+    fn the_recorded_fence_scheme_is_read_from_the_table_statement() {
+        assert_eq!(recorded_fence_scheme(&Statements::new("t").create_table), 3);
+        let scheme_2 = CREATE_TABLE.replace("fence_scheme = 3", "fence_scheme = 2");
+        assert_eq!(recorded_fence_scheme(&scheme_2), 2);
+        let scheme_1 = "CREATE TABLE t (key BLOB NOT NULL PRIMARY KEY, token INTEGER NOT NULL)";
+        assert_eq!(recorded_fence_scheme(scheme_1), 1);
+        // As SQLite keeps it after the upgrade's rename.
+        let renamed = "CREATE TABLE \"t\" (fence_scheme INTEGER NOT NULL CHECK(FENCE_SCHEME=3))";
+        assert_eq!(recorded_fence_scheme(renamed), 3);
     }
 }

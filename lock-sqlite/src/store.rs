@@ -22,11 +22,11 @@ use tokio::sync::watch;
 use tokio::time::{sleep_until, timeout};
 
 use crate::cleanup::{interval, Cleanup, BATCH, MAX_BATCHES};
-use crate::clock::{boot_id, monotonic_ns};
+use crate::clock::{boot_id, monotonic_ns, unix_micros};
 use crate::config::{SqliteConfig, MIN_TTL};
 use crate::error::{open_error, sql_error};
 use crate::keys::{stored_key, stored_owner, token_from_row, token_to_row};
-use crate::sql::{Statements, JOURNAL_MODE};
+use crate::sql::{recorded_fence_scheme, Statements, FENCE_SCHEME, JOURNAL_MODE};
 use crate::watch::{Waker, Watch, FALLBACK, POLL_WITHOUT_WATCH};
 
 /// Connections per handle. SQLite lets one connection write at a time whatever the count;
@@ -80,7 +80,7 @@ struct Holder {
 impl SqliteStore {
     /// Opens the database (creating the file and its missing parent directories), switches it
     /// to WAL mode, creates the lock and floor tables if they are missing, checks that the lock
-    /// table records fence scheme 2, and starts nothing else: the watch
+    /// table records fence scheme 3, and starts nothing else: the watch
     /// starts with the first wait.
     ///
     /// Fails with [`Error::InvalidInput`] if the file cannot be created or opened (an
@@ -260,31 +260,42 @@ impl SqliteStore {
         &self.shared.path
     }
 
-    /// Refuses a lock table of a build before fence scheme 2, whose new rows restart at 1 (a
-    /// lazy handle finds out at its first acquire, which fails on the missing column).
+    /// Refuses a lock table of an earlier fence scheme: scheme 1 (no `fence_scheme`, new rows
+    /// restart at 1) or scheme 2 (plain counters, far below the clock-floored tokens of scheme
+    /// 3). A lazy handle finds out at its first acquire, which fails on the table's CHECK.
     async fn check_fence_scheme(&self) -> Result<()> {
         let shared = &self.shared;
-        let columns: i64 = self
+        let create_sql: Option<String> = self
             .bounded(
-                "reading the lock table's columns",
-                sqlx::query_scalar(shared.sql.has_fence_scheme)
+                "reading the lock table's definition",
+                sqlx::query_scalar(shared.sql.table_sql)
                     .bind(&shared.config.table)
-                    .fetch_one(&shared.pool),
+                    .fetch_optional(&shared.pool),
             )
             .await?;
-        if columns == 0 {
-            return Err(Error::Store {
-                message: format!(
-                    "the lock table {:?} in {} records no fence scheme: an earlier build made \
-                     it, whose new rows restart at 1. Stop every process of that build and run \
-                     SqliteConfig::fence_scheme_upgrade_sql() once (counters are kept)",
-                    shared.config.table,
-                    shared.path.display()
-                ),
-                source: None,
-            });
+        let scheme = recorded_fence_scheme(create_sql.as_deref().unwrap_or_default());
+        if scheme == FENCE_SCHEME {
+            return Ok(());
         }
-        Ok(())
+        let (records, tokens) = if scheme == 1 {
+            ("no fence scheme", "whose new rows restart at 1")
+        } else {
+            (
+                "fence scheme 2",
+                "whose tokens are plain counters, far below the clock (a resource fenced under \
+                 another store would refuse them)",
+            )
+        };
+        Err(Error::Store {
+            message: format!(
+                "the lock table {:?} in {} records {records}: an earlier build made it, {tokens}. \
+                 Stop every process of that build and run SqliteConfig::fence_scheme_upgrade_sql() \
+                 once (counters are kept; tokens jump once, upward, to the clock)",
+                shared.config.table,
+                shared.path.display()
+            ),
+            source: None,
+        })
     }
 
     /// How many rows the lock table holds: the keys held or locked within the retention window
@@ -405,6 +416,9 @@ impl SqliteStore {
         // earlier than the lease's local deadline (sent_at + ttl - drift).
         let sent_at = Instant::now();
         let now = monotonic_ns();
+        // The token's clock floor, read after the expiry's base: a row's expiry never counts
+        // from a moment later than its token's clock reading.
+        let clock_us = unix_micros();
         let token: Option<i64> = self
             .bounded(
                 "acquire",
@@ -416,6 +430,7 @@ impl SqliteStore {
                     .bind(ttl_ns)
                     .bind(ttl_ms)
                     .bind(shared.pid)
+                    .bind(clock_us)
                     .fetch_optional(&shared.pool),
             )
             .await?;

@@ -1,7 +1,8 @@
 //! Per-key state stays bounded: rows idle for the retention window are removed in bounded
 //! background transactions that raise the floor table to their highest token, so a key whose
-//! row was removed still gets a greater token (fence scheme 2). A table made by an earlier
-//! build (plain counters from 1) is refused until upgraded.
+//! row was removed still gets a greater token, and it is the clock's (fence scheme 3). A table
+//! made by an earlier build (fence scheme 1 or 2: plain counters) is refused until upgraded,
+//! and the upgrade stops that build from minting.
 //!
 //! CI locks 10,000 distinct keys; `FENCELOCK_KEYS=100000 cargo test -p fencelock-sqlite
 //! --all-features --test retention` locks more. The databases live on /dev/shm where it
@@ -13,7 +14,7 @@ mod support;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fencelock_core::{Acquire, Error, LockStore, Release, ReleaseOutcome};
 use fencelock_sqlite::{SqliteConfig, SqliteStore};
@@ -35,6 +36,13 @@ fn key_count() -> usize {
         .ok()
         .and_then(|n| n.parse().ok())
         .unwrap_or(10_000)
+}
+
+fn unix_micros() -> u64 {
+    let since = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("a clock after 1970");
+    u64::try_from(since.as_micros()).expect("micros fit")
 }
 
 /// A scratch directory in memory where the machine has one.
@@ -123,10 +131,16 @@ async fn a_key_whose_row_was_removed_gets_a_greater_token() {
     let store = store(dir.db()).await;
     let mut last = 0;
     for round in 0..2 {
+        let before = unix_micros();
         let token = lock_and_release(&store, "order-1").await;
         assert!(
             token > last,
             "round {round}: token {token} after {last}, whose row was removed"
+        );
+        // Clock-floored: a removed row's key starts from the clock, not from the floor + 1.
+        assert!(
+            token >= before,
+            "round {round}: token {token} below the clock {before} µs"
         );
         last = token;
         sleep(RETENTION + MAX_TTL + Duration::from_millis(200)).await;
@@ -171,7 +185,7 @@ VALUES (?1, 1, 'old', 'old-boot', 0, 1000, 1)
 ON CONFLICT (key) DO UPDATE SET token = l.token + 1";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_table_of_fence_scheme_1_is_refused_until_upgraded_and_counters_go_on() {
+async fn a_table_of_fence_scheme_1_is_refused_until_upgraded_and_tokens_jump_to_the_clock() {
     let dir = scratch("retention-scheme1");
     let url = format!("sqlite://{}", dir.db().display());
     let mut admin = sqlx::SqliteConnection::connect(&format!("{url}?mode=rwc"))
@@ -201,10 +215,11 @@ async fn a_table_of_fence_scheme_1_is_refused_until_upgraded_and_counters_go_on(
         .await
         .unwrap();
     let upgraded = store(dir.db()).await;
-    assert_eq!(
-        lock_and_release(&upgraded, "order-1").await,
-        6,
-        "counter kept"
+    let before = unix_micros();
+    let token = lock_and_release(&upgraded, "order-1").await;
+    assert!(
+        token >= before,
+        "token {token} jumped to the clock {before}"
     );
     // An older build started by mistake cannot insert a row, for a new key or an old one.
     for key in ["order-2", "order-1"] {
@@ -219,6 +234,103 @@ async fn a_table_of_fence_scheme_1_is_refused_until_upgraded_and_counters_go_on(
             other => panic!("{key}: expected a not-null violation, got {other:?}"),
         }
     }
+}
+
+/// The lock table and the floor table as the build of fence scheme 2 made them, and its acquire
+/// (a new row at the floor + 1, an existing one at its counter + 1).
+const FENCE_SCHEME_2_TABLES: &str = "CREATE TABLE fencelock_locks (
+    key        BLOB    NOT NULL PRIMARY KEY,
+    token      INTEGER NOT NULL,
+    owner      TEXT,
+    boot_id    TEXT    NOT NULL,
+    expires_ns INTEGER NOT NULL,
+    ttl_ms     INTEGER NOT NULL,
+    pid        INTEGER NOT NULL,
+    fence_scheme INTEGER NOT NULL CHECK (fence_scheme = 2)
+) WITHOUT ROWID;
+CREATE TABLE fencelock_locks_floor (
+    one   INTEGER NOT NULL PRIMARY KEY CHECK (one = 1),
+    floor INTEGER NOT NULL
+);
+INSERT INTO fencelock_locks_floor (one, floor) VALUES (1, 0);";
+const FENCE_SCHEME_2_ACQUIRE: &str = "INSERT INTO fencelock_locks AS l
+    (key, token, owner, boot_id, expires_ns, ttl_ms, pid, fence_scheme)
+VALUES (?1, (SELECT f.floor + 1 FROM fencelock_locks_floor AS f WHERE f.one = 1),
+        'old', 'old-boot', 0, 1000, 1, 2)
+ON CONFLICT (key) DO UPDATE SET token = l.token + 1, owner = excluded.owner
+RETURNING token";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_of_fence_scheme_2_is_refused_until_upgraded_and_then_stops_that_build() {
+    let dir = scratch("retention-scheme2");
+    let url = format!("sqlite://{}", dir.db().display());
+    let mut admin = sqlx::SqliteConnection::connect(&format!("{url}?mode=rwc"))
+        .await
+        .expect("open");
+    sqlx::raw_sql(FENCE_SCHEME_2_TABLES)
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    sqlx::query(FENCE_SCHEME_2_ACQUIRE)
+        .bind(b"plain".to_vec())
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    // A counter ahead of the clock (as if raised by hand): the upgrade must keep it.
+    let ahead: i64 = 1 << 62;
+    sqlx::query(FENCE_SCHEME_2_ACQUIRE)
+        .bind(b"ahead".to_vec())
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE fencelock_locks SET token = ?1 WHERE key = ?2")
+        .bind(ahead)
+        .bind(b"ahead".to_vec())
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    match SqliteStore::connect(config(dir.db())).await {
+        Err(Error::Store { message, .. }) => {
+            assert!(message.contains("records fence scheme 2"), "{message}");
+            assert!(message.contains("fence_scheme_upgrade_sql"), "{message}");
+        }
+        other => panic!("expected a store error, got {other:?}"),
+    }
+    sqlx::raw_sql(&config(dir.db()).fence_scheme_upgrade_sql())
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    let upgraded = store(dir.db()).await;
+    let before = unix_micros();
+    let plain = lock_and_release(&upgraded, "plain").await;
+    assert!(
+        plain >= before,
+        "token {plain} jumped to the clock {before}"
+    );
+    assert_eq!(
+        lock_and_release(&upgraded, "ahead").await,
+        ahead as u64 + 1,
+        "counter kept"
+    );
+    // The build of scheme 2, started by mistake, takes no key: new or old, it fails.
+    for key in ["new", "plain"] {
+        match sqlx::query(FENCE_SCHEME_2_ACQUIRE)
+            .bind(key.as_bytes().to_vec())
+            .execute(&mut admin)
+            .await
+        {
+            Err(sqlx::Error::Database(e)) => {
+                assert!(e.message().contains("CHECK"), "{key}: {e}")
+            }
+            other => panic!("{key}: expected a check violation, got {other:?}"),
+        }
+    }
+    // Upgrading again changes nothing.
+    sqlx::raw_sql(&config(dir.db()).fence_scheme_upgrade_sql())
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    assert_eq!(lock_and_release(&upgraded, "ahead").await, ahead as u64 + 2);
 }
 
 /// Handles with the short window, for the conformance case.
