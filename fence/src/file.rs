@@ -13,8 +13,10 @@
 //! applied one at a time. Another program that writes these files must take the same lock
 //! (for example `flock PATH.lock …`).
 //!
-//! The steps block the calling thread (on the lock and on `fsync`); from async code run them
-//! in `tokio::task::spawn_blocking`.
+//! The steps block the calling thread (on the lock and on `fsync`). From async code use the
+//! `_async` steps ([`FencedFile::claim_async`], [`FencedFile::write_async`],
+//! [`FencedFile::replace_async`]), which run them on tokio's blocking pool so the runtime's
+//! threads never wait.
 
 use std::ffi::OsString;
 use std::fs::{self, File, OpenOptions};
@@ -117,6 +119,77 @@ impl FencedFile {
             replace_file(&self.fence, token.to_string().as_bytes())?;
         }
         replace_file(&self.data, contents.as_ref())
+    }
+
+    /// [`FencedFile::claim`] on tokio's blocking pool: the runtime's threads never wait on the
+    /// lock or on `fsync`.
+    ///
+    /// ```no_run
+    /// # async fn job(token: u64) -> fencelock_core::Result<()> {
+    /// use fencelock_fence::FencedFile;
+    ///
+    /// let report = FencedFile::new("/var/lib/export/last-run");
+    /// let previous = report.claim_async(token).await?;
+    /// let runs = previous.map_or(0, |p| String::from_utf8_lossy(&p).lines().count());
+    /// report.write_async(token, format!("run {}\n", runs + 1)).await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`FencedFile::claim`]; [`Error::Store`] if the step panicked.
+    ///
+    /// # Cancel safety
+    /// Dropping the future does not stop the step: it runs to the end on the blocking pool, so
+    /// the claim may be recorded all the same.
+    ///
+    /// # Panics
+    /// Outside a tokio runtime.
+    pub async fn claim_async(&self, token: u64) -> Result<Option<Vec<u8>>> {
+        self.off_runtime(move |file| file.claim(token)).await
+    }
+
+    /// [`FencedFile::write`] on tokio's blocking pool.
+    ///
+    /// # Errors
+    /// As [`FencedFile::write`]; [`Error::Store`] if the step panicked.
+    ///
+    /// # Cancel safety
+    /// Dropping the future does not stop the step: it runs to the end on the blocking pool, so
+    /// the write may land all the same (only while the claim holds).
+    ///
+    /// # Panics
+    /// Outside a tokio runtime.
+    pub async fn write_async(&self, token: u64, contents: impl Into<Vec<u8>>) -> Result<()> {
+        let contents = contents.into();
+        self.off_runtime(move |file| file.write(token, contents))
+            .await
+    }
+
+    /// [`FencedFile::replace`] on tokio's blocking pool.
+    ///
+    /// # Errors
+    /// As [`FencedFile::replace`]; [`Error::Store`] if the step panicked.
+    ///
+    /// # Cancel safety
+    /// Dropping the future does not stop the step: it runs to the end on the blocking pool, so
+    /// the replacement may land all the same (only if no greater token claimed).
+    ///
+    /// # Panics
+    /// Outside a tokio runtime.
+    pub async fn replace_async(&self, token: u64, contents: impl Into<Vec<u8>>) -> Result<()> {
+        let contents = contents.into();
+        self.off_runtime(move |file| file.replace(token, contents))
+            .await
+    }
+
+    async fn off_runtime<T: Send + 'static>(
+        &self,
+        step: impl FnOnce(&FencedFile) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let file = self.clone();
+        tokio::task::spawn_blocking(move || step(&file))
+            .await
+            .map_err(|e| Error::store(format!("a step on {} panicked", self.data.display()), e))?
     }
 
     /// The exclusive lock, held until the returned file is dropped (closing it releases it).

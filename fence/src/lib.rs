@@ -63,23 +63,12 @@ pub use postgres::{FencedTable, FencedWrite, TableNames};
 #[cfg(feature = "redis")]
 pub use redis::FencedKey;
 
-/// The error for a write under `token` refused by a resource whose claim is `fence`.
+/// The error for a step under `token` refused by a resource whose claim is `fence`: the same
+/// as [`FenceGate`](fencelock_core::FenceGate)'s ([`Error::fence_refused`]).
 #[cfg_attr(
     not(any(feature = "file", feature = "postgres", feature = "redis")),
     allow(dead_code)
 )]
 fn refused(token: u64, fence: u64) -> Error {
-    if fence < token {
-        Error::invalid(
-            "fencing token",
-            format!(
-                "token {token} never claimed this resource (its claim is {fence}): claim before writing"
-            ),
-        )
-    } else {
-        Error::StaleToken {
-            token,
-            highest: fence,
-        }
-    }
+    Error::fence_refused(token, fence)
 }

@@ -210,3 +210,44 @@ fn a_fence_file_that_holds_no_token_is_a_store_error() {
     assert!(matches!(result, Err(Error::Store { .. })), "{result:?}");
     let _ = fs::remove_dir_all(dir);
 }
+
+/// The async steps leave the runtime's only thread free while they wait on the lock: another
+/// task on a current-thread runtime runs (and here is what lets the lock go), and the claim
+/// then completes.
+#[tokio::test(flavor = "current_thread")]
+async fn an_async_step_waiting_on_the_lock_leaves_the_runtime_free() {
+    let path = scratch("async-free").join("report");
+    let file = FencedFile::new(&path);
+    file.replace(1, "1").unwrap();
+    let holder = File::create(file.lock_path()).unwrap();
+    // SAFETY: flock(2) on a descriptor this test owns.
+    assert_eq!(unsafe { libc::flock(holder.as_raw_fd(), libc::LOCK_EX) }, 0);
+    let (let_go, go) = std::sync::mpsc::channel::<()>();
+    let released = std::thread::spawn(move || {
+        // A bound so a blocked runtime fails the test instead of hanging it.
+        let by_signal = go.recv_timeout(Duration::from_secs(30)).is_ok();
+        drop(holder);
+        by_signal
+    });
+    let (claimed, ()) = tokio::join!(file.claim_async(2), async {
+        let_go.send(()).unwrap();
+    });
+    assert_eq!(claimed.unwrap().as_deref(), Some(&b"1"[..]));
+    assert!(
+        released.join().unwrap(),
+        "the other task only ran once the claim had given up its thread"
+    );
+    file.write_async(2, "2").await.unwrap();
+    let stale = file.replace_async(1, "0").await.unwrap_err();
+    assert!(
+        matches!(
+            stale,
+            Error::StaleToken {
+                token: 1,
+                highest: 2
+            }
+        ),
+        "{stale:?}"
+    );
+    assert_eq!(fs::read(&path).unwrap(), b"2");
+}

@@ -275,6 +275,27 @@ impl Error {
         }
     }
 
+    /// A fenced resource's refusal of a step under `token` when its claim is `claim`, the same
+    /// in [`FenceGate`](crate::FenceGate) and every resource of the `fencelock-fence` crate:
+    /// [`Error::StaleToken`] when `token` is lower (a newer holder claimed: stop), and
+    /// [`Error::InvalidInput`] (`what = "fencing token"`) when it is greater, since that token
+    /// never claimed the resource (a bug in the caller, not a race: claim before writing).
+    pub fn fence_refused(token: u64, claim: u64) -> Self {
+        if claim < token {
+            Error::invalid(
+                "fencing token",
+                format!(
+                    "token {token} never claimed this resource (its claim is {claim}): claim before writing"
+                ),
+            )
+        } else {
+            Error::StaleToken {
+                token,
+                highest: claim,
+            }
+        }
+    }
+
     /// An [`Error::LeaseLost`] for `lease`.
     pub fn lost(lease: &crate::Lease, reason: impl Into<String>) -> Self {
         Error::LeaseLost {

@@ -70,17 +70,16 @@ impl FenceGate {
     }
 
     /// Runs `write` if `token` is still the latest claim, holding the gate's lock while it runs
-    /// so that no newer claim can interleave; otherwise [`Error::StaleToken`] and `write` is not
-    /// run. A token that never claimed is refused too, so call [`FenceGate::claim`] first.
+    /// so that no newer claim can interleave; otherwise `write` is not run and the call returns
+    /// [`Error::StaleToken`] if a newer token claimed, or [`Error::InvalidInput`] for a greater
+    /// token that never claimed (call [`FenceGate::claim`] first), as every resource of the
+    /// `fencelock-fence` crate does ([`Error::fence_refused`]).
     ///
     /// `write` must not call back into the same gate (it would deadlock).
     pub fn write<R>(&self, token: u64, write: impl FnOnce() -> R) -> Result<R> {
         let highest = self.lock();
         if token != *highest {
-            return Err(Error::StaleToken {
-                token,
-                highest: *highest,
-            });
+            return Err(Error::fence_refused(token, *highest));
         }
         Ok(write())
     }
@@ -160,9 +159,15 @@ mod tests {
     }
 
     #[test]
-    fn a_write_without_a_claim_is_refused() {
+    fn a_write_without_a_claim_is_refused_as_invalid_input() {
         let gate = FenceGate::new();
         gate.claim(3).unwrap();
-        assert!(gate.write(9, || ()).is_err());
+        let mut ran = false;
+        let error = gate.write(9, || ran = true).unwrap_err();
+        assert!(
+            matches!(error, Error::InvalidInput { what: "fencing token", .. }),
+            "the same refusal as the fence crate's resources: {error:?}"
+        );
+        assert!(!ran);
     }
 }
