@@ -43,8 +43,9 @@ pub(crate) fn spawn_if_due(sessions: &Arc<Sessions>) {
     });
 }
 
-/// Removes fence rows not bumped for a retention window (and whose token is below every
-/// transaction id still to come), at most [`MAX_BATCHES`] × [`BATCH`]; returns how many.
+/// Removes fence rows not bumped for a retention window whose token the server's clock has
+/// passed by the smallest window (and whose key nobody holds), at most [`MAX_BATCHES`] ×
+/// [`BATCH`]; returns how many.
 ///
 /// # Cancel safety
 /// Each batch commits on its own; dropping the future loses at most the batch in flight (its
@@ -52,6 +53,7 @@ pub(crate) fn spawn_if_due(sessions: &Arc<Sessions>) {
 pub(crate) async fn remove_idle_fences(sessions: &Sessions) -> Result<u64> {
     let Checkout { mut session, .. } = sessions.checkout().await?;
     let retention_ms = i64::try_from(sessions.config.retention.as_millis()).unwrap_or(i64::MAX);
+    let behind_us = i64::try_from(sessions.config.min_retention().as_micros()).unwrap_or(i64::MAX);
     let mut removed = 0u64;
     for _ in 0..MAX_BATCHES {
         let row = bounded(
@@ -59,6 +61,7 @@ pub(crate) async fn remove_idle_fences(sessions: &Sessions) -> Result<u64> {
             sqlx::query(&sessions.sql.remove_idle_fences)
                 .bind(retention_ms)
                 .bind(BATCH)
+                .bind(behind_us)
                 .fetch_one(&mut session.conn),
         )
         .await

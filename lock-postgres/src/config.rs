@@ -30,6 +30,14 @@ pub const DEFAULT_MAX_IDLE: usize = 16;
 /// round trips and the durable commit of its own acquire. TTLs travel as whole milliseconds
 /// (the server's timers), rounded up.
 pub const MIN_TTL: Duration = Duration::from_millis(100);
+/// The granule `G` of the clock floor under every token: tokens are the server's clock in
+/// whole microseconds (see the crate docs, "Tokens across a swap of stores").
+pub const TOKEN_GRANULE: Duration = Duration::from_micros(1);
+/// The default bound on how far the server's clock may step back (`max_skew`): the floor under
+/// the retention window (see [`PostgresConfig`]).
+pub const DEFAULT_MAX_SKEW: Duration = Duration::from_secs(1);
+/// The gap the smallest retention window leaves beyond a granule and `max_skew`.
+const FLOOR_MARGIN: Duration = Duration::from_millis(1);
 
 /// The query-string options this crate reads (and removes before sqlx parses the rest).
 const OWN_OPTIONS: &[&str] = &[
@@ -41,6 +49,7 @@ const OWN_OPTIONS: &[&str] = &[
     "max_idle",
     "retention",
     "max_ttl",
+    "max_skew",
     "create_table",
     "tls_ca",
     "tls_cert",
@@ -91,14 +100,29 @@ const SQLX_OPTIONS: &[&str] = &[
 /// | `connect_timeout` | `5s` | bound on opening one connection: `10` (seconds, as in libpq), `2s` or `250ms` |
 /// | `command_timeout` | `10s` | bound on one statement that does not wait for a lock |
 /// | `max_idle` | `16` | idle connections kept for reuse; `0` closes each one after use |
-/// | `retention` | `7d` | a key's fence row is removed once it has not been bumped for this long (`ms`, `s`, `m`, `h`, `d`); must exceed `max_ttl`; see the crate docs (`# Per-key state`) |
+/// | `retention` | `7d` | a key's fence row is removed once it has not been bumped for this long (`ms`, `s`, `m`, `h`, `d`); must exceed `max_ttl` and be at least one clock granule (1 µs) plus `max_skew` plus 1 ms, whole ms rounded up (see below); see the crate docs (`# Per-key state`) |
 /// | `max_ttl` | `24h` | the longest TTL this handle grants (at most 24 h) |
+/// | `max_skew` | `1s` | how far the server's clock may step back, as this deployment promises (an NTP step, a failover to a server whose clock is behind); the floor under the retention window, see below |
 ///
 /// The `tls_*` files are read when the URL is parsed (a missing file, or one without a PEM
 /// block, is [`Error::InvalidInput`] naming the option) and are never printed; each is refused
 /// next to its libpq twin (`sslrootcert`, `sslcert`, `sslkey`) and with `sslmode=disable`.
 ///
 /// Unknown options are rejected. `Debug` and `Display` never show the password.
+///
+/// **The smallest retention window.** A token is `max(counter + 1, the server's clock in µs)`,
+/// and a key whose row was removed starts again from the clock alone, so a row may go only once
+/// the clock is past its token by more than the clock can step back. The removal checks exactly
+/// that (see the crate docs, "Per-key state"); the window is what lets it: a row not bumped for
+/// `retention` holds a token at least `retention` behind the clock (unless the clock stepped
+/// back since), so a window of at least a granule plus `max_skew` plus 1 ms
+/// ([`min_retention`](Self::min_retention), 1002 ms with the default skew) means rows do go
+/// once the window has passed. [`from_url`](Self::from_url) refuses a shorter one, naming the
+/// smallest allowed: it would promise a removal that the check must refuse. `max_skew` is a
+/// URL option, with the name and default of `redlock://`'s, because it is the deployment's
+/// promise about its clock, not the code's: a server kept in step by NTP with slewing may say
+/// `max_skew=50ms` and use shorter windows; the default, 1 s, leaves room for a loosely kept
+/// clock and for a failover to a replica whose clock is a little behind.
 #[derive(Clone)]
 pub struct PostgresConfig {
     pub(crate) connect: PgConnectOptions,
@@ -111,6 +135,7 @@ pub struct PostgresConfig {
     pub(crate) max_idle: usize,
     pub(crate) retention: Duration,
     pub(crate) max_ttl: Duration,
+    pub(crate) max_skew: Duration,
     pub(crate) create_table: bool,
 }
 
@@ -118,8 +143,9 @@ impl PostgresConfig {
     /// Parses a `postgres://` or `postgresql://` URL (see the type's docs for the options).
     ///
     /// Fails with [`Error::InvalidInput`] naming `"url"` for a malformed URL, another scheme, an
-    /// unknown or malformed option, or `sslmode=require` (and stricter) without the `tls`
-    /// feature. The message never contains the password.
+    /// unknown or malformed option, a retention window not above `max_ttl` or below
+    /// [`min_retention`](Self::min_retention), or `sslmode=require` (and stricter) without the
+    /// `tls` feature. The message never contains the password.
     pub fn from_url(url: &str) -> Result<Self> {
         fencelock_core::url::check_userinfo_encoded(url)?;
         let bad = |rule: String| Error::invalid("url", rule);
@@ -143,6 +169,7 @@ impl PostgresConfig {
             max_idle: DEFAULT_MAX_IDLE,
             retention: DEFAULT_RETENTION,
             max_ttl: MAX_TTL,
+            max_skew: DEFAULT_MAX_SKEW,
             create_table: true,
         };
         let mut passed_on = Vec::new();
@@ -167,6 +194,7 @@ impl PostgresConfig {
                     })?
                 }
                 "retention" => config.retention = parse_window("retention", &value)?,
+                "max_skew" => config.max_skew = parse_window("max_skew", &value)?,
                 "create_table" => config.create_table = parse_bool("create_table", &value)?,
                 "max_ttl" => {
                     config.max_ttl = parse_window("max_ttl", &value)?;
@@ -187,6 +215,7 @@ impl PostgresConfig {
             }
         }
         check_retention(config.retention, config.max_ttl)?;
+        check_clock_floor(config.retention, config.max_skew)?;
 
         let sslmode_given = passed_on
             .iter()
@@ -257,12 +286,14 @@ impl PostgresConfig {
 
     /// The SQL that moves a fence table of lock-id scheme
     /// [`LOCK_ID_SCHEME`](crate::LOCK_ID_SCHEME) whose counters were minted by an earlier build
-    /// (fence scheme 1, plain counters, rows kept forever) to fence scheme
-    /// [`FENCE_SCHEME`](crate::FENCE_SCHEME), keeping every counter: the next token of each key
-    /// jumps once, upward. One transaction, for `psql` or [`sqlx::raw_sql`]. Run it only once
-    /// every older store using this table has stopped: see the crate docs, "Per-key state".
+    /// (fence scheme 1, plain counters; or fence scheme 2, transaction-id floors) to fence
+    /// scheme [`FENCE_SCHEME`](crate::FENCE_SCHEME), keeping every counter: the next token of
+    /// each key jumps once, upward, to the server's clock. One transaction, for `psql` or
+    /// [`sqlx::raw_sql`]; no table rewrite. Run it only once every older store using this table
+    /// has stopped: see the crate docs, "Per-key state". Afterwards an older store's acquire
+    /// fails on this table (a constraint violation) instead of minting.
     pub fn fence_scheme_upgrade_sql(&self) -> String {
-        sql::upgrade_from_fence_scheme_1(&self.fence_table())
+        sql::upgrade_fence_scheme(&self.fence_table())
     }
 
     /// The SQL that lets a fence table made before semaphore permits existed record a
@@ -283,6 +314,18 @@ impl PostgresConfig {
     /// The longest TTL this handle grants.
     pub fn max_ttl(&self) -> Duration {
         self.max_ttl
+    }
+
+    /// How far the server's clock may step back, as the deployment promises (`max_skew`).
+    pub fn max_skew(&self) -> Duration {
+        self.max_skew
+    }
+
+    /// The smallest retention window this configuration allows: one [`TOKEN_GRANULE`] plus
+    /// [`max_skew`](Self::max_skew) plus 1 ms, rounded up to a whole ms (windows are whole
+    /// ms). Idle rows are removed only once the clock is this far past their token.
+    pub fn min_retention(&self) -> Duration {
+        min_retention(self.max_skew)
     }
 
     /// The lock space of this configuration: the fence table and the namespace, which together
@@ -345,6 +388,7 @@ impl fmt::Debug for PostgresConfig {
             .field("max_idle", &self.max_idle)
             .field("retention", &self.retention)
             .field("max_ttl", &self.max_ttl)
+            .field("max_skew", &self.max_skew)
             .field("create_table", &self.create_table)
             .finish()
     }
@@ -414,6 +458,35 @@ impl TlsFiles {
         }
         Ok(connect)
     }
+}
+
+/// The smallest retention window for a server clock that steps back at most `max_skew`: a
+/// granule plus `max_skew` plus [`FLOOR_MARGIN`], rounded up to a whole ms.
+fn min_retention(max_skew: Duration) -> Duration {
+    let bound = TOKEN_GRANULE
+        .saturating_add(max_skew)
+        .saturating_add(FLOOR_MARGIN);
+    Duration::from_millis(u64::try_from(bound.as_micros().div_ceil(1_000)).unwrap_or(u64::MAX))
+}
+
+/// Refuses a retention window below [`min_retention`] (see [`PostgresConfig`]'s docs), naming
+/// the smallest window allowed. Run after `check_retention`.
+fn check_clock_floor(retention: Duration, max_skew: Duration) -> Result<()> {
+    let least = min_retention(max_skew);
+    if retention >= least {
+        return Ok(());
+    }
+    Err(Error::invalid(
+        "url",
+        format!(
+            "retention ({retention:?}) is too short: a key whose fence row was removed restarts \
+             at the server's clock, which must then be past its last token although the clock \
+             may step back by max_skew ({max_skew:?}); the smallest window allowed is {}ms (a \
+             granule of {TOKEN_GRANULE:?} plus max_skew plus 1 ms), or promise a smaller \
+             max_skew",
+            least.as_millis()
+        ),
+    ))
 }
 
 /// `true` or `false`, nothing else (as the Redis store reads its switches): `1`, `yes` or an

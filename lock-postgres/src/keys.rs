@@ -36,10 +36,12 @@ use sha2::{Digest, Sha256};
 pub const LOCK_ID_SCHEME: u8 = 2;
 
 /// The token scheme this build uses and a fence table records (constraint
-/// `fencelock_fence_scheme_2`): a token is `max(counter + 1, the bumping transaction's id)`, so
-/// idle rows may be removed. Fence scheme 1 (earlier builds, which recorded nothing) minted plain
-/// counters. See the crate docs, "Per-key state".
-pub const FENCE_SCHEME: u8 = 2;
+/// `fencelock_fence_scheme_3`): a token is `max(counter + 1, the server's clock in µs since the
+/// Unix epoch)`, read in the statement that mints it, so tokens continue from another store's
+/// after a swap and idle rows may be removed. Fence scheme 2 floored tokens at the bumping
+/// transaction's id; fence scheme 1 (earlier builds, which recorded nothing) minted plain
+/// counters. See the crate docs, "Per-key state" and "Tokens across a swap of stores".
+pub const FENCE_SCHEME: u8 = 3;
 
 /// The advisory lock id of `key` in `namespace`, for the fence table `schema.table` (lock-id
 /// scheme 2, see the module docs).
@@ -158,8 +160,9 @@ pub(crate) fn check_recorded_scheme(
 }
 
 /// Accepts a fence table that records exactly this build's token scheme ([`FENCE_SCHEME`]),
-/// and refuses one made by an earlier build (plain counters, which would restart a key whose
-/// row was removed) with a message that says what to do.
+/// and refuses one made by an earlier build (plain counters, or transaction-id floors, which a
+/// key whose row was removed would restart below this build's clock-floored tokens) with a
+/// message that says what to do.
 pub(crate) fn check_recorded_fence_scheme(
     fence_table: &str,
     recorded: &[String],
@@ -168,15 +171,26 @@ pub(crate) fn check_recorded_fence_scheme(
     if recorded.len() == 1 && recorded[0] == ours {
         return Ok(());
     }
-    let message = if recorded.is_empty() {
-        format!(
-            "the fence table {fence_table} records no fence scheme: an older fencelock-postgres made              it and mints plain counters, which restart when an idle row is removed (fence              scheme {ours} removes them); stop every store that uses {fence_table}, then run              PostgresConfig::fence_scheme_upgrade_sql() once (counters kept, tokens jump once,              upward; crate docs: \"Per-key state\")"
-        )
-    } else {
-        format!(
-            "the fence table {fence_table} records fence scheme {}, and this fencelock-postgres              uses scheme {ours}: run every store on {fence_table} at one scheme",
+    let older = match recorded {
+        [] => Some("records no fence scheme: an older fencelock-postgres made it and mints plain counters"),
+        [two] if two == "2" => Some(
+            "records fence scheme 2: an older fencelock-postgres mints its tokens from transaction ids",
+        ),
+        _ => None,
+    };
+    let message = match older {
+        Some(what) => format!(
+            "the fence table {fence_table} {what}, far below this version's tokens (fence scheme \
+             {ours}: the server's clock in µs), so a key whose row was removed would restart \
+             below them; stop every store that uses {fence_table}, then run \
+             PostgresConfig::fence_scheme_upgrade_sql() once (counters kept, tokens jump once, \
+             upward, to the clock; crate docs: \"Per-key state\")"
+        ),
+        None => format!(
+            "the fence table {fence_table} records fence scheme {}, and this fencelock-postgres \
+             uses scheme {ours}: run every store on {fence_table} at one scheme",
             recorded.join(" and ")
-        )
+        ),
     };
     Err(fencelock_core::Error::Store {
         message,
@@ -209,8 +223,8 @@ impl Target {
 
     /// Raw ids keep their fence rows under the empty namespace, which no configuration may
     /// use, so they never share a counter with a hashed key. A raw id is the same lock whatever
-    /// the fence table, so its tokens come from the server's transaction ids, which every fence
-    /// table of the cluster sees in one order (see `bump_fence!`).
+    /// the fence table; its leases through different tables are ordered by the server's clock,
+    /// which every token is floored at (see `bump_fence!`).
     pub(crate) fn raw(lock_id: i64) -> Self {
         Target {
             lock_id,
@@ -290,6 +304,35 @@ mod tests {
                 Err(fencelock_core::Error::Store { message, .. }) => {
                     assert!(message.contains(says), "{message}");
                     assert!(message.contains("\"s\".\"t\""), "{message}");
+                }
+                other => panic!("{recorded:?}: expected a store error, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn only_this_builds_fence_scheme_is_accepted_and_older_ones_name_the_upgrade() {
+        let check = |recorded: &[&str]| {
+            let recorded: Vec<String> = recorded.iter().map(|s| s.to_string()).collect();
+            check_recorded_fence_scheme("\"s\".\"t\"", &recorded)
+        };
+        assert!(check(&["3"]).is_ok());
+        for (recorded, says, upgrade) in [
+            (&[][..], "records no fence scheme", true),
+            (&["2"][..], "records fence scheme 2:", true),
+            (&["4"][..], "records fence scheme 4,", false),
+            (&["2", "3"][..], "records fence scheme 2 and 3,", false),
+        ] {
+            match check(recorded) {
+                Err(fencelock_core::Error::Store { message, .. }) => {
+                    assert!(message.contains(says), "{message}");
+                    assert!(message.contains("\"s\".\"t\""), "{message}");
+                    assert_eq!(
+                        message.contains("fence_scheme_upgrade_sql"),
+                        upgrade,
+                        "{message}"
+                    );
+                    assert!(!message.contains("  "), "{message}");
                 }
                 other => panic!("{recorded:?}: expected a store error, got {other:?}"),
             }

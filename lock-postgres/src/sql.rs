@@ -5,8 +5,9 @@ use crate::keys::{FENCE_SCHEME, LOCK_ID_SCHEME};
 
 // ---- SQL ------------------------------------------------------------------------------------
 // `{fence}` stands for the quoted fence table, `{scheme}` for the lock-id scheme
-// (LOCK_ID_SCHEME) and `{fence_scheme}` for the token scheme (FENCE_SCHEME). Every statement runs in autocommit: one statement, one transaction,
-// committed with synchronous_commit=on before the reply.
+// (LOCK_ID_SCHEME) and `{fence_scheme}` for the token scheme (FENCE_SCHEME). Every statement
+// runs in autocommit: one statement, one transaction, committed with synchronous_commit=on
+// before the reply.
 
 /// The backend of a new session, to detect a pooling proxy later and to tell it from a later
 /// backend with its pid. A single read.
@@ -54,8 +55,9 @@ pub(crate) const FENCE_TABLE_STATE: &str =
 /// `lock_id_scheme` column records the scheme in the name of its CHECK constraint, and has no
 /// default, so a store older than the column (scheme 1, other lock ids) cannot bump a counter
 /// here: its acquire fails instead of granting a lock that this scheme's holders do not see.
-/// `fence_scheme` does the same for the token scheme: a store that mints plain counters
-/// (fence scheme 1) cannot insert a row, so it never restarts a key whose row was removed.
+/// `fence_scheme` does the same for the token scheme: a store of an earlier token scheme
+/// (plain counters, or transaction-id floors) fails the column's NOT NULL or CHECK constraint
+/// on every bump, so it never restarts a key whose row was removed below this scheme's tokens.
 const CREATE_FENCE_TABLE: &str = "CREATE TABLE IF NOT EXISTS {fence} (
     namespace      text        NOT NULL,
     key            bytea       NOT NULL,
@@ -91,30 +93,41 @@ ALTER TABLE {fence} ALTER COLUMN fence_scheme DROP DEFAULT;
 COMMIT;
 ";
 
-/// Moves a fence table of lock-id scheme {scheme} that mints plain counters (fence scheme 1,
-/// earlier builds) to fence scheme {fence_scheme}: the counters stay, and the next token of
-/// each key jumps once, upward, to the bumping transaction's id. Atomic: one transaction. Only
-/// with every older store stopped: one of them could restart a key whose row was removed, and
-/// after this it can no longer insert a row (its acquire of a new key fails).
-const UPGRADE_FROM_FENCE_SCHEME_1: &str = "BEGIN;
+/// Moves a fence table of lock-id scheme {scheme} whose tokens an earlier build minted (fence
+/// scheme 1, plain counters, no `fence_scheme` column; or fence scheme 2, transaction-id floors)
+/// to fence scheme {fence_scheme}: the counters stay, and the next token of each key jumps once,
+/// upward, to the server's clock. The column is dropped and added again with the new
+/// constraint (no table rewrite: a constant default, then dropped), so an older store's bump,
+/// which names the column with its own scheme or leaves it out, fails its CHECK or NOT NULL
+/// constraint on both paths of its upsert (PostgreSQL checks the proposed row before the
+/// conflict) instead of minting. Atomic: one transaction. Only with every older store stopped.
+const UPGRADE_FENCE_SCHEME: &str = "BEGIN;
+ALTER TABLE {fence} DROP COLUMN IF EXISTS fence_scheme;
 ALTER TABLE {fence} ADD COLUMN fence_scheme smallint NOT NULL DEFAULT {fence_scheme}
     CONSTRAINT fencelock_fence_scheme_{fence_scheme} CHECK (fence_scheme = {fence_scheme});
 ALTER TABLE {fence} ALTER COLUMN fence_scheme DROP DEFAULT;
 COMMIT;
 ";
 
-/// Removes up to $3 fence rows last bumped more than $1 ms ago whose token is below every
-/// transaction id still to come, skipping rows that
-/// are locked: a row being bumped is never waited for, and a bump waits at most for one such
-/// batch. Atomic: one statement. A token below the oldest running transaction's id
-/// (`pg_snapshot_xmin`) is below the id of any bump that can still run, and every bump mints
-/// at least its own transaction id, so a key whose row is removed restarts above it.
-/// Returns the number of rows removed.
+/// Removes up to $2 fence rows last bumped more than $1 ms ago whose token is at least $3 µs
+/// (the smallest retention window, a granule plus `max_skew` plus 1 ms) below the server's
+/// clock, skipping rows that are locked and rows whose key's lock (`lock_id`) anybody holds or
+/// waits for. Atomic: one statement. Why a key whose row went restarts above it: the clock is
+/// read at the statement's start (`statement_timestamp()`), before `pg_locks` is; every bump
+/// takes its key's lock before it reads the clock for its token, so a bump missing from
+/// `pg_locks` reads the clock after this statement's start: at least that reading less a step
+/// back of at most `max_skew`, above the row's token. A bump seen there keeps its row, and one
+/// that committed meanwhile is seen by `FOR UPDATE`'s recheck of the newest row. Returns the
+/// number of rows removed.
 const REMOVE_IDLE_FENCES: &str = "WITH gone AS (
     DELETE FROM {fence} WHERE ctid = ANY(ARRAY(
         SELECT ctid FROM {fence}
-         WHERE updated_at < clock_timestamp() - make_interval(secs => $1::int8 / 1000.0)
-           AND token < pg_snapshot_xmin(pg_current_snapshot())::text::int8
+         WHERE updated_at < statement_timestamp() - make_interval(secs => $1::int8 / 1000.0)
+           AND token <= floor(extract(epoch FROM statement_timestamp()) * 1000000)::int8 - $3::int8
+           AND lock_id NOT IN (SELECT (l.classid::int8 << 32) | l.objid::int8 FROM pg_locks l
+                                WHERE l.locktype = 'advisory' AND l.objsubid = 1
+                                  AND l.database = (SELECT oid FROM pg_database
+                                                     WHERE datname = current_database()))
          LIMIT $2::int8
          FOR UPDATE SKIP LOCKED))
     RETURNING 1)
@@ -124,25 +137,26 @@ SELECT count(*)::int8 AS removed FROM gone";
 const COUNT_FENCES: &str = "SELECT count(*)::int8 AS fences FROM {fence}";
 
 /// Bumps the fence of the key whose lock this session has just taken. Used inside the acquire
-/// statements, after the lock, never on its own. The token is `max(counter + 1, the bumping
-/// transaction's id)` (fence scheme 2): ids are handed out by the cluster in one increasing
-/// order and never reused (crash included), and the next holder's bump starts after this one
-/// committed, so the token is that id from the first bump on. That is why a row may be removed
-/// (see [`REMOVE_IDLE_FENCES`]): a key that comes back starts above it. A raw id (namespace '')
-/// is one lock whatever the fence table, and for the same reason a raw lease through another
-/// fence table still gets a greater token than the lease before it.
+/// statements, after the lock, never on its own. The token is `max(counter + 1, F)` (fence
+/// scheme 3), `F` the server's clock in µs since the Unix epoch, read once per bump, after the
+/// lock (the subquery over `$source`, kept apart by `OFFSET 0` so that its one reading feeds both
+/// the token and `updated_at`). `counter + 1` keeps a key's tokens strictly increasing whatever
+/// the clock does; `F` lets a key whose row was removed (see [`REMOVE_IDLE_FENCES`]) restart
+/// above its last token, and tokens continue from another store's clock-floored ones after a
+/// swap. A raw id (namespace '') is one lock whatever the fence table: its leases through two
+/// tables are ordered by `F`.
 macro_rules! bump_fence {
     ($source:literal) => {
         concat!(
             "INSERT INTO {fence} AS f (namespace, key, lock_id, lock_id_scheme, fence_scheme, token, owner, holder_pid, ttl_ms, updated_at)
              SELECT $2::text, $3::bytea, $1::int8, {scheme}, {fence_scheme},
-                    pg_current_xact_id()::text::int8,
-                    $5::text, pg_backend_pid(), $4::int8, clock_timestamp()
-               FROM ",
+                    floor(extract(epoch FROM now.at) * 1000000)::int8,
+                    $5::text, pg_backend_pid(), $4::int8, now.at
+               FROM (SELECT clock_timestamp() AS at FROM ",
             $source,
-            "
+            " OFFSET 0) AS now
              ON CONFLICT (namespace, key) DO UPDATE
-                SET token = GREATEST(f.token + 1, pg_current_xact_id()::text::int8),
+                SET token = GREATEST(f.token + 1, EXCLUDED.token),
                     lock_id = EXCLUDED.lock_id, owner = EXCLUDED.owner,
                     holder_pid = EXCLUDED.holder_pid, ttl_ms = EXCLUDED.ttl_ms,
                     updated_at = EXCLUDED.updated_at
@@ -337,10 +351,12 @@ const BUMP_SHARED: &str = concat!(
 
 /// Bumps the fence of a permit's key ($1..$5), records its limit ($6) and arms the TTL.
 const BUMP_PERMIT: &str = "INSERT INTO {fence} AS f (namespace, key, lock_id, lock_id_scheme, fence_scheme, token, owner, holder_pid, ttl_ms, updated_at, permit_limit)
-     VALUES ($2::text, $3::bytea, $1::int8, {scheme}, {fence_scheme}, pg_current_xact_id()::text::int8,
-             $5::text, pg_backend_pid(), $4::int8, clock_timestamp(), $6::int4)
+     SELECT $2::text, $3::bytea, $1::int8, {scheme}, {fence_scheme},
+            floor(extract(epoch FROM now.at) * 1000000)::int8,
+            $5::text, pg_backend_pid(), $4::int8, now.at, $6::int4
+       FROM (SELECT clock_timestamp() AS at OFFSET 0) AS now
      ON CONFLICT (namespace, key) DO UPDATE
-        SET token = GREATEST(f.token + 1, pg_current_xact_id()::text::int8),
+        SET token = GREATEST(f.token + 1, EXCLUDED.token),
             lock_id = EXCLUDED.lock_id, owner = EXCLUDED.owner,
             holder_pid = EXCLUDED.holder_pid, ttl_ms = EXCLUDED.ttl_ms,
             updated_at = EXCLUDED.updated_at, permit_limit = EXCLUDED.permit_limit
@@ -394,8 +410,8 @@ pub(crate) fn upgrade_from_scheme_1(fence_table: &str) -> String {
     fill(UPGRADE_FROM_SCHEME_1, fence_table)
 }
 
-pub(crate) fn upgrade_from_fence_scheme_1(fence_table: &str) -> String {
-    fill(UPGRADE_FROM_FENCE_SCHEME_1, fence_table)
+pub(crate) fn upgrade_fence_scheme(fence_table: &str) -> String {
+    fill(UPGRADE_FENCE_SCHEME, fence_table)
 }
 
 pub(crate) fn add_permit_limit(fence_table: &str) -> String {

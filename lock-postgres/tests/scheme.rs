@@ -9,6 +9,7 @@ use std::time::Duration;
 use common::{admin, store};
 use fencelock_core::{Acquire, Error, FenceGate, Release, ReleaseOutcome};
 use fencelock_postgres::{PostgresConfig, PostgresStore};
+use sqlx::Row;
 use test_servers::shared;
 
 const TTL: Duration = Duration::from_secs(30);
@@ -180,6 +181,85 @@ async fn a_scheme_1_store_cannot_bump_a_counter_in_a_fence_table_this_version_ma
             .execute(&mut admin)
             .await;
         assert_not_null_violation(old);
+    }
+}
+
+/// The fence bump of a fence-scheme-2 store (transaction-id floors), as it ran inside that
+/// store's acquire.
+const FENCE_SCHEME_2_BUMP: &str = "INSERT INTO {fence} AS f
+        (namespace, key, lock_id, lock_id_scheme, fence_scheme, token, owner, holder_pid, ttl_ms, updated_at)
+    SELECT $1, $2, 7, 2, 2, pg_current_xact_id()::text::int8, 'old', pg_backend_pid(), 30000,
+           clock_timestamp()
+    ON CONFLICT (namespace, key) DO UPDATE
+       SET token = GREATEST(f.token + 1, pg_current_xact_id()::text::int8)
+    RETURNING f.token";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fence_table_of_fence_scheme_2_is_refused_then_upgraded_and_an_older_store_fails() {
+    let url = shared::postgres().url();
+    let options = "table=fence_scheme_2";
+    let config = config(&url, options);
+    let fence = config.fence_table();
+    // The table as the build of fence scheme 2 made it.
+    let ddl = config.fence_table_ddl();
+    let ours = "fencelock_fence_scheme_3 CHECK (fence_scheme = 3)";
+    assert!(ddl.contains(ours), "{ddl}");
+    let mut admin = admin(&url).await;
+    sqlx::query(&ddl.replace(ours, "fencelock_fence_scheme_2 CHECK (fence_scheme = 2)"))
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    let bump = FENCE_SCHEME_2_BUMP.replace("{fence}", &fence);
+    let mut last = 0;
+    for _ in 0..3 {
+        last = sqlx::query(&bump)
+            .bind("default")
+            .bind(b"scheme:clock".to_vec())
+            .fetch_one(&mut admin)
+            .await
+            .unwrap()
+            .get::<i64, _>(0);
+    }
+
+    let message = refusal(&url, options).await;
+    assert!(message.contains("records fence scheme 2"), "{message}");
+    assert!(message.contains("fence_scheme_upgrade_sql"), "{message}");
+    assert!(message.contains(&fence), "{message}");
+
+    sqlx::raw_sql(&config.fence_scheme_upgrade_sql())
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    let clock: i64 =
+        sqlx::query("SELECT floor(extract(epoch FROM clock_timestamp()) * 1000000)::int8")
+            .fetch_one(&mut admin)
+            .await
+            .unwrap()
+            .get(0);
+    let upgraded = store(&url, options).await;
+    let lease = upgraded.try_acquire("scheme:clock", TTL).await.unwrap();
+    let token = lease.fencing_token() as i64;
+    assert!(
+        token > last && token >= clock,
+        "the counter at {last} jumps once, upward, to the server's clock ({clock} µs): {token}"
+    );
+    assert_eq!(
+        upgraded.release(&lease).await.unwrap(),
+        ReleaseOutcome::Released
+    );
+
+    // A fence-scheme-2 store started by mistake fails on a new key and on one this version
+    // bumped, rather than minting a transaction id below the clock.
+    for key in ["scheme:new-key", "scheme:clock"] {
+        match sqlx::query(&bump)
+            .bind("default")
+            .bind(key.as_bytes().to_vec())
+            .execute(&mut admin)
+            .await
+        {
+            Err(sqlx::Error::Database(e)) => assert_eq!(e.code().as_deref(), Some("23514"), "{e}"),
+            other => panic!("{key}: expected a check violation, got {other:?}"),
+        }
     }
 }
 
