@@ -1,0 +1,780 @@
+#!/usr/bin/env python3
+"""Charts (SVG) of one scripts/bench.sh run, drawn from the run's text and nothing else.
+
+    python3 scripts/bench_charts.py RUN.txt OUTDIR          write the charts into OUTDIR
+    python3 scripts/bench_charts.py --check RUN.txt OUTDIR  regenerate into a temporary
+        directory and compare: exit 1 naming every file that differs, is missing or is extra
+
+The output is a pure function of RUN.txt's bytes and file name (no clock, no randomness, no environment,
+fixed number formatting, fixed order), so the checked-in charts can be compared byte for byte.
+Python 3 standard library only.
+
+Every bar is one figure exactly as the run printed it (its text is copied, never reformatted);
+a chart names the row it came from, the section's command, and the run. The charts are chosen
+below (CHARTS); a row they name that the run does not have, a section the script has no charts
+for, a section a full run must have but this one lacks, or a line that is neither a row, a
+note nor a section marker stops the script with exit status 2 and the line it could not read.
+"""
+
+import os
+import re
+import shutil
+import sys
+import tempfile
+
+# ---------------------------------------------------------------------------------------------
+# Parsing
+
+
+class ParseError(Exception):
+    pass
+
+
+NUMBER_UNIT = re.compile(r"(-?\d+(?:\.\d+)?)(?: ?(µs|ms|s|/s|B|MiB))?")
+RATIO = re.compile(r"-?\d+(?:\.\d+)?×")
+SECTION = re.compile(r"## (\S+): (cargo run .+)")
+TRAILER = re.compile(r"\((\S+) took (\d+) s; load average [\d. ]+\)")
+RUN_HEADER = re.compile(r"# scripts/bench\.sh, (\S+), .+")
+SAMPLES_P99 = re.compile(r"(raw [^,;]+?) p99 (\d+(?:\.\d+)?) µs")
+
+
+class Row:
+    def __init__(self, lineno, indent, label, value, ratio, target):
+        self.lineno = lineno
+        self.indent = indent
+        self.label = label
+        self.value = value  # text as printed, or None when the row has only a ratio
+        self.ratio = ratio  # "1.12×" or None
+        self.target = target  # "target …: met" or None
+        self.number = None
+        self.unit = None
+        if value is not None:
+            m = NUMBER_UNIT.fullmatch(value)
+            if m:
+                self.number = float(m.group(1))
+                self.unit = m.group(2) or ""
+
+
+class Section:
+    def __init__(self, name, command, lineno):
+        self.name = name
+        self.command = command
+        self.lineno = lineno
+        self.header = []  # prose lines before the rows
+        self.rows = []
+        self.notes = []  # (line number, prose line) after the rows
+        self.took = None
+
+
+class Run:
+    def __init__(self, stamp, header):
+        self.stamp = stamp
+        self.header = header
+        self.sections = []
+
+    def section(self, name):
+        for s in self.sections:
+            if s.name == name:
+                return s
+        return None
+
+
+def parse_row(lineno, line):
+    stripped = line.strip(" ")
+    indent = len(line) - len(line.lstrip(" "))
+    fields = re.split(r" {2,}", stripped)
+    label, rest = fields[0], fields[1:]
+    value = ratio = target = None
+    i = 0
+    if i < len(rest) and not RATIO.fullmatch(rest[i]) and not rest[i].startswith("target "):
+        value = rest[i]
+        i += 1
+    if i < len(rest) and RATIO.fullmatch(rest[i]):
+        ratio = rest[i]
+        i += 1
+    if i < len(rest) and rest[i].startswith("target "):
+        target = rest[i]
+        i += 1
+    if i != len(rest) or (value is None and ratio is None):
+        raise ParseError(f"line {lineno}: not a row (label, value, ratio, target): {line!r}")
+    return Row(lineno, indent, label, value, ratio, target)
+
+
+def parse(text):
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    if not lines:
+        raise ParseError("line 1: empty file")
+    m = RUN_HEADER.fullmatch(lines[0])
+    if not m:
+        raise ParseError(f"line 1: not a scripts/bench.sh run header: {lines[0]!r}")
+    run = Run(m.group(1), lines[0][2:])
+    cur = None
+    state = None  # "header", "rows", "notes", "done"
+    for n, raw in enumerate(lines[1:], start=2):
+        line = raw.rstrip(" ")
+        if line == "":
+            if cur is not None and state == "header" and cur.header:
+                state = "rows"
+            elif cur is not None and state == "rows" and cur.rows:
+                state = "notes"
+            continue
+        m = SECTION.fullmatch(line)
+        if m:
+            if cur is not None and state != "done":
+                raise ParseError(f"line {n}: section {cur.name!r} (line {cur.lineno}) has no "
+                                 f"'({cur.name} took N s; …)' line before the next one: {raw!r}")
+            if run.section(m.group(1)):
+                raise ParseError(f"line {n}: section {m.group(1)!r} appears twice: {raw!r}")
+            cur = Section(m.group(1), m.group(2), n)
+            run.sections.append(cur)
+            state = "header"
+            continue
+        if cur is None or state == "done":
+            raise ParseError(f"line {n}: outside any section: {raw!r}")
+        m = TRAILER.fullmatch(line)
+        if m:
+            if m.group(1) != cur.name:
+                raise ParseError(f"line {n}: trailer names {m.group(1)!r} in section "
+                                 f"{cur.name!r}: {raw!r}")
+            if not cur.rows:
+                raise ParseError(f"line {n}: section {cur.name!r} ends with no figures: {raw!r}")
+            cur.took = int(m.group(2))
+            state = "done"
+            continue
+        is_row = re.search(r"\S {2,}\S", line) is not None
+        if is_row:
+            if state == "notes":
+                raise ParseError(f"line {n}: a row after the section's notes: {raw!r}")
+            cur.rows.append(parse_row(n, line))
+            state = "rows"
+        else:
+            if state == "header":
+                cur.header.append(line)
+            elif state == "rows" and cur.rows:
+                # prose between rows: a row whose columns ran together
+                raise ParseError(f"line {n}: prose among the rows (columns lost?): {raw!r}")
+            else:
+                cur.notes.append((n, line))
+                state = "notes"
+    if cur is None:
+        raise ParseError("no '## name: command' section in the run")
+    if state != "done":
+        raise ParseError(f"line {len(lines)}: section {cur.name!r} has no "
+                         f"'({cur.name} took N s; …)' line: the run was cut short")
+    return run
+
+
+# ---------------------------------------------------------------------------------------------
+# What is charted. A bar names a row by its label exactly as printed (indent stripped).
+# kind: "ours" (fencelock), "raw" (the raw store: round trips and floors), "peer" (another lock).
+# ("parts", label, kind) splits a row such as "CPU per cycle, client / five servers  97.6 / 93.6 µs"
+# into one bar per part, named by the label's own names. ("samples", label, kind) takes a p99
+# the section's "samples:" note prints, e.g. "raw floor p99 2934.0 µs".
+
+FULL_RUN = ["redis", "redlock", "redis-scale", "etcd", "postgres", "mysql", "sqlite"]
+
+STORE_TITLES = {
+    "redis": "Redis",
+    "redlock": "Redlock (5 masters)",
+    "redis-scale": "Redis, 10,000 held leases",
+    "etcd": "etcd",
+    "postgres": "PostgreSQL",
+    "mysql": "MariaDB",
+    "sqlite": "SQLite",
+}
+
+# (file, title, [(section, [bar specs])])
+CHARTS = [
+    ("overview-cycle.svg", "Every store: lock cycle p50, ours next to the raw floor and the peer", [
+        ("redis", [("raw fenced floor: EVALSHA acquire + release p50", "raw"),
+                   ("ours: try_acquire + release p50", "ours"),
+                   ("rslock: lock + unlock p50", "peer")]),
+        ("redlock", [("rslock on five: lock + unlock p50", "peer"),
+                     ("ours on five: try_acquire + release p50", "ours")]),
+        ("etcd", [("raw floor: lease grant + txn put + delete p50", "raw"),
+                  ("ours: try_acquire + release p50", "ours"),
+                  ("peer: grant + lock() + unlock() p50", "peer")]),
+        ("postgres", [("raw floor: try_lock + fence upsert + unlock p50", "raw"),
+                      ("ours: try_acquire + release p50", "ours")]),
+        ("mysql", [("raw floor: GET_LOCK + fence upsert + RELEASE_LOCK p50", "raw"),
+                   ("ours: try_acquire + release p50", "ours")]),
+        ("sqlite", [("raw floor: BEGIN IMMEDIATE + insert + COMMIT + delete (p50)", "raw"),
+                    ("cycle: try_acquire + release (p50)", "ours"),
+                    ("flock(2) + counter write + fdatasync + unlock (p50)", "peer")]),
+    ]),
+    ("overview-handoff.svg", "Every store: handoff p50 to a waiting client, ours next to the raw floor and the peer", [
+        ("redis", [("raw PUBLISH → subscriber after idle p50", "raw"),
+                   ("handoff p50, 8 waiters", "ours"),
+                   ("rslock handoff p50, 8 waiters", "peer")]),
+        ("redlock", [("raw two-round handoff after the same idle p50", "raw"),
+                     ("ours handoff p50, 8 waiters", "ours"),
+                     ("rslock handoff p50, 8 waiters", "peer")]),
+        ("etcd", [("raw handoff floor: delete → another client's watch event p50", "raw"),
+                  ("handoff p50, 8 waiters", "ours"),
+                  ("peer handoff p50, 8 waiters (lock/unlock)", "peer")]),
+        ("postgres", [("raw handoff p50, 8 waiters (pg_advisory_lock + upsert)", "raw"),
+                      ("handoff p50, 8 waiters", "ours")]),
+        ("mysql", [("raw handoff to another p50, 8 waiters (GET_LOCK + upsert)", "raw"),
+                   ("ours: handoff to another p50, 8 waiters", "ours")]),
+        ("sqlite", [("handoff between 2 processes, store (p50)", "ours"),
+                    ("handoff between 2 processes, flock(2) + fdatasync (p50)", "peer")]),
+    ]),
+    ("redis-cycle-p50.svg", "Redis: lock cycle and round trip p50", [
+        ("redis", [("raw PING p50", "raw"),
+                   ("raw SET NX PX p50 (the raw round trip)", "raw"),
+                   ("raw EVALSHA compare-and-delete p50", "raw"),
+                   ("raw cycle: SET NX PX + EVALSHA p50", "raw"),
+                   ("SET NX PX + DEL (unsafe floor) p50", "raw"),
+                   ("raw fenced floor: EVALSHA acquire + release p50", "raw"),
+                   ("ours: try_acquire + release p50", "ours"),
+                   ("raw durable fenced floor (tokens survive data loss) p50", "raw"),
+                   ("ours: semaphore permit (of 4): try_acquire_as + release p50", "ours"),
+                   ("ours: shared (reader): try_acquire_as + release p50", "ours"),
+                   ("ours: a new key per cycle p50", "ours"),
+                   ("rslock: lock + unlock p50", "peer"),
+                   ("rslock: a new key per cycle p50", "peer")]),
+    ]),
+    ("redis-cycle-p99.svg", "Redis: lock cycle p99", [
+        ("redis", [("raw cycle p99", "raw"),
+                   ("raw fenced floor p99", "raw"),
+                   ("ours: try_acquire + release p99", "ours"),
+                   ("ours: semaphore permit (of 4): try_acquire_as + release p99", "ours"),
+                   ("ours: shared (reader): try_acquire_as + release p99", "ours"),
+                   ("ours: a new key per cycle p99", "ours"),
+                   ("rslock: lock + unlock p99", "peer")]),
+    ]),
+    ("redis-throughput.svg", "Redis: cycles per second, 64 tasks on distinct keys (higher is better)", [
+        ("redis", [("raw cycle, 64 tasks, distinct keys", "raw"),
+                   ("raw fenced floor, 64 tasks, distinct keys", "raw"),
+                   ("ours, 64 tasks, distinct keys", "ours"),
+                   ("raw durable fenced floor, 64 tasks, distinct keys", "raw")]),
+    ]),
+    ("redis-cpu.svg", "Redis: CPU and server time per cycle", [
+        ("redis", [("parts", "server CPU per cycle (main thread): raw / floor / durable / ours",
+                    ["raw", "raw", "raw", "ours"]),
+                   ("parts", "client CPU per cycle (this process): raw / floor / durable / ours",
+                    ["raw", "raw", "raw", "ours"]),
+                   ("parts", "server time in commands per cycle: raw / floor / durable / ours",
+                    ["raw", "raw", "raw", "ours"])]),
+    ]),
+    ("redis-handoff.svg", "Redis: handoff p50 to another waiter", [
+        ("redis", [("raw SET NX PX p50 (the raw round trip)", "raw"),
+                   ("handoff p50, 8 waiters", "ours"),
+                   ("raw PUBLISH → subscriber after idle p50", "raw"),
+                   ("releaser may re-take (fencelock_conformance::bench) p50", "ours"),
+                   ("rslock handoff p50, 8 waiters", "peer")]),
+    ]),
+    ("redis-handoff-p99.svg", "Redis: handoff p99 to another waiter", [
+        ("redis", [("handoff p99, 8 waiters", "ours"),
+                   ("rslock handoff p99, 8 waiters", "peer")]),
+    ]),
+    ("redlock-cycle.svg", "Redlock on five masters: lock cycle p50 and p99", [
+        ("redlock", [("raw PING to all five in parallel p50", "raw"),
+                     ("raw SET NX PX to all five in parallel p50 (raw RTT)", "raw"),
+                     ("single node (RedisStore): try_acquire + release p50", "ours"),
+                     ("rslock on five: lock + unlock p50", "peer"),
+                     ("ours on five: try_acquire + release p50", "ours"),
+                     ("single node cycle p99", "ours"),
+                     ("rslock cycle p99", "peer"),
+                     ("ours cycle p99", "ours")]),
+    ]),
+    ("redlock-throughput.svg", "Redlock on five masters: cycles per second, 32 tasks on distinct keys (higher is better)", [
+        ("redlock", [("single node, 32 tasks, distinct keys", "ours"),
+                     ("rslock, 32 tasks, distinct keys", "peer"),
+                     ("ours, 32 tasks, distinct keys", "ours")]),
+    ]),
+    ("redlock-cpu.svg", "Redlock on five masters: CPU per cycle", [
+        ("redlock", [("parts", "rslock: CPU per cycle, client / five servers", ["peer", "peer"]),
+                     ("parts", "ours: CPU per cycle, client / five servers", ["ours", "ours"])]),
+    ]),
+    ("redlock-handoff.svg", "Redlock on five masters: handoff to another waiter", [
+        ("redlock", [("raw SET NX PX to all five in parallel p50 (raw RTT)", "raw"),
+                     ("ours handoff p50, 8 waiters", "ours"),
+                     ("raw two-round handoff after the same idle p50", "raw"),
+                     ("rslock handoff p50, 8 waiters", "peer"),
+                     ("ours handoff p99, 8 waiters", "ours"),
+                     ("rslock handoff p99, 8 waiters", "peer")]),
+    ]),
+    ("held-extend.svg", "Many leases held at once: one extend while they are kept alive", [
+        ("redis-scale", [("extend p50 while they are kept alive", "ours"),
+                         ("extend p99 while they are kept alive", "ours")]),
+        ("etcd", [("extend p50 while they are kept alive", "ours"),
+                  ("extend p99 while they are kept alive", "ours")]),
+        ("postgres", [("extend p50 while they are kept alive", "ours"),
+                      ("extend p99 while they are kept alive", "ours")]),
+        ("mysql", [("extend p50 while they are kept alive", "ours"),
+                   ("extend p99 while they are kept alive", "ours")]),
+    ]),
+    ("held-memory.svg", "Many leases held at once: client memory per held lease", [
+        ("redis-scale", [("client heap per held lease", "ours"),
+                         ("client RSS growth per held lease", "ours")]),
+        ("etcd", [("parts", "client memory per held lock: heap live / RSS growth",
+                   ["ours", "ours"])]),
+    ]),
+    ("etcd-cycle-p50.svg", "etcd: lock cycle and round trip p50", [
+        ("etcd", [("raw round trip: get p50", "raw"),
+                  ("raw round trip: put p50", "raw"),
+                  ("raw floor: lease grant + txn put + delete p50", "raw"),
+                  ("ours: try_acquire + release p50", "ours"),
+                  ("ours: semaphore permit (of 4): try_acquire_as + release p50", "ours"),
+                  ("ours: shared (reader): try_acquire_as + release p50", "ours"),
+                  ("peer: grant + lock() + unlock() p50", "peer")]),
+    ]),
+    ("etcd-cycle-p99.svg", "etcd: lock cycle and round trip p99", [
+        ("etcd", [("samples", "raw get p99", "raw"),
+                  ("samples", "raw put p99", "raw"),
+                  ("samples", "raw floor p99", "raw"),
+                  ("ours: try_acquire + release p99", "ours"),
+                  ("ours: semaphore permit (of 4): try_acquire_as + release p99", "ours"),
+                  ("ours: shared (reader): try_acquire_as + release p99", "ours"),
+                  ("peer: grant + lock() + unlock() p99", "peer")]),
+    ]),
+    ("etcd-throughput.svg", "etcd: cycles per second, 16 tasks on distinct keys (higher is better)", [
+        ("etcd", [("raw floor, 16 tasks, distinct keys", "raw"),
+                  ("ours, 16 tasks, distinct keys", "ours")]),
+    ]),
+    ("etcd-handoff.svg", "etcd: handoff p50 to another waiter", [
+        ("etcd", [("raw round trip: get p50", "raw"),
+                  ("handoff p50, 8 waiters", "ours"),
+                  ("peer handoff p50, 8 waiters (lock/unlock)", "peer"),
+                  ("raw handoff floor: delete → another client's watch event p50", "raw"),
+                  ("quiet handoff p50, one waiter at a time: ours (a mark)", "ours"),
+                  ("quiet handoff p50: lock service", "peer"),
+                  ("quiet handoff p50: raw floor", "raw")]),
+    ]),
+    ("etcd-handoff-p99.svg", "etcd: handoff p99 to another waiter", [
+        ("etcd", [("handoff p99, 8 waiters", "ours"),
+                  ("peer handoff p99, 8 waiters (lock/unlock)", "peer")]),
+    ]),
+    ("etcd-cpu.svg", "etcd: CPU per handoff", [
+        ("etcd", [("parts", "CPU per handoff, ours: client + etcd", ["ours", "ours"]),
+                  ("parts", "CPU per handoff, lock service: client + etcd", ["peer", "peer"])]),
+    ]),
+    ("postgres-cycle-p50.svg", "PostgreSQL: lock cycle and round trip p50", [
+        ("postgres", [("raw round trip (SELECT 1) p50", "raw"),
+                      ("raw floor: try_lock + fence upsert + unlock p50", "raw"),
+                      ("ours: try_acquire + release p50", "ours"),
+                      ("ours: semaphore permit (of 4): try_acquire_as + release p50", "ours"),
+                      ("ours: shared (reader): try_acquire_as + release p50", "ours"),
+                      ("ours: a new key per cycle p50", "ours")]),
+    ]),
+    ("postgres-cycle-p99.svg", "PostgreSQL: lock cycle and round trip p99", [
+        ("postgres", [("samples", "raw SELECT 1 p99", "raw"),
+                      ("samples", "raw floor p99", "raw"),
+                      ("ours: try_acquire + release p99", "ours"),
+                      ("ours: semaphore permit (of 4): try_acquire_as + release p99", "ours"),
+                      ("ours: shared (reader): try_acquire_as + release p99", "ours"),
+                      ("ours: a new key per cycle p99", "ours")]),
+    ]),
+    ("postgres-throughput.svg", "PostgreSQL: cycles per second, 16 tasks on distinct keys (higher is better)", [
+        ("postgres", [("raw floor, 16 tasks, distinct keys", "raw"),
+                      ("ours, 16 tasks, distinct keys", "ours")]),
+    ]),
+    ("postgres-handoff.svg", "PostgreSQL: handoff p50 to another waiter", [
+        ("postgres", [("raw round trip (SELECT 1) p50", "raw"),
+                      ("raw fence upsert alone (durable commit) p50", "raw"),
+                      ("raw handoff p50, 8 waiters (pg_advisory_lock + upsert)", "raw"),
+                      ("handoff p50, 8 waiters", "ours")]),
+    ]),
+    ("mysql-cycle.svg", "MariaDB: lock cycle and round trip p50 and p99", [
+        ("mysql", [("raw round trip (SELECT 1) p50", "raw"),
+                   ("raw floor: GET_LOCK + fence upsert + RELEASE_LOCK p50", "raw"),
+                   ("ours: try_acquire + release p50", "ours"),
+                   ("samples", "raw SELECT 1 p99", "raw"),
+                   ("samples", "raw floor p99", "raw"),
+                   ("ours: try_acquire + release p99", "ours")]),
+    ]),
+    ("mysql-throughput.svg", "MariaDB: cycles per second, 16 tasks on distinct keys (higher is better)", [
+        ("mysql", [("raw floor, 16 tasks, distinct keys", "raw"),
+                   ("ours, 16 tasks, distinct keys", "ours")]),
+    ]),
+    ("mysql-handoff.svg", "MariaDB: handoff to another waiter", [
+        ("mysql", [("raw handoff to another p50, 8 waiters (GET_LOCK + upsert)", "raw"),
+                   ("ours: handoff to another p50, 8 waiters", "ours"),
+                   ("ours: handoff to another p99, 8 waiters", "ours")]),
+    ]),
+    ("sqlite-cycle.svg", "SQLite, one host: lock cycle p50 and p99", [
+        ("sqlite", [("one write + fdatasync (p50)", "raw"),
+                    ("raw floor: BEGIN IMMEDIATE + insert + COMMIT + delete (p50)", "raw"),
+                    ("cycle: try_acquire + release (p50)", "ours"),
+                    ("flock(2) + counter write + fdatasync + unlock (p50)", "peer"),
+                    ("cycle p99", "ours")]),
+    ]),
+    ("sqlite-handoff.svg", "SQLite, one host: handoff between 2 processes", [
+        ("sqlite", [("handoff between 2 processes, store (p50)", "ours"),
+                    ("handoff between 2 processes, flock(2) + fdatasync (p50)", "peer"),
+                    ("handoff between 2 processes, store (p99)", "ours"),
+                    ("handoff between 2 processes, flock(2) (p99)", "peer")]),
+    ]),
+]
+
+
+class Bar:
+    def __init__(self, label, text, number, unit, kind, note, lineno, target=""):
+        self.target = target or ""  # "target …: met", or ""
+        self.label = label  # the row's label as printed (a part: "label: part")
+        self.text = text  # the figure as printed, with its unit
+        self.number = number
+        self.unit = unit
+        self.kind = kind
+        self.note = note  # "1.12× · target …: met", or ""
+        self.lineno = lineno
+
+
+def find_row(section, label):
+    found = [r for r in section.rows if r.label == label]
+    if len(found) != 1:
+        what = "no row" if not found else f"{len(found)} rows"
+        raise ParseError(f"section {section.name!r} (line {section.lineno}): {what} labelled "
+                         f"{label!r}; the charts need exactly one")
+    return found[0]
+
+
+def row_bar(section, label, kind):
+    row = find_row(section, label)
+    if row.number is None:
+        raise ParseError(f"line {row.lineno}: {label!r}: the value {row.value!r} is not one "
+                         f"number with a unit")
+    note = SEP.join(x for x in (row.ratio, row.target) if x)
+    return [Bar(row.label, row.value, row.number, row.unit, kind, note, row.lineno,
+                row.target)]
+
+
+def parts_bars(section, label, kinds):
+    row = find_row(section, label)
+    head, sep, names = row.label.rpartition(": ")
+    if not sep or row.value is None:
+        raise ParseError(f"line {row.lineno}: {label!r} does not read 'what: a / b …'")
+    joiner = " / " if " / " in names else " + "
+    names = names.split(joiner)
+    values = row.value.split(joiner)
+    if len(names) != len(values) or len(names) != len(kinds):
+        raise ParseError(f"line {row.lineno}: {label!r}: {len(names)} names, {len(values)} "
+                         f"values, {len(kinds)} kinds: {row.value!r}")
+    parsed = []
+    for v in values:
+        m = NUMBER_UNIT.fullmatch(v.strip())
+        if not m:
+            raise ParseError(f"line {row.lineno}: {label!r}: {v!r} is not a number")
+        parsed.append([m.group(1), m.group(2)])
+    unit = parsed[-1][1]
+    if not unit:
+        raise ParseError(f"line {row.lineno}: {label!r}: no unit in {row.value!r}")
+    bars = []
+    for (num, u), name, kind in zip(parsed, names, kinds):
+        if u and u != unit:
+            raise ParseError(f"line {row.lineno}: {label!r}: mixed units in {row.value!r}")
+        bars.append(Bar(f"{head}: {name}", f"{num} {unit}", float(num), unit, kind,
+                        "", row.lineno))
+    return bars
+
+
+def samples_bar(section, label, kind):
+    found = []
+    for n, note in section.notes:
+        if note.startswith("samples:"):
+            for m in SAMPLES_P99.finditer(note):
+                if f"{m.group(1)} p99" == label:
+                    found.append((n, m.group(2)))
+    if len(found) != 1:
+        raise ParseError(f"section {section.name!r} (line {section.lineno}): its 'samples:' "
+                         f"line has {len(found)} figures '{label} N µs'; the charts need one")
+    n, num = found[0]
+    return [Bar(f"{label} (from the samples line)", f"{num} µs", float(num), "µs", kind, "", n)]
+
+
+def build(run, spec_groups):
+    groups = []
+    for name, specs in spec_groups:
+        section = run.section(name)
+        bars = []
+        for spec in specs:
+            if spec[0] == "parts":
+                bars += parts_bars(section, spec[1], spec[2])
+            elif spec[0] == "samples":
+                bars += samples_bar(section, spec[1], spec[2])
+            else:
+                bars += row_bar(section, spec[0], spec[1])
+        groups.append((section, bars))
+    return groups
+
+
+# ---------------------------------------------------------------------------------------------
+# Drawing
+
+COLORS = {"ours": "#1f6feb", "raw": "#8c959f", "peer": "#d4690e"}
+LEGEND = [("ours", "ours (fencelock)"), ("raw", "raw store: round trip or floor"),
+          ("peer", "peer lock")]
+INK = "#1f2328"
+MUTED = "#57606a"
+# SVG collapses runs of spaces, and renderers differ on spaces at a tspan's edge: the gaps
+# before a bar's note and its line number are a tspan's dx, never spaces
+SEP = " · "
+CHAR_W = 6.9  # a generous average width of a 12px sans-serif character
+FOOT_W = 6.2  # of an 11px one
+
+
+def esc(s):
+    return (s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+            .replace('"', "&quot;"))
+
+
+def f1(x):
+    s = f"{x:.1f}"
+    return "0.0" if s == "-0.0" else s
+
+
+def nice_step(top):
+    raw = top / 5.0
+    mag = 1.0
+    while mag * 10 <= raw:
+        mag *= 10
+    while mag > raw:
+        mag /= 10
+    for m in (1, 2, 2.5, 5, 10):
+        if m * mag >= raw:
+            return m * mag
+    return 10 * mag
+
+
+def fmt_tick(v, step):
+    if step >= 1 and float(int(step)) == step:
+        return f"{int(round(v))}"
+    return f"{v:.1f}"
+
+
+def wrap(text, width):
+    out, line = [], ""
+    for word in text.split(" "):
+        if line and len(line) + 1 + len(word) > width:
+            out.append(line)
+            line = word
+        else:
+            line = f"{line} {word}" if line else word
+    if line:
+        out.append(line)
+    return out
+
+
+def higher_is_better(unit):
+    return unit == "/s"
+
+
+def draw(run, run_name, fname, title, groups):
+    units = sorted({b.unit for _, bars in groups for b in bars})
+    if len(units) != 1:
+        raise ParseError(f"{fname}: its bars have different units {units}; one chart, one unit")
+    unit = units[0]
+    single = len(groups) == 1
+    section0 = groups[0][0]
+    if single:
+        subtitle = [f"{section0.command}  (section '{section0.name}' of {run_name})"]
+    else:
+        subtitle = [f"scripts/bench.sh, one command per store, each named above its bars "
+                    f"({run_name})"]
+    subtitle.append(f"run of {run.stamp}; "
+                    + ("higher is better" if higher_is_better(unit) else "lower is better")
+                    + "; every figure as the run printed it")
+    if not single:
+        # each store's ratios compare to a different base: here only the targets, which say
+        # what they compare to
+        for _, bars in groups:
+            for b in bars:
+                b.note = b.target
+    foot = [f"(line N): the line of {run_name} the figure is on."]
+    if any(b.note for _, bars in groups for b in bars):
+        if single:
+            foot.append("×: the run's ratio column, as printed; the section's 'ratios:' line "
+                        "(below, where the run has one) or the target beside it says what it "
+                        "compares to.")
+        else:
+            foot.append("Targets as the run printed them; the ratio column is left out here, "
+                        "since each store's compares to a different base (see that store's "
+                        "charts).")
+    if single:
+        for line in section0.header:
+            foot.append(f"{section0.name}: {line}")
+        for _, line in section0.notes:
+            if line.startswith("ratios:") or line.startswith("samples:"):
+                foot.append(f"{section0.name}: {line}")
+    # one "from line N" per bar keeps every figure traceable to the run's text
+    label_lines = []
+    for section, bars in groups:
+        for b in bars:
+            extra = f"{SEP}{b.note}" if b.note else ""
+            label_lines.append(f"{b.label}{extra}   (line {b.lineno})")
+    longest = max([len(s) for s in label_lines] + [len(title) * 1.25]
+                  + [len(s) * 0.95 for s in subtitle])
+    width = max(900, int(40 + longest * CHAR_W + 0.5))
+    foot_lines = []
+    for f in foot:
+        foot_lines += wrap(f, int((width - 40) / FOOT_W))
+
+    left, right_pad = 20, 120
+    bar_w_max = width - left - right_pad
+    top = max(b.number for _, bars in groups for b in bars)
+    step = nice_step(top) if top > 0 else 1.0
+    axis_max = step
+    while axis_max < top:
+        axis_max += step
+    scale = bar_w_max / axis_max
+
+    out = []
+    y = 0
+    body = []
+    # title block
+    y += 28
+    body.append(f'<text x="{left}" y="{y}" font-size="16" font-weight="bold" fill="{INK}">'
+                f'{esc(title)}</text>')
+    for s in subtitle:
+        y += 18
+        body.append(f'<text x="{left}" y="{y}" font-size="12" fill="{MUTED}">{esc(s)}</text>')
+    # legend
+    y += 24
+    x = left
+    kinds_used = {b.kind for _, bars in groups for b in bars}
+    for kind, text in LEGEND:
+        if kind not in kinds_used:
+            continue
+        body.append(f'<rect x="{x}" y="{y - 10}" width="12" height="12" '
+                    f'fill="{COLORS[kind]}"/>')
+        body.append(f'<text x="{x + 17}" y="{y}" font-size="12" fill="{INK}">{esc(text)}</text>')
+        x += 17 + int(len(text) * CHAR_W + 0.5) + 22
+    y += 10
+    chart_top = y
+    rows = []
+    for section, bars in groups:
+        if not single:
+            y += 26
+            rows.append(f'<text x="{left}" y="{y}" font-size="13" font-weight="bold" '
+                        f'fill="{INK}">{esc(STORE_TITLES.get(section.name, section.name))}: '
+                        f'{esc(section.command)}</text>')
+        for b in bars:
+            y += 22
+            label = esc(b.label)
+            extra = ""
+            if b.note:
+                extra = f'<tspan dx="6" fill="{MUTED}">· {esc(b.note)}</tspan>'
+            rows.append(f'<text x="{left}" y="{y}" font-size="12" fill="{INK}">{label}{extra}'
+                        f'<tspan dx="8" fill="{MUTED}">(line {b.lineno})</tspan></text>')
+            y += 5
+            w = b.number * scale
+            rows.append(f'<rect x="{left}" y="{y}" width="{f1(max(w, 0.0))}" height="14" '
+                        f'fill="{COLORS[b.kind]}"><title>{esc(b.label)}: {esc(b.text)}</title>'
+                        f'</rect>')
+            rows.append(f'<text x="{f1(left + max(w, 0.0) + 6)}" y="{y + 11}" font-size="12" '
+                        f'font-weight="bold" fill="{INK}">{esc(b.text)}</text>')
+            y += 14
+    chart_bottom = y + 6
+    # grid and axis under the bars
+    grid = []
+    v = 0.0
+    while v <= axis_max + step / 1000:
+        gx = left + v * scale
+        grid.append(f'<line x1="{f1(gx)}" y1="{chart_top}" x2="{f1(gx)}" y2="{chart_bottom}" '
+                    f'stroke="#d0d7de" stroke-width="1"/>')
+        grid.append(f'<text x="{f1(gx)}" y="{chart_bottom + 14}" font-size="11" '
+                    f'text-anchor="middle" fill="{MUTED}">{fmt_tick(v, step)}</text>')
+        v += step
+    y = chart_bottom + 32
+    grid.append(f'<text x="{f1(left + bar_w_max / 2)}" y="{y}" font-size="12" '
+                f'text-anchor="middle" fill="{MUTED}">{esc(unit)}</text>')
+    for line in foot_lines:
+        y += 16
+        rows.append(f'<text x="{left}" y="{y}" font-size="11" fill="{MUTED}">{esc(line)}</text>')
+    height = y + 16
+    out.append(f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+               f'viewBox="0 0 {width} {height}" font-family="sans-serif">')
+    out.append(f'<title>{esc(title)}</title>')
+    out.append(f'<rect x="0" y="0" width="{width}" height="{height}" fill="#ffffff"/>')
+    out += body + grid + rows
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+def render(run_path):
+    """{file name: bytes} for the run at run_path."""
+    with open(run_path, "rb") as f:
+        data = f.read()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ParseError(f"{run_path}: not UTF-8 ({e})")
+    run = parse(text)
+    known = set(FULL_RUN)
+    for s in run.sections:
+        if s.name not in known:
+            raise ParseError(f"line {s.lineno}: no charts for section {s.name!r}; add them to "
+                             f"CHARTS in scripts/bench_charts.py: ## {s.name}: {s.command}")
+    missing = [n for n in FULL_RUN if run.section(n) is None]
+    if missing:
+        raise ParseError(f"not a full run: no section for {', '.join(missing)} "
+                         f"(scripts/bench.sh with no arguments runs them all)")
+    run_name = os.path.basename(run_path)
+    files = {}
+    for fname, title, spec_groups in CHARTS:
+        files[fname] = draw(run, run_name, fname, title, build(run, spec_groups)).encode("utf-8")
+    return files
+
+
+def write(files, outdir):
+    os.makedirs(outdir, exist_ok=True)
+    for name in sorted(files):
+        with open(os.path.join(outdir, name), "wb") as f:
+            f.write(files[name])
+    for name in sorted(os.listdir(outdir)):
+        if name.endswith(".svg") and name not in files:
+            os.remove(os.path.join(outdir, name))
+            print(f"removed {os.path.join(outdir, name)}: no longer generated")
+
+
+def main(argv):
+    check = False
+    args = argv[1:]
+    if args and args[0] == "--check":
+        check = True
+        args = args[1:]
+    if len(args) != 2:
+        print("usage: bench_charts.py [--check] RUN.txt OUTDIR", file=sys.stderr)
+        return 2
+    run_path, outdir = args
+    try:
+        files = render(run_path)
+    except (ParseError, OSError) as e:
+        print(f"bench_charts.py: {run_path}: {e}", file=sys.stderr)
+        return 2
+    if not check:
+        write(files, outdir)
+        print(f"wrote {len(files)} charts to {outdir}")
+        return 0
+    tmp = tempfile.mkdtemp(prefix="bench-charts-")
+    try:
+        write(files, tmp)
+        want = set(os.listdir(tmp))
+        have = set(os.listdir(outdir)) if os.path.isdir(outdir) else set()
+        bad = []
+        for name in sorted(want | have):
+            if name not in have:
+                bad.append(f"missing: {os.path.join(outdir, name)}")
+            elif name not in want:
+                bad.append(f"extra: {os.path.join(outdir, name)} (not generated from {run_path})")
+            else:
+                with open(os.path.join(outdir, name), "rb") as f:
+                    if f.read() != files[name]:
+                        bad.append(f"differs: {os.path.join(outdir, name)}")
+    finally:
+        shutil.rmtree(tmp)
+    if bad:
+        for line in bad:
+            print(line, file=sys.stderr)
+        print(f"charts in {outdir} are not what {run_path} gives; regenerate with: "
+              f"python3 scripts/bench_charts.py {run_path} {outdir}", file=sys.stderr)
+        return 1
+    print(f"{len(files)} charts in {outdir} match {run_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
