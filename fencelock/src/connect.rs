@@ -8,6 +8,7 @@ use crate::{store_for, DynLockStore, Result};
 /// | --- | --- | --- |
 /// | `memory://[name]` | in-process; the same name gives the same store within a process | always |
 /// | `redis://[user:pass@]host:port[/db]`, `rediss://…` | single Redis server | `redis` |
+/// | `redis+cluster://host:port[,host:port…]` | a Redis Cluster, each lock on its slot's master | `redis` |
 /// | `redlock://host:port,host:port,host:port` | Redlock over independent masters | `redis` |
 /// | `etcd://host:port[,host:port…]`, `etcds://…` | etcd | `etcd` |
 /// | `postgres://…`, `postgresql://…` | PostgreSQL advisory locks | `postgres` |
@@ -20,10 +21,31 @@ use crate::{store_for, DynLockStore, Result};
 /// with [`downcast_ref`](crate::LockStore#method.downcast_ref).
 ///
 /// Store options ride in the query string (key prefix, timeouts, namespace); each store
-/// crate documents its own. Errors: [`Error::InvalidInput`](crate::Error::InvalidInput) for a
-/// malformed URL, an unknown scheme (the message lists the known ones) or a scheme whose
-/// feature is off (the message names the feature); [`Error::Unavailable`](crate::Error::Unavailable)
-/// when the store cannot be reached within its connect timeout.
+/// crate documents its own.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> fencelock::Result<()> {
+/// use fencelock::{ErrorKind, LockStoreExt};
+///
+/// let store = fencelock::connect("memory://orders").await?;
+/// let guard = store.lock("order-42").await?;
+/// // A second handle on the same named store sees the key held.
+/// let other = fencelock::connect("memory://orders").await?;
+/// assert_eq!(other.lock("order-42").await.unwrap_err().kind(), ErrorKind::Contended);
+/// guard.release().await?;
+///
+/// let unknown = fencelock::connect("gopher://127.0.0.1:70").await.unwrap_err();
+/// assert_eq!(unknown.kind(), ErrorKind::InvalidInput); // the message lists the known schemes
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+/// [`InvalidInput`](crate::ErrorKind::InvalidInput) for a malformed URL, an unknown scheme
+/// (the message lists the known ones) or a scheme whose feature is off (the message names the
+/// feature); [`Unavailable`](crate::ErrorKind::Unavailable) when the store cannot be reached
+/// within its connect timeout; [`Store`](crate::ErrorKind::Store) when it refuses the
+/// connection (credentials, a table of another layout).
 ///
 /// # Cancel safety
 /// Dropping the future drops any half-made connection; nothing is held yet.

@@ -165,7 +165,13 @@ mod tests {
         let mut ran = false;
         let error = gate.write(9, || ran = true).unwrap_err();
         assert!(
-            matches!(error, Error::InvalidInput { what: "fencing token", .. }),
+            matches!(
+                error,
+                Error::InvalidInput {
+                    what: "fencing token",
+                    ..
+                }
+            ),
             "the same refusal as the fence crate's resources: {error:?}"
         );
         assert!(!ran);
