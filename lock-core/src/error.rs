@@ -12,7 +12,28 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 ///
 /// The variants are the decisions a caller can make: fix the input, try again later, stop
 /// working under a lease that is gone, or report a store fault. Use [`Error::is_retryable`]
-/// rather than matching when the only question is "may I try again?".
+/// rather than matching when the only question is "may I try again?", and [`Error::kind`]
+/// when the question is what to do.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use std::time::Duration;
+/// use fencelock_core::{Acquire, Error, ErrorKind, MemoryStore};
+///
+/// let store = MemoryStore::new();
+/// let _held = store.try_acquire("report", Duration::from_secs(10)).await.unwrap();
+/// match store.try_acquire("report", Duration::from_secs(10)).await {
+///     Err(error) if error.kind() == ErrorKind::Contended => {
+///         assert!(matches!(error, Error::Busy { .. }));
+///         assert!(error.is_retryable()); // someone else holds it: try later, or wait
+///     }
+///     other => panic!("{other:?}"),
+/// }
+/// let invalid = store.try_acquire("", Duration::from_secs(10)).await.unwrap_err();
+/// assert_eq!(invalid.kind(), ErrorKind::InvalidInput); // fix the call; a retry cannot help
+/// # }
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {

@@ -159,6 +159,25 @@ fn retry_delay(period: Duration) -> Duration {
 /// A lease kept alive by a background task, with a signal that fires when it is lost.
 ///
 /// Created by [`KeepAlive::start`]. Dropping it stops the extensions (it does not release).
+/// A [`LockGuard`](crate::LockGuard) is one of these with the release added: prefer it.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> fencelock_core::Result<()> {
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use fencelock_core::{Acquire, KeepAlive, LockStore, MemoryStore, Release};
+///
+/// let store = Arc::new(MemoryStore::new());
+/// let lease = store.try_acquire("report", Duration::from_secs(3)).await?;
+/// let held = KeepAlive::start(store.clone(), lease);
+/// tokio::select! {
+///     () = held.lost() => return Err(held.lost_error().expect("lost, so an error")),
+///     () = tokio::time::sleep(Duration::from_secs(4)) => {} // the work, past one TTL
+/// }
+/// store.release(&held.stop()).await?;
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
 pub struct KeepAlive {
     lease: Lease,

@@ -81,6 +81,23 @@ pub fn drift(ttl: Duration) -> Duration {
 /// same renewals. Dropping a lease does not release it (some stores free it when their
 /// connection closes, see [`Capabilities::frees_on_disconnect`](crate::Capabilities)); release it
 /// with [`Release::release`](crate::Release::release) or let it expire.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> fencelock_core::Result<()> {
+/// use std::time::Duration;
+/// use fencelock_core::{Acquire, Extend, MemoryStore, Release, ReleaseOutcome};
+///
+/// let store = MemoryStore::new();
+/// let first = store.try_acquire("report", Duration::from_secs(10)).await?;
+/// assert!(first.remaining() <= Duration::from_secs(10)); // the local deadline, conservative
+/// store.extend(&first).await?;                           // moves it on
+/// assert_eq!(store.release(&first).await?, ReleaseOutcome::Released);
+/// let next = store.try_acquire("report", Duration::from_secs(10)).await?;
+/// assert!(next.fencing_token() > first.fencing_token()); // tokens only grow per key
+/// assert_eq!(store.release(&first).await?, ReleaseOutcome::Lost); // a stale release frees nothing
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct Lease {
     inner: Arc<LeaseInner>,
