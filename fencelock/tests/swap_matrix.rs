@@ -29,17 +29,28 @@ use tokio::time::{sleep_until, Instant};
 /// Long enough that no lease of these tests expires while it is used.
 const TTL: Duration = Duration::from_secs(10);
 
-/// The granule of a store that mints from a µs clock as it reads it (Redis `TIME`,
-/// PostgreSQL `clock_timestamp()`, MariaDB `NOW(6)`, the SQLite process's clock).
-const MICROSECOND: Duration = Duration::from_micros(1);
+/// The granule of Redis's mint: `TIME` in whole µs (lock-redis/src/script.rs, `mint_lua!`).
+const REDIS_GRANULE: Duration = Duration::from_micros(1);
 
 /// Redlock rounds each node's clock down to 2^18 µs (`TOKEN_GRANULE`,
 /// lock-redis/src/redlock/config.rs).
 const REDLOCK_GRANULE: Duration = Duration::from_micros(1 << 18);
 
-/// etcd keeps `offset + create revision` within its granule of the clock, raising the offset
-/// when a token falls further behind (lock-etcd's crate docs, `# Fencing tokens`).
-const ETCD_GRANULE: Duration = Duration::from_micros(1);
+/// MariaDB's `NOW(6)`, in whole µs (`TOKEN_GRANULE`, lock-mysql/src/config.rs).
+const MYSQL_GRANULE: Duration = Duration::from_micros(1);
+
+/// etcd's token, `offset + create revision`, is at least the client's clock minus this: the
+/// offset is raised when it falls further behind (`GRANULE`, lock-etcd/src/offset.rs).
+const ETCD_GRANULE: Duration = Duration::from_millis(100);
+
+/// How far etcd's tokens can lead the clock of the client that raised the offset: by the
+/// revisions written since the store revision the raise counted from, at most the cluster's
+/// writes in `HINT_AGE` (1 s) plus a round trip, 50 ms at the 50,000 writes/s etcd reaches at
+/// best (lock-etcd/src/offset.rs).
+const ETCD_RUNAHEAD: Duration = Duration::from_millis(50);
+
+/// A strict inequality in µs: one more.
+const MICROSECOND: Duration = Duration::from_micros(1);
 
 /// The seven stores in their default layouts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,18 +68,25 @@ impl Kind {
     /// How far below the clock a fresh mint may be: the clock is floored to this.
     fn granule(self) -> Duration {
         match self {
+            Kind::Redis | Kind::Cluster => REDIS_GRANULE,
             Kind::Redlock => REDLOCK_GRANULE,
             Kind::Etcd => ETCD_GRANULE,
-            _ => MICROSECOND,
+            Kind::Postgres => fencelock::fencelock_postgres::TOKEN_GRANULE,
+            Kind::Mysql => MYSQL_GRANULE,
+            Kind::Sqlite => fencelock::fencelock_sqlite::TOKEN_GRANULE,
         }
     }
 
-    /// How far this store's tokens can run ahead of its clock when every clock is this host's:
-    /// only by grants of one key within one µs (`previous + 1`), and each key here is granted
-    /// at most once per store between waits of at least D. Redlock's raises and etcd's offset
-    /// raises lead by the skew between their clocks, 0 on one host.
+    /// How far this store's tokens can run ahead of its clock when every clock is this host's
+    /// and none steps back: grants of one key within one µs (`previous + 1`) would, but each key
+    /// here is granted once per store between waits of at least D. Redlock's raises lead by the
+    /// skew between its nodes, 0 on one host; etcd's offset by the revisions written since its
+    /// raise counted ([`ETCD_RUNAHEAD`]).
     fn runahead_on_one_host(self) -> Duration {
-        Duration::ZERO
+        match self {
+            Kind::Etcd => ETCD_RUNAHEAD,
+            _ => Duration::ZERO,
+        }
     }
 }
 
