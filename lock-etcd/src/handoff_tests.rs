@@ -11,6 +11,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{sleep, Instant};
 
 use crate::handoff::parse_mark;
+use crate::store::created;
 use crate::{EtcdConfig, EtcdStore};
 
 const TTL: Duration = Duration::from_secs(30);
@@ -117,13 +118,17 @@ async fn a_release_hands_the_lock_down_the_queue() {
     // the queue, which lists the two behind it.
     released(&store, &line.first).await;
     let second = granted(waiters.next().expect("a waiter")).await;
-    assert_eq!(second.fencing_token(), entries[1].create_revision() as u64);
+    assert_eq!(created(&second), Some(entries[1].create_revision()));
     let held = queue(&mut line.client, &line.dir).await;
-    assert_eq!(held[0].value(), b"", "granted by a read, not by a mark");
+    assert_eq!(
+        held[0].value(),
+        b"exclusive",
+        "granted by a read, not by a mark"
+    );
     // Its release marks the next entry, passing on the last one.
     released(&store, &second).await;
     let third = granted(waiters.next().expect("a waiter")).await;
-    assert_eq!(third.fencing_token(), entries[2].create_revision() as u64);
+    assert_eq!(created(&third), Some(entries[2].create_revision()));
     let held = queue(&mut line.client, &line.dir).await;
     assert_eq!(held[0].key(), entries[2].key());
     assert_eq!(held[0].create_revision(), entries[2].create_revision());
@@ -139,7 +144,7 @@ async fn a_release_hands_the_lock_down_the_queue() {
     // And that one is handed the lock in turn, with nobody left to pass on.
     released(&store, &third).await;
     let fourth = granted(waiters.next().expect("a waiter")).await;
-    assert_eq!(fourth.fencing_token(), entries[3].create_revision() as u64);
+    assert_eq!(created(&fourth), Some(entries[3].create_revision()));
     let held = queue(&mut line.client, &line.dir).await;
     assert_eq!(parse_mark(held[0].value()), Some(vec![]));
     assert!(second.fencing_token() < third.fencing_token());
@@ -183,7 +188,7 @@ async fn a_successor_whose_entry_vanished_is_not_handed_the_lock() {
             "the release wrote the vanished successor's entry back (revoke: {revoke})"
         );
         let requeued = granted(waiters.next().expect("a waiter")).await;
-        assert!(requeued.fencing_token() > successor.create_revision() as u64);
+        assert!(created(&requeued) > Some(successor.create_revision()));
         let held = queue(&mut line.client, &line.dir).await;
         assert_eq!(held.len(), 1);
         assert_ne!(
@@ -191,7 +196,7 @@ async fn a_successor_whose_entry_vanished_is_not_handed_the_lock() {
             successor.key(),
             "queued again, as a new entry"
         );
-        assert_eq!(held[0].create_revision() as u64, requeued.fencing_token());
+        assert_eq!(Some(held[0].create_revision()), created(&requeued));
         released(&store, &requeued).await;
     }
 }

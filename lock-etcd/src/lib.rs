@@ -337,7 +337,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-// Module order (each imports only from those before it): config, error, keys, modes, handoff, txn, renewer, store, descriptor.
+// Module order (each imports only from those before it): config, error, keys, modes, handoff, offset, txn, renewer, store, descriptor.
 mod config;
 mod descriptor;
 mod error;
@@ -346,6 +346,7 @@ mod handoff;
 mod handoff_tests;
 mod keys;
 mod modes;
+mod offset;
 mod renewer;
 mod store;
 mod txn;

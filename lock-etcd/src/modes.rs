@@ -17,13 +17,18 @@
 
 use fencelock_core::Mode;
 
+/// The value of an exclusive entry until a handoff marks it. Older builds (and etcd's own lock
+/// clients) put the empty value, which still reads as exclusive; it also tells such an entry
+/// apart ([`crate::offset::put_by_raw_minter`]).
+const EXCLUSIVE: &str = "exclusive";
 /// The value of a reader's entry while it waits.
 const SHARED_WAITING: &str = "shared waiting";
 /// The value of a granted reader's entry.
 const SHARED: &str = "shared";
 
-/// What an entry's value says about it. Exclusive entries have the empty value, or a handoff
-/// mark once a release handed them the lock ([`crate::handoff`]); anything this module cannot
+/// What an entry's value says about it. Exclusive entries have the value `exclusive` (the
+/// empty value if an older build or etcd's own clients put them), or a handoff mark once a
+/// release handed them the lock ([`crate::handoff`]); anything this module cannot
 /// read counts as exclusive, which blocks every other request (never a grant next to an entry
 /// it does not understand).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,7 +71,7 @@ impl EntryMode {
     /// The value that records this entry.
     pub(crate) fn value(self) -> String {
         match self {
-            EntryMode::Exclusive => String::new(),
+            EntryMode::Exclusive => EXCLUSIVE.into(),
             EntryMode::Shared { granted: true } => SHARED.into(),
             EntryMode::Shared { granted: false } => SHARED_WAITING.into(),
             EntryMode::Permit { limit, slot: None } => format!("permit {limit} waiting"),
@@ -223,7 +228,8 @@ mod tests {
             assert_eq!(EntryMode::parse(mode.value().as_bytes()), mode);
         }
         for odd in [
-            &b"permit"[..],
+            &b""[..],
+            b"permit",
             b"permit x waiting",
             b"permit 3 slot",
             b"permit 3 slot -1",

@@ -28,6 +28,7 @@ use crate::error::{
 use crate::handoff::{self, Successor};
 use crate::keys::{self, entry_owner};
 use crate::modes::{self, Decision, EntryMode, Seen};
+use crate::offset;
 use crate::renewer::Renewer;
 use crate::txn;
 use crate::watcher::{Watcher, Watching};
@@ -80,6 +81,13 @@ pub fn mutex_key(lease: &Lease) -> Option<&str> {
     (held.layout == Layout::Etcd).then_some(held.entry.as_str())
 }
 
+/// The create revision of a lease's entry, which release and extend compare (the token is the
+/// offset plus it, in [`Layout::Fencelock`]).
+#[cfg(test)]
+pub(crate) fn created(lease: &Lease) -> Option<i64> {
+    Some(lease.store_state::<Held>()?.created)
+}
+
 /// A lock store on etcd v3 (3.4 or newer).
 ///
 /// Cloning is cheap; clones share one connection and one keep-alive stream. See the crate docs
@@ -102,6 +110,9 @@ struct Shared {
     /// same old token.
     auth_refreshes: AtomicU64,
     auth_refresh: tokio::sync::Mutex<()>,
+    /// The highest store revision an answer showed, and when: the hint a raise of the token
+    /// offset counts from (see [`offset::HINT_AGE`]).
+    revision_seen: Mutex<Option<(i64, Instant)>>,
 }
 
 /// An etcd lease whose lock was released: it holds no keys and is not kept alive. The next
@@ -135,8 +146,11 @@ const MAX_IDLE_PER_TTL: usize = 8;
 
 /// What one enqueue found.
 struct Enqueued {
-    /// Our entry's create revision: the token in [`Layout::Fencelock`], if we get the lock.
+    /// Our entry's create revision, which release and extend compare.
     revision: i64,
+    /// The prefix's token offset as of `revision` ([`Layout::Fencelock`]; 0 in
+    /// [`Layout::Etcd`]): the token is their sum, if we get the lock.
+    offset: u64,
     /// The store revision the transaction was answered at: the token in [`Layout::Etcd`], if
     /// our entry is the head.
     answered_at: i64,
@@ -281,6 +295,7 @@ impl EtcdStore {
                 idle: Mutex::default(),
                 auth_refreshes: AtomicU64::new(0),
                 auth_refresh: tokio::sync::Mutex::new(()),
+                revision_seen: Mutex::default(),
             }),
         })
     }
@@ -363,11 +378,84 @@ impl EtcdStore {
 
     async fn txn(&self, what: &'static str, resend: Resend, txn: Txn) -> Result<TxnResponse> {
         let client = &self.shared.client;
-        self.call(what, resend, || {
-            let (mut kv, txn) = (client.kv_client(), txn.clone());
-            async move { kv.txn(txn).await }
-        })
-        .await
+        let answer = self
+            .call(what, resend, || {
+                let (mut kv, txn) = (client.kv_client(), txn.clone());
+                async move { kv.txn(txn).await }
+            })
+            .await?;
+        self.saw_revision(answer.header());
+        Ok(answer)
+    }
+
+    /// Notes the store revision of an answer, for the next raise of the token offset.
+    fn saw_revision(&self, header: Option<&etcd_client::ResponseHeader>) {
+        let Some(revision) = header.map(|header| header.revision()) else {
+            return;
+        };
+        let mut seen = self
+            .shared
+            .revision_seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let highest = seen.map_or(revision, |(before, _)| before.max(revision));
+        *seen = Some((highest, Instant::now()));
+    }
+
+    /// A store revision no later than the next write's: the last one an answer showed, if at
+    /// most [`offset::HINT_AGE`] old, otherwise a serializable read's (the member at hand
+    /// answers, without a consensus round; a member never shows a revision not yet committed).
+    async fn revision_hint(&self) -> Result<i64> {
+        let seen = *self
+            .shared
+            .revision_seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some((revision, seen_at)) = seen {
+            if Instant::now().saturating_duration_since(seen_at) <= offset::HINT_AGE {
+                return Ok(revision);
+            }
+        }
+        let key = offset::key(self.shared.config.prefix());
+        let client = &self.shared.client;
+        let answer = self
+            .call("read the store revision", Resend::Transient, || {
+                let (mut kv, key) = (client.kv_client(), key.clone());
+                let options = GetOptions::new().with_count_only().with_serializable();
+                async move { kv.get(key, Some(options)).await }
+            })
+            .await?;
+        self.saw_revision(answer.header());
+        answer
+            .header()
+            .map(|header| header.revision())
+            .ok_or_else(|| Error::Store {
+                message: "etcd answered a read without a header".into(),
+                source: None,
+            })
+    }
+
+    /// The token offset as of the end of store revision `created`, from `current`, the offset
+    /// key as read later (absent: none was ever set, 0). Unless the offset changed since
+    /// `created`, `current` is it; otherwise it is read as of `created`, which fails if etcd
+    /// compacted that revision away.
+    async fn offset_at(&self, current: Option<&KeyValue>, created: i64) -> Result<u64> {
+        let key = offset::key(self.shared.config.prefix());
+        let Some(current) = current else {
+            return Ok(0);
+        };
+        if current.mod_revision() <= created {
+            return offset::parse(&key, current.value());
+        }
+        let then = self
+            .kv_get(
+                "read the token offset",
+                key.clone(),
+                txn::offset_at(created),
+            )
+            .await?;
+        then.first()
+            .map_or(Ok(0), |kv| offset::parse(&key, kv.value()))
     }
 
     async fn kv_get(
@@ -384,6 +472,7 @@ impl EtcdStore {
                 async move { kv.get(key, Some(options)).await }
             })
             .await?;
+        self.saw_revision(answer.header());
         Ok(answer.take_kvs())
     }
 
@@ -460,6 +549,7 @@ impl EtcdStore {
                 async move { leases.grant(requested, None).await }
             })
             .await?;
+        self.saw_revision(granted.header());
         if !granted.error().is_empty() {
             return Err(Error::Store {
                 message: format!("etcd refused a lease: {}", granted.error()),
@@ -471,8 +561,19 @@ impl EtcdStore {
     }
 
     async fn enqueue(&self, dir: &str, entry: &str, lease_id: i64, mode: Mode) -> Result<Enqueued> {
-        let txn = txn::enqueue(dir, entry, lease_id, EntryMode::waiting(mode).value());
-        // Safe to send twice: a second put keeps the entry's create revision, read back here.
+        let prefix = self.shared.config.prefix();
+        let (value, raise) = match self.shared.config.layout {
+            // As etcd's own clients put it: no offset, the empty value.
+            Layout::Etcd => (String::new(), None),
+            Layout::Fencelock => {
+                let hint = self.revision_hint().await?;
+                let raise = offset::raise(prefix, offset::clock_micros(), hint)?;
+                (EntryMode::waiting(mode).value(), Some(raise))
+            }
+        };
+        let txn = txn::enqueue(dir, entry, lease_id, value, raise.as_ref());
+        // Safe to send twice: a second put keeps the entry's create revision, read back here
+        // (and the offset is taken as of that revision); a second raise only raises.
         let answer = self.txn("enqueue", Resend::Transient, txn).await?;
         let reads = txn::gets(&answer);
         let create_revision = |i: usize| {
@@ -513,8 +614,24 @@ impl EtcdStore {
                         Layout::Fencelock => handoff::is_exclusive_entry(dir, predecessor),
                     }
         );
+        let offset = match raise {
+            None => 0,
+            Some(_) => {
+                // The head and our predecessor, with their values: an entry of a client that
+                // mints raw revisions there would get smaller tokens after ours.
+                let others = reads.get(1).into_iter().chain(reads.get(2)).flatten();
+                if let Some(raw) = others.into_iter().find(|kv| {
+                    kv.key() != entry.as_bytes() && offset::put_by_raw_minter(kv.value())
+                }) {
+                    return Err(offset::raw_minter_found(prefix, raw.key()));
+                }
+                let current = reads.get(3).and_then(|kvs| kvs.first());
+                self.offset_at(current, revision).await?
+            }
+        };
         Ok(Enqueued {
             revision,
+            offset,
             answered_at: answered_at(&answer)?,
             first: create_revision(1) == Some(revision),
             predecessor,
@@ -705,15 +822,14 @@ impl EtcdStore {
                     }
                 }
             };
-            revoke.disarm();
             let token = match layout {
-                Layout::Fencelock => enqueued.revision,
-                Layout::Etcd => answered_at,
+                Layout::Fencelock => offset::token(enqueued.offset, enqueued.revision)?,
+                Layout::Etcd => u64::try_from(answered_at).map_err(|_| Error::Store {
+                    message: format!("etcd gave a negative revision {answered_at}"),
+                    source: None,
+                })?,
             };
-            let token = u64::try_from(token).map_err(|_| Error::Store {
-                message: format!("etcd gave a negative revision {token}"),
-                source: None,
-            })?;
+            revoke.disarm();
             tracing::debug!(key, token, lease_id, %mode, slot, "acquired");
             let lease = Lease::with_store_state(
                 key,
@@ -1880,7 +1996,7 @@ impl LockStore for EtcdStore {
                 .revoke("revoke the evicted holder's lease", head.lease())
                 .await;
         }
-        tracing::info!(key, token = head.create_revision(), deleted, "evicted");
+        tracing::info!(key, created = head.create_revision(), deleted, "evicted");
         Ok(deleted)
     }
 
@@ -1904,6 +2020,20 @@ impl LockStore for EtcdStore {
         };
         let Some(head) = queue.first() else {
             return Ok(KeyStatus::Free);
+        };
+        // Read after the queue: an offset changed since an entry's creation is read as of it.
+        let offset = match self.shared.config.layout {
+            Layout::Fencelock => self
+                .kv_get(
+                    "read the token offset",
+                    offset::key(self.shared.config.prefix()),
+                    GetOptions::new(),
+                )
+                .await
+                .map_err(refused())?
+                .into_iter()
+                .next(),
+            Layout::Etcd => None,
         };
         let head_mode = match self.shared.config.layout {
             Layout::Fencelock => EntryMode::parse(head.value()),
@@ -1929,7 +2059,8 @@ impl LockStore for EtcdStore {
                 };
                 holders.push(HolderStatus::new(
                     entry_owner(&dir, kv.key()),
-                    u64::try_from(kv.create_revision()).ok(),
+                    self.status_token(offset.as_ref(), kv.create_revision())
+                        .await,
                     slot,
                     remaining,
                 ));
@@ -1946,7 +2077,10 @@ impl LockStore for EtcdStore {
         let remaining = self.remaining(head.lease()).await.map_err(refused())?;
         // In the etcd layout the token (the granting reply's revision) is kept nowhere in etcd.
         let token = match self.shared.config.layout {
-            Layout::Fencelock => u64::try_from(head.create_revision()).ok(),
+            Layout::Fencelock => {
+                self.status_token(offset.as_ref(), head.create_revision())
+                    .await
+            }
             Layout::Etcd => None,
         };
         Ok(KeyStatus::Held {
@@ -1962,6 +2096,13 @@ impl LockStore for EtcdStore {
 const STATUS_TTL_READS: usize = 32;
 
 impl EtcdStore {
+    /// The token of an entry created at `created`, as its grant computed it, for `status`;
+    /// `None` if the offset of that revision is unknown (compacted away, or unreadable).
+    async fn status_token(&self, current: Option<&KeyValue>, created: i64) -> Option<u64> {
+        let offset = self.offset_at(current, created).await.ok()?;
+        offset::token(offset, created).ok()
+    }
+
     /// What is left of etcd lease `lease_id` (`None` for no lease, or one that is gone).
     async fn remaining(&self, lease_id: i64) -> Result<Option<Duration>> {
         if lease_id == 0 {

@@ -7,6 +7,7 @@
 
 use crate::handoff::{self, Successor};
 use crate::keys;
+use crate::offset::Raise;
 use etcd_client::{
     Compare, CompareOp, GetOptions, KeyValue, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
     TxnOpResponse, TxnResponse,
@@ -20,24 +21,72 @@ pub(crate) fn queue_head() -> GetOptions {
         .with_limit(1)
 }
 
-/// Enqueue: put `entry` (with `value`: empty for an exclusive request) on `lease_id`, read it
+/// Enqueue: put `entry` (with `value`: the mode the request waits in) on `lease_id`, read it
 /// back, read the head of `dir` and its two newest entries. Atomic: one transaction at one
 /// revision, so "we are first" is decided against exactly the queue the entry joined (and a
 /// resent put, which keeps the create revision, decides the same); and when our entry is the
 /// newest, the one before it is our predecessor in that same snapshot, so a waiter starts
 /// watching it without another read.
-pub(crate) fn enqueue(dir: &str, entry: &str, lease_id: i64, value: String) -> Txn {
-    let newest = GetOptions::new()
+///
+/// With `raise` ([`Layout::Fencelock`](crate::Layout::Fencelock)), the prefix's token offset
+/// is first raised if it is below the raise's threshold (or absent), and read after the put: the
+/// offset of the entry's own revision, in the same transaction, so tokens (offset plus create
+/// revision) follow create revisions. The head and the newest entries then come with their
+/// values, which tell an entry put by a client that mints raw revisions.
+pub(crate) fn enqueue(
+    dir: &str,
+    entry: &str,
+    lease_id: i64,
+    value: String,
+    raise: Option<&Raise>,
+) -> Txn {
+    let mut newest = GetOptions::new()
         .with_prefix()
         .with_sort(SortTarget::Create, SortOrder::Descend)
-        .with_limit(2)
-        .with_keys_only();
-    Txn::new().and_then([
+        .with_limit(2);
+    let mut head = queue_head();
+    if raise.is_none() {
+        newest = newest.with_keys_only();
+        head = head.with_keys_only();
+    }
+    let mut ops = Vec::with_capacity(6);
+    if let Some(raise) = raise {
+        ops.push(TxnOp::txn(raise_offset(raise)));
+    }
+    ops.extend([
         TxnOp::put(entry, value, Some(PutOptions::new().with_lease(lease_id))),
         TxnOp::get(entry, Some(GetOptions::new().with_keys_only())),
-        TxnOp::get(dir, Some(queue_head().with_keys_only())),
+        TxnOp::get(dir, Some(head)),
         TxnOp::get(dir, Some(newest)),
-    ])
+    ]);
+    if let Some(raise) = raise {
+        ops.push(TxnOp::get(raise.key.as_str(), None));
+    }
+    Txn::new().and_then(ops)
+}
+
+/// Raise the token offset to `raise.target` if it is below `raise.below`, or absent. Only ever
+/// upward: the comparison and the put are one step (etcd compares the zero-padded digits byte
+/// by byte, which is their numeric order).
+fn raise_offset(raise: &Raise) -> Txn {
+    let put = || TxnOp::put(raise.key.as_str(), raise.target.as_str(), None);
+    // etcd fails a value comparison on an absent key: the else branch creates it.
+    let create = Txn::new()
+        .when([Compare::version(raise.key.as_str(), CompareOp::Equal, 0)])
+        .and_then([put()]);
+    Txn::new()
+        .when([Compare::value(
+            raise.key.as_str(),
+            CompareOp::Less,
+            raise.below.as_str(),
+        )])
+        .and_then([put()])
+        .or_else([TxnOp::txn(create)])
+}
+
+/// The offset as of the end of store revision `revision` (a resent enqueue read a later one).
+pub(crate) fn offset_at(revision: i64) -> GetOptions {
+    GetOptions::new().with_revision(revision)
 }
 
 /// Predecessor: the newest entry of `dir` older than `revision`, and `entry` itself; with

@@ -27,19 +27,25 @@ fn fresh_prefix(name: &str) -> String {
     format!("modes-{name}-{}/", OwnerId::random())
 }
 
-/// How many keys exist under `prefix` (every entry of every queue in it).
+/// How many queue entries exist under `prefix` (every entry of every queue in it; the
+/// prefix's token offset, `{prefix}~offset`, is none).
 async fn keys_under(prefix: &str) -> i64 {
     let mut client = etcd_client::Client::connect([shared::etcd().endpoint()], None)
         .await
         .expect("a raw client");
-    client
+    let offset = format!("{prefix}~offset");
+    let answer = client
         .get(
             prefix,
-            Some(GetOptions::new().with_prefix().with_count_only()),
+            Some(GetOptions::new().with_prefix().with_keys_only()),
         )
         .await
-        .expect("count the keys")
-        .count()
+        .expect("list the keys");
+    answer
+        .kvs()
+        .iter()
+        .filter(|kv| kv.key() != offset.as_bytes())
+        .count() as i64
 }
 
 async fn until_keys(prefix: &str, n: i64) {

@@ -1,6 +1,7 @@
 //! etcd keeps no per-key state past a lease: a lock is one key on the holder's etcd lease and
-//! its token is a revision. What this checks is that nothing else is left behind: after
-//! 10,000 distinct keys are locked and released no key is left under the prefix and at most
+//! its token is a revision plus the prefix's one token offset. What this checks is that nothing
+//! else is left behind: after 10,000 distinct keys are locked and released no key but that
+//! offset is left under the prefix and at most
 //! the handle's idle leases (8 per TTL) live on, ending with the handle; a dropped waiter's
 //! queue key goes with its lease. Old revisions stay until the cluster is compacted, which is
 //! the operator's business (`--auto-compaction-retention`), so only live keys are counted.
@@ -35,16 +36,31 @@ async fn client() -> Client {
         .expect("etcd client")
 }
 
-/// Live keys under `prefix` (old revisions are not keys).
+/// Live keys under `prefix` but its token offset (old revisions are not keys).
 async fn live_keys(client: &mut Client, prefix: &str) -> i64 {
+    let offset = format!("{prefix}~offset");
     client
         .get(
             prefix,
-            Some(GetOptions::new().with_prefix().with_count_only()),
+            Some(GetOptions::new().with_prefix().with_keys_only()),
         )
+        .await
+        .expect("list")
+        .kvs()
+        .iter()
+        .filter(|kv| kv.key() != offset.as_bytes())
+        .count() as i64
+}
+
+/// Whether `prefix` holds its one token offset.
+async fn has_offset(client: &mut Client, prefix: &str) -> bool {
+    let offset = format!("{prefix}~offset");
+    client
+        .get(offset, Some(GetOptions::new().with_count_only()))
         .await
         .expect("count")
         .count()
+        == 1
 }
 
 /// Leases the server holds (this test binary has the shared etcd to itself).
@@ -96,6 +112,10 @@ async fn ten_thousand_distinct_keys_leave_no_key_and_only_idle_leases_behind() {
     }
     let mut client = client().await;
     assert_eq!(live_keys(&mut client, prefix).await, 0, "no key left");
+    assert!(
+        has_offset(&mut client, prefix).await,
+        "one offset per prefix"
+    );
     // Revokes of leases beyond the idle ones run in the background.
     assert!(
         until(async || live_leases(&mut client).await <= 8).await,
