@@ -34,10 +34,10 @@
 //!   crash cannot hand out a token twice: the client only ever sees committed, flushed tokens.
 //!   (A sequence would not do: `nextval()` may lose increments in a crash.) The table is keyed
 //!   by the key's bytes, so keys may contain NUL and a hash collision never merges two counters.
-//!   A raw id's token is also at least the id of the transaction that bumps it
-//!   (`pg_current_xact_id()`, which the server hands out in one increasing order and never
-//!   reuses, across a crash too), so raw leases through different fence tables still get
-//!   increasing tokens.
+//!   A token is `max(counter + 1, the server's clock in µs since the Unix epoch)` (fence
+//!   scheme 3): it keeps growing from another store's tokens after a swap (see "Tokens across
+//!   a swap of stores"), and a key whose row was removed restarts above its last token (see
+//!   "Per-key state"). Raw leases through different fence tables are ordered by that clock.
 //! - **The TTL is enforced by the server**: the acquire statement sets `idle_session_timeout`
 //!   to the TTL on the lease's session, and every extend (any statement) restarts that timer. A
 //!   holder that stops talking (paused process, partition) loses its session — and its lock —
@@ -183,6 +183,9 @@
 //! - At most one live lease per key (per advisory id) at any instant, across all clients of the
 //!   server, as long as the server runs. A server crash or restart ends every session and so
 //!   every lease; tokens stay monotonic across it.
+//! - A key's tokens strictly increase while its fence row exists, whatever the clock does
+//!   (`counter + 1`, committed durably), and across the removal of its row as long as the
+//!   server's clock steps back by at most `max_skew` (see "Per-key state").
 //! - A lease's local deadline (`sent_at + ttl − drift`) is never later than the moment the
 //!   server kills its silent session: the server's idle timer starts only after the statement
 //!   that granted or extended the lease has run, which is after `sent_at`, and it runs for the
@@ -209,6 +212,11 @@
 //! - Advisory locks live on one server: a failover to a replica loses every lock (the promoted
 //!   server has no sessions), and the fence table only keeps monotonic tokens if replication is
 //!   synchronous.
+//! - A server clock that steps back by more than `max_skew` just after an idle row was removed
+//!   can give that key a token that is not above its last one; raw leases through two fence
+//!   tables, ordered by the clock alone, likewise. The resource refuses such a token
+//!   (`StaleToken`): safe, but the key is unusable there until the clock has passed the old
+//!   token.
 //!
 //! # Connection cost
 //! Every held lease and every waiting acquire occupies one server connection (a backend
@@ -269,45 +277,93 @@
 //!
 //! # Per-key state
 //! The fence table holds one row per key bumped within the retention window (`retention`, 7
-//! days by default, which must exceed `max_ttl`, 24 h by default), never one per key ever
-//! locked: a release spawns, at most once per tenth of the window (between 100 ms and 10 min),
-//! a background run that deletes rows not bumped for a window, in statements of at most 1,000
-//! rows that skip locked rows (`FOR UPDATE SKIP LOCKED`), on a session of its own. No acquire
+//! days by default, which must exceed `max_ttl`, 24 h by default, and be at least
+//! [`PostgresConfig::min_retention`]), never one per key ever locked: a release spawns, at most
+//! once per tenth of the window (between 100 ms and 10 min), a background run that deletes rows
+//! not bumped for a window (and whose token the clock has passed, see below), in statements of
+//! at most 1,000 rows that skip locked rows (`FOR UPDATE SKIP LOCKED`), on a session of its
+//! own. No acquire
 //! waits for it beyond one batch touching the very row it bumps, and it never waits for an
 //! acquire. [`PostgresStore::fence_rows`] counts the rows (`lockctl stats` shows it);
 //! [`PostgresStore::remove_idle_fences`] runs a removal at once. Locks themselves leave
 //! nothing behind: an advisory lock lives in its session.
 //!
-//! **Tokens after a row went (fence scheme 2).** A token is `max(counter + 1, the bumping
-//! transaction's id)` (`pg_current_xact_id()`, 64 bits, never reused, crash included, since
-//! the bump commits durably). The next bump of a key starts after the previous one committed,
-//! so its transaction id is greater: from the first bump under scheme 2 on, a key's token is
-//! the id of the transaction that minted it. A row is deleted only if its token is below
-//! `pg_snapshot_xmin(pg_current_snapshot())`, the oldest transaction id still running when
-//! the delete runs, so every bump that can still happen, including one racing the delete,
-//! mints above it. No clock is involved: a clock step, or a failover to a replica whose clock
-//! is behind, changes nothing (a failover to an asynchronous replica may still lose bumps, as
-//! before). A row whose counter is ahead of the transaction ids (a table copied into a younger
-//! cluster with `pg_dump`) is kept until the ids pass it.
+//! **Tokens after a row went (fence scheme 3).** A token is `max(counter + 1, F)`, where `F`
+//! is the server's clock (`clock_timestamp()`) in whole µs since the Unix epoch, read once by
+//! the statement that bumps, after it took the key's lock. While a key's row exists its tokens
+//! grow by the counter whatever the clock does; a key whose row was removed starts again at
+//! `F` alone. So the removal deletes a row only if, besides not having been bumped for the
+//! window, its token is at least [`PostgresConfig::min_retention`] (a granule plus `max_skew`
+//! plus 1 ms) below the server's clock at the removing statement's start
+//! (`statement_timestamp()`), and no session holds or waits for the key's lock in `pg_locks`
+//! (read after that start). Every bump takes its key's lock before it reads the clock, so a
+//! bump that `pg_locks` does not show reads the clock after the removal started: at least that
+//! reading less a step back of at most `max_skew`, so more than 1 ms above the removed token.
+//! A bump that committed meanwhile is seen by `FOR UPDATE`'s recheck of the newest row
+//! version. A row whose token is ahead of the clock (`counter + 1` winning after the clock
+//! stepped back, or a table copied to a server whose clock is behind) is kept until the clock
+//! has passed it. The window is what lets rows go: a row not bumped for `retention` holds a
+//! token `retention` behind the clock (unless the clock stepped back since), so with
+//! `retention` at least `min_retention` the check holds as soon as the window has passed, and
+//! [`PostgresConfig::from_url`] refuses a shorter window (1002 ms with the default `max_skew`
+//! of 1 s; see [`PostgresConfig`] for why `max_skew` is a URL option). What a larger step back
+//! does is under "What is not".
 //!
-//! **Upgrading from fence scheme 1.** Earlier builds minted plain counters (1, 2, 3, … per
-//! key) and never deleted a row; a new table records fence scheme 2 in a CHECK constraint on
-//! its `fence_scheme` column (`fencelock_fence_scheme_2`), next to the lock-id scheme, and a
-//! store refuses a table without it ([`Error::Store`](fencelock_core::Error::Store) naming the fix).
-//! The lock ids do not change, so lock-id scheme 2 stays. On each existing fence table: stop
-//! every store that uses it, run [`PostgresConfig::fence_scheme_upgrade_sql`] once (counters
-//! kept), start the new binaries. Each key's next token then jumps once, upward, from its
-//! counter to a transaction id. The column has no default, so an old binary started by
-//! mistake afterwards cannot insert a row (a not-null violation) and never restarts a removed
-//! key at 1; a table still at lock-id scheme 1 gets both columns from
+//! **Upgrading from fence scheme 1 or 2.** Earlier builds minted plain counters (1, 2, 3, … per
+//! key, fence scheme 1, recording nothing) or floored them at the bumping transaction's id
+//! (fence scheme 2, constraint `fencelock_fence_scheme_2`); both are far below the clock, so a
+//! key whose row this build removed would restart below its last token under an older store.
+//! A new table records fence scheme 3 in a CHECK constraint on its `fence_scheme` column
+//! (`fencelock_fence_scheme_3`), next to the lock-id scheme, and a store refuses a table that
+//! records another ([`Error::Store`](fencelock_core::Error::Store) naming the fix). The lock ids
+//! do not change, so lock-id scheme 2 stays. On each existing fence table: stop every store
+//! that uses it, run [`PostgresConfig::fence_scheme_upgrade_sql`] once (one transaction, no
+//! table rewrite, counters kept), start the new binaries. Each key's next token then jumps
+//! once, upward, from its counter to the clock (about 1.8 × 10¹⁵ µs today). The upgrade drops
+//! the `fence_scheme` column and adds it again without a default and with the new constraint,
+//! so an older store started by mistake afterwards fails every bump, on a new key and on an
+//! existing one alike (PostgreSQL checks the proposed row before the conflict): a fence-scheme-1
+//! build with a not-null violation, a fence-scheme-2 build with a check violation, and the
+//! latter refuses to start on the table, which records a scheme it does not know. None of them
+//! mints. A table still at lock-id scheme 1 gets both columns from
 //! [`PostgresConfig::lock_id_scheme_upgrade_sql`]. `cargo test -p fencelock-postgres
 //! --all-features --test retention` locks 10,000 distinct keys (`FENCELOCK_KEYS=100000` for
 //! more) with a short window and counts the rows back down.
 //!
+//! # Tokens across a swap of stores
+//! Every fencelock store in its default layout mints `max(previous token + 1, F)`, `F` a clock
+//! in µs since the Unix epoch rounded down to the store's granule, so a resource fenced under
+//! one store accepts the next store's first lease, with no reset, once the swap waited long
+//! enough. For this store:
+//! - **Granule `G` = 1 µs** ([`TOKEN_GRANULE`]): `F` is the server's clock in whole µs, read
+//!   by the statement that mints. The server's clock, never a client's: the hosts that run the
+//!   clients do not enter `D`.
+//! - **Runahead** (how far a token can be ahead of the server's clock when it is minted): none
+//!   while the clock never steps back, since a key's grants are serialised by its lock and each
+//!   commits durably, far slower than one per µs, so `counter + 1` never outruns the clock by
+//!   itself. Otherwise the largest step back of the server's clock since the key's last tokens
+//!   were minted: an NTP step, a failover to a replica whose clock is behind the old primary's;
+//!   `max_skew` where the deployment keeps that promise. Counters from a table upgraded from
+//!   fence scheme 1 or 2 are far below the clock and add nothing.
+//! - **The delay `D`.** A swap from store A to this store keeps tokens increasing if this
+//!   store's first grant comes at least `D` after A's last grant, with
+//!   `D > skew(A's clock, this server's clock) + runahead(A) + 1 µs`; a swap from this store
+//!   to B needs `D > skew + runahead(this server) + G(B)`. Why: A's last token is at most A's
+//!   clock at that grant plus `runahead(A)`; `D` later, A's clock has moved on by `D`, and B's
+//!   first token is at least B's clock less `G(B)`, which is at least A's clock less the skew
+//!   less `G(B)`: above it. Back again (A → B → A) is the same argument the other way; a
+//!   counter kept by A only adds. With this server's clock kept by NTP (skew to another NTP
+//!   host of a few ms, no step back), a few ms plus the other store's granule is enough.
+//!
+//! This store has no interop layout: every key and raw id mints as above, and no URL option
+//! changes its tokens. A resource fenced by something other than a fencelock store must be
+//! fenced afresh.
+//!
 //! # The URL
 //! `postgres://` or `postgresql://`, with libpq's usual parameters (`sslmode`, `user`,
 //! `password`, …) and this store's own options (`namespace`, `schema`, `table`,
-//! `connect_timeout`, `command_timeout`, `max_idle`, `retention`, `max_ttl`, `create_table`):
+//! `connect_timeout`, `command_timeout`, `max_idle`, `retention`, `max_ttl`, `max_skew`,
+//! `create_table`):
 //! see [`PostgresConfig`].
 //!
 //! # Server requirements
