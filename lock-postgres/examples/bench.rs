@@ -41,10 +41,10 @@ const TTL: Duration = Duration::from_secs(30);
 const RAW_TRY: &str = "SELECT pg_try_advisory_lock($1)";
 const RAW_BUMP: &str = "INSERT INTO public.fencelock_fence AS f
         (namespace, key, lock_id, lock_id_scheme, fence_scheme, token, owner, holder_pid, ttl_ms, updated_at)
-    VALUES ('bench-raw', $2, $1, 2, 2, pg_current_xact_id()::text::int8, 'raw', pg_backend_pid(), 0,
-            clock_timestamp())
+    VALUES ('bench-raw', $2, $1, 2, 3, floor(extract(epoch FROM clock_timestamp()) * 1000000)::int8,
+            'raw', pg_backend_pid(), 0, clock_timestamp())
     ON CONFLICT (namespace, key) DO UPDATE
-       SET token = GREATEST(f.token + 1, pg_current_xact_id()::text::int8)
+       SET token = GREATEST(f.token + 1, EXCLUDED.token)
     RETURNING f.token";
 const RAW_UNLOCK: &str = "SELECT pg_advisory_unlock($1)";
 
