@@ -125,7 +125,9 @@ async fn the_first_token_on_a_fresh_table_is_at_least_the_server_clock_at_grant(
         let store = store.clone();
         tokio::spawn(async move { store.acquire("waited", ttl, Duration::from_secs(30)).await })
     });
-    // Every statement that mints: a try, a wait granted by a release, a reader, a permit, a raw id.
+    // Every statement that mints: a try, a wait granted by a release, a reader, a permit, a raw
+    // id. Each makes a new row but `waited`, whose row its holder made: there the clock wins
+    // over counter + 1.
     for grant in ["try", "waited", "shared", "permit", "raw"] {
         let before = server_clock_us(&mut admin).await;
         let lease = match (grant, waiter.take()) {
@@ -152,8 +154,8 @@ async fn the_first_token_on_a_fresh_table_is_at_least_the_server_clock_at_grant(
         let token = i64::try_from(lease.fencing_token()).expect("below 2^63");
         assert!(
             (before..=after).contains(&token),
-            "{grant}: the first token of a fresh row, {token}, is the server's clock at the \
-             grant, between {before} and {after} µs"
+            "{grant}: token {token} is the server's clock at the grant, between {before} and \
+             {after} µs"
         );
         assert_eq!(
             store.release(&lease).await.unwrap(),
