@@ -332,3 +332,17 @@ async fn each_listed_right_is_needed() {
         assert!(message.contains(part), "{part:?} not in {message}");
     }
 }
+
+/// The table docs/security.md tells an administrator to create is the one this build makes
+/// (a stale copy would be refused at connect, naming an upgrade the reader never needed).
+#[test]
+fn the_documented_fence_table_is_the_one_this_build_makes() {
+    let docs = include_str!("../../docs/security.md");
+    let words = |text: &str| text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let config = PostgresConfig::from_url("postgres://locks@127.0.0.1/app").expect("a valid URL");
+    let ddl = config.fence_table_ddl();
+    assert!(
+        words(docs).contains(&words(&ddl)),
+        "docs/security.md must show PostgresConfig::fence_table_ddl() as it is:\n{ddl}"
+    );
+}
