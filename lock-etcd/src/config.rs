@@ -41,7 +41,9 @@ const OPTIONS: &[&str] = &[
 #[non_exhaustive]
 pub enum Layout {
     /// `layout=fencelock`, the default: entries `{prefix}{escaped key}/{owner id}`, the
-    /// holder entry's create revision as the token. Seen only by fencelock clients.
+    /// prefix's token offset `{prefix}~offset` plus the holder entry's create revision as the
+    /// token, at the client's clock in µs like every other store's (crate docs, *Tokens across
+    /// a swap*). Seen only by fencelock clients.
     #[default]
     Fencelock,
     /// `layout=etcd`: entries `{prefix}{key}/{lease id in hex}`, exactly the names of etcd's
@@ -49,7 +51,8 @@ pub enum Layout {
     /// fencelock exclude each other and share one fair queue. The key is not escaped and the
     /// prefix defaults to empty: the lock `jobs/nightly` is `etcdctl lock jobs/nightly`. The
     /// token is the store revision of the reply that granted the lock, the number
-    /// `etcdctl lock` exports as `ETCD_LOCK_REV`.
+    /// `etcdctl lock` exports as `ETCD_LOCK_REV`: raw revisions, outside the guarantee that
+    /// tokens keep growing across a swap of stores.
     Etcd,
 }
 

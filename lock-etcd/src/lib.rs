@@ -1,6 +1,7 @@
 //! fencelock on etcd v3 (3.4 or newer): an etcd lease per lock, all kept alive over one stream
-//! per handle, the holder entry's create revision as the fencing token, and a fair queue in the
-//! manner of etcd's own Go recipe (`client/v3/concurrency.Mutex`).
+//! per handle, the holder entry's create revision plus a clock-raised per-prefix offset as the
+//! fencing token, and a fair queue in the manner of etcd's own Go recipe
+//! (`client/v3/concurrency.Mutex`).
 //!
 //! ```no_run
 //! # async fn demo() -> fencelock_core::Result<()> {
@@ -22,10 +23,15 @@
 //!   holds another key's entries). Each acquisition grants its own etcd lease and puts one entry
 //!   `{prefix}{key}/{owner id}` on it, in a transaction that also reads the directory's oldest
 //!   entry. The entry with the lowest create revision holds the lock; the others wait.
-//! - **The fencing token** is the holder entry's create revision: assigned by Raft, cluster-wide
-//!   and strictly increasing. A later holder's entry is always younger than every earlier
+//! - **The fencing token** is `O + R`: `R` the holder entry's create revision (assigned by
+//!   Raft, cluster-wide and strictly increasing), `O` the prefix's *token offset* as of that
+//!   revision, read in the transaction that created the entry. `O` only ever rises, so tokens
+//!   follow create revisions. A later holder's entry is always younger than every earlier
 //!   holder's (an entry only becomes the holder once every older one is gone), so tokens grow
-//!   per key across release, expiry, eviction and leader changes.
+//!   per key across release, expiry, eviction and leader changes. `O` is raised from the
+//!   client's clock so that tokens stay at the clock in µs, as every other store's do (see
+//!   *Tokens across a swap*); release, extend, evict and the handoff compare `R` itself, which
+//!   each lease carries.
 //! - **The TTL is the etcd lease's**: whole seconds, rounded up, at least 1 s. etcd raises a
 //!   shorter TTL to its own minimum (about 1.5 × the election timeout, 2 s with the default
 //!   settings); [`Lease::ttl`](fencelock_core::Lease::ttl) reports the TTL etcd actually granted.
@@ -84,8 +90,7 @@
 //!   command timeout) and returns. A handoff (below) is the one grant without that read: the
 //!   transaction that hands over proves the same facts.
 //! - **Release** deletes the entry only if its create revision is still the one the lease
-//!   was granted on (the token, in the default layout; a retried, stale unlock never deletes a
-//!   newer holder; etcd issue 22082). The lock's etcd
+//!   was granted on (a retried, stale unlock never deletes a newer holder; etcd issue 22082). The lock's etcd
 //!   lease then holds nothing and no other lock uses it: it is kept, idle and not kept alive,
 //!   for the next acquire with the same TTL on this handle (at most 8 per TTL, and only while at
 //!   least half its TTL is left); otherwise it is revoked from a spawned task. A lease whose
@@ -116,8 +121,8 @@
 //!     and the put never writes it back). The waiter accepts only a mark on its own entry with
 //!     its own create revision and lease, and one event on one watch carries all of it, so no
 //!     ordering between watches is assumed;
-//!   - *the token* is the entry's create revision, as for any grant, and grants still happen
-//!     in create-revision order;
+//!   - *the token* is the offset plus the entry's create revision, as for any grant (the
+//!     offset as its enqueue read it), and grants still happen in create-revision order;
 //!   - *compaction or a broken watch* cancels the waiter's watches: it re-reads the queue as
 //!     before. A mark written while it was not watching (between its read and its watches)
 //!     came with its predecessor's deletion, which the read after the watches exist finds, and
@@ -171,9 +176,9 @@
 //! it queues behind it; readers that already hold keep their leases until they release or
 //! expire. A writer that gives up revokes its entry and so stops keeping readers out at once.
 //!
-//! **Tokens** are the entries' create revisions in every mode, and every grant happens in
-//! create-revision order (an entry is granted only once every older entry is gone or was
-//! granted before it), so every lease's token is greater than every token granted for the
+//! **Tokens** are the offset plus the entries' create revisions in every mode, and every grant
+//! happens in create-revision order (an entry is granted only once every older entry is gone or
+//! was granted before it), so every lease's token is greater than every token granted for the
 //! key before, across modes. Within one slot tokens only grow.
 //!
 //! **The limit** is in each permit's value. A permit request that finds a *granted* older
@@ -233,12 +238,76 @@
 //! `ETCD_LOCK_KEY`; [`LockStore::status`](fencelock_core::LockStore::status) names no token in this
 //! layout (etcd keeps none) and no owner (the entry names a lease).
 //!
+//! # Tokens across a swap
+//! A resource fenced under another store must accept this store's first lease after a swap,
+//! and the other store's after a swap back (issue 33). Every other store mints
+//! `max(previous + 1, clock in µs)`; etcd has no server clock, and its tokens stay revisions,
+//! lifted by the prefix's **token offset** `O` (the key `{prefix}~offset`, 19 zero-padded
+//! digits, in [`Layout::Fencelock`] only):
+//! - **The enqueue carries the raise.** The transaction that creates an entry first puts
+//!   `O = c − h` if `O` is absent or below `c − G − h`, then reads `O` back: `c` the client's
+//!   clock in µs read before sending it, `h` a store revision at most the entry's own (the last
+//!   one an answer showed this handle, if at most 1 s old; otherwise a serializable read, which
+//!   no consensus round backs, fetches one first). Raised, the token is `c − h + R > c`;
+//!   not raised, `O ≥ c − G − h`, so the token is above `c − G`. Either way **a token is
+//!   above its client's clock, read before its enqueue, less `G`**. A handle in use sends
+//!   nothing more than before; one silent for a second sends that read. The raise is a
+//!   comparison inside the transaction: it never fails or retries, and it writes once per
+//!   granule on a busy prefix (enqueues that find `O` raised meanwhile compare false).
+//! - **Strictly increasing.** `O` is only ever raised, in whole transactions, so the offset
+//!   as of revision `R` never falls as `R` grows, and `O + R` strictly grows with `R`; grants
+//!   follow create revisions in every mode. A resent enqueue (the put keeps the entry's create
+//!   revision) takes `O` as of that revision, read from etcd's history if it changed since
+//!   (that read fails if the revision was compacted away; the acquire then fails and its
+//!   lease is revoked). [`LockStore::status`] names each holder's token the same way (none
+//!   once compacted).
+//! - **`G`, etcd's granule, is 100 ms.** **Runahead** (how far tokens run ahead of the clock
+//!   of the client that raised): the revisions written between `h` and the entry, at most the
+//!   cluster's writes in 1 s plus a round trip (50 ms at the 50,000 writes/s etcd reaches at
+//!   best), since revisions grow far slower than 1 per µs. A client whose clock leads raises
+//!   `O` by its lead: count it in the skew, which for etcd is between the *clients'* clocks and
+//!   the other store's.
+//! - **The swap delay `D`**: from store `A`'s last grant to the *start* of etcd's first
+//!   acquire (its enqueue, which fixes the token even if it then waits),
+//!   `D > skew + runahead(A) + 100 ms`; from etcd's last grant to `B`'s first,
+//!   `D > skew + runahead(etcd) + G(B)`, the skew between any etcd client's clock and `B`'s.
+//!   Every step of a round trip `A → etcd → A` is one of these.
+//! - **No retention bound, no `max_skew`.** etcd deletes no fence state: entries go with their
+//!   leases and the offset stays, one key per prefix (never delete it: the next raise would
+//!   start from the clock, below tokens a leading clock set). So no clock decides between two
+//!   tokens of this store, and there is no window for a skew to undercut; clocks only enter
+//!   `D`. A client's clock stepping back raises nothing until it is a granule past the tokens again; one
+//!   stepping forward by years lifts every later token with it (offsets stop at 2^62, so
+//!   tokens stay below 2^63; a clock past that is refused).
+//! - **Switching a prefix over.** Builds before this one mint raw revisions (about 10^3 to
+//!   10^9), far below the new tokens (about 1.8·10^15). A prefix switches at the first grant of
+//!   this build on it, which creates the offset at the clock: tokens jump once, upward. Stop or
+//!   upgrade every older client of the prefix first: one left running gets raw revisions,
+//!   which a resource fenced by this build then refuses (safe, not available). The two still
+//!   exclude each other (an older build reads this build's entries as exclusive ones), only
+//!   their tokens disagree. This build tells such a client's entries by their empty value
+//!   (this build's exclusive entries hold `exclusive`; etcd's own clients put the empty value
+//!   too): one at the head of the queue or right before its own entry makes the acquire fail
+//!   with [`Error::Store`](fencelock_core::Error::Store) naming the fix, its entry revoked.
+//!   An entry a handoff mark rewrote, or an older build's reader or permit, is not seen. An
+//!   offset that is not 19 digits (a later scheme's marker, which should sort above them so
+//!   this build never overwrites it, or a hand edit) is refused the same way.
+//! - **`layout=etcd` is outside this.** Its tokens stay the raw revisions etcd's own clients
+//!   see (`ETCD_LOCK_REV`); it reads and writes no offset, and no URL option changes that. A
+//!   resource fenced under it and then under another store is fenced afresh: a swap back to
+//!   raw revisions finds them far below.
+//!
+//! `tests/clock_floor.rs` checks each of these on a real server: the first token on a fresh
+//! prefix at the clock, tokens growing in every mode and across idle granules, `status` after
+//! a raise, `layout=etcd` untouched, and the refusals.
+//!
 //! # What is guaranteed
 //! - At most one holder per key at any instant, across every client of the cluster, while the
 //!   cluster has a quorum: the holder is whoever owns the oldest entry, and Raft orders every
 //!   entry.
 //! - Tokens only grow per key, including across leader elections and member loss (they are
-//!   revisions, which a cluster never reuses).
+//!   revisions, which a cluster never reuses, plus an offset that never falls), and stay
+//!   below 2^63.
 //! - A lease's local deadline (`sent_at + ttl − drift`) is never later than etcd's expiry: the
 //!   leader starts (or restarts) the lease's TTL when it handles the grant or renewal, after
 //!   `sent_at`. A new leader restarts every lease's TTL, which only lengthens it. Across a
@@ -269,8 +338,8 @@
 //!   token is greater; a waiter that had just been granted the lock may hold it for less than
 //!   a TTL. The test `stopped_member` shows it (6 of 16 locks freed on 3.4.23) and asserts no
 //!   lock is freed on a fixed server.
-//! - **A cluster restored from a snapshot** reissues the revisions after the snapshot, so
-//!   tokens go backwards: a resource that already accepted a token above the snapshot's
+//! - **A cluster restored from a snapshot** reissues the revisions after the snapshot (and
+//!   takes the token offset back to its value then), so tokens go backwards: a resource that already accepted a token above the snapshot's
 //!   revision refuses every holder until the revisions pass it again, and a holder may get a
 //!   token an older holder already had. Restore with `etcdutl snapshot restore --bump-revision
 //!   N --mark-compacted` (etcd 3.5 and later), with `N` above the revisions issued since the
@@ -311,7 +380,8 @@
 //! etcd 3.4 or newer with the v3 API. With authentication on, the user needs a role with
 //! `readwrite` on the prefix (default `fencelock/`; with `layout=etcd` and its empty prefix, on
 //! each lock's name), and nothing else: every key the store reads or writes is under it (each
-//! lock's queue directory `{prefix}{escaped key}/` and its entries; there are no other keys).
+//! lock's queue directory `{prefix}{escaped key}/` and its entries, and the prefix's one token
+//! offset `{prefix}~offset`; there are no other keys).
 //! Leases need no permission (revoking one needs write on the keys attached to it, which are
 //! the store's own). [`LockStore::status`] and [`Extend::extend`] need only `read`. The test
 //! `least_privilege` runs the conformance suite as such a user:

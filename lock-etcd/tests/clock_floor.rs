@@ -10,7 +10,9 @@ mod common;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use etcd_client::{Client, GetOptions, PutOptions};
-use fencelock_core::{Acquire, Error, KeyStatus, LockStore, Mode, OwnerId, Release};
+use fencelock_core::{
+    Acquire, Error, KeyStatus, LockStore, Mode, OwnerId, Release, ReleaseOutcome,
+};
 use fencelock_etcd::EtcdStore;
 use test_servers::shared;
 use tokio::time::{sleep, Instant};
@@ -55,7 +57,10 @@ async fn the_first_token_on_a_fresh_prefix_is_at_least_the_clock() {
         token < after + 1_000_000,
         "token {token} far ahead of {after} µs"
     );
-    store.release(&lease).await.expect("release");
+    assert_eq!(
+        store.release(&lease).await.expect("release"),
+        ReleaseOutcome::Released
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -93,7 +98,10 @@ async fn tokens_grow_across_grants_in_every_mode_and_after_idle_periods() {
             other => panic!("{mode}: held, but status says {other:?}"),
         };
         assert_eq!(reported, Some(token), "{mode}: status names the token");
-        store.release(&lease).await.expect("release");
+        assert_eq!(
+            store.release(&lease).await.expect("release"),
+            ReleaseOutcome::Released
+        );
         last = token;
     }
 
@@ -105,18 +113,27 @@ async fn tokens_grow_across_grants_in_every_mode_and_after_idle_periods() {
         async move { store.acquire("k", TTL, PATIENCE).await }
     });
     sleep(Duration::from_micros(2 * GRANULE_MICROS)).await;
-    store.release(&holder).await.expect("release");
+    assert_eq!(
+        store.release(&holder).await.expect("release"),
+        ReleaseOutcome::Released
+    );
     let waited = waiter.await.expect("the waiter").expect("granted");
     assert!(holder.fencing_token() > last);
     assert!(waited.fencing_token() > holder.fencing_token());
-    store.release(&waited).await.expect("release");
+    assert_eq!(
+        store.release(&waited).await.expect("release"),
+        ReleaseOutcome::Released
+    );
     sleep(Duration::from_micros(2 * GRANULE_MICROS)).await;
     let other = handle(&prefix, "").await;
     let clock = clock_micros();
     let lease = other.try_acquire("k", TTL).await.expect("a free key");
     assert!(lease.fencing_token() > waited.fencing_token());
     assert!(lease.fencing_token() + GRANULE_MICROS >= clock);
-    other.release(&lease).await.expect("release");
+    assert_eq!(
+        other.release(&lease).await.expect("release"),
+        ReleaseOutcome::Released
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -147,7 +164,10 @@ async fn layout_etcd_tokens_stay_raw_revisions() {
         .expect("count")
         .count();
     assert_eq!(offset, 0, "layout=etcd wrote a token offset");
-    store.release(&lease).await.expect("release");
+    assert_eq!(
+        store.release(&lease).await.expect("release"),
+        ReleaseOutcome::Released
+    );
 }
 
 /// What an older build (or `etcdctl lock` on the same names) puts: an entry with the empty
@@ -203,7 +223,10 @@ async fn a_queue_a_raw_revision_client_uses_is_refused_until_it_leaves() {
     assert!(lease.fencing_token() > older_token);
     // The refused enqueue raised the offset already (a raise only lifts): within a granule.
     assert!(lease.fencing_token() + GRANULE_MICROS >= clock);
-    store.release(&lease).await.expect("release");
+    assert_eq!(
+        store.release(&lease).await.expect("release"),
+        ReleaseOutcome::Released
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -226,4 +249,30 @@ async fn an_offset_of_another_scheme_is_refused() {
         .await
         .expect("read the offset");
     assert_eq!(kept.kvs()[0].value(), b"v3 1795755901367913", "overwritten");
+}
+
+/// A holder's token stays what its grant said after another key's grant raised the offset:
+/// `status` reads the offset as of the holder's entry's creation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_names_a_holders_token_after_the_offset_was_raised() {
+    let store = handle(&fresh_prefix("status"), "").await;
+    let held = store.try_acquire("held", TTL).await.expect("a free key");
+    sleep(Duration::from_micros(2 * GRANULE_MICROS)).await;
+    let later = store.try_acquire("later", TTL).await.expect("a free key");
+    assert!(
+        later.fencing_token() - held.fencing_token() > GRANULE_MICROS,
+        "the offset was not raised between the two grants"
+    );
+    match store.status("held").await.expect("status") {
+        KeyStatus::Held { token, .. } => assert_eq!(token, Some(held.fencing_token())),
+        other => panic!("held, but status says {other:?}"),
+    }
+    assert_eq!(
+        store.release(&held).await.expect("release"),
+        ReleaseOutcome::Released
+    );
+    assert_eq!(
+        store.release(&later).await.expect("release"),
+        ReleaseOutcome::Released
+    );
 }
