@@ -204,10 +204,34 @@ async fn integrity(db: &Path) -> String {
         .expect("integrity_check")
 }
 
+/// Tokens follow the clock (fence scheme 3), which would hide a lost or reissued token: the
+/// key's counter is put far ahead of it before a child runs, so only the counter orders them.
+async fn put_the_counter_ahead_of_the_clock(db: &Path) {
+    let store = support::store(db).await;
+    let lease = store
+        .try_acquire(KEY, Duration::from_secs(5))
+        .await
+        .expect("acquire");
+    assert_eq!(
+        store.release(&lease).await.expect("release"),
+        ReleaseOutcome::Released
+    );
+    let mut conn = SqliteConnection::connect(&format!("sqlite://{}", db.display()))
+        .await
+        .expect("open");
+    sqlx::query("UPDATE fencelock_locks SET token = ?1 WHERE key = ?2")
+        .bind(1_i64 << 62)
+        .bind(KEY.as_bytes())
+        .execute(&mut conn)
+        .await
+        .expect("counter ahead");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_holder_killed_inside_its_commit_leaves_the_database_intact_and_the_key_free() {
     let dir = Scratch::new("die-in-commit");
     let out = dir.path().join("token");
+    put_the_counter_ahead_of_the_clock(&dir.db()).await;
     let mut child = spawn("die-in-commit", &dir.db(), &out);
     let status = wait_exit(&mut child, Duration::from_secs(60));
     assert!(
@@ -242,6 +266,7 @@ async fn a_holder_killed_after_its_grant_holds_the_key_until_its_ttl_and_its_tok
 ) {
     let dir = Scratch::new("die-after-grant");
     let out = dir.path().join("token");
+    put_the_counter_ahead_of_the_clock(&dir.db()).await;
     let mut child = spawn("die-after-grant", &dir.db(), &out);
     let status = wait_exit(&mut child, Duration::from_secs(60));
     let died_at = Instant::now();
