@@ -27,6 +27,17 @@ pub const DEFAULT_MAX_IDLE: usize = 16;
 /// The shortest TTL this store accepts: the server's idle timeout (`wait_timeout`) counts
 /// whole seconds, so TTLs are rounded up to whole seconds and one second is the least.
 pub const MIN_TTL: Duration = Duration::from_secs(1);
+/// How far the server's wall clock may step back (an NTP step, an operator's `date`) without
+/// letting a token run ahead of it through a row's removal: the `max_skew` of the retention
+/// bound, [`min_retention`]. A constant, not a URL option: one server's clock mints every token
+/// and measures every row's idleness, and removal stays sound whatever that clock does (the
+/// floor table), so only the runahead depends on it.
+pub const MAX_CLOCK_STEP_BACK: Duration = Duration::from_secs(1);
+/// The clock granule of a token: the server's clock is read in whole microseconds.
+pub const TOKEN_GRANULE: Duration = Duration::from_micros(1);
+/// The design's margin between the clock reading a row's idleness counts from and the one its
+/// token was floored by; here both are the one statement's start (`NOW(6)`, `UTC_TIMESTAMP(6)`).
+const READ_MARGIN: Duration = Duration::from_millis(1);
 
 /// The query-string options this crate reads itself.
 const OWN_OPTIONS: &[&str] = &[
@@ -75,7 +86,7 @@ const SQLX_OPTIONS: &[&str] = &["charset", "collation", "statement-cache-capacit
 /// | `connect_timeout` | `5s` | bound on opening one connection: `10` (seconds), `2s` or `250ms` |
 /// | `command_timeout` | `10s` | bound on one statement that does not wait for a lock |
 /// | `max_idle` | `16` | idle connections kept for reuse; `0` closes each one after use |
-/// | `retention` | `7d` | a key's fence row may be removed once it has not been bumped for this long and nobody holds the key (`ms`, `s`, `m`, `h`, `d`); must exceed `max_ttl`; see the crate docs ("Per-key state") |
+/// | `retention` | `7d` | a key's fence row may be removed once it has not been bumped for this long and nobody holds the key (`ms`, `s`, `m`, `h`, `d`); must exceed `max_ttl` and be at least [`min_retention`], 1002 ms (a token granule of 1 µs, plus [`MAX_CLOCK_STEP_BACK`], plus 1 ms, whole ms rounded up); see the crate docs ("Per-key state") |
 /// | `max_ttl` | `24h` | the longest TTL this handle grants (at most 24 h) |
 ///
 /// The `tls_*` files are read when the URL is parsed (a missing file, or one without a PEM
@@ -186,6 +197,7 @@ impl MysqlConfig {
             }
         }
         check_retention(config.retention, config.max_ttl)?;
+        check_clock_retention(config.retention)?;
         tls.check_against(&passed_on, ssl_mode)?;
         let ssl_mode = ssl_mode.unwrap_or(if tls.ca.is_some() {
             // A CA is named to check the server against it: check the host name too.
@@ -237,12 +249,16 @@ impl MysqlConfig {
         sql::floor_table_ddl(&self.floor_table())
     }
 
-    /// The statements that upgrade a fence table made before fence scheme 2 (which the store
-    /// refuses): they add the `fence_scheme` column and the floor table. Counters are kept, so
-    /// tokens go on from where they were. Run them once after stopping every store of the
-    /// older build; from then on it cannot write a fence row.
+    /// The statements that upgrade a fence table of fence scheme 1 or 2 (an earlier build's,
+    /// which the store refuses) to fence scheme 3: they put the `fence_scheme` column checked
+    /// to be 3 in place of the old one, add the floor table where it is missing and record the
+    /// scheme in the table's comment. Counters are kept, so each key's next token is
+    /// `max(counter + 1, clock)`: one jump, upward, to the server's clock. Run them once (with
+    /// the `mysql` client, or any that takes several statements) after stopping every store of
+    /// the older build: from then on that build refuses the table and cannot write a fence
+    /// row, so it never mints there. Running them again changes nothing.
     pub fn fence_scheme_upgrade_sql(&self) -> String {
-        sql::upgrade_from_fence_scheme_1(&self.fence_table(), &self.floor_table())
+        sql::upgrade_to_fence_scheme_3(&self.database, &self.table)
     }
 
     /// How long a fence row stays after its last bump (while nobody holds its key).
@@ -455,6 +471,36 @@ fn check_namespace(value: &str) -> Result<String> {
     Ok(value.to_owned())
 }
 
+/// The shortest retention window this store accepts: a token granule plus
+/// [`MAX_CLOCK_STEP_BACK`] plus 1 ms, rounded up to a whole ms (windows are whole ms). A row
+/// goes once the server's clock is that far past its last bump, so past its token, and the
+/// key's next token (`max(floor + 1, clock)`) is the clock's. The crate docs, "Per-key state",
+/// make the argument.
+pub fn min_retention() -> Duration {
+    let bound = TOKEN_GRANULE
+        .saturating_add(MAX_CLOCK_STEP_BACK)
+        .saturating_add(READ_MARGIN);
+    Duration::from_millis(u64::try_from(bound.as_micros().div_ceil(1_000)).unwrap_or(u64::MAX))
+}
+
+/// Refuses a retention window below [`min_retention`], naming the smallest window allowed.
+fn check_clock_retention(retention: Duration) -> Result<()> {
+    let least = min_retention();
+    if retention >= least {
+        return Ok(());
+    }
+    Err(Error::invalid(
+        "url",
+        format!(
+            "retention ({retention:?}) is too short: tokens are floored by the server's clock, \
+             and a fence row removed less than one granule ({TOKEN_GRANULE:?}) plus the clock's \
+             largest step back ({MAX_CLOCK_STEP_BACK:?}) plus 1 ms after its last bump lets the \
+             key's next token run ahead of the clock; the smallest window allowed is {}ms",
+            least.as_millis()
+        ),
+    ))
+}
+
 /// The table name is spliced into SQL (identifiers cannot be bind parameters), so only plain
 /// identifiers are accepted, and they are always quoted.
 fn check_table(value: &str) -> Result<String> {
@@ -623,6 +669,19 @@ mod tests {
         assert!(rule("mysql://u@h/db?retention=1d").contains("must exceed the maximum TTL"));
         assert!(rule("mysql://u@h/db?retention=1s&max_ttl=1s").contains("must exceed"));
         assert!(rule("mysql://u@h/db?max_ttl=25h").contains("at most 24h"));
+    }
+
+    #[test]
+    fn a_window_below_a_granule_plus_the_clock_step_plus_1_ms_is_refused() {
+        assert_eq!(min_retention(), Duration::from_millis(1002));
+        let refused = rule("mysql://u@h/db?retention=1001ms&max_ttl=100ms");
+        assert!(
+            refused.contains("smallest window allowed is 1002ms"),
+            "{refused}"
+        );
+        let config = MysqlConfig::from_url("mysql://u@h/db?retention=1002ms&max_ttl=100ms")
+            .expect("the smallest window");
+        assert_eq!(config.retention(), Duration::from_millis(1002));
         assert!(rule(&format!("mysql://h/db?table={}", "t".repeat(59))).contains("58"));
         assert!(MysqlConfig::from_url(&format!("mysql://h/db?table={}", "t".repeat(58))).is_ok());
     }

@@ -66,9 +66,20 @@ pub fn lock_name(database: &str, table: &str, namespace: &str, key: &str) -> Str
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
-/// The comment a fence table of scheme `scheme` carries.
+/// The fence scheme this build writes and reads: tokens are `max(counter + 1, the server's clock
+/// in µs)` (see the crate docs, "Fencing tokens"). Recorded in the fence table's comment and
+/// as the CHECK on its `fence_scheme` column.
+pub(crate) const FENCE_SCHEME: u8 = 3;
+
+/// What every comment of a fencelock fence table starts with, before the lock-id scheme.
+const COMMENT_PREFIX: &str = "fencelock fence table, lock-id scheme ";
+/// What follows the lock-id scheme in a comment that records a fence scheme (3 and later;
+/// builds of fence schemes 1 and 2 recorded none there).
+const FENCE_SCHEME_INFIX: &str = ", fence scheme ";
+
+/// The comment a fence table of lock-id scheme `scheme`, made by this build, carries.
 pub(crate) fn scheme_comment(scheme: u8) -> String {
-    format!("fencelock fence table, lock-id scheme {scheme}")
+    format!("{COMMENT_PREFIX}{scheme}{FENCE_SCHEME_INFIX}{FENCE_SCHEME}")
 }
 
 /// The lock space of one store handle: its fence table and namespace.
@@ -79,25 +90,61 @@ pub(crate) struct Space<'a> {
     pub(crate) namespace: &'a str,
 }
 
-/// Accepts a fence table whose comment records this build's lock-id scheme, and refuses any
-/// other with a message that says what to do.
+/// Accepts a fence table whose comment records this build's lock-id scheme and fence scheme,
+/// and refuses any other with a message that says what to do. A comment without a fence
+/// scheme is an earlier build's: fence scheme 2 if the table has the `fence_scheme` column
+/// (`fence_scheme_column`), 1 if not.
 pub(crate) fn check_recorded_scheme(
     fence_table: &str,
     comment: &str,
+    fence_scheme_column: bool,
 ) -> fencelock_core::Result<()> {
     if comment == scheme_comment(LOCK_ID_SCHEME) {
         return Ok(());
     }
-    let recorded = comment
-        .strip_prefix("fencelock fence table, lock-id scheme ")
-        .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+    fn number(n: &str) -> Option<&str> {
+        (!n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())).then_some(n)
+    }
+    let recorded = comment.strip_prefix(COMMENT_PREFIX).and_then(|rest| {
+        match rest.split_once(FENCE_SCHEME_INFIX) {
+            Some((lock_id, fence)) => Some((number(lock_id)?, Some(number(fence)?))),
+            None => Some((number(rest)?, None)),
+        }
+    });
     let message = match recorded {
-        Some(scheme) => format!(
-            "the fence table {fence_table} records lock-id scheme {scheme}, and this fencelock-mysql \
+        Some((lock_id, _)) if lock_id != LOCK_ID_SCHEME.to_string() => format!(
+            "the fence table {fence_table} records lock-id scheme {lock_id}, and this fencelock-mysql \
              uses scheme {LOCK_ID_SCHEME}: stores of different schemes lock different names for \
              one key and would not exclude each other; run every store on {fence_table} at one \
              scheme"
         ),
+        Some((_, Some(fence))) if fence.parse::<u64>().is_ok_and(|f| f > u64::from(FENCE_SCHEME)) => {
+            format!(
+                "the fence table {fence_table} records fence scheme {fence}, which a later build \
+                 made, and this fencelock-mysql uses scheme {FENCE_SCHEME}: run that build (this \
+                 one cannot tell whether its tokens would be greater)"
+            )
+        }
+        Some((_, fence)) => {
+            let (records, tokens) = match fence {
+                Some(fence) => (format!("fence scheme {fence}"), "whose tokens are not this build's"),
+                None if fence_scheme_column => (
+                    "fence scheme 2".to_owned(),
+                    "whose tokens are plain counters, far below the clock (a resource fenced \
+                     under another store would refuse them)",
+                ),
+                None => (
+                    "no fence scheme".to_owned(),
+                    "whose new rows start at 1 and would reuse tokens once rows are removed",
+                ),
+            };
+            format!(
+                "the fence table {fence_table} records {records}: an earlier build made it, \
+                 {tokens}. Stop every store of that build and run \
+                 MysqlConfig::fence_scheme_upgrade_sql() once (counters are kept; tokens jump \
+                 once, upward, to the clock)"
+            )
+        }
         None => format!(
             "the table {fence_table} records no lock-id scheme (its comment is {comment:?}): it \
              was not made by fencelock-mysql; choose another table= or create it with \
@@ -180,27 +227,52 @@ mod tests {
     }
 
     #[test]
-    fn only_this_builds_recorded_scheme_is_accepted() {
-        assert!(check_recorded_scheme("`d`.`t`", &scheme_comment(2)).is_ok());
-        for (comment, says) in [
-            ("", "records no lock-id scheme"),
-            ("orders of the day", "records no lock-id scheme"),
+    fn only_this_builds_recorded_schemes_are_accepted() {
+        assert_eq!(
+            scheme_comment(2),
+            "fencelock fence table, lock-id scheme 2, fence scheme 3"
+        );
+        assert!(check_recorded_scheme("`d`.`t`", &scheme_comment(2), true).is_ok());
+        let before_scheme_3 = "fencelock fence table, lock-id scheme 2";
+        for (comment, column, says) in [
+            ("", true, "records no lock-id scheme"),
+            ("orders of the day", true, "records no lock-id scheme"),
+            (
+                "fencelock fence table, lock-id scheme 2, fence scheme x",
+                true,
+                "records no lock-id scheme",
+            ),
             (
                 "fencelock fence table, lock-id scheme 3",
+                true,
                 "records lock-id scheme 3,",
             ),
             (
-                "fencelock fence table, lock-id scheme 1",
+                "fencelock fence table, lock-id scheme 1, fence scheme 3",
+                true,
                 "records lock-id scheme 1,",
             ),
+            (before_scheme_3, true, "records fence scheme 2:"),
+            (before_scheme_3, false, "records no fence scheme:"),
+            (
+                "fencelock fence table, lock-id scheme 2, fence scheme 4",
+                true,
+                "records fence scheme 4, which a later build",
+            ),
         ] {
-            match check_recorded_scheme("`d`.`t`", comment) {
+            match check_recorded_scheme("`d`.`t`", comment, column) {
                 Err(fencelock_core::Error::Store { message, .. }) => {
-                    assert!(message.contains(says), "{message}");
+                    assert!(message.contains(says), "{comment:?}: {message}");
                     assert!(message.contains("`d`.`t`"), "{message}");
                 }
                 other => panic!("{comment:?}: expected a store error, got {other:?}"),
             }
+        }
+        match check_recorded_scheme("`d`.`t`", before_scheme_3, true) {
+            Err(fencelock_core::Error::Store { message, .. }) => {
+                assert!(message.contains("fence_scheme_upgrade_sql"), "{message}")
+            }
+            other => panic!("expected a store error, got {other:?}"),
         }
     }
 }

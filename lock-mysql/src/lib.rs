@@ -34,7 +34,8 @@
 //!   `<database>.fencelock_fence`, created if missing), bumped on the lease's session right
 //!   after `GET_LOCK` granted the lock (a statement of its own, so the wait holds no InnoDB
 //!   lock), while the session holds it, and committed before the reply; a session that ends in
-//!   between frees the lock and hands out no token. A new row starts above the floor table (see
+//!   between frees the lock and hands out no token. The token is `max(counter + 1, the server's
+//!   clock in µs)` (see "Fencing tokens"); a new row counts from the floor table (see
 //!   "Per-key state"). The table is keyed by the key's bytes, so keys may
 //!   contain NUL and a hash collision never merges two counters. A crash cannot hand out a
 //!   token twice as long as the server makes every commit durable
@@ -55,6 +56,30 @@
 //!   so a waiter is woken by the release itself. The wait is a statement of its own, which
 //!   touches no table.
 //!
+//! # Fencing tokens
+//! A key's token is `max(its counter + 1, F)`, where `F` is the **server's** wall clock in
+//! microseconds since the Unix epoch (`UTC_TIMESTAMP(6)` against the epoch, read at the start
+//! of the minting statement: no time zone or daylight-saving change moves it), and a key
+//! without a row counts from the floor (see "Per-key state"). So tokens strictly increase per
+//! key whatever the clock does (the counter), and they follow the clock (about 1.8e15 today,
+//! far below 2^63), as Redis's and every other store's default layout do: a resource fenced
+//! under another store accepts this one's first token after a swap, and the other way round,
+//! once the delay `D` below has passed. What a swap needs to know about this store:
+//! - **Granule `G` = 1 µs**: the server's clock is read in whole microseconds.
+//! - **Runahead** (how far a token can be ahead of the server's clock): none while that clock
+//!   does not step back, since `F` is read in the minting statement and a key's counter needs
+//!   more than a grant per µs to outrun it (each grant is a `GET_LOCK` and a committed bump,
+//!   and the key must be freed in between). A step back of the server's clock by `s` (an NTP
+//!   step, an operator's `date`), or a failover to a server whose clock is `s` behind, leaves
+//!   the tokens minted before it up to `s` ahead until the clock catches up; the counter keeps
+//!   them increasing meanwhile. Clients' clocks play no part: every client of the server mints
+//!   from one clock.
+//! - **Swap delay `D`**: a store `B` that takes over from this one hands out a greater first
+//!   token once `D > skew(this server's clock, B's clock) + runahead + G(B)` has passed
+//!   between this store's last grant and `B`'s first; swapping into this store from `A`,
+//!   `D > skew + runahead(A) + 1 µs`. `F` is read during the acquire call (after `GET_LOCK`
+//!   granted), so a grant is never dated earlier than the call that asked for it.
+//!
 //! # Per-key state
 //! The fence table holds one row per key held or bumped within the retention window
 //! (`retention`, 7 days by default, which must exceed `max_ttl`, 24 h by default), never one
@@ -68,17 +93,43 @@
 //! flight delays the removal's floor lock until it commits (milliseconds: it never waits for a
 //! lock), and a bump that comes during a removal waits for its commit and then sees the raised
 //! floor. A key locked after the removal's check cannot be bumped before the floor is raised,
-//! so its new row starts above every removed token: a key whose row went still gets a greater
-//! token. The window only keeps recently used counters in place; it is measured on the
-//! server's clock (`updated_at`, `NOW(6)`), and no guarantee depends on that clock.
+//! so its new row's token, `max(floor + 1, F)`, is above every removed token: a key whose row
+//! went still gets a greater token, whatever the clock did; the floor, not the clock, carries
+//! that guarantee. The window only keeps recently used counters in place; it is measured on
+//! the server's clock (`updated_at`, `NOW(6)`).
 //!
-//! Fence scheme 2: the fence table has a `fence_scheme` column, NOT NULL without a default and
-//! checked to be 2, so a build before this one (which starts new rows at 1) cannot write a row
-//! in it. A table such a build made is refused (`connect`, or a lazy handle's first operation,
-//! fails with [`Error::Store`](fencelock_core::Error::Store)) until
+//! **The smallest window.** With clock-floored tokens the key's next token after a removal
+//! would be `F` alone without the floor, and the floor keeps this store sound anyway; but a
+//! removal must not make tokens run ahead of the clock either (that would lengthen every
+//! swap's `D`). A row goes once the server's clock is a window past its last bump (`updated_at`
+//! and `F` are the same statement's start), and its token was at most `F` then, so at the
+//! removal the clock is past the token by at least the window less `s`, the clock's step back
+//! meanwhile. The floor then stays at or below the clock as long as the window is at least
+//! `G + max_skew + 1 ms` (1 ms: the design's margin between the two readings, one here),
+//! `max_skew` being the largest step back this store allows for: one second,
+//! [`MAX_CLOCK_STEP_BACK`], the same default Redlock uses for its skew. It is not a URL option:
+//! one server's clock mints and measures idleness, no deployment tunes a skew between nodes
+//! here, and no guarantee but the runahead depends on it. So `retention` below
+//! [`min_retention()`] (1002 ms) is refused when the URL is read, as Redlock's is. A larger
+//! step back than that never repeats a token here (the counter and the floor), it only puts
+//! the tokens up to the step ahead of the clock until the clock catches up: a swap to another
+//! store within that time needs `D` to cover it.
+//!
+//! **Fence scheme 3** (clock-floored tokens): the fence table's comment records it
+//! (`fencelock fence table, lock-id scheme 2, fence scheme 3`), and its `fence_scheme` column
+//! is NOT NULL without a default and checked to be 3. A build of an earlier scheme refuses a
+//! table with that comment (it takes it for a table it did not make), and its bump cannot
+//! write a row, new or existing: scheme 1 writes no `fence_scheme`, scheme 2 writes 2, and the
+//! server checks the row it would insert before it looks for a duplicate (the CHECK is
+//! enforced by MariaDB 10.2 and MySQL 8.0.16 and later; on an older MySQL 8 only the comment
+//! stops such a build, at its next connection, so stop it first). It fails; it never mints.
+//! A table of fence scheme 1 or 2 is refused (`connect`, or a lazy handle's first operation,
+//! fails with [`Error::Store`](fencelock_core::Error::Store) naming the fix) until
 //! [`MysqlConfig::fence_scheme_upgrade_sql`] is run once, with the older stores stopped: it
-//! adds the column and the floor table; counters are kept, so tokens go on from where they
-//! were (no jump). [`MysqlStore::fence_rows`] counts the rows (`lockctl stats`) and
+//! puts the checked column in place of the old one, adds the floor table where it is missing
+//! and records the scheme in the comment; counters are kept, so each key's next token is
+//! `max(counter + 1, F)`: one jump, upward, to the clock, which a resource fenced under the old
+//! counters accepts. [`MysqlStore::fence_rows`] counts the rows (`lockctl stats`) and
 //! [`MysqlStore::remove_idle_fences`] removes idle ones at once. `cargo test -p fencelock-mysql
 //! --all-features --test retention` locks 10,000 distinct keys (`FENCELOCK_KEYS=100000` for
 //! more) and checks that one row is left after a 2 s window.
@@ -107,7 +158,8 @@
 //! # What is guaranteed
 //! - At most one live lease per key at any instant, across all clients of the server, as long
 //!   as the server runs. A restart ends every session and so every lease; tokens stay
-//!   monotonic across it (and across a crash, with durable commits).
+//!   monotonic across it (and across a crash, with durable commits), and across steps of the
+//!   server's clock.
 //! - A lease's local deadline (`sent_at + ttl − drift`) is never later than the moment the
 //!   server ends its silent session: the idle timer starts only after the statement that
 //!   granted or extended the lease has run, which is after `sent_at`, and it runs for the
@@ -151,8 +203,8 @@
 //!
 //! # Lock-id scheme
 //! The lock name of a key depends on the scheme, so every fence table records its scheme in
-//! its comment (`fencelock fence table, lock-id scheme 2`, shown by `SHOW CREATE TABLE`), and
-//! a store refuses to start (`connect`, or a lazy handle's first operation, fails with a
+//! its comment (`fencelock fence table, lock-id scheme 2, fence scheme 3`, shown by
+//! `SHOW CREATE TABLE`), and a store refuses to start (`connect`, or a lazy handle's first operation, fails with a
 //! non-retryable [`Error::Store`](fencelock_core::Error::Store)) on a table that records another
 //! scheme or none.
 //!
@@ -188,8 +240,8 @@ mod store;
 mod watch;
 
 pub use config::{
-    MysqlConfig, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_IDLE,
-    DEFAULT_NAMESPACE, DEFAULT_TABLE, MIN_TTL,
+    min_retention, MysqlConfig, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_IDLE,
+    DEFAULT_NAMESPACE, DEFAULT_TABLE, MAX_CLOCK_STEP_BACK, MIN_TTL, TOKEN_GRANULE,
 };
 pub use descriptor::MYSQL;
 pub use keys::{lock_name, LOCK_ID_SCHEME};

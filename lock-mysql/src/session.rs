@@ -211,8 +211,8 @@ impl Sessions {
     /// Creates the fence table and its floor table if they are missing (only then: `CREATE
     /// TABLE` checks its privilege even when the table exists; never with
     /// `create_table=false`), then refuses a table that is
-    /// not InnoDB, that records a lock-id scheme other than this build's, or no fence scheme
-    /// (an earlier build's), and makes sure the floor row exists. Concurrent creators race
+    /// not InnoDB, or that records a lock-id scheme or a fence scheme other than this build's
+    /// (fence scheme 1 or 2: an earlier build's), and makes sure the floor row exists. Concurrent creators race
     /// harmlessly (`IF NOT EXISTS`, `INSERT IGNORE`).
     async fn ensure_fence_table(&self, conn: &mut MySqlConnection) -> fencelock_core::Result<()> {
         let fence_table = self.config.fence_table();
@@ -245,18 +245,11 @@ impl Sessions {
                 source: None,
             });
         }
-        check_recorded_scheme(&fence_table, state.comment.as_deref().unwrap_or_default())?;
-        if state.fence_scheme_column == 0 {
-            return Err(Error::Store {
-                message: format!(
-                    "the fence table {fence_table} records no fence scheme: an earlier build made \
-                     it, whose new rows start at 1 and would reuse tokens once rows are removed. \
-                     Stop every store of that build and run \
-                     MysqlConfig::fence_scheme_upgrade_sql() once (counters are kept)"
-                ),
-                source: None,
-            });
-        }
+        check_recorded_scheme(
+            &fence_table,
+            state.comment.as_deref().unwrap_or_default(),
+            state.fence_scheme_column != 0,
+        )?;
         if state.floor_table == 0 && !self.config.create_table {
             return Err(not_created(&self.config.floor_table(), "floor_table_ddl"));
         }
@@ -368,7 +361,7 @@ struct FenceTableState {
     engine: Option<String>,
     /// The table's comment, which records the lock-id scheme.
     comment: Option<String>,
-    /// 1 if the table has the `fence_scheme` column (fence scheme 2).
+    /// 1 if the table has the `fence_scheme` column (fence scheme 2 or later).
     fence_scheme_column: i64,
     /// 1 if the floor table exists.
     floor_table: i64,

@@ -7,7 +7,8 @@ use crate::keys::{scheme_comment, LOCK_ID_SCHEME};
 
 // ---- SQL ------------------------------------------------------------------------------------
 // `{fence}` stands for the quoted fence table, `{floor}` for its floor table, `{scheme}` for the lock-id scheme
-// (LOCK_ID_SCHEME) and `{comment}` for the comment that records it. Every statement runs in
+// (LOCK_ID_SCHEME), `{comment}` for the comment that records it and `{clock}` for the server's
+// clock in µs ([`CLOCK_US`]). Every statement runs in
 // autocommit: one statement, one transaction, durable before the reply when the server runs
 // with innodb_flush_log_at_trx_commit=1 (the default; see the crate docs).
 
@@ -47,8 +48,10 @@ pub(crate) const FENCE_TABLE_STATE: &str =
 /// hash collision never merges two counters), plus who took it last, for `status`. InnoDB, so
 /// a bump is a committed transaction. The comment records the lock-id scheme; the CHECK keeps
 /// another scheme's rows out where the server enforces CHECK (MariaDB 10.2+, MySQL 8.0.16+).
-/// `fence_scheme` records fence scheme 2 (a new row starts above the floor table); it has no
-/// default and must be 2, so a build before it (whose new rows start at 1) cannot write a row.
+/// `fence_scheme` records fence scheme 3 (clock-floored tokens; a new row starts above the floor
+/// table), as the comment does; it has no default and must be 3, so a build of fence scheme 1
+/// (which writes no scheme) or 2 (which writes 2) cannot write a row, new or existing: the
+/// server checks the row it would insert before it looks for a duplicate.
 const CREATE_FENCE_TABLE: &str = "CREATE TABLE IF NOT EXISTS {fence} (
     namespace      VARBINARY(63)    NOT NULL,
     `key`          VARBINARY(1024)  NOT NULL,
@@ -59,7 +62,7 @@ const CREATE_FENCE_TABLE: &str = "CREATE TABLE IF NOT EXISTS {fence} (
     holder_id      BIGINT UNSIGNED  NOT NULL,
     ttl_ms         BIGINT UNSIGNED  NOT NULL,
     updated_at     TIMESTAMP(6)     NOT NULL,
-    fence_scheme   TINYINT UNSIGNED NOT NULL CHECK (fence_scheme = 2),
+    fence_scheme   TINYINT UNSIGNED NOT NULL CHECK (fence_scheme = 3),
     PRIMARY KEY (namespace, `key`)
 ) ENGINE=InnoDB COMMENT='{comment}'";
 
@@ -73,37 +76,59 @@ const CREATE_FLOOR_TABLE: &str = "CREATE TABLE IF NOT EXISTS {floor} (
 /// The floor's one row, at 0 for a new table; a row already there stays. One statement.
 const INIT_FLOOR: &str = "INSERT IGNORE INTO {floor} (one, floor_token) VALUES (1, 0)";
 
-/// Adds fence scheme 2 to a fence table of an earlier build, counters kept: the column comes
-/// with a default (existing rows need a value), which is then dropped, so no older build can
-/// write a row afterwards. Not atomic (MySQL commits each DDL statement): stop the older
-/// stores first; running it again fails at the first statement and changes nothing.
-const UPGRADE_FROM_FENCE_SCHEME_1: &str = "ALTER TABLE {fence}
-    ADD COLUMN fence_scheme TINYINT UNSIGNED NOT NULL DEFAULT 2 CHECK (fence_scheme = 2);
+/// Moves a fence table of fence scheme 1 (no `fence_scheme` column) or 2 (`fence_scheme = 2`)
+/// to fence scheme 3, counters kept: drops the old column where there is one (MySQL has no
+/// `DROP COLUMN IF EXISTS`, hence the prepared statement), adds it back checked to be 3 with a
+/// default (existing rows need a value), drops the default, so no older build can write a row
+/// afterwards, adds the floor table where it is missing, and last records the scheme in the
+/// comment. `{database}` and `{table}` are the checked names as string literals. Not atomic
+/// (MySQL commits each DDL statement): stop the older stores first; a run stopped half-way
+/// leaves a table this build refuses and that no build can mint in, and running it again
+/// finishes it (on a table of scheme 3 it changes nothing).
+const UPGRADE_TO_FENCE_SCHEME_3: &str = "SET @fencelock_upgrade = IF(
+    (SELECT COUNT(*) FROM information_schema.COLUMNS
+      WHERE TABLE_SCHEMA = '{database}' AND TABLE_NAME = '{table}'
+        AND COLUMN_NAME = 'fence_scheme') > 0,
+    'ALTER TABLE {fence} DROP COLUMN fence_scheme', 'DO 0');
+PREPARE fencelock_upgrade FROM @fencelock_upgrade;
+EXECUTE fencelock_upgrade;
+DEALLOCATE PREPARE fencelock_upgrade;
+ALTER TABLE {fence}
+    ADD COLUMN fence_scheme TINYINT UNSIGNED NOT NULL DEFAULT 3 CHECK (fence_scheme = 3);
 ALTER TABLE {fence} ALTER COLUMN fence_scheme DROP DEFAULT;
 {create_floor};
-{init_floor};";
+{init_floor};
+ALTER TABLE {fence} COMMENT = '{comment}';";
 
 /// Takes lock $1, waiting up to $2 seconds in the server's queue (0: one attempt); `granted`
 /// is 1 if it was. A statement of its own, before [`BUMP`], so no InnoDB lock (the floor's) is
 /// held while the session waits.
 pub(crate) const TAKE_LOCK: &str = "SELECT CAST(GET_LOCK(?, ?) AS SIGNED) AS granted";
 
-/// Bumps the fence of ($1, $2) for a session that holds its lock (taken by [`TAKE_LOCK`]): a
-/// new row starts at the floor + 1, an existing one at its counter + 1. Atomic: one statement,
-/// one transaction, committed before the reply while the lock is held; the floor is read with a
-/// shared lock, so it waits for a removal in flight and then sees the raised floor. The token
-/// comes back as the reply's last-insert id (LAST_INSERT_ID(expr)); 1 row affected: a new row,
-/// 2: an existing one, 0: the floor row is missing. Binds: namespace, key, lock name, owner,
-/// ttl ms, lock name, owner, ttl ms.
+/// The server's clock in microseconds since the Unix epoch, at the start of the statement:
+/// `UTC_TIMESTAMP(6)` against the epoch, plain arithmetic on two datetimes, so neither the
+/// session's time zone nor a daylight-saving change moves it (`UNIX_TIMESTAMP(NOW(6))` goes
+/// through the session's zone, and an hour repeats in autumn).
+const CLOCK_US: &str =
+    "CAST(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) AS UNSIGNED)";
+
+/// Mints the token of ($1, $2) for a session that holds its lock (taken by [`TAKE_LOCK`]):
+/// `max(counter + 1, {clock})`, the server's clock in µs (fence scheme 3), where a new row's
+/// counter is the floor. Atomic: one statement, one transaction, committed before the reply
+/// while the lock is held; the floor is read with a shared lock, so it waits for a removal in
+/// flight and then sees the raised floor. The token comes back as the reply's last-insert id
+/// (LAST_INSERT_ID(expr)); 1 row affected: a new row, 2: an existing one, 0: the floor row is
+/// missing. Binds: namespace, key, lock name, owner, ttl ms, lock name, owner, ttl ms.
 const BUMP: &str = "INSERT INTO {fence}
         (namespace, `key`, lock_name, lock_id_scheme, token, owner, holder_id, ttl_ms, updated_at,
          fence_scheme)
-    SELECT ?, ?, ?, {scheme}, LAST_INSERT_ID(f.floor_token + 1), ?, CONNECTION_ID(), ?, NOW(6), 2
+    SELECT ?, ?, ?, {scheme}, LAST_INSERT_ID(GREATEST(f.floor_token + 1, {clock})), ?,
+           CONNECTION_ID(), ?, NOW(6), 3
       FROM {floor} AS f
      WHERE f.one = 1
      LOCK IN SHARE MODE
     ON DUPLICATE KEY UPDATE
-        token = LAST_INSERT_ID(token + 1), lock_name = ?, owner = ?,
+        token = LAST_INSERT_ID(GREATEST(token + 1, {clock})), lock_name = ?, owner = ?,
         holder_id = CONNECTION_ID(), ttl_ms = ?, updated_at = NOW(6)";
 
 /// Fence rows that look idle: not bumped for $1 microseconds and nobody holds their lock; at
@@ -184,6 +209,7 @@ const STATUS: &str =
 fn fill(sql: &str, fence_table: &str, floor_table: &str) -> String {
     sql.replace("{fence}", fence_table)
         .replace("{floor}", floor_table)
+        .replace("{clock}", CLOCK_US)
         .replace("{scheme}", &LOCK_ID_SCHEME.to_string())
         .replace("{comment}", &scheme_comment(LOCK_ID_SCHEME))
 }
@@ -200,11 +226,19 @@ pub(crate) fn floor_table_ddl(floor_table: &str) -> String {
     )
 }
 
-pub(crate) fn upgrade_from_fence_scheme_1(fence_table: &str, floor_table: &str) -> String {
-    let sql = UPGRADE_FROM_FENCE_SCHEME_1
+/// [`UPGRADE_TO_FENCE_SCHEME_3`] for the fence table `table` in `database` (checked names:
+/// identifier characters only, so they are safe inside quotes).
+pub(crate) fn upgrade_to_fence_scheme_3(database: &str, table: &str) -> String {
+    let sql = UPGRADE_TO_FENCE_SCHEME_3
         .replace("{create_floor}", CREATE_FLOOR_TABLE)
-        .replace("{init_floor}", INIT_FLOOR);
-    fill(&sql, fence_table, floor_table)
+        .replace("{init_floor}", INIT_FLOOR)
+        .replace("{database}", database)
+        .replace("{table}", table);
+    fill(
+        &sql,
+        &format!("`{database}`.`{table}`"),
+        &format!("`{database}`.`{table}_floor`"),
+    )
 }
 
 /// `(?, ?)` `n` times, comma-separated: the row list of [`CONFIRM_IDLE`] and [`DELETE_ROWS`].
@@ -275,7 +309,7 @@ mod tests {
             &sql.raise_floor,
             &sql.delete_rows(2),
             &sql.count_rows,
-            &upgrade_from_fence_scheme_1("`d`.`t`", "`d`.`t_floor`"),
+            &upgrade_to_fence_scheme_3("d", "t"),
         ] {
             assert!(statement.contains("`d`.`t"), "{statement}");
             for placeholder in [
@@ -284,6 +318,9 @@ mod tests {
                 "{scheme}",
                 "{comment}",
                 "{pairs}",
+                "{clock}",
+                "{database}",
+                "{table}",
                 "{",
             ] {
                 assert!(!statement.contains(placeholder), "{statement}");
@@ -291,7 +328,10 @@ mod tests {
         }
         assert!(sql
             .create_fence_table
-            .contains("COMMENT='fencelock fence table, lock-id scheme 2'"));
+            .contains("COMMENT='fencelock fence table, lock-id scheme 2, fence scheme 3'"));
+        assert!(upgrade_to_fence_scheme_3("d", "t")
+            .contains("COMMENT = 'fencelock fence table, lock-id scheme 2, fence scheme 3'"));
+        assert!(upgrade_to_fence_scheme_3("d", "t").contains("TABLE_NAME = 't'"));
         // Eight binds, in the order the store sends them.
         assert_eq!(sql.bump.matches('?').count(), 8);
         assert_eq!(sql.confirm_idle(3).matches('?').count(), 7);

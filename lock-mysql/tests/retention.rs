@@ -1,14 +1,15 @@
 //! Per-key state stays bounded: fence rows not bumped for a retention window, whose keys nobody
 //! holds, are removed in bounded background transactions that raise the floor table to their
-//! highest token, so a key whose row was removed still gets a greater token (fence scheme 2).
-//! A fence table made by an earlier build (plain counters from 1) is refused until upgraded.
+//! highest token, so a key whose row was removed still gets a greater token, and it is the
+//! server clock's (fence scheme 3). A fence table made by an earlier build (fence scheme 1 or
+//! 2: plain counters) is refused until upgraded, and the upgrade stops that build from minting.
 //!
 //! CI locks 10,000 distinct keys; `FENCELOCK_KEYS=100000 cargo test -p fencelock-mysql
 //! --all-features --test retention` locks more.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fencelock_core::{Acquire, Error, Extend, LockStore, Release, ReleaseOutcome};
 use fencelock_mysql::{MysqlConfig, MysqlStore};
@@ -21,6 +22,14 @@ const OPTIONS: &str = "retention=2s&max_ttl=1s";
 const MAX_TTL: Duration = Duration::from_secs(1);
 /// How long the rows may take to go once the window has passed: generous, never tuned.
 const GONE_WITHIN: Duration = Duration::from_secs(30);
+
+/// This host's clock in µs, which the test server (on this host) reads too.
+fn unix_micros() -> u64 {
+    let since = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("a clock after 1970");
+    u64::try_from(since.as_micros()).expect("micros fit")
+}
 
 /// How many distinct keys to lock: 10,000, or `FENCELOCK_KEYS`.
 fn key_count() -> usize {
@@ -113,10 +122,16 @@ async fn a_key_whose_fence_row_was_removed_gets_a_greater_token() {
     let store = store("token").await;
     let mut last = 0;
     for round in 0..2 {
+        let before = unix_micros();
         let token = lock_and_release(&store, "order-1").await;
         assert!(
             token > last,
             "round {round}: token {token} after {last}, whose row was removed"
+        );
+        // Clock-floored: a removed row's key starts from the clock, not from the floor + 1.
+        assert!(
+            token >= before,
+            "round {round}: token {token} below the clock {before} µs"
         );
         last = token;
         sleep(Duration::from_millis(2_200)).await;
@@ -164,7 +179,7 @@ const FENCE_SCHEME_1_BUMP: &str = "INSERT INTO {fence}
     ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1)";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fence_table_of_fence_scheme_1_is_refused_until_upgraded_and_counters_go_on() {
+async fn a_fence_table_of_fence_scheme_1_is_refused_until_upgraded_and_tokens_jump_to_the_clock() {
     let config = config("scheme1");
     let fence = config.fence_table();
     let mut admin = admin().await;
@@ -176,9 +191,9 @@ async fn a_fence_table_of_fence_scheme_1_is_refused_until_upgraded_and_counters_
     }
     // The table as the build before fence scheme 2 made it.
     let ddl = config.fence_table_ddl();
-    let column = "    fence_scheme   TINYINT UNSIGNED NOT NULL CHECK (fence_scheme = 2),\n";
+    let column = "    fence_scheme   TINYINT UNSIGNED NOT NULL CHECK (fence_scheme = 3),\n";
     assert!(ddl.contains(column), "{ddl}");
-    sqlx::query(&ddl.replace(column, ""))
+    sqlx::query(&ddl.replace(column, "").replace(", fence scheme 3'", "'"))
         .execute(&mut admin)
         .await
         .unwrap();
@@ -202,10 +217,11 @@ async fn a_fence_table_of_fence_scheme_1_is_refused_until_upgraded_and_counters_
         .await
         .unwrap();
     let upgraded = MysqlStore::connect(config).await.expect("connect");
-    assert_eq!(
-        lock_and_release(&upgraded, "order-1").await,
-        6,
-        "the counter is kept"
+    let before = unix_micros();
+    let token = lock_and_release(&upgraded, "order-1").await;
+    assert!(
+        token >= before,
+        "token {token} jumped to the clock {before}"
     );
     // An older store started by mistake cannot bump a new key, nor one this version wrote.
     for key in ["order-2", "order-1"] {
@@ -218,6 +234,100 @@ async fn a_fence_table_of_fence_scheme_1_is_refused_until_upgraded_and_counters_
             other => panic!("{key}: expected the row refused, got {other:?}"),
         }
     }
+}
+
+/// The fence bump of a fence-scheme-2 store: a new row at the floor + 1, an existing one at its
+/// counter + 1, `fence_scheme` 2.
+const FENCE_SCHEME_2_BUMP: &str = "INSERT INTO {fence}
+        (namespace, `key`, lock_name, lock_id_scheme, token, owner, holder_id, ttl_ms, updated_at,
+         fence_scheme)
+    SELECT 'default', ?, 'old', 2, LAST_INSERT_ID(f.floor_token + 1), 'old', CONNECTION_ID(),
+           30000, NOW(6), 2
+      FROM {floor} AS f WHERE f.one = 1 LOCK IN SHARE MODE
+    ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1)";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fence_table_of_fence_scheme_2_is_refused_until_upgraded_and_then_stops_that_build() {
+    let config = config("scheme2");
+    let (fence, floor) = (config.fence_table(), config.floor_table());
+    let mut admin = admin().await;
+    for table in [&fence, &floor] {
+        sqlx::query(&format!("DROP TABLE IF EXISTS {table}"))
+            .execute(&mut admin)
+            .await
+            .unwrap();
+    }
+    // The tables as the build of fence scheme 2 made them.
+    let ddl = config
+        .fence_table_ddl()
+        .replace("CHECK (fence_scheme = 3)", "CHECK (fence_scheme = 2)")
+        .replace(", fence scheme 3'", "'");
+    sqlx::query(&ddl).execute(&mut admin).await.unwrap();
+    sqlx::raw_sql(&config.floor_table_ddl())
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    let bump = FENCE_SCHEME_2_BUMP
+        .replace("{fence}", &fence)
+        .replace("{floor}", &floor);
+    for key in ["plain", "ahead"] {
+        sqlx::query(&bump)
+            .bind(key.as_bytes().to_vec())
+            .execute(&mut admin)
+            .await
+            .unwrap();
+    }
+    // A counter ahead of the clock (as if raised by hand): the upgrade must keep it.
+    let ahead: u64 = 1 << 62;
+    sqlx::query(&format!("UPDATE {fence} SET token = ? WHERE `key` = ?"))
+        .bind(ahead)
+        .bind(b"ahead".to_vec())
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    match MysqlStore::connect(config.clone()).await {
+        Err(Error::Store { message, .. }) => {
+            assert!(message.contains("records fence scheme 2"), "{message}");
+            assert!(message.contains("fence_scheme_upgrade_sql"), "{message}");
+        }
+        other => panic!("expected a store error, got {other:?}"),
+    }
+    sqlx::raw_sql(&config.fence_scheme_upgrade_sql())
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    let upgraded = MysqlStore::connect(config.clone()).await.expect("connect");
+    let before = unix_micros();
+    let plain = lock_and_release(&upgraded, "plain").await;
+    assert!(
+        plain >= before,
+        "token {plain} jumped to the clock {before}"
+    );
+    assert_eq!(
+        lock_and_release(&upgraded, "ahead").await,
+        ahead + 1,
+        "the counter is kept"
+    );
+    // The build of scheme 2, started by mistake, bumps no key: new or old, the row is refused.
+    for key in ["new", "plain"] {
+        match sqlx::query(&bump)
+            .bind(key.as_bytes().to_vec())
+            .execute(&mut admin)
+            .await
+        {
+            Err(sqlx::Error::Database(e)) => {
+                assert!(e.message().contains("CONSTRAINT"), "{key}: {e}")
+            }
+            other => panic!("{key}: expected the row refused, got {other:?}"),
+        }
+    }
+    // Upgrading again changes nothing.
+    sqlx::raw_sql(&config.fence_scheme_upgrade_sql())
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    let again = MysqlStore::connect(config).await.expect("connect");
+    assert_eq!(lock_and_release(&again, "ahead").await, ahead + 2);
 }
 
 /// Handles with the short window, for the conformance case.

@@ -1,0 +1,45 @@
+//! Fence scheme 3: a token is `max(counter + 1, the server's clock in µs)`, so it follows the
+//! clock a resource fenced under another store saw (issue 33, swaps), and still grows per key.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use fencelock_core::{Acquire, Release, ReleaseOutcome};
+use fencelock_mysql::{MysqlConfig, MysqlStore};
+use test_servers::shared;
+
+fn unix_micros() -> u64 {
+    let since = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("a clock after 1970");
+    u64::try_from(since.as_micros()).expect("micros fit")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_is_the_servers_clock_in_micros_read_during_the_acquire() {
+    let url = shared::mariadb().url();
+    let config =
+        MysqlConfig::from_url(&format!("{url}?connect_timeout=30&table=tokens")).expect("config");
+    let store = MysqlStore::connect(config).await.expect("connect");
+    let mut last = 0;
+    for round in 0..3 {
+        let before = unix_micros();
+        let lease = store
+            .try_acquire("job", Duration::from_secs(5))
+            .await
+            .expect("acquire");
+        let after = unix_micros();
+        let token = lease.fencing_token();
+        // The test server runs on this host, on its clock: the server reads it inside the
+        // call, so between the two readings (as long as the clock does not step back).
+        assert!(
+            (before..=after).contains(&token),
+            "round {round}: token {token} outside the clock's [{before}, {after}] µs"
+        );
+        assert!(token > last, "round {round}: token {token} after {last}");
+        last = token;
+        assert_eq!(
+            store.release(&lease).await.expect("release"),
+            ReleaseOutcome::Released
+        );
+    }
+}
