@@ -31,9 +31,12 @@ async fn main() -> Result<(), Error> {
         lease.fencing_token()
     );
 
-    let token = with_lock(&other, &key, LockOptions::new().ttl(ttl), |next| async move {
-        Ok::<_, Error>(next.fencing_token())
-    })
+    let token = with_lock(
+        &other,
+        &key,
+        LockOptions::new().ttl(ttl),
+        |next| async move { Ok::<_, Error>(next.fencing_token()) },
+    )
     .await?;
     println!("with_lock on the second handle: token {token}");
 

@@ -180,12 +180,20 @@ async fn supervise(
         tokio::select! {
             status = guarded.child.wait() => break status,
             () = held.lost() => {
-                eprintln!(
-                    "lockctl: the lease on {:?} (fencing token {}) is lost: {}; terminating the command",
-                    held.lease().key(),
-                    held.lease().fencing_token(),
-                    crate::usage::one_line(&held.lost_reason().unwrap_or_default())
-                );
+                // The error says "lost" once, then the store's error behind it, if any.
+                let mut why = held
+                    .lost_error()
+                    .map_or_else(|| "the lease is lost".to_owned(), |error| {
+                        let mut text = error.to_string();
+                        let mut source = std::error::Error::source(&error);
+                        while let Some(cause) = source {
+                            text.push_str(&format!(": {cause}"));
+                            source = cause.source();
+                        }
+                        text
+                    });
+                why = crate::usage::one_line(&why);
+                eprintln!("lockctl: {why}; terminating the command");
                 guarded.end(grace).await;
                 let _ = store.release(&held.stop()).await;
                 return ExitCode::from(exit::SOFTWARE);
