@@ -189,7 +189,14 @@ impl FencedFile {
         let file = self.clone();
         tokio::task::spawn_blocking(move || step(&file))
             .await
-            .map_err(|e| Error::store(format!("a step on {} panicked", self.data.display()), e))?
+            .map_err(|e| {
+                let what = if e.is_panic() {
+                    "panicked"
+                } else {
+                    "was cancelled (the runtime is shutting down)"
+                };
+                Error::store(format!("a step on {} {what}", self.data.display()), e)
+            })?
     }
 
     /// The exclusive lock, held until the returned file is dropped (closing it releases it).

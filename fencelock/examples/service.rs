@@ -20,10 +20,8 @@ pub async fn main() -> fencelock::Result<()> {
     let store = fencelock::connect(&url).await?;
 
     // Wait up to 10 s for the key; the guard keeps the lease alive until it is released.
-    let guard = store
-        .lock("nightly-export")
-        .wait(Duration::from_secs(10))
-        .await?;
+    let wait = Duration::from_secs(10);
+    let guard = store.lock("nightly-export").wait(wait).await?;
     let token = guard.fencing_token();
 
     // The work stops at its next await if the lease is lost (an error of kind LeaseLost), and

@@ -22,12 +22,12 @@ pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
 /// # async fn main() -> fencelock_core::Result<()> {
 /// use std::sync::Arc;
 /// use std::time::Duration;
-/// use fencelock_core::{DynLockStore, LockStoreExt, MemoryStore};
+/// use fencelock_core::{DynLockStore, LockStoreExt, MemoryStore, ReleaseOutcome};
 ///
 /// let store: DynLockStore = Arc::new(MemoryStore::new());
 /// let guard = store.lock("nightly-export").wait(Duration::from_secs(10)).await?;
 /// // ... pass guard.fencing_token() with every write, stop when guard.lost() completes ...
-/// guard.release().await?;
+/// assert_eq!(guard.release().await?, ReleaseOutcome::Released); // Lost: it had run out
 /// # Ok(()) }
 /// ```
 pub trait LockStoreExt {
@@ -154,7 +154,7 @@ impl IntoFuture for LockRequest {
 /// The guard owns what it needs (an `Arc` of the store), so it is `Send + 'static` and can move
 /// into a task.
 #[derive(Debug)]
-#[must_use = "dropping a guard releases the lock at once (in the background)"]
+#[must_use = "dropping a guard releases the lock (in the background, not at once)"]
 pub struct LockGuard {
     store: DynLockStore,
     /// `None` once released.
@@ -296,20 +296,22 @@ mod tests {
     /// gets the key within 5 s (a sixth of the TTL: only the background release can free it).
     #[tokio::test]
     async fn a_guard_dropped_by_an_early_return_frees_the_key_long_before_its_ttl() {
-        async fn job(store: &DynLockStore) -> Result<()> {
-            let _guard = store.lock("job").ttl(Duration::from_secs(30)).await?;
+        async fn job(store: &DynLockStore, token: &mut u64) -> Result<()> {
+            let guard = store.lock("job").ttl(Duration::from_secs(30)).await?;
+            *token = guard.fencing_token();
             Err(Error::invalid("input", "the job failed half-way"))?;
             Ok(())
         }
         let store = store();
-        assert!(job(&store).await.is_err());
+        let mut dropped = 0;
+        assert!(job(&store, &mut dropped).await.is_err());
         let started = tokio::time::Instant::now();
         let lease = store
             .acquire("job", Duration::from_secs(30), Duration::from_secs(5))
             .await
             .expect("the dropped guard's key is free within 5 s");
         assert!(started.elapsed() < Duration::from_secs(5));
-        assert!(lease.fencing_token() > 1);
+        assert!(lease.fencing_token() > dropped);
     }
 
     #[tokio::test(start_paused = true)]

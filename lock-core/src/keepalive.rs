@@ -38,8 +38,13 @@ impl Lost {
         }
     }
 
-    pub(crate) fn reason(&self) -> &str {
-        &self.reason
+    /// The reason, and the store's error behind it (one level: a store error's own message
+    /// already names its client's error).
+    pub(crate) fn describe(&self) -> String {
+        match &self.source {
+            Some(source) => format!("{}: {source}", self.reason),
+            None => self.reason.clone(),
+        }
     }
 
     /// The [`Error::LeaseLost`] for `lease`.
@@ -53,9 +58,9 @@ impl Lost {
     }
 }
 
-/// Extends `lease` until it can no longer be confirmed, then returns the
+/// Extends `lease` until it can no longer be confirmed, then cancels `lost` and returns the
 /// [`Error::LeaseLost`] that says why; returns `None` at once if `lost` is (or gets) cancelled
-/// by someone else. It does not cancel `lost` itself: the caller acts on the error.
+/// by someone else.
 ///
 /// Each extend is planned from what the lease has left, at `min(ttl / 4, remaining / 2)`, so a
 /// lease handed out with little validity (a slow acquire, Redlock's drift, a waiter that came
@@ -83,9 +88,9 @@ pub async fn keep_alive<S>(store: &S, lease: &Lease, lost: &CancellationToken) -
 where
     S: Extend + ?Sized,
 {
-    watch(store, lease, lost)
-        .await
-        .map(|lost| lost.error(lease))
+    let why = watch(store, lease, lost).await?;
+    lost.cancel();
+    Some(why.error(lease))
 }
 
 /// [`keep_alive`], keeping the cause in a form every later caller can turn into an error.
@@ -96,7 +101,7 @@ where
     let period = (lease.ttl() / 4).max(Duration::from_millis(1));
     let revocation = lease.revocation();
     let lose = |why: Lost| {
-        tracing::warn!(key = lease.key(), token = lease.fencing_token(), reason = %why.reason, "lease lost");
+        tracing::warn!(key = lease.key(), token = lease.fencing_token(), reason = %why.describe(), "lease lost");
         #[cfg(feature = "metrics")]
         crate::metered::lease_lost(lease);
         Some(why)
@@ -162,11 +167,11 @@ fn retry_delay(period: Duration) -> Duration {
 /// A [`LockGuard`](crate::LockGuard) is one of these with the release added: prefer it.
 ///
 /// ```
-/// # #[tokio::main(flavor = "current_thread")]
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() -> fencelock_core::Result<()> {
 /// use std::sync::Arc;
 /// use std::time::Duration;
-/// use fencelock_core::{Acquire, KeepAlive, LockStore, MemoryStore, Release};
+/// use fencelock_core::{Acquire, KeepAlive, MemoryStore, Release};
 ///
 /// let store = Arc::new(MemoryStore::new());
 /// let lease = store.try_acquire("report", Duration::from_secs(3)).await?;
@@ -228,9 +233,10 @@ impl KeepAlive {
         self.lost.cancelled().await
     }
 
-    /// A token cancelled once the lease is lost, to hand to other tasks.
+    /// A token cancelled once the lease is lost, to hand to other tasks. It is a child of the
+    /// keep-alive's own: cancelling it (or dropping its `drop_guard`) stops nothing.
     pub fn lost_token(&self) -> CancellationToken {
-        self.lost.clone()
+        self.lost.child_token()
     }
 
     /// Whether the lease is known to be lost.
@@ -238,9 +244,9 @@ impl KeepAlive {
         self.lost.is_cancelled()
     }
 
-    /// Why the lease was lost, once it is.
+    /// Why the lease was lost, once it is, with the store's error behind it.
     pub fn lost_reason(&self) -> Option<String> {
-        self.lost_cause().map(|lost| lost.reason().to_owned())
+        self.lost_cause().map(|lost| lost.describe())
     }
 
     /// The [`Error::LeaseLost`] that says why the lease was lost, once it is: the store's own,

@@ -62,6 +62,10 @@ impl LockOptions {
 
 /// What [`with_lock`] accepts as its store: a store, `dyn LockStore`, or an [`Arc`] of either,
 /// including the [`DynLockStore`](crate::DynLockStore) that `fencelock::connect` returns.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a lock store `with_lock` takes",
+    note = "pass a store or an `Arc` of one by reference: `with_lock(&store, ..)`, or `with_lock(&*store, ..)` when `store` is already a reference"
+)]
 pub trait AsLockStore {
     /// The store behind it.
     fn as_lock_store(&self) -> &dyn LockStore;
@@ -93,8 +97,10 @@ impl AsLockStore for Arc<dyn LockStore> {
 
 /// Acquires `key`, runs `body` with the lease while keeping it alive, and releases it. The
 /// body returns a `Result` whose error type can hold a fencelock [`Error`] (`Error` itself,
-/// `anyhow::Error`, `Box<dyn Error>`, your own `From<Error>`), and so does `with_lock`: one
-/// `?`, no `Result` in a `Result`.
+/// `anyhow::Error`, `Box<dyn Error + Send + Sync>`, your own `From<Error>`), and so does
+/// `with_lock`: one `?`, no `Result` in a `Result`. Errors of this crate reach `E` through
+/// `E::from`, so keep the [`Error`] in `E` (or downcast to it) to get at
+/// [`Error::take_output`] and [`Error::kind`].
 ///
 /// - If the lease is lost while `body` runs, `body` is dropped at its next await point and the
 ///   call returns [`Error::LeaseLost`]. `body`'s writes must still carry the fencing token,

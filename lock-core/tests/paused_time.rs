@@ -437,3 +437,35 @@ async fn with_lock_releases_when_the_body_fails_and_returns_its_error() {
         with_lock(&store, "k", LockOptions::new(), |_lease| async { Ok(()) }).await;
     assert_eq!(busy, Err(JobError::Lock(ErrorKind::Contended)));
 }
+
+/// `with_lock`'s future can be spawned: it is `Send` for what `connect` returns and a `Send`
+/// body and error.
+#[test]
+fn with_lock_on_a_dyn_store_is_send() {
+    fn assert_send<T: Send>(_: T) {}
+    let store: DynLockStore = Arc::new(MemoryStore::new());
+    assert_send(with_lock(
+        &store,
+        "k",
+        LockOptions::new(),
+        |lease| async move { Ok::<_, Error>(lease.fencing_token()) },
+    ));
+    assert_send(with_lock(
+        &*store,
+        "k",
+        LockOptions::new(),
+        |_lease| async { Ok::<_, Box<dyn std::error::Error + Send + Sync>>(()) },
+    ));
+}
+
+/// A task handed the guard's lost token cannot stop the keep-alive by cancelling it.
+#[tokio::test(start_paused = true)]
+async fn cancelling_a_handed_out_lost_token_stops_nothing() {
+    let store: DynLockStore = Arc::new(MemoryStore::new());
+    let guard = store.lock("k").ttl(TTL).await.unwrap();
+    guard.lost_token().cancel();
+    sleep(TTL * 3).await;
+    assert!(!guard.is_lost(), "the keep-alive went on");
+    assert!(guard.lease().remaining() > Duration::ZERO);
+    assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released);
+}

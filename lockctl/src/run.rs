@@ -180,19 +180,16 @@ async fn supervise(
         tokio::select! {
             status = guarded.child.wait() => break status,
             () = held.lost() => {
-                // The error says "lost" once, then the store's error behind it, if any.
-                let mut why = held
-                    .lost_error()
-                    .map_or_else(|| "the lease is lost".to_owned(), |error| {
-                        let mut text = error.to_string();
-                        let mut source = std::error::Error::source(&error);
-                        while let Some(cause) = source {
-                            text.push_str(&format!(": {cause}"));
-                            source = cause.source();
-                        }
-                        text
-                    });
-                why = crate::usage::one_line(&why);
+                // "Lost" once, then the store's error behind it (one level: a store error's
+                // message already names its client's error).
+                let why = held.lost_error().map_or_else(
+                    || "the lease is lost".to_owned(),
+                    |error| match std::error::Error::source(&error) {
+                        Some(cause) => format!("{error}: {cause}"),
+                        None => error.to_string(),
+                    },
+                );
+                let why = crate::usage::one_line(&why);
                 eprintln!("lockctl: {why}; terminating the command");
                 guarded.end(grace).await;
                 let _ = store.release(&held.stop()).await;
