@@ -7,21 +7,49 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use fencelock_core::{Error, Result};
+use fencelock_core::{Error, Instant, Result};
 
 /// etcd's granule `G`: a grant's token is at least the client's clock (µs since the epoch,
 /// read before the enqueue is sent) minus this. A raise costs one more key in the enqueue's
 /// transaction, at most about once per granule per busy prefix.
 pub(crate) const GRANULE: Duration = Duration::from_millis(100);
 
-/// The oldest store revision a handle raises from without asking etcd first. The raise puts
-/// `O = clock − hint`, so the tokens after it lead the clock by the revisions written since the
-/// hint: at most the cluster's writes in this long plus a round trip (50 ms at the 50,000
-/// writes/s etcd reaches at best).
+/// The oldest a revision hint may be (counted from when the request that showed it was sent)
+/// for a raise to count from it without asking etcd first. The tokens after a raise lead the
+/// clock read before the enqueue by the revisions written between the hint and the entry: at
+/// most `W × (HINT_AGE + command timeout)`, `W` the cluster's write rate (see the crate docs).
 pub(crate) const HINT_AGE: Duration = Duration::from_secs(1);
 
-/// The offset's name under a prefix. No lock's queue directory is it or holds it: directories
-/// end in `/` and escaped keys hold none.
+/// A store revision no later than the next write's, and when it was current: the hint a raise
+/// counts from. Fed only with linearizable answers (writes, linearizable reads), whose
+/// revision is at least the store's revision when their request was sent; a serializable read
+/// may come from a member that lags by any amount.
+#[derive(Debug, Default)]
+pub(crate) struct RevisionHint {
+    latest: Option<(i64, Instant)>,
+}
+
+impl RevisionHint {
+    /// Notes `revision`, shown by an answer to a request sent at `sent_at`. The most recently
+    /// sent request's answer wins, whether higher or lower: no maximum, so after a snapshot
+    /// restore took the revisions back, a fresh answer brings the hint down with them.
+    pub(crate) fn note(&mut self, revision: i64, sent_at: Instant) {
+        if self.latest.is_none_or(|(_, at)| at <= sent_at) {
+            self.latest = Some((revision, sent_at));
+        }
+    }
+
+    /// The hint, if its request was sent at most [`HINT_AGE`] before `now`.
+    pub(crate) fn fresh(&self, now: Instant) -> Option<i64> {
+        self.latest
+            .filter(|(_, at)| now.saturating_duration_since(*at) <= HINT_AGE)
+            .map(|(revision, _)| revision)
+    }
+}
+
+/// The offset's name under a prefix. No queue directory of the same prefix is it or holds it:
+/// directories end in `/` and this name holds none. Another prefix's directory may (prefixes
+/// that nest): a queue entry without a lease is refused as foreign.
 const OFFSET_NAME: &str = "~offset";
 
 /// The digits an offset is written with: zero-padded, so etcd's byte-wise value comparison is
@@ -138,6 +166,33 @@ pub(crate) fn raw_minter_found(prefix: &str, entry: &[u8]) -> Error {
     }
 }
 
+/// Whether a queue entry is foreign: every lock entry lives on an etcd lease (this build's,
+/// an older one's, etcd's own clients'), so a key without one is another prefix's token offset
+/// (prefixes that nest) or a key written by hand. It would head its queue forever.
+pub(crate) fn is_foreign(lease: i64) -> bool {
+    lease == 0
+}
+
+/// The error for `entry`, a key without a lease in the queue directory `dir`.
+pub(crate) fn foreign_found(prefix: &str, dir: &str, entry: &[u8]) -> Error {
+    let entry = String::from_utf8_lossy(entry);
+    let nested = entry
+        .strip_suffix(OFFSET_NAME)
+        .filter(|nested| nested.starts_with(dir))
+        .map(|nested| format!(", the token offset of the prefix {nested:?}"))
+        .unwrap_or_default();
+    Error::Store {
+        message: format!(
+            "the queue {dir:?} holds {entry:?}, a key on no etcd lease{nested}: prefixes nest \
+             (the prefix {prefix:?} and one starting with {dir:?}) or it was written by hand. \
+             It never leaves, so this lock is refused rather than waited for; give each \
+             prefix its own subtree (no prefix may start with another), and never delete a \
+             token offset"
+        ),
+        source: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -166,6 +221,31 @@ mod tests {
                 "{odd:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_hint_is_dated_by_when_its_request_was_sent() {
+        let now = Instant::now();
+        let mut hint = RevisionHint::default();
+        hint.note(100, now - 2 * HINT_AGE);
+        // Answered just now, but to a request sent long ago: as old as the request.
+        assert_eq!(hint.fresh(now), None);
+        hint.note(100, now - HINT_AGE / 2);
+        assert_eq!(hint.fresh(now), Some(100));
+        // A late answer to an older request neither replaces nor re-dates it.
+        hint.note(500, now - HINT_AGE);
+        assert_eq!(hint.fresh(now + HINT_AGE * 3 / 4), None);
+    }
+
+    #[test]
+    fn a_lower_revision_from_a_later_request_replaces_the_hint() {
+        // A snapshot restore took the revisions back: the hint follows, so it never exceeds
+        // the next entry's revision (a raise from it would put tokens below the clock).
+        let now = Instant::now();
+        let mut hint = RevisionHint::default();
+        hint.note(1_000, now);
+        hint.note(400, now + HINT_AGE / 10);
+        assert_eq!(hint.fresh(now + HINT_AGE / 5), Some(400));
     }
 
     #[test]

@@ -110,9 +110,8 @@ struct Shared {
     /// same old token.
     auth_refreshes: AtomicU64,
     auth_refresh: tokio::sync::Mutex<()>,
-    /// The highest store revision an answer showed, and when: the hint a raise of the token
-    /// offset counts from (see [`offset::HINT_AGE`]).
-    revision_seen: Mutex<Option<(i64, Instant)>>,
+    /// The hint a raise of the token offset counts from (see [`offset::RevisionHint`]).
+    revision_seen: Mutex<offset::RevisionHint>,
 }
 
 /// An etcd lease whose lock was released: it holds no keys and is not kept alive. The next
@@ -378,54 +377,58 @@ impl EtcdStore {
 
     async fn txn(&self, what: &'static str, resend: Resend, txn: Txn) -> Result<TxnResponse> {
         let client = &self.shared.client;
+        let sent_at = Instant::now();
         let answer = self
             .call(what, resend, || {
                 let (mut kv, txn) = (client.kv_client(), txn.clone());
                 async move { kv.txn(txn).await }
             })
             .await?;
-        self.saw_revision(answer.header());
+        self.saw_revision(answer.header(), sent_at);
         Ok(answer)
     }
 
-    /// Notes the store revision of an answer, for the next raise of the token offset.
-    fn saw_revision(&self, header: Option<&etcd_client::ResponseHeader>) {
+    /// Notes the store revision of an answer to a request sent at `sent_at`, for the next raise
+    /// of the token offset. Only linearizable answers: every transaction and read that calls
+    /// this is one, and so is a lease grant (a Raft write); the waiter's serializable read
+    /// (`still_there`) does not call it.
+    fn saw_revision(&self, header: Option<&etcd_client::ResponseHeader>, sent_at: Instant) {
         let Some(revision) = header.map(|header| header.revision()) else {
             return;
         };
-        let mut seen = self
-            .shared
+        self.shared
             .revision_seen
             .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let highest = seen.map_or(revision, |(before, _)| before.max(revision));
-        *seen = Some((highest, Instant::now()));
+            .unwrap_or_else(PoisonError::into_inner)
+            .note(revision, sent_at);
     }
 
-    /// A store revision no later than the next write's: the last one an answer showed, if at
-    /// most [`offset::HINT_AGE`] old, otherwise a serializable read's (the member at hand
-    /// answers, without a consensus round; a member never shows a revision not yet committed).
+    /// A store revision no later than the next write's, and at least the store's revision at
+    /// most [`offset::HINT_AGE`] before now (or, read now, before the read was sent): the last
+    /// one an answer showed, if fresh enough, otherwise a linearizable read's (a serializable
+    /// one may come from a member lagging by any amount, and a raise from an old revision puts
+    /// tokens ahead of the clock by every revision written since).
     async fn revision_hint(&self) -> Result<i64> {
-        let seen = *self
+        let seen = self
             .shared
             .revision_seen
             .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if let Some((revision, seen_at)) = seen {
-            if Instant::now().saturating_duration_since(seen_at) <= offset::HINT_AGE {
-                return Ok(revision);
-            }
+            .unwrap_or_else(PoisonError::into_inner)
+            .fresh(Instant::now());
+        if let Some(revision) = seen {
+            return Ok(revision);
         }
         let key = offset::key(self.shared.config.prefix());
         let client = &self.shared.client;
+        let sent_at = Instant::now();
         let answer = self
             .call("read the store revision", Resend::Transient, || {
                 let (mut kv, key) = (client.kv_client(), key.clone());
-                let options = GetOptions::new().with_count_only().with_serializable();
+                let options = GetOptions::new().with_count_only();
                 async move { kv.get(key, Some(options)).await }
             })
             .await?;
-        self.saw_revision(answer.header());
+        self.saw_revision(answer.header(), sent_at);
         answer
             .header()
             .map(|header| header.revision())
@@ -466,13 +469,14 @@ impl EtcdStore {
     ) -> Result<Vec<KeyValue>> {
         let key = key.into();
         let client = &self.shared.client;
+        let sent_at = Instant::now();
         let mut answer = self
             .call(what, Resend::Transient, || {
                 let (mut kv, key, options) = (client.kv_client(), key.clone(), options.clone());
                 async move { kv.get(key, Some(options)).await }
             })
             .await?;
-        self.saw_revision(answer.header());
+        self.saw_revision(answer.header(), sent_at);
         Ok(answer.take_kvs())
     }
 
@@ -543,13 +547,14 @@ impl EtcdStore {
             .map_err(|_| Error::invalid("ttl", format!("{ttl:?} is too long for etcd")))?;
         let client = &self.shared.client;
         // Granting twice leaves an unused lease that expires on its own.
+        let sent_at = Instant::now();
         let granted = self
             .call("grant a lease", Resend::Transient, || {
                 let mut leases = client.lease_client();
                 async move { leases.grant(requested, None).await }
             })
             .await?;
-        self.saw_revision(granted.header());
+        self.saw_revision(granted.header(), sent_at);
         if !granted.error().is_empty() {
             return Err(Error::Store {
                 message: format!("etcd refused a lease: {}", granted.error()),
@@ -562,13 +567,13 @@ impl EtcdStore {
 
     async fn enqueue(&self, dir: &str, entry: &str, lease_id: i64, mode: Mode) -> Result<Enqueued> {
         let prefix = self.shared.config.prefix();
-        let (value, raise) = match self.shared.config.layout {
+        let (value, raise, hint) = match self.shared.config.layout {
             // As etcd's own clients put it: no offset, the empty value.
-            Layout::Etcd => (String::new(), None),
+            Layout::Etcd => (String::new(), None, 0),
             Layout::Fencelock => {
                 let hint = self.revision_hint().await?;
                 let raise = offset::raise(prefix, offset::clock_micros(), hint)?;
-                (EntryMode::waiting(mode).value(), Some(raise))
+                (EntryMode::waiting(mode).value(), Some(raise), hint)
             }
         };
         let txn = txn::enqueue(dir, entry, lease_id, value, raise.as_ref());
@@ -614,6 +619,14 @@ impl EtcdStore {
                         Layout::Fencelock => handoff::is_exclusive_entry(dir, predecessor),
                     }
         );
+        // A key on no lease ahead of ours (the head, or our predecessor) would never leave.
+        let ahead = reads.get(1).into_iter().chain(reads.get(2)).flatten();
+        if let Some(foreign) = ahead
+            .into_iter()
+            .find(|kv| offset::is_foreign(kv.lease()) && kv.create_revision() < revision)
+        {
+            return Err(offset::foreign_found(prefix, dir, foreign.key()));
+        }
         let offset = match raise {
             None => 0,
             Some(_) => {
@@ -626,6 +639,19 @@ impl EtcdStore {
                     return Err(offset::raw_minter_found(prefix, raw.key()));
                 }
                 let current = reads.get(3).and_then(|kvs| kvs.first());
+                if current.is_some_and(|kv| {
+                    Some(kv.mod_revision()) == answer.header().map(|h| h.revision())
+                }) {
+                    // This transaction raised it: its tokens lead the clock read before it by
+                    // up to R − h µs, what an operator checks the swap delay D against.
+                    tracing::debug!(
+                        prefix,
+                        revision,
+                        hint,
+                        lead_micros = revision - hint,
+                        "raised the token offset"
+                    );
+                }
                 self.offset_at(current, revision).await?
             }
         };
@@ -1479,10 +1505,18 @@ async fn read_predecessor(
         .txn("read the predecessor", Resend::Transient, txn)
         .await?;
     let mut reads = txn::gets(&answer).into_iter();
-    let predecessor = reads
-        .next()
-        .and_then(|kvs| kvs.into_iter().next())
-        .map(|kv| kv.key().to_vec());
+    let predecessor = reads.next().and_then(|kvs| kvs.into_iter().next());
+    if let Some(foreign) = predecessor
+        .as_ref()
+        .filter(|kv| offset::is_foreign(kv.lease()))
+    {
+        return Err(offset::foreign_found(
+            store.shared.config.prefix(),
+            dir,
+            foreign.key(),
+        ));
+    }
+    let predecessor = predecessor.map(|kv| kv.key().to_vec());
     let ours = reads.next().is_some_and(|kvs| {
         kvs.iter()
             .any(|kv| kv.create_revision() == revision && kv.lease() == lease_id)
@@ -1592,6 +1626,18 @@ impl Waiter<'_> {
         }
     }
 
+    /// Fails for a key on no lease among the older entries read (see [`offset::is_foreign`]).
+    fn refuse_foreign(&self, older: &[KeyValue]) -> Result<()> {
+        match older.iter().find(|kv| offset::is_foreign(kv.lease())) {
+            Some(foreign) => Err(offset::foreign_found(
+                self.store.shared.config.prefix(),
+                self.dir,
+                foreign.key(),
+            )),
+            None => Ok(()),
+        }
+    }
+
     /// Reads what a `mode` request's grant depends on, at one revision.
     async fn mode_view(&self, mode: Mode) -> Result<ModeView> {
         let seen = |kv: &KeyValue| Seen {
@@ -1613,7 +1659,9 @@ impl Waiter<'_> {
                     .txn("read the permits ahead", Resend::Transient, txn)
                     .await?;
                 let mut reads = txn::gets(&answer).into_iter();
-                let older: Vec<Seen> = reads.next().unwrap_or_default().iter().map(seen).collect();
+                let older = reads.next().unwrap_or_default();
+                self.refuse_foreign(&older)?;
+                let older: Vec<Seen> = older.iter().map(seen).collect();
                 let decision = modes::decide_permit(limit, &older);
                 Ok(ModeView {
                     older,
@@ -1628,8 +1676,12 @@ impl Waiter<'_> {
                     .txn("read the writers ahead", Resend::Transient, txn)
                     .await?;
                 let mut reads = txn::gets(&answer).into_iter();
+                let (writers, readers) = (reads.next(), reads.next());
+                for kvs in [&writers, &readers].into_iter().flatten() {
+                    self.refuse_foreign(kvs)?;
+                }
                 let first = |kvs: Option<Vec<KeyValue>>| kvs.and_then(|kvs| kvs.first().map(seen));
-                let (writer, reader) = (first(reads.next()), first(reads.next()));
+                let (writer, reader) = (first(writers), first(readers));
                 let decision = modes::decide_shared(writer.as_ref(), reader.as_ref());
                 Ok(ModeView {
                     older: writer.into_iter().chain(reader).collect(),
@@ -1980,6 +2032,14 @@ impl LockStore for EtcdStore {
         let Some(head) = self.queue_head(&dir).await.map_err(refused())? else {
             return Ok(false);
         };
+        // Not a holder: another prefix's token offset, which must never be deleted.
+        if offset::is_foreign(head.lease()) {
+            return Err(offset::foreign_found(
+                self.shared.config.prefix(),
+                &dir,
+                head.key(),
+            ));
+        }
         // Compare-and-delete, so a holder that released meanwhile never costs its successor.
         let txn = txn::delete_if_created_at(head.key(), head.create_revision());
         // Sent again only if unsent: a second delete would find nothing and report false.
@@ -2021,6 +2081,13 @@ impl LockStore for EtcdStore {
         let Some(head) = queue.first() else {
             return Ok(KeyStatus::Free);
         };
+        if offset::is_foreign(head.lease()) {
+            return Err(offset::foreign_found(
+                self.shared.config.prefix(),
+                &dir,
+                head.key(),
+            ));
+        }
         // Read after the queue: an offset changed since an entry's creation is read as of it.
         let offset = match self.shared.config.layout {
             Layout::Fencelock => self

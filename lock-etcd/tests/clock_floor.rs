@@ -276,3 +276,76 @@ async fn status_names_a_holders_token_after_the_offset_was_raised() {
         ReleaseOutcome::Released
     );
 }
+
+/// Prefixes that nest: `{p}billing/~offset`, the inner prefix's token offset (on no lease, and
+/// older than any later entry), sits in the queue of the outer prefix's lock `billing`, and
+/// would head it forever. Acquires there fail with `Error::Store` within their wait, in every
+/// mode and in `layout=etcd` (whose lock `{p}billing` is the same directory), and evict leaves
+/// the offset alone (deleting it would let a later raise recreate it lower).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nested_prefixs_offset_in_a_queue_is_refused_not_waited_for_or_evicted() {
+    let outer_prefix = fresh_prefix("nest");
+    let inner = handle(&format!("{outer_prefix}billing/"), "").await;
+    let lease = inner.try_acquire("k", TTL).await.expect("a free key");
+    inner.release(&lease).await.expect("release");
+    let offset_key = format!("{outer_prefix}billing/~offset");
+    let mut client = raw().await;
+    let offset_before = client.get(offset_key.as_str(), None).await.expect("read");
+    assert_eq!(
+        offset_before.kvs().len(),
+        1,
+        "the inner prefix has an offset"
+    );
+
+    let outer = handle(&outer_prefix, "").await;
+    let etcd_layout = common::store(&shared::etcd().url(), "&layout=etcd&prefix=").await;
+    let wait = Duration::from_secs(2);
+    let etcd_key = format!("{outer_prefix}billing");
+    for (store, key, mode) in [
+        (&outer, "billing", Mode::Exclusive),
+        (&outer, "billing", Mode::Shared),
+        (&outer, "billing", Mode::permits(2)),
+        (&etcd_layout, etcd_key.as_str(), Mode::Exclusive),
+    ] {
+        let started = Instant::now();
+        match store.acquire_as(key, TTL, wait, mode).await {
+            Err(Error::Store { message, .. }) => {
+                assert!(message.contains("no etcd lease"), "{mode}: {message}");
+                assert!(message.contains(&offset_key), "{mode}: {message}");
+            }
+            other => panic!("{key} {mode} behind a nested prefix's offset: {other:?}"),
+        }
+        assert!(
+            started.elapsed() < wait,
+            "{key} {mode}: refused only after the wait"
+        );
+    }
+    match outer.status("billing").await {
+        Err(Error::Store { message, .. }) => {
+            assert!(message.contains("no etcd lease"), "{message}")
+        }
+        other => panic!("status behind a nested prefix's offset: {other:?}"),
+    }
+    match outer.evict("billing").await {
+        Err(Error::Store { message, .. }) => {
+            assert!(message.contains("no etcd lease"), "{message}")
+        }
+        other => panic!("evict of a nested prefix's offset: {other:?}"),
+    }
+    let offset_after = client.get(offset_key.as_str(), None).await.expect("read");
+    assert_eq!(
+        offset_after
+            .kvs()
+            .first()
+            .map(|kv| (kv.value(), kv.create_revision())),
+        offset_before
+            .kvs()
+            .first()
+            .map(|kv| (kv.value(), kv.create_revision())),
+        "evict touched the offset"
+    );
+    // The inner prefix still mints above its earlier token.
+    let again = inner.try_acquire("k", TTL).await.expect("a free key");
+    assert!(again.fencing_token() > lease.fencing_token());
+    inner.release(&again).await.expect("release");
+}
