@@ -82,6 +82,20 @@ pub(crate) fn client_error(what: &str, error: etcd_client::Error) -> Error {
     Error::from_client(what, error, is_retryable)
 }
 
+/// Whether a request failed because an etcd lease it names is gone ("etcdserver: requested
+/// lease not found"): an idle lease that ended while idle. Only that: the enqueue's other
+/// refusals are [`Error::Store`] too, and a fresh lease would meet them again.
+pub(crate) fn is_lease_not_found(error: &Error) -> bool {
+    let mut source = std::error::Error::source(error);
+    while let Some(current) = source {
+        if let Some(etcd_client::Error::GRpcStatus(status)) = current.downcast_ref() {
+            return status.message().contains("requested lease not found");
+        }
+        source = current.source();
+    }
+    false
+}
+
 /// gRPC's `PermissionDenied` (fixed by the gRPC spec): etcd's "permission denied", a user
 /// whose roles do not grant the key range a request touches.
 const PERMISSION_DENIED: i32 = 7;
@@ -251,3 +265,38 @@ pub(crate) fn client_certificate_required(what: &str, error: etcd_client::Error)
 /// (tonic's transport failures), DeadlineExceeded, ResourceExhausted (etcd's "too many
 /// requests"), Aborted and Unavailable (etcd's "no leader", "leader changed", "timed out").
 const RETRYABLE_GRPC_CODES: [i32; 6] = [1, 2, 4, 8, 10, 14];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use test_servers::shared;
+
+    /// The idle-lease path grants afresh only for etcd's own "lease not found", not for the
+    /// enqueue's other refusals (all [`Error::Store`]), which a fresh lease would meet again.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn only_etcds_lease_not_found_counts_as_an_ended_lease() {
+        let mut client = etcd_client::Client::connect([shared::etcd().endpoint()], None)
+            .await
+            .expect("a raw client");
+        let lease = client.lease_grant(30, None).await.expect("a lease").id();
+        client.lease_revoke(lease).await.expect("revoke");
+        let put = client
+            .put(
+                "error-tests/ended",
+                "",
+                Some(etcd_client::PutOptions::new().with_lease(lease)),
+            )
+            .await
+            .expect_err("a put on a revoked lease");
+        let ended = client_error("enqueue", put);
+        assert!(matches!(ended, Error::Store { .. }), "{ended:?}");
+        assert!(is_lease_not_found(&ended), "{ended:?}");
+        for other in [
+            crate::offset::raw_minter_found("p/", b"p/k/x"),
+            crate::offset::foreign_found("p/", "p/k/", b"p/k/~offset"),
+            crate::offset::parse("p/~offset", b"v3").expect_err("another scheme"),
+        ] {
+            assert!(!is_lease_not_found(&other), "{other:?}");
+        }
+    }
+}

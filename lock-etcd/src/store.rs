@@ -727,7 +727,11 @@ impl EtcdStore {
                             (idle.lease_id, idle.ttl, entry, enqueued, revoke)
                         }
                         // It ended while idle: its entry (if put) went with it. Grant afresh.
-                        (Ok(false), _) | (Ok(true), Err(Error::Store { .. })) => {
+                        (Ok(false), _) => {
+                            use_idle = false;
+                            continue;
+                        }
+                        (Ok(true), Err(error)) if error::is_lease_not_found(&error) => {
                             use_idle = false;
                             continue;
                         }

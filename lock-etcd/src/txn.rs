@@ -176,7 +176,7 @@ pub(crate) fn whole_queue() -> GetOptions {
 }
 
 /// Release (and the operator's evict): delete `entry` only if its create revision is still
-/// `revision`, the holder's token. Atomic: compare and delete in one transaction, so a retried
+/// `revision`, the one the holder's grant saw (its token is the offset plus it). Atomic: compare and delete in one transaction, so a retried
 /// stale unlock never deletes a newer holder (etcd issue 22082).
 pub(crate) fn delete_if_created_at(entry: impl Into<Vec<u8>>, revision: i64) -> Txn {
     let entry = entry.into();
@@ -189,8 +189,8 @@ pub(crate) fn delete_if_created_at(entry: impl Into<Vec<u8>>, revision: i64) -> 
         .and_then([TxnOp::delete(entry, None)])
 }
 
-/// Release with a handoff: if `entry` still has create revision `revision` (the holder's
-/// token), delete it and, if `next` (the holder's successor in `dir`) still exists with the
+/// Release with a handoff: if `entry` still has create revision `revision` (the one the
+/// holder's grant saw), delete it and, if `next` (the holder's successor in `dir`) still exists with the
 /// create revision and lease it was read with, rewrite its value to `mark` on that same lease.
 /// Atomic: one transaction, so the mark is written exactly when the holder's entry goes and
 /// its successor is still queued, at the revision that frees the lock. Without the successor,
