@@ -2106,6 +2106,10 @@ impl LockStore for EtcdStore {
                 .next(),
             Layout::Etcd => None,
         };
+        // As acquire does: an offset of another scheme is that scheme's prefix now.
+        if let Some(current) = &offset {
+            offset::parse(&offset::key(self.shared.config.prefix()), current.value())?;
+        }
         let head_mode = match self.shared.config.layout {
             Layout::Fencelock => EntryMode::parse(head.value()),
             Layout::Etcd => EntryMode::Exclusive,
@@ -2114,11 +2118,26 @@ impl LockStore for EtcdStore {
             // Granted entries of a mode are the queue's front (each was granted only once
             // every older one was); a front entry not yet marked holds nothing yet.
             let mode = head_mode.mode();
+            let granted: Vec<&KeyValue> = queue
+                .iter()
+                .take_while(|kv| {
+                    let entry = EntryMode::parse(kv.value());
+                    entry.granted() && entry.mode() == mode
+                })
+                .collect();
+            // Newest first, so one read of the offset as of a holder's revision serves every
+            // older holder back to that offset's last raise.
+            let mut tokens = HashMap::with_capacity(granted.len());
+            let mut offsets = OffsetHistory::new(offset.as_ref());
+            for kv in granted.iter().rev() {
+                let token = offsets
+                    .token(self, kv.create_revision())
+                    .await
+                    .map_err(refused())?;
+                tokens.insert(kv.create_revision(), token);
+            }
             let mut holders = Vec::new();
-            for kv in queue.iter().take_while(|kv| {
-                let entry = EntryMode::parse(kv.value());
-                entry.granted() && entry.mode() == mode
-            }) {
+            for kv in granted {
                 let slot = match EntryMode::parse(kv.value()) {
                     EntryMode::Permit { slot, .. } => slot,
                     _ => None,
@@ -2130,8 +2149,7 @@ impl LockStore for EtcdStore {
                 };
                 holders.push(HolderStatus::new(
                     entry_owner(&dir, kv.key()),
-                    self.status_token(offset.as_ref(), kv.create_revision())
-                        .await,
+                    tokens.get(&kv.create_revision()).copied().flatten(),
                     slot,
                     remaining,
                 ));
@@ -2148,10 +2166,10 @@ impl LockStore for EtcdStore {
         let remaining = self.remaining(head.lease()).await.map_err(refused())?;
         // In the etcd layout the token (the granting reply's revision) is kept nowhere in etcd.
         let token = match self.shared.config.layout {
-            Layout::Fencelock => {
-                self.status_token(offset.as_ref(), head.create_revision())
-                    .await
-            }
+            Layout::Fencelock => OffsetHistory::new(offset.as_ref())
+                .token(self, head.create_revision())
+                .await
+                .map_err(refused())?,
             Layout::Etcd => None,
         };
         Ok(KeyStatus::Held {
@@ -2166,14 +2184,79 @@ impl LockStore for EtcdStore {
 /// request each); the others are listed without it.
 const STATUS_TTL_READS: usize = 32;
 
-impl EtcdStore {
-    /// The token of an entry created at `created`, as its grant computed it, for `status`;
-    /// `None` if the offset of that revision is unknown (compacted away, or unreadable).
-    async fn status_token(&self, current: Option<&KeyValue>, created: i64) -> Option<u64> {
-        let offset = self.offset_at(current, created).await.ok()?;
-        offset::token(offset, created).ok()
+/// How many reads of the offset's history one `status` call makes (one per raise between the
+/// holders' entries); holders past them are listed without a token.
+const STATUS_OFFSET_READS: usize = STATUS_TTL_READS;
+
+/// The token offset as of holders' revisions, for one `status` call: the current offset, and
+/// what reads of its history found, each valid from the offset's raise it shows up to the
+/// revision it was read at.
+struct OffsetHistory<'a> {
+    current: Option<&'a KeyValue>,
+    /// `(raised at, read at, offset)`: the offset over revisions `raised at..=read at`.
+    read: Vec<(i64, i64, u64)>,
+}
+
+impl<'a> OffsetHistory<'a> {
+    fn new(current: Option<&'a KeyValue>) -> Self {
+        OffsetHistory {
+            current,
+            read: Vec::new(),
+        }
     }
 
+    /// The token of an entry created at `created`, as its grant computed it. `None` once etcd
+    /// compacted the revision whose offset it needs, or past [`STATUS_OFFSET_READS`] reads;
+    /// [`Error::Store`] for an offset this build does not read (acquire refuses it too).
+    async fn token(&mut self, store: &EtcdStore, created: i64) -> Result<Option<u64>> {
+        let key = offset::key(store.shared.config.prefix());
+        let offset = match self.current {
+            None => 0,
+            Some(current) if current.mod_revision() <= created => {
+                offset::parse(&key, current.value())?
+            }
+            Some(_) => match self
+                .read
+                .iter()
+                .find(|(raised, read, _)| (*raised..=*read).contains(&created))
+            {
+                Some((_, _, offset)) => *offset,
+                None if self.read.len() >= STATUS_OFFSET_READS => return Ok(None),
+                None => {
+                    let then = match store
+                        .kv_get(
+                            "read the token offset",
+                            key.clone(),
+                            txn::offset_at(created),
+                        )
+                        .await
+                    {
+                        Ok(then) => then,
+                        Err(error) if is_compacted(&error) => return Ok(None),
+                        Err(error) => return Err(error),
+                    };
+                    // Absent then: never raised before (an offset is never deleted).
+                    let (raised, offset) = match then.first() {
+                        Some(kv) => (kv.mod_revision(), offset::parse(&key, kv.value())?),
+                        None => (0, 0),
+                    };
+                    self.read.push((raised, created, offset));
+                    offset
+                }
+            },
+        };
+        offset::token(offset, created).map(Some)
+    }
+}
+
+/// Whether etcd refused a read of a revision it compacted away.
+fn is_compacted(error: &Error) -> bool {
+    error
+        .to_string()
+        .contains("required revision has been compacted")
+}
+
+impl EtcdStore {
     /// What is left of etcd lease `lease_id` (`None` for no lease, or one that is gone).
     async fn remaining(&self, lease_id: i64) -> Result<Option<Duration>> {
         if lease_id == 0 {

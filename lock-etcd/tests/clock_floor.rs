@@ -349,3 +349,69 @@ async fn a_nested_prefixs_offset_in_a_queue_is_refused_not_waited_for_or_evicted
     assert!(again.fencing_token() > lease.fencing_token());
     inner.release(&again).await.expect("release");
 }
+
+/// `status` reads the offset as acquire does: one of another scheme (here written while a lock
+/// is held) is an `Error::Store`, not a holder without a token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_refuses_an_offset_of_another_scheme() {
+    let prefix = fresh_prefix("status-scheme");
+    let store = handle(&prefix, "").await;
+    let held = store.try_acquire("k", TTL).await.expect("a free key");
+    let shared = store
+        .try_acquire_as("s", TTL, Mode::Shared)
+        .await
+        .expect("a free key");
+    let mut client = raw().await;
+    client
+        .put(format!("{prefix}~offset"), "v3 1795755901367913", None)
+        .await
+        .expect("a later scheme's offset");
+    for key in ["k", "s"] {
+        match store.status(key).await {
+            Err(Error::Store { message, .. }) => {
+                assert!(message.contains("does not read"), "{key}: {message}")
+            }
+            other => panic!("{key}: status over another scheme's offset: {other:?}"),
+        }
+    }
+    store.release(&held).await.expect("release");
+    store.release(&shared).await.expect("release");
+}
+
+/// Readers granted across raises of the offset: `status` names each one's token (the offset
+/// as of each entry's creation, one history read per raise between them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_names_each_readers_token_across_raises() {
+    let store = handle(&fresh_prefix("status-readers"), "").await;
+    let mut readers = Vec::new();
+    for i in 0..3 {
+        if i > 0 {
+            // Past a granule, another key's grant raises the offset.
+            sleep(Duration::from_micros(2 * GRANULE_MICROS)).await;
+            let other = store.try_acquire("other", TTL).await.expect("a free key");
+            store.release(&other).await.expect("release");
+        }
+        readers.push(
+            store
+                .try_acquire_as("s", TTL, Mode::Shared)
+                .await
+                .expect("a shared key"),
+        );
+    }
+    let tokens: Vec<u64> = readers.iter().map(|lease| lease.fencing_token()).collect();
+    assert!(
+        tokens.windows(2).all(|w| w[1] - w[0] > GRANULE_MICROS),
+        "the offset was not raised between the readers: {tokens:?}"
+    );
+    match store.status("s").await.expect("status") {
+        KeyStatus::Shared { holders, .. } => {
+            let reported: Vec<Option<u64>> = holders.iter().map(|holder| holder.token).collect();
+            let expected: Vec<Option<u64>> = tokens.iter().copied().map(Some).collect();
+            assert_eq!(reported, expected);
+        }
+        other => panic!("three readers, but status says {other:?}"),
+    }
+    for lease in &readers {
+        store.release(lease).await.expect("release");
+    }
+}
