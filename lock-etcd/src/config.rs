@@ -92,7 +92,7 @@ impl fmt::Display for Layout {
 ///
 /// | option | default | meaning |
 /// | --- | --- | --- |
-/// | `prefix` | `fencelock/` (empty with `layout=etcd`) | prefix of every key this store writes; two stores contend only if one prefix starts with the other (then some keys of one share queues with the other: false contention, never two holders). Empty is refused except with `layout=etcd` |
+/// | `prefix` | `fencelock/` (empty with `layout=etcd`) | prefix of every key this store writes. Prefixes must not nest (one starting with another): the inner prefix's token offset `{prefix}~offset` would lie in a queue of the outer one, whose acquires then fail with `Error::Store` (see the crate docs, *Tokens across a swap*). Empty is refused except with `layout=etcd` |
 /// | `layout` | `fencelock` | `etcd` names each lock exactly as etcd's `concurrency.Mutex` and `etcdctl lock` do, so they exclude each other (see [`Layout`]) |
 /// | `connect_timeout` | `5s` | bound on connecting (and on the first round trip of [`EtcdStore::connect`](crate::EtcdStore::connect)): `5` (seconds), `5s` or `250ms` |
 /// | `command_timeout` | `5s` | bound on one request to the cluster, same forms |

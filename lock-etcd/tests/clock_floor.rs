@@ -287,7 +287,10 @@ async fn a_nested_prefixs_offset_in_a_queue_is_refused_not_waited_for_or_evicted
     let outer_prefix = fresh_prefix("nest");
     let inner = handle(&format!("{outer_prefix}billing/"), "").await;
     let lease = inner.try_acquire("k", TTL).await.expect("a free key");
-    inner.release(&lease).await.expect("release");
+    assert_eq!(
+        inner.release(&lease).await.expect("release"),
+        ReleaseOutcome::Released
+    );
     let offset_key = format!("{outer_prefix}billing/~offset");
     let mut client = raw().await;
     let offset_before = client.get(offset_key.as_str(), None).await.expect("read");
@@ -347,7 +350,10 @@ async fn a_nested_prefixs_offset_in_a_queue_is_refused_not_waited_for_or_evicted
     // The inner prefix still mints above its earlier token.
     let again = inner.try_acquire("k", TTL).await.expect("a free key");
     assert!(again.fencing_token() > lease.fencing_token());
-    inner.release(&again).await.expect("release");
+    assert_eq!(
+        inner.release(&again).await.expect("release"),
+        ReleaseOutcome::Released
+    );
 }
 
 /// `status` reads the offset as acquire does: one of another scheme (here written while a lock
@@ -374,8 +380,14 @@ async fn status_refuses_an_offset_of_another_scheme() {
             other => panic!("{key}: status over another scheme's offset: {other:?}"),
         }
     }
-    store.release(&held).await.expect("release");
-    store.release(&shared).await.expect("release");
+    assert_eq!(
+        store.release(&held).await.expect("release"),
+        ReleaseOutcome::Released
+    );
+    assert_eq!(
+        store.release(&shared).await.expect("release"),
+        ReleaseOutcome::Released
+    );
 }
 
 /// Readers granted across raises of the offset: `status` names each one's token (the offset
@@ -389,7 +401,10 @@ async fn status_names_each_readers_token_across_raises() {
             // Past a granule, another key's grant raises the offset.
             sleep(Duration::from_micros(2 * GRANULE_MICROS)).await;
             let other = store.try_acquire("other", TTL).await.expect("a free key");
-            store.release(&other).await.expect("release");
+            assert_eq!(
+                store.release(&other).await.expect("release"),
+                ReleaseOutcome::Released
+            );
         }
         readers.push(
             store
@@ -412,6 +427,9 @@ async fn status_names_each_readers_token_across_raises() {
         other => panic!("three readers, but status says {other:?}"),
     }
     for lease in &readers {
-        store.release(lease).await.expect("release");
+        assert_eq!(
+            store.release(lease).await.expect("release"),
+            ReleaseOutcome::Released
+        );
     }
 }
