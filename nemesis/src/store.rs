@@ -129,8 +129,12 @@ impl LockStore for Link {
 pub struct RestartingMemory {
     current: Mutex<MemoryStore>,
     tokens_restart: bool,
-    /// Added to every token: the highest token handed out before the last honest restart.
-    base: Mutex<u64>,
+    /// Added to the memory store's token (which is floored at the clock, so a new memory
+    /// store alone would go on growing): set at each restart so that an honest one goes on
+    /// above every token handed out and a broken one starts over near 1. Tokens keep the
+    /// memory store's order, which is its grant order.
+    offset: Mutex<i128>,
+    /// The highest token handed out.
     highest: Mutex<u64>,
     restarted: AtomicBool,
 }
@@ -141,7 +145,7 @@ impl RestartingMemory {
         RestartingMemory {
             current: Mutex::new(MemoryStore::new()),
             tokens_restart,
-            base: Mutex::new(0),
+            offset: Mutex::new(0),
             highest: Mutex::new(0),
             restarted: AtomicBool::new(false),
         }
@@ -149,9 +153,16 @@ impl RestartingMemory {
 
     /// Forgets every lock, as a server restarted without persistence would.
     pub fn restart(&self) {
+        // Every token the new memory store mints is at least the clock now.
+        let clock = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| since.as_micros() as i128);
         let highest = *self.highest.lock().unwrap_or_else(PoisonError::into_inner);
-        *self.base.lock().unwrap_or_else(PoisonError::into_inner) =
-            if self.tokens_restart { 0 } else { highest };
+        *self.offset.lock().unwrap_or_else(PoisonError::into_inner) = if self.tokens_restart {
+            1 - clock
+        } else {
+            (i128::from(highest) + 1 - clock).max(0)
+        };
         *self.current.lock().unwrap_or_else(PoisonError::into_inner) = MemoryStore::new();
         self.restarted.store(true, Ordering::SeqCst);
     }
@@ -163,12 +174,15 @@ impl RestartingMemory {
             .clone()
     }
 
-    /// The memory store's lease with its token moved up by the base.
+    /// The memory store's lease with its token moved by the offset.
     fn rebase(&self, lease: Lease) -> Lease {
-        let base = *self.base.lock().unwrap_or_else(PoisonError::into_inner);
-        let token = lease.fencing_token() + base;
+        let offset = *self.offset.lock().unwrap_or_else(PoisonError::into_inner);
+        let token = u64::try_from(i128::from(lease.fencing_token()) + offset)
+            .unwrap_or(1)
+            .max(1);
         let mut highest = self.highest.lock().unwrap_or_else(PoisonError::into_inner);
         *highest = (*highest).max(token);
+        drop(highest);
         let sent_at = lease.valid_until() + fencelock::drift(lease.ttl()) - lease.ttl();
         let (key, owner, ttl) = (lease.key().to_string(), lease.owner(), lease.ttl());
         let (mode, slot) = (lease.mode(), lease.slot());
