@@ -1,4 +1,5 @@
 #![doc = include_str!("../README.md")]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
 // Module order (each imports only from those before it): clock, keys, sql, config, error,
@@ -7,6 +8,7 @@ mod cleanup;
 mod clock;
 mod config;
 #[cfg(feature = "crash-hooks")]
+#[cfg_attr(docsrs, doc(cfg(feature = "crash-hooks")))]
 pub mod crash_hooks;
 mod descriptor;
 mod error;
