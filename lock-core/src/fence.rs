@@ -57,6 +57,9 @@ impl FenceGate {
     /// Claims the resource for `token`: accepted if `token` is at least the highest token
     /// claimed so far (the current holder may claim again), which then becomes the highest;
     /// otherwise [`Error::StaleToken`]. Call it before reading what a later write depends on.
+    ///
+    /// # Errors
+    /// [`StaleToken`](crate::ErrorKind::StaleToken) when a greater token claimed already.
     pub fn claim(&self, token: u64) -> Result<()> {
         let mut highest = self.lock();
         if token < *highest {
@@ -76,6 +79,11 @@ impl FenceGate {
     /// `fencelock-fence` crate does ([`Error::fence_refused`]).
     ///
     /// `write` must not call back into the same gate (it would deadlock).
+    ///
+    /// # Errors
+    /// [`StaleToken`](crate::ErrorKind::StaleToken) when a greater token claimed since;
+    /// [`InvalidInput`](crate::ErrorKind::InvalidInput) for a token greater than the latest
+    /// claim (it never claimed).
     pub fn write<R>(&self, token: u64, write: impl FnOnce() -> R) -> Result<R> {
         let highest = self.lock();
         if token != *highest {
@@ -87,6 +95,9 @@ impl FenceGate {
     /// Claims and writes in one step: runs `write` under the gate's lock if `token` is at least
     /// the highest claim, which it then becomes; otherwise [`Error::StaleToken`]. For writes
     /// that do not depend on an earlier read.
+    ///
+    /// # Errors
+    /// [`StaleToken`](crate::ErrorKind::StaleToken) when a greater token claimed already.
     pub fn update<R>(&self, token: u64, write: impl FnOnce() -> R) -> Result<R> {
         let mut highest = self.lock();
         if token < *highest {

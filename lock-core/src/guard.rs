@@ -202,6 +202,11 @@ impl LockGuard {
     /// dropped at its next await point. Its writes must still carry the fencing token: a
     /// paused process cannot be stopped in time.
     ///
+    /// # Errors
+    /// [`LeaseLost`](crate::ErrorKind::LeaseLost) when the lease is lost before `work`
+    /// finishes (the store's own reason, or its error as the source). `work`'s own errors are
+    /// in its output.
+    ///
     /// # Cancel safety
     /// Dropping the future drops `work`; the lease stays held.
     pub async fn run<F: Future>(&self, work: F) -> Result<F::Output> {

@@ -7,6 +7,10 @@ use crate::{Error, Result};
 
 /// A timeout option: `5` (seconds), `5s` or `250ms`; never zero. `what` names the option in the
 /// error, which is [`Error::InvalidInput`] on the `"url"`.
+///
+/// # Errors
+/// [`InvalidInput`](crate::ErrorKind::InvalidInput) for a value that is not a positive
+/// number of seconds or milliseconds.
 pub fn parse_timeout(what: &str, value: &str) -> Result<Duration> {
     let parsed = if let Some(ms) = value.strip_suffix("ms") {
         ms.parse().ok().map(Duration::from_millis)
@@ -33,6 +37,10 @@ pub fn parse_timeout(what: &str, value: &str) -> Result<Duration> {
 /// A long window (a retention, a maximum TTL): a whole number followed by `ms`, `s`, `m`, `h`
 /// or `d` (`7d`, `36h`, `90s`); a bare number is seconds; never zero. `what` names the option in
 /// the error, which is [`Error::InvalidInput`] on the `"url"`.
+///
+/// # Errors
+/// [`InvalidInput`](crate::ErrorKind::InvalidInput) for a value that is not a positive whole
+/// number with a known unit, or that overflows.
 pub fn parse_window(what: &str, value: &str) -> Result<Duration> {
     let units: [(&str, u64); 5] = [
         ("ms", 1),
@@ -69,6 +77,10 @@ pub fn parse_window(what: &str, value: &str) -> Result<Duration> {
 ///
 /// The error is [`Error::InvalidInput`] on the `"url"`; it names the option and the path, never
 /// the contents (a key file's contents are secret).
+///
+/// # Errors
+/// [`InvalidInput`](crate::ErrorKind::InvalidInput) when the file cannot be read or holds no
+/// block of the `label` asked for.
 pub fn read_pem(option: &str, path: &str, label: &str) -> Result<Vec<u8>> {
     let contents = std::fs::read(path)
         .map_err(|e| Error::invalid("url", format!("{option}: cannot read {path:?}: {e}")))?;
@@ -95,6 +107,10 @@ pub fn read_pem(option: &str, path: &str, label: &str) -> Result<Vec<u8>> {
 /// The client certificate and its key (the `tls_cert` and `tls_key` options), given together
 /// or not at all: `Some` for both, `None` for neither, and [`Error::InvalidInput`] on the
 /// `"url"` for one without the other.
+///
+/// # Errors
+/// [`InvalidInput`](crate::ErrorKind::InvalidInput) for a certificate without a key or a key
+/// without a certificate.
 pub fn client_identity<T>(cert: Option<T>, key: Option<T>) -> Result<Option<(T, T)>> {
     match (cert, key) {
         (Some(cert), Some(key)) => Ok(Some((cert, key))),
@@ -130,6 +146,10 @@ pub fn percent_decode(text: &str) -> Option<String> {
 /// path or an option and could echo it in an error. Detected as an `@` after the authority
 /// where the authority already holds a `:`; the error shows nothing of the URL. (An `@` in an
 /// option value after a `host:port` trips it too: percent-encode it as `%40`.)
+///
+/// # Errors
+/// [`InvalidInput`](crate::ErrorKind::InvalidInput) when the user name or password holds an
+/// unencoded `/`, `?` or `#`.
 pub fn check_userinfo_encoded(url: &str) -> Result<()> {
     let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
     let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());

@@ -19,6 +19,10 @@ pub const MAX_WAIT: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// A key is 1 to [`MAX_KEY_LEN`] bytes of UTF-8. Any character is allowed; stores treat keys as
 /// data, never as code.
+///
+/// # Errors
+/// [`InvalidInput`](crate::ErrorKind::InvalidInput) for an empty key or one over
+/// [`MAX_KEY_LEN`] bytes.
 pub fn check_key(key: &str) -> Result<()> {
     if key.is_empty() {
         return Err(Error::invalid("key", "must not be empty"));
@@ -36,6 +40,10 @@ pub fn check_key(key: &str) -> Result<()> {
 }
 
 /// A TTL lies between the store's [`Capabilities::min_ttl`] and [`Capabilities::max_ttl`].
+///
+/// # Errors
+/// [`InvalidInput`](crate::ErrorKind::InvalidInput) for a zero TTL or one outside the store's
+/// bounds.
 pub fn check_ttl(ttl: Duration, capabilities: &Capabilities) -> Result<()> {
     if ttl.is_zero() {
         return Err(Error::invalid("ttl", "must be greater than zero"));
@@ -64,6 +72,9 @@ pub fn check_ttl(ttl: Duration, capabilities: &Capabilities) -> Result<()> {
 /// A retention window must exceed the longest TTL the store grants (`max_ttl`), so the state of
 /// a key is never dropped while a lease on it may still be valid: fails with
 /// [`Error::InvalidInput`] on the `"url"` otherwise.
+///
+/// # Errors
+/// [`InvalidInput`](crate::ErrorKind::InvalidInput) when `retention` does not exceed `max_ttl`.
 pub fn check_retention(retention: Duration, max_ttl: Duration) -> Result<()> {
     if retention <= max_ttl {
         return Err(Error::invalid(
@@ -75,6 +86,9 @@ pub fn check_retention(retention: Duration, max_ttl: Duration) -> Result<()> {
 }
 
 /// A wait bound is at most [`MAX_WAIT`]; zero means one attempt.
+///
+/// # Errors
+/// [`InvalidInput`](crate::ErrorKind::InvalidInput) for a wait above [`MAX_WAIT`].
 pub fn check_wait(wait: Duration) -> Result<()> {
     if wait > MAX_WAIT {
         return Err(Error::invalid(
@@ -86,6 +100,9 @@ pub fn check_wait(wait: Duration) -> Result<()> {
 }
 
 /// Checks key and TTL together, the usual first line of an acquire.
+///
+/// # Errors
+/// [`InvalidInput`](crate::ErrorKind::InvalidInput), as [`check_key`] and [`check_ttl`].
 pub fn check_request(key: &str, ttl: Duration, capabilities: &Capabilities) -> Result<()> {
     check_key(key)?;
     check_ttl(ttl, capabilities)
@@ -93,6 +110,11 @@ pub fn check_request(key: &str, ttl: Duration, capabilities: &Capabilities) -> R
 
 /// A mode the store keeps ([`Capabilities::supports`], else
 /// [`Error::Unsupported`]) with a limit of 1 to [`MAX_PERMITS`] permits.
+///
+/// # Errors
+/// [`Unsupported`](crate::ErrorKind::Unsupported) for a mode the store does not keep;
+/// [`InvalidInput`](crate::ErrorKind::InvalidInput) for a permit limit outside
+/// `1..=`[`MAX_PERMITS`].
 pub fn check_mode(mode: Mode, capabilities: &Capabilities) -> Result<()> {
     if !capabilities.supports(mode) {
         return Err(unsupported_mode(mode));
@@ -117,6 +139,10 @@ pub fn check_mode(mode: Mode, capabilities: &Capabilities) -> Result<()> {
 /// acknowledgement (Redis `min_replicas`), or a pause of the client between the reply and this
 /// check. Such a store cannot grant this TTL in time right now, which is what `Unavailable`
 /// says; the caller may retry, perhaps with a longer TTL.
+///
+/// # Errors
+/// [`Unavailable`](crate::ErrorKind::Unavailable) when the lease's local deadline has passed
+/// (the lease is released first; a failed release is only logged).
 ///
 /// # Cancel safety
 /// Dropping the future while it releases an expired lease leaves that lease to expire at its
