@@ -13,6 +13,13 @@ use crate::{DynLockStore, Error, Lease, MemoryStore, Result};
 /// If the store refuses to even construct a handle for an unreachable address, the handle
 /// returned answers every call with that connect error, which is what a caller would see.
 ///
+/// # Errors
+/// [`InvalidInput`](crate::ErrorKind::InvalidInput) for a URL [`connect`](crate::connect)
+/// refuses as written (scheme, options); [`Unavailable`](crate::ErrorKind::Unavailable) when
+/// no free loopback port can be found; [`Store`](crate::ErrorKind::Store) when the store
+/// refuses the handle for another reason than being unreachable. An unreachable store is not
+/// an error here: the handle fails with `Unavailable` on every call.
+///
 /// # Cancel safety
 /// Nothing is held; dropping the future loses nothing.
 pub async fn unreachable(url: &str) -> Result<DynLockStore> {

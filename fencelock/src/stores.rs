@@ -69,9 +69,12 @@ pub fn known_schemes() -> impl Iterator<Item = &'static str> {
 
 /// The compiled-in store that serves `url`'s scheme (any case).
 ///
-/// Errors: [`Error::InvalidInput`] for a URL without a scheme or with an unknown one (the
-/// message lists the known schemes), or a store this build did not compile in (the message
-/// names the feature to enable). Messages never print the URL's password.
+/// Messages never print the URL's password.
+///
+/// # Errors
+/// [`InvalidInput`](crate::ErrorKind::InvalidInput) for a URL without a scheme or with an
+/// unknown one (the message lists the known schemes), or a store this build did not compile
+/// in (the message names the feature to enable).
 pub fn store_for(url: &str) -> Result<&'static StoreKind> {
     let known = || known_schemes().collect::<Vec<_>>().join(", ");
     let Some((scheme, _)) = url.split_once("://") else {
