@@ -76,6 +76,11 @@ impl FencedFile {
     /// Claims the file for `token` and returns its contents (`None` if it does not exist).
     /// From then on every lower token is refused. Refused with [`Error::StaleToken`] if a
     /// greater token claimed it. A claim is recorded even when the data does not exist yet.
+    ///
+    /// # Errors
+    /// [`StaleToken`](fencelock_core::ErrorKind::StaleToken) when a greater token claimed;
+    /// [`Store`](fencelock_core::ErrorKind::Store) when a file cannot be opened, locked, read
+    /// or replaced, or `PATH.fence` holds no token.
     pub fn claim(&self, token: u64) -> Result<Option<Vec<u8>>> {
         let _lock = self.lock()?;
         let fence = self.read_fence()?;
@@ -95,6 +100,12 @@ impl FencedFile {
     /// Replaces the contents only while the file still carries the claim `token`. Refused
     /// with [`Error::StaleToken`] if a greater token claimed it since; a token that never
     /// claimed it is refused as [`Error::InvalidInput`]. The old contents stay on a refusal.
+    ///
+    /// # Errors
+    /// [`StaleToken`](fencelock_core::ErrorKind::StaleToken) when a greater token claimed
+    /// since; [`InvalidInput`](fencelock_core::ErrorKind::InvalidInput) for a token that never
+    /// claimed; [`Store`](fencelock_core::ErrorKind::Store) when a file cannot be opened,
+    /// locked, read or replaced, or `PATH.fence` holds no token.
     pub fn write(&self, token: u64, contents: impl AsRef<[u8]>) -> Result<()> {
         let _lock = self.lock()?;
         let fence = self.read_fence()?;
@@ -107,6 +118,11 @@ impl FencedFile {
     /// A one-step write: replaces the contents if no greater token claimed the file, and
     /// records `token`. Refused with [`Error::StaleToken`] otherwise. For contents that do not
     /// depend on an earlier read.
+    ///
+    /// # Errors
+    /// [`StaleToken`](fencelock_core::ErrorKind::StaleToken) when a greater token claimed;
+    /// [`Store`](fencelock_core::ErrorKind::Store) when a file cannot be opened, locked, read
+    /// or replaced, or `PATH.fence` holds no token.
     pub fn replace(&self, token: u64, contents: impl AsRef<[u8]>) -> Result<()> {
         let _lock = self.lock()?;
         let fence = self.read_fence()?;
@@ -136,7 +152,8 @@ impl FencedFile {
     /// ```
     ///
     /// # Errors
-    /// As [`FencedFile::claim`]; [`Error::Store`] if the step panicked.
+    /// As [`FencedFile::claim`]; [`Error::Store`] if the step panicked or
+    /// the runtime shut down before it ran.
     ///
     /// # Cancel safety
     /// Dropping the future does not stop the step: it runs to the end on the blocking pool, so
@@ -151,7 +168,8 @@ impl FencedFile {
     /// [`FencedFile::write`] on tokio's blocking pool.
     ///
     /// # Errors
-    /// As [`FencedFile::write`]; [`Error::Store`] if the step panicked.
+    /// As [`FencedFile::write`]; [`Error::Store`] if the step panicked or
+    /// the runtime shut down before it ran.
     ///
     /// # Cancel safety
     /// Dropping the future does not stop the step: it runs to the end on the blocking pool, so
@@ -168,7 +186,8 @@ impl FencedFile {
     /// [`FencedFile::replace`] on tokio's blocking pool.
     ///
     /// # Errors
-    /// As [`FencedFile::replace`]; [`Error::Store`] if the step panicked.
+    /// As [`FencedFile::replace`]; [`Error::Store`] if the step panicked or
+    /// the runtime shut down before it ran.
     ///
     /// # Cancel safety
     /// Dropping the future does not stop the step: it runs to the end on the blocking pool, so

@@ -138,6 +138,10 @@ pub struct FencedTable {
 impl FencedTable {
     /// Validates and quotes the names and builds the statements. Names must be 1–63 bytes
     /// without NUL, and the value columns distinct from each other and from the key and fence.
+    ///
+    /// # Errors
+    /// [`InvalidInput`](fencelock_core::ErrorKind::InvalidInput) for no value column, a name given
+    /// twice, or a name that is empty, over 63 bytes or holds NUL.
     pub fn new(names: &TableNames<'_>) -> Result<Self> {
         if names.values.is_empty() {
             return Err(Error::invalid("column name", "at least one value column"));
@@ -187,6 +191,13 @@ impl FencedTable {
     /// A claim needs the row to exist: create it beforehand (or with
     /// [`upsert`](FencedTable::upsert)) when several holders may race to create it.
     ///
+    /// # Errors
+    /// [`StaleToken`](fencelock_core::ErrorKind::StaleToken) when a greater token claimed the row;
+    /// [`InvalidInput`](fencelock_core::ErrorKind::InvalidInput) for a token above `i64::MAX`;
+    /// [`Unavailable`](fencelock_core::ErrorKind::Unavailable) when the connection fails (I/O);
+    /// [`Store`](fencelock_core::ErrorKind::Store) for any other database error, or a row that
+    /// changed under two claims in a row.
+    ///
     /// # Cancel safety
     /// Dropping the future may leave the claim made or not; either is safe, since a claim
     /// only refuses lower tokens. sqlx drains a connection left mid-statement before its
@@ -232,6 +243,10 @@ impl FencedTable {
 
     /// A write of row `key`'s value columns that applies only while the row still carries
     /// the claim `token`: bind the values in order, then [`FencedWrite::execute`].
+    ///
+    /// # Errors
+    /// [`InvalidInput`](fencelock_core::ErrorKind::InvalidInput) for a token above `i64::MAX`. The
+    /// refusals come from [`FencedWrite::execute`].
     pub fn write<'q, K>(&'q self, key: K, token: u64) -> Result<FencedWrite<'q>>
     where
         K: 'q + Encode<'q, Postgres> + Type<Postgres> + Clone + Send,
@@ -242,6 +257,9 @@ impl FencedTable {
     /// The fenced insert, a one-step write: inserts row `key` with `token` and the bound
     /// values, or overwrites an existing row whose fence is not greater than `token` (its
     /// fence becomes `token`). For values that do not depend on an earlier read.
+    ///
+    /// # Errors
+    /// As [`FencedTable::write`].
     pub fn upsert<'q, K>(&'q self, key: K, token: u64) -> Result<FencedWrite<'q>>
     where
         K: 'q + Encode<'q, Postgres> + Type<Postgres> + Clone + Send,
@@ -324,6 +342,13 @@ impl<'q> FencedWrite<'q> {
     /// Runs the statement. Refused with [`Error::StaleToken`] if a greater token claimed the
     /// row; a write whose token never claimed the row, or whose row does not exist, is refused
     /// as [`Error::InvalidInput`]. Nothing is written on a refusal.
+    ///
+    /// # Errors
+    /// [`StaleToken`](fencelock_core::ErrorKind::StaleToken) when a greater token claimed the row;
+    /// [`InvalidInput`](fencelock_core::ErrorKind::InvalidInput) for a token that never claimed the
+    /// row, a missing row, or a count of bound values other than the value columns';
+    /// [`Unavailable`](fencelock_core::ErrorKind::Unavailable) when the connection fails (I/O);
+    /// [`Store`](fencelock_core::ErrorKind::Store) for any other database error.
     ///
     /// # Cancel safety
     /// Dropping the future may leave the write applied or not; if applied, it was applied

@@ -132,6 +132,12 @@ impl FencedKey {
     /// every lower token is refused. Refused with [`Error::StaleToken`] if a greater token
     /// claimed it.
     ///
+    /// # Errors
+    /// [`StaleToken`](fencelock_core::ErrorKind::StaleToken) when a greater token claimed the key;
+    /// [`Unavailable`](fencelock_core::ErrorKind::Unavailable) when the server cannot be reached,
+    /// times out or drops the connection; [`Store`](fencelock_core::ErrorKind::Store) for any other
+    /// Redis error, such as a fence key that holds no token.
+    ///
     /// # Cancel safety
     /// Dropping the future may leave the claim made or not; either is safe, since a claim
     /// only refuses lower tokens.
@@ -155,6 +161,13 @@ impl FencedKey {
     /// Sets the value only while the key still carries the claim `token`. Refused with
     /// [`Error::StaleToken`] if a greater token claimed it since; a token that never claimed
     /// it is refused as [`Error::InvalidInput`].
+    ///
+    /// # Errors
+    /// [`StaleToken`](fencelock_core::ErrorKind::StaleToken) when a greater token claimed the key
+    /// since; [`InvalidInput`](fencelock_core::ErrorKind::InvalidInput) for a token that never
+    /// claimed it; [`Unavailable`](fencelock_core::ErrorKind::Unavailable) when the server cannot
+    /// be reached, times out or drops the connection; [`Store`](fencelock_core::ErrorKind::Store)
+    /// for any other Redis error, such as a fence key that holds no token.
     ///
     /// # Cancel safety
     /// Dropping the future may leave the write applied or not; if applied, it was applied
@@ -180,6 +193,12 @@ impl FencedKey {
     /// The fenced `SET`, a one-step write: sets the value if no greater token claimed the
     /// key, and records `token`. Refused with [`Error::StaleToken`] otherwise. For values
     /// that do not depend on an earlier read.
+    ///
+    /// # Errors
+    /// [`StaleToken`](fencelock_core::ErrorKind::StaleToken) when a greater token claimed the key;
+    /// [`Unavailable`](fencelock_core::ErrorKind::Unavailable) when the server cannot be reached,
+    /// times out or drops the connection; [`Store`](fencelock_core::ErrorKind::Store) for any other
+    /// Redis error, such as a fence key that holds no token.
     ///
     /// # Cancel safety
     /// Dropping the future may leave the value set or not; if set, it was set under a token
