@@ -132,6 +132,10 @@ impl RedisConfig {
     /// Fails with [`Error::InvalidInput`] naming `"url"` for a malformed URL, another scheme,
     /// a bad database number, an unknown or malformed option, or `rediss://` without the `tls`
     /// feature. The message never contains the password.
+    ///
+    /// # Errors
+    /// [`InvalidInput`](fencelock_core::ErrorKind::InvalidInput) for any URL this parser refuses,
+    /// as above (a TLS file that cannot be read or used included).
     pub fn from_url(url: &str) -> Result<Self> {
         fencelock_core::url::check_userinfo_encoded(url)?;
         let scheme = url.split_once("://").map_or("", |(scheme, _)| scheme);
@@ -423,6 +427,10 @@ impl RedisConfig {
     /// Sets the retention window and the longest TTL together (the `retention` and `max_ttl`
     /// options): fails with [`Error::InvalidInput`] unless `max_ttl` is at most 24 h and
     /// `retention` exceeds it.
+    ///
+    /// # Errors
+    /// [`InvalidInput`](fencelock_core::ErrorKind::InvalidInput) for a `max_ttl` of zero or above
+    /// 24 h, or a `retention` not above it.
     pub fn with_retention(mut self, retention: Duration, max_ttl: Duration) -> Result<Self> {
         if max_ttl.is_zero() || max_ttl > MAX_TTL {
             return Err(bad_url(format!(
@@ -436,6 +444,10 @@ impl RedisConfig {
     }
 
     /// Sets the key prefix (same rules as the `prefix` option).
+    ///
+    /// # Errors
+    /// [`InvalidInput`](fencelock_core::ErrorKind::InvalidInput) for a prefix the `prefix` option
+    /// refuses.
     pub fn with_prefix(mut self, prefix: &str) -> Result<Self> {
         self.prefix = check_prefix(prefix)?;
         Ok(self)

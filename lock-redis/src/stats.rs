@@ -15,6 +15,13 @@ impl RedisStore {
     /// thousand keys in the database and other clients' writes meanwhile may be counted or
     /// not. For operators (`lockctl stats`), not for a lock holder.
     ///
+    /// # Errors
+    /// [`Unsupported`](fencelock_core::ErrorKind::Unsupported) on a Redis Cluster;
+    /// [`Unavailable`](fencelock_core::ErrorKind::Unavailable) when a `SCAN` step gets no answer
+    /// within the command timeout or the connection fails;
+    /// [`Store`](fencelock_core::ErrorKind::Store) for another Redis error (a user's ACL without
+    /// `SCAN`, say).
+    ///
     /// # Cancel safety
     /// Reads only; dropping the future loses nothing.
     pub async fn stored_keys(&self) -> Result<u64> {

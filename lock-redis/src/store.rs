@@ -103,6 +103,14 @@ impl RedisStore {
     /// URL does not say `allow_eviction=true`; that error names both settings, and its source
     /// is an [`EvictionRisk`](crate::EvictionRisk).
     ///
+    /// # Errors
+    /// [`InvalidInput`](fencelock_core::ErrorKind::InvalidInput) for a Cluster config with
+    /// `layout=plain` or a `replica_timeout` not below `command_timeout`;
+    /// [`Unavailable`](fencelock_core::ErrorKind::Unavailable) when the server does not answer
+    /// `PING` or the eviction check in time; [`Store`](fencelock_core::ErrorKind::Store) for
+    /// refused credentials, database or TLS, plain text on a TLS port, or a server that may evict
+    /// keys.
+    ///
     /// # Cancel safety
     /// Dropping the future closes whatever connection it opened; nothing is held.
     pub async fn connect(config: RedisConfig) -> Result<Self> {
@@ -145,6 +153,12 @@ impl RedisStore {
     /// The eviction check runs before the first operation that reaches the server; while the
     /// server may evict (and `allow_eviction` is not set), every operation fails with the
     /// [`Error::Store`] that [`connect`](Self::connect) would return, and sends nothing else.
+    ///
+    /// # Errors
+    /// [`InvalidInput`](fencelock_core::ErrorKind::InvalidInput) as [`connect`](Self::connect) for
+    /// a Cluster config; [`Store`](fencelock_core::ErrorKind::Store) when the client library
+    /// refuses the configuration (or [`Unavailable`](fencelock_core::ErrorKind::Unavailable), as it
+    /// classifies the failure). Nothing is sent.
     pub fn connect_lazy(config: RedisConfig) -> Result<Self> {
         config.check()?;
         #[cfg(feature = "tls")]

@@ -108,6 +108,10 @@ impl RedlockConfig {
     /// Fails with [`Error::InvalidInput`] naming `"url"` for another scheme, fewer than three
     /// nodes, a node listed twice, a bad host, port or database, or an unknown or malformed
     /// option. The message never contains the password.
+    ///
+    /// # Errors
+    /// [`InvalidInput`](fencelock_core::ErrorKind::InvalidInput) for any URL this parser refuses,
+    /// as above.
     pub fn from_url(url: &str) -> Result<Self> {
         fencelock_core::url::check_userinfo_encoded(url)?;
         let Some(rest) = url.strip_prefix("redlock://") else {

@@ -78,6 +78,12 @@ impl RedlockStore {
     /// answer; or with [`Error::Store`] when a node refused (credentials, database) and no
     /// quorum answered.
     ///
+    /// # Errors
+    /// [`Unavailable`](fencelock_core::ErrorKind::Unavailable) when fewer than a quorum of nodes
+    /// answer and none refused; [`Store`](fencelock_core::ErrorKind::Store) when a node may evict
+    /// keys, or a node refused and no quorum answered; those of
+    /// [`connect_lazy`](Self::connect_lazy).
+    ///
     /// # Cancel safety
     /// Dropping the future closes the connections it opened; nothing is held.
     pub async fn connect(config: RedlockConfig) -> Result<Self> {
@@ -124,6 +130,12 @@ impl RedlockStore {
     /// `allow_eviction` is not set) fails every request it is sent, like a node that is down,
     /// and is logged once at warn level; [`eviction_checks`](Self::eviction_checks) shows
     /// which nodes passed.
+    ///
+    /// # Errors
+    /// As [`RedisStore::connect_lazy`](crate::RedisStore::connect_lazy) for any node:
+    /// [`Store`](fencelock_core::ErrorKind::Store) (or
+    /// [`Unavailable`](fencelock_core::ErrorKind::Unavailable)) when the client library refuses a
+    /// node's configuration. Nothing is sent.
     pub fn connect_lazy(config: RedlockConfig) -> Result<Self> {
         let nodes = config
             .nodes
