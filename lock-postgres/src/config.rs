@@ -146,6 +146,10 @@ impl PostgresConfig {
     /// unknown or malformed option, a retention window not above `max_ttl` or below
     /// [`min_retention`](Self::min_retention), or `sslmode=require` (and stricter) without the
     /// `tls` feature. The message never contains the password.
+    ///
+    /// # Errors
+    /// [`InvalidInput`](fencelock_core::ErrorKind::InvalidInput) for any URL this parser refuses,
+    /// as above (a TLS file that cannot be read included).
     pub fn from_url(url: &str) -> Result<Self> {
         fencelock_core::url::check_userinfo_encoded(url)?;
         let bad = |rule: String| Error::invalid("url", rule);

@@ -89,6 +89,11 @@ impl PostgresStore {
     /// other than [`LOCK_ID_SCHEME`](crate::LOCK_ID_SCHEME) (see the crate docs, "Upgrading the
     /// lock-id scheme").
     ///
+    /// # Errors
+    /// [`Unavailable`](fencelock_core::ErrorKind::Unavailable) when the server cannot be reached in
+    /// time; [`Store`](fencelock_core::ErrorKind::Store) when it refuses, or the fence table is
+    /// missing and cannot be created or records another lock-id scheme.
+    ///
     /// # Cancel safety
     /// Dropping the future closes the half-opened connection; nothing is held.
     pub async fn connect(config: PostgresConfig) -> Result<PostgresStore> {
@@ -131,6 +136,11 @@ impl PostgresStore {
     /// bounded by the keys bumped within the retention window (see the crate docs, "Per-key
     /// state").
     ///
+    /// # Errors
+    /// [`Unavailable`](fencelock_core::ErrorKind::Unavailable) when the server cannot be reached or
+    /// does not answer within the command timeout; [`Store`](fencelock_core::ErrorKind::Store) for
+    /// any other server error, such as no privilege on the fence table.
+    ///
     /// # Cancel safety
     /// A single read; dropping the future loses nothing.
     pub async fn fence_rows(&self) -> Result<u64> {
@@ -140,6 +150,12 @@ impl PostgresStore {
     /// Removes fence rows idle for longer than the retention window now, in bounded batches,
     /// rather than waiting for a release to start a background run; returns how many went. A
     /// key whose row went still gets a greater token.
+    ///
+    /// # Errors
+    /// [`Unavailable`](fencelock_core::ErrorKind::Unavailable) when the server cannot be reached or
+    /// does not answer within the command timeout; [`Store`](fencelock_core::ErrorKind::Store) for
+    /// any other server error, such as no privilege to delete from the fence table. Batches
+    /// committed before the error stay removed.
     ///
     /// # Cancel safety
     /// Each batch commits on its own; a dropped future loses at most the batch in flight.
@@ -157,6 +173,12 @@ impl PostgresStore {
     /// same id directly. The lease's key reads `pg_advisory_lock(<id>)`; its fencing counter is
     /// kept apart from every hashed key's.
     ///
+    /// # Errors
+    /// As [`Acquire::try_acquire`]: [`Contended`](fencelock_core::ErrorKind::Contended) when the id
+    /// is held; [`InvalidInput`](fencelock_core::ErrorKind::InvalidInput) for a bad TTL;
+    /// [`Unavailable`](fencelock_core::ErrorKind::Unavailable);
+    /// [`Store`](fencelock_core::ErrorKind::Store).
+    ///
     /// # Cancel safety
     /// As for [`Acquire::try_acquire`].
     pub async fn try_acquire_raw(&self, lock_id: i64, ttl: Duration) -> Result<Lease> {
@@ -168,6 +190,11 @@ impl PostgresStore {
     /// Like [`Acquire::acquire`], for a raw advisory lock id (see
     /// [`PostgresStore::try_acquire_raw`]).
     ///
+    /// # Errors
+    /// As [`Acquire::acquire`]: those of [`PostgresStore::try_acquire_raw`], with
+    /// [`Contended`](fencelock_core::ErrorKind::Contended) once the wait ran out and
+    /// [`InvalidInput`](fencelock_core::ErrorKind::InvalidInput) for a wait above the maximum.
+    ///
     /// # Cancel safety
     /// As for [`Acquire::acquire`].
     pub async fn acquire_raw(&self, lock_id: i64, ttl: Duration, wait: Duration) -> Result<Lease> {
@@ -178,6 +205,11 @@ impl PostgresStore {
     }
 
     /// [`LockStore::evict`] for a raw advisory lock id: ends the session that holds it.
+    ///
+    /// # Errors
+    /// [`Unavailable`](fencelock_core::ErrorKind::Unavailable) when the server cannot be reached or
+    /// does not answer within the command timeout; [`Store`](fencelock_core::ErrorKind::Store) for
+    /// any other server error, such as no right to end another role's backend.
     ///
     /// # Cancel safety
     /// As for [`LockStore::evict`].
