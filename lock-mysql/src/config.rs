@@ -115,6 +115,10 @@ impl MysqlConfig {
     /// Fails with [`Error::InvalidInput`] naming `"url"` for a malformed URL, another scheme, a
     /// missing or malformed database name, an unknown or malformed option, or `sslmode=require`
     /// (and stricter) without the `tls` feature. The message never contains the password.
+    ///
+    /// # Errors
+    /// [`InvalidInput`](fencelock_core::ErrorKind::InvalidInput) for any URL this parser refuses,
+    /// as above (a TLS file that cannot be read included).
     pub fn from_url(url: &str) -> Result<Self> {
         fencelock_core::url::check_userinfo_encoded(url)?;
         let bad = |rule: String| Error::invalid("url", rule);

@@ -81,6 +81,11 @@ impl MysqlStore {
     /// create the fence table) or the fence table is not InnoDB or records a lock-id scheme
     /// other than [`LOCK_ID_SCHEME`](crate::LOCK_ID_SCHEME).
     ///
+    /// # Errors
+    /// [`Unavailable`](fencelock_core::ErrorKind::Unavailable) when the server cannot be reached in
+    /// time; [`Store`](fencelock_core::ErrorKind::Store) when it refuses, or the fence table is
+    /// missing and cannot be created, is not InnoDB or records another lock-id scheme.
+    ///
     /// # Cancel safety
     /// Dropping the future closes the half-opened connection; nothing is held.
     pub async fn connect(config: MysqlConfig) -> Result<MysqlStore> {
@@ -136,6 +141,11 @@ impl MysqlStore {
     /// How many fence rows the table holds (every namespace): the keys bumped within the
     /// retention window, plus the keys held (see the crate docs, "Per-key state").
     ///
+    /// # Errors
+    /// [`Unavailable`](fencelock_core::ErrorKind::Unavailable) when the server cannot be reached or
+    /// does not answer within the command timeout; [`Store`](fencelock_core::ErrorKind::Store) for
+    /// any other server error, such as no privilege on the fence table.
+    ///
     /// # Cancel safety
     /// A single read; dropping the future loses nothing.
     pub async fn fence_rows(&self) -> Result<u64> {
@@ -147,6 +157,12 @@ impl MysqlStore {
     /// window), in transactions of at most 1,000 rows, at most 10 of them; returns how many
     /// rows went. Each transaction raises the floor to the highest token it removed, so those
     /// keys' next tokens are still greater.
+    ///
+    /// # Errors
+    /// [`Unavailable`](fencelock_core::ErrorKind::Unavailable) when the server cannot be reached or
+    /// does not answer within the command timeout, or a lock wait timeout or deadlock;
+    /// [`Store`](fencelock_core::ErrorKind::Store) for any other server error. Transactions
+    /// committed before the error stay removed.
     ///
     /// # Cancel safety
     /// Each transaction commits on its own; one dropped in flight rolls back whole.
