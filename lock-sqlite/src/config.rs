@@ -89,6 +89,10 @@ impl SqliteConfig {
     ///
     /// Fails with [`Error::InvalidInput`] on the `"url"` naming the rule: another scheme, an
     /// empty path, an in-memory database, an unknown option, a bad table name or timeout.
+    ///
+    /// # Errors
+    /// [`InvalidInput`](fencelock_core::ErrorKind::InvalidInput) for any URL this parser refuses,
+    /// as above (a retention window not above `max_ttl` or below [`min_retention`] included).
     pub fn from_url(url: &str) -> Result<Self> {
         let rest = url
             .strip_prefix("sqlite://")
@@ -194,6 +198,10 @@ impl SqliteConfig {
 
     /// Sets the retention window and the longest TTL; the window must exceed `max_ttl`, which
     /// is at most 24 h, and be at least [`min_retention`] ([`Error::InvalidInput`] otherwise).
+    ///
+    /// # Errors
+    /// [`InvalidInput`](fencelock_core::ErrorKind::InvalidInput) for a `max_ttl` above 24 h, or a
+    /// `retention` not above it or below [`min_retention`].
     pub fn with_retention(mut self, retention: Duration, max_ttl: Duration) -> Result<Self> {
         self.max_ttl = check_max_ttl(max_ttl)?;
         check_retention(retention, max_ttl)?;
@@ -215,6 +223,10 @@ impl SqliteConfig {
 
     /// Sets the lock table's name: `[A-Za-z_][A-Za-z0-9_]*`, at most 63 bytes, not starting
     /// with `sqlite_` (SQLite reserves those).
+    ///
+    /// # Errors
+    /// [`InvalidInput`](fencelock_core::ErrorKind::InvalidInput) for a name that breaks these
+    /// rules.
     pub fn with_table(mut self, table: &str) -> Result<Self> {
         self.table = check_table(table)?;
         Ok(self)

@@ -89,6 +89,14 @@ impl SqliteStore {
     /// (see [`SqliteConfig::fence_scheme_upgrade_sql`]), and with a retryable
     /// [`Error::Unavailable`] if another connection keeps it locked beyond the timeouts.
     ///
+    /// # Errors
+    /// [`InvalidInput`](fencelock_core::ErrorKind::InvalidInput) when the file, its directories or
+    /// the files beside it cannot be created or opened;
+    /// [`Unavailable`](fencelock_core::ErrorKind::Unavailable) when the database stays locked or
+    /// does not answer in time; [`Store`](fencelock_core::ErrorKind::Store) for a file that is not
+    /// a SQLite database or cannot be put in WAL mode, a lock table of an earlier build, or no boot
+    /// id in `/proc`.
+    ///
     /// # Cancel safety
     /// Dropping the future closes whatever it opened. The file, the directories and the table
     /// may have been created.
@@ -125,6 +133,11 @@ impl SqliteStore {
     /// beside the database now (see the crate docs, "Waiting"), so a path that cannot be
     /// created fails here with [`Error::InvalidInput`].
     ///
+    /// # Errors
+    /// [`InvalidInput`](fencelock_core::ErrorKind::InvalidInput) when the path cannot be resolved
+    /// or its directories or the wake file cannot be created;
+    /// [`Store`](fencelock_core::ErrorKind::Store) when this boot's id cannot be read from `/proc`.
+    ///
     /// # Panics
     /// Outside a tokio runtime.
     pub fn connect_lazy(config: SqliteConfig) -> Result<Self> {
@@ -138,6 +151,10 @@ impl SqliteStore {
     /// removed with the handle; `config` gives the table and the timeouts, its path is not
     /// used. For fault tests (the conformance suite's unreachable handle); a lock holder never
     /// needs it.
+    ///
+    /// # Errors
+    /// [`Unavailable`](fencelock_core::ErrorKind::Unavailable) when the locked-out database cannot
+    /// be made in the temporary directory; otherwise as [`SqliteStore::connect_lazy`].
     ///
     /// # Panics
     /// Outside a tokio runtime.
@@ -301,6 +318,12 @@ impl SqliteStore {
     /// How many rows the lock table holds: the keys held or locked within the retention window
     /// (see the crate docs, "Per-key state").
     ///
+    /// # Errors
+    /// [`Unavailable`](fencelock_core::ErrorKind::Unavailable) when the database stays locked by
+    /// another connection or does not answer within the command timeout;
+    /// [`Store`](fencelock_core::ErrorKind::Store) for any other SQLite error (the file cannot be
+    /// opened or read, say).
+    ///
     /// # Cancel safety
     /// A single read; dropping the future loses nothing.
     pub async fn stored_rows(&self) -> Result<u64> {
@@ -319,6 +342,10 @@ impl SqliteStore {
     /// of at most 1,000 rows, at most 10 of them; returns how many rows went. Each raises the
     /// floor to the highest token it removed, in the same transaction, so those keys' next
     /// tokens are still greater.
+    ///
+    /// # Errors
+    /// As [`SqliteStore::stored_rows`] (the file cannot be written, say). Transactions
+    /// committed before the error stay removed.
     ///
     /// # Cancel safety
     /// Each transaction commits on its own; one dropped in flight rolls back whole.
