@@ -67,6 +67,12 @@ impl Samples {
 }
 
 /// Times `iterations` sequential calls of `op`, after `iterations / 10` warm-up calls.
+///
+/// # Errors
+/// The first error `op` returns, as it is; no samples are kept.
+///
+/// # Cancel safety
+/// Dropping the future drops the call of `op` in flight and the samples taken so far.
 pub async fn time_each<F, Fut>(iterations: usize, mut op: F) -> Result<Samples>
 where
     F: FnMut(usize) -> Fut,
@@ -85,6 +91,17 @@ where
 }
 
 /// Uncontended acquire + release cycles on one key.
+///
+/// # Errors
+/// The first error of the store's `try_acquire` or `release`, as it is:
+/// [`Contended`](fencelock_core::ErrorKind::Contended) when the key is held by someone else,
+/// [`InvalidInput`](fencelock_core::ErrorKind::InvalidInput) for a bad key or TTL,
+/// [`Unavailable`](fencelock_core::ErrorKind::Unavailable),
+/// [`Store`](fencelock_core::ErrorKind::Store).
+///
+/// # Cancel safety
+/// Dropping the future loses the samples taken so far; a lease granted but not yet released
+/// may stay held until its TTL.
 pub async fn cycle(
     store: &DynLockStore,
     key: &str,
@@ -101,6 +118,17 @@ pub async fn cycle(
 /// Times `iterations` uncontended acquire + release cycles on `key`, with no warm-up, adding
 /// the samples to `samples`: one turn of loops timed in alternating rounds, so that all of them
 /// see the same machine load.
+///
+/// # Errors
+/// The first error of the store's `try_acquire` or `release`, as it is:
+/// [`Contended`](fencelock_core::ErrorKind::Contended) when the key is held by someone else,
+/// [`InvalidInput`](fencelock_core::ErrorKind::InvalidInput) for a bad key or TTL,
+/// [`Unavailable`](fencelock_core::ErrorKind::Unavailable),
+/// [`Store`](fencelock_core::ErrorKind::Store).
+///
+/// # Cancel safety
+/// Dropping the future keeps the samples already added; a lease granted but not yet released
+/// may stay held until its TTL.
 pub async fn cycle_into(
     store: &DynLockStore,
     key: &str,
@@ -122,6 +150,18 @@ pub const BENCH_PERMITS: u32 = 4;
 
 /// Uncontended acquire + release cycles in `mode` on one key, as [`cycle`] times the
 /// exclusive one.
+///
+/// # Errors
+/// The first error of the store's `try_acquire_as` or `release`, as it is:
+/// [`Contended`](fencelock_core::ErrorKind::Contended) when the key is held by someone else,
+/// [`InvalidInput`](fencelock_core::ErrorKind::InvalidInput) for a bad key, TTL or limit,
+/// [`Unsupported`](fencelock_core::ErrorKind::Unsupported) for a mode the store does not keep,
+/// [`Unavailable`](fencelock_core::ErrorKind::Unavailable),
+/// [`Store`](fencelock_core::ErrorKind::Store).
+///
+/// # Cancel safety
+/// Dropping the future loses the samples taken so far; a lease granted but not yet released
+/// may stay held until its TTL.
 pub async fn cycle_as(
     store: &DynLockStore,
     key: &str,
@@ -137,6 +177,18 @@ pub async fn cycle_as(
 }
 
 /// As [`cycle_into`], in `mode`.
+///
+/// # Errors
+/// The first error of the store's `try_acquire_as` or `release`, as it is:
+/// [`Contended`](fencelock_core::ErrorKind::Contended) when the key is held by someone else,
+/// [`InvalidInput`](fencelock_core::ErrorKind::InvalidInput) for a bad key, TTL or limit,
+/// [`Unsupported`](fencelock_core::ErrorKind::Unsupported) for a mode the store does not keep,
+/// [`Unavailable`](fencelock_core::ErrorKind::Unavailable),
+/// [`Store`](fencelock_core::ErrorKind::Store).
+///
+/// # Cancel safety
+/// Dropping the future keeps the samples already added; a lease granted but not yet released
+/// may stay held until its TTL.
 pub async fn cycle_as_into(
     store: &DynLockStore,
     key: &str,
@@ -215,6 +267,18 @@ impl ModeCycles {
     }
 
     /// `iterations` untimed cycles of each mode.
+    ///
+    /// # Errors
+    /// The first error of the store's `try_acquire_as` or `release`, as it is:
+    /// [`Contended`](fencelock_core::ErrorKind::Contended) when the key is held by someone else,
+    /// [`InvalidInput`](fencelock_core::ErrorKind::InvalidInput) for a bad key, TTL or limit,
+    /// [`Unsupported`](fencelock_core::ErrorKind::Unsupported) for a mode the store does not keep,
+    /// [`Unavailable`](fencelock_core::ErrorKind::Unavailable),
+    /// [`Store`](fencelock_core::ErrorKind::Store).
+    ///
+    /// # Cancel safety
+    /// Dropping the future loses nothing measured; a lease granted but not yet released may
+    /// stay held until its TTL.
     pub async fn warm_up(
         &self,
         store: &DynLockStore,
@@ -231,6 +295,18 @@ impl ModeCycles {
     }
 
     /// Times `iterations` cycles of each mode, one mode after the other, adding the samples.
+    ///
+    /// # Errors
+    /// The first error of the store's `try_acquire_as` or `release`, as it is:
+    /// [`Contended`](fencelock_core::ErrorKind::Contended) when the key is held by someone else,
+    /// [`InvalidInput`](fencelock_core::ErrorKind::InvalidInput) for a bad key, TTL or limit,
+    /// [`Unsupported`](fencelock_core::ErrorKind::Unsupported) for a mode the store does not keep,
+    /// [`Unavailable`](fencelock_core::ErrorKind::Unavailable),
+    /// [`Store`](fencelock_core::ErrorKind::Store).
+    ///
+    /// # Cancel safety
+    /// Dropping the future keeps the samples already added; a lease granted but not yet released
+    /// may stay held until its TTL.
     pub async fn round(
         &mut self,
         store: &DynLockStore,
@@ -293,6 +369,18 @@ impl ModeCycles {
 
 /// Runs `op(task, iteration)` in `tasks` concurrent loops for `duration`; returns completed
 /// operations per second.
+///
+/// # Errors
+/// An error `op` returned, as it is (the first task's, in task order, that failed), or
+/// [`Store`](fencelock_core::ErrorKind::Store) if a loop panicked. Loops are awaited only
+/// once `duration` has passed.
+///
+/// # Cancel safety
+/// Dropping the future leaves the spawned loops running `op` until one fails or the runtime
+/// shuts down: they stop only when the full `duration` has passed here.
+///
+/// # Panics
+/// Outside a tokio runtime.
 pub async fn throughput<F, Fut>(tasks: usize, duration: Duration, op: F) -> Result<f64>
 where
     F: Fn(usize, u64) -> Fut + Send + Sync + 'static,
@@ -330,6 +418,20 @@ where
 }
 
 /// Acquire + release cycles per second with `tasks` tasks, each on its own key.
+///
+/// # Errors
+/// As [`throughput`], with `op` the store's `try_acquire` and `release`:
+/// [`Contended`](fencelock_core::ErrorKind::Contended),
+/// [`InvalidInput`](fencelock_core::ErrorKind::InvalidInput) for a bad key or TTL,
+/// [`Unavailable`](fencelock_core::ErrorKind::Unavailable),
+/// [`Store`](fencelock_core::ErrorKind::Store).
+///
+/// # Cancel safety
+/// As [`throughput`]: the loops keep acquiring and releasing until one fails or the runtime
+/// shuts down.
+///
+/// # Panics
+/// Outside a tokio runtime.
 pub async fn lock_throughput(
     store: DynLockStore,
     key_prefix: &str,
@@ -354,6 +456,16 @@ pub async fn lock_throughput(
 /// The releaser contends again at once, so a lock whose releaser simply re-takes the key (as a
 /// polling lock's does, its waiters being asleep) reports its own unlock + lock as a handoff;
 /// [`handoff_to_another`] rules that out.
+///
+/// # Errors
+/// As [`handoff_between`], with the store's `acquire` (30 s wait) and `release`:
+/// [`Contended`](fencelock_core::ErrorKind::Contended) when a wait runs out,
+/// [`InvalidInput`](fencelock_core::ErrorKind::InvalidInput) for a bad key or TTL,
+/// [`Unavailable`](fencelock_core::ErrorKind::Unavailable),
+/// [`Store`](fencelock_core::ErrorKind::Store).
+///
+/// # Cancel safety
+/// As [`handoff_between`].
 pub async fn handoff(
     handles: Vec<DynLockStore>,
     key: &str,
@@ -368,6 +480,12 @@ pub async fn handoff(
 /// the other waiters are parked in their wait, not in the first attempt they made on joining,
 /// when the release comes), and the releaser contends again only once someone else has taken
 /// the key, so no lock can report its own unlock + lock as a handoff.
+///
+/// # Errors
+/// As [`handoff`], with a 60 s wait.
+///
+/// # Cancel safety
+/// As [`handoff_between`].
 pub async fn handoff_to_another(
     handles: Vec<DynLockStore>,
     key: &str,
@@ -412,6 +530,17 @@ pub enum Handoff {
 /// a holder starting its release to the next holder's grant, until `handoffs` samples. The
 /// first task to finish ends the run; the others, parked with nothing left to hand them, are
 /// aborted.
+///
+/// # Errors
+/// The error of the first task to finish (its contender's `take` or `give_back`), as it is,
+/// or [`Store`](fencelock_core::ErrorKind::Store) if it panicked.
+///
+/// # Cancel safety
+/// Dropping the future detaches the contenders' tasks: they go on taking and giving back the
+/// key until they finish or fail, or the runtime shuts down.
+///
+/// # Panics
+/// Outside a tokio runtime.
 pub async fn handoff_between<C: Contender>(
     contenders: Vec<C>,
     handoffs: usize,
@@ -541,6 +670,15 @@ impl KeptAlive {
     }
 
     /// Stops every keep-alive and releases its lock on `store`; the figures stay.
+    ///
+    /// # Errors
+    /// The first error of the store's `release`
+    /// ([`Unavailable`](fencelock_core::ErrorKind::Unavailable),
+    /// [`Store`](fencelock_core::ErrorKind::Store)); the locks not reached yet stay kept alive.
+    ///
+    /// # Cancel safety
+    /// Dropping the future leaves the locks not reached yet kept alive; a lock whose
+    /// keep-alive was stopped but whose release was not confirmed expires at its TTL.
     pub async fn release<S: LockStore + ?Sized>(&mut self, store: &S) -> Result<()> {
         for keep in self.kept.drain(..) {
             let lease = keep.stop();
@@ -554,6 +692,22 @@ impl KeptAlive {
 /// `store`, each kept alive, then extends one more lock (`{key_prefix}probe`, TTL 30 s) 200
 /// times spread over three `ttl`s, so the hold is also the keep-alives' test. The probe is
 /// released; the locks are still held and kept alive when this returns.
+///
+/// # Errors
+/// The first error of the store's `try_acquire`
+/// ([`Contended`](fencelock_core::ErrorKind::Contended) when a key is held,
+/// [`InvalidInput`](fencelock_core::ErrorKind::InvalidInput) for a bad key or TTL), `extend` of the
+/// probe ([`LeaseLost`](fencelock_core::ErrorKind::LeaseLost)) or `release`;
+/// [`Unavailable`](fencelock_core::ErrorKind::Unavailable) and
+/// [`Store`](fencelock_core::ErrorKind::Store) from any of them. The locks taken so far are then no
+/// longer kept alive and expire at their TTL.
+///
+/// # Cancel safety
+/// Dropping the future stops the keep-alives started so far without releasing: those locks
+/// and the probe expire at their TTLs.
+///
+/// # Panics
+/// Outside a tokio runtime.
 pub async fn hold_kept_alive<S: LockStore + ?Sized + 'static>(
     store: &Arc<S>,
     key_prefix: &str,

@@ -92,6 +92,10 @@ impl Ctx {
     }
 
     /// Another handle to the same store.
+    ///
+    /// # Cancel safety
+    /// As the factory's [`handle`](crate::StoreFactory::handle): dropping the future drops
+    /// the handle being made; nothing is held.
     pub async fn handle(&self) -> DynLockStore {
         self.factory.handle().await
     }

@@ -131,6 +131,10 @@ impl fmt::Display for Report {
 
 /// Runs the case called `name` against the factory's store, with a time limit derived from the
 /// store's capabilities. A panic inside the case is a failure, not a crash.
+///
+/// # Cancel safety
+/// Dropping the future detaches the case's task, which runs on to its end (or the runtime's
+/// shutdown); its outcome is lost, and leases it holds expire at their TTLs.
 pub async fn run_case(name: &str, factory: Arc<dyn StoreFactory>) -> Outcome {
     match crate::CASES.iter().find(|case| case.name == name) {
         Some(case) => run_one(case, factory).await.0,
@@ -139,12 +143,19 @@ pub async fn run_case(name: &str, factory: Arc<dyn StoreFactory>) -> Outcome {
 }
 
 /// Runs every case, `parallel` at a time, and reports each.
+///
+/// # Cancel safety
+/// As [`run_matching`].
 pub async fn run_all(factory: Arc<dyn StoreFactory>, parallel: usize) -> Report {
     run_matching(factory, parallel, |_| true).await
 }
 
 /// Runs the cases whose name `select` accepts, `parallel` at a time, and reports each (the
 /// others are left out of the report).
+///
+/// # Cancel safety
+/// Dropping the future loses the report; cases already started run on, detached, to their
+/// end (or the runtime's shutdown), and leases they hold expire at their TTLs.
 pub async fn run_matching(
     factory: Arc<dyn StoreFactory>,
     parallel: usize,
@@ -232,6 +243,9 @@ pub const HOLD_CASES: &[&str] = &[
 
 /// Runs [`TRANSPORT_CASES`] against the factory's store, four at a time, and panics with every
 /// failure (a case the store does not declare counts as not applicable).
+///
+/// # Cancel safety
+/// As [`run_matching`].
 pub async fn expect_transport_cases(factory: Arc<dyn StoreFactory>) {
     expect_cases(factory, 4, TRANSPORT_CASES.len(), |name| {
         TRANSPORT_CASES.contains(&name)
@@ -241,6 +255,9 @@ pub async fn expect_transport_cases(factory: Arc<dyn StoreFactory>) {
 
 /// Runs every case but those `left_out` names (new cases join by themselves), `parallel` at a
 /// time, and panics with every failure. Each name left out must be a case of the suite.
+///
+/// # Cancel safety
+/// As [`run_matching`].
 pub async fn expect_cases_except(
     factory: Arc<dyn StoreFactory>,
     parallel: usize,
