@@ -16,8 +16,9 @@ use crate::{DynLockStore, Error, Lease, MemoryStore, Result};
 /// # Errors
 /// [`InvalidInput`](crate::ErrorKind::InvalidInput) for a URL [`connect`](crate::connect)
 /// refuses as written (scheme, options); [`Unavailable`](crate::ErrorKind::Unavailable) when
-/// no free loopback port can be found; [`Store`](crate::ErrorKind::Store) when the store
-/// refuses the handle for another reason than being unreachable. An unreachable store is not
+/// no free loopback port can be found (SQLite: no locked-out database can be made);
+/// [`Store`](crate::ErrorKind::Store) when the store refuses the handle for another reason
+/// than being unreachable. An unreachable store is not
 /// an error here: the handle fails with `Unavailable` on every call.
 ///
 /// # Cancel safety
