@@ -44,9 +44,10 @@ const MYSQL_GRANULE: Duration = Duration::from_micros(1);
 const ETCD_GRANULE: Duration = Duration::from_millis(100);
 
 /// How far etcd's tokens can lead the clock of the client that raised the offset: by the
-/// revisions written since the store revision the raise counted from, at most the cluster's
-/// writes in `HINT_AGE` (1 s) plus a round trip, 50 ms at the 50,000 writes/s etcd reaches at
-/// best (lock-etcd/src/offset.rs).
+/// revisions written since the store revision the raise counted from, at most W × (A + T),
+/// W the cluster's revision rate, A the hint's age bound (1 s) and T the command timeout
+/// (5 s) (lock-etcd's README, "Tokens across a swap"). This test's etcd serves this test
+/// alone, a few hundred writes in all, far below the 50,000 revisions (50 ms) allowed here.
 const ETCD_RUNAHEAD: Duration = Duration::from_millis(50);
 
 /// A strict inequality in µs: one more.
