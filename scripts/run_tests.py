@@ -1,0 +1,172 @@
+#!/usr/bin/env python3
+"""Runs the workspace's test binaries a few at a time, as `cargo test` would run them one by one.
+
+    python3 scripts/run_tests.py [--jobs N] [-- ARGS...]
+
+It builds every test binary once (`cargo test --workspace --all-features --no-run`), then runs
+them concurrently, longest first, each from its package's folder with the environment cargo
+gives it, and the doctests (`cargo test --doc`) beside them. Most binaries spend their time
+waiting on TTL timers and servers, so running them side by side costs little CPU and saves
+most of the wall time. Each binary keeps its own servers (test-servers shares a server per
+process) and its own test threads, exactly as under `cargo test`.
+
+A binary named in EXCLUSIVE runs with nothing else running. Prints every failing binary's
+output, then the slowest ten binaries, and exits 1 if any failed. Python's standard library
+only.
+"""
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+# Seconds each binary took in a clean-clone run (2026-11-27, one after another): the order to
+# start them in, longest first, so the last to finish is not a long one started late. Unknown
+# binaries count as 5 s. Only the order depends on these figures, never a result.
+EXPECTED = {
+    "nemesis::short": 57,
+    "fencelock-conformance::memory": 46,
+    "fencelock-etcd::conformance": 40,
+    "fencelock-etcd::cluster": 39,
+    "lockctl::stores": 38,
+    "fencelock-conformance::broken": 37,
+    "lockctl::cli": 31,
+    "fencelock-etcd::stopped_member": 30,
+    "fencelock-etcd::least_privilege": 29,
+    "fencelock-redis::conformance": 29,
+    "fencelock-redis::cluster": 27,
+    "fencelock-postgres::conformance": 26,
+    "fencelock-mysql::conformance": 23,
+    "fencelock-postgres::least_privilege": 23,
+    "fencelock-redis::redlock": 22,
+    "fencelock-redis::redlock_faults": 18,
+    "fencelock-etcd::faults": 17,
+}
+
+# Binaries that must have the machine to themselves (none so far: every test's margins come
+# from its contract, not from an idle machine). Name them as in EXPECTED.
+EXCLUSIVE = set()
+
+
+def build(extra_env):
+    """Builds every test binary; returns [(name, executable, package folder)]."""
+    command = [
+        "cargo", "test", "--workspace", "--all-features", "--no-run",
+        "--message-format=json-render-diagnostics",
+    ]
+    result = subprocess.run(command, stdout=subprocess.PIPE, env=extra_env, text=True)
+    if result.returncode != 0:
+        sys.exit(result.returncode)
+    binaries = []
+    for line in result.stdout.splitlines():
+        message = json.loads(line)
+        if message.get("reason") != "compiler-artifact":
+            continue
+        if not message["profile"]["test"] or not message.get("executable"):
+            continue
+        folder = os.path.dirname(message["manifest_path"])
+        package = package_name(message["manifest_path"]) or os.path.basename(folder)
+        target = message["target"]
+        name = package if target["kind"] == ["lib"] else f"{package}::{target['name']}"
+        binaries.append((name, message["executable"], folder))
+    return sorted(set(binaries))
+
+
+def package_name(manifest_path):
+    """The `name` of a manifest's [package] section."""
+    in_package = False
+    with open(manifest_path, encoding="utf-8") as manifest:
+        for line in manifest:
+            line = line.strip()
+            if line.startswith("["):
+                in_package = line == "[package]"
+            elif in_package and line.startswith("name"):
+                return line.split("=", 1)[1].strip().strip('"')
+    return None
+
+
+class Pool:
+    """Runs jobs at most `jobs` at a time; an exclusive job waits for an empty pool."""
+
+    def __init__(self, jobs):
+        self.jobs = jobs
+        self.running = 0
+        self.exclusive = False
+        self.cond = threading.Condition()
+        self.results = []
+
+    def run(self, name, command, folder, env, exclusive):
+        with self.cond:
+            while (self.exclusive or self.running >= self.jobs
+                   or (exclusive and self.running > 0)):
+                self.cond.wait()
+            self.running += 1
+            self.exclusive = exclusive
+        thread = threading.Thread(
+            target=self._run, args=(name, command, folder, env), daemon=True)
+        thread.start()
+        return thread
+
+    def _run(self, name, command, folder, env):
+        started = time.monotonic()
+        with tempfile.TemporaryFile(mode="w+") as log:
+            code = subprocess.call(command, cwd=folder, env=env, stdout=log,
+                                   stderr=subprocess.STDOUT)
+            log.seek(0)
+            output = log.read()
+        elapsed = time.monotonic() - started
+        with self.cond:
+            self.results.append((name, code, elapsed, output))
+            self.running -= 1
+            self.exclusive = False
+            self.cond.notify_all()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=int(os.environ.get("TEST_JOBS", "4")))
+    parser.add_argument("args", nargs="*", help="passed to every test binary")
+    options = parser.parse_args()
+
+    env = dict(os.environ)
+    binaries = build(env)
+    started = time.monotonic()
+    pool = Pool(options.jobs)
+    jobs = [(name, [path, *options.args], folder) for name, path, folder in binaries]
+    doc = ("doctests", ["cargo", "test", "--workspace", "--all-features", "--doc", "-q"],
+           os.getcwd())
+    # Longest first; the doctests (they compile each block) count as long.
+    jobs.sort(key=lambda job: -EXPECTED.get(job[0], 5))
+    threads = [pool.run(*doc, env, False)]
+    for name, command, folder in jobs:
+        job_env = dict(env, CARGO_MANIFEST_DIR=folder)
+        threads.append(pool.run(name, command, folder, job_env, name in EXCLUSIVE))
+    for thread in threads:
+        thread.join()
+    wall = time.monotonic() - started
+
+    passed = failed = 0
+    for name, code, elapsed, output in pool.results:
+        for match in re.finditer(r"test result: \w+\. (\d+) passed; (\d+) failed", output):
+            passed += int(match.group(1))
+            failed += int(match.group(2))
+    failures = [r for r in pool.results if r[1] != 0]
+    for name, code, elapsed, output in failures:
+        print(f"==> FAILED: {name} (exit {code}, {elapsed:.1f} s)")
+        print(output)
+    print(f"==> {len(pool.results)} test binaries (doctests included), {options.jobs} at a time:"
+          f" {passed} tests passed, {failed} failed, {wall:.0f} s wall,"
+          f" {sum(r[2] for r in pool.results):.0f} s summed")
+    print("slowest ten:")
+    for name, code, elapsed, _ in sorted(pool.results, key=lambda r: -r[2])[:10]:
+        print(f"  {elapsed:6.1f} s  {name}{'' if code == 0 else '  FAILED'}")
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
