@@ -2,6 +2,10 @@
 //! the case that guards that guarantee must fail against it. The same store without a flaw
 //! passes the whole suite, so each failure is the flaw's doing. The keep-alive cases are also
 //! run with broken keep-alives (fencelock-core's, fed through a wrapper that changes what it sees).
+//!
+//! The broken stores keep time on tokio's clock, as the memory store they copy or wrap does, so
+//! each test runs on a paused clock and its TTLs pass in no real time; each flaw fails the same
+//! case on it as in real time.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -388,23 +392,23 @@ async fn assert_caught_in(factory: Arc<FlawedFactory>, flaw: &str, case: &str) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn the_flawless_store_passes_the_whole_suite() {
     let report = run_all(factory(Flaw::None), 8).await;
     assert!(report.passed(), "{report}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn owner_blind_release_is_caught() {
     assert_caught(Flaw::OwnerBlindRelease, "release_by_non_owner_is_rejected").await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn tokens_that_restart_are_caught() {
     assert_caught(Flaw::TokensNotMonotonic, "tokens_increase_sequentially").await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn tokens_that_restart_after_the_retention_window_are_caught() {
     assert_caught(
         Flaw::TokensRestartAfterRetention,
@@ -413,7 +417,7 @@ async fn tokens_that_restart_after_the_retention_window_are_caught() {
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn extend_that_resurrects_is_caught() {
     assert_caught(
         Flaw::ExtendResurrects,
@@ -422,12 +426,12 @@ async fn extend_that_resurrects_is_caught() {
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn ignored_ttl_is_caught() {
     assert_caught(Flaw::TtlIgnored, "expiry_frees_the_key").await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn racy_check_then_set_acquire_is_caught() {
     assert_caught(
         Flaw::RacyCheckThenSet,
@@ -436,7 +440,7 @@ async fn racy_check_then_set_acquire_is_caught() {
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn waiters_woken_only_at_expiry_are_caught() {
     assert_caught(
         Flaw::WaitersNeverWoken,
@@ -445,7 +449,7 @@ async fn waiters_woken_only_at_expiry_are_caught() {
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_lost_signal_that_never_fires_is_caught() {
     assert_caught(
         Flaw::ExtendAlwaysSucceeds,
@@ -454,13 +458,13 @@ async fn a_lost_signal_that_never_fires_is_caught() {
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn missing_input_validation_is_caught() {
     assert_caught(Flaw::NoValidation, "empty_key_is_rejected").await;
     assert_caught(Flaw::NoValidation, "zero_ttl_is_rejected").await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn extend_that_renews_for_less_than_the_ttl_is_caught() {
     assert_caught(
         Flaw::ExtendRenewsForLess,
@@ -469,7 +473,7 @@ async fn extend_that_renews_for_less_than_the_ttl_is_caught() {
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn truncated_keys_are_caught() {
     assert_caught(
         Flaw::KeysTruncated,
@@ -478,7 +482,7 @@ async fn truncated_keys_are_caught() {
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn polling_behind_a_notified_wait_claim_is_caught() {
     assert_caught(
         Flaw::NotifiedWaitPolls,
@@ -487,7 +491,7 @@ async fn polling_behind_a_notified_wait_claim_is_caught() {
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn leases_returned_with_their_deadline_passed_are_caught() {
     assert_caught(
         Flaw::DeadlineFromWaitStart,
@@ -496,7 +500,7 @@ async fn leases_returned_with_their_deadline_passed_are_caught() {
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_keep_alive_that_extends_too_seldom_to_notice_a_loss_is_caught() {
     assert_caught_in(
         factory_with(Flaw::None, KeepAliveFlaw::ExtendsTooSeldom),
@@ -506,7 +510,7 @@ async fn a_keep_alive_that_extends_too_seldom_to_notice_a_loss_is_caught() {
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_keep_alive_that_gives_up_on_a_transient_failure_is_caught() {
     assert_caught_in(
         factory_with(Flaw::None, KeepAliveFlaw::TransientFailureIsFatal),
@@ -516,7 +520,7 @@ async fn a_keep_alive_that_gives_up_on_a_transient_failure_is_caught() {
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_keep_alive_that_retries_a_whole_period_later_is_caught() {
     assert_caught_in(
         factory_with(Flaw::None, KeepAliveFlaw::RetriesAfterAWholePeriod),
@@ -1174,7 +1178,7 @@ async fn assert_caught_in_modes(factory: Arc<ModeFactory>, flaw: &str, case: &st
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn the_flawless_mode_store_passes_every_modes_case() {
     use futures_util::future::join_all;
     let outcomes =
@@ -1201,92 +1205,92 @@ fn every_modes_case_catches_a_mode_flaw() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn permits_over_the_limit_are_caught() {
     assert_mode_flaw_caught(ModeFlaw::PermitsOverLimit).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_permit_release_that_frees_nothing_is_caught() {
     assert_mode_flaw_caught(ModeFlaw::PermitReleaseFreesNothing).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn tokens_of_shared_and_permit_leases_below_the_writers_are_caught() {
     assert_mode_flaw_caught(ModeFlaw::TokensOfOtherModesRestart).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn readers_that_exclude_each_other_are_caught() {
     assert_mode_flaw_caught(ModeFlaw::ReadersExcludeEachOther).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_writer_granted_next_to_readers_is_caught() {
     assert_mode_flaw_caught(ModeFlaw::WriterJoinsReaders).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn writers_starved_by_readers_are_caught() {
     assert_mode_flaw_caught(ModeFlaw::WritersStarve).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn owner_blind_permit_release_is_caught() {
     assert_mode_flaw_caught(ModeFlaw::OwnerBlindPermitRelease).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_silently_granted_limit_mismatch_is_caught() {
     assert_mode_flaw_caught(ModeFlaw::LimitMismatchGranted).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_permit_waiter_that_outlives_its_future_is_caught() {
     assert_mode_flaw_caught(ModeFlaw::DetachedPermitWaiter).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn modes_granted_without_being_declared_are_caught() {
     assert_mode_flaw_caught(ModeFlaw::UndeclaredModesGranted).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn unchecked_permit_limits_are_caught() {
     assert_mode_flaw_caught(ModeFlaw::PermitLimitUnchecked).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_limit_mismatch_granted_on_the_waiting_path_is_caught() {
     assert_mode_flaw_caught(ModeFlaw::WaitingLimitMismatchGranted).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_writer_granted_next_to_its_own_handles_reader_is_caught() {
     assert_mode_flaw_caught(ModeFlaw::WriterJoinsItsOwnHandlesReaders).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn an_extend_that_revives_an_expired_permit_is_caught() {
     assert_mode_flaw_caught(ModeFlaw::ExtendRevivesExpiredPermits).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_status_that_over_counts_readers_is_caught() {
     assert_mode_flaw_caught(ModeFlaw::StatusOverCountsReaders).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn readers_kept_only_until_the_earliest_expiry_are_caught() {
     assert_mode_flaw_caught(ModeFlaw::ReadersExpireWithTheEarliest).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_dropped_writer_that_keeps_readers_out_is_caught() {
     assert_mode_flaw_caught(ModeFlaw::DroppedWriterKeepsReadersOut).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn readers_woken_only_at_the_writers_expiry_are_caught() {
     assert_mode_flaw_caught(ModeFlaw::ReadersWokenOnlyAtExpiry).await;
 }

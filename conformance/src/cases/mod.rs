@@ -137,6 +137,12 @@ macro_rules! __for_each_case {
 macro_rules! cases {
     ($($group:ident { $($case:ident $(if $applies:expr)?),* $(,)? })*) => {
         /// Every case of the suite, in the order [`run_all`](crate::run_all) runs them.
+        ///
+        /// Every case keeps time on tokio's clock alone (`tokio::time`'s `Instant`, sleeps and
+        /// timeouts; no `std::time::Instant`, threads or blocking waits), so against a store that
+        /// does too it runs unchanged on a paused clock
+        /// ([`conformance_tests!`](crate::conformance_tests)`(paused: …)`): the in-memory store
+        /// and the suite's broken stores run it in no real time.
         pub static CASES: &[Case] = &[
             $($(Case {
                 name: stringify!($case),
