@@ -166,14 +166,14 @@ impl StoreDelays {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::faults::StoreKind;
+    use crate::faults::{FaultProfile, BROKEN_MEMORY};
 
     #[test]
     fn every_store_has_a_row() {
-        for kind in StoreKind::ALL.into_iter().chain([StoreKind::BrokenMemory]) {
-            assert_eq!(of(kind.name()).store, kind.name());
-            for fault in of(kind.name()).unavailable_during {
-                assert!(kind.faults(true).contains(fault), "{kind}: {fault}");
+        for profile in FaultProfile::startable().chain([BROKEN_MEMORY]) {
+            assert_eq!(of(profile.name()).store, profile.name());
+            for fault in of(profile.name()).unavailable_during {
+                assert!(profile.faults(true).contains(fault), "{profile}: {fault}");
             }
         }
     }

@@ -7,7 +7,11 @@
 //!   a task.
 //! - [`resource`]: the counter rows on a PostgreSQL server no fault touches, and the log of
 //!   accepted writes in the order the resource accepted them.
-//! - [`faults`] and [`mod@run`]: the nemesis, seeded, and the controller.
+//! - [`faults`]: every fault, and the fault table: which faults hit which store, keyed by the
+//!   facade's store names.
+//! - [`mod@run`]: the controller, which starts the store's servers, a pool of workers and the
+//!   nemesis (the seeded fault injector), each in a module of its own that the controller
+//!   alone uses.
 //! - [`checker`]: the rules a run must keep, with [`delays`], each store's documented delays
 //!   (rule 4's bound); [`report`] prints what it found.
 #![warn(missing_docs)]
@@ -17,12 +21,15 @@ pub mod clock;
 pub mod delays;
 pub mod faults;
 pub mod history;
+mod injector;
+mod pool;
 pub mod report;
 pub mod resource;
 pub mod run;
+mod servers;
 pub mod store;
 pub mod worker;
 
 pub use checker::{check, Stats, Verdict, Violation};
-pub use faults::{Fault, StoreKind};
+pub use faults::{Fault, FaultProfile};
 pub use run::{run, Options, StoreReport};

@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use nemesis::history::WorkMode;
 use nemesis::worker::WorkerConfig;
-use nemesis::{Fault, Options, StoreKind};
+use nemesis::{Fault, FaultProfile, Options};
 
 /// Many clients doing fenced work on a shared PostgreSQL counter while faults hit the lock
 /// store and the clients; exits non-zero if the checker finds a stale write accepted, a lost
@@ -20,8 +20,8 @@ struct Cli {
     /// A live store to run against (client faults only); without it each store is started.
     #[arg(long)]
     url: Option<String>,
-    /// The stores to start, comma-separated (memory, redis, redlock, etcd, postgres, mysql,
-    /// sqlite, broken-memory); default: all but broken-memory.
+    /// The stores to start, comma-separated, by name (an unknown name is refused with the
+    /// list; broken-memory is nemesis's own); default: every store it can start.
     #[arg(long, value_delimiter = ',')]
     stores: Vec<String>,
     /// Only these faults, comma-separated (default: every fault that applies).
@@ -121,17 +121,25 @@ fn main() -> ExitCode {
         );
     }
     let stores = if cli.stores.is_empty() {
-        StoreKind::ALL.to_vec()
+        FaultProfile::startable().collect()
     } else {
         match cli
             .stores
             .iter()
-            .map(|s| StoreKind::parse(s).ok_or(s))
+            .map(|s| FaultProfile::parse(s).ok_or(s))
             .collect::<Result<Vec<_>, _>>()
         {
             Ok(stores) => stores,
             Err(s) => {
-                eprintln!("nemesis: unknown store {s:?}");
+                let known: Vec<&str> = FaultProfile::startable()
+                    .chain([nemesis::faults::BROKEN_MEMORY])
+                    .map(|p| p.name())
+                    .collect();
+                eprintln!(
+                    "nemesis: unknown store {s:?}, or one it cannot start (known: {}; any other \
+                     store of the facade runs with --url)",
+                    known.join(", ")
+                );
                 return ExitCode::from(64);
             }
         }

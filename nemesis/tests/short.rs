@@ -3,9 +3,10 @@
 
 use std::time::Duration;
 
-use nemesis::{Fault, Options, StoreKind};
+use nemesis::faults::BROKEN_MEMORY;
+use nemesis::{Fault, FaultProfile, Options};
 
-fn options(stores: Vec<StoreKind>, duration: Duration) -> Options {
+fn options(stores: Vec<FaultProfile>, duration: Duration) -> Options {
     Options {
         url: None,
         stores,
@@ -27,7 +28,7 @@ fn options(stores: Vec<StoreKind>, duration: Duration) -> Options {
 /// (no lost signal, deadline ahead, granted after the restart). Rule 3 must catch it.
 #[test]
 fn a_store_whose_tokens_restart_is_caught_as_an_unexplained_refusal() {
-    let mut options = options(vec![StoreKind::BrokenMemory], Duration::from_secs(4));
+    let mut options = options(vec![BROKEN_MEMORY], Duration::from_secs(4));
     options.faults = Some(vec![Fault::StoreRestart]);
     let reports = nemesis::run(&options).unwrap_or_else(|e| panic!("{e}"));
     let report = &reports[0];
@@ -42,8 +43,9 @@ fn a_store_whose_tokens_restart_is_caught_as_an_unexplained_refusal() {
 }
 
 /// One store, about 10 s of faults: nothing unsafe accepted.
-fn keeps_the_rules_under_a_short_run_of_faults(kind: StoreKind) {
-    let reports = nemesis::run(&options(vec![kind], Duration::from_secs(10)))
+fn keeps_the_rules_under_a_short_run_of_faults(store: &str) {
+    let profile = FaultProfile::parse(store).unwrap_or_else(|| panic!("{store}: no such store"));
+    let reports = nemesis::run(&options(vec![profile], Duration::from_secs(10)))
         .unwrap_or_else(|e| panic!("{e}"));
     println!("{}", nemesis::report::table(&reports));
     assert_eq!(reports.len(), 1, "one report per store asked for");
@@ -71,29 +73,30 @@ fn keeps_the_rules_under_a_short_run_of_faults(kind: StoreKind) {
 /// servers and its own resource database): the short profile's wall time is about half of
 /// running the seven one after another.
 macro_rules! every_store {
-    ($($name:ident => $kind:ident,)*) => {
+    ($($name:ident => $store:literal,)*) => {
         $(
             #[test]
             fn $name() {
-                keeps_the_rules_under_a_short_run_of_faults(StoreKind::$kind);
+                keeps_the_rules_under_a_short_run_of_faults($store);
             }
         )*
 
         /// The list above covers every store the nemesis starts by itself.
         #[test]
         fn every_store_has_a_short_run() {
-            let listed = [$(StoreKind::$kind),*];
-            assert_eq!(listed.to_vec(), StoreKind::ALL.to_vec());
+            let listed = [$($store),*];
+            let started: Vec<&str> = FaultProfile::startable().map(|p| p.name()).collect();
+            assert_eq!(listed.to_vec(), started);
         }
     };
 }
 
 every_store! {
-    memory_keeps_the_rules_under_a_short_run_of_faults => Memory,
-    redis_keeps_the_rules_under_a_short_run_of_faults => Redis,
-    redlock_keeps_the_rules_under_a_short_run_of_faults => Redlock,
-    etcd_keeps_the_rules_under_a_short_run_of_faults => Etcd,
-    postgres_keeps_the_rules_under_a_short_run_of_faults => Postgres,
-    mysql_keeps_the_rules_under_a_short_run_of_faults => Mysql,
-    sqlite_keeps_the_rules_under_a_short_run_of_faults => Sqlite,
+    memory_keeps_the_rules_under_a_short_run_of_faults => "memory",
+    redis_keeps_the_rules_under_a_short_run_of_faults => "redis",
+    redlock_keeps_the_rules_under_a_short_run_of_faults => "redlock",
+    etcd_keeps_the_rules_under_a_short_run_of_faults => "etcd",
+    postgres_keeps_the_rules_under_a_short_run_of_faults => "postgres",
+    mysql_keeps_the_rules_under_a_short_run_of_faults => "mysql",
+    sqlite_keeps_the_rules_under_a_short_run_of_faults => "sqlite",
 }
