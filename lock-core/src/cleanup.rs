@@ -1,12 +1,21 @@
 //! For store implementers: when a handle removes idle per-key state (fence rows not bumped for
 //! a retention window): at most one run at a time, at most one per [`interval`], started in
-//! the background by a release, so no acquire or release waits for it.
+//! the background by a release, so no acquire or release waits for it; and how much one run
+//! removes: at most [`MAX_BATCHES`] batches of at most [`BATCH_ROWS`] rows.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::time::Instant;
+
+/// Rows one batch removes at most. A batch is one statement or one short transaction, so a
+/// lock operation that has to wait for a run waits for one batch at most.
+pub const BATCH_ROWS: u32 = 1_000;
+
+/// Batches one run executes at most; what is left stays for the next run, so a run's length
+/// is bounded however many rows are idle.
+pub const MAX_BATCHES: u32 = 10;
 
 /// When a handle last removed idle state, and whether a run is under way.
 #[derive(Debug, Default)]

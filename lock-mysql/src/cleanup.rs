@@ -10,21 +10,13 @@
 
 use std::sync::Arc;
 
+use fencelock_core::cleanup::{interval, BATCH_ROWS, MAX_BATCHES};
 use fencelock_core::Result;
 use sqlx::mysql::MySqlConnection;
 use sqlx::{Connection, Row};
 
 use crate::error::{bounded, sql_error};
 use crate::session::{Checkout, Sessions};
-
-/// Rows one transaction removes at most.
-pub(crate) const BATCH: usize = 1_000;
-/// Batches one run executes at most.
-pub(crate) const MAX_BATCHES: usize = 10;
-
-/// When a handle last removed idle rows, and whether a run is under way (shared with the
-/// other stores that keep fence rows).
-pub(crate) use fencelock_core::cleanup::{interval, CleanupSchedule as Cleanup};
 
 /// Spawns a background run if one is due. Never waits.
 pub(crate) fn spawn_if_due(sessions: &Arc<Sessions>) {
@@ -47,7 +39,7 @@ pub(crate) fn spawn_if_due(sessions: &Arc<Sessions>) {
 }
 
 /// Removes fence rows not bumped for a retention window whose keys nobody holds, at most
-/// [`MAX_BATCHES`] × [`BATCH`], raising the floor above their tokens; returns how many.
+/// [`MAX_BATCHES`] × [`BATCH_ROWS`], raising the floor above their tokens; returns how many.
 ///
 /// # Cancel safety
 /// Each batch commits on its own; dropping the future drops its session, so a batch in flight
@@ -62,8 +54,8 @@ pub(crate) async fn remove_idle_fences(sessions: &Sessions) -> Result<u64> {
         let batch = bounded(limit, remove_batch(sessions, &mut session.conn, window_us))
             .await
             .map_err(|fault| fault.into_error("removing idle fence rows"))?;
-        removed += batch as u64;
-        if batch < BATCH {
+        removed += batch;
+        if batch < u64::from(BATCH_ROWS) {
             break;
         }
     }
@@ -76,11 +68,11 @@ async fn remove_batch(
     sessions: &Sessions,
     conn: &mut MySqlConnection,
     window_us: u64,
-) -> std::result::Result<usize, sqlx::Error> {
+) -> std::result::Result<u64, sqlx::Error> {
     let sql = &sessions.sql;
     let candidates = sqlx::query(&sql.find_idle)
         .bind(window_us)
-        .bind(BATCH as u64)
+        .bind(u64::from(BATCH_ROWS))
         .fetch_all(&mut *conn)
         .await?;
     if candidates.is_empty() {
@@ -99,7 +91,7 @@ async fn remove_batch(
     if confirmed.is_empty() {
         tx.commit().await?;
         // Every candidate was taken meanwhile; more may be idle behind them.
-        return Ok(candidates.len());
+        return Ok(candidates.len() as u64);
     }
     let mut highest = 0u64;
     for row in &confirmed {
@@ -117,7 +109,7 @@ async fn remove_batch(
     }
     delete.execute(&mut *tx).await?;
     tx.commit().await?;
-    Ok(candidates.len())
+    Ok(candidates.len() as u64)
 }
 
 /// A fence row's primary key: (namespace, key).

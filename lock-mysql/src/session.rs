@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use fencelock_core::cleanup::CleanupSchedule;
 use fencelock_core::{Error, Instant};
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlRow};
 use sqlx::{Connection, Row};
@@ -79,7 +80,7 @@ pub(crate) struct Sessions {
     warned_not_durable: AtomicBool,
     pub(crate) sql: Statements,
     /// When idle fence rows were last removed (see `cleanup.rs`).
-    pub(crate) cleanup: crate::cleanup::Cleanup,
+    pub(crate) cleanup: CleanupSchedule,
 }
 
 impl Sessions {
@@ -94,7 +95,7 @@ impl Sessions {
             fence_table_ready: OnceCell::new(),
             warned_not_durable: AtomicBool::new(false),
             sql,
-            cleanup: crate::cleanup::Cleanup::default(),
+            cleanup: CleanupSchedule::default(),
         }
     }
 

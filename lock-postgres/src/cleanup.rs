@@ -2,26 +2,18 @@
 //!
 //! A release that finds a run due spawns one in the background (at most one per handle at a
 //! time, at most one per [`interval`]); it takes a pooled session of its own, so no acquire or
-//! release waits for it. Each batch is one statement over at most [`BATCH`] rows that skips
-//! locked rows, so a bump never waits for more than one batch and the batch never waits for a
-//! bump; a run stops after [`MAX_BATCHES`] batches and leaves the rest to the next one.
+//! release waits for it. Each batch is one statement over at most [`BATCH_ROWS`] rows that
+//! skips locked rows, so a bump never waits for more than one batch and the batch never waits
+//! for a bump; a run stops after [`MAX_BATCHES`] batches and leaves the rest to the next one.
 
 use std::sync::Arc;
 
+use fencelock_core::cleanup::{interval, BATCH_ROWS, MAX_BATCHES};
 use fencelock_core::Result;
 use sqlx::Row;
 
 use crate::error::bounded;
 use crate::session::{Checkout, Sessions};
-
-/// Rows one statement removes at most.
-pub(crate) const BATCH: i64 = 1_000;
-/// Batches one run executes at most.
-pub(crate) const MAX_BATCHES: usize = 10;
-
-/// When a handle last removed idle rows, and whether a run is under way (shared with the
-/// other stores that keep fence rows).
-pub(crate) use fencelock_core::cleanup::{interval, CleanupSchedule as Cleanup};
 
 /// Spawns a background run if one is due. Never waits.
 pub(crate) fn spawn_if_due(sessions: &Arc<Sessions>) {
@@ -45,7 +37,7 @@ pub(crate) fn spawn_if_due(sessions: &Arc<Sessions>) {
 
 /// Removes fence rows not bumped for a retention window whose token the server's clock has
 /// passed by the smallest window (and whose key nobody holds), at most [`MAX_BATCHES`] ×
-/// [`BATCH`]; returns how many.
+/// [`BATCH_ROWS`]; returns how many.
 ///
 /// # Cancel safety
 /// Each batch commits on its own; dropping the future loses at most the batch in flight (its
@@ -60,7 +52,7 @@ pub(crate) async fn remove_idle_fences(sessions: &Sessions) -> Result<u64> {
             sessions.config.command_timeout,
             sqlx::query(&sessions.sql.remove_idle_fences)
                 .bind(retention_ms)
-                .bind(BATCH)
+                .bind(i64::from(BATCH_ROWS))
                 .bind(behind_us)
                 .fetch_one(&mut session.conn),
         )
@@ -73,7 +65,7 @@ pub(crate) async fn remove_idle_fences(sessions: &Sessions) -> Result<u64> {
                 source: None,
             })?;
         removed += u64::try_from(batch).unwrap_or(0);
-        if batch < BATCH {
+        if batch < i64::from(BATCH_ROWS) {
             break;
         }
     }

@@ -4,6 +4,7 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use fencelock_core::cleanup::CleanupSchedule;
 use fencelock_core::Error;
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::{Connection, Row};
@@ -86,7 +87,7 @@ pub(crate) struct Sessions {
     permit_limit_column: AtomicBool,
     pub(crate) sql: Statements,
     /// When idle fence rows were last removed (see `cleanup.rs`).
-    pub(crate) cleanup: crate::cleanup::Cleanup,
+    pub(crate) cleanup: CleanupSchedule,
 }
 
 impl Sessions {
@@ -101,7 +102,7 @@ impl Sessions {
             fence_table_ready: OnceCell::new(),
             permit_limit_column: AtomicBool::new(false),
             sql,
-            cleanup: crate::cleanup::Cleanup::default(),
+            cleanup: CleanupSchedule::default(),
         }
     }
 

@@ -3,8 +3,7 @@
 #![warn(missing_docs)]
 
 // Module order (each imports only from those before it): clock, keys, sql, config, error,
-// lockout, watch, crash_hooks, cleanup, store, descriptor.
-mod cleanup;
+// lockout, watch, crash_hooks, store, descriptor.
 mod clock;
 mod config;
 #[cfg(feature = "crash-hooks")]

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use fencelock_core::cleanup::{interval, CleanupSchedule, BATCH_ROWS, MAX_BATCHES};
 use fencelock_core::ttl::whole_millis;
 use fencelock_core::validate::{check_granted, check_key, check_request, check_wait};
 use fencelock_core::{
@@ -21,7 +22,6 @@ use sqlx::Row;
 use tokio::sync::watch;
 use tokio::time::{sleep_until, timeout};
 
-use crate::cleanup::{interval, Cleanup, BATCH, MAX_BATCHES};
 use crate::clock::{boot_id, monotonic_ns, unix_micros};
 use crate::config::{SqliteConfig, MIN_TTL};
 use crate::error::{open_error, sql_error};
@@ -59,7 +59,7 @@ struct Shared {
     /// `None` where inotify cannot watch the directory: waiters then poll.
     watch: Option<Watch>,
     /// When this handle last removed idle rows.
-    cleanup: Cleanup,
+    cleanup: CleanupSchedule,
     /// Whatever must live as long as the handle (the lock-out of [`SqliteStore::unreachable`]).
     _keep: Option<Box<dyn Any + Send + Sync>>,
 }
@@ -261,7 +261,7 @@ impl SqliteStore {
                 pid: i64::from(std::process::id()),
                 waker,
                 watch,
-                cleanup: Cleanup::default(),
+                cleanup: CleanupSchedule::default(),
                 _keep: keep,
             }),
         })
@@ -356,7 +356,7 @@ impl SqliteStore {
                 .bounded("removing idle rows", self.remove_batch())
                 .await?;
             removed += batch;
-            if batch < BATCH as u64 {
+            if batch < u64::from(BATCH_ROWS) {
                 break;
             }
         }
@@ -372,7 +372,9 @@ impl SqliteStore {
         let tokens: Vec<i64> = sqlx::query_scalar(&shared.sql.remove_idle)
             .bind(shared.boot_id)
             .bind(idle_before)
-            .bind(BATCH)
+            // A transaction holds SQLite's write lock throughout, so an acquire waits for one
+            // batch at most.
+            .bind(i64::from(BATCH_ROWS))
             .fetch_all(&mut *tx)
             .await?;
         if let Some(highest) = tokens.iter().max() {
