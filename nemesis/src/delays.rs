@@ -178,6 +178,20 @@ mod tests {
         }
     }
 
+    /// Keyed as the fault table is: a row under a name the facade does not know would never
+    /// be found, and its store's bound would silently be two TTLs.
+    #[test]
+    fn every_row_is_a_store_of_the_facade_or_broken_memory() {
+        for row in TABLE {
+            assert!(
+                row.store == BROKEN_MEMORY.store
+                    || fencelock::KNOWN_STORES.iter().any(|k| k.name == row.store),
+                "{}: not a store of the facade",
+                row.store
+            );
+        }
+    }
+
     #[test]
     fn the_bound_is_two_granted_ttls_plus_the_delays() {
         let second = Duration::from_secs(1);
