@@ -94,10 +94,11 @@ pub(crate) fn created(lease: &Lease) -> Option<i64> {
 /// for how it works and what it guarantees.
 #[derive(Clone)]
 pub struct EtcdStore {
-    shared: Arc<Shared>,
+    shared: Arc<HandleState>,
 }
 
-struct Shared {
+/// What every clone of one handle shares.
+struct HandleState {
     client: Client,
     config: EtcdConfig,
     renewer: Renewer,
@@ -286,7 +287,7 @@ impl EtcdStore {
         };
         let renewer = Renewer::start(client.clone(), config.command_timeout);
         Ok(EtcdStore {
-            shared: Arc::new(Shared {
+            shared: Arc::new(HandleState {
                 client,
                 config,
                 renewer,

@@ -22,10 +22,11 @@ use tokio::time::{sleep, timeout};
 
 /// The pub/sub side of one store handle.
 pub(crate) struct ReleaseSubscriber {
-    shared: Arc<Shared>,
+    shared: Arc<SubscriberState>,
 }
 
-struct Shared {
+/// What the subscriber and its listeners share.
+struct SubscriberState {
     /// The servers to subscribe on, tried in turn (one for a single server; every seed node of
     /// a Cluster, where PUBLISH reaches every node).
     clients: Vec<redis::Client>,
@@ -58,7 +59,7 @@ enum Command {
 
 /// One waiter's registration on a channel; dropping it gives the registration up.
 pub(crate) struct Listener {
-    shared: Arc<Shared>,
+    shared: Arc<SubscriberState>,
     name: String,
     channel: Arc<Channel>,
 }
@@ -70,7 +71,7 @@ impl ReleaseSubscriber {
         command_timeout: Duration,
     ) -> Self {
         ReleaseSubscriber {
-            shared: Arc::new(Shared {
+            shared: Arc::new(SubscriberState {
                 clients,
                 next: 0.into(),
                 connect_timeout,
@@ -121,7 +122,7 @@ impl ReleaseSubscriber {
     }
 }
 
-impl Shared {
+impl SubscriberState {
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Arc<Channel>>> {
         self.channels.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -187,7 +188,7 @@ impl Drop for Listener {
 
 /// The background task: owns the pub/sub connection, runs the commands in order, dispatches
 /// messages. Ends when the last handle to the store is dropped.
-async fn run(shared: Weak<Shared>, mut commands: mpsc::UnboundedReceiver<Command>) {
+async fn run(shared: Weak<SubscriberState>, mut commands: mpsc::UnboundedReceiver<Command>) {
     let mut backoff = Duration::from_millis(50);
     loop {
         let Some(strong) = shared.upgrade() else {
@@ -257,7 +258,7 @@ async fn run(shared: Weak<Shared>, mut commands: mpsc::UnboundedReceiver<Command
 /// Waits `backoff` (doubled for next time, up to 1 s) while draining commands, so channels
 /// nobody waits on are dropped meanwhile. False if the store is gone.
 async fn back_off(
-    shared: &Weak<Shared>,
+    shared: &Weak<SubscriberState>,
     commands: &mut mpsc::UnboundedReceiver<Command>,
     backoff: &mut Duration,
 ) -> bool {
@@ -272,7 +273,7 @@ async fn back_off(
     true
 }
 
-async fn connect(shared: &Shared) -> Option<(PubSubSink, PubSubStream)> {
+async fn connect(shared: &SubscriberState) -> Option<(PubSubSink, PubSubStream)> {
     let index = shared.next.load(std::sync::atomic::Ordering::Relaxed);
     let client = shared.clients.get(index % shared.clients.len().max(1))?;
     match timeout(shared.connect_timeout, client.get_async_pubsub()).await {
@@ -297,7 +298,7 @@ async fn connect(shared: &Shared) -> Option<(PubSubSink, PubSubStream)> {
 
 /// Subscribes to every channel in the map and wakes their waiters (a release may have gone
 /// unseen while there was no connection). False if the connection failed.
-async fn resubscribe(shared: &Weak<Shared>, sink: &mut PubSubSink) -> bool {
+async fn resubscribe(shared: &Weak<SubscriberState>, sink: &mut PubSubSink) -> bool {
     let Some(s) = shared.upgrade() else {
         return true;
     };
@@ -323,7 +324,7 @@ async fn resubscribe(shared: &Weak<Shared>, sink: &mut PubSubSink) -> bool {
 }
 
 /// Drops a channel's entry if an unsubscribe finds nobody waiting on it.
-fn forget_unused(shared: &Shared, command: Command) {
+fn forget_unused(shared: &SubscriberState, command: Command) {
     if let Command::Unsubscribe(name) = command {
         let mut channels = shared.lock();
         if channels.get(&name).is_some_and(|c| idle(c)) {
@@ -337,7 +338,7 @@ fn idle(channel: &Channel) -> bool {
 }
 
 /// Runs one command on the connection. False if the connection failed.
-async fn execute(shared: &Shared, sink: &mut PubSubSink, command: Command) -> bool {
+async fn execute(shared: &SubscriberState, sink: &mut PubSubSink, command: Command) -> bool {
     match command {
         Command::Subscribe(name) => {
             match timeout(shared.command_timeout, sink.subscribe(&name)).await {

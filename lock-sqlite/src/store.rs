@@ -43,10 +43,11 @@ const BEYOND_COMMAND_TIMEOUT: Duration = Duration::from_secs(1);
 /// Cheap to clone: clones share the connections and the watch.
 #[derive(Clone)]
 pub struct SqliteStore {
-    shared: Arc<Shared>,
+    shared: Arc<HandleState>,
 }
 
-struct Shared {
+/// What every clone of one handle shares.
+struct HandleState {
     config: SqliteConfig,
     /// The database file, absolute, so the watch and the messages name the same file whatever
     /// the working directory becomes.
@@ -252,7 +253,7 @@ impl SqliteStore {
             })
             .connect_lazy_with(options);
         Ok(SqliteStore {
-            shared: Arc::new(Shared {
+            shared: Arc::new(HandleState {
                 config,
                 path,
                 pool,
