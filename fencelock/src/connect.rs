@@ -4,16 +4,10 @@ use crate::{store_for, DynLockStore, Result};
 
 /// Connects to the store `url` names and returns it as the contract's trait object.
 ///
-/// | URL | store | feature |
-/// | --- | --- | --- |
-/// | `memory://[name]` | in-process; the same name gives the same store within a process | always |
-/// | `redis://[user:pass@]host:port[/db]`, `rediss://…` | single Redis server | `redis` |
-/// | `redis+cluster://host:port[,host:port…]` | a Redis Cluster, each lock on its slot's master | `redis` |
-/// | `redlock://host:port,host:port,host:port` | Redlock over independent masters | `redis` |
-/// | `etcd://host:port[,host:port…]`, `etcds://…` | etcd | `etcd` |
-/// | `postgres://…`, `postgresql://…` | PostgreSQL advisory locks | `postgres` |
-/// | `mysql://…`, `mariadb://…` | MySQL / MariaDB named locks | `mysql` |
-/// | `sqlite:///abs/path.db`, `sqlite://rel/path.db` | a SQLite file shared by one host's processes | `sqlite` |
+/// The stores this build knows, their URL schemes and the cargo feature of each are the
+/// facade's one list: [`STORES`](crate::STORES) (compiled in) and
+/// [`KNOWN_STORES`](crate::KNOWN_STORES) (every store, compiled in or not); the workspace
+/// README's URL table shows each store's options.
 ///
 /// The store is picked from [`STORES`](crate::STORES) by the URL's scheme and connected
 /// through its descriptor. With the `metrics` feature the store comes wrapped in

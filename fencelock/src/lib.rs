@@ -10,6 +10,8 @@ mod stores;
 pub use connect::connect;
 pub use fencelock_core::*;
 pub use stores::{known_schemes, redact, store_for, KnownStore, KNOWN_STORES, STORES};
+// Each store crate, re-exported by its line in the facade's one list (stores.rs).
+pub use stores::*;
 
 /// The resource side: a PostgreSQL row, a Redis key or a local file that refuses a superseded
 /// holder's writes (the `fencelock-fence` crate), one feature each: `fence-postgres`,
@@ -28,37 +30,6 @@ pub use stores::{known_schemes, redact, store_for, KnownStore, KNOWN_STORES, STO
     )))
 )]
 pub use fencelock_fence as fence;
-
-/// The Redis stores' own types (the eviction check, Redlock's quorum error), for code that
-/// downcasts a [`DynLockStore`] to [`fencelock_redis::RedisStore`] or [`fencelock_redis::RedlockStore`].
-#[cfg(feature = "redis")]
-#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-pub use fencelock_redis;
-
-/// The etcd store's own types: its [`Layout`](fencelock_etcd::Layout), and
-/// [`mutex_key`](fencelock_etcd::mutex_key), the `ETCD_LOCK_KEY` of a lease granted in etcd's own
-/// layout.
-#[cfg(feature = "etcd")]
-#[cfg_attr(docsrs, doc(cfg(feature = "etcd")))]
-pub use fencelock_etcd;
-
-/// The PostgreSQL store's own type, for code that downcasts a [`DynLockStore`] to
-/// [`fencelock_postgres::PostgresStore`] (`lockctl stats` counts its fence rows).
-#[cfg(feature = "postgres")]
-#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
-pub use fencelock_postgres;
-
-/// The SQLite store's own type, for code that downcasts a [`DynLockStore`] to
-/// [`fencelock_sqlite::SqliteStore`] (`lockctl stats` counts its rows).
-#[cfg(feature = "sqlite")]
-#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
-pub use fencelock_sqlite;
-
-/// The MySQL store's own type, for code that downcasts a [`DynLockStore`] to
-/// [`fencelock_mysql::MysqlStore`] (`lockctl stats` counts its fence rows).
-#[cfg(feature = "mysql")]
-#[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
-pub use fencelock_mysql;
 
 /// The workspace's pages, whose Rust blocks compile (and run, unless marked otherwise) as
 /// doctests of this crate, so no page shows code that does not build. They use every store and

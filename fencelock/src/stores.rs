@@ -6,15 +6,19 @@ pub use fencelock_core::url::redact;
 
 use crate::{Error, Result};
 
-/// Every store the facade knows, one line each: the cargo feature that compiles it in, its
-/// descriptor, and its name and schemes again for builds without that feature (which cannot
-/// name the descriptor). A new store is one line here and one feature in `Cargo.toml`.
+/// Every store crate the facade knows, one line each: the cargo feature that compiles it in,
+/// the crate, and each of its descriptors with its name and schemes again for builds without
+/// that feature (which cannot name the descriptor; a test checks the two agree). The line also
+/// re-exports the crate, for code that downcasts a [`DynLockStore`](crate::DynLockStore) to a
+/// store's own type. A new store is one line here and one feature in `Cargo.toml`.
 macro_rules! stores {
-    ($($feature:literal => $descriptor:path, $name:literal, [$($scheme:literal),+ $(,)?];)+) => {
+    ($($feature:literal => $krate:ident {
+        $($descriptor:ident: $name:literal, [$($scheme:literal),+ $(,)?];)+
+    })+) => {
         /// The stores compiled into this build, the memory store first.
         pub static STORES: &[StoreKind] = &[
             fencelock_core::MEMORY,
-            $(#[cfg(feature = $feature)] $descriptor,)+
+            $($(#[cfg(feature = $feature)] $krate::$descriptor,)+)+
         ];
 
         /// Every store the facade knows, compiled in or not, the memory store first.
@@ -25,24 +29,35 @@ macro_rules! stores {
                 feature: "",
                 compiled: true,
             },
-            $(KnownStore {
+            $($(KnownStore {
                 name: $name,
                 schemes: &[$($scheme),+],
                 feature: $feature,
                 compiled: cfg!(feature = $feature),
-            },)+
+            },)+)+
         ];
+
+        $(
+            #[doc = concat!("The `", stringify!($krate), "` crate (feature `", $feature, "`): its \
+                own types, for code that downcasts a [`DynLockStore`](crate::DynLockStore) to \
+                its store, and its configuration.")]
+            #[cfg(feature = $feature)]
+            #[cfg_attr(docsrs, doc(cfg(feature = $feature)))]
+            pub use $krate;
+        )+
     };
 }
 
 stores! {
-    "redis" => fencelock_redis::REDIS, "redis", ["redis", "rediss"];
-    "redis" => fencelock_redis::REDIS_CLUSTER, "redis-cluster", ["redis+cluster"];
-    "redis" => fencelock_redis::REDLOCK, "redlock", ["redlock"];
-    "etcd" => fencelock_etcd::ETCD, "etcd", ["etcd", "etcds"];
-    "postgres" => fencelock_postgres::POSTGRES, "postgres", ["postgres", "postgresql"];
-    "mysql" => fencelock_mysql::MYSQL, "mysql", ["mysql", "mariadb"];
-    "sqlite" => fencelock_sqlite::SQLITE, "sqlite", ["sqlite"];
+    "redis" => fencelock_redis {
+        REDIS: "redis", ["redis", "rediss"];
+        REDIS_CLUSTER: "redis-cluster", ["redis+cluster"];
+        REDLOCK: "redlock", ["redlock"];
+    }
+    "etcd" => fencelock_etcd { ETCD: "etcd", ["etcd", "etcds"]; }
+    "postgres" => fencelock_postgres { POSTGRES: "postgres", ["postgres", "postgresql"]; }
+    "mysql" => fencelock_mysql { MYSQL: "mysql", ["mysql", "mariadb"]; }
+    "sqlite" => fencelock_sqlite { SQLITE: "sqlite", ["sqlite"]; }
 }
 
 /// A store the facade knows by name, whether or not this build compiled it in: enough to

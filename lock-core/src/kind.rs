@@ -20,8 +20,8 @@ pub type ConnectFn = fn(&str) -> BoxFuture<'_, Result<DynLockStore>>;
 /// A store's descriptor: its name, its URL schemes, the cargo feature that compiles it into the
 /// `fencelock` facade, how to connect to it, and what an operator's eviction does on it.
 ///
-/// Each store crate exports one per store it implements (`fencelock_redis::REDIS`,
-/// `fencelock_etcd::ETCD`, …); the facade keeps one list of them and picks one by URL scheme. The
+/// Each store crate exports one per store it implements (a `descriptor.rs` with, say,
+/// `pub const MINE: StoreKind`); the facade keeps one list of them and picks one by URL scheme. The
 /// name is also the `store` label of every metric.
 ///
 /// ```

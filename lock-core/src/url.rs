@@ -1,5 +1,5 @@
-//! Pieces every store's URL parser needs, so `redis://`, `etcd://` and `postgres://` read their
-//! options the same way and print without passwords.
+//! Pieces every store's URL parser needs, so every store's URL reads its
+//! options the same way and prints without passwords.
 
 use std::time::Duration;
 
@@ -167,7 +167,7 @@ pub fn check_userinfo_encoded(url: &str) -> Result<()> {
 
 /// `url` with any password replaced by `***`, for messages and logs: the one in the userinfo
 /// and a `password=` query option (libpq accepts one). Works on URLs with several hosts
-/// (`etcd://a:1,b:2`, `redlock://…`), which `url::Url` cannot parse, and on text that is not a
+/// (`scheme://a:1,b:2`), which `url::Url` cannot parse, and on text that is not a
 /// URL at all (returned as it is).
 pub fn redact(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
