@@ -7,6 +7,13 @@ use std::time::Duration;
 use fencelock_core::url::{client_identity, parse_timeout, percent_decode, read_pem};
 use fencelock_core::{Error, Result};
 
+/// `etcd://`: plain connections.
+const SCHEME: &str = "etcd";
+/// `etcds://`: TLS connections (crate feature `tls`).
+const TLS_SCHEME: &str = "etcds";
+/// The URL schemes this store answers to: its descriptor's, and the ones
+/// [`EtcdConfig::from_url`] accepts.
+pub const URL_SCHEMES: &[&str] = &[SCHEME, TLS_SCHEME];
 /// The default key prefix: every key this store writes starts with it.
 pub const DEFAULT_PREFIX: &str = "fencelock/";
 /// The default bound on connecting and on the first round trip that proves the cluster answers.
@@ -130,15 +137,15 @@ impl EtcdConfig {
     pub fn from_url(url: &str) -> Result<Self> {
         fencelock_core::url::check_userinfo_encoded(url)?;
         let bad = |rule: String| Error::invalid("url", rule);
-        let (tls, rest) = if let Some(rest) = url.strip_prefix("etcd://") {
-            (false, rest)
-        } else if let Some(rest) = url.strip_prefix("etcds://") {
-            (true, rest)
-        } else {
-            let scheme = url.split_once("://").map_or("(none)", |(s, _)| s);
-            return Err(bad(format!(
-                "the scheme must be etcd:// or etcds://, not {scheme}://"
-            )));
+        let (scheme, rest) = url.split_once("://").unwrap_or(("(none)", url));
+        let tls = match scheme {
+            SCHEME => false,
+            TLS_SCHEME => true,
+            _ => {
+                return Err(bad(format!(
+                    "the scheme must be etcd:// or etcds://, not {scheme}://"
+                )))
+            }
         };
         if tls && !cfg!(feature = "tls") {
             return Err(bad("etcds:// needs fencelock-etcd's `tls` feature".into()));
@@ -338,7 +345,7 @@ impl EtcdConfig {
 
     /// The URL with the password replaced by `***` and the options in their parsed form.
     pub fn redacted(&self) -> String {
-        let scheme = if self.tls { "etcds" } else { "etcd" };
+        let scheme = if self.tls { TLS_SCHEME } else { SCHEME };
         let user = match &self.user {
             Some((name, _)) => format!("{}:***@", percent_encode(name)),
             None => String::new(),

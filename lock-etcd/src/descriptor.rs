@@ -5,12 +5,12 @@ use std::sync::Arc;
 use fencelock_core::kind::BoxFuture;
 use fencelock_core::{DynLockStore, Result, StoreKind};
 
-use crate::config::EtcdConfig;
+use crate::config::{EtcdConfig, URL_SCHEMES};
 use crate::store::EtcdStore;
 
 /// etcd: `etcd://host:port[,host:port…]` and `etcds://` (TLS, crate feature `tls`), see
 /// [`EtcdConfig`].
-pub const ETCD: StoreKind = StoreKind::new("etcd", &["etcd", "etcds"], "etcd", connect)
+pub const ETCD: StoreKind = StoreKind::new("etcd", URL_SCHEMES, "etcd", connect)
     .with_eviction("deletes the holder's queue entry and revokes its etcd lease");
 
 fn connect(url: &str) -> BoxFuture<'_, Result<DynLockStore>> {

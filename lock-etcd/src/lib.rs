@@ -19,7 +19,7 @@ mod watcher;
 
 pub use config::{
     EtcdConfig, Layout, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PORT,
-    DEFAULT_PREFIX, MIN_TTL,
+    DEFAULT_PREFIX, MIN_TTL, URL_SCHEMES,
 };
 pub use descriptor::ETCD;
 pub use store::{mutex_key, EtcdStore};

@@ -13,6 +13,11 @@ use url::Url;
 use crate::keys::Space;
 use crate::sql;
 
+/// `mysql://`, the scheme sqlx's MySQL driver reads.
+const MYSQL_SCHEME: &str = "mysql";
+/// The URL schemes this store answers to: its descriptor's, and the ones
+/// [`MysqlConfig::from_url`] accepts.
+pub const URL_SCHEMES: &[&str] = &[MYSQL_SCHEME, "mariadb"];
 /// The default namespace: keys of stores with different namespaces (or fence tables) never
 /// contend.
 pub const DEFAULT_NAMESPACE: &str = "default";
@@ -123,7 +128,7 @@ impl MysqlConfig {
         fencelock_core::url::check_userinfo_encoded(url)?;
         let bad = |rule: String| Error::invalid("url", rule);
         let parsed = Url::parse(url).map_err(|e| bad(format!("not a URL: {e}")))?;
-        if !matches!(parsed.scheme(), "mysql" | "mariadb") {
+        if !URL_SCHEMES.contains(&parsed.scheme()) {
             return Err(bad(format!(
                 "the scheme must be mysql:// or mariadb://, not {}://",
                 parsed.scheme()
@@ -218,7 +223,7 @@ impl MysqlConfig {
 
         let mut for_sqlx = parsed.clone();
         // sqlx reads host, port, user, password and database from any scheme; say mysql.
-        let _ = for_sqlx.set_scheme("mysql");
+        let _ = for_sqlx.set_scheme(MYSQL_SCHEME);
         if passed_on.is_empty() {
             for_sqlx.set_query(None);
         } else {

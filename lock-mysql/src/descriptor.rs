@@ -5,11 +5,11 @@ use std::sync::Arc;
 use fencelock_core::kind::BoxFuture;
 use fencelock_core::{DynLockStore, Result, StoreKind};
 
-use crate::config::MysqlConfig;
+use crate::config::{MysqlConfig, URL_SCHEMES};
 use crate::store::MysqlStore;
 
 /// MySQL and MariaDB named locks: `mysql://` and `mariadb://`, see [`MysqlConfig`].
-pub const MYSQL: StoreKind = StoreKind::new("mysql", &["mysql", "mariadb"], "mysql", connect)
+pub const MYSQL: StoreKind = StoreKind::new("mysql", URL_SCHEMES, "mysql", connect)
     .with_eviction("kills the holder's session (KILL CONNECTION), which frees its lock");
 
 fn connect(url: &str) -> BoxFuture<'_, Result<DynLockStore>> {

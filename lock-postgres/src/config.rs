@@ -13,6 +13,9 @@ use url::Url;
 use crate::keys::Space;
 use crate::sql;
 
+/// The URL schemes this store answers to: its descriptor's, and the ones
+/// [`PostgresConfig::from_url`] accepts.
+pub const URL_SCHEMES: &[&str] = &["postgres", "postgresql"];
 /// The default namespace: keys of stores with different namespaces (or fence tables) never
 /// contend.
 pub const DEFAULT_NAMESPACE: &str = "default";
@@ -154,7 +157,7 @@ impl PostgresConfig {
         fencelock_core::url::check_userinfo_encoded(url)?;
         let bad = |rule: String| Error::invalid("url", rule);
         let parsed = Url::parse(url).map_err(|e| bad(format!("not a URL: {e}")))?;
-        if !matches!(parsed.scheme(), "postgres" | "postgresql") {
+        if !URL_SCHEMES.contains(&parsed.scheme()) {
             return Err(bad(format!(
                 "the scheme must be postgres:// or postgresql://, not {}://",
                 parsed.scheme()

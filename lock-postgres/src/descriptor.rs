@@ -5,13 +5,12 @@ use std::sync::Arc;
 use fencelock_core::kind::BoxFuture;
 use fencelock_core::{DynLockStore, Result, StoreKind};
 
-use crate::config::PostgresConfig;
+use crate::config::{PostgresConfig, URL_SCHEMES};
 use crate::store::PostgresStore;
 
 /// PostgreSQL advisory locks: `postgres://` and `postgresql://`, see [`PostgresConfig`].
-pub const POSTGRES: StoreKind =
-    StoreKind::new("postgres", &["postgres", "postgresql"], "postgres", connect)
-        .with_eviction("ends the holder's session (pg_terminate_backend), which frees its lock");
+pub const POSTGRES: StoreKind = StoreKind::new("postgres", URL_SCHEMES, "postgres", connect)
+    .with_eviction("ends the holder's session (pg_terminate_backend), which frees its lock");
 
 fn connect(url: &str) -> BoxFuture<'_, Result<DynLockStore>> {
     Box::pin(async move {

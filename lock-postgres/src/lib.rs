@@ -16,6 +16,7 @@ mod watch;
 pub use config::{
     PostgresConfig, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_IDLE,
     DEFAULT_MAX_SKEW, DEFAULT_NAMESPACE, DEFAULT_SCHEMA, DEFAULT_TABLE, MIN_TTL, TOKEN_GRANULE,
+    URL_SCHEMES,
 };
 pub use descriptor::POSTGRES;
 pub use keys::{lock_id, pg_locks_ids, raw_key_name, FENCE_SCHEME, LOCK_ID_SCHEME};

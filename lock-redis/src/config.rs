@@ -13,6 +13,18 @@ use fencelock_core::{Error, Result};
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo};
 use url::Url;
 
+/// `redis://`: one server.
+pub(crate) const REDIS_SCHEME: &str = "redis";
+/// `rediss://`: one server over TLS (crate feature `tls`).
+pub(crate) const REDIS_TLS_SCHEME: &str = "rediss";
+/// `redis+cluster://`: a Redis Cluster.
+const REDIS_CLUSTER_SCHEME: &str = "redis+cluster";
+/// The URL schemes of one Redis server: its descriptor's, and the ones
+/// [`RedisConfig::from_url`] accepts for one server.
+pub const REDIS_URL_SCHEMES: &[&str] = &[REDIS_SCHEME, REDIS_TLS_SCHEME];
+/// The URL schemes of a Redis Cluster: its descriptor's, and the one
+/// [`RedisConfig::from_url`] accepts for a Cluster.
+pub const REDIS_CLUSTER_URL_SCHEMES: &[&str] = &[REDIS_CLUSTER_SCHEME];
 /// The default key prefix.
 pub const DEFAULT_PREFIX: &str = "fencelock:";
 /// The default bound on opening a connection (TCP connect and handshake).
@@ -139,7 +151,7 @@ impl RedisConfig {
     pub fn from_url(url: &str) -> Result<Self> {
         fencelock_core::url::check_userinfo_encoded(url)?;
         let scheme = url.split_once("://").map_or("", |(scheme, _)| scheme);
-        if scheme.eq_ignore_ascii_case("redis+cluster") {
+        if scheme.eq_ignore_ascii_case(REDIS_CLUSTER_SCHEME) {
             return Self::from_cluster_url(url);
         }
         if scheme.eq_ignore_ascii_case("rediss+cluster") {
@@ -161,7 +173,7 @@ impl RedisConfig {
             Some(at) => authority.split_at(at + 1),
             None => ("", authority),
         };
-        let single = if tls { "rediss" } else { "redis" };
+        let single = if tls { REDIS_TLS_SCHEME } else { REDIS_SCHEME };
         let mut nodes = Vec::new();
         for host in hosts.split(',') {
             if host.is_empty() {
@@ -193,8 +205,8 @@ impl RedisConfig {
     fn parse(url: &str, cluster_nodes: Option<Vec<Url>>) -> Result<Self> {
         let parsed = Url::parse(url).map_err(|e| bad_url(format!("not a URL: {e}")))?;
         let tls = match parsed.scheme() {
-            "redis" => false,
-            "rediss" => true,
+            REDIS_SCHEME => false,
+            REDIS_TLS_SCHEME => true,
             other => {
                 return Err(bad_url(format!(
                     "the scheme must be redis://, rediss://, redis+cluster:// or \

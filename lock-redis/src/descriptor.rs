@@ -5,26 +5,26 @@ use std::sync::Arc;
 use fencelock_core::kind::BoxFuture;
 use fencelock_core::{DynLockStore, Result, StoreKind};
 
-use crate::redlock::{RedlockConfig, RedlockStore};
+use crate::config::{RedisConfig, REDIS_CLUSTER_URL_SCHEMES, REDIS_URL_SCHEMES};
+use crate::redlock::{RedlockConfig, RedlockStore, REDLOCK_URL_SCHEMES};
 use crate::store::RedisStore;
-use crate::RedisConfig;
 
 /// One Redis server: `redis://` and `rediss://` (TLS, crate feature `tls`), see
 /// [`RedisConfig`].
-pub const REDIS: StoreKind = StoreKind::new("redis", &["redis", "rediss"], "redis", redis)
+pub const REDIS: StoreKind = StoreKind::new("redis", REDIS_URL_SCHEMES, "redis", redis)
     .with_eviction("deletes the key's lock (never its fencing counter) and wakes its waiters");
 
 /// A Redis Cluster: `redis+cluster://host:port[,host:port…]`, see [`RedisConfig`]; the same
 /// [`RedisStore`] on the Cluster client.
 pub const REDIS_CLUSTER: StoreKind =
-    StoreKind::new("redis-cluster", &["redis+cluster"], "redis", redis).with_eviction(
+    StoreKind::new("redis-cluster", REDIS_CLUSTER_URL_SCHEMES, "redis", redis).with_eviction(
         "deletes the key's lock (never its fencing counter) on its slot's master and wakes its \
          waiters",
     );
 
 /// Redlock over independent Redis masters: `redlock://host:port,host:port,host:port`, see
 /// [`RedlockConfig`].
-pub const REDLOCK: StoreKind = StoreKind::new("redlock", &["redlock"], "redis", redlock)
+pub const REDLOCK: StoreKind = StoreKind::new("redlock", REDLOCK_URL_SCHEMES, "redis", redlock)
     .with_eviction("deletes the key's lock on every node (never the fencing counters)");
 
 fn redis(url: &str) -> BoxFuture<'_, Result<DynLockStore>> {

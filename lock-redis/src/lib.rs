@@ -19,9 +19,9 @@ mod subscriber;
 
 pub use config::{
     Layout, RedisConfig, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX,
-    MAX_PREFIX_LEN,
+    MAX_PREFIX_LEN, REDIS_CLUSTER_URL_SCHEMES, REDIS_URL_SCHEMES,
 };
 pub use descriptor::{REDIS, REDIS_CLUSTER, REDLOCK};
 pub use eviction::{EvictionCheck, EvictionRisk, EvictionSettings};
-pub use redlock::{QuorumError, RedlockConfig, RedlockStore};
+pub use redlock::{QuorumError, RedlockConfig, RedlockStore, REDLOCK_URL_SCHEMES};
 pub use store::{RedisStore, WAIT_CAP};

@@ -9,8 +9,11 @@ use fencelock_core::url::{parse_timeout, parse_window, percent_decode};
 use fencelock_core::validate::{check_retention, DEFAULT_RETENTION, MAX_TTL};
 use fencelock_core::{Error, Result};
 
-/// The URL schemes this store answers to.
-pub const URL_SCHEMES: &[&str] = &["sqlite"];
+/// `sqlite://`, this store's one scheme.
+const SCHEME: &str = "sqlite";
+/// The URL schemes this store answers to: its descriptor's, and the one
+/// [`SqliteConfig::from_url`] accepts.
+pub const URL_SCHEMES: &[&str] = &[SCHEME];
 /// The default name of the lock table.
 pub const DEFAULT_TABLE: &str = "fencelock_locks";
 /// The default bound on one statement, including its wait for SQLite's write lock while other
@@ -95,8 +98,9 @@ impl SqliteConfig {
     /// as above (a retention window not above `max_ttl` or below [`min_retention`] included).
     pub fn from_url(url: &str) -> Result<Self> {
         let rest = url
-            .strip_prefix("sqlite://")
-            .or_else(|| url.strip_prefix("sqlite:"))
+            .split_once(':')
+            .filter(|(scheme, _)| *scheme == SCHEME)
+            .map(|(_, rest)| rest.strip_prefix("//").unwrap_or(rest))
             .ok_or_else(|| {
                 Error::invalid(
                     "url",
@@ -254,7 +258,7 @@ impl fmt::Display for SqliteConfig {
             .replace('%', "%25")
             .replace('?', "%3F")
             .replace('#', "%23");
-        write!(f, "sqlite://{path}")?;
+        write!(f, "{SCHEME}://{path}")?;
         let mut options = Vec::new();
         if self.table != DEFAULT_TABLE {
             options.push(format!("table={}", self.table));

@@ -5,11 +5,11 @@ use std::sync::Arc;
 use fencelock_core::kind::BoxFuture;
 use fencelock_core::{DynLockStore, Result, StoreKind};
 
-use crate::config::SqliteConfig;
+use crate::config::{SqliteConfig, URL_SCHEMES};
 use crate::store::SqliteStore;
 
 /// A SQLite file shared by the processes of one host: `sqlite://`, see [`SqliteConfig`].
-pub const SQLITE: StoreKind = StoreKind::new("sqlite", &["sqlite"], "sqlite", connect)
+pub const SQLITE: StoreKind = StoreKind::new("sqlite", URL_SCHEMES, "sqlite", connect)
     .with_eviction("clears the key's holder in its row (never its counter) and wakes its waiters")
     .with_unreachable(unreachable);
 

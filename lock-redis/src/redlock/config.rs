@@ -10,8 +10,14 @@ use url::Url;
 
 use crate::config::{
     bad_url, parse_bool, parse_max_ttl, RedisConfig, TlsFiles, DEFAULT_CONNECT_TIMEOUT,
-    DEFAULT_PREFIX,
+    DEFAULT_PREFIX, REDIS_SCHEME, REDIS_TLS_SCHEME,
 };
+
+/// `redlock://`, Redlock's one scheme.
+const REDLOCK_SCHEME: &str = "redlock";
+/// The URL schemes of Redlock: its descriptor's, and the one [`RedlockConfig::from_url`]
+/// accepts.
+pub const REDLOCK_URL_SCHEMES: &[&str] = &[REDLOCK_SCHEME];
 
 /// The default bound on one node's answer: well below any sensible TTL, since a lease's
 /// validity shrinks by the time the quorum takes.
@@ -114,12 +120,12 @@ impl RedlockConfig {
     /// as above.
     pub fn from_url(url: &str) -> Result<Self> {
         fencelock_core::url::check_userinfo_encoded(url)?;
-        let Some(rest) = url.strip_prefix("redlock://") else {
-            let scheme = url.split_once("://").map_or("(none)", |(s, _)| s);
+        let (scheme, rest) = url.split_once("://").unwrap_or(("(none)", url));
+        if scheme != REDLOCK_SCHEME {
             return Err(bad_url(format!(
                 "the scheme must be redlock://, not {scheme}://"
             )));
-        };
+        }
         // The host list ends at the path, query or fragment; userinfo ends at its last `@`.
         let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
         let (authority, tail) = rest.split_at(end);
@@ -128,13 +134,13 @@ impl RedlockConfig {
             None => ("", authority),
         };
         // The url crate cannot parse a host list: it parses the rest around one placeholder.
-        let shape = Url::parse(&format!("redlock://{userinfo}nodes.invalid{tail}"))
+        let shape = Url::parse(&format!("{REDLOCK_SCHEME}://{userinfo}nodes.invalid{tail}"))
             .map_err(|e| bad_url(format!("not a URL: {e}")))?;
         let shown_userinfo = match (shape.username(), shape.password()) {
             (user, Some(_)) => format!("{user}:***@"),
             _ => userinfo.to_owned(),
         };
-        let redacted = format!("redlock://{shown_userinfo}{hosts}{tail}");
+        let redacted = format!("{REDLOCK_SCHEME}://{shown_userinfo}{hosts}{tail}");
         let path = tail.split(['?', '#']).next().unwrap_or("");
 
         let mut prefix = DEFAULT_PREFIX.to_owned();
@@ -182,7 +188,7 @@ impl RedlockConfig {
                     "{redacted}: an empty node in the host list"
                 )));
             }
-            let scheme = if tls { "rediss" } else { "redis" };
+            let scheme = if tls { REDIS_TLS_SCHEME } else { REDIS_SCHEME };
             let query = tls_files.query();
             let query = query
                 .strip_prefix('&')

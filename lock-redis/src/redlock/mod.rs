@@ -18,8 +18,8 @@ mod quorum;
 mod scripts;
 mod store;
 
-pub use config::RedlockConfig;
 #[cfg(test)]
 pub(crate) use config::{min_retention, TOKEN_GRANULE};
+pub use config::{RedlockConfig, REDLOCK_URL_SCHEMES};
 pub use quorum::QuorumError;
 pub use store::RedlockStore;
