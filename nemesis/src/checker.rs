@@ -37,7 +37,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::delays::StoreDelays;
-use crate::faults::Fault;
+use crate::fault::Fault;
 use crate::history::{Entry, Event, Row, WorkMode};
 use crate::resource::{Accepted, ResourceState};
 
@@ -119,7 +119,7 @@ pub const ALL: &str = "all";
 pub const NONE: &str = "none";
 
 /// Checks a history (ordered by time) against the resource's end state. `ttl_ms` is the
-/// lease TTL the workers asked for; `delays` the store's row of [`crate::delays::TABLE`].
+/// lease TTL the workers asked for; `delays` the store's row of the fault table ([`crate::faults::delays_of`]).
 pub fn check(
     history: &[Entry],
     resource: &ResourceState,
@@ -959,7 +959,7 @@ mod tests {
     const MS: u64 = 1_000_000;
     const TTL_MS: u64 = 1000;
     /// A store without delays: rule 4's bound is two TTLs.
-    const PLAIN: &StoreDelays = &crate::delays::TABLE[0];
+    const PLAIN: &StoreDelays = &crate::delays::NONE;
 
     fn at(t_ms: u64, worker: u32, event: Event) -> Entry {
         Entry {
@@ -1497,7 +1497,7 @@ mod tests {
         let mut late = history.clone();
         late[3] = grant(2200, 2, 1, 11);
         assert!(check(&late, &ResourceState::default(), TTL_MS, PLAIN).broke(4));
-        let postgres = crate::delays::of("postgres");
+        let postgres = crate::faults::delays_of("postgres");
         assert!(check(&late, &ResourceState::default(), TTL_MS, postgres).is_safe());
     }
 
@@ -1516,7 +1516,7 @@ mod tests {
             // After the stop, no one is granted: the run is ending.
             release(9000, 2, 1, 11),
         ];
-        let postgres = crate::delays::of("postgres");
+        let postgres = crate::faults::delays_of("postgres");
         let verdict = check(&history, &ResourceState::default(), TTL_MS, postgres);
         assert!(verdict.is_safe(), "{:#?}", verdict.violations);
         // Not so where the store does not document the restart as making it unavailable.

@@ -1,8 +1,15 @@
-//! The faults the nemesis injects, which of them the store documents as freeing locks early
-//! (the checker's third rule accepts a refusal after those), and the fault table: which
-//! faults hit which store, keyed by the facade's store names.
+//! nemesis's fault table, keyed by store name: for each store of the facade that nemesis
+//! knows more of than the faults every store takes, how the run starts it, which faults hit
+//! it and its documented delays (rule 4's bound); and what the store faults ask of a store's
+//! own crate. The stores themselves, their names and URL schemes, are the facade's
+//! ([`fencelock::STORES`]); a store without a row is run against `--url` with the client
+//! faults that need no knowledge of it.
 
 use std::fmt;
+use std::time::Duration;
+
+use crate::delays::{self, Delay, StoreDelays};
+use crate::fault::Fault;
 
 /// How the run starts a store by itself (without `--url`), which decides how its workers run
 /// and which servers the store faults act on.
@@ -45,7 +52,27 @@ pub struct FaultProfile {
     /// The faults on the store's servers, when the run started them, in the order the run
     /// shuffles them from.
     pub store_faults: &'static [Fault],
+    /// The store's documented delays: rule 4's bound, and when it answers no one.
+    pub delays: StoreDelays,
 }
+
+/// A Redis waiter's delays, with one server or a cluster.
+const REDIS_DELAYS: StoreDelays = StoreDelays {
+    min_ttl: fencelock::validate::MIN_TTL,
+    ttl_granularity: Duration::from_millis(1),
+    delays: &[
+        Delay {
+            what: "a waiter looks again at least every WAIT_CAP (fencelock_redis::WAIT_CAP)",
+            at_most: fencelock::fencelock_redis::WAIT_CAP,
+        },
+        Delay {
+            what: "a waiting writer's mark keeps readers and permits out for 1 s after the \
+                   writer stops refreshing it (docs/stores.md, Redis)",
+            at_most: Duration::from_secs(1),
+        },
+    ],
+    unavailable_during: &[],
+};
 
 /// Every store the run knows more of than the faults every store takes, keyed by name, in no
 /// order of its own (the run takes the facade's). Every name is a facade store's.
@@ -55,42 +82,113 @@ pub const TABLE: &[FaultProfile] = &[
         launch: Some(Launch::Memory { broken: false }),
         cut: true,
         store_faults: &[],
+        delays: StoreDelays {
+            min_ttl: fencelock::validate::MIN_TTL,
+            ttl_granularity: Duration::from_millis(1),
+            delays: &[],
+            unavailable_during: &[],
+        },
     },
     FaultProfile {
         store: "redis",
         launch: Some(Launch::Redis),
         cut: true,
         store_faults: &[Fault::RedisRestart],
+        delays: StoreDelays {
+            unavailable_during: &[Fault::RedisRestart],
+            ..REDIS_DELAYS
+        },
+    },
+    // The cluster's client waits and marks as one server's does; the run cannot start a
+    // cluster, and a cut of the URL's hosts would miss the nodes the cluster names.
+    FaultProfile {
+        store: "redis-cluster",
+        launch: None,
+        cut: false,
+        store_faults: &[],
+        delays: REDIS_DELAYS,
     },
     FaultProfile {
         store: "redlock",
         launch: Some(Launch::RedisMasters(5)),
         cut: true,
         store_faults: &[Fault::RedlockRestartMinority, Fault::RedlockCutMinority],
+        delays: StoreDelays {
+            min_ttl: fencelock::validate::MIN_TTL,
+            ttl_granularity: Duration::from_millis(1),
+            delays: &[
+                Delay {
+                    what: "a node that does not answer costs node_timeout (default 250 ms)",
+                    at_most: Duration::from_millis(250),
+                },
+                Delay {
+                    what: "a failed round is retried after up to retry_jitter (default 100 ms)",
+                    at_most: Duration::from_millis(100),
+                },
+            ],
+            unavailable_during: &[],
+        },
     },
     FaultProfile {
         store: "etcd",
         launch: Some(Launch::EtcdCluster(3)),
         cut: true,
         store_faults: &[Fault::EtcdKillLeader, Fault::EtcdStopMinority],
+        delays: StoreDelays {
+            min_ttl: fencelock::fencelock_etcd::MIN_TTL,
+            ttl_granularity: Duration::from_secs(1),
+            delays: &[Delay {
+                what: "etcd's lessor revokes expired leases in a loop every 500 ms (etcd's \
+                       lessor.go), so a lease outlives its TTL by up to that",
+                at_most: Duration::from_millis(500),
+            }],
+            // A leader's death or a stopped member: a client of that member waits out its
+            // command_timeout before trying another (fencelock-etcd's table, "store fails").
+            unavailable_during: &[Fault::EtcdKillLeader, Fault::EtcdStopMinority],
+        },
     },
     FaultProfile {
         store: "postgres",
         launch: Some(Launch::Postgres),
         cut: true,
         store_faults: &[Fault::PgTerminate, Fault::PgRestart],
+        delays: StoreDelays {
+            min_ttl: fencelock::fencelock_postgres::MIN_TTL,
+            ttl_granularity: Duration::from_millis(1),
+            delays: &[Delay {
+                what: "a shared or permit waiter re-checks at most every 200 ms (MODE_POLL, docs/stores.md's \
+                       modes table), with up to as much jitter",
+                at_most: Duration::from_millis(400),
+            }],
+            unavailable_during: &[Fault::PgRestart],
+        },
     },
     FaultProfile {
         store: "mysql",
         launch: Some(Launch::Mariadb),
         cut: true,
         store_faults: &[Fault::MysqlKill, Fault::MysqlRestart],
+        delays: StoreDelays {
+            min_ttl: fencelock::fencelock_mysql::MIN_TTL,
+            ttl_granularity: Duration::from_secs(1),
+            delays: &[],
+            unavailable_during: &[Fault::MysqlRestart],
+        },
     },
     FaultProfile {
         store: "sqlite",
         launch: Some(Launch::SqliteFile),
         cut: false,
         store_faults: &[],
+        delays: StoreDelays {
+            min_ttl: fencelock::fencelock_sqlite::MIN_TTL,
+            ttl_granularity: Duration::from_millis(1),
+            delays: &[Delay {
+                what: "a waiter without an inotify watch polls every 100 ms (fencelock-sqlite)",
+                at_most: Duration::from_millis(100),
+            }],
+            unavailable_during: &[],
+        },
     },
 ];
 
@@ -101,6 +199,12 @@ pub const BROKEN_MEMORY: FaultProfile = FaultProfile {
     launch: Some(Launch::Memory { broken: true }),
     cut: true,
     store_faults: &[Fault::StoreRestart],
+    delays: StoreDelays {
+        min_ttl: fencelock::validate::MIN_TTL,
+        ttl_granularity: Duration::from_millis(1),
+        delays: &[],
+        unavailable_during: &[Fault::StoreRestart],
+    },
 };
 
 /// The faults every store takes: they hit the worker processes, whatever the store.
@@ -119,6 +223,7 @@ impl FaultProfile {
                 launch: None,
                 cut: false,
                 store_faults: &[],
+                delays: delays::NONE,
             })
     }
 
@@ -178,143 +283,35 @@ impl fmt::Display for FaultProfile {
     }
 }
 
-/// A fault.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Fault {
-    /// `SIGSTOP` a worker, holding or waiting, for longer than its TTL, then `SIGCONT` (tasks:
-    /// hold it at its next step and cut its link).
-    Pause,
-    /// `SIGSTOP` a worker while it waits for the key, for longer than the store's
-    /// unavailability bound (rule 4), then `SIGCONT`: a frozen waiter must not keep the key
-    /// from everyone.
-    PauseWaiter,
-    /// `SIGKILL` a worker, holding or waiting, and start a replacement worker.
-    Kill,
-    /// Freeze every relay between a worker, holding or waiting, and the store for longer than
-    /// its TTL (not on SQLite: no connection).
-    Cut,
-    /// The memory store forgets every lock (broken-memory: and starts tokens over).
-    StoreRestart,
-    /// Redis: `SIGKILL` and restart without persistence.
-    RedisRestart,
-    /// Redlock: kill 2 of 5 masters, restart them empty after more than a TTL.
-    RedlockRestartMinority,
-    /// Redlock: freeze a worker's relays to 2 of the 5 masters for longer than its TTL.
-    RedlockCutMinority,
-    /// etcd: kill the leader, restart it after two TTLs.
-    EtcdKillLeader,
-    /// etcd: `SIGSTOP` one member of three for two TTLs.
-    EtcdStopMinority,
-    /// PostgreSQL lock store: `pg_terminate_backend` of the holder's session.
-    PgTerminate,
-    /// PostgreSQL lock store: a fast restart of the server.
-    PgRestart,
-    /// MySQL lock store: `KILL CONNECTION` of the holder's session.
-    MysqlKill,
-    /// MySQL lock store: a clean, fast restart of the MariaDB server.
-    MysqlRestart,
+/// The row of the store named `store`, nemesis's own `broken-memory` among them.
+fn row(store: &str) -> Option<&'static FaultProfile> {
+    TABLE
+        .iter()
+        .chain([&BROKEN_MEMORY])
+        .find(|profile| profile.store == store)
 }
 
-impl Fault {
-    /// Every fault.
-    pub const ALL: [Fault; 14] = [
-        Fault::Pause,
-        Fault::PauseWaiter,
-        Fault::Kill,
-        Fault::Cut,
-        Fault::StoreRestart,
-        Fault::RedisRestart,
-        Fault::RedlockRestartMinority,
-        Fault::RedlockCutMinority,
-        Fault::EtcdKillLeader,
-        Fault::EtcdStopMinority,
-        Fault::PgTerminate,
-        Fault::PgRestart,
-        Fault::MysqlKill,
-        Fault::MysqlRestart,
-    ];
-
-    /// The name used in `--faults` and in the report.
-    pub fn name(self) -> &'static str {
-        match self {
-            Fault::Pause => "pause",
-            Fault::PauseWaiter => "pause-waiter",
-            Fault::Kill => "kill",
-            Fault::Cut => "cut",
-            Fault::StoreRestart => "store-restart",
-            Fault::RedisRestart => "redis-restart",
-            Fault::RedlockRestartMinority => "redlock-restart-minority",
-            Fault::RedlockCutMinority => "redlock-cut-minority",
-            Fault::EtcdKillLeader => "etcd-kill-leader",
-            Fault::EtcdStopMinority => "etcd-stop-minority",
-            Fault::PgTerminate => "pg-terminate",
-            Fault::PgRestart => "pg-restart",
-            Fault::MysqlKill => "mysql-kill",
-            Fault::MysqlRestart => "mysql-restart",
-        }
-    }
-
-    /// The fault named `name`.
-    pub fn parse(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|f| f.name() == name)
-    }
-
-    /// Whether the store documents this event as freeing locks early (the fencelock-core contract
-    /// and each store's table in docs/stores.md): a PostgreSQL or MySQL session ended by the
-    /// server, a Redis restart without persistence, a memory store that lost its data. A
-    /// Redlock minority restarted after a TTL, an etcd leader change and every client fault
-    /// do not. An etcd member stop frees locks early only when it stops the leader of an
-    /// affected etcd version; the run decides that when it injects the fault.
-    pub fn frees_early(self) -> bool {
-        matches!(
-            self,
-            Fault::StoreRestart
-                | Fault::RedisRestart
-                | Fault::PgTerminate
-                | Fault::PgRestart
-                | Fault::MysqlKill
-                | Fault::MysqlRestart
-        )
-    }
-
-    /// Which worker the fault hits, for the faults that hit one.
-    pub fn target(self) -> Option<Target> {
-        match self {
-            Fault::Pause | Fault::Kill | Fault::Cut | Fault::RedlockCutMinority => {
-                Some(Target::Any)
-            }
-            Fault::PauseWaiter => Some(Target::Waiter),
-            _ => None,
-        }
-    }
-
-    /// Whether the fault hits a client rather than the store: rule 4 counts its bound from the
-    /// start of the last one.
-    pub fn is_client(self) -> bool {
-        self.target().is_some()
-    }
-
-    /// Whether the fault stops its target from taking part (a paused or cut-off worker cannot
-    /// be granted the key, so rule 4 does not count its wait).
-    pub fn silences_target(self) -> bool {
-        matches!(self, Fault::Pause | Fault::PauseWaiter | Fault::Cut)
-    }
+/// The delays of the store named `store` (none, the bound two TTLs, for a store without a
+/// row).
+pub fn delays_of(store: &str) -> &'static StoreDelays {
+    row(store).map_or(&delays::NONE, |profile| &profile.delays)
 }
 
-/// Which worker a client fault picks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Target {
-    /// Any live worker: a holder or a waiter, each half the time (a holder preferably inside
-    /// its read-modify-write), so faults still land inside critical sections.
-    Any,
-    /// A worker waiting for the key.
-    Waiter,
+/// Whether an etcd leader stopped past a TTL and resumed revokes leases a newer leader kept
+/// alive, on the etcd server of this version (etcd issue 15247).
+pub(crate) fn etcd_stale_leader_revokes_leases(version: &str) -> bool {
+    fencelock::fencelock_etcd::stale_leader_revokes_leases(version)
 }
 
-impl fmt::Display for Fault {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
+/// The server-side lock name of `key` for a MySQL store with its default table and namespace
+/// on `database`, as the workers use it.
+pub(crate) fn mysql_lock_name(database: &str, key: &str) -> String {
+    fencelock_mysql::lock_name(
+        database,
+        fencelock_mysql::DEFAULT_TABLE,
+        fencelock_mysql::DEFAULT_NAMESPACE,
+        key,
+    )
 }
 
 #[cfg(test)]
@@ -328,16 +325,13 @@ mod tests {
 
     #[test]
     fn names_round_trip() {
-        for fault in Fault::ALL {
-            assert_eq!(Fault::parse(fault.name()), Some(fault));
-        }
         for store in every_profile() {
             assert_eq!(FaultProfile::parse(store.name()), Some(store));
         }
     }
 
     #[test]
-    fn a_sqlite_run_has_no_cut_and_mysql_kills_free_early() {
+    fn a_sqlite_run_has_no_cut() {
         let of_url = |url| FaultProfile::of_url(url).map(|p| p.store).ok();
         let sqlite = FaultProfile::parse("sqlite").unwrap();
         let mysql = FaultProfile::parse("mysql").unwrap();
@@ -347,7 +341,6 @@ mod tests {
         }
         assert_eq!(of_url("mariadb://h/db"), Some("mysql"));
         assert_eq!(of_url("sqlite:///tmp/l.db"), Some("sqlite"));
-        assert!(Fault::MysqlKill.frees_early() && Fault::MysqlRestart.frees_early());
     }
 
     #[test]
@@ -361,9 +354,9 @@ mod tests {
     }
 
     /// The table is keyed by the facade's names: a row under any other name would never be
-    /// found, and its store would silently get the client faults only.
+    /// found, and its store would silently get the client faults only and no delays.
     #[test]
-    fn every_name_in_the_fault_table_is_a_facade_store() {
+    fn every_name_in_the_faults_is_a_facade_store() {
         for profile in TABLE {
             assert!(
                 fencelock::KNOWN_STORES
@@ -387,7 +380,7 @@ mod tests {
         );
     }
 
-    /// Every scheme the facade serves finds a row: the table's, or the client faults.
+    /// Every scheme the facade serves finds its store's row.
     #[test]
     fn every_scheme_of_the_facade_is_accepted() {
         for kind in fencelock::STORES {
@@ -400,9 +393,9 @@ mod tests {
         assert!(FaultProfile::of_url("consul://h").is_err());
     }
 
-    /// A store the table does not know (Redis Cluster) is run against `--url` with the faults
-    /// every store takes: no cut (its client follows the cluster's own node addresses, past
-    /// any relay on the URL's hosts), no store fault, and the run cannot start it.
+    /// Redis Cluster is run against `--url` with the faults every store takes: no cut (its
+    /// client follows the cluster's own node addresses, past any relay on the URL's hosts),
+    /// no store fault, and the run cannot start it. Its waiters' delays are Redis's.
     #[test]
     fn a_redis_cluster_url_gets_the_client_faults() {
         let profile = FaultProfile::of_url("redis+cluster://127.0.0.1:7000,127.0.0.1:7001")
@@ -414,6 +407,23 @@ mod tests {
             assert_eq!(profile.faults(own), CLIENT_FAULTS.to_vec());
         }
         assert_eq!(FaultProfile::parse("redis-cluster"), None);
+        assert_eq!(profile.delays.delays, delays_of("redis").delays);
+    }
+
+    /// A store the table has no row for (the next one, before its row is written) is run
+    /// with the client faults that need no knowledge of it, and rule 4's plain bound.
+    #[test]
+    fn a_store_without_a_row_gets_the_client_faults_and_no_delays() {
+        static NEXT: fencelock::StoreKind =
+            fencelock::StoreKind::new("next", &["next"], "next", fencelock::MEMORY.connect);
+        let profile = FaultProfile::of_store(&NEXT);
+        assert_eq!(profile.store, "next");
+        assert_eq!(profile.launch, None);
+        for own in [true, false] {
+            assert_eq!(profile.faults(own), CLIENT_FAULTS.to_vec());
+        }
+        assert_eq!(profile.delays, delays::NONE);
+        assert_eq!(*delays_of("next"), delays::NONE);
     }
 
     /// A store's faults: the client faults first, then its own, in the table's order (the
@@ -435,6 +445,30 @@ mod tests {
         assert_eq!(
             redlock.faults(false),
             [Fault::Pause, Fault::PauseWaiter, Fault::Kill, Fault::Cut]
+        );
+    }
+
+    #[test]
+    fn a_store_is_unavailable_only_during_its_own_faults() {
+        for profile in TABLE.iter().copied().chain([BROKEN_MEMORY]) {
+            for fault in profile.delays.unavailable_during {
+                assert!(profile.faults(true).contains(fault), "{profile}: {fault}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_bound_is_two_granted_ttls_plus_the_delays() {
+        let second = Duration::from_secs(1);
+        assert_eq!(delays_of("memory").bound(second), 2 * second);
+        // etcd grants whole seconds: 1.2 s is 2 s.
+        assert_eq!(
+            delays_of("etcd").bound(Duration::from_millis(1200)),
+            Duration::from_millis(4500)
+        );
+        assert_eq!(
+            delays_of("postgres").bound(second),
+            Duration::from_millis(2400)
         );
     }
 }

@@ -12,7 +12,8 @@ use test_servers::EtcdCluster;
 
 use crate::clock::now_ns;
 use crate::delays::StoreDelays;
-use crate::faults::Fault;
+use crate::fault::Fault;
+use crate::faults;
 use crate::history::{Entry, Event, Recorder};
 use crate::pool::Pool;
 use crate::servers::{setup_error, Servers};
@@ -220,11 +221,10 @@ impl Nemesis {
                 let stopped = self.past_ttl();
                 // A leader stopped past a TTL and resumed revokes leases a newer leader kept
                 // alive, on etcd before 3.4.31/3.5.13 (etcd issue 15247): an early free the
-                // fencelock-etcd docs name, so the checker must not blame the store for it.
+                // etcd store's docs name, so the checker must not blame the store for it.
                 let leader = cluster.leader().ok() == Some(member);
-                let affected = EtcdCluster::version().is_ok_and(|version| {
-                    fencelock::fencelock_etcd::stale_leader_revokes_leases(&version)
-                });
+                let affected = EtcdCluster::version()
+                    .is_ok_and(|version| faults::etcd_stale_leader_revokes_leases(&version));
                 let frees_early = leader && affected;
                 let what = format!(
                     "member {member}{} stopped for {stopped:?}",
@@ -293,12 +293,7 @@ async fn kill_mysql_holder(url: String) -> std::result::Result<Option<i64>, sqlx
     let mut conn = sqlx::MySqlConnection::connect(&url).await?;
     let database = url.rsplit('/').next().unwrap_or_default();
     let database = database.split('?').next().unwrap_or_default();
-    let name = fencelock_mysql::lock_name(
-        database,
-        fencelock_mysql::DEFAULT_TABLE,
-        fencelock_mysql::DEFAULT_NAMESPACE,
-        worker::KEY,
-    );
+    let name = faults::mysql_lock_name(database, worker::KEY);
     let holder = sqlx::query_scalar::<_, Option<i64>>(MYSQL_HOLDER_SQL)
         .bind(name)
         .fetch_one(&mut conn)

@@ -7,8 +7,8 @@
 //!   a task.
 //! - [`resource`]: the counter rows on a PostgreSQL server no fault touches, and the log of
 //!   accepted writes in the order the resource accepted them.
-//! - [`faults`]: every fault, and the fault table: which faults hit which store, keyed by the
-//!   facade's store names.
+//! - [`fault`]: every fault; [`faults`]: the fault table, which faults hit which store and its delays,
+//!   keyed by the facade's store names (the one file of nemesis that names stores).
 //! - [`mod@run`]: the controller, which starts the store's servers, a pool of workers and the
 //!   nemesis (the seeded fault injector), each in a module of its own that the controller
 //!   alone uses.
@@ -19,6 +19,7 @@
 pub mod checker;
 pub mod clock;
 pub mod delays;
+pub mod fault;
 pub mod faults;
 pub mod history;
 mod injector;
@@ -31,5 +32,6 @@ pub mod store;
 pub mod worker;
 
 pub use checker::{check, Stats, Verdict, Violation};
-pub use faults::{Fault, FaultProfile};
+pub use fault::Fault;
+pub use faults::FaultProfile;
 pub use run::{run, Options, StoreReport};

@@ -19,7 +19,7 @@ use tokio::runtime::Runtime;
 use tokio::sync::watch;
 
 use crate::clock::now_ns;
-use crate::faults::Target;
+use crate::fault::Target;
 use crate::history::{Entry, Event, Recorder, WorkMode};
 use crate::servers::setup_error;
 use crate::store::Link;

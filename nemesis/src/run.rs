@@ -19,8 +19,8 @@ use tokio::runtime::Runtime;
 
 use crate::checker::{check, Verdict};
 use crate::clock::now_ns;
-use crate::delays;
-use crate::faults::{Fault, FaultProfile, Launch};
+use crate::fault::Fault;
+use crate::faults::{self, FaultProfile, Launch};
 use crate::history::{Entry, Event, Recorder, WorkMode};
 use crate::injector::Nemesis;
 use crate::pool::Pool;
@@ -194,7 +194,7 @@ fn run_store(
         pool.spawn(None)?;
     }
 
-    let delays = delays::of(profile.name());
+    let delays = faults::delays_of(profile.name());
     let mut nemesis = Nemesis::new(
         StdRng::seed_from_u64(options.seed ^ seed_salt(profile)),
         options.ttl,

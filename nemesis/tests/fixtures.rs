@@ -3,7 +3,7 @@
 
 use nemesis::history::Entry;
 use nemesis::resource::ResourceState;
-use nemesis::{check, delays, Verdict};
+use nemesis::{check, faults, Verdict};
 
 const TTL_MS: u64 = 1000;
 
@@ -20,7 +20,7 @@ fn check_fixture(name: &str, store: &str) -> Verdict {
         &history,
         &ResourceState::default(),
         TTL_MS,
-        delays::of(store),
+        faults::delays_of(store),
     )
 }
 

@@ -1,0 +1,161 @@
+//! The faults the nemesis injects, whom each hits, and which of them the store documents as
+//! freeing locks early (the checker's third rule accepts a refusal after those). Which faults
+//! hit which store is the fault table's ([`crate::faults`]).
+
+use std::fmt;
+
+/// A fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Fault {
+    /// `SIGSTOP` a worker, holding or waiting, for longer than its TTL, then `SIGCONT` (tasks:
+    /// hold it at its next step and cut its link).
+    Pause,
+    /// `SIGSTOP` a worker while it waits for the key, for longer than the store's
+    /// unavailability bound (rule 4), then `SIGCONT`: a frozen waiter must not keep the key
+    /// from everyone.
+    PauseWaiter,
+    /// `SIGKILL` a worker, holding or waiting, and start a replacement worker.
+    Kill,
+    /// Freeze every relay between a worker, holding or waiting, and the store for longer than
+    /// its TTL (not on SQLite: no connection).
+    Cut,
+    /// The memory store forgets every lock (broken-memory: and starts tokens over).
+    StoreRestart,
+    /// Redis: `SIGKILL` and restart without persistence.
+    RedisRestart,
+    /// Redlock: kill 2 of 5 masters, restart them empty after more than a TTL.
+    RedlockRestartMinority,
+    /// Redlock: freeze a worker's relays to 2 of the 5 masters for longer than its TTL.
+    RedlockCutMinority,
+    /// etcd: kill the leader, restart it after two TTLs.
+    EtcdKillLeader,
+    /// etcd: `SIGSTOP` one member of three for two TTLs.
+    EtcdStopMinority,
+    /// PostgreSQL lock store: `pg_terminate_backend` of the holder's session.
+    PgTerminate,
+    /// PostgreSQL lock store: a fast restart of the server.
+    PgRestart,
+    /// MySQL lock store: `KILL CONNECTION` of the holder's session.
+    MysqlKill,
+    /// MySQL lock store: a clean, fast restart of the MariaDB server.
+    MysqlRestart,
+}
+
+impl Fault {
+    /// Every fault.
+    pub const ALL: [Fault; 14] = [
+        Fault::Pause,
+        Fault::PauseWaiter,
+        Fault::Kill,
+        Fault::Cut,
+        Fault::StoreRestart,
+        Fault::RedisRestart,
+        Fault::RedlockRestartMinority,
+        Fault::RedlockCutMinority,
+        Fault::EtcdKillLeader,
+        Fault::EtcdStopMinority,
+        Fault::PgTerminate,
+        Fault::PgRestart,
+        Fault::MysqlKill,
+        Fault::MysqlRestart,
+    ];
+
+    /// The name used in `--faults` and in the report.
+    pub fn name(self) -> &'static str {
+        match self {
+            Fault::Pause => "pause",
+            Fault::PauseWaiter => "pause-waiter",
+            Fault::Kill => "kill",
+            Fault::Cut => "cut",
+            Fault::StoreRestart => "store-restart",
+            Fault::RedisRestart => "redis-restart",
+            Fault::RedlockRestartMinority => "redlock-restart-minority",
+            Fault::RedlockCutMinority => "redlock-cut-minority",
+            Fault::EtcdKillLeader => "etcd-kill-leader",
+            Fault::EtcdStopMinority => "etcd-stop-minority",
+            Fault::PgTerminate => "pg-terminate",
+            Fault::PgRestart => "pg-restart",
+            Fault::MysqlKill => "mysql-kill",
+            Fault::MysqlRestart => "mysql-restart",
+        }
+    }
+
+    /// The fault named `name`.
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|f| f.name() == name)
+    }
+
+    /// Whether the store documents this event as freeing locks early (the fencelock-core contract
+    /// and each store's table in docs/stores.md): a PostgreSQL or MySQL session ended by the
+    /// server, a Redis restart without persistence, a memory store that lost its data. A
+    /// Redlock minority restarted after a TTL, an etcd leader change and every client fault
+    /// do not. An etcd member stop frees locks early only when it stops the leader of an
+    /// affected etcd version; the run decides that when it injects the fault.
+    pub fn frees_early(self) -> bool {
+        matches!(
+            self,
+            Fault::StoreRestart
+                | Fault::RedisRestart
+                | Fault::PgTerminate
+                | Fault::PgRestart
+                | Fault::MysqlKill
+                | Fault::MysqlRestart
+        )
+    }
+
+    /// Which worker the fault hits, for the faults that hit one.
+    pub fn target(self) -> Option<Target> {
+        match self {
+            Fault::Pause | Fault::Kill | Fault::Cut | Fault::RedlockCutMinority => {
+                Some(Target::Any)
+            }
+            Fault::PauseWaiter => Some(Target::Waiter),
+            _ => None,
+        }
+    }
+
+    /// Whether the fault hits a client rather than the store: rule 4 counts its bound from the
+    /// start of the last one.
+    pub fn is_client(self) -> bool {
+        self.target().is_some()
+    }
+
+    /// Whether the fault stops its target from taking part (a paused or cut-off worker cannot
+    /// be granted the key, so rule 4 does not count its wait).
+    pub fn silences_target(self) -> bool {
+        matches!(self, Fault::Pause | Fault::PauseWaiter | Fault::Cut)
+    }
+}
+
+/// Which worker a client fault picks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// Any live worker: a holder or a waiter, each half the time (a holder preferably inside
+    /// its read-modify-write), so faults still land inside critical sections.
+    Any,
+    /// A worker waiting for the key.
+    Waiter,
+}
+
+impl fmt::Display for Fault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for fault in Fault::ALL {
+            assert_eq!(Fault::parse(fault.name()), Some(fault));
+        }
+    }
+
+    #[test]
+    fn mysql_kills_free_early() {
+        assert!(Fault::MysqlKill.frees_early() && Fault::MysqlRestart.frees_early());
+    }
+}
