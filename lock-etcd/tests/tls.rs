@@ -15,26 +15,20 @@ use test_servers::{closed_ports, shared, ServerCert, TestCa, TlsEtcd};
 
 const SECRET: &str = "tls-test-hunter2";
 
-/// `&tls_ca=…` trusting the test CA.
-fn ca_option() -> String {
-    format!("&{}", TestCa::shared().ca_option())
-}
-
 struct TlsFactory;
 
 #[async_trait]
 impl StoreFactory for TlsFactory {
     async fn handle(&self) -> DynLockStore {
         let url = TlsEtcd::shared(ServerCert::Valid).tls_url();
-        Arc::new(common::store(&url, &ca_option()).await)
+        Arc::new(common::store(&TestCa::shared().with_ca_option(&url), "").await)
     }
 
     async fn unreachable_handle(&self) -> DynLockStore {
-        let config = EtcdConfig::from_url(&format!(
-            "etcds://127.0.0.1:{}?connect_timeout=1&command_timeout=1{}",
-            closed_ports(1)[0],
-            ca_option()
-        ))
+        let config = EtcdConfig::from_url(&TestCa::shared().with_ca_option(&format!(
+            "etcds://127.0.0.1:{}?connect_timeout=1&command_timeout=1",
+            closed_ports(1)[0]
+        )))
         .expect("config");
         Arc::new(EtcdStore::connect_lazy(config).await.expect("lazy connect"))
     }
@@ -50,19 +44,21 @@ async fn the_transport_cases_pass_over_tls() {
 
 #[tokio::test]
 async fn a_client_certificate_opens_a_member_that_requires_one() {
-    let options = format!("{}&{}", ca_option(), TestCa::shared().client_cert_options());
-    let url = TlsEtcd::shared(ServerCert::RequireClientCert).tls_url();
-    let store = common::store(&url, &options).await;
+    let url = format!(
+        "{}&{}",
+        TestCa::shared().with_ca_option(&TlsEtcd::shared(ServerCert::RequireClientCert).tls_url()),
+        TestCa::shared().client_cert_options()
+    );
+    let store = common::store(&url, "").await;
     assert!(store.config().is_tls());
 }
 
-/// Connects to `url` (`etcds://host:port`, given a user and password here) with `options` and
+/// Connects to `url` (`etcds://host:port?tls_ca=…`, given a user and password here) and
 /// returns the error: the non-retryable [`Error::Store`] (retrying cannot fix a certificate),
 /// without the password.
-async fn refused(url: &str, options: &str) -> Error {
+async fn refused(url: &str) -> Error {
     let url = url.replacen("://", &format!("://root:{SECRET}@"), 1);
-    let config =
-        EtcdConfig::from_url(&format!("{url}?connect_timeout=5{options}")).expect("config");
+    let config = EtcdConfig::from_url(&format!("{url}&connect_timeout=5")).expect("config");
     let error = match EtcdStore::connect(config).await {
         Ok(_) => panic!("connected"),
         Err(error) => error,
@@ -80,19 +76,19 @@ async fn refused(url: &str, options: &str) -> Error {
 #[tokio::test]
 async fn a_member_signed_by_another_ca_is_refused() {
     let url = TlsEtcd::shared(ServerCert::Valid).tls_url();
-    refused(&url, &format!("&{}", TestCa::shared().other_ca_option())).await;
+    refused(&format!("{url}?{}", TestCa::shared().other_ca_option())).await;
 }
 
 #[tokio::test]
 async fn a_member_certificate_for_another_host_is_refused() {
     let url = TlsEtcd::shared(ServerCert::Elsewhere).tls_url();
-    refused(&url, &ca_option()).await;
+    refused(&TestCa::shared().with_ca_option(&url)).await;
 }
 
 #[tokio::test]
 async fn a_tls_client_against_a_plain_text_member_is_refused() {
     let url = shared::etcd().url().replacen("etcd://", "etcds://", 1);
-    refused(&url, &ca_option()).await;
+    refused(&TestCa::shared().with_ca_option(&url)).await;
 }
 
 /// A member started with `--client-cert-auth` closes a TLS 1.3 connection without a client
@@ -110,8 +106,8 @@ async fn a_missing_client_certificate_is_refused_naming_it() {
         } else {
             url.clone()
         };
-        let config = EtcdConfig::from_url(&format!("{url}?connect_timeout=5{}", ca_option()))
-            .expect("config");
+        let url = TestCa::shared().with_ca_option(&format!("{url}?connect_timeout=5"));
+        let config = EtcdConfig::from_url(&url).expect("config");
         let Err(error) = EtcdStore::connect(config).await else {
             panic!("connected without a client certificate")
         };

@@ -30,11 +30,6 @@ fn client_cert_url() -> String {
         .expect("a TLS server has a client-certificate user")
 }
 
-/// `url` trusting the test CA (and so, with no sslmode, verify-full).
-fn with_ca(url: &str) -> String {
-    format!("{url}?{}", TestCa::shared().ca_option())
-}
-
 /// The password in `url`, which no error may show.
 fn password(url: &str) -> String {
     let url = url::Url::parse(url).expect("URL");
@@ -57,7 +52,8 @@ struct TlsFactory;
 #[async_trait]
 impl StoreFactory for TlsFactory {
     async fn handle(&self) -> DynLockStore {
-        let url = with_ca(&MariadbServer::shared_tls(ServerCert::Valid).url());
+        let url =
+            TestCa::shared().with_ca_option(&MariadbServer::shared_tls(ServerCert::Valid).url());
         Arc::new(store(&url).await)
     }
 
@@ -140,7 +136,7 @@ async fn admin(server: &MariadbServer) -> MySqlConnection {
 #[tokio::test]
 async fn the_store_s_session_really_is_encrypted() {
     let server = MariadbServer::shared_tls(ServerCert::Valid);
-    let store = store(&with_ca(&server.url())).await;
+    let store = store(&TestCa::shared().with_ca_option(&server.url())).await;
     let lease = store
         .try_acquire("encrypted", Duration::from_secs(30))
         .await
@@ -175,7 +171,7 @@ async fn the_store_s_session_really_is_encrypted() {
 async fn a_client_certificate_opens_an_account_that_requires_one() {
     let url = format!(
         "{}&{}",
-        with_ca(&client_cert_url()),
+        TestCa::shared().with_ca_option(&client_cert_url()),
         TestCa::shared().client_cert_options()
     );
     let store = store(&url).await;
@@ -219,7 +215,8 @@ async fn a_server_signed_by_another_ca_is_refused() {
 
 #[tokio::test]
 async fn a_server_certificate_for_another_host_is_refused() {
-    let url = with_ca(&MariadbServer::shared_tls(ServerCert::Elsewhere).url());
+    let url =
+        TestCa::shared().with_ca_option(&MariadbServer::shared_tls(ServerCert::Elsewhere).url());
     let text = refused(&url).await;
     assert!(text.contains("certificate"), "{text}");
 }
@@ -231,13 +228,13 @@ async fn tls_against_a_plain_text_server_is_refused() {
         &format!("mysql://fencelock:{SECRET}@"),
         1,
     );
-    let text = refused(&with_ca(&url)).await;
+    let text = refused(&TestCa::shared().with_ca_option(&url)).await;
     assert!(text.contains("TLS"), "{text}");
 }
 
 #[tokio::test]
 async fn a_missing_client_certificate_is_refused() {
-    let url = with_ca(&client_cert_url());
+    let url = TestCa::shared().with_ca_option(&client_cert_url());
     let text = refused(&url).await;
     assert!(text.contains("certificate"), "{text}");
 }

@@ -17,17 +17,13 @@ use test_servers::{closed_ports, shared, PostgresServer, ServerCert, TestCa};
 
 const SECRET: &str = "tls-test-hunter2";
 
-/// `url` trusting the test CA (and so, with no sslmode, verify-full).
-fn with_ca(url: &str) -> String {
-    format!("{url}?{}", TestCa::shared().ca_option())
-}
-
 struct TlsFactory;
 
 #[async_trait]
 impl StoreFactory for TlsFactory {
     async fn handle(&self) -> DynLockStore {
-        let url = with_ca(&PostgresServer::shared_tls(ServerCert::Valid).url());
+        let url =
+            TestCa::shared().with_ca_option(&PostgresServer::shared_tls(ServerCert::Valid).url());
         Arc::new(common::store(&url, "").await)
     }
 
@@ -53,7 +49,7 @@ async fn the_transport_cases_pass_over_tls() {
 
 #[tokio::test]
 async fn the_session_really_is_encrypted() {
-    let url = with_ca(&PostgresServer::shared_tls(ServerCert::Valid).url());
+    let url = TestCa::shared().with_ca_option(&PostgresServer::shared_tls(ServerCert::Valid).url());
     let mut admin = common::admin(&url).await;
     let ssl: bool = sqlx::query_scalar("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
         .fetch_one(&mut admin)
@@ -66,7 +62,8 @@ async fn the_session_really_is_encrypted() {
 async fn a_client_certificate_opens_a_server_that_requires_one() {
     let url = format!(
         "{}&{}",
-        with_ca(&PostgresServer::shared_tls(ServerCert::RequireClientCert).url()),
+        TestCa::shared()
+            .with_ca_option(&PostgresServer::shared_tls(ServerCert::RequireClientCert).url()),
         TestCa::shared().client_cert_options()
     );
     let store = common::store(&url, "").await;
@@ -115,21 +112,23 @@ async fn a_server_signed_by_another_ca_is_refused() {
 
 #[tokio::test]
 async fn a_server_certificate_for_another_host_is_refused() {
-    let url = with_ca(&PostgresServer::shared_tls(ServerCert::Elsewhere).url());
+    let url =
+        TestCa::shared().with_ca_option(&PostgresServer::shared_tls(ServerCert::Elsewhere).url());
     let text = refused(&url).await.to_string();
     assert!(text.contains("certificate"), "{text}");
 }
 
 #[tokio::test]
 async fn tls_against_a_plain_text_server_is_refused() {
-    let url = with_ca(&shared::postgres().url());
+    let url = TestCa::shared().with_ca_option(&shared::postgres().url());
     let text = refused(&url).await.to_string();
     assert!(text.contains("TLS"), "{text}");
 }
 
 #[tokio::test]
 async fn a_missing_client_certificate_is_refused() {
-    let url = with_ca(&PostgresServer::shared_tls(ServerCert::RequireClientCert).url());
+    let url = TestCa::shared()
+        .with_ca_option(&PostgresServer::shared_tls(ServerCert::RequireClientCert).url());
     let text = refused(&url).await.to_string();
     assert!(text.contains("certificate"), "{text}");
 }

@@ -143,7 +143,7 @@ async fn a_tls_client_against_a_plain_text_server_is_refused() {
     let plain = TlsRedis::shared(ServerCert::Valid)
         .plain_url()
         .replace("redis://", "rediss://");
-    let error = refused(&format!("{plain}?{}", TestCa::shared().ca_option())).await;
+    let error = refused(&TestCa::shared().with_ca_option(&plain)).await;
     assert!(!error.to_string().is_empty());
 }
 

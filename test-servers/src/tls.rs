@@ -147,6 +147,13 @@ impl TestCa {
         option("tls_ca", &self.ca_file())
     }
 
+    /// `url` with [`ca_option`](Self::ca_option) added to its query (after `?`, or after `&`
+    /// where it has a query already): the URL trusting this CA.
+    pub fn with_ca_option(&self, url: &str) -> String {
+        let separator = if url.contains('?') { '&' } else { '?' };
+        format!("{url}{separator}{}", self.ca_option())
+    }
+
     /// `tls_ca=PATH` trusting [`other_ca_file`](Self::other_ca_file), a CA that signed none of
     /// the certificates.
     pub fn other_ca_option(&self) -> String {

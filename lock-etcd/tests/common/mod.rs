@@ -8,10 +8,12 @@ use fencelock_conformance::{async_trait, StoreFactory};
 use fencelock_core::DynLockStore;
 use fencelock_etcd::{EtcdConfig, EtcdStore};
 
-/// A connected store handle; `options` (`"&prefix=x"`) follow the generous connect timeout,
-/// since other test processes may load this machine.
+/// A connected store handle; the generous connect timeout (other test processes may load this
+/// machine) joins `url`'s query, if it has one, and `options` (`"&prefix=x"`) follow it.
 pub async fn store(url: &str, options: &str) -> EtcdStore {
-    let config = EtcdConfig::from_url(&format!("{url}?connect_timeout=30{options}")).unwrap();
+    let separator = if url.contains('?') { '&' } else { '?' };
+    let config =
+        EtcdConfig::from_url(&format!("{url}{separator}connect_timeout=30{options}")).unwrap();
     EtcdStore::connect(config).await.expect("connect")
 }
 
