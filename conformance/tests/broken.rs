@@ -16,7 +16,8 @@ use fencelock_conformance::{async_trait, run_all, run_case, Outcome, StoreFactor
 use fencelock_core::validate::{check_request, check_wait};
 use fencelock_core::{
     drift, Acquire, Capabilities, DynLockStore, Error, Extend, KeepAlive, KeyStatus, Lease,
-    LockStore, MemoryStore, Mode, OwnerId, Release, ReleaseOutcome, Result, MAX_PERMITS,
+    LockStore, MemoryStore, Mode, OwnerId, PerKeyState, Release, ReleaseOutcome, Result,
+    MAX_PERMITS,
 };
 use tokio::time::{sleep, Instant};
 
@@ -1039,6 +1040,18 @@ impl LockStore for ModeStore {
 
     async fn evict(&self, key: &str) -> Result<bool> {
         self.inner.evict(key).await
+    }
+
+    async fn per_key_state(&self) -> Result<Option<PerKeyState>> {
+        self.inner.per_key_state().await
+    }
+
+    fn diagnostics(&self) -> Vec<String> {
+        self.inner.diagnostics()
+    }
+
+    fn lease_env(&self, lease: &Lease) -> Vec<(String, String)> {
+        self.inner.lease_env(lease)
     }
 }
 

@@ -159,6 +159,16 @@ impl crate::LockStore for Refused {
     async fn evict(&self, _: &str) -> Result<bool> {
         Err(self.error())
     }
+    async fn per_key_state(&self) -> Result<Option<crate::PerKeyState>> {
+        Err(self.error())
+    }
+    fn diagnostics(&self) -> Vec<String> {
+        Vec::new()
+    }
+    // It never grants a lease, so it has nothing to add to one.
+    fn lease_env(&self, _: &Lease) -> Vec<(String, String)> {
+        Vec::new()
+    }
 }
 
 #[cfg(test)]
@@ -178,6 +188,7 @@ mod tests {
         let store = Refused("connection refused".into());
         assert!(store.status("k").await.is_err_and(|e| e.is_retryable()));
         assert!(store.evict("k").await.is_err_and(|e| e.is_retryable()));
+        assert!(store.per_key_state().await.is_err_and(|e| e.is_retryable()));
     }
 
     /// A file has no host: retargeting would have turned the path into a relative one under

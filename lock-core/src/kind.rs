@@ -18,7 +18,8 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 pub type ConnectFn = fn(&str) -> BoxFuture<'_, Result<DynLockStore>>;
 
 /// A store's descriptor: its name, its URL schemes, the cargo feature that compiles it into the
-/// `fencelock` facade, how to connect to it, and what an operator's eviction does on it.
+/// `fencelock` facade, how to connect to it, what an operator's eviction does on it, and
+/// example URLs for people to copy.
 ///
 /// Each store crate exports one per store it implements (a `descriptor.rs` with, say,
 /// `pub const MINE: StoreKind`); the facade keeps one list of them and picks one by URL scheme. The
@@ -36,7 +37,9 @@ pub type ConnectFn = fn(&str) -> BoxFuture<'_, Result<DynLockStore>>;
 /// }
 ///
 /// pub const MINE: StoreKind = StoreKind::new("mine", &["mine", "mines"], "mine", connect)
-///     .with_eviction("deletes the key's row");
+///     .with_eviction("deletes the key's row")
+///     .with_example("mine://h:4000")
+///     .with_tls_example("mines://h:4000?tls_ca=/etc/fencelock/ca.pem");
 /// assert!(MINE.serves("MINES"));
 /// ```
 #[derive(Clone, Copy)]
@@ -59,6 +62,10 @@ pub struct StoreKind {
     /// this kind. `None` (the default): the store is reached over the network, and the
     /// facade's fault tools point the URL's hosts at closed ports instead.
     pub unreachable: Option<ConnectFn>,
+    /// A URL of this kind for people to copy (`--help`, docs); empty when none is given.
+    pub example: &'static str,
+    /// A URL of this kind with TLS on, for people to copy; empty when the store has no TLS.
+    pub tls_example: &'static str,
 }
 
 impl StoreKind {
@@ -76,6 +83,8 @@ impl StoreKind {
             connect,
             eviction: "",
             unreachable: None,
+            example: "",
+            tls_example: "",
         }
     }
 
@@ -89,6 +98,19 @@ impl StoreKind {
     /// point at a closed port (a file, say): see [`StoreKind::unreachable`].
     pub const fn with_unreachable(mut self, unreachable: ConnectFn) -> Self {
         self.unreachable = Some(unreachable);
+        self
+    }
+
+    /// Gives a URL of this kind for people to copy: see [`StoreKind::example`].
+    pub const fn with_example(mut self, url: &'static str) -> Self {
+        self.example = url;
+        self
+    }
+
+    /// Gives a URL of this kind with TLS on, for people to copy: see
+    /// [`StoreKind::tls_example`].
+    pub const fn with_tls_example(mut self, url: &'static str) -> Self {
+        self.tls_example = url;
         self
     }
 
@@ -106,6 +128,8 @@ impl fmt::Debug for StoreKind {
             .field("feature", &self.feature)
             .field("eviction", &self.eviction)
             .field("unreachable", &self.unreachable.is_some())
+            .field("example", &self.example)
+            .field("tls_example", &self.tls_example)
             .finish_non_exhaustive()
     }
 }

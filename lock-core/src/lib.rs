@@ -36,7 +36,7 @@ pub use memory::{MemoryStore, MEMORY};
 pub use metered::Metered;
 pub use mode::{HolderStatus, Mode, MAX_PERMITS};
 pub use scoped::{with_lock, AsLockStore, LockOptions};
-pub use store::{Acquire, DynLockStore, Extend, LockStore, Release};
+pub use store::{Acquire, DynLockStore, Extend, LockStore, PerKeyState, Release};
 
 /// Re-exported so stores and callers name the same clock and cancellation types.
 pub use tokio::time::Instant;

@@ -520,7 +520,8 @@ impl fmt::Debug for MemoryStore {
 /// The memory store's descriptor: `memory://[name]`, one store per name within the process
 /// ([`MemoryStore::named`]), always compiled in.
 pub const MEMORY: StoreKind = StoreKind::new("memory", &["memory"], "", connect_memory)
-    .with_eviction("forgets the key's holder, as a store that lost its data would");
+    .with_eviction("forgets the key's holder, as a store that lost its data would")
+    .with_example("memory://");
 
 fn connect_memory(url: &str) -> BoxFuture<'_, Result<DynLockStore>> {
     let name = url

@@ -29,8 +29,8 @@ use async_trait::async_trait;
 use metrics::{counter, describe_counter, describe_histogram, histogram, Unit};
 
 use crate::{
-    Acquire, Capabilities, DynLockStore, Error, Extend, KeyStatus, Lease, LockStore, Mode, Release,
-    ReleaseOutcome, Result,
+    Acquire, Capabilities, DynLockStore, Error, Extend, KeyStatus, Lease, LockStore, Mode,
+    PerKeyState, Release, ReleaseOutcome, Result,
 };
 
 /// Counter: leases granted.
@@ -222,5 +222,17 @@ impl LockStore for Metered {
 
     async fn evict(&self, key: &str) -> Result<bool> {
         self.inner.evict(key).await
+    }
+
+    async fn per_key_state(&self) -> Result<Option<PerKeyState>> {
+        self.inner.per_key_state().await
+    }
+
+    fn diagnostics(&self) -> Vec<String> {
+        self.inner.diagnostics()
+    }
+
+    fn lease_env(&self, lease: &Lease) -> Vec<(String, String)> {
+        self.inner.lease_env(lease)
     }
 }

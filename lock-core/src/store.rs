@@ -182,9 +182,11 @@ pub trait Extend: Send + Sync {
 
 /// A lock store: the three operations plus what the store can and cannot do.
 ///
-/// Hold it as [`DynLockStore`] so code never names a concrete store. A tool that wants a
-/// store's own diagnostics (such as the Redis eviction check) can still reach them:
-/// `store.downcast_ref::<ConcreteStore>()` (every store is [`Any`]).
+/// Hold it as [`DynLockStore`] so code never names a concrete store. What a tool asks of a
+/// particular store goes through the methods with defaults here: how much per-key state it
+/// holds ([`LockStore::per_key_state`]), notes for its operator ([`LockStore::diagnostics`]),
+/// and the environment a lease gives a command ([`LockStore::lease_env`]). A store's own types
+/// stay reachable with `store.downcast_ref::<ConcreteStore>()` (every store is [`Any`]).
 ///
 /// A store that wraps another (adds metrics, injects faults) implements every method of these
 /// traits, defaults included, and forwards what it does not change: put
@@ -233,6 +235,54 @@ pub trait LockStore: Acquire + Release + Extend + Debug + Send + Sync + Any {
     async fn evict(&self, key: &str) -> Result<bool> {
         let _ = key;
         Err(crate::Error::Unsupported { operation: "evict" })
+    }
+
+    /// How much per-key state the store holds now, for keys held or not (fencing counters,
+    /// fence rows), where it can count it: what `lockctl stats` prints. The default, `None`,
+    /// says the store does not count it.
+    ///
+    /// # Errors
+    /// [`Unavailable`](crate::ErrorKind::Unavailable) when the store did not answer;
+    /// [`Store`](crate::ErrorKind::Store) for any other failure to count.
+    ///
+    /// # Cancel safety
+    /// Read-only; dropping the future loses nothing.
+    async fn per_key_state(&self) -> Result<Option<PerKeyState>> {
+        Ok(None)
+    }
+
+    /// Notes an operator should see about this handle, one line each, passwords never
+    /// printed: what the store could not check about itself (a server whose eviction settings
+    /// could not be read, say). The default: none.
+    fn diagnostics(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// The environment a command run under `lease` gets beyond fencelock's own (`LOCK_KEY`,
+    /// `LOCK_FENCING_TOKEN`, …): the names and values the store's own lock tool gives the
+    /// command it runs, so scripts written for that tool run unchanged. The default: none.
+    fn lease_env(&self, lease: &Lease) -> Vec<(String, String)> {
+        let _ = lease;
+        Vec::new()
+    }
+}
+
+/// How much per-key state a store holds: the answer of [`LockStore::per_key_state`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PerKeyState {
+    /// The store that counted, as people call it (`redis`, `postgres`).
+    pub store: &'static str,
+    /// How many items it holds now.
+    pub count: u64,
+    /// What an item is, plural (`fence rows`, `keys under the prefix`).
+    pub unit: &'static str,
+}
+
+impl PerKeyState {
+    /// `count` items of `unit` held by `store`.
+    pub const fn new(store: &'static str, count: u64, unit: &'static str) -> Self {
+        PerKeyState { store, count, unit }
     }
 }
 

@@ -8,8 +8,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use fencelock_core::{
     with_lock, Acquire, Capabilities, DynLockStore, Error, ErrorKind, Extend, KeepAlive, KeyStatus,
-    Lease, LockOptions, LockStore, LockStoreExt, MemoryStore, Mode, Release, ReleaseOutcome,
-    Result,
+    Lease, LockOptions, LockStore, LockStoreExt, MemoryStore, Mode, PerKeyState, Release,
+    ReleaseOutcome, Result,
 };
 use tokio::time::{advance, sleep, Instant};
 
@@ -73,6 +73,15 @@ impl LockStore for Counting {
     }
     async fn evict(&self, key: &str) -> Result<bool> {
         self.store.evict(key).await
+    }
+    async fn per_key_state(&self) -> Result<Option<PerKeyState>> {
+        self.store.per_key_state().await
+    }
+    fn diagnostics(&self) -> Vec<String> {
+        self.store.diagnostics()
+    }
+    fn lease_env(&self, lease: &Lease) -> Vec<(String, String)> {
+        self.store.lease_env(lease)
     }
 }
 
@@ -261,6 +270,15 @@ impl LockStore for Scripted {
     }
     async fn evict(&self, key: &str) -> Result<bool> {
         self.store.evict(key).await
+    }
+    async fn per_key_state(&self) -> Result<Option<PerKeyState>> {
+        self.store.per_key_state().await
+    }
+    fn diagnostics(&self) -> Vec<String> {
+        self.store.diagnostics()
+    }
+    fn lease_env(&self, lease: &Lease) -> Vec<(String, String)> {
+        self.store.lease_env(lease)
     }
 }
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use fencelock::{
     Acquire, Capabilities, DynLockStore, Extend, KeyStatus, Lease, LockStore, MemoryStore, Mode,
-    Release, ReleaseOutcome, Result,
+    PerKeyState, Release, ReleaseOutcome, Result,
 };
 use tokio::sync::watch;
 
@@ -118,6 +118,19 @@ impl LockStore for Link {
     async fn evict(&self, key: &str) -> Result<bool> {
         self.through().await;
         self.inner.evict(key).await
+    }
+
+    async fn per_key_state(&self) -> Result<Option<PerKeyState>> {
+        self.through().await;
+        self.inner.per_key_state().await
+    }
+
+    fn diagnostics(&self) -> Vec<String> {
+        self.inner.diagnostics()
+    }
+
+    fn lease_env(&self, lease: &Lease) -> Vec<(String, String)> {
+        self.inner.lease_env(lease)
     }
 }
 
@@ -264,6 +277,18 @@ impl LockStore for RestartingMemory {
 
     async fn evict(&self, key: &str) -> Result<bool> {
         self.store().evict(key).await
+    }
+
+    async fn per_key_state(&self) -> Result<Option<PerKeyState>> {
+        self.store().per_key_state().await
+    }
+
+    fn diagnostics(&self) -> Vec<String> {
+        self.store().diagnostics()
+    }
+
+    fn lease_env(&self, lease: &Lease) -> Vec<(String, String)> {
+        self.store().lease_env(lease)
     }
 }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use fencelock_core::{
     with_lock, Acquire, Capabilities, DynLockStore, Error, Extend, KeyStatus, Lease, LockOptions,
-    LockStore, Mode, Release, ReleaseOutcome,
+    LockStore, Mode, PerKeyState, Release, ReleaseOutcome,
 };
 use tokio::sync::watch;
 use tokio::time::{sleep, timeout, Instant};
@@ -82,6 +82,15 @@ impl LockStore for Stalled {
     }
     async fn evict(&self, key: &str) -> fencelock_core::Result<bool> {
         self.0.evict(key).await
+    }
+    async fn per_key_state(&self) -> fencelock_core::Result<Option<PerKeyState>> {
+        self.0.per_key_state().await
+    }
+    fn diagnostics(&self) -> Vec<String> {
+        self.0.diagnostics()
+    }
+    fn lease_env(&self, lease: &Lease) -> Vec<(String, String)> {
+        self.0.lease_env(lease)
     }
 }
 
