@@ -242,6 +242,8 @@ pub trait LockStore: Acquire + Release + Extend + Debug + Send + Sync + Any {
     /// says the store does not count it.
     ///
     /// # Errors
+    /// [`Unsupported`](crate::ErrorKind::Unsupported) where the store counts in some of its
+    /// deployments only and not in this one (a clustered one, say);
     /// [`Unavailable`](crate::ErrorKind::Unavailable) when the store did not answer;
     /// [`Store`](crate::ErrorKind::Store) for any other failure to count.
     ///
@@ -271,18 +273,16 @@ pub trait LockStore: Acquire + Release + Extend + Debug + Send + Sync + Any {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct PerKeyState {
-    /// The store that counted, as people call it (`redis`, `postgres`).
-    pub store: &'static str,
-    /// How many items it holds now.
+    /// How many items the store holds now.
     pub count: u64,
     /// What an item is, plural (`fence rows`, `keys under the prefix`).
     pub unit: &'static str,
 }
 
 impl PerKeyState {
-    /// `count` items of `unit` held by `store`.
-    pub const fn new(store: &'static str, count: u64, unit: &'static str) -> Self {
-        PerKeyState { store, count, unit }
+    /// `count` items of `unit`.
+    pub const fn new(count: u64, unit: &'static str) -> Self {
+        PerKeyState { count, unit }
     }
 }
 
