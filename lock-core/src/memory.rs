@@ -30,11 +30,12 @@ use crate::{
 /// forgets whoever holds a key, as a store that lost its data would.
 #[derive(Clone, Default)]
 pub struct MemoryStore {
-    shared: Arc<Shared>,
+    shared: Arc<HandleState>,
 }
 
 #[derive(Default)]
-struct Shared {
+/// What every clone of a handle shares: the keys' state and the unreachable switch.
+struct HandleState {
     state: Mutex<State>,
     unreachable: AtomicBool,
 }
