@@ -33,8 +33,8 @@ pub struct MemoryStore {
     shared: Arc<HandleState>,
 }
 
-#[derive(Default)]
 /// What every clone of a handle shares: the keys' state and the unreachable switch.
+#[derive(Default)]
 struct HandleState {
     state: Mutex<State>,
     unreachable: AtomicBool,
