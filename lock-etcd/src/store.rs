@@ -2179,6 +2179,21 @@ impl LockStore for EtcdStore {
             remaining,
         })
     }
+
+    /// For a lease granted in [`Layout::Etcd`], what `etcdctl lock` gives its command:
+    /// `ETCD_LOCK_KEY`, the holder entry ([`mutex_key`]), and `ETCD_LOCK_REV`, the fencing
+    /// token. Nothing for a lease of the fencelock layout.
+    fn lease_env(&self, lease: &Lease) -> Vec<(String, String)> {
+        mutex_key(lease).map_or_else(Vec::new, |entry| {
+            vec![
+                ("ETCD_LOCK_KEY".to_owned(), entry.to_owned()),
+                (
+                    "ETCD_LOCK_REV".to_owned(),
+                    lease.fencing_token().to_string(),
+                ),
+            ]
+        })
+    }
 }
 
 /// How many holders of a shared or permit key `status` reads the remaining TTL of (one

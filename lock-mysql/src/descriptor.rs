@@ -10,7 +10,9 @@ use crate::store::MysqlStore;
 
 /// MySQL and MariaDB named locks: `mysql://` and `mariadb://`, see [`MysqlConfig`].
 pub const MYSQL: StoreKind = StoreKind::new("mysql", URL_SCHEMES, "mysql", connect)
-    .with_eviction("kills the holder's session (KILL CONNECTION), which frees its lock");
+    .with_eviction("kills the holder's session (KILL CONNECTION), which frees its lock")
+    .with_example("mysql://u@h/db")
+    .with_tls_example("mysql://locks@db.internal/app?tls_ca=/etc/fencelock/ca.pem");
 
 fn connect(url: &str) -> BoxFuture<'_, Result<DynLockStore>> {
     Box::pin(async move {

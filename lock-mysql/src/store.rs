@@ -9,8 +9,8 @@ use async_trait::async_trait;
 use fencelock_core::ttl::{whole_millis, whole_secs};
 use fencelock_core::validate::{check_granted, check_key, check_request, check_wait};
 use fencelock_core::{
-    Acquire, Capabilities, Error, Extend, Instant, KeyStatus, Lease, LockStore, OwnerId, Release,
-    ReleaseOutcome, Result,
+    Acquire, Capabilities, Error, Extend, Instant, KeyStatus, Lease, LockStore, OwnerId,
+    PerKeyState, Release, ReleaseOutcome, Result,
 };
 use sqlx::mysql::MySqlRow;
 use sqlx::Row;
@@ -709,6 +709,20 @@ impl LockStore for MysqlStore {
         self.sessions.checkin(session);
         tracing::info!(key, holder_id, "killed the holder's session");
         Ok(true)
+    }
+
+    /// The fence table's rows, as [`MysqlStore::fence_rows`] counts them.
+    ///
+    /// # Errors
+    /// As [`MysqlStore::fence_rows`].
+    ///
+    /// # Cancel safety
+    /// A single read; dropping the future loses nothing.
+    async fn per_key_state(&self) -> Result<Option<PerKeyState>> {
+        Ok(Some(PerKeyState::new(
+            self.fence_rows().await?,
+            "fence rows",
+        )))
     }
 }
 

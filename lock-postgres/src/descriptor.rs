@@ -10,7 +10,9 @@ use crate::store::PostgresStore;
 
 /// PostgreSQL advisory locks: `postgres://` and `postgresql://`, see [`PostgresConfig`].
 pub const POSTGRES: StoreKind = StoreKind::new("postgres", URL_SCHEMES, "postgres", connect)
-    .with_eviction("ends the holder's session (pg_terminate_backend), which frees its lock");
+    .with_eviction("ends the holder's session (pg_terminate_backend), which frees its lock")
+    .with_example("postgres://u@h/db")
+    .with_tls_example("postgres://locks@pg.internal/app?tls_ca=/etc/fencelock/ca.pem");
 
 fn connect(url: &str) -> BoxFuture<'_, Result<DynLockStore>> {
     Box::pin(async move {

@@ -12,7 +12,7 @@ use fencelock_core::validate::{
 };
 use fencelock_core::{
     Acquire, Capabilities, Error, Extend, HolderStatus, Instant, KeyStatus, Lease, LockStore, Mode,
-    OwnerId, Release, ReleaseOutcome, Result,
+    OwnerId, PerKeyState, Release, ReleaseOutcome, Result,
 };
 use sqlx::postgres::PgRow;
 use sqlx::Row;
@@ -1401,6 +1401,20 @@ impl LockStore for PostgresStore {
     /// Read-only; dropping the future loses nothing.
     async fn status(&self, key: &str) -> Result<KeyStatus> {
         self.status_of(key).await
+    }
+
+    /// The fence table's rows, as [`PostgresStore::fence_rows`] counts them.
+    ///
+    /// # Errors
+    /// As [`PostgresStore::fence_rows`].
+    ///
+    /// # Cancel safety
+    /// A single read; dropping the future loses nothing.
+    async fn per_key_state(&self) -> Result<Option<PerKeyState>> {
+        Ok(Some(PerKeyState::new(
+            self.fence_rows().await?,
+            "fence rows",
+        )))
     }
 }
 

@@ -84,6 +84,24 @@ impl fmt::Display for EvictionCheck {
     }
 }
 
+/// The notes an operator should see about eviction checks (a node's label, its check): one
+/// per node whose check could not tell or has not answered yet, what the Redis stores'
+/// [`LockStore::diagnostics`](fencelock_core::LockStore::diagnostics) says.
+pub(crate) fn notes<'a>(
+    checks: impl IntoIterator<Item = (&'a str, Option<&'a EvictionCheck>)>,
+) -> Vec<String> {
+    checks
+        .into_iter()
+        .filter_map(|(node, check)| match check {
+            Some(unknown @ EvictionCheck::Unknown { .. }) => Some(format!("{node}: {unknown}")),
+            None => Some(format!(
+                "{node}: eviction settings not checked yet (no answer so far)"
+            )),
+            Some(_) => None,
+        })
+        .collect()
+}
+
 /// Why a store refused a server: it may evict held locks. The `source` of the
 /// [`Error::Store`] that `connect` (or a lazy handle's first use) returns; reach it with
 /// `std::error::Error::source` and `downcast_ref::<EvictionRisk>()`.

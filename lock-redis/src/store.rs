@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use fencelock_core::validate::{check_granted, check_key, check_mode, check_request, check_wait};
 use fencelock_core::{
     Acquire, Capabilities, Error, Extend, Instant, KeyStatus, Lease, LockStore, Mode, OwnerId,
-    Release, ReleaseOutcome, Result,
+    PerKeyState, Release, ReleaseOutcome, Result,
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::time::{sleep_until, timeout};
@@ -926,6 +926,24 @@ impl LockStore for RedisStore {
             status_on(&mut conn, &names).await
         })
         .await
+    }
+
+    /// The keys under the prefix, as [`RedisStore::stored_keys`] counts them.
+    ///
+    /// # Errors
+    /// As [`RedisStore::stored_keys`]: [`Error::Unsupported`] on a Redis Cluster.
+    ///
+    /// # Cancel safety
+    /// Reads only; dropping the future loses nothing.
+    async fn per_key_state(&self) -> Result<Option<PerKeyState>> {
+        let keys = self.stored_keys().await?;
+        Ok(Some(PerKeyState::new(keys, "keys under the prefix")))
+    }
+
+    /// A note when the eviction check could not tell
+    /// ([`EvictionCheck::Unknown`](crate::EvictionCheck::Unknown)) or has not answered yet.
+    fn diagnostics(&self) -> Vec<String> {
+        crate::eviction::notes([(self.config().redacted(), self.eviction_check())])
     }
 }
 

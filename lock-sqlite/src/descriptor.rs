@@ -11,7 +11,8 @@ use crate::store::SqliteStore;
 /// A SQLite file shared by the processes of one host: `sqlite://`, see [`SqliteConfig`].
 pub const SQLITE: StoreKind = StoreKind::new("sqlite", URL_SCHEMES, "sqlite", connect)
     .with_eviction("clears the key's holder in its row (never its counter) and wakes its waiters")
-    .with_unreachable(unreachable);
+    .with_unreachable(unreachable)
+    .with_example("sqlite:///var/lib/myapp/locks.db");
 
 fn connect(url: &str) -> BoxFuture<'_, Result<DynLockStore>> {
     Box::pin(async move {

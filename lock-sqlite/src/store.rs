@@ -12,8 +12,8 @@ use fencelock_core::cleanup::{interval, CleanupSchedule, BATCH_ROWS, MAX_BATCHES
 use fencelock_core::ttl::whole_millis;
 use fencelock_core::validate::{check_granted, check_key, check_request, check_wait};
 use fencelock_core::{
-    Acquire, Capabilities, Error, Extend, Instant, KeyStatus, Lease, LockStore, OwnerId, Release,
-    ReleaseOutcome, Result,
+    Acquire, Capabilities, Error, Extend, Instant, KeyStatus, Lease, LockStore, OwnerId,
+    PerKeyState, Release, ReleaseOutcome, Result,
 };
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
@@ -799,6 +799,17 @@ impl LockStore for SqliteStore {
         }
         tracing::debug!(key, evicted, "evict");
         Ok(evicted)
+    }
+
+    /// The lock table's rows, as [`SqliteStore::stored_rows`] counts them.
+    ///
+    /// # Errors
+    /// As [`SqliteStore::stored_rows`].
+    ///
+    /// # Cancel safety
+    /// A single read; dropping the future loses nothing.
+    async fn per_key_state(&self) -> Result<Option<PerKeyState>> {
+        Ok(Some(PerKeyState::new(self.stored_rows().await?, "rows")))
     }
 }
 

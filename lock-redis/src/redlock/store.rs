@@ -1019,6 +1019,12 @@ impl LockStore for RedlockStore {
             _ => "held".into(),
         }))
     }
+
+    /// A note for each node whose eviction check could not tell
+    /// ([`EvictionCheck::Unknown`](crate::EvictionCheck::Unknown)) or has not answered yet.
+    fn diagnostics(&self) -> Vec<String> {
+        crate::eviction::notes(self.eviction_checks())
+    }
 }
 
 impl fmt::Debug for RedlockStore {
