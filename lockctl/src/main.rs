@@ -1,8 +1,10 @@
 //! `lockctl`: lock a command from the shell on any fencelock store.
 //!
 //! ```text
-//! lockctl --url redis://127.0.0.1:6379 run nightly-export --ttl 30s -- ./export.sh
+//! LOCK_URL=… lockctl run nightly-export --ttl 30s -- ./export.sh
 //! ```
+//!
+//! `lockctl --help` lists an example URL of every store this build has.
 //!
 //! Exit codes follow sysexits: the command's own code when it ran; 64 bad input (including a
 //! lock mode the store does not keep, and `--permits` disagreeing with the limit the key's
@@ -35,14 +37,7 @@ mod usage;
     about = "Distributed locks with fencing tokens, from the shell"
 )]
 struct Cli {
-    /// The store, e.g. sqlite:///var/lib/myapp/locks.db (no server), redis://127.0.0.1:6379,
-    /// etcd://h:2379, postgres://u@h/db, mysql://u@h/db, memory://
-    ///
-    /// TLS (in a build with `--features tls`): rediss://h:6380?tls_ca=ca.pem,
-    /// redlock://a:6380,b:6380,c:6380?tls=true&tls_ca=ca.pem,
-    /// etcds://h:2379?tls_ca=ca.pem&tls_cert=client.pem&tls_key=client.key,
-    /// postgres://u@h/db?tls_ca=ca.pem, mysql://u@h/db?tls_ca=ca.pem (`lockctl run --help`
-    /// has an example per store)
+    /// The store's URL; its help, an example per store, is written at run time (`url_help`).
     #[arg(long, env = "LOCK_URL", global = true, hide_env_values = true)]
     url: Option<String>,
 
@@ -58,7 +53,6 @@ struct Cli {
 enum Command {
     /// Acquire KEY (alone, --shared, or one of --permits N), run CMD while keeping the lease
     /// alive, release when it ends.
-    #[command(after_help = RUN_AFTER_HELP)]
     Run {
         /// The lock's key.
         key: String,
@@ -137,28 +131,84 @@ macro_rules! tls_build {
     };
 }
 
-/// The end of `lockctl run --help`: a TLS URL per store, the examples of the TLS table in docs/security.md.
-const RUN_AFTER_HELP: &str = concat!(
-    "CMD's environment: LOCK_KEY (the key), LOCK_FENCING_TOKEN (the lease's fencing token),\n",
-    "LOCK_MODE (exclusive, shared or permit); with --permits N also LOCK_PERMITS (N) and\n",
-    "LOCK_SLOT (the permit's slot, 0 to N-1: a resource the permit holders share fences per\n",
-    "slot, whose tokens only grow). A store that does not keep --shared or --permits refuses\n",
-    "them (exit 64); so does a key whose permits are held with another N.\n",
-    "\n",
-    "TLS URLs, one per store (",
-    tls_build!(),
-    "); on every store tls_ca, tls_cert and tls_key name PEM files:\n",
-    "  Redis       rediss://:PASSWORD@redis.internal:6380/0?tls_ca=/etc/fencelock/ca.pem\n",
-    "  Redlock     redlock://a:6380,b:6380,c:6380?tls=true&tls_ca=/etc/fencelock/ca.pem\n",
-    "  etcd        etcds://etcd1:2379,etcd2:2379?tls_ca=/etc/fencelock/ca.pem&tls_cert=/etc/fencelock/client.pem&tls_key=/etc/fencelock/client.key\n",
-    "  PostgreSQL  postgres://locks@pg.internal/app?tls_ca=/etc/fencelock/ca.pem\n",
-    "  MySQL       mysql://locks@db.internal/app?tls_ca=/etc/fencelock/ca.pem\n",
-    "On PostgreSQL and MySQL tls_ca implies sslmode=verify-full unless sslmode is given.\n",
-    "Give a URL with a password in LOCK_URL, not --url: a command line is visible to every user\n",
-    "of the host, e.g.\n",
-    "  LOCK_URL='rediss://:PASSWORD@redis.internal:6380/0?tls_ca=/etc/fencelock/ca.pem' \\\n",
-    "    lockctl run nightly-export --ttl 30s -- ./export.sh",
-);
+/// The command line with the help that lists the stores: written at run time from the facade's
+/// list of the stores this build has, so it never names a store of its own.
+fn command() -> clap::Command {
+    let (short, long) = url_help();
+    <Cli as clap::CommandFactory>::command()
+        .mut_arg("url", |url| url.help(short).long_help(long))
+        // Not mut_subcommand, which moves the subcommand to the end of the list.
+        .mut_subcommands(|sub| match sub.get_name() {
+            "run" => sub.after_help(run_after_help()),
+            _ => sub,
+        })
+}
+
+/// `--url`'s help: an example URL per store, and in the long help a TLS URL per store.
+fn url_help() -> (String, String) {
+    let examples: Vec<&str> = fencelock::STORES
+        .iter()
+        .map(|kind| kind.example)
+        .filter(|example| !example.is_empty())
+        .collect();
+    let short = format!("The store, e.g. {}", examples.join(", "));
+    let tls: Vec<&str> = tls_examples().map(|(_, example)| example).collect();
+    let long = if tls.is_empty() {
+        short.clone()
+    } else {
+        format!(
+            "{short}\n\nTLS (in a build with `--features tls`): {} (`lockctl run --help` has an \
+             example per store)",
+            tls.join(", ")
+        )
+    };
+    (short, long)
+}
+
+/// Each store's name and TLS example URL, for the stores that have TLS.
+fn tls_examples() -> impl Iterator<Item = (&'static str, &'static str)> {
+    fencelock::STORES
+        .iter()
+        .filter(|kind| !kind.tls_example.is_empty())
+        .map(|kind| (kind.name, kind.tls_example))
+}
+
+/// The end of `lockctl run --help`: CMD's environment, and a TLS URL per store (the examples
+/// of the TLS table in docs/security.md).
+fn run_after_help() -> String {
+    let mut help = String::from(concat!(
+        "CMD's environment: LOCK_KEY (the key), LOCK_FENCING_TOKEN (the lease's fencing token),\n",
+        "LOCK_MODE (exclusive, shared or permit); with --permits N also LOCK_PERMITS (N) and\n",
+        "LOCK_SLOT (the permit's slot, 0 to N-1: a resource the permit holders share fences per\n",
+        "slot, whose tokens only grow). A store that does not keep --shared or --permits refuses\n",
+        "them (exit 64); so does a key whose permits are held with another N.\n",
+    ));
+    let Some((_, first)) = tls_examples().next() else {
+        return help;
+    };
+    help.push_str(concat!(
+        "\nTLS URLs, one per store (",
+        tls_build!(),
+        "); on every store tls_ca, tls_cert and tls_key name PEM files:\n",
+    ));
+    let width = tls_examples()
+        .map(|(name, _)| name.len())
+        .max()
+        .unwrap_or(0)
+        + 2;
+    for (name, example) in tls_examples() {
+        help.push_str(&format!("  {name:width$}{example}\n"));
+    }
+    help.push_str(concat!(
+        "On PostgreSQL and MySQL tls_ca implies sslmode=verify-full unless sslmode is given.\n",
+        "Give a URL with a password in LOCK_URL, not --url: a command line is visible to every user\n",
+        "of the host, e.g.\n",
+    ));
+    help.push_str(&format!(
+        "  LOCK_URL='{first}' \\\n    lockctl run nightly-export --ttl 30s -- ./export.sh"
+    ));
+    help
+}
 
 /// sysexits.h
 pub(crate) mod exit {
@@ -190,7 +240,10 @@ pub(crate) fn fail(error: &Error) -> ExitCode {
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let parsed = command()
+        .try_get_matches()
+        .and_then(|matches| <Cli as clap::FromArgMatches>::from_arg_matches(&matches));
+    let cli = match parsed {
         Ok(cli) => cli,
         // --help and --version: clap's own text on stdout, exit 0.
         Err(error) if !error.use_stderr() => {
@@ -199,7 +252,7 @@ fn main() -> ExitCode {
         }
         // Every refusal is one line.
         Err(error) => {
-            let command = <Cli as clap::CommandFactory>::command();
+            let command = command();
             let subcommands: Vec<&str> = command
                 .get_subcommands()
                 .map(clap::Command::get_name)
@@ -281,7 +334,7 @@ fn main() -> ExitCode {
                 None => unreachable!("the guardian is started for run"),
             },
             Command::Status { key, json } => status::status(store, &key, json).await,
-            Command::Stats { json } => stats::stats(store, json).await,
+            Command::Stats { json } => stats::stats(store, &url, json).await,
             Command::Conformance { .. } | Command::Bench { .. } => unreachable!("handled above"),
         }
     })

@@ -81,14 +81,9 @@ pub async fn run(
         .env("LOCK_FENCING_TOKEN", lease.fencing_token().to_string())
         .kill_on_drop(true);
     mode_env(&mut command, &lease);
-    // What `etcdctl lock` gives its command, so its scripts run unchanged; only a lease granted
-    // in etcd's own layout (`layout=etcd`) has them, and its token is then `ETCD_LOCK_REV`.
-    #[cfg(feature = "etcd")]
-    if let Some(mutex_key) = fencelock::fencelock_etcd::mutex_key(&lease) {
-        command
-            .env("ETCD_LOCK_KEY", mutex_key)
-            .env("ETCD_LOCK_REV", lease.fencing_token().to_string());
-    }
+    // What the store's own lock tool gives its command (`etcdctl lock`, say), so its scripts
+    // run unchanged.
+    command.envs(store.lease_env(&lease));
     group::configure(&mut command, guardian.announce_fd(), terminal.as_ref());
     if let Some(code) = expired_before_start(&store, &lease).await {
         guardian.stand_down();

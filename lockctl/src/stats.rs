@@ -15,8 +15,8 @@ pub struct PerKeyState {
     pub unit: &'static str,
 }
 
-pub async fn stats(store: DynLockStore, json: bool) -> ExitCode {
-    let state = match per_key_state(&store).await {
+pub async fn stats(store: DynLockStore, url: &str, json: bool) -> ExitCode {
+    let state = match per_key_state(&store, url).await {
         Ok(state) => state,
         Err(error) => return crate::fail(&error),
     };
@@ -62,56 +62,20 @@ fn human(d: std::time::Duration) -> String {
     }
 }
 
-async fn per_key_state(store: &DynLockStore) -> fencelock::Result<PerKeyState> {
-    #[cfg(feature = "redis")]
-    {
-        use fencelock::fencelock_redis::RedisStore;
-        if let Some(redis) = store.downcast_ref::<RedisStore>() {
-            return Ok(PerKeyState {
-                store: "redis",
-                count: Some(redis.stored_keys().await?),
-                unit: "keys under the prefix",
-            });
-        }
-    }
-    #[cfg(feature = "postgres")]
-    {
-        use fencelock::fencelock_postgres::PostgresStore;
-        if let Some(postgres) = store.downcast_ref::<PostgresStore>() {
-            return Ok(PerKeyState {
-                store: "postgres",
-                count: Some(postgres.fence_rows().await?),
-                unit: "fence rows",
-            });
-        }
-    }
-    #[cfg(feature = "sqlite")]
-    {
-        use fencelock::fencelock_sqlite::SqliteStore;
-        if let Some(sqlite) = store.downcast_ref::<SqliteStore>() {
-            return Ok(PerKeyState {
-                store: "sqlite",
-                count: Some(sqlite.stored_rows().await?),
-                unit: "rows",
-            });
-        }
-    }
-    #[cfg(feature = "mysql")]
-    {
-        use fencelock::fencelock_mysql::MysqlStore;
-        if let Some(mysql) = store.downcast_ref::<MysqlStore>() {
-            return Ok(PerKeyState {
-                store: "mysql",
-                count: Some(mysql.fence_rows().await?),
-                unit: "fence rows",
-            });
-        }
-    }
-    let _ = store;
-    Ok(PerKeyState {
-        store: "this store",
-        count: None,
-        unit: "keys",
+/// What the store counts through the contract, under the name of the store `url` names, or
+/// "not counted" where it does not count.
+async fn per_key_state(store: &DynLockStore, url: &str) -> fencelock::Result<PerKeyState> {
+    Ok(match store.per_key_state().await? {
+        Some(state) => PerKeyState {
+            store: fencelock::store_for(url).map_or("this store", |kind| kind.name),
+            count: Some(state.count),
+            unit: state.unit,
+        },
+        None => PerKeyState {
+            store: "this store",
+            count: None,
+            unit: "keys",
+        },
     })
 }
 

@@ -21,47 +21,10 @@ pub async fn status(store: DynLockStore, key: &str, json: bool) -> ExitCode {
         }
     }
     // On stderr, so `--json` stays one object on stdout.
-    for note in notes(&store) {
+    for note in store.diagnostics() {
         eprintln!("lockctl: warning: {note}");
     }
     ExitCode::SUCCESS
-}
-
-/// What the store could not check about itself: today the Redis stores' eviction check when
-/// the server allowed neither `CONFIG GET` nor `INFO`, or a Redlock node not checked yet.
-fn notes(store: &DynLockStore) -> Vec<String> {
-    #[cfg(feature = "redis")]
-    {
-        use fencelock::fencelock_redis::{EvictionCheck, RedisStore, RedlockStore};
-        // downcast_ref sees through the metrics wrapper that connect may put around a store.
-        let checks: Vec<(String, Option<&EvictionCheck>)> =
-            if let Some(redis) = store.downcast_ref::<RedisStore>() {
-                vec![(redis.config().redacted().to_owned(), redis.eviction_check())]
-            } else if let Some(redlock) = store.downcast_ref::<RedlockStore>() {
-                redlock
-                    .eviction_checks()
-                    .into_iter()
-                    .map(|(node, check)| (node.to_owned(), check))
-                    .collect()
-            } else {
-                Vec::new()
-            };
-        checks
-            .into_iter()
-            .filter_map(|(node, check)| match check {
-                Some(unknown @ EvictionCheck::Unknown { .. }) => Some(format!("{node}: {unknown}")),
-                None => Some(format!(
-                    "{node}: eviction settings not checked yet (no answer so far)"
-                )),
-                Some(_) => None,
-            })
-            .collect()
-    }
-    #[cfg(not(feature = "redis"))]
-    {
-        let _ = store;
-        Vec::new()
-    }
 }
 
 /// One line for people.
