@@ -288,8 +288,9 @@ impl PerKeyState {
 
 impl dyn LockStore {
     /// The concrete store behind this handle, if it is a `T`, seeing through the wrapper this
-    /// crate puts around stores (`Metered`, feature `metrics`). For tools that want a store's
-    /// own diagnostics, such as the Redis eviction check.
+    /// crate puts around stores (`Metered`, feature `metrics`). For code that wants a store's
+    /// own types; what a tool asks of any store goes through [`LockStore`]'s methods
+    /// ([`LockStore::per_key_state`], [`LockStore::diagnostics`], [`LockStore::lease_env`]).
     pub fn downcast_ref<T: LockStore>(&self) -> Option<&T> {
         let any: &dyn Any = self;
         if let Some(store) = any.downcast_ref::<T>() {
