@@ -15,7 +15,7 @@
 //! key bytes                   UTF-8, any byte including NUL
 //! ```
 //!
-//! This is the layout of fencelock-postgres's lock-id scheme 2, and it carries the same number: the
+//! This is the layout of the PostgreSQL store's lock-id scheme 2, and it carries the same number: the
 //! fence table is part of the lock, so a lock and its fencing counter always come as a pair,
 //! and handles on two fence tables never contend (like two namespaces). This store never had
 //! a scheme 1. `GET_LOCK` names are server-wide, across databases, which is why the database

@@ -122,7 +122,7 @@ const SQLX_OPTIONS: &[&str] = &[
 /// ([`min_retention`](Self::min_retention), 1002 ms with the default skew) means rows do go
 /// once the window has passed. [`from_url`](Self::from_url) refuses a shorter one, naming the
 /// smallest allowed: it would promise a removal that the check must refuse. `max_skew` is a
-/// URL option, with the name and default of `redlock://`'s, because it is the deployment's
+/// URL option, with the name and default of Redlock's, because it is the deployment's
 /// promise about its clock, not the code's: a server kept in step by NTP with slewing may say
 /// `max_skew=50ms` and use shorter windows; the default, 1 s, leaves room for a loosely kept
 /// clock and for a failover to a replica whose clock is a little behind.
