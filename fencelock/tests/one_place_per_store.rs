@@ -160,3 +160,33 @@ fn a_store_is_named_outside_its_folder_only_where_contributing_says() {
         strays.into_iter().collect::<Vec<_>>().join("\n")
     );
 }
+
+/// The README's URL table lists exactly the schemes of the facade's one list: every known
+/// scheme has a row, and no row names a scheme the facade does not know.
+#[test]
+fn the_readme_url_table_is_the_facades_list() {
+    let readme = fs::read_to_string(workspace().join("README.md")).expect("README.md");
+    let table: Vec<&str> = readme
+        .lines()
+        .skip_while(|line| !line.starts_with("| URL | store | feature |"))
+        .take_while(|line| line.starts_with('|'))
+        .collect();
+    assert!(
+        table.len() > 2,
+        "README.md has a `| URL | store | feature |` table"
+    );
+    let mut shown = BTreeSet::new();
+    for row in &table[2..] {
+        let url_cell = row.split('|').nth(1).unwrap_or("");
+        for piece in url_cell.split('`').skip(1).step_by(2) {
+            if let Some((scheme, _)) = piece.split_once("://") {
+                shown.insert(scheme.to_owned());
+            }
+        }
+    }
+    let known: BTreeSet<String> = fencelock::known_schemes().map(str::to_owned).collect();
+    assert_eq!(
+        shown, known,
+        "the README's URL table and fencelock::KNOWN_STORES differ"
+    );
+}
