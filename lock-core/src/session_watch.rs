@@ -2,7 +2,8 @@
 //!
 //! A store whose lock lives as long as a server session (a PostgreSQL advisory lock, a MySQL
 //! named lock) loses the lock when the server ends that session, and would otherwise learn it
-//! only at the lease's next extend. One [`SessionWatch`] per store handle runs one task that,
+//! only at the lease's next extend. One [`SessionWatch`] per store handle runs one task (one
+//! per runtime the handle takes leases on) that,
 //! every period, asks the server (through the store's [`LookUp`]) which of the held leases'
 //! sessions it still lists, and revokes the [`Revocation`] of each lease whose session is
 //! gone, so [`KeepAlive`](crate::KeepAlive) reports the loss at once.
@@ -72,7 +73,10 @@ struct Watched<I> {
 struct Registry<I> {
     next_id: u64,
     watched: HashMap<u64, Watched<I>>,
-    task_running: bool,
+    /// The runtimes a task of this handle runs on: one each. A runtime being shut down drops
+    /// its task only later, in the background, so a lease taken meanwhile on another runtime
+    /// must not count on that task (it would be gone without a successor).
+    task_runtimes: Vec<tokio::runtime::Id>,
 }
 
 /// The leases one store handle watches, and its task. See the [module docs](self).
@@ -88,7 +92,7 @@ impl<L: LookUp> Default for SessionWatch<L> {
             registry: Mutex::new(Registry {
                 next_id: 0,
                 watched: HashMap::new(),
-                task_running: false,
+                task_runtimes: Vec::new(),
             }),
             handle_dropped: CancellationToken::new(),
         }
@@ -127,9 +131,9 @@ impl<L: LookUp> SessionWatch<L> {
         self.registry().watched.len()
     }
 
-    /// Whether the task runs right now.
+    /// Whether a task runs right now (one per runtime the handle took leases on).
     pub fn task_running(&self) -> bool {
-        self.registry().task_running
+        !self.registry().task_runtimes.is_empty()
     }
 
     /// Watches the session `identity` for a lease of `ttl` as entry `id` (from
@@ -157,10 +161,11 @@ impl<L: LookUp> SessionWatch<L> {
                 revoked,
             },
         );
-        if !registry.task_running {
-            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                registry.task_running = true;
-                runtime.spawn(run(self.clone(), look_up.clone()));
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let here = runtime.id();
+            if !registry.task_runtimes.contains(&here) {
+                registry.task_runtimes.push(here);
+                runtime.spawn(run(self.clone(), look_up.clone(), here));
             }
         }
     }
@@ -168,10 +173,11 @@ impl<L: LookUp> SessionWatch<L> {
 
 /// The task: every period, one look-up of the watched sessions on a session of the handle's
 /// own; ends when nothing is watched or the handle is dropped, giving its session back.
-async fn run<L: LookUp>(watch: Arc<SessionWatch<L>>, look_up: Arc<L>) {
+async fn run<L: LookUp>(watch: Arc<SessionWatch<L>>, look_up: Arc<L>, runtime: tokio::runtime::Id) {
     let watch: &SessionWatch<L> = &watch;
     let mut running = Running {
         watch,
+        runtime,
         ended: false,
     };
     let mut session: Option<L::Session> = None;
@@ -182,7 +188,7 @@ async fn run<L: LookUp>(watch: Arc<SessionWatch<L>>, look_up: Arc<L>) {
                 Some(period) => period,
                 None => {
                     // Under the lock that registrations take, so a new lease starts a new task.
-                    registry.task_running = false;
+                    registry.task_runtimes.retain(|id| *id != runtime);
                     running.ended = true;
                     break;
                 }
@@ -242,13 +248,18 @@ async fn run<L: LookUp>(watch: Arc<SessionWatch<L>>, look_up: Arc<L>) {
 /// so the next lease starts a new task instead of relying on a dead one.
 struct Running<'a, L: LookUp> {
     watch: &'a SessionWatch<L>,
+    runtime: tokio::runtime::Id,
     ended: bool,
 }
 
 impl<L: LookUp> Drop for Running<'_, L> {
     fn drop(&mut self) {
         if !self.ended {
-            self.watch.registry().task_running = false;
+            let runtime = self.runtime;
+            self.watch
+                .registry()
+                .task_runtimes
+                .retain(|id| *id != runtime);
         }
     }
 }
@@ -361,5 +372,54 @@ mod tests {
         watch.add(&server, watch.reserve(), 7, ttl, held.revocation());
         assert_eq!(watch.watched_count(), 1, "the entry before stop is kept");
         assert!(!watch.task_running(), "no task after stop");
+    }
+
+    /// A handle shared between runtimes: the first runtime's task can no longer run (a
+    /// runtime being shut down drops it only later, in the background; here a current-thread
+    /// runtime nobody drives stands for it), and a lease taken on another runtime meanwhile is
+    /// still watched, by a task of its own runtime.
+    #[test]
+    fn a_lease_on_another_runtime_is_watched_while_the_first_runtimes_task_cannot_run() {
+        let server = Arc::new(Listed {
+            live: Mutex::new(vec![1]),
+            look_ups: AtomicUsize::new(0),
+            checked_in: AtomicUsize::new(0),
+        });
+        let watch = Arc::new(SessionWatch::<Listed>::new());
+        let ttl = Duration::from_secs(3);
+        let lease = |token| {
+            Lease::new(
+                "k",
+                OwnerId::random(),
+                token,
+                ttl,
+                tokio::time::Instant::now(),
+            )
+        };
+        let current_thread = || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .start_paused(true)
+                .build()
+                .expect("runtime")
+        };
+        let stalled = current_thread();
+        let first = stalled.block_on(async { lease(1) });
+        stalled.block_on(async {
+            watch.add(&server, watch.reserve(), 1, ttl, first.revocation());
+        });
+        // `stalled` is never driven again: its task never looks.
+        let second = current_thread().block_on(async {
+            let second = lease(2);
+            watch.add(&server, watch.reserve(), 2, ttl, second.revocation());
+            tokio::time::sleep(period_for(ttl) * 3).await;
+            second
+        });
+        assert!(
+            second.revocation().is_revoked(),
+            "session 2 is not listed, so a task on the second runtime revoked its lease"
+        );
+        assert!(!first.revocation().is_revoked());
+        drop(stalled);
     }
 }
