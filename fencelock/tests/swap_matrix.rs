@@ -21,7 +21,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use fencelock::{DynLockStore, Error, ReleaseOutcome};
+use fencelock::{DynLockStore, Error, ErrorKind, ReleaseOutcome};
 use fencelock_fence::FencedFile;
 use test_servers::{EtcdServer, MariadbServer, PostgresServer, RedisCluster, RedisServer};
 use tokio::time::{sleep_until, Instant};
@@ -195,11 +195,21 @@ struct Store {
     store: DynLockStore,
 }
 
+/// Connects as a user would: an `Unavailable` answer is retried (a Cluster client may not have
+/// a connection to a node promoted a moment ago yet), within a bound far above a failover's
+/// settling (the cluster reported `cluster_state:ok` before this is called).
 async fn connect(kind: Kind, url: &str) -> Store {
-    let store = fencelock::connect(url)
-        .await
-        .unwrap_or_else(|e| panic!("connect to {kind} ({}): {e}", fencelock::redact(url)));
-    Store { kind, store }
+    const RETRY_FOR: Duration = Duration::from_secs(15);
+    let started = Instant::now();
+    loop {
+        match fencelock::connect(url).await {
+            Ok(store) => return Store { kind, store },
+            Err(e) if e.kind() == ErrorKind::Unavailable && started.elapsed() < RETRY_FOR => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("connect to {kind} ({}): {e}", fencelock::redact(url)),
+        }
+    }
 }
 
 /// One grant: its token, and the moment the acquire returned (the grant happened before it).
