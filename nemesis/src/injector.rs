@@ -303,6 +303,23 @@ async fn kill_mysql_holder(url: String) -> std::result::Result<Option<i64>, sqlx
         sqlx::raw_sql(&format!("KILL CONNECTION {session}"))
             .execute(&mut conn)
             .await?;
+        // KILL only marks the session: it ends at its next check, possibly after a statement
+        // in flight has answered (a grant's fence bump, say). The fault lasts until the
+        // session is gone from the process list, so a lease it ends is one the fault
+        // explains. Bounded: a session the server never ends is the server's fault, not ours.
+        let started = std::time::Instant::now();
+        while started.elapsed() < std::time::Duration::from_secs(10) {
+            let alive = sqlx::query_scalar::<_, i64>(
+                "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?",
+            )
+            .bind(session)
+            .fetch_one(&mut conn)
+            .await?;
+            if alive == 0 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
     }
     Ok(holder)
 }
