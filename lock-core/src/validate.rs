@@ -85,6 +85,17 @@ pub fn check_retention(retention: Duration, max_ttl: Duration) -> Result<()> {
     Ok(())
 }
 
+/// The shortest retention window a store whose tokens are floored at a clock
+/// (`max(previous + 1, clock)`, see the workspace's `docs/swaps.md`) accepts: one token
+/// `granule`, plus `max_skew` (how far the clock may step back, or two nodes' clocks differ),
+/// plus `margin` (the store's gap between the clock its fence's idleness counts from and the
+/// one its token was floored by), rounded up to a whole ms (windows are whole ms). A fence
+/// removed after a shorter window could let the clock alone mint a token it minted before.
+pub fn clock_floor_retention(granule: Duration, max_skew: Duration, margin: Duration) -> Duration {
+    let bound = granule.saturating_add(max_skew).saturating_add(margin);
+    Duration::from_millis(u64::try_from(bound.as_micros().div_ceil(1_000)).unwrap_or(u64::MAX))
+}
+
 /// A wait bound is at most [`MAX_WAIT`]; zero means one attempt.
 ///
 /// # Errors

@@ -486,10 +486,7 @@ fn check_namespace(value: &str) -> Result<String> {
 /// key's next token (`max(floor + 1, clock)`) is the clock's. The crate docs, "Per-key state",
 /// make the argument.
 pub fn min_retention() -> Duration {
-    let bound = TOKEN_GRANULE
-        .saturating_add(MAX_CLOCK_STEP_BACK)
-        .saturating_add(READ_MARGIN);
-    Duration::from_millis(u64::try_from(bound.as_micros().div_ceil(1_000)).unwrap_or(u64::MAX))
+    fencelock_core::validate::clock_floor_retention(TOKEN_GRANULE, MAX_CLOCK_STEP_BACK, READ_MARGIN)
 }
 
 /// Refuses a retention window below [`min_retention`], naming the smallest window allowed.

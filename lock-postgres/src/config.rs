@@ -470,10 +470,7 @@ impl TlsFiles {
 /// The smallest retention window for a server clock that steps back at most `max_skew`: a
 /// granule plus `max_skew` plus [`FLOOR_MARGIN`], rounded up to a whole ms.
 fn min_retention(max_skew: Duration) -> Duration {
-    let bound = TOKEN_GRANULE
-        .saturating_add(max_skew)
-        .saturating_add(FLOOR_MARGIN);
-    Duration::from_millis(u64::try_from(bound.as_micros().div_ceil(1_000)).unwrap_or(u64::MAX))
+    fencelock_core::validate::clock_floor_retention(TOKEN_GRANULE, max_skew, FLOOR_MARGIN)
 }
 
 /// Refuses a retention window below [`min_retention`] (see [`PostgresConfig`]'s docs), naming

@@ -319,10 +319,7 @@ fn node_label(node: &RedisConfig) -> String {
 /// The shortest retention window whose expiry cannot let a node mint a token again: a granule
 /// plus `max_skew` plus [`EXPIRY_MARGIN`], rounded up to a whole ms (windows are whole ms).
 pub(crate) fn min_retention(max_skew: Duration) -> Duration {
-    let bound = TOKEN_GRANULE
-        .saturating_add(max_skew)
-        .saturating_add(EXPIRY_MARGIN);
-    Duration::from_millis(u64::try_from(bound.as_micros().div_ceil(1_000)).unwrap_or(u64::MAX))
+    fencelock_core::validate::clock_floor_retention(TOKEN_GRANULE, max_skew, EXPIRY_MARGIN)
 }
 
 /// Refuses a retention window below [`min_retention`] (see the type's docs), naming the
