@@ -312,13 +312,18 @@ mod tests {
         }
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn a_gone_session_revokes_its_lease_only_and_the_task_ends_with_the_last() {
-        let server = Arc::new(Listed {
-            live: Mutex::new(vec![1, 2]),
+    /// A server listing the sessions `live`, nothing looked up or checked in yet.
+    fn listed(live: Vec<u32>) -> Arc<Listed> {
+        Arc::new(Listed {
+            live: Mutex::new(live),
             look_ups: AtomicUsize::new(0),
             checked_in: AtomicUsize::new(0),
-        });
+        })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_gone_session_revokes_its_lease_only_and_the_task_ends_with_the_last() {
+        let server = listed(vec![1, 2]);
         let watch = Arc::new(SessionWatch::<Listed>::new());
         let ttl = Duration::from_secs(3);
         let lease = |token| {
@@ -354,11 +359,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn after_stop_nothing_is_watched_and_the_session_is_dropped() {
-        let server = Arc::new(Listed {
-            live: Mutex::new(vec![]),
-            look_ups: AtomicUsize::new(0),
-            checked_in: AtomicUsize::new(0),
-        });
+        let server = listed(vec![]);
         let watch = Arc::new(SessionWatch::<Listed>::new());
         let ttl = Duration::from_secs(3);
         let held = Lease::new("k", OwnerId::random(), 1, ttl, tokio::time::Instant::now());
@@ -380,11 +381,7 @@ mod tests {
     /// still watched, by a task of its own runtime.
     #[test]
     fn a_lease_on_another_runtime_is_watched_while_the_first_runtimes_task_cannot_run() {
-        let server = Arc::new(Listed {
-            live: Mutex::new(vec![1]),
-            look_ups: AtomicUsize::new(0),
-            checked_in: AtomicUsize::new(0),
-        });
+        let server = listed(vec![1]);
         let watch = Arc::new(SessionWatch::<Listed>::new());
         let ttl = Duration::from_secs(3);
         let lease = |token| {
