@@ -7,7 +7,7 @@ use std::time::Duration;
 use fencelock_core::ttl::whole_millis;
 use fencelock_core::{Error, HolderStatus, KeyStatus, Mode, OwnerId, Result};
 use redis::aio::ConnectionLike;
-use redis::Script;
+use redis::{Script, ToRedisArgs};
 
 use crate::error::script_error;
 use crate::keys::{KeyNames, NameArg};
@@ -352,16 +352,16 @@ end
 return 0
 ";
 
-static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_LUA));
-static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_LUA));
-static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(EXTEND_LUA));
-static EVICT: LazyLock<Script> = LazyLock::new(|| Script::new(EVICT_LUA));
-static STATUS: LazyLock<Script> = LazyLock::new(|| Script::new(STATUS_LUA));
-static ACQUIRE_AS: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_AS_LUA));
-static RELEASE_AS: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_AS_LUA));
-static EXTEND_AS: LazyLock<Script> = LazyLock::new(|| Script::new(EXTEND_AS_LUA));
-static ACQUIRE_WAITING: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_WAITING_LUA));
-static WITHDRAW: LazyLock<Script> = LazyLock::new(|| Script::new(WITHDRAW_LUA));
+static ACQUIRE: LazyLock<Lua> = LazyLock::new(|| Lua::new(ACQUIRE_LUA));
+static RELEASE: LazyLock<Lua> = LazyLock::new(|| Lua::new(RELEASE_LUA));
+static EXTEND: LazyLock<Lua> = LazyLock::new(|| Lua::new(EXTEND_LUA));
+static EVICT: LazyLock<Lua> = LazyLock::new(|| Lua::new(EVICT_LUA));
+static STATUS: LazyLock<Lua> = LazyLock::new(|| Lua::new(STATUS_LUA));
+static ACQUIRE_AS: LazyLock<Lua> = LazyLock::new(|| Lua::new(ACQUIRE_AS_LUA));
+static RELEASE_AS: LazyLock<Lua> = LazyLock::new(|| Lua::new(RELEASE_AS_LUA));
+static EXTEND_AS: LazyLock<Lua> = LazyLock::new(|| Lua::new(EXTEND_AS_LUA));
+static ACQUIRE_WAITING: LazyLock<Lua> = LazyLock::new(|| Lua::new(ACQUIRE_WAITING_LUA));
+static WITHDRAW: LazyLock<Lua> = LazyLock::new(|| Lua::new(WITHDRAW_LUA));
 
 // ---- the steps ------------------------------------------------------------------------------
 
@@ -412,31 +412,111 @@ pub(crate) async fn acquire_keys_on<C: ConnectionLike>(
     attempt_of(reply)
 }
 
+/// A Lua script with its source: run by its hash (`EVALSHA`) and, on a node that answers
+/// `NOSCRIPT`, by its source (`EVAL`, which caches it there too).
+///
+/// The redis crate's `Script` answers `NOSCRIPT` with `SCRIPT LOAD` and a second `EVALSHA`.
+/// On a Cluster, `SCRIPT LOAD` goes to the masters of the client's slot map, and right after
+/// a failover the promoted master may not be among them yet, so the second `EVALSHA`, routed
+/// by its keys, meets `NOSCRIPT` again (seen once in eight parallel test runs, on an acquire
+/// just after a failover). `EVAL` goes where the keys go, with the script.
+pub(crate) struct Lua {
+    script: Script,
+    source: &'static str,
+}
+
+impl Lua {
+    pub(crate) fn new(source: &'static str) -> Self {
+        Lua {
+            script: Script::new(source),
+            source,
+        }
+    }
+
+    /// An invocation with this first key.
+    pub(crate) fn key<T: ToRedisArgs>(&self, key: T) -> Invocation<'_> {
+        Invocation {
+            lua: self,
+            keys: Vec::new(),
+            args: Vec::new(),
+        }
+        .key(key)
+    }
+}
+
+/// A call of a [`Lua`] script being built, as the redis crate's `ScriptInvocation`.
+pub(crate) struct Invocation<'a> {
+    lua: &'a Lua,
+    keys: Vec<Vec<u8>>,
+    args: Vec<Vec<u8>>,
+}
+
+impl Invocation<'_> {
+    pub(crate) fn key<T: ToRedisArgs>(mut self, key: T) -> Self {
+        self.keys.extend(key.to_redis_args());
+        self
+    }
+
+    pub(crate) fn arg<T: ToRedisArgs>(mut self, arg: T) -> Self {
+        self.args.extend(arg.to_redis_args());
+        self
+    }
+
+    /// Runs the script (see [`Lua`] for `NOSCRIPT`).
+    pub(crate) async fn invoke_async<C: ConnectionLike, T: redis::FromRedisValue>(
+        &self,
+        conn: &mut C,
+    ) -> redis::RedisResult<T> {
+        let bytes = self.keys.iter().chain(&self.args).map(Vec::len).sum();
+        let mut cmd = evalsha(
+            self.lua,
+            self.keys.len(),
+            self.keys.len() + self.args.len(),
+            bytes,
+        );
+        for part in self.keys.iter().chain(&self.args) {
+            cmd.arg(&part[..]);
+        }
+        run_script(conn, self.lua, &cmd).await
+    }
+}
+
 /// `EVALSHA sha numkeys` with room for `args` more arguments (keys and values, `bytes` of
-/// them), for [`run_script`]: one command built in place, where the redis crate's
-/// `ScriptInvocation` copies each key and argument into a vector of its own first (the hot
-/// paths, acquire and release, use this).
-pub(crate) fn evalsha(script: &Script, keys: usize, args: usize, bytes: usize) -> redis::Cmd {
+/// them), for [`run_script`]: one command built in place, where an [`Invocation`] copies each
+/// key and argument into a vector of its own first (the hot paths, acquire and release, use
+/// this).
+pub(crate) fn evalsha(lua: &Lua, keys: usize, args: usize, bytes: usize) -> redis::Cmd {
     let mut cmd = redis::Cmd::with_capacity(3 + args, 16 + 40 + bytes);
-    cmd.arg("EVALSHA").arg(script.get_hash()).arg(keys);
+    cmd.arg("EVALSHA").arg(lua.script.get_hash()).arg(keys);
     cmd
 }
 
-/// Sends an [`evalsha`] command; on `NOSCRIPT` loads the script and sends it again, as
-/// `ScriptInvocation::invoke_async` does.
+/// Sends an [`evalsha`] command; on `NOSCRIPT` sends it again as `EVAL` with the script's
+/// source (see [`Lua`]).
 pub(crate) async fn run_script<C: ConnectionLike, T: redis::FromRedisValue>(
     conn: &mut C,
-    script: &Script,
+    lua: &Lua,
     cmd: &redis::Cmd,
 ) -> redis::RedisResult<T> {
     match cmd.query_async(conn).await {
         Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
             // Boxed, as the rare path: inline, its future would be copied with every call's.
-            Box::pin(script.prepare_invoke().load_async(conn)).await?;
-            cmd.query_async(conn).await
+            Box::pin(eval_of(lua, cmd).query_async(conn)).await
         }
         other => other,
     }
+}
+
+/// `cmd` (`EVALSHA sha numkeys keys… args…`) as `EVAL source numkeys keys… args…`.
+fn eval_of(lua: &Lua, cmd: &redis::Cmd) -> redis::Cmd {
+    let mut eval = redis::Cmd::with_capacity(cmd.args_iter().count(), lua.source.len() + 64);
+    eval.arg("EVAL").arg(lua.source);
+    for arg in cmd.args_iter().skip(2) {
+        if let redis::Arg::Simple(bytes) = arg {
+            eval.arg(bytes);
+        }
+    }
+    eval
 }
 
 /// What the acquire script's reply says: a positive integer (or its digits, as `mint_lua!`
@@ -818,6 +898,82 @@ pub(crate) mod tests {
             .get_multiplexed_async_connection()
             .await
             .expect("connect")
+    }
+
+    /// A connection whose `SCRIPT LOAD`s reach no node, as a Cluster client's do right after a
+    /// failover for the promoted master it does not know yet: it answers them with the hash
+    /// and sends nothing.
+    struct LoadsGoElsewhere(redis::aio::MultiplexedConnection);
+
+    impl ConnectionLike for LoadsGoElsewhere {
+        fn req_packed_command<'a>(
+            &'a mut self,
+            cmd: &'a redis::Cmd,
+        ) -> redis::RedisFuture<'a, redis::Value> {
+            let mut args = cmd.args_iter();
+            let load = matches!(
+                (args.next(), args.next()),
+                (Some(redis::Arg::Simple(a)), Some(redis::Arg::Simple(b)))
+                    if a.eq_ignore_ascii_case(b"SCRIPT") && b.eq_ignore_ascii_case(b"LOAD")
+            );
+            if load {
+                let hash = Script::new(&String::from_utf8_lossy(match args.next() {
+                    Some(redis::Arg::Simple(source)) => source,
+                    _ => b"",
+                }))
+                .get_hash()
+                .to_owned();
+                return Box::pin(async move { Ok(redis::Value::BulkString(hash.into_bytes())) });
+            }
+            self.0.req_packed_command(cmd)
+        }
+
+        fn req_packed_commands<'a>(
+            &'a mut self,
+            pipeline: &'a redis::Pipeline,
+            offset: usize,
+            count: usize,
+        ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+            self.0.req_packed_commands(pipeline, offset, count)
+        }
+
+        fn get_db(&self) -> i64 {
+            self.0.get_db()
+        }
+    }
+
+    /// A node that does not have the script and is not reached by `SCRIPT LOAD` still runs it:
+    /// the acquire and a script run through an [`Invocation`] both fall back to `EVAL`. (With
+    /// the redis crate's load-and-retry, both answered `NOSCRIPT`.)
+    #[tokio::test]
+    async fn a_node_that_lacks_the_script_and_misses_the_load_still_runs_it() {
+        let mut conn = LoadsGoElsewhere(shared_connection().await);
+        let key = format!("noscript:{}", OwnerId::random());
+        let names = KeyNames::new("", &key);
+        let _: () = redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .query_async(&mut conn.0)
+            .await
+            .expect("SCRIPT FLUSH");
+        let attempt = acquire_on(
+            &mut conn,
+            &names,
+            OwnerId::random(),
+            Duration::from_secs(30),
+            Duration::from_millis(RETENTION_MS),
+        )
+        .await
+        .expect("the acquire runs by EVAL");
+        assert!(matches!(attempt, Attempt::Granted { .. }), "{attempt:?}");
+        let _: () = redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .query_async(&mut conn.0)
+            .await
+            .expect("SCRIPT FLUSH");
+        let status = status_on(&mut conn, &names)
+            .await
+            .expect("the status script runs by EVAL");
+        assert!(matches!(status, KeyStatus::Held { .. }), "{status:?}");
     }
 
     async fn server_micros(conn: &mut redis::aio::MultiplexedConnection) -> u64 {

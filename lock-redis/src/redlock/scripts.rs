@@ -9,11 +9,10 @@ use std::time::Duration;
 use fencelock_core::ttl::whole_millis;
 use fencelock_core::{Error, OwnerId, Result};
 use redis::aio::ConnectionLike;
-use redis::Script;
 
 use crate::error::script_error;
 use crate::keys::KeyNames;
-use crate::script::{evalsha, owner_hex, run_script, Attempt};
+use crate::script::{evalsha, owner_hex, run_script, Attempt, Lua};
 
 /// How long a waiter's queue entry lives without a refresh. A waiter refreshes it at every
 /// round, at least every [`WAIT_CAP`](crate::store::WAIT_CAP) (250 ms) plus one round, so it
@@ -300,10 +299,10 @@ return 1
 "
 );
 
-static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_LUA));
-static RAISE: LazyLock<Script> = LazyLock::new(|| Script::new(RAISE_LUA));
-static WITHDRAW: LazyLock<Script> = LazyLock::new(|| Script::new(WITHDRAW_LUA));
-static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_LUA));
+static ACQUIRE: LazyLock<Lua> = LazyLock::new(|| Lua::new(ACQUIRE_LUA));
+static RAISE: LazyLock<Lua> = LazyLock::new(|| Lua::new(RAISE_LUA));
+static WITHDRAW: LazyLock<Lua> = LazyLock::new(|| Lua::new(WITHDRAW_LUA));
+static RELEASE: LazyLock<Lua> = LazyLock::new(|| Lua::new(RELEASE_LUA));
 
 /// The names of one key on a Redlock node: the single-node store's, and the key's waiter
 /// queue and its entries' expiries, under the same hash tag.
@@ -557,7 +556,7 @@ return {token, tonumber(redis.call('GET', KEYS[2])), redis.call('PTTL', KEYS[2])
         use proptest::test_runner::{Config, TestRunner};
 
         let mut conn = crate::script::tests::shared_connection().await;
-        let script = Script::new(MINT_AT_LUA);
+        let script = redis::Script::new(MINT_AT_LUA);
         let fence_key = format!("mint-model:{}:fence", OwnerId::random());
         let retention_ms = 60_000u64;
         let g = GRANULE_MICROS;
