@@ -5,6 +5,7 @@
 use std::fs::{self, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::net::TcpListener;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -24,16 +25,92 @@ pub(crate) const READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// early (typically because another process took the port meanwhile).
 pub(crate) const START_ATTEMPTS: usize = 3;
 
-/// `n` distinct free TCP ports on 127.0.0.1 (all bound at once, then released).
+/// `n` distinct free TCP ports on 127.0.0.1, reserved for this test process until it exits.
+///
+/// Between this call and the server's `listen`, and again while a test restarts a server on
+/// its port, two things could take a port: an outgoing connection the kernel gives it as its
+/// source port, and a server another test process starts (the test runner runs several test
+/// binaries at once). So the ports come from below the kernel's ephemeral range
+/// (`ip_local_port_range`), which it never hands out as source ports, and each is claimed by an
+/// exclusive `flock` on a file named after it in a directory all test processes share, held
+/// until this process exits: no two live test processes hold one port. A port is also checked
+/// free by binding it (a server of something else may listen there).
 pub(crate) fn free_ports(n: usize) -> Result<Vec<u16>> {
-    let listeners = (0..n)
-        .map(|_| TcpListener::bind(("127.0.0.1", 0)))
-        .collect::<io::Result<Vec<_>>>()?;
-    let ports = listeners
-        .iter()
-        .map(|l| Ok(l.local_addr()?.port()))
-        .collect::<io::Result<Vec<_>>>()?;
+    let range = server_port_range()?;
+    let dir = std::env::temp_dir().join("test-servers-ports");
+    fs::create_dir_all(&dir)?;
+    let mut claimed = CLAIMED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut ports = Vec::with_capacity(n);
+    let span = u32::from(range.1 - range.0);
+    for attempt in 0.. {
+        if ports.len() == n {
+            break;
+        }
+        if attempt > 50 * (n + 1) {
+            return Err(Error::Io(io::Error::new(
+                io::ErrorKind::AddrInUse,
+                format!(
+                    "no free port claimable in {}..{} after {attempt} tries",
+                    range.0, range.1
+                ),
+            )));
+        }
+        let port = range.0 + (random_u32() % span) as u16;
+        if ports.contains(&port) {
+            continue;
+        }
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join(port.to_string()))?;
+        // SAFETY: flock(2) on a descriptor `file` owns; no pointers.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            continue; // Another live test process holds it (or this one does, on an older call).
+        }
+        if TcpListener::bind(("127.0.0.1", port)).is_err() {
+            continue; // Dropping `file` unlocks it.
+        }
+        claimed.push(file);
+        ports.push(port);
+    }
     Ok(ports)
+}
+
+/// The lock files behind every port [`free_ports`] claimed; never closed, so the claims hold
+/// until the test process ends.
+static CLAIMED: Mutex<Vec<fs::File>> = Mutex::new(Vec::new());
+
+/// The ports servers are started on: from 10,000 to the start of the kernel's ephemeral range
+/// (32,768 by default), or above its end when that start is too low to leave room.
+fn server_port_range() -> Result<(u16, u16)> {
+    let text = fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap_or_default();
+    let mut bounds = text.split_whitespace().map(str::parse::<u16>);
+    let (low, high) = match (bounds.next(), bounds.next()) {
+        (Some(Ok(low)), Some(Ok(high))) => (low, high),
+        _ => (32_768, 60_999),
+    };
+    if low >= 12_000 {
+        Ok((10_000, low))
+    } else if high <= 63_000 {
+        Ok((high + 1, u16::MAX))
+    } else {
+        Err(Error::Io(io::Error::other(format!(
+            "the ephemeral port range {low}-{high} leaves no room for test servers' ports"
+        ))))
+    }
+}
+
+/// A random number from std's per-process random hash keys (no dependency for this).
+fn random_u32() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    static COUNTER: AtomicUsize = AtomicUsize::new(0);
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_usize(COUNTER.fetch_add(1, Ordering::Relaxed));
+    hasher.write_u32(std::process::id());
+    hasher.finish() as u32
 }
 
 /// Finds `binary` on `PATH`, or reports which Debian package provides it.
@@ -468,6 +545,41 @@ pub(crate) fn wait_ready(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The ports are distinct, outside the kernel's ephemeral range, and claimed: another
+    /// open of a port's lock file (as another test process would) cannot lock it.
+    #[test]
+    fn free_ports_are_distinct_outside_the_ephemeral_range_and_claimed() {
+        let (low, high) = server_port_range().expect("a range");
+        let ports = free_ports(20).expect("ports");
+        let mut distinct = ports.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), 20, "{ports:?}");
+        let text = fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").expect("range");
+        let ephemeral: Vec<u16> = text
+            .split_whitespace()
+            .map(|n| n.parse().expect("a port"))
+            .collect();
+        for &port in &ports {
+            assert!((low..high).contains(&port), "{port} outside {low}..{high}");
+            assert!(
+                !(ephemeral[0]..=ephemeral[1]).contains(&port),
+                "{port} is in the ephemeral range {ephemeral:?}"
+            );
+            let other = OpenOptions::new()
+                .write(true)
+                .open(
+                    std::env::temp_dir()
+                        .join("test-servers-ports")
+                        .join(port.to_string()),
+                )
+                .expect("the lock file");
+            // SAFETY: flock(2) on a descriptor `other` owns.
+            let locked = unsafe { libc::flock(other.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+            assert_ne!(locked, 0, "port {port} was not claimed");
+        }
+    }
 
     #[test]
     fn the_sweep_removes_directories_of_dead_processes_whatever_their_kind() {
