@@ -200,7 +200,6 @@ fn run_after_help() -> String {
         help.push_str(&format!("  {name:width$}{example}\n"));
     }
     help.push_str(concat!(
-        "On PostgreSQL and MySQL tls_ca implies sslmode=verify-full unless sslmode is given.\n",
         "Give a URL with a password in LOCK_URL, not --url: a command line is visible to every user\n",
         "of the host, e.g.\n",
     ));

@@ -175,7 +175,7 @@ impl Drop for Scratch {
 fn runs_over_and_refuses_the_wrong_ca(name: &str, url: &str, with_password: &str) {
     let scratch = Scratch::new(name);
     let ca = TestCa::shared();
-    runs_and_excludes_over(&format!("{url}?{}", ca.ca_option()), &scratch.0);
+    runs_and_excludes_over(&ca.with_ca_option(url), &scratch.0);
     wrong_ca_is_one_line_without_the_password(
         &format!("{with_password}?{}", ca.other_ca_option()),
         &scratch.0,
