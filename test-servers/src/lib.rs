@@ -60,6 +60,7 @@ mod redis_cluster;
 mod relay;
 pub mod shared;
 mod tls;
+pub mod zookeeper;
 
 pub use etcd::{EtcdCluster, EtcdServer};
 pub use mariadb::MariadbServer;
@@ -69,6 +70,7 @@ pub use redis::RedisServer;
 pub use redis_cluster::RedisCluster;
 pub use relay::FreezableRelay;
 pub use tls::{ServerCert, TestCa, TlsEtcd, TlsRedis, CLIENT_CN};
+pub use zookeeper::ZookeeperEnsemble;
 
 /// The result type of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

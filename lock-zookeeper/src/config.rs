@@ -1,0 +1,441 @@
+//! [`ZookeeperConfig`]: where the ensemble is and how the store uses it, from a URL.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use fencelock_core::url::{parse_timeout, percent_decode};
+use fencelock_core::{Error, Result};
+
+/// `zookeeper://`: plain connections.
+const SCHEME: &str = "zookeeper";
+/// The URL schemes this store answers to: its descriptor's, and the ones
+/// [`ZookeeperConfig::from_url`] accepts.
+pub const URL_SCHEMES: &[&str] = &[SCHEME];
+/// The default prefix: the znode under which every key's container node lives.
+pub const DEFAULT_PREFIX: &str = "/fencelock";
+/// The default bound on establishing a session.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// The default bound on one request (a create, a read, a delete).
+pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
+/// The client port ZooKeeper listens on when a URL names none.
+pub const DEFAULT_PORT: u16 = 2181;
+
+/// The query-string options this crate reads; anything else is rejected, so a typo such as
+/// `prefx=` cannot silently put locks under the default prefix.
+const OPTIONS: &[&str] = &["prefix", "connect_timeout", "command_timeout"];
+/// TLS options of the other stores, refused here with a reason.
+const TLS_OPTIONS: &[&str] = &["tls", "tls_ca", "tls_cert", "tls_key", "sslmode"];
+
+/// How to reach ZooKeeper and where to keep the locks.
+///
+/// Built from a URL by [`ZookeeperConfig::from_url`]:
+///
+/// ```text
+/// zookeeper://[user:password@]host:port[,host:port…][/chroot][?option=value&…]
+/// ```
+///
+/// | option | default | meaning |
+/// | --- | --- | --- |
+/// | `prefix` | `/fencelock` | the znode (inside the chroot) under which each key's container node lives; an absolute ZooKeeper path, created (persistent) if missing |
+/// | `connect_timeout` | `5s` | bound on establishing a session: `5` (seconds), `5s` or `250ms` |
+/// | `command_timeout` | `5s` | bound on one request to the ensemble, same forms |
+///
+/// The user name and password, if given, authenticate every session with ZooKeeper's
+/// `digest` scheme (`addauth digest user:password`). TLS is not supported yet: the `tls*`
+/// options are refused (see the crate docs). A host without a port gets 2181; IPv6 hosts are
+/// written `[::1]:2181`. Unknown options are rejected. `Debug` and `Display` never show the
+/// password.
+#[derive(Clone)]
+pub struct ZookeeperConfig {
+    pub(crate) endpoints: Vec<String>,
+    pub(crate) chroot: String,
+    pub(crate) user: Option<(String, String)>,
+    pub(crate) prefix: String,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) command_timeout: Duration,
+}
+
+impl ZookeeperConfig {
+    /// Parses a `zookeeper://` URL (see the type's docs for the options).
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] naming `"url"` for another scheme, a malformed host list or
+    /// chroot, an unknown or malformed option, or a TLS option. The message never contains the
+    /// password.
+    pub fn from_url(url: &str) -> Result<Self> {
+        fencelock_core::url::check_userinfo_encoded(url)?;
+        let bad = |rule: String| Error::invalid("url", rule);
+        let (scheme, rest) = url.split_once("://").unwrap_or(("(none)", url));
+        if !scheme.eq_ignore_ascii_case(SCHEME) {
+            return Err(bad(format!(
+                "the scheme must be {SCHEME}://, not {scheme}://"
+            )));
+        }
+        let (rest, query) = match rest.split_once('?') {
+            Some((rest, query)) => (rest, Some(query)),
+            None => (rest, None),
+        };
+        if rest.contains('#') {
+            return Err(bad("a zookeeper URL has no fragment".into()));
+        }
+        let (authority, chroot) = match rest.find('/') {
+            Some(at) => (&rest[..at], &rest[at..]),
+            None => (rest, ""),
+        };
+        let chroot = parse_chroot(chroot)?;
+        let (userinfo, hosts) = match authority.rsplit_once('@') {
+            Some((userinfo, hosts)) => (Some(userinfo), hosts),
+            None => (None, authority),
+        };
+        let user = match userinfo {
+            None => None,
+            Some(userinfo) => {
+                let (name, password) = userinfo.split_once(':').unwrap_or((userinfo, ""));
+                let name = percent_decode(name).ok_or_else(|| {
+                    bad("the user name is not valid percent-encoded UTF-8".into())
+                })?;
+                let password = percent_decode(password)
+                    .ok_or_else(|| bad("the password is not valid percent-encoded UTF-8".into()))?;
+                if name.is_empty() || name.contains(':') {
+                    return Err(bad(
+                        "the user name is empty or holds a ':' (digest auth is user:password)"
+                            .into(),
+                    ));
+                }
+                Some((name, password))
+            }
+        };
+        let endpoints = hosts
+            .split(',')
+            .map(parse_host)
+            .collect::<Result<Vec<_>>>()?;
+        let mut config = ZookeeperConfig {
+            endpoints,
+            chroot,
+            user,
+            prefix: DEFAULT_PREFIX.to_owned(),
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            command_timeout: DEFAULT_COMMAND_TIMEOUT,
+        };
+        for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+            let decode = |text: &str| {
+                percent_decode(&text.replace('+', " ")).ok_or_else(|| {
+                    bad(format!(
+                        "option {text:?} is not valid percent-encoded UTF-8"
+                    ))
+                })
+            };
+            let (name, value) = (decode(name)?, decode(value)?);
+            match name.as_str() {
+                "prefix" => config.prefix = parse_prefix(&value)?,
+                "connect_timeout" => {
+                    config.connect_timeout = parse_timeout("connect_timeout", &value)?
+                }
+                "command_timeout" => {
+                    config.command_timeout = parse_timeout("command_timeout", &value)?
+                }
+                tls if TLS_OPTIONS.contains(&tls) => {
+                    return Err(bad(format!(
+                        "{tls}: TLS to ZooKeeper is not supported by fencelock-zookeeper yet \
+                         (ZooKeeper's TLS needs a secureClientPort and the client's tls feature); \
+                         reach the ensemble over a trusted network or a TLS tunnel"
+                    )))
+                }
+                unknown => {
+                    return Err(bad(format!(
+                        "unknown option {unknown:?}; this store reads {}",
+                        OPTIONS.join(", ")
+                    )))
+                }
+            }
+        }
+        Ok(config)
+    }
+
+    /// The client endpoints, `host:port` each.
+    pub fn endpoints(&self) -> &[String] {
+        &self.endpoints
+    }
+
+    /// The chroot every path is under (`""` for none, else `/a/b`).
+    pub fn chroot(&self) -> &str {
+        &self.chroot
+    }
+
+    /// The user name of the digest authentication, if the URL names one.
+    pub fn user(&self) -> Option<&str> {
+        self.user.as_ref().map(|(name, _)| name.as_str())
+    }
+
+    /// The znode under which each key's container lives.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The bound on establishing a session.
+    pub fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+
+    /// The bound on one request.
+    pub fn command_timeout(&self) -> Duration {
+        self.command_timeout
+    }
+
+    /// Sets the prefix.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a prefix that is not an absolute ZooKeeper path.
+    pub fn with_prefix(mut self, prefix: &str) -> Result<Self> {
+        self.prefix = parse_prefix(prefix)?;
+        Ok(self)
+    }
+
+    /// Sets the bound on establishing a session.
+    pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Sets the bound on one request.
+    pub fn with_command_timeout(mut self, timeout: Duration) -> Self {
+        self.command_timeout = timeout;
+        self
+    }
+
+    /// The connect string the client wants: `h:p,h:p[/chroot]`.
+    pub(crate) fn connect_string(&self) -> String {
+        format!("{}{}", self.endpoints.join(","), self.chroot)
+    }
+
+    /// The URL with the password replaced by `***` and the options in their parsed form.
+    pub fn redacted(&self) -> String {
+        let user = match &self.user {
+            Some((name, _)) => format!("{}:***@", percent_encode(name)),
+            None => String::new(),
+        };
+        format!(
+            "{SCHEME}://{user}{}{}?prefix={}&connect_timeout={}ms&command_timeout={}ms",
+            self.endpoints.join(","),
+            self.chroot,
+            percent_encode(&self.prefix),
+            self.connect_timeout.as_millis(),
+            self.command_timeout.as_millis()
+        )
+    }
+}
+
+impl fmt::Display for ZookeeperConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.redacted())
+    }
+}
+
+impl fmt::Debug for ZookeeperConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ZookeeperConfig")
+            .field("endpoints", &self.endpoints)
+            .field("chroot", &self.chroot)
+            .field("user", &self.user())
+            .field("password", &self.user.as_ref().map(|_| "***"))
+            .field("prefix", &self.prefix)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("command_timeout", &self.command_timeout)
+            .finish()
+    }
+}
+
+impl FromStr for ZookeeperConfig {
+    type Err = Error;
+
+    fn from_str(url: &str) -> Result<Self> {
+        Self::from_url(url)
+    }
+}
+
+/// A ZooKeeper path: absolute, no empty, `.` or `..` segment, no trailing `/` (but `/`
+/// itself), no control character.
+fn valid_path(path: &str) -> bool {
+    path == "/"
+        || (path.starts_with('/')
+            && path[1..]
+                .split('/')
+                .all(|segment| !matches!(segment, "" | "." | ".."))
+            && !path.chars().any(char::is_control))
+}
+
+/// The chroot after the hosts: empty, or a ZooKeeper path (percent-decoded).
+fn parse_chroot(text: &str) -> Result<String> {
+    let decoded = percent_decode(text)
+        .ok_or_else(|| Error::invalid("url", "the chroot is not valid percent-encoded UTF-8"))?;
+    if decoded.is_empty() || decoded == "/" {
+        return Ok(String::new());
+    }
+    let decoded = decoded.strip_suffix('/').unwrap_or(&decoded).to_owned();
+    if !valid_path(&decoded) {
+        return Err(Error::invalid(
+            "url",
+            format!("the chroot {decoded:?} is not a ZooKeeper path (/a/b)"),
+        ));
+    }
+    Ok(decoded)
+}
+
+/// The `prefix=` option: an absolute ZooKeeper path other than `/`.
+fn parse_prefix(prefix: &str) -> Result<String> {
+    let prefix = prefix.strip_suffix('/').unwrap_or(prefix);
+    if prefix.is_empty() || !valid_path(prefix) {
+        return Err(Error::invalid(
+            "url",
+            format!("prefix must be an absolute ZooKeeper path other than / (such as /fencelock), not {prefix:?}"),
+        ));
+    }
+    Ok(prefix.to_owned())
+}
+
+/// `host:port`, `host` (port 2181), `[v6]:port` or `[v6]`.
+fn parse_host(text: &str) -> Result<String> {
+    let bad = |rule: String| Error::invalid("url", rule);
+    let (host, port) = if let Some(rest) = text.strip_prefix('[') {
+        let (v6, after) = rest
+            .split_once(']')
+            .ok_or_else(|| bad(format!("host {text:?} opens '[' without closing it")))?;
+        let port = match after {
+            "" => None,
+            _ => Some(
+                after
+                    .strip_prefix(':')
+                    .ok_or_else(|| bad(format!("host {text:?}: expected ':port' after ']'")))?,
+            ),
+        };
+        (format!("[{v6}]"), port)
+    } else {
+        match text.split_once(':') {
+            Some((host, port)) => (host.to_owned(), Some(port)),
+            None => (text.to_owned(), None),
+        }
+    };
+    if host.is_empty() || host == "[]" {
+        return Err(bad(format!(
+            "every server needs a host (host:port, separated by commas), got {text:?}"
+        )));
+    }
+    if host
+        .chars()
+        .any(|c| c.is_whitespace() || matches!(c, '@' | '%' | '?' | '/'))
+    {
+        return Err(bad(format!(
+            "host {host:?} contains a character hosts cannot"
+        )));
+    }
+    let port = match port {
+        None => DEFAULT_PORT,
+        Some(port) => port
+            .parse::<u16>()
+            .ok()
+            .filter(|&p| p != 0)
+            .ok_or_else(|| bad(format!("port {port:?} of {host} is not 1 to 65535")))?,
+    };
+    Ok(format!("{host}:{port}"))
+}
+
+fn percent_encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~/".contains(&byte) {
+            out.push(byte as char);
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(url: &str) -> String {
+        match ZookeeperConfig::from_url(url) {
+            Err(Error::InvalidInput { what: "url", rule }) => rule,
+            other => panic!("{url}: expected an invalid url, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn urls_parse_with_defaults_and_options() {
+        let config = ZookeeperConfig::from_url("zookeeper://127.0.0.1:2181").unwrap();
+        assert_eq!(config.endpoints(), ["127.0.0.1:2181"]);
+        assert_eq!(config.chroot(), "");
+        assert_eq!(config.prefix(), DEFAULT_PREFIX);
+        assert_eq!(config.connect_timeout(), DEFAULT_CONNECT_TIMEOUT);
+        assert_eq!(config.command_timeout(), DEFAULT_COMMAND_TIMEOUT);
+        assert_eq!(config.connect_string(), "127.0.0.1:2181");
+
+        let config = ZookeeperConfig::from_url(
+            "zookeeper://app:pw@10.0.0.1:1,10.0.0.2,[::1]:3/apps/billing?prefix=%2Flocks&connect_timeout=2&command_timeout=250ms",
+        )
+        .unwrap();
+        assert_eq!(
+            config.endpoints(),
+            ["10.0.0.1:1", "10.0.0.2:2181", "[::1]:3"]
+        );
+        assert_eq!(config.chroot(), "/apps/billing");
+        assert_eq!(config.user(), Some("app"));
+        assert_eq!(config.prefix(), "/locks");
+        assert_eq!(config.connect_timeout(), Duration::from_secs(2));
+        assert_eq!(config.command_timeout(), Duration::from_millis(250));
+        assert_eq!(
+            config.connect_string(),
+            "10.0.0.1:1,10.0.0.2:2181,[::1]:3/apps/billing"
+        );
+        assert_eq!(
+            ZookeeperConfig::from_url("zookeeper://h/")
+                .unwrap()
+                .chroot(),
+            ""
+        );
+    }
+
+    #[test]
+    fn passwords_never_print() {
+        let config = ZookeeperConfig::from_url("zookeeper://user:s3cr%40t@h:1,h:2/c").unwrap();
+        for shown in [config.to_string(), format!("{config:?}"), config.redacted()] {
+            assert!(!shown.contains("s3cr"), "{shown}");
+            assert!(shown.contains("***"), "{shown}");
+        }
+        assert!(config
+            .to_string()
+            .starts_with("zookeeper://user:***@h:1,h:2/c?prefix=/fencelock"));
+        let message = rule("zookeeper://user:s3cret@h:1?prefx=x");
+        assert!(!message.contains("s3cret"), "{message}");
+        let again = ZookeeperConfig::from_url(
+            &ZookeeperConfig::from_url("zookeeper://h:1/c?prefix=/p")
+                .unwrap()
+                .redacted(),
+        )
+        .unwrap();
+        assert_eq!((again.chroot(), again.prefix()), ("/c", "/p"));
+    }
+
+    #[test]
+    fn bad_urls_are_invalid_input_naming_the_rule() {
+        assert!(rule("etcd://h:1").contains("zookeeper://"));
+        assert!(rule("h:1").contains("zookeeper://"));
+        assert!(rule("zookeeper://h:1?prefx=x").contains("unknown option \"prefx\""));
+        assert!(rule("zookeeper://h:1?prefix=").contains("prefix"));
+        assert!(rule("zookeeper://h:1?prefix=locks").contains("prefix"));
+        assert!(rule("zookeeper://h:1?prefix=/a/../b").contains("prefix"));
+        assert!(rule("zookeeper://h:1,,h:2").contains("host"));
+        assert!(rule("zookeeper://").contains("host"));
+        assert!(rule("zookeeper://h:0").contains("port"));
+        assert!(rule("zookeeper://h:x").contains("port"));
+        assert!(rule("zookeeper://[::1").contains("'['"));
+        assert!(rule("zookeeper://h:1/a//b").contains("chroot"));
+        assert!(rule("zookeeper://h:1?connect_timeout=0").contains("connect_timeout"));
+        assert!(rule("zookeeper://:pw@h:1").contains("user name"));
+        assert!(rule("zookeeper://h:1?tls_ca=/x").contains("TLS"));
+    }
+}

@@ -1,0 +1,21 @@
+//! The descriptor the `fencelock` facade lists.
+
+use std::sync::Arc;
+
+use fencelock_core::kind::BoxFuture;
+use fencelock_core::{DynLockStore, Result, StoreKind};
+
+use crate::config::{ZookeeperConfig, URL_SCHEMES};
+use crate::store::ZookeeperStore;
+
+/// ZooKeeper: `zookeeper://host:port[,host:port…][/chroot]`, see [`ZookeeperConfig`].
+pub const ZOOKEEPER: StoreKind = StoreKind::new("zookeeper", URL_SCHEMES, "zookeeper", connect)
+    .with_eviction("deletes the holder's lock node")
+    .with_example("zookeeper://zk1:2181,zk2:2181,zk3:2181/apps");
+
+fn connect(url: &str) -> BoxFuture<'_, Result<DynLockStore>> {
+    Box::pin(async move {
+        let store = ZookeeperStore::connect(ZookeeperConfig::from_url(url)?).await?;
+        Ok(Arc::new(store) as DynLockStore)
+    })
+}

@@ -1,0 +1,43 @@
+//! ZooKeeper client errors as [`fencelock_core::Error`]: which ones a caller may retry.
+
+use fencelock_core::Error;
+use zookeeper_client as zk;
+
+/// Transport trouble, a timeout, a throttled request and a session that ended (the handle
+/// opens a new one next time) are retryable; everything else is not.
+pub(crate) fn is_retryable(error: &zk::Error) -> bool {
+    matches!(
+        error,
+        zk::Error::ConnectionLoss
+            | zk::Error::Timeout
+            | zk::Error::NoHosts
+            | zk::Error::SessionExpired
+            | zk::Error::SessionMoved
+            | zk::Error::Throttled
+            | zk::Error::ClientClosed
+            | zk::Error::NotReadOnly
+    )
+}
+
+/// Maps the client library's error, kept as the source: retryable ones become
+/// [`Error::Unavailable`], the rest [`Error::Store`] (a refused ACL says which right).
+pub(crate) fn client_error(what: &str, error: zk::Error) -> Error {
+    if matches!(error, zk::Error::NoAuth | zk::Error::AuthFailed) {
+        return Error::store(
+            format!(
+                "{what}: ZooKeeper refused it ({error}): the user needs CREATE, DELETE and READ \
+                 on the prefix and the key nodes (see the crate docs, ACLs)"
+            ),
+            error,
+        );
+    }
+    Error::from_client(what, error, is_retryable)
+}
+
+/// A request that did not answer within the command timeout.
+pub(crate) fn timed_out(what: &str, timeout: std::time::Duration) -> Error {
+    Error::Unavailable {
+        message: format!("{what}: ZooKeeper did not answer within {timeout:?}"),
+        source: None,
+    }
+}

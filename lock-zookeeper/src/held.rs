@@ -1,0 +1,112 @@
+//! A granted lease's state, and its one background task: the expiry that deletes the lock node
+//! at the lease's local deadline, so a lease nobody extends ends at its TTL while its process
+//! lives (the session's expiry is the backstop when the process dies).
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use fencelock_core::Lease;
+use tokio_util::sync::CancellationToken;
+
+use crate::session::{Failure, Session};
+
+/// Where a held lease is in its life; changed under the lock, so a release, an extend and the
+/// expiry never both win.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Held: extend may confirm it.
+    Held,
+    /// A release took it (and may have to try again).
+    Releasing,
+    /// Past its local deadline: the expiry deletes its node; nothing confirms it again.
+    Expired,
+    /// Its node is known gone.
+    Gone,
+}
+
+/// What a lease granted by this store carries ([`Lease::store_state`]).
+#[derive(Debug)]
+pub(crate) struct Held {
+    pub(crate) session: Arc<Session>,
+    /// The lock node's path.
+    pub(crate) path: String,
+    /// The lock node's `czxid`: the fencing token.
+    pub(crate) czxid: i64,
+    pub(crate) phase: Mutex<Phase>,
+    /// Its registration in the session's watch, set once the lease exists.
+    pub(crate) watch_id: std::sync::OnceLock<u64>,
+    /// Cancelled once the node is deleted by a release, so the expiry task ends.
+    pub(crate) done: CancellationToken,
+}
+
+impl Held {
+    /// The phase, under its lock.
+    pub(crate) fn phase(&self) -> std::sync::MutexGuard<'_, Phase> {
+        self.phase.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Drops the lease from its session's watch.
+    pub(crate) fn forget(&self) {
+        if let Some(id) = self.watch_id.get() {
+            self.session.forget(*id);
+        }
+    }
+
+    /// Deletes the lock node, retrying a lost connection while the session lives; gives whether
+    /// this call deleted it (`false`: it was already gone).
+    ///
+    /// # Cancel safety
+    /// The delete is sent when it is made; dropping the future may leave it deleted or not.
+    pub(crate) async fn delete(&self) -> fencelock_core::Result<bool> {
+        let what = "deleting a lock node";
+        match self
+            .session
+            .call(what, self.session.client.delete(&self.path, None))
+            .await
+        {
+            Ok(()) => Ok(true),
+            Err(Failure::NoNode) => Ok(false),
+            Err(other) => Err(other.into_error(what)),
+        }
+    }
+}
+
+/// Starts the expiry of `lease`: at its local deadline (followed as extends move it) it is
+/// marked expired and its node deleted, retried every 100 ms while the session lives.
+pub(crate) fn start_expiry(lease: Lease) {
+    tokio::spawn(async move {
+        let Some(held) = lease.store_state::<Held>() else {
+            return;
+        };
+        loop {
+            tokio::select! {
+                () = held.done.cancelled() => return,
+                () = tokio::time::sleep_until(lease.valid_until()) => {}
+            }
+            {
+                let mut phase = held.phase();
+                if *phase == Phase::Gone {
+                    return;
+                }
+                if *phase == Phase::Held && !lease.is_expired() {
+                    continue; // extended meanwhile
+                }
+                *phase = Phase::Expired;
+            }
+            break;
+        }
+        held.forget();
+        while !held.session.is_terminal() {
+            match held.delete().await {
+                Ok(_) => break,
+                Err(error) => {
+                    tracing::debug!(path = held.path, %error, "expiry: deleting the lock node failed; retrying");
+                    tokio::select! {
+                        () = held.done.cancelled() => return,
+                        () = tokio::time::sleep(std::time::Duration::from_millis(100)) => {}
+                    }
+                }
+            }
+        }
+        *held.phase() = Phase::Gone;
+    });
+}

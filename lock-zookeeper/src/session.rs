@@ -1,0 +1,276 @@
+//! The client layer: one ZooKeeper session, its negotiated timeout, the leases that live on it,
+//! and the task that revokes them when the session is lost.
+//!
+//! A session is lost when ZooKeeper expires it (`Expired`), when it is closed, or when it has
+//! been disconnected for [`loss_delay`] of its negotiated timeout: past that, the ensemble may
+//! expire it (and delete its lock nodes) at any moment, so its leases are revoked first. A
+//! reconnection before then keeps the session and its leases.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::Duration;
+
+use fencelock_core::{drift, Error, Result, Revocation};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use zookeeper_client as zk;
+
+use crate::config::ZookeeperConfig;
+use crate::error::{client_error, is_retryable, timed_out};
+
+/// How long after the client saw its connection drop a session's leases stay valid:
+/// `0.35 × timeout − drift(timeout)`.
+///
+/// The client declares a connection lost after `2/5` of the negotiated timeout without a byte
+/// from the server, checked every `1/20` of it, so the last reply came at most `0.45 ×
+/// timeout` before the disconnection is seen; the server touched the session when that reply's
+/// request arrived, and expires it no earlier than `timeout` after. What is left, `0.55 ×
+/// timeout`, less a fifth of the timeout for that request's round trip and the drift margin,
+/// is the delay: the loss signal fires before the ensemble can expire the session as long as a
+/// round trip takes less than a fifth of the session timeout.
+pub(crate) fn loss_delay(timeout: Duration) -> Duration {
+    (timeout * 7 / 20).saturating_sub(drift(timeout))
+}
+
+/// One ZooKeeper session of a handle.
+pub(crate) struct Session {
+    pub(crate) client: zk::Client,
+    /// The timeout the server negotiated.
+    pub(crate) timeout: Duration,
+    command_timeout: Duration,
+    /// The leases granted on this session that are still held, by a registration number.
+    leases: Mutex<HashMap<u64, Revocation>>,
+    next: AtomicU64,
+    /// Cancelled once the session is lost (expired, closed, or disconnected too long): its
+    /// leases are revoked and no new lease is granted on it.
+    ended: CancellationToken,
+    /// Cancelled on drop, so the state task ends with the session.
+    dropped: CancellationToken,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("id", &self.client.session_id())
+            .field("timeout", &self.timeout)
+            .field("ended", &self.ended.is_cancelled())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Session {
+    /// Opens a session asking for `requested` as its timeout, within the connect timeout, and
+    /// starts the task that watches its state.
+    ///
+    /// # Cancel safety
+    /// Dropping the future drops the half-open session; nothing is held on it yet.
+    pub(crate) async fn open(config: &ZookeeperConfig, requested: Duration) -> Result<Arc<Self>> {
+        let what = "opening a ZooKeeper session";
+        // The client gives one connection attempt 2/5 of the requested timeout, which may be
+        // short: attempts are repeated (from the first server again) until the connect timeout.
+        let deadline = Instant::now() + config.connect_timeout;
+        let mut pause = Duration::from_millis(10);
+        let client = loop {
+            let mut connector = zk::Client::connector()
+                .with_session_timeout(requested)
+                .with_fail_eagerly();
+            if let Some((user, password)) = &config.user {
+                connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            match tokio::time::timeout(left, connector.connect(&config.connect_string())).await {
+                Err(_) => return Err(timed_out(what, config.connect_timeout)),
+                Ok(Ok(client)) => break client,
+                Ok(Err(error)) if is_retryable(&error) && Instant::now() + pause < deadline => {
+                    tracing::debug!(%error, "{what}: retrying");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(200));
+                }
+                Ok(Err(error)) => return Err(client_error(what, error)),
+            }
+        };
+        let session = Arc::new(Session {
+            timeout: client.session_timeout(),
+            command_timeout: config.command_timeout,
+            leases: Mutex::new(HashMap::new()),
+            next: AtomicU64::new(0),
+            ended: CancellationToken::new(),
+            dropped: CancellationToken::new(),
+            client,
+        });
+        tokio::spawn(watch_state(
+            Arc::downgrade(&session),
+            session.client.state_watcher(),
+            session.ended.clone(),
+            session.dropped.clone(),
+            session.timeout,
+        ));
+        Ok(session)
+    }
+
+    /// Whether the session is lost: no lease may be granted on it.
+    pub(crate) fn is_ended(&self) -> bool {
+        self.ended.is_cancelled()
+    }
+
+    /// Completes once the session is lost.
+    ///
+    /// # Cancel safety
+    /// Cancel safe.
+    pub(crate) async fn ended(&self) {
+        self.ended.cancelled().await
+    }
+
+    /// Whether ZooKeeper ended the session for good (expired, closed, authentication
+    /// refused): its nodes are gone or going, and no request on it can succeed.
+    pub(crate) fn is_terminal(&self) -> bool {
+        matches!(
+            self.client.state(),
+            zk::SessionState::Expired | zk::SessionState::Closed | zk::SessionState::AuthFailed
+        )
+    }
+
+    /// Runs one request within the command timeout, its error mapped.
+    ///
+    /// # Cancel safety
+    /// The request is sent when `request` is made; dropping the future only stops waiting for
+    /// its answer.
+    pub(crate) async fn call<T>(
+        &self,
+        what: &str,
+        request: impl Future<Output = Result<T, zk::Error>>,
+    ) -> Result<T, Failure> {
+        match tokio::time::timeout(self.command_timeout, request).await {
+            Err(_) => Err(Failure::Other(timed_out(what, self.command_timeout))),
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(zk::Error::NoNode)) => Err(Failure::NoNode),
+            Ok(Err(zk::Error::NodeExists)) => Err(Failure::NodeExists),
+            Ok(Err(error)) => Err(Failure::Other(client_error(what, error))),
+        }
+    }
+
+    /// Registers a granted lease's revocation, revoked when the session is lost (at once if it
+    /// already is). Returns the number to [`forget`](Self::forget) it by.
+    pub(crate) fn watch(&self, revocation: Revocation) -> u64 {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        self.leases
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(id, revocation.clone());
+        if self.is_ended() {
+            revocation.revoke("the ZooKeeper session of the lease was lost as it was granted");
+        }
+        id
+    }
+
+    /// Drops a lease that is released or expired from the session's watch.
+    pub(crate) fn forget(&self, id: u64) {
+        self.leases
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&id);
+    }
+
+    /// Marks the session lost and revokes every lease on it, for `reason`.
+    fn end(&self, reason: &str) {
+        self.ended.cancel();
+        let leases: Vec<Revocation> = self
+            .leases
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .drain()
+            .map(|(_, revocation)| revocation)
+            .collect();
+        if !leases.is_empty() {
+            tracing::warn!(
+                session = ?self.client.session_id(),
+                leases = leases.len(),
+                reason,
+                "ZooKeeper session lost; its leases are revoked"
+            );
+        }
+        for revocation in leases {
+            revocation.revoke(reason);
+        }
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.dropped.cancel();
+    }
+}
+
+/// A request's failure: the two answers callers act on, or the mapped error.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    NoNode,
+    NodeExists,
+    Other(Error),
+}
+
+impl Failure {
+    /// The failure as an error, `what` naming the request for the two answers.
+    pub(crate) fn into_error(self, what: &str) -> Error {
+        match self {
+            Failure::Other(error) => error,
+            other => Error::store(format!("{what}: unexpected answer {other:?}"), "ZooKeeper"),
+        }
+    }
+}
+
+/// The background task of a session: ends it on `Expired`, `Closed` or `AuthFailed`, and when
+/// a disconnection lasts [`loss_delay`]; a reconnection before then keeps it.
+async fn watch_state(
+    session: Weak<Session>,
+    mut states: zk::StateWatcher,
+    ended: CancellationToken,
+    dropped: CancellationToken,
+    timeout: Duration,
+) {
+    let end = |reason: &str| {
+        if let Some(session) = session.upgrade() {
+            session.end(reason);
+        } else {
+            ended.cancel();
+        }
+    };
+    let mut disconnected_since: Option<Instant> = None;
+    loop {
+        let lost_at = disconnected_since.map(|since| since + loss_delay(timeout));
+        let state = tokio::select! {
+            () = dropped.cancelled() => return,
+            state = states.changed() => state,
+            () = sleep_until(lost_at) => {
+                end(&format!(
+                    "the ZooKeeper session was disconnected for {:?}, past which the ensemble may \
+                     expire it (negotiated session timeout {timeout:?})",
+                    loss_delay(timeout)
+                ));
+                return;
+            }
+        };
+        match state {
+            zk::SessionState::Disconnected => {
+                disconnected_since.get_or_insert_with(Instant::now);
+            }
+            zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => {
+                disconnected_since = None;
+            }
+            terminal => {
+                end(&format!("the ZooKeeper session ended: {terminal:?}"));
+                return;
+            }
+        }
+    }
+}
+
+/// Sleeps until `at`, or forever for `None`.
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}

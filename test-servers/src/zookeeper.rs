@@ -1,0 +1,420 @@
+//! ZooKeeper (Debian's `zookeeper` package, 3.8, Java) on free loopback ports: a standalone
+//! server or an ensemble, each member started as
+//! `java -cp /usr/share/java/zookeeper.jar org.apache.zookeeper.server.quorum.QuorumPeerMain
+//! zoo.cfg`, the class and class path `/usr/share/zookeeper/bin/zkEnv.sh` names (the jar's
+//! manifest lists the rest of the class path).
+//!
+//! Settings for short tests: `tickTime` of [`TICK`], `minSessionTimeout` and
+//! `maxSessionTimeout` set explicitly ([`MIN_SESSION_TIMEOUT`], [`MAX_SESSION_TIMEOUT`]),
+//! `forceSync=yes` (a write is acknowledged only once fsynced: the fencing argument across a
+//! restart depends on it), the admin server off, and containers swept every
+//! [`CONTAINER_SWEEP`] (the Java system property `znode.container.checkIntervalMs`; 60 s by
+//! default).
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::process::{self, log_marker, start_error, Proc, TempDir};
+use crate::{Error, Result};
+
+/// The server's jar, as `zkEnv.sh`'s `CLASSPATH` names it.
+const JAR: &str = "/usr/share/java/zookeeper.jar";
+/// slf4j's simple binding, so the server logs to its stderr (our log file); optional.
+const LOG_JAR: &str = "/usr/share/java/slf4j-simple.jar";
+/// The main class `zkServer.sh` runs (`ZOOMAIN` in `zkEnv.sh`).
+const MAIN: &str = "org.apache.zookeeper.server.quorum.QuorumPeerMain";
+/// The Debian package the server comes from (it depends on a Java runtime).
+const PACKAGE: &str = "zookeeper";
+
+/// The servers' `tickTime`: the unit of ZooKeeper's timeouts, and the granule to which the
+/// server rounds a session's expiry up.
+pub const TICK: Duration = Duration::from_millis(100);
+/// `minSessionTimeout` (2 ticks, ZooKeeper's default ratio): a client asking for less gets this.
+pub const MIN_SESSION_TIMEOUT: Duration = Duration::from_millis(200);
+/// `maxSessionTimeout` (100 ticks): a client asking for more gets this.
+pub const MAX_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often the servers sweep empty container nodes (`znode.container.checkIntervalMs`).
+pub const CONTAINER_SWEEP: Duration = Duration::from_secs(1);
+/// How many members [`ZookeeperEnsemble::shared_ensemble`] has: the smallest ensemble that
+/// survives losing one.
+pub const ENSEMBLE_MEMBERS: usize = 3;
+
+/// How long [`ZookeeperEnsemble::leader`] waits for a leader.
+const LEADER_TIMEOUT: Duration = Duration::from_secs(20);
+/// Timeout of one four-letter-word exchange.
+const WORD_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// A ZooKeeper standalone server or ensemble on loopback, each member with its own free
+/// client (and quorum and election) ports, data directory and log, in one temporary directory.
+/// Dropping it kills every member and removes the directory.
+#[derive(Debug)]
+pub struct ZookeeperEnsemble {
+    // Dropped (killed) before `dir` is removed.
+    members: Vec<Member>,
+    java: PathBuf,
+    class_path: String,
+    dir: TempDir,
+}
+
+#[derive(Debug)]
+struct Member {
+    proc: Proc,
+    /// `myid`, 1-based.
+    id: usize,
+    client_port: u16,
+    config: PathBuf,
+    log: PathBuf,
+}
+
+impl Member {
+    fn what(&self) -> String {
+        format!(
+            "zookeeper member {} on 127.0.0.1:{}",
+            self.id, self.client_port
+        )
+    }
+
+    /// The member's `Mode:` from `srvr` (`standalone`, `leader`, `follower`), `None` while it
+    /// does not serve requests.
+    fn mode(&self) -> Option<String> {
+        let answer = four_letter_word(self.client_port, "srvr")?;
+        answer
+            .lines()
+            .find_map(|line| line.strip_prefix("Mode: "))
+            .map(|mode| mode.trim().to_owned())
+    }
+}
+
+impl ZookeeperEnsemble {
+    /// Starts a standalone server (no `server.N` lines: ZooKeeper's standalone mode) and
+    /// waits until it serves requests.
+    ///
+    /// Fails with [`Error::MissingBinary`] naming the package `zookeeper` if the server or a
+    /// Java runtime is not installed.
+    pub fn start_standalone() -> Result<Self> {
+        Self::start(1)
+    }
+
+    /// Starts an ensemble of `members` (1 is a standalone server) and waits until every
+    /// member serves requests (an ensemble: one leader, the others following).
+    ///
+    /// Fails with [`Error::MissingBinary`] naming the package `zookeeper` if the server or a
+    /// Java runtime is not installed.
+    pub fn start(members: usize) -> Result<Self> {
+        if members == 0 {
+            return Err(Error::InvalidArgument(
+                "a ZooKeeper ensemble needs at least one member".into(),
+            ));
+        }
+        let java = process::find_binary("java", PACKAGE)?;
+        if !Path::new(JAR).is_file() {
+            return Err(Error::MissingBinary {
+                binary: JAR.into(),
+                package: PACKAGE.into(),
+            });
+        }
+        let class_path = if Path::new(LOG_JAR).is_file() {
+            format!("{JAR}:{LOG_JAR}")
+        } else {
+            JAR.to_owned()
+        };
+        let mut last_error = None;
+        for _ in 0..process::START_ATTEMPTS {
+            match Self::try_start(&java, &class_path, members)? {
+                Ok(ensemble) => return Ok(ensemble),
+                Err(e) => last_error = Some(e),
+            }
+        }
+        Err(last_error.expect("at least one attempt"))
+    }
+
+    /// The shared standalone server of this test process, started on first use, for tests
+    /// that only lock and unlock (each on its own keys).
+    ///
+    /// # Panics
+    /// If the server cannot be started.
+    pub fn shared_standalone() -> &'static Self {
+        static SERVER: OnceLock<Result<ZookeeperEnsemble, String>> = OnceLock::new();
+        shared(&SERVER, || Self::start(1))
+    }
+
+    /// The shared ensemble of [`ENSEMBLE_MEMBERS`] of this test process, started on first use.
+    ///
+    /// # Panics
+    /// If the ensemble cannot be started.
+    pub fn shared_ensemble() -> &'static Self {
+        static ENSEMBLE: OnceLock<Result<ZookeeperEnsemble, String>> = OnceLock::new();
+        shared(&ENSEMBLE, || Self::start(ENSEMBLE_MEMBERS))
+    }
+
+    /// One start on fresh ports. The outer error is final; the inner one (a member exited
+    /// early, e.g. a port was taken) is worth a retry.
+    fn try_start(java: &Path, class_path: &str, n: usize) -> Result<Result<Self>> {
+        let ports = process::free_ports(3 * n)?;
+        let dir = TempDir::new("zookeeper", ports[0], None)?;
+        let servers: String = (0..n)
+            .filter(|_| n > 1)
+            .map(|i| {
+                format!(
+                    "server.{}=127.0.0.1:{}:{}\n",
+                    i + 1,
+                    ports[3 * i + 1],
+                    ports[3 * i + 2]
+                )
+            })
+            .collect();
+        let mut members = Vec::with_capacity(n);
+        for i in 0..n {
+            let data = dir.path().join(format!("m{}.data", i + 1));
+            std::fs::create_dir_all(&data)?;
+            std::fs::write(data.join("myid"), format!("{}\n", i + 1))?;
+            let config = dir.path().join(format!("m{}.cfg", i + 1));
+            std::fs::write(&config, config_text(&data, ports[3 * i], &servers))?;
+            members.push(Member {
+                proc: Proc::none(),
+                id: i + 1,
+                client_port: ports[3 * i],
+                config,
+                log: dir.path().join(format!("m{}.log", i + 1)),
+            });
+        }
+        let mut ensemble = ZookeeperEnsemble {
+            members,
+            java: java.to_path_buf(),
+            class_path: class_path.to_owned(),
+            dir,
+        };
+        for i in 0..n {
+            let m = &ensemble.members[i];
+            log_marker(&m.log, &format!("starting {}", m.what()));
+            let cmd = ensemble.command(i);
+            ensemble.members[i].proc = Proc::spawn(cmd, &ensemble.members[i].log)?;
+        }
+        let start = Instant::now();
+        let mut delay = Duration::from_millis(20);
+        loop {
+            for m in &mut ensemble.members {
+                if let Some(status) = m.proc.reap_if_exited() {
+                    let reason = format!("it exited ({status}) before the ensemble was ready");
+                    return Ok(Err(start_error(&m.what(), reason, &m.log)));
+                }
+            }
+            if ensemble.serving() {
+                return Ok(Ok(ensemble));
+            }
+            if start.elapsed() > process::READY_TIMEOUT {
+                let m = &ensemble.members[0];
+                let reason = format!("not serving after {:?}", process::READY_TIMEOUT);
+                return Err(start_error(&m.what(), reason, &m.log));
+            }
+            thread::sleep(delay);
+            delay = (delay * 2).min(Duration::from_millis(100));
+        }
+    }
+
+    /// Whether every running, unpaused member serves requests and, in an ensemble, exactly one
+    /// of them leads.
+    fn serving(&self) -> bool {
+        let modes: Vec<Option<String>> = self
+            .members
+            .iter()
+            .filter(|m| m.proc.is_running() && !m.proc.is_paused())
+            .map(Member::mode)
+            .collect();
+        if modes.iter().any(Option::is_none) {
+            return false;
+        }
+        self.members.len() == 1
+            || modes
+                .iter()
+                .filter(|m| m.as_deref() == Some("leader"))
+                .count()
+                == 1
+    }
+
+    fn command(&self, i: usize) -> Command {
+        let m = &self.members[i];
+        let mut cmd = Command::new(&self.java);
+        cmd.arg("-cp")
+            .arg(&self.class_path)
+            // A small, quickly started JVM: the tests start several.
+            .args([
+                "-Xms16m",
+                "-Xmx256m",
+                "-XX:+UseSerialGC",
+                "-XX:TieredStopAtLevel=1",
+            ])
+            .arg("-Djava.net.preferIPv4Stack=true")
+            .arg("-Dzookeeper.admin.enableServer=false")
+            .arg(format!(
+                "-Dznode.container.checkIntervalMs={}",
+                CONTAINER_SWEEP.as_millis()
+            ))
+            // Quorum connections to a member that is down give up after 1 s, not 5 s, so an
+            // election after a kill is quick.
+            .arg("-Dzookeeper.cnxTimeout=1000")
+            .arg(MAIN)
+            .arg(&m.config)
+            .current_dir(self.dir.path());
+        cmd
+    }
+
+    /// The client endpoints, `127.0.0.1:PORT`, one per member.
+    pub fn endpoints(&self) -> Vec<String> {
+        self.members
+            .iter()
+            .map(|m| format!("127.0.0.1:{}", m.client_port))
+            .collect()
+    }
+
+    /// The URL form the store crate reads: `zookeeper://h:p[,h:p…]`.
+    pub fn url(&self) -> String {
+        format!("zookeeper://{}", self.endpoints().join(","))
+    }
+
+    /// The number of members.
+    pub fn member_count(&self) -> usize {
+        self.members.len()
+    }
+
+    /// Member `i`'s process id, `None` if killed.
+    pub fn pid(&self, i: usize) -> Option<u32> {
+        self.members.get(i).and_then(|m| m.proc.pid())
+    }
+
+    /// The index of the member that leads (0 for a standalone server), waiting up to 20 s for
+    /// a running, unpaused member to say `Mode: leader`.
+    pub fn leader(&self) -> Result<usize> {
+        if self.members.len() == 1 {
+            return Ok(0);
+        }
+        let deadline = Instant::now() + LEADER_TIMEOUT;
+        loop {
+            let leader = self.members.iter().position(|m| {
+                m.proc.is_running() && !m.proc.is_paused() && m.mode().as_deref() == Some("leader")
+            });
+            if let Some(i) = leader {
+                return Ok(i);
+            }
+            if Instant::now() > deadline {
+                return Err(Error::Start {
+                    server: "a ZooKeeper ensemble".into(),
+                    reason: format!("no member leads after {LEADER_TIMEOUT:?}"),
+                    log_tail: process::log_tail(&self.members[0].log),
+                });
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Freezes member `i` (`SIGSTOP`).
+    pub fn pause(&self, i: usize) -> Result<()> {
+        let m = self.member(i)?;
+        m.proc.pause(&m.what())
+    }
+
+    /// Lets a paused member `i` run again (`SIGCONT`).
+    pub fn resume(&self, i: usize) -> Result<()> {
+        let m = self.member(i)?;
+        m.proc.resume(&m.what())
+    }
+
+    /// Kills member `i` (`SIGKILL`) and reaps it; it stays down until
+    /// [`restart`](Self::restart).
+    pub fn kill(&mut self, i: usize) -> Result<()> {
+        self.member(i)?;
+        self.members[i].proc.kill();
+        Ok(())
+    }
+
+    /// Kills member `i` if it is running and starts it again with the same ports and data
+    /// directory, then waits until it serves requests (which in an ensemble needs a quorum
+    /// running).
+    pub fn restart(&mut self, i: usize) -> Result<()> {
+        self.member(i)?;
+        self.members[i].proc.kill();
+        let cmd = self.command(i);
+        let m = &mut self.members[i];
+        log_marker(&m.log, &format!("restarting {}", m.what()));
+        m.proc = Proc::spawn(cmd, &m.log)?;
+        let port = m.client_port;
+        let what = m.what();
+        process::wait_ready(&mut m.proc, &what, &m.log, || {
+            four_letter_word(port, "srvr").is_some_and(|a| a.contains("Mode: "))
+        })
+    }
+
+    fn member(&self, i: usize) -> Result<&Member> {
+        self.members.get(i).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "member index {i} out of range (ensemble of {})",
+                self.members.len()
+            ))
+        })
+    }
+}
+
+/// `zoo.cfg` of one member.
+fn config_text(data: &Path, client_port: u16, servers: &str) -> String {
+    format!(
+        "tickTime={tick}\n\
+         initLimit=50\n\
+         syncLimit=10\n\
+         dataDir={data}\n\
+         clientPort={client_port}\n\
+         clientPortAddress=127.0.0.1\n\
+         minSessionTimeout={min}\n\
+         maxSessionTimeout={max}\n\
+         forceSync=yes\n\
+         admin.enableServer=false\n\
+         4lw.commands.whitelist=srvr,mntr,ruok,cons,conf\n\
+         maxClientCnxns=0\n\
+         {servers}",
+        tick = TICK.as_millis(),
+        data = data.display(),
+        min = MIN_SESSION_TIMEOUT.as_millis(),
+        max = MAX_SESSION_TIMEOUT.as_millis(),
+    )
+}
+
+/// The answer to a four-letter word (`srvr`, `mntr`) from the member on `port`.
+fn four_letter_word(port: u16, word: &str) -> Option<String> {
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut stream = TcpStream::connect_timeout(&addr, WORD_TIMEOUT).ok()?;
+    stream.set_read_timeout(Some(WORD_TIMEOUT)).ok()?;
+    stream.set_write_timeout(Some(WORD_TIMEOUT)).ok()?;
+    stream.write_all(word.as_bytes()).ok()?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).ok()?;
+    Some(answer)
+}
+
+/// The ensemble in `cell`, started by `start` on first use; the first start's error otherwise.
+fn shared(
+    cell: &'static OnceLock<Result<ZookeeperEnsemble, String>>,
+    start: impl FnOnce() -> Result<ZookeeperEnsemble>,
+) -> &'static ZookeeperEnsemble {
+    match cell.get_or_init(|| start().map_err(|e| e.to_string())) {
+        Ok(ensemble) => ensemble,
+        Err(error) => panic!("{error}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_standalone_config_has_no_server_lines() {
+        let text = config_text(Path::new("/d"), 7, "");
+        assert!(text.contains("clientPort=7\n"), "{text}");
+        assert!(text.contains("forceSync=yes\n"), "{text}");
+        assert!(text.contains("maxSessionTimeout=10000\n"), "{text}");
+        assert!(!text.contains("server."), "{text}");
+    }
+}
