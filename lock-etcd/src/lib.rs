@@ -2,7 +2,10 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-// Module order (each imports only from those before it): config, error, keys, modes, handoff, offset, txn, renewer, store, descriptor.
+// Module order (each imports only from those before it): config, error, keys, modes, handoff,
+// offset, txn, renewer, watcher, client, revoke, wait, store, descriptor. The client layer
+// (client) and the wait state machine (wait) never import the store.
+mod client;
 mod config;
 mod descriptor;
 mod error;
@@ -13,8 +16,10 @@ mod keys;
 mod modes;
 mod offset;
 mod renewer;
+mod revoke;
 mod store;
 mod txn;
+mod wait;
 mod watcher;
 
 pub use config::{

@@ -12,6 +12,7 @@ use etcd_client::{
     Compare, CompareOp, GetOptions, KeyValue, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
     TxnOpResponse, TxnResponse,
 };
+use fencelock_core::{Error, Result};
 
 /// The read of a queue's head: the entry under `dir` with the lowest create revision.
 pub(crate) fn queue_head() -> GetOptions {
@@ -233,4 +234,17 @@ pub(crate) fn gets(answer: &TxnResponse) -> Vec<Vec<KeyValue>> {
             _ => None,
         })
         .collect()
+}
+
+/// The holder's fencing token in [`Layout::Etcd`](crate::Layout::Etcd): the store revision of the reply that showed
+/// our entry as the queue's head, which is what etcd's `Mutex` keeps as its `Header()` and
+/// `etcdctl lock` exports as `ETCD_LOCK_REV`.
+pub(crate) fn answered_at(answer: &TxnResponse) -> Result<i64> {
+    answer
+        .header()
+        .map(|header| header.revision())
+        .ok_or_else(|| Error::Store {
+            message: "etcd answered a transaction without a header".into(),
+            source: None,
+        })
 }
