@@ -42,6 +42,14 @@ missing_packages() {
   # A C compiler: rustc's linker, and test-servers builds the clock shim it preloads into a
   # Redis replica whose clock is set back (the Redis Cluster failover test).
   command -v cc >/dev/null || echo gcc
+  # ZooKeeper (a Java server) and the peer clients of its interop tests: Curator's recipes
+  # compiled with javac, and kazoo.
+  [[ -f /usr/share/java/zookeeper.jar ]] || echo zookeeper
+  command -v javac >/dev/null || echo default-jdk-headless
+  [[ -f /usr/share/java/curator-recipes.jar ]] || echo libcurator-recipes-java
+  /usr/bin/python3 -c 'import kazoo' 2>/dev/null || echo python3-kazoo
+  # A clock set back or forward for one process (the clock tests of the ZooKeeper store).
+  command -v faketime >/dev/null || echo faketime
 }
 
 install_packages() {

@@ -188,10 +188,12 @@ impl ZookeeperStore {
         let session = self.session_for(ttl).await?;
         let container = keys::container(&self.config.prefix, key);
         let owner = OwnerId::random();
+        // A lease granted at once counts from before its node's create; one granted after a
+        // wait, from before the read that found its node the oldest.
+        let mut sent_at = Instant::now();
         let mut entry =
             Enqueued::create(session.clone(), &self.config.prefix, container, owner).await?;
         let sent_at = loop {
-            let sent_at = Instant::now();
             let predecessor = match entry.turn().await? {
                 Turn::Holder => break sent_at,
                 Turn::Behind(predecessor) => predecessor,
@@ -210,6 +212,7 @@ impl ZookeeperStore {
                 });
             }
             entry.wait_for(&predecessor, until).await?;
+            sent_at = Instant::now();
             if session.is_ended() {
                 return Err(Error::Unavailable {
                     message: "the ZooKeeper session was lost while waiting".into(),
