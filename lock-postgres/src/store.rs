@@ -216,7 +216,7 @@ impl PostgresStore {
     pub async fn evict_raw(&self, lock_id: i64) -> Result<bool> {
         let Checkout { mut session, .. } = self.checkout(false).await?;
         let rows = bounded(
-            self.sessions.config.command_timeout,
+            self.sessions.config.command_timeout(),
             sqlx::query(TERMINATE_HOLDER)
                 .bind(lock_id)
                 .fetch_all(&mut session.conn),
@@ -252,14 +252,8 @@ impl PostgresStore {
         owner: OwnerId,
     ) -> Result<std::result::Result<Attempt, Fault>> {
         let reply = bounded(
-            self.sessions.config.command_timeout,
-            sqlx::query(&self.sessions.sql.try_acquire)
-                .bind(target.lock_id)
-                .bind(&target.namespace)
-                .bind(&target.fence_key)
-                .bind(millis(ttl))
-                .bind(owner.to_string())
-                .fetch_one(&mut session.conn),
+            self.sessions.config.command_timeout(),
+            grant(&self.sessions.sql.try_acquire, target, ttl, owner).fetch_one(&mut session.conn),
         )
         .await;
         let row = match reply {
@@ -317,7 +311,7 @@ impl PostgresStore {
                 Ok(Attempt::Granted { token, pid, slot }) => {
                     check_same_backend(&session, pid)?;
                     let lease =
-                        self.lease_in(target, owner, token, ttl, sent_at, session, mode, slot);
+                        self.lease(target, owner, token, ttl, sent_at, session, (mode, slot));
                     self.won_back(lease, sent_at.elapsed()).await
                 }
                 Ok(Attempt::Blocked(_)) => {
@@ -377,41 +371,29 @@ impl PostgresStore {
         }
     }
 
-    /// `try_acquire` (`mode` exclusive) and `try_acquire_as`: the request's checks, one
-    /// attempt, the log line.
-    async fn try_key(&self, key: &str, ttl: Duration, mode: Mode) -> Result<Lease> {
-        check_request(key, ttl, &self.capabilities())?;
-        if mode != Mode::Exclusive {
-            check_mode(mode, &self.capabilities())?;
-        }
-        let target = Target::hashed(&self.sessions.config.space(), key);
-        let result = self.try_in(&target, ttl, mode).await;
-        match &result {
-            Ok(lease) => {
-                tracing::debug!(key, token = lease.fencing_token(), slot = ?lease.slot(), "acquired")
-            }
-            Err(error) => tracing::debug!(key, %error, "not acquired"),
-        }
-        result
-    }
-
-    /// `acquire` (`mode` exclusive) and `acquire_as`: the request's checks, the wait, the log
-    /// line.
-    async fn wait_key(
+    /// Every acquire by key: `try_acquire` and `try_acquire_as` (`wait` is `None`), `acquire`
+    /// and `acquire_as`, in `mode`: the request's checks, one attempt or the wait, the log line
+    /// and the check that the lease is still valid.
+    async fn acquire_key(
         &self,
         key: &str,
         ttl: Duration,
-        wait: Duration,
+        wait: Option<Duration>,
         mode: Mode,
     ) -> Result<Lease> {
         check_request(key, ttl, &self.capabilities())?;
         if mode != Mode::Exclusive {
             check_mode(mode, &self.capabilities())?;
         }
-        check_wait(wait)?;
+        if let Some(wait) = wait {
+            check_wait(wait)?;
+        }
         let target = Target::hashed(&self.sessions.config.space(), key);
         let started = Instant::now();
-        let result = self.wait_in(&target, ttl, wait, mode).await;
+        let result = match wait {
+            None => self.try_in(&target, ttl, mode).await,
+            Some(wait) => self.wait_in(&target, ttl, wait, mode).await,
+        };
         let waited_ms = started.elapsed().as_millis() as u64;
         match &result {
             Ok(lease) => {
@@ -419,7 +401,7 @@ impl PostgresStore {
             }
             Err(error) => tracing::debug!(key, %error, waited_ms, "not acquired"),
         }
-        result
+        check_granted(self, result?).await
     }
 
     /// Waits until `deadline` for the key's lock in the server's queue (a wait that started at
@@ -453,13 +435,8 @@ impl PostgresStore {
             let guard = WaitGuard::arm(&self.sessions, &session, target.lock_id);
             let sent_at = Instant::now();
             let reply = bounded(
-                lock_timeout + self.sessions.config.command_timeout,
-                sqlx::query(&self.sessions.sql.wait_acquire)
-                    .bind(target.lock_id)
-                    .bind(&target.namespace)
-                    .bind(&target.fence_key)
-                    .bind(millis(ttl))
-                    .bind(owner.to_string())
+                lock_timeout + self.sessions.config.command_timeout(),
+                grant(&self.sessions.sql.wait_acquire, target, ttl, owner)
                     .bind(millis(lock_timeout))
                     .fetch_one(&mut session.conn),
             )
@@ -479,7 +456,7 @@ impl PostgresStore {
                     })?;
                     check_same_backend(&session, pid)?;
                     let waited = Duration::from_micros(waited_us.max(0).unsigned_abs());
-                    let lease = self.lease(target, owner, token, ttl, sent_at, session);
+                    let lease = self.lease(target, owner, token, ttl, sent_at, session, EXCLUSIVE);
                     return self.won_back(lease, waited).await;
                 }
                 Err(fault) if fault.code().as_deref() == Some("55P03") => {
@@ -510,14 +487,8 @@ impl PostgresStore {
         let owner = OwnerId::random();
         let sent_at = Instant::now();
         let reply = bounded(
-            self.sessions.config.command_timeout,
-            sqlx::query(&self.sessions.sql.reclaim)
-                .bind(target.lock_id)
-                .bind(&target.namespace)
-                .bind(&target.fence_key)
-                .bind(millis(ttl))
-                .bind(owner.to_string())
-                .fetch_optional(&mut session.conn),
+            self.sessions.config.command_timeout(),
+            grant(&self.sessions.sql.reclaim, target, ttl, owner).fetch_optional(&mut session.conn),
         )
         .await
         .map_err(|fault| fault.into_error("checking the lock after a lock timeout"))?;
@@ -531,7 +502,7 @@ impl PostgresStore {
                 })?;
                 check_same_backend(&session, pid)?;
                 tracing::debug!(key = %target.display, token, "the lock was granted as the lock timeout fired");
-                Ok(self.lease(target, owner, token, ttl, sent_at, session))
+                Ok(self.lease(target, owner, token, ttl, sent_at, session, EXCLUSIVE))
             }
             None => {
                 self.sessions.checkin(session);
@@ -543,8 +514,10 @@ impl PostgresStore {
         }
     }
 
+    /// The lease a granted attempt hands out, held `as_` a mode (and a permit's slot), with
+    /// `session` its own.
     #[allow(clippy::too_many_arguments)]
-    fn lease_in(
+    fn lease(
         &self,
         target: &Target,
         owner: OwnerId,
@@ -552,8 +525,7 @@ impl PostgresStore {
         ttl: Duration,
         sent_at: Instant,
         session: Session,
-        mode: Mode,
-        slot: Option<u32>,
+        (mode, slot): (Mode, Option<u32>),
     ) -> Lease {
         let backend = Backend {
             pid: session.pid,
@@ -578,27 +550,6 @@ impl PostgresStore {
         lease
     }
 
-    fn lease(
-        &self,
-        target: &Target,
-        owner: OwnerId,
-        token: i64,
-        ttl: Duration,
-        sent_at: Instant,
-        session: Session,
-    ) -> Lease {
-        self.lease_in(
-            target,
-            owner,
-            token,
-            ttl,
-            sent_at,
-            session,
-            Mode::Exclusive,
-            None,
-        )
-    }
-
     async fn extend_lease(&self, lease: &Lease) -> Result<()> {
         let Some(held) = held(lease) else {
             return Err(Error::lost(lease, FOREIGN_LEASE));
@@ -612,7 +563,7 @@ impl PostgresStore {
         };
         let sent_at = Instant::now();
         let reply = bounded(
-            held.sessions.config.command_timeout,
+            held.sessions.config.command_timeout(),
             sqlx::query(CONFIRM_HELD)
                 .bind(held.lock_id)
                 .fetch_one(&mut session.conn),
@@ -662,7 +613,7 @@ impl PostgresStore {
         held.watch.forget(held.watch_id);
         // From here on a dropped future drops the session, which frees the lock.
         let reply = bounded(
-            held.sessions.config.command_timeout,
+            held.sessions.config.command_timeout(),
             sqlx::query(if held.several_locks {
                 RELEASE_ALL
             } else {
@@ -700,7 +651,7 @@ impl PostgresStore {
                 reused,
             } = self.checkout(fresh).await?;
             let reply = bounded(
-                self.sessions.config.command_timeout,
+                self.sessions.config.command_timeout(),
                 sqlx::query(&self.sessions.sql.holders)
                     .bind(target.lock_id)
                     .bind(&target.namespace)
@@ -785,7 +736,7 @@ impl PostgresStore {
         have_main: bool,
         waiting: bool,
     ) -> std::result::Result<Attempt, Fault> {
-        let limit = self.sessions.config.command_timeout;
+        let limit = self.sessions.config.command_timeout();
         bounded(limit, sqlx::query("BEGIN").execute(&mut session.conn)).await?;
         let outcome = self
             .checks_and_takes(session, target, locks, mode, ttl, owner, have_main)
@@ -811,7 +762,7 @@ impl PostgresStore {
         owner: OwnerId,
         have_main: bool,
     ) -> std::result::Result<Attempt, Fault> {
-        let limit = self.sessions.config.command_timeout;
+        let limit = self.sessions.config.command_timeout();
         let conn = &mut session.conn;
         bounded(
             limit,
@@ -875,12 +826,7 @@ impl PostgresStore {
                 };
                 let row = bounded(
                     limit,
-                    sqlx::query(&self.sessions.sql.bump_permit)
-                        .bind(target.lock_id)
-                        .bind(&target.namespace)
-                        .bind(&target.fence_key)
-                        .bind(millis(ttl))
-                        .bind(owner.to_string())
+                    grant(&self.sessions.sql.bump_permit, target, ttl, owner)
                         .bind(i32::try_from(wanted).unwrap_or(i32::MAX))
                         .fetch_one(&mut *conn),
                 )
@@ -896,13 +842,7 @@ impl PostgresStore {
                 }
                 let row = bounded(
                     limit,
-                    sqlx::query(&self.sessions.sql.bump_shared)
-                        .bind(target.lock_id)
-                        .bind(&target.namespace)
-                        .bind(&target.fence_key)
-                        .bind(millis(ttl))
-                        .bind(owner.to_string())
-                        .fetch_one(&mut *conn),
+                    grant(&self.sessions.sql.bump_shared, target, ttl, owner).fetch_one(&mut *conn),
                 )
                 .await?;
                 (row, None)
@@ -967,7 +907,7 @@ impl PostgresStore {
                     Ok(Attempt::Granted { token, pid, slot }) => {
                         check_same_backend(&session, pid)?;
                         let lease =
-                            self.lease_in(target, owner, token, ttl, sent_at, session, mode, slot);
+                            self.lease(target, owner, token, ttl, sent_at, session, (mode, slot));
                         return self.won_back(lease, sent_at.elapsed()).await;
                     }
                     Ok(Attempt::Mismatch(held)) => {
@@ -1032,7 +972,7 @@ impl PostgresStore {
     /// it idles in the pool; a session that fails at that is closed (which frees everything).
     async fn give_up_wait(&self, mut session: Session) {
         let reply = bounded(
-            self.sessions.config.command_timeout,
+            self.sessions.config.command_timeout(),
             sqlx::query(DISARM_WAITER).execute(&mut session.conn),
         )
         .await;
@@ -1069,7 +1009,7 @@ impl PostgresStore {
                 .bind(millis(lock_timeout))
         };
         let reply = bounded(
-            lock_timeout + self.sessions.config.command_timeout,
+            lock_timeout + self.sessions.config.command_timeout(),
             statement.execute(&mut session.conn),
         )
         .await;
@@ -1082,7 +1022,7 @@ impl PostgresStore {
                 // A lock granted just as the timeout fired is still held (the TTL armed by the
                 // attempt before bounds it): let it go.
                 bounded(
-                    self.sessions.config.command_timeout,
+                    self.sessions.config.command_timeout(),
                     sqlx::query(UNLOCK_ALL).execute(&mut session.conn),
                 )
                 .await?;
@@ -1201,6 +1141,9 @@ fn mismatch(target: &Target, held: u32, mode: Mode) -> Error {
     }
 }
 
+/// How an exclusive lease is held: no mode but the exclusive one, no slot.
+const EXCLUSIVE: (Mode, Option<u32>) = (Mode::Exclusive, None);
+
 /// Why a lease without a session of this store is lost to it.
 const FOREIGN_LEASE: &str =
     "it was not granted by a PostgreSQL store (it carries no session), so it holds nothing here";
@@ -1224,6 +1167,22 @@ fn decode<T>(row: &PgRow, read: impl FnOnce(&PgRow) -> sqlx::Result<T>) -> Resul
     read(row).map_err(|e| sql_error("decoding the server's answer", e))
 }
 
+/// A statement that grants `target` and bumps its fence, with the parameters every such statement
+/// starts with: the lock id, the namespace, the fence key, the TTL in ms and the owner.
+fn grant<'q>(
+    sql: &'q str,
+    target: &'q Target,
+    ttl: Duration,
+    owner: OwnerId,
+) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    sqlx::query(sql)
+        .bind(target.lock_id)
+        .bind(&target.namespace)
+        .bind(&target.fence_key)
+        .bind(millis(ttl))
+        .bind(owner.to_string())
+}
+
 fn millis(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
 }
@@ -1243,8 +1202,7 @@ impl Acquire for PostgresStore {
         fields(store = "postgres")
     )]
     async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Lease> {
-        let lease = self.try_key(key, ttl, Mode::Exclusive).await?;
-        check_granted(self, lease).await
+        self.acquire_key(key, ttl, None, Mode::Exclusive).await
     }
 
     /// Waits in PostgreSQL's own lock queue (`pg_advisory_lock` under `lock_timeout`), so the
@@ -1263,8 +1221,8 @@ impl Acquire for PostgresStore {
         fields(store = "postgres")
     )]
     async fn acquire(&self, key: &str, ttl: Duration, wait: Duration) -> Result<Lease> {
-        let lease = self.wait_key(key, ttl, wait, Mode::Exclusive).await?;
-        check_granted(self, lease).await
+        self.acquire_key(key, ttl, Some(wait), Mode::Exclusive)
+            .await
     }
 
     /// Readers take the key's lock shared (`pg_try_advisory_lock_shared`); a permit takes it
@@ -1280,11 +1238,7 @@ impl Acquire for PostgresStore {
         fields(store = "postgres")
     )]
     async fn try_acquire_as(&self, key: &str, ttl: Duration, mode: Mode) -> Result<Lease> {
-        if mode == Mode::Exclusive {
-            return self.try_acquire(key, ttl).await;
-        }
-        let lease = self.try_key(key, ttl, mode).await?;
-        check_granted(self, lease).await
+        self.acquire_key(key, ttl, None, mode).await
     }
 
     /// Waits in PostgreSQL's queue for the key's lock (a reader or permit queues behind any
@@ -1311,11 +1265,7 @@ impl Acquire for PostgresStore {
         wait: Duration,
         mode: Mode,
     ) -> Result<Lease> {
-        if mode == Mode::Exclusive {
-            return self.acquire(key, ttl, wait).await;
-        }
-        let lease = self.wait_key(key, ttl, wait, mode).await?;
-        check_granted(self, lease).await
+        self.acquire_key(key, ttl, Some(wait), mode).await
     }
 }
 
@@ -1379,8 +1329,8 @@ impl LockStore for PostgresStore {
             .with_evict(true)
             .with_shared(true)
             .with_permits(true)
-            .with_max_ttl(self.sessions.config.max_ttl)
-            .with_retention(self.sessions.config.retention)
+            .with_max_ttl(self.sessions.config.max_ttl())
+            .with_retention(self.sessions.config.retention())
     }
 
     /// Ends the server session that holds `key`'s lock (in this store's namespace), as an
@@ -1422,7 +1372,7 @@ impl fmt::Debug for PostgresStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PostgresStore")
             .field("url", &self.sessions.config.redacted())
-            .field("namespace", &self.sessions.config.namespace)
+            .field("namespace", &self.sessions.config.namespace())
             .field("open_connections", &self.open_connections())
             .field("idle_connections", &self.idle_connections())
             .field("watched_leases", &self.watch.watched_count())
