@@ -5,6 +5,7 @@
 
 mod capabilities;
 pub mod cleanup;
+pub mod cleanup_task;
 mod error;
 mod fence;
 mod guard;
@@ -17,6 +18,7 @@ mod memory;
 pub mod metered;
 mod mode;
 mod scoped;
+pub mod session_pool;
 pub mod session_watch;
 mod store;
 pub mod ttl;

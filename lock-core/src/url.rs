@@ -122,6 +122,201 @@ pub fn client_identity<T>(cert: Option<T>, key: Option<T>) -> Result<Option<(T, 
     }
 }
 
+/// The default namespace of [`TableStoreOptions`]: keys of stores with different namespaces (or
+/// fence tables) never contend.
+pub const DEFAULT_NAMESPACE: &str = "default";
+/// The default name of the fence table of [`TableStoreOptions`].
+pub const DEFAULT_TABLE: &str = "fencelock_fence";
+/// The default bound on opening one connection.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// The default bound on one statement that does not wait for a lock.
+pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
+/// The default number of idle connections a store keeps for reuse.
+pub const DEFAULT_MAX_IDLE: usize = 16;
+
+/// The options the stores that keep their fencing counters in a server's table (PostgreSQL,
+/// MySQL) read alike from their URL, with this module's parsers and the same messages. A store
+/// reads each query option with [`read`](Self::read) first and its own options after.
+#[derive(Clone, Debug)]
+pub struct TableStoreOptions {
+    /// `namespace`: 1–63 bytes, no NUL.
+    pub namespace: String,
+    /// `table`: the fence table's name, a plain identifier.
+    pub table: String,
+    /// `connect_timeout`: the bound on opening one connection.
+    pub connect_timeout: Duration,
+    /// `command_timeout`: the bound on one statement that does not wait for a lock.
+    pub command_timeout: Duration,
+    /// `max_idle`: idle connections kept for reuse.
+    pub max_idle: usize,
+    /// `retention`: how long a fence row outlives its last bump.
+    pub retention: Duration,
+    /// `max_ttl`: the longest TTL the handle grants, at most [`MAX_TTL`](crate::validate::MAX_TTL).
+    pub max_ttl: Duration,
+    /// `create_table`: whether the store creates a missing fence table.
+    pub create_table: bool,
+    /// The longest `table` name the store accepts, in bytes.
+    table_max_len: usize,
+}
+
+impl TableStoreOptions {
+    /// The defaults (this module's `DEFAULT_…`, a retention of
+    /// [`DEFAULT_RETENTION`](crate::validate::DEFAULT_RETENTION), a maximum TTL of
+    /// [`MAX_TTL`](crate::validate::MAX_TTL), tables created when missing), for a store whose
+    /// table names are at most `table_max_len` bytes.
+    pub fn new(table_max_len: usize) -> Self {
+        TableStoreOptions {
+            namespace: DEFAULT_NAMESPACE.to_owned(),
+            table: DEFAULT_TABLE.to_owned(),
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            command_timeout: DEFAULT_COMMAND_TIMEOUT,
+            max_idle: DEFAULT_MAX_IDLE,
+            retention: crate::validate::DEFAULT_RETENTION,
+            max_ttl: crate::validate::MAX_TTL,
+            create_table: true,
+            table_max_len,
+        }
+    }
+
+    /// Reads the query option `name` if it is one of these (`namespace`, `table`,
+    /// `connect_timeout`, `command_timeout`, `max_idle`, `retention`, `max_ttl`,
+    /// `create_table`); `Ok(false)` for any other, which the store reads itself.
+    ///
+    /// # Errors
+    /// [`InvalidInput`](crate::ErrorKind::InvalidInput) on the `"url"` for a malformed value,
+    /// naming the option.
+    pub fn read(&mut self, name: &str, value: &str) -> Result<bool> {
+        match name {
+            "namespace" => self.namespace = check_namespace(value)?,
+            "table" => self.table = check_identifier("table", value, self.table_max_len)?,
+            "connect_timeout" => self.connect_timeout = parse_timeout(name, value)?,
+            "command_timeout" => self.command_timeout = parse_timeout(name, value)?,
+            "max_idle" => {
+                self.max_idle = value.parse().map_err(|_| {
+                    Error::invalid(
+                        "url",
+                        format!("max_idle must be a whole number, not {value:?}"),
+                    )
+                })?
+            }
+            "retention" => self.retention = parse_window(name, value)?,
+            "create_table" => self.create_table = parse_bool(name, value)?,
+            "max_ttl" => {
+                self.max_ttl = parse_window(name, value)?;
+                if self.max_ttl > crate::validate::MAX_TTL {
+                    return Err(Error::invalid(
+                        "url",
+                        format!("max_ttl must be at most 24h, not {value:?}"),
+                    ));
+                }
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+}
+
+/// The PEM contents of the `tls_ca`, `tls_cert` and `tls_key` options, read (with
+/// [`read_pem`]) when the URL is parsed; the store applies them to its driver's options.
+#[derive(Default)]
+pub struct TlsFiles {
+    /// `tls_ca`: the CA that signs the server's certificate.
+    pub ca: Option<Vec<u8>>,
+    /// `tls_cert`: a client certificate.
+    pub cert: Option<Vec<u8>>,
+    /// `tls_key`: the client certificate's key.
+    pub key: Option<Vec<u8>>,
+}
+
+impl TlsFiles {
+    /// Reads the query option `name` if it is `tls_ca`, `tls_cert` or `tls_key`; `Ok(false)` for
+    /// any other.
+    ///
+    /// # Errors
+    /// As [`read_pem`], for a file that cannot be read or holds no PEM block.
+    pub fn read(&mut self, name: &str, value: &str) -> Result<bool> {
+        let file = match name {
+            "tls_ca" => &mut self.ca,
+            "tls_cert" => &mut self.cert,
+            "tls_key" => &mut self.key,
+            _ => return Ok(false),
+        };
+        *file = Some(read_pem(name, value, "")?);
+        Ok(true)
+    }
+}
+
+/// `true` or `false`, nothing else: `1`, `yes` or an empty value is refused rather than guessed.
+///
+/// # Errors
+/// [`InvalidInput`](crate::ErrorKind::InvalidInput) on the `"url"` for any other value, naming
+/// the option `what`.
+pub fn parse_bool(what: &str, value: &str) -> Result<bool> {
+    match value {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(Error::invalid(
+            "url",
+            format!("{what} must be true or false, not {value:?}"),
+        )),
+    }
+}
+
+/// A namespace: 1 to 63 bytes without NUL.
+///
+/// # Errors
+/// [`InvalidInput`](crate::ErrorKind::InvalidInput) on the `"url"` for any other value.
+pub fn check_namespace(value: &str) -> Result<String> {
+    if value.is_empty() || value.len() > 63 || value.contains('\0') {
+        return Err(Error::invalid(
+            "url",
+            format!("namespace must be 1 to 63 bytes without NUL, not {value:?}"),
+        ));
+    }
+    Ok(value.to_owned())
+}
+
+/// A schema or table name, which is spliced into SQL (identifiers cannot be bind parameters):
+/// only a plain identifier, `[A-Za-z_][A-Za-z0-9_]*` of at most `max_len` bytes, is accepted,
+/// and the store always quotes it.
+///
+/// # Errors
+/// [`InvalidInput`](crate::ErrorKind::InvalidInput) on the `"url"` for any other value, naming
+/// the option `what`.
+pub fn check_identifier(what: &str, value: &str, max_len: usize) -> Result<String> {
+    let mut chars = value.chars();
+    let starts_well = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
+    let rest_ok = chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !starts_well || !rest_ok || value.len() > max_len {
+        return Err(Error::invalid(
+            "url",
+            format!(
+                "{what} must match [A-Za-z_][A-Za-z0-9_]* and be at most {max_len} bytes, not \
+                 {value:?}"
+            ),
+        ));
+    }
+    Ok(value.to_owned())
+}
+
+/// Refuses a URL whose scheme is not one of `schemes`, naming them (`postgres:// or
+/// postgresql://`).
+///
+/// # Errors
+/// [`InvalidInput`](crate::ErrorKind::InvalidInput) on the `"url"` for another scheme.
+pub fn check_scheme(scheme: &str, schemes: &[&str]) -> Result<()> {
+    if schemes.contains(&scheme) {
+        return Ok(());
+    }
+    let named: Vec<String> = schemes.iter().map(|s| format!("{s}://")).collect();
+    Err(Error::invalid(
+        "url",
+        format!("the scheme must be {}, not {scheme}://", named.join(" or ")),
+    ))
+}
+
 /// Decodes `%XX` escapes, as in a URL's user name and password (which keep `+` literally,
 /// unlike a query string). `None` if an escape is malformed or the result is not UTF-8.
 pub fn percent_decode(text: &str) -> Option<String> {
@@ -416,6 +611,37 @@ mod tests {
         for (url, expected) in table {
             assert_eq!(redact(url), expected);
             assert!(!redact(url).contains("hunter2"));
+        }
+    }
+
+    #[test]
+    fn table_store_options_read_their_own_and_leave_the_rest() {
+        let mut options = TableStoreOptions::new(58);
+        assert!(options.read("namespace", "billing").unwrap());
+        assert!(options.read("max_ttl", "1s").unwrap());
+        assert!(!options.read("sslmode", "disable").unwrap());
+        assert_eq!(options.namespace, "billing");
+        assert_eq!(options.max_ttl, Duration::from_secs(1));
+        assert!(options.read("table", &"t".repeat(58)).unwrap());
+        let rule = |name: &str, value: &str| match TableStoreOptions::new(58).read(name, value) {
+            Err(Error::InvalidInput { what: "url", rule }) => rule,
+            other => panic!("{name}={value}: expected an invalid url, got {other:?}"),
+        };
+        assert!(rule("table", &"t".repeat(59)).contains("at most 58 bytes"));
+        assert!(rule("max_ttl", "25h").contains("at most 24h"));
+        assert!(rule("create_table", "yes").contains("must be true or false"));
+        assert!(rule("max_idle", "-1").contains("max_idle"));
+    }
+
+    #[test]
+    fn a_scheme_not_listed_is_refused_naming_the_listed_ones() {
+        assert!(check_scheme("mysql", &["mysql", "mariadb"]).is_ok());
+        match check_scheme("redis", &["postgres", "postgresql"]) {
+            Err(Error::InvalidInput { rule, .. }) => assert_eq!(
+                rule,
+                "the scheme must be postgres:// or postgresql://, not redis://"
+            ),
+            other => panic!("{other:?}"),
         }
     }
 }

@@ -1,16 +1,17 @@
 //! Removal of idle fence rows, in bounded batches, off the path of every acquire.
 //!
-//! A release that finds a run due spawns one in the background (at most one per handle at a
-//! time, at most one per [`interval`]); it takes a session of its own, so no acquire or release
-//! waits for it. Each batch first looks for idle rows with a plain read (no locks), then, in
-//! one short transaction, locks the floor row, checks the rows again under row locks, raises
+//! A release that finds a run due spawns one in the background (with
+//! [`spawn_if_due`](fencelock_core::cleanup_task::spawn_if_due): at most one per handle at a
+//! time, at most one per [`interval`](fencelock_core::cleanup::interval)); it takes a session
+//! of its own, so no acquire or release waits for it. Each batch first looks for idle rows with
+//! a plain read (no locks), then, in one short transaction, locks the floor row, checks the rows again under row locks, raises
 //! the floor to their highest token and deletes them. Only bumps of new rows wait, for that
 //! transaction at most; a run stops after [`MAX_BATCHES`] batches and leaves the rest to the
 //! next one.
 
 use std::sync::Arc;
 
-use fencelock_core::cleanup::{interval, BATCH_ROWS, MAX_BATCHES};
+use fencelock_core::cleanup::{BATCH_ROWS, MAX_BATCHES};
 use fencelock_core::Result;
 use sqlx::mysql::MySqlConnection;
 use sqlx::{Connection, Row};
@@ -20,22 +21,12 @@ use crate::session::{Checkout, Sessions};
 
 /// Spawns a background run if one is due. Never waits.
 pub(crate) fn spawn_if_due(sessions: &Arc<Sessions>) {
-    if !sessions.cleanup.claim(interval(sessions.config.retention)) {
-        return;
-    }
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        sessions.cleanup.done();
-        return;
-    };
-    let sessions = sessions.clone();
-    runtime.spawn(async move {
-        match remove_idle_fences(&sessions).await {
-            Ok(0) => {}
-            Ok(removed) => tracing::debug!(removed, "removed idle fence rows"),
-            Err(error) => tracing::debug!(%error, "could not remove idle fence rows; next time"),
-        }
-        sessions.cleanup.done();
-    });
+    fencelock_core::cleanup_task::spawn_if_due(
+        sessions,
+        |sessions| &sessions.cleanup,
+        sessions.config.retention(),
+        |sessions| async move { remove_idle_fences(&sessions).await },
+    );
 }
 
 /// Removes fence rows not bumped for a retention window whose keys nobody holds, at most
@@ -46,9 +37,9 @@ pub(crate) fn spawn_if_due(sessions: &Arc<Sessions>) {
 /// rolls back whole.
 pub(crate) async fn remove_idle_fences(sessions: &Sessions) -> Result<u64> {
     let Checkout { mut session, .. } = sessions.checkout().await?;
-    let window_us = u64::try_from(sessions.config.retention.as_micros()).unwrap_or(u64::MAX);
+    let window_us = u64::try_from(sessions.config.retention().as_micros()).unwrap_or(u64::MAX);
     // A batch is a few short statements; the whole of it is bounded as one.
-    let limit = sessions.config.command_timeout;
+    let limit = sessions.config.command_timeout();
     let mut removed = 0u64;
     for _ in 0..MAX_BATCHES {
         let batch = bounded(limit, remove_batch(sessions, &mut session.conn, window_us))
@@ -129,7 +120,7 @@ fn rows_keys(rows: &[sqlx::mysql::MySqlRow]) -> std::result::Result<Vec<RowKey>,
 pub(crate) async fn count_fences(sessions: &Sessions) -> Result<u64> {
     let Checkout { mut session, .. } = sessions.checkout().await?;
     let row = bounded(
-        sessions.config.command_timeout,
+        sessions.config.command_timeout(),
         sqlx::query(&sessions.sql.count_rows).fetch_one(&mut session.conn),
     )
     .await

@@ -4,8 +4,8 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use fencelock_core::url::{client_identity, parse_timeout, parse_window, read_pem, redact};
-use fencelock_core::validate::{check_retention, DEFAULT_RETENTION, MAX_TTL};
+use fencelock_core::url::{check_scheme, client_identity, redact, TableStoreOptions, TlsFiles};
+use fencelock_core::validate::check_retention;
 use fencelock_core::{Error, Result};
 use sqlx::mysql::{MySqlConnectOptions, MySqlSslMode};
 use url::Url;
@@ -20,15 +20,15 @@ const MYSQL_SCHEME: &str = "mysql";
 pub const URL_SCHEMES: &[&str] = &[MYSQL_SCHEME, "mariadb"];
 /// The default namespace: keys of stores with different namespaces (or fence tables) never
 /// contend.
-pub const DEFAULT_NAMESPACE: &str = "default";
+pub const DEFAULT_NAMESPACE: &str = fencelock_core::url::DEFAULT_NAMESPACE;
 /// The default name of the fence table (in the URL's database).
-pub const DEFAULT_TABLE: &str = "fencelock_fence";
+pub const DEFAULT_TABLE: &str = fencelock_core::url::DEFAULT_TABLE;
 /// The default bound on opening one connection.
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = fencelock_core::url::DEFAULT_CONNECT_TIMEOUT;
 /// The default bound on one statement that does not wait for a lock.
-pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
+pub const DEFAULT_COMMAND_TIMEOUT: Duration = fencelock_core::url::DEFAULT_COMMAND_TIMEOUT;
 /// The default number of idle connections a store keeps for reuse.
-pub const DEFAULT_MAX_IDLE: usize = 16;
+pub const DEFAULT_MAX_IDLE: usize = fencelock_core::url::DEFAULT_MAX_IDLE;
 /// The shortest TTL this store accepts: the server's idle timeout (`wait_timeout`) counts
 /// whole seconds, so TTLs are rounded up to whole seconds and one second is the least.
 pub const MIN_TTL: Duration = Duration::from_secs(1);
@@ -43,6 +43,10 @@ pub const TOKEN_GRANULE: Duration = Duration::from_micros(1);
 /// The design's margin between the clock reading a row's idleness counts from and the one its
 /// token was floored by; here both are the one statement's start (`NOW(6)`, `UTC_TIMESTAMP(6)`).
 const READ_MARGIN: Duration = Duration::from_millis(1);
+
+/// The longest fence table name: the floor table's adds "_floor", and MySQL names are at most
+/// 64 bytes.
+const TABLE_MAX_LEN: usize = 58;
 
 /// The query-string options this crate reads itself.
 const OWN_OPTIONS: &[&str] = &[
@@ -103,15 +107,9 @@ const SQLX_OPTIONS: &[&str] = &["charset", "collation", "statement-cache-capacit
 pub struct MysqlConfig {
     pub(crate) connect: MySqlConnectOptions,
     redacted: String,
-    pub(crate) namespace: String,
     pub(crate) database: String,
-    pub(crate) table: String,
-    pub(crate) connect_timeout: Duration,
-    pub(crate) command_timeout: Duration,
-    pub(crate) max_idle: usize,
-    pub(crate) retention: Duration,
-    pub(crate) max_ttl: Duration,
-    pub(crate) create_table: bool,
+    /// The options every table store reads alike.
+    pub(crate) options: TableStoreOptions,
 }
 
 impl MysqlConfig {
@@ -128,12 +126,7 @@ impl MysqlConfig {
         fencelock_core::url::check_userinfo_encoded(url)?;
         let bad = |rule: String| Error::invalid("url", rule);
         let parsed = Url::parse(url).map_err(|e| bad(format!("not a URL: {e}")))?;
-        if !URL_SCHEMES.contains(&parsed.scheme()) {
-            return Err(bad(format!(
-                "the scheme must be mysql:// or mariadb://, not {}://",
-                parsed.scheme()
-            )));
-        }
+        check_scheme(parsed.scheme(), URL_SCHEMES)?;
         let redacted = redact(parsed.as_str());
         if parsed.host_str().is_none_or(str::is_empty) {
             return Err(bad(format!("{redacted}: the URL names no host")));
@@ -150,45 +143,17 @@ impl MysqlConfig {
         let mut config = MysqlConfig {
             connect: MySqlConnectOptions::new(),
             redacted,
-            namespace: DEFAULT_NAMESPACE.to_owned(),
             database,
-            table: DEFAULT_TABLE.to_owned(),
-            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
-            command_timeout: DEFAULT_COMMAND_TIMEOUT,
-            max_idle: DEFAULT_MAX_IDLE,
-            retention: DEFAULT_RETENTION,
-            max_ttl: MAX_TTL,
-            create_table: true,
+            options: TableStoreOptions::new(TABLE_MAX_LEN),
         };
         let mut ssl_mode = None;
         let mut passed_on = Vec::new();
         let mut tls = TlsFiles::default();
         for (name, value) in parsed.query_pairs() {
+            if config.options.read(&name, &value)? || tls.read(&name, &value)? {
+                continue;
+            }
             match &*name {
-                "tls_ca" => tls.ca = Some(read_pem("tls_ca", &value, "")?),
-                "tls_cert" => tls.cert = Some(read_pem("tls_cert", &value, "")?),
-                "tls_key" => tls.key = Some(read_pem("tls_key", &value, "")?),
-                "namespace" => config.namespace = check_namespace(&value)?,
-                "table" => config.table = check_table(&value)?,
-                "connect_timeout" => {
-                    config.connect_timeout = parse_timeout("connect_timeout", &value)?
-                }
-                "command_timeout" => {
-                    config.command_timeout = parse_timeout("command_timeout", &value)?
-                }
-                "max_idle" => {
-                    config.max_idle = value.parse().map_err(|_| {
-                        bad(format!("max_idle must be a whole number, not {value:?}"))
-                    })?
-                }
-                "retention" => config.retention = parse_window("retention", &value)?,
-                "create_table" => config.create_table = parse_bool("create_table", &value)?,
-                "max_ttl" => {
-                    config.max_ttl = parse_window("max_ttl", &value)?;
-                    if config.max_ttl > MAX_TTL {
-                        return Err(bad(format!("max_ttl must be at most 24h, not {value:?}")));
-                    }
-                }
                 "sslmode" => ssl_mode = Some(parse_ssl_mode(&value)?),
                 "sslrootcert" => passed_on.push(("ssl-ca".to_owned(), value.to_string())),
                 "sslcert" => passed_on.push(("ssl-cert".to_owned(), value.to_string())),
@@ -205,9 +170,9 @@ impl MysqlConfig {
                 }
             }
         }
-        check_retention(config.retention, config.max_ttl)?;
-        check_clock_retention(config.retention)?;
-        tls.check_against(&passed_on, ssl_mode)?;
+        check_retention(config.options.retention, config.options.max_ttl)?;
+        check_clock_retention(config.options.retention)?;
+        check_tls(&tls, &passed_on, ssl_mode)?;
         let ssl_mode = ssl_mode.unwrap_or(if tls.ca.is_some() {
             // A CA is named to check the server against it: check the host name too.
             MySqlSslMode::VerifyIdentity
@@ -232,24 +197,24 @@ impl MysqlConfig {
         config.connect = MySqlConnectOptions::from_str(for_sqlx.as_str())
             .map_err(|e| bad(format!("{}: {e}", config.redacted)))?
             .ssl_mode(ssl_mode);
-        config.connect = tls.apply(config.connect);
+        config.connect = apply_tls(tls, config.connect);
         Ok(config)
     }
 
     /// The namespace hashed into every key.
     pub fn namespace(&self) -> &str {
-        &self.namespace
+        &self.options.namespace
     }
 
     /// The fence table as `` `database`.`table` ``.
     pub fn fence_table(&self) -> String {
-        format!("`{}`.`{}`", self.database, self.table)
+        format!("`{}`.`{}`", self.database, self.options.table)
     }
 
     /// The floor table beside the fence table, `` `database`.`table_floor` ``: one row, the
     /// highest token of any removed fence row.
     pub fn floor_table(&self) -> String {
-        format!("`{}`.`{}_floor`", self.database, self.table)
+        format!("`{}`.`{}_floor`", self.database, self.options.table)
     }
 
     /// The statements that create the floor table and its one row, for an administrator who
@@ -267,23 +232,23 @@ impl MysqlConfig {
     /// the older build: from then on that build refuses the table and cannot write a fence
     /// row, so it never mints there. Running them again changes nothing.
     pub fn fence_scheme_upgrade_sql(&self) -> String {
-        sql::upgrade_to_fence_scheme_3(&self.database, &self.table)
+        sql::upgrade_to_fence_scheme_3(&self.database, &self.options.table)
     }
 
     /// How long a fence row stays after its last bump (while nobody holds its key).
     pub fn retention(&self) -> Duration {
-        self.retention
+        self.options.retention
     }
 
     /// The longest TTL this handle grants.
     pub fn max_ttl(&self) -> Duration {
-        self.max_ttl
+        self.options.max_ttl
     }
 
     /// Whether the store creates the fence table and its floor table when they are missing
     /// (the default). See [`MysqlConfig::with_create_table`].
     pub fn create_table(&self) -> bool {
-        self.create_table
+        self.options.create_table
     }
 
     /// `false`: the store never creates the fence table or its floor table (URL option
@@ -292,7 +257,7 @@ impl MysqlConfig {
     /// [`Error::Store`] that names the table and [`MysqlConfig::fence_table_ddl`] or
     /// [`MysqlConfig::floor_table_ddl`].
     pub fn with_create_table(mut self, create: bool) -> Self {
-        self.create_table = create;
+        self.options.create_table = create;
         self
     }
 
@@ -308,35 +273,35 @@ impl MysqlConfig {
     pub(crate) fn space(&self) -> Space<'_> {
         Space {
             database: &self.database,
-            table: &self.table,
-            namespace: &self.namespace,
+            table: &self.options.table,
+            namespace: &self.options.namespace,
         }
     }
 
     /// The bound on opening one connection.
     pub fn connect_timeout(&self) -> Duration {
-        self.connect_timeout
+        self.options.connect_timeout
     }
 
     /// The bound on one statement that does not wait for a lock.
     pub fn command_timeout(&self) -> Duration {
-        self.command_timeout
+        self.options.command_timeout
     }
 
     /// How many idle connections a store keeps for reuse.
     pub fn max_idle(&self) -> usize {
-        self.max_idle
+        self.options.max_idle
     }
 
     /// Sets the bound on opening one connection.
     pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
+        self.options.connect_timeout = timeout;
         self
     }
 
     /// Sets the bound on one statement that does not wait for a lock.
     pub fn with_command_timeout(mut self, timeout: Duration) -> Self {
-        self.command_timeout = timeout;
+        self.options.command_timeout = timeout;
         self
     }
 
@@ -356,14 +321,14 @@ impl fmt::Debug for MysqlConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MysqlConfig")
             .field("url", &self.redacted)
-            .field("namespace", &self.namespace)
+            .field("namespace", &self.options.namespace)
             .field("fence_table", &self.fence_table())
-            .field("connect_timeout", &self.connect_timeout)
-            .field("command_timeout", &self.command_timeout)
-            .field("max_idle", &self.max_idle)
-            .field("retention", &self.retention)
-            .field("max_ttl", &self.max_ttl)
-            .field("create_table", &self.create_table)
+            .field("connect_timeout", &self.options.connect_timeout)
+            .field("command_timeout", &self.options.command_timeout)
+            .field("max_idle", &self.options.max_idle)
+            .field("retention", &self.options.retention)
+            .field("max_ttl", &self.options.max_ttl)
+            .field("create_table", &self.options.create_table)
             .finish()
     }
 }
@@ -376,75 +341,53 @@ impl FromStr for MysqlConfig {
     }
 }
 
-/// The PEM contents of the `tls_*` options, applied to sqlx's options after it parsed the rest.
-#[derive(Default)]
-struct TlsFiles {
-    ca: Option<Vec<u8>>,
-    cert: Option<Vec<u8>>,
-    key: Option<Vec<u8>>,
-}
-
-impl TlsFiles {
-    /// Refuses a `tls_*` option next to its twin (which one would win is not obvious), a
-    /// client certificate without its key or the other way round, and `tls_*` with TLS off.
-    /// `passed_on` holds the twins under sqlx's names (`ssl-ca`, `ssl-cert`, `ssl-key`).
-    fn check_against(
-        &self,
-        passed_on: &[(String, String)],
-        ssl_mode: Option<MySqlSslMode>,
-    ) -> Result<()> {
-        let given = |name: &str| passed_on.iter().any(|(n, _)| n == name);
-        let twins = [
-            ("tls_ca", self.ca.is_some(), "ssl-ca", "sslrootcert"),
-            ("tls_cert", self.cert.is_some(), "ssl-cert", "sslcert"),
-            ("tls_key", self.key.is_some(), "ssl-key", "sslkey"),
-        ];
-        for (ours, set, sqlx_name, theirs) in twins {
-            if set && given(sqlx_name) {
-                return Err(Error::invalid(
-                    "url",
-                    format!("{ours} and {theirs} name the same file; give one"),
-                ));
-            }
-        }
-        client_identity(self.cert.as_ref(), self.key.as_ref())?;
-        let any = self.ca.is_some() || self.cert.is_some();
-        if any && matches!(ssl_mode, Some(MySqlSslMode::Disabled)) {
+/// Refuses a `tls_*` option next to its twin (which one would win is not obvious), a
+/// client certificate without its key or the other way round, and `tls_*` with TLS off.
+/// `passed_on` holds the twins under sqlx's names (`ssl-ca`, `ssl-cert`, `ssl-key`).
+fn check_tls(
+    tls: &TlsFiles,
+    passed_on: &[(String, String)],
+    ssl_mode: Option<MySqlSslMode>,
+) -> Result<()> {
+    let given = |name: &str| passed_on.iter().any(|(n, _)| n == name);
+    let twins = [
+        ("tls_ca", tls.ca.is_some(), "ssl-ca", "sslrootcert"),
+        ("tls_cert", tls.cert.is_some(), "ssl-cert", "sslcert"),
+        ("tls_key", tls.key.is_some(), "ssl-key", "sslkey"),
+    ];
+    for (ours, set, sqlx_name, theirs) in twins {
+        if set && given(sqlx_name) {
             return Err(Error::invalid(
                 "url",
-                "tls_ca, tls_cert and tls_key need TLS, and sslmode=disable turns it off",
+                format!("{ours} and {theirs} name the same file; give one"),
             ));
         }
-        Ok(())
     }
+    client_identity(tls.cert.as_ref(), tls.key.as_ref())?;
+    let any = tls.ca.is_some() || tls.cert.is_some();
+    if any && matches!(ssl_mode, Some(MySqlSslMode::Disabled)) {
+        return Err(Error::invalid(
+            "url",
+            "tls_ca, tls_cert and tls_key need TLS, and sslmode=disable turns it off",
+        ));
+    }
+    Ok(())
+}
 
-    fn apply(self, mut connect: MySqlConnectOptions) -> MySqlConnectOptions {
-        if let Some(ca) = self.ca {
-            connect = connect.ssl_ca_from_pem(ca);
-        }
-        if let (Some(cert), Some(key)) = (self.cert, self.key) {
-            connect = connect
-                .ssl_client_cert_from_pem(cert)
-                .ssl_client_key_from_pem(key);
-        }
-        connect
+/// The `tls_*` files applied to sqlx's options after it parsed the rest.
+fn apply_tls(tls: TlsFiles, mut connect: MySqlConnectOptions) -> MySqlConnectOptions {
+    if let Some(ca) = tls.ca {
+        connect = connect.ssl_ca_from_pem(ca);
     }
+    if let (Some(cert), Some(key)) = (tls.cert, tls.key) {
+        connect = connect
+            .ssl_client_cert_from_pem(cert)
+            .ssl_client_key_from_pem(key);
+    }
+    connect
 }
 
 /// The PostgreSQL store's `sslmode` names, and MySQL's own.
-/// `true` or `false`, nothing else (as the other stores read their switches): `1`, `yes` or
-/// an empty value is refused rather than guessed.
-fn parse_bool(what: &str, value: &str) -> Result<bool> {
-    match value {
-        "true" => Ok(true),
-        "false" => Ok(false),
-        _ => Err(Error::invalid(
-            "url",
-            format!("{what} must be true or false, not {value:?}"),
-        )),
-    }
-}
-
 fn parse_ssl_mode(value: &str) -> Result<MySqlSslMode> {
     Ok(match &*value.to_ascii_lowercase() {
         "disable" | "disabled" => MySqlSslMode::Disabled,
@@ -468,16 +411,6 @@ fn requires_tls(mode: MySqlSslMode) -> bool {
         mode,
         MySqlSslMode::Required | MySqlSslMode::VerifyCa | MySqlSslMode::VerifyIdentity
     )
-}
-
-fn check_namespace(value: &str) -> Result<String> {
-    if value.is_empty() || value.len() > 63 || value.contains('\0') {
-        return Err(Error::invalid(
-            "url",
-            format!("namespace must be 1 to 63 bytes without NUL, not {value:?}"),
-        ));
-    }
-    Ok(value.to_owned())
 }
 
 /// The shortest retention window this store accepts: a token granule plus
@@ -507,26 +440,6 @@ fn check_clock_retention(retention: Duration) -> Result<()> {
     ))
 }
 
-/// The table name is spliced into SQL (identifiers cannot be bind parameters), so only plain
-/// identifiers are accepted, and they are always quoted.
-fn check_table(value: &str) -> Result<String> {
-    let mut chars = value.chars();
-    let starts_well = chars
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
-    let rest_ok = chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
-    // 58: the floor table's name adds "_floor", and MySQL names are at most 64 bytes.
-    if !starts_well || !rest_ok || value.len() > 58 {
-        return Err(Error::invalid(
-            "url",
-            format!(
-                "table must match [A-Za-z_][A-Za-z0-9_]* and be at most 58 bytes, not {value:?}"
-            ),
-        ));
-    }
-    Ok(value.to_owned())
-}
-
 /// The database is spliced into SQL as the fence table's qualifier, quoted: letters, digits,
 /// `_`, `$` and `-` (common in database names), never a backtick.
 fn check_database(value: &str) -> Result<String> {
@@ -548,6 +461,7 @@ fn check_database(value: &str) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fencelock_core::validate::MAX_TTL;
 
     fn rule(url: &str) -> String {
         match MysqlConfig::from_url(url) {

@@ -1,16 +1,16 @@
 //! Server sessions: one dedicated connection per held lease, idle ones kept for reuse, and
 //! the guard that ends a cancelled waiter's session.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use fencelock_core::cleanup::CleanupSchedule;
+use fencelock_core::session_pool::{open_within, OpenCount, SessionPool};
 use fencelock_core::{Error, Instant};
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlRow};
 use sqlx::{Connection, Row};
 use tokio::sync::OnceCell;
-use tokio::time::timeout;
 
 use crate::config::MysqlConfig;
 use crate::error::{bounded, connect_error, number, sql_error};
@@ -47,35 +47,14 @@ impl Session {
     }
 }
 
-/// Counts open sessions for diagnostics; the count drops with the session.
-struct OpenCount(Arc<AtomicUsize>);
-
-impl OpenCount {
-    fn new(count: &Arc<AtomicUsize>) -> Self {
-        count.fetch_add(1, Ordering::Relaxed);
-        OpenCount(count.clone())
-    }
-}
-
-impl Drop for OpenCount {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-/// A session taken for one operation, and whether it came from the idle list (a reused session
-/// may have died while idle, for example when the server restarted).
-pub(crate) struct Checkout {
-    pub(crate) session: Session,
-    pub(crate) reused: bool,
-}
+/// A session taken for one operation, and whether it came from the idle list.
+pub(crate) type Checkout = fencelock_core::session_pool::Checkout<Session>;
 
 /// The connections of one store handle and everything needed to open more.
 pub(crate) struct Sessions {
     pub(crate) config: MysqlConfig,
     options: MySqlConnectOptions,
-    idle: Mutex<Vec<Session>>,
-    open: Arc<AtomicUsize>,
+    pool: SessionPool<Session>,
     fence_table_ready: OnceCell<()>,
     warned_not_durable: AtomicBool,
     pub(crate) sql: Statements,
@@ -90,8 +69,7 @@ impl Sessions {
         Sessions {
             config,
             options,
-            idle: Mutex::new(Vec::new()),
-            open: Arc::new(AtomicUsize::new(0)),
+            pool: SessionPool::default(),
             fence_table_ready: OnceCell::new(),
             warned_not_durable: AtomicBool::new(false),
             sql,
@@ -101,16 +79,12 @@ impl Sessions {
 
     /// Sessions open right now: held by leases, waiting, running a statement, or idle.
     pub(crate) fn open_count(&self) -> usize {
-        self.open.load(Ordering::Relaxed)
+        self.pool.open_count()
     }
 
     /// Idle sessions kept for reuse.
     pub(crate) fn idle_count(&self) -> usize {
-        self.idle_list().len()
-    }
-
-    fn idle_list(&self) -> std::sync::MutexGuard<'_, Vec<Session>> {
-        self.idle.lock().unwrap_or_else(PoisonError::into_inner)
+        self.pool.idle_count()
     }
 
     /// An idle session, or a new one.
@@ -118,16 +92,11 @@ impl Sessions {
     /// # Cancel safety
     /// Dropping the future drops a half-opened connection; nothing is held.
     pub(crate) async fn checkout(&self) -> fencelock_core::Result<Checkout> {
-        loop {
-            let Some(session) = self.idle_list().pop() else {
-                break;
-            };
-            if !session.may_have_timed_out() {
-                return Ok(Checkout {
-                    session,
-                    reused: true,
-                });
-            }
+        if let Some(session) = self.pool.take_idle(|session| !session.may_have_timed_out()) {
+            return Ok(Checkout {
+                session,
+                reused: true,
+            });
         }
         Ok(Checkout {
             session: self.open().await?,
@@ -138,16 +107,12 @@ impl Sessions {
     /// Gives back a session that holds no lock.
     pub(crate) fn checkin(&self, mut session: Session) {
         session.idle_since = Instant::now();
-        let mut idle = self.idle_list();
-        if idle.len() < self.config.max_idle {
-            idle.push(session);
-        }
+        self.pool.keep_idle(session, self.config.max_idle());
     }
 
     /// Closes every idle session: after one of them turned out dead, the rest likely are too.
     pub(crate) fn discard_idle(&self) {
-        let stale = std::mem::take(&mut *self.idle_list());
-        drop(stale);
+        self.pool.discard_idle();
     }
 
     /// Opens a session within the connect timeout and makes sure the fence table exists.
@@ -155,7 +120,7 @@ impl Sessions {
     /// # Cancel safety
     /// Dropping the future drops the half-opened connection; nothing is held.
     pub(crate) async fn open(&self) -> fencelock_core::Result<Session> {
-        let limit = self.config.connect_timeout;
+        let limit = self.config.connect_timeout();
         let opening = async {
             let mut conn = MySqlConnection::connect_with(&self.options)
                 .await
@@ -194,19 +159,10 @@ impl Sessions {
                 fractional_wait: version.contains("MariaDB"),
                 wait_timeout: None,
                 idle_since: Instant::now(),
-                _open: OpenCount::new(&self.open),
+                _open: self.pool.count_open(),
             })
         };
-        match timeout(limit, opening).await {
-            Ok(result) => result,
-            Err(_) => Err(Error::Unavailable {
-                message: format!(
-                    "no connection to {} within the connect timeout of {limit:?}",
-                    self.config.redacted()
-                ),
-                source: None,
-            }),
-        }
+        open_within(limit, self.config.redacted(), opening).await
     }
 
     /// Creates the fence table and its floor table if they are missing (only then: `CREATE
@@ -218,7 +174,7 @@ impl Sessions {
     async fn ensure_fence_table(&self, conn: &mut MySqlConnection) -> fencelock_core::Result<()> {
         let fence_table = self.config.fence_table();
         let mut state = self.fence_table_state(conn).await?;
-        if state.engine.is_none() && !self.config.create_table {
+        if state.engine.is_none() && !self.config.create_table() {
             return Err(not_created(&fence_table, "fence_table_ddl"));
         }
         if state.engine.is_none() {
@@ -251,7 +207,7 @@ impl Sessions {
             state.comment.as_deref().unwrap_or_default(),
             state.fence_scheme_column != 0,
         )?;
-        if state.floor_table == 0 && !self.config.create_table {
+        if state.floor_table == 0 && !self.config.create_table() {
             return Err(not_created(&self.config.floor_table(), "floor_table_ddl"));
         }
         if state.floor_table == 0 {
@@ -281,11 +237,11 @@ impl Sessions {
         let failed = |e| sql_error("looking for the fence table", e);
         let row: MySqlRow = sqlx::query(FENCE_TABLE_STATE)
             .bind(&self.config.database)
-            .bind(&self.config.table)
+            .bind(&self.config.options.table)
             .bind(&self.config.database)
-            .bind(format!("{}_floor", self.config.table))
+            .bind(format!("{}_floor", self.config.options.table))
             .bind(&self.config.database)
-            .bind(&self.config.table)
+            .bind(&self.config.options.table)
             .fetch_one(conn)
             .await
             .map_err(failed)?;
@@ -302,7 +258,7 @@ impl Sessions {
     /// [`SESSION_PRESENT`]).
     pub(crate) async fn kill_waiter(&self, id: i64, host: &str) -> fencelock_core::Result<()> {
         let Checkout { mut session, .. } = self.checkout().await?;
-        let limit = self.config.command_timeout;
+        let limit = self.config.command_timeout();
         let present = bounded(
             limit,
             sqlx::query(SESSION_PRESENT)

@@ -202,7 +202,7 @@ impl MysqlStore {
             } = self.checkout(fresh).await?;
             if session.wait_timeout != Some(ttl_secs) {
                 let armed = bounded(
-                    self.sessions.config.command_timeout,
+                    self.sessions.config.command_timeout(),
                     sqlx::query(SET_WAIT_TIMEOUT)
                         .bind(ttl_secs)
                         .execute(&mut session.conn),
@@ -238,7 +238,7 @@ impl MysqlStore {
             let guard = (!wait.is_zero()).then(|| WaitGuard::arm(&self.sessions, &session));
             let sent_at = Instant::now();
             let reply = bounded(
-                Duration::from_secs_f64(wait_secs) + self.sessions.config.command_timeout,
+                Duration::from_secs_f64(wait_secs) + self.sessions.config.command_timeout(),
                 sqlx::query(TAKE_LOCK)
                     .bind(&target.lock_name)
                     .bind(wait_secs)
@@ -269,7 +269,7 @@ impl MysqlStore {
             // Held: the bump follows on the same session. Should it fail, or the future be
             // dropped, the session is dropped, which frees the lock; no token was handed out.
             let bumped = bounded(
-                self.sessions.config.command_timeout,
+                self.sessions.config.command_timeout(),
                 sqlx::query(&self.sessions.sql.bump)
                     .bind(&target.namespace)
                     .bind(&target.fence_key)
@@ -352,7 +352,7 @@ impl MysqlStore {
         };
         let sent_at = Instant::now();
         let reply = bounded(
-            held.sessions.config.command_timeout,
+            held.sessions.config.command_timeout(),
             sqlx::query(CONFIRM_HELD)
                 .bind(&held.lock_name)
                 .fetch_one(&mut session.conn),
@@ -399,7 +399,7 @@ impl MysqlStore {
         held.watch.forget(held.watch_id);
         // From here on a dropped future drops the session, which frees the lock.
         let reply = bounded(
-            held.sessions.config.command_timeout,
+            held.sessions.config.command_timeout(),
             sqlx::query(RELEASE)
                 .bind(&held.lock_name)
                 .fetch_one(&mut session.conn),
@@ -441,7 +441,7 @@ impl MysqlStore {
                 reused,
             } = self.checkout(fresh).await?;
             let reply = bounded(
-                self.sessions.config.command_timeout,
+                self.sessions.config.command_timeout(),
                 sqlx::query(&self.sessions.sql.status)
                     .bind(&target.lock_name)
                     .bind(&target.namespace)
@@ -644,8 +644,8 @@ impl LockStore for MysqlStore {
             .with_frees_on_disconnect(true)
             .with_notified_wait(true)
             .with_evict(true)
-            .with_max_ttl(self.sessions.config.max_ttl)
-            .with_retention(self.sessions.config.retention)
+            .with_max_ttl(self.sessions.config.max_ttl())
+            .with_retention(self.sessions.config.retention())
     }
 
     /// # Cancel safety
@@ -669,7 +669,7 @@ impl LockStore for MysqlStore {
     async fn evict(&self, key: &str) -> Result<bool> {
         check_key(key)?;
         let lock_name = self.lock_name(key);
-        let limit = self.sessions.config.command_timeout;
+        let limit = self.sessions.config.command_timeout();
         let Checkout { mut session, .. } = self.checkout(false).await?;
         let found = holder(&mut session, &lock_name, limit).await?;
         let Some(holder_id) = found else {
@@ -730,7 +730,7 @@ impl fmt::Debug for MysqlStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MysqlStore")
             .field("url", &self.sessions.config.redacted())
-            .field("namespace", &self.sessions.config.namespace)
+            .field("namespace", &self.sessions.config.namespace())
             .field("open_connections", &self.open_connections())
             .field("idle_connections", &self.idle_connections())
             .field("watched_leases", &self.watch.watched_count())

@@ -44,7 +44,7 @@ impl LookUp for Sessions {
             // two look-ups: the server would end it between them.
             if opened.wait_timeout.is_some() {
                 bounded(
-                    self.config.command_timeout,
+                    self.config.command_timeout(),
                     sqlx::query(RESET_WAIT_TIMEOUT).execute(&mut opened.conn),
                 )
                 .await
@@ -63,7 +63,7 @@ impl LookUp for Sessions {
             .collect::<Vec<_>>()
             .join(",");
         let rows = bounded(
-            self.config.command_timeout,
+            self.config.command_timeout(),
             sqlx::query(LIVE_SESSIONS).bind(ids).fetch_all(conn),
         )
         .await

@@ -1,14 +1,15 @@
 //! Removal of idle fence rows, in bounded batches, off the path of every acquire.
 //!
-//! A release that finds a run due spawns one in the background (at most one per handle at a
-//! time, at most one per [`interval`]); it takes a pooled session of its own, so no acquire or
-//! release waits for it. Each batch is one statement over at most [`BATCH_ROWS`] rows that
+//! A release that finds a run due spawns one in the background (with
+//! [`spawn_if_due`](fencelock_core::cleanup_task::spawn_if_due): at most one per handle at a
+//! time, at most one per [`interval`](fencelock_core::cleanup::interval)); it takes a pooled
+//! session of its own, so no acquire or release waits for it. Each batch is one statement over at most [`BATCH_ROWS`] rows that
 //! skips locked rows, so a bump never waits for more than one batch and the batch never waits
 //! for a bump; a run stops after [`MAX_BATCHES`] batches and leaves the rest to the next one.
 
 use std::sync::Arc;
 
-use fencelock_core::cleanup::{interval, BATCH_ROWS, MAX_BATCHES};
+use fencelock_core::cleanup::{BATCH_ROWS, MAX_BATCHES};
 use fencelock_core::Result;
 use sqlx::Row;
 
@@ -17,22 +18,12 @@ use crate::session::{Checkout, Sessions};
 
 /// Spawns a background run if one is due. Never waits.
 pub(crate) fn spawn_if_due(sessions: &Arc<Sessions>) {
-    if !sessions.cleanup.claim(interval(sessions.config.retention)) {
-        return;
-    }
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        sessions.cleanup.done();
-        return;
-    };
-    let sessions = sessions.clone();
-    runtime.spawn(async move {
-        match remove_idle_fences(&sessions).await {
-            Ok(0) => {}
-            Ok(removed) => tracing::debug!(removed, "removed idle fence rows"),
-            Err(error) => tracing::debug!(%error, "could not remove idle fence rows; next time"),
-        }
-        sessions.cleanup.done();
-    });
+    fencelock_core::cleanup_task::spawn_if_due(
+        sessions,
+        |sessions| &sessions.cleanup,
+        sessions.config.retention(),
+        |sessions| async move { remove_idle_fences(&sessions).await },
+    );
 }
 
 /// Removes fence rows not bumped for a retention window whose token the server's clock has
@@ -44,12 +35,12 @@ pub(crate) fn spawn_if_due(sessions: &Arc<Sessions>) {
 /// session is closed, so the statement rolls back).
 pub(crate) async fn remove_idle_fences(sessions: &Sessions) -> Result<u64> {
     let Checkout { mut session, .. } = sessions.checkout().await?;
-    let retention_ms = i64::try_from(sessions.config.retention.as_millis()).unwrap_or(i64::MAX);
+    let retention_ms = i64::try_from(sessions.config.retention().as_millis()).unwrap_or(i64::MAX);
     let behind_us = i64::try_from(sessions.config.min_retention().as_micros()).unwrap_or(i64::MAX);
     let mut removed = 0u64;
     for _ in 0..MAX_BATCHES {
         let row = bounded(
-            sessions.config.command_timeout,
+            sessions.config.command_timeout(),
             sqlx::query(&sessions.sql.remove_idle_fences)
                 .bind(retention_ms)
                 .bind(i64::from(BATCH_ROWS))
@@ -80,7 +71,7 @@ pub(crate) async fn remove_idle_fences(sessions: &Sessions) -> Result<u64> {
 pub(crate) async fn count_fences(sessions: &Sessions) -> Result<u64> {
     let Checkout { mut session, .. } = sessions.checkout().await?;
     let row = bounded(
-        sessions.config.command_timeout,
+        sessions.config.command_timeout(),
         sqlx::query(&sessions.sql.count_fences).fetch_one(&mut session.conn),
     )
     .await

@@ -4,8 +4,11 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use fencelock_core::url::{client_identity, parse_timeout, parse_window, read_pem, redact};
-use fencelock_core::validate::{check_retention, DEFAULT_RETENTION, MAX_TTL};
+use fencelock_core::url::{
+    check_identifier, check_scheme, client_identity, parse_window, redact, TableStoreOptions,
+    TlsFiles,
+};
+use fencelock_core::validate::check_retention;
 use fencelock_core::{Error, Result};
 use sqlx::postgres::{PgConnectOptions, PgSslMode};
 use url::Url;
@@ -18,17 +21,17 @@ use crate::sql;
 pub const URL_SCHEMES: &[&str] = &["postgres", "postgresql"];
 /// The default namespace: keys of stores with different namespaces (or fence tables) never
 /// contend.
-pub const DEFAULT_NAMESPACE: &str = "default";
+pub const DEFAULT_NAMESPACE: &str = fencelock_core::url::DEFAULT_NAMESPACE;
 /// The default schema of the fence table.
 pub const DEFAULT_SCHEMA: &str = "public";
 /// The default name of the fence table.
-pub const DEFAULT_TABLE: &str = "fencelock_fence";
+pub const DEFAULT_TABLE: &str = fencelock_core::url::DEFAULT_TABLE;
 /// The default bound on opening one connection.
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = fencelock_core::url::DEFAULT_CONNECT_TIMEOUT;
 /// The default bound on one statement that does not wait for a lock.
-pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
+pub const DEFAULT_COMMAND_TIMEOUT: Duration = fencelock_core::url::DEFAULT_COMMAND_TIMEOUT;
 /// The default number of idle connections a store keeps for reuse.
-pub const DEFAULT_MAX_IDLE: usize = 16;
+pub const DEFAULT_MAX_IDLE: usize = fencelock_core::url::DEFAULT_MAX_IDLE;
 /// The shortest TTL this store accepts. A shorter lease would spend most of its life on the
 /// round trips and the durable commit of its own acquire. TTLs travel as whole milliseconds
 /// (the server's timers), rounded up.
@@ -130,16 +133,10 @@ const SQLX_OPTIONS: &[&str] = &[
 pub struct PostgresConfig {
     pub(crate) connect: PgConnectOptions,
     redacted: String,
-    pub(crate) namespace: String,
     pub(crate) schema: String,
-    pub(crate) table: String,
-    pub(crate) connect_timeout: Duration,
-    pub(crate) command_timeout: Duration,
-    pub(crate) max_idle: usize,
-    pub(crate) retention: Duration,
-    pub(crate) max_ttl: Duration,
     pub(crate) max_skew: Duration,
-    pub(crate) create_table: bool,
+    /// The options every table store reads alike.
+    pub(crate) options: TableStoreOptions,
 }
 
 impl PostgresConfig {
@@ -157,58 +154,25 @@ impl PostgresConfig {
         fencelock_core::url::check_userinfo_encoded(url)?;
         let bad = |rule: String| Error::invalid("url", rule);
         let parsed = Url::parse(url).map_err(|e| bad(format!("not a URL: {e}")))?;
-        if !URL_SCHEMES.contains(&parsed.scheme()) {
-            return Err(bad(format!(
-                "the scheme must be postgres:// or postgresql://, not {}://",
-                parsed.scheme()
-            )));
-        }
+        check_scheme(parsed.scheme(), URL_SCHEMES)?;
         let redacted = redact(parsed.as_str());
 
         let mut config = PostgresConfig {
             connect: PgConnectOptions::new_without_pgpass(),
             redacted,
-            namespace: DEFAULT_NAMESPACE.to_owned(),
             schema: DEFAULT_SCHEMA.to_owned(),
-            table: DEFAULT_TABLE.to_owned(),
-            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
-            command_timeout: DEFAULT_COMMAND_TIMEOUT,
-            max_idle: DEFAULT_MAX_IDLE,
-            retention: DEFAULT_RETENTION,
-            max_ttl: MAX_TTL,
             max_skew: DEFAULT_MAX_SKEW,
-            create_table: true,
+            options: TableStoreOptions::new(63),
         };
         let mut passed_on = Vec::new();
         let mut tls = TlsFiles::default();
         for (name, value) in parsed.query_pairs() {
+            if config.options.read(&name, &value)? || tls.read(&name, &value)? {
+                continue;
+            }
             match &*name {
-                "tls_ca" => tls.ca = Some(read_pem("tls_ca", &value, "")?),
-                "tls_cert" => tls.cert = Some(read_pem("tls_cert", &value, "")?),
-                "tls_key" => tls.key = Some(read_pem("tls_key", &value, "")?),
-                "namespace" => config.namespace = check_namespace(&value)?,
-                "schema" => config.schema = check_identifier("schema", &value)?,
-                "table" => config.table = check_identifier("table", &value)?,
-                "connect_timeout" => {
-                    config.connect_timeout = parse_timeout("connect_timeout", &value)?
-                }
-                "command_timeout" => {
-                    config.command_timeout = parse_timeout("command_timeout", &value)?
-                }
-                "max_idle" => {
-                    config.max_idle = value.parse().map_err(|_| {
-                        bad(format!("max_idle must be a whole number, not {value:?}"))
-                    })?
-                }
-                "retention" => config.retention = parse_window("retention", &value)?,
+                "schema" => config.schema = check_identifier("schema", &value, 63)?,
                 "max_skew" => config.max_skew = parse_window("max_skew", &value)?,
-                "create_table" => config.create_table = parse_bool("create_table", &value)?,
-                "max_ttl" => {
-                    config.max_ttl = parse_window("max_ttl", &value)?;
-                    if config.max_ttl > MAX_TTL {
-                        return Err(bad(format!("max_ttl must be at most 24h, not {value:?}")));
-                    }
-                }
                 known if SQLX_OPTIONS.contains(&known) || is_options_entry(known) => {
                     passed_on.push((name.to_string(), value.to_string()))
                 }
@@ -221,13 +185,13 @@ impl PostgresConfig {
                 }
             }
         }
-        check_retention(config.retention, config.max_ttl)?;
-        check_clock_floor(config.retention, config.max_skew)?;
+        check_retention(config.options.retention, config.options.max_ttl)?;
+        check_clock_floor(config.options.retention, config.max_skew)?;
 
         let sslmode_given = passed_on
             .iter()
             .any(|(name, _)| matches!(&**name, "sslmode" | "ssl-mode"));
-        tls.check_against(&passed_on)?;
+        check_tls(&tls, &passed_on)?;
 
         let mut for_sqlx = parsed.clone();
         if passed_on.is_empty() {
@@ -237,7 +201,7 @@ impl PostgresConfig {
         }
         config.connect = PgConnectOptions::from_str(for_sqlx.as_str())
             .map_err(|e| bad(format!("{}: {e}", config.redacted)))?;
-        config.connect = tls.apply(config.connect, sslmode_given)?;
+        config.connect = apply_tls(tls, config.connect, sslmode_given)?;
         if requires_tls(config.connect.get_ssl_mode()) && !cfg!(feature = "tls") {
             return Err(bad(
                 "sslmode=require, verify-ca and verify-full need fencelock-postgres's `tls` feature"
@@ -252,18 +216,18 @@ impl PostgresConfig {
 
     /// The namespace hashed into every key.
     pub fn namespace(&self) -> &str {
-        &self.namespace
+        &self.options.namespace
     }
 
     /// The fence table as `"schema"."table"`.
     pub fn fence_table(&self) -> String {
-        format!("\"{}\".\"{}\"", self.schema, self.table)
+        format!("\"{}\".\"{}\"", self.schema, self.options.table)
     }
 
     /// Whether the store creates the schema and the fence table when they are missing (the
     /// default). See [`PostgresConfig::with_create_table`].
     pub fn create_table(&self) -> bool {
-        self.create_table
+        self.options.create_table
     }
 
     /// `false`: the store never creates the schema or the fence table (URL option
@@ -271,7 +235,7 @@ impl PostgresConfig {
     /// `connect` (or a lazy handle's first operation) fails with a non-retryable
     /// [`Error::Store`] that names the table and [`PostgresConfig::fence_table_ddl`].
     pub fn with_create_table(mut self, create: bool) -> Self {
-        self.create_table = create;
+        self.options.create_table = create;
         self
     }
 
@@ -315,12 +279,12 @@ impl PostgresConfig {
 
     /// How long a key's fence row outlives its last bump.
     pub fn retention(&self) -> Duration {
-        self.retention
+        self.options.retention
     }
 
     /// The longest TTL this handle grants.
     pub fn max_ttl(&self) -> Duration {
-        self.max_ttl
+        self.options.max_ttl
     }
 
     /// How far the server's clock may step back, as the deployment promises (`max_skew`).
@@ -340,35 +304,35 @@ impl PostgresConfig {
     pub(crate) fn space(&self) -> Space<'_> {
         Space {
             schema: &self.schema,
-            table: &self.table,
-            namespace: &self.namespace,
+            table: &self.options.table,
+            namespace: &self.options.namespace,
         }
     }
 
     /// The bound on opening one connection.
     pub fn connect_timeout(&self) -> Duration {
-        self.connect_timeout
+        self.options.connect_timeout
     }
 
     /// The bound on one statement that does not wait for a lock.
     pub fn command_timeout(&self) -> Duration {
-        self.command_timeout
+        self.options.command_timeout
     }
 
     /// How many idle connections a store keeps for reuse.
     pub fn max_idle(&self) -> usize {
-        self.max_idle
+        self.options.max_idle
     }
 
     /// Sets the bound on opening one connection.
     pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
+        self.options.connect_timeout = timeout;
         self
     }
 
     /// Sets the bound on one statement that does not wait for a lock.
     pub fn with_command_timeout(mut self, timeout: Duration) -> Self {
-        self.command_timeout = timeout;
+        self.options.command_timeout = timeout;
         self
     }
 
@@ -388,15 +352,15 @@ impl fmt::Debug for PostgresConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PostgresConfig")
             .field("url", &self.redacted)
-            .field("namespace", &self.namespace)
+            .field("namespace", &self.options.namespace)
             .field("fence_table", &self.fence_table())
-            .field("connect_timeout", &self.connect_timeout)
-            .field("command_timeout", &self.command_timeout)
-            .field("max_idle", &self.max_idle)
-            .field("retention", &self.retention)
-            .field("max_ttl", &self.max_ttl)
+            .field("connect_timeout", &self.options.connect_timeout)
+            .field("command_timeout", &self.options.command_timeout)
+            .field("max_idle", &self.options.max_idle)
+            .field("retention", &self.options.retention)
+            .field("max_ttl", &self.options.max_ttl)
             .field("max_skew", &self.max_skew)
-            .field("create_table", &self.create_table)
+            .field("create_table", &self.options.create_table)
             .finish()
     }
 }
@@ -409,62 +373,58 @@ impl FromStr for PostgresConfig {
     }
 }
 
-/// The PEM contents of the `tls_*` options, applied to sqlx's options after it parsed the rest.
-#[derive(Default)]
-struct TlsFiles {
-    ca: Option<Vec<u8>>,
-    cert: Option<Vec<u8>>,
-    key: Option<Vec<u8>>,
-}
-
-impl TlsFiles {
-    /// Refuses a `tls_*` option next to its libpq twin (which one would win is not obvious),
-    /// and a client certificate without its key or the other way round.
-    fn check_against(&self, passed_on: &[(String, String)]) -> Result<()> {
-        let given = |names: &[&str]| passed_on.iter().any(|(n, _)| names.contains(&&**n));
-        let twins: [(&str, bool, &[&str]); 3] = [
-            (
-                "tls_ca",
-                self.ca.is_some(),
-                &["sslrootcert", "ssl-root-cert", "ssl-ca"],
-            ),
-            ("tls_cert", self.cert.is_some(), &["sslcert", "ssl-cert"]),
-            ("tls_key", self.key.is_some(), &["sslkey", "ssl-key"]),
-        ];
-        for (ours, set, theirs) in twins {
-            if set && given(theirs) {
-                return Err(Error::invalid(
-                    "url",
-                    format!("{ours} and {} name the same file; give one", theirs[0]),
-                ));
-            }
-        }
-        client_identity(self.cert.as_ref(), self.key.as_ref())?;
-        Ok(())
-    }
-
-    fn apply(self, mut connect: PgConnectOptions, sslmode_given: bool) -> Result<PgConnectOptions> {
-        let any = self.ca.is_some() || self.cert.is_some();
-        if any && matches!(connect.get_ssl_mode(), PgSslMode::Disable) {
+/// Refuses a `tls_*` option next to its libpq twin (which one would win is not obvious), and a
+/// client certificate without its key or the other way round.
+fn check_tls(tls: &TlsFiles, passed_on: &[(String, String)]) -> Result<()> {
+    let given = |names: &[&str]| passed_on.iter().any(|(n, _)| names.contains(&&**n));
+    let twins: [(&str, bool, &[&str]); 3] = [
+        (
+            "tls_ca",
+            tls.ca.is_some(),
+            &["sslrootcert", "ssl-root-cert", "ssl-ca"],
+        ),
+        ("tls_cert", tls.cert.is_some(), &["sslcert", "ssl-cert"]),
+        ("tls_key", tls.key.is_some(), &["sslkey", "ssl-key"]),
+    ];
+    for (ours, set, theirs) in twins {
+        if set && given(theirs) {
             return Err(Error::invalid(
                 "url",
-                "tls_ca, tls_cert and tls_key need TLS, and sslmode=disable turns it off",
+                format!("{ours} and {} name the same file; give one", theirs[0]),
             ));
         }
-        if let Some(ca) = self.ca {
-            connect = connect.ssl_root_cert_from_pem(ca);
-            if !sslmode_given {
-                // A CA is named to check the server against it: check the host name too.
-                connect = connect.ssl_mode(PgSslMode::VerifyFull);
-            }
-        }
-        if let (Some(cert), Some(key)) = (self.cert, self.key) {
-            connect = connect
-                .ssl_client_cert_from_pem(cert)
-                .ssl_client_key_from_pem(key);
-        }
-        Ok(connect)
     }
+    client_identity(tls.cert.as_ref(), tls.key.as_ref())?;
+    Ok(())
+}
+
+/// The `tls_*` files applied to sqlx's options after it parsed the rest; a CA alone implies
+/// `verify-full` unless `sslmode` was given.
+fn apply_tls(
+    tls: TlsFiles,
+    mut connect: PgConnectOptions,
+    sslmode_given: bool,
+) -> Result<PgConnectOptions> {
+    let any = tls.ca.is_some() || tls.cert.is_some();
+    if any && matches!(connect.get_ssl_mode(), PgSslMode::Disable) {
+        return Err(Error::invalid(
+            "url",
+            "tls_ca, tls_cert and tls_key need TLS, and sslmode=disable turns it off",
+        ));
+    }
+    if let Some(ca) = tls.ca {
+        connect = connect.ssl_root_cert_from_pem(ca);
+        if !sslmode_given {
+            // A CA is named to check the server against it: check the host name too.
+            connect = connect.ssl_mode(PgSslMode::VerifyFull);
+        }
+    }
+    if let (Some(cert), Some(key)) = (tls.cert, tls.key) {
+        connect = connect
+            .ssl_client_cert_from_pem(cert)
+            .ssl_client_key_from_pem(key);
+    }
+    Ok(connect)
 }
 
 /// The smallest retention window for a server clock that steps back at most `max_skew`: a
@@ -493,19 +453,6 @@ fn check_clock_floor(retention: Duration, max_skew: Duration) -> Result<()> {
     ))
 }
 
-/// `true` or `false`, nothing else (as the Redis store reads its switches): `1`, `yes` or an
-/// empty value is refused rather than guessed.
-fn parse_bool(what: &str, value: &str) -> Result<bool> {
-    match value {
-        "true" => Ok(true),
-        "false" => Ok(false),
-        _ => Err(Error::invalid(
-            "url",
-            format!("{what} must be true or false, not {value:?}"),
-        )),
-    }
-}
-
 fn is_options_entry(name: &str) -> bool {
     name.starts_with("options[") && name.ends_with(']')
 }
@@ -517,38 +464,10 @@ fn requires_tls(mode: PgSslMode) -> bool {
     )
 }
 
-fn check_namespace(value: &str) -> Result<String> {
-    if value.is_empty() || value.len() > 63 || value.contains('\0') {
-        return Err(Error::invalid(
-            "url",
-            format!("namespace must be 1 to 63 bytes without NUL, not {value:?}"),
-        ));
-    }
-    Ok(value.to_owned())
-}
-
-/// Schema and table names are spliced into SQL (identifiers cannot be bind parameters), so only
-/// plain identifiers are accepted, and they are always quoted.
-fn check_identifier(what: &str, value: &str) -> Result<String> {
-    let mut chars = value.chars();
-    let starts_well = chars
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
-    let rest_ok = chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
-    if !starts_well || !rest_ok || value.len() > 63 {
-        return Err(Error::invalid(
-            "url",
-            format!(
-                "{what} must match [A-Za-z_][A-Za-z0-9_]* and be at most 63 bytes, not {value:?}"
-            ),
-        ));
-    }
-    Ok(value.to_owned())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fencelock_core::validate::MAX_TTL;
 
     fn rule(url: &str) -> String {
         match PostgresConfig::from_url(url) {

@@ -1,15 +1,15 @@
 //! Server sessions: one dedicated connection per held lease, idle ones kept for reuse, and
 //! the guard that ends a cancelled waiter's backend.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use fencelock_core::cleanup::CleanupSchedule;
+use fencelock_core::session_pool::{open_within, OpenCount, SessionPool};
 use fencelock_core::Error;
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::{Connection, Row};
 use tokio::sync::OnceCell;
-use tokio::time::timeout;
 
 use crate::config::PostgresConfig;
 use crate::error::{
@@ -53,35 +53,14 @@ pub(crate) struct Session {
     _open: OpenCount,
 }
 
-/// Counts open sessions for diagnostics; the count drops with the session.
-struct OpenCount(Arc<AtomicUsize>);
-
-impl OpenCount {
-    fn new(count: &Arc<AtomicUsize>) -> Self {
-        count.fetch_add(1, Ordering::Relaxed);
-        OpenCount(count.clone())
-    }
-}
-
-impl Drop for OpenCount {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-/// A session taken for one operation, and whether it came from the idle list (a reused session
-/// may have died while idle, for example when the server restarted).
-pub(crate) struct Checkout {
-    pub(crate) session: Session,
-    pub(crate) reused: bool,
-}
+/// A session taken for one operation, and whether it came from the idle list.
+pub(crate) type Checkout = fencelock_core::session_pool::Checkout<Session>;
 
 /// The connections of one store handle and everything needed to open more.
 pub(crate) struct Sessions {
     pub(crate) config: PostgresConfig,
     options: PgConnectOptions,
-    idle: Mutex<Vec<Session>>,
-    open: Arc<AtomicUsize>,
+    pool: SessionPool<Session>,
     fence_table_ready: OnceCell<()>,
     /// Whether the fence table has the `permit_limit` column (known once it was checked).
     permit_limit_column: AtomicBool,
@@ -93,12 +72,11 @@ pub(crate) struct Sessions {
 impl Sessions {
     pub(crate) fn new(config: PostgresConfig) -> Self {
         let options = config.connect.clone().options(session_settings());
-        let sql = Statements::new(&config.fence_table(), &config.schema, &config.table);
+        let sql = Statements::new(&config.fence_table(), &config.schema, &config.options.table);
         Sessions {
             config,
             options,
-            idle: Mutex::new(Vec::new()),
-            open: Arc::new(AtomicUsize::new(0)),
+            pool: SessionPool::default(),
             fence_table_ready: OnceCell::new(),
             permit_limit_column: AtomicBool::new(false),
             sql,
@@ -114,16 +92,12 @@ impl Sessions {
 
     /// Sessions open right now: held by leases, waiting, running a statement, or idle.
     pub(crate) fn open_count(&self) -> usize {
-        self.open.load(Ordering::Relaxed)
+        self.pool.open_count()
     }
 
     /// Idle sessions kept for reuse.
     pub(crate) fn idle_count(&self) -> usize {
-        self.idle_list().len()
-    }
-
-    fn idle_list(&self) -> std::sync::MutexGuard<'_, Vec<Session>> {
-        self.idle.lock().unwrap_or_else(PoisonError::into_inner)
+        self.pool.idle_count()
     }
 
     /// An idle session, or a new one.
@@ -131,7 +105,7 @@ impl Sessions {
     /// # Cancel safety
     /// Dropping the future drops a half-opened connection; nothing is held.
     pub(crate) async fn checkout(&self) -> fencelock_core::Result<Checkout> {
-        if let Some(session) = self.idle_list().pop() {
+        if let Some(session) = self.pool.take_idle(|_| true) {
             return Ok(Checkout {
                 session,
                 reused: true,
@@ -145,16 +119,12 @@ impl Sessions {
 
     /// Gives back a session that holds no lock and has its idle timeout off.
     pub(crate) fn checkin(&self, session: Session) {
-        let mut idle = self.idle_list();
-        if idle.len() < self.config.max_idle {
-            idle.push(session);
-        }
+        self.pool.keep_idle(session, self.config.max_idle());
     }
 
     /// Closes every idle session: after one of them turned out dead, the rest likely are too.
     pub(crate) fn discard_idle(&self) {
-        let stale = std::mem::take(&mut *self.idle_list());
-        drop(stale);
+        self.pool.discard_idle();
     }
 
     /// Opens a session within the connect timeout and makes sure the fence table exists.
@@ -162,7 +132,7 @@ impl Sessions {
     /// # Cancel safety
     /// Dropping the future drops the half-opened connection; nothing is held.
     pub(crate) async fn open(&self) -> fencelock_core::Result<Session> {
-        let limit = self.config.connect_timeout;
+        let limit = self.config.connect_timeout();
         let opening = async {
             let mut conn = PgConnection::connect_with(&self.options)
                 .await
@@ -194,19 +164,10 @@ impl Sessions {
                 conn,
                 pid,
                 started_us,
-                _open: OpenCount::new(&self.open),
+                _open: self.pool.count_open(),
             })
         };
-        match timeout(limit, opening).await {
-            Ok(result) => result,
-            Err(_) => Err(Error::Unavailable {
-                message: format!(
-                    "no connection to {} within the connect timeout of {limit:?}",
-                    self.config.redacted()
-                ),
-                source: None,
-            }),
-        }
+        open_within(limit, self.config.redacted(), opening).await
     }
 
     /// Creates the schema and the fence table if they are missing (only then: `CREATE SCHEMA`
@@ -216,7 +177,7 @@ impl Sessions {
     async fn ensure_fence_table(&self, conn: &mut PgConnection) -> fencelock_core::Result<()> {
         let fence_table = self.config.fence_table();
         let mut state = self.fence_table_state(conn).await?;
-        if !state.table_exists && !self.config.create_table {
+        if !state.table_exists && !self.config.create_table() {
             let schema = if state.schema_exists {
                 String::new()
             } else {
@@ -304,7 +265,7 @@ impl Sessions {
     ) -> fencelock_core::Result<()> {
         let Checkout { mut session, .. } = self.checkout().await?;
         let result = bounded(
-            self.config.command_timeout,
+            self.config.command_timeout(),
             sqlx::query(TERMINATE_WAITER)
                 .bind(pid)
                 .bind(lock_id)

@@ -46,7 +46,7 @@ impl LookUp for Sessions {
         };
         let pids: Vec<i32> = looked_for.iter().map(|b| b.pid).collect();
         let rows = bounded(
-            self.config.command_timeout,
+            self.config.command_timeout(),
             sqlx::query(LIVE_BACKENDS).bind(pids).fetch_all(conn),
         )
         .await
