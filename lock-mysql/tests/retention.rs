@@ -9,8 +9,11 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+mod common;
 
+use std::time::Duration;
+
+use common::unix_micros;
 use fencelock_core::{Acquire, Error, Extend, LockStore, Release, ReleaseOutcome};
 use fencelock_mysql::{MysqlConfig, MysqlStore};
 use sqlx::{Connection, MySqlConnection};
@@ -23,14 +26,6 @@ const MAX_TTL: Duration = Duration::from_secs(1);
 /// How long the rows may take to go once the window has passed: generous, never tuned.
 const GONE_WITHIN: Duration = Duration::from_secs(30);
 
-/// This host's clock in µs, which the test server (on this host) reads too.
-fn unix_micros() -> u64 {
-    let since = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("a clock after 1970");
-    u64::try_from(since.as_micros()).expect("micros fit")
-}
-
 /// How many distinct keys to lock: 10,000, or `FENCELOCK_KEYS`.
 fn key_count() -> usize {
     std::env::var("FENCELOCK_KEYS")
@@ -41,11 +36,7 @@ fn key_count() -> usize {
 
 /// A config on a fence table of the test's own (the server is this test process's alone).
 fn config(what: &str) -> MysqlConfig {
-    let url = shared::mariadb().url();
-    MysqlConfig::from_url(&format!(
-        "{url}?connect_timeout=30&table=retention_{what}&{OPTIONS}"
-    ))
-    .expect("config")
+    common::config(&format!("table=retention_{what}&{OPTIONS}"))
 }
 
 async fn store(what: &str) -> MysqlStore {

@@ -1,25 +1,19 @@
 //! Fence scheme 3: a token is `max(counter + 1, the server's clock in µs)`, so it follows the
 //! clock a resource fenced under another store saw (issue 33, swaps), and still grows per key.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+mod common;
 
+use std::time::Duration;
+
+use common::unix_micros;
 use fencelock_core::{Acquire, Release, ReleaseOutcome};
-use fencelock_mysql::{MysqlConfig, MysqlStore};
-use test_servers::shared;
-
-fn unix_micros() -> u64 {
-    let since = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("a clock after 1970");
-    u64::try_from(since.as_micros()).expect("micros fit")
-}
+use fencelock_mysql::MysqlStore;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_token_is_the_servers_clock_in_micros_read_during_the_acquire() {
-    let url = shared::mariadb().url();
-    let config =
-        MysqlConfig::from_url(&format!("{url}?connect_timeout=30&table=tokens")).expect("config");
-    let store = MysqlStore::connect(config).await.expect("connect");
+    let store = MysqlStore::connect(common::config("table=tokens"))
+        .await
+        .expect("connect");
     let mut last = 0;
     for round in 0..3 {
         let before = unix_micros();
