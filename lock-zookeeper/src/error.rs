@@ -4,7 +4,9 @@ use fencelock_core::Error;
 use zookeeper_client as zk;
 
 /// Transport trouble, a timeout, a throttled request and a session that ended (the handle
-/// opens a new one next time) are retryable; everything else is not.
+/// opens a new one next time) are retryable; everything else is not. The client reports a
+/// connection it dropped for silence ("no response from connection in 320ms") and socket
+/// errors as `Custom`: transport trouble too.
 pub(crate) fn is_retryable(error: &zk::Error) -> bool {
     matches!(
         error,
@@ -16,6 +18,7 @@ pub(crate) fn is_retryable(error: &zk::Error) -> bool {
             | zk::Error::Throttled
             | zk::Error::ClientClosed
             | zk::Error::NotReadOnly
+            | zk::Error::Custom(_)
     )
 }
 
