@@ -27,8 +27,9 @@ impl<'s> RevokeOnDrop<'s> {
         self.armed = false;
     }
 
-    /// Revokes in place (a `try_acquire` that found the key busy). Stays armed until the
-    /// revoke succeeded, so a drop or a failure still revokes from a spawned task.
+    /// Revokes in place (a `try_acquire` that found the key busy, a wait that ran out). Stays
+    /// armed until the revoke succeeded, so a drop or a failure still revokes from a spawned
+    /// task.
     pub(crate) async fn now(mut self) {
         match self
             .etcd

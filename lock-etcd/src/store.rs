@@ -419,10 +419,14 @@ impl EtcdStore {
                         });
                     }
                     Waited::Busy | Waited::TimedOut => {
-                        drop(revoke);
+                        let waited = started.elapsed();
+                        // Revoked in place, not from a spawned task: an entry left queued after
+                        // the caller heard of the timeout would still stand in front of the
+                        // next request, on any handle, until the revoke ran.
+                        revoke.now().await;
                         return Err(Error::WaitTimedOut {
                             key: key.to_owned(),
-                            waited: started.elapsed(),
+                            waited,
                         });
                     }
                     Waited::Mismatch { held } => {
@@ -483,10 +487,12 @@ impl EtcdStore {
                         successors,
                     } => (confirmed_at, answered_at, None, successors),
                     Waited::TimedOut | Waited::Busy | Waited::Mismatch { .. } => {
-                        drop(revoke);
+                        let waited = started.elapsed();
+                        // Revoked in place, as above.
+                        revoke.now().await;
                         return Err(Error::WaitTimedOut {
                             key: key.to_owned(),
-                            waited: started.elapsed(),
+                            waited,
                         });
                     }
                     // Our lease ended while we waited: queue again, at the back, within the

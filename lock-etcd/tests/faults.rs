@@ -1,6 +1,6 @@
 //! Faults against real etcd servers, each test with its own: a killed leader, a holder cut off
 //! from the cluster (its keep-alives stall), a stopped cluster, an operator's eviction, a
-//! dropped waiter, and the watches a handle's waits leave behind.
+//! dropped waiter, a wait that runs out, and the watches a handle's waits leave behind.
 
 mod common;
 
@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::{metric, store};
 use etcd_client::GetOptions;
-use fencelock_core::{Acquire, Error, Extend, KeepAlive, LockStore, Release, ReleaseOutcome};
+use fencelock_core::{Acquire, Error, Extend, KeepAlive, LockStore, Mode, Release, ReleaseOutcome};
 use fencelock_etcd::{EtcdConfig, EtcdStore};
 use test_servers::{closed_ports, EtcdCluster, EtcdServer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -376,6 +376,51 @@ async fn dropped_waiter_leaves_no_queue_entry_behind() {
         ReleaseOutcome::Released
     );
     assert_eq!(entries(&url, key).await, 0);
+}
+
+/// A wait that runs out takes its entry out of the queue before it returns `WaitTimedOut`, in
+/// every mode: the next request, on any handle, finds only the holder's entry in front of it
+/// (the conformance case `a_writer_is_refused_next_to_a_reader_of_its_own_handle` saw a writer
+/// refused, right after the reader it had waited on was released, by the entry of its own
+/// handle's timed-out wait, whose revoke was left to a spawned task). The runtime has one
+/// thread, so a revoke left to a spawned task would go out together with the read of the
+/// queue, never before it.
+#[tokio::test(flavor = "current_thread")]
+async fn a_wait_that_runs_out_leaves_no_queue_entry_behind() {
+    let server = EtcdServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let url = server.url();
+    let holder = store(&url, "").await;
+    let waiter = store(&url, "").await;
+    let mut raw = etcd_client::Client::connect([server.endpoint()], None)
+        .await
+        .expect("a raw client");
+    let key = "faults:ran-out";
+    let queue = format!("fencelock/{key}/");
+    let count = GetOptions::new().with_prefix().with_count_only();
+    let ttl = Duration::from_secs(30);
+    let lease = holder.try_acquire(key, ttl).await.unwrap();
+    for mode in [Mode::Exclusive, Mode::Shared, Mode::permits(2)] {
+        match waiter
+            .acquire_as(key, ttl, Duration::from_millis(200), mode)
+            .await
+        {
+            Err(Error::WaitTimedOut { .. }) => {}
+            other => panic!("{mode}: a wait behind a writer: expected WaitTimedOut, got {other:?}"),
+        }
+        let queued = raw
+            .get(queue.as_str(), Some(count.clone()))
+            .await
+            .expect("count the queue")
+            .count();
+        assert_eq!(
+            queued, 1,
+            "{mode}: a wait that ran out left its entry in the queue"
+        );
+    }
+    assert_eq!(
+        holder.release(&lease).await.unwrap(),
+        ReleaseOutcome::Released
+    );
 }
 
 /// Waits until the gauge `name` reads `value`.
