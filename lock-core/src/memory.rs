@@ -322,7 +322,7 @@ impl Acquire for MemoryStore {
         level = "debug",
         name = "try_acquire",
         skip(self),
-        fields(store = "memory")
+        fields(store = crate::MEMORY.name)
     )]
     async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Lease> {
         self.try_acquire_in(key, ttl, Mode::Exclusive)
@@ -334,7 +334,7 @@ impl Acquire for MemoryStore {
         level = "debug",
         name = "acquire",
         skip(self),
-        fields(store = "memory")
+        fields(store = crate::MEMORY.name)
     )]
     async fn acquire(&self, key: &str, ttl: Duration, wait: Duration) -> Result<Lease> {
         self.acquire_in(key, ttl, wait, Mode::Exclusive).await
@@ -346,7 +346,7 @@ impl Acquire for MemoryStore {
         level = "debug",
         name = "try_acquire_as",
         skip(self),
-        fields(store = "memory")
+        fields(store = crate::MEMORY.name)
     )]
     async fn try_acquire_as(&self, key: &str, ttl: Duration, mode: Mode) -> Result<Lease> {
         self.try_acquire_in(key, ttl, mode)
@@ -359,7 +359,7 @@ impl Acquire for MemoryStore {
         level = "debug",
         name = "acquire_as",
         skip(self),
-        fields(store = "memory")
+        fields(store = crate::MEMORY.name)
     )]
     async fn acquire_as(
         &self,
@@ -380,7 +380,7 @@ impl Release for MemoryStore {
         level = "debug",
         name = "release",
         skip_all,
-        fields(store = "memory", key = lease.key(), token = lease.fencing_token())
+        fields(store = crate::MEMORY.name, key = lease.key(), token = lease.fencing_token())
     )]
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
         self.check_reachable()?;
@@ -416,7 +416,7 @@ impl Extend for MemoryStore {
         level = "trace",
         name = "extend",
         skip_all,
-        fields(store = "memory", key = lease.key(), token = lease.fencing_token())
+        fields(store = crate::MEMORY.name, key = lease.key(), token = lease.fencing_token())
     )]
     async fn extend(&self, lease: &Lease) -> Result<()> {
         self.check_reachable()?;

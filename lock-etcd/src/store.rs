@@ -626,7 +626,7 @@ impl Acquire for EtcdStore {
         level = "debug",
         name = "try_acquire",
         skip(self),
-        fields(store = "etcd")
+        fields(store = crate::ETCD.name)
     )]
     async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Lease> {
         check_request(key, ttl, &self.capabilities())?;
@@ -641,7 +641,7 @@ impl Acquire for EtcdStore {
     /// # Cancel safety
     /// As [`Acquire::try_acquire`]: a dropped waiter's entry is deleted by a spawned revoke, so
     /// it stops holding its place in the queue at once, and never takes the lock later.
-    #[tracing::instrument(level = "debug", name = "acquire", skip(self), fields(store = "etcd"))]
+    #[tracing::instrument(level = "debug", name = "acquire", skip(self), fields(store = crate::ETCD.name))]
     async fn acquire(&self, key: &str, ttl: Duration, wait: Duration) -> Result<Lease> {
         check_request(key, ttl, &self.capabilities())?;
         check_wait(wait)?;
@@ -673,7 +673,7 @@ impl Acquire for EtcdStore {
         level = "debug",
         name = "try_acquire_as",
         skip(self),
-        fields(store = "etcd")
+        fields(store = crate::ETCD.name)
     )]
     async fn try_acquire_as(&self, key: &str, ttl: Duration, mode: Mode) -> Result<Lease> {
         check_request(key, ttl, &self.capabilities())?;
@@ -694,7 +694,7 @@ impl Acquire for EtcdStore {
         level = "debug",
         name = "acquire_as",
         skip(self),
-        fields(store = "etcd")
+        fields(store = crate::ETCD.name)
     )]
     async fn acquire_as(
         &self,
@@ -733,7 +733,7 @@ impl Release for EtcdStore {
         level = "debug",
         name = "release",
         skip_all,
-        fields(store = "etcd", key = lease.key(), token = lease.fencing_token())
+        fields(store = crate::ETCD.name, key = lease.key(), token = lease.fencing_token())
     )]
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
         let Some(held) = lease.store_state::<Held>() else {
@@ -799,7 +799,7 @@ impl Extend for EtcdStore {
         level = "trace",
         name = "extend",
         skip_all,
-        fields(store = "etcd", key = lease.key(), token = lease.fencing_token())
+        fields(store = crate::ETCD.name, key = lease.key(), token = lease.fencing_token())
     )]
     async fn extend(&self, lease: &Lease) -> Result<()> {
         let Some(held) = lease.store_state::<Held>() else {

@@ -541,7 +541,7 @@ impl Acquire for MysqlStore {
         level = "debug",
         name = "try_acquire",
         skip(self),
-        fields(store = "mysql")
+        fields(store = crate::MYSQL.name)
     )]
     async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Lease> {
         check_request(key, ttl, &self.capabilities())?;
@@ -567,7 +567,7 @@ impl Acquire for MysqlStore {
     /// connection while its session waits, and a dropped waiter must never take the lock
     /// later. Should that task fail (the server unreachable), the session ends when the server
     /// writes its reply to the closed connection, after the wait.
-    #[tracing::instrument(level = "debug", name = "acquire", skip(self), fields(store = "mysql"))]
+    #[tracing::instrument(level = "debug", name = "acquire", skip(self), fields(store = crate::MYSQL.name))]
     async fn acquire(&self, key: &str, ttl: Duration, wait: Duration) -> Result<Lease> {
         check_request(key, ttl, &self.capabilities())?;
         check_wait(wait)?;
@@ -596,7 +596,7 @@ impl Release for MysqlStore {
         level = "debug",
         name = "release",
         skip_all,
-        fields(store = "mysql", key = lease.key(), token = lease.fencing_token())
+        fields(store = crate::MYSQL.name, key = lease.key(), token = lease.fencing_token())
     )]
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
         let result = self.release_lease(lease).await;
@@ -622,7 +622,7 @@ impl Extend for MysqlStore {
         level = "trace",
         name = "extend",
         skip_all,
-        fields(store = "mysql", key = lease.key(), token = lease.fencing_token())
+        fields(store = crate::MYSQL.name, key = lease.key(), token = lease.fencing_token())
     )]
     async fn extend(&self, lease: &Lease) -> Result<()> {
         let result = self.extend_lease(lease).await;

@@ -1199,7 +1199,7 @@ impl Acquire for PostgresStore {
         level = "debug",
         name = "try_acquire",
         skip(self),
-        fields(store = "postgres")
+        fields(store = crate::POSTGRES.name)
     )]
     async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Lease> {
         self.acquire_key(key, ttl, None, Mode::Exclusive).await
@@ -1218,7 +1218,7 @@ impl Acquire for PostgresStore {
         level = "debug",
         name = "acquire",
         skip(self),
-        fields(store = "postgres")
+        fields(store = crate::POSTGRES.name)
     )]
     async fn acquire(&self, key: &str, ttl: Duration, wait: Duration) -> Result<Lease> {
         self.acquire_key(key, ttl, Some(wait), Mode::Exclusive)
@@ -1235,7 +1235,7 @@ impl Acquire for PostgresStore {
         level = "debug",
         name = "try_acquire_as",
         skip(self),
-        fields(store = "postgres")
+        fields(store = crate::POSTGRES.name)
     )]
     async fn try_acquire_as(&self, key: &str, ttl: Duration, mode: Mode) -> Result<Lease> {
         self.acquire_key(key, ttl, None, mode).await
@@ -1256,7 +1256,7 @@ impl Acquire for PostgresStore {
         level = "debug",
         name = "acquire_as",
         skip(self),
-        fields(store = "postgres")
+        fields(store = crate::POSTGRES.name)
     )]
     async fn acquire_as(
         &self,
@@ -1279,7 +1279,7 @@ impl Release for PostgresStore {
         level = "debug",
         name = "release",
         skip_all,
-        fields(store = "postgres", key = lease.key(), token = lease.fencing_token())
+        fields(store = crate::POSTGRES.name, key = lease.key(), token = lease.fencing_token())
     )]
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
         let result = self.release_lease(lease).await;
@@ -1305,7 +1305,7 @@ impl Extend for PostgresStore {
         level = "trace",
         name = "extend",
         skip_all,
-        fields(store = "postgres", key = lease.key(), token = lease.fencing_token())
+        fields(store = crate::POSTGRES.name, key = lease.key(), token = lease.fencing_token())
     )]
     async fn extend(&self, lease: &Lease) -> Result<()> {
         let result = self.extend_lease(lease).await;

@@ -703,7 +703,7 @@ impl Acquire for RedisStore {
         level = "debug",
         name = "try_acquire",
         skip(self),
-        fields(store = "redis"),
+        fields(store = crate::REDIS.name),
         ret(level = "debug"),
         err(level = "debug")
     )]
@@ -730,7 +730,7 @@ impl Acquire for RedisStore {
         level = "debug",
         name = "acquire",
         skip(self),
-        fields(store = "redis"),
+        fields(store = crate::REDIS.name),
         ret(level = "debug"),
         err(level = "debug")
     )]
@@ -752,7 +752,7 @@ impl Acquire for RedisStore {
         level = "debug",
         name = "try_acquire_as",
         skip(self),
-        fields(store = "redis"),
+        fields(store = crate::REDIS.name),
         ret(level = "debug"),
         err(level = "debug")
     )]
@@ -775,7 +775,7 @@ impl Acquire for RedisStore {
         level = "debug",
         name = "acquire_as",
         skip(self),
-        fields(store = "redis"),
+        fields(store = crate::REDIS.name),
         ret(level = "debug"),
         err(level = "debug")
     )]
@@ -804,7 +804,7 @@ impl Release for RedisStore {
         level = "debug",
         name = "release",
         skip_all,
-        fields(store = "redis", key = lease.key(), token = lease.fencing_token()),
+        fields(store = crate::REDIS.name, key = lease.key(), token = lease.fencing_token()),
         ret(level = "debug"), err(level = "debug")
     )]
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
@@ -844,7 +844,7 @@ impl Extend for RedisStore {
         level = "trace",
         name = "extend",
         skip_all,
-        fields(store = "redis", key = lease.key(), token = lease.fencing_token()),
+        fields(store = crate::REDIS.name, key = lease.key(), token = lease.fencing_token()),
         err(level = "debug")
     )]
     async fn extend(&self, lease: &Lease) -> Result<()> {

@@ -655,7 +655,7 @@ impl Acquire for SqliteStore {
         level = "debug",
         name = "try_acquire",
         skip(self),
-        fields(store = "sqlite")
+        fields(store = crate::SQLITE.name)
     )]
     async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Lease> {
         check_request(key, ttl, &self.capabilities())?;
@@ -684,7 +684,7 @@ impl Acquire for SqliteStore {
         level = "debug",
         name = "acquire",
         skip(self),
-        fields(store = "sqlite")
+        fields(store = crate::SQLITE.name)
     )]
     async fn acquire(&self, key: &str, ttl: Duration, wait: Duration) -> Result<Lease> {
         check_request(key, ttl, &self.capabilities())?;
@@ -713,7 +713,7 @@ impl Release for SqliteStore {
         level = "debug",
         name = "release",
         skip_all,
-        fields(store = "sqlite", key = lease.key(), token = lease.fencing_token())
+        fields(store = crate::SQLITE.name, key = lease.key(), token = lease.fencing_token())
     )]
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
         let result = self.release_lease(lease).await;
@@ -734,7 +734,7 @@ impl Extend for SqliteStore {
         level = "trace",
         name = "extend",
         skip_all,
-        fields(store = "sqlite", key = lease.key(), token = lease.fencing_token())
+        fields(store = crate::SQLITE.name, key = lease.key(), token = lease.fencing_token())
     )]
     async fn extend(&self, lease: &Lease) -> Result<()> {
         let result = self.extend_lease(lease).await;

@@ -487,7 +487,7 @@ impl Acquire for RedlockStore {
         level = "debug",
         name = "try_acquire",
         skip(self),
-        fields(store = "redlock"),
+        fields(store = crate::REDLOCK.name),
         ret(level = "debug"),
         err(level = "debug")
     )]
@@ -538,7 +538,7 @@ impl Acquire for RedlockStore {
         level = "debug",
         name = "acquire",
         skip(self),
-        fields(store = "redlock"),
+        fields(store = crate::REDLOCK.name),
         ret(level = "debug"),
         err(level = "debug")
     )]
@@ -820,7 +820,7 @@ impl Release for RedlockStore {
         level = "debug",
         name = "release",
         skip_all,
-        fields(store = "redlock", key = lease.key(), token = lease.fencing_token()),
+        fields(store = crate::REDLOCK.name, key = lease.key(), token = lease.fencing_token()),
         ret(level = "debug"), err(level = "debug")
     )]
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
@@ -866,7 +866,7 @@ impl Extend for RedlockStore {
         level = "trace",
         name = "extend",
         skip_all,
-        fields(store = "redlock", key = lease.key(), token = lease.fencing_token()),
+        fields(store = crate::REDLOCK.name, key = lease.key(), token = lease.fencing_token()),
         err(level = "debug")
     )]
     async fn extend(&self, lease: &Lease) -> Result<()> {
