@@ -195,20 +195,26 @@ impl ZookeeperEnsemble {
             let cmd = ensemble.command(i);
             ensemble.members[i].proc = Proc::spawn(cmd, &ensemble.members[i].log)?;
         }
+        Ok(ensemble.await_serving()?.map(|()| ensemble))
+    }
+
+    /// Waits until the ensemble serves requests ([`serving`](Self::serving)). The outer error
+    /// is final (not serving within the ready timeout); the inner one says a member exited.
+    fn await_serving(&mut self) -> Result<Result<()>> {
         let start = Instant::now();
         let mut delay = Duration::from_millis(20);
         loop {
-            for m in &mut ensemble.members {
+            for m in &mut self.members {
                 if let Some(status) = m.proc.reap_if_exited() {
                     let reason = format!("it exited ({status}) before the ensemble was ready");
                     return Ok(Err(start_error(&m.what(), reason, &m.log)));
                 }
             }
-            if ensemble.serving() {
-                return Ok(Ok(ensemble));
+            if self.serving() {
+                return Ok(Ok(()));
             }
             if start.elapsed() > process::READY_TIMEOUT {
-                let m = &ensemble.members[0];
+                let m = &self.members[0];
                 let reason = format!("not serving after {:?}", process::READY_TIMEOUT);
                 return Err(start_error(&m.what(), reason, &m.log));
             }
@@ -347,6 +353,42 @@ impl ZookeeperEnsemble {
         process::wait_ready(&mut m.proc, &what, &m.log, || {
             four_letter_word(port, "srvr").is_some_and(|a| a.contains("Mode: "))
         })
+    }
+
+    /// Kills every member (`SIGKILL`) and starts them all again with the same ports and data
+    /// directories, then waits until the ensemble serves requests: a full restart, which
+    /// [`restart`](Self::restart) of one member at a time cannot do (a member alone has no
+    /// quorum, so it never serves).
+    pub fn restart_all(&mut self) -> Result<()> {
+        for m in &mut self.members {
+            m.proc.kill();
+        }
+        for i in 0..self.members.len() {
+            let cmd = self.command(i);
+            let m = &mut self.members[i];
+            log_marker(
+                &m.log,
+                &format!("restarting {} (the whole ensemble)", m.what()),
+            );
+            m.proc = Proc::spawn(cmd, &m.log)?;
+        }
+        self.await_serving()?
+    }
+
+    /// The members with a client connection whose negotiated session timeout is `timeout`
+    /// (the `to=` of each connection `cons` lists): where a client's session is served, when
+    /// its timeout is the only one of its length.
+    pub fn members_serving_timeout(&self, timeout: Duration) -> Vec<usize> {
+        let needle = format!(",to={},", timeout.as_millis());
+        self.members
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.proc.is_running() && !m.proc.is_paused())
+            .filter(|(_, m)| {
+                four_letter_word(m.client_port, "cons").is_some_and(|cons| cons.contains(&needle))
+            })
+            .map(|(i, _)| i)
+            .collect()
     }
 
     fn member(&self, i: usize) -> Result<&Member> {
