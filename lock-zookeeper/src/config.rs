@@ -23,9 +23,41 @@ pub const DEFAULT_PORT: u16 = 2181;
 
 /// The query-string options this crate reads; anything else is rejected, so a typo such as
 /// `prefx=` cannot silently put locks under the default prefix.
-const OPTIONS: &[&str] = &["prefix", "connect_timeout", "command_timeout"];
+const OPTIONS: &[&str] = &["prefix", "layout", "connect_timeout", "command_timeout"];
 /// TLS options of the other stores, refused here with a reason.
 const TLS_OPTIONS: &[&str] = &["tls", "tls_ca", "tls_cert", "tls_key", "sslmode"];
+
+/// Which znode names and queue order a store uses (URL option `layout`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Layout {
+    /// `layout=fencelock` (the default): lock nodes `{owner id}-lock-{sequence}` in a container
+    /// node per key, queued as Curator queues them, and clock-floored tokens (the prefix's
+    /// token offset plus the node's `czxid`, see the crate docs, *Tokens across a swap*).
+    #[default]
+    Fencelock,
+    /// `layout=curator`: exactly Apache Curator `InterProcessMutex`'s names and order
+    /// (`_c_{uuid}-lock-{sequence}` under the lock path, a container node, every child sorted
+    /// by the text after its last `lock-`), so Curator clients on the same path exclude
+    /// fencelock's and the other way round. The token is the raw `czxid`.
+    Curator,
+    /// `layout=kazoo`: exactly kazoo `Lock`'s names and order (`{uuid hex}__lock__{sequence}`
+    /// under a persistent lock path; only `__lock__` and `__rlock__` nodes are contenders,
+    /// sorted by their sequence), so kazoo clients on the same path exclude fencelock's and the
+    /// other way round. The token is the raw `czxid`.
+    Kazoo,
+}
+
+impl Layout {
+    /// The option's value: `fencelock`, `curator` or `kazoo`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Layout::Fencelock => "fencelock",
+            Layout::Curator => "curator",
+            Layout::Kazoo => "kazoo",
+        }
+    }
+}
 
 /// How to reach ZooKeeper and where to keep the locks.
 ///
@@ -38,11 +70,14 @@ const TLS_OPTIONS: &[&str] = &["tls", "tls_ca", "tls_cert", "tls_key", "sslmode"
 /// | option | default | meaning |
 /// | --- | --- | --- |
 /// | `prefix` | `/fencelock` | the znode (inside the chroot) under which each key's container node lives; an absolute ZooKeeper path, created (persistent) if missing |
+/// | `layout` | `fencelock` | `fencelock`, `curator` or `kazoo`: the znode names and queue order, see [`Layout`]; the lock on a key is the znode `{prefix}/{escaped key}` in every layout ([`ZookeeperConfig::lock_path`]) |
 /// | `connect_timeout` | `5s` | bound on establishing a session: `5` (seconds), `5s` or `250ms` |
 /// | `command_timeout` | `5s` | bound on one request to the ensemble, same forms |
 ///
 /// The user name and password, if given, authenticate every session with ZooKeeper's
-/// `digest` scheme (`addauth digest user:password`). TLS is not supported yet: the `tls*`
+/// `digest` scheme (`addauth digest user:password`), and every node the store creates gets the
+/// ACL `auth::cdrwa` (all rights for that user only, ZooKeeper's `CREATOR_ALL_ACL`); without a
+/// user, nodes get `world:anyone:cdrwa` (see the crate docs, *ACLs and authentication*). TLS is not supported yet: the `tls*`
 /// options are refused (see the crate docs). A host without a port gets 2181; IPv6 hosts are
 /// written `[::1]:2181`. Unknown options are rejected. `Debug` and `Display` never show the
 /// password.
@@ -52,6 +87,7 @@ pub struct ZookeeperConfig {
     pub(crate) chroot: String,
     pub(crate) user: Option<(String, String)>,
     pub(crate) prefix: String,
+    pub(crate) layout: Layout,
     pub(crate) connect_timeout: Duration,
     pub(crate) command_timeout: Duration,
 }
@@ -115,6 +151,7 @@ impl ZookeeperConfig {
             chroot,
             user,
             prefix: DEFAULT_PREFIX.to_owned(),
+            layout: Layout::Fencelock,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             command_timeout: DEFAULT_COMMAND_TIMEOUT,
         };
@@ -130,6 +167,18 @@ impl ZookeeperConfig {
             let (name, value) = (decode(name)?, decode(value)?);
             match name.as_str() {
                 "prefix" => config.prefix = parse_prefix(&value)?,
+                "layout" => {
+                    config.layout = match value.as_str() {
+                        "fencelock" => Layout::Fencelock,
+                        "curator" => Layout::Curator,
+                        "kazoo" => Layout::Kazoo,
+                        other => {
+                            return Err(bad(format!(
+                                "layout must be fencelock, curator or kazoo, not {other:?}"
+                            )))
+                        }
+                    }
+                }
                 "connect_timeout" => {
                     config.connect_timeout = parse_timeout("connect_timeout", &value)?
                 }
@@ -174,6 +223,25 @@ impl ZookeeperConfig {
         &self.prefix
     }
 
+    /// The znode names and queue order.
+    pub fn layout(&self) -> Layout {
+        self.layout
+    }
+
+    /// The znode a key's lock nodes live under, `{prefix}/{escaped key}` (inside the chroot):
+    /// the path a Curator `InterProcessMutex` or a kazoo `Lock` names to share the lock with
+    /// [`Layout::Curator`] or [`Layout::Kazoo`]. The escape keeps `[A-Za-z0-9_:,=+@-]` and
+    /// writes every other byte as `%XX`.
+    pub fn lock_path(&self, key: &str) -> String {
+        crate::keys::container(&self.prefix, key)
+    }
+
+    /// Sets the layout.
+    pub fn with_layout(mut self, layout: Layout) -> Self {
+        self.layout = layout;
+        self
+    }
+
     /// The bound on establishing a session.
     pub fn connect_timeout(&self) -> Duration {
         self.connect_timeout
@@ -205,6 +273,15 @@ impl ZookeeperConfig {
         self
     }
 
+    /// The ACL of every node the store creates: all rights for the URL's digest user only
+    /// (`auth::cdrwa`), or for anyone without a user.
+    pub(crate) fn acls(&self) -> zookeeper_client::Acls<'static> {
+        match self.user {
+            Some(_) => zookeeper_client::Acls::creator_all(),
+            None => zookeeper_client::Acls::anyone_all(),
+        }
+    }
+
     /// The connect string the client wants: `h:p,h:p[/chroot]`.
     pub(crate) fn connect_string(&self) -> String {
         format!("{}{}", self.endpoints.join(","), self.chroot)
@@ -217,10 +294,11 @@ impl ZookeeperConfig {
             None => String::new(),
         };
         format!(
-            "{SCHEME}://{user}{}{}?prefix={}&connect_timeout={}ms&command_timeout={}ms",
+            "{SCHEME}://{user}{}{}?prefix={}&layout={}&connect_timeout={}ms&command_timeout={}ms",
             self.endpoints.join(","),
             self.chroot,
             percent_encode(&self.prefix),
+            self.layout.as_str(),
             self.connect_timeout.as_millis(),
             self.command_timeout.as_millis()
         )
@@ -241,6 +319,7 @@ impl fmt::Debug for ZookeeperConfig {
             .field("user", &self.user())
             .field("password", &self.user.as_ref().map(|_| "***"))
             .field("prefix", &self.prefix)
+            .field("layout", &self.layout)
             .field("connect_timeout", &self.connect_timeout)
             .field("command_timeout", &self.command_timeout)
             .finish()
@@ -385,6 +464,7 @@ mod tests {
         assert_eq!(config.chroot(), "/apps/billing");
         assert_eq!(config.user(), Some("app"));
         assert_eq!(config.prefix(), "/locks");
+        assert_eq!(config.layout(), Layout::Fencelock);
         assert_eq!(config.connect_timeout(), Duration::from_secs(2));
         assert_eq!(config.command_timeout(), Duration::from_millis(250));
         assert_eq!(
@@ -418,6 +498,17 @@ mod tests {
         )
         .unwrap();
         assert_eq!((again.chroot(), again.prefix()), ("/c", "/p"));
+        for layout in [Layout::Fencelock, Layout::Curator, Layout::Kazoo] {
+            let url = format!("zookeeper://h:1?layout={}", layout.as_str());
+            let config = ZookeeperConfig::from_url(&url).unwrap();
+            assert_eq!(config.layout(), layout);
+            assert_eq!(
+                ZookeeperConfig::from_url(&config.redacted())
+                    .unwrap()
+                    .layout(),
+                layout
+            );
+        }
     }
 
     #[test]
@@ -437,5 +528,6 @@ mod tests {
         assert!(rule("zookeeper://h:1?connect_timeout=0").contains("connect_timeout"));
         assert!(rule("zookeeper://:pw@h:1").contains("user name"));
         assert!(rule("zookeeper://h:1?tls_ca=/x").contains("TLS"));
+        assert!(rule("zookeeper://h:1?layout=etcd").contains("layout"));
     }
 }

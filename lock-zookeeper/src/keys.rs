@@ -1,51 +1,138 @@
-//! Where a lock lives in ZooKeeper's tree.
+//! Where a lock lives in ZooKeeper's tree, in each [`Layout`].
 //!
-//! The lock on `key` is the container node `{prefix}/{escaped key}`; each acquisition creates
-//! one ephemeral sequential child `{owner id}-lock-{sequence}` in it. The child with the lowest
-//! sequence number holds the lock; the others wait in sequence order (Curator's
-//! `InterProcessMutex` recipe, which sorts by the text after the last `lock-`).
+//! The lock on `key` is the znode `{prefix}/{escaped key}`; each acquisition creates one
+//! ephemeral sequential child in it, named by the layout (ZooKeeper appends the 10-digit
+//! sequence number). The oldest contender holds the lock; the others wait in the layout's order.
+//!
+//! - [`Layout::Fencelock`]: `{owner id}-lock-{sequence}`, ordered by the sequence number (names
+//!   without one are left out).
+//! - [`Layout::Curator`]: `_c_{uuid}-lock-{sequence}` (Curator's protected-mode name), and, as
+//!   Curator's `StandardLockInternalsDriver` does, *every* child sorted by the text after its
+//!   last `lock-` (the whole name if it has none).
+//! - [`Layout::Kazoo`]: `{uuid hex}__lock__{sequence}`; as kazoo's `WriteLock`, the contenders
+//!   are the children matching `(__lock__|__rlock__)(-?\d{10})$`, sorted by that sequence text.
 
 use fencelock_core::OwnerId;
 
+use crate::config::Layout;
+
 /// What separates the owner id from the sequence number in a lock node's name (Curator's).
 const LOCK_NAME: &str = "-lock-";
+/// Curator's sort marker: it sorts by the text after the last occurrence.
+const CURATOR_SORT: &str = "lock-";
+/// Curator's protected-mode prefix.
+const CURATOR_PROTECTED: &str = "_c_";
+/// kazoo's exclusive (and write) lock node name, and its read lock's.
+const KAZOO_LOCK: &str = "__lock__";
+const KAZOO_READ: &str = "__rlock__";
 
 /// The container node of `key`: `{prefix}/{escaped key}`.
 pub(crate) fn container(prefix: &str, key: &str) -> String {
     format!("{prefix}/{}", escape(key))
 }
 
-/// The path a lock node of `owner` is created with (ZooKeeper appends the sequence number).
-pub(crate) fn node_prefix(container: &str, owner: OwnerId) -> String {
-    format!("{container}/{owner}{LOCK_NAME}")
+/// A 128-bit id as a UUID's text (`8-4-4-4-12` lowercase hex digits).
+fn uuid(owner: OwnerId) -> String {
+    let hex = owner.to_string();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..]
+    )
 }
 
-/// The sequence number of a lock node's name, `None` for a name this store did not make.
-pub(crate) fn sequence(name: &str) -> Option<i64> {
+/// The name a lock node of `owner` starts with (ZooKeeper appends the sequence number).
+fn name_prefix(layout: Layout, owner: OwnerId) -> String {
+    match layout {
+        Layout::Curator => format!("{CURATOR_PROTECTED}{}{LOCK_NAME}", uuid(owner)),
+        Layout::Kazoo => format!("{owner}{KAZOO_LOCK}"),
+        _ => format!("{owner}{LOCK_NAME}"),
+    }
+}
+
+/// The path a lock node of `owner` is created with (ZooKeeper appends the sequence number).
+pub(crate) fn node_prefix(layout: Layout, container: &str, owner: OwnerId) -> String {
+    format!("{container}/{}", name_prefix(layout, owner))
+}
+
+/// The sequence number of a lock node's name in the fencelock layout, `None` for a name this
+/// store did not make.
+fn sequence(name: &str) -> Option<i64> {
     let (_, digits) = name.rsplit_once(LOCK_NAME)?;
     digits.parse().ok()
 }
 
+/// kazoo's contender sequence: the `-?\d{10}` that ends the name right after `__lock__` or
+/// `__rlock__`.
+fn kazoo_sequence(name: &str) -> Option<&str> {
+    let digits = name.len().checked_sub(10)?;
+    let (head, tail) = name.split_at_checked(digits)?;
+    if !tail.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let (head, sequence) = match head.strip_suffix('-') {
+        Some(head) => (head, &name[digits - 1..]),
+        None => (head, tail),
+    };
+    (head.ends_with(KAZOO_LOCK) || head.ends_with(KAZOO_READ)).then_some(sequence)
+}
+
 /// The owner id a lock node's name starts with.
-pub(crate) fn owner(name: &str) -> Option<OwnerId> {
-    OwnerId::parse(name.split_once(LOCK_NAME)?.0)
+pub(crate) fn owner(layout: Layout, name: &str) -> Option<OwnerId> {
+    match layout {
+        Layout::Curator => {
+            let rest = name.strip_prefix(CURATOR_PROTECTED)?;
+            let uuid = rest.get(..36)?;
+            rest[36..].starts_with(LOCK_NAME).then_some(())?;
+            OwnerId::parse(&uuid.replace('-', ""))
+        }
+        Layout::Kazoo => OwnerId::parse(name.get(..32)?),
+        _ => OwnerId::parse(name.split_once(LOCK_NAME)?.0),
+    }
 }
 
 /// Whether the lock node `name` was made by `owner`.
-pub(crate) fn made_by(name: &str, owner: OwnerId) -> bool {
-    name.strip_prefix(&owner.to_string())
-        .is_some_and(|rest| rest.starts_with(LOCK_NAME))
+pub(crate) fn made_by(layout: Layout, name: &str, owner: OwnerId) -> bool {
+    name.starts_with(&name_prefix(layout, owner))
 }
 
-/// The lock nodes of a container, oldest first (those with no sequence number, which this
-/// store never makes, left out).
-pub(crate) fn queue(children: Vec<String>) -> Vec<(i64, String)> {
-    let mut queue: Vec<(i64, String)> = children
-        .into_iter()
-        .filter_map(|name| Some((sequence(&name)?, name)))
-        .collect();
-    queue.sort();
-    queue
+/// The contenders of a container, oldest first, in the layout's order.
+pub(crate) fn queue(layout: Layout, children: Vec<String>) -> Vec<String> {
+    match layout {
+        Layout::Curator => {
+            let mut queue: Vec<(String, String)> = children
+                .into_iter()
+                .map(|name| {
+                    let key = match name.rfind(CURATOR_SORT) {
+                        Some(at) => name[at + CURATOR_SORT.len()..].to_owned(),
+                        None => name.clone(),
+                    };
+                    (key, name)
+                })
+                .collect();
+            queue.sort();
+            queue.into_iter().map(|(_, name)| name).collect()
+        }
+        Layout::Kazoo => {
+            let mut queue: Vec<(String, String)> = children
+                .into_iter()
+                .filter_map(|name| Some((kazoo_sequence(&name)?.to_owned(), name)))
+                .collect();
+            queue.sort();
+            queue.into_iter().map(|(_, name)| name).collect()
+        }
+        _ => {
+            let mut queue: Vec<(i64, String)> = children
+                .into_iter()
+                .filter_map(|name| Some((sequence(&name)?, name)))
+                .collect();
+            queue.sort();
+            queue.into_iter().map(|(_, name)| name).collect()
+        }
+    }
 }
 
 /// `key` as one valid znode name: bytes outside `[A-Za-z0-9_:,=+@-]` (and so every `/`, `.`,
@@ -93,28 +180,90 @@ mod tests {
     #[test]
     fn lock_node_names_parse() {
         let owner = OwnerId::from(0xabcu128);
-        let prefix = node_prefix("/fencelock/k", owner);
+        let prefix = node_prefix(Layout::Fencelock, "/fencelock/k", owner);
         assert_eq!(
             prefix,
             "/fencelock/k/00000000000000000000000000000abc-lock-"
         );
         let name = "00000000000000000000000000000abc-lock-0000000042";
         assert_eq!(sequence(name), Some(42));
-        assert_eq!(owner_of(name), Some(owner));
-        assert!(made_by(name, owner));
-        assert!(!made_by(name, OwnerId::from(1u128)));
+        assert_eq!(owner_of(Layout::Fencelock, name), Some(owner));
+        assert!(made_by(Layout::Fencelock, name, owner));
+        assert!(!made_by(Layout::Fencelock, name, OwnerId::from(1u128)));
         assert_eq!(sequence("junk"), None);
-        let queue = queue(vec![
-            "b-lock-0000000002".into(),
-            "junk".into(),
-            "a-lock-0000000001".into(),
-            "c-lock-0000000010".into(),
-        ]);
-        let order: Vec<i64> = queue.iter().map(|(seq, _)| *seq).collect();
-        assert_eq!(order, [1, 2, 10]);
+        let queue = queue(
+            Layout::Fencelock,
+            vec![
+                "b-lock-0000000002".into(),
+                "junk".into(),
+                "a-lock-0000000001".into(),
+                "c-lock-0000000010".into(),
+            ],
+        );
+        assert_eq!(
+            queue,
+            [
+                "a-lock-0000000001",
+                "b-lock-0000000002",
+                "c-lock-0000000010"
+            ]
+        );
     }
 
-    fn owner_of(name: &str) -> Option<OwnerId> {
-        owner(name)
+    #[test]
+    fn curator_names_and_order_are_curators() {
+        let owner = OwnerId::from(0x0a790800_566f_4571_9f78_7fdbc02d965b_u128);
+        assert_eq!(
+            node_prefix(Layout::Curator, "/l", owner),
+            "/l/_c_0a790800-566f-4571-9f78-7fdbc02d965b-lock-"
+        );
+        let ours = "_c_0a790800-566f-4571-9f78-7fdbc02d965b-lock-0000000003";
+        assert_eq!(owner_of(Layout::Curator, ours), Some(owner));
+        assert!(made_by(Layout::Curator, ours, owner));
+        // Every child counts, sorted by the text after the last "lock-".
+        let order = queue(
+            Layout::Curator,
+            vec![
+                ours.into(),
+                "_c_89dc88e2-5257-45d8-9847-869e80803205-lock-0000000001".into(),
+                "x-lock-0000000002".into(),
+            ],
+        );
+        assert_eq!(
+            order[0],
+            "_c_89dc88e2-5257-45d8-9847-869e80803205-lock-0000000001"
+        );
+        assert_eq!(order[1], "x-lock-0000000002");
+        assert_eq!(order[2], ours);
+    }
+
+    #[test]
+    fn kazoo_names_and_order_are_kazoos() {
+        let owner = OwnerId::from(0xeccf96f0d16c4a06bb6f7362197bfc5a_u128);
+        assert_eq!(
+            node_prefix(Layout::Kazoo, "/l", owner),
+            "/l/eccf96f0d16c4a06bb6f7362197bfc5a__lock__"
+        );
+        let ours = "eccf96f0d16c4a06bb6f7362197bfc5a__lock__0000000004";
+        assert_eq!(owner_of(Layout::Kazoo, ours), Some(owner));
+        assert!(made_by(Layout::Kazoo, ours, owner));
+        let order = queue(
+            Layout::Kazoo,
+            vec![
+                ours.into(),
+                "aa__rlock__0000000002".into(),
+                "lease_holder".into(),
+                "bb__lock__0000000001".into(),
+                "_c_89dc88e2-5257-45d8-9847-869e80803205-lock-0000000000".into(),
+            ],
+        );
+        assert_eq!(
+            order,
+            ["bb__lock__0000000001", "aa__rlock__0000000002", ours]
+        );
+    }
+
+    fn owner_of(layout: Layout, name: &str) -> Option<OwnerId> {
+        owner(layout, name)
     }
 }

@@ -151,6 +151,29 @@ impl Session {
         }
     }
 
+    /// Commits a `multi` within the command timeout; a failed operation keeps its index and
+    /// the server's answer.
+    ///
+    /// # Cancel safety
+    /// The request is sent when `request` is made; dropping the future only stops waiting for
+    /// its answer (the multi is applied whole or not at all).
+    pub(crate) async fn commit(
+        &self,
+        what: &str,
+        request: impl Future<Output = Result<Vec<zk::MultiWriteResult>, zk::MultiWriteError>>,
+    ) -> Result<Vec<zk::MultiWriteResult>, MultiFailure> {
+        match tokio::time::timeout(self.command_timeout, request).await {
+            Err(_) => Err(MultiFailure::Other(timed_out(what, self.command_timeout))),
+            Ok(Ok(results)) => Ok(results),
+            Ok(Err(zk::MultiWriteError::OperationFailed { index, source })) => {
+                Err(MultiFailure::Op(index, source))
+            }
+            Ok(Err(zk::MultiWriteError::RequestFailed { source })) => {
+                Err(MultiFailure::Other(client_error(what, source)))
+            }
+        }
+    }
+
     /// Registers a granted lease's revocation, revoked when the session is lost (at once if it
     /// already is). Returns the number to [`forget`](Self::forget) it by.
     pub(crate) fn watch(&self, revocation: Revocation) -> u64 {
@@ -208,6 +231,14 @@ impl Drop for Session {
 pub(crate) enum Failure {
     NoNode,
     NodeExists,
+    Other(Error),
+}
+
+/// A `multi`'s failure: an operation the server refused (its index and answer), or the
+/// mapped error of the request.
+#[derive(Debug)]
+pub(crate) enum MultiFailure {
+    Op(usize, zk::Error),
     Other(Error),
 }
 

@@ -13,11 +13,12 @@ use fencelock_core::{
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::ZookeeperConfig;
+use crate::config::{Layout, ZookeeperConfig};
 use crate::held::{start_expiry, Held, Phase};
 use crate::keys;
+use crate::offset::{self, Offsets, TokenState};
 use crate::session::{Failure, Session};
-use crate::wait::{Enqueued, Turn};
+use crate::wait::{Enqueued, Place, Turn};
 
 /// What a handle asks for as the timeout of its first session: less than the
 /// `minSessionTimeout` of any server but one with a `tickTime` under 50 ms, so the server's
@@ -37,6 +38,8 @@ pub struct ZookeeperStore {
     min_session: OnceLock<Duration>,
     /// The lowest class the server shortened (its `maxSessionTimeout`), once one was seen.
     max_class: Mutex<Option<(u32, Duration)>>,
+    /// The prefix's token offset as this handle last saw it ([`Layout::Fencelock`]).
+    tokens: Mutex<TokenState>,
 }
 
 impl std::fmt::Debug for ZookeeperStore {
@@ -78,6 +81,7 @@ impl ZookeeperStore {
             sessions: tokio::sync::Mutex::new(HashMap::new()),
             min_session: OnceLock::new(),
             max_class: Mutex::new(None),
+            tokens: Mutex::new(TokenState::default()),
         })
     }
 
@@ -191,8 +195,13 @@ impl ZookeeperStore {
         // A lease granted at once counts from before its node's create; one granted after a
         // wait, from before the read that found its node the oldest.
         let mut sent_at = Instant::now();
-        let mut entry =
-            Enqueued::create(session.clone(), &self.config.prefix, container, owner).await?;
+        let place = Place {
+            prefix: &self.config.prefix,
+            layout: self.config.layout,
+            acls: self.config.acls(),
+            tokens: (self.config.layout == Layout::Fencelock).then_some(&self.tokens),
+        };
+        let mut entry = Enqueued::create(session.clone(), &place, container, owner).await?;
         let sent_at = loop {
             let predecessor = match entry.turn().await? {
                 Turn::Holder => break sent_at,
@@ -220,23 +229,18 @@ impl ZookeeperStore {
                 });
             }
         };
-        let Some((path, stat)) = entry.node.clone() else {
+        let Some((path, czxid)) = entry.node.clone() else {
             return Err(Error::store(
                 "a lock node without its create's answer",
                 "ZooKeeper",
             ));
         };
-        let token = u64::try_from(stat.czxid).map_err(|_| {
-            Error::store(
-                format!("the lock node {path} has a negative czxid {}", stat.czxid),
-                "ZooKeeper",
-            )
-        })?;
+        let token = entry.token;
         entry.disarm();
         let held = Held {
             session: session.clone(),
             path,
-            czxid: stat.czxid,
+            czxid,
             phase: Mutex::new(Phase::Held),
             watch_id: OnceLock::new(),
             done: CancellationToken::new(),
@@ -249,8 +253,22 @@ impl ZookeeperStore {
         check_granted(self, lease).await
     }
 
+    /// The token offset in force at `zxid`, read from the offset node (`None`: the node no
+    /// longer knows it, or has none).
+    async fn offset_at(&self, session: &Session, zxid: i64) -> Result<Option<u64>> {
+        let path = offset::path(&self.config.prefix);
+        let what = "reading the token offset";
+        match session.call(what, session.client.get_data(&path)).await {
+            Ok((data, stat)) => {
+                Ok(Offsets::parse(&path, &data, stat.mzxid, stat.version)?.at(zxid))
+            }
+            Err(Failure::NoNode) => Ok(None),
+            Err(other) => Err(other.into_error(what)),
+        }
+    }
+
     /// The key's lock nodes, oldest first, read after a `sync` (so no older than the call).
-    async fn queue(&self, session: &Session, container: &str) -> Result<Vec<(i64, String)>> {
+    async fn queue(&self, session: &Session, container: &str) -> Result<Vec<String>> {
         let client = &session.client;
         let sync = session.call("syncing", client.sync(container));
         let list = session.call(
@@ -263,7 +281,7 @@ impl ZookeeperStore {
             Err(other) => return Err(other.into_error("syncing")),
         }
         match listed {
-            Ok(children) => Ok(keys::queue(children)),
+            Ok(children) => Ok(keys::queue(self.config.layout, children)),
             Err(Failure::NoNode) => Ok(Vec::new()),
             Err(other) => Err(other.into_error("listing a key's lock nodes")),
         }
@@ -434,18 +452,25 @@ impl LockStore for ZookeeperStore {
         fencelock_core::validate::check_key(key)?;
         let session = self.session(0).await?;
         let container = keys::container(&self.config.prefix, key);
-        for (_, name) in self.queue(&session, &container).await? {
+        for name in self.queue(&session, &container).await? {
             let path = format!("{container}/{name}");
             match session
                 .call("reading a lock node", session.client.check_stat(&path))
                 .await
             {
                 Ok(Some(stat)) => {
+                    let token = match self.config.layout {
+                        Layout::Fencelock => self
+                            .offset_at(&session, stat.czxid)
+                            .await?
+                            .and_then(|o| offset::token(o, stat.czxid).ok()),
+                        _ => u64::try_from(stat.czxid).ok(),
+                    };
                     return Ok(KeyStatus::Held {
-                        owner: keys::owner(&name),
-                        token: u64::try_from(stat.czxid).ok(),
+                        owner: keys::owner(self.config.layout, &name),
+                        token,
                         remaining: None,
-                    })
+                    });
                 }
                 Ok(None) | Err(Failure::NoNode) => continue,
                 Err(other) => return Err(other.into_error("reading a lock node")),
@@ -465,7 +490,7 @@ impl LockStore for ZookeeperStore {
         fencelock_core::validate::check_key(key)?;
         let session = self.session(0).await?;
         let container = keys::container(&self.config.prefix, key);
-        for (_, name) in self.queue(&session, &container).await? {
+        for name in self.queue(&session, &container).await? {
             let path = format!("{container}/{name}");
             match session
                 .call("deleting a lock node", session.client.delete(&path, None))
@@ -493,7 +518,10 @@ impl LockStore for ZookeeperStore {
             .call(what, session.client.list_children(&self.config.prefix))
             .await
         {
-            Ok(children) => children.len(),
+            Ok(children) => children
+                .iter()
+                .filter(|name| !offset::is_offset(name))
+                .count(),
             Err(Failure::NoNode) => 0,
             Err(other) => return Err(other.into_error(what)),
         };

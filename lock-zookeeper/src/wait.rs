@@ -2,17 +2,20 @@
 //! the wait for the predecessor (Curator's `InterProcessMutex` recipe: each waiter watches only
 //! the node just before its own, so a release wakes one waiter, never a herd).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use fencelock_core::{Error, OwnerId, Result};
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
+use crate::config::Layout;
 use crate::keys;
-use crate::session::{Failure, Session};
+use crate::offset::{self, Offsets, TokenState};
+use crate::session::{Failure, MultiFailure, Session};
 
 /// How many times a create is tried again after the container vanished under it (swept as
-/// empty between our creating it and the child's create: ZooKeeper answers `NoNode`).
+/// empty between our creating it and the child's create: ZooKeeper answers `NoNode`), the
+/// token offset changed under it, or its token fell behind the clock.
 const CREATE_ATTEMPTS: usize = 8;
 
 /// Where the acquisition's node stands in its queue.
@@ -23,15 +26,28 @@ pub(crate) enum Turn {
     Behind(String),
 }
 
+/// Where and how an acquisition creates its node.
+pub(crate) struct Place<'a> {
+    pub(crate) prefix: &'a str,
+    pub(crate) layout: Layout,
+    pub(crate) acls: zk::Acls<'static>,
+    /// The handle's view of the prefix's token offset ([`Layout::Fencelock`] only).
+    pub(crate) tokens: Option<&'a Mutex<TokenState>>,
+}
+
 /// One acquisition's lock node. Until [`disarm`](Self::disarm)ed (the lease is granted, or the
 /// node removed), dropping it deletes the node from a spawned task: an acquire that is
 /// cancelled or fails leaves nothing queued.
 pub(crate) struct Enqueued {
     pub(crate) session: Arc<Session>,
     pub(crate) container: String,
+    layout: Layout,
     owner: OwnerId,
-    /// The node's path and stat once its create was answered.
-    pub(crate) node: Option<(String, zk::Stat)>,
+    /// The node's path and `czxid` once its create was answered.
+    pub(crate) node: Option<(String, i64)>,
+    /// The node's fencing token: its `czxid`, plus the offset in force at it in
+    /// [`Layout::Fencelock`].
+    pub(crate) token: u64,
     armed: bool,
 }
 
@@ -44,25 +60,30 @@ impl Enqueued {
     /// is sent, and its drop deletes whatever node of `owner` the container holds.
     pub(crate) async fn create(
         session: Arc<Session>,
-        prefix: &str,
+        place: &Place<'_>,
         container: String,
         owner: OwnerId,
     ) -> Result<Self> {
         let mut entry = Enqueued {
             session,
             container,
+            layout: place.layout,
             owner,
             node: None,
+            token: 0,
             armed: true,
         };
-        entry.create_node(prefix).await?;
+        match place.tokens {
+            Some(tokens) => entry.create_floored(place, tokens).await?,
+            None => entry.create_plain(place).await?,
+        }
         Ok(entry)
     }
 
-    async fn create_node(&mut self, prefix: &str) -> Result<()> {
-        let lock_node = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
-        let container_node = zk::CreateMode::Container.with_acls(zk::Acls::anyone_all());
-        let name = keys::node_prefix(&self.container, self.owner);
+    /// The interop layouts: one create, the token its `czxid`.
+    async fn create_plain(&mut self, place: &Place<'_>) -> Result<()> {
+        let lock_node = zk::CreateMode::EphemeralSequential.with_acls(place.acls);
+        let name = keys::node_prefix(self.layout, &self.container, self.owner);
         let client = &self.session.client;
         for _ in 0..CREATE_ATTEMPTS {
             // Armed before the create is sent: a drop from here on cleans up.
@@ -75,42 +96,230 @@ impl Enqueued {
                 .await
             {
                 Ok((stat, sequence)) => {
-                    self.node = Some((format!("{name}{sequence}"), stat));
+                    let path = format!("{name}{sequence}");
+                    let czxid = self.czxid_of(&path, &stat).await?;
+                    self.token = offset::token(0, czxid)?;
+                    self.node = Some((path, czxid));
                     return Ok(());
                 }
-                Err(Failure::NoNode) => {}
+                Err(Failure::NoNode) => self.make_container(place).await?,
                 Err(other) => return Err(other.into_error("creating a lock node")),
             }
-            // The key's container is missing (never made, or swept as empty): make it.
-            match self
-                .session
-                .call(
-                    "creating a key's container node",
-                    client.create(&self.container, &[], &container_node),
-                )
-                .await
-            {
-                Ok(_) | Err(Failure::NodeExists) => {}
-                Err(Failure::NoNode) => {
-                    let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
-                    let made = self
-                        .session
-                        .call("creating the prefix", client.mkdir(prefix, &persistent))
-                        .await;
-                    if let Err(failure) = made {
-                        return Err(failure.into_error("creating the prefix"));
-                    }
-                }
-                Err(other) => return Err(other.into_error("creating a key's container node")),
-            }
         }
-        Err(Error::Unavailable {
+        Err(self.vanished())
+    }
+
+    /// [`Layout::Fencelock`]: the create is one `multi` with the token offset's check (or its
+    /// raise, or its creation), so the offset in force at the node's `czxid` is known. A token
+    /// that fell a granule behind the clock (no fresh zxid hint to raise from) is redone: the
+    /// next `multi` raises the offset from this create's `czxid`, deletes this node and creates
+    /// another.
+    async fn create_floored(
+        &mut self,
+        place: &Place<'_>,
+        tokens: &Mutex<TokenState>,
+    ) -> Result<()> {
+        let state = || tokens.lock().unwrap_or_else(PoisonError::into_inner);
+        let lock_node = zk::CreateMode::EphemeralSequential.with_acls(place.acls);
+        let offset_node = zk::CreateMode::Persistent.with_acls(place.acls);
+        let offset_path = offset::path(place.prefix);
+        let name = keys::node_prefix(self.layout, &self.container, self.owner);
+        let client = &self.session.client;
+        // A node of ours whose token fell behind the clock: deleted by the next create.
+        let mut replace: Option<String> = None;
+        for _ in 0..CREATE_ATTEMPTS {
+            let cached = state().known.clone();
+            let known = match cached {
+                Some(known) => Some(known),
+                None => self.read_offset(&offset_path).await?,
+            };
+            let sent_at = Instant::now();
+            let clock = offset::clock_micros();
+            let hint = state().hint.fresh(sent_at);
+            let raise = match hint {
+                Some(hint) => offset::raise(known.as_ref().map(|k| k.current), clock, hint)?,
+                None => None,
+            };
+            let mut writer = client.new_multi_writer();
+            let staged = match (&known, raise) {
+                (None, target) => {
+                    let data = target.unwrap_or(0).to_string();
+                    writer.add_create(&offset_path, data.as_bytes(), &offset_node)
+                }
+                (Some(known), Some(target)) => {
+                    writer.add_set_data(&offset_path, &known.raised(target), Some(known.version))
+                }
+                (Some(known), None) => writer.add_check_version(&offset_path, known.version),
+            };
+            let staged = staged.and_then(|()| match &replace {
+                Some(old) => writer.add_delete(old, None),
+                None => Ok(()),
+            });
+            staged
+                .and_then(|()| writer.add_create(&name, &[], &lock_node))
+                .map_err(|error| {
+                    crate::error::client_error("staging a lock node's create", error)
+                })?;
+            let create_at = if replace.is_some() { 2 } else { 1 };
+            let what = "creating a lock node";
+            let results = match self.session.commit(what, writer.commit()).await {
+                Ok(results) => results,
+                Err(MultiFailure::Op(0, zk::Error::NoNode)) => {
+                    // The offset node (or the prefix) is missing.
+                    state().known = None;
+                    self.make_prefix(place).await?;
+                    continue;
+                }
+                Err(MultiFailure::Op(0, zk::Error::BadVersion | zk::Error::NodeExists)) => {
+                    state().known = None; // raised or made meanwhile: read it again
+                    continue;
+                }
+                Err(MultiFailure::Op(index, zk::Error::NoNode)) if index == create_at => {
+                    self.make_container(place).await?;
+                    continue;
+                }
+                Err(MultiFailure::Op(index, error)) => {
+                    return Err(crate::error::client_error(
+                        &format!("{what} (operation {index} of its multi)"),
+                        error,
+                    ))
+                }
+                Err(MultiFailure::Other(error)) => return Err(error),
+            };
+            let mut offset_stat = None;
+            let mut created = None;
+            for result in results {
+                match result {
+                    zk::MultiWriteResult::Create { path, stat } if path != offset_path => {
+                        created = Some((path, stat))
+                    }
+                    zk::MultiWriteResult::Create { stat, .. }
+                    | zk::MultiWriteResult::SetData { stat } => offset_stat = Some(stat),
+                    _ => {}
+                }
+            }
+            let Some((path, stat)) = created else {
+                return Err(Error::store(
+                    "a lock node's multi answered without its create",
+                    "ZooKeeper",
+                ));
+            };
+            // ZooKeeper before 3.8.1 answers a create inside a multi without its stat
+            // (ZOOKEEPER-4026); a raise's stat has the same zxid (one transaction).
+            let czxid = match offset_stat.filter(|stat| !stat.is_invalid() && stat.mzxid > 0) {
+                Some(written) if stat.is_invalid() => written.mzxid,
+                _ => self.czxid_of(&path, &stat).await?,
+            };
+            self.node = Some((path.clone(), czxid));
+            let offsets = match (known, raise) {
+                (Some(known), None) => known,
+                (known, target) => {
+                    let data = match &known {
+                        Some(known) => known.raised(target.unwrap_or(known.current)),
+                        None => target.unwrap_or(0).to_string().into_bytes(),
+                    };
+                    let version = known.as_ref().map_or(0, |k| k.version + 1);
+                    Offsets::parse(&offset_path, &data, czxid, version)?
+                }
+            };
+            let token = offset::token(offsets.at(czxid).unwrap_or(offsets.current), czxid)?;
+            {
+                let mut state = state();
+                state.hint.note(czxid, sent_at);
+                state.known = Some(offsets);
+            }
+            if offset::behind(token, clock) {
+                replace = Some(path);
+                continue;
+            }
+            self.token = token;
+            return Ok(());
+        }
+        Err(self.vanished())
+    }
+
+    /// The prefix's token offset as stored now (`None`: not made yet).
+    async fn read_offset(&self, path: &str) -> Result<Option<Offsets>> {
+        let what = "reading the token offset";
+        match self
+            .session
+            .call(what, self.session.client.get_data(path))
+            .await
+        {
+            Ok((data, stat)) => Ok(Some(Offsets::parse(path, &data, stat.mzxid, stat.version)?)),
+            Err(Failure::NoNode) => Ok(None),
+            Err(other) => Err(other.into_error(what)),
+        }
+    }
+
+    /// A created node's `czxid`: from the create's stat, or read (a server that answered
+    /// without it).
+    async fn czxid_of(&self, path: &str, stat: &zk::Stat) -> Result<i64> {
+        if !stat.is_invalid() && stat.czxid > 0 {
+            return Ok(stat.czxid);
+        }
+        let what = "reading a lock node";
+        match self
+            .session
+            .call(what, self.session.client.check_stat(path))
+            .await
+        {
+            Ok(Some(stat)) => Ok(stat.czxid),
+            Ok(None) | Err(Failure::NoNode) => Err(Error::Unavailable {
+                message: format!("the lock node {path} vanished right after its create"),
+                source: None,
+            }),
+            Err(other) => Err(other.into_error(what)),
+        }
+    }
+
+    /// Makes the prefix (persistent, with its ancestors) if missing.
+    async fn make_prefix(&self, place: &Place<'_>) -> Result<()> {
+        let persistent = zk::CreateMode::Persistent.with_acls(place.acls);
+        let what = "creating the prefix";
+        match self
+            .session
+            .call(what, self.session.client.mkdir(place.prefix, &persistent))
+            .await
+        {
+            Ok(()) | Err(Failure::NodeExists) => Ok(()),
+            Err(other) => Err(other.into_error(what)),
+        }
+    }
+
+    /// Makes the key's node: a container (kazoo's layout: persistent, as kazoo makes it), and
+    /// the prefix if that is missing too.
+    async fn make_container(&self, place: &Place<'_>) -> Result<()> {
+        let mode = match place.layout {
+            Layout::Kazoo => zk::CreateMode::Persistent,
+            _ => zk::CreateMode::Container,
+        };
+        let container_node = mode.with_acls(place.acls);
+        let what = "creating a key's container node";
+        match self
+            .session
+            .call(
+                what,
+                self.session
+                    .client
+                    .create(&self.container, &[], &container_node),
+            )
+            .await
+        {
+            Ok(_) | Err(Failure::NodeExists) => Ok(()),
+            Err(Failure::NoNode) => self.make_prefix(place).await,
+            Err(other) => Err(other.into_error(what)),
+        }
+    }
+
+    fn vanished(&self) -> Error {
+        Error::Unavailable {
             message: format!(
-                "the container node {:?} vanished under {CREATE_ATTEMPTS} creates in a row",
+                "the lock node's create under {:?} did not settle in {CREATE_ATTEMPTS} tries (the                  container vanished, or the token offset changed, each time)",
                 self.container
             ),
             source: None,
-        })
+        }
     }
 
     /// The node's path.
@@ -138,9 +347,9 @@ impl Enqueued {
             Err(Failure::NoNode) => Vec::new(),
             Err(other) => return Err(other.into_error(what)),
         };
-        let queue = keys::queue(children);
+        let queue = keys::queue(self.layout, children);
         let ours = self.path().rsplit('/').next().unwrap_or("");
-        let Some(at) = queue.iter().position(|(_, name)| name == ours) else {
+        let Some(at) = queue.iter().position(|name| name == ours) else {
             return Err(Error::Unavailable {
                 message: format!(
                     "the lock node {} vanished while it queued (its session ended, or it was \
@@ -152,7 +361,7 @@ impl Enqueued {
         };
         Ok(match at {
             0 => Turn::Holder,
-            _ => Turn::Behind(queue[at - 1].1.clone()),
+            _ => Turn::Behind(queue[at - 1].clone()),
         })
     }
 
@@ -215,27 +424,35 @@ impl Drop for Enqueued {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return; // no runtime: the node goes with the session
         };
-        let (session, container, owner) =
-            (self.session.clone(), self.container.clone(), self.owner);
+        let (session, container, owner, layout) = (
+            self.session.clone(),
+            self.container.clone(),
+            self.owner,
+            self.layout,
+        );
         let path = self.node.as_ref().map(|(path, _)| path.clone());
         runtime.spawn(async move {
             let client = &session.client;
-            let path = match path {
-                Some(path) => Some(path),
-                // The create may be in flight: a list sent after it sees its node.
-                None => session
-                    .call(
-                        "listing a key's lock nodes",
-                        client.list_children(&container),
-                    )
-                    .await
-                    .ok()
-                    .and_then(|children| {
-                        children.into_iter().find(|name| keys::made_by(name, owner))
-                    })
-                    .map(|name| format!("{container}/{name}")),
-            };
-            if let Some(path) = path {
+            let mut paths: Vec<String> = path.into_iter().collect();
+            // A create may be in flight (or a redo's answer lost): a list sent after it sees
+            // its node.
+            if let Ok(children) = session
+                .call(
+                    "listing a key's lock nodes",
+                    client.list_children(&container),
+                )
+                .await
+            {
+                paths.extend(
+                    children
+                        .into_iter()
+                        .filter(|name| keys::made_by(layout, name, owner))
+                        .map(|name| format!("{container}/{name}")),
+                );
+            }
+            paths.sort();
+            paths.dedup();
+            for path in paths {
                 let _ = session
                     .call("deleting a lock node", client.delete(&path, None))
                     .await;

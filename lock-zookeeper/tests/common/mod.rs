@@ -41,3 +41,19 @@ impl StoreFactory for ZookeeperFactory {
         )
     }
 }
+
+/// A plain client of the ZooKeeper at `url` (no chroot, no auth), to look at or write the nodes
+/// the store made.
+pub async fn raw(url: &str) -> zookeeper_client::Client {
+    let config = ZookeeperConfig::from_url(url).expect("config");
+    zookeeper_client::Client::connector()
+        .with_session_timeout(std::time::Duration::from_secs(10))
+        .connect(&config.endpoints().join(","))
+        .await
+        .expect("a raw ZooKeeper client")
+}
+
+/// A prefix no other test uses.
+pub fn fresh_prefix(name: &str) -> String {
+    format!("/{name}-{}", fencelock_core::OwnerId::random())
+}
