@@ -139,6 +139,20 @@ mod mysql {
     );
 }
 
+#[cfg(feature = "zookeeper")]
+mod zookeeper {
+    use test_servers::{closed_ports, ZookeeperEnsemble};
+
+    fn url() -> String {
+        ZookeeperEnsemble::shared_standalone().url()
+    }
+
+    store_cases!(
+        url(),
+        format!("zookeeper://127.0.0.1:{}", closed_ports(1)[0])
+    );
+}
+
 #[cfg(feature = "sqlite")]
 mod sqlite {
     use std::path::PathBuf;
