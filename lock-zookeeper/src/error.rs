@@ -28,8 +28,10 @@ pub(crate) fn client_error(what: &str, error: zk::Error) -> Error {
     if matches!(error, zk::Error::NoAuth | zk::Error::AuthFailed) {
         return Error::store(
             format!(
-                "{what}: ZooKeeper refused it ({error}): the user needs CREATE, DELETE and READ \
-                 on the prefix and the key nodes (see the crate docs, ACLs)"
+                "{what}: ZooKeeper refused it ({error}): the URL's user needs READ and CREATE on \
+                 the prefix, and all rights on the nodes under it, which the store creates for \
+                 that user only; another user's (or no user's) nodes are refused (see the \
+                 crate docs, ACLs and authentication)"
             ),
             error,
         );
