@@ -81,7 +81,7 @@ fn bad_input_exits_64_with_a_message_naming_it() {
             "unit",
         ),
         (
-            &["--url", "zookeeper://h:2181", "run", "k", "--", "true"],
+            &["--url", "consul://h:8500", "run", "k", "--", "true"],
             "known schemes",
         ),
         (&["run", "k", "--", "true"], "LOCK_URL"),

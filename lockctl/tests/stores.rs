@@ -151,6 +151,33 @@ mod zookeeper {
         url(),
         format!("zookeeper://127.0.0.1:{}", closed_ports(1)[0])
     );
+
+    /// ZooKeeper's own bad input: an option it does not read, and a TTL shorter than the
+    /// server's sessions allow (twice its minSessionTimeout of 200 ms on test-servers' server,
+    /// which only the live server tells): exit 64, one line naming the rule.
+    #[test]
+    fn bad_input_exits_64() {
+        let cases = [
+            (
+                format!("{}?prefx=/x", url()),
+                "--ttl",
+                "5s",
+                "unknown option \"prefx\"",
+            ),
+            (url(), "--ttl", "300ms", "minimum of 400ms"),
+        ];
+        for (url, flag, ttl, needle) in cases {
+            let output = std::process::Command::new(env!("CARGO_BIN_EXE_lockctl"))
+                .env("LOCK_URL", &url)
+                .stdin(std::process::Stdio::null())
+                .args(["run", "k", flag, ttl, "--", "true"])
+                .output()
+                .expect("runs");
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            assert_eq!(output.status.code(), Some(64), "{url} {ttl}: {stderr}");
+            assert!(stderr.contains(needle), "{url} {ttl}: {stderr}");
+        }
+    }
 }
 
 #[cfg(feature = "sqlite")]
