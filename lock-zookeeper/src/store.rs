@@ -323,7 +323,8 @@ impl Release for ZookeeperStore {
     ///
     /// # Errors
     /// [`Unavailable`](fencelock_core::ErrorKind::Unavailable) when ZooKeeper did not answer
-    /// (the node is then deleted at the lease's local deadline anyway).
+    /// (the node is then deleted at the lease's local deadline anyway). A lease whose session
+    /// the ensemble expired is [`ReleaseOutcome::Lost`]: its node went with the session.
     ///
     /// # Cancel safety
     /// The delete is sent when the call starts; dropping the future may leave the lease held
@@ -346,7 +347,12 @@ impl Release for ZookeeperStore {
                 Phase::Expired | Phase::Gone => return Ok(ReleaseOutcome::Lost),
             }
         };
-        let deleted = held.delete().await?;
+        // A session the ensemble ended took its ephemeral node with it: the lease is lost.
+        let deleted = match held.delete().await {
+            Ok(deleted) => deleted,
+            Err(_) if held.session.is_terminal() => false,
+            Err(error) => return Err(error),
+        };
         *held.phase() = Phase::Gone;
         held.done.cancel();
         held.forget();
