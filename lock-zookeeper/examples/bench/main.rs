@@ -1,0 +1,509 @@
+//! The ZooKeeper store against the raw requests it is built on, and against Apache Curator's
+//! `InterProcessMutex` (the recipe whose queue it shares), measured in one run against one
+//! server.
+//!
+//! ```sh
+//! cargo run --release -p fencelock-zookeeper --example bench                # the whole run
+//! cargo run --release -p fencelock-zookeeper --example bench -- --quick     # a short profile
+//! cargo run --release -p fencelock-zookeeper --example bench -- many 10000  # leases held only
+//! ```
+//!
+//! Starts its own standalone server with test-servers (`tickTime` 100 ms, `forceSync=yes`), or
+//! uses `LOCK_BENCH_URL` if set. Compiles the Curator peer (`examples/peers/CuratorBench.java`)
+//! with `javac` and runs it in one JVM for the whole run (Debian's `default-jdk-headless` and
+//! `libcurator-recipes-java`). Prints one table: the raw round trips (a read, a write); the raw
+//! cycle floor (an ephemeral sequential node created and deleted, the same client library,
+//! `zookeeper-client`); our try_acquire + release cycle and its ratio to the floor, and
+//! Curator's acquire() + release(), the three in alternating rounds; throughput on distinct
+//! keys, raw and ours; handoff latency with 8 waiters on one key (ours, one handle each, and
+//! Curator's, one client each, by the same loop, in alternating rounds, next to the raw floor
+//! of a delete seen by another session's watch); the same handoff one waiter at a time,
+//! parked 20 ms in its wait (ours, Curator's, the floor after the same idle); and 10,000
+//! leases held at once from one handle, kept alive for 3 TTLs (TTL 10 s), with the sessions,
+//! connections and client memory per lease.
+//!
+//! `--quick` runs every part with fewer samples and 500 leases of TTL 2 s (about half a
+//! minute, most of it the JVM's compile and start); `many N` runs only the held leases, N of
+//! them (with `--quick`: TTL 2 s).
+
+use std::error::Error;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fencelock_conformance::bench::{
+    cycle_into, handoff, lock_throughput, micros as us, server_or_env, throughput, time_each,
+    Samples, Table,
+};
+use fencelock_core::DynLockStore;
+use fencelock_zookeeper::{ZookeeperConfig, ZookeeperStore};
+use tokio::time::Instant;
+use zookeeper_client as zk;
+
+mod curator;
+mod many;
+mod raw;
+
+#[global_allocator]
+static ALLOCATOR: many::CountingAllocator = many::CountingAllocator;
+
+const TTL: Duration = Duration::from_secs(30);
+const TASKS: usize = 16;
+const WAITERS: usize = 8;
+/// Acquires in flight while taking the held leases.
+const HELD_IN_FLIGHT: usize = 32;
+/// How long a quiet handoff's waiter is parked in its wait before the release (as
+/// `CuratorBench.java`'s `PARKED_MS`).
+const PARKED: Duration = Duration::from_millis(20);
+
+/// How many samples of each part: the whole run, or the short profile (`--quick`).
+struct Profile {
+    iterations: usize,
+    rounds: usize,
+    run_for: Duration,
+    handoffs: usize,
+    handoff_rounds: usize,
+    quiet_handoffs: usize,
+    held: usize,
+    held_ttl: Duration,
+}
+
+const FULL: Profile = Profile {
+    iterations: 600,
+    rounds: 10,
+    run_for: Duration::from_secs(2),
+    handoffs: 800,
+    handoff_rounds: 8,
+    quiet_handoffs: 40,
+    held: 10_000,
+    held_ttl: Duration::from_secs(10),
+};
+
+const QUICK: Profile = Profile {
+    iterations: 100,
+    rounds: 4,
+    run_for: Duration::from_millis(500),
+    handoffs: 100,
+    handoff_rounds: 2,
+    quiet_handoffs: 8,
+    held: 500,
+    held_ttl: Duration::from_secs(2),
+};
+
+const USAGE: &str = "usage: bench [--quick] [many N]";
+
+fn joined<T>(joined: Result<T, tokio::task::JoinError>) -> fencelock_core::Result<T> {
+    joined.map_err(|e| fencelock_core::Error::store("a benchmark task failed", e))
+}
+
+/// One handoff with nothing else running: `handles[0]` holds `key`, `handles[1]` queues
+/// behind it (its node seen in the queue by `observer`, then parked in its wait for
+/// [`PARKED`]); the time from the holder's release to the waiter's grant. As
+/// `CuratorBench.java`'s `quiet`.
+async fn quiet_handoff(
+    handles: &[DynLockStore],
+    observer: &zk::Client,
+    container: &str,
+    key: &str,
+) -> fencelock_core::Result<Duration> {
+    let holder = handles[0].try_acquire(key, TTL).await?;
+    let waiter = tokio::spawn({
+        let (store, key) = (handles[1].clone(), key.to_owned());
+        async move {
+            let lease = store.acquire(&key, TTL, Duration::from_secs(10)).await;
+            (Instant::now(), lease)
+        }
+    });
+    loop {
+        match observer.list_children(container).await {
+            Ok(children) if children.len() >= 2 => break,
+            Ok(_) | Err(zk::Error::NoNode) => tokio::time::sleep(Duration::from_millis(1)).await,
+            Err(e) => return Err(fencelock_core::Error::store("listing the queue", e)),
+        }
+    }
+    tokio::time::sleep(PARKED).await;
+    let released_at = Instant::now();
+    let _ = handles[0].release(&holder).await?;
+    let (granted_at, lease) = joined(waiter.await)?;
+    let _ = handles[1].release(&lease?).await?;
+    Ok(granted_at - released_at)
+}
+
+/// The server's version line from `srvr`, where the server answers it.
+fn server_version(endpoint: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let address = endpoint.parse().ok()?;
+    let mut socket =
+        std::net::TcpStream::connect_timeout(&address, Duration::from_millis(500)).ok()?;
+    socket
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .ok()?;
+    socket.write_all(b"srvr").ok()?;
+    let mut answer = String::new();
+    socket.read_to_string(&mut answer).ok()?;
+    let version = answer.lines().next()?.strip_prefix("Zookeeper version: ")?;
+    Some(version.split(',').next()?.trim().to_owned())
+}
+
+/// Runs a blocking call of the Curator peer on this worker thread.
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    tokio::task::block_in_place(f)
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() -> Result<(), Box<dyn Error>> {
+    let mut args = std::env::args().skip(1).peekable();
+    let (mut quick, mut many_only) = (false, None);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--quick" => quick = true,
+            "many" => {
+                let n = args.next().and_then(|n| n.parse::<usize>().ok());
+                many_only = Some(n.ok_or(USAGE)?);
+            }
+            _ => return Err(USAGE.into()),
+        }
+    }
+    let profile = if quick { QUICK } else { FULL };
+
+    let (_server, url) = server_or_env(test_servers::ZookeeperEnsemble::start_standalone, |s| {
+        s.url()
+    })?;
+    let config = ZookeeperConfig::from_url(&url)?;
+    let endpoints = config.endpoints().to_vec();
+    let connect = format!("{}{}", endpoints.join(","), config.chroot());
+    let ports: Vec<u16> = endpoints
+        .iter()
+        .filter_map(|e| e.rsplit(':').next()?.parse().ok())
+        .collect();
+    println!("ZooKeeper store benchmark against {config}");
+    println!(
+        "server ZooKeeper {}\n",
+        server_version(&endpoints[0]).unwrap_or_else(|| "(version not known)".into())
+    );
+
+    if let Some(count) = many_only {
+        let held = many::hold(
+            &config,
+            "bench:held:",
+            count,
+            profile.held_ttl,
+            HELD_IN_FLIGHT,
+            &ports,
+        )
+        .await?;
+        let mut table = Table::default();
+        held_rows(&mut table, &held, profile.held_ttl);
+        println!("{table}");
+        return Ok(());
+    }
+
+    let store = ZookeeperStore::connect(config.clone()).await?;
+    let dyn_store: DynLockStore = Arc::new(store);
+    let raw_client = raw::connect(&connect).await?;
+    let mut curator = blocking(|| curator::Curator::start(&connect, WAITERS))?;
+    println!(
+        "Curator peer compiled in {:.1} s, {WAITERS} clients connected\n",
+        curator.compiled_in.as_secs_f64()
+    );
+
+    // Raw round trips with the same client library: a read, a write.
+    raw::ensure(&raw_client, "/bench-raw/read").await?;
+    let raw_read = time_each(profile.iterations, |_| {
+        let raw_client = raw_client.clone();
+        async move {
+            raw_client
+                .get_data("/bench-raw/read")
+                .await
+                .map(drop)
+                .map_err(|e| fencelock_core::Error::store("raw get_data", e))
+        }
+    })
+    .await?;
+    let raw_write = time_each(profile.iterations, |_| {
+        let raw_client = raw_client.clone();
+        async move {
+            raw_client
+                .set_data("/bench-raw/read", b"x", None)
+                .await
+                .map(drop)
+                .map_err(|e| fencelock_core::Error::store("raw set_data", e))
+        }
+    })
+    .await?;
+
+    // The raw floor, our cycle and Curator's in alternating rounds, so all three see the same
+    // machine load; each warmed up first.
+    for parent in [
+        "/bench-raw/cycle",
+        "/bench-raw/queue",
+        "/bench-raw/pipelined",
+    ] {
+        raw::ensure(&raw_client, parent).await?;
+    }
+    for _ in 0..50 {
+        raw::cycle(&raw_client, "/bench-raw/cycle").await?;
+        raw::queue_cycle(&raw_client, "/bench-raw/queue", false).await?;
+        raw::queue_cycle(&raw_client, "/bench-raw/pipelined", true).await?;
+        let lease = dyn_store.try_acquire("bench:cycle", TTL).await?;
+        let _ = dyn_store.release(&lease).await?;
+    }
+    blocking(|| curator.run("cycle /bench-curator/cycle 200"))?;
+    let per_round = profile.iterations / profile.rounds;
+    let (mut raw_samples, mut our_samples, mut curator_rounds) =
+        (Vec::new(), Vec::new(), Vec::new());
+    let (mut queue_samples, mut pipelined_samples) = (Vec::new(), Vec::new());
+    for _ in 0..profile.rounds {
+        for _ in 0..per_round {
+            let started = Instant::now();
+            raw::cycle(&raw_client, "/bench-raw/cycle").await?;
+            raw_samples.push(started.elapsed());
+            let started = Instant::now();
+            raw::queue_cycle(&raw_client, "/bench-raw/queue", false).await?;
+            queue_samples.push(started.elapsed());
+            let started = Instant::now();
+            raw::queue_cycle(&raw_client, "/bench-raw/pipelined", true).await?;
+            pipelined_samples.push(started.elapsed());
+        }
+        cycle_into(&dyn_store, "bench:cycle", TTL, per_round, &mut our_samples).await?;
+        let command = format!("cycle /bench-curator/cycle {per_round}");
+        curator_rounds.push(blocking(|| curator.run(&command))?);
+    }
+    let raw_floor = Samples::new(raw_samples);
+    let queue_floor = Samples::new(queue_samples);
+    let pipelined_floor = Samples::new(pipelined_samples);
+    let ours = Samples::new(our_samples);
+    let curator_cycle = Samples::merged(curator_rounds);
+
+    // Throughput: 16 tasks on distinct keys, raw floor and ours, one session each side.
+    for task in 0..TASKS {
+        raw::ensure(&raw_client, &format!("/bench-raw/throughput/{task}")).await?;
+    }
+    let raw_rate = throughput(TASKS, profile.run_for, {
+        let raw_client = raw_client.clone();
+        move |task, _| {
+            let raw_client = raw_client.clone();
+            async move { raw::cycle(&raw_client, &format!("/bench-raw/throughput/{task}")).await }
+        }
+    })
+    .await?;
+    let our_rate = lock_throughput(
+        dyn_store.clone(),
+        "bench:throughput:",
+        TTL,
+        TASKS,
+        profile.run_for,
+    )
+    .await?;
+
+    // Handoff: 8 waiters on one key, ours (a handle each) and Curator's (a client each) by the
+    // same loop in alternating rounds, and the raw floor (a delete seen by another session's
+    // watch) between them. Each round on a key of its own: the waiters a round ends with are
+    // aborted, and what they leave queued must not stand in front of the next round.
+    let mut handles: Vec<DynLockStore> = Vec::new();
+    for _ in 0..WAITERS {
+        handles.push(Arc::new(ZookeeperStore::connect(config.clone()).await?));
+    }
+    let mut floor = raw::HandoffFloor::connect(&connect, "/bench-raw/handoff").await?;
+    let _ = handoff(handles.clone(), "bench:handoff:warm", TTL, 50).await?;
+    blocking(|| curator.run("handoff /bench-curator/handoff/warm 50"))?;
+    let (mut ours_rounds, mut curator_rounds, mut floor_rounds) =
+        (Vec::new(), Vec::new(), Vec::new());
+    let per_round = profile.handoffs / profile.handoff_rounds;
+    for round in 0..profile.handoff_rounds {
+        let key = format!("bench:handoff:{round}");
+        ours_rounds.push(handoff(handles.clone(), &key, TTL, per_round).await?);
+        let command = format!("handoff /bench-curator/handoff/{round} {per_round}");
+        curator_rounds.push(blocking(|| curator.run(&command))?);
+        floor_rounds.push(floor.run(per_round).await?);
+    }
+    let handoffs = Samples::merged(ours_rounds);
+    let curator_handoffs = Samples::merged(curator_rounds);
+    let handoff_floor = Samples::merged(floor_rounds);
+
+    // The same handoff one waiter at a time, parked in its wait first: ours, Curator's, the
+    // floor after the same idle, alternating.
+    let (mut quiet_ours, mut quiet_curator, mut quiet_floor) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..profile.quiet_handoffs {
+        let key = format!("bench:quiet:{i}");
+        let container = config.lock_path(&key);
+        quiet_ours.push(quiet_handoff(&handles, &raw_client, &container, &key).await?);
+        let command = format!("quiet /bench-curator/quiet/{i} 1");
+        quiet_curator.push(blocking(|| curator.run(&command))?.p50());
+        quiet_floor.push(floor.sample(PARKED).await?);
+    }
+    let (quiet_ours, quiet_curator, quiet_floor) = (
+        Samples::new(quiet_ours),
+        Samples::new(quiet_curator),
+        Samples::new(quiet_floor),
+    );
+    drop((handles, floor));
+    blocking(|| drop(curator));
+
+    // Many leases held at once from one handle, each kept alive; no other session open.
+    drop((dyn_store, raw_client));
+    let held = many::hold(
+        &config,
+        "bench:held:",
+        profile.held,
+        profile.held_ttl,
+        HELD_IN_FLIGHT,
+        &ports,
+    )
+    .await?;
+
+    let mut table = Table::default();
+    table.latency("raw round trip: get_data p50", raw_read.p50());
+    table.latency("raw round trip: set_data p50", raw_write.p50());
+    table.latency(
+        "raw floor: create ephemeral sequential + delete p50",
+        raw_floor.p50(),
+    );
+    let ratio = us(ours.p50()) / us(raw_floor.p50());
+    table
+        .latency("ours: try_acquire + release p50", ours.p50())
+        .ratio(ratio, Some(("≤ 1.2× raw floor", ratio <= 1.2)));
+    table.latency("ours: try_acquire + release p99", ours.p99());
+    table
+        .latency(
+            "  raw queue cycle: create, then list_children, then delete p50",
+            queue_floor.p50(),
+        )
+        .ratio(us(queue_floor.p50()) / us(raw_floor.p50()), None);
+    table
+        .latency(
+            "  raw queue cycle, create and list_children pipelined p50",
+            pipelined_floor.p50(),
+        )
+        .ratio(us(pipelined_floor.p50()) / us(raw_floor.p50()), None);
+    table.push(
+        "  ours / raw queue cycle (the same three requests)",
+        format!("{:.2}", us(ours.p50()) / us(queue_floor.p50())),
+    );
+    table
+        .latency("Curator: acquire() + release() p50", curator_cycle.p50())
+        .ratio(us(curator_cycle.p50()) / us(raw_floor.p50()), None);
+    table.latency("Curator: acquire() + release() p99", curator_cycle.p99());
+    table.rate(
+        format!("raw floor, {TASKS} tasks, distinct parents"),
+        raw_rate,
+    );
+    table
+        .rate(format!("ours, {TASKS} tasks, distinct keys"), our_rate)
+        .ratio(our_rate / raw_rate, None);
+    table
+        .latency(
+            format!("handoff p50, {WAITERS} waiters: ours"),
+            handoffs.p50(),
+        )
+        .ratio(us(handoffs.p50()) / us(handoff_floor.p50()), None);
+    table.latency(
+        format!("handoff p99, {WAITERS} waiters: ours"),
+        handoffs.p99(),
+    );
+    table
+        .latency(
+            format!("handoff p50, {WAITERS} waiters: Curator"),
+            curator_handoffs.p50(),
+        )
+        .ratio(us(curator_handoffs.p50()) / us(handoff_floor.p50()), None);
+    table.latency(
+        format!("handoff p99, {WAITERS} waiters: Curator"),
+        curator_handoffs.p99(),
+    );
+    let versus = us(handoffs.p50()) / us(curator_handoffs.p50());
+    table
+        .push("handoff p50 ours / Curator", format!("{versus:.2}"))
+        .target = Some(("≤ 1.0× Curator's handoff".into(), versus <= 1.0));
+    table.latency(
+        "raw handoff floor: delete → another session's watch event p50",
+        handoff_floor.p50(),
+    );
+    table
+        .latency(
+            "quiet handoff p50, one waiter parked 20 ms: ours",
+            quiet_ours.p50(),
+        )
+        .ratio(us(quiet_ours.p50()) / us(quiet_floor.p50()), None);
+    table
+        .latency("quiet handoff p50: Curator", quiet_curator.p50())
+        .ratio(us(quiet_curator.p50()) / us(quiet_floor.p50()), None);
+    table.latency(
+        "quiet handoff p50: raw floor after the same idle",
+        quiet_floor.p50(),
+    );
+    let quiet_versus = us(quiet_ours.p50()) / us(quiet_curator.p50());
+    table
+        .push(
+            "quiet handoff p50 ours / Curator",
+            format!("{quiet_versus:.2}"),
+        )
+        .target = Some(("≤ 1.0× Curator's handoff".into(), quiet_versus <= 1.0));
+    held_rows(&mut table, &held, profile.held_ttl);
+    println!("{table}");
+    println!(
+        "samples: {} cycles each, {} handoffs each, {} quiet handoffs each; raw get_data p99 {:.1} µs, raw floor p99 {:.1} µs, raw handoff floor p99 {:.1} µs",
+        profile.iterations,
+        profile.handoffs,
+        profile.quiet_handoffs,
+        us(raw_read.p99()),
+        us(raw_floor.p99()),
+        us(handoff_floor.p99())
+    );
+    Ok(())
+}
+
+/// The held leases' rows.
+fn held_rows(table: &mut Table, held: &many::Held, ttl: Duration) {
+    let n = held.count;
+    table
+        .push(
+            format!("{n} leases held with keep-alive from one handle, TTL {ttl:?}, for 3 TTLs"),
+            format!("{} lost", held.lost),
+        )
+        .target = Some((format!("{n} held, none lost"), held.lost == 0));
+    table.push(
+        "  leases already gone at their release after the hold",
+        held.gone_at_release.to_string(),
+    );
+    let timeouts: Vec<String> = held
+        .sessions
+        .iter()
+        .map(|t| format!("{} ms", t.as_millis()))
+        .collect();
+    table.push(
+        "  ZooKeeper sessions of the handle (negotiated timeouts)",
+        format!("{} ({})", held.sessions.len(), timeouts.join(", ")),
+    );
+    table.push(
+        "  client TCP connections to ZooKeeper while held",
+        format!(
+            "{}; {} before the handle",
+            held.connections
+                .map_or("not measured".into(), |(lo, hi)| if lo == hi {
+                    format!("{lo} (constant)")
+                } else {
+                    format!("{lo}–{hi} (NOT constant)")
+                }),
+            held.connections_before
+                .map_or("not measured".into(), |c| c.to_string())
+        ),
+    );
+    table.push(
+        "  client memory per lease: heap live / RSS growth",
+        format!("{:.0} B / {:.0} B", held.heap_per_lease, held.rss_per_lease),
+    );
+    table.push(
+        format!("  time to acquire {n} ({HELD_IN_FLIGHT} in flight)"),
+        format!("{:.0} ms", held.acquired_in.as_secs_f64() * 1e3),
+    );
+    table.latency("  extend p50 while they are kept alive", held.extends.p50());
+    table.latency("  extend p99 while they are kept alive", held.extends.p99());
+    table.push(
+        "  extends of one more lease that failed and would be retried",
+        format!(
+            "{} of {}",
+            held.extends_failed,
+            held.extends.len() + held.extends_failed
+        ),
+    );
+}
