@@ -18,6 +18,7 @@ benches=(
   "postgres fencelock-postgres bench"
   "mysql fencelock-mysql bench"
   "sqlite fencelock-sqlite bench"
+  "zookeeper fencelock-zookeeper bench"
 )
 
 selected=("$@")

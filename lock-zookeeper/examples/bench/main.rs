@@ -13,8 +13,10 @@
 //! with `javac` and runs it in one JVM for the whole run (Debian's `default-jdk-headless` and
 //! `libcurator-recipes-java`). Prints one table: the raw round trips (a read, a write); the raw
 //! cycle floor (an ephemeral sequential node created and deleted, the same client library,
-//! `zookeeper-client`); our try_acquire + release cycle and its ratio to the floor, and
-//! Curator's acquire() + release(), the three in alternating rounds; throughput on distinct
+//! `zookeeper-client`), and the three requests a queue lock makes (create, read the queue,
+//! delete) by hand, one after another and with the read pipelined behind the create; our
+//! try_acquire + release cycle and its ratio to the floor, and Curator's acquire() +
+//! release(), all in alternating rounds; throughput on distinct
 //! keys, raw and ours; handoff latency with 8 waiters on one key (ours, one handle each, and
 //! Curator's, one client each, by the same loop, in alternating rounds, next to the raw floor
 //! of a delete seen by another session's watch); the same handoff one waiter at a time,
