@@ -39,11 +39,15 @@ pub enum Fault {
     MysqlKill,
     /// MySQL lock store: a clean, fast restart of the MariaDB server.
     MysqlRestart,
+    /// ZooKeeper: kill the leader of three, restart it after 1.5–2.5 TTLs.
+    ZkKillLeader,
+    /// ZooKeeper: `SIGSTOP` one member of three for 1.5–2.5 TTLs.
+    ZkStopMinority,
 }
 
 impl Fault {
     /// Every fault.
-    pub const ALL: [Fault; 14] = [
+    pub const ALL: [Fault; 16] = [
         Fault::Pause,
         Fault::PauseWaiter,
         Fault::Kill,
@@ -58,6 +62,8 @@ impl Fault {
         Fault::PgRestart,
         Fault::MysqlKill,
         Fault::MysqlRestart,
+        Fault::ZkKillLeader,
+        Fault::ZkStopMinority,
     ];
 
     /// The name used in `--faults` and in the report.
@@ -77,6 +83,8 @@ impl Fault {
             Fault::PgRestart => "pg-restart",
             Fault::MysqlKill => "mysql-kill",
             Fault::MysqlRestart => "mysql-restart",
+            Fault::ZkKillLeader => "zk-kill-leader",
+            Fault::ZkStopMinority => "zk-stop-minority",
         }
     }
 
@@ -88,7 +96,9 @@ impl Fault {
     /// Whether the store documents this event as freeing locks early (the fencelock-core contract
     /// and each store's table in docs/stores.md): a PostgreSQL or MySQL session ended by the
     /// server, a Redis restart without persistence, a memory store that lost its data. A
-    /// Redlock minority restarted after a TTL, an etcd leader change and every client fault
+    /// Redlock minority restarted after a TTL, an etcd leader change, a ZooKeeper leader's
+    /// kill or a stopped ZooKeeper member (sessions, and with them lock nodes, outlive an
+    /// election: the new leader gives each its whole timeout again) and every client fault
     /// do not. An etcd member stop frees locks early only when it stops the leader of an
     /// affected etcd version; the run decides that when it injects the fault.
     pub fn frees_early(self) -> bool {

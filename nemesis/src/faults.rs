@@ -33,6 +33,8 @@ pub enum Launch {
     Mariadb,
     /// One SQLite file in a directory of its own, shared by the worker processes.
     SqliteFile,
+    /// A ZooKeeper ensemble of this many members.
+    ZookeeperEnsemble(usize),
 }
 
 /// A store's row of the fault table: how the run starts it and which faults hit it.
@@ -188,6 +190,27 @@ pub const TABLE: &[FaultProfile] = &[
                 at_most: Duration::from_millis(100),
             }],
             unavailable_during: &[],
+        },
+    },
+    FaultProfile {
+        store: "zookeeper",
+        launch: Some(Launch::ZookeeperEnsemble(3)),
+        cut: true,
+        store_faults: &[Fault::ZkKillLeader, Fault::ZkStopMinority],
+        delays: StoreDelays {
+            // Twice the servers' minSessionTimeout (fencelock-zookeeper's "TTL" row).
+            min_ttl: Duration::from_millis(
+                2 * test_servers::zookeeper::MIN_SESSION_TIMEOUT.as_millis() as u64,
+            ),
+            ttl_granularity: Duration::from_millis(1),
+            // Waiters are woken by a watch on the node ahead; a dead, paused or cut-off
+            // holder's session (at most half its TTL) ends within its timeout plus two ticks,
+            // inside the TTL (fencelock-zookeeper's "holder dies").
+            delays: &[],
+            // An election: the ensemble answers no one until a leader is elected and synced,
+            // and clients reconnect with their backoff (after a stopped member, only when it
+            // led, or when a client was on it).
+            unavailable_during: &[Fault::ZkKillLeader, Fault::ZkStopMinority],
         },
     },
 ];

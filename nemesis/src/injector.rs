@@ -280,6 +280,32 @@ impl Nemesis {
                 self.healed(id);
                 "fast restart".to_string()
             }
+            (Fault::ZkKillLeader, Servers::Zookeeper(ensemble)) => {
+                let leader = ensemble.leader().map_err(fail)?;
+                let down = self.past_ttl();
+                let what = format!("leader (member {leader}) killed, restarted after {down:?}");
+                let id = self.record(fault, None, &what);
+                ensemble.kill(leader).map_err(fail)?;
+                thread::sleep(down);
+                ensemble.restart(leader).map_err(fail)?;
+                self.healed(id);
+                what
+            }
+            (Fault::ZkStopMinority, Servers::Zookeeper(ensemble)) => {
+                let member = self.rng.random_range(0..ensemble.member_count());
+                let stopped = self.past_ttl();
+                let leader = ensemble.leader().ok() == Some(member);
+                let what = format!(
+                    "member {member}{} stopped for {stopped:?}",
+                    if leader { " (the leader)" } else { "" }
+                );
+                let id = self.record(fault, None, &what);
+                ensemble.pause(member).map_err(fail)?;
+                thread::sleep(stopped);
+                ensemble.resume(member).map_err(fail)?;
+                self.healed(id);
+                what
+            }
             (fault, _) => return Err(setup_error(format!("{fault} does not apply to this store"))),
         };
         Ok(Some(detail))

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use fencelock::{Error, Result};
-use test_servers::{EtcdCluster, MariadbServer, PostgresServer, RedisServer};
+use test_servers::{EtcdCluster, MariadbServer, PostgresServer, RedisServer, ZookeeperEnsemble};
 
 use crate::faults::{FaultProfile, Launch};
 
@@ -25,6 +25,7 @@ pub(crate) enum Servers {
     Postgres(PostgresServer),
     Mysql(MariadbServer),
     Sqlite(TempDatabase),
+    Zookeeper(ZookeeperEnsemble),
 }
 
 /// The directory of the SQLite run's database file, removed when the run ends.
@@ -82,6 +83,9 @@ impl Servers {
             Launch::Postgres => Servers::Postgres(PostgresServer::start().map_err(setup_error)?),
             Launch::Mariadb => Servers::Mysql(MariadbServer::start().map_err(setup_error)?),
             Launch::SqliteFile => Servers::Sqlite(TempDatabase::create()?),
+            Launch::ZookeeperEnsemble(n) => {
+                Servers::Zookeeper(ZookeeperEnsemble::start(n).map_err(setup_error)?)
+            }
         };
         let url = match &servers {
             Servers::None => format!("{}://nemesis", scheme_of(fencelock::MEMORY.name)?),
@@ -99,6 +103,7 @@ impl Servers {
             Servers::Postgres(s) => s.url(),
             Servers::Mysql(s) => s.url(),
             Servers::Sqlite(db) => db.url(scheme_of(profile.store)?),
+            Servers::Zookeeper(e) => e.url(),
         };
         Ok((servers, url))
     }

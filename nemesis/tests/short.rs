@@ -71,7 +71,7 @@ fn keeps_the_rules_under_a_short_run_of_faults(store: &str) {
 
 /// One test per store, so that the test harness runs them side by side (each starts its own
 /// servers and its own resource database): the short profile's wall time is about half of
-/// running the seven one after another.
+/// running the eight one after another.
 macro_rules! every_store {
     ($($name:ident => $store:literal,)*) => {
         $(
@@ -99,4 +99,5 @@ every_store! {
     postgres_keeps_the_rules_under_a_short_run_of_faults => "postgres",
     mysql_keeps_the_rules_under_a_short_run_of_faults => "mysql",
     sqlite_keeps_the_rules_under_a_short_run_of_faults => "sqlite",
+    zookeeper_keeps_the_rules_under_a_short_run_of_faults => "zookeeper",
 }
