@@ -179,11 +179,12 @@ async fn main() -> Result<(), Box<dyn Error>> {
         .collect();
     println!("ZooKeeper store benchmark against {config}");
     println!(
-        "server ZooKeeper {}\n",
+        "server ZooKeeper {}",
         server_version(&endpoints[0]).unwrap_or_else(|| "(version not known)".into())
     );
 
     if let Some(count) = many_only {
+        println!();
         let held = many::hold(
             &config,
             "bench:held:",
@@ -204,6 +205,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
     let raw_client = raw::connect(&connect).await?;
     let mut curator = blocking(|| curator::Curator::start(&connect, WAITERS))?;
     println!(
+        // In the heading, before the blank line that starts the table (scripts/bench_charts.py).
         "Curator peer compiled in {:.1} s, {WAITERS} clients connected\n",
         curator.compiled_in.as_secs_f64()
     );
