@@ -1,6 +1,7 @@
 //! Faults against real ZooKeeper servers: a killed leader, a stopped follower and a full restart
 //! (each on an ensemble of its own), a holder cut off through a relay, and a holder process
-//! killed with `SIGKILL` (on the shared standalone server, which they leave as it was).
+//! killed with `SIGKILL` or frozen with `SIGSTOP` (on the shared standalone server, which they
+//! leave as it was).
 //!
 //! Every bound comes from the crate docs' "TTLs, sessions and loss": a lease of TTL `t` lives on
 //! a session of the largest `min × 2^k ≤ t / 2` (at most the server's `maxSessionTimeout`); a
