@@ -301,8 +301,8 @@ pub fn check_identifier(what: &str, value: &str, max_len: usize) -> Result<Strin
     Ok(value.to_owned())
 }
 
-/// Refuses a URL whose scheme is not one of `schemes`, naming them (`postgres:// or
-/// postgresql://`).
+/// Refuses a URL whose scheme is not one of `schemes`, naming them (`a:// or b://` for
+/// `["a", "b"]`).
 ///
 /// # Errors
 /// [`InvalidInput`](crate::ErrorKind::InvalidInput) on the `"url"` for another scheme.
