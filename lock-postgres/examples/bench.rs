@@ -10,7 +10,8 @@
 //! (and the same cycle as a permit of a semaphore of 4 and as a shared lease, where the store
 //! keeps them),
 //! throughput with 16 tasks on distinct keys against 16 raw connections doing the same, handoff
-//! latency with 8 waiters on one key, and 500 leases held at once with keep-alive on one store
+//! latency with 8 waiters on one key (against raw waiters that bump the fence durably after
+//! `pg_advisory_lock`, and against the bare `pg_advisory_lock` handoff), and 500 leases held at once with keep-alive on one store
 //! handle, with the connection count.
 
 use std::error::Error;
@@ -80,6 +81,8 @@ async fn raw_cycle(conn: &mut PgConnection, id: i64) -> fencelock_core::Result<(
 struct RawWaiter {
     conn: PgConnection,
     id: i64,
+    /// Whether it bumps the fence after the lock (`false`: the bare `pg_advisory_lock` handoff).
+    bump: bool,
 }
 
 #[async_trait]
@@ -92,12 +95,14 @@ impl Contender for RawWaiter {
             .execute(&mut self.conn)
             .await
             .map_err(raw_failed)?;
-        sqlx::query(RAW_BUMP)
-            .bind(self.id)
-            .bind(self.id.to_be_bytes().to_vec())
-            .fetch_one(&mut self.conn)
-            .await
-            .map_err(raw_failed)?;
+        if self.bump {
+            sqlx::query(RAW_BUMP)
+                .bind(self.id)
+                .bind(self.id.to_be_bytes().to_vec())
+                .fetch_one(&mut self.conn)
+                .await
+                .map_err(raw_failed)?;
+        }
         Ok(())
     }
 
@@ -238,9 +243,19 @@ async fn main() -> Result<(), Box<dyn Error>> {
         raw_waiters.push(RawWaiter {
             conn: PgConnection::connect(&url).await?,
             id: 5_555_555,
+            bump: true,
         });
     }
     let raw_handoffs = handoff_between(raw_waiters, HANDOFFS, Handoff::AnyWaiter).await?;
+    let mut bare_waiters = Vec::new();
+    for _ in 0..WAITERS {
+        bare_waiters.push(RawWaiter {
+            conn: PgConnection::connect(&url).await?,
+            id: 5_555_556,
+            bump: false,
+        });
+    }
+    let bare_handoffs = handoff_between(bare_waiters, HANDOFFS, Handoff::AnyWaiter).await?;
     let mut handles: Vec<DynLockStore> = Vec::new();
     for _ in 0..WAITERS {
         handles.push(Arc::new(PostgresStore::connect(config.clone()).await?));
@@ -308,6 +323,19 @@ async fn main() -> Result<(), Box<dyn Error>> {
         "handoff p50 / raw handoff p50",
         format!("{:.2}", us(handoffs.p50()) / us(raw_handoffs.p50())),
     );
+    let bare_ratio = us(handoffs.p50()) / us(bare_handoffs.p50());
+    table
+        .latency(
+            format!("raw handoff p50, {WAITERS} waiters (pg_advisory_lock alone, no fence write)"),
+            bare_handoffs.p50(),
+        )
+        .ratio(
+            bare_ratio,
+            Some((
+                "ours ≤ 1.2× bare pg_advisory_lock handoff",
+                bare_ratio <= 1.2,
+            )),
+        );
     let floor = us(select_one.p50()) + us(raw_upsert.p50());
     table.push(
         "handoff p50 / (1 round trip + 1 durable upsert)",

@@ -5,8 +5,8 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use fencelock_core::url::{
-    check_identifier, check_scheme, client_identity, parse_window, redact, TableStoreOptions,
-    TlsFiles,
+    check_identifier, check_scheme, client_identity, parse_bool, parse_window, redact,
+    TableStoreOptions, TlsFiles,
 };
 use fencelock_core::validate::check_retention;
 use fencelock_core::{Error, Result};
@@ -56,6 +56,7 @@ const OWN_OPTIONS: &[&str] = &[
     "retention",
     "max_ttl",
     "max_skew",
+    "durable_grants",
     "create_table",
     "tls_ca",
     "tls_cert",
@@ -109,6 +110,7 @@ const SQLX_OPTIONS: &[&str] = &[
 /// | `retention` | `7d` | a key's fence row is removed once it has not been bumped for this long (`ms`, `s`, `m`, `h`, `d`); must exceed `max_ttl` and be at least one clock granule (1 µs) plus `max_skew` plus 1 ms, whole ms rounded up (see below); see the crate docs (`# Per-key state`) |
 /// | `max_ttl` | `24h` | the longest TTL this handle grants (at most 24 h) |
 /// | `max_skew` | `1s` | how far the server's clock may step back, as this deployment promises (an NTP step, a failover to a server whose clock is behind); the floor under the retention window, see below |
+/// | `durable_grants` | `false` | `true`: every grant waits for its fence write to be flushed (`synchronous_commit = on`). By default only a grant whose token ran ahead of the server's clock does; one whose token is the clock reading commits with `synchronous_commit = off`, safe while the clock assumption in the crate docs ("Crashes and the clock") holds |
 ///
 /// The `tls_*` files are read when the URL is parsed (a missing file, or one without a PEM
 /// block, is [`Error::InvalidInput`] naming the option) and are never printed; each is refused
@@ -135,6 +137,8 @@ pub struct PostgresConfig {
     redacted: String,
     pub(crate) schema: String,
     pub(crate) max_skew: Duration,
+    /// Whether every grant commits durably (`durable_grants`), not only those ahead of the clock.
+    pub(crate) durable_grants: bool,
     /// The options every table store reads alike.
     pub(crate) options: TableStoreOptions,
 }
@@ -162,6 +166,7 @@ impl PostgresConfig {
             redacted,
             schema: DEFAULT_SCHEMA.to_owned(),
             max_skew: DEFAULT_MAX_SKEW,
+            durable_grants: false,
             options: TableStoreOptions::new(63),
         };
         let mut passed_on = Vec::new();
@@ -173,6 +178,7 @@ impl PostgresConfig {
             match &*name {
                 "schema" => config.schema = check_identifier("schema", &value, 63)?,
                 "max_skew" => config.max_skew = parse_window("max_skew", &value)?,
+                "durable_grants" => config.durable_grants = parse_bool("durable_grants", &value)?,
                 known if SQLX_OPTIONS.contains(&known) || is_options_entry(known) => {
                     passed_on.push((name.to_string(), value.to_string()))
                 }
@@ -292,6 +298,20 @@ impl PostgresConfig {
         self.max_skew
     }
 
+    /// Whether every grant waits for its fence write to be flushed (URL option
+    /// `durable_grants=true`). `false` by default: only a grant whose token ran ahead of the
+    /// server's clock does (see the crate docs, "Crashes and the clock").
+    pub fn durable_grants(&self) -> bool {
+        self.durable_grants
+    }
+
+    /// `true`: every grant waits for its fence write to be flushed, as URL option
+    /// `durable_grants=true` says.
+    pub fn with_durable_grants(mut self, durable: bool) -> Self {
+        self.durable_grants = durable;
+        self
+    }
+
     /// The smallest retention window this configuration allows: one [`TOKEN_GRANULE`] plus
     /// [`max_skew`](Self::max_skew) plus 1 ms, rounded up to a whole ms (windows are whole
     /// ms). Idle rows are removed only once the clock is this far past their token.
@@ -360,6 +380,7 @@ impl fmt::Debug for PostgresConfig {
             .field("retention", &self.options.retention)
             .field("max_ttl", &self.options.max_ttl)
             .field("max_skew", &self.max_skew)
+            .field("durable_grants", &self.durable_grants)
             .field("create_table", &self.options.create_table)
             .finish()
     }
@@ -537,6 +558,24 @@ mod tests {
         assert_eq!(config.connect.get_database(), Some("db"));
         assert_eq!(config.connect.get_username(), "u");
         assert_eq!(config.connect.get_application_name(), Some("fencelock"));
+    }
+
+    #[test]
+    fn durable_grants_defaults_to_false_and_is_read_from_the_url_or_set() {
+        assert!(!PostgresConfig::from_url("postgres://u@h/db")
+            .unwrap()
+            .durable_grants());
+        let config = PostgresConfig::from_url("postgres://u@h/db?durable_grants=true").unwrap();
+        assert!(config.durable_grants());
+        assert!(format!("{config:?}").contains("durable_grants: true"));
+        assert!(!config.with_durable_grants(false).durable_grants());
+        let refused = PostgresConfig::from_url("postgres://u@h/db?durable_grants=yes")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            refused.contains("durable_grants must be true or false"),
+            "{refused}"
+        );
     }
 
     #[test]

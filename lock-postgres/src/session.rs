@@ -27,7 +27,8 @@ pub(crate) const DISCONNECT_CHECK_MS: u32 = 500;
 /// `options` from the URL, so they win.
 fn session_settings() -> [(&'static str, String); 7] {
     [
-        // A fence bump is durable before its token is handed out.
+        // A fence bump is durable before its token is handed out, unless its own statement
+        // says otherwise for its transaction (a token at the clock: see `sql::grant_commit`).
         ("synchronous_commit", "on".into()),
         // ON CONFLICT DO UPDATE must read the latest token, whatever the server default is.
         ("default_transaction_isolation", "read\\ committed".into()),
@@ -72,7 +73,7 @@ pub(crate) struct Sessions {
 impl Sessions {
     pub(crate) fn new(config: PostgresConfig) -> Self {
         let options = config.connect.clone().options(session_settings());
-        let sql = Statements::new(&config.fence_table(), &config.schema, &config.options.table);
+        let sql = Statements::new(&config.fence_table(), &config.schema, config.durable_grants);
         Sessions {
             config,
             options,

@@ -5,9 +5,11 @@ use crate::keys::{FENCE_SCHEME, LOCK_ID_SCHEME};
 
 // ---- SQL ------------------------------------------------------------------------------------
 // `{fence}` stands for the quoted fence table, `{scheme}` for the lock-id scheme
-// (LOCK_ID_SCHEME) and `{fence_scheme}` for the token scheme (FENCE_SCHEME). Every statement
-// runs in autocommit: one statement, one transaction, committed with synchronous_commit=on
-// before the reply.
+// (LOCK_ID_SCHEME), `{fence_scheme}` for the token scheme (FENCE_SCHEME) and
+// `{unsynced_grants}` for `true`, or `false` with `durable_grants=true`. Every statement runs in
+// autocommit: one statement, one transaction, committed with synchronous_commit=on (a session
+// setting) before the reply, except a grant whose token is the clock reading it was minted from:
+// see `grant_commit!`.
 
 /// The backend of a new session, to detect a pooling proxy later and to tell it from a later
 /// backend with its pid. A single read.
@@ -160,7 +162,43 @@ macro_rules! bump_fence {
                     lock_id = EXCLUDED.lock_id, owner = EXCLUDED.owner,
                     holder_pid = EXCLUDED.holder_pid, ttl_ms = EXCLUDED.ttl_ms,
                     updated_at = EXCLUDED.updated_at
-             RETURNING f.token"
+             RETURNING f.token, ",
+            at_clock!("f"),
+            " AS at_clock"
+        )
+    };
+}
+
+/// Whether the token of the fence row `$row` (just bumped) is the clock reading it was minted
+/// from: `updated_at` holds that reading, and the token is `GREATEST(counter + 1, reading in
+/// µs)`, so they are equal exactly when the reading won.
+macro_rules! at_clock {
+    ($row:literal) => {
+        concat!(
+            $row,
+            ".token = floor(extract(epoch FROM ",
+            $row,
+            ".updated_at) * 1000000)::int8"
+        )
+    };
+}
+
+/// How the transaction of a grant commits, set for that transaction only (`is_local`): without
+/// waiting for the WAL flush when the token is the clock reading it was minted from
+/// (`$at_clock`, true) and `{unsynced_grants}`, durably (`on`, the session's setting) otherwise.
+/// PostgreSQL reads `synchronous_commit` when the transaction commits, so a setting made by the
+/// granting statement governs its own commit. Why it is safe: a crash loses only a suffix of the
+/// WAL, so what it loses are grants of the first kind, whose tokens are clock readings from
+/// before the crash; the next mint reads the clock after the restart, later (the crate docs,
+/// "Crashes and the clock"). A token ahead of the clock (`counter + 1` won: the clock stepped
+/// back, a swap from a store that was ahead) could be minted again if lost, so it commits durably,
+/// and with it every commit before it in the WAL.
+macro_rules! grant_commit {
+    ($at_clock:expr) => {
+        concat!(
+            "set_config('synchronous_commit', CASE WHEN {unsynced_grants} AND (",
+            $at_clock,
+            ") THEN 'off' ELSE 'on' END, true) AS grant_commit"
         )
     };
 }
@@ -198,8 +236,8 @@ macro_rules! held_shared_by_anyone {
 
 /// One attempt: take the lock ($1) if free; if taken, bump the fence of ($2, $3) and arm the
 /// server-side TTL ($4 ms of silence ends the session). Atomic: one statement, one transaction;
-/// the lock is taken (MATERIALIZED, read by the bump) before the bump, which commits durably
-/// before the reply. Returns granted, token (NULL if not granted), the backend pid.
+/// the lock is taken (MATERIALIZED, read by the bump) before the bump, which commits before the
+/// reply as `grant_commit!` says. Returns granted, token (NULL if not granted), the backend pid.
 const TRY_ACQUIRE: &str = concat!(
     "WITH lock AS MATERIALIZED (SELECT pg_try_advisory_lock($1::int8) AS granted),
      bump AS (",
@@ -207,7 +245,10 @@ const TRY_ACQUIRE: &str = concat!(
     ")
      SELECT lock.granted, (SELECT token FROM bump) AS token, pg_backend_pid() AS pid,
             set_config('idle_session_timeout',
-                       CASE WHEN lock.granted THEN ($4::int8)::text ELSE '0' END, false)
+                       CASE WHEN lock.granted THEN ($4::int8)::text ELSE '0' END, false),
+            ",
+    grant_commit!("SELECT at_clock FROM bump"),
+    "
        FROM lock"
 );
 
@@ -226,7 +267,10 @@ const WAIT_ACQUIRE: &str = concat!(
      SELECT (SELECT token FROM bump) AS token, pg_backend_pid() AS pid,
             (SELECT (extract(epoch FROM waited) * 1000000)::int8 FROM granted) AS waited_us,
             set_config('idle_session_timeout', ($4::int8)::text, false),
-            set_config('lock_timeout', '0', false)"
+            set_config('lock_timeout', '0', false),
+            ",
+    grant_commit!("SELECT at_clock FROM bump"),
+    ""
 );
 
 /// After a lock timeout: if the lock was granted just as the timeout fired, this session holds
@@ -238,7 +282,10 @@ const RECLAIM_AFTER_TIMEOUT: &str = concat!(
     "), bump AS (",
     bump_fence!("held"),
     ")
-     SELECT token, pg_backend_pid() AS pid, set_config('idle_session_timeout', ($4::int8)::text, false)
+     SELECT token, pg_backend_pid() AS pid, set_config('idle_session_timeout', ($4::int8)::text, false),
+            ",
+    grant_commit!("at_clock"),
+    "
        FROM bump"
 );
 
@@ -345,12 +392,15 @@ const BUMP_SHARED: &str = concat!(
     "WITH bump AS (",
     bump_fence!("(SELECT 1) AS one"),
     ")
-     SELECT token, pg_backend_pid() AS pid, set_config('idle_session_timeout', ($4::int8)::text, false)
+     SELECT token, pg_backend_pid() AS pid, set_config('idle_session_timeout', ($4::int8)::text, false),
+            ",
+    grant_commit!("at_clock"),
+    "
        FROM bump"
 );
 
 /// Bumps the fence of a permit's key ($1..$5), records its limit ($6) and arms the TTL.
-const BUMP_PERMIT: &str = "INSERT INTO {fence} AS f (namespace, key, lock_id, lock_id_scheme, fence_scheme, token, owner, holder_pid, ttl_ms, updated_at, permit_limit)
+const BUMP_PERMIT: &str = concat!("INSERT INTO {fence} AS f (namespace, key, lock_id, lock_id_scheme, fence_scheme, token, owner, holder_pid, ttl_ms, updated_at, permit_limit)
      SELECT $2::text, $3::bytea, $1::int8, {scheme}, {fence_scheme},
             floor(extract(epoch FROM now.at) * 1000000)::int8,
             $5::text, pg_backend_pid(), $4::int8, now.at, $6::int4
@@ -361,7 +411,11 @@ const BUMP_PERMIT: &str = "INSERT INTO {fence} AS f (namespace, key, lock_id, lo
             holder_pid = EXCLUDED.holder_pid, ttl_ms = EXCLUDED.ttl_ms,
             updated_at = EXCLUDED.updated_at, permit_limit = EXCLUDED.permit_limit
      RETURNING f.token AS token, pg_backend_pid() AS pid,
-               set_config('idle_session_timeout', ($4::int8)::text, false)";
+               set_config('idle_session_timeout', ($4::int8)::text, false),
+               ",
+    grant_commit!(at_clock!("f")),
+    ""
+);
 
 /// Release of a shared lease or a permit: whether the session still held the key's lock $1
 /// (in any mode), then every lock of the session (key, group, slot) goes, and the TTL (both
@@ -434,8 +488,11 @@ pub(crate) struct Statements {
 }
 
 impl Statements {
-    pub(crate) fn new(fence_table: &str, schema: &str, _table: &str) -> Self {
-        let fill = |sql: &str| fill(sql, fence_table);
+    /// `durable_grants`: every grant commits durably (the URL option), not only those whose
+    /// token ran ahead of the clock.
+    pub(crate) fn new(fence_table: &str, schema: &str, durable_grants: bool) -> Self {
+        let unsynced = if durable_grants { "false" } else { "true" };
+        let fill = |sql: &str| fill(sql, fence_table).replace("{unsynced_grants}", unsynced);
         Statements {
             try_acquire: fill(TRY_ACQUIRE),
             wait_acquire: fill(WAIT_ACQUIRE),
@@ -458,7 +515,7 @@ mod tests {
 
     #[test]
     fn statements_name_the_configured_table_and_no_placeholder_is_left() {
-        let sql = Statements::new("\"s\".\"t\"", "s", "t");
+        let sql = Statements::new("\"s\".\"t\"", "s", false);
         for statement in [
             &sql.try_acquire,
             &sql.wait_acquire,
@@ -475,7 +532,31 @@ mod tests {
             assert!(!statement.contains("{fence}"), "{statement}");
             assert!(!statement.contains("{scheme}"), "{statement}");
             assert!(!statement.contains("{fence_scheme}"), "{statement}");
+            assert!(!statement.contains("{unsynced_grants}"), "{statement}");
         }
         assert_eq!(sql.create_schema, "CREATE SCHEMA IF NOT EXISTS \"s\"");
+    }
+
+    #[test]
+    fn grants_commit_unsynced_only_at_the_clock_unless_durable_grants() {
+        let fast = Statements::new("\"s\".\"t\"", "s", false);
+        let durable = Statements::new("\"s\".\"t\"", "s", true);
+        for (fast, durable) in [
+            (&fast.try_acquire, &durable.try_acquire),
+            (&fast.wait_acquire, &durable.wait_acquire),
+            (&fast.reclaim, &durable.reclaim),
+            (&fast.bump_shared, &durable.bump_shared),
+            (&fast.bump_permit, &durable.bump_permit),
+        ] {
+            assert!(
+                fast.contains("set_config('synchronous_commit', CASE WHEN true AND ("),
+                "{fast}"
+            );
+            assert!(fast.contains("THEN 'off' ELSE 'on' END, true)"), "{fast}");
+            assert!(
+                durable.contains("set_config('synchronous_commit', CASE WHEN false AND ("),
+                "{durable}"
+            );
+        }
     }
 }

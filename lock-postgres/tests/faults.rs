@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{admin, backend_exists, holders, store, terminate_holder};
+use fencelock_conformance::eventually;
 use fencelock_core::{Acquire, Error, Extend, KeepAlive, Release, ReleaseOutcome};
 use test_servers::PostgresServer;
 use tokio::time::{sleep, timeout, Instant};
@@ -85,7 +86,12 @@ async fn silent_holder_loses_the_lock_within_its_ttl_though_connected() {
         "freed after {elapsed:?}, before the TTL"
     );
     assert!(elapsed <= ttl + SLACK, "freed only after {elapsed:?}");
-    assert!(!backend_exists(&mut admin, pid).await);
+    // The backend frees its locks on its way out, before it leaves pg_stat_activity, and a
+    // grant that does not wait for a WAL flush can come back inside that gap.
+    assert!(
+        eventually!(SLACK, !backend_exists(&mut admin, pid).await),
+        "the silent holder's backend lives on"
+    );
     assert!(
         lease.is_expired(),
         "the local deadline came before the server's"

@@ -55,6 +55,8 @@ struct Local {
     data: PathBuf,
     sockets: PathBuf,
     log: PathBuf,
+    /// Extra `name=value` settings, passed with `-c` at every launch.
+    settings: Vec<String>,
     dir: TempDir,
 }
 
@@ -73,7 +75,33 @@ impl PostgresServer {
                 local: None,
             });
         }
-        Self::start_local(None)
+        Self::start_local(None, &[])
+    }
+
+    /// Starts a local server (always local, whatever `LOCK_TEST_POSTGRES_URL` says) with extra
+    /// settings, each passed as `-c name=value` after the defaults, so it wins over them, and
+    /// passed again at every [`restart`](Self::restart). For crash tests that need the server
+    /// to keep commits in memory, e.g. `[("wal_writer_delay", "10s")]`.
+    ///
+    /// Fails with [`Error::InvalidArgument`] for a name that is not `[a-z_]+` or a value with
+    /// whitespace or `=`, and otherwise as [`start`](Self::start).
+    pub fn start_with_settings(settings: &[(&str, &str)]) -> Result<Self> {
+        for (name, value) in settings {
+            let plain_name =
+                !name.is_empty() && name.chars().all(|c| c.is_ascii_lowercase() || c == '_');
+            let plain_value =
+                !value.is_empty() && !value.contains(|c: char| c.is_whitespace() || c == '=');
+            if !plain_name || !plain_value {
+                return Err(Error::InvalidArgument(format!(
+                    "a PostgreSQL setting must be [a-z_]+ = a value without spaces or '=', not {name:?} = {value:?}"
+                )));
+            }
+        }
+        let settings = settings
+            .iter()
+            .map(|(name, value)| format!("{name}={value}"))
+            .collect::<Vec<_>>();
+        Self::start_local(None, &settings)
     }
 
     /// Starts a local server with `ssl = on`, presenting `cert` from `ca`; always local. With
@@ -81,10 +109,10 @@ impl PostgresServer {
     /// signed by `ca` (`hostssl … trust clientcert=verify-ca`); otherwise plain text is
     /// accepted too. The URL stays `postgres://postgres@127.0.0.1:PORT/postgres`.
     pub fn start_tls(ca: &TestCa, cert: ServerCert) -> Result<Self> {
-        Self::start_local(Some((ca, cert)))
+        Self::start_local(Some((ca, cert)), &[])
     }
 
-    fn start_local(tls: Option<(&TestCa, ServerCert)>) -> Result<Self> {
+    fn start_local(tls: Option<(&TestCa, ServerCert)>, settings: &[String]) -> Result<Self> {
         let bins = find_bins()?;
         let user = if process::is_root() {
             Some(postgres_user().ok_or_else(|| {
@@ -118,6 +146,7 @@ impl PostgresServer {
             user,
             data,
             sockets,
+            settings: settings.to_vec(),
             dir,
         };
         local.initdb()?;
@@ -410,6 +439,9 @@ impl Local {
             // Dynamic shared memory in files under the data directory, so a
             // killed server leaves nothing behind in /dev/shm.
             .args(["-c", "dynamic_shared_memory_type=mmap"]);
+        for setting in &self.settings {
+            cmd.arg("-c").arg(setting);
+        }
         self.proc = Proc::spawn(cmd, &self.log)?;
         let pg_isready = self.bins.pg_isready.clone();
         wait_ready(&mut self.proc, &what, &self.log, || {
