@@ -60,7 +60,7 @@ impl Held {
         let what = "deleting a lock node";
         match self
             .session
-            .call(what, self.session.client.delete(&self.path, None))
+            .call(what, || self.session.client.delete(&self.path, None))
             .await
         {
             Ok(()) => Ok(true),

@@ -132,22 +132,57 @@ impl Session {
         )
     }
 
-    /// Runs one request within the command timeout, its error mapped.
+    /// Runs a request that may be sent again (a read, a `sync`, a watch, a delete of one path,
+    /// a create that tolerates `NodeExists`), its error mapped: a connection the client dropped
+    /// (it gives up on a server after 2/5 of the session timeout without a byte, 80 ms on a
+    /// 200 ms session, which a loaded machine reaches) is retried on the reconnected session
+    /// until the command timeout, as long as ZooKeeper has not ended the session.
+    ///
+    /// A delete retried after its first answer was lost may be answered `NoNode` for a node it
+    /// deleted itself: callers read `NoNode` as "gone", never as "deleted by this call".
+    ///
+    /// # Cancel safety
+    /// Each attempt is sent when `request` makes it; dropping the future only stops waiting.
+    pub(crate) async fn call<T, F, Fut>(&self, what: &str, mut request: F) -> Result<T, Failure>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, zk::Error>>,
+    {
+        let deadline = Instant::now() + self.command_timeout;
+        let mut pause = Duration::from_millis(5);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match tokio::time::timeout(left, request()).await {
+                Err(_) => return Err(Failure::Other(timed_out(what, self.command_timeout))),
+                Ok(Err(error))
+                    if is_retryable(&error)
+                        && !self.is_terminal()
+                        && Instant::now() + pause < deadline =>
+                {
+                    tracing::debug!(%error, "{what}: retrying on the session");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(50));
+                }
+                Ok(answer) => return answer.map_err(|error| Failure::of(what, error)),
+            }
+        }
+    }
+
+    /// Runs a request that must not be sent twice (a sequential create), within the command
+    /// timeout, its error mapped. A transport error leaves it unknown whether it was applied
+    /// ([`Session::unsettled`]).
     ///
     /// # Cancel safety
     /// The request is sent when `request` is made; dropping the future only stops waiting for
     /// its answer.
-    pub(crate) async fn call<T>(
+    pub(crate) async fn call_once<T>(
         &self,
         what: &str,
         request: impl Future<Output = Result<T, zk::Error>>,
     ) -> Result<T, Failure> {
         match tokio::time::timeout(self.command_timeout, request).await {
             Err(_) => Err(Failure::Other(timed_out(what, self.command_timeout))),
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(zk::Error::NoNode)) => Err(Failure::NoNode),
-            Ok(Err(zk::Error::NodeExists)) => Err(Failure::NodeExists),
-            Ok(Err(error)) => Err(Failure::Other(client_error(what, error))),
+            Ok(answer) => answer.map_err(|error| Failure::of(what, error)),
         }
     }
 
@@ -172,6 +207,12 @@ impl Session {
                 Err(MultiFailure::Other(client_error(what, source)))
             }
         }
+    }
+
+    /// Whether a failed request that must not be sent twice may still have been applied: a
+    /// transport error on a session ZooKeeper has not ended.
+    pub(crate) fn unsettled(&self, error: &Error) -> bool {
+        error.is_retryable() && !self.is_terminal()
     }
 
     /// Registers a granted lease's revocation, revoked when the session is lost (at once if it
@@ -243,6 +284,14 @@ pub(crate) enum MultiFailure {
 }
 
 impl Failure {
+    fn of(what: &str, error: zk::Error) -> Self {
+        match error {
+            zk::Error::NoNode => Failure::NoNode,
+            zk::Error::NodeExists => Failure::NodeExists,
+            error => Failure::Other(client_error(what, error)),
+        }
+    }
+
     /// The failure as an error, `what` naming the request for the two answers.
     pub(crate) fn into_error(self, what: &str) -> Error {
         match self {

@@ -192,9 +192,6 @@ impl ZookeeperStore {
         let session = self.session_for(ttl).await?;
         let container = keys::container(&self.config.prefix, key);
         let owner = OwnerId::random();
-        // A lease granted at once counts from before its node's create; one granted after a
-        // wait, from before the read that found its node the oldest.
-        let mut sent_at = Instant::now();
         let place = Place {
             prefix: &self.config.prefix,
             layout: self.config.layout,
@@ -202,6 +199,9 @@ impl ZookeeperStore {
             tokens: (self.config.layout == Layout::Fencelock).then_some(&self.tokens),
         };
         let mut entry = Enqueued::create(session.clone(), &place, container, owner).await?;
+        // A lease granted at once counts from before the create that made its node; one
+        // granted after a wait, from before the read that found its node the oldest.
+        let mut sent_at = entry.sent_at;
         let sent_at = loop {
             let predecessor = match entry.turn().await? {
                 Turn::Holder => break sent_at,
@@ -258,7 +258,7 @@ impl ZookeeperStore {
     async fn offset_at(&self, session: &Session, zxid: i64) -> Result<Option<u64>> {
         let path = offset::path(&self.config.prefix);
         let what = "reading the token offset";
-        match session.call(what, session.client.get_data(&path)).await {
+        match session.call(what, || session.client.get_data(&path)).await {
             Ok((data, stat)) => {
                 Ok(Offsets::parse(&path, &data, stat.mzxid, stat.version)?.at(zxid))
             }
@@ -270,11 +270,10 @@ impl ZookeeperStore {
     /// The key's lock nodes, oldest first, read after a `sync` (so no older than the call).
     async fn queue(&self, session: &Session, container: &str) -> Result<Vec<String>> {
         let client = &session.client;
-        let sync = session.call("syncing", client.sync(container));
-        let list = session.call(
-            "listing a key's lock nodes",
-            client.list_children(container),
-        );
+        let sync = session.call("syncing", || client.sync(container));
+        let list = session.call("listing a key's lock nodes", || {
+            client.list_children(container)
+        });
         let (synced, listed) = tokio::join!(sync, list);
         match synced {
             Ok(()) | Err(Failure::NoNode) => {}
@@ -394,8 +393,10 @@ impl Extend for ZookeeperStore {
         }
         let sent_at = Instant::now();
         let session = &held.session;
-        let sync = session.call("syncing", session.client.sync(&held.path));
-        let read = session.call("reading a lock node", session.client.check_stat(&held.path));
+        let sync = session.call("syncing", || session.client.sync(&held.path));
+        let read = session.call("reading a lock node", || {
+            session.client.check_stat(&held.path)
+        });
         let (synced, read) = tokio::join!(sync, read);
         match synced {
             Ok(()) | Err(Failure::NoNode) => {}
@@ -461,7 +462,7 @@ impl LockStore for ZookeeperStore {
         for name in self.queue(&session, &container).await? {
             let path = format!("{container}/{name}");
             match session
-                .call("reading a lock node", session.client.check_stat(&path))
+                .call("reading a lock node", || session.client.check_stat(&path))
                 .await
             {
                 Ok(Some(stat)) => {
@@ -499,7 +500,9 @@ impl LockStore for ZookeeperStore {
         for name in self.queue(&session, &container).await? {
             let path = format!("{container}/{name}");
             match session
-                .call("deleting a lock node", session.client.delete(&path, None))
+                .call("deleting a lock node", || {
+                    session.client.delete(&path, None)
+                })
                 .await
             {
                 Ok(()) => return Ok(true),
@@ -521,7 +524,7 @@ impl LockStore for ZookeeperStore {
         let session = self.session(0).await?;
         let what = "listing the prefix";
         let count = match session
-            .call(what, session.client.list_children(&self.config.prefix))
+            .call(what, || session.client.list_children(&self.config.prefix))
             .await
         {
             Ok(children) => children

@@ -48,6 +48,8 @@ pub(crate) struct Enqueued {
     /// The node's fencing token: its `czxid`, plus the offset in force at it in
     /// [`Layout::Fencelock`].
     pub(crate) token: u64,
+    /// When the create that made the node was sent: a lease granted at once counts from here.
+    pub(crate) sent_at: Instant,
     armed: bool,
 }
 
@@ -71,6 +73,7 @@ impl Enqueued {
             owner,
             node: None,
             token: 0,
+            sent_at: Instant::now(),
             armed: true,
         };
         match place.tokens {
@@ -84,12 +87,14 @@ impl Enqueued {
     async fn create_plain(&mut self, place: &Place<'_>) -> Result<()> {
         let lock_node = zk::CreateMode::EphemeralSequential.with_acls(place.acls);
         let name = keys::node_prefix(self.layout, &self.container, self.owner);
-        let client = &self.session.client;
+        let session = self.session.clone();
+        let client = &session.client;
         for _ in 0..CREATE_ATTEMPTS {
             // Armed before the create is sent: a drop from here on cleans up.
+            let sent_at = Instant::now();
             match self
                 .session
-                .call(
+                .call_once(
                     "creating a lock node",
                     client.create(&name, &[], &lock_node),
                 )
@@ -100,9 +105,13 @@ impl Enqueued {
                     let czxid = self.czxid_of(&path, &stat).await?;
                     self.token = offset::token(0, czxid)?;
                     self.node = Some((path, czxid));
+                    self.sent_at = sent_at;
                     return Ok(());
                 }
                 Err(Failure::NoNode) => self.make_container(place).await?,
+                Err(Failure::Other(error)) if self.session.unsettled(&error) => {
+                    self.settle(error).await?
+                }
                 Err(other) => return Err(other.into_error("creating a lock node")),
             }
         }
@@ -124,7 +133,8 @@ impl Enqueued {
         let offset_node = zk::CreateMode::Persistent.with_acls(place.acls);
         let offset_path = offset::path(place.prefix);
         let name = keys::node_prefix(self.layout, &self.container, self.owner);
-        let client = &self.session.client;
+        let session = self.session.clone();
+        let client = &session.client;
         // A node of ours whose token fell behind the clock: deleted by the next create.
         let mut replace: Option<String> = None;
         for _ in 0..CREATE_ATTEMPTS {
@@ -184,6 +194,13 @@ impl Enqueued {
                         error,
                     ))
                 }
+                Err(MultiFailure::Other(error)) if self.session.unsettled(&error) => {
+                    // Applied or not: our nodes go, the offset is read again, and it is redone.
+                    state().known = None;
+                    self.settle(error).await?;
+                    replace = None;
+                    continue;
+                }
                 Err(MultiFailure::Other(error)) => return Err(error),
             };
             let mut offset_stat = None;
@@ -233,9 +250,51 @@ impl Enqueued {
                 continue;
             }
             self.token = token;
+            self.sent_at = sent_at;
             return Ok(());
         }
         Err(self.vanished())
+    }
+
+    /// After a create whose answer was lost (`error`: the connection dropped, the session
+    /// lives on), deletes every node of this acquisition in the container, so the create can
+    /// be sent again without leaving a second node queued. Curator's protected mode finds its
+    /// node by the same kind of name prefix.
+    async fn settle(&mut self, error: Error) -> Result<()> {
+        tracing::debug!(%error, container = self.container, "a lock node's create went unanswered; removing what it may have made");
+        self.node = None;
+        for path in self.made_by_us().await? {
+            match self
+                .session
+                .call("deleting a lock node", || {
+                    self.session.client.delete(&path, None)
+                })
+                .await
+            {
+                Ok(()) | Err(Failure::NoNode) => {}
+                Err(other) => return Err(other.into_error("deleting a lock node")),
+            }
+        }
+        Ok(())
+    }
+
+    /// The paths of this acquisition's nodes in the container, as a list sent now sees them.
+    async fn made_by_us(&self) -> Result<Vec<String>> {
+        let what = "listing a key's lock nodes";
+        let children = match self
+            .session
+            .call(what, || self.session.client.list_children(&self.container))
+            .await
+        {
+            Ok(children) => children,
+            Err(Failure::NoNode) => Vec::new(),
+            Err(other) => return Err(other.into_error(what)),
+        };
+        Ok(children
+            .into_iter()
+            .filter(|name| keys::made_by(self.layout, name, self.owner))
+            .map(|name| format!("{}/{name}", self.container))
+            .collect())
     }
 
     /// The prefix's token offset as stored now (`None`: not made yet).
@@ -243,7 +302,7 @@ impl Enqueued {
         let what = "reading the token offset";
         match self
             .session
-            .call(what, self.session.client.get_data(path))
+            .call(what, || self.session.client.get_data(path))
             .await
         {
             Ok((data, stat)) => Ok(Some(Offsets::parse(path, &data, stat.mzxid, stat.version)?)),
@@ -261,7 +320,7 @@ impl Enqueued {
         let what = "reading a lock node";
         match self
             .session
-            .call(what, self.session.client.check_stat(path))
+            .call(what, || self.session.client.check_stat(path))
             .await
         {
             Ok(Some(stat)) => Ok(stat.czxid),
@@ -279,7 +338,9 @@ impl Enqueued {
         let what = "creating the prefix";
         match self
             .session
-            .call(what, self.session.client.mkdir(place.prefix, &persistent))
+            .call(what, || {
+                self.session.client.mkdir(place.prefix, &persistent)
+            })
             .await
         {
             Ok(()) | Err(Failure::NodeExists) => Ok(()),
@@ -298,12 +359,11 @@ impl Enqueued {
         let what = "creating a key's container node";
         match self
             .session
-            .call(
-                what,
+            .call(what, || {
                 self.session
                     .client
-                    .create(&self.container, &[], &container_node),
-            )
+                    .create(&self.container, &[], &container_node)
+            })
             .await
         {
             Ok(_) | Err(Failure::NodeExists) => Ok(()),
@@ -315,7 +375,8 @@ impl Enqueued {
     fn vanished(&self) -> Error {
         Error::Unavailable {
             message: format!(
-                "the lock node's create under {:?} did not settle in {CREATE_ATTEMPTS} tries (the                  container vanished, or the token offset changed, each time)",
+                "the lock node's create under {:?} did not settle in {CREATE_ATTEMPTS} tries (the \
+                 container vanished, the token offset changed, or the answer was lost, each time)",
                 self.container
             ),
             source: None,
@@ -340,7 +401,7 @@ impl Enqueued {
         let what = "listing a key's lock nodes";
         let children = match self
             .session
-            .call(what, self.session.client.list_children(&self.container))
+            .call(what, || self.session.client.list_children(&self.container))
             .await
         {
             Ok(children) => children,
@@ -375,7 +436,7 @@ impl Enqueued {
         let path = format!("{}/{predecessor}", self.container);
         let (stat, watcher) = match self
             .session
-            .call(what, self.session.client.check_and_watch_stat(&path))
+            .call(what, || self.session.client.check_and_watch_stat(&path))
             .await
         {
             Ok(answer) => answer,
@@ -402,7 +463,7 @@ impl Enqueued {
         let path = self.path().to_owned();
         match self
             .session
-            .call(what, self.session.client.delete(&path, None))
+            .call(what, || self.session.client.delete(&path, None))
             .await
         {
             Ok(()) | Err(Failure::NoNode) => self.armed = false,
@@ -437,10 +498,9 @@ impl Drop for Enqueued {
             // A create may be in flight (or a redo's answer lost): a list sent after it sees
             // its node.
             if let Ok(children) = session
-                .call(
-                    "listing a key's lock nodes",
-                    client.list_children(&container),
-                )
+                .call("listing a key's lock nodes", || {
+                    client.list_children(&container)
+                })
                 .await
             {
                 paths.extend(
@@ -454,7 +514,7 @@ impl Drop for Enqueued {
             paths.dedup();
             for path in paths {
                 let _ = session
-                    .call("deleting a lock node", client.delete(&path, None))
+                    .call("deleting a lock node", || client.delete(&path, None))
                     .await;
             }
         });
