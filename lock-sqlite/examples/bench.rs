@@ -8,8 +8,9 @@
 //! should be on the disk the store will use: every figure here includes `fsync`s. Prints one
 //! table:
 //! - the cycle (acquire + release) against the raw floor, the same sqlx connection settings
-//!   (WAL, `synchronous = FULL`) running `BEGIN IMMEDIATE` + an insert + `COMMIT` + a delete:
-//!   the two durable commits every cycle pays;
+//!   (WAL, `synchronous = NORMAL`) running `BEGIN IMMEDIATE` + an insert + `COMMIT` + a delete:
+//!   the two commits every cycle pays; and with `durable_grants=true` against the same floor at
+//!   `synchronous = FULL` (two durable commits);
 //! - the cycle against `flock(2)` with the same durability: lock, write the counter and
 //!   `fdatasync`, unlock;
 //! - the handoff between two processes (this program run again as the second), from the
@@ -246,6 +247,20 @@ async fn main() -> Result<(), Box<dyn Error>> {
     result
 }
 
+/// A raw connection to `file` in WAL mode at `synchronous`.
+async fn raw_connection(
+    file: &Path,
+    synchronous: SqliteSynchronous,
+) -> Result<SqliteConnection, sqlx::Error> {
+    SqliteConnectOptions::new()
+        .filename(file)
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(synchronous)
+        .connect()
+        .await
+}
+
 async fn run(dir: &Path) -> Result<(), Box<dyn Error>> {
     let db = dir.join("locks.db");
     println!(
@@ -253,16 +268,17 @@ async fn run(dir: &Path) -> Result<(), Box<dyn Error>> {
         dir.display()
     );
 
-    // The raw floor: the same settings as the store's connections.
-    let mut raw = SqliteConnectOptions::new()
-        .filename(dir.join("raw.db"))
-        .create_if_missing(true)
-        .journal_mode(SqliteJournalMode::Wal)
-        .synchronous(SqliteSynchronous::Full)
-        .connect()
-        .await?;
+    // The raw floor: the same settings as the store's connections (WAL, synchronous =
+    // NORMAL); and at FULL, as the store's connections with durable_grants=true.
+    let mut raw = raw_connection(&dir.join("raw.db"), SqliteSynchronous::Normal).await?;
     sqlx::query(RAW_TABLE).execute(&mut raw).await?;
+    let mut raw_full = raw_connection(&dir.join("raw-full.db"), SqliteSynchronous::Full).await?;
+    sqlx::query(RAW_TABLE).execute(&mut raw_full).await?;
     let store: DynLockStore = Arc::new(SqliteStore::connect(SqliteConfig::new(&db)).await?);
+    let durable: DynLockStore = Arc::new(
+        SqliteStore::connect(SqliteConfig::new(dir.join("durable.db")).with_durable_grants(true))
+            .await?,
+    );
     let lock = Arc::new(open_rw(&dir.join("flock.lock"))?);
     let counter = Arc::new(open_rw(&dir.join("flock.counter"))?);
     let fsync_file = Arc::new(open_rw(&dir.join("fsync"))?);
@@ -270,8 +286,10 @@ async fn run(dir: &Path) -> Result<(), Box<dyn Error>> {
     // (an fsync's cost swings with whatever else the disk is flushing).
     for _ in 0..ITERATIONS / 10 {
         raw_cycle(&mut raw).await?;
+        raw_cycle(&mut raw_full).await?;
     }
     cycle(&store, "bench-cycle", TTL, ITERATIONS / 10).await?;
+    cycle(&durable, "bench-cycle", TTL, ITERATIONS / 10).await?;
     // Ours also as a semaphore permit and as a shared lease, where the store keeps them.
     let mut modes = ModeCycles::new(&store.capabilities());
     modes
@@ -279,14 +297,26 @@ async fn run(dir: &Path) -> Result<(), Box<dyn Error>> {
         .await?;
     let (mut raw_samples, mut ours, mut flocks, mut fsyncs) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut raw_full_samples, mut durable_samples) = (Vec::new(), Vec::new());
     let mut token = 0;
     for _ in 0..ROUNDS {
         for _ in 0..ITERATIONS / ROUNDS {
             let started = std::time::Instant::now();
             raw_cycle(&mut raw).await?;
             raw_samples.push(started.elapsed());
+            let started = std::time::Instant::now();
+            raw_cycle(&mut raw_full).await?;
+            raw_full_samples.push(started.elapsed());
         }
         cycle_into(&store, "bench-cycle", TTL, ITERATIONS / ROUNDS, &mut ours).await?;
+        cycle_into(
+            &durable,
+            "bench-cycle",
+            TTL,
+            ITERATIONS / ROUNDS,
+            &mut durable_samples,
+        )
+        .await?;
         modes
             .round(&store, "bench-cycle", TTL, ITERATIONS / ROUNDS)
             .await?;
@@ -315,6 +345,10 @@ async fn run(dir: &Path) -> Result<(), Box<dyn Error>> {
         Samples::new(flocks),
         Samples::new(fsyncs),
     );
+    let (raw_full, durable) = (
+        Samples::new(raw_full_samples),
+        Samples::new(durable_samples),
+    );
 
     let store_handoff = between_processes("store", &db, &dir.join("store.stamp")).await?;
     let flock_handoff =
@@ -323,7 +357,7 @@ async fn run(dir: &Path) -> Result<(), Box<dyn Error>> {
     let mut table = Table::default();
     table.latency("one write + fdatasync (p50)", fsync.p50());
     table.latency(
-        "raw floor: BEGIN IMMEDIATE + insert + COMMIT + delete (p50)",
+        "raw floor: BEGIN IMMEDIATE + insert + COMMIT + delete, NORMAL (p50)",
         raw_cycle.p50(),
     );
     table
@@ -334,6 +368,13 @@ async fn run(dir: &Path) -> Result<(), Box<dyn Error>> {
         );
     table.latency("cycle p99", ours.p99());
     modes.rows(&mut table, "cycle: ", Some(raw_cycle.p50()), None);
+    table.latency(
+        "raw floor at synchronous = FULL: two durable commits (p50)",
+        raw_full.p50(),
+    );
+    table
+        .latency("cycle with durable_grants=true (FULL) (p50)", durable.p50())
+        .ratio(us(durable.p50()) / us(raw_full.p50()), None);
     table
         .latency(
             "flock(2) + counter write + fdatasync + unlock (p50)",

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
-use fencelock_core::url::{parse_timeout, parse_window, percent_decode};
+use fencelock_core::url::{parse_bool, parse_timeout, parse_window, percent_decode};
 use fencelock_core::validate::{check_retention, DEFAULT_RETENTION, MAX_TTL};
 use fencelock_core::{Error, Result};
 
@@ -31,8 +31,9 @@ pub const TOKEN_GRANULE: Duration = Duration::from_micros(1);
 /// The clock floor is read just before the acquire statement is sent, the expiry the removal
 /// measures from a moment earlier: this covers the gap (microseconds in practice).
 const READ_MARGIN: Duration = Duration::from_millis(1);
-/// The shortest TTL this store accepts. Every acquire ends in a durable commit (an `fsync`,
-/// milliseconds on a disk), which a shorter lease would spend most of its life on.
+/// The shortest TTL this store accepts. An acquire may end in a durable commit (an `fsync`,
+/// milliseconds on a disk: with `durable_grants=true`, or a token ahead of the clock), which a
+/// shorter lease would spend most of its life on.
 pub const MIN_TTL: Duration = Duration::from_millis(100);
 
 /// Where the database file is and how the store uses it. Build it with
@@ -40,7 +41,7 @@ pub const MIN_TTL: Duration = Duration::from_millis(100);
 ///
 /// # The URL
 /// ```text
-/// sqlite://PATH[?table=NAME&command_timeout=T&connect_timeout=T&retention=W&max_ttl=W]
+/// sqlite://PATH[?table=NAME&command_timeout=T&connect_timeout=T&retention=W&max_ttl=W&durable_grants=B]
 /// ```
 /// Everything between `sqlite://` and the first `?` is the file's path, percent-decoded and
 /// otherwise taken as it is: there is no host part. So a third slash makes the path absolute
@@ -65,6 +66,12 @@ pub const MIN_TTL: Duration = Duration::from_millis(100);
 /// token granule, 1 µs, plus [`MAX_CLOCK_STEP_BACK`] plus 1 ms, whole ms rounded up), so a key's
 /// next token after its row went is the clock's, not ahead of it. See the crate docs,
 /// "Per-key state".
+///
+/// `durable_grants` (default `false`): `true` opens the store's connections with `synchronous =
+/// FULL`, so every commit (acquire, release, extend) `fsync`s the WAL before it answers. By
+/// default they run at `NORMAL`, which `fsync`s only at checkpoints, and only an acquire whose
+/// token ran ahead of the wall clock `fsync`s the WAL before it answers. See the crate docs,
+/// "Crashes and the clock", for what that assumes of the clock.
 #[derive(Clone, PartialEq, Eq)]
 pub struct SqliteConfig {
     pub(crate) path: PathBuf,
@@ -73,6 +80,7 @@ pub struct SqliteConfig {
     pub(crate) connect_timeout: Duration,
     pub(crate) retention: Duration,
     pub(crate) max_ttl: Duration,
+    pub(crate) durable_grants: bool,
 }
 
 impl SqliteConfig {
@@ -85,6 +93,7 @@ impl SqliteConfig {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             retention: DEFAULT_RETENTION,
             max_ttl: MAX_TTL,
+            durable_grants: false,
         }
     }
 
@@ -150,6 +159,7 @@ impl SqliteConfig {
                 "connect_timeout" => config.connect_timeout = parse_timeout(name, &value)?,
                 "retention" => config.retention = parse_window(name, &value)?,
                 "max_ttl" => config.max_ttl = check_max_ttl(parse_window(name, &value)?)?,
+                "durable_grants" => config.durable_grants = parse_bool(name, &value)?,
                 "mode" if value == "memory" => return Err(Error::invalid(
                     "url",
                     "mode=memory is not a shared file: use memory:// for locks within one process",
@@ -159,7 +169,8 @@ impl SqliteConfig {
                         "url",
                         format!(
                             "unknown option {name:?}; a sqlite:// URL takes table, \
-                             command_timeout, connect_timeout, retention and max_ttl"
+                             command_timeout, connect_timeout, retention, max_ttl and \
+                             durable_grants"
                         ),
                     ))
                 }
@@ -198,6 +209,19 @@ impl SqliteConfig {
     /// The longest TTL this handle grants.
     pub fn max_ttl(&self) -> Duration {
         self.max_ttl
+    }
+
+    /// Whether every commit `fsync`s the WAL (`synchronous = FULL`, URL option
+    /// `durable_grants=true`). `false` by default: only an acquire whose token ran ahead of the
+    /// wall clock does (see the crate docs, "Crashes and the clock").
+    pub fn durable_grants(&self) -> bool {
+        self.durable_grants
+    }
+
+    /// `true`: every commit `fsync`s the WAL, as URL option `durable_grants=true` says.
+    pub fn with_durable_grants(mut self, durable: bool) -> Self {
+        self.durable_grants = durable;
+        self
     }
 
     /// Sets the retention window and the longest TTL; the window must exceed `max_ttl`, which
@@ -269,6 +293,9 @@ impl fmt::Display for SqliteConfig {
         if self.max_ttl != MAX_TTL {
             options.push(format!("max_ttl={}ms", self.max_ttl.as_millis()));
         }
+        if self.durable_grants {
+            options.push("durable_grants=true".to_owned());
+        }
         if !options.is_empty() {
             write!(f, "?{}", options.join("&"))?;
         }
@@ -285,6 +312,7 @@ impl fmt::Debug for SqliteConfig {
             .field("connect_timeout", &self.connect_timeout)
             .field("retention", &self.retention)
             .field("max_ttl", &self.max_ttl)
+            .field("durable_grants", &self.durable_grants)
             .finish()
     }
 }
@@ -411,6 +439,19 @@ mod tests {
                 .to_string(),
             "sqlite://rel/x.db?table=t"
         );
+    }
+
+    #[test]
+    fn durable_grants_defaults_to_false_and_round_trips_through_the_url() {
+        assert!(!SqliteConfig::from_url("sqlite:///x.db")
+            .unwrap()
+            .durable_grants());
+        let config = SqliteConfig::from_url("sqlite:///x.db?durable_grants=true").unwrap();
+        assert!(config.durable_grants());
+        assert_eq!(config.to_string(), "sqlite:///x.db?durable_grants=true");
+        assert_eq!(SqliteConfig::from_url(&config.to_string()).unwrap(), config);
+        assert!(!config.with_durable_grants(false).durable_grants());
+        assert!(rule("sqlite:///x.db?durable_grants=1").contains("durable_grants must be true"));
     }
 
     #[test]

@@ -2,10 +2,30 @@
 //! where the holder died. Compiled only with the `crash-hooks` feature; never enable it in a
 //! program that holds real locks.
 
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, PoisonError};
 
 static KILL_IN_COMMIT: AtomicBool = AtomicBool::new(false);
 static KILL_AFTER_GRANT: AtomicBool = AtomicBool::new(false);
+/// How many times acquires of this process synced each database's WAL themselves.
+static WAL_SYNCS: Mutex<BTreeMap<PathBuf, u64>> = Mutex::new(BTreeMap::new());
+
+/// How many times an acquire of this process has `fsync`ed the WAL of the database at
+/// `database` (its absolute path) itself: a token ahead of the clock. A crash test counts them:
+/// a copy of the files taken right after such a sync is what a host crash keeps at least, and
+/// with no sync since a copy, no more than that copy.
+pub fn wal_syncs(database: &Path) -> u64 {
+    let syncs = WAL_SYNCS.lock().unwrap_or_else(PoisonError::into_inner);
+    syncs.get(database).copied().unwrap_or(0)
+}
+
+/// Called by the store after it synced the WAL of `database` for a grant.
+pub(crate) fn wal_synced(database: &Path) {
+    let mut syncs = WAL_SYNCS.lock().unwrap_or_else(PoisonError::into_inner);
+    *syncs.entry(database.to_owned()).or_default() += 1;
+}
 
 /// The next commit of any connection of this process kills the process inside the commit: the
 /// statement has run, its transaction is not yet committed.

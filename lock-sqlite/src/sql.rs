@@ -3,8 +3,10 @@
 //!
 //! `{table}` stands for the quoted lock table, `{floor}` for its floor table. Every statement runs on its own in autocommit
 //! mode: SQLite makes one statement one transaction, taking the database's single write lock
-//! for its whole run (waiting up to the command timeout for it), and with `synchronous = FULL`
-//! in WAL mode the commit is on disk (the WAL `fsync`ed) before the answer comes back.
+//! for its whole run (waiting up to the command timeout for it). The connections run at
+//! `synchronous = NORMAL` in WAL mode: a commit reaches the disk at the next checkpoint, except
+//! a grant whose token ran ahead of the clock, whose WAL the store syncs before it answers
+//! (`FULL`, every commit synced, with `durable_grants=true`).
 //!
 //! Times are `CLOCK_MONOTONIC` nanoseconds read by the caller just before sending (see
 //! `clock.rs`), bound as parameters: SQLite has no monotonic clock of its own. The token's

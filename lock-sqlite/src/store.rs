@@ -65,6 +65,29 @@ struct HandleState {
     _keep: Option<Box<dyn Any + Send + Sync>>,
 }
 
+/// The WAL file of the database at `path`: SQLite names it after the database, `-wal` added.
+fn wal_path(path: &Path) -> PathBuf {
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    PathBuf::from(wal)
+}
+
+/// `fdatasync`s the WAL file, which makes every commit in it durable: on Linux a sync through
+/// any descriptor of a file writes all of the file's dirty pages. SQLite syncs the WAL's header
+/// itself when it starts a WAL (it creates or restarts one only after a checkpoint, which syncs
+/// the frames it moves), so the frames are what is missing at `NORMAL`. A WAL that is gone was
+/// checkpointed into the database file, which the checkpoint synced.
+async fn sync_wal(wal: PathBuf) -> std::result::Result<(), sqlx::Error> {
+    let synced = tokio::task::spawn_blocking(move || match std::fs::File::open(&wal) {
+        Ok(file) => file.sync_data(),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(error) => Err(error),
+    })
+    .await
+    .map_err(std::io::Error::other)?;
+    synced.map_err(sqlx::Error::Io)
+}
+
 /// What one acquire attempt found.
 enum Attempt {
     Granted(Lease),
@@ -211,9 +234,15 @@ impl SqliteStore {
             // WAL: readers (waiters, status) never wait for the writer, and a commit is one
             // append to the WAL.
             .journal_mode(SqliteJournalMode::Wal)
-            // FULL in WAL mode: the WAL is fsynced at every commit, so a token bump that was
-            // answered survives a power loss (NORMAL may lose the last commits).
-            .synchronous(SqliteSynchronous::Full)
+            // NORMAL in WAL mode: the WAL is fsynced at checkpoints, not at every commit, so a
+            // power loss may lose the last commits. A lost grant whose token is its clock reading
+            // is harmless (the next one reads a later clock); one ahead of the clock is synced
+            // before it is handed out (`attempt`). FULL syncs every commit: `durable_grants`.
+            .synchronous(if config.durable_grants {
+                SqliteSynchronous::Full
+            } else {
+                SqliteSynchronous::Normal
+            })
             .busy_timeout(config.command_timeout);
         let prepare = [
             sql.create_table.clone(),
@@ -467,6 +496,16 @@ impl SqliteStore {
         let Some(token) = token else {
             return Ok(Attempt::Held);
         };
+        if token != clock_us && !shared.config.durable_grants {
+            // Ahead of the clock (`counter + 1` or the floor won): if a crash of the host lost
+            // this commit, the next mint could hand the same token out again, so it reaches the
+            // disk before anybody sees it. If this fails, the key stays taken until its TTL, by
+            // an owner nobody knows (as after a lost reply).
+            self.bounded("syncing the WAL", sync_wal(wal_path(&shared.path)))
+                .await?;
+            #[cfg(feature = "crash-hooks")]
+            crate::crash_hooks::wal_synced(&shared.path);
+        }
         #[cfg(feature = "crash-hooks")]
         crate::crash_hooks::after_grant();
         Ok(Attempt::Granted(Lease::new(
