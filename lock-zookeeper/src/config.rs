@@ -7,6 +7,9 @@ use std::time::Duration;
 use fencelock_core::url::{parse_timeout, percent_decode};
 use fencelock_core::{Error, Result};
 
+use crate::keys;
+use crate::layout::Layout;
+
 /// `zookeeper://`: plain connections.
 const SCHEME: &str = "zookeeper";
 /// The URL schemes this store answers to: its descriptor's, and the ones
@@ -26,38 +29,6 @@ pub const DEFAULT_PORT: u16 = 2181;
 const OPTIONS: &[&str] = &["prefix", "layout", "connect_timeout", "command_timeout"];
 /// TLS options of the other stores, refused here with a reason.
 const TLS_OPTIONS: &[&str] = &["tls", "tls_ca", "tls_cert", "tls_key", "sslmode"];
-
-/// Which znode names and queue order a store uses (URL option `layout`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum Layout {
-    /// `layout=fencelock` (the default): lock nodes `{owner id}-lock-{sequence}` in a container
-    /// node per key, queued as Curator queues them, and clock-floored tokens (the prefix's
-    /// token offset plus the node's `czxid`, see the crate docs, *Tokens across a swap*).
-    #[default]
-    Fencelock,
-    /// `layout=curator`: exactly Apache Curator `InterProcessMutex`'s names and order
-    /// (`_c_{uuid}-lock-{sequence}` under the lock path, a container node, every child sorted
-    /// by the text after its last `lock-`), so Curator clients on the same path exclude
-    /// fencelock's and the other way round. The token is the raw `czxid`.
-    Curator,
-    /// `layout=kazoo`: exactly kazoo `Lock`'s names and order (`{uuid hex}__lock__{sequence}`
-    /// under a persistent lock path; only `__lock__` and `__rlock__` nodes are contenders,
-    /// sorted by their sequence), so kazoo clients on the same path exclude fencelock's and the
-    /// other way round. The token is the raw `czxid`.
-    Kazoo,
-}
-
-impl Layout {
-    /// The option's value: `fencelock`, `curator` or `kazoo`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Layout::Fencelock => "fencelock",
-            Layout::Curator => "curator",
-            Layout::Kazoo => "kazoo",
-        }
-    }
-}
 
 /// How to reach ZooKeeper and where to keep the locks.
 ///
@@ -168,16 +139,11 @@ impl ZookeeperConfig {
             match name.as_str() {
                 "prefix" => config.prefix = parse_prefix(&value)?,
                 "layout" => {
-                    config.layout = match value.as_str() {
-                        "fencelock" => Layout::Fencelock,
-                        "curator" => Layout::Curator,
-                        "kazoo" => Layout::Kazoo,
-                        other => {
-                            return Err(bad(format!(
-                                "layout must be fencelock, curator or kazoo, not {other:?}"
-                            )))
-                        }
-                    }
+                    config.layout = Layout::parse(&value).ok_or_else(|| {
+                        bad(format!(
+                            "layout must be fencelock, curator or kazoo, not {value:?}"
+                        ))
+                    })?
                 }
                 "connect_timeout" => {
                     config.connect_timeout = parse_timeout("connect_timeout", &value)?
@@ -233,7 +199,7 @@ impl ZookeeperConfig {
     /// [`Layout::Curator`] or [`Layout::Kazoo`]. The escape keeps `[A-Za-z0-9_:,=+@-]` and
     /// writes every other byte as `%XX`.
     pub fn lock_path(&self, key: &str) -> String {
-        crate::keys::container(&self.prefix, key)
+        keys::container(&self.prefix, key)
     }
 
     /// Sets the layout.

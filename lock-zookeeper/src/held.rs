@@ -1,10 +1,8 @@
-//! A granted lease's state, and its one background task: the expiry that deletes the lock node
-//! at the lease's local deadline, so a lease nobody extends ends at its TTL while its process
-//! lives (the session's expiry is the backstop when the process dies).
+//! A granted lease's state: its lock node, its phase, and the delete that ends it (its
+//! background task, the expiry, is in `expiry`).
 
 use std::sync::{Arc, Mutex, PoisonError};
 
-use fencelock_core::Lease;
 use tokio_util::sync::CancellationToken;
 
 use crate::session::{Failure, Session};
@@ -47,7 +45,7 @@ impl Held {
     /// Drops the lease from its session's watch.
     pub(crate) fn forget(&self) {
         if let Some(id) = self.watch_id.get() {
-            self.session.forget(*id);
+            self.session.leases.forget(*id);
         }
     }
 
@@ -68,45 +66,4 @@ impl Held {
             Err(other) => Err(other.into_error(what)),
         }
     }
-}
-
-/// Starts the expiry of `lease`: at its local deadline (followed as extends move it) it is
-/// marked expired and its node deleted, retried every 100 ms while the session lives.
-pub(crate) fn start_expiry(lease: Lease) {
-    tokio::spawn(async move {
-        let Some(held) = lease.store_state::<Held>() else {
-            return;
-        };
-        loop {
-            tokio::select! {
-                () = held.done.cancelled() => return,
-                () = tokio::time::sleep_until(lease.valid_until()) => {}
-            }
-            {
-                let mut phase = held.phase();
-                if *phase == Phase::Gone {
-                    return;
-                }
-                if *phase == Phase::Held && !lease.is_expired() {
-                    continue; // extended meanwhile
-                }
-                *phase = Phase::Expired;
-            }
-            break;
-        }
-        held.forget();
-        while !held.session.is_terminal() {
-            match held.delete().await {
-                Ok(_) => break,
-                Err(error) => {
-                    tracing::debug!(path = held.path, %error, "expiry: deleting the lock node failed; retrying");
-                    tokio::select! {
-                        () = held.done.cancelled() => return,
-                        () = tokio::time::sleep(std::time::Duration::from_millis(100)) => {}
-                    }
-                }
-            }
-        }
-        *held.phase() = Phase::Gone;
-    });
 }

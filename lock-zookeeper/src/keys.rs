@@ -14,7 +14,7 @@
 
 use fencelock_core::OwnerId;
 
-use crate::config::Layout;
+use crate::layout::Layout;
 
 /// What separates the owner id from the sequence number in a lock node's name (Curator's).
 const LOCK_NAME: &str = "-lock-";

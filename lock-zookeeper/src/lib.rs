@@ -2,21 +2,29 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-// Module order (each imports only from those before it): config, error, keys, offset, session,
-// held, wait, store, descriptor.
+// Module order (each imports only from those before it): layout, keys, config, error, offset,
+// loss (the session-loss watcher), session (the client layer), held, expiry (a lease's
+// deadline task), cleanup (a dropped acquisition's nodes), wait (the queue), store,
+// descriptor.
+mod cleanup;
 mod config;
 mod descriptor;
 mod error;
+mod expiry;
 mod held;
 mod keys;
+mod layout;
+mod loss;
 mod offset;
 mod session;
 mod store;
 mod wait;
 
 pub use config::{
-    Layout, ZookeeperConfig, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PORT,
+    ZookeeperConfig, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PORT,
     DEFAULT_PREFIX, URL_SCHEMES,
 };
 pub use descriptor::ZOOKEEPER;
+pub use layout::Layout;
+pub use offset::TOKEN_GRANULE;
 pub use store::ZookeeperStore;

@@ -4,7 +4,7 @@
 //! have that name: a key's `~` is escaped), is only ever raised, and every create of a lock
 //! node is one `multi` with a check of the offset node's version, or with the raise itself,
 //! so the offset a node was created under is known exactly. A raise lifts the offset from the
-//! client's clock when `O + h` has fallen more than [`GRANULE`] behind it, `h` a zxid this
+//! client's clock when `O + h` has fallen more than [`TOKEN_GRANULE`] behind it, `h` a zxid this
 //! handle saw committed at most [`HINT_AGE`] before. See the crate docs (*Tokens across a
 //! swap*) for why tokens stay strictly increasing and what a swap between stores needs.
 
@@ -16,7 +16,7 @@ use tokio::time::Instant;
 /// ZooKeeper's granule `G`: a grant's token is above the client's clock (µs since the epoch,
 /// read before the create is sent) minus this. A raise writes the offset node, at most about
 /// once per granule on a busy prefix.
-pub(crate) const GRANULE: Duration = Duration::from_millis(100);
+pub const TOKEN_GRANULE: Duration = Duration::from_millis(100);
 
 /// The oldest a zxid hint may be (counted from when the create that showed it was sent) for a
 /// raise to count from it. Without a fresh hint the create goes out with a check only, and is
@@ -150,7 +150,7 @@ pub(crate) fn clock_micros() -> u64 {
 }
 
 fn granule_micros() -> u64 {
-    u64::try_from(GRANULE.as_micros()).unwrap_or(u64::MAX)
+    u64::try_from(TOKEN_GRANULE.as_micros()).unwrap_or(u64::MAX)
 }
 
 /// The raise a create carries for a clock of `clock` µs, offset `current` and a fresh hint

@@ -1,38 +1,20 @@
-//! The client layer: one ZooKeeper session, its negotiated timeout, the leases that live on it,
-//! and the task that revokes them when the session is lost.
-//!
-//! A session is lost when ZooKeeper expires it (`Expired`), when it is closed, or when it has
-//! been disconnected for [`loss_delay`] of its negotiated timeout: past that, the ensemble may
-//! expire it (and delete its lock nodes) at any moment, so its leases are revoked first. A
-//! reconnection before then keeps the session and its leases.
+//! The client layer: one ZooKeeper session, its negotiated timeout, and the requests sent on
+//! it (retried across a dropped connection where that is safe, their errors mapped). The
+//! leases that live on a session, and the task that revokes them when it is lost, are in
+//! `loss`.
 
-use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
-use fencelock_core::{drift, Error, Result, Revocation};
+use fencelock_core::{Error, Result};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
 use crate::config::ZookeeperConfig;
 use crate::error::{client_error, is_retryable, timed_out};
-
-/// How long after the client saw its connection drop a session's leases stay valid:
-/// `0.35 × timeout − drift(timeout)`.
-///
-/// The client declares a connection lost after `2/5` of the negotiated timeout without a byte
-/// from the server, checked every `1/20` of it, so the last reply came at most `0.45 ×
-/// timeout` before the disconnection is seen; the server touched the session when that reply's
-/// request arrived, and expires it no earlier than `timeout` after. What is left, `0.55 ×
-/// timeout`, less a fifth of the timeout for that request's round trip and the drift margin,
-/// is the delay: the loss signal fires before the ensemble can expire the session as long as a
-/// round trip takes less than a fifth of the session timeout.
-pub(crate) fn loss_delay(timeout: Duration) -> Duration {
-    (timeout * 7 / 20).saturating_sub(drift(timeout))
-}
+use crate::loss::{watch_state, SessionLeases};
 
 /// One ZooKeeper session of a handle.
 pub(crate) struct Session {
@@ -40,13 +22,9 @@ pub(crate) struct Session {
     /// The timeout the server negotiated.
     pub(crate) timeout: Duration,
     command_timeout: Duration,
-    /// The leases granted on this session that are still held, by a registration number.
-    leases: Mutex<HashMap<u64, Revocation>>,
-    next: AtomicU64,
-    /// Cancelled once the session is lost (expired, closed, or disconnected too long): its
-    /// leases are revoked and no new lease is granted on it.
-    ended: CancellationToken,
-    /// Cancelled on drop, so the state task ends with the session.
+    /// The leases that live on the session, revoked by its loss watcher.
+    pub(crate) leases: Arc<SessionLeases>,
+    /// Cancelled on drop, so the loss watcher ends with the session.
     dropped: CancellationToken,
 }
 
@@ -55,7 +33,7 @@ impl std::fmt::Debug for Session {
         f.debug_struct("Session")
             .field("id", &self.client.session_id())
             .field("timeout", &self.timeout)
-            .field("ended", &self.ended.is_cancelled())
+            .field("ended", &self.is_ended())
             .finish_non_exhaustive()
     }
 }
@@ -94,16 +72,13 @@ impl Session {
         let session = Arc::new(Session {
             timeout: client.session_timeout(),
             command_timeout: config.command_timeout,
-            leases: Mutex::new(HashMap::new()),
-            next: AtomicU64::new(0),
-            ended: CancellationToken::new(),
+            leases: Arc::new(SessionLeases::new(client.session_id())),
             dropped: CancellationToken::new(),
             client,
         });
         tokio::spawn(watch_state(
-            Arc::downgrade(&session),
+            session.leases.clone(),
             session.client.state_watcher(),
-            session.ended.clone(),
             session.dropped.clone(),
             session.timeout,
         ));
@@ -112,7 +87,7 @@ impl Session {
 
     /// Whether the session is lost: no lease may be granted on it.
     pub(crate) fn is_ended(&self) -> bool {
-        self.ended.is_cancelled()
+        self.leases.is_ended()
     }
 
     /// Completes once the session is lost.
@@ -120,7 +95,7 @@ impl Session {
     /// # Cancel safety
     /// Cancel safe.
     pub(crate) async fn ended(&self) {
-        self.ended.cancelled().await
+        self.leases.ended().await
     }
 
     /// Whether ZooKeeper ended the session for good (expired, closed, authentication
@@ -214,51 +189,6 @@ impl Session {
     pub(crate) fn unsettled(&self, error: &Error) -> bool {
         error.is_retryable() && !self.is_terminal()
     }
-
-    /// Registers a granted lease's revocation, revoked when the session is lost (at once if it
-    /// already is). Returns the number to [`forget`](Self::forget) it by.
-    pub(crate) fn watch(&self, revocation: Revocation) -> u64 {
-        let id = self.next.fetch_add(1, Ordering::Relaxed);
-        self.leases
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(id, revocation.clone());
-        if self.is_ended() {
-            revocation.revoke("the ZooKeeper session of the lease was lost as it was granted");
-        }
-        id
-    }
-
-    /// Drops a lease that is released or expired from the session's watch.
-    pub(crate) fn forget(&self, id: u64) {
-        self.leases
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&id);
-    }
-
-    /// Marks the session lost and revokes every lease on it, for `reason`.
-    fn end(&self, reason: &str) {
-        self.ended.cancel();
-        let leases: Vec<Revocation> = self
-            .leases
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .drain()
-            .map(|(_, revocation)| revocation)
-            .collect();
-        if !leases.is_empty() {
-            tracing::warn!(
-                session = ?self.client.session_id(),
-                leases = leases.len(),
-                reason,
-                "ZooKeeper session lost; its leases are revoked"
-            );
-        }
-        for revocation in leases {
-            revocation.revoke(reason);
-        }
-    }
 }
 
 impl Drop for Session {
@@ -298,59 +228,5 @@ impl Failure {
             Failure::Other(error) => error,
             other => Error::store(format!("{what}: unexpected answer {other:?}"), "ZooKeeper"),
         }
-    }
-}
-
-/// The background task of a session: ends it on `Expired`, `Closed` or `AuthFailed`, and when
-/// a disconnection lasts [`loss_delay`]; a reconnection before then keeps it.
-async fn watch_state(
-    session: Weak<Session>,
-    mut states: zk::StateWatcher,
-    ended: CancellationToken,
-    dropped: CancellationToken,
-    timeout: Duration,
-) {
-    let end = |reason: &str| {
-        if let Some(session) = session.upgrade() {
-            session.end(reason);
-        } else {
-            ended.cancel();
-        }
-    };
-    let mut disconnected_since: Option<Instant> = None;
-    loop {
-        let lost_at = disconnected_since.map(|since| since + loss_delay(timeout));
-        let state = tokio::select! {
-            () = dropped.cancelled() => return,
-            state = states.changed() => state,
-            () = sleep_until(lost_at) => {
-                end(&format!(
-                    "the ZooKeeper session was disconnected for {:?}, past which the ensemble may \
-                     expire it (negotiated session timeout {timeout:?})",
-                    loss_delay(timeout)
-                ));
-                return;
-            }
-        };
-        match state {
-            zk::SessionState::Disconnected => {
-                disconnected_since.get_or_insert_with(Instant::now);
-            }
-            zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => {
-                disconnected_since = None;
-            }
-            terminal => {
-                end(&format!("the ZooKeeper session ended: {terminal:?}"));
-                return;
-            }
-        }
-    }
-}
-
-/// Sleeps until `at`, or forever for `None`.
-async fn sleep_until(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
     }
 }

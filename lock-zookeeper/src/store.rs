@@ -13,9 +13,11 @@ use fencelock_core::{
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{Layout, ZookeeperConfig};
-use crate::held::{start_expiry, Held, Phase};
+use crate::config::ZookeeperConfig;
+use crate::expiry::start_expiry;
+use crate::held::{Held, Phase};
 use crate::keys;
+use crate::layout::Layout;
 use crate::offset::{self, Offsets, TokenState};
 use crate::session::{Failure, Session};
 use crate::wait::{Enqueued, Place, Turn};
@@ -198,10 +200,11 @@ impl ZookeeperStore {
             acls: self.config.acls(),
             tokens: (self.config.layout == Layout::Fencelock).then_some(&self.tokens),
         };
+        // A lease granted at once counts from before its node's create (and whatever it took
+        // to make the container and read the offset); one granted after a wait, from before
+        // the read that found its node the oldest.
+        let mut sent_at = Instant::now();
         let mut entry = Enqueued::create(session.clone(), &place, container, owner).await?;
-        // A lease granted at once counts from before the create that made its node; one
-        // granted after a wait, from before the read that found its node the oldest.
-        let mut sent_at = entry.sent_at;
         let sent_at = loop {
             let predecessor = match entry.turn().await? {
                 Turn::Holder => break sent_at,
@@ -247,7 +250,7 @@ impl ZookeeperStore {
         };
         let lease = Lease::with_store_state(key, owner, token, ttl, sent_at, held);
         if let Some(held) = lease.store_state::<Held>() {
-            let _ = held.watch_id.set(session.watch(lease.revocation()));
+            let _ = held.watch_id.set(session.leases.watch(lease.revocation()));
         }
         start_expiry(lease.clone());
         check_granted(self, lease).await

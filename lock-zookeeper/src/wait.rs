@@ -8,8 +8,9 @@ use fencelock_core::{Error, OwnerId, Result};
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
-use crate::config::Layout;
+use crate::cleanup;
 use crate::keys;
+use crate::layout::Layout;
 use crate::offset::{self, Offsets, TokenState};
 use crate::session::{Failure, MultiFailure, Session};
 
@@ -48,8 +49,6 @@ pub(crate) struct Enqueued {
     /// The node's fencing token: its `czxid`, plus the offset in force at it in
     /// [`Layout::Fencelock`].
     pub(crate) token: u64,
-    /// When the create that made the node was sent: a lease granted at once counts from here.
-    pub(crate) sent_at: Instant,
     armed: bool,
 }
 
@@ -73,7 +72,6 @@ impl Enqueued {
             owner,
             node: None,
             token: 0,
-            sent_at: Instant::now(),
             armed: true,
         };
         match place.tokens {
@@ -91,7 +89,6 @@ impl Enqueued {
         let client = &session.client;
         for _ in 0..CREATE_ATTEMPTS {
             // Armed before the create is sent: a drop from here on cleans up.
-            let sent_at = Instant::now();
             match self
                 .session
                 .call_once(
@@ -105,7 +102,6 @@ impl Enqueued {
                     let czxid = self.czxid_of(&path, &stat).await?;
                     self.token = offset::token(0, czxid)?;
                     self.node = Some((path, czxid));
-                    self.sent_at = sent_at;
                     return Ok(());
                 }
                 Err(Failure::NoNode) => self.make_container(place).await?,
@@ -250,7 +246,6 @@ impl Enqueued {
                 continue;
             }
             self.token = token;
-            self.sent_at = sent_at;
             return Ok(());
         }
         Err(self.vanished())
@@ -263,38 +258,14 @@ impl Enqueued {
     async fn settle(&mut self, error: Error) -> Result<()> {
         tracing::debug!(%error, container = self.container, "a lock node's create went unanswered; removing what it may have made");
         self.node = None;
-        for path in self.made_by_us().await? {
-            match self
-                .session
-                .call("deleting a lock node", || {
-                    self.session.client.delete(&path, None)
-                })
-                .await
-            {
-                Ok(()) | Err(Failure::NoNode) => {}
-                Err(other) => return Err(other.into_error("deleting a lock node")),
-            }
-        }
-        Ok(())
-    }
-
-    /// The paths of this acquisition's nodes in the container, as a list sent now sees them.
-    async fn made_by_us(&self) -> Result<Vec<String>> {
-        let what = "listing a key's lock nodes";
-        let children = match self
-            .session
-            .call(what, || self.session.client.list_children(&self.container))
-            .await
-        {
-            Ok(children) => children,
-            Err(Failure::NoNode) => Vec::new(),
-            Err(other) => return Err(other.into_error(what)),
-        };
-        Ok(children
-            .into_iter()
-            .filter(|name| keys::made_by(self.layout, name, self.owner))
-            .map(|name| format!("{}/{name}", self.container))
-            .collect())
+        cleanup::delete_nodes(
+            &self.session,
+            &self.container,
+            self.layout,
+            self.owner,
+            None,
+        )
+        .await
     }
 
     /// The prefix's token offset as stored now (`None`: not made yet).
@@ -482,41 +453,13 @@ impl Drop for Enqueued {
         if !self.armed {
             return;
         }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return; // no runtime: the node goes with the session
-        };
-        let (session, container, owner, layout) = (
+        let path = self.node.as_ref().map(|(path, _)| path.clone());
+        cleanup::spawn(
             self.session.clone(),
             self.container.clone(),
-            self.owner,
             self.layout,
+            self.owner,
+            path,
         );
-        let path = self.node.as_ref().map(|(path, _)| path.clone());
-        runtime.spawn(async move {
-            let client = &session.client;
-            let mut paths: Vec<String> = path.into_iter().collect();
-            // A create may be in flight (or a redo's answer lost): a list sent after it sees
-            // its node.
-            if let Ok(children) = session
-                .call("listing a key's lock nodes", || {
-                    client.list_children(&container)
-                })
-                .await
-            {
-                paths.extend(
-                    children
-                        .into_iter()
-                        .filter(|name| keys::made_by(layout, name, owner))
-                        .map(|name| format!("{container}/{name}")),
-                );
-            }
-            paths.sort();
-            paths.dedup();
-            for path in paths {
-                let _ = session
-                    .call("deleting a lock node", || client.delete(&path, None))
-                    .await;
-            }
-        });
     }
 }
