@@ -1,5 +1,5 @@
 //! Swapping stores keeps a fenced resource working (issue 33 item 4, docs/swaps.md): for every
-//! ordered pair (A, B) of the seven default-layout stores, a file fenced under A accepts the
+//! ordered pair (A, B) of the eight default-layout stores, a file fenced under A accepts the
 //! first write of B's first lease once the pair's delay D has passed since A's last grant, and
 //! A's again after the way back, with tokens strictly increasing all along.
 //!
@@ -14,7 +14,8 @@
     feature = "etcd",
     feature = "postgres",
     feature = "mysql",
-    feature = "sqlite"
+    feature = "sqlite",
+    feature = "zookeeper"
 ))]
 
 use std::fmt;
@@ -23,7 +24,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fencelock::{DynLockStore, Error, ErrorKind, ReleaseOutcome};
 use fencelock_fence::FencedFile;
-use test_servers::{EtcdServer, MariadbServer, PostgresServer, RedisCluster, RedisServer};
+use test_servers::{
+    EtcdServer, MariadbServer, PostgresServer, RedisCluster, RedisServer, ZookeeperEnsemble,
+};
 use tokio::time::{sleep_until, Instant};
 
 /// Long enough that no lease of these tests expires while it is used.
@@ -50,10 +53,18 @@ const ETCD_GRANULE: Duration = Duration::from_millis(100);
 /// alone, a few hundred writes in all, far below the 50,000 revisions (50 ms) allowed here.
 const ETCD_RUNAHEAD: Duration = Duration::from_millis(50);
 
+/// How far ZooKeeper's tokens, `offset + czxid`, can lead the clock of the client that raised
+/// the offset: by the transactions the ensemble committed since the zxid the raise counted
+/// from, at most W × (A + T) as for etcd (lock-zookeeper's README, "Tokens across a swap"),
+/// plus 2^32 µs within 72 minutes of a leader election. This test's standalone server serves
+/// this test alone (no election, a few hundred transactions), far below the 50,000 (50 ms)
+/// allowed here. Its granule is `fencelock_zookeeper::TOKEN_GRANULE` (100 ms).
+const ZOOKEEPER_RUNAHEAD: Duration = Duration::from_millis(50);
+
 /// A strict inequality in µs: one more.
 const MICROSECOND: Duration = Duration::from_micros(1);
 
-/// The seven stores in their default layouts.
+/// The eight stores in their default layouts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
     Redis,
@@ -63,6 +74,7 @@ enum Kind {
     Postgres,
     Mysql,
     Sqlite,
+    Zookeeper,
 }
 
 impl Kind {
@@ -75,6 +87,7 @@ impl Kind {
             Kind::Postgres => fencelock::fencelock_postgres::TOKEN_GRANULE,
             Kind::Mysql => MYSQL_GRANULE,
             Kind::Sqlite => fencelock::fencelock_sqlite::TOKEN_GRANULE,
+            Kind::Zookeeper => fencelock::fencelock_zookeeper::TOKEN_GRANULE,
         }
     }
 
@@ -82,10 +95,12 @@ impl Kind {
     /// and none steps back: grants of one key within one µs (`previous + 1`) would, but each key
     /// here is granted once per store between waits of at least D. Redlock's raises lead by the
     /// skew between its nodes, 0 on one host; etcd's offset by the revisions written since its
-    /// raise counted ([`ETCD_RUNAHEAD`]).
+    /// raise counted ([`ETCD_RUNAHEAD`]), ZooKeeper's by the transactions
+    /// ([`ZOOKEEPER_RUNAHEAD`]).
     fn runahead_on_one_host(self) -> Duration {
         match self {
             Kind::Etcd => ETCD_RUNAHEAD,
+            Kind::Zookeeper => ZOOKEEPER_RUNAHEAD,
             _ => Duration::ZERO,
         }
     }
@@ -101,6 +116,7 @@ impl fmt::Display for Kind {
             Kind::Postgres => "postgres",
             Kind::Mysql => "mysql",
             Kind::Sqlite => "sqlite",
+            Kind::Zookeeper => "zookeeper",
         })
     }
 }
@@ -145,10 +161,11 @@ struct Servers {
     _etcd: EtcdServer,
     _postgres: PostgresServer,
     _mariadb: MariadbServer,
+    _zookeeper: ZookeeperEnsemble,
     urls: Vec<(Kind, String)>,
 }
 
-/// Starts the six servers at once (each start blocks a thread until its server answers).
+/// Starts the seven servers at once (each start blocks a thread until its server answers).
 async fn start_servers(sqlite_url: String) -> Servers {
     fn start<T: Send + 'static>(
         what: &'static str,
@@ -162,8 +179,10 @@ async fn start_servers(sqlite_url: String) -> Servers {
     let etcd = start("etcd", EtcdServer::start);
     let postgres = start("postgresql", PostgresServer::start);
     let mariadb = start("mariadb", MariadbServer::start);
-    let (redis, redlock, cluster, etcd, postgres, mariadb) =
-        tokio::try_join!(redis, redlock, cluster, etcd, postgres, mariadb).expect("join");
+    let zookeeper = start("zookeeper", ZookeeperEnsemble::start_standalone);
+    let (redis, redlock, cluster, etcd, postgres, mariadb, zookeeper) =
+        tokio::try_join!(redis, redlock, cluster, etcd, postgres, mariadb, zookeeper)
+            .expect("join");
     let hosts: Vec<String> = redlock
         .iter()
         .map(|s| format!("127.0.0.1:{}", s.port()))
@@ -176,6 +195,7 @@ async fn start_servers(sqlite_url: String) -> Servers {
         (Kind::Postgres, postgres.url()),
         (Kind::Mysql, mariadb.url()),
         (Kind::Sqlite, sqlite_url),
+        (Kind::Zookeeper, zookeeper.url()),
     ];
     Servers {
         _redis: redis,
@@ -184,6 +204,7 @@ async fn start_servers(sqlite_url: String) -> Servers {
         _etcd: etcd,
         _postgres: postgres,
         _mariadb: mariadb,
+        _zookeeper: zookeeper,
         urls,
     }
 }
@@ -322,7 +343,7 @@ async fn round_trip(a: Store, b: Store, dir: PathBuf) -> RoundTrip {
     }
 }
 
-/// Every ordered pair of the seven stores, A → B → A, all pairs at once (each on its own key
+/// Every ordered pair of the eight stores, A → B → A, all pairs at once (each on its own key
 /// and file): every first write after a swap is accepted and every token grows.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_swap_between_two_stores_keeps_the_fenced_resource_working() {
