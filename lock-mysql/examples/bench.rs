@@ -10,7 +10,9 @@
 //! three plain statements) and our acquire + release cycle, as a ratio; throughput with 16
 //! tasks on distinct keys against 16 raw connections doing the same; the handoff to another of
 //! 8 waiters against the raw `GET_LOCK` handoff (waiters blocked in `GET_LOCK`, then the
-//! upsert); and 300 leases held at once with keep-alive on one handle.
+//! upsert) and against the bare `GET_LOCK` handoff (no fence write), with the floor a durable
+//! commit puts under the latter ratio; and 300 leases held at once with keep-alive on one
+//! handle.
 
 use std::error::Error;
 use std::sync::Arc;
@@ -44,22 +46,27 @@ const TTL: Duration = Duration::from_secs(30);
 /// upsert returns the token as ours does (LAST_INSERT_ID(expr) in the reply).
 const RAW_TRY: &str = "SELECT GET_LOCK(?, 0)";
 const RAW_WAIT: &str = "SELECT GET_LOCK(?, 60)";
+/// The token is clock-floored as ours is (fence scheme 3: the server's clock in µs).
 const RAW_BUMP: &str = "INSERT INTO {fence}
         (namespace, `key`, lock_name, lock_id_scheme, token, owner, holder_id, ttl_ms, updated_at,
          fence_scheme)
-    VALUES ('bench-raw', ?, ?, 2, LAST_INSERT_ID(1), 'raw', CONNECTION_ID(), 0, NOW(6), 2)
-    ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1)";
+    VALUES ('bench-raw', ?, ?, 2, LAST_INSERT_ID({clock}), 'raw', CONNECTION_ID(), 0, NOW(6), 3)
+    ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(GREATEST(token + 1, {clock}))";
+/// The server's clock in µs since the Unix epoch, as the store reads it.
+const RAW_CLOCK: &str =
+    "CAST(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) AS UNSIGNED)";
 const RAW_RELEASE: &str = "SELECT RELEASE_LOCK(?)";
 
 fn raw_failed(e: sqlx::Error) -> fencelock_core::Error {
     fencelock_core::Error::store("raw statement", e)
 }
 
-/// One raw connection and the statements it runs on one lock name.
+/// One raw connection and the statements it runs on one lock name: the lock, then the fence
+/// upsert unless `bump` is `None` (the bare `GET_LOCK` handoff).
 struct Raw {
     conn: MySqlConnection,
     name: String,
-    bump: Arc<str>,
+    bump: Option<Arc<str>>,
 }
 
 impl Raw {
@@ -67,8 +74,29 @@ impl Raw {
         Ok(Raw {
             conn: MySqlConnection::connect(url).await?,
             name,
-            bump: bump.clone(),
+            bump: Some(bump.clone()),
         })
+    }
+
+    async fn bare(url: &str, name: String) -> Result<Raw, sqlx::Error> {
+        Ok(Raw {
+            conn: MySqlConnection::connect(url).await?,
+            name,
+            bump: None,
+        })
+    }
+
+    async fn upsert(&mut self) -> fencelock_core::Result<()> {
+        let Some(bump) = &self.bump else {
+            return Ok(());
+        };
+        sqlx::query(bump)
+            .bind(self.name.as_bytes())
+            .bind(&self.name)
+            .execute(&mut self.conn)
+            .await
+            .map(drop)
+            .map_err(raw_failed)
     }
 
     async fn lock(&mut self, statement: &str) -> fencelock_core::Result<()> {
@@ -83,13 +111,7 @@ impl Raw {
                 key: self.name.clone(),
             });
         }
-        sqlx::query(&self.bump)
-            .bind(self.name.as_bytes())
-            .bind(&self.name)
-            .execute(&mut self.conn)
-            .await
-            .map_err(raw_failed)?;
-        Ok(())
+        self.upsert().await
     }
 
     async fn unlock(&mut self) -> fencelock_core::Result<()> {
@@ -129,7 +151,10 @@ async fn main() -> Result<(), Box<dyn Error>> {
     println!("MySQL/MariaDB store benchmark against {config}");
     let store = MysqlStore::connect(config.clone()).await?;
     let dyn_store: DynLockStore = Arc::new(store.clone());
-    let bump: Arc<str> = RAW_BUMP.replace("{fence}", &config.fence_table()).into();
+    let bump: Arc<str> = RAW_BUMP
+        .replace("{fence}", &config.fence_table())
+        .replace("{clock}", RAW_CLOCK)
+        .into();
     let mut admin = MySqlConnection::connect(&url).await?;
     let row = sqlx::query(
         "SELECT VERSION(), CAST(@@innodb_flush_log_at_trx_commit AS SIGNED), \
@@ -157,6 +182,12 @@ async fn main() -> Result<(), Box<dyn Error>> {
                 .map(drop)
                 .map_err(raw_failed)
         }
+    })
+    .await?;
+    // The fence upsert alone: one durable commit (innodb_flush_log_at_trx_commit = 1).
+    let raw_upsert = time_each(ITERATIONS, |_| {
+        let raw = raw.clone();
+        async move { raw.lock().await.upsert().await }
     })
     .await?;
     // The raw floor and our cycle in alternating rounds, so both see the same machine load;
@@ -211,6 +242,13 @@ async fn main() -> Result<(), Box<dyn Error>> {
     }
     let raw_handoffs =
         handoff_between(raw_waiters, HANDOFFS, Handoff::ToAnother { hold: HOLD }).await?;
+    // The bare GET_LOCK handoff: no fence write, so no durable commit.
+    let mut bare_waiters = Vec::new();
+    for _ in 0..WAITERS {
+        bare_waiters.push(Raw::bare(&url, "bench-raw:bare-handoff".into()).await?);
+    }
+    let bare_handoffs =
+        handoff_between(bare_waiters, HANDOFFS, Handoff::ToAnother { hold: HOLD }).await?;
     let mut handles: Vec<DynLockStore> = Vec::new();
     for _ in 0..WAITERS {
         handles.push(Arc::new(MysqlStore::connect(config.clone()).await?));
@@ -263,6 +301,29 @@ async fn main() -> Result<(), Box<dyn Error>> {
     table.latency(
         format!("ours: handoff to another p99, {WAITERS} waiters"),
         handoffs.p99(),
+    );
+    table.latency(
+        "raw fence upsert alone (durable commit) p50",
+        raw_upsert.p50(),
+    );
+    let bare_ratio = us(handoffs.p50()) / us(bare_handoffs.p50());
+    table
+        .latency(
+            format!(
+                "raw handoff to another p50, {WAITERS} waiters (GET_LOCK alone, no fence write)"
+            ),
+            bare_handoffs.p50(),
+        )
+        .ratio(
+            bare_ratio,
+            Some(("ours ≤ 1.1× bare GET_LOCK handoff", bare_ratio <= 1.1)),
+        );
+    // Every grant here waits for a durable commit (MariaDB has no per-session way to skip the
+    // log flush), so ours cannot be faster than a bare handoff plus that commit.
+    let floor = (us(bare_handoffs.p50()) + us(raw_upsert.p50())) / us(bare_handoffs.p50());
+    table.push(
+        "  floor: (bare GET_LOCK handoff + durable upsert) / bare handoff",
+        format!("{floor:.2}×"),
     );
     table
         .push(
