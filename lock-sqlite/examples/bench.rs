@@ -13,10 +13,15 @@
 //!   `synchronous = FULL` (two durable commits);
 //! - the cycle against `flock(2)` with the same durability: lock, write the counter and
 //!   `fdatasync`, unlock;
+//! - the handoff between tasks of one process (2, and 8 as the Redis bench has, one handle
+//!   each, on one file), each holder keeping the key for a moment and contending again only
+//!   once another holds it: a release wakes the process's own waiters on the key directly;
 //! - the handoff between two processes (this program run again as the second), from the
 //!   holder starting its release to the other process holding the key, on the clock both
 //!   share (`CLOCK_MONOTONIC`), for the store and for `flock(2)`: the kernel waking a blocked
 //!   `flock` is the physical floor of a handoff between processes.
+//!
+//! `-- handoff` prints the handoff rows only.
 
 use std::error::Error;
 use std::fs::{File, OpenOptions};
@@ -28,7 +33,9 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fencelock_conformance::bench::{cycle, cycle_into, micros as us, ModeCycles, Samples, Table};
+use fencelock_conformance::bench::{
+    cycle, cycle_into, handoff_to_another, micros as us, ModeCycles, Samples, Table,
+};
 use fencelock_core::{Acquire, DynLockStore, KeyStatus, LockStore, Release};
 use fencelock_sqlite::{SqliteConfig, SqliteStore};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
@@ -40,6 +47,8 @@ const HANDOFFS: usize = 200;
 const HOLD: Duration = Duration::from_millis(2);
 const TTL: Duration = Duration::from_secs(30);
 const KEY: &str = "bench-handoff";
+/// The waiters of the larger in-process handoff, as many as the Redis bench's.
+const WAITERS: usize = 8;
 
 const ROLE: &str = "LOCK_SQLITE_BENCH_ROLE";
 
@@ -242,7 +251,8 @@ async fn main() -> Result<(), Box<dyn Error>> {
         .unwrap_or_else(std::env::temp_dir);
     let dir = base.join(format!("lock-sqlite-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let result = run(&dir).await;
+    let handoffs_only = std::env::args().any(|arg| arg == "handoff");
+    let result = run(&dir, handoffs_only).await;
     let _ = std::fs::remove_dir_all(&dir);
     result
 }
@@ -261,12 +271,68 @@ async fn raw_connection(
         .await
 }
 
-async fn run(dir: &Path) -> Result<(), Box<dyn Error>> {
+/// The handoff between `waiters` tasks of this process, one handle each on `db`.
+async fn in_process(db: &Path, waiters: usize) -> Result<Samples, Box<dyn Error>> {
+    let mut handles: Vec<DynLockStore> = Vec::new();
+    for _ in 0..waiters {
+        handles.push(Arc::new(SqliteStore::connect(SqliteConfig::new(db)).await?));
+    }
+    let key = format!("bench-in-process-{waiters}");
+    Ok(handoff_to_another(handles, &key, TTL, HOLD, HANDOFFS).await?)
+}
+
+/// The handoff rows: between tasks of this process, and between two processes next to
+/// `flock(2)`.
+async fn handoff_rows(dir: &Path, table: &mut Table) -> Result<(), Box<dyn Error>> {
+    let db = dir.join("locks.db");
+    let two = in_process(&db, 2).await?;
+    let eight = in_process(&db, WAITERS).await?;
+    let store_handoff = between_processes("store", &db, &dir.join("store.stamp")).await?;
+    let flock_handoff =
+        between_processes("flock", &dir.join("handoff.lock"), &dir.join("flock.stamp")).await?;
+    table.latency("handoff between 2 tasks of one process (p50)", two.p50());
+    table.latency("handoff between 2 tasks of one process (p99)", two.p99());
+    table.latency(
+        format!("handoff among {WAITERS} tasks of one process (p50)"),
+        eight.p50(),
+    );
+    table.latency(
+        format!("handoff among {WAITERS} tasks of one process (p99)"),
+        eight.p99(),
+    );
+    table.latency(
+        "handoff between 2 processes, store (p50)",
+        store_handoff.p50(),
+    );
+    table.latency(
+        "handoff between 2 processes, store (p99)",
+        store_handoff.p99(),
+    );
+    table
+        .latency(
+            "handoff between 2 processes, flock(2) + fdatasync (p50)",
+            flock_handoff.p50(),
+        )
+        .ratio(us(store_handoff.p50()) / us(flock_handoff.p50()), None);
+    table.latency(
+        "handoff between 2 processes, flock(2) (p99)",
+        flock_handoff.p99(),
+    );
+    Ok(())
+}
+
+async fn run(dir: &Path, handoffs_only: bool) -> Result<(), Box<dyn Error>> {
     let db = dir.join("locks.db");
     println!(
-        "fencelock-sqlite bench in {} ({ITERATIONS} cycles, {HANDOFFS} handoffs between 2 processes)\n",
+        "fencelock-sqlite bench in {} ({ITERATIONS} cycles, {HANDOFFS} handoffs each)\n",
         dir.display()
     );
+    if handoffs_only {
+        let mut table = Table::default();
+        handoff_rows(dir, &mut table).await?;
+        println!("{table}");
+        return Ok(());
+    }
 
     // The raw floor: the same settings as the store's connections (WAL, synchronous =
     // NORMAL); and at FULL, as the store's connections with durable_grants=true.
@@ -350,10 +416,6 @@ async fn run(dir: &Path) -> Result<(), Box<dyn Error>> {
         Samples::new(durable_samples),
     );
 
-    let store_handoff = between_processes("store", &db, &dir.join("store.stamp")).await?;
-    let flock_handoff =
-        between_processes("flock", &dir.join("handoff.lock"), &dir.join("flock.stamp")).await?;
-
     let mut table = Table::default();
     table.latency("one write + fdatasync (p50)", fsync.p50());
     table.latency(
@@ -381,25 +443,11 @@ async fn run(dir: &Path) -> Result<(), Box<dyn Error>> {
             flock_cycles.p50(),
         )
         .ratio(us(ours.p50()) / us(flock_cycles.p50()), None);
-    table.latency(
-        "handoff between 2 processes, store (p50)",
-        store_handoff.p50(),
-    );
-    table.latency(
-        "handoff between 2 processes, store (p99)",
-        store_handoff.p99(),
-    );
-    table
-        .latency(
-            "handoff between 2 processes, flock(2) + fdatasync (p50)",
-            flock_handoff.p50(),
-        )
-        .ratio(us(store_handoff.p50()) / us(flock_handoff.p50()), None);
-    table.latency(
-        "handoff between 2 processes, flock(2) (p99)",
-        flock_handoff.p99(),
-    );
+    handoff_rows(dir, &mut table).await?;
     println!("{table}");
-    println!("ratios: the cycle against the raw floor, the cycle and the handoff against flock(2)");
+    println!(
+        "ratios: the cycle against the raw floor, the cycle and the handoff between processes \
+         against flock(2)"
+    );
     Ok(())
 }

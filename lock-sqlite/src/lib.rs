@@ -3,7 +3,7 @@
 #![warn(missing_docs)]
 
 // Module order (each imports only from those before it): clock, keys, sql, config, error,
-// lockout, watch, crash_hooks, store, descriptor.
+// lockout, watch, local, crash_hooks, store, descriptor.
 mod clock;
 mod config;
 #[cfg(feature = "crash-hooks")]
@@ -12,6 +12,7 @@ pub mod crash_hooks;
 mod descriptor;
 mod error;
 mod keys;
+mod local;
 mod lockout;
 mod sql;
 mod store;

@@ -26,6 +26,7 @@ use crate::clock::{boot_id, monotonic_ns, unix_micros};
 use crate::config::{SqliteConfig, MIN_TTL};
 use crate::error::{open_error, sql_error};
 use crate::keys::{stored_key, stored_owner, token_from_row, token_to_row};
+use crate::local::LocalWakes;
 use crate::sql::{recorded_fence_scheme, Statements, FENCE_SCHEME, JOURNAL_MODE};
 use crate::watch::{Waker, Watch, FALLBACK, POLL_WITHOUT_WATCH};
 
@@ -57,6 +58,8 @@ struct HandleState {
     boot_id: &'static str,
     pid: i64,
     waker: Waker,
+    /// This process's waiters on the file, of every handle: a release wakes them directly.
+    local: Arc<LocalWakes>,
     /// `None` where inotify cannot watch the directory: waiters then poll.
     watch: Option<Watch>,
     /// When this handle last removed idle rows.
@@ -281,6 +284,7 @@ impl SqliteStore {
                 })
             })
             .connect_lazy_with(options);
+        let local = LocalWakes::for_database(&path);
         Ok(SqliteStore {
             shared: Arc::new(HandleState {
                 config,
@@ -290,6 +294,7 @@ impl SqliteStore {
                 boot_id,
                 pid: i64::from(std::process::id()),
                 waker,
+                local,
                 watch,
                 cleanup: CleanupSchedule::default(),
                 _keep: keep,
@@ -567,6 +572,8 @@ impl SqliteStore {
         started: Instant,
     ) -> Result<Lease> {
         let deadline = started + wait;
+        // Before the first read, as the watch: a release in this process wakes it directly.
+        let mut local = self.shared.local.subscribe(stored_key(key));
         let mut changes = self.changes();
         let fallback = if changes.is_some() {
             FALLBACK
@@ -574,13 +581,15 @@ impl SqliteStore {
             POLL_WITHOUT_WATCH
         };
         // The first turn tries at once; later turns read first, and write only when the key
-        // looks free, so parked waiters cost the writer nothing.
+        // looks free, so parked waiters cost the writer nothing (except after a release of the
+        // key in this process, see below).
         let mut looks_free = true;
         loop {
             // Seen before reading: a release committed after this read wakes the wait below.
             if let Some(changes) = changes.as_mut() {
                 changes.borrow_and_update();
             }
+            local.mark_seen();
             let mut held_for = None;
             if !looks_free {
                 held_for = self.holder(key).await?.map(|holder| holder.remaining);
@@ -608,7 +617,11 @@ impl SqliteStore {
             let wake_at = deadline
                 .min(now + fallback)
                 .min(now + held_for.unwrap_or(fallback));
-            match changes.as_mut() {
+            // A release of this very key in this process: it was free a moment ago, so try at
+            // once (the waiters woken with this one would all read it free and try anyway).
+            // The wake file names no key: read first, so waiters on other keys cost the writer
+            // nothing.
+            looks_free = match changes.as_mut() {
                 Some(receiver) => {
                     tokio::select! {
                         changed = receiver.changed() => {
@@ -616,13 +629,19 @@ impl SqliteStore {
                                 // The watch stopped (its runtime shut down): start it again.
                                 changes = self.changes();
                             }
+                            false
                         }
-                        () = sleep_until(wake_at) => {}
+                        () = local.changed() => true,
+                        () = sleep_until(wake_at) => false,
                     }
                 }
-                None => sleep_until(wake_at).await,
-            }
-            looks_free = false;
+                None => {
+                    tokio::select! {
+                        () = local.changed() => true,
+                        () = sleep_until(wake_at) => false,
+                    }
+                }
+            };
         }
     }
 
@@ -643,6 +662,8 @@ impl SqliteStore {
             )
             .await?;
         if done.rows_affected() == 1 {
+            // This process's waiters first: they need no file event.
+            shared.local.wake(stored_key(lease.key()));
             shared.waker.wake();
             self.spawn_cleanup_if_due();
             Ok(ReleaseOutcome::Released)
@@ -834,6 +855,7 @@ impl LockStore for SqliteStore {
             .await?;
         let evicted = done.rows_affected() == 1;
         if evicted {
+            shared.local.wake(stored_key(key));
             shared.waker.wake();
         }
         tracing::debug!(key, evicted, "evict");
