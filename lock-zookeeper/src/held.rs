@@ -36,6 +36,13 @@ pub(crate) struct Held {
     pub(crate) done: CancellationToken,
 }
 
+impl Drop for Held {
+    /// The last clone of the lease is gone: its session counts as used until now.
+    fn drop(&mut self) {
+        self.session.touch();
+    }
+}
+
 impl Held {
     /// The phase, under its lock.
     pub(crate) fn phase(&self) -> std::sync::MutexGuard<'_, Phase> {

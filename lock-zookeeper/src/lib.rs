@@ -2,8 +2,8 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-// Module order (each imports only from those before it): layout, keys, config, error, offset,
-// loss (the session-loss watcher), session (the client layer), held, expiry (a lease's
+// Module order (each imports only from those before it): layout, keys, config, error, limits
+// (how a TTL maps to a session), offset, loss (the session-loss watcher), session (the client layer), held, expiry (a lease's
 // deadline task), cleanup (a dropped acquisition's nodes), wait (the queue), store,
 // descriptor.
 mod cleanup;
@@ -14,6 +14,7 @@ mod expiry;
 mod held;
 mod keys;
 mod layout;
+mod limits;
 mod loss;
 mod offset;
 mod session;

@@ -4,7 +4,7 @@
 //! `loss`.
 
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use fencelock_core::{Error, Result};
@@ -24,6 +24,9 @@ pub(crate) struct Session {
     command_timeout: Duration,
     /// The leases that live on the session, revoked by its loss watcher.
     pub(crate) leases: Arc<SessionLeases>,
+    /// When an acquisition last took the session or a lease on it went away: the handle
+    /// closes a session nothing has used for a while.
+    last_used: Mutex<Instant>,
     /// Cancelled on drop, so the loss watcher ends with the session.
     dropped: CancellationToken,
 }
@@ -73,6 +76,7 @@ impl Session {
             timeout: client.session_timeout(),
             command_timeout: config.command_timeout,
             leases: Arc::new(SessionLeases::new(client.session_id())),
+            last_used: Mutex::new(Instant::now()),
             dropped: CancellationToken::new(),
             client,
         });
@@ -83,6 +87,22 @@ impl Session {
             session.timeout,
         ));
         Ok(session)
+    }
+
+    /// Marks the session used now.
+    pub(crate) fn touch(&self) {
+        *self
+            .last_used
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Instant::now();
+    }
+
+    /// How long ago the session was last [`touch`](Self::touch)ed (or opened).
+    pub(crate) fn unused_for(&self) -> Duration {
+        self.last_used
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .elapsed()
     }
 
     /// Whether the session is lost: no lease may be granted on it.

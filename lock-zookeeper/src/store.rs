@@ -1,7 +1,7 @@
 //! [`ZookeeperStore`]: the contract on ZooKeeper sessions and lock nodes.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -18,28 +18,31 @@ use crate::expiry::start_expiry;
 use crate::held::{Held, Phase};
 use crate::keys;
 use crate::layout::Layout;
+use crate::limits::Limits;
 use crate::offset::{self, Offsets, TokenState};
 use crate::session::{Failure, Session};
 use crate::wait::{Enqueued, Place, Turn};
 
-/// What a handle asks for as the timeout of its first session: less than the
-/// `minSessionTimeout` of any server but one with a `tickTime` under 50 ms, so the server's
-/// answer is that minimum (or, on such a server, this; either is the shortest session the
-/// handle then asks for, so no session is ever lengthened).
+/// What a handle asks for, once, to learn the server's `minSessionTimeout`: less than the
+/// minimum of any server but one with a `tickTime` under 50 ms, so the server's answer is that
+/// minimum (or, on such a server, this; either way no later session, of at least twice it, is
+/// lengthened). That session is closed at once.
 const PROBE_TIMEOUT: Duration = Duration::from_millis(100);
-/// The most session classes a handle keeps: `minSessionTimeout × 2^k` for `k < 32`.
-const MAX_CLASS: u32 = 31;
+/// What a handle asks for, once, to learn the server's `maxSessionTimeout`: the contract's
+/// longest TTL, more than any server grants. That session is closed at once.
+const MAX_PROBE_TIMEOUT: Duration = fencelock_core::validate::MAX_TTL;
+/// How long a session no lease and no acquisition has used stays open: the next acquire after
+/// that closes it (the handle's first session, which `status` and `evict` use, stays).
+const SESSION_IDLE: Duration = Duration::from_secs(60);
 
-/// A handle to ZooKeeper: a session per class of TTL, lock nodes in Curator's queue, the
-/// lock node's `czxid` as the fencing token. See the crate docs.
+/// A handle to ZooKeeper: a session per TTL (rounded up to the server's tick), lock nodes in
+/// Curator's queue, the lock node's `czxid` as the fencing token. See the crate docs.
 pub struct ZookeeperStore {
     config: ZookeeperConfig,
-    /// The sessions by class `k` (timeout `min × 2^k`); opened on first use, one at a time.
-    sessions: tokio::sync::Mutex<HashMap<u32, Arc<Session>>>,
-    /// The server's `minSessionTimeout`, learned from the first session.
-    min_session: OnceLock<Duration>,
-    /// The lowest class the server shortened (its `maxSessionTimeout`), once one was seen.
-    max_class: Mutex<Option<(u32, Duration)>>,
+    /// The sessions by their timeout; opened on first use, one at a time.
+    sessions: tokio::sync::Mutex<HashMap<Duration, Arc<Session>>>,
+    /// The server's session limits, learned when the first session was opened.
+    limits: OnceLock<Limits>,
     /// The prefix's token offset as this handle last saw it ([`Layout::Fencelock`]).
     tokens: Mutex<TokenState>,
 }
@@ -48,14 +51,15 @@ impl std::fmt::Debug for ZookeeperStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ZookeeperStore")
             .field("config", &self.config)
-            .field("min_session", &self.min_session.get())
+            .field("limits", &self.limits.get())
             .finish_non_exhaustive()
     }
 }
 
 impl ZookeeperStore {
-    /// Connects: opens the handle's first session (which learns the server's
-    /// `minSessionTimeout`, and so the shortest TTL, [`Capabilities::min_ttl`]).
+    /// Connects: learns the server's `minSessionTimeout` and `maxSessionTimeout` (and so the
+    /// shortest and longest TTL, [`Capabilities::min_ttl`] and [`Capabilities::max_ttl`]) from
+    /// two sessions it closes, and opens the handle's first session, of the shortest TTL.
     ///
     /// # Errors
     /// [`Unavailable`](fencelock_core::ErrorKind::Unavailable) when no server answered within
@@ -63,10 +67,10 @@ impl ZookeeperStore {
     /// was refused.
     ///
     /// # Cancel safety
-    /// Dropping the future drops the half-open session; nothing is held.
+    /// Dropping the future drops the half-open sessions; nothing is held.
     pub async fn connect(config: ZookeeperConfig) -> Result<Self> {
         let store = Self::connect_lazy(config).await?;
-        store.session(0).await?;
+        store.first_session().await?;
         Ok(store)
     }
 
@@ -81,8 +85,7 @@ impl ZookeeperStore {
         Ok(ZookeeperStore {
             config,
             sessions: tokio::sync::Mutex::new(HashMap::new()),
-            min_session: OnceLock::new(),
-            max_class: Mutex::new(None),
+            limits: OnceLock::new(),
             tokens: Mutex::new(TokenState::default()),
         })
     }
@@ -92,9 +95,23 @@ impl ZookeeperStore {
         &self.config
     }
 
-    /// The server's `minSessionTimeout`, once a session has been opened.
+    /// The server's `minSessionTimeout` (half the shortest TTL), once a session has been
+    /// opened.
     pub fn min_session_timeout(&self) -> Option<Duration> {
-        self.min_session.get().copied()
+        self.limits.get().map(|limits| limits.min)
+    }
+
+    /// The server's `maxSessionTimeout`, once a session has been opened.
+    pub fn max_session_timeout(&self) -> Option<Duration> {
+        self.limits.get().map(|limits| limits.max)
+    }
+
+    /// The most sessions this handle opens for its leases, once a session has been opened:
+    /// one per TTL granule from the shortest TTL to the longest,
+    /// `(max_ttl − min_ttl) / ttl_granularity + 1` of [`Capabilities`] (its first session,
+    /// of the shortest TTL, among them).
+    pub fn max_sessions(&self) -> Option<u64> {
+        self.limits.get().map(Limits::max_sessions)
     }
 
     /// The negotiated timeouts of the sessions this handle holds now, shortest first.
@@ -105,84 +122,87 @@ impl ZookeeperStore {
         timeouts
     }
 
-    /// The session of class `k` (opened if missing or lost).
-    async fn session(&self, k: u32) -> Result<Arc<Session>> {
+    /// The handle's first session, of the shortest TTL: it serves `status`, `evict` and
+    /// `per_key_state`, and leases of that TTL, which [`connect`](Self::connect) opens so that
+    /// the TTL an acquire's latency weighs on most never waits for a session to open.
+    async fn first_session(&self) -> Result<Arc<Session>> {
         let mut sessions = self.sessions.lock().await;
-        if let Some(session) = sessions.get(&k).filter(|s| !s.is_ended()) {
+        let limits = self.limits().await?;
+        self.open(&mut sessions, limits, limits.min_ttl()).await
+    }
+
+    /// The server's limits, learned if not yet: from a session asked for less than any
+    /// server's minimum and one for more than any server's maximum, opened at once and closed.
+    async fn limits(&self) -> Result<Limits> {
+        if let Some(limits) = self.limits.get() {
+            return Ok(*limits);
+        }
+        let (shortest, longest) = tokio::join!(
+            Session::open(&self.config, PROBE_TIMEOUT),
+            Session::open(&self.config, MAX_PROBE_TIMEOUT),
+        );
+        let (shortest, longest) = (shortest?, longest?);
+        // Dropped, the probes' clients close their sessions.
+        Ok(*self
+            .limits
+            .get_or_init(|| Limits::negotiated(shortest.timeout, longest.timeout)))
+    }
+
+    /// The session of `timeout` (opened if missing or lost; sessions unused for
+    /// [`SESSION_IDLE`] are closed first).
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] when the server negotiated another timeout than the one asked
+    /// for (a server whose limits changed since the handle learned them).
+    async fn open(
+        &self,
+        sessions: &mut HashMap<Duration, Arc<Session>>,
+        limits: Limits,
+        timeout: Duration,
+    ) -> Result<Arc<Session>> {
+        // Only the map holds an idle session: no lease, no acquisition, no cleanup has it.
+        sessions.retain(|&kept, session| {
+            kept == limits.min_ttl()
+                || kept == timeout
+                || Arc::strong_count(session) > 1
+                || session.unused_for() < SESSION_IDLE
+        });
+        if let Some(session) = sessions.get(&timeout).filter(|s| !s.is_ended()) {
+            session.touch();
             return Ok(session.clone());
         }
-        let probing = self.min_session.get().is_none();
-        let requested = match self.min_session.get() {
-            Some(min) if k > 0 => *min * (1u32 << k),
-            Some(min) => *min,
-            None => PROBE_TIMEOUT,
-        };
-        let session = Session::open(&self.config, requested).await?;
+        let session = Session::open(&self.config, timeout).await?;
         let negotiated = session.timeout;
-        let min = *self.min_session.get_or_init(|| negotiated);
-        let wanted = if probing { min } else { requested };
-        if negotiated > wanted {
+        if negotiated != timeout {
+            let longer = if negotiated > timeout {
+                "lengthened"
+            } else {
+                "shortened"
+            };
             return Err(Error::invalid(
                 "ttl",
                 format!(
-                    "the server lengthened a session of {wanted:?} to {negotiated:?}, which would \
-                     keep a key past its TTL (its minSessionTimeout is {min:?})"
+                    "the server {longer} a session of {timeout:?} to {negotiated:?}, so a lease \
+                     on it could not last its TTL exactly (this handle learned its limits as \
+                     minSessionTimeout {:?}, maxSessionTimeout {:?})",
+                    limits.min, limits.max
                 ),
             ));
         }
-        if negotiated < wanted {
-            let mut max = self
-                .max_class
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            if max.is_none_or(|(class, _)| k < class) {
-                *max = Some((k, negotiated));
-            }
-        }
-        sessions.insert(k, session.clone());
+        sessions.insert(timeout, session.clone());
         Ok(session)
     }
 
-    /// The session a lease of `ttl` lives on: class `k` with `min × 2^k ≤ ttl / 2`, the
-    /// largest such (no larger than the class the server already shortened to its maximum).
+    /// The session a lease of `ttl` lives on, of `ttl` rounded up to the granule (the TTL the
+    /// lease is granted).
     ///
     /// # Errors
-    /// [`Error::InvalidInput`] for a TTL below twice the server's `minSessionTimeout`.
+    /// [`Error::InvalidInput`] for a TTL outside the server's session limits (named).
     async fn session_for(&self, ttl: Duration) -> Result<Arc<Session>> {
-        let min = match self.min_session.get() {
-            Some(min) => *min,
-            None => self.session(0).await?.timeout,
-        };
-        let half = ttl / 2;
-        if half < min {
-            let max = self
-                .max_class
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .map_or_else(|| "not seen yet".to_owned(), |(_, max)| format!("{max:?}"));
-            return Err(Error::invalid(
-                "ttl",
-                format!(
-                    "{ttl:?} is below this store's minimum of {:?}: a lease lives on a ZooKeeper \
-                     session of at most half its TTL, and this server's sessions last at least \
-                     minSessionTimeout {min:?} (its limits: minSessionTimeout {min:?}, \
-                     maxSessionTimeout {max})",
-                    min * 2
-                ),
-            ));
-        }
-        let mut k = 0;
-        while k < MAX_CLASS && min * (1u32 << (k + 1)) <= half {
-            k += 1;
-        }
-        if let Some((max_class, _)) = *self
-            .max_class
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-        {
-            k = k.min(max_class);
-        }
-        self.session(k).await
+        let mut sessions = self.sessions.lock().await;
+        let limits = self.limits().await?;
+        let timeout = limits.session_for(ttl)?;
+        self.open(&mut sessions, limits, timeout).await
     }
 
     /// One acquisition, waiting up to `wait` (zero: one attempt).
@@ -200,10 +220,10 @@ impl ZookeeperStore {
             acls: self.config.acls(),
             tokens: (self.config.layout == Layout::Fencelock).then_some(&self.tokens),
         };
-        // A lease granted at once counts from before its node's create (and whatever it took
-        // to make the container and read the offset); one granted after a wait, from before
-        // the read that found its node the oldest.
-        let mut sent_at = Instant::now();
+        // A lease granted at once counts from the call's start (before its session was
+        // looked up, or opened for a TTL not used before, and before its node's create); one
+        // granted after a wait, from before the read that found its node the oldest.
+        let mut sent_at = started;
         let mut entry = Enqueued::create(session.clone(), &place, container, owner).await?;
         let sent_at = loop {
             let predecessor = match entry.turn().await? {
@@ -248,7 +268,9 @@ impl ZookeeperStore {
             watch_id: OnceLock::new(),
             done: CancellationToken::new(),
         };
-        let lease = Lease::with_store_state(key, owner, token, ttl, sent_at, held);
+        // The lease's TTL is its session's timeout: the ensemble cannot expire the session
+        // before that long after the request sent at `sent_at`, and may expire it then.
+        let lease = Lease::with_store_state(key, owner, token, session.timeout, sent_at, held);
         if let Some(held) = lease.store_state::<Held>() {
             let _ = held.watch_id.set(session.leases.watch(lease.revocation()));
         }
@@ -296,8 +318,9 @@ impl Acquire for ZookeeperStore {
     /// and fails with [`Error::Busy`].
     ///
     /// # Errors
-    /// As [`Acquire::try_acquire`]'s contract; [`Error::InvalidInput`] also for a TTL below
-    /// twice the server's `minSessionTimeout`.
+    /// As [`Acquire::try_acquire`]'s contract; [`Error::InvalidInput`] also for a TTL outside
+    /// the server's session limits (below twice its `minSessionTimeout`, or above its
+    /// `maxSessionTimeout` once rounded up to the granule), naming them.
     ///
     /// # Cancel safety
     /// Dropping the future deletes the lock node from a spawned task (it may have been
@@ -445,8 +468,11 @@ impl LockStore for ZookeeperStore {
             .with_notified_wait(true)
             .with_fair_queue(true)
             .with_evict(true);
-        if let Some(min) = self.min_session.get() {
-            capabilities = capabilities.with_min_ttl(*min * 2);
+        if let Some(limits) = self.limits.get() {
+            capabilities = capabilities
+                .with_min_ttl(limits.min_ttl())
+                .with_max_ttl(limits.max_ttl())
+                .with_ttl_granularity(limits.granule);
         }
         capabilities
     }
@@ -460,7 +486,7 @@ impl LockStore for ZookeeperStore {
     /// Read-only.
     async fn status(&self, key: &str) -> Result<KeyStatus> {
         fencelock_core::validate::check_key(key)?;
-        let session = self.session(0).await?;
+        let session = self.first_session().await?;
         let container = keys::container(&self.config.prefix, key);
         for name in self.queue(&session, &container).await? {
             let path = format!("{container}/{name}");
@@ -498,7 +524,7 @@ impl LockStore for ZookeeperStore {
     /// Dropping the future may or may not have deleted the node.
     async fn evict(&self, key: &str) -> Result<bool> {
         fencelock_core::validate::check_key(key)?;
-        let session = self.session(0).await?;
+        let session = self.first_session().await?;
         let container = keys::container(&self.config.prefix, key);
         for name in self.queue(&session, &container).await? {
             let path = format!("{container}/{name}");
@@ -524,7 +550,7 @@ impl LockStore for ZookeeperStore {
     /// # Cancel safety
     /// Read-only.
     async fn per_key_state(&self) -> Result<Option<PerKeyState>> {
-        let session = self.session(0).await?;
+        let session = self.first_session().await?;
         let what = "listing the prefix";
         let count = match session
             .call(what, || session.client.list_children(&self.config.prefix))

@@ -12,7 +12,8 @@ use fencelock_core::{Acquire, Error, Extend, KeyStatus, LockStore, Release, Rele
 use test_servers::ZookeeperEnsemble;
 use zookeeper_client::{Acl, Acls, AuthId, CreateMode, Permission};
 
-const TTL: Duration = Duration::from_secs(30);
+/// The longest TTL the test server allows (its `maxSessionTimeout`).
+const TTL: Duration = test_servers::zookeeper::MAX_SESSION_TIMEOUT;
 
 fn with_user(url: &str, user: &str) -> String {
     url.replacen("zookeeper://", &format!("zookeeper://{user}@"), 1)

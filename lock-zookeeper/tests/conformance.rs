@@ -1,5 +1,5 @@
 //! The whole conformance suite against a real standalone ZooKeeper started by test-servers
-//! (`tickTime` 100 ms, sessions of 200 ms to 10 s, so the shortest TTL is 400 ms).
+//! (`tickTime` 100 ms, sessions of 200 ms to 10 s, so TTLs from 400 ms to 10 s by 100 ms).
 
 mod common;
 

@@ -4,9 +4,9 @@
 //! leave as it was).
 //!
 //! Every bound comes from the crate docs' "TTLs, sessions and loss": a lease of TTL `t` lives on
-//! a session of the largest `min × 2^k ≤ t / 2` (at most the server's `maxSessionTimeout`); a
-//! disconnected session's leases are revoked [`loss_delay`] after the client sees the
-//! disconnection; a dead holder's session ends within its timeout plus two ticks.
+//! a session of `t` rounded up to the tick, and is granted that TTL; a disconnected session's
+//! leases are revoked [`loss_delay`] after the client sees the disconnection; a dead (or
+//! frozen, or cut off) holder's session ends within its timeout plus two ticks.
 
 mod common;
 
@@ -23,26 +23,27 @@ use tokio::task::block_in_place;
 use tokio::time::{sleep, timeout, Instant};
 
 /// The leases of these tests, by the session each lives on (negotiated with test-servers'
-/// `minSessionTimeout` of 200 ms and `maxSessionTimeout` of 10 s).
+/// `minSessionTimeout` of 200 ms and `maxSessionTimeout` of 10 s, `tickTime` 100 ms).
 ///
-/// 30 s: the session the server shortens to its maximum, 10 s, so a holder has the longest
-/// [`loss_delay`] there is (3.4 s) to reconnect in while the ensemble elects a leader.
-const LONG_TTL: Duration = Duration::from_secs(30);
-/// 4 s: a session of 1.6 s.
+/// 9.9 s: the longest session but one, so a holder has nearly the longest [`loss_delay`]
+/// there is (3.4 s) to reconnect in while the ensemble elects a leader; not the longest,
+/// which every handle asks for once when it connects (to learn the server's maximum) and
+/// closes at once, but `cons` may still list.
+const LONG_TTL: Duration = MAX_SESSION_TIMEOUT.saturating_sub(TICK);
+/// 4 s: a session of 4 s.
 const TTL: Duration = Duration::from_secs(4);
-/// 2 s: a session of 800 ms, for the handles that only look on (a timeout of their own, so
+/// 2 s: a session of 2 s, for the handles that only look on (a timeout of their own, so
 /// `cons` tells the holder's session from theirs).
 const ONLOOKER_TTL: Duration = Duration::from_secs(2);
 
-/// The negotiated session of a lease of `ttl`: the largest `200 ms × 2^k` that is at most
-/// `ttl / 2`, no longer than the server's maximum (the crate docs' "a session per class of
+/// The negotiated session of a lease of `ttl`: `ttl` rounded up to the tick, the granule the
+/// store estimates as half the server's `minSessionTimeout` (the crate docs' "a session per
 /// TTL").
 fn session_of(ttl: Duration) -> Duration {
-    let mut session = Duration::from_millis(200);
-    while session * 2 <= ttl / 2 {
-        session *= 2;
-    }
-    session.min(MAX_SESSION_TIMEOUT)
+    let ticks = ttl.as_nanos().div_ceil(TICK.as_nanos());
+    let session = TICK * u32::try_from(ticks).expect("a TTL of the tests");
+    assert!(session <= MAX_SESSION_TIMEOUT, "{ttl:?} is refused");
+    session
 }
 
 /// How long after the client sees its connection drop a session's leases stay valid: the
@@ -67,7 +68,7 @@ fn member_of(ensemble: &ZookeeperEnsemble, timeout: Duration) -> Option<usize> {
     }
 }
 
-/// A handle holding `key` for [`LONG_TTL`] on a session served by a member `wanted` accepts.
+/// A handle holding `key` for `ttl` on a session served by a member `wanted` accepts.
 /// The client picks a server at random, so handles are made until one lands there (each
 /// has a chance of one in three, or better: fifty tries all missing is below 10⁻⁸).
 async fn holder_on(
@@ -221,10 +222,14 @@ async fn stopped_follower_leaves_the_store_serving_and_its_holder_moves_or_is_to
         .collect();
     let live_url = format!("zookeeper://{}", live.join(","));
     let other = common::store(&live_url, "").await;
-    let waiter = common::store(&live_url, "").await;
+    let waiter = Arc::new(common::store(&live_url, "").await);
     let waiting = tokio::spawn(async move {
         let next = waiter.acquire(key, ONLOOKER_TTL, TTL * 4).await;
-        (next, Instant::now(), waiter)
+        let granted_at = Instant::now();
+        // Kept alive: it may be granted seconds before the test looks (the holder's session
+        // expiring early in the stop).
+        let next = next.map(|lease| KeepAlive::start(waiter.clone(), lease));
+        (next, granted_at, waiter)
     });
 
     block_in_place(|| ensemble.pause(follower)).expect("SIGSTOP the follower");
@@ -274,7 +279,7 @@ async fn stopped_follower_leaves_the_store_serving_and_its_holder_moves_or_is_to
         .await
         .expect("the waiter is served")
         .expect("join");
-    let next = next.expect("the next holder gets the key");
+    let next = next.expect("the next holder gets the key").stop();
     assert!(next.fencing_token() > lease.fencing_token());
     if !kept_through {
         // Told first: the signal came before the ensemble let the next holder in.
@@ -336,10 +341,11 @@ async fn cut_off_holder_is_told_before_the_server_lets_the_next_holder_in() {
         "the next holder was granted {:?} before the lost signal",
         lost_at - granted_at
     );
-    // Freed by the session's expiry, not by the lease's TTL: the holder's deadline task cannot
-    // reach the server, and its keep-alive kept the deadline a TTL ahead until the freeze.
+    // Freed by the session's expiry: the holder's deadline task cannot reach the server. Its
+    // last heartbeat came before the freeze, so within the session plus two ticks of it, and a
+    // tick more for the waiter's own turn (as for a killed holder, below).
     assert!(
-        granted_at < frozen_at + TTL - drift(TTL),
+        granted_at <= frozen_at + session_of(TTL) + TICK * 3,
         "the key was freed only {:?} after the freeze",
         granted_at - frozen_at
     );
@@ -555,9 +561,10 @@ async fn killed_holder_process_frees_the_key_within_its_session_timeout() {
 /// The contract's holder pauses: a holder process frozen (`SIGSTOP`) keeps its key until its
 /// lease's local deadline, as on every store; past it the next holder gets the key. The lease
 /// was asked for after the child started, so its deadline is at least the start plus the TTL
-/// less its drift. Fails on the store as it is: the lease's session is at most half its TTL,
-/// so the ensemble expires it (and gives the key away) about 1.6 s into the pause, while the
-/// frozen holder's lease is valid for at least 2 s more (nemesis's `pause` found it).
+/// less its drift. A store whose session is shorter than the lease's TTL fails it: on a
+/// session of half the TTL, the ensemble expired it (and gave the key away) about 1.6 s into
+/// the pause, while the frozen holder's lease was valid for at least 2 s more (nemesis's
+/// `pause` found it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paused_holder_process_keeps_its_key_until_its_lease_deadline() {
     let url = ZookeeperEnsemble::shared_standalone().url();
@@ -566,7 +573,8 @@ async fn paused_holder_process_keeps_its_key_until_its_lease_deadline() {
     let _ = std::fs::remove_file(&out);
     let spawned_at = Instant::now();
     let mut child = spawn_child("hold", &url, &out);
-    let (token, _) = child_line(&mut child, &out).await;
+    let (token, session) = child_line(&mut child, &out).await;
+    assert_eq!(session, session_of(TTL));
     let _ = std::fs::remove_file(&out);
     let stopped = Command::new("kill")
         .args(["-STOP", &child.id().to_string()])

@@ -14,16 +14,19 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
 
-use fencelock_core::{Acquire, Error, Release, ReleaseOutcome};
+use fencelock_core::{Acquire, Error, KeepAlive, Release, ReleaseOutcome};
 use fencelock_zookeeper::ZookeeperStore;
 use test_servers::ZookeeperEnsemble;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout, Command};
 use tokio::time::{sleep, timeout, Instant};
 
-const TTL: Duration = Duration::from_secs(30);
+/// The longest TTL the test server allows (its `maxSessionTimeout`); a lease held while a peer
+/// starts is kept alive (a JVM starting on a loaded machine may take longer).
+const TTL: Duration = test_servers::zookeeper::MAX_SESSION_TIMEOUT;
 /// Generous: a JVM starting on a loaded machine, other test processes.
 const PATIENCE: Duration = Duration::from_secs(60);
 /// How long a queued peer is watched for a wrong grant once its node is in the queue: it
@@ -201,8 +204,8 @@ async fn czxid(raw: &zookeeper_client::Client, path: &str) -> u64 {
 async fn both_directions(layout: &str) {
     let url = ZookeeperEnsemble::shared_standalone().url();
     let prefix = common::fresh_prefix(&format!("interop-{layout}"));
-    let store: ZookeeperStore =
-        common::store(&url, &format!("&prefix={prefix}&layout={layout}")).await;
+    let store: Arc<ZookeeperStore> =
+        Arc::new(common::store(&url, &format!("&prefix={prefix}&layout={layout}")).await);
     let hosts = store.config().endpoints().join(",");
     let path = store.config().lock_path("jobs:nightly");
     assert_eq!(path, format!("{prefix}/jobs:nightly"));
@@ -232,9 +235,11 @@ async fn both_directions(layout: &str) {
         czxid(&raw, &format!("{path}/{node}")).await,
         "the token is the node's czxid"
     );
+    let kept = KeepAlive::start(store.clone(), lease);
     let mut peer = Peer::start(layout, &hosts, &path);
     queued(&raw, &path, 2).await;
     assert_eq!(peer.line(SETTLE).await, None, "the peer took a held lock");
+    let lease = kept.stop();
     assert_eq!(
         store.release(&lease).await.expect("release"),
         ReleaseOutcome::Released

@@ -14,7 +14,8 @@ use fencelock_zookeeper::ZookeeperStore;
 use test_servers::ZookeeperEnsemble;
 use tokio::time::sleep;
 
-const TTL: Duration = Duration::from_secs(30);
+/// The longest TTL the test server allows (its `maxSessionTimeout`).
+const TTL: Duration = test_servers::zookeeper::MAX_SESSION_TIMEOUT;
 /// ZooKeeper's granule: a grant's token is above the clock read before it, less this.
 const GRANULE_MICROS: u64 = 100_000;
 

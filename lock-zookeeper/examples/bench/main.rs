@@ -48,7 +48,8 @@ mod raw;
 #[global_allocator]
 static ALLOCATOR: many::CountingAllocator = many::CountingAllocator;
 
-const TTL: Duration = Duration::from_secs(30);
+/// At most the test server's `maxSessionTimeout` (10 s), the longest TTL it allows.
+const TTL: Duration = Duration::from_secs(10);
 const TASKS: usize = 16;
 const WAITERS: usize = 8;
 /// Acquires in flight while taking the held leases.
