@@ -23,10 +23,10 @@ pub const FLOOR_RELEASE: &str = "if redis.call('GET',KEYS[1])==ARGV[1] then redi
 /// The acquire of the *durable* fenced floor: the smallest by hand whose tokens survive the
 /// loss of the counter, as ours must (the crate docs, `# Per-key state`): `SET NX PX`, then
 /// the token max(counter + 1, server µs) written with the counter's expiry in one `SET … GET`
-/// (Redis 6.2+), the clock kept as the digits `TIME` gave and compared as strings (no number
-/// conversion, the cheapest way found). KEYS: lock, counter. ARGV: owner, ttl ms, retention
-/// ms. Returns the token (its digits), 0 if held.
-pub const DURABLE_ACQUIRE: &str = "if redis.call('SET',KEYS[1],ARGV[1],'NX','PX',ARGV[2]) then local t=redis.call('TIME') local now=t[1]..string.sub('00000'..t[2],-6) local old=redis.call('SET',KEYS[2],now,'PX',ARGV[3],'GET') if old and (#old>#now or (#old==#now and old>=now)) then now=tonumber(old)+1 redis.call('SET',KEYS[2],now,'PX',ARGV[3]) end return now end return 0";
+/// (Redis 6.2+), the clock kept as the digits `TIME` gave (µs padded by one concatenation, as
+/// ours) and compared as strings (no number conversion, the cheapest way found). KEYS: lock,
+/// counter. ARGV: owner, ttl ms, retention ms. Returns the token (its digits), 0 if held.
+pub const DURABLE_ACQUIRE: &str = "if redis.call('SET',KEYS[1],ARGV[1],'NX','PX',ARGV[2]) then local t=redis.call('TIME') local now=t[1]..string.sub('00000',#t[2])..t[2] local old=redis.call('SET',KEYS[2],now,'PX',ARGV[3],'GET') if old and (#old>#now or (#old==#now and old>=now)) then now=tonumber(old)+1 redis.call('SET',KEYS[2],now,'PX',ARGV[3]) end return now end return 0";
 
 /// The retention window the durable floor gives its counter: the store's default, 7 days.
 pub const RETENTION_MS: u64 = 7 * 86_400_000;
