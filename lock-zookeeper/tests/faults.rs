@@ -25,10 +25,10 @@ use tokio::time::{sleep, timeout, Instant};
 /// The leases of these tests, by the session each lives on (negotiated with test-servers'
 /// `minSessionTimeout` of 200 ms and `maxSessionTimeout` of 10 s, `tickTime` 100 ms).
 ///
-/// 9.9 s: the longest session but one, so a holder has nearly the longest [`loss_delay`]
-/// there is (3.4 s) to reconnect in while the ensemble elects a leader; not the longest,
-/// which every handle asks for once when it connects (to learn the server's maximum) and
-/// closes at once, but `cons` may still list.
+/// 9.9 s (the server's maximum less a tick): the longest session but one, so a holder has
+/// nearly the longest [`loss_delay`] there is (3.4 s) to reconnect in while the ensemble
+/// elects a leader; not the longest, which every handle asks for once when it connects (to
+/// learn the server's maximum) and closes at once, but `cons` may still list.
 const LONG_TTL: Duration = MAX_SESSION_TIMEOUT.saturating_sub(TICK);
 /// 4 s: a session of 4 s.
 const TTL: Duration = Duration::from_secs(4);
