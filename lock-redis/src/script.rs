@@ -417,14 +417,16 @@ pub(crate) async fn acquire_keys_on<C: ConnectionLike>(
     attempt_of(reply)
 }
 
-/// A Lua script with its source: run by its hash (`EVALSHA`) and, on a node that answers
-/// `NOSCRIPT`, by its source (`EVAL`, which caches it there too).
+/// A Lua script with its source: run by its hash (`EVALSHA`); on a node that answers
+/// `NOSCRIPT`, loaded (`SCRIPT LOAD`) and run by its hash again; and where that meets
+/// `NOSCRIPT` once more, run by its source (`EVAL`, which caches it there too).
 ///
-/// The redis crate's `Script` answers `NOSCRIPT` with `SCRIPT LOAD` and a second `EVALSHA`.
 /// On a Cluster, `SCRIPT LOAD` goes to the masters of the client's slot map, and right after
 /// a failover the promoted master may not be among them yet, so the second `EVALSHA`, routed
 /// by its keys, meets `NOSCRIPT` again (seen once in eight parallel test runs, on an acquire
-/// just after a failover). `EVAL` goes where the keys go, with the script.
+/// just after a failover). `EVAL` goes where the keys go, with the script. It comes last
+/// because a least-privilege user needs only `EVALSHA` and `SCRIPT LOAD` (the crate docs'
+/// list of rights); such a user, right after a Cluster failover, gets the `NOSCRIPT` error.
 pub(crate) struct Lua {
     script: Script,
     source: &'static str,
@@ -496,18 +498,33 @@ pub(crate) fn evalsha(lua: &Lua, keys: usize, args: usize, bytes: usize) -> redi
     cmd
 }
 
-/// Sends an [`evalsha`] command; on `NOSCRIPT` sends it again as `EVAL` with the script's
-/// source (see [`Lua`]).
+/// Sends an [`evalsha`] command, and on `NOSCRIPT` takes the way [`Lua`] describes.
 pub(crate) async fn run_script<C: ConnectionLike, T: redis::FromRedisValue>(
     conn: &mut C,
     lua: &Lua,
     cmd: &redis::Cmd,
 ) -> redis::RedisResult<T> {
     match cmd.query_async(conn).await {
-        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-            // Boxed, as the rare path: inline, its future would be copied with every call's.
-            Box::pin(eval_of(lua, cmd).query_async(conn)).await
-        }
+        // Boxed, as the rare path: inline, its future would be copied with every call's.
+        Err(e) if is_noscript(&e) => Box::pin(load_and_run(conn, lua, cmd)).await,
+        other => other,
+    }
+}
+
+fn is_noscript(e: &redis::RedisError) -> bool {
+    e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+}
+
+/// [`run_script`]'s way after a `NOSCRIPT`: load the script and send `cmd` again; on a second
+/// `NOSCRIPT`, send it as `EVAL` (see [`Lua`]).
+async fn load_and_run<C: ConnectionLike, T: redis::FromRedisValue>(
+    conn: &mut C,
+    lua: &Lua,
+    cmd: &redis::Cmd,
+) -> redis::RedisResult<T> {
+    lua.script.prepare_invoke().load_async(conn).await?;
+    match cmd.query_async(conn).await {
+        Err(e) if is_noscript(&e) => eval_of(lua, cmd).query_async(conn).await,
         other => other,
     }
 }
@@ -948,8 +965,8 @@ pub(crate) mod tests {
     }
 
     /// A node that does not have the script and is not reached by `SCRIPT LOAD` still runs it:
-    /// the acquire and a script run through an [`Invocation`] both fall back to `EVAL`. (With
-    /// the redis crate's load-and-retry, both answered `NOSCRIPT`.)
+    /// the acquire and a script run through an [`Invocation`] both fall back to `EVAL` after the
+    /// load and retry. (With the redis crate's load-and-retry alone, both answered `NOSCRIPT`.)
     #[tokio::test]
     async fn a_node_that_lacks_the_script_and_misses_the_load_still_runs_it() {
         let mut conn = LoadsGoElsewhere(shared_connection().await);
