@@ -41,7 +41,7 @@ pub struct ZookeeperStore {
     config: ZookeeperConfig,
     /// The sessions by their timeout; opened on first use, one at a time.
     sessions: tokio::sync::Mutex<HashMap<Duration, Arc<Session>>>,
-    /// The server's session limits, learned when the first session was opened.
+    /// The server's session limits, learned from two probe sessions on first use.
     limits: OnceLock<Limits>,
     /// The prefix's token offset as this handle last saw it ([`Layout::Fencelock`]).
     tokens: Mutex<TokenState>,
