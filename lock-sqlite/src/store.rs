@@ -18,8 +18,8 @@ use fencelock_core::{
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
-use sqlx::Row;
-use tokio::sync::watch;
+use sqlx::{Row, SqliteConnection};
+use tokio::sync::{watch, Mutex, MutexGuard};
 use tokio::time::{sleep_until, timeout};
 
 use crate::clock::{boot_id, monotonic_ns, unix_micros};
@@ -30,8 +30,9 @@ use crate::local::LocalWakes;
 use crate::sql::{recorded_fence_scheme, Statements, FENCE_SCHEME, JOURNAL_MODE};
 use crate::watch::{Waker, Watch, FALLBACK, POLL_WITHOUT_WATCH};
 
-/// Connections per handle. SQLite lets one connection write at a time whatever the count;
-/// more connections only let reads (waiters, `status`) run beside a write.
+/// Connections in a handle's pool, besides its writing connection. SQLite lets one connection
+/// write at a time whatever the count; more connections only let reads (waiters, `status`)
+/// run beside a write.
 const MAX_CONNECTIONS: u32 = 4;
 /// How much longer than the command timeout an operation may take before it is abandoned: the
 /// command timeout bounds the wait for SQLite's lock, this bounds everything else (a disk that
@@ -54,6 +55,12 @@ struct HandleState {
     /// the working directory becomes.
     path: PathBuf,
     pool: SqlitePool,
+    /// The connection the hot writes (acquire, release, extend) run on, taken out of the pool
+    /// at the first of them (so set up as every connection is) and kept: a statement on a pool
+    /// connection pays a second round trip to the connection's thread when it goes back (sqlx
+    /// pings it), and SQLite lets one connection write at a time anyway. `None` until then,
+    /// and again after its thread died.
+    writer: Mutex<Option<SqliteConnection>>,
     sql: Statements,
     boot_id: &'static str,
     pid: i64,
@@ -89,6 +96,28 @@ async fn sync_wal(wal: PathBuf) -> std::result::Result<(), sqlx::Error> {
     .await
     .map_err(std::io::Error::other)?;
     synced.map_err(sqlx::Error::Io)
+}
+
+/// The handle's writing connection, locked for one statement. A statement dropped in flight
+/// leaves the connection usable: its thread runs the statement to its end (or resets it), and
+/// the next statement queues behind it.
+struct Writer<'a>(MutexGuard<'a, Option<SqliteConnection>>);
+
+impl Writer<'_> {
+    fn connection(&mut self) -> std::result::Result<&mut SqliteConnection, sqlx::Error> {
+        self.0.as_mut().ok_or(sqlx::Error::WorkerCrashed)
+    }
+
+    /// `result`, forgetting the connection if its thread died (the next write opens another).
+    fn keep_unless_dead<T>(
+        &mut self,
+        result: std::result::Result<T, sqlx::Error>,
+    ) -> std::result::Result<T, sqlx::Error> {
+        if matches!(result, Err(sqlx::Error::WorkerCrashed)) {
+            *self.0 = None;
+        }
+        result
+    }
 }
 
 /// What one acquire attempt found.
@@ -290,6 +319,7 @@ impl SqliteStore {
                 config,
                 path,
                 pool,
+                writer: Mutex::new(None),
                 sql,
                 boot_id,
                 pid: i64::from(std::process::id()),
@@ -465,6 +495,16 @@ impl SqliteStore {
         }
     }
 
+    /// The handle's writing connection, opened from the pool at the first write. Writes of the
+    /// handle queue here, in order, rather than in SQLite's busy handler.
+    async fn writer(&self) -> std::result::Result<Writer<'_>, sqlx::Error> {
+        let mut slot = self.shared.writer.lock().await;
+        if slot.is_none() {
+            *slot = Some(self.shared.pool.acquire().await?.detach());
+        }
+        Ok(Writer(slot))
+    }
+
     fn error(&self, what: &str, error: sqlx::Error) -> Error {
         let config = &self.shared.config;
         sql_error(what, &self.shared.path, config.command_timeout, error)
@@ -484,9 +524,9 @@ impl SqliteStore {
         // from a moment later than its token's clock reading.
         let clock_us = unix_micros();
         let token: Option<i64> = self
-            .bounded(
-                "acquire",
-                sqlx::query_scalar(&shared.sql.acquire)
+            .bounded("acquire", async {
+                let mut writer = self.writer().await?;
+                let token = sqlx::query_scalar(&shared.sql.acquire)
                     .bind(stored_key(key))
                     .bind(stored_owner(owner))
                     .bind(shared.boot_id)
@@ -495,8 +535,10 @@ impl SqliteStore {
                     .bind(ttl_ms)
                     .bind(shared.pid)
                     .bind(clock_us)
-                    .fetch_optional(&shared.pool),
-            )
+                    .fetch_optional(writer.connection()?)
+                    .await;
+                writer.keep_unless_dead(token)
+            })
             .await?;
         let Some(token) = token else {
             return Ok(Attempt::Held);
@@ -650,16 +692,18 @@ impl SqliteStore {
         let token = token_to_row(lease.fencing_token())?;
         let now = monotonic_ns();
         let done = self
-            .bounded(
-                "release",
-                sqlx::query(&shared.sql.release)
+            .bounded("release", async {
+                let mut writer = self.writer().await?;
+                let done = sqlx::query(&shared.sql.release)
                     .bind(stored_key(lease.key()))
                     .bind(stored_owner(lease.owner()))
                     .bind(token)
                     .bind(shared.boot_id)
                     .bind(now)
-                    .execute(&shared.pool),
-            )
+                    .execute(writer.connection()?)
+                    .await;
+                writer.keep_unless_dead(done)
+            })
             .await?;
         if done.rows_affected() == 1 {
             // This process's waiters first: they need no file event.
@@ -679,17 +723,19 @@ impl SqliteStore {
         let sent_at = Instant::now();
         let now = monotonic_ns();
         let done = self
-            .bounded(
-                "extend",
-                sqlx::query(&shared.sql.extend)
+            .bounded("extend", async {
+                let mut writer = self.writer().await?;
+                let done = sqlx::query(&shared.sql.extend)
                     .bind(stored_key(lease.key()))
                     .bind(stored_owner(lease.owner()))
                     .bind(token)
                     .bind(shared.boot_id)
                     .bind(now)
                     .bind(ttl_ns)
-                    .execute(&shared.pool),
-            )
+                    .execute(writer.connection()?)
+                    .await;
+                writer.keep_unless_dead(done)
+            })
             .await?;
         if done.rows_affected() == 1 {
             lease.confirm(sent_at);
