@@ -202,11 +202,20 @@ pub const TABLE: &[FaultProfile] = &[
             min_ttl: Duration::from_millis(
                 2 * test_servers::zookeeper::MIN_SESSION_TIMEOUT.as_millis() as u64,
             ),
-            ttl_granularity: Duration::from_millis(1),
+            // A TTL is rounded up to a tick, estimated as minSessionTimeout / 2.
+            ttl_granularity: Duration::from_millis(
+                test_servers::zookeeper::MIN_SESSION_TIMEOUT.as_millis() as u64 / 2,
+            ),
             // Waiters are woken by a watch on the node ahead; a dead, paused or cut-off
-            // holder's session (at most half its TTL) ends within its timeout plus two ticks,
-            // inside the TTL (fencelock-zookeeper's "holder dies").
-            delays: &[],
+            // holder's session (as long as its granted TTL) ends within its timeout plus two
+            // ticks (fencelock-zookeeper's "holder dies").
+            delays: &[Delay {
+                what: "the server expires a session up to two ticks after its timeout \
+                       (ZooKeeper's expiry buckets; a tick is 100 ms on the run's servers)",
+                at_most: Duration::from_millis(
+                    test_servers::zookeeper::MIN_SESSION_TIMEOUT.as_millis() as u64,
+                ),
+            }],
             // An election: the ensemble answers no one until a leader is elected and synced,
             // and clients reconnect with their backoff (after a stopped member, only when it
             // led, or when a client was on it).

@@ -36,8 +36,9 @@ const PACKAGE: &str = "zookeeper";
 pub const TICK: Duration = Duration::from_millis(100);
 /// `minSessionTimeout` (2 ticks, ZooKeeper's default ratio): a client asking for less gets this.
 pub const MIN_SESSION_TIMEOUT: Duration = Duration::from_millis(200);
-/// `maxSessionTimeout` (100 ticks): a client asking for more gets this.
-pub const MAX_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
+/// `maxSessionTimeout` (600 ticks, above lockctl's default TTL of 30 s): a client asking for
+/// more gets this.
+pub const MAX_SESSION_TIMEOUT: Duration = Duration::from_secs(60);
 /// How often the servers sweep empty container nodes (`znode.container.checkIntervalMs`).
 pub const CONTAINER_SWEEP: Duration = Duration::from_secs(1);
 /// How many members [`ZookeeperEnsemble::shared_ensemble`] has: the smallest ensemble that
