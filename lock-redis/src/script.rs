@@ -969,7 +969,16 @@ pub(crate) mod tests {
     /// load and retry. (With the redis crate's load-and-retry alone, both answered `NOSCRIPT`.)
     #[tokio::test]
     async fn a_node_that_lacks_the_script_and_misses_the_load_still_runs_it() {
-        let mut conn = LoadsGoElsewhere(shared_connection().await);
+        // A server of its own: SCRIPT FLUSH on the shared one would fail the other tests'
+        // load-and-retry in between.
+        let server = test_servers::RedisServer::start().expect("a redis server");
+        let client = redis::Client::open(server.url()).expect("url");
+        let mut conn = LoadsGoElsewhere(
+            client
+                .get_multiplexed_async_connection()
+                .await
+                .expect("connect"),
+        );
         let key = format!("noscript:{}", OwnerId::random());
         let names = KeyNames::new("", &key);
         let _: () = redis::cmd("SCRIPT")

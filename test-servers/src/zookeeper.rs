@@ -457,7 +457,8 @@ mod tests {
         let text = config_text(Path::new("/d"), 7, "");
         assert!(text.contains("clientPort=7\n"), "{text}");
         assert!(text.contains("forceSync=yes\n"), "{text}");
-        assert!(text.contains("maxSessionTimeout=10000\n"), "{text}");
+        let max = format!("maxSessionTimeout={}\n", MAX_SESSION_TIMEOUT.as_millis());
+        assert!(text.contains(&max), "{text}");
         assert!(!text.contains("server."), "{text}");
     }
 }
