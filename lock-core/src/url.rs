@@ -317,6 +317,77 @@ pub fn check_scheme(scheme: &str, schemes: &[&str]) -> Result<()> {
     ))
 }
 
+/// One endpoint of a URL's list of servers, `host:port`, `host` (then `default_port`),
+/// `[v6]:port` or `[v6]`, as `host:port`. `what` names an endpoint in the messages ("endpoint",
+/// "server"); a host holds no whitespace, `@`, `%`, `?`, nor any of `forbidden`.
+///
+/// # Errors
+/// [`InvalidInput`](crate::ErrorKind::InvalidInput) on the `"url"` for an empty host, an
+/// unclosed `[`, a character a host cannot hold, or a port that is not 1 to 65535.
+pub fn parse_endpoint(
+    text: &str,
+    default_port: u16,
+    what: &str,
+    forbidden: &[char],
+) -> Result<String> {
+    let bad = |rule: String| Error::invalid("url", rule);
+    let (host, port) = if let Some(rest) = text.strip_prefix('[') {
+        let (v6, after) = rest
+            .split_once(']')
+            .ok_or_else(|| bad(format!("host {text:?} opens '[' without closing it")))?;
+        let port = match after {
+            "" => None,
+            _ => Some(
+                after
+                    .strip_prefix(':')
+                    .ok_or_else(|| bad(format!("host {text:?}: expected ':port' after ']'")))?,
+            ),
+        };
+        (format!("[{v6}]"), port)
+    } else {
+        match text.split_once(':') {
+            Some((host, port)) => (host.to_owned(), Some(port)),
+            None => (text.to_owned(), None),
+        }
+    };
+    if host.is_empty() || host == "[]" {
+        return Err(bad(format!(
+            "every {what} needs a host (host:port, separated by commas), got {text:?}"
+        )));
+    }
+    if host
+        .chars()
+        .any(|c| c.is_whitespace() || matches!(c, '@' | '%' | '?') || forbidden.contains(&c))
+    {
+        return Err(bad(format!(
+            "host {host:?} contains a character hosts cannot"
+        )));
+    }
+    let port = match port {
+        None => default_port,
+        Some(port) => port
+            .parse::<u16>()
+            .ok()
+            .filter(|&p| p != 0)
+            .ok_or_else(|| bad(format!("port {port:?} of {host} is not 1 to 65535")))?,
+    };
+    Ok(format!("{host}:{port}"))
+}
+
+/// Encodes every byte but ASCII letters, digits and `-._~/` as `%XX`: a user name or path
+/// printed back into a URL.
+pub fn percent_encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~/".contains(&byte) {
+            out.push(byte as char);
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
 /// Decodes `%XX` escapes, as in a URL's user name and password (which keep `+` literally,
 /// unlike a query string). `None` if an escape is malformed or the result is not UTF-8.
 pub fn percent_decode(text: &str) -> Option<String> {

@@ -347,13 +347,13 @@ impl EtcdConfig {
     pub fn redacted(&self) -> String {
         let scheme = if self.tls { TLS_SCHEME } else { SCHEME };
         let user = match &self.user {
-            Some((name, _)) => format!("{}:***@", percent_encode(name)),
+            Some((name, _)) => format!("{}:***@", fencelock_core::url::percent_encode(name)),
             None => String::new(),
         };
         format!(
             "{scheme}://{user}{}?prefix={}&layout={}&connect_timeout={}ms&command_timeout={}ms",
             self.endpoints.join(","),
-            percent_encode(self.prefix()),
+            fencelock_core::url::percent_encode(self.prefix()),
             self.layout,
             self.connect_timeout.as_millis(),
             self.command_timeout.as_millis()
@@ -394,60 +394,7 @@ impl FromStr for EtcdConfig {
 
 /// `host:port`, `host` (port 2379), `[v6]:port` or `[v6]`.
 fn parse_host(text: &str) -> Result<String> {
-    let bad = |rule: String| Error::invalid("url", rule);
-    let (host, port) = if let Some(rest) = text.strip_prefix('[') {
-        let (v6, after) = rest
-            .split_once(']')
-            .ok_or_else(|| bad(format!("host {text:?} opens '[' without closing it")))?;
-        let port = match after {
-            "" => None,
-            _ => Some(
-                after
-                    .strip_prefix(':')
-                    .ok_or_else(|| bad(format!("host {text:?}: expected ':port' after ']'")))?,
-            ),
-        };
-        (format!("[{v6}]"), port)
-    } else {
-        match text.split_once(':') {
-            Some((host, port)) => (host.to_owned(), Some(port)),
-            None => (text.to_owned(), None),
-        }
-    };
-    if host.is_empty() || host == "[]" {
-        return Err(bad(format!(
-            "every endpoint needs a host (host:port, separated by commas), got {text:?}"
-        )));
-    }
-    if host
-        .chars()
-        .any(|c| c.is_whitespace() || matches!(c, '@' | '%' | '?'))
-    {
-        return Err(bad(format!(
-            "host {host:?} contains a character hosts cannot"
-        )));
-    }
-    let port = match port {
-        None => DEFAULT_PORT,
-        Some(port) => port
-            .parse::<u16>()
-            .ok()
-            .filter(|&p| p != 0)
-            .ok_or_else(|| bad(format!("port {port:?} of {host} is not 1 to 65535")))?,
-    };
-    Ok(format!("{host}:{port}"))
-}
-
-fn percent_encode(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for byte in text.bytes() {
-        if byte.is_ascii_alphanumeric() || b"-._~/".contains(&byte) {
-            out.push(byte as char);
-        } else {
-            out.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    out
+    fencelock_core::url::parse_endpoint(text, DEFAULT_PORT, "endpoint", &[])
 }
 
 #[cfg(test)]
