@@ -2,6 +2,7 @@
 //! the wait for the predecessor (Curator's `InterProcessMutex` recipe: each waiter watches only
 //! the node just before its own, so a release wakes one waiter, never a herd).
 
+use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use fencelock_core::{Error, OwnerId, Result};
@@ -49,6 +50,9 @@ pub(crate) struct Enqueued {
     /// The node's fencing token: its `czxid`, plus the offset in force at it in
     /// [`Layout::Fencelock`].
     pub(crate) token: u64,
+    /// The container's children as listed right behind the node's create, for the first
+    /// [`turn`](Self::turn) (`None`: that listing failed, or was used).
+    listing: Option<Vec<String>>,
     armed: bool,
 }
 
@@ -72,6 +76,7 @@ impl Enqueued {
             owner,
             node: None,
             token: 0,
+            listing: None,
             armed: true,
         };
         match place.tokens {
@@ -89,19 +94,17 @@ impl Enqueued {
         let client = &session.client;
         for _ in 0..CREATE_ATTEMPTS {
             // Armed before the create is sent: a drop from here on cleans up.
-            match self
-                .session
-                .call_once(
-                    "creating a lock node",
-                    client.create(&name, &[], &lock_node),
-                )
-                .await
-            {
+            let create = client.create(&name, &[], &lock_node);
+            let (created, listed) = self
+                .with_listing(self.session.call_once("creating a lock node", create))
+                .await;
+            match created {
                 Ok((stat, sequence)) => {
                     let path = format!("{name}{sequence}");
                     let czxid = self.czxid_of(&path, &stat).await?;
                     self.token = offset::token(0, czxid)?;
                     self.node = Some((path, czxid));
+                    self.listing = listed;
                     return Ok(());
                 }
                 Err(Failure::NoNode) => self.make_container(place).await?,
@@ -168,7 +171,9 @@ impl Enqueued {
                 })?;
             let create_at = if replace.is_some() { 2 } else { 1 };
             let what = "creating a lock node";
-            let results = match self.session.commit(what, writer.commit()).await {
+            let commit = writer.commit();
+            let (committed, listed) = self.with_listing(self.session.commit(what, commit)).await;
+            let results = match committed {
                 Ok(results) => results,
                 Err(MultiFailure::Op(0, zk::Error::NoNode)) => {
                     // The offset node (or the prefix) is missing.
@@ -246,9 +251,23 @@ impl Enqueued {
                 continue;
             }
             self.token = token;
+            self.listing = listed;
             return Ok(());
         }
         Err(self.vanished())
+    }
+
+    /// Awaits `create`, a lock node's create (or its `multi`) already sent, together with a
+    /// listing of the container sent right behind it on the same session: ZooKeeper answers a
+    /// session's requests in order, so the listing sees the node if the create made it, and
+    /// the first [`turn`](Self::turn) needs no round trip of its own. The listing is `None`
+    /// if it failed (the create's answer decides what happens next; a turn then reads again).
+    async fn with_listing<T>(&self, create: impl Future<Output = T>) -> (T, Option<Vec<String>>) {
+        // The client sends a request when it is made, so this one leaves after the create.
+        let list = self.session.client.list_children(&self.container);
+        let list = self.session.call_once("listing a key's lock nodes", list);
+        let (created, listed) = tokio::join!(create, list);
+        (created, listed.ok())
     }
 
     /// After a create whose answer was lost (`error`: the connection dropped, the session
@@ -360,7 +379,9 @@ impl Enqueued {
     }
 
     /// Where the node stands now, read after the call (so after our create and every grant
-    /// and release the server had applied when it answered).
+    /// and release the server had applied when it answered); the first time, from the listing
+    /// sent right behind the create, when there is one (a node that was not the oldest then
+    /// may be now: its wait finds the node ahead gone, and it asks again).
     ///
     /// # Errors
     /// [`Error::Unavailable`] if the node is gone (its session ended, or an operator deleted
@@ -368,16 +389,19 @@ impl Enqueued {
     ///
     /// # Cancel safety
     /// Read-only.
-    pub(crate) async fn turn(&self) -> Result<Turn> {
+    pub(crate) async fn turn(&mut self) -> Result<Turn> {
         let what = "listing a key's lock nodes";
-        let children = match self
-            .session
-            .call(what, || self.session.client.list_children(&self.container))
-            .await
-        {
-            Ok(children) => children,
-            Err(Failure::NoNode) => Vec::new(),
-            Err(other) => return Err(other.into_error(what)),
+        let children = match self.listing.take() {
+            Some(children) => children,
+            None => match self
+                .session
+                .call(what, || self.session.client.list_children(&self.container))
+                .await
+            {
+                Ok(children) => children,
+                Err(Failure::NoNode) => Vec::new(),
+                Err(other) => return Err(other.into_error(what)),
+            },
         };
         let queue = keys::queue(self.layout, children);
         let ours = self.path().rsplit('/').next().unwrap_or("");
