@@ -9,6 +9,7 @@ pub mod cleanup_task;
 mod error;
 mod fence;
 mod guard;
+pub mod hint;
 mod keepalive;
 pub mod kind;
 mod lease;

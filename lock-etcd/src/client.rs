@@ -263,7 +263,7 @@ impl Connection {
             .revision_seen
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .fresh(Instant::now());
+            .fresh(Instant::now(), offset::HINT_AGE);
         if let Some(revision) = seen {
             return Ok(revision);
         }

@@ -7,7 +7,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use fencelock_core::{Error, Instant, Result};
+use fencelock_core::{Error, Result};
 
 /// etcd's granule `G`: a grant's token is at least the client's clock (µs since the epoch,
 /// read before the enqueue is sent) minus this. A raise costs one more key in the enqueue's
@@ -24,28 +24,7 @@ pub(crate) const HINT_AGE: Duration = Duration::from_secs(1);
 /// counts from. Fed only with linearizable answers (writes, linearizable reads), whose
 /// revision is at least the store's revision when their request was sent; a serializable read
 /// may come from a member that lags by any amount.
-#[derive(Debug, Default)]
-pub(crate) struct RevisionHint {
-    latest: Option<(i64, Instant)>,
-}
-
-impl RevisionHint {
-    /// Notes `revision`, shown by an answer to a request sent at `sent_at`. The most recently
-    /// sent request's answer wins, whether higher or lower: no maximum, so after a snapshot
-    /// restore took the revisions back, a fresh answer brings the hint down with them.
-    pub(crate) fn note(&mut self, revision: i64, sent_at: Instant) {
-        if self.latest.is_none_or(|(_, at)| at <= sent_at) {
-            self.latest = Some((revision, sent_at));
-        }
-    }
-
-    /// The hint, if its request was sent at most [`HINT_AGE`] before `now`.
-    pub(crate) fn fresh(&self, now: Instant) -> Option<i64> {
-        self.latest
-            .filter(|(_, at)| now.saturating_duration_since(*at) <= HINT_AGE)
-            .map(|(revision, _)| revision)
-    }
-}
+pub(crate) type RevisionHint = fencelock_core::hint::PositionHint;
 
 /// The offset's name under a prefix. No queue directory of the same prefix is it or holds it:
 /// directories end in `/` and this name holds none. Another prefix's directory may (prefixes
@@ -196,6 +175,7 @@ pub(crate) fn foreign_found(prefix: &str, dir: &str, entry: &[u8]) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fencelock_core::Instant;
 
     #[test]
     fn offsets_compare_as_their_values_do() {
@@ -229,12 +209,12 @@ mod tests {
         let mut hint = RevisionHint::default();
         hint.note(100, now - 2 * HINT_AGE);
         // Answered just now, but to a request sent long ago: as old as the request.
-        assert_eq!(hint.fresh(now), None);
+        assert_eq!(hint.fresh(now, HINT_AGE), None);
         hint.note(100, now - HINT_AGE / 2);
-        assert_eq!(hint.fresh(now), Some(100));
+        assert_eq!(hint.fresh(now, HINT_AGE), Some(100));
         // A late answer to an older request neither replaces nor re-dates it.
         hint.note(500, now - HINT_AGE);
-        assert_eq!(hint.fresh(now + HINT_AGE * 3 / 4), None);
+        assert_eq!(hint.fresh(now + HINT_AGE * 3 / 4, HINT_AGE), None);
     }
 
     #[test]
@@ -245,7 +225,7 @@ mod tests {
         let mut hint = RevisionHint::default();
         hint.note(1_000, now);
         hint.note(400, now + HINT_AGE / 10);
-        assert_eq!(hint.fresh(now + HINT_AGE / 5), Some(400));
+        assert_eq!(hint.fresh(now + HINT_AGE / 5, HINT_AGE), Some(400));
     }
 
     #[test]

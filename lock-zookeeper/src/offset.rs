@@ -11,7 +11,6 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fencelock_core::{Error, Result};
-use tokio::time::Instant;
 
 /// ZooKeeper's granule `G`: a grant's token is above the client's clock (µs since the epoch,
 /// read before the create is sent) minus this. A raise writes the offset node, at most about
@@ -110,27 +109,7 @@ impl Offsets {
 }
 
 /// A zxid no later than the next create's, and when the request that showed it was sent.
-#[derive(Debug, Default, Clone, Copy)]
-pub(crate) struct ZxidHint {
-    latest: Option<(i64, Instant)>,
-}
-
-impl ZxidHint {
-    /// Notes `zxid`, the zxid of a write this handle saw committed, sent at `sent_at`. The
-    /// most recently sent request's wins.
-    pub(crate) fn note(&mut self, zxid: i64, sent_at: Instant) {
-        if self.latest.is_none_or(|(_, at)| at <= sent_at) {
-            self.latest = Some((zxid, sent_at));
-        }
-    }
-
-    /// The hint, if its request was sent at most [`HINT_AGE`] before `now`.
-    pub(crate) fn fresh(&self, now: Instant) -> Option<i64> {
-        self.latest
-            .filter(|(_, at)| now.saturating_duration_since(*at) <= HINT_AGE)
-            .map(|(zxid, _)| zxid)
-    }
-}
+pub(crate) type ZxidHint = fencelock_core::hint::PositionHint;
 
 /// What a handle knows of its prefix's offset: the node as last read or written (`None`:
 /// read it first), and the freshest zxid it saw committed.
@@ -196,6 +175,7 @@ pub(crate) fn token(offset: u64, zxid: i64) -> Result<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fencelock_core::Instant;
 
     #[test]
     fn the_node_keeps_earlier_offsets_with_the_zxid_they_began_at() {
@@ -246,10 +226,10 @@ mod tests {
         let now = Instant::now();
         let mut hint = ZxidHint::default();
         hint.note(100, now - 2 * HINT_AGE);
-        assert_eq!(hint.fresh(now), None);
+        assert_eq!(hint.fresh(now, HINT_AGE), None);
         hint.note(200, now - HINT_AGE / 2);
-        assert_eq!(hint.fresh(now), Some(200));
+        assert_eq!(hint.fresh(now, HINT_AGE), Some(200));
         hint.note(500, now - HINT_AGE);
-        assert_eq!(hint.fresh(now), Some(200));
+        assert_eq!(hint.fresh(now, HINT_AGE), Some(200));
     }
 }

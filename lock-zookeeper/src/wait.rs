@@ -144,7 +144,7 @@ impl Enqueued {
             };
             let sent_at = Instant::now();
             let clock = offset::clock_micros();
-            let hint = state().hint.fresh(sent_at);
+            let hint = state().hint.fresh(sent_at, offset::HINT_AGE);
             let raise = match hint {
                 Some(hint) => offset::raise(known.as_ref().map(|k| k.current), clock, hint)?,
                 None => None,
