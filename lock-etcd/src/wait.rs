@@ -80,15 +80,7 @@ impl Waiter<'_> {
             // Renew alongside the check, so the lease handed out is measured from now; unless
             // the last confirmed renewal is recent (the grant, or a renewal moments ago), which
             // then measures it, a little earlier.
-            let sent_at = Instant::now();
-            let recent = sent_at < self.confirmed_at + period / 2;
-            let renew = async {
-                if recent {
-                    Ok(true)
-                } else {
-                    self.etcd.renew(self.lease_id).await
-                }
-            };
+            let (sent_at, renew) = self.renewal(period);
             let pending = read_meanwhile.take();
             let read = async {
                 match pending {
@@ -97,7 +89,6 @@ impl Waiter<'_> {
                 }
             };
             let (renewed, found) = tokio::join!(renew, read);
-            let sent_at = if recent { self.confirmed_at } else { sent_at };
             let found = found?;
             match self.renewed(renewed, sent_at)? {
                 Renewed::Ended => return Ok(Waited::LeaseEnded),
@@ -155,6 +146,29 @@ impl Waiter<'_> {
                 }
             }
         }
+    }
+
+    /// The renewal to send alongside a read, and the instant it measures the lease from: now,
+    /// or, when the last confirmed renewal is recent (within half a renewal `period`), no
+    /// request and that renewal's instant.
+    fn renewal(
+        &self,
+        period: Duration,
+    ) -> (
+        Instant,
+        impl std::future::Future<Output = Result<bool>> + '_,
+    ) {
+        let now = Instant::now();
+        let recent = now < self.confirmed_at + period / 2;
+        let from = if recent { self.confirmed_at } else { now };
+        let renew = async move {
+            if recent {
+                Ok(true)
+            } else {
+                self.etcd.renew(self.lease_id).await
+            }
+        };
+        (from, renew)
     }
 
     /// Settles one renewal sent at `sent_at`. A renewal that got no answer is tolerated while
@@ -564,17 +578,8 @@ impl Waiter<'_> {
         let period = (self.ttl / 3).max(Duration::from_millis(100));
         loop {
             // As in `run`: renew alongside the read unless the last confirmed renewal is recent.
-            let sent_at = Instant::now();
-            let recent = sent_at < self.confirmed_at + period / 2;
-            let renew = async {
-                if recent {
-                    Ok(true)
-                } else {
-                    self.etcd.renew(self.lease_id).await
-                }
-            };
+            let (sent_at, renew) = self.renewal(period);
             let (renewed, view) = tokio::join!(renew, self.mode_view(mode));
-            let sent_at = if recent { self.confirmed_at } else { sent_at };
             let view = view?;
             match self.renewed(renewed, sent_at)? {
                 Renewed::Ended => return Ok(Waited::LeaseEnded),
