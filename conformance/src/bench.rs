@@ -55,6 +55,12 @@ impl Samples {
         self.quantile(0.99)
     }
 
+    /// The arithmetic mean; zero when empty.
+    pub fn mean(&self) -> Duration {
+        let count = u32::try_from(self.sorted.len()).unwrap_or(u32::MAX).max(1);
+        self.sorted.iter().sum::<Duration>() / count
+    }
+
     /// How many samples.
     pub fn len(&self) -> usize {
         self.sorted.len()
@@ -621,12 +627,15 @@ struct StoreContender {
     wait: Duration,
 }
 
-fn store_contenders(
+/// One [`Contender`] per handle, each taking `key` with the store's `acquire` (`ttl`, waiting up
+/// to `wait`) and giving it back with `release`: a store's side of [`handoff_between`] or of
+/// [`PeersProtocol::run`].
+pub fn store_contenders(
     handles: Vec<DynLockStore>,
     key: &str,
     ttl: Duration,
     wait: Duration,
-) -> Vec<StoreContender> {
+) -> Vec<impl Contender<Held = Lease>> {
     handles
         .into_iter()
         .map(|store| StoreContender {
@@ -648,6 +657,217 @@ impl Contender for StoreContender {
 
     async fn give_back(&mut self, lease: Lease) -> Result<()> {
         self.store.release(&lease).await.map(drop)
+    }
+}
+
+/// The peers' protocol (issue 36): the load under which an independent harness compared
+/// fencelock with each store's own lock. Contenders take one key in turn, each holding it for
+/// [`hold`](Self::hold) and pausing [`pause`](Self::pause) after each release before asking
+/// again; the figure is each take's latency, from asking to holding. All contenders of a round
+/// start together, as the harness's did.
+///
+/// [`run`](Self::run) times ours and the peer in interleaved rounds (ours, peer, ours, peer …),
+/// so the same noise hits both. Every contender finishes its takes before a round ends, so
+/// nothing is left queued on the key for the next one.
+///
+/// ```
+/// # async fn demo() -> fencelock_core::Result<()> {
+/// use std::{sync::Arc, time::Duration};
+/// use fencelock_conformance::bench::{store_contenders, PeersProtocol, Table};
+/// use fencelock_core::{DynLockStore, MemoryStore};
+///
+/// let (ttl, wait) = (Duration::from_secs(10), Duration::from_secs(10));
+/// let ours: DynLockStore = Arc::new(MemoryStore::new());
+/// let peer: DynLockStore = Arc::new(MemoryStore::new());
+/// let protocol = PeersProtocol { rounds: 2, takes: 3, ..PeersProtocol::HARNESS };
+/// let versus = protocol
+///     .run(
+///         store_contenders(vec![ours.clone(); 8], "k", ttl, wait),
+///         store_contenders(vec![peer.clone(); 8], "k", ttl, wait),
+///     )
+///     .await?;
+/// assert_eq!((versus.ours.len(), versus.peer.len()), (48, 48));
+/// let mut table = Table::default();
+/// versus.rows(&mut table, "the peer", 1.0);
+/// assert_eq!(table.rows.len(), 7); // a heading, then ours and the peer's p50, mean, p99
+/// # Ok(())
+/// # }
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+/// #     .block_on(demo()).unwrap();
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeersProtocol {
+    /// How long each holder keeps the key.
+    pub hold: Duration,
+    /// How long each contender waits after its release before asking again.
+    pub pause: Duration,
+    /// Rounds of each side.
+    pub rounds: usize,
+    /// Takes per contender in each round.
+    pub takes: usize,
+}
+
+/// Contenders in the harness's protocol.
+pub const PEERS_CONTENDERS: usize = 8;
+
+impl PeersProtocol {
+    /// The harness's protocol (hold 1 ms, pause 30 ms; with [`PEERS_CONTENDERS`] contenders a
+    /// side), in 8 rounds of 20 takes per contender: 1,280 samples a side, about 11 s for both
+    /// sides at a few milliseconds per take.
+    pub const HARNESS: PeersProtocol = PeersProtocol {
+        hold: Duration::from_millis(1),
+        pause: Duration::from_millis(30),
+        rounds: 8,
+        takes: 20,
+    };
+
+    /// Runs the protocol on `ours` and on `peer` (the contenders of each side, all on one key),
+    /// in [`rounds`](Self::rounds) interleaved rounds, after one untimed round of 2 takes each.
+    ///
+    /// # Errors
+    /// The first error of a contender's `take` or `give_back` (the first in contender order of
+    /// the round that failed), as it is, or [`Store`](fencelock_core::ErrorKind::Store) if a
+    /// contender's task panicked.
+    ///
+    /// # Cancel safety
+    /// Dropping the future detaches the round's contender tasks: they finish their takes (or
+    /// fail), and the contenders are dropped with them.
+    ///
+    /// # Panics
+    /// Outside a tokio runtime.
+    pub async fn run<A: Contender, B: Contender>(
+        &self,
+        mut ours: Vec<A>,
+        mut peer: Vec<B>,
+    ) -> Result<VersusPeer> {
+        let warm_up = PeersProtocol { takes: 2, ..*self };
+        let mut discarded = Vec::new();
+        ours = warm_up.round(ours, &mut discarded).await?;
+        peer = warm_up.round(peer, &mut discarded).await?;
+        let (mut our_samples, mut peer_samples) = (Vec::new(), Vec::new());
+        for _ in 0..self.rounds {
+            ours = self.round(ours, &mut our_samples).await?;
+            peer = self.round(peer, &mut peer_samples).await?;
+        }
+        Ok(VersusPeer {
+            protocol: *self,
+            contenders: (ours.len(), peer.len()),
+            ours: Samples::new(our_samples),
+            peer: Samples::new(peer_samples),
+        })
+    }
+
+    /// One round: every contender takes the key [`takes`](Self::takes) times, adding each
+    /// take's latency to `samples`; the contenders come back for the next round.
+    async fn round<C: Contender>(
+        &self,
+        contenders: Vec<C>,
+        samples: &mut Vec<Duration>,
+    ) -> Result<Vec<C>> {
+        let PeersProtocol {
+            hold, pause, takes, ..
+        } = *self;
+        let joins: Vec<_> = contenders
+            .into_iter()
+            .map(|mut contender| {
+                tokio::spawn(async move {
+                    let mut waited = Vec::with_capacity(takes);
+                    for _ in 0..takes {
+                        let asked = Instant::now();
+                        let held = contender.take().await?;
+                        waited.push(asked.elapsed());
+                        tokio::time::sleep(hold).await;
+                        contender.give_back(held).await?;
+                        tokio::time::sleep(pause).await;
+                    }
+                    Ok::<_, Error>((contender, waited))
+                })
+            })
+            .collect();
+        let mut back = Vec::with_capacity(joins.len());
+        let mut failed = None;
+        for join in joins {
+            match join.await {
+                Ok(Ok((contender, waited))) => {
+                    back.push(contender);
+                    samples.extend(waited);
+                }
+                Ok(Err(e)) => {
+                    failed.get_or_insert(e);
+                }
+                Err(e) => {
+                    failed.get_or_insert(Error::Store {
+                        message: format!("a benchmark task panicked: {e}"),
+                        source: None,
+                    });
+                }
+            }
+        }
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(back),
+        }
+    }
+}
+
+/// Acquire latencies of ours and a peer in the same [`PeersProtocol`] run.
+#[derive(Debug, Clone)]
+pub struct VersusPeer {
+    /// The protocol they were measured in.
+    pub protocol: PeersProtocol,
+    /// How many contenders each side had: (ours, the peer's).
+    pub contenders: (usize, usize),
+    /// Ours: asking to holding, every take.
+    pub ours: Samples,
+    /// The peer's.
+    pub peer: Samples,
+}
+
+impl VersusPeer {
+    /// Adds the rows: a heading naming the protocol and the samples, then for each of p50,
+    /// mean and p99 ours, with its ratio to the peer's and the target `≤ {target}× {peer}`,
+    /// and the peer's. Labels: `"peers' protocol acquire p50: ours"`,
+    /// `"peers' protocol acquire p50: {peer}"`.
+    pub fn rows(&self, table: &mut Table, peer: &str, target: f64) {
+        let PeersProtocol { hold, pause, .. } = self.protocol;
+        let contenders = if self.contenders.0 == self.contenders.1 {
+            self.contenders.0.to_string()
+        } else {
+            format!(
+                "{} (ours) and {} ({peer})",
+                self.contenders.0, self.contenders.1
+            )
+        };
+        table.push(
+            format!(
+                "peers' protocol: {contenders} contenders on one key, hold {} ms, pause {} ms",
+                hold.as_millis(),
+                pause.as_millis()
+            ),
+            format!(
+                "{} and {} takes, rounds interleaved",
+                self.ours.len(),
+                self.peer.len()
+            ),
+        );
+        let target_text = format!("≤ {target:.1}× {peer}");
+        let stats: [(&str, fn(&Samples) -> Duration); 3] = [
+            ("p50", Samples::p50),
+            ("mean", Samples::mean),
+            ("p99", Samples::p99),
+        ];
+        for (name, stat) in stats {
+            let (ours, theirs) = (stat(&self.ours), stat(&self.peer));
+            let ratio = if theirs.is_zero() {
+                f64::INFINITY
+            } else {
+                micros(ours) / micros(theirs)
+            };
+            table
+                .latency(format!("peers' protocol acquire {name}: ours"), ours)
+                .ratio(ratio, Some((&target_text, ratio <= target)));
+            table.latency(format!("peers' protocol acquire {name}: {peer}"), theirs);
+        }
     }
 }
 
@@ -963,5 +1183,7 @@ mod tests {
         assert_eq!(samples.p50(), Duration::from_millis(51));
         assert_eq!(samples.p99(), Duration::from_millis(99));
         assert_eq!(Samples::default().p50(), Duration::ZERO);
+        assert_eq!(samples.mean(), Duration::from_micros(50_500));
+        assert_eq!(Samples::default().mean(), Duration::ZERO);
     }
 }
