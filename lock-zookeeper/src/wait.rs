@@ -164,8 +164,12 @@ impl Enqueued {
                 Some(old) => writer.add_delete(old, None),
                 None => Ok(()),
             });
+            // The container's data written with the create: its stat carries the transaction's
+            // zxid, the node's `czxid`, where the create's own answer may not (ZOOKEEPER-4026).
+            // Nothing reads that data or checks the container's version.
             staged
                 .and_then(|()| writer.add_create(&name, &[], &lock_node))
+                .and_then(|()| writer.add_set_data(&self.container, &[], None))
                 .map_err(|error| {
                     crate::error::client_error("staging a lock node's create", error)
                 })?;
@@ -204,7 +208,8 @@ impl Enqueued {
                 }
                 Err(MultiFailure::Other(error)) => return Err(error),
             };
-            let mut offset_stat = None;
+            // A write's stat from this multi (its `mzxid` is the transaction's zxid).
+            let mut written = None;
             let mut created = None;
             for result in results {
                 match result {
@@ -212,7 +217,7 @@ impl Enqueued {
                         created = Some((path, stat))
                     }
                     zk::MultiWriteResult::Create { stat, .. }
-                    | zk::MultiWriteResult::SetData { stat } => offset_stat = Some(stat),
+                    | zk::MultiWriteResult::SetData { stat } => written = Some(stat),
                     _ => {}
                 }
             }
@@ -223,8 +228,9 @@ impl Enqueued {
                 ));
             };
             // ZooKeeper before 3.8.1 answers a create inside a multi without its stat
-            // (ZOOKEEPER-4026); a raise's stat has the same zxid (one transaction).
-            let czxid = match offset_stat.filter(|stat| !stat.is_invalid() && stat.mzxid > 0) {
+            // (ZOOKEEPER-4026); the container's (or a raise's) stat has the same zxid (one
+            // transaction).
+            let czxid = match written.filter(|stat| !stat.is_invalid() && stat.mzxid > 0) {
                 Some(written) if stat.is_invalid() => written.mzxid,
                 _ => self.czxid_of(&path, &stat).await?,
             };
