@@ -663,8 +663,9 @@ impl Contender for StoreContender {
 /// The peers' protocol (issue 36): the load under which an independent harness compared
 /// fencelock with each store's own lock. Contenders take one key in turn, each holding it for
 /// [`hold`](Self::hold) and pausing [`pause`](Self::pause) after each release before asking
-/// again; the figure is each take's latency, from asking to holding. All contenders of a round
-/// start together, as the harness's did.
+/// again; the figure is each take's latency, from asking to holding. The contenders of a round
+/// start spread evenly over one period (hold + pause), as they run in a long run's steady
+/// state, so that each round does not add a burst of every contender at once.
 ///
 /// [`run`](Self::run) times ours and the peer in interleaved rounds (ours, peer, ours, peer …),
 /// so the same noise hits both. Every contender finishes its takes before a round ends, so
@@ -767,10 +768,14 @@ impl PeersProtocol {
         let PeersProtocol {
             hold, pause, takes, ..
         } = *self;
+        let count = u32::try_from(contenders.len()).unwrap_or(u32::MAX).max(1);
         let joins: Vec<_> = contenders
             .into_iter()
-            .map(|mut contender| {
+            .zip(0u32..)
+            .map(|(mut contender, i)| {
+                let start = (hold + pause) * i / count;
                 tokio::spawn(async move {
+                    tokio::time::sleep(start).await;
                     let mut waited = Vec::with_capacity(takes);
                     for _ in 0..takes {
                         let asked = Instant::now();
