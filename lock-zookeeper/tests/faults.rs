@@ -400,6 +400,10 @@ async fn release_after_its_session_expired_reports_lost() {
     );
 }
 
+/// Every member killed with `SIGKILL` and started again, right after a grant whose token is
+/// ahead of the clock (the token offset set far ahead by hand, as a swap from a store that was
+/// ahead leaves it): that grant's write was acknowledged only once a quorum had synced it
+/// (`forceSync=yes`), so the next token is above it, not a clock reading below it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restarted_ensemble_keeps_tokens_growing() {
     let mut ensemble = own_ensemble().await;
@@ -414,9 +418,24 @@ async fn restarted_ensemble_keeps_tokens_growing() {
             ReleaseOutcome::Released
         );
     }
+    // A year ahead of every token so far (which follow the clock in µs).
+    let ahead = before + 365 * 24 * 3600 * 1_000_000;
+    let raw = common::raw(&ensemble.url()).await;
+    let offset = format!("{}/~offset", fencelock_zookeeper::DEFAULT_PREFIX);
+    raw.set_data(&offset, ahead.to_string().as_bytes(), None)
+        .await
+        .expect("set the token offset ahead by hand");
+    drop(raw);
+    let lease = store.try_acquire("faults:restart:b", TTL).await.unwrap();
+    assert!(
+        lease.fencing_token() > ahead,
+        "{:#x} after the offset {ahead:#x}",
+        lease.fencing_token()
+    );
+    before = lease.fencing_token();
     drop(store);
 
-    block_in_place(|| ensemble.restart_all()).expect("restart every member");
+    block_in_place(|| ensemble.restart_all()).expect("kill and restart every member");
     let store = common::store(&ensemble.url(), "").await;
     for key in ["faults:restart:a", "faults:restart:c"] {
         let lease = retrying(TTL, || store.try_acquire(key, TTL))
