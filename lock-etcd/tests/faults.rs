@@ -1,6 +1,6 @@
 //! Faults against real etcd servers, each test with its own: a killed leader, a holder cut off
 //! from the cluster (its keep-alives stall), a stopped cluster, an operator's eviction, a
-//! dropped waiter, a wait that runs out, and the watches a handle's waits leave behind.
+//! dropped waiter, a wait that runs out, and the watches a handle's waits leave behind, and a kill right after a grant ahead of the clock.
 
 mod common;
 
@@ -702,4 +702,45 @@ async fn credentials_from_the_url_authenticate() {
         }
         Ok(store) => panic!("a wrong password connected: {store:?}"),
     }
+}
+
+/// The server killed with `SIGKILL` right after a grant whose token is ahead of the clock (the
+/// prefix's token offset set a year ahead by hand, as a swap from a store that was ahead leaves
+/// it): etcd acknowledged that grant's write only once it was in its synced log, so the next
+/// token after the restart is above it, not a clock reading below it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_ahead_of_the_clock_survives_a_kill() {
+    let mut server = EtcdServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let url = server.url();
+    let ttl = Duration::from_secs(30);
+    let key = "faults:ahead";
+    let holder = store(&url, "").await;
+    let first = holder.try_acquire(key, ttl).await.unwrap();
+    assert_eq!(
+        holder.release(&first).await.unwrap(),
+        ReleaseOutcome::Released
+    );
+    // A year ahead of the tokens so far (which follow the clock in µs).
+    let ahead = first.fencing_token() + 365 * 24 * 3600 * 1_000_000;
+    let mut raw = etcd_client::Client::connect([server.endpoint()], None)
+        .await
+        .expect("a raw client");
+    let offset = format!("{}~offset", fencelock_etcd::DEFAULT_PREFIX);
+    raw.put(offset, format!("{ahead:019}"), None)
+        .await
+        .expect("set the token offset ahead by hand");
+    let lease = holder.try_acquire(key, ttl).await.unwrap();
+    let granted = lease.fencing_token();
+    assert!(granted > ahead, "{granted} after the offset {ahead}");
+    drop((holder, raw));
+
+    tokio::task::block_in_place(|| server.restart()).expect("kill and restart etcd");
+    let store = store(&url, "").await;
+    // The killed holder's lease outlives the restart: another key shows the next token.
+    let next = store.try_acquire("faults:ahead:next", ttl).await.unwrap();
+    assert!(
+        next.fencing_token() > granted,
+        "{} after {granted}, handed out before the kill",
+        next.fencing_token()
+    );
 }
