@@ -1,6 +1,7 @@
 //! Faults against real etcd servers, each test with its own: a killed leader, a holder cut off
 //! from the cluster (its keep-alives stall), a stopped cluster, an operator's eviction, a
-//! dropped waiter, a wait that runs out, and the watches a handle's waits leave behind, and a kill right after a grant ahead of the clock.
+//! dropped waiter, a wait that runs out, the watches a handle's waits leave behind, and a kill
+//! right after a grant ahead of the clock.
 
 mod common;
 
