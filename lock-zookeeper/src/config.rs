@@ -4,7 +4,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use fencelock_core::url::{parse_timeout, percent_decode};
+use fencelock_core::url::{client_identity, parse_timeout, percent_decode, read_pem};
 use fencelock_core::{Error, Result};
 
 use crate::keys;
@@ -12,9 +12,12 @@ use crate::layout::Layout;
 
 /// `zookeeper://`: plain connections.
 const SCHEME: &str = "zookeeper";
+/// `zookeepers://`: TLS connections to the servers' `secureClientPort` (crate feature `tls`),
+/// named as `rediss://` and `etcds://` are.
+const TLS_SCHEME: &str = "zookeepers";
 /// The URL schemes this store answers to: its descriptor's, and the ones
 /// [`ZookeeperConfig::from_url`] accepts.
-pub const URL_SCHEMES: &[&str] = &[SCHEME];
+pub const URL_SCHEMES: &[&str] = &[SCHEME, TLS_SCHEME];
 /// The default prefix: the znode under which every key's container node lives.
 pub const DEFAULT_PREFIX: &str = "/fencelock";
 /// The default bound on establishing a session.
@@ -26,9 +29,40 @@ pub const DEFAULT_PORT: u16 = 2181;
 
 /// The query-string options this crate reads; anything else is rejected, so a typo such as
 /// `prefx=` cannot silently put locks under the default prefix.
-const OPTIONS: &[&str] = &["prefix", "layout", "connect_timeout", "command_timeout"];
-/// TLS options of the other stores, refused here with a reason.
-const TLS_OPTIONS: &[&str] = &["tls", "tls_ca", "tls_cert", "tls_key", "sslmode"];
+const OPTIONS: &[&str] = &[
+    "prefix",
+    "layout",
+    "connect_timeout",
+    "command_timeout",
+    "auth",
+    "tls_ca",
+    "tls_cert",
+    "tls_key",
+];
+
+/// How the URL's user authenticates a session.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Auth {
+    /// `auth=digest`, the default: ZooKeeper's `digest` scheme (`addauth digest user:password`);
+    /// the store's nodes get the ACL `digest:user:{hash}:cdrwa`.
+    #[default]
+    Digest,
+    /// `auth=sasl`: SASL `DIGEST-MD5` against the user of the server's JAAS `Server` section
+    /// (`DigestLoginModule`); the store's nodes get the ACL `sasl:user:cdrwa`. A wrong password
+    /// fails the connect.
+    Sasl,
+}
+
+impl Auth {
+    /// The name in the URL's `auth=` option.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Auth::Digest => "digest",
+            Auth::Sasl => "sasl",
+        }
+    }
+}
 
 /// How to reach ZooKeeper and where to keep the locks.
 ///
@@ -36,6 +70,7 @@ const TLS_OPTIONS: &[&str] = &["tls", "tls_ca", "tls_cert", "tls_key", "sslmode"
 ///
 /// ```text
 /// zookeeper://[user:password@]host:port[,host:port…][/chroot][?option=value&…]
+/// zookeepers://…   (TLS to the secureClientPort, needs the crate feature `tls`)
 /// ```
 ///
 /// | option | default | meaning |
@@ -44,19 +79,30 @@ const TLS_OPTIONS: &[&str] = &["tls", "tls_ca", "tls_cert", "tls_key", "sslmode"
 /// | `layout` | `fencelock` | `fencelock`, `curator` or `kazoo`: the znode names and queue order, see [`Layout`]; the lock on a key is the znode `{prefix}/{escaped key}` in every layout ([`ZookeeperConfig::lock_path`]) |
 /// | `connect_timeout` | `5s` | bound on establishing a session: `5` (seconds), `5s` or `250ms` |
 /// | `command_timeout` | `5s` | bound on one request to the ensemble, same forms |
+/// | `auth` | `digest` | how the user authenticates: `digest` (ZooKeeper's digest scheme) or `sasl` (SASL DIGEST-MD5), see [`Auth`]; needs a user |
+/// | `tls_ca` | none: required | `zookeepers://` only: a PEM file of the CA certificates that may sign the servers' certificates (the client has no default roots) |
+/// | `tls_cert`, `tls_key` | none | `zookeepers://` only, both or neither: PEM files of the client certificate and its key, for servers with `ssl.clientAuth=need` |
 ///
-/// The user name and password, if given, authenticate every session with ZooKeeper's
-/// `digest` scheme (`addauth digest user:password`), and every node the store creates gets the
-/// ACL `auth::cdrwa` (all rights for that user only, ZooKeeper's `CREATOR_ALL_ACL`); without a
-/// user, nodes get `world:anyone:cdrwa` (see the crate docs, *ACLs and authentication*). TLS is not supported yet: the `tls*`
-/// options are refused (see the crate docs). A host without a port gets 2181; IPv6 hosts are
-/// written `[::1]:2181`. Unknown options are rejected. `Debug` and `Display` never show the
-/// password.
+/// The user name and password, if given, authenticate every session (`auth=`), and every
+/// node the store creates gets the ACL `auth::cdrwa` (all rights for that user only,
+/// ZooKeeper's `CREATOR_ALL_ACL`); without a user, nodes get `world:anyone:cdrwa` (see the
+/// crate docs, *ACLs and authentication*). Over TLS the server's certificate must be signed
+/// by `tls_ca` and name the host of the URL (an IP address against an IP SAN). The TLS files
+/// are read when the URL is parsed; their contents never appear in `Debug`, `Display` or an
+/// error. A host without a port gets 2181; IPv6 hosts are written `[::1]:2181`. Unknown
+/// options are rejected. `Debug` and `Display` never show the password.
 #[derive(Clone)]
 pub struct ZookeeperConfig {
     pub(crate) endpoints: Vec<String>,
     pub(crate) chroot: String,
     pub(crate) user: Option<(String, String)>,
+    pub(crate) auth: Auth,
+    /// `zookeepers://`.
+    pub(crate) tls: bool,
+    /// `tls_ca=`: the PEM text of the trusted CAs.
+    pub(crate) tls_ca: Option<Vec<u8>>,
+    /// `tls_cert=` and `tls_key=`: the PEM texts of the client certificate and its key.
+    pub(crate) tls_identity: Option<(Vec<u8>, Vec<u8>)>,
     pub(crate) prefix: String,
     pub(crate) layout: Layout,
     pub(crate) connect_timeout: Duration,
@@ -64,19 +110,30 @@ pub struct ZookeeperConfig {
 }
 
 impl ZookeeperConfig {
-    /// Parses a `zookeeper://` URL (see the type's docs for the options).
+    /// Parses a `zookeeper://` or `zookeepers://` URL (see the type's docs for the options).
     ///
     /// # Errors
     /// [`Error::InvalidInput`] naming `"url"` for another scheme, a malformed host list or
-    /// chroot, an unknown or malformed option, or a TLS option. The message never contains the
-    /// password.
+    /// chroot, an unknown or malformed option, `zookeepers://` without the `tls` feature or
+    /// without `tls_ca`, a TLS option on `zookeeper://`, a TLS file that cannot be read, or
+    /// `auth=sasl` without a user. The message never contains the password.
     pub fn from_url(url: &str) -> Result<Self> {
         fencelock_core::url::check_userinfo_encoded(url)?;
         let bad = |rule: String| Error::invalid("url", rule);
         let (scheme, rest) = url.split_once("://").unwrap_or(("(none)", url));
-        if !scheme.eq_ignore_ascii_case(SCHEME) {
+        let tls = if scheme.eq_ignore_ascii_case(SCHEME) {
+            false
+        } else if scheme.eq_ignore_ascii_case(TLS_SCHEME) {
+            true
+        } else {
             return Err(bad(format!(
-                "the scheme must be {SCHEME}://, not {scheme}://"
+                "the scheme must be {SCHEME}:// or {TLS_SCHEME}:// (TLS), not {scheme}://"
+            )));
+        };
+        if tls && !cfg!(feature = "tls") {
+            return Err(bad(format!(
+                "{TLS_SCHEME}:// needs fencelock-zookeeper's `tls` feature (the facade's and \
+                 lockctl's `tls`)"
             )));
         }
         let (rest, query) = match rest.split_once('?') {
@@ -121,11 +178,16 @@ impl ZookeeperConfig {
             endpoints,
             chroot,
             user,
+            auth: Auth::Digest,
+            tls,
+            tls_ca: None,
+            tls_identity: None,
             prefix: DEFAULT_PREFIX.to_owned(),
             layout: Layout::Fencelock,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             command_timeout: DEFAULT_COMMAND_TIMEOUT,
         };
+        let (mut tls_cert, mut tls_key) = (None, None);
         for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
             let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
             let decode = |text: &str| {
@@ -151,13 +213,23 @@ impl ZookeeperConfig {
                 "command_timeout" => {
                     config.command_timeout = parse_timeout("command_timeout", &value)?
                 }
-                tls if TLS_OPTIONS.contains(&tls) => {
+                "auth" => {
+                    config.auth = match value.as_str() {
+                        "digest" => Auth::Digest,
+                        "sasl" => Auth::Sasl,
+                        other => {
+                            return Err(bad(format!("auth must be digest or sasl, not {other:?}")))
+                        }
+                    }
+                }
+                "tls_ca" | "tls_cert" | "tls_key" if !tls => {
                     return Err(bad(format!(
-                        "{tls}: TLS to ZooKeeper is not supported by fencelock-zookeeper yet \
-                         (ZooKeeper's TLS needs a secureClientPort and the client's tls feature); \
-                         reach the ensemble over a trusted network or a TLS tunnel"
+                        "{name} needs {TLS_SCHEME}://, not {SCHEME}://"
                     )))
                 }
+                "tls_ca" => config.tls_ca = Some(read_pem("tls_ca", &value, "CERTIFICATE")?),
+                "tls_cert" => tls_cert = Some(read_pem("tls_cert", &value, "CERTIFICATE")?),
+                "tls_key" => tls_key = Some(read_pem("tls_key", &value, "PRIVATE KEY")?),
                 unknown => {
                     return Err(bad(format!(
                         "unknown option {unknown:?}; this store reads {}",
@@ -165,6 +237,18 @@ impl ZookeeperConfig {
                     )))
                 }
             }
+        }
+        config.tls_identity = client_identity(tls_cert, tls_key)?;
+        if tls && config.tls_ca.is_none() {
+            return Err(bad(format!(
+                "{TLS_SCHEME}:// needs tls_ca=PATH, the PEM file of the CA that signs the \
+                 servers' certificates (the ZooKeeper client has no default roots)"
+            )));
+        }
+        if config.auth == Auth::Sasl && config.user.is_none() {
+            return Err(bad(
+                "auth=sasl needs a user: zookeeper://user:password@host:port?auth=sasl".into(),
+            ));
         }
         Ok(config)
     }
@@ -179,9 +263,19 @@ impl ZookeeperConfig {
         &self.chroot
     }
 
-    /// The user name of the digest authentication, if the URL names one.
+    /// The user name of the authentication, if the URL names one.
     pub fn user(&self) -> Option<&str> {
         self.user.as_ref().map(|(name, _)| name.as_str())
+    }
+
+    /// How the user authenticates (`auth=`).
+    pub fn auth(&self) -> Auth {
+        self.auth
+    }
+
+    /// Whether the connections use TLS (`zookeepers://`).
+    pub fn is_tls(&self) -> bool {
+        self.tls
     }
 
     /// The znode under which each key's container lives.
@@ -239,8 +333,9 @@ impl ZookeeperConfig {
         self
     }
 
-    /// The ACL of every node the store creates: all rights for the URL's digest user only
-    /// (`auth::cdrwa`), or for anyone without a user.
+    /// The ACL of every node the store creates: all rights for the URL's user only
+    /// (`auth::cdrwa`, which the server turns into that user's `digest:` or `sasl:` id), or
+    /// for anyone without a user.
     pub(crate) fn acls(&self) -> zookeeper_client::Acls<'static> {
         match self.user {
             Some(_) => zookeeper_client::Acls::creator_all(),
@@ -253,14 +348,20 @@ impl ZookeeperConfig {
         format!("{}{}", self.endpoints.join(","), self.chroot)
     }
 
-    /// The URL with the password replaced by `***` and the options in their parsed form.
+    /// The URL with the password replaced by `***` and the options in their parsed form (the
+    /// TLS files are not in it: they were read when the URL was parsed).
     pub fn redacted(&self) -> String {
+        let scheme = if self.tls { TLS_SCHEME } else { SCHEME };
         let user = match &self.user {
             Some((name, _)) => format!("{}:***@", fencelock_core::url::percent_encode(name)),
             None => String::new(),
         };
+        let auth = match (&self.user, self.auth) {
+            (Some(_), Auth::Sasl) => "&auth=sasl",
+            _ => "",
+        };
         format!(
-            "{SCHEME}://{user}{}{}?prefix={}&layout={}&connect_timeout={}ms&command_timeout={}ms",
+            "{scheme}://{user}{}{}?prefix={}&layout={}&connect_timeout={}ms&command_timeout={}ms{auth}",
             self.endpoints.join(","),
             self.chroot,
             fencelock_core::url::percent_encode(&self.prefix),
@@ -284,6 +385,10 @@ impl fmt::Debug for ZookeeperConfig {
             .field("chroot", &self.chroot)
             .field("user", &self.user())
             .field("password", &self.user.as_ref().map(|_| "***"))
+            .field("auth", &self.auth)
+            .field("tls", &self.tls)
+            .field("tls_ca", &self.tls_ca.as_ref().map(|_| "(PEM)"))
+            .field("tls_identity", &self.tls_identity.as_ref().map(|_| "(PEM)"))
             .field("prefix", &self.prefix)
             .field("layout", &self.layout)
             .field("connect_timeout", &self.connect_timeout)
@@ -402,6 +507,21 @@ mod tests {
         assert!(config
             .to_string()
             .starts_with("zookeeper://user:***@h:1,h:2/c?prefix=/fencelock"));
+        let sasl = ZookeeperConfig::from_url("zookeeper://user:s3cr%40t@h:1?auth=sasl").unwrap();
+        assert_eq!(sasl.auth(), Auth::Sasl);
+        for shown in [sasl.to_string(), format!("{sasl:?}"), sasl.redacted()] {
+            assert!(!shown.contains("s3cr"), "{shown}");
+            assert!(
+                shown.contains("***") && shown.to_lowercase().contains("sasl"),
+                "{shown}"
+            );
+        }
+        assert_eq!(
+            ZookeeperConfig::from_url(&sasl.redacted()).unwrap().auth(),
+            Auth::Sasl
+        );
+        let message = rule("zookeeper://user:s3cret@h:1?auth=sasl&tls_ca=/x");
+        assert!(!message.contains("s3cret"), "{message}");
         let message = rule("zookeeper://user:s3cret@h:1?prefx=x");
         assert!(!message.contains("s3cret"), "{message}");
         let again = ZookeeperConfig::from_url(
@@ -440,7 +560,18 @@ mod tests {
         assert!(rule("zookeeper://h:1/a//b").contains("chroot"));
         assert!(rule("zookeeper://h:1?connect_timeout=0").contains("connect_timeout"));
         assert!(rule("zookeeper://:pw@h:1").contains("user name"));
-        assert!(rule("zookeeper://h:1?tls_ca=/x").contains("TLS"));
+        assert!(rule("zookeeper://h:1?tls_ca=/x").contains("zookeepers://"));
+        assert!(rule("zookeeper://h:1?auth=kerberos").contains("auth"));
+        assert!(rule("zookeeper://h:1?auth=sasl").contains("needs a user"));
         assert!(rule("zookeeper://h:1?layout=etcd").contains("layout"));
+    }
+
+    #[test]
+    fn tls_urls_need_the_tls_feature() {
+        if cfg!(feature = "tls") {
+            assert!(rule("zookeepers://h:1").contains("tls_ca"));
+        } else {
+            assert!(rule("zookeepers://h:1").contains("`tls` feature"));
+        }
     }
 }

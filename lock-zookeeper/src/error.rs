@@ -25,7 +25,17 @@ pub(crate) fn is_retryable(error: &zk::Error) -> bool {
 /// Maps the client library's error, kept as the source: retryable ones become
 /// [`Error::Unavailable`], the rest [`Error::Store`] (a refused ACL says which right).
 pub(crate) fn client_error(what: &str, error: zk::Error) -> Error {
-    if matches!(error, zk::Error::NoAuth | zk::Error::AuthFailed) {
+    if matches!(error, zk::Error::AuthFailed) {
+        return Error::store(
+            format!(
+                "{what}: ZooKeeper refused the URL's credentials ({error}): with auth=sasl, the \
+                 user and password must be those of a user_<name> in the server's JAAS Server \
+                 section (DigestLoginModule)"
+            ),
+            error,
+        );
+    }
+    if matches!(error, zk::Error::NoAuth) {
         return Error::store(
             format!(
                 "{what}: ZooKeeper refused it ({error}): the URL's user needs READ and CREATE on \

@@ -2,9 +2,10 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-// Module order (each imports only from those before it): layout, keys, config, error, limits
-// (how a TTL maps to a session), offset, loss (the session-loss watcher), session (the client layer), held, expiry (a lease's
-// deadline task), cleanup (a dropped acquisition's nodes), wait (the queue), store,
+// Module order (each imports only from those before it): layout, keys, config, error, tls (the
+// TLS client settings and the handshake that names a refusal), limits (how a TTL maps to a
+// session), offset, loss (the session-loss watcher), session (the client layer), held, expiry
+// (a lease's deadline task), cleanup (a dropped acquisition's nodes), wait (the queue), store,
 // descriptor.
 mod cleanup;
 mod config;
@@ -19,10 +20,12 @@ mod loss;
 mod offset;
 mod session;
 mod store;
+#[cfg(feature = "tls")]
+mod tls;
 mod wait;
 
 pub use config::{
-    ZookeeperConfig, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PORT,
+    Auth, ZookeeperConfig, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PORT,
     DEFAULT_PREFIX, URL_SCHEMES,
 };
 pub use descriptor::ZOOKEEPER;

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
-use crate::config::ZookeeperConfig;
+use crate::config::{Auth, ZookeeperConfig};
 use crate::error::{client_error, is_retryable, timed_out};
 use crate::loss::{watch_state, SessionLeases};
 
@@ -53,18 +53,55 @@ impl Session {
         // short: attempts are repeated (from the first server again) until the connect timeout.
         let deadline = Instant::now() + config.connect_timeout;
         let mut pause = Duration::from_millis(10);
+        #[cfg(feature = "tls")]
+        let tls = match config.tls {
+            true => {
+                crate::tls::install_crypto_provider();
+                Some(crate::tls::options(config)?)
+            }
+            false => None,
+        };
+        // Over TLS, the first failed attempt is followed by one handshake of the store's own,
+        // which names a refusal the client reports as a lost connection.
+        #[cfg(feature = "tls")]
+        let mut probe = config.tls;
         let client = loop {
             let mut connector = zk::Client::connector()
                 .with_session_timeout(requested)
                 .with_fail_eagerly();
-            if let Some((user, password)) = &config.user {
-                connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
+            match (&config.user, config.auth) {
+                (Some((user, password)), Auth::Digest) => {
+                    connector =
+                        connector.with_auth("digest", format!("{user}:{password}").as_bytes());
+                }
+                (Some((user, password)), Auth::Sasl) => {
+                    connector = connector
+                        .with_sasl(zk::SaslOptions::digest_md5(user.clone(), password.clone()));
+                }
+                (None, _) => {}
             }
             let left = deadline.saturating_duration_since(Instant::now());
-            match tokio::time::timeout(left, connector.connect(&config.connect_string())).await {
+            let connecting = async {
+                #[cfg(feature = "tls")]
+                if let Some(tls) = &tls {
+                    return connector
+                        .with_tls(tls.clone())
+                        .secure_connect(&config.connect_string())
+                        .await;
+                }
+                connector.connect(&config.connect_string()).await
+            };
+            match tokio::time::timeout(left, connecting).await {
                 Err(_) => return Err(timed_out(what, config.connect_timeout)),
                 Ok(Ok(client)) => break client,
                 Ok(Err(error)) if is_retryable(&error) && Instant::now() + pause < deadline => {
+                    #[cfg(feature = "tls")]
+                    if std::mem::take(&mut probe) {
+                        let left = deadline.saturating_duration_since(Instant::now());
+                        if let Some(refusal) = crate::tls::refusal(config, left).await {
+                            return Err(refusal);
+                        }
+                    }
                     tracing::debug!(%error, "{what}: retrying");
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_millis(200));

@@ -64,7 +64,10 @@ impl ZookeeperStore {
     /// # Errors
     /// [`Unavailable`](fencelock_core::ErrorKind::Unavailable) when no server answered within
     /// the connect timeout; [`Store`](fencelock_core::ErrorKind::Store) when authentication
-    /// was refused.
+    /// was refused (a wrong SASL password) or, over TLS, the handshake was (an unknown CA, a
+    /// certificate for another host, a missing client certificate): retrying cannot fix
+    /// either; [`InvalidInput`](fencelock_core::ErrorKind::InvalidInput) for TLS files the
+    /// client cannot use.
     ///
     /// # Cancel safety
     /// Dropping the future drops the half-open sessions; nothing is held.

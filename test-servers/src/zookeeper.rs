@@ -10,6 +10,10 @@
 //! restart depends on it), the admin server off, and containers swept every
 //! [`CONTAINER_SWEEP`] (the Java system property `znode.container.checkIntervalMs`; 60 s by
 //! default).
+//!
+//! [`ZookeeperEnsemble::start_secure`] starts a standalone server with TLS on a
+//! `secureClientPort` (Netty, PEM files of [`TestCa`]) and SASL DIGEST-MD5 users, beside its
+//! plain client port.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -20,12 +24,15 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::process::{self, log_marker, start_error, Proc, TempDir};
-use crate::{Error, Result};
+use crate::{Error, Result, ServerCert, TestCa};
 
 /// The server's jar, as `zkEnv.sh`'s `CLASSPATH` names it.
 const JAR: &str = "/usr/share/java/zookeeper.jar";
 /// slf4j's simple binding, so the server logs to its stderr (our log file); optional.
 const LOG_JAR: &str = "/usr/share/java/slf4j-simple.jar";
+/// Netty's codecs (Debian's `libnetty-java`, a dependency of `zookeeper`), which the
+/// `secureClientPort`'s Netty server needs and `zookeeper.jar`'s manifest does not list.
+const NETTY_CODEC_JAR: &str = "/usr/share/java/netty-codec.jar";
 /// The main class `zkServer.sh` runs (`ZOOMAIN` in `zkEnv.sh`).
 const MAIN: &str = "org.apache.zookeeper.server.quorum.QuorumPeerMain";
 /// The Debian package the server comes from (it depends on a Java runtime).
@@ -45,6 +52,10 @@ pub const CONTAINER_SWEEP: Duration = Duration::from_secs(1);
 /// survives losing one.
 pub const ENSEMBLE_MEMBERS: usize = 3;
 
+/// The SASL DIGEST-MD5 users (name, password) of every server
+/// [`ZookeeperEnsemble::shared_secure`] starts.
+pub const SASL_USERS: &[(&str, &str)] = &[("app", "app-sasl-secret"), ("other", "other-secret")];
+
 /// How long [`ZookeeperEnsemble::leader`] waits for a leader.
 const LEADER_TIMEOUT: Duration = Duration::from_secs(20);
 /// Timeout of one four-letter-word exchange.
@@ -59,7 +70,23 @@ pub struct ZookeeperEnsemble {
     members: Vec<Member>,
     java: PathBuf,
     class_path: String,
+    /// The `secureClientPort` of a standalone server started with TLS.
+    secure_port: Option<u16>,
+    /// JVM options beyond the common ones (the JAAS file of SASL).
+    jvm_options: Vec<String>,
     dir: TempDir,
+}
+
+/// TLS and SASL of a standalone server started by [`ZookeeperEnsemble::start_secure`].
+#[derive(Clone, Debug, Default)]
+pub struct Security {
+    /// A `secureClientPort` (Netty) presenting this certificate of `ca`, trusting `ca` for
+    /// client certificates (`ssl.clientAuth=need` with [`ServerCert::RequireClientCert`],
+    /// `want` otherwise); none without.
+    pub tls: Option<ServerCert>,
+    /// Users (name, password) of the JAAS `Server` section (`DigestLoginModule`), with
+    /// `SASLAuthenticationProvider` as an auth provider; no SASL when empty.
+    pub sasl_users: Vec<(String, String)>,
 }
 
 #[derive(Debug)]
@@ -101,12 +128,25 @@ impl ZookeeperEnsemble {
         Self::start(1)
     }
 
+    /// Starts a standalone server with `security`'s TLS port (certificates of `ca`) and SASL
+    /// users, beside its plain client port, and waits until both ports serve.
+    ///
+    /// Fails with [`Error::MissingBinary`] naming the package `zookeeper` if the server or a
+    /// Java runtime is not installed.
+    pub fn start_secure(ca: &TestCa, security: &Security) -> Result<Self> {
+        Self::start_with(1, Some((ca, security)))
+    }
+
     /// Starts an ensemble of `members` (1 is a standalone server) and waits until every
     /// member serves requests (an ensemble: one leader, the others following).
     ///
     /// Fails with [`Error::MissingBinary`] naming the package `zookeeper` if the server or a
     /// Java runtime is not installed.
     pub fn start(members: usize) -> Result<Self> {
+        Self::start_with(members, None)
+    }
+
+    fn start_with(members: usize, security: Option<(&TestCa, &Security)>) -> Result<Self> {
         if members == 0 {
             return Err(Error::InvalidArgument(
                 "a ZooKeeper ensemble needs at least one member".into(),
@@ -119,14 +159,18 @@ impl ZookeeperEnsemble {
                 package: PACKAGE.into(),
             });
         }
-        let class_path = if Path::new(LOG_JAR).is_file() {
+        let mut class_path = if Path::new(LOG_JAR).is_file() {
             format!("{JAR}:{LOG_JAR}")
         } else {
             JAR.to_owned()
         };
+        // Netty's server (TLS) needs its codec, which the jar's manifest leaves out.
+        if security.is_some() && Path::new(NETTY_CODEC_JAR).is_file() {
+            class_path = format!("{class_path}:{NETTY_CODEC_JAR}");
+        }
         let mut last_error = None;
         for _ in 0..process::START_ATTEMPTS {
-            match Self::try_start(&java, &class_path, members)? {
+            match Self::try_start(&java, &class_path, members, security)? {
                 Ok(ensemble) => return Ok(ensemble),
                 Err(e) => last_error = Some(e),
             }
@@ -144,6 +188,33 @@ impl ZookeeperEnsemble {
         shared(&SERVER, || Self::start(1))
     }
 
+    /// The shared standalone server of this test process with TLS presenting `cert` of
+    /// [`TestCa::shared`] and the SASL users [`SASL_USERS`] ([`start_secure`](Self::start_secure)),
+    /// one per `cert`, started on first use.
+    ///
+    /// # Panics
+    /// If the server cannot be started.
+    pub fn shared_secure(cert: ServerCert) -> &'static Self {
+        static VALID: OnceLock<Result<ZookeeperEnsemble, String>> = OnceLock::new();
+        static STRICT: OnceLock<Result<ZookeeperEnsemble, String>> = OnceLock::new();
+        static ELSEWHERE: OnceLock<Result<ZookeeperEnsemble, String>> = OnceLock::new();
+        let cell = match cert {
+            ServerCert::Valid => &VALID,
+            ServerCert::RequireClientCert => &STRICT,
+            ServerCert::Elsewhere => &ELSEWHERE,
+        };
+        shared(cell, || {
+            let security = Security {
+                tls: Some(cert),
+                sasl_users: SASL_USERS
+                    .iter()
+                    .map(|(user, password)| (user.to_string(), password.to_string()))
+                    .collect(),
+            };
+            Self::start_secure(TestCa::shared(), &security)
+        })
+    }
+
     /// The shared ensemble of [`ENSEMBLE_MEMBERS`] of this test process, started on first use.
     ///
     /// # Panics
@@ -155,9 +226,21 @@ impl ZookeeperEnsemble {
 
     /// One start on fresh ports. The outer error is final; the inner one (a member exited
     /// early, e.g. a port was taken) is worth a retry.
-    fn try_start(java: &Path, class_path: &str, n: usize) -> Result<Result<Self>> {
-        let ports = process::free_ports(3 * n)?;
+    fn try_start(
+        java: &Path,
+        class_path: &str,
+        n: usize,
+        security: Option<(&TestCa, &Security)>,
+    ) -> Result<Result<Self>> {
+        let ports = process::free_ports(3 * n + usize::from(security.is_some()))?;
         let dir = TempDir::new("zookeeper", ports[0], None)?;
+        let (secure, jvm_options) = match security {
+            Some((ca, security)) => {
+                let (text, options) = secure_settings(dir.path(), ca, security, ports[3 * n])?;
+                (Some((text, ports[3 * n])), options)
+            }
+            None => (None, Vec::new()),
+        };
         let servers: String = (0..n)
             .filter(|_| n > 1)
             .map(|i| {
@@ -175,7 +258,11 @@ impl ZookeeperEnsemble {
             std::fs::create_dir_all(&data)?;
             std::fs::write(data.join("myid"), format!("{}\n", i + 1))?;
             let config = dir.path().join(format!("m{}.cfg", i + 1));
-            std::fs::write(&config, config_text(&data, ports[3 * i], &servers))?;
+            let mut text = config_text(&data, ports[3 * i], &servers);
+            if let Some((secure, _)) = &secure {
+                text.push_str(secure);
+            }
+            std::fs::write(&config, text)?;
             members.push(Member {
                 proc: Proc::none(),
                 id: i + 1,
@@ -188,6 +275,8 @@ impl ZookeeperEnsemble {
             members,
             java: java.to_path_buf(),
             class_path: class_path.to_owned(),
+            secure_port: secure.map(|(_, port)| port),
+            jvm_options,
             dir,
         };
         for i in 0..n {
@@ -236,6 +325,13 @@ impl ZookeeperEnsemble {
         if modes.iter().any(Option::is_none) {
             return false;
         }
+        // The secure port opens after the plain one.
+        if let Some(port) = self.secure_port {
+            let addr = SocketAddr::from(([127, 0, 0, 1], port));
+            if TcpStream::connect_timeout(&addr, WORD_TIMEOUT).is_err() {
+                return false;
+            }
+        }
         self.members.len() == 1
             || modes
                 .iter()
@@ -265,6 +361,7 @@ impl ZookeeperEnsemble {
             // Quorum connections to a member that is down give up after 1 s, not 5 s, so an
             // election after a kill is quick.
             .arg("-Dzookeeper.cnxTimeout=1000")
+            .args(&self.jvm_options)
             .arg(MAIN)
             .arg(&m.config)
             .current_dir(self.dir.path());
@@ -282,6 +379,13 @@ impl ZookeeperEnsemble {
     /// The URL form the store crate reads: `zookeeper://h:p[,h:p…]`.
     pub fn url(&self) -> String {
         format!("zookeeper://{}", self.endpoints().join(","))
+    }
+
+    /// `zookeepers://127.0.0.1:SECURE_PORT` of a server started with TLS
+    /// ([`start_secure`](Self::start_secure)), no options; `None` without TLS.
+    pub fn tls_url(&self) -> Option<String> {
+        self.secure_port
+            .map(|port| format!("zookeepers://127.0.0.1:{port}"))
     }
 
     /// The number of members.
@@ -423,6 +527,69 @@ fn config_text(data: &Path, client_port: u16, servers: &str) -> String {
         min = MIN_SESSION_TIMEOUT.as_millis(),
         max = MAX_SESSION_TIMEOUT.as_millis(),
     )
+}
+
+/// The `zoo.cfg` lines and JVM options of `security` on a standalone server whose secure port
+/// is `port`, writing the PEM key store and the JAAS file into `dir`.
+///
+/// ZooKeeper 3.8 reads PEM key and trust stores (`ssl.*.type=PEM`), the key store holding the
+/// private key and the certificate in one file. `zoo.cfg` keys it does not know (`ssl.*`,
+/// `serverCnxnFactory`, `authProvider.N`) become the `zookeeper.`-prefixed system properties
+/// the server reads.
+fn secure_settings(
+    dir: &Path,
+    ca: &TestCa,
+    security: &Security,
+    port: u16,
+) -> Result<(String, Vec<String>)> {
+    let mut text = String::new();
+    let mut options = Vec::new();
+    if let Some(cert) = security.tls {
+        let (crt, key) = cert.files(ca);
+        let key_store = dir.join("server-keystore.pem");
+        let mut pem = std::fs::read(&key)?;
+        pem.extend(std::fs::read(&crt)?);
+        std::fs::write(&key_store, pem)?;
+        let client_auth = if cert.requires_client_cert() {
+            "need"
+        } else {
+            "want"
+        };
+        text.push_str(&format!(
+            "secureClientPort={port}\n\
+             secureClientPortAddress=127.0.0.1\n\
+             serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory\n\
+             ssl.keyStore.location={key_store}\n\
+             ssl.keyStore.type=PEM\n\
+             ssl.trustStore.location={trust}\n\
+             ssl.trustStore.type=PEM\n\
+             ssl.clientAuth={client_auth}\n",
+            key_store = key_store.display(),
+            trust = ca.ca_file().display(),
+        ));
+    }
+    if !security.sasl_users.is_empty() {
+        let users: String = security
+            .sasl_users
+            .iter()
+            .map(|(user, password)| format!("\n    user_{user}=\"{password}\""))
+            .collect();
+        let jaas = dir.join("jaas.conf");
+        std::fs::write(
+            &jaas,
+            format!(
+                "Server {{\n    org.apache.zookeeper.server.auth.DigestLoginModule required{users};\n}};\n"
+            ),
+        )?;
+        text.push_str(
+            "authProvider.1=org.apache.zookeeper.server.auth.SASLAuthenticationProvider\n",
+        );
+        options.push(format!(
+            "-Djava.security.auth.login.config={}",
+            jaas.display()
+        ));
+    }
+    Ok((text, options))
 }
 
 /// The answer to a four-letter word (`srvr`, `mntr`) from the member on `port`.
