@@ -11,9 +11,10 @@ Python 3 standard library only.
 
 Every bar is one figure exactly as the run printed it (its text is copied, never reformatted);
 a chart names the row it came from, the section's command, and the run. The charts are chosen
-below (CHARTS); a row they name that the run does not have, a section the script has no charts
-for, a section a full run must have but this one lacks, or a line that is neither a row, a
-note nor a section marker stops the script with exit status 2 and the line it could not read.
+below (CHARTS); a row they name that the run does not have (unless the stored run predates
+it: ADDED, ADDED_ROWS), a section the script has no charts for, a section a full run must have
+but this one lacks, or a line that is neither a row, a note nor a section marker stops the
+script with exit status 2 and the line it could not read.
 """
 
 import os
@@ -178,6 +179,23 @@ FULL_RUN = ["redis", "redlock", "redis-scale", "etcd", "postgres", "mysql", "sql
 # section, left out of every chart when it does not. Move one into FULL_RUN once the stored
 # run has it.
 ADDED = ["zookeeper"]
+
+# The peers' protocol (issue 36): each store's bench prints ours and its peer's acquire latency
+# (asking to holding) with 8 contenders on one key, each holding 1 ms and pausing 30 ms after
+# each release. The stored full run predates these rows: a chart made only of them is drawn
+# when its section has them, left out when the section has none of them (some of them missing
+# is an error, as for any row).
+PEERS_PROTOCOL_PEERS = {"etcd": "etcd's lock()", "redis": "rslock", "postgres": "pg_advisory_lock"}
+
+
+def peers_protocol_bars(peer):
+    return [(f"peers' protocol acquire {stat}: {who}", kind)
+            for stat in ("p50", "mean", "p99")
+            for who, kind in (("ours", "ours"), (peer, "peer"))]
+
+
+ADDED_ROWS = {spec[0] for peer in PEERS_PROTOCOL_PEERS.values()
+              for spec in peers_protocol_bars(peer)}
 
 STORE_TITLES = {
     "redis": "Redis",
@@ -451,6 +469,14 @@ CHARTS = [
     ]),
 ]
 
+CHARTS += [
+    (f"{store}-peers-protocol.svg",
+     f"{STORE_TITLES[store]}: the peers' protocol, acquire latency (asking to holding) "
+     f"p50, mean and p99, ours next to {peer}",
+     [(store, peers_protocol_bars(peer))])
+    for store, peer in PEERS_PROTOCOL_PEERS.items()
+]
+
 
 class Bar:
     def __init__(self, label, text, number, unit, kind, note, lineno, target=""):
@@ -531,6 +557,9 @@ def build(run, spec_groups):
     for name, specs in spec_groups:
         section = run.section(name)
         if section is None and name in ADDED:
+            continue
+        if (all(spec[0] in ADDED_ROWS for spec in specs)
+                and not any(r.label in ADDED_ROWS for r in section.rows)):
             continue
         bars = []
         for spec in specs:
