@@ -11,8 +11,11 @@
 //! keeps them),
 //! throughput with 16 tasks on distinct keys against 16 raw connections doing the same, handoff
 //! latency with 8 waiters on one key (against raw waiters that bump the fence durably after
-//! `pg_advisory_lock`, and against the bare `pg_advisory_lock` handoff), and 500 leases held at once with keep-alive on one store
-//! handle, with the connection count.
+//! `pg_advisory_lock`, and against the bare `pg_advisory_lock` handoff), the peers' protocol
+//! (8 contenders on one key, each holding 1 ms and pausing 30 ms after each release: the
+//! acquire latency's p50, mean and p99, ours against the raw blocking `pg_advisory_lock`, a
+//! session per contender, in interleaved rounds, target each ≤ 1.2×), and 500 leases held at
+//! once with keep-alive on one store handle, with the connection count.
 
 use std::error::Error;
 use std::sync::Arc;
@@ -21,7 +24,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use fencelock_conformance::bench::{
     cycle, cycle_into, handoff, handoff_between, hold_kept_alive, lock_throughput, micros as us,
-    server_or_env, throughput, time_each, Contender, Handoff, ModeCycles, Samples, Table,
+    server_or_env, store_contenders, throughput, time_each, Contender, Handoff, ModeCycles,
+    PeersProtocol, Samples, Table, PEERS_CONTENDERS,
 };
 use fencelock_core::DynLockStore;
 use fencelock_postgres::{PostgresConfig, PostgresStore};
@@ -280,7 +284,30 @@ async fn main() -> Result<(), Box<dyn Error>> {
     for _ in 0..WAITERS {
         handles.push(Arc::new(PostgresStore::connect(config.clone()).await?));
     }
-    let handoffs = handoff(handles, "bench:handoff", TTL, HANDOFFS).await?;
+    let handoffs = handoff(handles.clone(), "bench:handoff", TTL, HANDOFFS).await?;
+
+    // The peers' protocol (8 contenders on one key, hold 1 ms, pause 30 ms): ours against the
+    // raw blocking pg_advisory_lock (a session per contender), in interleaved rounds.
+    let mut bare_contenders = Vec::new();
+    for _ in 0..PEERS_CONTENDERS {
+        bare_contenders.push(RawWaiter {
+            conn: PgConnection::connect(&url).await?,
+            id: 5_555_557,
+            bump: false,
+        });
+    }
+    let protocol = PeersProtocol::HARNESS
+        .run(
+            store_contenders(
+                handles[..PEERS_CONTENDERS].to_vec(),
+                "bench:protocol",
+                TTL,
+                Duration::from_secs(60),
+            ),
+            bare_contenders,
+        )
+        .await?;
+    drop(handles);
 
     // 500 leases held at once on one handle, kept alive.
     let held_store = Arc::new(PostgresStore::connect(config.clone()).await?);
@@ -373,6 +400,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
         "handoff p50 / (1 round trip + 1 durable upsert)",
         format!("{:.2}", us(handoffs.p50()) / floor),
     );
+    protocol.rows(&mut table, "pg_advisory_lock", 1.2);
     table
         .push(
             format!("{HELD} leases held with keep-alive, TTL {HELD_TTL:?}, for 3 TTLs"),

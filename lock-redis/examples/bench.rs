@@ -19,7 +19,10 @@
 //! the commands the client sent, each script once with the commands it calls);
 //! handoff latency to another waiter with 8 waiters on one key (one store handle each), next to
 //! its physical floor (a raw `PUBLISH` reaching a raw subscriber after the same idle time, plus
-//! one round trip); and the same cycle and handoff for `rslock` on the same server.
+//! one round trip); the same cycle and handoff for `rslock` on the same server; and the peers'
+//! protocol (8 contenders on one key, each holding 1 ms and pausing 30 ms after each release:
+//! the acquire latency's p50, mean and p99, ours against `rslock` in interleaved rounds,
+//! target each ≤ 1.0×).
 
 mod common;
 #[path = "common/floor.rs"]
@@ -32,7 +35,8 @@ use std::time::Duration;
 use common::{client_cpu, failed, raw_subscription, rslock_handoff_rows, server_version, Rslock};
 use fencelock_conformance::bench::{
     cycle, cycle_into, handoff, handoff_to_another, lock_throughput, micros as us, server_or_env,
-    throughput, time_each, ModeCycles, Samples, Table,
+    store_contenders, throughput, time_each, ModeCycles, PeersProtocol, Samples, Table,
+    PEERS_CONTENDERS,
 };
 use fencelock_core::DynLockStore;
 use fencelock_redis::{RedisConfig, RedisStore};
@@ -434,7 +438,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
     }
     let notify = raw_notify(&client, 500).await?;
     let handoffs = handoff_to_another(handles.clone(), "handoff", TTL, HOLD, HANDOFFS).await?;
-    let reacquiring = handoff(handles, "handoff-any", TTL, HANDOFFS).await?;
+    let reacquiring = handoff(handles.clone(), "handoff-any", TTL, HANDOFFS).await?;
 
     // The peer: rslock on the same server, one LockManager per waiter.
     let peer: DynLockStore = Arc::new(Rslock::new(vec![url.clone()]));
@@ -451,8 +455,29 @@ async fn main() -> Result<(), Box<dyn Error>> {
     for _ in 0..WAITERS {
         peer_handles.push(Arc::new(Rslock::new(vec![url.clone()])));
     }
-    let peer_handoffs =
-        handoff_to_another(peer_handles, "rslock:handoff", TTL, HOLD, PEER_HANDOFFS).await?;
+    let peer_handoffs = handoff_to_another(
+        peer_handles.clone(),
+        "rslock:handoff",
+        TTL,
+        HOLD,
+        PEER_HANDOFFS,
+    )
+    .await?;
+
+    // The peers' protocol (8 contenders on one key, hold 1 ms, pause 30 ms): ours against
+    // rslock, in interleaved rounds, on the handles of the handoff runs.
+    let wait = Duration::from_secs(60);
+    let protocol = PeersProtocol::HARNESS
+        .run(
+            store_contenders(handles[..PEERS_CONTENDERS].to_vec(), "protocol", TTL, wait),
+            store_contenders(
+                peer_handles[..PEERS_CONTENDERS].to_vec(),
+                "rslock:protocol",
+                TTL,
+                wait,
+            ),
+        )
+        .await?;
 
     let rtt = set_nx.p50();
     let mut table = Table::default();
@@ -627,6 +652,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
         format!("{:.2}", us(our_new_keys.p50()) / us(peer_new_keys.p50())),
     );
     rslock_handoff_rows(&mut table, WAITERS, &handoffs, &peer_handoffs);
+    protocol.rows(&mut table, "rslock", 1.0);
     println!("{table}");
     println!(
         "the raw fenced floor: the two scripts of issue 16 by EVALSHA on the same kind of \
@@ -640,9 +666,9 @@ async fn main() -> Result<(), Box<dyn Error>> {
     );
     println!(
         "ratios: cycle rows to the raw cycle; handoff rows to the raw SET NX PX round trip; \
-         the rslock handoff row is rslock's p50 over ours. Handoffs go to another waiter \
-         (the releaser waits for the next grant before contending again), except the \
-         \"releaser may re-take\" row."
+         the rslock handoff row is rslock's p50 over ours; the peers' protocol rows are \
+         ours over rslock's. Handoffs go to another waiter (the releaser waits for the next \
+         grant before contending again), except the \"releaser may re-take\" row."
     );
     println!("load average at the end: {}", load_average());
     println!(

@@ -13,9 +13,11 @@
 //! lock/unlock cycle, throughput on distinct keys, handoff latency with 8 waiters on one key
 //! (ours and etcd's lock service, in alternating rounds, over the raw floor of a delete seen by
 //! another client's watch, with the CPU each spends per handoff, client and server), the same
-//! handoff one waiter at a time on a quiet machine, and 10,000 locks held with keep-alive on
-//! one handle (TTL 10 s, three TTLs), with the client memory per lock, the client's
-//! connections and the server's keep-alive streams.
+//! handoff one waiter at a time on a quiet machine, the peers' protocol (8 contenders on one
+//! key, each holding 1 ms and pausing 30 ms after each release: the acquire latency's p50,
+//! mean and p99, ours against etcd's `lock()` in interleaved rounds, target each ≤ 1.0×), and
+//! 10,000 locks held with keep-alive on one handle (TTL 10 s, three TTLs), with the client
+//! memory per lock, the client's connections and the server's keep-alive streams.
 //!
 //! `ETCD_BENCH_HELD=N` holds N locks instead of 10,000.
 
@@ -26,8 +28,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use etcd_client::{Client, Compare, CompareOp, LockOptions, PutOptions, Txn, TxnOp};
 use fencelock_conformance::bench::{
-    cycle_into, handoff, handoff_between, lock_throughput, micros as us, server_or_env, throughput,
-    time_each, Contender, Handoff, ModeCycles, Samples, Table,
+    cycle_into, handoff, handoff_between, lock_throughput, micros as us, server_or_env,
+    store_contenders, throughput, time_each, Contender, Handoff, ModeCycles, PeersProtocol,
+    Samples, Table, PEERS_CONTENDERS,
 };
 use fencelock_core::DynLockStore;
 use fencelock_etcd::{EtcdConfig, EtcdStore};
@@ -503,7 +506,22 @@ async fn main() -> Result<(), Box<dyn Error>> {
         Samples::new(quiet_peer),
         Samples::new(quiet_floor),
     );
-    drop((handles, holder, waiter, quiet));
+    drop((holder, waiter, quiet));
+
+    // The peers' protocol (8 contenders on one key, hold 1 ms, pause 30 ms): ours against etcd's
+    // lock(), in interleaved rounds.
+    let mut peers = Vec::new();
+    for _ in 0..PEERS_CONTENDERS {
+        peers.push(PeerWaiter::connect(&endpoints, "bench/peer/protocol").await?);
+    }
+    let ours_in_protocol = store_contenders(
+        handles[..PEERS_CONTENDERS].to_vec(),
+        "bench:protocol",
+        TTL,
+        Duration::from_secs(60),
+    );
+    let protocol = PeersProtocol::HARNESS.run(ours_in_protocol, peers).await?;
+    drop(handles);
 
     // Many locks held at once on one handle, each kept alive (one keep-alive stream).
     let held_count = std::env::var("ETCD_BENCH_HELD")
@@ -607,6 +625,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
         "quiet handoff p50 ours / lock service",
         format!("{:.2}", us(quiet_ours.p50()) / us(quiet_peer.p50())),
     );
+    protocol.rows(&mut table, "etcd's lock()", 1.0);
     let n = held.count;
     table
         .push(
