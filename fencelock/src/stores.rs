@@ -58,7 +58,7 @@ stores! {
     "postgres" => fencelock_postgres { POSTGRES: "postgres", ["postgres", "postgresql"]; }
     "mysql" => fencelock_mysql { MYSQL: "mysql", ["mysql", "mariadb"]; }
     "sqlite" => fencelock_sqlite { SQLITE: "sqlite", ["sqlite"]; }
-    "zookeeper" => fencelock_zookeeper { ZOOKEEPER: "zookeeper", ["zookeeper"]; }
+    "zookeeper" => fencelock_zookeeper { ZOOKEEPER: "zookeeper", ["zookeeper", "zookeepers"]; }
 }
 
 /// A store the facade knows by name, whether or not this build compiled it in: enough to

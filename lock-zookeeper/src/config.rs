@@ -13,7 +13,7 @@ use crate::layout::Layout;
 /// `zookeeper://`: plain connections.
 const SCHEME: &str = "zookeeper";
 /// `zookeepers://`: TLS connections to the servers' `secureClientPort` (crate feature `tls`),
-/// named as `rediss://` and `etcds://` are.
+/// named as the other stores' TLS schemes are (the plain scheme and an `s`).
 const TLS_SCHEME: &str = "zookeepers";
 /// The URL schemes this store answers to: its descriptor's, and the ones
 /// [`ZookeeperConfig::from_url`] accepts.

@@ -159,7 +159,7 @@ fn help_and_version_still_exit_0() {
 }
 
 /// `lockctl run --help` shows every example URL of the README's TLS table (one per store:
-/// Redis, Redlock, etcd, PostgreSQL, MySQL).
+/// Redis, Redlock, etcd, ZooKeeper, PostgreSQL, MySQL).
 #[test]
 fn run_help_shows_the_readme_tls_examples() {
     let readme =
@@ -182,7 +182,14 @@ fn run_help_shows_the_readme_tls_examples() {
     let stores: Vec<&str> = examples.iter().map(|(store, _)| *store).collect();
     assert_eq!(
         stores,
-        ["Redis", "Redlock", "etcd", "PostgreSQL", "MySQL / MariaDB"],
+        [
+            "Redis",
+            "Redlock",
+            "etcd",
+            "ZooKeeper",
+            "PostgreSQL",
+            "MySQL / MariaDB"
+        ],
         "the README's TLS table changed: {section}"
     );
     let help = lockctl(&["run", "--help"]);
