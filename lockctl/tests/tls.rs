@@ -236,3 +236,19 @@ fn postgres_over_tls() {
     );
     runs_over_and_refuses_the_wrong_ca("postgres", &url, &with_password);
 }
+
+#[cfg(feature = "zookeeper")]
+#[test]
+fn zookeeper_over_tls() {
+    use test_servers::zookeeper::Security;
+    use test_servers::{ServerCert, ZookeeperEnsemble};
+    let security = Security {
+        tls: Some(ServerCert::Valid),
+        ..Security::default()
+    };
+    let server =
+        ZookeeperEnsemble::start_secure(TestCa::shared(), &security).expect("zookeeper with TLS");
+    let url = server.tls_url().expect("a secureClientPort");
+    let with_password = url.replacen("zookeepers://", &format!("zookeepers://app:{SECRET}@"), 1);
+    runs_over_and_refuses_the_wrong_ca("zookeeper", &url, &with_password);
+}
