@@ -471,8 +471,7 @@ CHARTS = [
 
 CHARTS += [
     (f"{store}-peers-protocol.svg",
-     f"{STORE_TITLES[store]}: the peers' protocol, acquire latency (asking to holding) "
-     f"p50, mean and p99, ours next to {peer}",
+     f"{STORE_TITLES[store]}: acquire latency in the peers' protocol, ours next to {peer}",
      [(store, peers_protocol_bars(peer))])
     for store, peer in PEERS_PROTOCOL_PEERS.items()
 ]

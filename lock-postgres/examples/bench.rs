@@ -401,6 +401,13 @@ async fn main() -> Result<(), Box<dyn Error>> {
         format!("{:.2}", us(handoffs.p50()) / floor),
     );
     protocol.rows(&mut table, "pg_advisory_lock", 1.2);
+    // As for the handoff: a grant also writes the fence (unsynced at the clock).
+    let bare = protocol.peer.p50();
+    let floor = (us(bare) + us(unsynced_upsert.p50()) - us(select_one.p50())) / us(bare);
+    table.push(
+        "  floor, p50: (that + unsynced upsert − 1 round trip) / that",
+        format!("{floor:.2}×"),
+    );
     table
         .push(
             format!("{HELD} leases held with keep-alive, TTL {HELD_TTL:?}, for 3 TTLs"),
