@@ -856,13 +856,12 @@ impl VersusPeer {
             ),
         );
         let target_text = format!("≤ {target:.1}× {peer}");
-        let stats: [(&str, fn(&Samples) -> Duration); 3] = [
-            ("p50", Samples::p50),
-            ("mean", Samples::mean),
-            ("p99", Samples::p99),
+        let stats = [
+            ("p50", self.ours.p50(), self.peer.p50()),
+            ("mean", self.ours.mean(), self.peer.mean()),
+            ("p99", self.ours.p99(), self.peer.p99()),
         ];
-        for (name, stat) in stats {
-            let (ours, theirs) = (stat(&self.ours), stat(&self.peer));
+        for (name, ours, theirs) in stats {
             let ratio = if theirs.is_zero() {
                 f64::INFINITY
             } else {
