@@ -10,7 +10,7 @@
 //! Prints one table: the raw round trips (a read, a write), the raw floor (lease grant + txn
 //! put + delete, the same client), our try_acquire + release cycle and its ratio (and the same
 //! cycle as a permit of a semaphore of 4 and as a shared lease, where the store keeps them), etcd's
-//! lock/unlock cycle, throughput on distinct keys, handoff latency with 8 waiters on one key
+//! lock/unlock cycle (a lease granted each time, and on a kept lease, as our store keeps idle leases), throughput on distinct keys, handoff latency with 8 waiters on one key
 //! (ours and etcd's lock service, in alternating rounds, over the raw floor of a delete seen by
 //! another client's watch, with the CPU each spends per handoff, client and server), the same
 //! handoff one waiter at a time on a quiet machine, the peers' protocol (8 contenders on one
@@ -26,7 +26,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use etcd_client::{Client, Compare, CompareOp, LockOptions, PutOptions, Txn, TxnOp};
+use etcd_client::{
+    Client, Compare, CompareOp, GetOptions, LockOptions, PutOptions, SortOrder, SortTarget, Txn,
+    TxnOp,
+};
 use fencelock_conformance::bench::{
     cycle_into, handoff, handoff_between, lock_throughput, micros as us, server_or_env,
     store_contenders, throughput, time_each, Contender, Handoff, ModeCycles, PeersProtocol,
@@ -100,6 +103,80 @@ async fn peer_cycle(client: &mut Client, name: &str) -> fencelock_core::Result<(
         .unlock(locked.key())
         .await
         .map_err(raw_error("peer unlock"))?;
+    Ok(())
+}
+
+/// etcd's own lock service on a lease granted once and kept, as a long-lived client (and our
+/// store, which keeps idle leases) uses it: `lock`, `unlock`.
+async fn peer_kept_cycle(
+    client: &mut Client,
+    name: &str,
+    lease: i64,
+) -> fencelock_core::Result<()> {
+    let locked = client
+        .lock(name, Some(LockOptions::new().with_lease(lease)))
+        .await
+        .map_err(raw_error("peer lock"))?;
+    client
+        .unlock(locked.key())
+        .await
+        .map_err(raw_error("peer unlock"))?;
+    Ok(())
+}
+
+/// Our cycle's two requests written by hand on a kept lease: the enqueue transaction (the token
+/// offset's raise, a comparison that finds it raised; the entry's put on the lease; the entry
+/// read back, the queue's head, its two newest entries and the offset), then the entry's
+/// delete if it exists (a transaction, as a release's). What a fenced, offset-raised queue entry costs the server, without our client.
+async fn fenced_floor_cycle(
+    client: &mut Client,
+    dir: &str,
+    lease: i64,
+) -> fencelock_core::Result<()> {
+    let offset = "bench/fenced/~offset";
+    let entry = format!("{dir}entry");
+    let raise = |below: &str| {
+        let create = Txn::new()
+            .when([Compare::version(offset, CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(offset, below, None)]);
+        Txn::new()
+            .when([Compare::value(offset, CompareOp::Less, below)])
+            .and_then([TxnOp::put(offset, below, None)])
+            .or_else([TxnOp::txn(create)])
+    };
+    let sorted = |order, limit| {
+        GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, order)
+            .with_limit(limit)
+    };
+    let enqueue = Txn::new().and_then([
+        TxnOp::txn(raise("0000000000000000001")),
+        TxnOp::put(
+            entry.as_str(),
+            "",
+            Some(PutOptions::new().with_lease(lease)),
+        ),
+        TxnOp::get(entry.as_str(), Some(GetOptions::new().with_keys_only())),
+        TxnOp::get(dir, Some(sorted(SortOrder::Ascend, 1))),
+        TxnOp::get(dir, Some(sorted(SortOrder::Descend, 2))),
+        TxnOp::get(offset, None),
+    ]);
+    client
+        .txn(enqueue)
+        .await
+        .map_err(raw_error("fenced floor enqueue"))?;
+    let delete = Txn::new()
+        .when([Compare::create_revision(
+            entry.as_str(),
+            CompareOp::Greater,
+            0,
+        )])
+        .and_then([TxnOp::delete(entry.as_str(), None)]);
+    client
+        .txn(delete)
+        .await
+        .map_err(raw_error("fenced floor delete"))?;
     Ok(())
 }
 
@@ -411,13 +488,22 @@ async fn main() -> Result<(), Box<dyn Error>> {
     // shared lease, where the store keeps them.
     let mut modes = ModeCycles::new(&dyn_store.capabilities());
     modes.warm_up(&dyn_store, "bench:cycle", TTL, 50).await?;
+    let kept_lease = raw
+        .lease_grant(TTL.as_secs() as i64 * 100, None)
+        .await
+        .map_err(raw_error("peer grant"))?
+        .id();
     for _ in 0..50 {
         raw_cycle(&mut raw, "bench/raw/cycle").await?;
         let lease = dyn_store.try_acquire("bench:cycle", TTL).await?;
         let _ = dyn_store.release(&lease).await?;
         peer_cycle(&mut raw, "bench/peer/cycle").await?;
+        peer_kept_cycle(&mut raw, "bench/peer/kept", kept_lease).await?;
+        fenced_floor_cycle(&mut raw, "bench/fenced/q/", kept_lease).await?;
     }
+    let mut fenced_samples = Vec::new();
     let (mut raw_samples, mut our_samples, mut peer_samples) = (Vec::new(), Vec::new(), Vec::new());
+    let mut kept_samples = Vec::new();
     for _ in 0..ROUNDS {
         for _ in 0..ITERATIONS / ROUNDS {
             let started = Instant::now();
@@ -440,10 +526,22 @@ async fn main() -> Result<(), Box<dyn Error>> {
             peer_cycle(&mut raw, "bench/peer/cycle").await?;
             peer_samples.push(started.elapsed());
         }
+        for _ in 0..ITERATIONS / ROUNDS {
+            let started = Instant::now();
+            peer_kept_cycle(&mut raw, "bench/peer/kept", kept_lease).await?;
+            kept_samples.push(started.elapsed());
+        }
+        for _ in 0..ITERATIONS / ROUNDS {
+            let started = Instant::now();
+            fenced_floor_cycle(&mut raw, "bench/fenced/q/", kept_lease).await?;
+            fenced_samples.push(started.elapsed());
+        }
     }
+    let fenced_floor = Samples::new(fenced_samples);
     let raw_floor = Samples::new(raw_samples);
     let ours = Samples::new(our_samples);
     let peer = Samples::new(peer_samples);
+    let peer_kept = Samples::new(kept_samples);
 
     // Throughput: 16 tasks on distinct keys, raw floor and ours, one connection each side.
     let raw_rate = throughput(TASKS, RUN_FOR, {
@@ -561,6 +659,38 @@ async fn main() -> Result<(), Box<dyn Error>> {
         .latency("peer: grant + lock() + unlock() p50", peer.p50())
         .ratio(us(peer.p50()) / us(raw_floor.p50()), None);
     table.latency("peer: grant + lock() + unlock() p99", peer.p99());
+    table
+        .latency(
+            "peer on a kept lease: lock() + unlock() p50",
+            peer_kept.p50(),
+        )
+        .ratio(us(peer_kept.p50()) / us(raw_floor.p50()), None);
+    table.latency(
+        "peer on a kept lease: lock() + unlock() p99",
+        peer_kept.p99(),
+    );
+    let versus_kept = us(ours.p50()) / us(peer_kept.p50());
+    table
+        .latency(
+            "fenced floor: our enqueue txn by hand + delete, kept lease p50",
+            fenced_floor.p50(),
+        )
+        .ratio(us(fenced_floor.p50()) / us(raw_floor.p50()), None);
+    let fenced_versus_kept = us(fenced_floor.p50()) / us(peer_kept.p50());
+    table.push(
+        "  fenced floor / lock() + unlock() on a kept lease",
+        format!("{fenced_versus_kept:.2}"),
+    );
+    table.push(
+        "  ours / fenced floor",
+        format!("{:.2}", us(ours.p50()) / us(fenced_floor.p50())),
+    );
+    table
+        .push(
+            "cycle p50 ours / lock() + unlock() on a kept lease",
+            format!("{versus_kept:.2}"),
+        )
+        .target = Some(("≤ 1.0× etcd's lock() + unlock()".into(), versus_kept <= 1.0));
     table.rate(format!("raw floor, {TASKS} tasks, distinct keys"), raw_rate);
     table
         .rate(format!("ours, {TASKS} tasks, distinct keys"), our_rate)
