@@ -10,7 +10,9 @@
 //! release cycle of the single-node store (on the first node), of our Redlock and of
 //! `rslock`, timed in alternating rounds; throughput with 32 tasks on distinct keys (ours and
 //! rslock's in alternating rounds, with the CPU per cycle of this process and of the five
-//! servers); and the handoff to another waiter with 8 waiters on one key (one handle each),
+//! servers, and the durable fenced floor on five: the single-node bench's durable floor run
+//! on each node in parallel, the least the servers spend on a fenced cycle whose tokens
+//! survive a node's data loss); and the handoff to another waiter with 8 waiters on one key (one handle each),
 //! ours and rslock's, next to the floor of any handoff in two rounds (the holder releases on
 //! every node, then the woken waiter acquires on a quorum) done by hand with plain commands,
 //! the three in alternating rounds. Ours takes one round: each node's release grants the key
@@ -28,6 +30,10 @@
 //! `# Redlock`), one more otherwise. rslock gives no fencing token.
 
 mod common;
+// Only the durable floor is used here.
+#[allow(dead_code)]
+#[path = "common/floor.rs"]
+mod floor;
 
 use std::error::Error;
 use std::sync::Arc;
@@ -35,10 +41,12 @@ use std::time::{Duration, Instant};
 
 use common::{client_cpu, failed, raw_subscription, rslock_handoff_rows, server_version, Rslock};
 use fencelock_conformance::bench::{
-    cycle, cycle_into, handoff_to_another, lock_throughput, micros as us, time_each, Samples, Table,
+    cycle, cycle_into, handoff_to_another, lock_throughput, micros as us, throughput, time_each,
+    Samples, Table,
 };
 use fencelock_core::DynLockStore;
 use fencelock_redis::{RedisConfig, RedisStore, RedlockConfig, RedlockStore};
+use floor::Floor;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use redis::aio::ConnectionManager;
 
@@ -240,22 +248,52 @@ async fn main() -> Result<(), Box<dyn Error>> {
     let single_rate = lock_throughput(single.clone(), "single:", TTL, TASKS, RUN_FOR).await?;
     // Ours and rslock's in alternating rounds, so both see the same machine load; with the
     // CPU each cycle took in this process (the client) and on the five servers.
-    let (mut ours_load, mut peer_load) = (Load::default(), Load::default());
+    // And the durable fenced floor on five, in the same rounds: each node runs the single-node
+    // bench's durable floor (`SET NX PX` and a token that survives losing the counter, then
+    // compare-delete-publish), the five in parallel; the least a fenced Redlock cycle whose
+    // tokens survive a node's data loss costs the servers.
+    let (mut ours_load, mut peer_load, mut floor_load) =
+        (Load::default(), Load::default(), Load::default());
+    let durable = Floor::durable();
     for _ in 0..THROUGHPUT_ROUNDS {
         let round = RUN_FOR / THROUGHPUT_ROUNDS as u32;
         for (store, prefix, load) in [
-            (&ours, "throughput:", &mut ours_load),
-            (&peer, "rslock:throughput:", &mut peer_load),
+            (Some(&ours), "throughput:", &mut ours_load),
+            (Some(&peer), "rslock:throughput:", &mut peer_load),
+            (None, "floor:throughput:", &mut floor_load),
         ] {
             let (client, servers) = (client_cpu(), servers_cpu(&raw).await?);
-            let rate = lock_throughput(store.clone(), prefix, TTL, TASKS, round).await?;
+            let rate = match store {
+                Some(store) => lock_throughput(store.clone(), prefix, TTL, TASKS, round).await?,
+                None => {
+                    let (nodes, durable) = (raw.clone(), durable.clone());
+                    throughput(TASKS, round, move |task, _| {
+                        let (nodes, durable) = (nodes.clone(), durable.clone());
+                        async move {
+                            let key = format!("{prefix}{task}");
+                            let mut cycles: FuturesUnordered<_> = nodes
+                                .into_iter()
+                                .map(|mut node| {
+                                    let (durable, key) = (durable.clone(), key.clone());
+                                    async move { durable.cycle(&mut node, &key, TTL).await }
+                                })
+                                .collect();
+                            while let Some(done) = cycles.next().await {
+                                done?;
+                            }
+                            Ok(())
+                        }
+                    })
+                    .await?
+                }
+            };
             load.cycles += rate * round.as_secs_f64();
             load.seconds += round.as_secs_f64();
             load.client_us += client_cpu() - client;
             load.servers_us += servers_cpu(&raw).await? - servers;
         }
     }
-    let (our_rate, peer_rate) = (ours_load.rate(), peer_load.rate());
+    let (our_rate, peer_rate, floor_rate) = (ours_load.rate(), peer_load.rate(), floor_load.rate());
 
     let mut handles: Vec<DynLockStore> = Vec::new();
     let mut peer_handles: Vec<DynLockStore> = Vec::new();
@@ -318,8 +356,22 @@ async fn main() -> Result<(), Box<dyn Error>> {
     let rate_ratio = our_rate / peer_rate;
     table
         .rate(format!("ours, {TASKS} tasks, distinct keys"), our_rate)
-        .ratio(rate_ratio, Some(("≥ 0.6× rslock", rate_ratio >= 0.6)));
-    for (who, load) in [("rslock", &peer_load), ("ours", &ours_load)] {
+        .ratio(rate_ratio, Some(("≥ 0.9× rslock", rate_ratio >= 0.9)));
+    table
+        .rate(
+            format!("durable fenced floor on five, {TASKS} tasks, distinct keys"),
+            floor_rate,
+        )
+        .ratio(floor_rate / peer_rate, None);
+    table.push(
+        "  ours / durable fenced floor",
+        format!("{:.2}", our_rate / floor_rate),
+    );
+    for (who, load) in [
+        ("rslock", &peer_load),
+        ("ours", &ours_load),
+        ("durable fenced floor", &floor_load),
+    ] {
         table.push(
             format!("{who}: CPU per cycle, client / five servers"),
             format!(
