@@ -4,15 +4,17 @@
 //! ephemeral sequential child in it, named by the layout (ZooKeeper appends the 10-digit
 //! sequence number). The oldest contender holds the lock; the others wait in the layout's order.
 //!
-//! - [`Layout::Fencelock`]: `{owner id}-lock-{sequence}`, ordered by the sequence number (names
-//!   without one are left out).
+//! - [`Layout::Fencelock`]: `{owner id}-lock-{sequence}` for an exclusive lease,
+//!   `{owner id}-shared-lock-{sequence}` for a reader and `{owner id}-permit{limit}-lock-{sequence}`
+//!   for a permit of a semaphore of `limit` ([`NodeMode`]), all in one queue ordered by the
+//!   sequence number (names without one are left out).
 //! - [`Layout::Curator`]: `_c_{uuid}-lock-{sequence}` (Curator's protected-mode name), and, as
 //!   Curator's `StandardLockInternalsDriver` does, *every* child sorted by the text after its
 //!   last `lock-` (the whole name if it has none).
 //! - [`Layout::Kazoo`]: `{uuid hex}__lock__{sequence}`; as kazoo's `WriteLock`, the contenders
 //!   are the children matching `(__lock__|__rlock__)(-?\d{10})$`, sorted by that sequence text.
 
-use fencelock_core::OwnerId;
+use fencelock_core::{Mode, OwnerId};
 
 use crate::layout::Layout;
 
@@ -44,18 +46,51 @@ fn uuid(owner: OwnerId) -> String {
     )
 }
 
-/// The name a lock node of `owner` starts with (ZooKeeper appends the sequence number).
-fn name_prefix(layout: Layout, owner: OwnerId) -> String {
-    match layout {
-        Layout::Curator => format!("{CURATOR_PROTECTED}{}{LOCK_NAME}", uuid(owner)),
-        Layout::Kazoo => format!("{owner}{KAZOO_LOCK}"),
+/// What a reader's node name says between the owner id and [`LOCK_NAME`].
+const SHARED_TAG: &str = "shared";
+/// What a permit's node name says there, followed by its limit.
+const PERMIT_TAG: &str = "permit";
+
+/// The name a lock node of `owner` in `mode` starts with (ZooKeeper appends the sequence
+/// number). The interop layouts know only exclusive leases.
+fn name_prefix(layout: Layout, owner: OwnerId, mode: Mode) -> String {
+    match (layout, mode) {
+        (Layout::Curator, _) => format!("{CURATOR_PROTECTED}{}{LOCK_NAME}", uuid(owner)),
+        (Layout::Kazoo, _) => format!("{owner}{KAZOO_LOCK}"),
+        (_, Mode::Shared) => format!("{owner}-{SHARED_TAG}{LOCK_NAME}"),
+        (_, Mode::Permit { limit }) => format!("{owner}-{PERMIT_TAG}{limit}{LOCK_NAME}"),
         _ => format!("{owner}{LOCK_NAME}"),
     }
 }
 
-/// The path a lock node of `owner` is created with (ZooKeeper appends the sequence number).
-pub(crate) fn node_prefix(layout: Layout, container: &str, owner: OwnerId) -> String {
-    format!("{container}/{}", name_prefix(layout, owner))
+/// The path a lock node of `owner` in `mode` is created with (ZooKeeper appends the sequence
+/// number).
+pub(crate) fn node_prefix(layout: Layout, container: &str, owner: OwnerId, mode: Mode) -> String {
+    format!("{container}/{}", name_prefix(layout, owner, mode))
+}
+
+/// The mode a lock node's name says ([`Layout::Fencelock`]; every node of the interop layouts
+/// is exclusive). A name this store cannot read counts as exclusive: it blocks every other
+/// request, so nothing is granted next to a node it does not understand.
+pub(crate) fn node_mode(layout: Layout, name: &str) -> Mode {
+    if layout != Layout::Fencelock {
+        return Mode::Exclusive;
+    }
+    let Some((head, _)) = name.rsplit_once(LOCK_NAME) else {
+        return Mode::Exclusive;
+    };
+    let Some((_, tag)) = head.split_once('-') else {
+        return Mode::Exclusive;
+    };
+    if tag == SHARED_TAG {
+        return Mode::Shared;
+    }
+    match tag.strip_prefix(PERMIT_TAG).map(str::parse::<u32>) {
+        Some(Ok(limit)) if (1..=fencelock_core::MAX_PERMITS).contains(&limit) => {
+            Mode::Permit { limit }
+        }
+        _ => Mode::Exclusive,
+    }
 }
 
 /// The sequence number of a lock node's name in the fencelock layout, `None` for a name this
@@ -90,13 +125,19 @@ pub(crate) fn owner(layout: Layout, name: &str) -> Option<OwnerId> {
             OwnerId::parse(&uuid.replace('-', ""))
         }
         Layout::Kazoo => OwnerId::parse(name.get(..32)?),
-        _ => OwnerId::parse(name.split_once(LOCK_NAME)?.0),
+        _ => {
+            let head = name.split_once(LOCK_NAME)?.0;
+            OwnerId::parse(head.split_once('-').map_or(head, |(owner, _)| owner))
+        }
     }
 }
 
-/// Whether the lock node `name` was made by `owner`.
+/// Whether the lock node `name` was made by `owner` (in any mode).
 pub(crate) fn made_by(layout: Layout, name: &str, owner: OwnerId) -> bool {
-    name.starts_with(&name_prefix(layout, owner))
+    match layout {
+        Layout::Fencelock => sequence(name).is_some() && self::owner(layout, name) == Some(owner),
+        _ => name.starts_with(&name_prefix(layout, owner, Mode::Exclusive)),
+    }
 }
 
 /// The contenders of a container, oldest first, in the layout's order.
@@ -180,7 +221,7 @@ mod tests {
     #[test]
     fn lock_node_names_parse() {
         let owner = OwnerId::from(0xabcu128);
-        let prefix = node_prefix(Layout::Fencelock, "/fencelock/k", owner);
+        let prefix = node_prefix(Layout::Fencelock, "/fencelock/k", owner, Mode::Exclusive);
         assert_eq!(
             prefix,
             "/fencelock/k/00000000000000000000000000000abc-lock-"
@@ -191,6 +232,21 @@ mod tests {
         assert!(made_by(Layout::Fencelock, name, owner));
         assert!(!made_by(Layout::Fencelock, name, OwnerId::from(1u128)));
         assert_eq!(sequence("junk"), None);
+        assert_eq!(node_mode(Layout::Fencelock, name), Mode::Exclusive);
+        for mode in [Mode::Shared, Mode::permits(3), Mode::permits(1024)] {
+            let path = node_prefix(Layout::Fencelock, "/k", owner, mode);
+            let name = format!("{}0000000007", &path[3..]);
+            assert_eq!(sequence(&name), Some(7));
+            assert_eq!(node_mode(Layout::Fencelock, &name), mode, "{name}");
+            assert_eq!(owner_of(Layout::Fencelock, &name), Some(owner));
+            assert!(made_by(Layout::Fencelock, &name, owner));
+            assert!(!made_by(Layout::Fencelock, &name, OwnerId::from(1u128)));
+            assert_eq!(node_mode(Layout::Curator, &name), Mode::Exclusive);
+        }
+        let odd = format!("{owner}-permit0-lock-0000000001");
+        assert_eq!(node_mode(Layout::Fencelock, &odd), Mode::Exclusive);
+        let odd = format!("{owner}-writer-lock-0000000001");
+        assert_eq!(node_mode(Layout::Fencelock, &odd), Mode::Exclusive);
         let queue = queue(
             Layout::Fencelock,
             vec![
@@ -214,7 +270,7 @@ mod tests {
     fn curator_names_and_order_are_curators() {
         let owner = OwnerId::from(0x0a790800_566f_4571_9f78_7fdbc02d965b_u128);
         assert_eq!(
-            node_prefix(Layout::Curator, "/l", owner),
+            node_prefix(Layout::Curator, "/l", owner, Mode::Shared),
             "/l/_c_0a790800-566f-4571-9f78-7fdbc02d965b-lock-"
         );
         let ours = "_c_0a790800-566f-4571-9f78-7fdbc02d965b-lock-0000000003";
@@ -241,7 +297,7 @@ mod tests {
     fn kazoo_names_and_order_are_kazoos() {
         let owner = OwnerId::from(0xeccf96f0d16c4a06bb6f7362197bfc5a_u128);
         assert_eq!(
-            node_prefix(Layout::Kazoo, "/l", owner),
+            node_prefix(Layout::Kazoo, "/l", owner, Mode::Exclusive),
             "/l/eccf96f0d16c4a06bb6f7362197bfc5a__lock__"
         );
         let ours = "eccf96f0d16c4a06bb6f7362197bfc5a__lock__0000000004";

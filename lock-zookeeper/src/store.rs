@@ -5,10 +5,10 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use fencelock_core::validate::{check_granted, check_request, check_wait};
+use fencelock_core::validate::{check_granted, check_mode, check_request, check_wait};
 use fencelock_core::{
-    Acquire, Capabilities, Error, Extend, KeyStatus, Lease, LockStore, OwnerId, PerKeyState,
-    Release, ReleaseOutcome, Result,
+    Acquire, Capabilities, Error, Extend, HolderStatus, KeyStatus, Lease, LockStore, Mode, OwnerId,
+    PerKeyState, Release, ReleaseOutcome, Result,
 };
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -208,9 +208,10 @@ impl ZookeeperStore {
         self.open(&mut sessions, limits, timeout).await
     }
 
-    /// One acquisition, waiting up to `wait` (zero: one attempt).
-    async fn attempt(&self, key: &str, ttl: Duration, wait: Duration) -> Result<Lease> {
+    /// One acquisition in `mode`, waiting up to `wait` (zero: one attempt).
+    async fn attempt(&self, key: &str, ttl: Duration, wait: Duration, mode: Mode) -> Result<Lease> {
         check_request(key, ttl, &self.capabilities())?;
+        check_mode(mode, &self.capabilities())?;
         check_wait(wait)?;
         let started = Instant::now();
         let until = started + wait;
@@ -227,13 +228,42 @@ impl ZookeeperStore {
         // looked up, or opened for a TTL not used before, and before its node's create); one
         // granted after a wait, from before the read that found its node the oldest.
         let mut sent_at = started;
-        let mut entry = Enqueued::create(session.clone(), &place, container, owner).await?;
-        let sent_at = loop {
-            let predecessor = match entry.turn().await? {
-                Turn::Holder => break sent_at,
-                Turn::Behind(predecessor) => predecessor,
+        let mut entry = Enqueued::create(session.clone(), &place, container, owner, mode).await?;
+        // A request that finds only compatible requests between their grant and their mark
+        // ahead waits for them even without a wait of its own, up to the command timeout.
+        let settle_until = until.max(started + self.config.command_timeout);
+        let (sent_at, slot) = loop {
+            let turn = match entry.turn().await {
+                Ok(turn) => turn,
+                Err(Error::LimitMismatch {
+                    held, requested, ..
+                }) => {
+                    entry.remove().await;
+                    return Err(Error::LimitMismatch {
+                        key: key.to_owned(),
+                        held,
+                        requested,
+                    });
+                }
+                Err(other) => return Err(other),
             };
-            if wait.is_zero() || Instant::now() >= until {
+            let compatible = match &turn {
+                Turn::Holder { slot } => {
+                    if mode != Mode::Exclusive {
+                        entry.mark(*slot).await?;
+                    }
+                    break (sent_at, *slot);
+                }
+                Turn::Wait { compatible, .. } => *compatible,
+                Turn::Full { .. } => false,
+            };
+            let now = Instant::now();
+            let gives_up = if compatible {
+                now >= settle_until
+            } else {
+                wait.is_zero() || now >= until
+            };
+            if gives_up {
                 entry.remove().await;
                 return Err(if wait.is_zero() {
                     Error::Busy {
@@ -246,7 +276,18 @@ impl ZookeeperStore {
                     }
                 });
             }
-            entry.wait_for(&predecessor, until).await?;
+            match turn {
+                Turn::Wait {
+                    name,
+                    version,
+                    compatible,
+                } => {
+                    let deadline = if compatible { settle_until } else { until };
+                    entry.wait_for(&name, version, deadline).await?;
+                }
+                Turn::Full { older } => entry.wait_children(older, until).await?,
+                Turn::Holder { .. } => {}
+            }
             sent_at = Instant::now();
             if session.is_ended() {
                 return Err(Error::Unavailable {
@@ -273,7 +314,8 @@ impl ZookeeperStore {
         };
         // The lease's TTL is its session's timeout: the ensemble cannot expire the session
         // before that long after the request sent at `sent_at`, and may expire it then.
-        let lease = Lease::with_store_state(key, owner, token, session.timeout, sent_at, held);
+        let lease = Lease::with_store_state(key, owner, token, session.timeout, sent_at, held)
+            .in_mode(mode, slot);
         if let Some(held) = lease.store_state::<Held>() {
             let _ = held.watch_id.set(session.leases.watch(lease.revocation()));
         }
@@ -329,7 +371,8 @@ impl Acquire for ZookeeperStore {
     /// Dropping the future deletes the lock node from a spawned task (it may have been
     /// created): nothing stays held, and waiters behind it are not kept waiting.
     async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Lease> {
-        self.attempt(key, ttl, Duration::ZERO).await
+        self.attempt(key, ttl, Duration::ZERO, Mode::Exclusive)
+            .await
     }
 
     /// Queues a lock node and waits, watching only the node just ahead, until it is the
@@ -341,7 +384,44 @@ impl Acquire for ZookeeperStore {
     /// # Cancel safety
     /// As [`try_acquire`](Self::try_acquire): the dropped waiter's node is deleted.
     async fn acquire(&self, key: &str, ttl: Duration, wait: Duration) -> Result<Lease> {
-        self.attempt(key, ttl, wait).await
+        self.attempt(key, ttl, wait, Mode::Exclusive).await
+    }
+
+    /// Creates a lock node in `mode` and takes the key if the mode's rule lets it in (see the
+    /// crate docs, "Lock modes"); otherwise deletes it and fails with [`Error::Busy`]. A
+    /// request that finds only compatible requests ahead, granted but not yet marked, waits
+    /// for their marks (at most the command timeout).
+    ///
+    /// # Errors
+    /// As [`Acquire::try_acquire_as`]'s contract: [`Error::Unsupported`] for readers and
+    /// permits with `layout=curator` or `layout=kazoo`, [`Error::LimitMismatch`] next to a
+    /// granted permit of another limit.
+    ///
+    /// # Cancel safety
+    /// As [`try_acquire`](Self::try_acquire).
+    async fn try_acquire_as(&self, key: &str, ttl: Duration, mode: Mode) -> Result<Lease> {
+        self.attempt(key, ttl, Duration::ZERO, mode).await
+    }
+
+    /// Queues a lock node in `mode` and waits, watching one node (or, for the permit at the
+    /// head of a full semaphore, the key's children), until the mode's rule lets it in or
+    /// `wait` passes.
+    ///
+    /// # Errors
+    /// As [`Acquire::acquire_as`]'s contract, and those of
+    /// [`try_acquire_as`](Self::try_acquire_as).
+    ///
+    /// # Cancel safety
+    /// As [`try_acquire`](Self::try_acquire): the dropped waiter's node is deleted, so it
+    /// stops keeping newer readers out, and never takes the key later.
+    async fn acquire_as(
+        &self,
+        key: &str,
+        ttl: Duration,
+        wait: Duration,
+        mode: Mode,
+    ) -> Result<Lease> {
+        self.attempt(key, ttl, wait, mode).await
     }
 }
 
@@ -470,7 +550,9 @@ impl LockStore for ZookeeperStore {
         let mut capabilities = Capabilities::new()
             .with_notified_wait(true)
             .with_fair_queue(true)
-            .with_evict(true);
+            .with_evict(true)
+            .with_shared(self.config.layout == Layout::Fencelock)
+            .with_permits(self.config.layout == Layout::Fencelock);
         if let Some(limits) = self.limits.get() {
             capabilities = capabilities
                 .with_min_ttl(limits.min_ttl())
@@ -480,7 +562,8 @@ impl LockStore for ZookeeperStore {
         capabilities
     }
 
-    /// The oldest lock node of the key: its owner id and token (`czxid`).
+    /// The oldest lock node of the key: its owner id and token (`czxid`); for readers and
+    /// permits, every marked node of the mode at the head of the queue.
     ///
     /// # Errors
     /// As [`LockStore::status`].
@@ -491,34 +574,58 @@ impl LockStore for ZookeeperStore {
         fencelock_core::validate::check_key(key)?;
         let session = self.first_session().await?;
         let container = keys::container(&self.config.prefix, key);
+        let layout = self.config.layout;
+        let mut held: Option<Mode> = None;
+        let mut holders = Vec::new();
         for name in self.queue(&session, &container).await? {
-            let path = format!("{container}/{name}");
-            match session
-                .call("reading a lock node", || session.client.check_stat(&path))
-                .await
-            {
-                Ok(Some(stat)) => {
-                    let token = match self.config.layout {
-                        Layout::Fencelock => self
-                            .offset_at(&session, stat.czxid)
-                            .await?
-                            .and_then(|o| offset::token(o, stat.czxid).ok()),
-                        _ => u64::try_from(stat.czxid).ok(),
-                    };
-                    return Ok(KeyStatus::Held {
-                        owner: keys::owner(self.config.layout, &name),
-                        token,
-                        remaining: None,
-                    });
-                }
-                Ok(None) | Err(Failure::NoNode) => continue,
-                Err(other) => return Err(other.into_error("reading a lock node")),
+            let mode = keys::node_mode(layout, &name);
+            if held.is_some_and(|held| held != mode) {
+                break;
             }
+            let path = format!("{container}/{name}");
+            let what = "reading a lock node";
+            let (data, stat) = match session.call(what, || session.client.get_data(&path)).await {
+                Ok(answer) => answer,
+                Err(Failure::NoNode) => continue,
+                Err(other) => return Err(other.into_error(what)),
+            };
+            let token = match layout {
+                Layout::Fencelock => self
+                    .offset_at(&session, stat.czxid)
+                    .await?
+                    .and_then(|o| offset::token(o, stat.czxid).ok()),
+                _ => u64::try_from(stat.czxid).ok(),
+            };
+            let owner = keys::owner(layout, &name);
+            if mode == Mode::Exclusive {
+                return Ok(KeyStatus::Held {
+                    owner,
+                    token,
+                    remaining: None,
+                });
+            }
+            if stat.version < 1 {
+                break; // not granted yet (nor is anything behind it)
+            }
+            held = Some(mode);
+            let slot = match mode {
+                Mode::Permit { .. } => crate::wait::parse_slot(&data),
+                _ => None,
+            };
+            holders.push(HolderStatus::new(owner, token, slot, None));
         }
-        Ok(KeyStatus::Free)
+        Ok(match held {
+            Some(mode) => KeyStatus::Shared {
+                mode,
+                count: u32::try_from(holders.len()).unwrap_or(u32::MAX),
+                holders,
+            },
+            None => KeyStatus::Free,
+        })
     }
 
-    /// Deletes the key's oldest lock node (the holder's).
+    /// Deletes the key's oldest lock node: the holder's, or with readers or permits holding,
+    /// the oldest of them (one lease per call).
     ///
     /// # Errors
     /// As [`LockStore::evict`].

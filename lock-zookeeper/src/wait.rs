@@ -1,11 +1,27 @@
 //! The queue of one acquisition: its ephemeral sequential lock node, whose turn it is, and
-//! the wait for the predecessor (Curator's `InterProcessMutex` recipe: each waiter watches only
-//! the node just before its own, so a release wakes one waiter, never a herd).
+//! the wait for the node it waits on (Curator's `InterProcessMutex` and
+//! `InterProcessReadWriteLock` recipes: each waiter watches one node, so a release wakes the
+//! waiters it lets in, never a herd).
+//!
+//! Every mode's nodes are in the key's one queue ([`Mode`]; the mode is in the node's name,
+//! [`keys::node_mode`]):
+//! - an exclusive node holds when it is the oldest, and watches the node just before it;
+//! - a reader holds when no older node is anything but a reader and the newest older reader
+//!   is *marked* (its data written, version 1, once it was granted; so, by induction, every
+//!   older reader is). It watches the oldest older node that is not a reader (Curator's
+//!   reader), or that newest older reader until it is marked;
+//! - a permit of `L` holds when every older node is a marked permit of `L` and there are
+//!   fewer than `L` of them; it takes the lowest slot none of them occupies, and its mark
+//!   records it. It watches the node just before it, and once that node is a marked permit
+//!   (so the `L` oldest nodes hold) the container's children, as the one waiter at the head.
+//!
+//! A node is granted only once every older node is gone or was granted before it, so grants
+//! follow the sequence, and so `czxid` order, in every mode.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use fencelock_core::{Error, OwnerId, Result};
+use fencelock_core::{Error, Mode, OwnerId, Result};
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
@@ -20,12 +36,33 @@ use crate::session::{Failure, MultiFailure, Session};
 /// token offset changed under it, or its token fell behind the clock.
 const CREATE_ATTEMPTS: usize = 8;
 
+/// What a reader's mark writes into its node.
+const SHARED_MARK: &[u8] = b"shared";
+
 /// Where the acquisition's node stands in its queue.
 pub(crate) enum Turn {
-    /// It is the oldest node: it holds the lock.
-    Holder,
-    /// It waits; the name of the node just before it.
-    Behind(String),
+    /// It may hold: the oldest node (exclusive), or a reader or permit its mode lets in (a
+    /// permit with the slot it takes). A reader or permit is granted once [`Enqueued::mark`]
+    /// wrote its mark.
+    Holder { slot: Option<u32> },
+    /// It waits until the node `name` changes or is gone. `version`: the node's data version
+    /// as the turn read it, so a change made before the watch was set ends the wait at once.
+    /// `compatible`: the node it waits on is a compatible request between its grant and its
+    /// mark, so a request without a wait waits for it all the same (briefly).
+    Wait {
+        name: String,
+        version: Option<i32>,
+        compatible: bool,
+    },
+    /// A permit behind `older` marked permits, as many as the limit: it waits until the
+    /// container's children change.
+    Full { older: usize },
+}
+
+/// A lock node's mark as read: its data version (1 and up once marked) and its data.
+struct Marked {
+    version: i32,
+    data: Vec<u8>,
 }
 
 /// Where and how an acquisition creates its node.
@@ -45,6 +82,7 @@ pub(crate) struct Enqueued {
     pub(crate) container: String,
     layout: Layout,
     owner: OwnerId,
+    mode: Mode,
     /// The node's path and `czxid` once its create was answered.
     pub(crate) node: Option<(String, i64)>,
     /// The node's fencing token: its `czxid`, plus the offset in force at it in
@@ -68,12 +106,14 @@ impl Enqueued {
         place: &Place<'_>,
         container: String,
         owner: OwnerId,
+        mode: Mode,
     ) -> Result<Self> {
         let mut entry = Enqueued {
             session,
             container,
             layout: place.layout,
             owner,
+            mode,
             node: None,
             token: 0,
             listing: None,
@@ -89,7 +129,7 @@ impl Enqueued {
     /// The interop layouts: one create, the token its `czxid`.
     async fn create_plain(&mut self, place: &Place<'_>) -> Result<()> {
         let lock_node = zk::CreateMode::EphemeralSequential.with_acls(place.acls);
-        let name = keys::node_prefix(self.layout, &self.container, self.owner);
+        let name = keys::node_prefix(self.layout, &self.container, self.owner, self.mode);
         let session = self.session.clone();
         let client = &session.client;
         for _ in 0..CREATE_ATTEMPTS {
@@ -131,7 +171,7 @@ impl Enqueued {
         let lock_node = zk::CreateMode::EphemeralSequential.with_acls(place.acls);
         let offset_node = zk::CreateMode::Persistent.with_acls(place.acls);
         let offset_path = offset::path(place.prefix);
-        let name = keys::node_prefix(self.layout, &self.container, self.owner);
+        let name = keys::node_prefix(self.layout, &self.container, self.owner, self.mode);
         let session = self.session.clone();
         let client = &session.client;
         // A node of ours whose token fell behind the clock: deleted by the next create.
@@ -387,11 +427,13 @@ impl Enqueued {
     /// Where the node stands now, read after the call (so after our create and every grant
     /// and release the server had applied when it answered); the first time, from the listing
     /// sent right behind the create, when there is one (a node that was not the oldest then
-    /// may be now: its wait finds the node ahead gone, and it asks again).
+    /// may be now: its wait finds the node ahead gone, and it asks again). A reader or permit
+    /// also reads the marks of the older nodes its rule looks at.
     ///
     /// # Errors
     /// [`Error::Unavailable`] if the node is gone (its session ended, or an operator deleted
-    /// it), and the request's errors.
+    /// it); [`Error::LimitMismatch`] for a permit with an older *marked* permit of another
+    /// limit; and the requests' errors.
     ///
     /// # Cancel safety
     /// Read-only.
@@ -421,20 +463,218 @@ impl Enqueued {
                 source: None,
             });
         };
-        Ok(match at {
-            0 => Turn::Holder,
-            _ => Turn::Behind(queue[at - 1].clone()),
+        let older = &queue[..at];
+        match self.mode {
+            Mode::Shared => self.reader_turn(older).await,
+            Mode::Permit { limit } => self.permit_turn(older, limit).await,
+            _ => Ok(match older.last() {
+                None => Turn::Holder { slot: None },
+                Some(predecessor) => Turn::Wait {
+                    name: predecessor.clone(),
+                    version: None,
+                    compatible: false,
+                },
+            }),
+        }
+    }
+
+    /// A reader's turn: Curator's reader rule (no older writer), and the newest older reader
+    /// marked.
+    async fn reader_turn(&self, older: &[String]) -> Result<Turn> {
+        if let Some(writer) = older
+            .iter()
+            .find(|name| keys::node_mode(self.layout, name) != Mode::Shared)
+        {
+            return Ok(Turn::Wait {
+                name: writer.clone(),
+                version: None,
+                compatible: false,
+            });
+        }
+        let Some(newest) = older.last() else {
+            return Ok(Turn::Holder { slot: None });
+        };
+        Ok(match self.marked(newest).await? {
+            Some(marked) if marked.version > 0 => Turn::Holder { slot: None },
+            found => Turn::Wait {
+                name: newest.clone(),
+                version: Some(found.map_or(-1, |m| m.version)),
+                compatible: true,
+            },
         })
     }
 
-    /// Waits until the node `predecessor` (in the same container) changes or is gone, or
-    /// `until` passes, whichever is first.
+    /// A permit's turn: another limit marked ahead is refused; otherwise it holds once every
+    /// older node is a marked permit of `limit` and fewer than `limit` of them, in the lowest
+    /// slot none of them occupies.
+    async fn permit_turn(&self, older: &[String], limit: u32) -> Result<Turn> {
+        let Some(predecessor) = older.last() else {
+            return Ok(Turn::Holder { slot: Some(0) });
+        };
+        let modes: Vec<Mode> = older
+            .iter()
+            .map(|name| keys::node_mode(self.layout, name))
+            .collect();
+        // The marks read: every other limit's (to refuse it), the predecessor's (to know
+        // what to wait on), and, when the limit leaves room, every older node's (their slots).
+        let room =
+            older.len() < limit as usize && modes.iter().all(|m| *m == Mode::Permit { limit });
+        let wanted: Vec<usize> = (0..older.len())
+            .filter(|&i| {
+                room || i + 1 == older.len()
+                    || matches!(modes[i], Mode::Permit { limit: other } if other != limit)
+            })
+            .collect();
+        // Sent together (the client sends a request when it is made), awaited in order.
+        let what = "reading a lock node's mark";
+        let reads: Vec<_> = wanted
+            .iter()
+            .map(|&i| {
+                let path = format!("{}/{}", self.container, older[i]);
+                self.session
+                    .call_once(what, self.session.client.get_data(&path))
+            })
+            .collect();
+        let mut marks: Vec<(usize, Option<Marked>)> = Vec::with_capacity(wanted.len());
+        for (&i, read) in wanted.iter().zip(reads) {
+            let mark = match read.await {
+                Ok((data, stat)) => Some(Marked {
+                    version: stat.version,
+                    data,
+                }),
+                Err(Failure::NoNode) => None,
+                Err(other) => return Err(other.into_error(what)),
+            };
+            marks.push((i, mark));
+        }
+        for (i, mark) in &marks {
+            if let (Mode::Permit { limit: held }, Some(mark)) = (modes[*i], mark) {
+                if held != limit && mark.version > 0 {
+                    return Err(Error::LimitMismatch {
+                        key: String::new(),
+                        held,
+                        requested: limit,
+                    });
+                }
+            }
+        }
+        let predecessor_mark = marks
+            .iter()
+            .find(|(i, _)| i + 1 == older.len())
+            .and_then(|(_, mark)| mark.as_ref());
+        let Some(predecessor_mark) = predecessor_mark else {
+            // Gone since the listing: read the queue again.
+            return Ok(Turn::Wait {
+                name: predecessor.clone(),
+                version: Some(-1),
+                compatible: true,
+            });
+        };
+        let same = modes.iter().all(|m| *m == Mode::Permit { limit });
+        if !room {
+            return Ok(if same && predecessor_mark.version > 0 {
+                Turn::Full { older: older.len() }
+            } else {
+                Turn::Wait {
+                    name: predecessor.clone(),
+                    version: Some(predecessor_mark.version),
+                    compatible: false,
+                }
+            });
+        }
+        let mut taken = Vec::with_capacity(marks.len());
+        for (i, mark) in &marks {
+            match mark {
+                Some(mark) if mark.version > 0 => match parse_slot(&mark.data) {
+                    Some(slot) => taken.push(slot),
+                    None => {
+                        return Err(Error::store(
+                            format!(
+                                "the permit node {}/{} is marked with no slot it can read",
+                                self.container, older[*i]
+                            ),
+                            "ZooKeeper",
+                        ))
+                    }
+                },
+                // Granted but not yet marked (or gone): wait for it.
+                found => {
+                    return Ok(Turn::Wait {
+                        name: older[*i].clone(),
+                        version: Some(found.as_ref().map_or(-1, |m| m.version)),
+                        compatible: true,
+                    })
+                }
+            }
+        }
+        // Fewer than `limit` slots are taken, so one in `0..limit` is free.
+        let slot = (0..limit).find(|slot| !taken.contains(slot)).unwrap_or(0);
+        Ok(Turn::Holder { slot: Some(slot) })
+    }
+
+    /// The node `name`'s data and version (`None`: gone).
+    async fn marked(&self, name: &str) -> Result<Option<Marked>> {
+        let what = "reading a lock node's mark";
+        let path = format!("{}/{name}", self.container);
+        match self
+            .session
+            .call(what, || self.session.client.get_data(&path))
+            .await
+        {
+            Ok((data, stat)) => Ok(Some(Marked {
+                version: stat.version,
+                data,
+            })),
+            Err(Failure::NoNode) => Ok(None),
+            Err(other) => Err(other.into_error(what)),
+        }
+    }
+
+    /// Marks a reader's or permit's node granted (with its `slot`): the data newer requests
+    /// wait for before they are granted themselves.
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`] if the node is gone, and the request's errors.
+    ///
+    /// # Cancel safety
+    /// Dropping the future leaves the guard armed: its drop deletes the node.
+    pub(crate) async fn mark(&self, slot: Option<u32>) -> Result<()> {
+        let data = match slot {
+            Some(slot) => format!("slot {slot}").into_bytes(),
+            None => SHARED_MARK.to_vec(),
+        };
+        let what = "marking a lock node granted";
+        let path = self.path().to_owned();
+        match self
+            .session
+            .call(what, || self.session.client.set_data(&path, &data, None))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(Failure::NoNode) => Err(Error::Unavailable {
+                message: format!(
+                    "the lock node {path} vanished while it was granted (its session ended, or \
+                     it was deleted)"
+                ),
+                source: None,
+            }),
+            Err(other) => Err(other.into_error(what)),
+        }
+    }
+
+    /// Waits until the node `name` (in the same container) changes or is gone, or `until`
+    /// passes, whichever is first; at once if its data version is no longer `version`.
     ///
     /// # Cancel safety
     /// Cancel safe: the watch is dropped with the future.
-    pub(crate) async fn wait_for(&self, predecessor: &str, until: Instant) -> Result<()> {
+    pub(crate) async fn wait_for(
+        &self,
+        name: &str,
+        version: Option<i32>,
+        until: Instant,
+    ) -> Result<()> {
         let what = "watching the lock node ahead";
-        let path = format!("{}/{predecessor}", self.container);
+        let path = format!("{}/{name}", self.container);
         let (stat, watcher) = match self
             .session
             .call(what, || self.session.client.check_and_watch_stat(&path))
@@ -444,7 +684,41 @@ impl Enqueued {
             Err(Failure::NoNode) => return Ok(()),
             Err(other) => return Err(other.into_error(what)),
         };
-        if stat.is_none() {
+        let Some(stat) = stat else {
+            return Ok(());
+        };
+        if version.is_some_and(|version| version != stat.version) {
+            return Ok(());
+        }
+        tokio::select! {
+            _ = watcher.changed() => {}
+            () = tokio::time::sleep_until(until) => {}
+            () = self.session.ended() => {}
+        }
+        Ok(())
+    }
+
+    /// A permit at the head of the waiters: waits until the container's children change (a
+    /// holder left), or `until` passes; at once if fewer than `older` nodes are ahead already.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the watch is dropped with the future.
+    pub(crate) async fn wait_children(&self, older: usize, until: Instant) -> Result<()> {
+        let what = "watching a key's lock nodes";
+        let (children, watcher) = match self
+            .session
+            .call(what, || {
+                self.session.client.list_and_watch_children(&self.container)
+            })
+            .await
+        {
+            Ok(answer) => answer,
+            Err(Failure::NoNode) => return Ok(()),
+            Err(other) => return Err(other.into_error(what)),
+        };
+        let queue = keys::queue(self.layout, children);
+        let ours = self.path().rsplit('/').next().unwrap_or("");
+        if queue.iter().position(|name| name == ours) != Some(older) {
             return Ok(());
         }
         tokio::select! {
@@ -476,6 +750,15 @@ impl Enqueued {
     pub(crate) fn disarm(&mut self) {
         self.armed = false;
     }
+}
+
+/// The slot a permit's mark records (`slot {n}`).
+pub(crate) fn parse_slot(data: &[u8]) -> Option<u32> {
+    std::str::from_utf8(data)
+        .ok()?
+        .strip_prefix("slot ")?
+        .parse()
+        .ok()
 }
 
 impl Drop for Enqueued {
