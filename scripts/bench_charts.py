@@ -174,15 +174,15 @@ def parse(text):
 # into one bar per part, named by the label's own names. ("samples", label, kind) takes a p99
 # the section's "samples:" note prints, e.g. "raw floor p99 2934.0 µs".
 
-FULL_RUN = ["redis", "redlock", "redis-scale", "etcd", "postgres", "mysql", "sqlite"]
+FULL_RUN = ["redis", "redlock", "redis-scale", "etcd", "postgres", "mysql", "sqlite", "zookeeper"]
 # Stores scripts/bench.sh runs that the stored full run predates: charted when a run has their
 # section, left out of every chart when it does not. Move one into FULL_RUN once the stored
 # run has it.
-ADDED = ["zookeeper"]
+ADDED = []
 
 # The peers' protocol (issue 36): each store's bench prints ours and its peer's acquire latency
 # (asking to holding) with 8 contenders on one key, each holding 1 ms and pausing 30 ms after
-# each release. The stored full run predates these rows: a chart made only of them is drawn
+# each release. Runs before 2026-11-27 predate these rows: a chart made only of them is drawn
 # when its section has them, left out when the section has none of them (some of them missing
 # is an error, as for any row).
 PEERS_PROTOCOL_PEERS = {"etcd": "etcd's lock()", "redis": "rslock", "postgres": "pg_advisory_lock"}
@@ -223,7 +223,7 @@ CHARTS = [
                       ("ours: try_acquire + release p50", "ours")]),
         ("mysql", [("raw floor: GET_LOCK + fence upsert + RELEASE_LOCK p50", "raw"),
                    ("ours: try_acquire + release p50", "ours")]),
-        ("sqlite", [("raw floor: BEGIN IMMEDIATE + insert + COMMIT + delete (p50)", "raw"),
+        ("sqlite", [("raw floor: BEGIN IMMEDIATE + insert + COMMIT + delete, NORMAL (p50)", "raw"),
                     ("cycle: try_acquire + release (p50)", "ours"),
                     ("flock(2) + counter write + fdatasync + unlock (p50)", "peer")]),
         ("zookeeper", [("raw floor: create ephemeral sequential + delete p50", "raw"),
@@ -312,11 +312,13 @@ CHARTS = [
     ("redlock-throughput.svg", "Redlock on five masters: cycles per second, 32 tasks on distinct keys (higher is better)", [
         ("redlock", [("single node, 32 tasks, distinct keys", "ours"),
                      ("rslock, 32 tasks, distinct keys", "peer"),
+                     ("durable fenced floor on five, 32 tasks, distinct keys", "raw"),
                      ("ours, 32 tasks, distinct keys", "ours")]),
     ]),
     ("redlock-cpu.svg", "Redlock on five masters: CPU per cycle", [
         ("redlock", [("parts", "rslock: CPU per cycle, client / five servers", ["peer", "peer"]),
-                     ("parts", "ours: CPU per cycle, client / five servers", ["ours", "ours"])]),
+                     ("parts", "ours: CPU per cycle, client / five servers", ["ours", "ours"]),
+                     ("parts", "durable fenced floor: CPU per cycle, client / five servers", ["raw", "raw"])]),
     ]),
     ("redlock-handoff.svg", "Redlock on five masters: handoff to another waiter", [
         ("redlock", [("raw SET NX PX to all five in parallel p50 (raw RTT)", "raw"),
@@ -353,7 +355,9 @@ CHARTS = [
                   ("ours: try_acquire + release p50", "ours"),
                   ("ours: semaphore permit (of 4): try_acquire_as + release p50", "ours"),
                   ("ours: shared (reader): try_acquire_as + release p50", "ours"),
-                  ("peer: grant + lock() + unlock() p50", "peer")]),
+                  ("peer: grant + lock() + unlock() p50", "peer"),
+                  ("peer on a kept lease: lock() + unlock() p50", "peer"),
+                  ("fenced floor: our enqueue txn by hand + delete, kept lease p50", "raw")]),
     ]),
     ("etcd-cycle-p99.svg", "etcd: lock cycle and round trip p99", [
         ("etcd", [("samples", "raw get p99", "raw"),
@@ -430,7 +434,7 @@ CHARTS = [
     ]),
     ("sqlite-cycle.svg", "SQLite, one host: lock cycle p50 and p99", [
         ("sqlite", [("one write + fdatasync (p50)", "raw"),
-                    ("raw floor: BEGIN IMMEDIATE + insert + COMMIT + delete (p50)", "raw"),
+                    ("raw floor: BEGIN IMMEDIATE + insert + COMMIT + delete, NORMAL (p50)", "raw"),
                     ("cycle: try_acquire + release (p50)", "ours"),
                     ("flock(2) + counter write + fdatasync + unlock (p50)", "peer"),
                     ("cycle p99", "ours")]),
@@ -461,9 +465,12 @@ CHARTS = [
                        ("quiet handoff p50, one waiter parked 20 ms: ours", "ours"),
                        ("quiet handoff p50: Curator", "peer")]),
     ]),
-    ("sqlite-handoff.svg", "SQLite, one host: handoff between 2 processes", [
-        ("sqlite", [("handoff between 2 processes, store (p50)", "ours"),
+    ("sqlite-handoff.svg", "SQLite, one host: handoff between tasks of one process and between 2 processes", [
+        ("sqlite", [("handoff between 2 tasks of one process (p50)", "ours"),
+                    ("handoff among 8 tasks of one process (p50)", "ours"),
+                    ("handoff between 2 processes, store (p50)", "ours"),
                     ("handoff between 2 processes, flock(2) + fdatasync (p50)", "peer"),
+                    ("handoff between 2 tasks of one process (p99)", "ours"),
                     ("handoff between 2 processes, store (p99)", "ours"),
                     ("handoff between 2 processes, flock(2) (p99)", "peer")]),
     ]),
