@@ -95,15 +95,7 @@ async fn peer_cycle(client: &mut Client, name: &str) -> fencelock_core::Result<(
         .await
         .map_err(raw_error("peer grant"))?
         .id();
-    let locked = client
-        .lock(name, Some(LockOptions::new().with_lease(lease)))
-        .await
-        .map_err(raw_error("peer lock"))?;
-    client
-        .unlock(locked.key())
-        .await
-        .map_err(raw_error("peer unlock"))?;
-    Ok(())
+    peer_kept_cycle(client, name, lease).await
 }
 
 /// etcd's own lock service on a lease granted once and kept, as a long-lived client (and our
@@ -127,7 +119,8 @@ async fn peer_kept_cycle(
 /// Our cycle's two requests written by hand on a kept lease: the enqueue transaction (the token
 /// offset's raise, a comparison that finds it raised; the entry's put on the lease; the entry
 /// read back, the queue's head, its two newest entries and the offset), then the entry's
-/// delete if it exists (a transaction, as a release's). What a fenced, offset-raised queue entry costs the server, without our client.
+/// delete if it exists (a transaction, as a release's). What a fenced, offset-raised queue
+/// entry costs the server, without our client.
 async fn fenced_floor_cycle(
     client: &mut Client,
     dir: &str,
