@@ -738,23 +738,63 @@ impl PeersProtocol {
     /// Outside a tokio runtime.
     pub async fn run<A: Contender, B: Contender>(
         &self,
+        ours: Vec<A>,
+        peer: Vec<B>,
+    ) -> Result<VersusPeer> {
+        self.run_sides(ours, peer, None::<Vec<A>>).await
+    }
+
+    /// [`run`](Self::run) with a third side, a `floor` (a store's smallest correct lock by
+    /// hand, say), in the same interleaved rounds (ours, peer, floor, ours …), so the floor's
+    /// takes see the same noise as the other two; its samples are
+    /// [`VersusPeer::floor`].
+    ///
+    /// # Errors
+    /// As [`run`](Self::run), the floor's contenders included.
+    ///
+    /// # Cancel safety
+    /// As [`run`](Self::run).
+    ///
+    /// # Panics
+    /// Outside a tokio runtime.
+    pub async fn run_with_floor<A: Contender, B: Contender, F: Contender>(
+        &self,
+        ours: Vec<A>,
+        peer: Vec<B>,
+        floor: Vec<F>,
+    ) -> Result<VersusPeer> {
+        self.run_sides(ours, peer, Some(floor)).await
+    }
+
+    /// The rounds of [`run`](Self::run) and [`run_with_floor`](Self::run_with_floor).
+    async fn run_sides<A: Contender, B: Contender, F: Contender>(
+        &self,
         mut ours: Vec<A>,
         mut peer: Vec<B>,
+        mut floor: Option<Vec<F>>,
     ) -> Result<VersusPeer> {
         let warm_up = PeersProtocol { takes: 2, ..*self };
         let mut discarded = Vec::new();
         ours = warm_up.round(ours, &mut discarded).await?;
         peer = warm_up.round(peer, &mut discarded).await?;
-        let (mut our_samples, mut peer_samples) = (Vec::new(), Vec::new());
+        if let Some(contenders) = floor.take() {
+            floor = Some(warm_up.round(contenders, &mut discarded).await?);
+        }
+        let (mut our_samples, mut peer_samples, mut floor_samples) =
+            (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..self.rounds {
             ours = self.round(ours, &mut our_samples).await?;
             peer = self.round(peer, &mut peer_samples).await?;
+            if let Some(contenders) = floor.take() {
+                floor = Some(self.round(contenders, &mut floor_samples).await?);
+            }
         }
         Ok(VersusPeer {
             protocol: *self,
             contenders: (ours.len(), peer.len()),
             ours: Samples::new(our_samples),
             peer: Samples::new(peer_samples),
+            floor: floor.map(|_| Samples::new(floor_samples)),
         })
     }
 
@@ -826,14 +866,29 @@ pub struct VersusPeer {
     pub ours: Samples,
     /// The peer's.
     pub peer: Samples,
+    /// The floor's, from its own contenders in the same rounds, when run with one
+    /// ([`PeersProtocol::run_with_floor`]).
+    pub floor: Option<Samples>,
 }
 
 impl VersusPeer {
     /// Adds the rows: a heading naming the protocol and the samples, then for each of p50,
     /// mean and p99 ours, with its ratio to the peer's and the target `≤ {target}× {peer}`,
     /// and the peer's. Labels: `"peers' protocol acquire p50: ours"`,
-    /// `"peers' protocol acquire p50: {peer}"`.
+    /// `"peers' protocol acquire p50: {peer}"`. With a [`floor`](Self::floor), as
+    /// [`rows_with_floor`](Self::rows_with_floor) naming it "the floor".
     pub fn rows(&self, table: &mut Table, peer: &str, target: f64) {
+        self.rows_with_floor(table, peer, target, "the floor");
+    }
+
+    /// [`rows`](Self::rows), and with a [`floor`](Self::floor) named `floor`: a target the
+    /// floor itself misses (the floor's figure over the peer's above `target`) says
+    /// `(out of reach of {floor} in this run, below)`, and after the peer's p99 come the
+    /// floor's p50, mean and p99, each with its ratio to the peer's (labels
+    /// `"peers' protocol acquire p50: {floor}"` …), then the floor's p50 over the peer's (the
+    /// least a lock like the floor costs in this protocol) and ours over the floor's. Without a
+    /// floor, exactly the rows of [`rows`](Self::rows).
+    pub fn rows_with_floor(&self, table: &mut Table, peer: &str, target: f64, floor: &str) {
         let PeersProtocol { hold, pause, .. } = self.protocol;
         let contenders = if self.contenders.0 == self.contenders.1 {
             self.contenders.0.to_string()
@@ -855,23 +910,53 @@ impl VersusPeer {
                 self.peer.len()
             ),
         );
-        let target_text = format!("≤ {target:.1}× {peer}");
-        let stats = [
-            ("p50", self.ours.p50(), self.peer.p50()),
-            ("mean", self.ours.mean(), self.peer.mean()),
-            ("p99", self.ours.p99(), self.peer.p99()),
-        ];
-        for (name, ours, theirs) in stats {
-            let ratio = if theirs.is_zero() {
+        let ratio = |a: Duration, b: Duration| {
+            if b.is_zero() {
                 f64::INFINITY
             } else {
-                micros(ours) / micros(theirs)
+                micros(a) / micros(b)
+            }
+        };
+        let stat = |samples: &Samples, name: &str| match name {
+            "p50" => samples.p50(),
+            "mean" => samples.mean(),
+            _ => samples.p99(),
+        };
+        const STATS: [&str; 3] = ["p50", "mean", "p99"];
+        for name in STATS {
+            let (ours, theirs) = (stat(&self.ours, name), stat(&self.peer, name));
+            let out_of_reach = self
+                .floor
+                .as_ref()
+                .is_some_and(|f| ratio(stat(f, name), theirs) > target);
+            let target_text = if out_of_reach {
+                format!("≤ {target:.1}× {peer} (out of reach of {floor} in this run, below)")
+            } else {
+                format!("≤ {target:.1}× {peer}")
             };
+            let ours_ratio = ratio(ours, theirs);
             table
                 .latency(format!("peers' protocol acquire {name}: ours"), ours)
-                .ratio(ratio, Some((&target_text, ratio <= target)));
+                .ratio(ours_ratio, Some((&target_text, ours_ratio <= target)));
             table.latency(format!("peers' protocol acquire {name}: {peer}"), theirs);
         }
+        let Some(floor_samples) = &self.floor else {
+            return;
+        };
+        for name in STATS {
+            let (own, theirs) = (stat(floor_samples, name), stat(&self.peer, name));
+            table
+                .latency(format!("peers' protocol acquire {name}: {floor}"), own)
+                .ratio(ratio(own, theirs), None);
+        }
+        table.push(
+            format!("  {floor} p50 / {peer} p50: the least it costs in this protocol"),
+            format!("{:.2}", ratio(floor_samples.p50(), self.peer.p50())),
+        );
+        table.push(
+            format!("  ours / {floor}, p50"),
+            format!("{:.2}", ratio(self.ours.p50(), floor_samples.p50())),
+        );
     }
 }
 
@@ -1179,6 +1264,85 @@ mod tests {
         let partial = ModeCycles::new(&Capabilities::new().with_shared(true));
         let labels: Vec<String> = partial.samples().into_iter().map(|(l, _)| l).collect();
         assert_eq!(labels, ["shared (reader)"]);
+    }
+
+    #[tokio::test]
+    async fn peers_protocol_with_a_floor_times_it_in_the_same_rounds_and_prints_its_rows() {
+        let (ttl, wait) = (Duration::from_secs(10), Duration::from_secs(10));
+        let store = |_| -> DynLockStore { Arc::new(MemoryStore::new()) };
+        let (ours, peer, floor) = (store(0), store(1), store(2));
+        let protocol = PeersProtocol {
+            hold: Duration::from_millis(1),
+            pause: Duration::from_millis(2),
+            rounds: 2,
+            takes: 3,
+        };
+        let versus = protocol
+            .run_with_floor(
+                store_contenders(vec![ours; 2], "k", ttl, wait),
+                store_contenders(vec![peer; 2], "k", ttl, wait),
+                store_contenders(vec![floor; 2], "k", ttl, wait),
+            )
+            .await
+            .unwrap();
+        assert_eq!(versus.floor.as_ref().map(Samples::len), Some(12));
+
+        // Ours 90 µs against the peer's p50 of 60 and the floor's 75: the floor misses the p50
+        // target itself, not the mean or p99 ones.
+        let micros =
+            |us: &[u64]| Samples::new(us.iter().map(|&u| Duration::from_micros(u)).collect());
+        let versus = VersusPeer {
+            protocol,
+            contenders: (8, 8),
+            ours: micros(&[90, 90, 90]),
+            peer: micros(&[60, 60, 600]),
+            floor: Some(micros(&[75, 75, 75])),
+        };
+        let mut table = Table::default();
+        versus.rows_with_floor(&mut table, "the peer", 1.0, "the floor");
+        let rows: Vec<(&str, Option<&str>)> = table
+            .rows
+            .iter()
+            .map(|r| (r.what.as_str(), r.target.as_ref().map(|(t, _)| t.as_str())))
+            .collect();
+        let reach = Some("≤ 1.0× the peer (out of reach of the floor in this run, below)");
+        assert_eq!(
+            rows[1..],
+            [
+                ("peers' protocol acquire p50: ours", reach),
+                ("peers' protocol acquire p50: the peer", None),
+                (
+                    "peers' protocol acquire mean: ours",
+                    Some("≤ 1.0× the peer")
+                ),
+                ("peers' protocol acquire mean: the peer", None),
+                ("peers' protocol acquire p99: ours", Some("≤ 1.0× the peer")),
+                ("peers' protocol acquire p99: the peer", None),
+                ("peers' protocol acquire p50: the floor", None),
+                ("peers' protocol acquire mean: the floor", None),
+                ("peers' protocol acquire p99: the floor", None),
+                (
+                    "  the floor p50 / the peer p50: the least it costs in this protocol",
+                    None
+                ),
+                ("  ours / the floor, p50", None),
+            ]
+        );
+        assert_eq!(table.rows[10].figure, "1.25");
+        assert_eq!(table.rows[11].figure, "1.20");
+
+        // Without a floor, the rows of the two sides only, none out of reach.
+        let two = VersusPeer {
+            floor: None,
+            ..versus
+        };
+        let mut table = Table::default();
+        two.rows(&mut table, "the peer", 1.0);
+        assert_eq!(table.rows.len(), 7);
+        assert_eq!(
+            table.rows[1].target.as_ref().map(|(t, _)| t.as_str()),
+            Some("≤ 1.0× the peer")
+        );
     }
 
     #[test]
