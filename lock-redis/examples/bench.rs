@@ -22,7 +22,8 @@
 //! one round trip); the same cycle and handoff for `rslock` on the same server; and the peers'
 //! protocol (8 contenders on one key, each holding 1 ms and pausing 30 ms after each release:
 //! the acquire latency's p50, mean and p99, ours against `rslock` in interleaved rounds,
-//! target each ≤ 1.0×).
+//! target each ≤ 1.0×, with the durable fenced floor in the same rounds: the least a token
+//! that survives data loss costs in that protocol, where `rslock` mints none).
 
 mod common;
 #[path = "common/floor.rs"]
@@ -35,7 +36,7 @@ use std::time::Duration;
 use common::{client_cpu, failed, raw_subscription, rslock_handoff_rows, server_version, Rslock};
 use fencelock_conformance::bench::{
     cycle, cycle_into, handoff, handoff_to_another, lock_throughput, micros as us, server_or_env,
-    store_contenders, throughput, time_each, ModeCycles, PeersProtocol, Samples, Table,
+    store_contenders, throughput, time_each, Contender, ModeCycles, PeersProtocol, Samples, Table,
     PEERS_CONTENDERS,
 };
 use fencelock_core::DynLockStore;
@@ -259,6 +260,65 @@ impl Rate {
     }
 }
 
+/// A contender of the durable fenced floor in the peers' protocol: its acquire script on its
+/// own connection, and while the key is held, a wait for the release's `PUBLISH` on its own
+/// subscription (two connections, as one store handle), then the script again.
+struct FloorContender {
+    floor: Floor,
+    conn: ConnectionManager,
+    /// Subscribed to the floor's lock key for the contender's whole life, so a release between
+    /// a refused acquire and the wait is still in the stream: no wake-up is lost.
+    releases: std::pin::Pin<Box<dyn futures_util::Stream<Item = redis::Msg> + Send>>,
+    key: String,
+}
+
+impl FloorContender {
+    async fn connect(
+        client: &redis::Client,
+        manager_config: ConnectionManagerConfig,
+        floor: Floor,
+        key: &str,
+    ) -> fencelock_core::Result<Self> {
+        let conn = ConnectionManager::new_with_config(client.clone(), manager_config)
+            .await
+            .map_err(failed("floor connection"))?;
+        let releases = Box::pin(raw_subscription(client, &floor.keys(key).0).await?);
+        Ok(FloorContender {
+            floor,
+            conn,
+            releases,
+            key: key.to_owned(),
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl Contender for FloorContender {
+    type Held = String;
+
+    async fn take(&mut self) -> fencelock_core::Result<String> {
+        use futures_util::{FutureExt, StreamExt};
+        loop {
+            // Releases already seen are older than the acquire about to be sent.
+            while let Some(Some(_)) = self.releases.next().now_or_never() {}
+            if let Some(owner) = self
+                .floor
+                .try_acquire(&mut self.conn, &self.key, TTL)
+                .await?
+            {
+                return Ok(owner);
+            }
+            // Every holder here releases (none dies), so a release always wakes this wait;
+            // the bound only keeps a lost message from stalling the run.
+            let _ = tokio::time::timeout(Duration::from_secs(1), self.releases.next()).await;
+        }
+    }
+
+    async fn give_back(&mut self, owner: String) -> fencelock_core::Result<()> {
+        self.floor.release(&mut self.conn, &self.key, &owner).await
+    }
+}
+
 #[tokio::main(flavor = "multi_thread")]
 async fn main() -> Result<(), Box<dyn Error>> {
     let (_server, url) = server_or_env(test_servers::RedisServer::start, |s| s.url())?;
@@ -465,10 +525,18 @@ async fn main() -> Result<(), Box<dyn Error>> {
     .await?;
 
     // The peers' protocol (8 contenders on one key, hold 1 ms, pause 30 ms): ours against
-    // rslock, in interleaved rounds, on the handles of the handoff runs.
+    // rslock, in interleaved rounds, on the handles of the handoff runs, and the durable fenced
+    // floor in the same rounds (its acquire script, waiting on the release's PUBLISH).
     let wait = Duration::from_secs(60);
+    let mut floor_contenders = Vec::with_capacity(PEERS_CONTENDERS);
+    for _ in 0..PEERS_CONTENDERS {
+        floor_contenders.push(
+            FloorContender::connect(&client, manager_config.clone(), durable.clone(), "protocol")
+                .await?,
+        );
+    }
     let protocol = PeersProtocol::HARNESS
-        .run(
+        .run_with_floor(
             store_contenders(handles[..PEERS_CONTENDERS].to_vec(), "protocol", TTL, wait),
             store_contenders(
                 peer_handles[..PEERS_CONTENDERS].to_vec(),
@@ -476,6 +544,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
                 TTL,
                 wait,
             ),
+            floor_contenders,
         )
         .await?;
 
@@ -652,7 +721,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
         format!("{:.2}", us(our_new_keys.p50()) / us(peer_new_keys.p50())),
     );
     rslock_handoff_rows(&mut table, WAITERS, &handoffs, &peer_handoffs);
-    protocol.rows(&mut table, "rslock", 1.0);
+    protocol.rows_with_floor(&mut table, "rslock", 1.0, "the durable fenced floor");
     println!("{table}");
     println!(
         "the raw fenced floor: the two scripts of issue 16 by EVALSHA on the same kind of \
@@ -667,7 +736,8 @@ async fn main() -> Result<(), Box<dyn Error>> {
     println!(
         "ratios: cycle rows to the raw cycle; handoff rows to the raw SET NX PX round trip; \
          the rslock handoff row is rslock's p50 over ours; the peers' protocol rows are \
-         ours over rslock's. Handoffs go to another waiter (the releaser waits for the next \
+         ours (and the durable fenced floor's, taking the key by its acquire script and \
+         waiting on its release's PUBLISH, in the same rounds) over rslock's. Handoffs go to another waiter (the releaser waits for the next \
          grant before contending again), except the \"releaser may re-take\" row."
     );
     println!("load average at the end: {}", load_average());

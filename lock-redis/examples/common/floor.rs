@@ -63,6 +63,15 @@ impl Floor {
         }
     }
 
+    /// The floor's lock and counter keys for `key`; its release publishes on the lock key.
+    pub fn keys(&self, key: &str) -> (String, String) {
+        let prefix = self.prefix;
+        (
+            format!("{prefix}{{{key}}}:lock"),
+            format!("{prefix}{{{key}}}:fence"),
+        )
+    }
+
     /// One fenced cycle by hand on `key`: the acquire script with a fresh random owner (as a
     /// correct lock needs; the same 32 hex digits as ours), a token checked to be there, then
     /// the release script.
@@ -72,12 +81,25 @@ impl Floor {
         key: &str,
         ttl: Duration,
     ) -> fencelock_core::Result<()> {
+        let owner =
+            self.try_acquire(conn, key, ttl)
+                .await?
+                .ok_or_else(|| fencelock_core::Error::Busy {
+                    key: key.to_owned(),
+                })?;
+        self.release(conn, key, &owner).await
+    }
+
+    /// The acquire script once on `key` with a fresh random owner: the owner if it minted a
+    /// token, `None` if the key is held.
+    pub async fn try_acquire(
+        &self,
+        conn: &mut ConnectionManager,
+        key: &str,
+        ttl: Duration,
+    ) -> fencelock_core::Result<Option<String>> {
         let owner = OwnerId::random().to_string();
-        let prefix = self.prefix;
-        let (lock, counter) = (
-            format!("{prefix}{{{key}}}:lock"),
-            format!("{prefix}{{{key}}}:fence"),
-        );
+        let (lock, counter) = self.keys(key);
         let mut acquire = self.acquire.key(&lock);
         acquire
             .key(&counter)
@@ -90,15 +112,21 @@ impl Floor {
             .invoke_async(conn)
             .await
             .map_err(failed_as("EVALSHA floor acquire"))?;
-        if token <= 0 {
-            return Err(fencelock_core::Error::Busy {
-                key: key.to_owned(),
-            });
-        }
+        Ok((token > 0).then_some(owner))
+    }
+
+    /// The release script on `key` for `owner`, checked to have released.
+    pub async fn release(
+        &self,
+        conn: &mut ConnectionManager,
+        key: &str,
+        owner: &str,
+    ) -> fencelock_core::Result<()> {
+        let (lock, _) = self.keys(key);
         let released: i64 = self
             .release
             .key(&lock)
-            .arg(&owner)
+            .arg(owner)
             .invoke_async(conn)
             .await
             .map_err(failed_as("EVALSHA floor release"))?;
