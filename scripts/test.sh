@@ -125,7 +125,7 @@ step packages install_packages
 step fmt cargo fmt --all --check
 # The benchmark charts in docs/ are generated from the stored run's text: a hand-edited or
 # stale chart fails here (Python's standard library only).
-step charts python3 scripts/bench_charts.py --check docs/bench/2026-11-27T1602Z.txt docs/bench/2026-11-27T1602Z
+step charts python3 scripts/bench_charts.py --check docs/bench/2026-11-27T1641Z.txt docs/bench/2026-11-27T1641Z
 step clippy cargo clippy --workspace --all-targets --all-features -- -D warnings
 step deps facade_is_store_free
 step doc env RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features --quiet
