@@ -690,11 +690,7 @@ impl Enqueued {
         if version.is_some_and(|version| version != stat.version) {
             return Ok(());
         }
-        tokio::select! {
-            _ = watcher.changed() => {}
-            () = tokio::time::sleep_until(until) => {}
-            () = self.session.ended() => {}
-        }
+        self.woken(watcher, until).await;
         Ok(())
     }
 
@@ -721,12 +717,18 @@ impl Enqueued {
         if queue.iter().position(|name| name == ours) != Some(older) {
             return Ok(());
         }
+        self.woken(watcher, until).await;
+        Ok(())
+    }
+
+    /// Until `watcher` fires (its node or the container changed), `until` passes, or the
+    /// session ends, whichever is first.
+    async fn woken(&self, watcher: zk::OneshotWatcher, until: Instant) {
         tokio::select! {
             _ = watcher.changed() => {}
             () = tokio::time::sleep_until(until) => {}
             () = self.session.ended() => {}
         }
-        Ok(())
     }
 
     /// Deletes the node, as a waiter that gives up does.
