@@ -50,26 +50,53 @@ async fn refused(url: &str) -> String {
     text
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lease_over_tls_has_a_token_and_another_ca_is_refused() {
-    let ca = TestCa::shared();
-    let url = ca.with_ca_option(&tls_url(ServerCert::Valid));
-    // Each test is a process of its own under nextest, and nothing here installed a provider.
-    assert!(rustls::crypto::CryptoProvider::get_default().is_none());
-    let store = common::store(&url, &format!("&prefix={}", common::fresh_prefix("tls"))).await;
-    assert!(store.config().is_tls());
-    assert!(rustls::crypto::CryptoProvider::get_default().is_some());
-    let lease = store.try_acquire("k", TTL).await.expect("acquire over TLS");
-    assert!(lease.fencing_token() > 0);
-    assert!(matches!(
-        store.status("k").await.expect("status"),
-        KeyStatus::Held { token: Some(token), .. } if token == lease.fencing_token()
-    ));
-    assert_eq!(
-        store.release(&lease).await.expect("release"),
-        ReleaseOutcome::Released
-    );
+/// Set in the child process [`a_lease_over_tls_has_a_token_in_a_process_without_a_provider`]
+/// runs itself in.
+const ALONE: &str = "LOCK_ZOOKEEPER_TLS_ALONE";
 
+/// A lease with a token over TLS in a process where nothing installed a rustls crypto provider
+/// (the store installs one). Other tests of this binary connect over TLS too, and the test
+/// harness may run them in this process first (`cargo test` runs a binary's tests as threads of
+/// one process; nextest gives each its own), so the test runs itself again in a child process
+/// of its own, which runs nothing else.
+#[test]
+fn a_lease_over_tls_has_a_token_in_a_process_without_a_provider() {
+    const NAME: &str = "a_lease_over_tls_has_a_token_in_a_process_without_a_provider";
+    if std::env::var_os(ALONE).is_none() {
+        let status = std::process::Command::new(std::env::current_exe().expect("this test binary"))
+            .args([NAME, "--exact", "--test-threads=1", "--nocapture"])
+            .env(ALONE, "1")
+            .status()
+            .expect("run the test in a process of its own");
+        assert!(
+            status.success(),
+            "the test in a process of its own: {status}"
+        );
+        return;
+    }
+    assert!(rustls::crypto::CryptoProvider::get_default().is_none());
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    runtime.block_on(async {
+        let url = TestCa::shared().with_ca_option(&tls_url(ServerCert::Valid));
+        let store = common::store(&url, &format!("&prefix={}", common::fresh_prefix("tls"))).await;
+        assert!(store.config().is_tls());
+        assert!(rustls::crypto::CryptoProvider::get_default().is_some());
+        let lease = store.try_acquire("k", TTL).await.expect("acquire over TLS");
+        assert!(lease.fencing_token() > 0);
+        assert!(matches!(
+            store.status("k").await.expect("status"),
+            KeyStatus::Held { token: Some(token), .. } if token == lease.fencing_token()
+        ));
+        assert_eq!(
+            store.release(&lease).await.expect("release"),
+            ReleaseOutcome::Released
+        );
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_signed_by_another_ca_is_refused() {
+    let ca = TestCa::shared();
     let text = refused(&format!(
         "{}?{}",
         tls_url(ServerCert::Valid),
