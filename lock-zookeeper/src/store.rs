@@ -233,20 +233,7 @@ impl ZookeeperStore {
         // ahead waits for them even without a wait of its own, up to the command timeout.
         let settle_until = until.max(started + self.config.command_timeout);
         let (sent_at, slot) = loop {
-            let turn = match entry.turn().await {
-                Ok(turn) => turn,
-                Err(Error::LimitMismatch {
-                    held, requested, ..
-                }) => {
-                    entry.remove().await;
-                    return Err(Error::LimitMismatch {
-                        key: key.to_owned(),
-                        held,
-                        requested,
-                    });
-                }
-                Err(other) => return Err(other),
-            };
+            let turn = entry.turn().await?;
             let compatible = match &turn {
                 Turn::Holder { slot } => {
                     if mode != Mode::Exclusive {
@@ -256,6 +243,15 @@ impl ZookeeperStore {
                 }
                 Turn::Wait { compatible, .. } => *compatible,
                 Turn::Full { .. } => false,
+                Turn::LimitMismatch { held, requested } => {
+                    let (held, requested) = (*held, *requested);
+                    entry.remove().await;
+                    return Err(Error::LimitMismatch {
+                        key: key.to_owned(),
+                        held,
+                        requested,
+                    });
+                }
             };
             let now = Instant::now();
             let gives_up = if compatible {
@@ -286,7 +282,7 @@ impl ZookeeperStore {
                     entry.wait_for(&name, version, deadline).await?;
                 }
                 Turn::Full { older } => entry.wait_children(older, until).await?,
-                Turn::Holder { .. } => {}
+                Turn::Holder { .. } | Turn::LimitMismatch { .. } => {}
             }
             sent_at = Instant::now();
             if session.is_ended() {

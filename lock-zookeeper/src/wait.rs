@@ -57,12 +57,32 @@ pub(crate) enum Turn {
     /// A permit behind `older` marked permits, as many as the limit: it waits until the
     /// container's children change.
     Full { older: usize },
+    /// A permit of `requested` with an older *marked* permit of another limit (`held`) ahead:
+    /// refused.
+    LimitMismatch { held: u32, requested: u32 },
 }
 
 /// A lock node's mark as read: its data version (1 and up once marked) and its data.
 struct Marked {
     version: i32,
     data: Vec<u8>,
+}
+
+impl Marked {
+    /// The mark a read of a lock node's data answered (`None`: the node is gone).
+    fn read(
+        answer: std::result::Result<(Vec<u8>, zk::Stat), Failure>,
+        what: &str,
+    ) -> Result<Option<Self>> {
+        match answer {
+            Ok((data, stat)) => Ok(Some(Marked {
+                version: stat.version,
+                data,
+            })),
+            Err(Failure::NoNode) => Ok(None),
+            Err(other) => Err(other.into_error(what)),
+        }
+    }
 }
 
 /// Where and how an acquisition creates its node.
@@ -432,8 +452,8 @@ impl Enqueued {
     ///
     /// # Errors
     /// [`Error::Unavailable`] if the node is gone (its session ended, or an operator deleted
-    /// it); [`Error::LimitMismatch`] for a permit with an older *marked* permit of another
-    /// limit; and the requests' errors.
+    /// it), and the requests' errors. A permit behind a marked permit of another limit is
+    /// [`Turn::LimitMismatch`], which the caller turns into the key's error.
     ///
     /// # Cancel safety
     /// Read-only.
@@ -517,8 +537,8 @@ impl Enqueued {
             .collect();
         // The marks read: every other limit's (to refuse it), the predecessor's (to know
         // what to wait on), and, when the limit leaves room, every older node's (their slots).
-        let room =
-            older.len() < limit as usize && modes.iter().all(|m| *m == Mode::Permit { limit });
+        let same = modes.iter().all(|m| *m == Mode::Permit { limit });
+        let room = same && older.len() < limit as usize;
         let wanted: Vec<usize> = (0..older.len())
             .filter(|&i| {
                 room || i + 1 == older.len()
@@ -537,21 +557,12 @@ impl Enqueued {
             .collect();
         let mut marks: Vec<(usize, Option<Marked>)> = Vec::with_capacity(wanted.len());
         for (&i, read) in wanted.iter().zip(reads) {
-            let mark = match read.await {
-                Ok((data, stat)) => Some(Marked {
-                    version: stat.version,
-                    data,
-                }),
-                Err(Failure::NoNode) => None,
-                Err(other) => return Err(other.into_error(what)),
-            };
-            marks.push((i, mark));
+            marks.push((i, Marked::read(read.await, what)?));
         }
         for (i, mark) in &marks {
             if let (Mode::Permit { limit: held }, Some(mark)) = (modes[*i], mark) {
                 if held != limit && mark.version > 0 {
-                    return Err(Error::LimitMismatch {
-                        key: String::new(),
+                    return Ok(Turn::LimitMismatch {
                         held,
                         requested: limit,
                     });
@@ -570,7 +581,6 @@ impl Enqueued {
                 compatible: true,
             });
         };
-        let same = modes.iter().all(|m| *m == Mode::Permit { limit });
         if !room {
             return Ok(if same && predecessor_mark.version > 0 {
                 Turn::Full { older: older.len() }
@@ -616,18 +626,11 @@ impl Enqueued {
     async fn marked(&self, name: &str) -> Result<Option<Marked>> {
         let what = "reading a lock node's mark";
         let path = format!("{}/{name}", self.container);
-        match self
+        let read = self
             .session
             .call(what, || self.session.client.get_data(&path))
-            .await
-        {
-            Ok((data, stat)) => Ok(Some(Marked {
-                version: stat.version,
-                data,
-            })),
-            Err(Failure::NoNode) => Ok(None),
-            Err(other) => Err(other.into_error(what)),
-        }
+            .await;
+        Marked::read(read, what)
     }
 
     /// Marks a reader's or permit's node granted (with its `slot`): the data newer requests
