@@ -4,7 +4,9 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use fencelock_core::url::{client_identity, parse_timeout, percent_decode, read_pem};
+use fencelock_core::url::{
+    client_identity, parse_timeout, percent_decode, percent_encode, read_pem,
+};
 use fencelock_core::{Error, Result};
 
 /// `etcd://`: plain connections.
@@ -347,13 +349,13 @@ impl EtcdConfig {
     pub fn redacted(&self) -> String {
         let scheme = if self.tls { TLS_SCHEME } else { SCHEME };
         let user = match &self.user {
-            Some((name, _)) => format!("{}:***@", fencelock_core::url::percent_encode(name)),
+            Some((name, _)) => format!("{}:***@", percent_encode(name)),
             None => String::new(),
         };
         format!(
             "{scheme}://{user}{}?prefix={}&layout={}&connect_timeout={}ms&command_timeout={}ms",
             self.endpoints.join(","),
-            fencelock_core::url::percent_encode(self.prefix()),
+            percent_encode(self.prefix()),
             self.layout,
             self.connect_timeout.as_millis(),
             self.command_timeout.as_millis()
