@@ -373,6 +373,14 @@ impl ModeCycles {
     }
 }
 
+/// A benchmark task that panicked (or was cancelled), as the store error its loop reports.
+fn panicked(e: tokio::task::JoinError) -> Error {
+    Error::Store {
+        message: format!("a benchmark task panicked: {e}"),
+        source: None,
+    }
+}
+
 /// Runs `op(task, iteration)` in `tasks` concurrent loops for `duration`; returns completed
 /// operations per second.
 ///
@@ -415,10 +423,7 @@ where
     tokio::time::sleep(duration).await;
     stop.store(true, Ordering::Relaxed);
     for join in joins {
-        join.await.map_err(|e| Error::Store {
-            message: format!("a benchmark task panicked: {e}"),
-            source: None,
-        })??;
+        join.await.map_err(panicked)??;
     }
     Ok(done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64())
 }
@@ -604,10 +609,7 @@ pub async fn handoff_between<C: Contender>(
         }));
     }
     let (first, _, rest) = futures_util::future::select_all(joins).await;
-    first.map_err(|e| Error::Store {
-        message: format!("a benchmark task panicked: {e}"),
-        source: None,
-    })??;
+    first.map_err(panicked)??;
     for join in rest {
         join.abort();
     }
@@ -841,10 +843,7 @@ impl PeersProtocol {
                     failed.get_or_insert(e);
                 }
                 Err(e) => {
-                    failed.get_or_insert(Error::Store {
-                        message: format!("a benchmark task panicked: {e}"),
-                        source: None,
-                    });
+                    failed.get_or_insert(panicked(e));
                 }
             }
         }
@@ -917,18 +916,18 @@ impl VersusPeer {
                 micros(a) / micros(b)
             }
         };
-        let stat = |samples: &Samples, name: &str| match name {
-            "p50" => samples.p50(),
-            "mean" => samples.mean(),
-            _ => samples.p99(),
-        };
-        const STATS: [&str; 3] = ["p50", "mean", "p99"];
-        for name in STATS {
-            let (ours, theirs) = (stat(&self.ours, name), stat(&self.peer, name));
+        type Stat = fn(&Samples) -> Duration;
+        const STATS: [(&str, Stat); 3] = [
+            ("p50", Samples::p50),
+            ("mean", Samples::mean),
+            ("p99", Samples::p99),
+        ];
+        for (name, stat) in STATS {
+            let (ours, theirs) = (stat(&self.ours), stat(&self.peer));
             let out_of_reach = self
                 .floor
                 .as_ref()
-                .is_some_and(|f| ratio(stat(f, name), theirs) > target);
+                .is_some_and(|f| ratio(stat(f), theirs) > target);
             let target_text = if out_of_reach {
                 format!("≤ {target:.1}× {peer} (out of reach of {floor} in this run, below)")
             } else {
@@ -943,8 +942,8 @@ impl VersusPeer {
         let Some(floor_samples) = &self.floor else {
             return;
         };
-        for name in STATS {
-            let (own, theirs) = (stat(floor_samples, name), stat(&self.peer, name));
+        for (name, stat) in STATS {
+            let (own, theirs) = (stat(floor_samples), stat(&self.peer));
             table
                 .latency(format!("peers' protocol acquire {name}: {floor}"), own)
                 .ratio(ratio(own, theirs), None);

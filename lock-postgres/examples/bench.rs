@@ -445,8 +445,9 @@ async fn main() -> Result<(), Box<dyn Error>> {
     );
     // A grant writes the fence (unsynced at the clock), so it cannot be faster than a bare
     // handoff plus that write; the bare handoff's own round trip already carries the reply.
-    let floor = (us(bare_handoffs.p50()) + us(unsynced_upsert.p50()) - us(select_one.p50()))
-        / us(bare_handoffs.p50());
+    let floor_over =
+        |bare: Duration| (us(bare) + us(unsynced_upsert.p50()) - us(select_one.p50())) / us(bare);
+    let floor = floor_over(bare_handoffs.p50());
     table.push(
         "  floor: (bare handoff + unsynced upsert − 1 round trip) / bare handoff",
         format!("{floor:.2}×"),
@@ -458,8 +459,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
     );
     protocol.rows(&mut table, "pg_advisory_lock", 1.2);
     // As for the handoff: a grant also writes the fence (unsynced at the clock).
-    let bare = protocol.peer.p50();
-    let floor = (us(bare) + us(unsynced_upsert.p50()) - us(select_one.p50())) / us(bare);
+    let floor = floor_over(protocol.peer.p50());
     table.push(
         "  floor, p50: (that + unsynced upsert − 1 round trip) / that",
         format!("{floor:.2}×"),

@@ -282,7 +282,7 @@ impl FloorContender {
         let conn = ConnectionManager::new_with_config(client.clone(), manager_config)
             .await
             .map_err(failed("floor connection"))?;
-        let releases = Box::pin(raw_subscription(client, &floor.keys(key).0).await?);
+        let releases = Box::pin(raw_subscription(client, &floor.lock_key(key)).await?);
         Ok(FloorContender {
             floor,
             conn,

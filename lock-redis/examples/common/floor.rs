@@ -63,13 +63,14 @@ impl Floor {
         }
     }
 
-    /// The floor's lock and counter keys for `key`; its release publishes on the lock key.
-    pub fn keys(&self, key: &str) -> (String, String) {
-        let prefix = self.prefix;
-        (
-            format!("{prefix}{{{key}}}:lock"),
-            format!("{prefix}{{{key}}}:fence"),
-        )
+    /// The floor's lock key for `key`; its release publishes on it.
+    pub fn lock_key(&self, key: &str) -> String {
+        format!("{}{{{key}}}:lock", self.prefix)
+    }
+
+    /// The floor's counter key for `key`.
+    fn counter_key(&self, key: &str) -> String {
+        format!("{}{{{key}}}:fence", self.prefix)
     }
 
     /// One fenced cycle by hand on `key`: the acquire script with a fresh random owner (as a
@@ -99,7 +100,7 @@ impl Floor {
         ttl: Duration,
     ) -> fencelock_core::Result<Option<String>> {
         let owner = OwnerId::random().to_string();
-        let (lock, counter) = self.keys(key);
+        let (lock, counter) = (self.lock_key(key), self.counter_key(key));
         let mut acquire = self.acquire.key(&lock);
         acquire
             .key(&counter)
@@ -122,10 +123,9 @@ impl Floor {
         key: &str,
         owner: &str,
     ) -> fencelock_core::Result<()> {
-        let (lock, _) = self.keys(key);
         let released: i64 = self
             .release
-            .key(&lock)
+            .key(self.lock_key(key))
             .arg(owner)
             .invoke_async(conn)
             .await
