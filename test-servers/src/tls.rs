@@ -228,14 +228,14 @@ fn option(name: &str, path: &Path) -> String {
 
 /// One TLS server per [`ServerCert`], started with [`TestCa::shared`] on first use and shared by
 /// every test of the process; the first start's error otherwise.
-struct PerCert<T> {
+pub(crate) struct PerCert<T> {
     valid: OnceLock<std::result::Result<T, String>>,
     strict: OnceLock<std::result::Result<T, String>>,
     elsewhere: OnceLock<std::result::Result<T, String>>,
 }
 
 impl<T> PerCert<T> {
-    const fn new() -> Self {
+    pub(crate) const fn new() -> Self {
         PerCert {
             valid: OnceLock::new(),
             strict: OnceLock::new(),
@@ -243,7 +243,7 @@ impl<T> PerCert<T> {
         }
     }
 
-    fn get(
+    pub(crate) fn get(
         &'static self,
         cert: ServerCert,
         what: &str,

@@ -24,6 +24,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::process::{self, log_marker, start_error, Proc, TempDir};
+use crate::tls::PerCert;
 use crate::{Error, Result, ServerCert, TestCa};
 
 /// The server's jar, as `zkEnv.sh`'s `CLASSPATH` names it.
@@ -195,15 +196,8 @@ impl ZookeeperEnsemble {
     /// # Panics
     /// If the server cannot be started.
     pub fn shared_secure(cert: ServerCert) -> &'static Self {
-        static VALID: OnceLock<Result<ZookeeperEnsemble, String>> = OnceLock::new();
-        static STRICT: OnceLock<Result<ZookeeperEnsemble, String>> = OnceLock::new();
-        static ELSEWHERE: OnceLock<Result<ZookeeperEnsemble, String>> = OnceLock::new();
-        let cell = match cert {
-            ServerCert::Valid => &VALID,
-            ServerCert::RequireClientCert => &STRICT,
-            ServerCert::Elsewhere => &ELSEWHERE,
-        };
-        shared(cell, || {
+        static SERVERS: PerCert<ZookeeperEnsemble> = PerCert::new();
+        SERVERS.get(cert, "zookeeper", |ca, cert| {
             let security = Security {
                 tls: Some(cert),
                 sasl_users: SASL_USERS
@@ -211,7 +205,7 @@ impl ZookeeperEnsemble {
                     .map(|(user, password)| (user.to_string(), password.to_string()))
                     .collect(),
             };
-            Self::start_secure(TestCa::shared(), &security)
+            Self::start_secure(ca, &security)
         })
     }
 
