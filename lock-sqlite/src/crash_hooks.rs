@@ -13,18 +13,28 @@ static KILL_AFTER_GRANT: AtomicBool = AtomicBool::new(false);
 static WAL_SYNCS: Mutex<BTreeMap<PathBuf, u64>> = Mutex::new(BTreeMap::new());
 
 /// How many times an acquire of this process has `fsync`ed the WAL of the database at
-/// `database` (its absolute path) itself: a token ahead of the clock. A crash test counts them:
-/// a copy of the files taken right after such a sync is what a host crash keeps at least, and
-/// with no sync since a copy, no more than that copy.
+/// `database` itself: a token ahead of the clock. Both sides are resolved as the file system
+/// resolves them (symlinks followed), so the count is of syncs of the WAL SQLite writes. A
+/// crash test counts them: a copy of the files taken right after such a sync is what a host
+/// crash keeps at least, and with no sync since a copy, no more than that copy.
 pub fn wal_syncs(database: &Path) -> u64 {
+    let Ok(database) = std::fs::canonicalize(database) else {
+        return 0;
+    };
+    let mut wal = database.into_os_string();
+    wal.push("-wal");
     let syncs = WAL_SYNCS.lock().unwrap_or_else(PoisonError::into_inner);
-    syncs.get(database).copied().unwrap_or(0)
+    syncs.get(Path::new(&wal)).copied().unwrap_or(0)
 }
 
-/// Called by the store after it synced the WAL of `database` for a grant.
-pub(crate) fn wal_synced(database: &Path) {
+/// Called by the store after it synced the WAL file `wal` for a grant: counted under the file
+/// it resolves to, and not at all if there is no such file (nothing was synced).
+pub(crate) fn wal_synced(wal: &Path) {
+    let Ok(wal) = std::fs::canonicalize(wal) else {
+        return;
+    };
     let mut syncs = WAL_SYNCS.lock().unwrap_or_else(PoisonError::into_inner);
-    *syncs.entry(database.to_owned()).or_default() += 1;
+    *syncs.entry(wal).or_default() += 1;
 }
 
 /// The next commit of any connection of this process kills the process inside the commit: the

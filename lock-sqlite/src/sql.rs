@@ -104,6 +104,10 @@ const HOLDER: &str = "SELECT token, owner, boot_id, expires_ns, ttl_ms FROM {tab
 /// What journal mode the database is in: the store needs `wal`. A single read.
 pub(crate) const JOURNAL_MODE: &str = "PRAGMA journal_mode";
 
+/// The file SQLite opened for the main database, symlinks resolved as SQLite resolves them: its
+/// WAL is this name with `-wal` added. A single read.
+pub(crate) const MAIN_FILE: &str = "SELECT file FROM pragma_database_list WHERE name = 'main'";
+
 /// Rebuilds a lock table of fence scheme 1 (no `fence_scheme`) or 2 (`fence_scheme = 2`) as
 /// fence scheme 3, counters kept, and adds the floor table where it is missing. SQLite can
 /// change neither a CHECK nor add a NOT NULL column without a default, so the rows move to a

@@ -4,7 +4,7 @@
 use std::any::Any;
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -27,7 +27,7 @@ use crate::config::{SqliteConfig, MIN_TTL};
 use crate::error::{open_error, sql_error};
 use crate::keys::{stored_key, stored_owner, token_from_row, token_to_row};
 use crate::local::LocalWakes;
-use crate::sql::{recorded_fence_scheme, Statements, FENCE_SCHEME, JOURNAL_MODE};
+use crate::sql::{recorded_fence_scheme, Statements, FENCE_SCHEME, JOURNAL_MODE, MAIN_FILE};
 use crate::watch::{Waker, Watch, FALLBACK, POLL_WITHOUT_WATCH};
 
 /// Connections in a handle's pool, besides its writing connection. SQLite lets one connection
@@ -61,6 +61,9 @@ struct HandleState {
     /// pings it), and SQLite lets one connection write at a time anyway. `None` until then,
     /// and again after its thread died.
     writer: Mutex<Option<SqliteConnection>>,
+    /// The WAL file SQLite writes, learnt from SQLite at the first connection: the file a grant
+    /// ahead of the clock syncs. A symlinked database's WAL is beside the link's target.
+    wal: Arc<OnceLock<PathBuf>>,
     sql: Statements,
     boot_id: &'static str,
     pid: i64,
@@ -75,23 +78,28 @@ struct HandleState {
     _keep: Option<Box<dyn Any + Send + Sync>>,
 }
 
-/// The WAL file of the database at `path`: SQLite names it after the database, `-wal` added.
-fn wal_path(path: &Path) -> PathBuf {
-    let mut wal = path.as_os_str().to_owned();
-    wal.push("-wal");
-    PathBuf::from(wal)
+/// The WAL file of the database SQLite opened as `file`: SQLite names it after the database,
+/// `-wal` added.
+fn wal_path(file: &str) -> PathBuf {
+    PathBuf::from(format!("{file}-wal"))
 }
 
 /// `fdatasync`s the WAL file, which makes every commit in it durable: on Linux a sync through
 /// any descriptor of a file writes all of the file's dirty pages. SQLite syncs the WAL's header
 /// itself when it starts a WAL (it creates or restarts one only after a checkpoint, which syncs
-/// the frames it moves), so the frames are what is missing at `NORMAL`. A WAL that is gone was
-/// checkpointed into the database file, which the checkpoint synced.
+/// the frames it moves), so the frames are what is missing at `NORMAL`. SQLite removes the WAL
+/// only when its last connection closes, and the writer that just committed is open: a WAL
+/// that is not there is not the file SQLite writes, and an error.
 async fn sync_wal(wal: PathBuf) -> std::result::Result<(), sqlx::Error> {
-    let synced = tokio::task::spawn_blocking(move || match std::fs::File::open(&wal) {
-        Ok(file) => file.sync_data(),
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(error) => Err(error),
+    let synced = tokio::task::spawn_blocking(move || {
+        std::fs::File::open(&wal)
+            .and_then(|file| file.sync_data())
+            .map_err(|error| {
+                std::io::Error::new(
+                    error.kind(),
+                    format!("cannot sync the WAL {}: {error}", wal.display()),
+                )
+            })
     })
     .await
     .map_err(std::io::Error::other)?;
@@ -276,6 +284,8 @@ impl SqliteStore {
                 SqliteSynchronous::Normal
             })
             .busy_timeout(config.command_timeout);
+        let wal = Arc::new(OnceLock::new());
+        let learnt_wal = Arc::clone(&wal);
         let prepare = [
             sql.create_table.clone(),
             sql.create_floor.clone(),
@@ -291,6 +301,7 @@ impl SqliteStore {
             .test_before_acquire(false)
             .after_connect(move |conn, _| {
                 let prepare = prepare.clone();
+                let learnt_wal = Arc::clone(&learnt_wal);
                 Box::pin(async move {
                     for statement in &prepare {
                         sqlx::query(statement).execute(&mut *conn).await?;
@@ -307,6 +318,11 @@ impl SqliteStore {
                             .into(),
                         ));
                     }
+                    if learnt_wal.get().is_none() {
+                        let file: String =
+                            sqlx::query_scalar(MAIN_FILE).fetch_one(&mut *conn).await?;
+                        let _ = learnt_wal.set(wal_path(&file));
+                    }
                     #[cfg(feature = "crash-hooks")]
                     crate::crash_hooks::install(conn).await?;
                     Ok(())
@@ -320,6 +336,7 @@ impl SqliteStore {
                 path,
                 pool,
                 writer: Mutex::new(None),
+                wal,
                 sql,
                 boot_id,
                 pid: i64::from(std::process::id()),
@@ -548,10 +565,15 @@ impl SqliteStore {
             // this commit, the next mint could hand the same token out again, so it reaches the
             // disk before anybody sees it. If this fails, the key stays taken until its TTL, by
             // an owner nobody knows (as after a lost reply).
-            self.bounded("syncing the WAL", sync_wal(wal_path(&shared.path)))
+            // Set when the writer's connection was opened, before it could commit.
+            let wal = shared.wal.get().cloned().ok_or_else(|| {
+                let unknown = "the WAL's file name was not learnt from SQLite";
+                self.error("syncing the WAL", sqlx::Error::Protocol(unknown.into()))
+            })?;
+            self.bounded("syncing the WAL", sync_wal(wal.clone()))
                 .await?;
             #[cfg(feature = "crash-hooks")]
-            crate::crash_hooks::wal_synced(&shared.path);
+            crate::crash_hooks::wal_synced(&wal);
         }
         #[cfg(feature = "crash-hooks")]
         crate::crash_hooks::after_grant();

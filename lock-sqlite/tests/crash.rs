@@ -162,3 +162,61 @@ async fn a_grant_ahead_of_the_clock_survives_a_host_crash() {
     );
     next_token_is_above(&crashed, key, granted).await;
 }
+
+/// Sets the key's fence an hour ahead of the clock through `path`, as
+/// `a_grant_ahead_of_the_clock_survives_a_host_crash` does, so the next grant must sync.
+async fn fence_an_hour_ahead(path: &Path, key: &str) -> i64 {
+    let ahead = unix_micros() + 3_600_000_000;
+    sqlx::query("UPDATE fencelock_locks SET token = ?1 WHERE key = ?2")
+        .bind(ahead)
+        .bind(key.as_bytes())
+        .execute(&mut raw(path).await)
+        .await
+        .expect("set the fence ahead");
+    ahead
+}
+
+/// A grant ahead of the clock through `opened` (a symlink, or a path through one) syncs the WAL
+/// SQLite writes, the one beside `real`, the file the links resolve to.
+async fn a_grant_ahead_syncs_the_real_wal(opened: &Path, real: &Path, key: &str) {
+    let store = support::store(opened).await;
+    grant_and_release(&store, key).await;
+    let ahead = fence_an_hour_ahead(real, key).await;
+    let syncs = crash_hooks::wal_syncs(real);
+    let lease = store.try_acquire(key, TTL).await.expect("grant");
+    assert_eq!(lease.fencing_token(), u64::try_from(ahead).unwrap() + 1);
+    assert_eq!(
+        crash_hooks::wal_syncs(real),
+        syncs + 1,
+        "the grant ahead of the clock did not sync {}-wal, the WAL SQLite wrote it to",
+        real.display()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_ahead_of_the_clock_syncs_the_wal_of_a_symlinked_database() {
+    let dir = Scratch::new("crash-symlinked-file");
+    let target_dir = dir.path().join("elsewhere");
+    std::fs::create_dir(&target_dir).expect("target directory");
+    let real = target_dir.join("locks.db");
+    let link = dir.db();
+    std::os::unix::fs::symlink(&real, &link).expect("symlink the database file");
+    // SQLite creates the file the link points to; the real WAL is beside it, not beside the link.
+    a_grant_ahead_syncs_the_real_wal(&link, &real, "crash:symlinked-file").await;
+    assert!(!Path::new(&format!("{}-wal", link.display())).exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_ahead_of_the_clock_syncs_the_wal_in_a_symlinked_directory() {
+    let dir = Scratch::new("crash-symlinked-dir");
+    let target_dir = dir.path().join("elsewhere");
+    std::fs::create_dir(&target_dir).expect("target directory");
+    let linked_dir = dir.path().join("linked");
+    std::os::unix::fs::symlink(&target_dir, &linked_dir).expect("symlink the directory");
+    a_grant_ahead_syncs_the_real_wal(
+        &linked_dir.join("locks.db"),
+        &target_dir.join("locks.db"),
+        "crash:symlinked-dir",
+    )
+    .await;
+}
