@@ -7,10 +7,11 @@
 //! - [`Layout::Fencelock`]: `{owner id}-lock-{sequence}` for an exclusive lease,
 //!   `{owner id}-shared-lock-{sequence}` for a reader and `{owner id}-permit{limit}-lock-{sequence}`
 //!   for a permit of a semaphore of `limit` ([`NodeMode`]), all in one queue ordered by the
-//!   sequence number (names without one are left out).
+//!   sequence number as a 32-bit serial number, so across its wrap (names without one are left
+//!   out).
 //! - [`Layout::Curator`]: `_c_{uuid}-lock-{sequence}` (Curator's protected-mode name), and, as
 //!   Curator's `StandardLockInternalsDriver` does, *every* child sorted by the text after its
-//!   last `lock-` (the whole name if it has none).
+//!   last `lock-` (the whole name if it has none), as text even past the sequence's wrap.
 //! - [`Layout::Kazoo`]: `{uuid hex}__lock__{sequence}`; as kazoo's `WriteLock`, the contenders
 //!   are the children matching `(__lock__|__rlock__)(-?\d{10})$`, sorted by that sequence text.
 
@@ -94,10 +95,31 @@ pub(crate) fn node_mode(layout: Layout, name: &str) -> Mode {
 }
 
 /// The sequence number of a lock node's name in the fencelock layout, `None` for a name this
-/// store did not make.
-fn sequence(name: &str) -> Option<i64> {
+/// store did not make. ZooKeeper appends the container's count of child creates, a Java `int`,
+/// as `%010d`: past `2147483647` it wraps to `-2147483648` (11 characters), then `-000000001`.
+fn sequence(name: &str) -> Option<i32> {
     let (_, digits) = name.rsplit_once(LOCK_NAME)?;
     digits.parse().ok()
+}
+
+/// Where the oldest of `sequences` starts in 32-bit serial order (RFC 1982): just after the
+/// widest gap between them around the circle. While a container's live nodes were made within
+/// fewer than 2^31 creates of each other, that gap is the only one wider than half the circle,
+/// so a node made after the counter wrapped still sorts after every older one.
+fn serial_start(sequences: &mut [u32]) -> u32 {
+    sequences.sort_unstable();
+    let (Some(&first), Some(&last)) = (sequences.first(), sequences.last()) else {
+        return 0;
+    };
+    let mut start = first;
+    let mut widest = first.wrapping_sub(last);
+    for pair in sequences.windows(2) {
+        let gap = pair[1] - pair[0];
+        if gap > widest {
+            (start, widest) = (pair[1], gap);
+        }
+    }
+    start
 }
 
 /// kazoo's contender sequence: the `-?\d{10}` that ends the name right after `__lock__` or
@@ -166,11 +188,13 @@ pub(crate) fn queue(layout: Layout, children: Vec<String>) -> Vec<String> {
             queue.into_iter().map(|(_, name)| name).collect()
         }
         _ => {
-            let mut queue: Vec<(i64, String)> = children
+            let mut queue: Vec<(u32, String)> = children
                 .into_iter()
-                .filter_map(|name| Some((sequence(&name)?, name)))
+                .filter_map(|name| Some((sequence(&name)?.cast_unsigned(), name)))
                 .collect();
-            queue.sort();
+            let mut sequences: Vec<u32> = queue.iter().map(|(sequence, _)| *sequence).collect();
+            let start = serial_start(&mut sequences);
+            queue.sort_by_key(|(sequence, _)| sequence.wrapping_sub(start));
             queue.into_iter().map(|(_, name)| name).collect()
         }
     }
@@ -262,6 +286,103 @@ mod tests {
                 "a-lock-0000000001",
                 "b-lock-0000000002",
                 "c-lock-0000000010"
+            ]
+        );
+    }
+
+    /// ZooKeeper's `%010d` of the container's 32-bit count of creates, around its wrap:
+    /// `2147483647`, then `-2147483648`, `-2147483647`, …, `-000000001`, `0000000000`.
+    fn suffix(sequence: i32) -> String {
+        format!("{sequence:010}")
+    }
+
+    #[test]
+    fn negative_sequences_parse_as_zookeeper_formats_them() {
+        assert_eq!(suffix(-1), "-000000001");
+        assert_eq!(suffix(i32::MIN), "-2147483648");
+        assert_eq!(suffix(-999_999_999), "-999999999");
+        for made in [
+            i32::MAX,
+            i32::MIN,
+            i32::MIN + 1,
+            -1_000_000_000,
+            -999_999_999,
+            -1,
+            0,
+        ] {
+            for tag in ["", "-shared", "-permit3"] {
+                let name = format!("0abc{tag}-lock-{}", suffix(made));
+                assert_eq!(sequence(&name), Some(made), "{name}");
+            }
+        }
+        // Nothing ZooKeeper appends: left out of the queue, never a panic.
+        for odd in [
+            "a-lock-",
+            "a-lock--",
+            "a-lock-2147483648",
+            "a-lock--2147483649",
+        ] {
+            assert_eq!(sequence(odd), None, "{odd}");
+        }
+    }
+
+    #[test]
+    fn a_node_created_after_the_sequence_wraps_queues_behind_the_older_ones() {
+        // Nodes made in this order (each listing order tried), in every mode, with a name
+        // that is not a lock node beside them.
+        let in_creation_order = |made: &[i32]| {
+            let tags = ["", "-shared", "-permit2"];
+            let oldest_first: Vec<String> = made
+                .iter()
+                .enumerate()
+                .map(|(i, &s)| format!("{i:x}{}-lock-{}", tags[i % 3], suffix(s)))
+                .collect();
+            for rotation in 0..oldest_first.len() {
+                let mut children = oldest_first.clone();
+                children.rotate_left(rotation);
+                children.push("junk".into());
+                assert_eq!(
+                    queue(Layout::Fencelock, children),
+                    oldest_first,
+                    "{made:?} listed from {rotation}"
+                );
+            }
+        };
+        // The holder made just before the count passed 2^31 - 1, the waiters after it.
+        in_creation_order(&[i32::MAX - 1, i32::MAX, i32::MIN, i32::MIN + 1]);
+        in_creation_order(&[i32::MIN, i32::MIN + 7]);
+        // Back across zero, through `-000000001`.
+        in_creation_order(&[-2, -1, 0, 1]);
+        in_creation_order(&[9, 10, 1_000_000]);
+    }
+
+    #[test]
+    fn the_interop_layouts_keep_their_peers_order_at_the_wrap() {
+        // Curator and kazoo compare the suffix as text: a node made after the wrap sorts
+        // first there, and both sides of a path must agree, so so does ours.
+        let curator = queue(
+            Layout::Curator,
+            vec![
+                format!("_c_a-lock-{}", suffix(i32::MAX)),
+                format!("_c_b-lock-{}", suffix(i32::MIN)),
+            ],
+        );
+        assert_eq!(curator[0], format!("_c_b-lock-{}", suffix(i32::MIN)));
+        // kazoo's pattern wants ten digits after an optional sign: `-000000001` is no
+        // contender there, nor here.
+        let kazoo = queue(
+            Layout::Kazoo,
+            vec![
+                format!("a__lock__{}", suffix(i32::MAX)),
+                format!("b__lock__{}", suffix(i32::MIN)),
+                format!("c__lock__{}", suffix(-1)),
+            ],
+        );
+        assert_eq!(
+            kazoo,
+            [
+                format!("b__lock__{}", suffix(i32::MIN)),
+                format!("a__lock__{}", suffix(i32::MAX))
             ]
         );
     }
