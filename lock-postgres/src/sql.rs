@@ -253,40 +253,27 @@ const TRY_ACQUIRE: &str = concat!(
 );
 
 /// Waits in the server's lock queue for at most $6 ms (lock_timeout, set before the wait by
-/// the chained CTEs), then bumps the fence and arms the server-side TTL as [`TRY_ACQUIRE`]
-/// does. Atomic as one statement; on a lock timeout (55P03) the transaction rolls back, but a
-/// lock granted in that instant stays held: see [`RECLAIM_AFTER_TIMEOUT`]. Returns the token,
-/// the backend pid and how long the server waited (µs).
+/// the chained CTEs) for the lock as the transaction's, bumps the fence, then takes the lock
+/// for the session (at once: the backend holds it) and arms the server-side TTL as
+/// [`TRY_ACQUIRE`] does. Atomic as one statement, whose last step is the session's take: any
+/// error before it, a lock timeout even as the lock is granted, rolls the lock back with it.
+/// Returns the token, the backend pid and how long the server waited (µs).
 const WAIT_ACQUIRE: &str = concat!(
     "WITH settings AS MATERIALIZED (SELECT set_config('lock_timeout', ($6::int8)::text, false) AS lock_timeout),
-     lock AS MATERIALIZED (SELECT pg_advisory_lock($1::int8) AS locked FROM settings),
+     lock AS MATERIALIZED (SELECT pg_advisory_xact_lock($1::int8) AS locked FROM settings),
      granted AS MATERIALIZED (SELECT clock_timestamp() - statement_timestamp() AS waited FROM lock),
      bump AS (",
     bump_fence!("granted"),
-    ")
-     SELECT (SELECT token FROM bump) AS token, pg_backend_pid() AS pid,
+    "),
+     held AS MATERIALIZED (SELECT pg_advisory_lock($1::int8) AS locked, token, at_clock FROM bump)
+     SELECT held.token, pg_backend_pid() AS pid,
             (SELECT (extract(epoch FROM waited) * 1000000)::int8 FROM granted) AS waited_us,
             set_config('idle_session_timeout', ($4::int8)::text, false),
             set_config('lock_timeout', '0', false),
             ",
-    grant_commit!("SELECT at_clock FROM bump"),
-    ""
-);
-
-/// After a lock timeout: if the lock was granted just as the timeout fired, this session holds
-/// it; then bump the fence and arm the TTL as a grant would. Atomic: one statement. Returns the
-/// token, or no row.
-const RECLAIM_AFTER_TIMEOUT: &str = concat!(
-    "WITH held AS MATERIALIZED (",
-    held_by_this_backend!(),
-    "), bump AS (",
-    bump_fence!("held"),
-    ")
-     SELECT token, pg_backend_pid() AS pid, set_config('idle_session_timeout', ($4::int8)::text, false),
-            ",
-    grant_commit!("at_clock"),
+    grant_commit!("held.at_clock"),
     "
-       FROM bump"
+       FROM held"
 );
 
 /// Extend: any statement restarts the server's idle timer; this one also proves that the
@@ -476,7 +463,6 @@ pub(crate) fn add_permit_limit(fence_table: &str) -> String {
 pub(crate) struct Statements {
     pub(crate) try_acquire: String,
     pub(crate) wait_acquire: String,
-    pub(crate) reclaim: String,
     pub(crate) create_schema: String,
     pub(crate) create_fence_table: String,
     pub(crate) remove_idle_fences: String,
@@ -496,7 +482,6 @@ impl Statements {
         Statements {
             try_acquire: fill(TRY_ACQUIRE),
             wait_acquire: fill(WAIT_ACQUIRE),
-            reclaim: fill(RECLAIM_AFTER_TIMEOUT),
             create_schema: format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\""),
             create_fence_table: fill(CREATE_FENCE_TABLE),
             remove_idle_fences: fill(REMOVE_IDLE_FENCES),
@@ -519,7 +504,6 @@ mod tests {
         for statement in [
             &sql.try_acquire,
             &sql.wait_acquire,
-            &sql.reclaim,
             &sql.create_fence_table,
             &sql.remove_idle_fences,
             &sql.count_fences,
@@ -544,7 +528,6 @@ mod tests {
         for (fast, durable) in [
             (&fast.try_acquire, &durable.try_acquire),
             (&fast.wait_acquire, &durable.wait_acquire),
-            (&fast.reclaim, &durable.reclaim),
             (&fast.bump_shared, &durable.bump_shared),
             (&fast.bump_permit, &durable.bump_permit),
         ] {

@@ -459,10 +459,13 @@ impl PostgresStore {
                     let lease = self.lease(target, owner, token, ttl, sent_at, session, EXCLUSIVE);
                     return self.won_back(lease, waited).await;
                 }
+                // The rollback took the lock with it, even one granted as the timeout fired.
                 Err(fault) if fault.code().as_deref() == Some("55P03") => {
-                    return self
-                        .reclaim_after_timeout(target, ttl, session, started)
-                        .await;
+                    self.sessions.checkin(session);
+                    return Err(Error::WaitTimedOut {
+                        key: target.display.clone(),
+                        waited: started.elapsed(),
+                    });
                 }
                 Err(fault) if reused && fault.session_ended() => {
                     tracing::debug!(reason = %fault.describe(), "an idle session was dead; retrying on a new one");
@@ -470,46 +473,6 @@ impl PostgresStore {
                     continue;
                 }
                 Err(fault) => return Err(fault.into_error("acquire")),
-            }
-        }
-    }
-
-    /// After a lock timeout: the lock may have been granted just as the timeout fired, and a
-    /// session lock survives the rolled-back statement. If this session holds it, finish the
-    /// grant; otherwise the wait timed out and the session is clean.
-    async fn reclaim_after_timeout(
-        &self,
-        target: &Target,
-        ttl: Duration,
-        mut session: Session,
-        started: Instant,
-    ) -> Result<Lease> {
-        let owner = OwnerId::random();
-        let sent_at = Instant::now();
-        let reply = bounded(
-            self.sessions.config.command_timeout(),
-            grant(&self.sessions.sql.reclaim, target, ttl, owner).fetch_optional(&mut session.conn),
-        )
-        .await
-        .map_err(|fault| fault.into_error("checking the lock after a lock timeout"))?;
-        match reply {
-            Some(row) => {
-                let (token, pid) = decode(&row, |row| {
-                    Ok((
-                        row.try_get::<i64, _>("token")?,
-                        row.try_get::<i32, _>("pid")?,
-                    ))
-                })?;
-                check_same_backend(&session, pid)?;
-                tracing::debug!(key = %target.display, token, "the lock was granted as the lock timeout fired");
-                Ok(self.lease(target, owner, token, ttl, sent_at, session, EXCLUSIVE))
-            }
-            None => {
-                self.sessions.checkin(session);
-                Err(Error::WaitTimedOut {
-                    key: target.display.clone(),
-                    waited: started.elapsed(),
-                })
             }
         }
     }
@@ -1205,8 +1168,9 @@ impl Acquire for PostgresStore {
         self.acquire_key(key, ttl, None, Mode::Exclusive).await
     }
 
-    /// Waits in PostgreSQL's own lock queue (`pg_advisory_lock` under `lock_timeout`), so the
-    /// server wakes the waiter the moment the holder releases or its session ends.
+    /// Waits in PostgreSQL's own lock queue (`pg_advisory_xact_lock` under `lock_timeout`, the
+    /// session's lock taken once granted), so the server wakes the waiter the moment the holder
+    /// releases or its session ends.
     ///
     /// # Cancel safety
     /// The wait runs on a session owned by the future. Dropping the future closes that
@@ -1378,90 +1342,5 @@ impl fmt::Debug for PostgresStore {
             .field("watched_leases", &self.watch.watched_count())
             .field("watch_task_running", &self.watch.task_running())
             .finish()
-    }
-}
-
-/// The rare paths that a live server rarely takes on its own, driven by hand.
-#[cfg(test)]
-mod server_tests {
-    use super::*;
-
-    fn url() -> String {
-        static SERVER: std::sync::OnceLock<test_servers::PostgresServer> =
-            std::sync::OnceLock::new();
-        SERVER
-            .get_or_init(|| test_servers::PostgresServer::start().unwrap_or_else(|e| panic!("{e}")))
-            .url()
-    }
-
-    async fn store() -> PostgresStore {
-        PostgresStore::connect(PostgresConfig::from_url(&url()).unwrap())
-            .await
-            .unwrap()
-    }
-
-    /// A lock granted in the instant its lock timeout fired is held by the session although
-    /// the statement failed: the reclaim completes the grant with a fresh token.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_lock_granted_as_the_timeout_fired_becomes_a_lease() {
-        let store = store().await;
-        let target = Target::hashed(&store.sessions.config.space(), "reclaim:granted");
-        let before = store
-            .try_in(&target, Duration::from_secs(30), Mode::Exclusive)
-            .await
-            .unwrap();
-        assert_eq!(
-            store.release_lease(&before).await.unwrap(),
-            ReleaseOutcome::Released
-        );
-
-        let Checkout { mut session, .. } = store.sessions.checkout().await.unwrap();
-        sqlx::query("SELECT pg_advisory_lock($1)")
-            .bind(target.lock_id)
-            .execute(&mut session.conn)
-            .await
-            .unwrap();
-        let lease = store
-            .reclaim_after_timeout(&target, Duration::from_secs(30), session, Instant::now())
-            .await
-            .unwrap();
-        assert!(lease.fencing_token() > before.fencing_token());
-        // The TTL is armed and the lock is held exactly once: one release frees it.
-        let other = self::store().await;
-        assert!(matches!(
-            other
-                .try_in(&target, Duration::from_secs(30), Mode::Exclusive)
-                .await,
-            Err(Error::Busy { .. })
-        ));
-        assert_eq!(
-            store.release_lease(&lease).await.unwrap(),
-            ReleaseOutcome::Released
-        );
-        let next = other
-            .try_in(&target, Duration::from_secs(30), Mode::Exclusive)
-            .await
-            .unwrap();
-        assert_eq!(
-            other.release_lease(&next).await.unwrap(),
-            ReleaseOutcome::Released
-        );
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_lock_not_granted_by_the_timeout_is_a_timed_out_wait() {
-        let store = store().await;
-        let target = Target::hashed(&store.sessions.config.space(), "reclaim:not-granted");
-        let Checkout { session, .. } = store.sessions.checkout().await.unwrap();
-        let idle_before = store.idle_connections();
-        match store
-            .reclaim_after_timeout(&target, Duration::from_secs(30), session, Instant::now())
-            .await
-        {
-            Err(Error::WaitTimedOut { key, .. }) => assert_eq!(key, "reclaim:not-granted"),
-            other => panic!("expected WaitTimedOut, got {other:?}"),
-        }
-        // The clean session went back to the idle list.
-        assert_eq!(store.idle_connections(), idle_before + 1);
     }
 }

@@ -2,7 +2,8 @@
 //! statement) in the shared and permit modes. The server ends such a session one of the
 //! waiter's own TTLs after it fell silent, whatever it took for its acquire (the key's lock
 //! from the queue, the gate, a group's lock, a slot, an open transaction), so the key is free
-//! again within 2 TTLs; and `status` never counts a waiter as a holder.
+//! again within 2 TTLs; and `status` never counts a waiter as a holder. An exclusive waiter
+//! frozen just as its lock timeout fires on a granted lock keeps the key at most its TTL too.
 //!
 //! A waiter is frozen by polling its acquire future until the server shows it where the test
 //! wants it, and never again: the future (and its connection) stays alive, silent.
@@ -13,10 +14,10 @@ use std::future::Future;
 use std::time::Duration;
 
 use common::{admin, holders, store, waiters};
-use fencelock_core::{Acquire, KeyStatus, LockStore, Mode, Release, ReleaseOutcome};
+use fencelock_core::{Acquire, Error, KeyStatus, LockStore, Mode, Release, ReleaseOutcome};
 use fencelock_postgres::{PostgresStore, DEFAULT_NAMESPACE, DEFAULT_SCHEMA, DEFAULT_TABLE};
 use sqlx::{PgConnection, Row};
-use test_servers::shared;
+use test_servers::{shared, PostgresServer};
 use tokio::time::{sleep, timeout, Instant};
 
 /// The TTL every lease and waiter of these tests asks for.
@@ -283,4 +284,231 @@ async fn status_counts_no_waiter_as_a_holder() {
         ReleaseOutcome::Released
     );
     drop(frozen);
+}
+
+// ---- an exclusive waiter whose lock timeout fires on a granted lock -------------------------
+
+/// The exclusive waiters' TTL: short, so that a key kept past it fails the test quickly.
+const RACE_TTL: Duration = Duration::from_secs(1);
+
+/// Their wait, half the TTL: the steps before the lock timeout (a poll and a signal) fit in
+/// it many times over, and its end comes well before the TTL's.
+const RACE_WAIT: Duration = Duration::from_millis(500);
+
+/// The TTL, plus half of it for the round trips of a loaded machine.
+const RACE_BOUND: Duration = Duration::from_millis(1500);
+
+/// The URL of a server on this host, whose backends the test can stop: the shared one unless
+/// `LOCK_TEST_POSTGRES_URL` names another server.
+fn local_server_url() -> String {
+    static LOCAL: std::sync::OnceLock<PostgresServer> = std::sync::OnceLock::new();
+    let shared = shared::postgres();
+    if !shared.is_external() {
+        return shared.url();
+    }
+    LOCAL
+        .get_or_init(|| PostgresServer::start_with_settings(&[]).expect("a local PostgreSQL"))
+        .url()
+}
+
+/// A backend stopped with SIGSTOP, run again (SIGCONT) when dropped, so that a failed test
+/// never leaves it stopped.
+struct Stopped(i32);
+
+impl Stopped {
+    async fn stop(pid: i32) -> Stopped {
+        signal(pid, "-STOP");
+        let stopped = Stopped(pid);
+        until!("the backend stopping", process_state(pid) == Some('T'));
+        stopped
+    }
+
+    fn resume(self) {
+        drop(self);
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        signal(self.0, "-CONT");
+    }
+}
+
+fn signal(pid: i32, signal: &str) {
+    let status = std::process::Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success(), "kill {signal} {pid} failed: {status}");
+}
+
+/// The state letter of process `pid` (`T` while stopped), from `/proc/<pid>/stat`.
+fn process_state(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name, in parentheses, may hold spaces: the state follows its last ')'.
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+/// The one backend waiting for lock `lock_id`, and when its lock timeout of `wait` ends by
+/// the server's clock (µs since the epoch): the wait's timers start at `waitstart`.
+async fn queued(admin: &mut PgConnection, lock_id: i64, wait: Duration) -> (i32, i64) {
+    let row = sqlx::query(
+        "SELECT pid, (extract(epoch FROM waitstart) * 1000000)::int8 + $2::int8 FROM pg_locks
+          WHERE locktype = 'advisory' AND NOT granted AND objsubid = 1
+            AND classid = (($1::int8 >> 32) & 4294967295)::oid
+            AND objid = ($1::int8 & 4294967295)::oid",
+    )
+    .bind(lock_id)
+    .bind(i64::try_from(wait.as_micros()).expect("a short wait"))
+    .fetch_one(admin)
+    .await
+    .expect("the queued waiter in pg_locks");
+    (row.get(0), row.get(1))
+}
+
+/// Sleeps on the server until its clock passes `until_us` (µs since the epoch) by one
+/// millisecond, the granularity of its lock timeout.
+async fn server_sleep_past(admin: &mut PgConnection, until_us: i64) {
+    sqlx::query(
+        "SELECT pg_sleep(GREATEST(0, ($1::int8 + 1000) / 1000000.0
+                                  - extract(epoch FROM clock_timestamp())))",
+    )
+    .bind(until_us)
+    .execute(admin)
+    .await
+    .expect("pg_sleep");
+}
+
+/// Another acquirer gets the key within [`RACE_BOUND`] of `since`, and releases it.
+async fn key_freed_within_the_ttl(third: &PostgresStore, key: &str, since: Instant) {
+    let lease = timeout(RACE_BOUND * 2, third.acquire(key, RACE_TTL, RACE_BOUND))
+        .await
+        .unwrap_or_else(|_| panic!("the acquire was still running after {:?}", RACE_BOUND * 2))
+        .unwrap_or_else(|e| panic!("the frozen waiter kept the key past its TTL: {e}"));
+    assert!(since.elapsed() <= RACE_BOUND, "took {:?}", since.elapsed());
+    assert_eq!(
+        third.release(&lease).await.unwrap(),
+        ReleaseOutcome::Released
+    );
+}
+
+/// The frozen waiter, polled again, reads its lock timeout: the wait ran out, nothing of it
+/// holds the key, and its session went back to the idle ones.
+async fn thawed_waiter_timed_out(
+    frozen: impl Future<Output = fencelock_core::Result<fencelock_core::Lease>>,
+    waiter: &PostgresStore,
+    admin: &mut PgConnection,
+    lock_id: i64,
+) {
+    match timeout(RACE_BOUND, frozen)
+        .await
+        .expect("the thawed waiter never returned")
+    {
+        Err(Error::WaitTimedOut { .. }) => {}
+        other => panic!("the thawed waiter should have timed out: {other:?}"),
+    }
+    assert!(holders(admin, lock_id).await.is_empty());
+    assert_eq!(waiter.open_connections(), waiter.idle_connections());
+}
+
+/// W waits exclusively; its backend is stopped while it waits, H releases, so the server
+/// grants W the key in the queue, and W's backend runs again only once its lock timeout is
+/// due: the timeout's error and the grant land together, and W's client is frozen from then
+/// on. The key is free again within W's TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frozen_exclusive_waiter_granted_as_its_lock_timeout_fires_keeps_the_key_at_most_its_ttl() {
+    let url = local_server_url();
+    let key = "frozen:exclusive-granted-at-timeout";
+    let (holder, waiter, third) = (
+        store(&url, "").await,
+        store(&url, "").await,
+        store(&url, "").await,
+    );
+    let mut admin = admin(&url).await;
+    let lock_id = holder.lock_id(key);
+    let held = holder.try_acquire(key, RACE_TTL).await.unwrap();
+
+    let mut frozen = Box::pin(waiter.acquire(key, RACE_TTL, RACE_WAIT));
+    freeze_when(&mut frozen, async {
+        until!(
+            "the waiter queueing",
+            waiters(&mut admin, lock_id).await == 1
+        )
+    })
+    .await;
+    let (pid, timeout_due_us) = queued(&mut admin, lock_id, RACE_WAIT).await;
+    let stopped = Stopped::stop(pid).await;
+    assert_eq!(
+        waiters(&mut admin, lock_id).await,
+        1,
+        "the waiter's lock timeout fired before its backend was stopped"
+    );
+    assert_eq!(
+        holder.release(&held).await.unwrap(),
+        ReleaseOutcome::Released
+    );
+    until!(
+        "the server granting the stopped waiter",
+        holders(&mut admin, lock_id).await == [pid]
+    );
+    server_sleep_past(&mut admin, timeout_due_us).await;
+    stopped.resume();
+    let fired = Instant::now();
+
+    key_freed_within_the_ttl(&third, key, fired).await;
+    thawed_waiter_timed_out(frozen, &waiter, &mut admin, lock_id).await;
+}
+
+/// W waits exclusively for a free key; its fence bump waits for the key's fence row, which
+/// the test holds, until W's lock timeout fires, granted lock in hand; W's client is frozen
+/// from before. The key is free again within W's TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frozen_exclusive_waiter_timed_out_in_its_fence_bump_keeps_the_key_at_most_its_ttl() {
+    let url = shared::postgres().url();
+    let key = "frozen:exclusive-timeout-in-bump";
+    let (first, waiter, third) = (
+        store(&url, "").await,
+        store(&url, "").await,
+        store(&url, "").await,
+    );
+    let mut admin = admin(&url).await;
+    let mut row_holder = admin_in_transaction(&url).await;
+    let lock_id = first.lock_id(key);
+    // A fence row for the key, to hold.
+    let lease = first.try_acquire(key, RACE_TTL).await.unwrap();
+    assert_eq!(
+        first.release(&lease).await.unwrap(),
+        ReleaseOutcome::Released
+    );
+    let fence = format!("\"{DEFAULT_SCHEMA}\".\"{DEFAULT_TABLE}\"");
+    sqlx::query(&format!(
+        "SELECT 1 FROM {fence} WHERE namespace = $1 AND key = $2 FOR UPDATE"
+    ))
+    .bind(DEFAULT_NAMESPACE)
+    .bind(key.as_bytes())
+    .fetch_one(&mut row_holder.0)
+    .await
+    .unwrap();
+
+    let mut frozen = Box::pin(waiter.acquire(key, RACE_TTL, RACE_WAIT));
+    let row_holder_pid = row_holder.1;
+    freeze_when(&mut frozen, async {
+        until!(
+            "the waiter's bump waiting for the fence row",
+            blocked_by(&mut admin, row_holder_pid).await == 1
+        )
+    })
+    .await;
+    until!(
+        "the waiter's lock timeout firing in its bump",
+        blocked_by(&mut admin, row_holder_pid).await == 0
+    );
+    let fired = Instant::now();
+    sqlx::query("ROLLBACK")
+        .execute(&mut row_holder.0)
+        .await
+        .unwrap();
+
+    key_freed_within_the_ttl(&third, key, fired).await;
+    thawed_waiter_timed_out(frozen, &waiter, &mut admin, lock_id).await;
 }
