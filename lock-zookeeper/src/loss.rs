@@ -1,9 +1,10 @@
 //! The background task of a session: its loss watcher, and the leases it revokes.
 //!
-//! A session is lost when ZooKeeper expires it (`Expired`), when it is closed, or when it has
-//! been disconnected for [`loss_delay`] of its negotiated timeout: past that, the ensemble may
-//! expire it (and delete its lock nodes) at any moment, so its leases are revoked first. A
-//! reconnection before then keeps the session and its leases.
+//! A session is lost when ZooKeeper expires it (`Expired`), when it is closed, when it has
+//! been disconnected for [`loss_delay`] of its negotiated timeout (past that, the ensemble may
+//! expire it and delete its lock nodes at any moment, so its leases are revoked first), or when
+//! a reconnection negotiated a shorter timeout than its leases were granted. A reconnection
+//! before the loss delay, at the same timeout or a longer one, keeps the session and its leases.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -111,8 +112,9 @@ impl SessionLeases {
     }
 }
 
-/// The background task of a session: ends it on `Expired`, `Closed` or `AuthFailed`, and when
-/// a disconnection lasts [`loss_delay`]; a reconnection before then keeps it.
+/// The background task of a session: ends it on `Expired`, `Closed` or `AuthFailed`, when a
+/// disconnection lasts [`loss_delay`], and when a reconnection negotiates less than `timeout`
+/// (the timeout its leases were granted); a reconnection before the delay keeps it.
 ///
 /// It holds the session's leases, not the session: it ends when `dropped` is cancelled (the
 /// session dropped) or the session is lost.
@@ -124,6 +126,12 @@ pub(crate) async fn watch_state(
 ) {
     let end = |reason: &str| leases.end(reason);
     let mut disconnected_since: Option<Instant> = None;
+    let mut negotiated = timeout;
+    // The client may have reconnected before this task watched it.
+    if let Some(reason) = renegotiated(&states, &mut negotiated, timeout) {
+        end(&reason);
+        return;
+    }
     loop {
         let lost_at = disconnected_since.map(|since| since + loss_delay(timeout));
         let state = tokio::select! {
@@ -144,6 +152,10 @@ pub(crate) async fn watch_state(
             }
             zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => {
                 disconnected_since = None;
+                if let Some(reason) = renegotiated(&states, &mut negotiated, timeout) {
+                    end(&reason);
+                    return;
+                }
             }
             terminal => {
                 end(&format!("the ZooKeeper session ended: {terminal:?}"));
@@ -151,6 +163,34 @@ pub(crate) async fn watch_state(
             }
         }
     }
+}
+
+/// Why the session's leases are lost, if its latest connection negotiated less than `timeout`:
+/// the ensemble now expires it that much sooner after its last heartbeat, before their
+/// deadlines. `last` is the timeout last seen, so a longer one (the leases' deadlines still come
+/// first; a dead holder's key stays held up to it) is logged once per change.
+fn renegotiated(
+    states: &zk::StateWatcher,
+    last: &mut Duration,
+    timeout: Duration,
+) -> Option<String> {
+    let negotiated = states.negotiated_session_timeout();
+    if negotiated < timeout {
+        return Some(format!(
+            "the ZooKeeper session reconnected with a timeout of {negotiated:?}, below the \
+             {timeout:?} its leases were granted (the server's maxSessionTimeout was lowered), so \
+             the ensemble may expire it before their deadlines"
+        ));
+    }
+    if negotiated != std::mem::replace(last, negotiated) && negotiated > timeout {
+        tracing::warn!(
+            ?negotiated,
+            ?timeout,
+            "a ZooKeeper session reconnected with a longer timeout than its leases' TTL: they \
+             stay valid, but a dead holder's key stays held up to the longer timeout"
+        );
+    }
+    None
 }
 
 /// Sleeps until `at`, or forever for `None`.

@@ -19,7 +19,8 @@ use crate::loss::{watch_state, SessionLeases};
 /// One ZooKeeper session of a handle.
 pub(crate) struct Session {
     pub(crate) client: zk::Client,
-    /// The timeout the server negotiated.
+    /// The timeout the server negotiated when the session opened: its leases' TTL. A
+    /// reconnection that negotiates less ends the session (`loss`).
     pub(crate) timeout: Duration,
     command_timeout: Duration,
     /// The leases that live on the session, revoked by its loss watcher.

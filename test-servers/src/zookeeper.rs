@@ -454,6 +454,21 @@ impl ZookeeperEnsemble {
         })
     }
 
+    /// [`restart`](Self::restart)s member `i` with `max` as its `maxSessionTimeout`: a client
+    /// that reconnects to it negotiates its session again, and gets at most `max`.
+    pub fn restart_with_max_session_timeout(&mut self, i: usize, max: Duration) -> Result<()> {
+        let config = self.member(i)?.config.clone();
+        let text: String = std::fs::read_to_string(&config)?
+            .lines()
+            .map(|line| match line.starts_with("maxSessionTimeout=") {
+                true => format!("maxSessionTimeout={}\n", max.as_millis()),
+                false => format!("{line}\n"),
+            })
+            .collect();
+        std::fs::write(&config, text)?;
+        self.restart(i)
+    }
+
     /// Kills every member (`SIGKILL`) and starts them all again with the same ports and data
     /// directories, then waits until the ensemble serves requests: a full restart, which
     /// [`restart`](Self::restart) of one member at a time cannot do (a member alone has no

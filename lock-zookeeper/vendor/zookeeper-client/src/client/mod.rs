@@ -279,9 +279,16 @@ impl Client {
         self.session
     }
 
-    /// Negotiated session timeout.
+    /// Session timeout negotiated when the client connected. See
+    /// [Self::negotiated_session_timeout] for the one in force after reconnections.
     pub fn session_timeout(&self) -> Duration {
         self.session_timeout
+    }
+
+    /// Session timeout the server negotiated on the latest connection: every reconnection
+    /// negotiates again, and a server with other session limits may grant another timeout.
+    pub fn negotiated_session_timeout(&self) -> Duration {
+        self.state_watcher.negotiated_session_timeout()
     }
 
     /// Latest session state.
@@ -1767,7 +1774,7 @@ impl Connector {
         let conn = session.start(&mut endpoints, &mut buf, &mut depot).await?;
         let session_info = session.session.clone();
         let session_timeout = session.session_timeout;
-        let mut state_watcher = StateWatcher::new(session.subscribe_state());
+        let mut state_watcher = StateWatcher::new(session.subscribe_state(), session.negotiated_timeout());
         // Consume all state changes so far.
         state_watcher.state();
         asyncs::spawn(async move {

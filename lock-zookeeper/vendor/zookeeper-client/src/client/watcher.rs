@@ -1,3 +1,7 @@
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
 use asyncs::sync::watch;
 
 use crate::chroot::OwnedChroot;
@@ -8,11 +12,21 @@ use crate::session::{OneshotReceiver, PersistentReceiver, SessionState, WatchRec
 #[derive(Clone, Debug)]
 pub struct StateWatcher {
     receiver: watch::Receiver<SessionState>,
+    negotiated_timeout: Arc<AtomicU64>,
 }
 
 impl StateWatcher {
-    pub(super) fn new(receiver: watch::Receiver<SessionState>) -> StateWatcher {
-        StateWatcher { receiver }
+    pub(super) fn new(receiver: watch::Receiver<SessionState>, negotiated_timeout: Arc<AtomicU64>) -> StateWatcher {
+        StateWatcher { receiver, negotiated_timeout }
+    }
+
+    /// Session timeout the server negotiated on the latest connection.
+    ///
+    /// Every reconnection negotiates again, and a server with other session limits may grant
+    /// another timeout. The value is updated before the connected state it came with is
+    /// published, so it is current once [Self::changed] returns that state.
+    pub fn negotiated_session_timeout(&self) -> Duration {
+        Duration::from_millis(self.negotiated_timeout.load(Ordering::Acquire))
     }
 
     /// Returns and consumes most recently state.

@@ -7,7 +7,8 @@ mod watch;
 mod xid;
 
 use std::pin::pin;
-use std::sync::Weak;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use async_io::Timer;
@@ -145,6 +146,7 @@ impl Builder {
 
             session,
             session_timeout: self.session_timeout,
+            negotiated_timeout: Arc::default(),
             session_state: SessionState::Disconnected,
 
             authes: self.authes,
@@ -176,6 +178,8 @@ pub struct Session {
     pub session: SessionInfo,
     session_state: SessionState,
     pub session_timeout: Duration,
+    /// Milliseconds the server negotiated on the latest connection; shared with state watchers.
+    negotiated_timeout: Arc<AtomicU64>,
 
     #[cfg(any(feature = "sasl-digest-md5", feature = "sasl-gssapi"))]
     sasl_options: Option<SaslOptions>,
@@ -208,6 +212,10 @@ impl Session {
 
     pub fn subscribe_state(&self) -> sync::watch::Receiver<SessionState> {
         self.state_sender.subscribe()
+    }
+
+    pub fn negotiated_timeout(&self) -> Arc<AtomicU64> {
+        self.negotiated_timeout.clone()
     }
 
     #[instrument(name = "serve", skip_all, fields(session = display(self.session.id)))]
@@ -463,6 +471,8 @@ impl Session {
         self.session.password.extend_from_slice(response.password);
         self.session.readonly = response.readonly;
         self.reset_timeout(Duration::from_millis(response.session_timeout as u64));
+        // Stored before the connected state is published, so a watcher of it reads this value.
+        self.negotiated_timeout.store(response.session_timeout as u64, Ordering::Release);
         self.complete_connect();
         Ok(())
     }
