@@ -1,12 +1,15 @@
-//! A TCP relay on a free loopback port that can be frozen, to cut one client off from a server
-//! while the server and every other client go on.
+//! A TCP relay on a free loopback port that can be frozen, delayed or severed, to cut one
+//! client off from a server (or one ZooKeeper member from the quorum) while the server and
+//! every other client go on.
 
+use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::Result;
 
@@ -19,16 +22,47 @@ const FROZEN_POLL: Duration = Duration::from_millis(5);
 /// While [frozen](FreezableRelay::freeze) it moves no bytes in either direction and opens no
 /// upstream connection, as if the client's network dropped everything (connections are kept,
 /// not reset: the client sees silence, the server sees an idle client). Bytes read just before
-/// a freeze are held back until the thaw. Each accepted connection is pumped by two threads,
-/// which end when either side closes.
+/// a freeze are held back until the thaw. With a [delay](FreezableRelay::set_delay) every
+/// byte is passed on that long after it was read, in order, as over a slow link. Once
+/// [severed](FreezableRelay::sever) it resets every connection and every new one. Each
+/// accepted connection is pumped by two threads per direction, which end when either side
+/// closes.
 ///
 /// Dropping the handle stops accepting; connections already relayed go on until they close.
 #[derive(Debug)]
 pub struct FreezableRelay {
     port: u16,
     upstream: String,
-    frozen: Arc<AtomicBool>,
-    stopped: Arc<AtomicBool>,
+    links: Arc<Links>,
+}
+
+/// What every connection of one relay shares.
+#[derive(Debug, Default)]
+struct Links {
+    frozen: AtomicBool,
+    stopped: AtomicBool,
+    severed: AtomicBool,
+    /// The delay, in ns, each byte waits after it was read.
+    delay_ns: AtomicU64,
+    /// Both sockets of each live connection, by a number of its own, so a sever can reset them.
+    live: Mutex<HashMap<u64, (TcpStream, TcpStream)>>,
+    next_id: AtomicU64,
+}
+
+impl Links {
+    fn delay(&self) -> Duration {
+        Duration::from_nanos(self.delay_ns.load(Ordering::SeqCst))
+    }
+
+    fn wait_thawed(&self) {
+        while self.frozen.load(Ordering::SeqCst) {
+            thread::sleep(FROZEN_POLL);
+        }
+    }
+
+    fn live(&self) -> std::sync::MutexGuard<'_, HashMap<u64, (TcpStream, TcpStream)>> {
+        self.live.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 impl FreezableRelay {
@@ -36,17 +70,15 @@ impl FreezableRelay {
     pub fn start(upstream: &str) -> Result<Self> {
         let listener = TcpListener::bind(("127.0.0.1", 0))?;
         let port = listener.local_addr()?.port();
-        let frozen = Arc::new(AtomicBool::new(false));
-        let stopped = Arc::new(AtomicBool::new(false));
-        let (gate, stop, target) = (frozen.clone(), stopped.clone(), upstream.to_string());
+        let links = Arc::new(Links::default());
+        let (shared, target) = (links.clone(), upstream.to_string());
         thread::Builder::new()
             .name(format!("relay-{port}"))
-            .spawn(move || accept_loop(listener, target, gate, stop))?;
+            .spawn(move || accept_loop(listener, target, shared))?;
         Ok(FreezableRelay {
             port,
             upstream: upstream.to_string(),
-            frozen,
-            stopped,
+            links,
         })
     }
 
@@ -67,95 +99,148 @@ impl FreezableRelay {
 
     /// Freezes (`true`) or thaws (`false`) every connection through the relay.
     pub fn freeze(&self, frozen: bool) {
-        self.frozen.store(frozen, Ordering::SeqCst);
+        self.links.frozen.store(frozen, Ordering::SeqCst);
     }
 
     /// Whether the relay is frozen.
     pub fn is_frozen(&self) -> bool {
-        self.frozen.load(Ordering::SeqCst)
+        self.links.frozen.load(Ordering::SeqCst)
+    }
+
+    /// Passes every byte read from now on `delay` after it was read, in both directions, in
+    /// order (zero: at once). Bytes already read keep the delay they were read with.
+    pub fn set_delay(&self, delay: Duration) {
+        let ns = u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX);
+        self.links.delay_ns.store(ns, Ordering::SeqCst);
+    }
+
+    /// Resets every connection through the relay, and from now on every new one as soon as it
+    /// is accepted: the client sees its connection end at once, where a frozen relay makes it
+    /// wait out its own timeout. Bytes not yet passed on are dropped.
+    pub fn sever(&self) {
+        self.links.severed.store(true, Ordering::SeqCst);
+        for (client, server) in self.links.live().values() {
+            let _ = client.shutdown(Shutdown::Both);
+            let _ = server.shutdown(Shutdown::Both);
+        }
     }
 }
 
 impl Drop for FreezableRelay {
     fn drop(&mut self) {
-        self.stopped.store(true, Ordering::SeqCst);
-        self.frozen.store(false, Ordering::SeqCst);
+        self.links.stopped.store(true, Ordering::SeqCst);
+        self.links.frozen.store(false, Ordering::SeqCst);
         // Wakes the accept loop so it sees the stop flag.
         let _ = TcpStream::connect(("127.0.0.1", self.port));
     }
 }
 
-fn accept_loop(
-    listener: TcpListener,
-    upstream: String,
-    frozen: Arc<AtomicBool>,
-    stopped: Arc<AtomicBool>,
-) {
+fn accept_loop(listener: TcpListener, upstream: String, links: Arc<Links>) {
     for client in listener.incoming() {
-        if stopped.load(Ordering::SeqCst) {
+        if links.stopped.load(Ordering::SeqCst) {
             return;
         }
         let Ok(client) = client else { continue };
-        let (upstream, frozen) = (upstream.clone(), frozen.clone());
+        if links.severed.load(Ordering::SeqCst) {
+            let _ = client.shutdown(Shutdown::Both);
+            continue;
+        }
+        let (upstream, links) = (upstream.clone(), links.clone());
         // A frozen relay must not even connect upstream, so connect in the connection's thread.
         let _ = thread::Builder::new()
             .name("relay-conn".into())
-            .spawn(move || {
-                wait_thawed(&frozen);
-                let Ok(server) = TcpStream::connect(&upstream) else {
-                    let _ = client.shutdown(Shutdown::Both);
-                    return;
-                };
-                let _ = client.set_nodelay(true);
-                let _ = server.set_nodelay(true);
-                let pair = client
-                    .try_clone()
-                    .and_then(|c| Ok((c, server.try_clone()?)));
-                let Ok((client2, server2)) = pair else {
-                    return;
-                };
-                let gate = frozen.clone();
-                let up = thread::Builder::new()
-                    .name("relay-up".into())
-                    .spawn(move || pump(client2, server2, &gate));
-                pump(server, client, &frozen);
-                if let Ok(up) = up {
-                    let _ = up.join();
+            .spawn(move || relay_connection(client, &upstream, &links));
+    }
+}
+
+/// Connects `client` to `upstream` once thawed and pumps both directions until either side
+/// closes (or the relay is severed).
+fn relay_connection(client: TcpStream, upstream: &str, links: &Arc<Links>) {
+    links.wait_thawed();
+    let Ok(server) = TcpStream::connect(upstream) else {
+        let _ = client.shutdown(Shutdown::Both);
+        return;
+    };
+    let _ = client.set_nodelay(true);
+    let _ = server.set_nodelay(true);
+    let clones = || -> io::Result<_> {
+        Ok((
+            client.try_clone()?,
+            server.try_clone()?,
+            (client.try_clone()?, server.try_clone()?),
+        ))
+    };
+    let Ok((client2, server2, tracked)) = clones() else {
+        return;
+    };
+    let id = links.next_id.fetch_add(1, Ordering::SeqCst);
+    links.live().insert(id, tracked);
+    // A sever between the flag's check in the accept loop and the insert above.
+    if links.severed.load(Ordering::SeqCst) {
+        let _ = client.shutdown(Shutdown::Both);
+        let _ = server.shutdown(Shutdown::Both);
+    }
+    let gate = links.clone();
+    let up = thread::Builder::new()
+        .name("relay-up".into())
+        .spawn(move || pump(client2, server2, &gate));
+    pump(server, client, links);
+    if let Ok(up) = up {
+        let _ = up.join();
+    }
+    links.live().remove(&id);
+}
+
+/// Copies `from` to `to` until either side closes: a reader that stamps each chunk with the
+/// moment it may be written (its read plus the relay's delay), and this thread, which writes
+/// the chunks in order once due and thawed. Then shuts both down so the other direction's
+/// pump ends too.
+fn pump(from: TcpStream, mut to: TcpStream, links: &Arc<Links>) {
+    let (chunks, due) = mpsc::channel::<(Instant, Vec<u8>)>();
+    let (mut source, gate) = match from.try_clone() {
+        Ok(source) => (source, links.clone()),
+        Err(_) => return,
+    };
+    let reader = thread::Builder::new()
+        .name("relay-read".into())
+        .spawn(move || {
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                gate.wait_thawed();
+                match source.read(&mut buf) {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => {
+                        let at = Instant::now() + gate.delay();
+                        if chunks.send((at, buf[..n].to_vec())).is_err() {
+                            return;
+                        }
+                    }
                 }
-            });
-    }
-}
-
-fn wait_thawed(frozen: &AtomicBool) {
-    while frozen.load(Ordering::SeqCst) {
-        thread::sleep(FROZEN_POLL);
-    }
-}
-
-/// Copies `from` to `to` until either side closes, holding bytes back while frozen; then
-/// shuts both down so the other direction's pump ends too.
-fn pump(mut from: TcpStream, mut to: TcpStream, frozen: &AtomicBool) {
-    let mut buf = vec![0u8; 64 * 1024];
-    let result: io::Result<()> = (|| loop {
-        wait_thawed(frozen);
-        let n = from.read(&mut buf)?;
-        if n == 0 {
-            return Ok(());
+            }
+        });
+    for (at, chunk) in due {
+        let wait = at.saturating_duration_since(Instant::now());
+        if !wait.is_zero() {
+            thread::sleep(wait);
         }
-        wait_thawed(frozen);
-        to.write_all(&buf[..n])?;
-    })();
-    drop(result);
+        links.wait_thawed();
+        if to.write_all(&chunk).is_err() {
+            break;
+        }
+    }
     let _ = from.shutdown(Shutdown::Both);
     let _ = to.shutdown(Shutdown::Both);
+    if let Ok(reader) = reader {
+        let _ = reader.join();
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_frozen_relay_holds_bytes_until_the_thaw() {
+    /// An echo server on a free port: its `host:port`.
+    fn echo_server() -> String {
         let echo = TcpListener::bind(("127.0.0.1", 0)).unwrap();
         let upstream = echo.local_addr().unwrap().to_string();
         thread::spawn(move || {
@@ -167,6 +252,12 @@ mod tests {
                 });
             }
         });
+        upstream
+    }
+
+    #[test]
+    fn a_frozen_relay_holds_bytes_until_the_thaw() {
+        let upstream = echo_server();
         let relay = FreezableRelay::start(&upstream).unwrap();
         let mut client = TcpStream::connect(relay.address()).unwrap();
         client
@@ -190,5 +281,56 @@ mod tests {
             .unwrap();
         client.read_exact(&mut got).unwrap();
         assert_eq!(&got, b"held");
+    }
+
+    /// Each byte crosses the relay twice on its way back from the echo server, so it returns
+    /// no sooner than two delays after it was sent, and the bytes keep their order.
+    #[test]
+    fn a_delayed_relay_passes_bytes_in_order_after_the_delay() {
+        let relay = FreezableRelay::start(&echo_server()).unwrap();
+        let delay = Duration::from_millis(100);
+        relay.set_delay(delay);
+        let mut client = TcpStream::connect(relay.address()).unwrap();
+        client
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let sent_at = Instant::now();
+        client.write_all(b"one").unwrap();
+        client.write_all(b"two").unwrap();
+        let mut got = [0u8; 6];
+        client.read_exact(&mut got).unwrap();
+        assert!(sent_at.elapsed() >= delay * 2, "{:?}", sent_at.elapsed());
+        assert_eq!(&got, b"onetwo");
+    }
+
+    #[test]
+    fn a_severed_relay_resets_its_connections_and_every_new_one() {
+        let relay = FreezableRelay::start(&echo_server()).unwrap();
+        let mut client = TcpStream::connect(relay.address()).unwrap();
+        client
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        client.write_all(b"ping").unwrap();
+        let mut got = [0u8; 4];
+        client.read_exact(&mut got).unwrap();
+        relay.sever();
+        // The live connection ends (EOF or a reset), and so does the next one: neither waits
+        // out the read timeout.
+        let ended = |read: io::Result<usize>| match read {
+            Ok(0) => true,
+            Err(e) => matches!(
+                e.kind(),
+                io::ErrorKind::ConnectionReset
+                    | io::ErrorKind::ConnectionAborted
+                    | io::ErrorKind::BrokenPipe
+            ),
+            Ok(_) => false,
+        };
+        assert!(ended(client.read(&mut got)));
+        let mut next = TcpStream::connect(relay.address()).unwrap();
+        next.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let _ = next.write_all(b"ping");
+        assert!(ended(next.read(&mut got)));
     }
 }

@@ -14,6 +14,11 @@
 //! [`ZookeeperEnsemble::start_secure`] starts a standalone server with TLS on a
 //! `secureClientPort` (Netty, PEM files of [`TestCa`]) and SASL DIGEST-MD5 users, beside its
 //! plain client port.
+//!
+//! [`ZookeeperEnsemble::start_with_quorum_relays`] starts an ensemble whose members reach one
+//! another's quorum ports through a [`FreezableRelay`] each, so one member can be cut off from
+//! the quorum ([`ZookeeperEnsemble::isolate`]) or kept behind it
+//! ([`ZookeeperEnsemble::delay_quorum`]) while its clients stay connected to it.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -25,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use crate::process::{self, log_marker, start_error, Proc, TempDir};
 use crate::tls::PerCert;
-use crate::{Error, Result, ServerCert, TestCa};
+use crate::{Error, FreezableRelay, Result, ServerCert, TestCa};
 
 /// The server's jar, as `zkEnv.sh`'s `CLASSPATH` names it.
 const JAR: &str = "/usr/share/java/zookeeper.jar";
@@ -69,6 +74,9 @@ const WORD_TIMEOUT: Duration = Duration::from_millis(500);
 pub struct ZookeeperEnsemble {
     // Dropped (killed) before `dir` is removed.
     members: Vec<Member>,
+    /// With [`start_with_quorum_relays`](Self::start_with_quorum_relays): the relay each member
+    /// reaches each other member's quorum port through.
+    quorum_relays: Vec<QuorumRelay>,
     java: PathBuf,
     class_path: String,
     /// The `secureClientPort` of a standalone server started with TLS.
@@ -88,6 +96,15 @@ pub struct Security {
     /// Users (name, password) of the JAAS `Server` section (`DigestLoginModule`), with
     /// `SASLAuthenticationProvider` as an auth provider; no SASL when empty.
     pub sasl_users: Vec<(String, String)>,
+}
+
+/// The relay member `from` (an index) reaches member `to`'s quorum port through: a follower
+/// `from` connects to its leader `to` there.
+#[derive(Debug)]
+struct QuorumRelay {
+    from: usize,
+    to: usize,
+    relay: FreezableRelay,
 }
 
 #[derive(Debug)]
@@ -135,7 +152,7 @@ impl ZookeeperEnsemble {
     /// Fails with [`Error::MissingBinary`] naming the package `zookeeper` if the server or a
     /// Java runtime is not installed.
     pub fn start_secure(ca: &TestCa, security: &Security) -> Result<Self> {
-        Self::start_with(1, Some((ca, security)))
+        Self::start_with(1, Some((ca, security)), false)
     }
 
     /// Starts an ensemble of `members` (1 is a standalone server) and waits until every
@@ -144,10 +161,32 @@ impl ZookeeperEnsemble {
     /// Fails with [`Error::MissingBinary`] naming the package `zookeeper` if the server or a
     /// Java runtime is not installed.
     pub fn start(members: usize) -> Result<Self> {
-        Self::start_with(members, None)
+        Self::start_with(members, None, false)
     }
 
-    fn start_with(members: usize, security: Option<(&TestCa, &Security)>) -> Result<Self> {
+    /// Starts an ensemble of `members` (at least two) in which each member reaches every other
+    /// member's quorum port through a relay of its own (its `zoo.cfg` names the relay's port in
+    /// the other member's `server.N` line; election ports are direct), and waits until every
+    /// member serves requests. A follower's link to its leader, the one quorum connection
+    /// it keeps, can then be cut ([`isolate`](Self::isolate)) or slowed
+    /// ([`delay_quorum`](Self::delay_quorum)) while its clients stay connected to it.
+    ///
+    /// Fails with [`Error::MissingBinary`] naming the package `zookeeper` if the server or a
+    /// Java runtime is not installed.
+    pub fn start_with_quorum_relays(members: usize) -> Result<Self> {
+        if members < 2 {
+            return Err(Error::InvalidArgument(
+                "quorum relays need an ensemble of at least two members".into(),
+            ));
+        }
+        Self::start_with(members, None, true)
+    }
+
+    fn start_with(
+        members: usize,
+        security: Option<(&TestCa, &Security)>,
+        quorum_relays: bool,
+    ) -> Result<Self> {
         if members == 0 {
             return Err(Error::InvalidArgument(
                 "a ZooKeeper ensemble needs at least one member".into(),
@@ -171,7 +210,7 @@ impl ZookeeperEnsemble {
         }
         let mut last_error = None;
         for _ in 0..process::START_ATTEMPTS {
-            match Self::try_start(&java, &class_path, members, security)? {
+            match Self::try_start(&java, &class_path, members, security, quorum_relays)? {
                 Ok(ensemble) => return Ok(ensemble),
                 Err(e) => last_error = Some(e),
             }
@@ -225,6 +264,7 @@ impl ZookeeperEnsemble {
         class_path: &str,
         n: usize,
         security: Option<(&TestCa, &Security)>,
+        quorum_relays: bool,
     ) -> Result<Result<Self>> {
         let ports = process::free_ports(3 * n + usize::from(security.is_some()))?;
         let dir = TempDir::new("zookeeper", ports[0], None)?;
@@ -235,24 +275,41 @@ impl ZookeeperEnsemble {
             }
             None => (None, Vec::new()),
         };
-        let servers: String = (0..n)
-            .filter(|_| n > 1)
-            .map(|i| {
-                format!(
-                    "server.{}=127.0.0.1:{}:{}\n",
-                    i + 1,
-                    ports[3 * i + 1],
-                    ports[3 * i + 2]
-                )
-            })
-            .collect();
+        let mut relays = Vec::new();
+        if quorum_relays {
+            for from in 0..n {
+                for to in (0..n).filter(|&to| to != from) {
+                    let relay = FreezableRelay::start(&format!("127.0.0.1:{}", ports[3 * to + 1]))?;
+                    relays.push(QuorumRelay { from, to, relay });
+                }
+            }
+        }
+        // Member `from`'s `server.N` lines: its own quorum port, and each other member's as it
+        // reaches it (through its relay, if any).
+        let servers = |from: usize| -> String {
+            (0..n)
+                .filter(|_| n > 1)
+                .map(|to| {
+                    let quorum = relays
+                        .iter()
+                        .find(|r| r.from == from && r.to == to)
+                        .map_or(ports[3 * to + 1], |r| r.relay.port());
+                    format!(
+                        "server.{}=127.0.0.1:{}:{}\n",
+                        to + 1,
+                        quorum,
+                        ports[3 * to + 2]
+                    )
+                })
+                .collect()
+        };
         let mut members = Vec::with_capacity(n);
         for i in 0..n {
             let data = dir.path().join(format!("m{}.data", i + 1));
             std::fs::create_dir_all(&data)?;
             std::fs::write(data.join("myid"), format!("{}\n", i + 1))?;
             let config = dir.path().join(format!("m{}.cfg", i + 1));
-            let mut text = config_text(&data, ports[3 * i], &servers);
+            let mut text = config_text(&data, ports[3 * i], &servers(i));
             if let Some((secure, _)) = &secure {
                 text.push_str(secure);
             }
@@ -267,6 +324,7 @@ impl ZookeeperEnsemble {
         }
         let mut ensemble = ZookeeperEnsemble {
             members,
+            quorum_relays: relays,
             java: java.to_path_buf(),
             class_path: class_path.to_owned(),
             secure_port: secure.map(|(_, port)| port),
@@ -503,6 +561,60 @@ impl ZookeeperEnsemble {
             })
             .map(|(i, _)| i)
             .collect()
+    }
+
+    /// Cuts member `i` off from the quorum (`true`: every quorum relay to and from it frozen,
+    /// so a follower hears nothing more from its leader, nor the leader from it, while the
+    /// member's own clients stay connected to it) or mends the cut (`false`). The member
+    /// notices after `syncLimit` ticks (1 s here) and stops serving its clients until it
+    /// rejoins.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] on an ensemble started without quorum relays.
+    pub fn isolate(&self, i: usize, isolated: bool) -> Result<()> {
+        for relay in self.quorum_relays_of(i)? {
+            relay.freeze(isolated);
+        }
+        Ok(())
+    }
+
+    /// Delays every byte of member `i`'s quorum traffic by `delay` each way (zero: none), so
+    /// a follower applies each commit `delay` after its leader sent it, and every request it
+    /// forwards reaches the leader `delay` late.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] on an ensemble started without quorum relays.
+    pub fn delay_quorum(&self, i: usize, delay: Duration) -> Result<()> {
+        for relay in self.quorum_relays_of(i)? {
+            relay.set_delay(delay);
+        }
+        Ok(())
+    }
+
+    /// The relays of member `i`'s quorum traffic: those it reaches the others through, and
+    /// those they reach it through.
+    fn quorum_relays_of(&self, i: usize) -> Result<impl Iterator<Item = &FreezableRelay>> {
+        self.member(i)?;
+        if self.quorum_relays.is_empty() {
+            return Err(Error::Unsupported(
+                "this ensemble was started without quorum relays (start_with_quorum_relays)".into(),
+            ));
+        }
+        Ok(self
+            .quorum_relays
+            .iter()
+            .filter(move |r| r.from == i || r.to == i)
+            .map(|r| &r.relay))
+    }
+
+    /// The requests member `i` has received from its clients and not yet answered (`mntr`'s
+    /// `zk_outstanding_requests`); `None` while it does not answer.
+    pub fn outstanding_requests(&self, i: usize) -> Option<u64> {
+        let m = self.members.get(i)?;
+        four_letter_word(m.client_port, "mntr")?
+            .lines()
+            .find_map(|line| line.strip_prefix("zk_outstanding_requests"))
+            .and_then(|value| value.trim().parse().ok())
     }
 
     fn member(&self, i: usize) -> Result<&Member> {
