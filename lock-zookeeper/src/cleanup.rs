@@ -28,7 +28,8 @@ pub(crate) fn spawn(
     });
 }
 
-/// Deletes `known` and every node of `owner` in `container`, as a list sent now sees them.
+/// Deletes `known` and every node of `owner` in `container`, as a list sent after a `sync`
+/// sees them.
 ///
 /// # Cancel safety
 /// Each delete is sent when it is made; dropping the future may leave some nodes.
@@ -41,6 +42,12 @@ pub(crate) async fn delete_nodes(
 ) -> Result<()> {
     let client = &session.client;
     let mut paths: Vec<String> = known.into_iter().collect();
+    // A create whose answer was lost may still commit, and the session may have reconnected
+    // to a server that has not applied it yet: the leader answers the sync after it.
+    match session.call("syncing", || client.sync(container)).await {
+        Ok(()) | Err(Failure::NoNode) => {}
+        Err(other) => return Err(other.into_error("syncing")),
+    }
     let what = "listing a key's lock nodes";
     match session.call(what, || client.list_children(container)).await {
         Ok(children) => paths.extend(

@@ -11,12 +11,12 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fencelock_core::{Acquire, Error, Extend, KeepAlive, Release, ReleaseOutcome};
+use fencelock_core::{drift, Acquire, Error, Extend, KeepAlive, Release, ReleaseOutcome};
 use test_servers::{FreezableRelay, ZookeeperEnsemble};
 use tokio::time::{sleep, timeout, Instant};
 
-/// The holder's TTL, and so its session's timeout when it opens: long enough that a
-/// disconnection of a server restart (its loss delay, 0.35 of it: 10.5 s) keeps the session.
+/// The holder's TTL, and so its session's timeout when it opens: long enough that the client
+/// does not give its silent connection up while the server restarts (2/5 of it: 12 s).
 const TTL: Duration = Duration::from_secs(30);
 /// The `maxSessionTimeout` the server restarts with: the holder's session is renegotiated to it.
 /// The client itself gives a silent session up 7/5 of it after its last byte, the server may
@@ -43,7 +43,10 @@ async fn a_session_renegotiated_shorter_is_told_before_the_server_lets_the_next_
         Instant::now()
     });
 
-    // The holder's session reconnects to the restarted server, which grants it less.
+    // The holder's session reconnects to the restarted server, which grants it less. Its
+    // connection is silent while the server restarts and ends at the thaw, so the client
+    // reconnects at once (a connection refused meanwhile would put it in its backoff).
+    relay.freeze(true);
     let server = tokio::task::spawn_blocking(move || {
         let mut server = server;
         server
@@ -53,16 +56,21 @@ async fn a_session_renegotiated_shorter_is_told_before_the_server_lets_the_next_
     .await
     .expect("join")
     .unwrap_or_else(|e| panic!("{e}"));
-    let reconnected_by = Instant::now() + TTL / 4;
+    relay.freeze(false);
+    // Later than its loss delay, the session's leases would be lost to the disconnection.
+    let loss_delay = (TTL * 7 / 20).saturating_sub(drift(TTL));
+    let reconnected_by = Instant::now() + loss_delay;
     while server.members_serving_timeout(LOWERED_MAX).is_empty() {
         assert!(
             Instant::now() < reconnected_by,
-            "the holder's session did not reconnect within {:?}: {:?}",
-            TTL / 4,
+            "the holder's session did not reconnect within its loss delay, {loss_delay:?}: {:?}",
             kept.lost_reason()
         );
         sleep(Duration::from_millis(10)).await;
     }
+    // A request on the session answered after the server's connect answer: the client read that
+    // answer before the cut (whatever the extend says; the lease's loss is checked below).
+    let _ = holder.extend(&lease).await;
 
     // Cut off from then on, the holder's session expires a lowered maximum after its last
     // heartbeat, far before its lease's deadline of 30 s.
