@@ -64,12 +64,17 @@ end
 }
 
 /// Acquire: `SET lock owner NX PX ttl`; if it was set, mint the token from the fence at the
-/// server's `TIME` as `mint_lua!` does. Atomic: a script runs alone on the server.
+/// server's `TIME` as `mint_lua!` does. A lock that already holds this owner (a fresh id per
+/// attempt) is this request sent again (the Cluster client resends after an I/O error), and its
+/// first run's grant, which no one collected: it is set again for the TTL from now and minted
+/// a fresh token, as a first grant is (the write also lets a following `WAIT` count it). Atomic:
+/// a script runs alone on the server.
 /// ARGV: owner, ttl ms, retention ms. Returns the token (a positive integer) if granted,
 /// `{0, pttl}` if held.
 pub(crate) const ACQUIRE_LUA: &str = concat!(
     r"
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
+  or (redis.call('GET', KEYS[1]) == ARGV[1] and redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])) then
   local t = redis.call('TIME')
 ",
     mint_lua!(),
@@ -198,11 +203,18 @@ end
 /// (`{3, 0}`); a permit while `limit` permits live (`{0, ms until the first expires}`), or with
 /// `{2, limit held}` if they were taken with another limit. Otherwise mints the token from the
 /// same fence as the exclusive acquire, takes the lowest free slot (permits), adds the holder
-/// and answers `{1, token, slot or -1}`. A permit request whose owner (a fresh id per attempt)
-/// already holds a live slot is the same request sent again (the Cluster client resends a
-/// pipeline after an I/O error): it answers that grant, changing nothing, so a resend never
-/// takes a second slot; the scan it needs is the slot scan's. Atomic: one script.
-/// KEYS: lock, fence, holders, writers. ARGV: owner, ttl ms, retention ms, tag, limit (0: shared).
+/// and answers `{1, token, slot or -1}`.
+///
+/// A request whose owner (a fresh id per attempt) already holds a live member is the same
+/// request sent again (the Cluster client resends a pipeline after an I/O error): it answers
+/// that grant, its expiry counted from now (a write, which a following `WAIT` then counts),
+/// and adds no second holder, so a resend never takes a second slot or leaves a reader nobody
+/// holds. A permit finds its member in the slot scan; a shared request looks only at members
+/// scored from one resend window (ARGV[6] ms: the caller waits no longer for an answer) before
+/// its own expiry on, which its first run's member is, unless the server's clock jumped ahead
+/// by more than that between the runs. Atomic: one script.
+/// KEYS: lock, fence, holders, writers. ARGV: owner, ttl ms, retention ms, tag, limit (0:
+/// shared), resend window ms.
 pub(crate) const ACQUIRE_AS_LUA: &str = concat!(
     prelude_lua!(),
     r"
@@ -227,32 +239,55 @@ if held and held ~= ARGV[4] then
   return {0, redis.call('PTTL', KEYS[1])}
 end
 local slot = -1
+local mine = ARGV[1] .. ':'
+local own, granted
 if limit == 0 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', fmt('%d', now))
-  if redis.call('ZCARD', KEYS[4]) > 0 then
-    return {3, 0}
+  local since = fmt('%d', now + (tonumber(ARGV[2]) - tonumber(ARGV[6])) * 1000)
+  for _, member in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], since, '+inf')) do
+    if string.sub(member, 1, #mine) == mine then
+      own = member
+      granted = string.match(member, ':(%d+):%-$')
+      break
+    end
+  end
+  if not own then
+    redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', fmt('%d', now))
+    if redis.call('ZCARD', KEYS[4]) > 0 then
+      return {3, 0}
+    end
   end
 else
-  local mine = ARGV[1] .. ':'
   local taken = {}
   for _, member in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
     if string.sub(member, 1, #mine) == mine then
-      local granted, s = string.match(member, ':(%d+):(%d+)$')
-      return {1, granted, tonumber(s)}
+      own = member
+      local s
+      granted, s = string.match(member, ':(%d+):(%d+)$')
+      slot = tonumber(s)
+      break
     end
     local s = string.match(member, ':(%d+)$')
     if s then
       taken[tonumber(s)] = true
     end
   end
-  if count >= limit then
+  if not own and count >= limit then
     local first = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
     return {0, math.ceil((tonumber(first[2]) - now) / 1000)}
   end
-  slot = 0
-  while taken[slot] do
-    slot = slot + 1
+  if not own then
+    slot = 0
+    while taken[slot] do
+      slot = slot + 1
+    end
   end
+end
+if own then
+  redis.call('ZADD', KEYS[3], fmt('%d', now + tonumber(ARGV[2]) * 1000), own)
+",
+    hold_lua!("KEYS[1]", "ARGV[4]", "KEYS[3]"),
+    r"
+  return {1, granted, slot}
 end
 ",
     mint_lua!(),
@@ -314,9 +349,10 @@ return 1
 "
 );
 
-/// An exclusive attempt of a request that waits: [`ACQUIRE_LUA`], and if the key is held, the
-/// waiter's mark in the writers set (its id, scored by now + mark ms), which keeps new shared
-/// requests out while it lives; a grant removes the mark. The mark's writes run under `pcall`:
+/// An exclusive attempt of a request that waits: [`ACQUIRE_LUA`] (a resend taking its own lock
+/// over as there), and if the key is held, the waiter's mark in the writers set (its id, scored
+/// by now + mark ms), which keeps new shared requests out while it lives; a grant removes the
+/// mark. The mark's writes run under `pcall`:
 /// a user without the sorted-set rights (exclusive locks needed none before) still waits,
 /// unmarked, and the third field says so. Atomic: one script.
 /// KEYS: lock, fence, writers. ARGV: owner, ttl ms, retention ms, waiter id, mark ms.
@@ -326,7 +362,8 @@ pub(crate) const ACQUIRE_WAITING_LUA: &str = concat!(
 local fmt = string.format
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
+  or (redis.call('GET', KEYS[1]) == ARGV[1] and redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])) then
 ",
     mint_lua!(),
     r"
@@ -373,7 +410,8 @@ static WITHDRAW: LazyLock<Lua> = LazyLock::new(|| Lua::new(WITHDRAW_LUA));
 /// What one acquire script found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Attempt {
-    /// The lock was free and is now ours, with this token.
+    /// The lock was free, or held by this very request's earlier run (a resend), and is now
+    /// ours with this token.
     Granted { token: u64 },
     /// Another owner holds it; it expires in this long if the server knows (`None` for a key
     /// without expiry, which this store never writes).
@@ -706,6 +744,8 @@ pub(crate) enum ModeAttempt {
 }
 
 /// Runs the shared or permit acquire script on one connection; `mode` is not exclusive.
+/// `resend_window` is the longest a resend of this request can follow its first run and still
+/// be answered to the caller (the command timeout).
 pub(crate) async fn acquire_as_on<C: ConnectionLike>(
     conn: &mut C,
     names: &KeyNames,
@@ -713,6 +753,7 @@ pub(crate) async fn acquire_as_on<C: ConnectionLike>(
     ttl: Duration,
     retention: Duration,
     mode: Mode,
+    resend_window: Duration,
 ) -> Result<ModeAttempt> {
     let (Some(tag), limit) = (tag_of(mode), limit_of(mode)) else {
         return Err(Error::Unsupported {
@@ -729,6 +770,7 @@ pub(crate) async fn acquire_as_on<C: ConnectionLike>(
         .arg(whole_millis(retention))
         .arg(tag)
         .arg(limit)
+        .arg(whole_millis(resend_window))
         .invoke_async(conn)
         .await
         .map_err(|e| script_error("acquire", ACQUIRE_AS_LUA, e))?;
@@ -897,6 +939,8 @@ pub(crate) mod tests {
     use super::*;
 
     const RETENTION_MS: u64 = 600_000;
+    /// The resend window of the shared and permit acquire: the default command timeout.
+    const WINDOW: Duration = crate::DEFAULT_COMMAND_TIMEOUT;
 
     /// The acquire script as it runs, and as Redis before 6.2 runs it: there `SET … GET` is a
     /// syntax error, which a flag no Redis knows gives here too, so the fence is read by `GET`
@@ -1155,8 +1199,8 @@ pub(crate) mod tests {
             async move { cmd.query_async::<u64>(&mut conn).await.expect("ZCARD") }
         };
         let owner = OwnerId::random();
-        let first = acquire_as_on(&mut conn, &names, owner, ttl, retention, mode).await;
-        let resent = acquire_as_on(&mut conn, &names, owner, ttl, retention, mode).await;
+        let first = acquire_as_on(&mut conn, &names, owner, ttl, retention, mode, WINDOW).await;
+        let resent = acquire_as_on(&mut conn, &names, owner, ttl, retention, mode, WINDOW).await;
         assert!(
             matches!(first, Ok(ModeAttempt::Granted { slot: Some(0), .. })),
             "{first:?}"
@@ -1165,20 +1209,272 @@ pub(crate) mod tests {
         assert_eq!(holders(&mut conn).await, 1, "one slot taken, not two");
         // Another owner takes the last slot; its resend still finds its grant.
         let other = OwnerId::random();
-        let last = acquire_as_on(&mut conn, &names, other, ttl, retention, mode).await;
+        let last = acquire_as_on(&mut conn, &names, other, ttl, retention, mode, WINDOW).await;
         assert!(
             matches!(last, Ok(ModeAttempt::Granted { slot: Some(1), .. })),
             "{last:?}"
         );
-        let resent = acquire_as_on(&mut conn, &names, other, ttl, retention, mode).await;
+        let resent = acquire_as_on(&mut conn, &names, other, ttl, retention, mode, WINDOW).await;
         assert_eq!(
             resent.ok(),
             last.ok(),
             "a full key answers the resend its grant"
         );
         assert_eq!(holders(&mut conn).await, 2);
-        let third = acquire_as_on(&mut conn, &names, OwnerId::random(), ttl, retention, mode).await;
+        let third = acquire_as_on(
+            &mut conn,
+            &names,
+            OwnerId::random(),
+            ttl,
+            retention,
+            mode,
+            WINDOW,
+        )
+        .await;
         assert!(matches!(third, Ok(ModeAttempt::Held { .. })), "{third:?}");
+    }
+
+    /// The ms left of `key`'s expiry.
+    async fn pttl(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> i64 {
+        redis::cmd("PTTL")
+            .arg(key)
+            .query_async(conn)
+            .await
+            .expect("PTTL")
+    }
+
+    /// Sets `key` to expire `ms` from now, as if its grant were older.
+    async fn pexpire(conn: &mut redis::aio::MultiplexedConnection, key: &str, ms: u64) {
+        let _: i64 = redis::cmd("PEXPIRE")
+            .arg(key)
+            .arg(ms)
+            .query_async(conn)
+            .await
+            .expect("PEXPIRE");
+    }
+
+    /// The only holder's member of a holders set and the ms its score lies ahead of the
+    /// server's clock.
+    async fn only_holder(
+        conn: &mut redis::aio::MultiplexedConnection,
+        holders: &str,
+    ) -> (String, i64) {
+        let members: Vec<(String, u64)> = redis::cmd("ZRANGE")
+            .arg(holders)
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES")
+            .query_async(conn)
+            .await
+            .expect("ZRANGE");
+        let [(member, score)] = &members[..] else {
+            panic!("one holder expected, found {members:?}");
+        };
+        let now = server_micros(conn).await;
+        (member.clone(), (*score as i64 - now as i64) / 1000)
+    }
+
+    /// Sets a holder's score to `ms` from now, as if its grant were that old.
+    async fn rescore(
+        conn: &mut redis::aio::MultiplexedConnection,
+        holders: &str,
+        member: &str,
+        ms: u64,
+    ) {
+        let now = server_micros(conn).await;
+        let _: i64 = redis::cmd("ZADD")
+            .arg(holders)
+            .arg("XX")
+            .arg(now + ms * 1000)
+            .arg(member)
+            .query_async(conn)
+            .await
+            .expect("ZADD XX");
+    }
+
+    /// The Cluster client resends a command after an I/O error, so an exclusive acquire (the
+    /// plain script and a waiter's) may run twice with one owner id. The second run finds the
+    /// lock its first run set and takes it over: granted with a fresh token, the one the fence
+    /// holds, its expiry counted from the resend, and a waiter's mark removed. Answering "held"
+    /// instead left a lock no lease knew of until its TTL.
+    #[tokio::test]
+    async fn a_resent_exclusive_acquire_takes_its_own_lock_over_with_the_fences_token() {
+        let mut conn = shared_connection().await;
+        let prefix = format!("script-test:{}:", OwnerId::random());
+        let (ttl, retention) = (Duration::from_secs(30), Duration::from_millis(RETENTION_MS));
+        for waiting in [false, true] {
+            let names = KeyNames::new(&prefix, &format!("resent-exclusive-{waiting}"));
+            let owner = OwnerId::random();
+            let waiter = "a-waiting-writer";
+            let base = conn.clone();
+            let run = || {
+                let (mut conn, names) = (base.clone(), names.clone());
+                async move {
+                    if waiting {
+                        let mark = Duration::from_secs(1);
+                        acquire_waiting_on(&mut conn, &names, owner, ttl, retention, waiter, mark)
+                            .await
+                            .map(|(attempt, _)| attempt)
+                    } else {
+                        acquire_on(&mut conn, &names, owner, ttl, retention).await
+                    }
+                }
+            };
+            let Ok(Attempt::Granted { token: first }) = run().await else {
+                panic!("waiting {waiting}: a free key was refused");
+            };
+            // As if the resend came 20 s later: the lock has 10 s left.
+            pexpire(&mut conn, &names.lock, 10_000).await;
+            let resent = run().await;
+            let Ok(Attempt::Granted { token }) = resent else {
+                panic!("waiting {waiting}: the resend answered {resent:?}, not a grant");
+            };
+            assert!(token > first, "waiting {waiting}: {token} after {first}");
+            let fence: u64 = redis::cmd("GET")
+                .arg(&names.fence)
+                .query_async(&mut conn)
+                .await
+                .expect("GET fence");
+            assert_eq!(fence, token, "waiting {waiting}: the fence holds the token");
+            let left = pttl(&mut conn, &names.lock).await;
+            assert!(
+                left > 20_000,
+                "waiting {waiting}: the resend left {left} ms, not the TTL from the resend"
+            );
+            let marks: u64 = redis::cmd("ZCARD")
+                .arg(&names.writers)
+                .query_async(&mut conn)
+                .await
+                .expect("ZCARD");
+            assert_eq!(
+                marks, 0,
+                "waiting {waiting}: a granted waiter leaves no mark"
+            );
+            let (lock, channel) = (
+                NameArg::Whole(names.lock.as_str().into()),
+                NameArg::Whole(names.channel.as_str().into()),
+            );
+            let released = release_keys_on(&mut conn, &lock, &channel, owner).await;
+            assert!(matches!(released, Ok(true)), "{released:?}");
+            let next = acquire_on(&mut conn, &names, OwnerId::random(), ttl, retention).await;
+            assert!(
+                matches!(next, Ok(Attempt::Granted { .. })),
+                "waiting {waiting}: {next:?}"
+            );
+        }
+    }
+
+    /// The second run of a shared request (the same owner id) answers the grant the first made,
+    /// with its expiry counted from the resend, and adds no second reader, even once a writer
+    /// marked itself meanwhile (which refuses new readers). A second reader kept writers out
+    /// until its TTL.
+    #[tokio::test]
+    async fn a_resent_shared_acquire_answers_its_grant_and_adds_no_second_reader() {
+        let mut conn = shared_connection().await;
+        let names = KeyNames::new(&format!("script-test:{}:", OwnerId::random()), "readers");
+        let (ttl, retention) = (Duration::from_secs(30), Duration::from_millis(RETENTION_MS));
+        let owner = OwnerId::random();
+        let first = acquire_as_on(
+            &mut conn,
+            &names,
+            owner,
+            ttl,
+            retention,
+            Mode::Shared,
+            WINDOW,
+        )
+        .await;
+        let Ok(first @ ModeAttempt::Granted { slot: None, .. }) = first else {
+            panic!("a free key was refused: {first:?}");
+        };
+        // As if the resend came 2 s later, within the resend window.
+        let (member, _) = only_holder(&mut conn, &names.holders).await;
+        rescore(&mut conn, &names.holders, &member, 28_000).await;
+        pexpire(&mut conn, &names.lock, 28_005).await;
+        let resent = acquire_as_on(
+            &mut conn,
+            &names,
+            owner,
+            ttl,
+            retention,
+            Mode::Shared,
+            WINDOW,
+        )
+        .await;
+        assert_eq!(
+            resent.ok(),
+            Some(first),
+            "the resend answers the same grant"
+        );
+        let (resent_member, left) = only_holder(&mut conn, &names.holders).await;
+        assert_eq!(resent_member, member);
+        assert!(left > 28_000, "the resend left {left} ms, not the TTL");
+        let lock_left = pttl(&mut conn, &names.lock).await;
+        assert!(lock_left > 28_005, "the tag expires in {lock_left} ms");
+        // A writer marks itself: new readers are refused, the resend is not one.
+        let now = server_micros(&mut conn).await;
+        let _: i64 = redis::cmd("ZADD")
+            .arg(&names.writers)
+            .arg(now + 5_000_000)
+            .arg("a-waiting-writer")
+            .query_async(&mut conn)
+            .await
+            .expect("ZADD writers");
+        let resent = acquire_as_on(
+            &mut conn,
+            &names,
+            owner,
+            ttl,
+            retention,
+            Mode::Shared,
+            WINDOW,
+        )
+        .await;
+        assert_eq!(resent.ok(), Some(first), "behind a writer's mark too");
+        assert_eq!(only_holder(&mut conn, &names.holders).await.0, member);
+        let other = acquire_as_on(
+            &mut conn,
+            &names,
+            OwnerId::random(),
+            ttl,
+            retention,
+            Mode::Shared,
+            WINDOW,
+        )
+        .await;
+        assert!(
+            matches!(other, Ok(ModeAttempt::Held { .. })),
+            "another reader is still refused behind the writer: {other:?}"
+        );
+    }
+
+    /// A resent permit request answers its grant with the holder's expiry counted from the
+    /// resend: a write, so a `WAIT` sent after it (`min_replicas`) counts the replicas that have
+    /// the grant. A resend that wrote nothing, on the fresh connection the Cluster client
+    /// resends on, had `WAIT` answer every replica at once, whatever they had received.
+    #[tokio::test]
+    async fn a_resent_permit_acquire_counts_its_expiry_from_the_resend() {
+        let mut conn = shared_connection().await;
+        let names = KeyNames::new(&format!("script-test:{}:", OwnerId::random()), "refresh");
+        let (ttl, retention) = (Duration::from_secs(30), Duration::from_millis(RETENTION_MS));
+        let (owner, mode) = (OwnerId::random(), Mode::permits(2));
+        let first = acquire_as_on(&mut conn, &names, owner, ttl, retention, mode, WINDOW).await;
+        assert!(
+            matches!(first, Ok(ModeAttempt::Granted { .. })),
+            "{first:?}"
+        );
+        let (member, _) = only_holder(&mut conn, &names.holders).await;
+        rescore(&mut conn, &names.holders, &member, 10_000).await;
+        pexpire(&mut conn, &names.lock, 10_005).await;
+        let resent = acquire_as_on(&mut conn, &names, owner, ttl, retention, mode, WINDOW).await;
+        assert_eq!(resent.ok(), first.ok(), "the resend answers the same grant");
+        let (_, left) = only_holder(&mut conn, &names.holders).await;
+        assert!(
+            left > 20_000,
+            "the resend left the holder {left} ms, not the TTL"
+        );
+        let lock_left = pttl(&mut conn, &names.lock).await;
+        assert!(lock_left > 20_000, "the tag expires in {lock_left} ms");
     }
 
     #[test]

@@ -409,7 +409,9 @@ impl RedisStore {
     }
 
     /// One acquire attempt in `mode`; the lease's deadline is measured from before the script
-    /// was sent. An exclusive attempt with a `mark` also marks the request as a waiting writer
+    /// was first sent. A resend inside the Cluster client (after an I/O error) runs later and
+    /// counts the TTL from its own run, so the server's expiry only moves later than that
+    /// deadline. An exclusive attempt with a `mark` also marks the request as a waiting writer
     /// while the key is held (see [`WriterMark`]); without one it is the plain acquire script.
     async fn attempt(
         &self,
@@ -424,9 +426,10 @@ impl RedisStore {
         let sent_at = Instant::now();
         let (conn, acked) = self.acquire_connection();
         if mode != Mode::Exclusive {
+            let window = self.inner.config.command_timeout;
             let attempt = self
                 .run_on(conn, "acquire", |mut conn| async move {
-                    acquire_as_on(&mut conn, names, owner, ttl, retention, mode).await
+                    acquire_as_on(&mut conn, names, owner, ttl, retention, mode, window).await
                 })
                 .await?;
             return match attempt {

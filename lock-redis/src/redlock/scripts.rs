@@ -110,7 +110,10 @@ macro_rules! fresh_lapse_ms {
 /// grant, set to this round's owner for the TTL from now, its token minted again. No lease
 /// holds such a lock: a wait that took a lease makes no more rounds. While the queue holds a
 /// live entry, only its head (lowest ticket, then lowest id: every node orders the same
-/// entries the same way) may take the lock: anyone else is answered `{0, pttl, 1}`. A grant
+/// entries the same way) may take the lock: anyone else is answered `{0, pttl, 1}`. A request
+/// that does not wait and finds the lock holding its own owner (a fresh id per round) is the
+/// same request run again, a resend after an I/O error: it takes its first run's grant over as
+/// a waiter's round does, queue or not, rather than counting as held. A grant
 /// is `SET lock owner NX PX ttl`, then the minted token (`mint_lua!`); a waiter's grant also
 /// removes its entry and marks its request granted (`<round>:<owner>:`, kept
 /// [`STALE_GUARD`]; deleted for a first round, which no older round can follow), so no
@@ -146,16 +149,20 @@ if waiter ~= '' then
   end
 end
 if not mine then
+  local queued = 0
   if redis.pcall('EXISTS', KEYS[4]) == 1 then
 ",
     queue_head_lua!(),
     r"
     if head[1] and head[1] ~= waiter then
-      return {0, redis.call('PTTL', KEYS[1]), 1}
+      queued = 1
     end
   end
-  if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-    return {0, redis.call('PTTL', KEYS[1]), 0}
+  if queued == 1 or not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+    if waiter ~= '' or redis.call('GET', KEYS[1]) ~= ARGV[1] then
+      return {0, redis.call('PTTL', KEYS[1]), queued}
+    end
+    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   end
 end
 if waiter ~= '' then
@@ -603,6 +610,85 @@ return {token, tonumber(redis.call('GET', KEYS[2])), redis.call('PTTL', KEYS[2])
                 "the fence expires within the window: {pttl} ms"
             );
         }
+    }
+
+    /// A node's acquire run twice with one owner id (a resend after an I/O error) finds the
+    /// lock its first run set and takes it over, as a waiter's round takes over its own grants:
+    /// granted with a fresh token, its expiry counted from the resend, even with another waiter
+    /// at the head of the queue meanwhile. Answering "held" left a lock that counted against the
+    /// quorum and stayed until its TTL.
+    #[tokio::test]
+    async fn a_resent_acquire_on_a_node_takes_its_own_lock_over() {
+        let mut conn = crate::script::tests::shared_connection().await;
+        let names = RedlockNames::new(KeyNames::new(
+            &format!("redlock-script:{}:", OwnerId::random()),
+            "resent",
+        ));
+        let (ttl, retention) = (Duration::from_secs(30), Duration::from_secs(600));
+        let owner = OwnerId::random();
+        let first = acquire_on(&mut conn, &names, owner, ttl, retention, None).await;
+        let Ok(NodeAttempt {
+            attempt: Attempt::Granted { token: first },
+            ..
+        }) = first
+        else {
+            panic!("a free key was refused: {first:?}");
+        };
+        // Another request waits, and heads the queue.
+        let waiter = Waiter {
+            id: OwnerId::random(),
+            ticket: 1,
+            next: OwnerId::random(),
+            round: 1,
+        };
+        let queued = acquire_on(
+            &mut conn,
+            &names,
+            OwnerId::random(),
+            ttl,
+            retention,
+            Some(waiter),
+        )
+        .await;
+        assert!(
+            matches!(
+                queued,
+                Ok(NodeAttempt {
+                    attempt: Attempt::Held { .. },
+                    ..
+                })
+            ),
+            "{queued:?}"
+        );
+        // As if the resend came 20 s later: the lock has 10 s left.
+        let _: i64 = redis::cmd("PEXPIRE")
+            .arg(&names.key.lock)
+            .arg(10_000)
+            .query_async(&mut conn)
+            .await
+            .expect("PEXPIRE");
+        let resent = acquire_on(&mut conn, &names, owner, ttl, retention, None).await;
+        let Ok(NodeAttempt {
+            attempt: Attempt::Granted { token },
+            ..
+        }) = resent
+        else {
+            panic!("the resend answered {resent:?}, not a grant");
+        };
+        assert!(token > first, "{token} after {first}");
+        let (fence, left, queue): (u64, i64, u64) = redis::pipe()
+            .cmd("GET")
+            .arg(&names.key.fence)
+            .cmd("PTTL")
+            .arg(&names.key.lock)
+            .cmd("ZCARD")
+            .arg(&names.queue)
+            .query_async(&mut conn)
+            .await
+            .expect("GET, PTTL, ZCARD");
+        assert_eq!(fence, token, "the fence holds the token");
+        assert!(left > 20_000, "the resend left {left} ms, not the TTL");
+        assert_eq!(queue, 1, "the waiter is still queued");
     }
 
     #[test]
