@@ -3,27 +3,30 @@
 //! session's expiry is the backstop when the process dies).
 
 use fencelock_core::Lease;
+use tokio::time::Instant;
 
 use crate::held::{Held, Phase};
 
-/// Starts the expiry of `lease`: at its local deadline (followed as extends move it) it is
-/// marked expired and its node deleted, retried every 100 ms while the session lives.
+/// Starts the expiry of `lease`: at the TTL, less its drift, after its last acquire or extend
+/// was sent ([`Held::hold_until`], at or past its local deadline) it is marked expired and its
+/// node deleted, retried every 100 ms while the session lives.
 pub(crate) fn start_expiry(lease: Lease) {
     tokio::spawn(async move {
         let Some(held) = lease.store_state::<Held>() else {
             return;
         };
         loop {
+            let until = held.hold_until().max(lease.valid_until());
             tokio::select! {
                 () = held.done.cancelled() => return,
-                () = tokio::time::sleep_until(lease.valid_until()) => {}
+                () = tokio::time::sleep_until(until) => {}
             }
             {
                 let mut phase = held.phase();
                 if *phase == Phase::Gone {
                     return;
                 }
-                if *phase == Phase::Held && !lease.is_expired() {
+                if *phase == Phase::Held && Instant::now() < held.hold_until() {
                     continue; // extended meanwhile
                 }
                 *phase = Phase::Expired;

@@ -2,7 +2,10 @@
 //! background task, the expiry, is in `expiry`).
 
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
+use fencelock_core::drift;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::session::{Failure, Session};
@@ -15,7 +18,7 @@ pub(crate) enum Phase {
     Held,
     /// A release took it (and may have to try again).
     Releasing,
-    /// Past its local deadline: the expiry deletes its node; nothing confirms it again.
+    /// Past [`Held::hold_until`]: the expiry deletes its node; nothing confirms it again.
     Expired,
     /// Its node is known gone.
     Gone,
@@ -30,6 +33,10 @@ pub(crate) struct Held {
     /// The lock node's `czxid`: the fencing token.
     pub(crate) czxid: i64,
     pub(crate) phase: Mutex<Phase>,
+    /// Until when the expiry keeps the node: the TTL, less its drift, after the last acquire
+    /// or extend was sent. Later than the lease's local deadline, which counts from a request
+    /// the leader provably heard of (`heard`): the key stays held for the whole TTL.
+    pub(crate) hold_until: Mutex<Instant>,
     /// Its registration in the session's watch, set once the lease exists.
     pub(crate) watch_id: std::sync::OnceLock<u64>,
     /// Cancelled once the node is deleted by a release, so the expiry task ends.
@@ -47,6 +54,24 @@ impl Held {
     /// The phase, under its lock.
     pub(crate) fn phase(&self) -> std::sync::MutexGuard<'_, Phase> {
         self.phase.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Until when the expiry keeps the node.
+    pub(crate) fn hold_until(&self) -> Instant {
+        *self
+            .hold_until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Keeps the node `ttl`, less its drift, after `sent_at` (an extend sent then was
+    /// confirmed), never for less than before.
+    pub(crate) fn hold_from(&self, sent_at: Instant, ttl: Duration) {
+        let mut until = self
+            .hold_until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        *until = (*until).max(sent_at + ttl - drift(ttl));
     }
 
     /// Drops the lease from its session's watch.

@@ -4,14 +4,15 @@
 
 // Module order (each imports only from those before it): layout, keys, config, error, tls (the
 // TLS client settings and the handshake that names a refusal), limits (how a TTL maps to a
-// session), offset, loss (the session-loss watcher), session (the client layer), held, expiry
-// (a lease's deadline task), cleanup (a dropped acquisition's nodes), wait (the queue), store,
-// descriptor.
+// session), offset, loss (the session-loss watcher), heard (which answered requests the leader
+// provably heard of), session (the client layer), held, expiry (a lease's deadline task),
+// cleanup (a dropped acquisition's nodes), wait (the queue), store, descriptor.
 mod cleanup;
 mod config;
 mod descriptor;
 mod error;
 mod expiry;
+mod heard;
 mod held;
 mod keys;
 mod layout;

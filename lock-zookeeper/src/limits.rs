@@ -1,11 +1,24 @@
 //! How a TTL maps to a ZooKeeper session: the server's limits as the handle learned them, the
-//! granule a TTL is rounded up to, and the refusals of the TTLs a session cannot carry.
+//! granule a TTL is rounded up to, the delay a follower may hold a session's activity before
+//! the leader hears of it, and the refusals of the TTLs a session cannot carry.
 //!
-//! The ensemble cannot expire a session earlier than the negotiated timeout `S` after it last
-//! heard from it, and it heard a lease's acquire or extend at or after the request's `sent_at`.
-//! So a lease on a session of timeout `S` is valid locally until `sent_at + S − drift(S)` and
-//! no longer: its TTL is `S`. Each TTL, rounded up to the granule, gets a session of its own
-//! asked for at exactly that timeout.
+//! Only the leader expires sessions, no earlier than the negotiated timeout `S` after it last
+//! refreshed one (`SessionTrackerImpl.touchSession`, `ExpiryQueue.update`). It refreshes a
+//! session a follower serves only when the follower's reply to its ping, every half tick,
+//! lists it (`Learner.ping`, the `PING` case of `LearnerHandler`): the requests a follower
+//! forwards do not refresh it (`LeaderZooKeeperServer.submitLearnerRequest`). So an extend's
+//! `sync` can return before the leader hears of it, and the leader's last refresh may be
+//! half a tick and the session's idle gap older; a follower cut off right then lets the
+//! leader give the key away early (`tests/follower_cut.rs` saw 150 ms on a 1 s TTL).
+//!
+//! A lease's deadline is therefore dated from a request the leader has provably heard of
+//! (`heard`): the follower writes its ping replies and the requests it forwards on one
+//! connection, which the leader reads in order, so once a forwarded request (the create, a
+//! `sync`, a mark) is answered, every request answered [`Limits::report_delay`] before it was
+//! sent was in a ping reply the leader read. A lease on a session of timeout `S` is valid
+//! locally until that request's `sent_at + S − drift(S)` and no longer: its TTL is `S`. Each
+//! TTL, rounded up to the granule, gets a session of its own asked for at exactly that
+//! timeout. `docs/design/zookeeper-follower-lease.md` has the whole argument.
 //!
 //! The shortest TTL is twice the server's `minSessionTimeout` (four ticks at ZooKeeper's
 //! default ratio), not the minimum itself: the client gives a connection up after 2/5 of its
@@ -41,6 +54,14 @@ impl Limits {
             max: max.max(min),
             granule,
         }
+    }
+
+    /// The longest a follower may hold a session's activity before its leader hears of it:
+    /// the leader pings every half tick, and this is a whole tick as the handle estimates it,
+    /// the granule (at ZooKeeper's default `minSessionTimeout` of two ticks, two ping periods;
+    /// at any minimum of one tick or more, one at least). See the module docs.
+    pub(crate) fn report_delay(&self) -> Duration {
+        self.granule
     }
 
     /// The shortest TTL: twice the server's minimum (see the module docs).

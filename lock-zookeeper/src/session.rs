@@ -4,7 +4,7 @@
 //! `loss`.
 
 use std::future::Future;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use fencelock_core::{Error, Result};
@@ -14,6 +14,7 @@ use zookeeper_client as zk;
 
 use crate::config::{Auth, ZookeeperConfig};
 use crate::error::{client_error, is_retryable, timed_out};
+use crate::heard::Heard;
 use crate::loss::{watch_state, SessionLeases};
 
 /// One ZooKeeper session of a handle.
@@ -30,6 +31,11 @@ pub(crate) struct Session {
     last_used: Mutex<Instant>,
     /// Cancelled on drop, so the loss watcher ends with the session.
     dropped: CancellationToken,
+    /// The session's answered requests, from which a lease's deadline is dated.
+    heard: Arc<Heard>,
+    /// How long a follower may hold the session's activity before its leader hears of it, once
+    /// the handle knows the server's limits ([`start_heartbeat`](Self::start_heartbeat)).
+    report: OnceLock<Duration>,
 }
 
 impl std::fmt::Debug for Session {
@@ -50,6 +56,7 @@ impl Session {
     /// Dropping the future drops the half-open session; nothing is held on it yet.
     pub(crate) async fn open(config: &ZookeeperConfig, requested: Duration) -> Result<Arc<Self>> {
         let what = "opening a ZooKeeper session";
+        let opened = Instant::now();
         // The client gives one connection attempt 2/5 of the requested timeout, which may be
         // short: attempts are repeated (from the first server again) until the connect timeout.
         let deadline = Instant::now() + config.connect_timeout;
@@ -116,6 +123,8 @@ impl Session {
             leases: Arc::new(SessionLeases::new(client.session_id())),
             last_used: Mutex::new(Instant::now()),
             dropped: CancellationToken::new(),
+            heard: Arc::new(Heard::new(opened, config.command_timeout * 2)),
+            report: OnceLock::new(),
             client,
         });
         tokio::spawn(watch_state(
@@ -125,6 +134,31 @@ impl Session {
             session.timeout,
         ));
         Ok(session)
+    }
+
+    /// Starts the session's heartbeat: a read every half of `report` (the longest a follower
+    /// may hold the session's activity before its leader hears of it, `Limits::report_delay`),
+    /// so that an operation always finds a request answered a little over `report` before it,
+    /// which the leader has provably heard of ([`heard_by`](Self::heard_by)).
+    pub(crate) fn start_heartbeat(&self, report: Duration) {
+        if self.report.set(report).is_err() {
+            return;
+        }
+        tokio::spawn(heartbeat(
+            self.client.clone(),
+            self.heard.clone(),
+            self.dropped.clone(),
+            (report / 2).max(Duration::from_millis(1)),
+        ));
+    }
+
+    /// The latest moment the ensemble's leader provably heard of this session at or after,
+    /// for an operation whose forwarded request (a write, a `sync`) was sent after `at` and
+    /// answered: a lease confirmed by that operation is valid until this moment plus its TTL,
+    /// less the drift. See `heard`.
+    pub(crate) fn heard_by(&self, at: Instant) -> Instant {
+        let report = self.report.get().copied().unwrap_or(Duration::MAX);
+        self.heard.by(at, report)
     }
 
     /// Marks the session used now.
@@ -184,9 +218,14 @@ impl Session {
         let deadline = Instant::now() + self.command_timeout;
         let mut pause = Duration::from_millis(5);
         loop {
-            let left = deadline.saturating_duration_since(Instant::now());
+            let sent = Instant::now();
+            let left = deadline.saturating_duration_since(sent);
             match tokio::time::timeout(left, request()).await {
                 Err(_) => return Err(Failure::Other(timed_out(what, self.command_timeout))),
+                Ok(Ok(answer)) => {
+                    self.heard.answered(sent, Instant::now());
+                    return Ok(answer);
+                }
                 Ok(Err(error))
                     if is_retryable(&error)
                         && !self.is_terminal()
@@ -252,6 +291,33 @@ impl Session {
 impl Drop for Session {
     fn drop(&mut self) {
         self.dropped.cancel();
+    }
+}
+
+/// Reads the root every `period` until the session is dropped or ended, recording each
+/// answer in `heard`. A read a follower serves itself: cheap, and enough, since what dates a
+/// deadline is a request answered before a forwarded one (`heard`).
+async fn heartbeat(
+    client: zk::Client,
+    heard: Arc<Heard>,
+    dropped: CancellationToken,
+    period: Duration,
+) {
+    loop {
+        tokio::select! {
+            () = dropped.cancelled() => return,
+            () = tokio::time::sleep(period) => {}
+        }
+        if matches!(
+            client.state(),
+            zk::SessionState::Expired | zk::SessionState::Closed | zk::SessionState::AuthFailed
+        ) {
+            return;
+        }
+        let sent = Instant::now();
+        if let Ok(Ok(_)) = tokio::time::timeout(period * 4, client.check_stat("/")).await {
+            heard.answered(sent, Instant::now());
+        }
     }
 }
 

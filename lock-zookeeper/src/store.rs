@@ -7,8 +7,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use fencelock_core::validate::{check_granted, check_mode, check_request, check_wait};
 use fencelock_core::{
-    Acquire, Capabilities, Error, Extend, HolderStatus, KeyStatus, Lease, LockStore, Mode, OwnerId,
-    PerKeyState, Release, ReleaseOutcome, Result,
+    drift, Acquire, Capabilities, Error, Extend, HolderStatus, KeyStatus, Lease, LockStore, Mode,
+    OwnerId, PerKeyState, Release, ReleaseOutcome, Result,
 };
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -192,6 +192,7 @@ impl ZookeeperStore {
                 ),
             ));
         }
+        session.start_heartbeat(limits.report_delay());
         sessions.insert(timeout, session.clone());
         Ok(session)
     }
@@ -305,12 +306,15 @@ impl ZookeeperStore {
             path,
             czxid,
             phase: Mutex::new(Phase::Held),
+            hold_until: Mutex::new(sent_at + session.timeout - drift(session.timeout)),
             watch_id: OnceLock::new(),
             done: CancellationToken::new(),
         };
-        // The lease's TTL is its session's timeout: the ensemble cannot expire the session
-        // before that long after the request sent at `sent_at`, and may expire it then.
-        let lease = Lease::with_store_state(key, owner, token, session.timeout, sent_at, held)
+        // The lease's TTL is its session's timeout, counted from the latest moment the leader
+        // provably heard of the session at or after (`limits`): the create, the sync of the
+        // last turn or the mark, each forwarded to the leader, was sent after `sent_at`.
+        let heard = session.heard_by(sent_at);
+        let lease = Lease::with_store_state(key, owner, token, session.timeout, heard, held)
             .in_mode(mode, slot);
         if let Some(held) = lease.store_state::<Held>() {
             let _ = held.watch_id.set(session.leases.watch(lease.revocation()));
@@ -535,7 +539,10 @@ impl Extend for ZookeeperStore {
                 "the lease reached its local deadline before the extend was confirmed",
             ));
         }
-        lease.confirm(sent_at);
+        // From the latest moment the leader provably heard of the session: the sync, which
+        // the leader answered, was sent at `sent_at` (`limits`).
+        lease.confirm(session.heard_by(sent_at));
+        held.hold_from(sent_at, lease.ttl());
         Ok(())
     }
 }

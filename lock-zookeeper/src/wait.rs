@@ -447,7 +447,9 @@ impl Enqueued {
     /// Where the node stands now, read after the call (so after our create and every grant
     /// and release the server had applied when it answered); the first time, from the listing
     /// sent right behind the create, when there is one (a node that was not the oldest then
-    /// may be now: its wait finds the node ahead gone, and it asks again). A reader or permit
+    /// may be now: its wait finds the node ahead gone, and it asks again), and afterwards
+    /// behind a `sync`, which the leader answers: a grant after a wait is then dated, like
+    /// one made at once, from a request forwarded to the leader (`limits`). A reader or permit
     /// also reads the marks of the older nodes its rule looks at.
     ///
     /// # Errors
@@ -461,15 +463,26 @@ impl Enqueued {
         let what = "listing a key's lock nodes";
         let children = match self.listing.take() {
             Some(children) => children,
-            None => match self
-                .session
-                .call(what, || self.session.client.list_children(&self.container))
-                .await
-            {
-                Ok(children) => children,
-                Err(Failure::NoNode) => Vec::new(),
-                Err(other) => return Err(other.into_error(what)),
-            },
+            None => {
+                let client = &self.session.client;
+                // Sent together: a session's requests are answered in order.
+                let sync = self
+                    .session
+                    .call("syncing", || client.sync(&self.container));
+                let list = self
+                    .session
+                    .call(what, || client.list_children(&self.container));
+                let (synced, listed) = tokio::join!(sync, list);
+                match synced {
+                    Ok(()) | Err(Failure::NoNode) => {}
+                    Err(other) => return Err(other.into_error("syncing")),
+                }
+                match listed {
+                    Ok(children) => children,
+                    Err(Failure::NoNode) => Vec::new(),
+                    Err(other) => return Err(other.into_error(what)),
+                }
+            }
         };
         let queue = keys::queue(self.layout, children);
         let ours = self.path().rsplit('/').next().unwrap_or("");

@@ -607,6 +607,12 @@ impl ZookeeperEnsemble {
             .map(|r| &r.relay))
     }
 
+    /// Whether member `i` serves its clients now (`srvr` names its mode): a member cut off
+    /// from the quorum stops once it notices, and serves again once it has rejoined.
+    pub fn is_serving(&self, i: usize) -> bool {
+        self.members.get(i).is_some_and(|m| m.mode().is_some())
+    }
+
     /// The requests member `i` has received from its clients and not yet answered (`mntr`'s
     /// `zk_outstanding_requests`); `None` while it does not answer.
     pub fn outstanding_requests(&self, i: usize) -> Option<u64> {
