@@ -21,7 +21,7 @@ use test_servers::ZookeeperEnsemble;
 use tokio::task::block_in_place;
 use tokio::time::{sleep, sleep_until, Instant};
 
-/// The holders' TTL, and so their session: six ticks, below the `syncLimit` of ten ticks
+/// The holders' TTL, and so their session: nine ticks, below the `syncLimit` of ten ticks
 /// after which a follower that hears nothing from its leader stops serving (its clients
 /// would then see the cut).
 const TTL: Duration = Duration::from_millis(900);
