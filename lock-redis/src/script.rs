@@ -209,10 +209,10 @@ end
 /// request sent again (the Cluster client resends a pipeline after an I/O error): it answers
 /// that grant, its expiry counted from now (a write, which a following `WAIT` then counts),
 /// and adds no second holder, so a resend never takes a second slot or leaves a reader nobody
-/// holds. A permit finds its member in the slot scan; a shared request looks only at members
-/// scored from one resend window (ARGV[6] ms: the caller waits no longer for an answer) before
-/// its own expiry on, which its first run's member is, unless the server's clock jumped ahead
-/// by more than that between the runs. Atomic: one script.
+/// holds. A permit finds its member in the slot scan; a shared request, on a key with live
+/// holders, looks only at members scored from one resend window (ARGV[6] ms: the caller waits
+/// no longer for an answer) before its own expiry on, which its first run's member is, unless
+/// the server's clock jumped ahead by more than that between the runs. Atomic: one script.
 /// KEYS: lock, fence, holders, writers. ARGV: owner, ttl ms, retention ms, tag, limit (0:
 /// shared), resend window ms.
 pub(crate) const ACQUIRE_AS_LUA: &str = concat!(
@@ -239,15 +239,17 @@ if held and held ~= ARGV[4] then
   return {0, redis.call('PTTL', KEYS[1])}
 end
 local slot = -1
-local mine = ARGV[1] .. ':'
 local own, granted
 if limit == 0 then
-  local since = fmt('%d', now + (tonumber(ARGV[2]) - tonumber(ARGV[6])) * 1000)
-  for _, member in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], since, '+inf')) do
-    if string.sub(member, 1, #mine) == mine then
-      own = member
-      granted = string.match(member, ':(%d+):%-$')
-      break
+  if count > 0 then
+    local mine = ARGV[1] .. ':'
+    local since = fmt('%d', now + (tonumber(ARGV[2]) - tonumber(ARGV[6])) * 1000)
+    for _, member in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], since, '+inf')) do
+      if string.sub(member, 1, #mine) == mine then
+        own = member
+        granted = string.match(member, ':(%d+):%-$')
+        break
+      end
     end
   end
   if not own then
@@ -257,6 +259,7 @@ if limit == 0 then
     end
   end
 else
+  local mine = ARGV[1] .. ':'
   local taken = {}
   for _, member in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
     if string.sub(member, 1, #mine) == mine then
