@@ -234,20 +234,24 @@ macro_rules! held_shared_by_anyone {
     };
 }
 
-/// One attempt: take the lock ($1) if free; if taken, bump the fence of ($2, $3) and arm the
+/// One attempt: take the lock ($1) as the transaction's if free; if taken, bump the fence of
+/// ($2, $3), then take the lock for the session (at once: the backend holds it) and arm the
 /// server-side TTL ($4 ms of silence ends the session). Atomic: one statement, one transaction;
 /// the lock is taken (MATERIALIZED, read by the bump) before the bump, which commits before the
-/// reply as `grant_commit!` says. Returns granted, token (NULL if not granted), the backend pid.
+/// reply as `grant_commit!` says, and the session's take is its last step: any error before it
+/// (a cancelled or failed bump) rolls the lock back. Returns granted, token (NULL if not
+/// granted), the backend pid.
 const TRY_ACQUIRE: &str = concat!(
-    "WITH lock AS MATERIALIZED (SELECT pg_try_advisory_lock($1::int8) AS granted),
+    "WITH lock AS MATERIALIZED (SELECT pg_try_advisory_xact_lock($1::int8) AS granted),
      bump AS (",
     bump_fence!("lock WHERE granted"),
-    ")
-     SELECT lock.granted, (SELECT token FROM bump) AS token, pg_backend_pid() AS pid,
+    "),
+     held AS MATERIALIZED (SELECT pg_advisory_lock($1::int8) AS locked, token, at_clock FROM bump)
+     SELECT lock.granted, (SELECT token FROM held) AS token, pg_backend_pid() AS pid,
             set_config('idle_session_timeout',
                        CASE WHEN lock.granted THEN ($4::int8)::text ELSE '0' END, false),
             ",
-    grant_commit!("SELECT at_clock FROM bump"),
+    grant_commit!("SELECT at_clock FROM held"),
     "
        FROM lock"
 );
@@ -300,8 +304,11 @@ pub(crate) const RELEASE: &str =
 // ---- shared leases and semaphore permits ----------------------------------------------------
 // A mode acquire runs as one transaction of several statements on the lease's session, under
 // the key's gate (a transaction-level lock): the checks and the takes of one acquire never
-// interleave with another's. Session locks it took survive a rollback, so a refused attempt
-// ends with UNLOCK_ALL before it ends its transaction (the session holds nothing else).
+// interleave with another's. Its takes are the transaction's, and the bump that grants takes
+// them for the session as its last step, so an error before it (a failed or cancelled bump)
+// rolls them back with the transaction, as it rolls back the TTL timers the attempt armed (a
+// session lock would survive the rollback, with nothing left to bound it). A refused attempt
+// holds no session lock but the key's lock a queue wait kept, which it lets go (UNLOCK_ALL).
 //
 // Whatever a mode acquire holds (the gate, the key's lock, a group's lock, a slot, an open
 // transaction) is bounded by the server: the statements that take the gate and the key's lock
@@ -316,10 +323,10 @@ pub(crate) const TAKE_GATE: &str = "SELECT pg_advisory_xact_lock($1::int8),
         set_config('idle_in_transaction_session_timeout', ($2::int8)::text, false),
         set_config('idle_session_timeout', ($2::int8)::text, false)";
 
-/// One attempt at a shared session lock ($1): fails while it is held exclusively or an
-/// exclusive request waits for it (PostgreSQL queues a new request behind a waiter it
+/// One attempt at lock $1, shared, as the transaction's: fails while it is held exclusively
+/// or an exclusive request waits for it (PostgreSQL queues a new request behind a waiter it
 /// conflicts with).
-pub(crate) const TRY_SHARED: &str = "SELECT pg_try_advisory_lock_shared($1::int8) AS granted";
+pub(crate) const TRY_SHARED: &str = "SELECT pg_try_advisory_xact_lock_shared($1::int8) AS granted";
 
 /// Whether readers ($1) and permit holders ($2) hold their groups' locks (granted, shared).
 /// Two reads of `pg_locks`.
@@ -331,35 +338,38 @@ pub(crate) const GROUPS_HELD: &str = concat!(
     ") AS permits"
 );
 
-/// The first free slot among the slot locks $1 (in slot order), taken: its index, or no row.
-/// One statement; the scan stops at the first lock it gets.
+/// The first free slot among the slot locks $1 (in slot order), taken as the transaction's:
+/// its index, or no row. One statement; the scan stops at the first lock it gets.
 pub(crate) const TAKE_SLOT: &str = "SELECT (s.ord - 1)::int8 AS slot
    FROM unnest($1::int8[]) WITH ORDINALITY AS s(id, ord)
-  WHERE pg_try_advisory_lock(s.id)
+  WHERE pg_try_advisory_xact_lock(s.id)
   ORDER BY s.ord
   LIMIT 1";
 
 /// Releases every session-level advisory lock of this session: a lease's session holds only
-/// its own.
+/// its own, and a refused attempt only the key's lock a queue wait kept.
 pub(crate) const UNLOCK_ALL: &str = "SELECT pg_advisory_unlock_all()";
 
-/// Waits in the server's queue for lock $1, exclusively, for at most $2 ms, then lets it go at
-/// once: a wake-up, not a grant. On a lock timeout (55P03) the transaction rolls back and
-/// lock_timeout with it; a lock granted in that instant is freed by [`UNLOCK_ALL`].
+/// Waits in the server's queue for lock $1, exclusively and as the transaction's, for at most
+/// $2 ms, and lets it go as the statement commits: a wake-up, not a grant. It takes no session
+/// lock, so nothing of it outlives the statement: on a lock timeout (55P03) the rollback frees
+/// a lock granted in that very instant, with lock_timeout.
 pub(crate) const WAIT_EXCLUSIVE_SIGNAL: &str = "WITH settings AS MATERIALIZED (SELECT set_config('lock_timeout', ($2::int8)::text, false) AS t),
-     lock AS MATERIALIZED (SELECT pg_advisory_lock($1::int8) AS locked FROM settings)
-SELECT pg_advisory_unlock($1::int8) AS unlocked, set_config('lock_timeout', '0', false) FROM lock";
+     lock AS MATERIALIZED (SELECT pg_advisory_xact_lock($1::int8) AS locked FROM settings)
+SELECT set_config('lock_timeout', '0', false) FROM lock";
 
-/// Waits in the server's queue for lock $1, shared, for at most $2 ms, and keeps it, with the
-/// waiter's TTL ($3 ms) armed by the same statement, between statements and inside the
-/// transaction of the attempt that follows (the lock is held across both). As
-/// [`WAIT_EXCLUSIVE_SIGNAL`] on a timeout.
-pub(crate) const WAIT_SHARED: &str = "WITH settings AS MATERIALIZED (SELECT set_config('lock_timeout', ($2::int8)::text, false) AS t),
-     lock AS MATERIALIZED (SELECT pg_advisory_lock_shared($1::int8) AS locked FROM settings)
-SELECT set_config('lock_timeout', '0', false),
-       set_config('idle_session_timeout', ($3::int8)::text, false),
-       set_config('idle_in_transaction_session_timeout', ($3::int8)::text, false)
-  FROM lock";
+/// Waits in the server's queue for lock $1, shared, for at most $2 ms, as the transaction's,
+/// then takes it for the session (at once: the backend holds it) as the statement's last step
+/// and keeps it, with the waiter's TTL ($3 ms) armed by the same statement, between statements
+/// and inside the transaction of the attempt that follows (the lock is held across both). On a
+/// lock timeout (55P03) the rollback frees a lock granted in that very instant, as for
+/// [`WAIT_EXCLUSIVE_SIGNAL`]: the session holds nothing afterwards.
+pub(crate) const WAIT_SHARED: &str = "WITH settings AS MATERIALIZED (SELECT set_config('lock_timeout', ($2::int8)::text, false) AS t,
+                                           set_config('idle_session_timeout', ($3::int8)::text, false) AS idle,
+                                           set_config('idle_in_transaction_session_timeout', ($3::int8)::text, false) AS idle_in_transaction),
+     lock AS MATERIALIZED (SELECT pg_advisory_xact_lock_shared($1::int8) AS locked FROM settings),
+     reset AS MATERIALIZED (SELECT set_config('lock_timeout', '0', false) AS t FROM lock)
+SELECT pg_advisory_lock_shared($1::int8) AS held FROM reset";
 
 /// A mode waiter that gives up (its wait ran out, or another limit holds the key): every lock
 /// of its session goes and the TTL it armed is disarmed, so the session can idle in the pool.
@@ -372,22 +382,29 @@ pub(crate) const DISARM_WAITER: &str = "SELECT pg_advisory_unlock_all(),
 const RECORDED_LIMIT: &str =
     "SELECT permit_limit FROM {fence} WHERE namespace = $1::text AND key = $2::bytea";
 
-/// Bumps the fence of a reader's key (as [`TRY_ACQUIRE`] does, $1..$5) and arms the TTL; the
-/// recorded limit is left as it is (it means something only while permits are held). Inside
-/// the gate's transaction; the TTL timer starts once it commits.
+/// Bumps the fence of a reader's key (as [`TRY_ACQUIRE`] does, $1..$5), then takes for the
+/// session the key's lock ($1) and the readers' lock ($6), shared, which the transaction holds,
+/// and arms the TTL; the recorded limit is left as it is (it means something only while permits
+/// are held). Inside the gate's transaction, whose last statement before COMMIT it is, with the
+/// session's takes its last step; the TTL timer starts once it commits.
 const BUMP_SHARED: &str = concat!(
     "WITH bump AS (",
     bump_fence!("(SELECT 1) AS one"),
-    ")
+    "),
+     held AS MATERIALIZED (SELECT pg_advisory_lock_shared($1::int8) AS key_lock,
+                                  pg_advisory_lock_shared($6::int8) AS group_lock, token, at_clock
+                             FROM bump)
      SELECT token, pg_backend_pid() AS pid, set_config('idle_session_timeout', ($4::int8)::text, false),
             ",
     grant_commit!("at_clock"),
     "
-       FROM bump"
+       FROM held"
 );
 
-/// Bumps the fence of a permit's key ($1..$5), records its limit ($6) and arms the TTL.
-const BUMP_PERMIT: &str = concat!("INSERT INTO {fence} AS f (namespace, key, lock_id, lock_id_scheme, fence_scheme, token, owner, holder_pid, ttl_ms, updated_at, permit_limit)
+/// Bumps the fence of a permit's key ($1..$5) and records its limit ($6), then takes for the
+/// session the key's lock ($1) and the permits' lock ($7), shared, and the slot's lock ($8),
+/// which the transaction holds, and arms the TTL. As [`BUMP_SHARED`], the takes last.
+const BUMP_PERMIT: &str = concat!("WITH bump AS (INSERT INTO {fence} AS f (namespace, key, lock_id, lock_id_scheme, fence_scheme, token, owner, holder_pid, ttl_ms, updated_at, permit_limit)
      SELECT $2::text, $3::bytea, $1::int8, {scheme}, {fence_scheme},
             floor(extract(epoch FROM now.at) * 1000000)::int8,
             $5::text, pg_backend_pid(), $4::int8, now.at, $6::int4
@@ -397,11 +414,18 @@ const BUMP_PERMIT: &str = concat!("INSERT INTO {fence} AS f (namespace, key, loc
             lock_id = EXCLUDED.lock_id, owner = EXCLUDED.owner,
             holder_pid = EXCLUDED.holder_pid, ttl_ms = EXCLUDED.ttl_ms,
             updated_at = EXCLUDED.updated_at, permit_limit = EXCLUDED.permit_limit
-     RETURNING f.token AS token, pg_backend_pid() AS pid,
-               set_config('idle_session_timeout', ($4::int8)::text, false),
-               ",
-    grant_commit!(at_clock!("f")),
-    ""
+     RETURNING f.token AS token, ",
+    at_clock!("f"),
+    " AS at_clock),
+     held AS MATERIALIZED (SELECT pg_advisory_lock_shared($1::int8) AS key_lock,
+                                  pg_advisory_lock_shared($7::int8) AS group_lock,
+                                  pg_advisory_lock($8::int8) AS slot_lock, token, at_clock
+                             FROM bump)
+     SELECT token, pg_backend_pid() AS pid, set_config('idle_session_timeout', ($4::int8)::text, false),
+            ",
+    grant_commit!("at_clock"),
+    "
+       FROM held"
 );
 
 /// Release of a shared lease or a permit: whether the session still held the key's lock $1

@@ -682,11 +682,12 @@ impl PostgresStore {
     }
 
     /// One attempt in `mode`, as one transaction under the key's gate, whose statement arms
-    /// the TTL on the session. Session locks taken by a refused attempt are released before it
-    /// returns; `have_main` says the session already holds the key's lock shared (from a wait
-    /// in the queue). A refused attempt of a `waiting` acquire commits (it wrote nothing), so
-    /// the TTL stays armed for the rest of the wait; a lone attempt rolls back, which disarms it
-    /// for the idle pool.
+    /// the TTL on the session. Its locks are the transaction's until the bump takes them for
+    /// the session; `have_main` says the session already holds the key's lock shared (from a
+    /// wait in the queue), which a refused attempt releases before it returns (it holds no other
+    /// session lock, so without `have_main` it has nothing to release). A refused attempt
+    /// of a `waiting` acquire commits (it wrote nothing), so the TTL stays armed for the rest of
+    /// the wait; a lone attempt rolls back, which disarms it for the idle pool.
     #[allow(clippy::too_many_arguments)]
     async fn attempt_mode(
         &self,
@@ -705,7 +706,9 @@ impl PostgresStore {
             .checks_and_takes(session, target, locks, mode, ttl, owner, have_main)
             .await?;
         if !matches!(outcome, Attempt::Granted { .. }) {
-            bounded(limit, sqlx::query(UNLOCK_ALL).execute(&mut session.conn)).await?;
+            if have_main {
+                bounded(limit, sqlx::query(UNLOCK_ALL).execute(&mut session.conn)).await?;
+            }
             let end = if waiting { "COMMIT" } else { "ROLLBACK" };
             bounded(limit, sqlx::query(end).execute(&mut session.conn)).await?;
             return Ok(outcome);
@@ -791,6 +794,8 @@ impl PostgresStore {
                     limit,
                     grant(&self.sessions.sql.bump_permit, target, ttl, owner)
                         .bind(i32::try_from(wanted).unwrap_or(i32::MAX))
+                        .bind(locks.permits)
+                        .bind(locks.slot(slot))
                         .fetch_one(&mut *conn),
                 )
                 .await?;
@@ -805,7 +810,9 @@ impl PostgresStore {
                 }
                 let row = bounded(
                     limit,
-                    grant(&self.sessions.sql.bump_shared, target, ttl, owner).fetch_one(&mut *conn),
+                    grant(&self.sessions.sql.bump_shared, target, ttl, owner)
+                        .bind(locks.readers)
+                        .fetch_one(&mut *conn),
                 )
                 .await?;
                 (row, None)
@@ -949,8 +956,9 @@ impl PostgresStore {
 
     /// Waits in the server's queue for lock `id` for at most `bound`: shared and kept
     /// (`keep`, the key's lock, with `ttl` armed by the same statement), or exclusive and let
-    /// go at once (a wake-up). Returns whether the session holds the lock afterwards. A dropped
-    /// future terminates the waiting backend as a dropped exclusive waiter's is.
+    /// go as the statement ends (a wake-up: the transaction's lock, never the session's).
+    /// Returns whether the session holds the lock afterwards. A dropped future terminates the
+    /// waiting backend as a dropped exclusive waiter's is.
     async fn wait_in_queue(
         &self,
         session: &mut Session,
@@ -981,16 +989,9 @@ impl PostgresStore {
         }
         match reply {
             Ok(_) => Ok(keep),
-            Err(fault) if fault.code().as_deref() == Some("55P03") => {
-                // A lock granted just as the timeout fired is still held (the TTL armed by the
-                // attempt before bounds it): let it go.
-                bounded(
-                    self.sessions.config.command_timeout(),
-                    sqlx::query(UNLOCK_ALL).execute(&mut session.conn),
-                )
-                .await?;
-                Ok(false)
-            }
+            // The wait was the transaction's: its rollback freed the lock, even one granted as
+            // the timeout fired, and the session holds nothing.
+            Err(fault) if fault.code().as_deref() == Some("55P03") => Ok(false),
             Err(fault) => Err(fault),
         }
     }

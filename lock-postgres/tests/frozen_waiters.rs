@@ -3,7 +3,9 @@
 //! waiter's own TTLs after it fell silent, whatever it took for its acquire (the key's lock
 //! from the queue, the gate, a group's lock, a slot, an open transaction), so the key is free
 //! again within 2 TTLs; and `status` never counts a waiter as a holder. An exclusive waiter
-//! frozen just as its lock timeout fires on a granted lock keeps the key at most its TTL too.
+//! frozen just as its lock timeout fires on a granted lock keeps the key at most its TTL too,
+//! and so does an acquire in any mode (one attempt, or a wait's first) whose fence bump fails
+//! after it took the key's lock.
 //!
 //! A waiter is frozen by polling its acquire future until the server shows it where the test
 //! wants it, and never again: the future (and its connection) stays alive, silent.
@@ -384,7 +386,7 @@ async fn key_freed_within_the_ttl(third: &PostgresStore, key: &str, since: Insta
     let lease = timeout(RACE_BOUND * 2, third.acquire(key, RACE_TTL, RACE_BOUND))
         .await
         .unwrap_or_else(|_| panic!("the acquire was still running after {:?}", RACE_BOUND * 2))
-        .unwrap_or_else(|e| panic!("the frozen waiter kept the key past its TTL: {e}"));
+        .unwrap_or_else(|e| panic!("the frozen acquirer kept the key past its TTL: {e}"));
     assert!(since.elapsed() <= RACE_BOUND, "took {:?}", since.elapsed());
     assert_eq!(
         third.release(&lease).await.unwrap(),
@@ -511,4 +513,165 @@ async fn frozen_exclusive_waiter_timed_out_in_its_fence_bump_keeps_the_key_at_mo
 
     key_freed_within_the_ttl(&third, key, fired).await;
     thawed_waiter_timed_out(frozen, &waiter, &mut admin, lock_id).await;
+}
+
+// ---- an acquire whose statement fails after it took the key's lock ---------------------------
+
+/// The pid of the one backend that waits for a lock backend `pid` holds.
+async fn blocked_backend(admin: &mut PgConnection, pid: i32) -> i32 {
+    sqlx::query("SELECT pid FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))")
+        .bind(pid)
+        .fetch_one(admin)
+        .await
+        .expect("the backend the row holder blocks")
+        .get(0)
+}
+
+/// How many advisory locks backend `pid` holds, in any mode, for its session or transaction.
+async fn advisory_locks_of(admin: &mut PgConnection, pid: i32) -> i64 {
+    sqlx::query(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND pid = $1",
+    )
+    .bind(pid)
+    .fetch_one(admin)
+    .await
+    .expect("pg_locks")
+    .get(0)
+}
+
+/// A acquires in `mode` (one attempt, or waiting up to `wait`) a key whose fence row the test
+/// holds, so A's fence bump waits for the row after A took the key's lock (and, in the shared
+/// modes, its group's and a slot); A's client is frozen from then on. The bump then fails: the
+/// test cancels it (`pg_cancel_backend`), as any error there ends it (an operator's cancel, a
+/// failed write). A writer gets the key within A's TTL, and A's backend holds no advisory lock.
+async fn acquire_frozen_as_its_fence_bump_fails_keeps_the_key_at_most_its_ttl(
+    mode: Mode,
+    wait: Option<Duration>,
+    key: &str,
+) {
+    let url = shared::postgres().url();
+    let (first, acquirer, third) = (
+        store(&url, "").await,
+        store(&url, "").await,
+        store(&url, "").await,
+    );
+    let mut admin = admin(&url).await;
+    let mut row_holder = admin_in_transaction(&url).await;
+    let lock_id = first.lock_id(key);
+    // A fence row for the key, to hold.
+    let lease = first.try_acquire_as(key, RACE_TTL, mode).await.unwrap();
+    assert_eq!(
+        first.release(&lease).await.unwrap(),
+        ReleaseOutcome::Released
+    );
+    let fence = format!("\"{DEFAULT_SCHEMA}\".\"{DEFAULT_TABLE}\"");
+    sqlx::query(&format!(
+        "SELECT 1 FROM {fence} WHERE namespace = $1 AND key = $2 FOR UPDATE"
+    ))
+    .bind(DEFAULT_NAMESPACE)
+    .bind(key.as_bytes())
+    .fetch_one(&mut row_holder.0)
+    .await
+    .unwrap();
+
+    let mut frozen = Box::pin(async {
+        match wait {
+            None => acquirer.try_acquire_as(key, RACE_TTL, mode).await,
+            Some(wait) => acquirer.acquire_as(key, RACE_TTL, wait, mode).await,
+        }
+    });
+    let row_holder_pid = row_holder.1;
+    freeze_when(&mut frozen, async {
+        until!(
+            "the acquirer's bump waiting for the fence row",
+            blocked_by(&mut admin, row_holder_pid).await == 1
+        )
+    })
+    .await;
+    let pid = blocked_backend(&mut admin, row_holder_pid).await;
+    assert!(
+        !holders(&mut admin, lock_id).await.is_empty(),
+        "the acquirer's bump waits with the key's lock held"
+    );
+    let cancelled: bool = sqlx::query_scalar("SELECT pg_cancel_backend($1)")
+        .bind(pid)
+        .fetch_one(&mut admin)
+        .await
+        .unwrap();
+    assert!(cancelled, "could not cancel the acquirer's statement");
+    until!(
+        "the acquirer's bump failing",
+        blocked_by(&mut admin, row_holder_pid).await == 0
+    );
+    let failed = Instant::now();
+    sqlx::query("ROLLBACK")
+        .execute(&mut row_holder.0)
+        .await
+        .unwrap();
+
+    key_freed_within_the_ttl(&third, key, failed).await;
+    assert_eq!(
+        advisory_locks_of(&mut admin, pid).await,
+        0,
+        "the acquirer's backend still holds advisory locks"
+    );
+    match timeout(RACE_BOUND, frozen)
+        .await
+        .expect("the thawed acquirer never returned")
+    {
+        Err(_) => {}
+        Ok(lease) => panic!("a cancelled acquire handed out a lease: {lease:?}"),
+    }
+    assert_eq!(acquirer.open_connections(), acquirer.idle_connections());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frozen_exclusive_try_acquire_failing_in_its_fence_bump_keeps_the_key_at_most_its_ttl() {
+    acquire_frozen_as_its_fence_bump_fails_keeps_the_key_at_most_its_ttl(
+        Mode::Exclusive,
+        None,
+        "frozen:exclusive-try-fails-in-bump",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frozen_reader_try_acquire_failing_in_its_fence_bump_keeps_the_key_at_most_its_ttl() {
+    acquire_frozen_as_its_fence_bump_fails_keeps_the_key_at_most_its_ttl(
+        Mode::Shared,
+        None,
+        "frozen:reader-try-fails-in-bump",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frozen_permit_try_acquire_failing_in_its_fence_bump_keeps_the_key_at_most_its_ttl() {
+    acquire_frozen_as_its_fence_bump_fails_keeps_the_key_at_most_its_ttl(
+        PERMIT,
+        None,
+        "frozen:permit-try-fails-in-bump",
+    )
+    .await;
+}
+
+/// The first attempt of a wait, before any of its statements committed the waiter's TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frozen_reader_waiter_failing_in_its_first_fence_bump_keeps_the_key_at_most_its_ttl() {
+    acquire_frozen_as_its_fence_bump_fails_keeps_the_key_at_most_its_ttl(
+        Mode::Shared,
+        Some(RACE_WAIT),
+        "frozen:reader-wait-fails-in-bump",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frozen_permit_waiter_failing_in_its_first_fence_bump_keeps_the_key_at_most_its_ttl() {
+    acquire_frozen_as_its_fence_bump_fails_keeps_the_key_at_most_its_ttl(
+        PERMIT,
+        Some(RACE_WAIT),
+        "frozen:permit-wait-fails-in-bump",
+    )
+    .await;
 }
