@@ -15,6 +15,9 @@ use crate::Result;
 
 /// How often a frozen pump looks whether it was thawed.
 const FROZEN_POLL: Duration = Duration::from_millis(5);
+/// How often a patient relay tries a refused upstream again: on loopback a server that is
+/// about to listen does so within milliseconds.
+const UPSTREAM_RETRY: Duration = Duration::from_millis(5);
 
 /// A TCP relay between clients and one upstream address (`host:port`), on a free port of
 /// 127.0.0.1.
@@ -27,6 +30,9 @@ const FROZEN_POLL: Duration = Duration::from_millis(5);
 /// [severed](FreezableRelay::sever) it resets every connection and every new one. Each
 /// accepted connection is pumped by two threads per direction, which end when either side
 /// closes.
+///
+/// [`start_patient`](FreezableRelay::start_patient) keeps a connection whose upstream refuses
+/// and tries again while the client stays connected.
 ///
 /// Dropping the handle stops accepting; connections already relayed go on until they close.
 #[derive(Debug)]
@@ -42,6 +48,8 @@ struct Links {
     frozen: AtomicBool,
     stopped: AtomicBool,
     severed: AtomicBool,
+    /// Whether a refused upstream connect is tried again while the client stays connected.
+    patient: AtomicBool,
     /// The delay, in ns, each byte waits after it was read.
     delay_ns: AtomicU64,
     /// Both sockets of each live connection, by a number of its own, so a sever can reset them.
@@ -66,11 +74,26 @@ impl Links {
 }
 
 impl FreezableRelay {
-    /// Starts relaying connections to `upstream` (`host:port`).
+    /// Starts relaying connections to `upstream` (`host:port`). A connection whose upstream
+    /// refuses it is closed at once.
     pub fn start(upstream: &str) -> Result<Self> {
+        Self::start_with(upstream, false)
+    }
+
+    /// Starts relaying connections to `upstream`, keeping a connection whose upstream refuses
+    /// it and trying again every few milliseconds until the upstream accepts or the client
+    /// goes: what a client that retries a refused connect sees of a server not listening yet.
+    /// A ZooKeeper follower retries a leader that refuses it, but gives up on one whose
+    /// connection closes, and the leader then waits out `initLimit` for it.
+    pub fn start_patient(upstream: &str) -> Result<Self> {
+        Self::start_with(upstream, true)
+    }
+
+    fn start_with(upstream: &str, patient: bool) -> Result<Self> {
         let listener = TcpListener::bind(("127.0.0.1", 0))?;
         let port = listener.local_addr()?.port();
         let links = Arc::new(Links::default());
+        links.patient.store(patient, Ordering::SeqCst);
         let (shared, target) = (links.clone(), upstream.to_string());
         thread::Builder::new()
             .name(format!("relay-{port}"))
@@ -156,8 +179,7 @@ fn accept_loop(listener: TcpListener, upstream: String, links: Arc<Links>) {
 /// Connects `client` to `upstream` once thawed and pumps both directions until either side
 /// closes (or the relay is severed).
 fn relay_connection(client: TcpStream, upstream: &str, links: &Arc<Links>) {
-    links.wait_thawed();
-    let Ok(server) = TcpStream::connect(upstream) else {
+    let Some(server) = connect_upstream(&client, upstream, links) else {
         let _ = client.shutdown(Shutdown::Both);
         return;
     };
@@ -189,6 +211,39 @@ fn relay_connection(client: TcpStream, upstream: &str, links: &Arc<Links>) {
         let _ = up.join();
     }
     links.live().remove(&id);
+}
+
+/// Connects to `upstream` once thawed; a patient relay tries a refused connect again while
+/// `client` stays connected and the relay is neither stopped nor severed.
+fn connect_upstream(client: &TcpStream, upstream: &str, links: &Links) -> Option<TcpStream> {
+    loop {
+        links.wait_thawed();
+        match TcpStream::connect(upstream) {
+            Ok(server) => return Some(server),
+            Err(_) if links.patient.load(Ordering::SeqCst) => {
+                let ended = links.stopped.load(Ordering::SeqCst)
+                    || links.severed.load(Ordering::SeqCst)
+                    || !still_connected(client);
+                if ended {
+                    return None;
+                }
+                thread::sleep(UPSTREAM_RETRY);
+            }
+            Err(_) => return None,
+        }
+    }
+}
+
+/// Whether `client` has not closed its side (a peek that would block, or finds bytes).
+fn still_connected(client: &TcpStream) -> bool {
+    if client.set_nonblocking(true).is_err() {
+        return false;
+    }
+    let connected = match client.peek(&mut [0u8; 1]) {
+        Ok(n) => n > 0,
+        Err(e) => e.kind() == io::ErrorKind::WouldBlock,
+    };
+    client.set_nonblocking(false).is_ok() && connected
 }
 
 /// Copies `from` to `to` until either side closes: a reader that stamps each chunk with the
@@ -281,6 +336,43 @@ mod tests {
             .unwrap();
         client.read_exact(&mut got).unwrap();
         assert_eq!(&got, b"held");
+    }
+
+    /// An upstream that starts listening only after the client connected: a patient relay
+    /// passes the client's bytes on once it listens, a plain one closes the client at once.
+    #[test]
+    fn a_patient_relay_waits_for_an_upstream_that_listens_late() {
+        let free = TcpListener::bind(("127.0.0.1", 0)).unwrap();
+        let upstream = free.local_addr().unwrap().to_string();
+        drop(free);
+        let plain = FreezableRelay::start(&upstream).unwrap();
+        let patient = FreezableRelay::start_patient(&upstream).unwrap();
+        let mut refused = TcpStream::connect(plain.address()).unwrap();
+        let mut client = TcpStream::connect(patient.address()).unwrap();
+        for c in [&refused, &client] {
+            c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        }
+        client.write_all(b"late").unwrap();
+        let mut got = [0u8; 4];
+        assert_eq!(
+            refused.read(&mut got).unwrap_or(0),
+            0,
+            "the plain relay closes"
+        );
+
+        thread::sleep(Duration::from_millis(100));
+        let echo = TcpListener::bind(&upstream).unwrap();
+        thread::spawn(move || {
+            for conn in echo.incoming().flatten() {
+                let mut reader = conn.try_clone().unwrap();
+                let mut writer = conn;
+                thread::spawn(move || {
+                    let _ = io::copy(&mut reader, &mut writer);
+                });
+            }
+        });
+        client.read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"late");
     }
 
     /// Each byte crosses the relay twice on its way back from the echo server, so it returns

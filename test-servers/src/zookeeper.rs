@@ -52,6 +52,12 @@ pub const MIN_SESSION_TIMEOUT: Duration = Duration::from_millis(200);
 /// `maxSessionTimeout` (600 ticks, above lockctl's default TTL of 30 s): a client asking for
 /// more gets this.
 pub const MAX_SESSION_TIMEOUT: Duration = Duration::from_secs(60);
+/// `syncLimit`, in ticks: a follower that hears nothing from its leader for this long stops
+/// serving its clients (1 s here), and the leader drops it.
+pub const SYNC_LIMIT_TICKS: u32 = 10;
+/// `initLimit`, in ticks: how long a follower joining its leader waits for it (5 s here), and a
+/// new leader for a quorum of followers.
+pub const INIT_LIMIT_TICKS: u32 = 50;
 /// How often the servers sweep empty container nodes (`znode.container.checkIntervalMs`).
 pub const CONTAINER_SWEEP: Duration = Duration::from_secs(1);
 /// How many members [`ZookeeperEnsemble::shared_ensemble`] has: the smallest ensemble that
@@ -279,7 +285,10 @@ impl ZookeeperEnsemble {
         if quorum_relays {
             for from in 0..n {
                 for to in (0..n).filter(|&to| to != from) {
-                    let relay = FreezableRelay::start(&format!("127.0.0.1:{}", ports[3 * to + 1]))?;
+                    // Patient: a follower that reaches a new leader before it listens waits, as
+                    // it would retry a refused connect; a closed one restarts the election.
+                    let quorum = format!("127.0.0.1:{}", ports[3 * to + 1]);
+                    let relay = FreezableRelay::start_patient(&quorum)?;
                     relays.push(QuorumRelay { from, to, relay });
                 }
             }
@@ -566,8 +575,7 @@ impl ZookeeperEnsemble {
     /// Cuts member `i` off from the quorum (`true`: every quorum relay to and from it frozen,
     /// so a follower hears nothing more from its leader, nor the leader from it, while the
     /// member's own clients stay connected to it) or mends the cut (`false`). The member
-    /// notices after `syncLimit` ticks (1 s here) and stops serving its clients until it
-    /// rejoins.
+    /// notices after [`SYNC_LIMIT_TICKS`] ticks and stops serving its clients until it rejoins.
     ///
     /// # Errors
     /// [`Error::Unsupported`] on an ensemble started without quorum relays.
@@ -637,8 +645,8 @@ impl ZookeeperEnsemble {
 fn config_text(data: &Path, client_port: u16, servers: &str) -> String {
     format!(
         "tickTime={tick}\n\
-         initLimit=50\n\
-         syncLimit=10\n\
+         initLimit={INIT_LIMIT_TICKS}\n\
+         syncLimit={SYNC_LIMIT_TICKS}\n\
          dataDir={data}\n\
          clientPort={client_port}\n\
          clientPortAddress=127.0.0.1\n\
