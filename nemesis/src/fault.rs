@@ -43,11 +43,14 @@ pub enum Fault {
     ZkKillLeader,
     /// ZooKeeper: `SIGSTOP` one member of three for 1.5–2.5 TTLs.
     ZkStopMinority,
+    /// ZooKeeper: cut a follower (preferably one the workers' sessions are on) off from the
+    /// quorum, its quorum links frozen, for 1.5–2.5 TTLs while its clients stay connected.
+    ZkIsolateFollower,
 }
 
 impl Fault {
     /// Every fault.
-    pub const ALL: [Fault; 16] = [
+    pub const ALL: [Fault; 17] = [
         Fault::Pause,
         Fault::PauseWaiter,
         Fault::Kill,
@@ -64,6 +67,7 @@ impl Fault {
         Fault::MysqlRestart,
         Fault::ZkKillLeader,
         Fault::ZkStopMinority,
+        Fault::ZkIsolateFollower,
     ];
 
     /// The name used in `--faults` and in the report.
@@ -85,6 +89,7 @@ impl Fault {
             Fault::MysqlRestart => "mysql-restart",
             Fault::ZkKillLeader => "zk-kill-leader",
             Fault::ZkStopMinority => "zk-stop-minority",
+            Fault::ZkIsolateFollower => "zk-isolate-follower",
         }
     }
 
@@ -98,9 +103,11 @@ impl Fault {
     /// server, a Redis restart without persistence, a memory store that lost its data. A
     /// Redlock minority restarted after a TTL, an etcd leader change, a ZooKeeper leader's
     /// kill or a stopped ZooKeeper member (sessions, and with them lock nodes, outlive an
-    /// election: the new leader gives each its whole timeout again) and every client fault
-    /// do not. An etcd member stop frees locks early only when it stops the leader of an
-    /// affected etcd version; the run decides that when it injects the fault.
+    /// election: the new leader gives each its whole timeout again), a ZooKeeper follower cut
+    /// off from the quorum (the leader expires its sessions no earlier than a lease's deadline
+    /// allows) and every client fault do not. An etcd member stop frees locks early only when
+    /// it stops the leader of an affected etcd version; the run decides that when it injects
+    /// the fault.
     pub fn frees_early(self) -> bool {
         matches!(
             self,
@@ -167,5 +174,18 @@ mod tests {
     #[test]
     fn mysql_kills_free_early() {
         assert!(Fault::MysqlKill.frees_early() && Fault::MysqlRestart.frees_early());
+    }
+
+    /// ZooKeeper's sessions outlive an election and a follower's cut (the leader expires none
+    /// before a lease's deadline), so rule 3 excuses no refusal after these.
+    #[test]
+    fn zookeeper_faults_free_no_lock_early() {
+        for fault in [
+            Fault::ZkKillLeader,
+            Fault::ZkStopMinority,
+            Fault::ZkIsolateFollower,
+        ] {
+            assert!(!fault.frees_early(), "{fault}");
+        }
     }
 }

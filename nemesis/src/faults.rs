@@ -196,7 +196,11 @@ pub const TABLE: &[FaultProfile] = &[
         store: "zookeeper",
         launch: Some(Launch::ZookeeperEnsemble(3)),
         cut: true,
-        store_faults: &[Fault::ZkKillLeader, Fault::ZkStopMinority],
+        store_faults: &[
+            Fault::ZkKillLeader,
+            Fault::ZkStopMinority,
+            Fault::ZkIsolateFollower,
+        ],
         delays: StoreDelays {
             // Twice the servers' minSessionTimeout (fencelock-zookeeper's "TTL" row).
             min_ttl: Duration::from_millis(
@@ -218,8 +222,14 @@ pub const TABLE: &[FaultProfile] = &[
             }],
             // An election: the ensemble answers no one until a leader is elected and synced,
             // and clients reconnect with their backoff (after a stopped member, only when it
-            // led, or when a client was on it).
-            unavailable_during: &[Fault::ZkKillLeader, Fault::ZkStopMinority],
+            // led, or when a client was on it). A follower cut off from the quorum answers its
+            // clients' writes and syncs no more, and drops them only after syncLimit
+            // (test_servers::zookeeper::SYNC_LIMIT_TICKS, 1 s), when they reconnect elsewhere.
+            unavailable_during: &[
+                Fault::ZkKillLeader,
+                Fault::ZkStopMinority,
+                Fault::ZkIsolateFollower,
+            ],
         },
     },
 ];

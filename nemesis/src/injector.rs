@@ -2,12 +2,13 @@
 //! the pool, records its start and its healing in the history, and heals it.
 
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use fencelock::Result;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::Rng;
+use test_servers::zookeeper::{INIT_LIMIT_TICKS, TICK};
 use test_servers::EtcdCluster;
 
 use crate::clock::now_ns;
@@ -24,6 +25,14 @@ use crate::worker;
 /// statement, so the holders found are the ones terminated.
 const TERMINATE_HOLDERS_SQL: &str = "SELECT count(pg_terminate_backend(pid)) FROM pg_locks \
      WHERE locktype = 'advisory' AND granted AND pid <> pg_backend_pid()";
+
+/// How long a ZooKeeper follower cut off from the quorum may take to serve again once mended:
+/// a join begun through the cut goes on at the mend or gives up after `initLimit`, and the
+/// next join takes at most as long.
+const REJOIN_TIMEOUT: Duration = TICK.saturating_mul(2 * INIT_LIMIT_TICKS);
+
+/// How often the injector asks a ZooKeeper member whether it serves (one `srvr` exchange).
+const SERVING_POLL: Duration = Duration::from_millis(20);
 
 /// The MySQL lock store's holder of a lock name: its session's connection id (NULL if free).
 /// Not atomic with the `KILL` that follows, and need not be: the fault's window in the history
@@ -305,6 +314,64 @@ impl Nemesis {
                 ensemble.resume(member).map_err(fail)?;
                 self.healed(id);
                 what
+            }
+            (Fault::ZkIsolateFollower, Servers::Zookeeper(ensemble)) => {
+                let leader = ensemble.leader().map_err(fail)?;
+                let followers: Vec<usize> = (0..ensemble.member_count())
+                    .filter(|&m| m != leader)
+                    .collect();
+                // Preferably one the workers' lease sessions are on (their TTL names them):
+                // sessions leave a cut follower and stay where they land, so a blind pick soon
+                // hits no one.
+                let with_sessions =
+                    ensemble.members_serving_timeout(self.delays.granted_ttl(self.ttl));
+                let busy: Vec<usize> = followers
+                    .iter()
+                    .copied()
+                    .filter(|m| with_sessions.contains(m))
+                    .collect();
+                let from = if busy.is_empty() { &followers } else { &busy };
+                let member = from[self.rng.random_range(0..from.len())];
+                let cut = self.past_ttl();
+                let sessions = if busy.contains(&member) {
+                    "workers' sessions on it"
+                } else {
+                    "no worker's session on it"
+                };
+                let what = format!(
+                    "follower (member {member}, {sessions}) cut off from the quorum for {cut:?}, \
+                     its clients connected"
+                );
+                let id = self.record(fault, None, &what);
+                ensemble.isolate(member, true).map_err(fail)?;
+                // Watched, so the report says whether it dropped its clients (after syncLimit).
+                let start = Instant::now();
+                let mut stopped = None;
+                while start.elapsed() < cut {
+                    if stopped.is_none() && !ensemble.is_serving(member) {
+                        stopped = Some(start.elapsed());
+                    }
+                    thread::sleep(SERVING_POLL.min(cut.saturating_sub(start.elapsed())));
+                }
+                ensemble.isolate(member, false).map_err(fail)?;
+                // Healed once it serves again, so the next fault finds the whole ensemble.
+                let mended = Instant::now();
+                let mut serving = ensemble.is_serving(member);
+                while !serving && mended.elapsed() < REJOIN_TIMEOUT {
+                    thread::sleep(SERVING_POLL);
+                    serving = ensemble.is_serving(member);
+                }
+                self.healed(id);
+                let stopped = match stopped {
+                    Some(after) => format!("it stopped serving them after {after:.2?}"),
+                    None => "it served them throughout".to_string(),
+                };
+                let rejoined = if serving {
+                    format!("served again {:.2?} after the mend", mended.elapsed())
+                } else {
+                    format!("not serving {REJOIN_TIMEOUT:?} after the mend")
+                };
+                format!("{what}; {stopped}, {rejoined}")
             }
             (fault, _) => return Err(setup_error(format!("{fault} does not apply to this store"))),
         };

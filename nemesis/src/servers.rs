@@ -83,9 +83,10 @@ impl Servers {
             Launch::Postgres => Servers::Postgres(PostgresServer::start().map_err(setup_error)?),
             Launch::Mariadb => Servers::Mysql(MariadbServer::start().map_err(setup_error)?),
             Launch::SqliteFile => Servers::Sqlite(TempDatabase::create()?),
-            Launch::ZookeeperEnsemble(n) => {
-                Servers::Zookeeper(ZookeeperEnsemble::start(n).map_err(setup_error)?)
-            }
+            // Quorum relays, so a follower can be cut off from the quorum (zk-isolate-follower).
+            Launch::ZookeeperEnsemble(n) => Servers::Zookeeper(
+                ZookeeperEnsemble::start_with_quorum_relays(n).map_err(setup_error)?,
+            ),
         };
         let url = match &servers {
             Servers::None => format!("{}://nemesis", scheme_of(fencelock::MEMORY.name)?),
