@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fencelock_core::{
-    with_lock, DynLockStore, Error, FenceGate, KeepAlive, LockOptions, MemoryStore,
+    with_lock, DynLockStore, Error, FenceGate, KeepAlive, LockStoreExt, MemoryStore,
 };
 
 #[tokio::main(flavor = "current_thread")]
@@ -57,12 +57,9 @@ async fn main() -> Result<(), Error> {
     println!("released: {:?}", store.release(&held.stop()).await?);
 
     // Or let with_lock do all of it.
-    let token = with_lock(
-        &store,
-        "nightly-export",
-        LockOptions::new().ttl(ttl),
-        |lease| async move { Ok::<_, Error>(lease.fencing_token()) },
-    )
+    let token = with_lock(store.lock("nightly-export").ttl(ttl), |lease| async move {
+        Ok::<_, Error>(lease.fencing_token())
+    })
     .await?;
     println!("with_lock ran its body under token {token}");
     Ok(())

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::validate::{MAX_TTL, MIN_TTL};
+use crate::limits::{MAX_TTL, MIN_TTL};
 
 /// What a store guarantees beyond the contract and where its limits lie. The conformance suite
 /// derives its timings and its case list from these values.

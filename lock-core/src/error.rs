@@ -19,7 +19,7 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
 /// use std::time::Duration;
-/// use fencelock_core::{Acquire, Error, ErrorKind, MemoryStore};
+/// use fencelock_core::{Error, ErrorKind, LockStore, MemoryStore};
 ///
 /// let store = MemoryStore::new();
 /// let _held = store.try_acquire("report", Duration::from_secs(10)).await.unwrap();

@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::kind::BoxFuture;
+use crate::raw::AcquireRequest;
 use crate::{
     DynLockStore, Error, FencingToken, KeepAlive, Lease, LockStore, Mode, ReleaseOutcome, Result,
 };
@@ -49,7 +50,9 @@ impl<S: LockStore + 'static> LockStoreExt for Arc<S> {
     }
 }
 
-/// A lock request being built: `store.lock(key).ttl(..).wait(..).mode(..)`, then `.await`.
+/// A lock request being built: `store.lock(key).ttl(..).wait(..).mode(..)`, then `.await` for
+/// a [`LockGuard`], or hand it to [`with_lock`](crate::with_lock). The one builder of what an
+/// acquire asks for.
 #[derive(Debug, Clone)]
 #[must_use = "a lock request does nothing until it is awaited"]
 pub struct LockRequest {
@@ -91,15 +94,43 @@ impl LockRequest {
         self
     }
 
-    /// Acquires the key and starts keeping the lease alive on the current tokio runtime.
+    /// What the store is asked: a zero wait is one attempt ([`Error::Busy`] if the key is
+    /// held), any other wait waits ([`Error::WaitTimedOut`]).
+    fn request(&self) -> AcquireRequest<'_> {
+        let request = AcquireRequest::new(&self.key, self.ttl).mode(self.mode);
+        if self.wait.is_zero() {
+            request
+        } else {
+            request.wait(self.wait)
+        }
+    }
+
+    /// The store the request goes to.
+    pub(crate) fn store(&self) -> &dyn LockStore {
+        &*self.store
+    }
+
+    /// Acquires the key and returns the bare lease: nothing keeps it alive. For a caller that
+    /// keeps it itself ([`KeepAlive::start`]); most want [`LockRequest::acquire`].
     ///
     /// # Errors
-    /// Those of [`Acquire::try_acquire_as`](crate::Acquire::try_acquire_as) without a wait,
-    /// of [`Acquire::acquire_as`](crate::Acquire::acquire_as) with one:
-    /// [`Contended`](crate::ErrorKind::Contended) when the key stays held,
+    /// Those of [`LockStore::try_acquire_as`] without a wait, of [`LockStore::acquire_as`]
+    /// with one: [`Contended`](crate::ErrorKind::Contended) when the key stays held,
     /// [`Unavailable`](crate::ErrorKind::Unavailable), [`InvalidInput`](crate::ErrorKind::InvalidInput),
     /// [`Unsupported`](crate::ErrorKind::Unsupported) for a mode the store does not keep,
     /// [`Store`](crate::ErrorKind::Store).
+    ///
+    /// # Cancel safety
+    /// As for the store's acquire: dropping the future may lose a lease the store granted but
+    /// whose reply was not yet read; it expires at its TTL.
+    pub async fn lease(&self) -> Result<Lease> {
+        self.store.acquire_request(self.request()).await
+    }
+
+    /// Acquires the key and starts keeping the lease alive on the current tokio runtime.
+    ///
+    /// # Errors
+    /// As [`LockRequest::lease`].
     ///
     /// # Cancel safety
     /// As for the store's acquire: dropping the future may lose a lease the store granted but
@@ -108,18 +139,8 @@ impl LockRequest {
     /// # Panics
     /// Outside a tokio runtime (the keep-alive is a task on it).
     pub async fn acquire(self) -> Result<LockGuard> {
-        let LockRequest {
-            store,
-            key,
-            ttl,
-            wait,
-            mode,
-        } = self;
-        let lease = if wait.is_zero() {
-            store.try_acquire_as(&key, ttl, mode).await?
-        } else {
-            store.acquire_as(&key, ttl, wait, mode).await?
-        };
+        let lease = self.lease().await?;
+        let store = self.store;
         let keep_alive = KeepAlive::start(Arc::clone(&store), lease);
         Ok(LockGuard {
             store,
@@ -227,7 +248,7 @@ impl LockGuard {
     /// [`ReleaseOutcome::Lost`] if the lease had already expired or been taken.
     ///
     /// # Errors
-    /// As [`Release::release`](crate::Release::release):
+    /// As [`LockStore::release`]:
     /// [`Unavailable`](crate::ErrorKind::Unavailable) when the store did not answer (the lease
     /// then expires at its TTL), [`Store`](crate::ErrorKind::Store).
     ///

@@ -7,7 +7,8 @@ use tokio::task::JoinHandle;
 use tokio::time::{sleep_until, timeout_at, Instant};
 use tokio_util::sync::CancellationToken;
 
-use crate::{Error, Extend, Lease, SharedError};
+use crate::raw::LeaseExt;
+use crate::{Error, Lease, LockStore, SharedError};
 
 /// Why a kept-alive lease was lost: fencelock's account, or the store's own, and the store's
 /// error behind it. Cloned into every [`Error::LeaseLost`] built from it.
@@ -70,7 +71,7 @@ impl Lost {
 /// A failed extend that may be retried (store unreachable) is retried after a short jittered
 /// delay, again within what is left. It returns as soon as the store says the lease is gone
 /// ([`Error::LeaseLost`] from an extend, passed on as it is; any other error that cannot be
-/// retried is kept as the source), or [`Revocation::revoke`](crate::Revocation::revoke) is
+/// retried is kept as the source), or [`Revocation::revoke`](crate::raw::Revocation::revoke) is
 /// called by the store, or the local deadline ([`Lease::valid_until`]) passes without a
 /// confirmation, which is before the store's own expiry.
 ///
@@ -86,7 +87,7 @@ impl Lost {
 /// Dropping the future stops the extensions; the lease then expires at its TTL unless released.
 pub async fn keep_alive<S>(store: &S, lease: &Lease, lost: &CancellationToken) -> Option<Error>
 where
-    S: Extend + ?Sized,
+    S: LockStore + ?Sized,
 {
     let why = watch(store, lease, lost).await?;
     lost.cancel();
@@ -96,7 +97,7 @@ where
 /// [`keep_alive`], keeping the cause in a form every later caller can turn into an error.
 pub(crate) async fn watch<S>(store: &S, lease: &Lease, lost: &CancellationToken) -> Option<Lost>
 where
-    S: Extend + ?Sized,
+    S: LockStore + ?Sized,
 {
     let period = (lease.ttl() / 4).max(Duration::from_millis(1));
     let revocation = lease.revocation();
@@ -171,7 +172,7 @@ fn retry_delay(period: Duration) -> Duration {
 /// # async fn main() -> fencelock_core::Result<()> {
 /// use std::sync::Arc;
 /// use std::time::Duration;
-/// use fencelock_core::{Acquire, KeepAlive, MemoryStore, Release};
+/// use fencelock_core::{KeepAlive, LockStore, MemoryStore};
 ///
 /// let store = Arc::new(MemoryStore::new());
 /// let lease = store.try_acquire("report", Duration::from_secs(3)).await?;
@@ -198,7 +199,7 @@ impl KeepAlive {
     /// Outside a tokio runtime.
     pub fn start<S>(store: Arc<S>, lease: Lease) -> Self
     where
-        S: Extend + ?Sized + 'static,
+        S: LockStore + ?Sized + 'static,
     {
         let lost = CancellationToken::new();
         let reason = Arc::new(Mutex::new(None));

@@ -27,7 +27,7 @@ pub type ConnectFn = fn(&str) -> BoxFuture<'_, Result<DynLockStore>>;
 ///
 /// ```
 /// use fencelock_core::{DynLockStore, MemoryStore, Result, StoreKind};
-/// use fencelock_core::kind::BoxFuture;
+/// use fencelock_core::raw::BoxFuture;
 ///
 /// fn connect(url: &str) -> BoxFuture<'_, Result<DynLockStore>> {
 ///     Box::pin(async move {

@@ -80,13 +80,14 @@ pub fn drift(ttl: Duration) -> Duration {
 /// Cloning is cheap and clones share the deadline, so a keep-alive task and the holder see the
 /// same renewals. Dropping a lease does not release it (some stores free it when their
 /// connection closes, see [`Capabilities::frees_on_disconnect`](crate::Capabilities)); release it
-/// with [`Release::release`](crate::Release::release) or let it expire.
+/// with [`LockStore::release`](crate::LockStore::release) or let it expire. Only its store
+/// builds, extends or revokes it.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> fencelock_core::Result<()> {
 /// use std::time::Duration;
-/// use fencelock_core::{Acquire, Extend, MemoryStore, Release, ReleaseOutcome};
+/// use fencelock_core::{LockStore, MemoryStore, ReleaseOutcome};
 ///
 /// let store = MemoryStore::new();
 /// let first = store.try_acquire("report", Duration::from_secs(10)).await?;
@@ -111,7 +112,7 @@ struct LeaseInner {
     valid_until: Mutex<Instant>,
     mode: Mode,
     slot: Option<u32>,
-    /// Made on the first call to [`Lease::revocation`]: most leases never have one, and it
+    /// Made on the first call to `revocation`: most leases never have one, and it
     /// costs two allocations (about 1% of a Redis cycle's client CPU).
     revocation: OnceLock<Revocation>,
     store_state: Option<Box<dyn Any + Send + Sync>>,
@@ -121,40 +122,6 @@ struct LeaseInner {
 }
 
 impl Lease {
-    /// A lease granted by a request sent at `sent_at`. For store implementations.
-    pub fn new(key: &str, owner: OwnerId, token: u64, ttl: Duration, sent_at: Instant) -> Self {
-        Self::build(key, owner, token, ttl, sent_at, None)
-    }
-
-    /// Like [`Lease::new`], carrying store-specific state (a held session, a lease id) that the
-    /// store gets back with [`Lease::store_state`]. The state is dropped with the last clone.
-    pub fn with_store_state<T: Any + Send + Sync>(
-        key: &str,
-        owner: OwnerId,
-        token: u64,
-        ttl: Duration,
-        sent_at: Instant,
-        state: T,
-    ) -> Self {
-        Self::build(key, owner, token, ttl, sent_at, Some(Box::new(state)))
-    }
-
-    /// Marks a lease just built by [`Lease::new`] or [`Lease::with_store_state`] as held in
-    /// `mode`, with its permit `slot` (`Some` exactly for [`Mode::Permit`]). For store
-    /// implementations; call it before the lease is cloned (a clone keeps the lease as it
-    /// was, and a debug build panics).
-    #[must_use]
-    pub fn in_mode(mut self, mode: Mode, slot: Option<u32>) -> Self {
-        match Arc::get_mut(&mut self.inner) {
-            Some(inner) => {
-                inner.mode = mode;
-                inner.slot = slot;
-            }
-            None => debug_assert!(false, "Lease::in_mode called on a shared lease"),
-        }
-        self
-    }
-
     fn build(
         key: &str,
         owner: OwnerId,
@@ -196,8 +163,8 @@ impl Lease {
     }
 
     /// How the lease holds its key: [`Mode::Exclusive`] unless it was taken with
-    /// [`Acquire::try_acquire_as`](crate::Acquire::try_acquire_as) or
-    /// [`Acquire::acquire_as`](crate::Acquire::acquire_as).
+    /// [`LockStore::try_acquire_as`](crate::LockStore::try_acquire_as) or
+    /// [`LockStore::acquire_as`](crate::LockStore::acquire_as).
     pub fn mode(&self) -> Mode {
         self.inner.mode
     }
@@ -233,44 +200,13 @@ impl Lease {
         Instant::now() >= self.valid_until()
     }
 
-    /// Records a confirmation by the store of a request sent at `sent_at`: the deadline moves to
-    /// `sent_at + ttl - drift`, never backwards. For store implementations of `extend`.
-    pub fn confirm(&self, sent_at: Instant) {
-        let mut valid_until = self
-            .inner
-            .valid_until
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        *valid_until = (*valid_until).max(deadline(sent_at, self.inner.ttl));
-    }
-
-    /// The lease's revocation: the store calls [`Revocation::revoke`] when it learns by its own
-    /// means that the lease is gone, before any extend would tell (PostgreSQL: the server ended
-    /// the lease's session). [`KeepAlive`] fires its lost signal as soon as that happens, with
-    /// the store's reason.
-    ///
-    /// For store implementations: keep the returned handle (never a clone of the lease, which
-    /// may own a session) in whatever watches the store. Revoking releases nothing.
-    ///
-    /// [`KeepAlive`]: crate::KeepAlive
-    pub fn revocation(&self) -> Revocation {
-        self.inner
-            .revocation
-            .get_or_init(Revocation::default)
-            .clone()
-    }
-
-    /// Whether the store has reported this lease gone through [`Lease::revocation`].
+    /// Whether the store has reported this lease gone (PostgreSQL: the server ended the lease's
+    /// session): a [`KeepAlive`](crate::KeepAlive) on it reports it lost.
     pub fn is_revoked(&self) -> bool {
         self.inner
             .revocation
             .get()
             .is_some_and(Revocation::is_revoked)
-    }
-
-    /// The store-specific state given to [`Lease::with_store_state`], if it has type `T`.
-    pub fn store_state<T: Any + Send + Sync>(&self) -> Option<&T> {
-        self.inner.store_state.as_ref()?.downcast_ref()
     }
 
     /// Labels the lease with the metered store that granted it (the first label stays).
@@ -283,6 +219,59 @@ impl Lease {
     #[cfg(feature = "metrics")]
     pub(crate) fn metered_as(&self) -> Option<&'static str> {
         self.inner.metered_as.get().copied()
+    }
+}
+
+/// Keeps [`LeaseExt`](crate::raw::LeaseExt) implemented for [`Lease`] only.
+pub trait Sealed {}
+
+impl Sealed for Lease {}
+
+impl crate::raw::LeaseExt for Lease {
+    fn new(key: &str, owner: OwnerId, token: u64, ttl: Duration, sent_at: Instant) -> Self {
+        Self::build(key, owner, token, ttl, sent_at, None)
+    }
+
+    fn with_store_state<T: Any + Send + Sync>(
+        key: &str,
+        owner: OwnerId,
+        token: u64,
+        ttl: Duration,
+        sent_at: Instant,
+        state: T,
+    ) -> Self {
+        Self::build(key, owner, token, ttl, sent_at, Some(Box::new(state)))
+    }
+
+    fn in_mode(mut self, mode: Mode, slot: Option<u32>) -> Self {
+        match Arc::get_mut(&mut self.inner) {
+            Some(inner) => {
+                inner.mode = mode;
+                inner.slot = slot;
+            }
+            None => debug_assert!(false, "Lease::in_mode called on a shared lease"),
+        }
+        self
+    }
+
+    fn confirm(&self, sent_at: Instant) {
+        let mut valid_until = self
+            .inner
+            .valid_until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        *valid_until = (*valid_until).max(deadline(sent_at, self.inner.ttl));
+    }
+
+    fn revocation(&self) -> Revocation {
+        self.inner
+            .revocation
+            .get_or_init(Revocation::default)
+            .clone()
+    }
+
+    fn store_state<T: Any + Send + Sync>(&self) -> Option<&T> {
+        self.inner.store_state.as_ref()?.downcast_ref()
     }
 }
 
@@ -310,8 +299,9 @@ impl fmt::Debug for Lease {
     }
 }
 
-/// A store's report that a lease is gone, taken from [`Lease::revocation`]. Cloning is cheap;
-/// every clone reports the same revocation.
+/// A store's report that a lease is gone, taken from
+/// [`LeaseExt::revocation`](crate::raw::LeaseExt::revocation). Cloning is cheap; every clone
+/// reports the same revocation.
 #[derive(Clone, Default)]
 pub struct Revocation {
     inner: Arc<RevocationInner>,
@@ -357,7 +347,7 @@ impl fmt::Debug for Revocation {
     }
 }
 
-/// What [`Release::release`](crate::Release::release) found.
+/// What [`LockStore::release`](crate::LockStore::release) found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[must_use = "a lost lease means the protected work may have overlapped another holder"]
 pub enum ReleaseOutcome {

@@ -11,10 +11,10 @@ use tokio::sync::Notify;
 use tokio::time::{sleep_until, Instant};
 
 use crate::kind::BoxFuture;
-use crate::validate::{check_mode, check_request, check_wait};
+use crate::raw::{self, AcquireRequest, LeaseExt};
 use crate::{
-    Acquire, Capabilities, DynLockStore, Error, Extend, HolderStatus, KeyStatus, Lease, LockStore,
-    Mode, OwnerId, Release, ReleaseOutcome, Result, StoreKind,
+    Capabilities, DynLockStore, Error, HolderStatus, KeyStatus, Lease, Mode, OwnerId,
+    ReleaseOutcome, Result, StoreKind,
 };
 
 /// A lock store in this process's memory, on tokio's clock (so tests may run it under
@@ -26,7 +26,8 @@ use crate::{
 /// permits are kept ([`Mode`]); a waiting exclusive request keeps new readers out. Nothing
 /// survives the process.
 ///
-/// Two fault switches serve tests: [`MemoryStore::set_reachable`] and [`LockStore::evict`], which
+/// Two fault switches serve tests: [`MemoryStore::set_reachable`] and
+/// [`LockStore::evict`](crate::LockStore::evict), which
 /// forgets whoever holds a key, as a store that lost its data would.
 #[derive(Clone, Default)]
 pub struct MemoryStore {
@@ -224,8 +225,6 @@ impl MemoryStore {
     }
 
     fn try_acquire_in(&self, key: &str, ttl: Duration, mode: Mode) -> Result<Lease> {
-        check_request(key, ttl, &self.capabilities())?;
-        check_mode(mode, &self.capabilities())?;
         match self.attempt(key, ttl, mode)? {
             Attempt::Granted(lease) => {
                 tracing::debug!(key, token = lease.fencing_token(), %mode, "acquired");
@@ -244,9 +243,6 @@ impl MemoryStore {
         wait: Duration,
         mode: Mode,
     ) -> Result<Lease> {
-        check_request(key, ttl, &self.capabilities())?;
-        check_mode(mode, &self.capabilities())?;
-        check_wait(wait)?;
         let started = Instant::now();
         let deadline = started + wait;
         let wake = self.wake_handle(key);
@@ -260,11 +256,9 @@ impl MemoryStore {
                 Ok(Attempt::Held { expires_at }) => expires_at,
                 Err(error) => break Err(error),
             };
-            let now = Instant::now();
-            if now >= deadline {
-                break Err(Error::WaitTimedOut {
+            if Instant::now() >= deadline {
+                break Err(Error::Busy {
                     key: key.to_owned(),
-                    waited: now - started,
                 });
             }
             if mode == Mode::Exclusive && writer.is_none() {
@@ -314,74 +308,39 @@ impl State {
 }
 
 #[async_trait]
-impl Acquire for MemoryStore {
+impl raw::Store for MemoryStore {
+    fn name(&self) -> &'static str {
+        crate::MEMORY.name
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new()
+            .with_notified_wait(true)
+            .with_evict(true)
+            .with_shared(true)
+            .with_permits(true)
+    }
+
     /// # Cancel safety
     /// Cancel safe: the grant happens in one synchronous step, so a dropped future either took
-    /// nothing or never ran.
-    #[tracing::instrument(
-        level = "debug",
-        name = "try_acquire",
-        skip(self),
-        fields(store = crate::MEMORY.name)
-    )]
-    async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Lease> {
-        self.try_acquire_in(key, ttl, Mode::Exclusive)
+    /// nothing or never ran; a dropped waiter holds nothing, and a dropped exclusive waiter
+    /// stops keeping readers out at once.
+    async fn acquire(&self, request: &AcquireRequest<'_>) -> Result<Lease> {
+        let AcquireRequest {
+            key,
+            ttl,
+            mode,
+            wait,
+            ..
+        } = *request;
+        match wait {
+            None => self.try_acquire_in(key, ttl, mode),
+            Some(wait) => self.acquire_in(key, ttl, wait, mode).await,
+        }
     }
 
-    /// # Cancel safety
-    /// Cancel safe: a dropped waiter holds nothing.
-    #[tracing::instrument(
-        level = "debug",
-        name = "acquire",
-        skip(self),
-        fields(store = crate::MEMORY.name)
-    )]
-    async fn acquire(&self, key: &str, ttl: Duration, wait: Duration) -> Result<Lease> {
-        self.acquire_in(key, ttl, wait, Mode::Exclusive).await
-    }
-
-    /// # Cancel safety
-    /// Cancel safe: the grant happens in one synchronous step.
-    #[tracing::instrument(
-        level = "debug",
-        name = "try_acquire_as",
-        skip(self),
-        fields(store = crate::MEMORY.name)
-    )]
-    async fn try_acquire_as(&self, key: &str, ttl: Duration, mode: Mode) -> Result<Lease> {
-        self.try_acquire_in(key, ttl, mode)
-    }
-
-    /// # Cancel safety
-    /// Cancel safe: a dropped waiter holds nothing, and a dropped exclusive waiter stops
-    /// keeping readers out at once.
-    #[tracing::instrument(
-        level = "debug",
-        name = "acquire_as",
-        skip(self),
-        fields(store = crate::MEMORY.name)
-    )]
-    async fn acquire_as(
-        &self,
-        key: &str,
-        ttl: Duration,
-        wait: Duration,
-        mode: Mode,
-    ) -> Result<Lease> {
-        self.acquire_in(key, ttl, wait, mode).await
-    }
-}
-
-#[async_trait]
-impl Release for MemoryStore {
     /// # Cancel safety
     /// Cancel safe: one synchronous step.
-    #[tracing::instrument(
-        level = "debug",
-        name = "release",
-        skip_all,
-        fields(store = crate::MEMORY.name, key = lease.key(), token = lease.fencing_token())
-    )]
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
         self.check_reachable()?;
         let now = Instant::now();
@@ -406,18 +365,9 @@ impl Release for MemoryStore {
         );
         Ok(outcome)
     }
-}
 
-#[async_trait]
-impl Extend for MemoryStore {
     /// # Cancel safety
     /// Cancel safe: one synchronous step.
-    #[tracing::instrument(
-        level = "trace",
-        name = "extend",
-        skip_all,
-        fields(store = crate::MEMORY.name, key = lease.key(), token = lease.fencing_token())
-    )]
     async fn extend(&self, lease: &Lease) -> Result<()> {
         self.check_reachable()?;
         let sent_at = Instant::now();
@@ -435,17 +385,6 @@ impl Extend for MemoryStore {
             }
             None => Err(Error::lost(lease, "expired or held by another owner")),
         }
-    }
-}
-
-#[async_trait]
-impl LockStore for MemoryStore {
-    fn capabilities(&self) -> Capabilities {
-        Capabilities::new()
-            .with_notified_wait(true)
-            .with_evict(true)
-            .with_shared(true)
-            .with_permits(true)
     }
 
     /// Forgets whoever holds `key`, as a store that lost its data would, and wakes its
@@ -471,8 +410,6 @@ impl LockStore for MemoryStore {
     }
 
     async fn status(&self, key: &str) -> Result<KeyStatus> {
-        // As every store does: an invalid key is refused, never reported free.
-        crate::validate::check_key(key)?;
         self.check_reachable()?;
         let now = Instant::now();
         let state = self.lock();
@@ -536,6 +473,7 @@ fn connect_memory(url: &str) -> BoxFuture<'_, Result<DynLockStore>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::LockStore;
 
     #[test]
     fn a_token_is_the_clock_or_one_past_the_last() {

@@ -28,9 +28,9 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use metrics::{counter, describe_counter, describe_histogram, histogram, Unit};
 
+use crate::raw::{self, AcquireRequest};
 use crate::{
-    Acquire, Capabilities, DynLockStore, Error, Extend, KeyStatus, Lease, LockStore, Mode,
-    PerKeyState, Release, ReleaseOutcome, Result,
+    Capabilities, DynLockStore, Error, KeyStatus, Lease, PerKeyState, ReleaseOutcome, Result,
 };
 
 /// Counter: leases granted.
@@ -150,70 +150,37 @@ pub(crate) fn lease_lost(lease: &Lease) {
 
 #[async_trait]
 #[deny(clippy::missing_trait_methods)]
-impl Acquire for Metered {
-    async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Lease> {
+impl raw::Store for Metered {
+    fn name(&self) -> &'static str {
+        self.store
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+
+    async fn acquire(&self, request: &AcquireRequest<'_>) -> Result<Lease> {
         let started = Instant::now();
-        let result = self.inner.try_acquire(key, ttl).await;
-        self.time(ACQUIRE_SECONDS, started.elapsed());
+        let result = self.inner.acquire_request(*request).await;
+        let took = if request.wait.is_some() {
+            WAIT_SECONDS
+        } else {
+            ACQUIRE_SECONDS
+        };
+        self.time(took, started.elapsed());
         self.granted(&result);
         result
     }
 
-    async fn acquire(&self, key: &str, ttl: Duration, wait: Duration) -> Result<Lease> {
-        let started = Instant::now();
-        let result = self.inner.acquire(key, ttl, wait).await;
-        self.time(WAIT_SECONDS, started.elapsed());
-        self.granted(&result);
-        result
-    }
-
-    async fn try_acquire_as(&self, key: &str, ttl: Duration, mode: Mode) -> Result<Lease> {
-        let started = Instant::now();
-        let result = self.inner.try_acquire_as(key, ttl, mode).await;
-        self.time(ACQUIRE_SECONDS, started.elapsed());
-        self.granted(&result);
-        result
-    }
-
-    async fn acquire_as(
-        &self,
-        key: &str,
-        ttl: Duration,
-        wait: Duration,
-        mode: Mode,
-    ) -> Result<Lease> {
-        let started = Instant::now();
-        let result = self.inner.acquire_as(key, ttl, wait, mode).await;
-        self.time(WAIT_SECONDS, started.elapsed());
-        self.granted(&result);
-        result
-    }
-}
-
-#[async_trait]
-#[deny(clippy::missing_trait_methods)]
-impl Release for Metered {
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
         self.inner.release(lease).await
     }
-}
 
-#[async_trait]
-#[deny(clippy::missing_trait_methods)]
-impl Extend for Metered {
     async fn extend(&self, lease: &Lease) -> Result<()> {
         let started = Instant::now();
         let result = self.inner.extend(lease).await;
         self.time(EXTEND_SECONDS, started.elapsed());
         result
-    }
-}
-
-#[async_trait]
-#[deny(clippy::missing_trait_methods)]
-impl LockStore for Metered {
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
     }
 
     async fn status(&self, key: &str) -> Result<KeyStatus> {

@@ -6,14 +6,10 @@ use std::time::Duration;
 
 use crate::OwnerId;
 
-/// The most permits a semaphore may have: a store keeps one entry per permit, so the limit
-/// bounds the work of every operation on the key.
-pub const MAX_PERMITS: u32 = 1024;
-
-/// How a lease holds its key. [`Acquire::try_acquire`](crate::Acquire::try_acquire) and
-/// [`Acquire::acquire`](crate::Acquire::acquire) take [`Mode::Exclusive`];
-/// [`Acquire::try_acquire_as`](crate::Acquire::try_acquire_as) and
-/// [`Acquire::acquire_as`](crate::Acquire::acquire_as) take any mode the store's
+/// How a lease holds its key. [`LockStore::try_acquire`](crate::LockStore::try_acquire) and
+/// [`LockStore::acquire`](crate::LockStore::acquire) take [`Mode::Exclusive`];
+/// [`LockStore::try_acquire_as`](crate::LockStore::try_acquire_as) and
+/// [`LockStore::acquire_as`](crate::LockStore::acquire_as) take any mode the store's
 /// [`Capabilities`](crate::Capabilities) declare.
 ///
 /// | held \ asked | `Exclusive` | `Shared` | `Permit { limit: L }` |
@@ -25,7 +21,7 @@ pub const MAX_PERMITS: u32 = 1024;
 /// | `Permit { limit: M ≠ L }` | busy | busy | [`Error::LimitMismatch`](crate::Error::LimitMismatch) |
 ///
 /// **Writers do not starve:** while an exclusive request waits for a key
-/// ([`Acquire::acquire_as`](crate::Acquire::acquire_as) with a non-zero wait), new shared
+/// ([`LockStore::acquire_as`](crate::LockStore::acquire_as) with a non-zero wait), new shared
 /// requests for the key are refused or wait behind it; readers that already hold keep their
 /// leases until they release or expire. Every store keeps this policy.
 ///
@@ -40,7 +36,7 @@ pub const MAX_PERMITS: u32 = 1024;
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> fencelock_core::Result<()> {
 /// use std::time::Duration;
-/// use fencelock_core::{Acquire, FenceGate, MemoryStore, Mode, Release};
+/// use fencelock_core::{FenceGate, LockStore, MemoryStore, Mode};
 ///
 /// let store = MemoryStore::new();
 /// let ttl = Duration::from_secs(30);
@@ -73,7 +69,7 @@ pub enum Mode {
     Exclusive,
     /// A reader: any number of shared leases coexist, and they exclude exclusive ones.
     Shared,
-    /// One of at most `limit` permits of a semaphore (1 to [`MAX_PERMITS`]). The store
+    /// One of at most `limit` permits of a semaphore (1 to [`MAX_PERMITS`](crate::limits::MAX_PERMITS)). The store
     /// records the limit while any permit of the key is held; a request with another limit
     /// then fails with [`Error::LimitMismatch`](crate::Error::LimitMismatch).
     Permit {

@@ -1,101 +1,14 @@
 //! `with_lock`: acquire, keep alive, run, release.
 
 use std::future::Future;
-use std::sync::Arc;
-use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
 use crate::keepalive::watch;
-use crate::{BodyOutput, Error, Lease, LockStore, Mode, ReleaseOutcome, DEFAULT_TTL};
+use crate::{BodyOutput, Error, Lease, LockRequest, ReleaseOutcome};
 
-/// How [`with_lock`] acquires: `LockOptions::new().ttl(..).wait(..).mode(..)`.
-///
-/// `#[non_exhaustive]`: build it with [`LockOptions::new`] (or [`Default`]) and the builder
-/// methods, so an option added later breaks no caller.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct LockOptions {
-    /// The lease TTL (default [`DEFAULT_TTL`]); the lease is extended at a quarter of it.
-    pub ttl: Duration,
-    /// How long to wait for the key (default zero: one attempt).
-    pub wait: Duration,
-    /// The lock mode (default [`Mode::Exclusive`]).
-    pub mode: Mode,
-}
-
-impl Default for LockOptions {
-    fn default() -> Self {
-        LockOptions {
-            ttl: DEFAULT_TTL,
-            wait: Duration::ZERO,
-            mode: Mode::Exclusive,
-        }
-    }
-}
-
-impl LockOptions {
-    /// Exclusive, one attempt, a TTL of [`DEFAULT_TTL`].
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Sets the lease TTL.
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = ttl;
-        self
-    }
-
-    /// Waits up to `wait` for the key.
-    pub fn wait(mut self, wait: Duration) -> Self {
-        self.wait = wait;
-        self
-    }
-
-    /// Takes the key in `mode`: a reader ([`Mode::Shared`]) or a semaphore permit
-    /// ([`Mode::Permit`]) where the store keeps them.
-    pub fn mode(mut self, mode: Mode) -> Self {
-        self.mode = mode;
-        self
-    }
-}
-
-/// What [`with_lock`] accepts as its store: a store, `dyn LockStore`, or an [`Arc`] of either,
-/// including the [`DynLockStore`](crate::DynLockStore) that `fencelock::connect` returns.
-#[diagnostic::on_unimplemented(
-    message = "`{Self}` is not a lock store `with_lock` takes",
-    note = "pass a store or an `Arc` of one by reference: `with_lock(&store, ..)`, or `with_lock(&*store, ..)` when `store` is already a reference"
-)]
-pub trait AsLockStore {
-    /// The store behind it.
-    fn as_lock_store(&self) -> &dyn LockStore;
-}
-
-impl<S: LockStore> AsLockStore for S {
-    fn as_lock_store(&self) -> &dyn LockStore {
-        self
-    }
-}
-
-impl AsLockStore for dyn LockStore {
-    fn as_lock_store(&self) -> &dyn LockStore {
-        self
-    }
-}
-
-impl<S: LockStore> AsLockStore for Arc<S> {
-    fn as_lock_store(&self) -> &dyn LockStore {
-        &**self
-    }
-}
-
-impl AsLockStore for Arc<dyn LockStore> {
-    fn as_lock_store(&self) -> &dyn LockStore {
-        &**self
-    }
-}
-
-/// Acquires `key`, runs `body` with the lease while keeping it alive, and releases it. The
+/// Acquires what `request` asks for (`store.lock(key)` with its TTL, wait and mode), runs
+/// `body` with the lease while keeping it alive, and releases it. The
 /// body returns a `Result` whose error type can hold a fencelock [`Error`] (`Error` itself,
 /// `anyhow::Error`, `Box<dyn Error + Send + Sync>`, your own `From<Error>`), and so does
 /// `with_lock`: one `?`, no `Result` in a `Result`. Errors of this crate reach `E` through
@@ -119,11 +32,11 @@ impl AsLockStore for Arc<dyn LockStore> {
 /// # async fn main() -> fencelock_core::Result<()> {
 /// use std::sync::Arc;
 /// use std::time::Duration;
-/// use fencelock_core::{with_lock, DynLockStore, Error, LockOptions, MemoryStore};
+/// use fencelock_core::{with_lock, DynLockStore, Error, LockStoreExt, MemoryStore};
 ///
 /// let store: DynLockStore = Arc::new(MemoryStore::new());
-/// let options = LockOptions::new().wait(Duration::from_secs(5));
-/// let token = with_lock(&store, "nightly-export", options, |lease| async move {
+/// let request = store.lock("nightly-export").wait(Duration::from_secs(5));
+/// let token = with_lock(request, |lease| async move {
 ///     // ... pass lease.fencing_token() with every write ...
 ///     Ok::<_, Error>(lease.fencing_token())
 /// })
@@ -141,44 +54,16 @@ impl AsLockStore for Arc<dyn LockStore> {
 /// # Cancel safety
 /// Dropping the future drops `body` and stops the extensions without releasing: the lease then
 /// expires at its TTL.
-pub fn with_lock<'a, R, F, Fut, T, E>(
-    store: &'a R,
-    key: &'a str,
-    options: LockOptions,
-    body: F,
-) -> impl Future<Output = Result<T, E>> + 'a
-where
-    R: AsLockStore + ?Sized,
-    F: FnOnce(Lease) -> Fut + 'a,
-    Fut: Future<Output = Result<T, E>> + 'a,
-    T: Send + 'static,
-    E: From<Error> + 'a,
-{
-    // The store as `dyn LockStore` (a store's futures are boxed already, so this costs one
-    // indirect call): an async body over a projection such as `R::Target` has a `Send` that
-    // rustc cannot prove for every lifetime.
-    run_locked(store.as_lock_store(), key, options, body)
-}
-
-async fn run_locked<F, Fut, T, E>(
-    store: &dyn LockStore,
-    key: &str,
-    options: LockOptions,
-    body: F,
-) -> Result<T, E>
+pub async fn with_lock<F, Fut, T, E>(request: LockRequest, body: F) -> Result<T, E>
 where
     F: FnOnce(Lease) -> Fut,
     Fut: Future<Output = Result<T, E>>,
     T: Send + 'static,
     E: From<Error>,
 {
-    let lease = if options.wait.is_zero() {
-        store.try_acquire_as(key, options.ttl, options.mode).await?
-    } else {
-        store
-            .acquire_as(key, options.ttl, options.wait, options.mode)
-            .await?
-    };
+    let lease = request.lease().await?;
+    let store = request.store();
+    let key = lease.key();
     let lost = CancellationToken::new();
     let output = tokio::select! {
         biased;

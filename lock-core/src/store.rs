@@ -1,5 +1,4 @@
-//! The contract every store implements: [`Acquire`], [`Release`], [`Extend`], combined as
-//! [`LockStore`] and held as [`DynLockStore`].
+//! The contract, as applications hold it: [`LockStore`], held as [`DynLockStore`].
 
 use std::any::Any;
 use std::fmt::Debug;
@@ -8,44 +7,70 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use crate::raw::AcquireRequest;
 use crate::{Capabilities, KeyStatus, Lease, Mode, ReleaseOutcome, Result};
 
-/// Taking a lock.
+/// A lock store, as applications hold it: take a key, give it back, keep it, and what the store
+/// can and cannot do.
+///
+/// Hold it as [`DynLockStore`] so code never names a concrete store; for a held lock that keeps
+/// itself alive, ask it for a [`LockGuard`](crate::LockGuard) with
+/// [`lock`](crate::LockStoreExt::lock). Every store crate's store is a `LockStore`: a store
+/// implements the small [`raw::Store`](crate::raw::Store), and this crate turns it into a
+/// `LockStore` that enforces the contract below once, for every store (input checks, the
+/// expired-grant check, the wait's bound, tracing). What a tool asks of a particular store goes
+/// through the methods with defaults here ([`LockStore::per_key_state`],
+/// [`LockStore::diagnostics`], [`LockStore::lease_env`]); a store's own types stay reachable
+/// with `store.downcast_ref::<ConcreteStore>()` (every store is [`Any`]).
 ///
 /// # Contract
 /// - At most one exclusive lease per key is held *in the store* at any instant, across all
 ///   handles and clients of the same store, and none next to it; leases in other modes
 ///   ([`Mode`]: shared, semaphore permits) follow the table on [`Mode`], in particular at most
-///   `limit` unexpired permits of a key at any instant. A lease is held in the store from its grant until its release,
-///   its expiry at the TTL, or an event the store documents as freeing locks early (below).
+///   `limit` unexpired permits of a key at any instant. A lease is held in the store from its
+///   grant until its release, its expiry at the TTL, or an event the store documents as
+///   freeing locks early (each store's [`StoreKind::eviction`](crate::StoreKind) and crate
+///   docs).
 /// - A holder's local deadline ([`Lease::valid_until`]) never runs past the store's own expiry.
 ///   It can run past an *early* free, which only the store sees first: the holder then learns
 ///   of it through its keep-alive within a third of the TTL ([`keep_alive`](crate::keep_alive)
-///   extends at a quarter of it), sooner where the store reports it by
-///   [`Lease::revocation`]. Meanwhile another holder may hold the key, which is why the
-///   resource must check the fencing token.
-/// - Events that free a lock early, per store: PostgreSQL, the server ending the lease's
-///   session (`pg_terminate_backend`, a restart or crash, a failover, a connection reset);
-///   Redis, a restart without persistence, `FLUSHALL`/`FLUSHDB`, a failover to a replica that
-///   had not received the lock, or eviction under `maxmemory` (refused at connect unless
-///   allowed); Redlock, the same on enough nodes that a majority no longer holds it; etcd, a
-///   lease revoked by an operator, or a cluster restored from a snapshot; memory, none.
-///   Fencing holds through all of these except where a store documents otherwise (an etcd
-///   cluster restored from a snapshot without `--bump-revision` reissues revisions, so its
-///   tokens go backwards).
+///   extends at a quarter of it), sooner where the store revokes the lease itself. Meanwhile
+///   another holder may hold the key, which is why the resource must check the fencing token.
 /// - Every lease granted for a key carries a fencing token strictly greater than every token the
 ///   store granted for that key before, in any mode: across release, expiry, other clients and
 ///   contention.
-/// - The key and TTL are validated first (see [`crate::validate`]); a bad one gives
-///   [`Error::InvalidInput`](crate::Error::InvalidInput) and no request is sent.
+/// - The key, TTL, mode and wait are validated first (see [`limits`](crate::limits)); a bad one
+///   gives [`Error::InvalidInput`](crate::Error::InvalidInput) (or
+///   [`Error::Unsupported`](crate::Error::Unsupported) for a mode the store does not keep) and
+///   no request is sent.
 /// - The returned lease's local deadline is measured from a clock reading taken before the
 ///   granting request was sent.
 /// - A returned lease always has validity left ([`Lease::remaining`] > 0): a lease whose local
 ///   deadline passed before the store's reply was read is released and refused with
-///   [`Error::Unavailable`](crate::Error::Unavailable)
-///   ([`check_granted`](crate::validate::check_granted)).
+///   [`Error::Unavailable`](crate::Error::Unavailable).
+/// - Release is compare-and-delete: the store deletes the key only if it is still held by this
+///   lease's owner id (and token). A stale lease can never release its successor.
+/// - Extend is compare-and-expire: it renews the lease for its TTL only if it is still held by
+///   this lease's owner, and never recreates an expired or released lease. On success the
+///   lease's local deadline moves to `sent_at + ttl - drift`, with `sent_at` read before the
+///   request was sent.
 #[async_trait]
-pub trait Acquire: Send + Sync {
+pub trait LockStore: Debug + Send + Sync + Any {
+    /// What this store guarantees beyond the contract, and its limits.
+    fn capabilities(&self) -> Capabilities;
+
+    /// The one acquire every other goes through: [`LockStore::try_acquire`] and its siblings
+    /// and [`LockRequest`](crate::LockRequest) build an [`AcquireRequest`] and call this. Call
+    /// those instead; a store that wraps another forwards this one.
+    ///
+    /// # Errors
+    /// As [`LockStore::try_acquire`] for a request without a wait, as
+    /// [`LockStore::acquire_as`] for one with a wait.
+    ///
+    /// # Cancel safety
+    /// As [`LockStore::try_acquire`].
+    async fn acquire_request(&self, request: AcquireRequest<'_>) -> Result<Lease>;
+
     /// Makes exactly one attempt to take `key` for `ttl`.
     ///
     /// Fails with [`Error::Busy`](crate::Error::Busy) if another lease holds the key.
@@ -60,7 +85,9 @@ pub trait Acquire: Send + Sync {
     /// Dropping the future may lose a lease the store granted but whose reply was not yet
     /// read. No such lease outlives its TTL, and nobody else can hold it meanwhile; stores that
     /// free a lock on disconnect free it at once. Stores document anything stronger.
-    async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Lease>;
+    async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Lease> {
+        self.acquire_request(AcquireRequest::new(key, ttl)).await
+    }
 
     /// Takes `key` for `ttl`, waiting up to `wait` for the current holder to release it or for
     /// its lease to expire.
@@ -72,48 +99,48 @@ pub trait Acquire: Send + Sync {
     /// attempt.
     ///
     /// # Errors
-    /// As [`Acquire::try_acquire`], with [`Contended`](crate::ErrorKind::Contended)
+    /// As [`LockStore::try_acquire`], with [`Contended`](crate::ErrorKind::Contended)
     /// (`WaitTimedOut`) once the wait ran out, and `InvalidInput` for a wait above
-    /// [`MAX_WAIT`](crate::validate::MAX_WAIT).
+    /// [`MAX_WAIT`](crate::limits::MAX_WAIT).
     ///
     /// # Cancel safety
-    /// As for [`Acquire::try_acquire`]: a dropped waiter stops waiting and leaves nothing held
+    /// As for [`LockStore::try_acquire`]: a dropped waiter stops waiting and leaves nothing held
     /// past its TTL.
-    async fn acquire(&self, key: &str, ttl: Duration, wait: Duration) -> Result<Lease>;
+    async fn acquire(&self, key: &str, ttl: Duration, wait: Duration) -> Result<Lease> {
+        self.acquire_request(AcquireRequest::new(key, ttl).wait(wait))
+            .await
+    }
 
-    /// Like [`Acquire::try_acquire`], in `mode`: a shared lease (reader) or a semaphore
+    /// Like [`LockStore::try_acquire`], in `mode`: a shared lease (reader) or a semaphore
     /// permit as well as an exclusive lease. See [`Mode`] for what each excludes.
     ///
     /// Fails with [`Error::Unsupported`](crate::Error::Unsupported) where the store's
-    /// [`Capabilities::supports`] says no (the default for any mode but exclusive),
-    /// [`Error::InvalidInput`](crate::Error::InvalidInput) for a limit outside
-    /// `1..=`[`MAX_PERMITS`](crate::MAX_PERMITS), and
+    /// [`Capabilities::supports`] says no, [`Error::InvalidInput`](crate::Error::InvalidInput)
+    /// for a limit outside `1..=`[`MAX_PERMITS`](crate::limits::MAX_PERMITS), and
     /// [`Error::LimitMismatch`](crate::Error::LimitMismatch) if the key's permits are held with
     /// another limit.
     ///
     /// # Errors
-    /// As [`Acquire::try_acquire`], and [`Unsupported`](crate::ErrorKind::Unsupported) or
+    /// As [`LockStore::try_acquire`], and [`Unsupported`](crate::ErrorKind::Unsupported) or
     /// [`InvalidInput`](crate::ErrorKind::InvalidInput) (`LimitMismatch` too) as above.
     ///
     /// # Cancel safety
-    /// As for [`Acquire::try_acquire`].
+    /// As for [`LockStore::try_acquire`].
     async fn try_acquire_as(&self, key: &str, ttl: Duration, mode: Mode) -> Result<Lease> {
-        match mode {
-            Mode::Exclusive => self.try_acquire(key, ttl).await,
-            other => Err(crate::validate::unsupported_mode(other)),
-        }
+        self.acquire_request(AcquireRequest::new(key, ttl).mode(mode))
+            .await
     }
 
-    /// Like [`Acquire::acquire`], in `mode` (see [`Acquire::try_acquire_as`]). An exclusive
-    /// request that waits keeps new shared requests for the key out until it is served or
-    /// gives up, so writers never starve behind a stream of readers.
+    /// Like [`LockStore::acquire`], in `mode` (see [`LockStore::try_acquire_as`]). An
+    /// exclusive request that waits keeps new shared requests for the key out until it is
+    /// served or gives up, so writers never starve behind a stream of readers.
     ///
     /// # Errors
-    /// As [`Acquire::acquire`], and those of [`Acquire::try_acquire_as`] for the mode.
+    /// As [`LockStore::acquire`], and those of [`LockStore::try_acquire_as`] for the mode.
     ///
     /// # Cancel safety
-    /// As for [`Acquire::acquire`]: a dropped waiter stops waiting (and stops keeping readers
-    /// out) and leaves nothing held past its TTL.
+    /// As for [`LockStore::acquire`]: a dropped waiter stops waiting (and stops keeping
+    /// readers out) and leaves nothing held past its TTL.
     async fn acquire_as(
         &self,
         key: &str,
@@ -121,20 +148,10 @@ pub trait Acquire: Send + Sync {
         wait: Duration,
         mode: Mode,
     ) -> Result<Lease> {
-        match mode {
-            Mode::Exclusive => self.acquire(key, ttl, wait).await,
-            other => Err(crate::validate::unsupported_mode(other)),
-        }
+        self.acquire_request(AcquireRequest::new(key, ttl).wait(wait).mode(mode))
+            .await
     }
-}
 
-/// Giving a lock back.
-///
-/// # Contract
-/// Release is compare-and-delete: the store deletes the key only if it is still held by this
-/// lease's owner id (and token). A stale lease can never release its successor.
-#[async_trait]
-pub trait Release: Send + Sync {
     /// Releases `lease` and wakes waiters on its key.
     ///
     /// Returns [`ReleaseOutcome::Released`] if the lease was still held, or
@@ -151,17 +168,7 @@ pub trait Release: Send + Sync {
     /// Dropping the future may leave the lease held; it then expires at its TTL as if release had
     /// never been called. Calling release again is safe.
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome>;
-}
 
-/// Keeping a lock.
-///
-/// # Contract
-/// Extend is compare-and-expire: it renews the lease for its TTL only if it is still held by
-/// this lease's owner, and never recreates an expired or released lease. On success the lease's
-/// local deadline moves to `sent_at + ttl - drift`, with `sent_at` read before the request was
-/// sent.
-#[async_trait]
-pub trait Extend: Send + Sync {
     /// Renews `lease` for another [`Lease::ttl`].
     ///
     /// Fails with [`Error::LeaseLost`](crate::Error::LeaseLost) if the lease expired or another
@@ -178,27 +185,9 @@ pub trait Extend: Send + Sync {
     /// Dropping the future leaves the lease as it was or extended; the local deadline is only
     /// moved once the store's answer is read, so the holder never over-estimates it.
     async fn extend(&self, lease: &Lease) -> Result<()>;
-}
-
-/// A lock store: the three operations plus what the store can and cannot do.
-///
-/// Hold it as [`DynLockStore`] so code never names a concrete store. What a tool asks of a
-/// particular store goes through the methods with defaults here: how much per-key state it
-/// holds ([`LockStore::per_key_state`]), notes for its operator ([`LockStore::diagnostics`]),
-/// and the environment a lease gives a command ([`LockStore::lease_env`]). A store's own types
-/// stay reachable with `store.downcast_ref::<ConcreteStore>()` (every store is [`Any`]).
-///
-/// A store that wraps another (adds metrics, injects faults) implements every method of these
-/// traits, defaults included, and forwards what it does not change: put
-/// `#[deny(clippy::missing_trait_methods)]` on its impls so a new default method is never
-/// inherited by accident.
-#[async_trait]
-pub trait LockStore: Acquire + Release + Extend + Debug + Send + Sync + Any {
-    /// What this store guarantees beyond the contract, and its limits.
-    fn capabilities(&self) -> Capabilities;
 
     /// What the store can tell about `key`, for diagnostics only: the answer may be stale by
-    /// the time it arrives. Default: [`Error::Unsupported`](crate::Error::Unsupported).
+    /// the time it arrives.
     ///
     /// # Errors
     /// [`Unsupported`](crate::ErrorKind::Unsupported) where the store cannot tell;
@@ -207,23 +196,16 @@ pub trait LockStore: Acquire + Release + Extend + Debug + Send + Sync + Any {
     ///
     /// # Cancel safety
     /// Read-only; dropping the future loses nothing.
-    async fn status(&self, key: &str) -> Result<KeyStatus> {
-        let _ = key;
-        Err(crate::Error::Unsupported {
-            operation: "status",
-        })
-    }
+    async fn status(&self, key: &str) -> Result<KeyStatus>;
 
     /// The operator's eviction: frees `key` behind its holder's back, as an administrator
     /// deleting the lock (or ending the session that holds it) would. Returns whether a holder
     /// was evicted. The fencing counter is kept, so the next lease's token is still greater;
     /// the holder finds out at its next extend or release, or sooner where the store revokes
-    /// the lease ([`Lease::revocation`]). Each store's [`StoreKind::eviction`] says what it
-    /// does there.
+    /// the lease. Each store's [`StoreKind::eviction`] says what it does there.
     ///
     /// For tooling and fault tests; a lock holder never needs it. Supported where
-    /// [`Capabilities::evict`] says so; the default answers
-    /// [`Error::Unsupported`](crate::Error::Unsupported).
+    /// [`Capabilities::evict`] says so, else [`Error::Unsupported`](crate::Error::Unsupported).
     ///
     /// [`StoreKind::eviction`]: crate::StoreKind::eviction
     ///
@@ -232,14 +214,11 @@ pub trait LockStore: Acquire + Release + Extend + Debug + Send + Sync + Any {
     ///
     /// # Cancel safety
     /// Dropping the future may or may not have evicted the holder.
-    async fn evict(&self, key: &str) -> Result<bool> {
-        let _ = key;
-        Err(crate::Error::Unsupported { operation: "evict" })
-    }
+    async fn evict(&self, key: &str) -> Result<bool>;
 
     /// How much per-key state the store holds now, for keys held or not (fencing counters,
-    /// fence rows), where it can count it: what `lockctl stats` prints. The default, `None`,
-    /// says the store does not count it.
+    /// fence rows), where it can count it: what `lockctl stats` prints. `None` says the store
+    /// does not count it.
     ///
     /// # Errors
     /// [`Unsupported`](crate::ErrorKind::Unsupported) where the store counts in some of its
@@ -249,24 +228,17 @@ pub trait LockStore: Acquire + Release + Extend + Debug + Send + Sync + Any {
     ///
     /// # Cancel safety
     /// Read-only; dropping the future loses nothing.
-    async fn per_key_state(&self) -> Result<Option<PerKeyState>> {
-        Ok(None)
-    }
+    async fn per_key_state(&self) -> Result<Option<PerKeyState>>;
 
     /// Notes an operator should see about this handle, one line each, passwords never
     /// printed: what the store could not check about itself (a server whose eviction settings
-    /// could not be read, say). The default: none.
-    fn diagnostics(&self) -> Vec<String> {
-        Vec::new()
-    }
+    /// could not be read, say).
+    fn diagnostics(&self) -> Vec<String>;
 
     /// The environment a command run under `lease` gets beyond fencelock's own (`LOCK_KEY`,
     /// `LOCK_FENCING_TOKEN`, …): the names and values the store's own lock tool gives the
-    /// command it runs, so scripts written for that tool run unchanged. The default: none.
-    fn lease_env(&self, lease: &Lease) -> Vec<(String, String)> {
-        let _ = lease;
-        Vec::new()
-    }
+    /// command it runs, so scripts written for that tool run unchanged.
+    fn lease_env(&self, lease: &Lease) -> Vec<(String, String)>;
 }
 
 /// How much per-key state a store holds: the answer of [`LockStore::per_key_state`].

@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use fencelock_core::{Acquire, Error, FenceGate, MemoryStore};
+use fencelock_core::{Error, FenceGate, LockStore, MemoryStore};
 use tokio::sync::Mutex;
 use tokio::time::sleep;
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fencelock_core::metered::{BUSY, GRANTS, KEEP_ALIVE_FAILURES, LEASES_LOST, WAIT_TIMEOUTS};
-use fencelock_core::{Acquire, KeepAlive, LockStore, MemoryStore, Metered};
+use fencelock_core::{KeepAlive, LockStore, MemoryStore, Metered};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use metrics_util::MetricKind;
 

@@ -6,10 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use fencelock_core::raw::{self, AcquireRequest, LeaseExt};
 use fencelock_core::{
-    with_lock, Acquire, Capabilities, DynLockStore, Error, ErrorKind, Extend, KeepAlive, KeyStatus,
-    Lease, LockOptions, LockStore, LockStoreExt, MemoryStore, Mode, PerKeyState, Release,
-    ReleaseOutcome, Result,
+    with_lock, Capabilities, DynLockStore, Error, ErrorKind, KeepAlive, KeyStatus, Lease,
+    LockStore, LockStoreExt, MemoryStore, Mode, PerKeyState, ReleaseOutcome, Result,
 };
 use tokio::time::{advance, sleep, Instant};
 
@@ -22,66 +22,46 @@ struct Counting {
     extends: AtomicUsize,
 }
 
-#[async_trait]
-#[deny(clippy::missing_trait_methods)]
-impl Acquire for Counting {
-    async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Lease> {
-        self.store.try_acquire(key, ttl).await
-    }
-    async fn acquire(&self, key: &str, ttl: Duration, wait: Duration) -> Result<Lease> {
-        self.store.acquire(key, ttl, wait).await
-    }
-    async fn try_acquire_as(&self, key: &str, ttl: Duration, mode: Mode) -> Result<Lease> {
-        self.store.try_acquire_as(key, ttl, mode).await
-    }
-    async fn acquire_as(
-        &self,
-        key: &str,
-        ttl: Duration,
-        wait: Duration,
-        mode: Mode,
-    ) -> Result<Lease> {
-        self.store.acquire_as(key, ttl, wait, mode).await
+impl Counting {
+    /// The memory store as the contract's trait object, whose methods are not the raw ones.
+    fn inner(&self) -> &dyn LockStore {
+        &self.store
     }
 }
 
 #[async_trait]
 #[deny(clippy::missing_trait_methods)]
-impl Release for Counting {
+impl raw::Store for Counting {
+    fn name(&self) -> &'static str {
+        "counting"
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.inner().capabilities()
+    }
+    async fn acquire(&self, request: &AcquireRequest<'_>) -> Result<Lease> {
+        self.inner().acquire_request(*request).await
+    }
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
-        self.store.release(lease).await
+        self.inner().release(lease).await
     }
-}
-
-#[async_trait]
-#[deny(clippy::missing_trait_methods)]
-impl Extend for Counting {
     async fn extend(&self, lease: &Lease) -> Result<()> {
         self.extends.fetch_add(1, Ordering::SeqCst);
-        self.store.extend(lease).await
-    }
-}
-
-#[async_trait]
-#[deny(clippy::missing_trait_methods)]
-impl LockStore for Counting {
-    fn capabilities(&self) -> Capabilities {
-        self.store.capabilities()
+        self.inner().extend(lease).await
     }
     async fn status(&self, key: &str) -> Result<KeyStatus> {
-        self.store.status(key).await
+        self.inner().status(key).await
     }
     async fn evict(&self, key: &str) -> Result<bool> {
-        self.store.evict(key).await
+        self.inner().evict(key).await
     }
     async fn per_key_state(&self) -> Result<Option<PerKeyState>> {
-        self.store.per_key_state().await
+        self.inner().per_key_state().await
     }
     fn diagnostics(&self) -> Vec<String> {
-        self.store.diagnostics()
+        self.inner().diagnostics()
     }
     fn lease_env(&self, lease: &Lease) -> Vec<(String, String)> {
-        self.store.lease_env(lease)
+        self.inner().lease_env(lease)
     }
 }
 
@@ -141,8 +121,8 @@ async fn lost_fires_on_the_first_extend_after_the_store_forgets() {
 
 #[tokio::test(start_paused = true)]
 async fn with_lock_cancels_its_body_when_the_lease_is_lost() {
-    let store = MemoryStore::new();
-    let result = with_lock(&store, "k", LockOptions::new().ttl(TTL), |_lease| async {
+    let store = Arc::new(MemoryStore::new());
+    let result = with_lock(store.lock("k").ttl(TTL), |_lease| async {
         store.evict("k").await.unwrap();
         sleep(Duration::from_secs(3600)).await;
         Ok::<_, Error>("finished")
@@ -206,12 +186,28 @@ struct Scripted {
     extend: Option<fn() -> Result<()>>,
 }
 
+impl Scripted {
+    /// The memory store as the contract's trait object, whose methods are not the raw ones.
+    fn inner(&self) -> &dyn LockStore {
+        &self.store
+    }
+}
+
 #[async_trait]
 #[deny(clippy::missing_trait_methods)]
-impl Acquire for Scripted {
-    async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Lease> {
-        let lease = self.store.try_acquire(key, ttl).await?;
-        let spent = ttl * self.spent_percent / 100;
+impl raw::Store for Scripted {
+    fn name(&self) -> &'static str {
+        "scripted"
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.inner().capabilities()
+    }
+    async fn acquire(&self, request: &AcquireRequest<'_>) -> Result<Lease> {
+        if request.mode != Mode::Exclusive {
+            return self.inner().acquire_request(*request).await;
+        }
+        let lease = self.inner().try_acquire(request.key, request.ttl).await?;
+        let spent = request.ttl * self.spent_percent / 100;
         Ok(Lease::new(
             lease.key(),
             lease.owner(),
@@ -220,65 +216,32 @@ impl Acquire for Scripted {
             Instant::now() - spent,
         ))
     }
-    async fn acquire(&self, key: &str, ttl: Duration, _wait: Duration) -> Result<Lease> {
-        self.try_acquire(key, ttl).await
-    }
-    async fn try_acquire_as(&self, key: &str, ttl: Duration, mode: Mode) -> Result<Lease> {
-        self.store.try_acquire_as(key, ttl, mode).await
-    }
-    async fn acquire_as(
-        &self,
-        key: &str,
-        ttl: Duration,
-        wait: Duration,
-        mode: Mode,
-    ) -> Result<Lease> {
-        self.store.acquire_as(key, ttl, wait, mode).await
-    }
-}
-
-#[async_trait]
-#[deny(clippy::missing_trait_methods)]
-impl Release for Scripted {
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
         match self.release {
             Some(answer) => answer(),
-            None => self.store.release(lease).await,
+            None => self.inner().release(lease).await,
         }
     }
-}
-
-#[async_trait]
-#[deny(clippy::missing_trait_methods)]
-impl Extend for Scripted {
     async fn extend(&self, lease: &Lease) -> Result<()> {
         match self.extend {
             Some(answer) => answer(),
-            None => self.store.extend(lease).await,
+            None => self.inner().extend(lease).await,
         }
     }
-}
-
-#[async_trait]
-#[deny(clippy::missing_trait_methods)]
-impl LockStore for Scripted {
-    fn capabilities(&self) -> Capabilities {
-        self.store.capabilities()
-    }
     async fn status(&self, key: &str) -> Result<KeyStatus> {
-        self.store.status(key).await
+        self.inner().status(key).await
     }
     async fn evict(&self, key: &str) -> Result<bool> {
-        self.store.evict(key).await
+        self.inner().evict(key).await
     }
     async fn per_key_state(&self) -> Result<Option<PerKeyState>> {
-        self.store.per_key_state().await
+        self.inner().per_key_state().await
     }
     fn diagnostics(&self) -> Vec<String> {
-        self.store.diagnostics()
+        self.inner().diagnostics()
     }
     fn lease_env(&self, lease: &Lease) -> Vec<(String, String)> {
-        self.store.lease_env(lease)
+        self.inner().lease_env(lease)
     }
 }
 
@@ -314,7 +277,7 @@ async fn lost_fires_at_once_when_the_store_revokes_the_lease() {
 
 #[tokio::test(start_paused = true)]
 async fn with_lock_returns_the_output_when_the_release_cannot_be_done() {
-    let store = Scripted {
+    let store = Arc::new(Scripted {
         release: Some(|| {
             Err(Error::Unavailable {
                 message: "the store is unreachable".into(),
@@ -322,8 +285,8 @@ async fn with_lock_returns_the_output_when_the_release_cannot_be_done() {
             })
         }),
         ..Scripted::default()
-    };
-    let result = with_lock(&store, "k", LockOptions::new().ttl(TTL), |_lease| async {
+    });
+    let result = with_lock(store.lock("k").ttl(TTL), |_lease| async {
         Ok::<_, Error>("finished")
     })
     .await;
@@ -332,11 +295,11 @@ async fn with_lock_returns_the_output_when_the_release_cannot_be_done() {
 
 #[tokio::test(start_paused = true)]
 async fn with_lock_keeps_the_output_in_a_final_error_when_the_release_finds_the_lease_lost() {
-    let store = Scripted {
+    let store = Arc::new(Scripted {
         release: Some(|| Ok(ReleaseOutcome::Lost)),
         ..Scripted::default()
-    };
-    let result = with_lock(&store, "k", LockOptions::new().ttl(TTL), |_lease| async {
+    });
+    let result = with_lock(store.lock("k").ttl(TTL), |_lease| async {
         Ok::<_, Error>(String::from("the body's result"))
     })
     .await;
@@ -416,9 +379,9 @@ async fn an_extend_the_store_refuses_is_kept_typed_as_the_source() {
 #[tokio::test(start_paused = true)]
 async fn with_lock_takes_what_connect_returns_and_a_mode() {
     let store: DynLockStore = Arc::new(MemoryStore::new());
-    let options = LockOptions::new().ttl(TTL).mode(Mode::Shared);
+    let request = store.lock("k").ttl(TTL).mode(Mode::Shared);
     let inner = store.clone();
-    let (reader, writer) = with_lock(&store, "k", options, |lease| async move {
+    let (reader, writer) = with_lock(request, |lease| async move {
         assert_eq!(lease.mode(), Mode::Shared);
         let reader = inner.try_acquire_as("k", TTL, Mode::Shared).await;
         let writer = inner.try_acquire("k", TTL).await;
@@ -442,9 +405,9 @@ async fn with_lock_releases_when_the_body_fails_and_returns_its_error() {
             JobError::Lock(error.kind())
         }
     }
-    let store = MemoryStore::new();
+    let store = Arc::new(MemoryStore::new());
     let result: std::result::Result<(), JobError> =
-        with_lock(&store, "k", LockOptions::new().ttl(TTL), |_lease| async {
+        with_lock(store.lock("k").ttl(TTL), |_lease| async {
             Err(JobError::Input("half-way"))
         })
         .await;
@@ -452,7 +415,7 @@ async fn with_lock_releases_when_the_body_fails_and_returns_its_error() {
     assert_eq!(store.status("k").await.unwrap(), KeyStatus::Free);
     store.try_acquire("k", TTL).await.expect("released at once");
     let busy: std::result::Result<(), JobError> =
-        with_lock(&store, "k", LockOptions::new(), |_lease| async { Ok(()) }).await;
+        with_lock(store.lock("k"), |_lease| async { Ok(()) }).await;
     assert_eq!(busy, Err(JobError::Lock(ErrorKind::Contended)));
 }
 
@@ -462,18 +425,12 @@ async fn with_lock_releases_when_the_body_fails_and_returns_its_error() {
 fn with_lock_on_a_dyn_store_is_send() {
     fn assert_send<T: Send>(_: T) {}
     let store: DynLockStore = Arc::new(MemoryStore::new());
-    assert_send(with_lock(
-        &store,
-        "k",
-        LockOptions::new(),
-        |lease| async move { Ok::<_, Error>(lease.fencing_token()) },
-    ));
-    assert_send(with_lock(
-        &*store,
-        "k",
-        LockOptions::new(),
-        |_lease| async { Ok::<_, Box<dyn std::error::Error + Send + Sync>>(()) },
-    ));
+    assert_send(with_lock(store.lock("k"), |lease| async move {
+        Ok::<_, Error>(lease.fencing_token())
+    }));
+    assert_send(with_lock(store.lock("k"), |_lease| async {
+        Ok::<_, Box<dyn std::error::Error + Send + Sync>>(())
+    }));
 }
 
 /// A task handed the guard's lost token cannot stop the keep-alive by cancelling it.

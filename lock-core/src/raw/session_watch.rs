@@ -21,7 +21,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
-use crate::Revocation;
+use crate::raw::Revocation;
 
 /// The slowest the task looks: a lease whose session the server ended is reported within
 /// about this long (plus one look-up), whatever its TTL.
@@ -267,6 +267,7 @@ impl<L: LookUp> Drop for Running<'_, L> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::raw::LeaseExt;
     use crate::{Lease, OwnerId};
     use std::sync::atomic::{AtomicUsize, Ordering};
 

@@ -1,29 +1,23 @@
-//! Input rules shared by every store. Stores call [`check_request`] before sending anything,
-//! and [`check_granted`] on every lease before returning it.
+//! Input rules shared by every store: this crate checks every request against them before a
+//! store is asked (see [`raw`](crate::raw)); a store checks its own configuration with
+//! [`check_retention`] and [`clock_floor_retention`].
 
 use std::time::Duration;
 
-use crate::{Capabilities, Error, Lease, Mode, Release, Result, MAX_PERMITS};
+use crate::limits::{MAX_KEY_LEN, MAX_PERMITS, MAX_WAIT};
+use crate::raw::Store;
+use crate::{Capabilities, Error, Lease, Mode, Result};
 
-/// The longest key, in bytes of UTF-8.
-pub const MAX_KEY_LEN: usize = 1024;
-/// The shortest TTL any store accepts; a store may ask for more.
-pub const MIN_TTL: Duration = Duration::from_millis(10);
-/// The longest TTL any store accepts: one day. Longer work keeps a shorter lease alive instead.
-pub const MAX_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 /// How long a store keeps the state of a key no one holds (its fencing counter), by default:
-/// seven days, well beyond [`MAX_TTL`]. See [`check_retention`].
+/// seven days, well beyond [`MAX_TTL`](crate::limits::MAX_TTL). See [`check_retention`].
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 60 * 60);
-/// The longest a waiting acquire may wait: one day.
-pub const MAX_WAIT: Duration = Duration::from_secs(24 * 60 * 60);
-
 /// A key is 1 to [`MAX_KEY_LEN`] bytes of UTF-8. Any character is allowed; stores treat keys as
 /// data, never as code.
 ///
 /// # Errors
 /// [`InvalidInput`](crate::ErrorKind::InvalidInput) for an empty key or one over
 /// [`MAX_KEY_LEN`] bytes.
-pub fn check_key(key: &str) -> Result<()> {
+pub(crate) fn check_key(key: &str) -> Result<()> {
     if key.is_empty() {
         return Err(Error::invalid("key", "must not be empty"));
     }
@@ -44,7 +38,7 @@ pub fn check_key(key: &str) -> Result<()> {
 /// # Errors
 /// [`InvalidInput`](crate::ErrorKind::InvalidInput) for a zero TTL or one outside the store's
 /// bounds.
-pub fn check_ttl(ttl: Duration, capabilities: &Capabilities) -> Result<()> {
+pub(crate) fn check_ttl(ttl: Duration, capabilities: &Capabilities) -> Result<()> {
     if ttl.is_zero() {
         return Err(Error::invalid("ttl", "must be greater than zero"));
     }
@@ -100,7 +94,7 @@ pub fn clock_floor_retention(granule: Duration, max_skew: Duration, margin: Dura
 ///
 /// # Errors
 /// [`InvalidInput`](crate::ErrorKind::InvalidInput) for a wait above [`MAX_WAIT`].
-pub fn check_wait(wait: Duration) -> Result<()> {
+pub(crate) fn check_wait(wait: Duration) -> Result<()> {
     if wait > MAX_WAIT {
         return Err(Error::invalid(
             "wait",
@@ -114,7 +108,7 @@ pub fn check_wait(wait: Duration) -> Result<()> {
 ///
 /// # Errors
 /// [`InvalidInput`](crate::ErrorKind::InvalidInput), as [`check_key`] and [`check_ttl`].
-pub fn check_request(key: &str, ttl: Duration, capabilities: &Capabilities) -> Result<()> {
+pub(crate) fn check_request(key: &str, ttl: Duration, capabilities: &Capabilities) -> Result<()> {
     check_key(key)?;
     check_ttl(ttl, capabilities)
 }
@@ -126,7 +120,7 @@ pub fn check_request(key: &str, ttl: Duration, capabilities: &Capabilities) -> R
 /// [`Unsupported`](crate::ErrorKind::Unsupported) for a mode the store does not keep;
 /// [`InvalidInput`](crate::ErrorKind::InvalidInput) for a permit limit outside
 /// `1..=`[`MAX_PERMITS`].
-pub fn check_mode(mode: Mode, capabilities: &Capabilities) -> Result<()> {
+pub(crate) fn check_mode(mode: Mode, capabilities: &Capabilities) -> Result<()> {
     if !capabilities.supports(mode) {
         return Err(unsupported_mode(mode));
     }
@@ -158,7 +152,7 @@ pub fn check_mode(mode: Mode, capabilities: &Capabilities) -> Result<()> {
 /// # Cancel safety
 /// Dropping the future while it releases an expired lease leaves that lease to expire at its
 /// TTL, which by the holder's own reckoning has already passed.
-pub async fn check_granted<S: Release + ?Sized>(store: &S, lease: Lease) -> Result<Lease> {
+pub(crate) async fn check_granted<S: Store + ?Sized>(store: &S, lease: Lease) -> Result<Lease> {
     if !lease.is_expired() {
         return Ok(lease);
     }
@@ -167,13 +161,13 @@ pub async fn check_granted<S: Release + ?Sized>(store: &S, lease: Lease) -> Resu
 
 /// The cold half of [`check_granted`], kept out of every acquire's future.
 #[cold]
-fn refuse_expired<'a, S: Release + ?Sized>(
+fn refuse_expired<'a, S: Store + ?Sized>(
     store: &'a S,
     lease: Lease,
 ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Lease>> + Send + 'a>> {
     Box::pin(async move {
         // Best effort: if the release fails, the lease expires at its TTL, which has passed here.
-        let released = store.release(&lease).await;
+        let released = Store::release(store, &lease).await;
         tracing::warn!(
             key = lease.key(),
             token = lease.fencing_token(),
@@ -208,6 +202,7 @@ pub(crate) fn unsupported_mode(mode: Mode) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::limits::MAX_TTL;
 
     #[test]
     fn keys_follow_the_documented_rules() {
@@ -237,10 +232,12 @@ mod tests {
     async fn a_lease_granted_after_its_deadline_is_released_and_refused() {
         let store = crate::MemoryStore::new();
         let ttl = Duration::from_secs(1);
-        let lease = crate::Acquire::try_acquire(&store, "k", ttl).await.unwrap();
+        let lease = crate::LockStore::try_acquire(&store, "k", ttl)
+            .await
+            .unwrap();
         let lease = check_granted(&store, lease).await.unwrap();
         // The reply "arrives" after the whole TTL less the drift margin.
-        tokio::time::advance(ttl - crate::drift(ttl)).await;
+        tokio::time::advance(ttl - crate::raw::drift(ttl)).await;
         let err = check_granted(&store, lease.clone()).await.unwrap_err();
         assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
         assert!(
@@ -248,7 +245,9 @@ mod tests {
             "{err}"
         );
         // Released at once, not left to its TTL: the key is free while the store still kept it.
-        let next = crate::Acquire::try_acquire(&store, "k", ttl).await.unwrap();
+        let next = crate::LockStore::try_acquire(&store, "k", ttl)
+            .await
+            .unwrap();
         assert!(next.fencing_token() > lease.fencing_token());
     }
 }

@@ -151,7 +151,7 @@ pub struct TableStoreOptions {
     pub max_idle: usize,
     /// `retention`: how long a fence row outlives its last bump.
     pub retention: Duration,
-    /// `max_ttl`: the longest TTL the handle grants, at most [`MAX_TTL`](crate::validate::MAX_TTL).
+    /// `max_ttl`: the longest TTL the handle grants, at most [`MAX_TTL`](crate::limits::MAX_TTL).
     pub max_ttl: Duration,
     /// `create_table`: whether the store creates a missing fence table.
     pub create_table: bool,
@@ -161,8 +161,8 @@ pub struct TableStoreOptions {
 
 impl TableStoreOptions {
     /// The defaults (this module's `DEFAULT_…`, a retention of
-    /// [`DEFAULT_RETENTION`](crate::validate::DEFAULT_RETENTION), a maximum TTL of
-    /// [`MAX_TTL`](crate::validate::MAX_TTL), tables created when missing), for a store whose
+    /// [`DEFAULT_RETENTION`](crate::raw::validate::DEFAULT_RETENTION), a maximum TTL of
+    /// [`MAX_TTL`](crate::limits::MAX_TTL), tables created when missing), for a store whose
     /// table names are at most `table_max_len` bytes.
     pub fn new(table_max_len: usize) -> Self {
         TableStoreOptions {
@@ -171,8 +171,8 @@ impl TableStoreOptions {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             command_timeout: DEFAULT_COMMAND_TIMEOUT,
             max_idle: DEFAULT_MAX_IDLE,
-            retention: crate::validate::DEFAULT_RETENTION,
-            max_ttl: crate::validate::MAX_TTL,
+            retention: crate::raw::validate::DEFAULT_RETENTION,
+            max_ttl: crate::limits::MAX_TTL,
             create_table: true,
             table_max_len,
         }
@@ -203,7 +203,7 @@ impl TableStoreOptions {
             "create_table" => self.create_table = parse_bool(name, value)?,
             "max_ttl" => {
                 self.max_ttl = parse_window(name, value)?;
-                if self.max_ttl > crate::validate::MAX_TTL {
+                if self.max_ttl > crate::limits::MAX_TTL {
                     return Err(Error::invalid(
                         "url",
                         format!("max_ttl must be at most 24h, not {value:?}"),

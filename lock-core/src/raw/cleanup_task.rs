@@ -1,11 +1,11 @@
 //! For store implementers: the background task a release starts when a removal of idle per-key
-//! state is due on a [`CleanupSchedule`] (see [`crate::cleanup`]).
+//! state is due on a [`CleanupSchedule`] (see [`crate::raw::cleanup`]).
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::cleanup::{interval, CleanupSchedule};
+use crate::raw::cleanup::{interval, CleanupSchedule};
 use crate::Result;
 
 /// Spawns `run(owner)` on the current tokio runtime if a run is due on `owner`'s schedule for a

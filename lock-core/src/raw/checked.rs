@@ -1,0 +1,104 @@
+//! The contract enforced once: every [`Store`] is a [`LockStore`], through this one impl.
+
+use async_trait::async_trait;
+use tracing::Instrument;
+
+use super::validate::{check_granted, check_key, check_mode, check_request, check_wait};
+use super::{AcquireRequest, Store};
+use crate::{
+    Capabilities, Error, Instant, KeyStatus, Lease, LockStore, Mode, PerKeyState, ReleaseOutcome,
+    Result,
+};
+
+#[async_trait]
+impl<S: Store> LockStore for S {
+    fn capabilities(&self) -> Capabilities {
+        Store::capabilities(self)
+    }
+
+    async fn acquire_request(&self, request: AcquireRequest<'_>) -> Result<Lease> {
+        let span = acquire_span(Store::name(self), &request);
+        acquire(self, request).instrument(span).await
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
+        let span = tracing::debug_span!(
+            "release",
+            store = Store::name(self),
+            key = lease.key(),
+            token = lease.fencing_token()
+        );
+        Store::release(self, lease).instrument(span).await
+    }
+
+    async fn extend(&self, lease: &Lease) -> Result<()> {
+        let span = tracing::trace_span!(
+            "extend",
+            store = Store::name(self),
+            key = lease.key(),
+            token = lease.fencing_token()
+        );
+        Store::extend(self, lease).instrument(span).await
+    }
+
+    async fn status(&self, key: &str) -> Result<KeyStatus> {
+        check_key(key)?;
+        Store::status(self, key).await
+    }
+
+    async fn evict(&self, key: &str) -> Result<bool> {
+        check_key(key)?;
+        Store::evict(self, key).await
+    }
+
+    async fn per_key_state(&self) -> Result<Option<PerKeyState>> {
+        Store::per_key_state(self).await
+    }
+
+    fn diagnostics(&self) -> Vec<String> {
+        Store::diagnostics(self)
+    }
+
+    fn lease_env(&self, lease: &Lease) -> Vec<(String, String)> {
+        Store::lease_env(self, lease)
+    }
+}
+
+/// The checks around [`Store::acquire`]: the request first, the grant after.
+async fn acquire<S: Store>(store: &S, request: AcquireRequest<'_>) -> Result<Lease> {
+    let capabilities = Store::capabilities(store);
+    check_request(request.key, request.ttl, &capabilities)?;
+    check_mode(request.mode, &capabilities)?;
+    if let Some(wait) = request.wait {
+        check_wait(wait)?;
+    }
+    let started = Instant::now();
+    match Store::acquire(store, &request).await {
+        Ok(lease) => check_granted(store, lease).await,
+        Err(Error::Busy { key }) if request.wait.is_some() => Err(Error::WaitTimedOut {
+            key,
+            waited: started.elapsed(),
+        }),
+        Err(error) => Err(error),
+    }
+}
+
+/// The span of an acquire, named as the four ways of asking for one were before they were one
+/// request: `try_acquire`, `acquire`, `try_acquire_as`, `acquire_as`.
+fn acquire_span(store: &'static str, request: &AcquireRequest<'_>) -> tracing::Span {
+    let AcquireRequest {
+        key,
+        ttl,
+        mode,
+        wait,
+        ..
+    } = *request;
+    match (wait, mode) {
+        (None, Mode::Exclusive) => tracing::debug_span!("try_acquire", store, key, ?ttl),
+        (Some(wait), Mode::Exclusive) => {
+            tracing::debug_span!("acquire", store, key, ?ttl, ?wait)
+        }
+        (None, mode) => tracing::debug_span!("try_acquire_as", store, key, ?ttl, %mode),
+        (Some(wait), mode) => tracing::debug_span!("acquire_as", store, key, ?ttl, ?wait, %mode),
+    }
+}

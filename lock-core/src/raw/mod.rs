@@ -1,0 +1,253 @@
+//! For store authors: the trait a store implements, and the tools stores share.
+//!
+//! An application never needs this module: it holds a [`LockStore`](crate::LockStore). A store
+//! crate implements [`Store`], which is small: one [`Store::acquire`] taking an
+//! [`AcquireRequest`], [`Store::release`], [`Store::extend`], [`Store::capabilities`],
+//! [`Store::name`], and the defaulted methods for what some stores can do (`status`, `evict`,
+//! `per_key_state`, `diagnostics`, `lease_env`). This crate makes every `Store` a
+//! [`LockStore`](crate::LockStore), and does what every store must do once, for all of them:
+//!
+//! - the input checks (key, TTL against [`Store::capabilities`], mode, wait), before the store
+//!   is asked anything;
+//! - the expired-grant check: a lease whose local deadline passed before the store's reply was
+//!   read is released and refused with [`Error::Unavailable`](crate::Error::Unavailable);
+//! - a request with a wait that the store answers [`Error::Busy`](crate::Error::Busy) becomes
+//!   [`Error::WaitTimedOut`](crate::Error::WaitTimedOut);
+//! - the tracing span of every operation, with the store's [`Store::name`].
+//!
+//! What is left to a store is its own: how it takes, releases and extends a key, mints tokens
+//! that only grow per key, waits (notified or polling), and what it can tell about a key. It
+//! builds the [`Lease`] it grants with [`LeaseExt`], from a clock reading taken *before* the
+//! granting request was sent.
+//!
+//! ```
+//! use std::time::Duration;
+//! use async_trait::async_trait;
+//! use fencelock_core::raw::{self, AcquireRequest, LeaseExt};
+//! use fencelock_core::{Capabilities, Error, Instant, Lease, LockStore, OwnerId, ReleaseOutcome, Result};
+//!
+//! /// A store that holds every key at once (a toy: it grants one lease and remembers nothing).
+//! #[derive(Debug)]
+//! struct Toy;
+//!
+//! // Named by its path, not imported: its methods share their names with `LockStore`'s.
+//! #[async_trait]
+//! impl raw::Store for Toy {
+//!     fn name(&self) -> &'static str {
+//!         "toy"
+//!     }
+//!
+//!     fn capabilities(&self) -> Capabilities {
+//!         Capabilities::new()
+//!     }
+//!
+//!     async fn acquire(&self, request: &AcquireRequest<'_>) -> Result<Lease> {
+//!         let sent_at = Instant::now(); // read before the store is asked
+//!         Ok(Lease::new(request.key, OwnerId::random(), 1, request.ttl, sent_at))
+//!     }
+//!
+//!     async fn release(&self, _lease: &Lease) -> Result<ReleaseOutcome> {
+//!         Ok(ReleaseOutcome::Released)
+//!     }
+//!
+//!     async fn extend(&self, lease: &Lease) -> Result<()> {
+//!         Err(Error::lost(lease, "a toy never extends"))
+//!     }
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<()> {
+//! // Every `Store` is a `LockStore`, its input checked by this crate:
+//! let empty_key = Toy.try_acquire("", Duration::from_secs(1)).await.unwrap_err();
+//! assert_eq!(empty_key.kind(), fencelock_core::ErrorKind::InvalidInput);
+//! let lease = Toy.try_acquire("k", Duration::from_secs(1)).await?;
+//! assert_eq!(lease.fencing_token(), 1);
+//! # Ok(()) }
+//! ```
+
+use std::any::Any;
+use std::fmt::Debug;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::{Capabilities, Error, KeyStatus, Lease, Mode, PerKeyState, ReleaseOutcome, Result};
+
+mod checked;
+pub mod cleanup;
+pub mod cleanup_task;
+pub mod hint;
+mod lease;
+pub mod session_pool;
+pub mod session_watch;
+pub mod ttl;
+pub mod url;
+pub mod validate;
+
+pub use crate::kind::{BoxFuture, ConnectFn};
+pub use crate::lease::{drift, Revocation};
+pub use lease::LeaseExt;
+
+/// What an acquire asks for: built by [`LockStore`](crate::LockStore)'s acquire methods and
+/// [`LockRequest`](crate::LockRequest), checked by this crate, and handed to
+/// [`Store::acquire`].
+///
+/// `#[non_exhaustive]`: later work adds fields (a holder's label, say), so a store reads the
+/// fields it knows and a wrapper passes the request on whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AcquireRequest<'a> {
+    /// The key, 1 to [`MAX_KEY_LEN`](crate::limits::MAX_KEY_LEN) bytes of UTF-8.
+    pub key: &'a str,
+    /// The lease's TTL, within the store's [`Capabilities`] bounds.
+    pub ttl: Duration,
+    /// How the lease holds the key; one the store's [`Capabilities::supports`].
+    pub mode: Mode,
+    /// `None`: one attempt, [`Error::Busy`] if the key is held. `Some(wait)`: wait up to
+    /// `wait` (zero included) for the key; a store that gives up answers `Busy` too, and the
+    /// caller gets [`Error::WaitTimedOut`].
+    pub wait: Option<Duration>,
+}
+
+impl<'a> AcquireRequest<'a> {
+    /// One exclusive attempt at `key` for `ttl`.
+    pub fn new(key: &'a str, ttl: Duration) -> Self {
+        AcquireRequest {
+            key,
+            ttl,
+            mode: Mode::Exclusive,
+            wait: None,
+        }
+    }
+
+    /// Waits up to `wait` for the key instead of making one attempt.
+    #[must_use]
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = Some(wait);
+        self
+    }
+
+    /// Takes the key in `mode`.
+    #[must_use]
+    pub fn mode(mut self, mode: Mode) -> Self {
+        self.mode = mode;
+        self
+    }
+}
+
+/// The trait a store implements. Every `Store` is a [`LockStore`](crate::LockStore), with the
+/// contract's checks done by this crate (see the [module docs](self)); each method here does
+/// only what is the store's own.
+///
+/// Implement it by its path (`impl raw::Store for MyStore`) rather than importing it: its
+/// methods share their names with [`LockStore`](crate::LockStore)'s, and a file with both in
+/// scope must spell out which one each call means.
+///
+/// A store that wraps another (metrics, fault injection) implements this trait too, forwarding
+/// to the [`LockStore`](crate::LockStore) it wraps, and puts
+/// `#[deny(clippy::missing_trait_methods)]` on its impl so a new default method is never
+/// inherited by accident.
+#[async_trait]
+pub trait Store: Debug + Send + Sync + Any {
+    /// The name of the store's descriptor ([`StoreKind::name`](crate::StoreKind)): the `store`
+    /// field of the tracing spans.
+    fn name(&self) -> &'static str;
+
+    /// What this store guarantees beyond the contract, and its limits. The checks read the TTL
+    /// bounds and the modes from it.
+    fn capabilities(&self) -> Capabilities;
+
+    /// Takes `request.key`: one attempt when `request.wait` is `None`, else waiting up to the
+    /// wait for the holder to release it or for its lease to expire (woken by the store's own
+    /// notification where [`Capabilities::notified_wait`] says so, else by bounded, jittered
+    /// polling, and never giving up before the wait has passed).
+    ///
+    /// The request was checked: its key, TTL, mode and wait are valid for this store. The
+    /// lease's local deadline is measured from a clock reading taken before the granting
+    /// request was sent; a lease that comes back already expired is released and refused by
+    /// the caller, so the store need not check.
+    ///
+    /// # Errors
+    /// [`Error::Busy`] when the key stays held (after the wait, if any: the caller turns it
+    /// into [`Error::WaitTimedOut`]); [`Error::LimitMismatch`] when the key's permits are held
+    /// with another limit; [`Error::Unavailable`] when the store did not answer;
+    /// [`Error::Store`].
+    ///
+    /// # Cancel safety
+    /// Dropping the future may lose a lease the store granted but whose reply was not yet
+    /// read; no such lease may outlive its TTL, and a dropped waiter must stop waiting (and
+    /// stop keeping readers out). Document anything stronger on the impl.
+    async fn acquire(&self, request: &AcquireRequest<'_>) -> Result<Lease>;
+
+    /// Compare-and-delete: releases `lease` if it is still held by its owner, and wakes waiters
+    /// on its key. See [`LockStore::release`](crate::LockStore::release).
+    ///
+    /// # Errors
+    /// As [`LockStore::release`](crate::LockStore::release).
+    ///
+    /// # Cancel safety
+    /// As [`LockStore::release`](crate::LockStore::release).
+    async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome>;
+
+    /// Compare-and-expire: renews `lease` for its TTL if it is still held by its owner, then
+    /// moves its local deadline with [`LeaseExt::confirm`]. See
+    /// [`LockStore::extend`](crate::LockStore::extend).
+    ///
+    /// # Errors
+    /// As [`LockStore::extend`](crate::LockStore::extend).
+    ///
+    /// # Cancel safety
+    /// As [`LockStore::extend`](crate::LockStore::extend).
+    async fn extend(&self, lease: &Lease) -> Result<()>;
+
+    /// What the store can tell about `key` (already checked). Default:
+    /// [`Error::Unsupported`].
+    ///
+    /// # Errors
+    /// As [`LockStore::status`](crate::LockStore::status).
+    ///
+    /// # Cancel safety
+    /// Read-only; dropping the future loses nothing.
+    async fn status(&self, key: &str) -> Result<KeyStatus> {
+        let _ = key;
+        Err(Error::Unsupported {
+            operation: "status",
+        })
+    }
+
+    /// Frees `key` (already checked) behind its holder's back; where [`Capabilities::evict`]
+    /// says so. Default: [`Error::Unsupported`].
+    ///
+    /// # Errors
+    /// As [`LockStore::evict`](crate::LockStore::evict).
+    ///
+    /// # Cancel safety
+    /// As [`LockStore::evict`](crate::LockStore::evict).
+    async fn evict(&self, key: &str) -> Result<bool> {
+        let _ = key;
+        Err(Error::Unsupported { operation: "evict" })
+    }
+
+    /// How much per-key state the store holds now. Default: `None`, the store does not count.
+    ///
+    /// # Errors
+    /// As [`LockStore::per_key_state`](crate::LockStore::per_key_state).
+    ///
+    /// # Cancel safety
+    /// Read-only; dropping the future loses nothing.
+    async fn per_key_state(&self) -> Result<Option<PerKeyState>> {
+        Ok(None)
+    }
+
+    /// Notes an operator should see about this handle. Default: none.
+    fn diagnostics(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// The environment the store's own lock tool gives a command run under `lease`. Default:
+    /// none.
+    fn lease_env(&self, lease: &Lease) -> Vec<(String, String)> {
+        let _ = lease;
+        Vec::new()
+    }
+}
