@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use fencelock_core::{DynLockStore, Extend, KeepAlive, Lease};
+use fencelock_core::{DynLockStore, KeepAlive, Lease, LockStore};
 
 /// One store under test.
 ///
@@ -44,7 +44,7 @@ pub trait StoreFactory: Send + Sync + 'static {
     ///
     /// # Panics
     /// Outside a tokio runtime, as [`KeepAlive::start`].
-    fn keep_alive(&self, store: Arc<dyn Extend>, lease: Lease) -> KeepAlive {
+    fn keep_alive(&self, store: Arc<dyn LockStore>, lease: Lease) -> KeepAlive {
         KeepAlive::start(store, lease)
     }
 }

@@ -13,11 +13,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use fencelock_conformance::{async_trait, run_all, run_case, Outcome, StoreFactory};
-use fencelock_core::validate::{check_request, check_wait};
+use fencelock_core::limits::MAX_PERMITS;
+use fencelock_core::raw::{self, drift, AcquireRequest, LeaseExt};
 use fencelock_core::{
-    drift, Acquire, Capabilities, DynLockStore, Error, Extend, KeepAlive, KeyStatus, Lease,
-    LockStore, MemoryStore, Mode, OwnerId, PerKeyState, Release, ReleaseOutcome, Result,
-    MAX_PERMITS,
+    Capabilities, DynLockStore, Error, KeepAlive, KeyStatus, Lease, LockStore, MemoryStore, Mode,
+    OwnerId, PerKeyState, ReleaseOutcome, Result,
 };
 use tokio::time::{sleep, Instant};
 
@@ -38,7 +38,8 @@ enum Flaw {
     WaitersNeverWoken,
     /// Extend always says yes, so the lost signal can never fire.
     ExtendAlwaysSucceeds,
-    /// Keys and TTLs are not validated.
+    /// Keys and TTLs are not validated: the store is a `LockStore` of its own
+    /// ([`Unchecked`]), not a `raw::Store` whose requests fencelock-core checks.
     NoValidation,
     /// Extend renews the key for 60% of the TTL while the lease's deadline moves by all of it.
     ExtendRenewsForLess,
@@ -51,7 +52,8 @@ enum Flaw {
     TokensRestartAfterRetention,
     /// The waiting path measures the lease's local deadline from the start of the wait, not
     /// from the granting attempt: a lease granted after waiting longer than its TTL comes back
-    /// with its deadline already passed.
+    /// with its deadline already passed. Handed out [`Unchecked`], as fencelock-core refuses
+    /// such a lease for every `raw::Store`.
     DeadlineFromWaitStart,
 }
 
@@ -176,26 +178,7 @@ impl FlawedStore {
         Ok(Ok(Lease::new(key, owner, token, ttl, sent_at)))
     }
 
-    fn validate(&self, key: &str, ttl: Duration) -> Result<()> {
-        if self.flaw == Flaw::NoValidation {
-            return Ok(());
-        }
-        check_request(key, ttl, &self.capabilities())
-    }
-}
-
-#[async_trait]
-impl Acquire for FlawedStore {
-    async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Lease> {
-        self.validate(key, ttl)?;
-        self.attempt(key, ttl).await?.map_err(|_| Error::Busy {
-            key: key.to_owned(),
-        })
-    }
-
-    async fn acquire(&self, key: &str, ttl: Duration, wait: Duration) -> Result<Lease> {
-        self.validate(key, ttl)?;
-        check_wait(wait)?;
+    async fn wait_for(&self, key: &str, ttl: Duration, wait: Duration) -> Result<Lease> {
         let started = Instant::now();
         let deadline = started + wait;
         loop {
@@ -230,7 +213,32 @@ impl Acquire for FlawedStore {
 }
 
 #[async_trait]
-impl Release for FlawedStore {
+impl raw::Store for FlawedStore {
+    fn name(&self) -> &'static str {
+        "flawed"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        // Waiters poll every 5 ms, as prompt as a notification.
+        let capabilities = Capabilities::new().with_notified_wait(true);
+        match self.flaw {
+            Flaw::TokensRestartAfterRetention => capabilities
+                .with_max_ttl(Duration::from_millis(500))
+                .with_retention(RETENTION),
+            _ => capabilities,
+        }
+    }
+
+    async fn acquire(&self, request: &AcquireRequest<'_>) -> Result<Lease> {
+        let (key, ttl) = (request.key, request.ttl);
+        match request.wait {
+            None => self.attempt(key, ttl).await?.map_err(|_| Error::Busy {
+                key: key.to_owned(),
+            }),
+            Some(wait) => self.wait_for(key, ttl, wait).await,
+        }
+    }
+
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
         self.check()?;
         let now = Instant::now();
@@ -252,10 +260,7 @@ impl Release for FlawedStore {
             ReleaseOutcome::Lost
         })
     }
-}
 
-#[async_trait]
-impl Extend for FlawedStore {
     async fn extend(&self, lease: &Lease) -> Result<()> {
         self.check()?;
         let sent_at = Instant::now();
@@ -287,17 +292,50 @@ impl Extend for FlawedStore {
     }
 }
 
+/// A store that is a `LockStore` of its own, as one written by hand against the contract
+/// would be: its requests skip fencelock-core's checks, so a flaw in what those checks
+/// guarantee (input validation, validity left on every lease, declared modes) can be shown
+/// caught by the suite.
+#[derive(Debug, Clone)]
+struct Unchecked<S>(S);
+
 #[async_trait]
-impl LockStore for FlawedStore {
+impl<S: raw::Store> LockStore for Unchecked<S> {
     fn capabilities(&self) -> Capabilities {
-        // Waiters poll every 5 ms, as prompt as a notification.
-        let capabilities = Capabilities::new().with_notified_wait(true);
-        match self.flaw {
-            Flaw::TokensRestartAfterRetention => capabilities
-                .with_max_ttl(Duration::from_millis(500))
-                .with_retention(RETENTION),
-            _ => capabilities,
-        }
+        raw::Store::capabilities(&self.0)
+    }
+    async fn acquire_request(&self, request: AcquireRequest<'_>) -> Result<Lease> {
+        raw::Store::acquire(&self.0, &request).await
+    }
+    async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
+        raw::Store::release(&self.0, lease).await
+    }
+    async fn extend(&self, lease: &Lease) -> Result<()> {
+        raw::Store::extend(&self.0, lease).await
+    }
+    async fn status(&self, key: &str) -> Result<KeyStatus> {
+        raw::Store::status(&self.0, key).await
+    }
+    async fn evict(&self, key: &str) -> Result<bool> {
+        raw::Store::evict(&self.0, key).await
+    }
+    async fn per_key_state(&self) -> Result<Option<PerKeyState>> {
+        raw::Store::per_key_state(&self.0).await
+    }
+    fn diagnostics(&self) -> Vec<String> {
+        raw::Store::diagnostics(&self.0)
+    }
+    fn lease_env(&self, lease: &Lease) -> Vec<(String, String)> {
+        raw::Store::lease_env(&self.0, lease)
+    }
+}
+
+/// The store as the suite gets it: [`Unchecked`] for the flaws of what fencelock-core checks.
+fn handed_out<S: raw::Store>(store: S, unchecked: bool) -> DynLockStore {
+    if unchecked {
+        Arc::new(Unchecked(store))
+    } else {
+        Arc::new(store)
     }
 }
 
@@ -306,17 +344,28 @@ struct FlawedFactory {
     keep_alive: KeepAliveFlaw,
 }
 
+impl FlawedFactory {
+    /// Whether the flaw is in what fencelock-core checks for every `raw::Store`.
+    fn unchecked(&self) -> bool {
+        matches!(
+            self.store.flaw,
+            Flaw::NoValidation | Flaw::DeadlineFromWaitStart
+        )
+    }
+}
+
 #[async_trait]
 impl StoreFactory for FlawedFactory {
     async fn handle(&self) -> DynLockStore {
-        Arc::new(self.store.clone())
+        handed_out(self.store.clone(), self.unchecked())
     }
 
     async fn unreachable_handle(&self) -> DynLockStore {
-        Arc::new(FlawedStore {
+        let store = FlawedStore {
             reachable: false,
             ..self.store.clone()
-        })
+        };
+        handed_out(store, self.unchecked())
     }
 
     async fn forget(&self, lease: &Lease) {
@@ -324,7 +373,7 @@ impl StoreFactory for FlawedFactory {
         self.store.state().holders.remove(&slot);
     }
 
-    fn keep_alive(&self, store: Arc<dyn Extend>, lease: Lease) -> KeepAlive {
+    fn keep_alive(&self, store: Arc<dyn LockStore>, lease: Lease) -> KeepAlive {
         match self.keep_alive {
             KeepAliveFlaw::None => KeepAlive::start(store, lease),
             flaw => KeepAlive::start(
@@ -340,15 +389,19 @@ impl StoreFactory for FlawedFactory {
 }
 
 /// What a broken keep-alive makes of the extends it sends.
+#[derive(Debug)]
 struct BrokenExtends {
-    store: Arc<dyn Extend>,
+    store: Arc<dyn LockStore>,
     flaw: KeepAliveFlaw,
     calls: AtomicU32,
 }
 
 #[async_trait]
-#[deny(clippy::missing_trait_methods)]
-impl Extend for BrokenExtends {
+impl raw::Wrapper for BrokenExtends {
+    fn inner(&self) -> &dyn LockStore {
+        &*self.store
+    }
+
     async fn extend(&self, lease: &Lease) -> Result<()> {
         let call = self.calls.fetch_add(1, Ordering::SeqCst);
         if self.flaw == KeepAliveFlaw::ExtendsTooSeldom && call % 2 == 1 {
@@ -557,9 +610,11 @@ enum ModeFlaw {
     DetachedPermitWaiter,
     /// A permit's release reports `Released` and frees nothing: the permit stays until its TTL.
     PermitReleaseFreesNothing,
-    /// The capabilities declare no shared leases and no permits, yet both are granted.
+    /// The capabilities declare no shared leases and no permits, yet both are granted (by a
+    /// store handed out [`Unchecked`], as fencelock-core refuses undeclared modes).
     UndeclaredModesGranted,
-    /// Limits outside `1..=MAX_PERMITS` are clamped into it instead of refused.
+    /// Limits outside `1..=MAX_PERMITS` are clamped into it instead of refused (by a store
+    /// handed out [`Unchecked`], as fencelock-core refuses them).
     PermitLimitUnchecked,
     /// A waiting request with another limit is granted a permit of the held limit (a single
     /// attempt is refused, as it should be).
@@ -619,6 +674,12 @@ impl ModeStore {
             other_modes: Arc::default(),
             handle_readers: Arc::default(),
         }
+    }
+
+    /// The memory store as the contract's trait object (inside the `raw::Store` impl, the
+    /// memory store's own `raw::Store` methods would be candidates too).
+    fn memory(&self) -> &dyn LockStore {
+        &self.inner
     }
 
     /// Another handle to the same store.
@@ -802,7 +863,6 @@ impl ModeStore {
     async fn wait_in(&self, key: &str, ttl: Duration, wait: Duration, mode: Mode) -> Result<Lease> {
         match (self.flaw, mode) {
             (ModeFlaw::WritersStarve | ModeFlaw::WriterJoinsReaders, Mode::Exclusive) => {
-                check_wait(wait)?;
                 let started = Instant::now();
                 loop {
                     match self.try_in(key, ttl, mode).await {
@@ -839,7 +899,6 @@ impl ModeStore {
                 other => other,
             },
             (ModeFlaw::WriterJoinsItsOwnHandlesReaders, Mode::Exclusive) => {
-                check_wait(wait)?;
                 match self.try_in(key, ttl, mode).await {
                     Err(Error::Busy { .. }) => {
                         let lease = self.inner.acquire_as(key, ttl, wait, mode).await?;
@@ -856,7 +915,6 @@ impl ModeStore {
                 Ok(self.granted(result?, mode))
             }
             (ModeFlaw::DroppedWriterKeepsReadersOut, Mode::Shared) => {
-                check_wait(wait)?;
                 let started = Instant::now();
                 while self.marked(key) {
                     if started.elapsed() >= wait {
@@ -872,7 +930,6 @@ impl ModeStore {
                 Ok(self.granted(lease, mode))
             }
             (ModeFlaw::ReadersWokenOnlyAtExpiry, Mode::Shared) => {
-                check_wait(wait)?;
                 let started = Instant::now();
                 let deadline = started + wait;
                 loop {
@@ -931,67 +988,65 @@ impl ModeStore {
 
 #[async_trait]
 #[deny(clippy::missing_trait_methods)]
-impl Acquire for ModeStore {
-    async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Lease> {
-        self.try_in(key, ttl, Mode::Exclusive).await
+impl raw::Store for ModeStore {
+    fn name(&self) -> &'static str {
+        "mode-flawed"
     }
 
-    async fn acquire(&self, key: &str, ttl: Duration, wait: Duration) -> Result<Lease> {
-        self.wait_in(key, ttl, wait, Mode::Exclusive).await
+    fn capabilities(&self) -> Capabilities {
+        let capabilities = self.memory().capabilities();
+        match self.flaw {
+            ModeFlaw::UndeclaredModesGranted => capabilities.with_shared(false).with_permits(false),
+            _ => capabilities,
+        }
     }
 
-    async fn try_acquire_as(&self, key: &str, ttl: Duration, mode: Mode) -> Result<Lease> {
-        self.try_in(key, ttl, mode).await
+    async fn acquire(&self, request: &AcquireRequest<'_>) -> Result<Lease> {
+        let AcquireRequest {
+            key,
+            ttl,
+            mode,
+            wait,
+            ..
+        } = *request;
+        match wait {
+            None => self.try_in(key, ttl, mode).await,
+            Some(wait) => self.wait_in(key, ttl, wait, mode).await,
+        }
     }
 
-    async fn acquire_as(
-        &self,
-        key: &str,
-        ttl: Duration,
-        wait: Duration,
-        mode: Mode,
-    ) -> Result<Lease> {
-        self.wait_in(key, ttl, wait, mode).await
-    }
-}
-
-#[async_trait]
-#[deny(clippy::missing_trait_methods)]
-impl Release for ModeStore {
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
         let permit = matches!(lease.mode(), Mode::Permit { .. });
         match self.flaw {
-            ModeFlaw::TokensOfOtherModesRestart => self.inner.release(&self.real(lease)).await,
+            ModeFlaw::TokensOfOtherModesRestart => self.memory().release(&self.real(lease)).await,
             ModeFlaw::PermitReleaseFreesNothing if permit => {
                 Ok(match self.held_permit(lease, false).await? {
                     Some(_) => ReleaseOutcome::Released,
                     None => ReleaseOutcome::Lost,
                 })
             }
-            ModeFlaw::OwnerBlindPermitRelease if permit => match self.inner.release(lease).await? {
-                ReleaseOutcome::Lost => match self.held_permit(lease, true).await? {
-                    Some(someone) => self.inner.release(&someone).await,
-                    None => Ok(ReleaseOutcome::Lost),
-                },
-                released => Ok(released),
-            },
-            _ => self.inner.release(lease).await,
+            ModeFlaw::OwnerBlindPermitRelease if permit => {
+                match self.memory().release(lease).await? {
+                    ReleaseOutcome::Lost => match self.held_permit(lease, true).await? {
+                        Some(someone) => self.memory().release(&someone).await,
+                        None => Ok(ReleaseOutcome::Lost),
+                    },
+                    released => Ok(released),
+                }
+            }
+            _ => self.memory().release(lease).await,
         }
     }
-}
 
-#[async_trait]
-#[deny(clippy::missing_trait_methods)]
-impl Extend for ModeStore {
     async fn extend(&self, lease: &Lease) -> Result<()> {
         if self.flaw == ModeFlaw::TokensOfOtherModesRestart {
             let real = self.real(lease);
-            self.inner.extend(&real).await?;
+            self.memory().extend(&real).await?;
             lease.confirm(real.valid_until() - (lease.ttl() - drift(lease.ttl())));
             return Ok(());
         }
         let permit = matches!(lease.mode(), Mode::Permit { .. });
-        match self.inner.extend(lease).await {
+        match self.memory().extend(lease).await {
             Err(Error::LeaseLost { .. })
                 if self.flaw == ModeFlaw::ExtendRevivesExpiredPermits
                     && permit
@@ -1007,21 +1062,9 @@ impl Extend for ModeStore {
             result => result,
         }
     }
-}
-
-#[async_trait]
-#[deny(clippy::missing_trait_methods)]
-impl LockStore for ModeStore {
-    fn capabilities(&self) -> Capabilities {
-        let capabilities = self.inner.capabilities();
-        match self.flaw {
-            ModeFlaw::UndeclaredModesGranted => capabilities.with_shared(false).with_permits(false),
-            _ => capabilities,
-        }
-    }
 
     async fn status(&self, key: &str) -> Result<KeyStatus> {
-        match (self.flaw, self.inner.status(key).await?) {
+        match (self.flaw, self.memory().status(key).await?) {
             (
                 ModeFlaw::StatusOverCountsReaders,
                 KeyStatus::Shared {
@@ -1039,19 +1082,19 @@ impl LockStore for ModeStore {
     }
 
     async fn evict(&self, key: &str) -> Result<bool> {
-        self.inner.evict(key).await
+        self.memory().evict(key).await
     }
 
     async fn per_key_state(&self) -> Result<Option<PerKeyState>> {
-        self.inner.per_key_state().await
+        self.memory().per_key_state().await
     }
 
     fn diagnostics(&self) -> Vec<String> {
-        self.inner.diagnostics()
+        self.memory().diagnostics()
     }
 
     fn lease_env(&self, lease: &Lease) -> Vec<(String, String)> {
-        self.inner.lease_env(lease)
+        self.memory().lease_env(lease)
     }
 }
 
@@ -1059,16 +1102,27 @@ struct ModeFactory {
     store: ModeStore,
 }
 
+impl ModeFactory {
+    /// Whether the flaw is in what fencelock-core checks for every `raw::Store` (the modes
+    /// a store declares, the permit limit's range).
+    fn unchecked(&self) -> bool {
+        matches!(
+            self.store.flaw,
+            ModeFlaw::UndeclaredModesGranted | ModeFlaw::PermitLimitUnchecked
+        )
+    }
+}
+
 #[async_trait]
 impl StoreFactory for ModeFactory {
     async fn handle(&self) -> DynLockStore {
-        Arc::new(self.store.new_handle())
+        handed_out(self.store.new_handle(), self.unchecked())
     }
 
     async fn unreachable_handle(&self) -> DynLockStore {
         let inner = MemoryStore::new();
         inner.set_reachable(false);
-        Arc::new(ModeStore::new(inner, self.store.flaw))
+        handed_out(ModeStore::new(inner, self.store.flaw), self.unchecked())
     }
 }
 

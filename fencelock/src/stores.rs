@@ -2,7 +2,7 @@
 
 use fencelock_core::StoreKind;
 
-pub use fencelock_core::url::redact;
+pub use fencelock_core::raw::url::redact;
 
 use crate::{Error, Result};
 

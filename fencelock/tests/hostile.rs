@@ -9,7 +9,7 @@ use std::time::Duration;
 use fencelock::fencelock_etcd::EtcdConfig;
 use fencelock::fencelock_postgres::PostgresConfig;
 use fencelock::fencelock_redis::{RedisConfig, RedlockConfig};
-use fencelock::validate::MAX_KEY_LEN;
+use fencelock::limits::MAX_KEY_LEN;
 use fencelock::{connect, redact, DynLockStore, Error, KeyStatus, ReleaseOutcome};
 use proptest::prelude::*;
 

@@ -29,9 +29,7 @@ use async_trait::async_trait;
 use metrics::{counter, describe_counter, describe_histogram, histogram, Unit};
 
 use crate::raw::{self, AcquireRequest};
-use crate::{
-    Capabilities, DynLockStore, Error, KeyStatus, Lease, PerKeyState, ReleaseOutcome, Result,
-};
+use crate::{DynLockStore, Error, Lease, LockStore, Result};
 
 /// Counter: leases granted.
 pub const GRANTS: &str = "fencelock_grants_total";
@@ -149,14 +147,13 @@ pub(crate) fn lease_lost(lease: &Lease) {
 }
 
 #[async_trait]
-#[deny(clippy::missing_trait_methods)]
-impl raw::Store for Metered {
-    fn name(&self) -> &'static str {
-        self.store
+impl raw::Wrapper for Metered {
+    fn inner(&self) -> &dyn LockStore {
+        &*self.inner
     }
 
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
+    fn name(&self) -> &'static str {
+        self.store
     }
 
     async fn acquire(&self, request: &AcquireRequest<'_>) -> Result<Lease> {
@@ -172,34 +169,10 @@ impl raw::Store for Metered {
         result
     }
 
-    async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
-        self.inner.release(lease).await
-    }
-
     async fn extend(&self, lease: &Lease) -> Result<()> {
         let started = Instant::now();
         let result = self.inner.extend(lease).await;
         self.time(EXTEND_SECONDS, started.elapsed());
         result
-    }
-
-    async fn status(&self, key: &str) -> Result<KeyStatus> {
-        self.inner.status(key).await
-    }
-
-    async fn evict(&self, key: &str) -> Result<bool> {
-        self.inner.evict(key).await
-    }
-
-    async fn per_key_state(&self) -> Result<Option<PerKeyState>> {
-        self.inner.per_key_state().await
-    }
-
-    fn diagnostics(&self) -> Vec<String> {
-        self.inner.diagnostics()
-    }
-
-    fn lease_env(&self, lease: &Lease) -> Vec<(String, String)> {
-        self.inner.lease_env(lease)
     }
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 use etcd_client::{
     Client, ConnectOptions, GetOptions, GetResponse, KeyValue, Txn, TxnResponse, WatchOptions,
 };
-use fencelock_core::ttl::whole_secs;
+use fencelock_core::raw::ttl::whole_secs;
 use fencelock_core::{Error, Instant, Result};
 use tokio::time::{sleep, timeout, timeout_at};
 

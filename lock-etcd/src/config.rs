@@ -4,9 +4,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use fencelock_core::url::{
-    client_identity, parse_timeout, percent_decode, percent_encode, read_pem,
-};
+use fencelock_core::raw::url::{client_identity, parse_timeout, percent_decode, percent_encode, read_pem};
 use fencelock_core::{Error, Result};
 
 /// `etcd://`: plain connections.
@@ -137,7 +135,7 @@ impl EtcdConfig {
     /// list, an unknown or malformed option, or `etcds://` without the `tls` feature. The
     /// message never contains the password.
     pub fn from_url(url: &str) -> Result<Self> {
-        fencelock_core::url::check_userinfo_encoded(url)?;
+        fencelock_core::raw::url::check_userinfo_encoded(url)?;
         let bad = |rule: String| Error::invalid("url", rule);
         let (scheme, rest) = url.split_once("://").unwrap_or(("(none)", url));
         let tls = match scheme {
@@ -396,7 +394,7 @@ impl FromStr for EtcdConfig {
 
 /// `host:port`, `host` (port 2379), `[v6]:port` or `[v6]`.
 fn parse_host(text: &str) -> Result<String> {
-    fencelock_core::url::parse_endpoint(text, DEFAULT_PORT, "endpoint", &[])
+    fencelock_core::raw::url::parse_endpoint(text, DEFAULT_PORT, "endpoint", &[])
 }
 
 #[cfg(test)]

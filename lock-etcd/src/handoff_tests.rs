@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use etcd_client::{Client, GetOptions, KeyValue, SortOrder, SortTarget};
-use fencelock_core::{Acquire, Lease, OwnerId, Release, ReleaseOutcome};
+use fencelock_core::{Lease, LockStore, OwnerId, ReleaseOutcome};
 use test_servers::shared;
 use tokio::task::JoinHandle;
 use tokio::time::{sleep, Instant};

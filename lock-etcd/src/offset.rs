@@ -24,7 +24,7 @@ pub(crate) const HINT_AGE: Duration = Duration::from_secs(1);
 /// counts from. Fed only with linearizable answers (writes, linearizable reads), whose
 /// revision is at least the store's revision when their request was sent; a serializable read
 /// may come from a member that lags by any amount.
-pub(crate) type RevisionHint = fencelock_core::hint::PositionHint;
+pub(crate) type RevisionHint = fencelock_core::raw::hint::PositionHint;
 
 /// The offset's name under a prefix. No queue directory of the same prefix is it or holds it:
 /// directories end in `/` and this name holds none. Another prefix's directory may (prefixes

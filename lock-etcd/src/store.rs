@@ -10,12 +10,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use etcd_client::{GetOptions, KeyValue};
-use fencelock_core::ttl::whole_secs;
-use fencelock_core::validate::{check_granted, check_mode, check_request, check_wait};
-use fencelock_core::{
-    drift, Acquire, Capabilities, Error, Extend, HolderStatus, Instant, KeyStatus, Lease,
-    LockStore, Mode, OwnerId, Release, ReleaseOutcome, Result,
-};
+use fencelock_core::raw::ttl::whole_secs;
+use fencelock_core::raw::validate::{check_granted, check_mode, check_request, check_wait};
+use fencelock_core::{Capabilities, Error, HolderStatus, Instant, KeyStatus, Lease, LockStore, Mode, OwnerId, ReleaseOutcome, Result, raw::drift};
 use tokio::time::timeout;
 
 use crate::client::{Connection, Resend};
@@ -863,7 +860,7 @@ impl LockStore for EtcdStore {
     /// Dropping the future may leave the entry deleted and its lease not yet revoked; the lease
     /// then holds nothing and expires at its TTL.
     async fn evict(&self, key: &str) -> Result<bool> {
-        fencelock_core::validate::check_key(key)?;
+        fencelock_core::raw::validate::check_key(key)?;
         let dir = self.dir(key);
         let refused = || self.refused("evict", &dir, Right::ReadWrite);
         let Some(head) = self.queue_head(&dir).await.map_err(refused())? else {
@@ -902,7 +899,7 @@ impl LockStore for EtcdStore {
     /// # Cancel safety
     /// Read-only; dropping the future loses nothing.
     async fn status(&self, key: &str) -> Result<KeyStatus> {
-        fencelock_core::validate::check_key(key)?;
+        fencelock_core::raw::validate::check_key(key)?;
         let dir = self.dir(key);
         let refused = || self.refused("status", &dir, Right::Read);
         let queue = match self.config().layout {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{EventType, GetOptions, KeyValue, WatchFilterType, WatchOptions};
-use fencelock_core::{drift, Error, Instant, Mode, Result};
+use fencelock_core::{Error, Instant, Mode, Result, raw::drift};
 use tokio::time::{sleep_until, timeout_at};
 
 use crate::client::{Connection, Resend};
@@ -568,7 +568,7 @@ impl ModeView {
 
 /// The most older entries a permit waiter watches at once (one watch each, over one stream);
 /// past that it also reads the queue again at every renewal.
-const MAX_WATCHED: usize = fencelock_core::MAX_PERMITS as usize;
+const MAX_WATCHED: usize = fencelock_core::limits::MAX_PERMITS as usize;
 
 impl Waiter<'_> {
     /// Waits as a shared or permit request (`mode`), until its entry may be marked granted

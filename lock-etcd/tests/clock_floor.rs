@@ -10,9 +10,7 @@ mod common;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use etcd_client::{Client, GetOptions, PutOptions};
-use fencelock_core::{
-    Acquire, Error, KeyStatus, LockStore, Mode, OwnerId, Release, ReleaseOutcome,
-};
+use fencelock_core::{Error, KeyStatus, LockStore, Mode, OwnerId, ReleaseOutcome};
 use fencelock_etcd::EtcdStore;
 use test_servers::shared;
 use tokio::time::{sleep, Instant};

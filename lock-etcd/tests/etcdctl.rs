@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::store;
 use etcd_client::GetOptions;
-use fencelock_core::{Acquire, Error, Lease, Release, ReleaseOutcome};
+use fencelock_core::{Error, Lease, LockStore, ReleaseOutcome};
 use fencelock_etcd::{mutex_key, EtcdStore};
 use test_servers::shared;
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};

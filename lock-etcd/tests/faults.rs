@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use common::{metric, store};
 use etcd_client::GetOptions;
-use fencelock_core::{Acquire, Error, Extend, KeepAlive, LockStore, Mode, Release, ReleaseOutcome};
+use fencelock_core::{Error, KeepAlive, LockStore, Mode, ReleaseOutcome};
 use fencelock_etcd::{EtcdConfig, EtcdStore};
 use test_servers::{closed_ports, EtcdCluster, EtcdServer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

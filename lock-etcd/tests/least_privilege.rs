@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use common::EtcdFactory;
 use fencelock_conformance::StoreFactory;
-use fencelock_core::{Acquire, Error, Extend, KeyStatus, LockStore, Release, ReleaseOutcome};
+use fencelock_core::{Error, KeyStatus, LockStore, ReleaseOutcome};
 use fencelock_etcd::{EtcdConfig, EtcdStore, DEFAULT_PREFIX};
 use test_servers::EtcdServer;
 

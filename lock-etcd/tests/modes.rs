@@ -7,9 +7,7 @@ mod common;
 use std::time::Duration;
 
 use etcd_client::GetOptions;
-use fencelock_core::{
-    Acquire, Error, KeyStatus, LockStore, Mode, OwnerId, Release, ReleaseOutcome,
-};
+use fencelock_core::{Error, KeyStatus, LockStore, Mode, OwnerId, ReleaseOutcome};
 use fencelock_etcd::EtcdStore;
 use test_servers::shared;
 use tokio::time::{sleep, Instant};

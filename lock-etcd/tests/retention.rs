@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{Client, GetOptions};
-use fencelock_core::{Acquire, LockStore, Release, ReleaseOutcome};
+use fencelock_core::{LockStore, ReleaseOutcome};
 use test_servers::shared;
 use tokio::time::{sleep, Instant};
 

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::store;
-use fencelock_core::{Acquire, Error, KeepAlive, Release, ReleaseOutcome};
+use fencelock_core::{Error, KeepAlive, LockStore, ReleaseOutcome};
 use test_servers::EtcdCluster;
 use tokio::time::{sleep, timeout};
 

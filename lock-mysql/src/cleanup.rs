@@ -1,8 +1,8 @@
 //! Removal of idle fence rows, in bounded batches, off the path of every acquire.
 //!
 //! A release that finds a run due spawns one in the background (with
-//! [`spawn_if_due`](fencelock_core::cleanup_task::spawn_if_due): at most one per handle at a
-//! time, at most one per [`interval`](fencelock_core::cleanup::interval)); it takes a session
+//! [`spawn_if_due`](fencelock_core::raw::cleanup_task::spawn_if_due): at most one per handle at a
+//! time, at most one per [`interval`](fencelock_core::raw::cleanup::interval)); it takes a session
 //! of its own, so no acquire or release waits for it. Each batch first looks for idle rows with
 //! a plain read (no locks), then, in one short transaction, locks the floor row, checks the rows again under row locks, raises
 //! the floor to their highest token and deletes them. Only bumps of new rows wait, for that
@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 
-use fencelock_core::cleanup::{BATCH_ROWS, MAX_BATCHES};
+use fencelock_core::raw::cleanup::{BATCH_ROWS, MAX_BATCHES};
 use fencelock_core::Result;
 use sqlx::mysql::MySqlConnection;
 use sqlx::{Connection, Row};
@@ -21,7 +21,7 @@ use crate::session::{Checkout, Sessions};
 
 /// Spawns a background run if one is due. Never waits.
 pub(crate) fn spawn_if_due(sessions: &Arc<Sessions>) {
-    fencelock_core::cleanup_task::spawn_if_due(
+    fencelock_core::raw::cleanup_task::spawn_if_due(
         sessions,
         |sessions| &sessions.cleanup,
         sessions.config.retention(),

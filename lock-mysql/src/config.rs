@@ -4,8 +4,8 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use fencelock_core::url::{check_scheme, client_identity, redact, TableStoreOptions, TlsFiles};
-use fencelock_core::validate::check_retention;
+use fencelock_core::raw::url::{TableStoreOptions, TlsFiles, check_scheme, client_identity, redact};
+use fencelock_core::raw::validate::check_retention;
 use fencelock_core::{Error, Result};
 use sqlx::mysql::{MySqlConnectOptions, MySqlSslMode};
 use url::Url;
@@ -20,15 +20,15 @@ const MYSQL_SCHEME: &str = "mysql";
 pub const URL_SCHEMES: &[&str] = &[MYSQL_SCHEME, "mariadb"];
 /// The default namespace: keys of stores with different namespaces (or fence tables) never
 /// contend.
-pub const DEFAULT_NAMESPACE: &str = fencelock_core::url::DEFAULT_NAMESPACE;
+pub const DEFAULT_NAMESPACE: &str = fencelock_core::raw::url::DEFAULT_NAMESPACE;
 /// The default name of the fence table (in the URL's database).
-pub const DEFAULT_TABLE: &str = fencelock_core::url::DEFAULT_TABLE;
+pub const DEFAULT_TABLE: &str = fencelock_core::raw::url::DEFAULT_TABLE;
 /// The default bound on opening one connection.
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = fencelock_core::url::DEFAULT_CONNECT_TIMEOUT;
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = fencelock_core::raw::url::DEFAULT_CONNECT_TIMEOUT;
 /// The default bound on one statement that does not wait for a lock.
-pub const DEFAULT_COMMAND_TIMEOUT: Duration = fencelock_core::url::DEFAULT_COMMAND_TIMEOUT;
+pub const DEFAULT_COMMAND_TIMEOUT: Duration = fencelock_core::raw::url::DEFAULT_COMMAND_TIMEOUT;
 /// The default number of idle connections a store keeps for reuse.
-pub const DEFAULT_MAX_IDLE: usize = fencelock_core::url::DEFAULT_MAX_IDLE;
+pub const DEFAULT_MAX_IDLE: usize = fencelock_core::raw::url::DEFAULT_MAX_IDLE;
 /// The shortest TTL this store accepts: the server's idle timeout (`wait_timeout`) counts
 /// whole seconds, so TTLs are rounded up to whole seconds and one second is the least.
 pub const MIN_TTL: Duration = Duration::from_secs(1);
@@ -123,7 +123,7 @@ impl MysqlConfig {
     /// [`InvalidInput`](fencelock_core::ErrorKind::InvalidInput) for any URL this parser refuses,
     /// as above (a TLS file that cannot be read included).
     pub fn from_url(url: &str) -> Result<Self> {
-        fencelock_core::url::check_userinfo_encoded(url)?;
+        fencelock_core::raw::url::check_userinfo_encoded(url)?;
         let bad = |rule: String| Error::invalid("url", rule);
         let parsed = Url::parse(url).map_err(|e| bad(format!("not a URL: {e}")))?;
         check_scheme(parsed.scheme(), URL_SCHEMES)?;
@@ -132,7 +132,7 @@ impl MysqlConfig {
             return Err(bad(format!("{redacted}: the URL names no host")));
         }
         let database = parsed.path().trim_start_matches('/');
-        let database = check_database(&fencelock_core::url::percent_decode(database).ok_or_else(
+        let database = check_database(&fencelock_core::raw::url::percent_decode(database).ok_or_else(
             || {
                 bad(format!(
                     "{redacted}: the database name is not valid percent-encoded UTF-8"
@@ -419,7 +419,7 @@ fn requires_tls(mode: MySqlSslMode) -> bool {
 /// key's next token (`max(floor + 1, clock)`) is the clock's. The crate docs, "Per-key state",
 /// make the argument.
 pub fn min_retention() -> Duration {
-    fencelock_core::validate::clock_floor_retention(TOKEN_GRANULE, MAX_CLOCK_STEP_BACK, READ_MARGIN)
+    fencelock_core::raw::validate::clock_floor_retention(TOKEN_GRANULE, MAX_CLOCK_STEP_BACK, READ_MARGIN)
 }
 
 /// Refuses a retention window below [`min_retention`], naming the smallest window allowed.
@@ -461,7 +461,7 @@ fn check_database(value: &str) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fencelock_core::validate::MAX_TTL;
+    use fencelock_core::limits::MAX_TTL;
 
     fn rule(url: &str) -> String {
         match MysqlConfig::from_url(url) {

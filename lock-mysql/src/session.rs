@@ -5,8 +5,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fencelock_core::cleanup::CleanupSchedule;
-use fencelock_core::session_pool::{open_within, OpenCount, SessionPool};
+use fencelock_core::raw::cleanup::CleanupSchedule;
+use fencelock_core::raw::session_pool::{OpenCount, SessionPool, open_within};
 use fencelock_core::{Error, Instant};
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlRow};
 use sqlx::{Connection, Row};
@@ -48,7 +48,7 @@ impl Session {
 }
 
 /// A session taken for one operation, and whether it came from the idle list.
-pub(crate) type Checkout = fencelock_core::session_pool::Checkout<Session>;
+pub(crate) type Checkout = fencelock_core::raw::session_pool::Checkout<Session>;
 
 /// The connections of one store handle and everything needed to open more.
 pub(crate) struct Sessions {

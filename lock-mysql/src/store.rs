@@ -6,12 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use fencelock_core::ttl::{whole_millis, whole_secs};
-use fencelock_core::validate::{check_granted, check_key, check_request, check_wait};
-use fencelock_core::{
-    Acquire, Capabilities, Error, Extend, Instant, KeyStatus, Lease, LockStore, OwnerId,
-    PerKeyState, Release, ReleaseOutcome, Result,
-};
+use fencelock_core::raw::ttl::{whole_millis, whole_secs};
+use fencelock_core::raw::validate::{check_granted, check_key, check_request, check_wait};
+use fencelock_core::{Capabilities, Error, Instant, KeyStatus, Lease, LockStore, OwnerId, PerKeyState, ReleaseOutcome, Result};
 use sqlx::mysql::MySqlRow;
 use sqlx::Row;
 

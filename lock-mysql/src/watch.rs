@@ -1,12 +1,12 @@
 //! Finding out fast that the server ended a lease's session: the handle's
-//! [`SessionWatch`](fencelock_core::session_watch::SessionWatch) task looks up the sessions of
+//! [`SessionWatch`](fencelock_core::raw::session_watch::SessionWatch) task looks up the sessions of
 //! the held leases in `information_schema.PROCESSLIST` through [`Sessions`], and revokes the
 //! [`Lease::revocation`](fencelock_core::Lease::revocation) of each lease whose session is gone,
 //! so [`KeepAlive`](fencelock_core::KeepAlive) reports the loss at once instead of at its next
 //! extend. The task itself, shared with the PostgreSQL store, is in fencelock-core.
 
 use async_trait::async_trait;
-use fencelock_core::session_watch::{LookUp, SessionWatch};
+use fencelock_core::raw::session_watch::{LookUp, SessionWatch};
 use sqlx::Row;
 
 use crate::error::bounded;

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use fencelock_core::{Acquire, Error, Extend, KeepAlive, Release, ReleaseOutcome};
+use fencelock_core::{Error, KeepAlive, LockStore, ReleaseOutcome};
 use fencelock_mysql::{MysqlConfig, MysqlStore};
 use sqlx::{Connection, MySqlConnection, Row};
 use test_servers::{shared, MariadbServer};

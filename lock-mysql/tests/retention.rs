@@ -14,7 +14,7 @@ mod common;
 use std::time::Duration;
 
 use common::unix_micros;
-use fencelock_core::{Acquire, Error, Extend, LockStore, Release, ReleaseOutcome};
+use fencelock_core::{Error, LockStore, ReleaseOutcome};
 use fencelock_mysql::{MysqlConfig, MysqlStore};
 use sqlx::{Connection, MySqlConnection};
 use test_servers::shared;

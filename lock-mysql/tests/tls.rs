@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fencelock_conformance::{async_trait, run_case, Outcome, StoreFactory, CASES};
-use fencelock_core::{Acquire, DynLockStore, Error, Release};
+use fencelock_core::{DynLockStore, Error, LockStore};
 use fencelock_mysql::{MysqlConfig, MysqlStore};
 use futures_util::stream::{self, StreamExt};
 use sqlx::mysql::{MySqlConnectOptions, MySqlSslMode};

@@ -6,7 +6,7 @@ mod common;
 use std::time::Duration;
 
 use common::unix_micros;
-use fencelock_core::{Acquire, Release, ReleaseOutcome};
+use fencelock_core::{LockStore, ReleaseOutcome};
 use fencelock_mysql::MysqlStore;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,15 +1,15 @@
 //! Removal of idle fence rows, in bounded batches, off the path of every acquire.
 //!
 //! A release that finds a run due spawns one in the background (with
-//! [`spawn_if_due`](fencelock_core::cleanup_task::spawn_if_due): at most one per handle at a
-//! time, at most one per [`interval`](fencelock_core::cleanup::interval)); it takes a pooled
+//! [`spawn_if_due`](fencelock_core::raw::cleanup_task::spawn_if_due): at most one per handle at a
+//! time, at most one per [`interval`](fencelock_core::raw::cleanup::interval)); it takes a pooled
 //! session of its own, so no acquire or release waits for it. Each batch is one statement over at most [`BATCH_ROWS`] rows that
 //! skips locked rows, so a bump never waits for more than one batch and the batch never waits
 //! for a bump; a run stops after [`MAX_BATCHES`] batches and leaves the rest to the next one.
 
 use std::sync::Arc;
 
-use fencelock_core::cleanup::{BATCH_ROWS, MAX_BATCHES};
+use fencelock_core::raw::cleanup::{BATCH_ROWS, MAX_BATCHES};
 use fencelock_core::Result;
 use sqlx::Row;
 
@@ -18,7 +18,7 @@ use crate::session::{Checkout, Sessions};
 
 /// Spawns a background run if one is due. Never waits.
 pub(crate) fn spawn_if_due(sessions: &Arc<Sessions>) {
-    fencelock_core::cleanup_task::spawn_if_due(
+    fencelock_core::raw::cleanup_task::spawn_if_due(
         sessions,
         |sessions| &sessions.cleanup,
         sessions.config.retention(),

@@ -4,11 +4,8 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use fencelock_core::url::{
-    check_identifier, check_scheme, client_identity, parse_bool, parse_window, redact,
-    TableStoreOptions, TlsFiles,
-};
-use fencelock_core::validate::check_retention;
+use fencelock_core::raw::url::{TableStoreOptions, TlsFiles, check_identifier, check_scheme, client_identity, parse_bool, parse_window, redact};
+use fencelock_core::raw::validate::check_retention;
 use fencelock_core::{Error, Result};
 use sqlx::postgres::{PgConnectOptions, PgSslMode};
 use url::Url;
@@ -21,17 +18,17 @@ use crate::sql;
 pub const URL_SCHEMES: &[&str] = &["postgres", "postgresql"];
 /// The default namespace: keys of stores with different namespaces (or fence tables) never
 /// contend.
-pub const DEFAULT_NAMESPACE: &str = fencelock_core::url::DEFAULT_NAMESPACE;
+pub const DEFAULT_NAMESPACE: &str = fencelock_core::raw::url::DEFAULT_NAMESPACE;
 /// The default schema of the fence table.
 pub const DEFAULT_SCHEMA: &str = "public";
 /// The default name of the fence table.
-pub const DEFAULT_TABLE: &str = fencelock_core::url::DEFAULT_TABLE;
+pub const DEFAULT_TABLE: &str = fencelock_core::raw::url::DEFAULT_TABLE;
 /// The default bound on opening one connection.
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = fencelock_core::url::DEFAULT_CONNECT_TIMEOUT;
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = fencelock_core::raw::url::DEFAULT_CONNECT_TIMEOUT;
 /// The default bound on one statement that does not wait for a lock.
-pub const DEFAULT_COMMAND_TIMEOUT: Duration = fencelock_core::url::DEFAULT_COMMAND_TIMEOUT;
+pub const DEFAULT_COMMAND_TIMEOUT: Duration = fencelock_core::raw::url::DEFAULT_COMMAND_TIMEOUT;
 /// The default number of idle connections a store keeps for reuse.
-pub const DEFAULT_MAX_IDLE: usize = fencelock_core::url::DEFAULT_MAX_IDLE;
+pub const DEFAULT_MAX_IDLE: usize = fencelock_core::raw::url::DEFAULT_MAX_IDLE;
 /// The shortest TTL this store accepts. A shorter lease would spend most of its life on the
 /// round trips and the durable commit of its own acquire. TTLs travel as whole milliseconds
 /// (the server's timers), rounded up.
@@ -155,7 +152,7 @@ impl PostgresConfig {
     /// [`InvalidInput`](fencelock_core::ErrorKind::InvalidInput) for any URL this parser refuses,
     /// as above (a TLS file that cannot be read included).
     pub fn from_url(url: &str) -> Result<Self> {
-        fencelock_core::url::check_userinfo_encoded(url)?;
+        fencelock_core::raw::url::check_userinfo_encoded(url)?;
         let bad = |rule: String| Error::invalid("url", rule);
         let parsed = Url::parse(url).map_err(|e| bad(format!("not a URL: {e}")))?;
         check_scheme(parsed.scheme(), URL_SCHEMES)?;
@@ -451,7 +448,7 @@ fn apply_tls(
 /// The smallest retention window for a server clock that steps back at most `max_skew`: a
 /// granule plus `max_skew` plus [`FLOOR_MARGIN`], rounded up to a whole ms.
 fn min_retention(max_skew: Duration) -> Duration {
-    fencelock_core::validate::clock_floor_retention(TOKEN_GRANULE, max_skew, FLOOR_MARGIN)
+    fencelock_core::raw::validate::clock_floor_retention(TOKEN_GRANULE, max_skew, FLOOR_MARGIN)
 }
 
 /// Refuses a retention window below [`min_retention`] (see [`PostgresConfig`]'s docs), naming
@@ -488,7 +485,7 @@ fn requires_tls(mode: PgSslMode) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fencelock_core::validate::MAX_TTL;
+    use fencelock_core::limits::MAX_TTL;
 
     fn rule(url: &str) -> String {
         match PostgresConfig::from_url(url) {

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use fencelock_core::kind::BoxFuture;
+use fencelock_core::raw::BoxFuture;
 use fencelock_core::{DynLockStore, Result, StoreKind};
 
 use crate::config::{PostgresConfig, URL_SCHEMES};

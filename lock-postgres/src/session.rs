@@ -4,8 +4,8 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use fencelock_core::cleanup::CleanupSchedule;
-use fencelock_core::session_pool::{open_within, OpenCount, SessionPool};
+use fencelock_core::raw::cleanup::CleanupSchedule;
+use fencelock_core::raw::session_pool::{OpenCount, SessionPool, open_within};
 use fencelock_core::Error;
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::{Connection, Row};
@@ -55,7 +55,7 @@ pub(crate) struct Session {
 }
 
 /// A session taken for one operation, and whether it came from the idle list.
-pub(crate) type Checkout = fencelock_core::session_pool::Checkout<Session>;
+pub(crate) type Checkout = fencelock_core::raw::session_pool::Checkout<Session>;
 
 /// The connections of one store handle and everything needed to open more.
 pub(crate) struct Sessions {

@@ -6,14 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use fencelock_core::ttl::whole_millis;
-use fencelock_core::validate::{
-    check_granted, check_key, check_mode, check_request, check_ttl, check_wait,
-};
-use fencelock_core::{
-    Acquire, Capabilities, Error, Extend, HolderStatus, Instant, KeyStatus, Lease, LockStore, Mode,
-    OwnerId, PerKeyState, Release, ReleaseOutcome, Result,
-};
+use fencelock_core::raw::ttl::whole_millis;
+use fencelock_core::raw::validate::{check_granted, check_key, check_mode, check_request, check_ttl, check_wait};
+use fencelock_core::{Capabilities, Error, HolderStatus, Instant, KeyStatus, Lease, LockStore, Mode, OwnerId, PerKeyState, ReleaseOutcome, Result};
 use sqlx::postgres::PgRow;
 use sqlx::Row;
 
@@ -1014,7 +1009,7 @@ impl PostgresStore {
         let mut holders = Vec::new();
         let recorded: Option<i32> = decode(first, |row| row.try_get("permit_limit"))?;
         let limit = recorded.map(|l| l.max(0).unsigned_abs());
-        let slots = locks.slots(limit.unwrap_or(0).min(fencelock_core::MAX_PERMITS));
+        let slots = locks.slots(limit.unwrap_or(0).min(fencelock_core::limits::MAX_PERMITS));
         for row in rows {
             let held: Vec<i64> = decode(row, |row| row.try_get("locks"))?;
             let slot = if held.contains(&locks.gate) {

@@ -9,7 +9,7 @@ mod common;
 use std::time::Duration;
 
 use common::{admin, store};
-use fencelock_core::{Acquire, Release, ReleaseOutcome};
+use fencelock_core::{LockStore, ReleaseOutcome};
 use fencelock_postgres::PostgresStore;
 use sqlx::Row;
 use test_servers::PostgresServer;

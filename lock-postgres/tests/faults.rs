@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::{admin, backend_exists, holders, store, terminate_holder};
 use fencelock_conformance::eventually;
-use fencelock_core::{Acquire, Error, Extend, KeepAlive, Release, ReleaseOutcome};
+use fencelock_core::{Error, KeepAlive, LockStore, ReleaseOutcome};
 use test_servers::PostgresServer;
 use tokio::time::{sleep, timeout, Instant};
 

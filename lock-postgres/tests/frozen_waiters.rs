@@ -16,7 +16,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use common::{admin, holders, store, waiters};
-use fencelock_core::{Acquire, Error, KeyStatus, LockStore, Mode, Release, ReleaseOutcome};
+use fencelock_core::{Error, KeyStatus, LockStore, Mode, ReleaseOutcome};
 use fencelock_postgres::{PostgresStore, DEFAULT_NAMESPACE, DEFAULT_SCHEMA, DEFAULT_TABLE};
 use sqlx::{PgConnection, Row};
 use test_servers::{shared, PostgresServer};

@@ -10,7 +10,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use fencelock_conformance::{async_trait, StoreFactory};
-use fencelock_core::{Acquire, DynLockStore, Error, LockStore, Release, ReleaseOutcome};
+use fencelock_core::{DynLockStore, Error, LockStore, ReleaseOutcome};
 use fencelock_postgres::{PostgresConfig, PostgresStore};
 use sqlx::postgres::PgConnection;
 use sqlx::{Connection, Row};

@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use common::{admin, store, waiters};
-use fencelock_core::{Acquire, Error, LockStore, Mode, Release, ReleaseOutcome};
+use fencelock_core::{Error, LockStore, Mode, ReleaseOutcome};
 use test_servers::shared;
 use tokio::time::{sleep, Instant};
 

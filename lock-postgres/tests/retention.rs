@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{admin, store};
-use fencelock_core::{Acquire, Error, LockStore, Mode, Release, ReleaseOutcome};
+use fencelock_core::{Error, LockStore, Mode, ReleaseOutcome};
 use fencelock_postgres::{PostgresConfig, PostgresStore};
 use sqlx::{PgConnection, Row};
 use test_servers::shared;

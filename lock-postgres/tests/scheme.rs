@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use common::{admin, store};
-use fencelock_core::{Acquire, Error, FenceGate, Release, ReleaseOutcome};
+use fencelock_core::{Error, FenceGate, LockStore, ReleaseOutcome};
 use fencelock_postgres::{PostgresConfig, PostgresStore};
 use sqlx::Row;
 use test_servers::shared;

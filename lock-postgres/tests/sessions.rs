@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::{admin, backend_exists, holders, store, waiters};
 use fencelock_conformance::eventually;
-use fencelock_core::{Acquire, Error, Extend, KeyStatus, LockStore, Release, ReleaseOutcome};
+use fencelock_core::{Error, KeyStatus, LockStore, ReleaseOutcome};
 use sqlx::Row;
 use test_servers::shared;
 use tokio::time::sleep;

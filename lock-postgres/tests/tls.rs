@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fencelock_conformance::{async_trait, StoreFactory};
-use fencelock_core::{Acquire, DynLockStore, Error, Release};
+use fencelock_core::{DynLockStore, Error, LockStore};
 use fencelock_postgres::{PostgresConfig, PostgresStore};
 use test_servers::{closed_ports, shared, PostgresServer, ServerCert, TestCa};
 

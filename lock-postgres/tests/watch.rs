@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::{admin, store, terminate_holder};
 use fencelock_conformance::eventually;
-use fencelock_core::{Acquire, KeepAlive, Release, ReleaseOutcome};
+use fencelock_core::{KeepAlive, LockStore, ReleaseOutcome};
 use sqlx::{PgConnection, Row};
 use test_servers::shared;
 use tokio::time::{timeout, Instant};
@@ -71,7 +71,7 @@ async fn a_lease_whose_session_lives_is_never_revoked() {
     let lease = holder.try_acquire(key, ttl).await.unwrap();
     for _ in 0..6 {
         tokio::time::sleep(ttl / 6).await;
-        fencelock_core::Extend::extend(&holder, &lease)
+        fencelock_core::LockStore::extend(&holder, &lease)
             .await
             .unwrap();
     }

@@ -31,7 +31,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::Rslock;
-use fencelock_core::ttl::whole_millis;
+use fencelock_core::raw::ttl::whole_millis;
 use fencelock_core::{DynLockStore, Mode, OwnerId};
 use fencelock_redis::{RedisConfig, RedisStore};
 

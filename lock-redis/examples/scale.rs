@@ -16,7 +16,7 @@ use std::time::Duration;
 use fencelock_conformance::bench::{
     connections_to, hold_kept_alive, live_bytes, rss_bytes, CountingAllocator, Table,
 };
-use fencelock_core::{Acquire, Extend, Release, ReleaseOutcome};
+use fencelock_core::{LockStore, ReleaseOutcome};
 use fencelock_redis::{RedisConfig, RedisStore};
 
 #[global_allocator]

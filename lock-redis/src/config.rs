@@ -7,8 +7,8 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use fencelock_core::url::{parse_timeout, parse_window, redact};
-use fencelock_core::validate::{check_retention, DEFAULT_RETENTION, MAX_TTL};
+use fencelock_core::raw::url::{parse_timeout, parse_window, redact};
+use fencelock_core::{limits::MAX_TTL, raw::validate::{DEFAULT_RETENTION, check_retention}};
 use fencelock_core::{Error, Result};
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo};
 use url::Url;
@@ -34,7 +34,7 @@ pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
 /// The longest key prefix accepted, in bytes.
 pub const MAX_PREFIX_LEN: usize = 256;
 /// TTLs travel as whole milliseconds (`PX`, `PEXPIRE`), rounded up; the bounds are
-/// fencelock-core's ([`fencelock_core::validate::MIN_TTL`] to [`fencelock_core::validate::MAX_TTL`]).
+/// fencelock-core's ([`fencelock_core::limits::MIN_TTL`] to [`fencelock_core::limits::MAX_TTL`]).
 pub(crate) const TTL_GRANULARITY: Duration = Duration::from_millis(1);
 
 /// The query-string options this crate reads; anything else is rejected, so a typo such as
@@ -149,7 +149,7 @@ impl RedisConfig {
     /// [`InvalidInput`](fencelock_core::ErrorKind::InvalidInput) for any URL this parser refuses,
     /// as above (a TLS file that cannot be read or used included).
     pub fn from_url(url: &str) -> Result<Self> {
-        fencelock_core::url::check_userinfo_encoded(url)?;
+        fencelock_core::raw::url::check_userinfo_encoded(url)?;
         let scheme = url.split_once("://").map_or("", |(scheme, _)| scheme);
         if scheme.eq_ignore_ascii_case(REDIS_CLUSTER_SCHEME) {
             return Self::from_cluster_url(url);
@@ -561,7 +561,7 @@ pub(crate) fn check_tls(tls: bool) -> Result<()> {
 /// The percent-decoded user name and password of `url`, each `None` when absent or empty.
 pub(crate) fn credentials(url: &Url) -> Result<(Option<String>, Option<String>)> {
     let decode = |what: &str, raw: &str| {
-        fencelock_core::url::percent_decode(raw)
+        fencelock_core::raw::url::percent_decode(raw)
             .ok_or_else(|| bad_url(format!("the {what} is not valid percent-encoded UTF-8")))
     };
     let user = match url.username() {
@@ -623,7 +623,7 @@ impl TlsFiles {
                 "tls_ca, tls_cert and tls_key need a rediss:// (TLS) URL".into(),
             ));
         }
-        fencelock_core::url::client_identity(self.cert.as_ref(), self.key.as_ref())?;
+        fencelock_core::raw::url::client_identity(self.cert.as_ref(), self.key.as_ref())?;
         self.attach(info)
     }
 
@@ -631,7 +631,7 @@ impl TlsFiles {
     fn attach(&self, info: ConnectionInfo) -> Result<ConnectionInfo> {
         // The redis crate takes a file without a certificate as an empty trust store: ask for
         // the block each option needs.
-        use fencelock_core::url::read_pem;
+        use fencelock_core::raw::url::read_pem;
         let root_cert = self
             .ca
             .as_deref()

@@ -4,7 +4,7 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use fencelock_core::ttl::whole_millis;
+use fencelock_core::raw::ttl::whole_millis;
 use fencelock_core::{Error, HolderStatus, KeyStatus, Mode, OwnerId, Result};
 use redis::aio::ConnectionLike;
 use redis::{Script, ToRedisArgs};

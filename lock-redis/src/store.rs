@@ -6,11 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use fencelock_core::validate::{check_granted, check_key, check_mode, check_request, check_wait};
-use fencelock_core::{
-    Acquire, Capabilities, Error, Extend, Instant, KeyStatus, Lease, LockStore, Mode, OwnerId,
-    PerKeyState, Release, ReleaseOutcome, Result,
-};
+use fencelock_core::raw::validate::{check_granted, check_key, check_mode, check_request, check_wait};
+use fencelock_core::{Capabilities, Error, Instant, KeyStatus, Lease, LockStore, Mode, OwnerId, PerKeyState, ReleaseOutcome, Result};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::time::{sleep_until, timeout};
 

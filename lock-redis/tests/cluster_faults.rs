@@ -36,7 +36,7 @@ mod common;
 
 use std::time::Duration;
 
-use fencelock_core::{Acquire, Error, Extend, Release, ReleaseOutcome};
+use fencelock_core::{Error, LockStore, ReleaseOutcome};
 use test_servers::RedisCluster;
 
 const TTL: Duration = Duration::from_secs(30);

@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use common::{admin, admin_query, with_options};
-use fencelock_core::{Acquire, Error, LockStore, ReleaseOutcome};
+use fencelock_core::{Error, LockStore, ReleaseOutcome};
 use fencelock_redis::{
     EvictionCheck, EvictionRisk, RedisConfig, RedisStore, RedlockConfig, RedlockStore,
 };

@@ -8,9 +8,7 @@ use std::time::Duration;
 
 use common::{admin, admin_query, store};
 use fencelock_conformance::eventually;
-use fencelock_core::{
-    Acquire, Error, Extend, KeepAlive, KeyStatus, LockStore, Release, ReleaseOutcome,
-};
+use fencelock_core::{Error, KeepAlive, KeyStatus, LockStore, ReleaseOutcome};
 use test_servers::RedisServer;
 use tokio::time::{sleep, timeout, Instant};
 

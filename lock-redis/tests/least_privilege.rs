@@ -17,7 +17,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use fencelock_conformance::{async_trait, eventually, StoreFactory};
-use fencelock_core::{Acquire, DynLockStore, Error, Extend, LockStore, Release};
+use fencelock_core::{DynLockStore, Error, LockStore};
 use fencelock_redis::{EvictionCheck, RedisConfig, RedisStore};
 use test_servers::{closed_ports, RedisServer};
 

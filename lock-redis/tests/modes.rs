@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::{admin, admin_query, store};
 use fencelock_conformance::eventually;
-use fencelock_core::{Acquire, Error, Extend, KeyStatus, LockStore, Mode, Release, ReleaseOutcome};
+use fencelock_core::{Error, KeyStatus, LockStore, Mode, ReleaseOutcome};
 use test_servers::{shared, RedisServer};
 use tokio::time::sleep;
 

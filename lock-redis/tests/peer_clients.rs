@@ -10,7 +10,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use common::{admin, admin_query, store};
-use fencelock_core::{Acquire, Error, LockStore, Release, ReleaseOutcome};
+use fencelock_core::{Error, LockStore, ReleaseOutcome};
 use fencelock_redis::{Layout, RedisStore, WAIT_CAP};
 use test_servers::shared;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};

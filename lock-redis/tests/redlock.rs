@@ -59,7 +59,7 @@ fencelock_conformance::conformance_tests!(async {
 /// `drift_factor` widens the margin taken off the lease's validity (and the extend's).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drift_factor_shortens_the_local_deadline() {
-    use fencelock_core::{Acquire, Extend, Instant, Release};
+    use fencelock_core::{Instant, LockStore};
     use std::time::Duration;
 
     let store = store(&format!("{}&drift_factor=0.5", redlock_url())).await;
@@ -93,7 +93,7 @@ async fn drift_factor_shortens_the_local_deadline() {
 /// that times out withdraws its entries, so the key is free for others at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_are_served_before_requests_that_do_not_wait_and_withdraw_when_they_give_up() {
-    use fencelock_core::{Acquire, Error, Release};
+    use fencelock_core::{Error, LockStore};
     use std::time::{Duration, Instant};
 
     let (holder, waiter) = (store(&redlock_url()).await, store(&redlock_url()).await);
@@ -218,7 +218,7 @@ async fn zcard(node: &mut redis::aio::MultiplexedConnection, key: &str) -> u64 {
 /// release (a wake-up and a round), none does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_hands_the_key_to_the_queued_waiter_without_a_round() {
-    use fencelock_core::{Acquire, Release};
+    use fencelock_core::LockStore;
     use std::time::{Duration, Instant};
 
     let (holder, waiter) = (store(&redlock_url()).await, store(&redlock_url()).await);
@@ -266,7 +266,7 @@ async fn a_release_hands_the_key_to_the_queued_waiter_without_a_round() {
             .expect("task")
             .expect("the waiter gets the key");
         assert!(lease.fencing_token() > held.fencing_token());
-        let from_a_later_round = released_at + ttl - fencelock_core::drift(ttl);
+        let from_a_later_round = released_at + ttl - fencelock_core::raw::drift(ttl);
         by_grants += usize::from(lease.valid_until() < from_a_later_round.into());
         let _ = waiter.release(&lease).await.expect("release");
     }

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use fencelock_core::{Acquire, Error, Extend, KeyStatus, LockStore, Release, ReleaseOutcome};
+use fencelock_core::{Error, KeyStatus, LockStore, ReleaseOutcome};
 use fencelock_redis::{RedlockConfig, RedlockStore};
 use rand::seq::SliceRandom;
 use test_servers::RedisServer;

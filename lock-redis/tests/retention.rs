@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fencelock_core::{Acquire, LockStore, Release, ReleaseOutcome};
+use fencelock_core::{LockStore, ReleaseOutcome};
 use fencelock_redis::{RedisConfig, RedisStore, RedlockConfig, RedlockStore};
 use test_servers::shared;
 use tokio::time::{sleep, Instant};

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fencelock_conformance::{async_trait, StoreFactory};
-use fencelock_core::{Acquire, DynLockStore, Error, Release};
+use fencelock_core::{DynLockStore, Error, LockStore};
 use fencelock_redis::{RedisConfig, RedisStore, RedlockConfig, RedlockStore};
 use test_servers::{closed_ports, ServerCert, TestCa, TlsRedis};
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::{admin, admin_query, store};
 use fencelock_conformance::eventually;
-use fencelock_core::{Acquire, Error, Release, ReleaseOutcome};
+use fencelock_core::{Error, LockStore, ReleaseOutcome};
 use fencelock_redis::{RedisConfig, RedisStore};
 use test_servers::{shared, RedisServer};
 use tokio::time::{sleep, Instant};

@@ -36,7 +36,7 @@ use std::time::Duration;
 use fencelock_conformance::bench::{
     cycle, cycle_into, handoff_to_another, micros as us, ModeCycles, Samples, Table,
 };
-use fencelock_core::{Acquire, DynLockStore, KeyStatus, LockStore, Release};
+use fencelock_core::{DynLockStore, KeyStatus, LockStore};
 use fencelock_sqlite::{SqliteConfig, SqliteStore};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
 use sqlx::{ConnectOptions, SqliteConnection};

@@ -8,13 +8,10 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use fencelock_core::cleanup::{interval, CleanupSchedule, BATCH_ROWS, MAX_BATCHES};
-use fencelock_core::ttl::whole_millis;
-use fencelock_core::validate::{check_granted, check_key, check_request, check_wait};
-use fencelock_core::{
-    Acquire, Capabilities, Error, Extend, Instant, KeyStatus, Lease, LockStore, OwnerId,
-    PerKeyState, Release, ReleaseOutcome, Result,
-};
+use fencelock_core::raw::cleanup::{BATCH_ROWS, CleanupSchedule, MAX_BATCHES, interval};
+use fencelock_core::raw::ttl::whole_millis;
+use fencelock_core::raw::validate::{check_granted, check_key, check_request, check_wait};
+use fencelock_core::{Capabilities, Error, Instant, KeyStatus, Lease, LockStore, OwnerId, PerKeyState, ReleaseOutcome, Result};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };

@@ -6,7 +6,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use fencelock_core::{Acquire, Error, KeyStatus, LockStore, Release, ReleaseOutcome};
+use fencelock_core::{Error, KeyStatus, LockStore, ReleaseOutcome};
 use fencelock_sqlite::{Lockout, SqliteConfig, SqliteStore};
 use sqlx::{Connection, SqliteConnection};
 use support::Scratch;

@@ -10,7 +10,7 @@ mod support;
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use fencelock_core::{Acquire, Release, ReleaseOutcome};
+use fencelock_core::{LockStore, ReleaseOutcome};
 use fencelock_sqlite::{crash_hooks, SqliteStore};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
 use sqlx::{ConnectOptions, Connection, SqliteConnection};

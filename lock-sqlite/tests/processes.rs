@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};
 
-use fencelock_core::{Acquire, Error, Extend, Release, ReleaseOutcome};
+use fencelock_core::{Error, LockStore, ReleaseOutcome};
 use fencelock_sqlite::SqliteStore;
 use sqlx::{Connection, SqliteConnection};
 use support::Scratch;

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use fencelock_core::{Acquire, Error, LockStore, Release, ReleaseOutcome};
+use fencelock_core::{Error, LockStore, ReleaseOutcome};
 use fencelock_sqlite::{SqliteConfig, SqliteStore};
 use sqlx::Connection;
 use support::Scratch;

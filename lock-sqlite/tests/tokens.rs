@@ -5,7 +5,7 @@ mod support;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use fencelock_core::{Acquire, Release, ReleaseOutcome};
+use fencelock_core::{LockStore, ReleaseOutcome};
 use support::Scratch;
 
 fn unix_micros() -> u64 {

@@ -4,9 +4,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use fencelock_core::url::{
-    client_identity, parse_timeout, percent_decode, percent_encode, read_pem,
-};
+use fencelock_core::raw::url::{client_identity, parse_timeout, percent_decode, percent_encode, read_pem};
 use fencelock_core::{Error, Result};
 
 use crate::keys;
@@ -120,7 +118,7 @@ impl ZookeeperConfig {
     /// without `tls_ca`, a TLS option on `zookeeper://`, a TLS file that cannot be read, or
     /// `auth=sasl` without a user. The message never contains the password.
     pub fn from_url(url: &str) -> Result<Self> {
-        fencelock_core::url::check_userinfo_encoded(url)?;
+        fencelock_core::raw::url::check_userinfo_encoded(url)?;
         let bad = |rule: String| Error::invalid("url", rule);
         let (scheme, rest) = url.split_once("://").unwrap_or(("(none)", url));
         let tls = if scheme.eq_ignore_ascii_case(SCHEME) {
@@ -449,7 +447,7 @@ fn parse_prefix(prefix: &str) -> Result<String> {
 
 /// `host:port`, `host` (port 2181), `[v6]:port` or `[v6]`.
 fn parse_host(text: &str) -> Result<String> {
-    fencelock_core::url::parse_endpoint(text, DEFAULT_PORT, "server", &['/'])
+    fencelock_core::raw::url::parse_endpoint(text, DEFAULT_PORT, "server", &['/'])
 }
 
 #[cfg(test)]

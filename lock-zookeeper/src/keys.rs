@@ -87,7 +87,7 @@ pub(crate) fn node_mode(layout: Layout, name: &str) -> Mode {
         return Mode::Shared;
     }
     match tag.strip_prefix(PERMIT_TAG).map(str::parse::<u32>) {
-        Some(Ok(limit)) if (1..=fencelock_core::MAX_PERMITS).contains(&limit) => {
+        Some(Ok(limit)) if (1..=fencelock_core::limits::MAX_PERMITS).contains(&limit) => {
             Mode::Permit { limit }
         }
         _ => Mode::Exclusive,

@@ -109,7 +109,7 @@ impl Offsets {
 }
 
 /// A zxid no later than the next create's, and when the request that showed it was sent.
-pub(crate) type ZxidHint = fencelock_core::hint::PositionHint;
+pub(crate) type ZxidHint = fencelock_core::raw::hint::PositionHint;
 
 /// What a handle knows of its prefix's offset: the node as last read or written (`None`:
 /// read it first), and the freshest zxid it saw committed.

@@ -5,11 +5,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use fencelock_core::validate::{check_granted, check_mode, check_request, check_wait};
-use fencelock_core::{
-    drift, Acquire, Capabilities, Error, Extend, HolderStatus, KeyStatus, Lease, LockStore, Mode,
-    OwnerId, PerKeyState, Release, ReleaseOutcome, Result,
-};
+use fencelock_core::raw::validate::{check_granted, check_mode, check_request, check_wait};
+use fencelock_core::{Capabilities, Error, HolderStatus, KeyStatus, Lease, LockStore, Mode, OwnerId, PerKeyState, ReleaseOutcome, Result, raw::drift};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -30,7 +27,7 @@ use crate::wait::{Enqueued, Place, Turn};
 const PROBE_TIMEOUT: Duration = Duration::from_millis(100);
 /// What a handle asks for, once, to learn the server's `maxSessionTimeout`: the contract's
 /// longest TTL, more than any server grants. That session is closed at once.
-const MAX_PROBE_TIMEOUT: Duration = fencelock_core::validate::MAX_TTL;
+const MAX_PROBE_TIMEOUT: Duration = fencelock_core::limits::MAX_TTL;
 /// How long a session no lease and no acquisition has used stays open: the next acquire after
 /// that closes it (the handle's first session, which `status` and `evict` use, stays).
 const SESSION_IDLE: Duration = Duration::from_secs(60);
@@ -574,7 +571,7 @@ impl LockStore for ZookeeperStore {
     /// # Cancel safety
     /// Read-only.
     async fn status(&self, key: &str) -> Result<KeyStatus> {
-        fencelock_core::validate::check_key(key)?;
+        fencelock_core::raw::validate::check_key(key)?;
         let session = self.first_session().await?;
         let container = keys::container(&self.config.prefix, key);
         let layout = self.config.layout;
@@ -636,7 +633,7 @@ impl LockStore for ZookeeperStore {
     /// # Cancel safety
     /// Dropping the future may or may not have deleted the node.
     async fn evict(&self, key: &str) -> Result<bool> {
-        fencelock_core::validate::check_key(key)?;
+        fencelock_core::raw::validate::check_key(key)?;
         let session = self.first_session().await?;
         let container = keys::container(&self.config.prefix, key);
         for name in self.queue(&session, &container).await? {

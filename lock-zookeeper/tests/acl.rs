@@ -8,7 +8,7 @@ mod common;
 
 use std::time::Duration;
 
-use fencelock_core::{Acquire, Error, Extend, KeyStatus, LockStore, Release, ReleaseOutcome};
+use fencelock_core::{Error, KeyStatus, LockStore, ReleaseOutcome};
 use test_servers::ZookeeperEnsemble;
 use zookeeper_client::{Acl, Acls, AuthId, CreateMode, Permission};
 

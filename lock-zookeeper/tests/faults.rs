@@ -15,7 +15,7 @@ use std::process::{Child, Command};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fencelock_core::{drift, Acquire, Error, Extend, KeepAlive, Release, ReleaseOutcome};
+use fencelock_core::{Error, KeepAlive, LockStore, ReleaseOutcome, raw::drift};
 use fencelock_zookeeper::ZookeeperStore;
 use test_servers::zookeeper::{MAX_SESSION_TIMEOUT, TICK};
 use test_servers::{FreezableRelay, ZookeeperEnsemble};

@@ -17,7 +17,7 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fencelock_core::{Acquire, Error, KeepAlive, Release, ReleaseOutcome};
+use fencelock_core::{Error, KeepAlive, LockStore, ReleaseOutcome};
 use fencelock_zookeeper::ZookeeperStore;
 use test_servers::ZookeeperEnsemble;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};

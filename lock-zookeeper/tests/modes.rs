@@ -9,7 +9,7 @@ mod common;
 
 use std::time::Duration;
 
-use fencelock_core::{Acquire, Error, LockStore, Mode, Release, ReleaseOutcome};
+use fencelock_core::{Error, LockStore, Mode, ReleaseOutcome};
 use fencelock_zookeeper::ZookeeperStore;
 use test_servers::ZookeeperEnsemble;
 use tokio::time::{sleep, Instant};

@@ -8,7 +8,7 @@ mod common;
 
 use std::time::Duration;
 
-use fencelock_core::{Acquire, Error, KeyStatus, LockStore, Release, ReleaseOutcome};
+use fencelock_core::{Error, KeyStatus, LockStore, ReleaseOutcome};
 use fencelock_zookeeper::{ZookeeperConfig, ZookeeperStore};
 use test_servers::zookeeper::SASL_USERS;
 use test_servers::{ServerCert, ZookeeperEnsemble};

@@ -9,7 +9,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use fencelock_core::{Acquire, Error, KeyStatus, LockStore, Release, ReleaseOutcome};
+use fencelock_core::{Error, KeyStatus, LockStore, ReleaseOutcome};
 use fencelock_zookeeper::{ZookeeperConfig, ZookeeperStore};
 use test_servers::{ServerCert, TestCa, ZookeeperEnsemble};
 

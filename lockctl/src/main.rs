@@ -17,7 +17,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use fencelock::{DynLockStore, Error, ErrorKind, Mode, MAX_PERMITS};
+use fencelock::{DynLockStore, Error, ErrorKind, Mode, limits::MAX_PERMITS};
 
 mod bench;
 mod check;

@@ -358,7 +358,7 @@ mod tests {
         let lease = store.try_acquire("k", ttl).await.unwrap();
         assert_eq!(expired_before_start(&store, &lease).await, None);
         // A stall of the whole local validity between the grant and the spawn.
-        tokio::time::advance(ttl - fencelock::drift(ttl)).await;
+        tokio::time::advance(ttl - fencelock::raw::drift(ttl)).await;
         assert_eq!(
             expired_before_start(&store, &lease).await,
             Some(exit::SOFTWARE)

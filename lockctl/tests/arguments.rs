@@ -241,7 +241,7 @@ proptest! {
     ) {
         let args = ["--url", "memory://", "status", "--", &key];
         let code = check(&lockctl(&args), &[0, USAGE], &args)?;
-        let valid = !key.is_empty() && key.len() <= fencelock::validate::MAX_KEY_LEN;
+        let valid = !key.is_empty() && key.len() <= fencelock::limits::MAX_KEY_LEN;
         prop_assert_eq!(code == 0, valid, "{} bytes", key.len());
     }
 

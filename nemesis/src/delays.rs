@@ -38,7 +38,7 @@ pub struct StoreDelays {
 
 /// No delays: the bound is two TTLs (a store the fault table has no row for).
 pub const NONE: StoreDelays = StoreDelays {
-    min_ttl: fencelock::validate::MIN_TTL,
+    min_ttl: fencelock::limits::MIN_TTL,
     ttl_granularity: Duration::from_millis(1),
     delays: &[],
     unavailable_during: &[],

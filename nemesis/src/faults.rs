@@ -60,7 +60,7 @@ pub struct FaultProfile {
 
 /// A Redis waiter's delays, with one server or a cluster.
 const REDIS_DELAYS: StoreDelays = StoreDelays {
-    min_ttl: fencelock::validate::MIN_TTL,
+    min_ttl: fencelock::limits::MIN_TTL,
     ttl_granularity: Duration::from_millis(1),
     delays: &[
         Delay {
@@ -85,7 +85,7 @@ pub const TABLE: &[FaultProfile] = &[
         cut: true,
         store_faults: &[],
         delays: StoreDelays {
-            min_ttl: fencelock::validate::MIN_TTL,
+            min_ttl: fencelock::limits::MIN_TTL,
             ttl_granularity: Duration::from_millis(1),
             delays: &[],
             unavailable_during: &[],
@@ -116,7 +116,7 @@ pub const TABLE: &[FaultProfile] = &[
         cut: true,
         store_faults: &[Fault::RedlockRestartMinority, Fault::RedlockCutMinority],
         delays: StoreDelays {
-            min_ttl: fencelock::validate::MIN_TTL,
+            min_ttl: fencelock::limits::MIN_TTL,
             ttl_granularity: Duration::from_millis(1),
             delays: &[
                 Delay {
@@ -242,7 +242,7 @@ pub const BROKEN_MEMORY: FaultProfile = FaultProfile {
     cut: true,
     store_faults: &[Fault::StoreRestart],
     delays: StoreDelays {
-        min_ttl: fencelock::validate::MIN_TTL,
+        min_ttl: fencelock::limits::MIN_TTL,
         ttl_granularity: Duration::from_millis(1),
         delays: &[],
         unavailable_during: &[Fault::StoreRestart],

@@ -7,10 +7,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use fencelock::{
-    Acquire, Capabilities, DynLockStore, Extend, KeyStatus, Lease, LockStore, MemoryStore, Mode,
-    PerKeyState, Release, ReleaseOutcome, Result,
-};
+use fencelock::{Capabilities, DynLockStore, KeyStatus, Lease, LockStore, MemoryStore, Mode, PerKeyState, ReleaseOutcome, Result};
 use tokio::sync::watch;
 
 /// One worker's way to a shared store. While cut, every call waits until the link is restored,
@@ -196,7 +193,7 @@ impl RestartingMemory {
         let mut highest = self.highest.lock().unwrap_or_else(PoisonError::into_inner);
         *highest = (*highest).max(token);
         drop(highest);
-        let sent_at = lease.valid_until() + fencelock::drift(lease.ttl()) - lease.ttl();
+        let sent_at = lease.valid_until() + fencelock::raw::drift(lease.ttl()) - lease.ttl();
         let (key, owner, ttl) = (lease.key().to_string(), lease.owner(), lease.ttl());
         let (mode, slot) = (lease.mode(), lease.slot());
         Lease::with_store_state(&key, owner, token, ttl, sent_at, lease).in_mode(mode, slot)

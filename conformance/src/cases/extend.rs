@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use fencelock_core::{drift, DynLockStore, Error, KeyStatus, Lease, Mode};
+use fencelock_core::{raw::drift, DynLockStore, Error, KeyStatus, Lease, Mode};
 use tokio::time::{sleep, sleep_until, Instant};
 
 use super::support::{expect_busy, expect_lost, outlive, released};

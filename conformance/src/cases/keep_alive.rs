@@ -6,10 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use fencelock_core::{
-    with_lock, Acquire, Capabilities, DynLockStore, Error, Extend, KeyStatus, Lease, LockOptions,
-    LockStore, Mode, PerKeyState, Release, ReleaseOutcome,
-};
+use fencelock_core::raw;
+use fencelock_core::{with_lock, DynLockStore, Error, Lease, LockStore, LockStoreExt};
 use tokio::sync::watch;
 use tokio::time::{sleep, timeout, Instant};
 
@@ -23,78 +21,17 @@ use crate::Ctx;
 struct Stalled(DynLockStore);
 
 #[async_trait]
-#[deny(clippy::missing_trait_methods)]
-impl Acquire for Stalled {
-    async fn try_acquire(&self, key: &str, ttl: Duration) -> fencelock_core::Result<Lease> {
-        self.0.try_acquire(key, ttl).await
+impl raw::Wrapper for Stalled {
+    fn inner(&self) -> &dyn LockStore {
+        &*self.0
     }
-    async fn acquire(
-        &self,
-        key: &str,
-        ttl: Duration,
-        wait: Duration,
-    ) -> fencelock_core::Result<Lease> {
-        self.0.acquire(key, ttl, wait).await
-    }
-    async fn try_acquire_as(
-        &self,
-        key: &str,
-        ttl: Duration,
-        mode: Mode,
-    ) -> fencelock_core::Result<Lease> {
-        self.0.try_acquire_as(key, ttl, mode).await
-    }
-    async fn acquire_as(
-        &self,
-        key: &str,
-        ttl: Duration,
-        wait: Duration,
-        mode: Mode,
-    ) -> fencelock_core::Result<Lease> {
-        self.0.acquire_as(key, ttl, wait, mode).await
-    }
-}
 
-#[async_trait]
-#[deny(clippy::missing_trait_methods)]
-impl Release for Stalled {
-    async fn release(&self, lease: &Lease) -> fencelock_core::Result<ReleaseOutcome> {
-        self.0.release(lease).await
-    }
-}
-
-#[async_trait]
-#[deny(clippy::missing_trait_methods)]
-impl Extend for Stalled {
     async fn extend(&self, _: &Lease) -> fencelock_core::Result<()> {
         pending().await
     }
 }
 
-#[async_trait]
-#[deny(clippy::missing_trait_methods)]
-impl LockStore for Stalled {
-    fn capabilities(&self) -> Capabilities {
-        self.0.capabilities()
-    }
-    async fn status(&self, key: &str) -> fencelock_core::Result<KeyStatus> {
-        self.0.status(key).await
-    }
-    async fn evict(&self, key: &str) -> fencelock_core::Result<bool> {
-        self.0.evict(key).await
-    }
-    async fn per_key_state(&self) -> fencelock_core::Result<Option<PerKeyState>> {
-        self.0.per_key_state().await
-    }
-    fn diagnostics(&self) -> Vec<String> {
-        self.0.diagnostics()
-    }
-    fn lease_env(&self, lease: &Lease) -> Vec<(String, String)> {
-        self.0.lease_env(lease)
-    }
-}
-
-/// An extend-only wrapper for a keep-alive: its first `failures` extends fail with a retryable
+/// A wrapper for a keep-alive: its first `failures` extends fail with a retryable
 /// error without reaching the store (a transient outage), later ones are forwarded, and every
 /// confirmed extend is counted on a watch channel so a case can act right after one.
 #[derive(Debug)]
@@ -120,8 +57,11 @@ impl WatchedExtends {
 }
 
 #[async_trait]
-#[deny(clippy::missing_trait_methods)]
-impl Extend for WatchedExtends {
+impl raw::Wrapper for WatchedExtends {
+    fn inner(&self) -> &dyn LockStore {
+        &*self.store
+    }
+
     async fn extend(&self, lease: &Lease) -> fencelock_core::Result<()> {
         let fail = self
             .failures_left
@@ -299,13 +239,13 @@ pub(super) async fn lost_signal_fires_before_store_expiry_when_extends_stall(
 pub(super) async fn with_lock_cancels_its_body_on_loss(ctx: Ctx) -> CaseResult {
     let key = ctx.key("with-lock-loss");
     let finished = Arc::new(AtomicBool::new(false));
-    let options = LockOptions::new().ttl(ctx.timing.short_ttl);
+    let request = ctx.store.lock(&key).ttl(ctx.timing.short_ttl);
     let factory = ctx.factory.clone();
     let body_finished = finished.clone();
     let bound = ctx.timing.short_ttl * 2 + ctx.timing.slack;
     let result = timeout(
         bound,
-        with_lock(&*ctx.store, &key, options, |lease| async move {
+        with_lock(request, |lease| async move {
             factory.forget(&lease).await;
             sleep(Duration::from_secs(3600)).await;
             body_finished.store(true, Ordering::SeqCst);
@@ -335,15 +275,11 @@ pub(super) async fn with_lock_releases_at_the_end(ctx: Ctx) -> CaseResult {
     let key = ctx.key("with-lock");
     let other = ctx.handle().await;
     let inner_key = key.clone();
-    let token = with_lock(
-        &*ctx.store,
-        &key,
-        LockOptions::new().ttl(ctx.timing.long_ttl),
-        |lease| async move {
-            let busy = other.try_acquire(&inner_key, Duration::from_secs(5)).await;
-            Ok::<_, Error>((lease.fencing_token(), busy.is_err(), other))
-        },
-    )
+    let request = ctx.store.lock(&key).ttl(ctx.timing.long_ttl);
+    let token = with_lock(request, |lease| async move {
+        let busy = other.try_acquire(&inner_key, Duration::from_secs(5)).await;
+        Ok::<_, Error>((lease.fencing_token(), busy.is_err(), other))
+    })
     .await?;
     let (token, was_busy, other) = token;
     ensure!(was_busy, "the key was not held while the body ran");

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use fencelock_core::validate::MAX_KEY_LEN;
+use fencelock_core::limits::MAX_KEY_LEN;
 
 use super::support::{expect_busy, expect_invalid, released};
 use crate::runner::{CaseResult, Failure};

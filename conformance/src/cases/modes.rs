@@ -9,8 +9,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use fencelock_core::raw::LeaseExt;
 use fencelock_core::{
-    DynLockStore, Error, FenceGate, KeyStatus, Lease, Mode, OwnerId, ReleaseOutcome, MAX_PERMITS,
+    limits::MAX_PERMITS, DynLockStore, Error, FenceGate, KeyStatus, Lease, Mode, OwnerId,
+    ReleaseOutcome,
 };
 use tokio::task::JoinHandle;
 use tokio::time::{sleep, timeout, Instant};

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use fencelock_core::validate::MAX_WAIT;
+use fencelock_core::limits::MAX_WAIT;
 use tokio::time::Instant;
 
 use super::support::{expect_invalid, released};

@@ -15,6 +15,9 @@
 //!   [`Error::WaitTimedOut`](crate::Error::WaitTimedOut);
 //! - the tracing span of every operation, with the store's [`Store::name`].
 //!
+//! A store that wraps another (metrics, fault injection) implements [`Wrapper`]: every method
+//! forwards to the store it wraps unless it overrides it.
+//!
 //! What is left to a store is its own: how it takes, releases and extends a key, mints tokens
 //! that only grow per key, waits (notified or polling), and what it can tell about a key. It
 //! builds the [`Lease`] it grants with [`LeaseExt`], from a clock reading taken *before* the
@@ -83,10 +86,12 @@ pub mod session_watch;
 pub mod ttl;
 pub mod url;
 pub mod validate;
+mod wrapper;
 
 pub use crate::kind::{BoxFuture, ConnectFn};
 pub use crate::lease::{drift, Revocation};
 pub use lease::LeaseExt;
+pub use wrapper::Wrapper;
 
 /// What an acquire asks for: built by [`LockStore`](crate::LockStore)'s acquire methods and
 /// [`LockRequest`](crate::LockRequest), checked by this crate, and handed to
@@ -143,10 +148,8 @@ impl<'a> AcquireRequest<'a> {
 /// methods share their names with [`LockStore`](crate::LockStore)'s, and a file with both in
 /// scope must spell out which one each call means.
 ///
-/// A store that wraps another (metrics, fault injection) implements this trait too, forwarding
-/// to the [`LockStore`](crate::LockStore) it wraps, and puts
-/// `#[deny(clippy::missing_trait_methods)]` on its impl so a new default method is never
-/// inherited by accident.
+/// A store that wraps another (metrics, fault injection) implements [`Wrapper`] instead, which
+/// forwards every method it does not override.
 #[async_trait]
 pub trait Store: Debug + Send + Sync + Any {
     /// The name of the store's descriptor ([`StoreKind::name`](crate::StoreKind)): the `store`

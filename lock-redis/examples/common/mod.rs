@@ -6,9 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use fencelock_conformance::bench::{micros, Samples, Table};
-use fencelock_core::{
-    Acquire, Capabilities, Extend, Lease, LockStore, OwnerId, Release, ReleaseOutcome,
-};
+use fencelock_core::{Capabilities, Lease, LockStore, OwnerId, ReleaseOutcome};
 use redis::aio::ConnectionManager;
 use tokio::time::Instant;
 

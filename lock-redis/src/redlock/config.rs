@@ -3,8 +3,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use fencelock_core::url::{parse_timeout, parse_window};
-use fencelock_core::validate::{check_retention, DEFAULT_RETENTION, MAX_TTL};
+use fencelock_core::raw::url::{parse_timeout, parse_window};
+use fencelock_core::{limits::MAX_TTL, raw::validate::{DEFAULT_RETENTION, check_retention}};
 use fencelock_core::{Error, Result};
 use url::Url;
 
@@ -119,7 +119,7 @@ impl RedlockConfig {
     /// [`InvalidInput`](fencelock_core::ErrorKind::InvalidInput) for any URL this parser refuses,
     /// as above.
     pub fn from_url(url: &str) -> Result<Self> {
-        fencelock_core::url::check_userinfo_encoded(url)?;
+        fencelock_core::raw::url::check_userinfo_encoded(url)?;
         let (scheme, rest) = url.split_once("://").unwrap_or(("(none)", url));
         if scheme != REDLOCK_SCHEME {
             return Err(bad_url(format!(
@@ -298,11 +298,11 @@ impl RedlockConfig {
     }
 
     /// The margin taken off a lease's validity: `ttl × drift_factor + 2 ms`, never less than
-    /// fencelock-core's [`drift`](fencelock_core::drift).
+    /// fencelock-core's [`drift`](fencelock_core::raw::drift).
     pub fn drift(&self, ttl: Duration) -> Duration {
         ttl.mul_f64(self.drift_factor)
             .saturating_add(Duration::from_millis(2))
-            .max(fencelock_core::drift(ttl))
+            .max(fencelock_core::raw::drift(ttl))
     }
 }
 
@@ -319,7 +319,7 @@ fn node_label(node: &RedisConfig) -> String {
 /// The shortest retention window whose expiry cannot let a node mint a token again: a granule
 /// plus `max_skew` plus [`EXPIRY_MARGIN`], rounded up to a whole ms (windows are whole ms).
 pub(crate) fn min_retention(max_skew: Duration) -> Duration {
-    fencelock_core::validate::clock_floor_retention(TOKEN_GRANULE, max_skew, EXPIRY_MARGIN)
+    fencelock_core::raw::validate::clock_floor_retention(TOKEN_GRANULE, max_skew, EXPIRY_MARGIN)
 }
 
 /// Refuses a retention window below [`min_retention`] (see the type's docs), naming the
@@ -495,7 +495,7 @@ mod tests {
         let config: RedlockConfig = "redlock://a,b,c?drift_factor=0".parse().unwrap();
         assert_eq!(
             config.drift(Duration::from_secs(10)),
-            fencelock_core::drift(Duration::from_secs(10)),
+            fencelock_core::raw::drift(Duration::from_secs(10)),
             "never less than fencelock-core's margin"
         );
         let config: RedlockConfig = "redlock://a,b,c?drift_factor=0.1".parse().unwrap();

@@ -6,7 +6,7 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use fencelock_core::ttl::whole_millis;
+use fencelock_core::raw::ttl::whole_millis;
 use fencelock_core::{Error, OwnerId, Result};
 use redis::aio::ConnectionLike;
 

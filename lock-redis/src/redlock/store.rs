@@ -7,11 +7,8 @@ use std::time::Duration;
 
 use crate::cluster::Conn;
 use async_trait::async_trait;
-use fencelock_core::validate::{check_granted, check_key, check_request, check_wait};
-use fencelock_core::{
-    Acquire, Capabilities, Error, Extend, Instant, KeyStatus, Lease, LockStore, OwnerId, Release,
-    ReleaseOutcome, Result,
-};
+use fencelock_core::raw::validate::{check_granted, check_key, check_request, check_wait};
+use fencelock_core::{Capabilities, Error, Instant, KeyStatus, Lease, LockStore, OwnerId, ReleaseOutcome, Result};
 use tokio::time::{sleep, sleep_until};
 
 use super::config::RedlockConfig;
@@ -208,7 +205,7 @@ impl RedlockStore {
         let extra = self
             .config()
             .drift(ttl)
-            .saturating_sub(fencelock_core::drift(ttl));
+            .saturating_sub(fencelock_core::raw::drift(ttl));
         sent_at.checked_sub(extra)
     }
 
@@ -382,7 +379,7 @@ impl RedlockStore {
         };
         let valid_until = self
             .deadline_base(sent_at, ttl)
-            .map(|base| base + ttl.saturating_sub(fencelock_core::drift(ttl)));
+            .map(|base| base + ttl.saturating_sub(fencelock_core::raw::drift(ttl)));
         let grants: Vec<(usize, u64)> = answers
             .iter()
             .enumerate()
@@ -743,7 +740,7 @@ impl RedlockStore {
         asked: Instant,
     ) -> Option<Lease> {
         let base = self.deadline_base(asked, ttl)?;
-        let until = base + ttl.saturating_sub(fencelock_core::drift(ttl));
+        let until = base + ttl.saturating_sub(fencelock_core::raw::drift(ttl));
         if Instant::now() + ttl / 2 >= until {
             return None;
         }
@@ -891,7 +888,7 @@ impl Extend for RedlockStore {
         let base = self.deadline_base(sent_at, ttl);
         if count(&answers, |extended| *extended) >= quorum {
             if let Some(base) = base {
-                if Instant::now() < base + ttl.saturating_sub(fencelock_core::drift(ttl)) {
+                if Instant::now() < base + ttl.saturating_sub(fencelock_core::raw::drift(ttl)) {
                     lease.confirm(base);
                     return Ok(());
                 }

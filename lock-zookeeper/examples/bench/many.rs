@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use fencelock_conformance::bench::Samples;
-use fencelock_core::{Acquire, Error, Extend, KeepAlive, Release, ReleaseOutcome, Result};
+use fencelock_core::{Error, KeepAlive, LockStore, ReleaseOutcome, Result};
 use fencelock_zookeeper::{ZookeeperConfig, ZookeeperStore};
 use tokio::time::Instant;
 
