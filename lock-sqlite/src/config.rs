@@ -6,7 +6,10 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use fencelock_core::raw::url::{parse_bool, parse_timeout, parse_window, percent_decode};
-use fencelock_core::{limits::MAX_TTL, raw::validate::{DEFAULT_RETENTION, check_retention}};
+use fencelock_core::{
+    limits::MAX_TTL,
+    raw::validate::{check_retention, DEFAULT_RETENTION},
+};
 use fencelock_core::{Error, Result};
 
 /// `sqlite://`, this store's one scheme.
@@ -331,7 +334,11 @@ impl FromStr for SqliteConfig {
 /// least this much less a step back, and the key's next token (`max(floor + 1, clock)`) is the
 /// clock's. The crate docs, "Per-key state", make the argument.
 pub fn min_retention() -> Duration {
-    fencelock_core::raw::validate::clock_floor_retention(TOKEN_GRANULE, MAX_CLOCK_STEP_BACK, READ_MARGIN)
+    fencelock_core::raw::validate::clock_floor_retention(
+        TOKEN_GRANULE,
+        MAX_CLOCK_STEP_BACK,
+        READ_MARGIN,
+    )
 }
 
 /// Refuses a retention window below [`min_retention`], naming the smallest window allowed.

@@ -8,10 +8,12 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use fencelock_core::raw::cleanup::{BATCH_ROWS, CleanupSchedule, MAX_BATCHES, interval};
+use fencelock_core::raw::cleanup::{interval, CleanupSchedule, BATCH_ROWS, MAX_BATCHES};
 use fencelock_core::raw::ttl::whole_millis;
-use fencelock_core::raw::validate::{check_granted, check_key, check_request, check_wait};
-use fencelock_core::{Capabilities, Error, Instant, KeyStatus, Lease, LockStore, OwnerId, PerKeyState, ReleaseOutcome, Result};
+use fencelock_core::raw::{self, AcquireRequest, LeaseExt};
+use fencelock_core::{
+    Capabilities, Error, Instant, KeyStatus, Lease, OwnerId, PerKeyState, ReleaseOutcome, Result,
+};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
@@ -625,14 +627,9 @@ impl SqliteStore {
         self.shared.watch.as_ref().and_then(Watch::subscribe)
     }
 
-    async fn wait_for(
-        &self,
-        key: &str,
-        ttl: Duration,
-        wait: Duration,
-        started: Instant,
-    ) -> Result<Lease> {
-        let deadline = started + wait;
+    /// Waits up to `wait` for `key`: [`Error::Busy`] once the wait ran out.
+    async fn wait_for(&self, key: &str, ttl: Duration, wait: Duration) -> Result<Lease> {
+        let deadline = Instant::now() + wait;
         // Before the first read, as the watch: a release in this process wakes it directly.
         let mut local = self.shared.local.subscribe(stored_key(key));
         let mut changes = self.changes();
@@ -664,9 +661,8 @@ impl SqliteStore {
             }
             let now = Instant::now();
             if now >= deadline {
-                return Err(Error::WaitTimedOut {
+                return Err(Error::Busy {
                     key: key.to_owned(),
-                    waited: now - started,
                 });
             }
             if held_for.is_none() {
@@ -771,108 +767,11 @@ impl SqliteStore {
 // ---- the contract ---------------------------------------------------------------------------
 
 #[async_trait]
-impl Acquire for SqliteStore {
-    /// # Cancel safety
-    /// The attempt is one statement, which SQLite runs to its end on the connection's thread
-    /// even if the future is dropped: a lease it granted is then never seen, and expires at its
-    /// TTL (nobody else can hold the key meanwhile).
-    #[tracing::instrument(
-        level = "debug",
-        name = "try_acquire",
-        skip(self),
-        fields(store = crate::SQLITE.name)
-    )]
-    async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Lease> {
-        check_request(key, ttl, &self.capabilities())?;
-        let result = match self.attempt(key, ttl).await {
-            Ok(Attempt::Granted(lease)) => check_granted(self, lease).await,
-            Ok(Attempt::Held) => Err(Error::Busy {
-                key: key.to_owned(),
-            }),
-            Err(error) => Err(error),
-        };
-        match &result {
-            Ok(lease) => tracing::debug!(key, token = lease.fencing_token(), "acquired"),
-            Err(error) => tracing::debug!(key, %error, "not acquired"),
-        }
-        result
+impl raw::Store for SqliteStore {
+    fn name(&self) -> &'static str {
+        crate::SQLITE.name
     }
 
-    /// Waits for the wake file (see the crate docs, "Waiting"), the holder's expiry, or the
-    /// fallback, whichever comes first, reading the key's row each time and trying to take it
-    /// only when it looks free.
-    ///
-    /// # Cancel safety
-    /// A waiter holds nothing between its attempts, so dropping it while it waits leaves
-    /// nothing behind; dropped during an attempt, as [`SqliteStore::try_acquire`].
-    #[tracing::instrument(
-        level = "debug",
-        name = "acquire",
-        skip(self),
-        fields(store = crate::SQLITE.name)
-    )]
-    async fn acquire(&self, key: &str, ttl: Duration, wait: Duration) -> Result<Lease> {
-        check_request(key, ttl, &self.capabilities())?;
-        check_wait(wait)?;
-        let started = Instant::now();
-        let result = match self.wait_for(key, ttl, wait, started).await {
-            Ok(lease) => check_granted(self, lease).await,
-            Err(error) => Err(error),
-        };
-        let waited_ms = started.elapsed().as_millis() as u64;
-        match &result {
-            Ok(lease) => tracing::debug!(key, token = lease.fencing_token(), waited_ms, "acquired"),
-            Err(error) => tracing::debug!(key, %error, waited_ms, "not acquired"),
-        }
-        result
-    }
-}
-
-#[async_trait]
-impl Release for SqliteStore {
-    /// # Cancel safety
-    /// The release is one statement that runs to its end once sent: dropping the future leaves
-    /// the lease held (if it was not sent) or released (if it was); a later release then
-    /// reports [`ReleaseOutcome::Lost`].
-    #[tracing::instrument(
-        level = "debug",
-        name = "release",
-        skip_all,
-        fields(store = crate::SQLITE.name, key = lease.key(), token = lease.fencing_token())
-    )]
-    async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
-        let result = self.release_lease(lease).await;
-        match &result {
-            Ok(outcome) => tracing::debug!(key = lease.key(), ?outcome, "released"),
-            Err(error) => tracing::debug!(key = lease.key(), %error, "release failed"),
-        }
-        result
-    }
-}
-
-#[async_trait]
-impl Extend for SqliteStore {
-    /// # Cancel safety
-    /// Dropping the future leaves the lease as it was or extended in the table; the local
-    /// deadline only moves once the answer is read.
-    #[tracing::instrument(
-        level = "trace",
-        name = "extend",
-        skip_all,
-        fields(store = crate::SQLITE.name, key = lease.key(), token = lease.fencing_token())
-    )]
-    async fn extend(&self, lease: &Lease) -> Result<()> {
-        let result = self.extend_lease(lease).await;
-        match &result {
-            Ok(()) => tracing::trace!(key = lease.key(), "extended"),
-            Err(error) => tracing::debug!(key = lease.key(), %error, "extend failed"),
-        }
-        result
-    }
-}
-
-#[async_trait]
-impl LockStore for SqliteStore {
     fn capabilities(&self) -> Capabilities {
         Capabilities::new()
             .with_min_ttl(MIN_TTL)
@@ -882,10 +781,46 @@ impl LockStore for SqliteStore {
             .with_retention(self.shared.config.retention)
     }
 
+    /// One attempt is one statement. A wait waits for the wake file (see the crate docs,
+    /// "Waiting"), the holder's expiry, or the fallback, whichever comes first, reading the
+    /// key's row each time and trying to take it only when it looks free.
+    ///
+    /// # Cancel safety
+    /// The attempt is one statement, which SQLite runs to its end on the connection's thread
+    /// even if the future is dropped: a lease it granted is then never seen, and expires at its
+    /// TTL (nobody else can hold the key meanwhile). A waiter holds nothing between its
+    /// attempts, so dropping it while it waits leaves nothing behind.
+    async fn acquire(&self, request: &AcquireRequest<'_>) -> Result<Lease> {
+        let (key, ttl) = (request.key, request.ttl);
+        let Some(wait) = request.wait else {
+            return match self.attempt(key, ttl).await? {
+                Attempt::Granted(lease) => Ok(lease),
+                Attempt::Held => Err(Error::Busy {
+                    key: key.to_owned(),
+                }),
+            };
+        };
+        self.wait_for(key, ttl, wait).await
+    }
+
+    /// # Cancel safety
+    /// The release is one statement that runs to its end once sent: dropping the future leaves
+    /// the lease held (if it was not sent) or released (if it was); a later release then
+    /// reports [`ReleaseOutcome::Lost`].
+    async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
+        self.release_lease(lease).await
+    }
+
+    /// # Cancel safety
+    /// Dropping the future leaves the lease as it was or extended in the table; the local
+    /// deadline only moves once the answer is read.
+    async fn extend(&self, lease: &Lease) -> Result<()> {
+        self.extend_lease(lease).await
+    }
+
     /// # Cancel safety
     /// Read-only; dropping the future loses nothing.
     async fn status(&self, key: &str) -> Result<KeyStatus> {
-        check_key(key)?;
         Ok(match self.holder(key).await? {
             Some(holder) => KeyStatus::Held {
                 owner: holder.owner,
@@ -905,7 +840,6 @@ impl LockStore for SqliteStore {
     /// # Cancel safety
     /// The eviction may or may not have happened when the future is dropped.
     async fn evict(&self, key: &str) -> Result<bool> {
-        check_key(key)?;
         let shared = &self.shared;
         let now = monotonic_ns();
         let done = self

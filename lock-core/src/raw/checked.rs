@@ -28,7 +28,12 @@ impl<S: Store> LockStore for S {
             key = lease.key(),
             token = lease.fencing_token()
         );
-        Store::release(self, lease).instrument(span).await
+        let result = Store::release(self, lease).instrument(span).await;
+        match &result {
+            Ok(outcome) => tracing::debug!(key = lease.key(), ?outcome, "released"),
+            Err(error) => tracing::debug!(key = lease.key(), %error, "release failed"),
+        }
+        result
     }
 
     async fn extend(&self, lease: &Lease) -> Result<()> {
@@ -38,7 +43,12 @@ impl<S: Store> LockStore for S {
             key = lease.key(),
             token = lease.fencing_token()
         );
-        Store::extend(self, lease).instrument(span).await
+        let result = Store::extend(self, lease).instrument(span).await;
+        match &result {
+            Ok(()) => tracing::trace!(key = lease.key(), "extended"),
+            Err(error) => tracing::debug!(key = lease.key(), %error, "extend failed"),
+        }
+        result
     }
 
     async fn status(&self, key: &str) -> Result<KeyStatus> {
@@ -73,14 +83,20 @@ async fn acquire<S: Store>(store: &S, request: AcquireRequest<'_>) -> Result<Lea
         check_wait(wait)?;
     }
     let started = Instant::now();
-    match Store::acquire(store, &request).await {
+    let result = match Store::acquire(store, &request).await {
         Ok(lease) => check_granted(store, lease).await,
         Err(Error::Busy { key }) if request.wait.is_some() => Err(Error::WaitTimedOut {
             key,
             waited: started.elapsed(),
         }),
         Err(error) => Err(error),
+    };
+    let waited_ms = request.wait.map(|_| started.elapsed().as_millis() as u64);
+    match &result {
+        Ok(lease) => tracing::debug!(token = lease.fencing_token(), waited_ms, "acquired"),
+        Err(error) => tracing::debug!(%error, waited_ms, "not acquired"),
     }
+    result
 }
 
 /// The span of an acquire, named as the four ways of asking for one were before they were one
