@@ -4,7 +4,9 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use fencelock_core::raw::url::{TableStoreOptions, TlsFiles, check_scheme, client_identity, redact};
+use fencelock_core::raw::url::{
+    check_scheme, client_identity, redact, TableStoreOptions, TlsFiles,
+};
 use fencelock_core::raw::validate::check_retention;
 use fencelock_core::{Error, Result};
 use sqlx::mysql::{MySqlConnectOptions, MySqlSslMode};
@@ -132,13 +134,13 @@ impl MysqlConfig {
             return Err(bad(format!("{redacted}: the URL names no host")));
         }
         let database = parsed.path().trim_start_matches('/');
-        let database = check_database(&fencelock_core::raw::url::percent_decode(database).ok_or_else(
-            || {
+        let database = check_database(
+            &fencelock_core::raw::url::percent_decode(database).ok_or_else(|| {
                 bad(format!(
                     "{redacted}: the database name is not valid percent-encoded UTF-8"
                 ))
-            },
-        )?)?;
+            })?,
+        )?;
 
         let mut config = MysqlConfig {
             connect: MySqlConnectOptions::new(),
@@ -419,7 +421,11 @@ fn requires_tls(mode: MySqlSslMode) -> bool {
 /// key's next token (`max(floor + 1, clock)`) is the clock's. The crate docs, "Per-key state",
 /// make the argument.
 pub fn min_retention() -> Duration {
-    fencelock_core::raw::validate::clock_floor_retention(TOKEN_GRANULE, MAX_CLOCK_STEP_BACK, READ_MARGIN)
+    fencelock_core::raw::validate::clock_floor_retention(
+        TOKEN_GRANULE,
+        MAX_CLOCK_STEP_BACK,
+        READ_MARGIN,
+    )
 }
 
 /// Refuses a retention window below [`min_retention`], naming the smallest window allowed.

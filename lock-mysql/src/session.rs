@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fencelock_core::raw::cleanup::CleanupSchedule;
-use fencelock_core::raw::session_pool::{OpenCount, SessionPool, open_within};
+use fencelock_core::raw::session_pool::{open_within, OpenCount, SessionPool};
 use fencelock_core::{Error, Instant};
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlRow};
 use sqlx::{Connection, Row};

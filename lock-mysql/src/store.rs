@@ -7,8 +7,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use fencelock_core::raw::ttl::{whole_millis, whole_secs};
-use fencelock_core::raw::validate::{check_granted, check_key, check_request, check_wait};
-use fencelock_core::{Capabilities, Error, Instant, KeyStatus, Lease, LockStore, OwnerId, PerKeyState, ReleaseOutcome, Result};
+use fencelock_core::raw::{self, AcquireRequest, LeaseExt};
+use fencelock_core::{
+    Capabilities, Error, Instant, KeyStatus, Lease, OwnerId, PerKeyState, ReleaseOutcome, Result,
+};
 use sqlx::mysql::MySqlRow;
 use sqlx::Row;
 
@@ -167,29 +169,20 @@ impl MysqlStore {
         crate::cleanup::remove_idle_fences(&self.sessions).await
     }
 
-    /// Takes `target`, waiting up to `wait` in the server's queue (zero: one attempt).
+    /// Takes `target`, waiting up to `wait` in the server's queue (zero: one attempt):
+    /// [`Error::Busy`] if it stays held.
     async fn acquire_target(
         &self,
         target: &Target,
         ttl: Duration,
         wait: Duration,
     ) -> Result<Lease> {
-        let started = Instant::now();
-        let deadline = started + wait;
+        let deadline = Instant::now() + wait;
         // The server's idle timeout counts whole seconds: the lease carries the TTL it keeps.
         let ttl_secs = whole_secs(ttl);
         let ttl = Duration::from_secs(ttl_secs);
-        let not_granted = || {
-            if wait.is_zero() {
-                Error::Busy {
-                    key: target.display.clone(),
-                }
-            } else {
-                Error::WaitTimedOut {
-                    key: target.display.clone(),
-                    waited: started.elapsed(),
-                }
-            }
+        let not_granted = || Error::Busy {
+            key: target.display.clone(),
         };
         let mut fresh = false;
         loop {
@@ -429,7 +422,6 @@ impl MysqlStore {
     }
 
     async fn status_of(&self, key: &str) -> Result<KeyStatus> {
-        check_key(key)?;
         let target = Target::hashed(&self.sessions.config.space(), key);
         let mut fresh = false;
         loop {
@@ -526,113 +518,11 @@ fn millis(duration: Duration) -> u64 {
 // ---- the contract ---------------------------------------------------------------------------
 
 #[async_trait]
-impl Acquire for MysqlStore {
-    /// # Cancel safety
-    /// The attempt runs on a session owned by the future. Dropping the future closes that
-    /// connection; a lock the attempt took is freed when the server writes its reply to the
-    /// closed connection (at once: `GET_LOCK(name, 0)` does not wait), or, dropped between the
-    /// lock and the fence bump, when the idle server session reads the close; at the latest
-    /// when the session has been silent for the TTL. A bump that committed unseen only skips a
-    /// token.
-    #[tracing::instrument(
-        level = "debug",
-        name = "try_acquire",
-        skip(self),
-        fields(store = crate::MYSQL.name)
-    )]
-    async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Lease> {
-        check_request(key, ttl, &self.capabilities())?;
-        let target = Target::hashed(&self.sessions.config.space(), key);
-        let result = match self.acquire_target(&target, ttl, Duration::ZERO).await {
-            Ok(lease) => check_granted(self, lease).await,
-            Err(error) => Err(error),
-        };
-        match &result {
-            Ok(lease) => tracing::debug!(key, token = lease.fencing_token(), "acquired"),
-            Err(error) => tracing::debug!(key, %error, "not acquired"),
-        }
-        result
+impl raw::Store for MysqlStore {
+    fn name(&self) -> &'static str {
+        crate::MYSQL.name
     }
 
-    /// Waits in the server's own queue (`GET_LOCK` with a timeout), so the server wakes the
-    /// waiter the moment the holder releases or its session ends.
-    ///
-    /// # Cancel safety
-    /// The wait runs on a session owned by the future. Dropping the future closes that
-    /// connection and, from a spawned task, kills the waiting session (`KILL CONNECTION`,
-    /// matched by connection id and client address): the server does not notice a closed
-    /// connection while its session waits, and a dropped waiter must never take the lock
-    /// later. Should that task fail (the server unreachable), the session ends when the server
-    /// writes its reply to the closed connection, after the wait.
-    #[tracing::instrument(level = "debug", name = "acquire", skip(self), fields(store = crate::MYSQL.name))]
-    async fn acquire(&self, key: &str, ttl: Duration, wait: Duration) -> Result<Lease> {
-        check_request(key, ttl, &self.capabilities())?;
-        check_wait(wait)?;
-        let target = Target::hashed(&self.sessions.config.space(), key);
-        let started = Instant::now();
-        let result = match self.acquire_target(&target, ttl, wait).await {
-            Ok(lease) => check_granted(self, lease).await,
-            Err(error) => Err(error),
-        };
-        let waited_ms = started.elapsed().as_millis() as u64;
-        match &result {
-            Ok(lease) => tracing::debug!(key, token = lease.fencing_token(), waited_ms, "acquired"),
-            Err(error) => tracing::debug!(key, %error, waited_ms, "not acquired"),
-        }
-        result
-    }
-}
-
-#[async_trait]
-impl Release for MysqlStore {
-    /// # Cancel safety
-    /// Dropping the future before the lease's session is taken changes nothing. Dropping it
-    /// after closes the session, which frees the lock as soon as the server reads the close;
-    /// a later release reports [`ReleaseOutcome::Lost`].
-    #[tracing::instrument(
-        level = "debug",
-        name = "release",
-        skip_all,
-        fields(store = crate::MYSQL.name, key = lease.key(), token = lease.fencing_token())
-    )]
-    async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
-        let result = self.release_lease(lease).await;
-        match &result {
-            Ok(outcome) => tracing::debug!(
-                key = lease.key(),
-                token = lease.fencing_token(),
-                ?outcome,
-                "released"
-            ),
-            Err(error) => tracing::debug!(key = lease.key(), %error, "release failed"),
-        }
-        result
-    }
-}
-
-#[async_trait]
-impl Extend for MysqlStore {
-    /// # Cancel safety
-    /// Dropping the future leaves the lease held; the deadline only moves once the answer is
-    /// read. The session stays usable (sqlx drains the unread answer before its next use).
-    #[tracing::instrument(
-        level = "trace",
-        name = "extend",
-        skip_all,
-        fields(store = crate::MYSQL.name, key = lease.key(), token = lease.fencing_token())
-    )]
-    async fn extend(&self, lease: &Lease) -> Result<()> {
-        let result = self.extend_lease(lease).await;
-        match &result {
-            Ok(()) => tracing::trace!(key = lease.key(), token = lease.fencing_token(), "extended"),
-            Err(error) => tracing::debug!(key = lease.key(), %error, "extend failed"),
-        }
-        result
-    }
-}
-
-#[async_trait]
-impl LockStore for MysqlStore {
     fn capabilities(&self) -> Capabilities {
         Capabilities::new()
             .with_min_ttl(MIN_TTL)
@@ -643,6 +533,43 @@ impl LockStore for MysqlStore {
             .with_evict(true)
             .with_max_ttl(self.sessions.config.max_ttl())
             .with_retention(self.sessions.config.retention())
+    }
+
+    /// A wait waits in the server's own queue (`GET_LOCK` with a timeout), so the server wakes
+    /// the waiter the moment the holder releases or its session ends.
+    ///
+    /// # Cancel safety
+    /// The attempt runs on a session owned by the future. Dropping the future closes that
+    /// connection; a lock the attempt took is freed when the server writes its reply to the
+    /// closed connection (at once: `GET_LOCK(name, 0)` does not wait), or, dropped between the
+    /// lock and the fence bump, when the idle server session reads the close; at the latest
+    /// when the session has been silent for the TTL. A bump that committed unseen only skips a
+    /// token.
+    ///
+    /// A dropped wait also kills the waiting session from a spawned task (`KILL CONNECTION`,
+    /// matched by connection id and client address): the server does not notice a closed
+    /// connection while its session waits, and a dropped waiter must never take the lock
+    /// later. Should that task fail (the server unreachable), the session ends when the server
+    /// writes its reply to the closed connection, after the wait.
+    async fn acquire(&self, request: &AcquireRequest<'_>) -> Result<Lease> {
+        let target = Target::hashed(&self.sessions.config.space(), request.key);
+        let wait = request.wait.unwrap_or(Duration::ZERO);
+        self.acquire_target(&target, request.ttl, wait).await
+    }
+
+    /// # Cancel safety
+    /// Dropping the future before the lease's session is taken changes nothing. Dropping it
+    /// after closes the session, which frees the lock as soon as the server reads the close;
+    /// a later release reports [`ReleaseOutcome::Lost`].
+    async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
+        self.release_lease(lease).await
+    }
+
+    /// # Cancel safety
+    /// Dropping the future leaves the lease held; the deadline only moves once the answer is
+    /// read. The session stays usable (sqlx drains the unread answer before its next use).
+    async fn extend(&self, lease: &Lease) -> Result<()> {
+        self.extend_lease(lease).await
     }
 
     /// # Cancel safety
@@ -664,7 +591,6 @@ impl LockStore for MysqlStore {
     /// # Cancel safety
     /// The kill may or may not have happened when the future is dropped.
     async fn evict(&self, key: &str) -> Result<bool> {
-        check_key(key)?;
         let lock_name = self.lock_name(key);
         let limit = self.sessions.config.command_timeout();
         let Checkout { mut session, .. } = self.checkout(false).await?;
@@ -740,6 +666,7 @@ impl fmt::Debug for MysqlStore {
 #[cfg(test)]
 mod server_tests {
     use super::*;
+    use fencelock_core::LockStore;
 
     fn url() -> String {
         static SERVER: std::sync::OnceLock<test_servers::MariadbServer> =
