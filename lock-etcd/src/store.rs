@@ -11,8 +11,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use etcd_client::{GetOptions, KeyValue};
 use fencelock_core::raw::ttl::whole_secs;
-use fencelock_core::raw::validate::{check_granted, check_mode, check_request, check_wait};
-use fencelock_core::{Capabilities, Error, HolderStatus, Instant, KeyStatus, Lease, LockStore, Mode, OwnerId, ReleaseOutcome, Result, raw::drift};
+use fencelock_core::raw::{self, AcquireRequest, LeaseExt};
+use fencelock_core::{
+    raw::drift, Capabilities, Error, HolderStatus, Instant, KeyStatus, Lease, Mode, OwnerId,
+    ReleaseOutcome, Result,
+};
 use tokio::time::timeout;
 
 use crate::client::{Connection, Resend};
@@ -613,125 +616,50 @@ const FOREIGN_LEASE: &str =
     "it was not granted by an etcd store (it names no entry), so it holds nothing here";
 
 #[async_trait]
-impl Acquire for EtcdStore {
+impl raw::Store for EtcdStore {
+    fn name(&self) -> &'static str {
+        crate::ETCD.name
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new()
+            .with_min_ttl(MIN_TTL)
+            .with_ttl_granularity(TTL_GRANULARITY)
+            .with_notified_wait(true)
+            .with_fair_queue(true)
+            .with_frees_on_disconnect(false)
+            .with_evict(true)
+            // etcdctl's and Go's clients know only exclusive entries: in their layout, modes
+            // are refused rather than mixed with entries they would misread.
+            .with_shared(self.config().layout == Layout::Fencelock)
+            .with_permits(self.config().layout == Layout::Fencelock)
+    }
+
+    /// Every mode joins the key's one queue (see the crate docs, *Semaphores and
+    /// reader-writer locks*). Without a wait, a shared or permit request that only older
+    /// compatible requests stand in front of (readers, or permits of its limit, queued but not
+    /// yet marked granted) waits for them to settle, at most the command timeout; anything
+    /// else in front makes it [`Error::Busy`] at once, its entry revoked.
+    ///
     /// # Cancel safety
     /// A dropped attempt revokes its etcd lease from a spawned task, which deletes its queue
     /// entry (and the lock, if it had been granted) at once; if the revoke cannot run, the lease
     /// expires at its TTL. A lease granted but whose reply was never read holds nothing and
-    /// expires at its TTL.
-    #[tracing::instrument(
-        level = "debug",
-        name = "try_acquire",
-        skip(self),
-        fields(store = crate::ETCD.name)
-    )]
-    async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Lease> {
-        check_request(key, ttl, &self.capabilities())?;
-        let dir = self.dir(key);
-        let lease = self
-            .attempt(key, ttl, None, Mode::Exclusive)
+    /// expires at its TTL. A dropped waiter's entry is deleted the same way, so it stops holding
+    /// its place in the queue (and keeping newer readers out) at once, and never takes the key
+    /// later.
+    async fn acquire(&self, request: &AcquireRequest<'_>) -> Result<Lease> {
+        let dir = self.dir(request.key);
+        let deadline = request.wait.map(|wait| Instant::now() + wait);
+        self.attempt(request.key, request.ttl, deadline, request.mode)
             .await
-            .map_err(self.refused("try_acquire", &dir, Right::ReadWrite))?;
-        check_granted(self, lease).await
+            .map_err(self.refused(request.operation(), &dir, Right::ReadWrite))
     }
 
-    /// # Cancel safety
-    /// As [`Acquire::try_acquire`]: a dropped waiter's entry is deleted by a spawned revoke, so
-    /// it stops holding its place in the queue at once, and never takes the lock later.
-    #[tracing::instrument(level = "debug", name = "acquire", skip(self), fields(store = crate::ETCD.name))]
-    async fn acquire(&self, key: &str, ttl: Duration, wait: Duration) -> Result<Lease> {
-        check_request(key, ttl, &self.capabilities())?;
-        check_wait(wait)?;
-        let started = Instant::now();
-        let dir = self.dir(key);
-        let attempt = self
-            .attempt(key, ttl, Some(started + wait), Mode::Exclusive)
-            .await
-            .map_err(self.refused("acquire", &dir, Right::ReadWrite));
-        match attempt {
-            Err(Error::Busy { key }) => Err(Error::WaitTimedOut {
-                key,
-                waited: started.elapsed(),
-            }),
-            Ok(lease) => check_granted(self, lease).await,
-            other => other,
-        }
-    }
-
-    /// Shared and permit requests join the key's one queue (see the crate docs, *Semaphores
-    /// and reader-writer locks*). Without a wait, a request that only older compatible
-    /// requests stand in front of (readers, or permits of its limit, queued but not yet
-    /// marked granted) waits for them to settle, at most the command timeout; anything else
-    /// in front makes it [`Error::Busy`] at once, its entry revoked.
-    ///
-    /// # Cancel safety
-    /// As [`Acquire::try_acquire`]: a dropped attempt's entry is deleted by a spawned revoke.
-    #[tracing::instrument(
-        level = "debug",
-        name = "try_acquire_as",
-        skip(self),
-        fields(store = crate::ETCD.name)
-    )]
-    async fn try_acquire_as(&self, key: &str, ttl: Duration, mode: Mode) -> Result<Lease> {
-        check_request(key, ttl, &self.capabilities())?;
-        check_mode(mode, &self.capabilities())?;
-        let dir = self.dir(key);
-        let lease = self
-            .attempt(key, ttl, None, mode)
-            .await
-            .map_err(self.refused("try_acquire_as", &dir, Right::ReadWrite))?;
-        check_granted(self, lease).await
-    }
-
-    /// # Cancel safety
-    /// As [`Acquire::acquire`]: a dropped waiter's entry is deleted by a spawned revoke, so
-    /// it stops holding its place (and stops keeping newer readers out) at once, and never
-    /// takes the key later.
-    #[tracing::instrument(
-        level = "debug",
-        name = "acquire_as",
-        skip(self),
-        fields(store = crate::ETCD.name)
-    )]
-    async fn acquire_as(
-        &self,
-        key: &str,
-        ttl: Duration,
-        wait: Duration,
-        mode: Mode,
-    ) -> Result<Lease> {
-        check_request(key, ttl, &self.capabilities())?;
-        check_mode(mode, &self.capabilities())?;
-        check_wait(wait)?;
-        let started = Instant::now();
-        let dir = self.dir(key);
-        let attempt = self
-            .attempt(key, ttl, Some(started + wait), mode)
-            .await
-            .map_err(self.refused("acquire_as", &dir, Right::ReadWrite));
-        match attempt {
-            Err(Error::Busy { key }) => Err(Error::WaitTimedOut {
-                key,
-                waited: started.elapsed(),
-            }),
-            Ok(lease) => check_granted(self, lease).await,
-            other => other,
-        }
-    }
-}
-
-#[async_trait]
-impl Release for EtcdStore {
     /// # Cancel safety
     /// Dropping the future may leave the entry in place; it then expires with its lease at the
     /// TTL (the lease is kept alive by nobody). Once the delete is answered, the lease is kept
     /// for reuse or revoked without further waiting, so nothing is lost after that point.
-    #[tracing::instrument(
-        level = "debug",
-        name = "release",
-        skip_all,
-        fields(store = crate::ETCD.name, key = lease.key(), token = lease.fencing_token())
-    )]
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
         let Some(held) = lease.store_state::<Held>() else {
             // It holds nothing here, whoever made it: no entry of this store is its.
@@ -782,22 +710,12 @@ impl Release for EtcdStore {
         } else {
             ReleaseOutcome::Lost
         };
-        tracing::debug!(key = lease.key(), ?outcome, "released");
         Ok(outcome)
     }
-}
 
-#[async_trait]
-impl Extend for EtcdStore {
     /// # Cancel safety
     /// Dropping the future may leave the lease renewed; the local deadline only moves once both
     /// answers are read.
-    #[tracing::instrument(
-        level = "trace",
-        name = "extend",
-        skip_all,
-        fields(store = crate::ETCD.name, key = lease.key(), token = lease.fencing_token())
-    )]
     async fn extend(&self, lease: &Lease) -> Result<()> {
         let Some(held) = lease.store_state::<Held>() else {
             return Err(Error::lost(lease, FOREIGN_LEASE));
@@ -832,23 +750,6 @@ impl Extend for EtcdStore {
         lease.confirm(sent_at);
         Ok(())
     }
-}
-
-#[async_trait]
-impl LockStore for EtcdStore {
-    fn capabilities(&self) -> Capabilities {
-        Capabilities::new()
-            .with_min_ttl(MIN_TTL)
-            .with_ttl_granularity(TTL_GRANULARITY)
-            .with_notified_wait(true)
-            .with_fair_queue(true)
-            .with_frees_on_disconnect(false)
-            .with_evict(true)
-            // etcdctl's and Go's clients know only exclusive entries: in their layout, modes
-            // are refused rather than mixed with entries they would misread.
-            .with_shared(self.config().layout == Layout::Fencelock)
-            .with_permits(self.config().layout == Layout::Fencelock)
-    }
 
     /// Deletes the entry that holds `key` behind its holder's back and revokes the holder's
     /// etcd lease, as an administrator with `etcdctl del` would. The key is free at once (the
@@ -860,7 +761,6 @@ impl LockStore for EtcdStore {
     /// Dropping the future may leave the entry deleted and its lease not yet revoked; the lease
     /// then holds nothing and expires at its TTL.
     async fn evict(&self, key: &str) -> Result<bool> {
-        fencelock_core::raw::validate::check_key(key)?;
         let dir = self.dir(key);
         let refused = || self.refused("evict", &dir, Right::ReadWrite);
         let Some(head) = self.queue_head(&dir).await.map_err(refused())? else {
@@ -899,7 +799,6 @@ impl LockStore for EtcdStore {
     /// # Cancel safety
     /// Read-only; dropping the future loses nothing.
     async fn status(&self, key: &str) -> Result<KeyStatus> {
-        fencelock_core::raw::validate::check_key(key)?;
         let dir = self.dir(key);
         let refused = || self.refused("status", &dir, Right::Read);
         let queue = match self.config().layout {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{EventType, GetOptions, KeyValue, WatchFilterType, WatchOptions};
-use fencelock_core::{Error, Instant, Mode, Result, raw::drift};
+use fencelock_core::{raw::drift, Error, Instant, Mode, Result};
 use tokio::time::{sleep_until, timeout_at};
 
 use crate::client::{Connection, Resend};

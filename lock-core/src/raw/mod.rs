@@ -138,6 +138,17 @@ impl<'a> AcquireRequest<'a> {
         self.mode = mode;
         self
     }
+
+    /// The name of the [`LockStore`](crate::LockStore) method this request is, for messages
+    /// that name the operation: `try_acquire`, `acquire`, `try_acquire_as` or `acquire_as`.
+    pub fn operation(&self) -> &'static str {
+        match (self.wait.is_some(), self.mode == Mode::Exclusive) {
+            (false, true) => "try_acquire",
+            (true, true) => "acquire",
+            (false, false) => "try_acquire_as",
+            (true, false) => "acquire_as",
+        }
+    }
 }
 
 /// The trait a store implements. Every `Store` is a [`LockStore`](crate::LockStore), with the
