@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use fencelock::{with_lock, Error, LockOptions, ReleaseOutcome};
+use fencelock::{with_lock, Error, LockStoreExt, ReleaseOutcome};
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
@@ -31,12 +31,9 @@ async fn main() -> Result<(), Error> {
         lease.fencing_token()
     );
 
-    let token = with_lock(
-        &other,
-        &key,
-        LockOptions::new().ttl(ttl),
-        |next| async move { Ok::<_, Error>(next.fencing_token()) },
-    )
+    let token = with_lock(other.lock(&key).ttl(ttl), |next| async move {
+        Ok::<_, Error>(next.fencing_token())
+    })
     .await?;
     println!("with_lock on the second handle: token {token}");
 

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::{DynLockStore, Error, Lease, MemoryStore, Result};
+use crate::{raw, DynLockStore, Error, Lease, MemoryStore, Result};
 
 /// A handle to a store of `url`'s kind that cannot be reached: the same scheme and options,
 /// pointed at a closed loopback port (the memory store: a store switched unreachable; a store
@@ -100,58 +100,21 @@ impl Refused {
 // Written out in full, defaults included: a refused handle must refuse everything.
 #[async_trait::async_trait]
 #[deny(clippy::missing_trait_methods)]
-impl crate::Acquire for Refused {
-    async fn try_acquire(&self, _: &str, _: std::time::Duration) -> Result<Lease> {
+impl raw::Store for Refused {
+    fn name(&self) -> &'static str {
+        "refused"
+    }
+    fn capabilities(&self) -> crate::Capabilities {
+        crate::Capabilities::new()
+    }
+    async fn acquire(&self, _: &raw::AcquireRequest<'_>) -> Result<Lease> {
         Err(self.error())
     }
-    async fn acquire(
-        &self,
-        _: &str,
-        _: std::time::Duration,
-        _: std::time::Duration,
-    ) -> Result<Lease> {
-        Err(self.error())
-    }
-    async fn try_acquire_as(
-        &self,
-        _: &str,
-        _: std::time::Duration,
-        _: crate::Mode,
-    ) -> Result<Lease> {
-        Err(self.error())
-    }
-    async fn acquire_as(
-        &self,
-        _: &str,
-        _: std::time::Duration,
-        _: std::time::Duration,
-        _: crate::Mode,
-    ) -> Result<Lease> {
-        Err(self.error())
-    }
-}
-
-#[async_trait::async_trait]
-#[deny(clippy::missing_trait_methods)]
-impl crate::Release for Refused {
     async fn release(&self, _: &Lease) -> Result<crate::ReleaseOutcome> {
         Err(self.error())
     }
-}
-
-#[async_trait::async_trait]
-#[deny(clippy::missing_trait_methods)]
-impl crate::Extend for Refused {
     async fn extend(&self, _: &Lease) -> Result<()> {
         Err(self.error())
-    }
-}
-
-#[async_trait::async_trait]
-#[deny(clippy::missing_trait_methods)]
-impl crate::LockStore for Refused {
-    fn capabilities(&self) -> crate::Capabilities {
-        crate::Capabilities::new()
     }
     async fn status(&self, _: &str) -> Result<crate::KeyStatus> {
         Err(self.error())

@@ -8,7 +8,10 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use fencelock_core::raw::url::{parse_timeout, parse_window, redact};
-use fencelock_core::{limits::MAX_TTL, raw::validate::{DEFAULT_RETENTION, check_retention}};
+use fencelock_core::{
+    limits::MAX_TTL,
+    raw::validate::{check_retention, DEFAULT_RETENTION},
+};
 use fencelock_core::{Error, Result};
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo};
 use url::Url;

@@ -6,8 +6,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use fencelock_core::raw::validate::{check_granted, check_key, check_mode, check_request, check_wait};
-use fencelock_core::{Capabilities, Error, Instant, KeyStatus, Lease, LockStore, Mode, OwnerId, PerKeyState, ReleaseOutcome, Result};
+use fencelock_core::raw::{self, AcquireRequest, LeaseExt};
+use fencelock_core::{
+    Capabilities, Error, Instant, KeyStatus, Lease, Mode, OwnerId, PerKeyState, ReleaseOutcome,
+    Result,
+};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::time::{sleep_until, timeout};
 
@@ -375,7 +378,7 @@ impl RedisStore {
         if got >= i64::from(wanted) {
             return Ok(lease);
         }
-        if let Err(error) = Release::release(self, &lease).await {
+        if let Err(error) = raw::Store::release(self, &lease).await {
             tracing::debug!(%error, "an unacknowledged lease was left to expire");
         }
         Err(Error::Unavailable {
@@ -531,8 +534,9 @@ impl RedisStore {
         }
     }
 
-    /// Waits for `key` in `mode` as [`Acquire::acquire`] describes; an exclusive request marks
-    /// itself as a waiting writer from its second attempt on (see [`WriterMark`]).
+    /// Waits for `key` in `mode` as [`raw::Store::acquire`] describes ([`Error::Busy`] once
+    /// the wait ran out); an exclusive request marks itself as a waiting writer from its
+    /// second attempt on (see [`WriterMark`]).
     async fn acquire_in(
         &self,
         key: &str,
@@ -540,18 +544,16 @@ impl RedisStore {
         wait: Duration,
         mode: Mode,
     ) -> Result<Lease> {
-        let started = Instant::now();
-        let deadline = started + wait;
+        let deadline = Instant::now() + wait;
         let names = self.names(key);
-        let timed_out = |now: Instant| Error::WaitTimedOut {
+        let timed_out = || Error::Busy {
             key: key.to_owned(),
-            waited: now - started,
         };
         if let Granted::Yes(lease) = self.attempt(key, &names, ttl, mode, None).await? {
             return Ok(lease);
         }
         if Instant::now() >= deadline {
-            return Err(timed_out(Instant::now()));
+            return Err(timed_out());
         }
         let listener = self.inner.subscriber.listen(&names.channel);
         listener
@@ -573,7 +575,7 @@ impl RedisStore {
                 if let Some(mark) = mark.take() {
                     mark.withdraw().await;
                 }
-                return Err(timed_out(now));
+                return Err(timed_out());
             }
             // One millisecond past the PTTL, which the server rounds down.
             let nap = expires_in
@@ -695,118 +697,73 @@ enum Granted {
 }
 
 #[async_trait]
-impl Acquire for RedisStore {
-    /// # Cancel safety
-    /// Dropping the future after the script was sent may leave a lease nobody knows of: it
-    /// expires at its TTL and blocks the key until then.
-    #[tracing::instrument(
-        level = "debug",
-        name = "try_acquire",
-        skip(self),
-        fields(store = crate::REDIS.name),
-        ret(level = "debug"),
-        err(level = "debug")
-    )]
-    async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Lease> {
-        self.inner.config.check_acknowledged_ttl(ttl)?;
-        check_request(key, ttl, &self.capabilities())?;
-        let lease = self.try_acquire_in(key, ttl, Mode::Exclusive).await?;
-        check_granted(self, lease).await
+impl raw::Store for RedisStore {
+    fn name(&self) -> &'static str {
+        crate::REDIS.name
     }
 
-    /// Tries once; if the key is held, subscribes to the key's release channel (confirmed
-    /// before the next attempt, so a release between the attempt and the wait still wakes
-    /// it), then tries again on every release message, when the holder's TTL runs out, and at
-    /// least every [`WAIT_CAP`].
+    /// Millisecond TTLs (`PX`), notified waits (pub/sub), no fair queue, and a dead holder's
+    /// lock lives until its TTL. In [`Layout::Plain`] waits are not declared notified: peer
+    /// clients publish nothing when they release, so a waiter sees their releases only by
+    /// trying again, at least every [`WAIT_CAP`] (fencelock's own releases still wake it).
+    /// Shared leases and semaphore permits are kept in both layouts (the crate docs,
+    /// `# Shared leases and permits`). With `min_replicas` the shortest TTL is twice
+    /// `replica_timeout` (acquires refuse shorter ones, naming that rule).
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new()
+            .with_notified_wait(self.inner.config.layout == Layout::Fencelock)
+            .with_frees_on_disconnect(false)
+            .with_fair_queue(false)
+            .with_ttl_granularity(TTL_GRANULARITY)
+            .with_min_ttl(self.inner.config.acknowledged_min_ttl().unwrap_or_default())
+            .with_evict(true)
+            .with_max_ttl(self.inner.config.max_ttl)
+            .with_retention(self.inner.config.retention)
+            .with_shared(true)
+            .with_permits(true)
+    }
+
+    /// With `min_replicas`, a TTL below twice `replica_timeout` is refused naming that rule.
+    fn check(&self, request: &AcquireRequest<'_>) -> Result<()> {
+        self.inner.config.check_acknowledged_ttl(request.ttl)
+    }
+
+    /// One attempt: for an exclusive lease one script over the lock, else one script over the
+    /// key's holders (see the crate docs, `# Shared leases and permits`). A wait tries once;
+    /// if the key is held, subscribes to the key's release channel (confirmed before the next
+    /// attempt, so a release between the attempt and the wait still wakes it), then tries
+    /// again on every release message, when the holder's TTL runs out, and at least every
+    /// [`WAIT_CAP`]. An exclusive request that has to wait marks itself as a waiting writer
+    /// from its second attempt on, which keeps new shared requests out until it is served or
+    /// stops waiting.
     ///
     /// An attempt that cannot reach the server ends the wait at once with the retryable
     /// [`Error::Unavailable`], as in every store: the wait bound is only spent waiting for the
     /// lock, and an attempt in flight is bounded by the command timeout, not by the wait.
     ///
     /// # Cancel safety
-    /// As for `try_acquire` while an attempt is in flight; dropped while waiting, nothing is
-    /// held and the subscription is given up.
-    #[tracing::instrument(
-        level = "debug",
-        name = "acquire",
-        skip(self),
-        fields(store = crate::REDIS.name),
-        ret(level = "debug"),
-        err(level = "debug")
-    )]
-    async fn acquire(&self, key: &str, ttl: Duration, wait: Duration) -> Result<Lease> {
-        self.inner.config.check_acknowledged_ttl(ttl)?;
-        check_request(key, ttl, &self.capabilities())?;
-        check_wait(wait)?;
-        let lease = self.acquire_in(key, ttl, wait, Mode::Exclusive).await?;
-        check_granted(self, lease).await
+    /// Dropping the future after a script was sent may leave a lease nobody knows of: it
+    /// expires at its TTL and blocks the key (takes a permit, keeps writers out) until then.
+    /// Dropped while waiting, nothing is held and the subscription is given up. A dropped
+    /// exclusive waiter's mark is removed by a spawned task, and expires within a second if
+    /// that cannot run; meanwhile it keeps new readers out.
+    async fn acquire(&self, request: &AcquireRequest<'_>) -> Result<Lease> {
+        let AcquireRequest {
+            key,
+            ttl,
+            mode,
+            wait,
+            ..
+        } = *request;
+        match wait {
+            None => self.try_acquire_in(key, ttl, mode).await,
+            Some(wait) => self.acquire_in(key, ttl, wait, mode).await,
+        }
     }
 
-    /// One attempt in `mode`: [`Acquire::try_acquire`] for an exclusive lease, else one script
-    /// over the key's holders (see the crate docs, `# Shared leases and permits`).
-    ///
-    /// # Cancel safety
-    /// As for `try_acquire`: dropped after its script was sent, it may leave a holder nobody
-    /// knows of, which takes a permit (or keeps writers out) until its TTL.
-    #[tracing::instrument(
-        level = "debug",
-        name = "try_acquire_as",
-        skip(self),
-        fields(store = crate::REDIS.name),
-        ret(level = "debug"),
-        err(level = "debug")
-    )]
-    async fn try_acquire_as(&self, key: &str, ttl: Duration, mode: Mode) -> Result<Lease> {
-        self.inner.config.check_acknowledged_ttl(ttl)?;
-        check_request(key, ttl, &self.capabilities())?;
-        check_mode(mode, &self.capabilities())?;
-        let lease = self.try_acquire_in(key, ttl, mode).await?;
-        check_granted(self, lease).await
-    }
-
-    /// Waits as [`Acquire::acquire`] does, in `mode`. An exclusive request that has to wait
-    /// marks itself as a waiting writer from its second attempt on, which keeps new shared
-    /// requests out until it is served or stops waiting.
-    ///
-    /// # Cancel safety
-    /// As for `acquire`. A dropped exclusive waiter's mark is removed by a spawned task, and
-    /// expires within a second if that cannot run; meanwhile it keeps new readers out.
-    #[tracing::instrument(
-        level = "debug",
-        name = "acquire_as",
-        skip(self),
-        fields(store = crate::REDIS.name),
-        ret(level = "debug"),
-        err(level = "debug")
-    )]
-    async fn acquire_as(
-        &self,
-        key: &str,
-        ttl: Duration,
-        wait: Duration,
-        mode: Mode,
-    ) -> Result<Lease> {
-        self.inner.config.check_acknowledged_ttl(ttl)?;
-        check_request(key, ttl, &self.capabilities())?;
-        check_mode(mode, &self.capabilities())?;
-        check_wait(wait)?;
-        let lease = self.acquire_in(key, ttl, wait, mode).await?;
-        check_granted(self, lease).await
-    }
-}
-
-#[async_trait]
-impl Release for RedisStore {
     /// # Cancel safety
     /// Dropping the future may or may not have released the lease; calling release again is
     /// safe (it answers `Lost` if the first one went through).
-    #[tracing::instrument(
-        level = "debug",
-        name = "release",
-        skip_all,
-        fields(store = crate::REDIS.name, key = lease.key(), token = lease.fencing_token()),
-        ret(level = "debug"), err(level = "debug")
-    )]
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
         let owner = lease.owner();
         let released = match tag_of(lease.mode()) {
@@ -833,20 +790,10 @@ impl Release for RedisStore {
             ReleaseOutcome::Lost
         })
     }
-}
 
-#[async_trait]
-impl Extend for RedisStore {
     /// # Cancel safety
     /// Dropping the future may or may not have extended the lease on the server; the local
     /// deadline only moves once the answer is read.
-    #[tracing::instrument(
-        level = "trace",
-        name = "extend",
-        skip_all,
-        fields(store = crate::REDIS.name, key = lease.key(), token = lease.fencing_token()),
-        err(level = "debug")
-    )]
     async fn extend(&self, lease: &Lease) -> Result<()> {
         let names = self.names(lease.key());
         let (owner, ttl) = (lease.owner(), lease.ttl());
@@ -876,30 +823,6 @@ impl Extend for RedisStore {
             ))
         }
     }
-}
-
-#[async_trait]
-impl LockStore for RedisStore {
-    /// Millisecond TTLs (`PX`), notified waits (pub/sub), no fair queue, and a dead holder's
-    /// lock lives until its TTL. In [`Layout::Plain`] waits are not declared notified: peer
-    /// clients publish nothing when they release, so a waiter sees their releases only by
-    /// trying again, at least every [`WAIT_CAP`] (fencelock's own releases still wake it).
-    /// Shared leases and semaphore permits are kept in both layouts (the crate docs,
-    /// `# Shared leases and permits`). With `min_replicas` the shortest TTL is twice
-    /// `replica_timeout` (acquires refuse shorter ones, naming that rule).
-    fn capabilities(&self) -> Capabilities {
-        Capabilities::new()
-            .with_notified_wait(self.inner.config.layout == Layout::Fencelock)
-            .with_frees_on_disconnect(false)
-            .with_fair_queue(false)
-            .with_ttl_granularity(TTL_GRANULARITY)
-            .with_min_ttl(self.inner.config.acknowledged_min_ttl().unwrap_or_default())
-            .with_evict(true)
-            .with_max_ttl(self.inner.config.max_ttl)
-            .with_retention(self.inner.config.retention)
-            .with_shared(true)
-            .with_permits(true)
-    }
 
     /// Deletes the lock on `key` behind its holder's back (never the fencing counter, so the
     /// next token is still greater), with every shared or permit holder of the key, and wakes
@@ -909,7 +832,6 @@ impl LockStore for RedisStore {
     /// # Cancel safety
     /// Dropping the future may or may not have deleted the lock.
     async fn evict(&self, key: &str) -> Result<bool> {
-        check_key(key)?;
         let names = self.names(key);
         self.run("evict", |mut conn| async move {
             evict_on(&mut conn, &names).await
@@ -920,7 +842,6 @@ impl LockStore for RedisStore {
     /// # Cancel safety
     /// Read-only; dropping the future loses nothing.
     async fn status(&self, key: &str) -> Result<KeyStatus> {
-        check_key(key)?;
         let names = self.names(key);
         self.run("status", |mut conn| async move {
             status_on(&mut conn, &names).await
@@ -960,6 +881,7 @@ impl fmt::Debug for RedisStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fencelock_core::LockStore;
 
     #[test]
     fn quick_names_are_the_key_names() {

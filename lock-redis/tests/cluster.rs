@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use fencelock_conformance::{async_trait, StoreFactory};
 use fencelock_core::ReleaseOutcome;
-use fencelock_core::{Acquire, DynLockStore, Error, KeyStatus, LockStore, Mode, Release};
+use fencelock_core::{DynLockStore, Error, KeyStatus, LockStore, Mode};
 use fencelock_redis::{RedisConfig, RedisStore};
 use test_servers::{closed_ports, RedisCluster, RedisServer};
 

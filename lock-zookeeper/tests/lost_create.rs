@@ -14,7 +14,7 @@ mod common;
 
 use std::time::Duration;
 
-use fencelock_core::{Acquire, Release, ReleaseOutcome};
+use fencelock_core::{LockStore, ReleaseOutcome};
 use fencelock_zookeeper::ZookeeperStore;
 use test_servers::zookeeper::TICK;
 use test_servers::{FreezableRelay, ZookeeperEnsemble};

@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use tracing::Instrument;
 
-use super::validate::{check_granted, check_key, check_mode, check_request, check_wait};
+use super::validate::{check_granted, check_key, check_mode, check_ttl, check_wait};
 use super::{AcquireRequest, Store};
 use crate::{
     Capabilities, Error, Instant, KeyStatus, Lease, LockStore, Mode, PerKeyState, ReleaseOutcome,
@@ -77,7 +77,9 @@ impl<S: Store> LockStore for S {
 /// The checks around [`Store::acquire`]: the request first, the grant after.
 async fn acquire<S: Store>(store: &S, request: AcquireRequest<'_>) -> Result<Lease> {
     let capabilities = Store::capabilities(store);
-    check_request(request.key, request.ttl, &capabilities)?;
+    check_key(request.key)?;
+    Store::check(store, &request)?;
+    check_ttl(request.ttl, &capabilities)?;
     check_mode(request.mode, &capabilities)?;
     if let Some(wait) = request.wait {
         check_wait(wait)?;

@@ -171,6 +171,18 @@ pub trait Store: Debug + Send + Sync + Any {
     /// bounds and the modes from it.
     fn capabilities(&self) -> Capabilities;
 
+    /// The store's own rules for a request beyond what [`Store::capabilities`] declares,
+    /// checked after the key and before the TTL bounds, so a refusal can name the store's
+    /// reason (Redis with `min_replicas`: a TTL below twice `replica_timeout`). Nothing may be
+    /// sent to the store here. Default: none.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a request this store refuses.
+    fn check(&self, request: &AcquireRequest<'_>) -> Result<()> {
+        let _ = request;
+        Ok(())
+    }
+
     /// Takes `request.key`: one attempt when `request.wait` is `None`, else waiting up to the
     /// wait for the holder to release it or for its lease to expire (woken by the store's own
     /// notification where [`Capabilities::notified_wait`] says so, else by bounded, jittered

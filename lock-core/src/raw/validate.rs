@@ -104,15 +104,6 @@ pub(crate) fn check_wait(wait: Duration) -> Result<()> {
     Ok(())
 }
 
-/// Checks key and TTL together, the usual first line of an acquire.
-///
-/// # Errors
-/// [`InvalidInput`](crate::ErrorKind::InvalidInput), as [`check_key`] and [`check_ttl`].
-pub(crate) fn check_request(key: &str, ttl: Duration, capabilities: &Capabilities) -> Result<()> {
-    check_key(key)?;
-    check_ttl(ttl, capabilities)
-}
-
 /// A mode the store keeps ([`Capabilities::supports`], else
 /// [`Error::Unsupported`]) with a limit of 1 to [`MAX_PERMITS`] permits.
 ///

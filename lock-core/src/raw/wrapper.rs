@@ -55,6 +55,15 @@ pub trait Wrapper: Debug + Send + Sync + Any {
         self.inner().capabilities()
     }
 
+    /// Default: none (the inner store checks its own when the request reaches it).
+    ///
+    /// # Errors
+    /// As [`Store::check`](super::Store::check).
+    fn check(&self, request: &AcquireRequest<'_>) -> Result<()> {
+        let _ = request;
+        Ok(())
+    }
+
     /// Default: forwarded.
     ///
     /// # Errors
@@ -141,6 +150,10 @@ impl<W: Wrapper> super::Store for W {
 
     fn capabilities(&self) -> Capabilities {
         Wrapper::capabilities(self)
+    }
+
+    fn check(&self, request: &AcquireRequest<'_>) -> Result<()> {
+        Wrapper::check(self, request)
     }
 
     async fn acquire(&self, request: &AcquireRequest<'_>) -> Result<Lease> {

@@ -6,7 +6,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use fencelock_conformance::bench::{micros, Samples, Table};
-use fencelock_core::{Capabilities, Lease, LockStore, OwnerId, ReleaseOutcome};
+use fencelock_core::raw::{AcquireRequest, LeaseExt};
+use fencelock_core::{
+    Capabilities, KeyStatus, Lease, LockStore, OwnerId, PerKeyState, ReleaseOutcome,
+};
 use redis::aio::ConnectionManager;
 use tokio::time::Instant;
 
@@ -81,6 +84,7 @@ pub fn rslock_handoff_rows(table: &mut Table, waiters: usize, ours: &Samples, rs
 /// `rslock` (a Redlock crate, on one node or several) behind our traits, so the same
 /// measurement loops run on it. It has no fencing token (the lease says 0) and its unlock
 /// reports nothing (release always says `Released`); its waiting acquire is its own retry loop.
+/// A `LockStore` by hand, not a `raw::Store`, so the peer's figures carry none of our checks.
 #[derive(Debug)]
 pub struct Rslock {
     manager: rslock::LockManager,
@@ -95,9 +99,8 @@ impl Rslock {
     }
 }
 
-#[async_trait]
-impl Acquire for Rslock {
-    async fn try_acquire(&self, key: &str, ttl: Duration) -> fencelock_core::Result<Lease> {
+impl Rslock {
+    async fn try_once(&self, key: &str, ttl: Duration) -> fencelock_core::Result<Lease> {
         let sent_at = Instant::now();
         match self.manager.lock(key.as_bytes(), ttl).await {
             Ok(lock) => Ok(Lease::with_store_state(
@@ -114,7 +117,7 @@ impl Acquire for Rslock {
         }
     }
 
-    async fn acquire(
+    async fn wait_for(
         &self,
         key: &str,
         ttl: Duration,
@@ -143,27 +146,50 @@ impl Acquire for Rslock {
 }
 
 #[async_trait]
-impl Release for Rslock {
+impl LockStore for Rslock {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new()
+    }
+
+    async fn acquire_request(&self, request: AcquireRequest<'_>) -> fencelock_core::Result<Lease> {
+        match request.wait {
+            None => self.try_once(request.key, request.ttl).await,
+            Some(wait) => self.wait_for(request.key, request.ttl, wait).await,
+        }
+    }
+
     async fn release(&self, lease: &Lease) -> fencelock_core::Result<ReleaseOutcome> {
         if let Some(lock) = lease.store_state::<rslock::Lock>() {
             self.manager.unlock(lock).await;
         }
         Ok(ReleaseOutcome::Released)
     }
-}
 
-#[async_trait]
-impl Extend for Rslock {
     async fn extend(&self, _: &Lease) -> fencelock_core::Result<()> {
         Err(fencelock_core::Error::Unsupported {
             operation: "extend in this benchmark adapter",
         })
     }
-}
 
-#[async_trait]
-impl LockStore for Rslock {
-    fn capabilities(&self) -> Capabilities {
-        Capabilities::new()
+    async fn status(&self, _: &str) -> fencelock_core::Result<KeyStatus> {
+        Err(fencelock_core::Error::Unsupported {
+            operation: "status",
+        })
+    }
+
+    async fn evict(&self, _: &str) -> fencelock_core::Result<bool> {
+        Err(fencelock_core::Error::Unsupported { operation: "evict" })
+    }
+
+    async fn per_key_state(&self) -> fencelock_core::Result<Option<PerKeyState>> {
+        Ok(None)
+    }
+
+    fn diagnostics(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    fn lease_env(&self, _: &Lease) -> Vec<(String, String)> {
+        Vec::new()
     }
 }

@@ -7,8 +7,10 @@ use std::time::Duration;
 
 use crate::cluster::Conn;
 use async_trait::async_trait;
-use fencelock_core::raw::validate::{check_granted, check_key, check_request, check_wait};
-use fencelock_core::{Capabilities, Error, Instant, KeyStatus, Lease, LockStore, OwnerId, ReleaseOutcome, Result};
+use fencelock_core::raw::{self, AcquireRequest, LeaseExt};
+use fencelock_core::{
+    Capabilities, Error, Instant, KeyStatus, Lease, OwnerId, ReleaseOutcome, Result,
+};
 use tokio::time::{sleep, sleep_until};
 
 use super::config::RedlockConfig;
@@ -469,32 +471,19 @@ impl RedlockStore {
     }
 }
 
-#[async_trait]
-impl Acquire for RedlockStore {
+impl RedlockStore {
     /// One Redlock acquisition: a round, retried up to `retry_count` times after a random
     /// delay when it found no quorum but no clear holder (a split vote) or too many failed
     /// nodes. [`Error::Busy`] when a quorum of nodes holds the key for others or has waiters
     /// queued for it (or contention outlasted the retries); the retryable [`Error::Unavailable`] naming each node's reason
     /// when no quorum could be reached.
     ///
-    /// # Cancel safety
-    /// Dropping the future after the requests were sent may leave a lease nobody knows of on
-    /// some nodes: it expires at its TTL and blocks the key until then.
-    #[tracing::instrument(
-        level = "debug",
-        name = "try_acquire",
-        skip(self),
-        fields(store = crate::REDLOCK.name),
-        ret(level = "debug"),
-        err(level = "debug")
-    )]
-    async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Lease> {
-        check_request(key, ttl, &self.capabilities())?;
+    async fn try_once(&self, key: &str, ttl: Duration) -> Result<Lease> {
         let names = self.names(key);
         let mut retries = self.config().retry_count();
         loop {
             let last = match self.round(key, &names, ttl, None, OwnerId::random()).await {
-                Round::Granted(lease) => return check_granted(self, lease).await,
+                Round::Granted(lease) => return Ok(lease),
                 Round::Held { .. } => {
                     return Err(Error::Busy {
                         key: key.to_owned(),
@@ -525,23 +514,7 @@ impl Acquire for RedlockStore {
     /// the last error. A wait that ends without a lease withdraws its entries and requests
     /// and deletes the grants it did not collect (awaited until a quorum answered).
     ///
-    /// # Cancel safety
-    /// As for `try_acquire` while a round is in flight; dropped while waiting, nothing is
-    /// held: the subscriptions are given up, and the queue entries withdrawn and the grants
-    /// made to the waiter deleted in the background (inside a tokio runtime; otherwise
-    /// entries lapse after 1.5 s, and a grant made to the waiter holds the key until its
-    /// TTL).
-    #[tracing::instrument(
-        level = "debug",
-        name = "acquire",
-        skip(self),
-        fields(store = crate::REDLOCK.name),
-        ret(level = "debug"),
-        err(level = "debug")
-    )]
-    async fn acquire(&self, key: &str, ttl: Duration, wait: Duration) -> Result<Lease> {
-        check_request(key, ttl, &self.capabilities())?;
-        check_wait(wait)?;
+    async fn wait_for(&self, key: &str, ttl: Duration, wait: Duration) -> Result<Lease> {
         let names = self.names(key);
         let (id, first) = (OwnerId::random(), OwnerId::random());
         // Withdraws the queue entries (and deletes uncollected grants) if the future is
@@ -567,12 +540,10 @@ impl Acquire for RedlockStore {
                 .await;
         }
         queued.armed = false;
-        check_granted(self, outcome?).await
+        outcome
     }
-}
 
-impl RedlockStore {
-    /// The rounds of [`acquire`](Acquire::acquire) as waiter `id`, until a lease or the end
+    /// The rounds of [`RedlockStore::wait_for`] as waiter `id`, until a lease or the end
     /// of the wait. `owners` is kept at the last round's owner and the waiter's current
     /// request (what releases grant it), for the withdrawal of a wait that ends without a
     /// lease.
@@ -803,7 +774,42 @@ impl Drop for Queued<'_> {
 }
 
 #[async_trait]
-impl Release for RedlockStore {
+impl raw::Store for RedlockStore {
+    fn name(&self) -> &'static str {
+        crate::REDLOCK.name
+    }
+
+    /// Millisecond TTLs, notified waits (each node's pub/sub), a queue ordered by the
+    /// clients' clocks (so not declared fair), and a dead
+    /// holder's lock lives until its TTL on every node.
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new()
+            .with_notified_wait(true)
+            .with_frees_on_disconnect(false)
+            .with_fair_queue(false)
+            .with_ttl_granularity(TTL_GRANULARITY)
+            .with_evict(true)
+            .with_max_ttl(self.config().max_ttl())
+            .with_retention(self.config().retention())
+    }
+
+    /// One attempt is [`RedlockStore::try_once`], a wait [`RedlockStore::wait_for`]; exclusive
+    /// leases only.
+    ///
+    /// # Cancel safety
+    /// Dropping the future after the requests were sent may leave a lease nobody knows of on
+    /// some nodes: it expires at its TTL and blocks the key until then. Dropped while waiting,
+    /// nothing is held: the subscriptions are given up, and the queue entries withdrawn and
+    /// the grants made to the waiter deleted in the background (inside a tokio runtime;
+    /// otherwise entries lapse after 1.5 s, and a grant made to the waiter holds the key until
+    /// its TTL).
+    async fn acquire(&self, request: &AcquireRequest<'_>) -> Result<Lease> {
+        match request.wait {
+            None => self.try_once(request.key, request.ttl).await,
+            Some(wait) => self.wait_for(request.key, request.ttl, wait).await,
+        }
+    }
+
     /// Compare-and-delete on every node. `Released` once a quorum deleted this owner's lock,
     /// `Lost` once so many nodes did not hold it that it cannot have been held by a quorum,
     /// and the retryable [`Error::Unavailable`] naming each node's reason when too many
@@ -813,13 +819,6 @@ impl Release for RedlockStore {
     /// # Cancel safety
     /// Dropping the future may leave the lease held on some nodes until its TTL; calling
     /// release again is safe.
-    #[tracing::instrument(
-        level = "debug",
-        name = "release",
-        skip_all,
-        fields(store = crate::REDLOCK.name, key = lease.key(), token = lease.fencing_token()),
-        ret(level = "debug"), err(level = "debug")
-    )]
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
         let (nodes, quorum) = (self.config().node_count(), self.quorum());
         let names = self.names(lease.key());
@@ -848,10 +847,7 @@ impl Release for RedlockStore {
             }))
         }
     }
-}
 
-#[async_trait]
-impl Extend for RedlockStore {
     /// Compare-and-expire on every node; succeeds once a quorum extended within the validity
     /// (`sent_at + ttl − drift`). [`Error::LeaseLost`] once so many nodes no longer hold it
     /// that no quorum can; the retryable [`Error::Unavailable`] otherwise.
@@ -859,13 +855,6 @@ impl Extend for RedlockStore {
     /// # Cancel safety
     /// Dropping the future may or may not have extended the lease on some nodes; the local
     /// deadline only moves once a quorum's answers are read.
-    #[tracing::instrument(
-        level = "trace",
-        name = "extend",
-        skip_all,
-        fields(store = crate::REDLOCK.name, key = lease.key(), token = lease.fencing_token()),
-        err(level = "debug")
-    )]
     async fn extend(&self, lease: &Lease) -> Result<()> {
         let (nodes, quorum) = (self.config().node_count(), self.quorum());
         let names = self.names(lease.key());
@@ -913,23 +902,6 @@ impl Extend for RedlockStore {
             if *extended { "extended" } else { "not held" }.into()
         }))
     }
-}
-
-#[async_trait]
-impl LockStore for RedlockStore {
-    /// Millisecond TTLs, notified waits (each node's pub/sub), a queue ordered by the
-    /// clients' clocks (so not declared fair), and a dead
-    /// holder's lock lives until its TTL on every node.
-    fn capabilities(&self) -> Capabilities {
-        Capabilities::new()
-            .with_notified_wait(true)
-            .with_frees_on_disconnect(false)
-            .with_fair_queue(false)
-            .with_ttl_granularity(TTL_GRANULARITY)
-            .with_evict(true)
-            .with_max_ttl(self.config().max_ttl())
-            .with_retention(self.config().retention())
-    }
 
     /// Deletes the lock on `key` on every node (never the fencing counters, so the next token
     /// is still greater) and wakes its waiters. Returns whether a lock was deleted on any node.
@@ -942,7 +914,6 @@ impl LockStore for RedlockStore {
     /// Dropping the future may leave the lock deleted on some nodes and not others; the
     /// requests already sent still run.
     async fn evict(&self, key: &str) -> Result<bool> {
-        check_key(key)?;
         let names = self.names(key);
         let answers = self
             .fan_out("evict", self.config().command_timeout(), move |mut conn| {
@@ -966,7 +937,6 @@ impl LockStore for RedlockStore {
     /// # Cancel safety
     /// Read-only; dropping the future loses nothing.
     async fn status(&self, key: &str) -> Result<KeyStatus> {
-        check_key(key)?;
         let quorum = self.quorum();
         let names = self.names(key);
         let answers = self
