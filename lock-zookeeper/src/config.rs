@@ -4,7 +4,9 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use fencelock_core::raw::url::{client_identity, parse_timeout, percent_decode, percent_encode, read_pem};
+use fencelock_core::raw::url::{
+    client_identity, parse_timeout, percent_decode, percent_encode, read_pem,
+};
 use fencelock_core::{Error, Result};
 
 use crate::keys;

@@ -2,6 +2,7 @@
 //! local deadline, so a lease nobody extends ends at its TTL while its process lives (the
 //! session's expiry is the backstop when the process dies).
 
+use fencelock_core::raw::LeaseExt;
 use fencelock_core::Lease;
 use tokio::time::Instant;
 

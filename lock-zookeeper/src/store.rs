@@ -5,8 +5,11 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use fencelock_core::raw::validate::{check_granted, check_mode, check_request, check_wait};
-use fencelock_core::{Capabilities, Error, HolderStatus, KeyStatus, Lease, LockStore, Mode, OwnerId, PerKeyState, ReleaseOutcome, Result, raw::drift};
+use fencelock_core::raw::{self, drift, AcquireRequest, LeaseExt};
+use fencelock_core::{
+    Capabilities, Error, HolderStatus, KeyStatus, Lease, Mode, OwnerId, PerKeyState,
+    ReleaseOutcome, Result,
+};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -206,11 +209,9 @@ impl ZookeeperStore {
         self.open(&mut sessions, limits, timeout).await
     }
 
-    /// One acquisition in `mode`, waiting up to `wait` (zero: one attempt).
+    /// One acquisition in `mode`, waiting up to `wait` (zero: one attempt): [`Error::Busy`]
+    /// if the key stays held.
     async fn attempt(&self, key: &str, ttl: Duration, wait: Duration, mode: Mode) -> Result<Lease> {
-        check_request(key, ttl, &self.capabilities())?;
-        check_mode(mode, &self.capabilities())?;
-        check_wait(wait)?;
         let started = Instant::now();
         let until = started + wait;
         let session = self.session_for(ttl).await?;
@@ -259,15 +260,8 @@ impl ZookeeperStore {
             };
             if gives_up {
                 entry.remove().await;
-                return Err(if wait.is_zero() {
-                    Error::Busy {
-                        key: key.to_owned(),
-                    }
-                } else {
-                    Error::WaitTimedOut {
-                        key: key.to_owned(),
-                        waited: started.elapsed(),
-                    }
+                return Err(Error::Busy {
+                    key: key.to_owned(),
                 });
             }
             match turn {
@@ -317,7 +311,7 @@ impl ZookeeperStore {
             let _ = held.watch_id.set(session.leases.watch(lease.revocation()));
         }
         start_expiry(lease.clone());
-        check_granted(self, lease).await
+        Ok(lease)
     }
 
     /// The token offset in force at `zxid`, read from the offset node (`None`: the node no
@@ -355,75 +349,51 @@ impl ZookeeperStore {
 }
 
 #[async_trait]
-impl Acquire for ZookeeperStore {
-    /// Creates the lock node and takes the lock if it is the oldest; otherwise deletes it
-    /// and fails with [`Error::Busy`].
+impl raw::Store for ZookeeperStore {
+    fn name(&self) -> &'static str {
+        crate::ZOOKEEPER.name
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        let mut capabilities = Capabilities::new()
+            .with_notified_wait(true)
+            .with_fair_queue(true)
+            .with_evict(true)
+            .with_shared(self.config.layout == Layout::Fencelock)
+            .with_permits(self.config.layout == Layout::Fencelock);
+        if let Some(limits) = self.limits.get() {
+            capabilities = capabilities
+                .with_min_ttl(limits.min_ttl())
+                .with_max_ttl(limits.max_ttl())
+                .with_ttl_granularity(limits.granule);
+        }
+        capabilities
+    }
+
+    /// Creates the lock node in the request's mode and takes the key if the mode's rule lets
+    /// it in (see the crate docs, "Lock modes"; exclusive: it is the oldest). Without a wait it
+    /// otherwise deletes it and fails with [`Error::Busy`]; a request that finds only
+    /// compatible requests ahead, granted but not yet marked, waits for their marks (at most
+    /// the command timeout). With a wait it queues and waits, watching only the node just ahead
+    /// (or, for the permit at the head of a full semaphore, the key's children), until the
+    /// mode's rule lets it in or the wait passes.
     ///
     /// # Errors
-    /// As [`Acquire::try_acquire`]'s contract; [`Error::InvalidInput`] also for a TTL outside
-    /// the server's session limits (below twice its `minSessionTimeout`, or above its
-    /// `maxSessionTimeout` once rounded up to the granule), naming them.
+    /// As the contract's; [`Error::InvalidInput`] also for a TTL outside the server's session
+    /// limits (below twice its `minSessionTimeout`, or above its `maxSessionTimeout` once
+    /// rounded up to the granule), naming them; [`Error::LimitMismatch`] next to a granted
+    /// permit of another limit.
     ///
     /// # Cancel safety
     /// Dropping the future deletes the lock node from a spawned task (it may have been
-    /// created): nothing stays held, and waiters behind it are not kept waiting.
-    async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Lease> {
-        self.attempt(key, ttl, Duration::ZERO, Mode::Exclusive)
+    /// created): nothing stays held, waiters behind it are not kept waiting, a dropped waiter
+    /// stops keeping newer readers out, and never takes the key later.
+    async fn acquire(&self, request: &AcquireRequest<'_>) -> Result<Lease> {
+        let wait = request.wait.unwrap_or(Duration::ZERO);
+        self.attempt(request.key, request.ttl, wait, request.mode)
             .await
     }
 
-    /// Queues a lock node and waits, watching only the node just ahead, until it is the
-    /// oldest or `wait` passes.
-    ///
-    /// # Errors
-    /// As [`Acquire::acquire`]'s contract.
-    ///
-    /// # Cancel safety
-    /// As [`try_acquire`](Self::try_acquire): the dropped waiter's node is deleted.
-    async fn acquire(&self, key: &str, ttl: Duration, wait: Duration) -> Result<Lease> {
-        self.attempt(key, ttl, wait, Mode::Exclusive).await
-    }
-
-    /// Creates a lock node in `mode` and takes the key if the mode's rule lets it in (see the
-    /// crate docs, "Lock modes"); otherwise deletes it and fails with [`Error::Busy`]. A
-    /// request that finds only compatible requests ahead, granted but not yet marked, waits
-    /// for their marks (at most the command timeout).
-    ///
-    /// # Errors
-    /// As [`Acquire::try_acquire_as`]'s contract: [`Error::Unsupported`] for readers and
-    /// permits with `layout=curator` or `layout=kazoo`, [`Error::LimitMismatch`] next to a
-    /// granted permit of another limit.
-    ///
-    /// # Cancel safety
-    /// As [`try_acquire`](Self::try_acquire).
-    async fn try_acquire_as(&self, key: &str, ttl: Duration, mode: Mode) -> Result<Lease> {
-        self.attempt(key, ttl, Duration::ZERO, mode).await
-    }
-
-    /// Queues a lock node in `mode` and waits, watching one node (or, for the permit at the
-    /// head of a full semaphore, the key's children), until the mode's rule lets it in or
-    /// `wait` passes.
-    ///
-    /// # Errors
-    /// As [`Acquire::acquire_as`]'s contract, and those of
-    /// [`try_acquire_as`](Self::try_acquire_as).
-    ///
-    /// # Cancel safety
-    /// As [`try_acquire`](Self::try_acquire): the dropped waiter's node is deleted, so it
-    /// stops keeping newer readers out, and never takes the key later.
-    async fn acquire_as(
-        &self,
-        key: &str,
-        ttl: Duration,
-        wait: Duration,
-        mode: Mode,
-    ) -> Result<Lease> {
-        self.attempt(key, ttl, wait, mode).await
-    }
-}
-
-#[async_trait]
-impl Release for ZookeeperStore {
     /// Deletes the lease's lock node (its path is unique to this lease).
     ///
     /// # Errors
@@ -467,10 +437,7 @@ impl Release for ZookeeperStore {
             ReleaseOutcome::Lost
         })
     }
-}
 
-#[async_trait]
-impl Extend for ZookeeperStore {
     /// Confirms the lock node still exists (a `sync`, then a read of it, in one round trip)
     /// and moves the local deadline.
     ///
@@ -542,25 +509,6 @@ impl Extend for ZookeeperStore {
         held.hold_from(sent_at, lease.ttl());
         Ok(())
     }
-}
-
-#[async_trait]
-impl LockStore for ZookeeperStore {
-    fn capabilities(&self) -> Capabilities {
-        let mut capabilities = Capabilities::new()
-            .with_notified_wait(true)
-            .with_fair_queue(true)
-            .with_evict(true)
-            .with_shared(self.config.layout == Layout::Fencelock)
-            .with_permits(self.config.layout == Layout::Fencelock);
-        if let Some(limits) = self.limits.get() {
-            capabilities = capabilities
-                .with_min_ttl(limits.min_ttl())
-                .with_max_ttl(limits.max_ttl())
-                .with_ttl_granularity(limits.granule);
-        }
-        capabilities
-    }
 
     /// The oldest lock node of the key: its owner id and token (`czxid`); for readers and
     /// permits, every marked node of the mode at the head of the queue.
@@ -571,7 +519,6 @@ impl LockStore for ZookeeperStore {
     /// # Cancel safety
     /// Read-only.
     async fn status(&self, key: &str) -> Result<KeyStatus> {
-        fencelock_core::raw::validate::check_key(key)?;
         let session = self.first_session().await?;
         let container = keys::container(&self.config.prefix, key);
         let layout = self.config.layout;
@@ -633,7 +580,6 @@ impl LockStore for ZookeeperStore {
     /// # Cancel safety
     /// Dropping the future may or may not have deleted the node.
     async fn evict(&self, key: &str) -> Result<bool> {
-        fencelock_core::raw::validate::check_key(key)?;
         let session = self.first_session().await?;
         let container = keys::container(&self.config.prefix, key);
         for name in self.queue(&session, &container).await? {

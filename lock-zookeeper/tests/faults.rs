@@ -15,7 +15,8 @@ use std::process::{Child, Command};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fencelock_core::{Error, KeepAlive, LockStore, ReleaseOutcome, raw::drift};
+use fencelock_core::raw::LeaseExt;
+use fencelock_core::{raw::drift, Error, KeepAlive, LockStore, ReleaseOutcome};
 use fencelock_zookeeper::ZookeeperStore;
 use test_servers::zookeeper::{MAX_SESSION_TIMEOUT, TICK};
 use test_servers::{FreezableRelay, ZookeeperEnsemble};

@@ -11,7 +11,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fencelock_core::{Error, KeepAlive, LockStore, ReleaseOutcome, raw::drift};
+use fencelock_core::{raw::drift, Error, KeepAlive, LockStore, ReleaseOutcome};
 use test_servers::{FreezableRelay, ZookeeperEnsemble};
 use tokio::time::{sleep, timeout, Instant};
 

@@ -8,7 +8,7 @@ mod common;
 
 use std::time::Duration;
 
-use fencelock_core::{Error, Lease, LockStore, ReleaseOutcome, raw::drift};
+use fencelock_core::{raw::drift, Error, Lease, LockStore, ReleaseOutcome};
 use fencelock_zookeeper::ZookeeperStore;
 use test_servers::zookeeper::{MAX_SESSION_TIMEOUT, MIN_SESSION_TIMEOUT, TICK};
 use test_servers::ZookeeperEnsemble;

@@ -7,7 +7,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use fencelock::{Capabilities, DynLockStore, KeyStatus, Lease, LockStore, MemoryStore, Mode, PerKeyState, ReleaseOutcome, Result};
+use fencelock::raw::{self, AcquireRequest, LeaseExt};
+use fencelock::{
+    Capabilities, DynLockStore, KeyStatus, Lease, LockStore, MemoryStore, PerKeyState,
+    ReleaseOutcome, Result,
+};
 use tokio::sync::watch;
 
 /// One worker's way to a shared store. While cut, every call waits until the link is restored,
@@ -39,72 +43,46 @@ impl Link {
     }
 }
 
+// Every call goes through the link, defaults included: nothing reaches the store while cut.
 #[deny(clippy::missing_trait_methods)]
 #[async_trait]
-impl Acquire for Link {
-    async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Lease> {
+impl raw::Wrapper for Link {
+    fn inner(&self) -> &dyn LockStore {
+        &*self.inner
+    }
+
+    fn name(&self) -> &'static str {
+        "link"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+
+    fn check(&self, _: &AcquireRequest<'_>) -> Result<()> {
+        Ok(())
+    }
+
+    async fn acquire(&self, request: &AcquireRequest<'_>) -> Result<Lease> {
         self.through().await;
-        let lease = self.inner.try_acquire(key, ttl).await;
+        let lease = self.inner.acquire_request(*request).await;
         self.through().await;
         lease
     }
 
-    async fn acquire(&self, key: &str, ttl: Duration, wait: Duration) -> Result<Lease> {
-        self.through().await;
-        let lease = self.inner.acquire(key, ttl, wait).await;
-        self.through().await;
-        lease
-    }
-
-    async fn try_acquire_as(&self, key: &str, ttl: Duration, mode: Mode) -> Result<Lease> {
-        self.through().await;
-        let lease = self.inner.try_acquire_as(key, ttl, mode).await;
-        self.through().await;
-        lease
-    }
-
-    async fn acquire_as(
-        &self,
-        key: &str,
-        ttl: Duration,
-        wait: Duration,
-        mode: Mode,
-    ) -> Result<Lease> {
-        self.through().await;
-        let lease = self.inner.acquire_as(key, ttl, wait, mode).await;
-        self.through().await;
-        lease
-    }
-}
-
-#[deny(clippy::missing_trait_methods)]
-#[async_trait]
-impl Release for Link {
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
         self.through().await;
         let outcome = self.inner.release(lease).await;
         self.through().await;
         outcome
     }
-}
 
-#[deny(clippy::missing_trait_methods)]
-#[async_trait]
-impl Extend for Link {
     async fn extend(&self, lease: &Lease) -> Result<()> {
         self.through().await;
         // An extend sent before a cut may be applied; its answer is held back, like a relay's.
         let answer = self.inner.extend(lease).await;
         self.through().await;
         answer
-    }
-}
-
-#[deny(clippy::missing_trait_methods)]
-#[async_trait]
-impl LockStore for Link {
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
     }
 
     async fn status(&self, key: &str) -> Result<KeyStatus> {
@@ -177,11 +155,15 @@ impl RestartingMemory {
         self.restarted.store(true, Ordering::SeqCst);
     }
 
-    fn store(&self) -> MemoryStore {
-        self.current
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+    /// The current memory store, as the contract's trait object (its own `raw::Store`
+    /// methods would be candidates too inside the wrapper's impl).
+    fn store(&self) -> DynLockStore {
+        Arc::new(
+            self.current
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone(),
+        )
     }
 
     /// The memory store's lease with its token moved by the offset.
@@ -200,72 +182,47 @@ impl RestartingMemory {
     }
 
     /// The memory store's own lease inside one of ours, if it is from the current store.
-    fn inner(lease: &Lease) -> Option<&Lease> {
+    fn inner_lease(lease: &Lease) -> Option<&Lease> {
         lease.store_state::<Lease>()
     }
 }
 
 #[deny(clippy::missing_trait_methods)]
 #[async_trait]
-impl Acquire for RestartingMemory {
-    async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Lease> {
-        let lease = self.store().try_acquire(key, ttl).await?;
+impl raw::Store for RestartingMemory {
+    fn name(&self) -> &'static str {
+        "restarting-memory"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.store().capabilities()
+    }
+
+    fn check(&self, _: &AcquireRequest<'_>) -> Result<()> {
+        Ok(())
+    }
+
+    async fn acquire(&self, request: &AcquireRequest<'_>) -> Result<Lease> {
+        let lease = self.store().acquire_request(*request).await?;
         Ok(self.rebase(lease))
     }
 
-    async fn acquire(&self, key: &str, ttl: Duration, wait: Duration) -> Result<Lease> {
-        let lease = self.store().acquire(key, ttl, wait).await?;
-        Ok(self.rebase(lease))
-    }
-
-    async fn try_acquire_as(&self, key: &str, ttl: Duration, mode: Mode) -> Result<Lease> {
-        let lease = self.store().try_acquire_as(key, ttl, mode).await?;
-        Ok(self.rebase(lease))
-    }
-
-    async fn acquire_as(
-        &self,
-        key: &str,
-        ttl: Duration,
-        wait: Duration,
-        mode: Mode,
-    ) -> Result<Lease> {
-        let lease = self.store().acquire_as(key, ttl, wait, mode).await?;
-        Ok(self.rebase(lease))
-    }
-}
-
-#[deny(clippy::missing_trait_methods)]
-#[async_trait]
-impl Release for RestartingMemory {
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
-        match Self::inner(lease) {
+        match Self::inner_lease(lease) {
             // A lease of a store since restarted is unknown to the new one: owner ids differ.
             Some(inner) => self.store().release(inner).await,
             None => Ok(ReleaseOutcome::Lost),
         }
     }
-}
 
-#[deny(clippy::missing_trait_methods)]
-#[async_trait]
-impl Extend for RestartingMemory {
     async fn extend(&self, lease: &Lease) -> Result<()> {
-        let Some(inner) = Self::inner(lease) else {
+        let Some(inner) = Self::inner_lease(lease) else {
             return Err(fencelock::Error::lost(lease, "not a lease of this store"));
         };
         let sent_at = fencelock::Instant::now();
         self.store().extend(inner).await?;
         lease.confirm(sent_at);
         Ok(())
-    }
-}
-
-#[deny(clippy::missing_trait_methods)]
-#[async_trait]
-impl LockStore for RestartingMemory {
-    fn capabilities(&self) -> Capabilities {
-        self.store().capabilities()
     }
 
     async fn status(&self, key: &str) -> Result<KeyStatus> {
