@@ -8,8 +8,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use fencelock_core::raw::{self, AcquireRequest, LeaseExt};
 use fencelock_core::{
-    with_lock, Capabilities, DynLockStore, Error, ErrorKind, KeepAlive, KeyStatus, Lease,
-    LockStore, LockStoreExt, MemoryStore, Mode, PerKeyState, ReleaseOutcome, Result,
+    with_lock, DynLockStore, Error, ErrorKind, KeepAlive, KeyStatus, Lease, LockStore,
+    LockStoreExt, MemoryStore, Mode, ReleaseOutcome, Result,
 };
 use tokio::time::{advance, sleep, Instant};
 
@@ -22,46 +22,14 @@ struct Counting {
     extends: AtomicUsize,
 }
 
-impl Counting {
-    /// The memory store as the contract's trait object, whose methods are not the raw ones.
+#[async_trait]
+impl raw::Wrapper for Counting {
     fn inner(&self) -> &dyn LockStore {
         &self.store
-    }
-}
-
-#[async_trait]
-#[deny(clippy::missing_trait_methods)]
-impl raw::Store for Counting {
-    fn name(&self) -> &'static str {
-        "counting"
-    }
-    fn capabilities(&self) -> Capabilities {
-        self.inner().capabilities()
-    }
-    async fn acquire(&self, request: &AcquireRequest<'_>) -> Result<Lease> {
-        self.inner().acquire_request(*request).await
-    }
-    async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
-        self.inner().release(lease).await
     }
     async fn extend(&self, lease: &Lease) -> Result<()> {
         self.extends.fetch_add(1, Ordering::SeqCst);
         self.inner().extend(lease).await
-    }
-    async fn status(&self, key: &str) -> Result<KeyStatus> {
-        self.inner().status(key).await
-    }
-    async fn evict(&self, key: &str) -> Result<bool> {
-        self.inner().evict(key).await
-    }
-    async fn per_key_state(&self) -> Result<Option<PerKeyState>> {
-        self.inner().per_key_state().await
-    }
-    fn diagnostics(&self) -> Vec<String> {
-        self.inner().diagnostics()
-    }
-    fn lease_env(&self, lease: &Lease) -> Vec<(String, String)> {
-        self.inner().lease_env(lease)
     }
 }
 
@@ -186,21 +154,10 @@ struct Scripted {
     extend: Option<fn() -> Result<()>>,
 }
 
-impl Scripted {
-    /// The memory store as the contract's trait object, whose methods are not the raw ones.
+#[async_trait]
+impl raw::Wrapper for Scripted {
     fn inner(&self) -> &dyn LockStore {
         &self.store
-    }
-}
-
-#[async_trait]
-#[deny(clippy::missing_trait_methods)]
-impl raw::Store for Scripted {
-    fn name(&self) -> &'static str {
-        "scripted"
-    }
-    fn capabilities(&self) -> Capabilities {
-        self.inner().capabilities()
     }
     async fn acquire(&self, request: &AcquireRequest<'_>) -> Result<Lease> {
         if request.mode != Mode::Exclusive {
@@ -227,21 +184,6 @@ impl raw::Store for Scripted {
             Some(answer) => answer(),
             None => self.inner().extend(lease).await,
         }
-    }
-    async fn status(&self, key: &str) -> Result<KeyStatus> {
-        self.inner().status(key).await
-    }
-    async fn evict(&self, key: &str) -> Result<bool> {
-        self.inner().evict(key).await
-    }
-    async fn per_key_state(&self) -> Result<Option<PerKeyState>> {
-        self.inner().per_key_state().await
-    }
-    fn diagnostics(&self) -> Vec<String> {
-        self.inner().diagnostics()
-    }
-    fn lease_env(&self, lease: &Lease) -> Vec<(String, String)> {
-        self.inner().lease_env(lease)
     }
 }
 

@@ -4,7 +4,10 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use fencelock_core::raw::url::{TableStoreOptions, TlsFiles, check_identifier, check_scheme, client_identity, parse_bool, parse_window, redact};
+use fencelock_core::raw::url::{
+    check_identifier, check_scheme, client_identity, parse_bool, parse_window, redact,
+    TableStoreOptions, TlsFiles,
+};
 use fencelock_core::raw::validate::check_retention;
 use fencelock_core::{Error, Result};
 use sqlx::postgres::{PgConnectOptions, PgSslMode};

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use fencelock_core::raw::cleanup::CleanupSchedule;
-use fencelock_core::raw::session_pool::{OpenCount, SessionPool, open_within};
+use fencelock_core::raw::session_pool::{open_within, OpenCount, SessionPool};
 use fencelock_core::Error;
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::{Connection, Row};

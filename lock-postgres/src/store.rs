@@ -7,8 +7,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use fencelock_core::raw::ttl::whole_millis;
-use fencelock_core::raw::validate::{check_granted, check_key, check_mode, check_request, check_ttl, check_wait};
-use fencelock_core::{Capabilities, Error, HolderStatus, Instant, KeyStatus, Lease, LockStore, Mode, OwnerId, PerKeyState, ReleaseOutcome, Result};
+use fencelock_core::raw::{self, AcquireRequest, LeaseExt};
+use fencelock_core::{
+    Capabilities, Error, HolderStatus, Instant, KeyStatus, Lease, Mode, OwnerId, PerKeyState,
+    ReleaseOutcome, Result,
+};
 use sqlx::postgres::PgRow;
 use sqlx::Row;
 
@@ -177,9 +180,10 @@ impl PostgresStore {
     /// # Cancel safety
     /// As for [`Acquire::try_acquire`].
     pub async fn try_acquire_raw(&self, lock_id: i64, ttl: Duration) -> Result<Lease> {
-        check_ttl(ttl, &self.capabilities())?;
-        self.try_in(&Target::raw(lock_id), ttl, Mode::Exclusive)
-            .await
+        let target = Target::raw(lock_id);
+        let request = AcquireRequest::new(&target.display, ttl);
+        let attempt = self.try_in(&target, ttl, Mode::Exclusive);
+        raw::acquire_checked(self, request, attempt).await
     }
 
     /// Like [`Acquire::acquire`], for a raw advisory lock id (see
@@ -193,10 +197,10 @@ impl PostgresStore {
     /// # Cancel safety
     /// As for [`Acquire::acquire`].
     pub async fn acquire_raw(&self, lock_id: i64, ttl: Duration, wait: Duration) -> Result<Lease> {
-        check_ttl(ttl, &self.capabilities())?;
-        check_wait(wait)?;
-        self.wait_in(&Target::raw(lock_id), ttl, wait, Mode::Exclusive)
-            .await
+        let target = Target::raw(lock_id);
+        let request = AcquireRequest::new(&target.display, ttl).wait(wait);
+        let attempt = self.wait_in(&target, ttl, wait, Mode::Exclusive);
+        raw::acquire_checked(self, request, attempt).await
     }
 
     /// [`LockStore::evict`] for a raw advisory lock id: ends the session that holds it.
@@ -336,8 +340,7 @@ impl PostgresStore {
     }
 
     /// Waits up to `wait` in `mode`: [`wait_target`](Self::wait_target) (exclusive) or
-    /// [`wait_mode`](Self::wait_mode); with no wait, one attempt, `Busy` becoming
-    /// `WaitTimedOut`.
+    /// [`wait_mode`](Self::wait_mode); with no wait, one attempt.
     async fn wait_in(
         &self,
         target: &Target,
@@ -347,16 +350,7 @@ impl PostgresStore {
     ) -> Result<Lease> {
         let started = Instant::now();
         if wait.is_zero() {
-            return self
-                .try_in(target, ttl, mode)
-                .await
-                .map_err(|error| match error {
-                    Error::Busy { key } => Error::WaitTimedOut {
-                        key,
-                        waited: started.elapsed(),
-                    },
-                    other => other,
-                });
+            return self.try_in(target, ttl, mode).await;
         }
         if mode == Mode::Exclusive {
             self.wait_target(target, ttl, started + wait, started).await
@@ -364,39 +358,6 @@ impl PostgresStore {
             self.wait_mode(target, ttl, started + wait, started, mode)
                 .await
         }
-    }
-
-    /// Every acquire by key: `try_acquire` and `try_acquire_as` (`wait` is `None`), `acquire`
-    /// and `acquire_as`, in `mode`: the request's checks, one attempt or the wait, the log line
-    /// and the check that the lease is still valid.
-    async fn acquire_key(
-        &self,
-        key: &str,
-        ttl: Duration,
-        wait: Option<Duration>,
-        mode: Mode,
-    ) -> Result<Lease> {
-        check_request(key, ttl, &self.capabilities())?;
-        if mode != Mode::Exclusive {
-            check_mode(mode, &self.capabilities())?;
-        }
-        if let Some(wait) = wait {
-            check_wait(wait)?;
-        }
-        let target = Target::hashed(&self.sessions.config.space(), key);
-        let started = Instant::now();
-        let result = match wait {
-            None => self.try_in(&target, ttl, mode).await,
-            Some(wait) => self.wait_in(&target, ttl, wait, mode).await,
-        };
-        let waited_ms = started.elapsed().as_millis() as u64;
-        match &result {
-            Ok(lease) => {
-                tracing::debug!(key, token = lease.fencing_token(), slot = ?lease.slot(), waited_ms, "acquired")
-            }
-            Err(error) => tracing::debug!(key, %error, waited_ms, "not acquired"),
-        }
-        check_granted(self, result?).await
     }
 
     /// Waits until `deadline` for the key's lock in the server's queue (a wait that started at
@@ -600,7 +561,6 @@ impl PostgresStore {
     }
 
     async fn status_of(&self, key: &str) -> Result<KeyStatus> {
-        check_key(key)?;
         let target = Target::hashed(&self.sessions.config.space(), key);
         let mut fresh = false;
         loop {
@@ -1149,136 +1109,11 @@ fn millis(duration: Duration) -> i64 {
 // ---- the contract ---------------------------------------------------------------------------
 
 #[async_trait]
-impl Acquire for PostgresStore {
-    /// # Cancel safety
-    /// The attempt runs on a session owned by the future. Dropping the future closes that
-    /// connection, and the server frees whatever the attempt took as soon as it reads the
-    /// close, at the latest when the session has been silent for the TTL.
-    #[tracing::instrument(
-        level = "debug",
-        name = "try_acquire",
-        skip(self),
-        fields(store = crate::POSTGRES.name)
-    )]
-    async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Lease> {
-        self.acquire_key(key, ttl, None, Mode::Exclusive).await
+impl raw::Store for PostgresStore {
+    fn name(&self) -> &'static str {
+        crate::POSTGRES.name
     }
 
-    /// Waits in PostgreSQL's own lock queue (`pg_advisory_xact_lock` under `lock_timeout`, the
-    /// session's lock taken once granted), so the server wakes the waiter the moment the holder
-    /// releases or its session ends.
-    ///
-    /// # Cancel safety
-    /// The wait runs on a session owned by the future. Dropping the future closes that
-    /// connection and, from a spawned task, terminates the waiting backend (matched by pid and
-    /// by the lock it waits for), so a dropped waiter never takes the lock later; should that task fail, the
-    /// backend notices the closed connection within 500 ms (`client_connection_check_interval`).
-    /// A lock granted in the instant of the drop is freed when the server reads the close.
-    #[tracing::instrument(
-        level = "debug",
-        name = "acquire",
-        skip(self),
-        fields(store = crate::POSTGRES.name)
-    )]
-    async fn acquire(&self, key: &str, ttl: Duration, wait: Duration) -> Result<Lease> {
-        self.acquire_key(key, ttl, Some(wait), Mode::Exclusive)
-            .await
-    }
-
-    /// Readers take the key's lock shared (`pg_try_advisory_lock_shared`); a permit takes it
-    /// shared and one of `limit` slot locks. See the crate docs, "Shared leases and semaphore
-    /// permits".
-    ///
-    /// # Cancel safety
-    /// As for [`Acquire::try_acquire`]: the attempt runs on a session owned by the future.
-    #[tracing::instrument(
-        level = "debug",
-        name = "try_acquire_as",
-        skip(self),
-        fields(store = crate::POSTGRES.name)
-    )]
-    async fn try_acquire_as(&self, key: &str, ttl: Duration, mode: Mode) -> Result<Lease> {
-        self.acquire_key(key, ttl, None, mode).await
-    }
-
-    /// Waits in PostgreSQL's queue for the key's lock (a reader or permit queues behind any
-    /// waiting writer), then, while the other group or a full semaphore holds the key, in the
-    /// queue of that group's lock or of one slot, looking again at least every 200 ms (the
-    /// fallback for a slot freed elsewhere or a session the server ended). Whatever the wait
-    /// holds is bounded by the server with `ttl`: a waiter silent for its TTL (a stopped
-    /// process) loses its session and all it held, and when it runs again it waits on, within
-    /// `wait`, on a new session (see the crate docs, "What the server bounds, and by what").
-    ///
-    /// # Cancel safety
-    /// As for [`Acquire::acquire`]: dropping the future closes its session and terminates a
-    /// backend still waiting, so a dropped waiter never takes a lease later.
-    #[tracing::instrument(
-        level = "debug",
-        name = "acquire_as",
-        skip(self),
-        fields(store = crate::POSTGRES.name)
-    )]
-    async fn acquire_as(
-        &self,
-        key: &str,
-        ttl: Duration,
-        wait: Duration,
-        mode: Mode,
-    ) -> Result<Lease> {
-        self.acquire_key(key, ttl, Some(wait), mode).await
-    }
-}
-
-#[async_trait]
-impl Release for PostgresStore {
-    /// # Cancel safety
-    /// Dropping the future before the lease's session is taken changes nothing. Dropping it
-    /// after closes the session, which frees the lock as soon as the server reads the close;
-    /// a later release reports [`ReleaseOutcome::Lost`].
-    #[tracing::instrument(
-        level = "debug",
-        name = "release",
-        skip_all,
-        fields(store = crate::POSTGRES.name, key = lease.key(), token = lease.fencing_token())
-    )]
-    async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
-        let result = self.release_lease(lease).await;
-        match &result {
-            Ok(outcome) => tracing::debug!(
-                key = lease.key(),
-                token = lease.fencing_token(),
-                ?outcome,
-                "released"
-            ),
-            Err(error) => tracing::debug!(key = lease.key(), %error, "release failed"),
-        }
-        result
-    }
-}
-
-#[async_trait]
-impl Extend for PostgresStore {
-    /// # Cancel safety
-    /// Dropping the future leaves the lease held; the deadline only moves once the answer is
-    /// read. The session stays usable (sqlx drains the unread answer before its next use).
-    #[tracing::instrument(
-        level = "trace",
-        name = "extend",
-        skip_all,
-        fields(store = crate::POSTGRES.name, key = lease.key(), token = lease.fencing_token())
-    )]
-    async fn extend(&self, lease: &Lease) -> Result<()> {
-        let result = self.extend_lease(lease).await;
-        match &result {
-            Ok(()) => tracing::trace!(key = lease.key(), token = lease.fencing_token(), "extended"),
-            Err(error) => tracing::debug!(key = lease.key(), %error, "extend failed"),
-        }
-        result
-    }
-}
-
-#[async_trait]
-impl LockStore for PostgresStore {
     fn capabilities(&self) -> Capabilities {
         Capabilities::new()
             .with_min_ttl(MIN_TTL)
@@ -1293,6 +1128,51 @@ impl LockStore for PostgresStore {
             .with_retention(self.sessions.config.retention())
     }
 
+    /// An exclusive attempt is one statement; a reader takes the key's lock shared
+    /// (`pg_try_advisory_lock_shared`), a permit takes it shared and one of `limit` slot locks
+    /// (see the crate docs, "Shared leases and semaphore permits"). An exclusive wait waits in
+    /// PostgreSQL's own lock queue (`pg_advisory_xact_lock` under `lock_timeout`, the session's
+    /// lock taken once granted), so the server wakes the waiter the moment the holder releases
+    /// or its session ends. A reader or permit waits in that queue for the key's lock (behind
+    /// any waiting writer), then, while the other group or a full semaphore holds the key, in
+    /// the queue of that group's lock or of one slot, looking again at least every 200 ms (the
+    /// fallback for a slot freed elsewhere or a session the server ended). Whatever the wait
+    /// holds is bounded by the server with the TTL: a waiter silent for its TTL (a stopped
+    /// process) loses its session and all it held, and when it runs again it waits on, within
+    /// the wait, on a new session (see the crate docs, "What the server bounds, and by what").
+    ///
+    /// # Cancel safety
+    /// The attempt runs on a session owned by the future. Dropping the future closes that
+    /// connection, and the server frees whatever the attempt took as soon as it reads the
+    /// close, at the latest when the session has been silent for the TTL. A dropped wait also
+    /// terminates the waiting backend from a spawned task (matched by pid and by the lock it
+    /// waits for), so a dropped waiter never takes the lock later; should that task fail, the
+    /// backend notices the closed connection within 500 ms (`client_connection_check_interval`).
+    /// A lock granted in the instant of the drop is freed when the server reads the close.
+    async fn acquire(&self, request: &AcquireRequest<'_>) -> Result<Lease> {
+        let target = Target::hashed(&self.sessions.config.space(), request.key);
+        let (ttl, mode) = (request.ttl, request.mode);
+        match request.wait {
+            None => self.try_in(&target, ttl, mode).await,
+            Some(wait) => self.wait_in(&target, ttl, wait, mode).await,
+        }
+    }
+
+    /// # Cancel safety
+    /// Dropping the future before the lease's session is taken changes nothing. Dropping it
+    /// after closes the session, which frees the lock as soon as the server reads the close;
+    /// a later release reports [`ReleaseOutcome::Lost`].
+    async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
+        self.release_lease(lease).await
+    }
+
+    /// # Cancel safety
+    /// Dropping the future leaves the lease held; the deadline only moves once the answer is
+    /// read. The session stays usable (sqlx drains the unread answer before its next use).
+    async fn extend(&self, lease: &Lease) -> Result<()> {
+        self.extend_lease(lease).await
+    }
+
     /// Ends the server session that holds `key`'s lock (in this store's namespace), as an
     /// administrator's `pg_terminate_backend` would, and waits until the backend is gone, so the key is free when this returns. The
     /// holder's lease is revoked within its handle's watch period (see the crate docs, "When a
@@ -1303,7 +1183,6 @@ impl LockStore for PostgresStore {
     /// # Cancel safety
     /// The termination may or may not have happened when the future is dropped.
     async fn evict(&self, key: &str) -> Result<bool> {
-        check_key(key)?;
         self.evict_raw(self.lock_id(key)).await
     }
 

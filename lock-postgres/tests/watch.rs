@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use common::{admin, store, terminate_holder};
 use fencelock_conformance::eventually;
+use fencelock_core::raw::LeaseExt;
 use fencelock_core::{KeepAlive, LockStore, ReleaseOutcome};
 use sqlx::{PgConnection, Row};
 use test_servers::shared;

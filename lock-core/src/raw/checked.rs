@@ -17,8 +17,7 @@ impl<S: Store> LockStore for S {
     }
 
     async fn acquire_request(&self, request: AcquireRequest<'_>) -> Result<Lease> {
-        let span = acquire_span(Store::name(self), &request);
-        acquire(self, request).instrument(span).await
+        acquire_checked(self, request, Store::acquire(self, &request)).await
     }
 
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
@@ -74,8 +73,37 @@ impl<S: Store> LockStore for S {
     }
 }
 
-/// The checks around [`Store::acquire`]: the request first, the grant after.
-async fn acquire<S: Store>(store: &S, request: AcquireRequest<'_>) -> Result<Lease> {
+/// The contract's checks around an acquire, as every [`Store`] gets them around
+/// [`Store::acquire`]: the request before `attempt` is first polled, the grant after (a lease
+/// already expired is released and refused, `Busy` after a wait becomes `WaitTimedOut`), the
+/// span and the outcome's log line. For a store's own acquire methods beyond the contract's
+/// (PostgreSQL's raw lock ids), so they keep the contract too; `request.key` names what is
+/// locked in messages.
+///
+/// # Errors
+/// Those of the checks, then `attempt`'s, as [`Store::acquire`] describes them.
+///
+/// # Cancel safety
+/// As `attempt`'s.
+pub async fn acquire_checked<S, F>(
+    store: &S,
+    request: AcquireRequest<'_>,
+    attempt: F,
+) -> Result<Lease>
+where
+    S: Store + ?Sized,
+    F: std::future::Future<Output = Result<Lease>>,
+{
+    let span = acquire_span(Store::name(store), &request);
+    acquire(store, request, attempt).instrument(span).await
+}
+
+/// The checks around `attempt`: the request first, the grant after.
+async fn acquire<S, F>(store: &S, request: AcquireRequest<'_>, attempt: F) -> Result<Lease>
+where
+    S: Store + ?Sized,
+    F: std::future::Future<Output = Result<Lease>>,
+{
     let capabilities = Store::capabilities(store);
     check_key(request.key)?;
     Store::check(store, &request)?;
@@ -85,7 +113,7 @@ async fn acquire<S: Store>(store: &S, request: AcquireRequest<'_>) -> Result<Lea
         check_wait(wait)?;
     }
     let started = Instant::now();
-    let result = match Store::acquire(store, &request).await {
+    let result = match attempt.await {
         Ok(lease) => check_granted(store, lease).await,
         Err(Error::Busy { key }) if request.wait.is_some() => Err(Error::WaitTimedOut {
             key,

@@ -90,6 +90,7 @@ mod wrapper;
 
 pub use crate::kind::{BoxFuture, ConnectFn};
 pub use crate::lease::{drift, Revocation};
+pub use checked::acquire_checked;
 pub use lease::LeaseExt;
 pub use wrapper::Wrapper;
 
