@@ -1001,6 +1001,10 @@ impl raw::Store for ModeStore {
         }
     }
 
+    fn check(&self, _: &AcquireRequest<'_>) -> Result<()> {
+        Ok(())
+    }
+
     async fn acquire(&self, request: &AcquireRequest<'_>) -> Result<Lease> {
         let AcquireRequest {
             key,

@@ -107,6 +107,9 @@ impl raw::Store for Refused {
     fn capabilities(&self) -> crate::Capabilities {
         crate::Capabilities::new()
     }
+    fn check(&self, _: &raw::AcquireRequest<'_>) -> Result<()> {
+        Ok(())
+    }
     async fn acquire(&self, _: &raw::AcquireRequest<'_>) -> Result<Lease> {
         Err(self.error())
     }

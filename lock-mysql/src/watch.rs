@@ -1,7 +1,7 @@
 //! Finding out fast that the server ended a lease's session: the handle's
 //! [`SessionWatch`](fencelock_core::raw::session_watch::SessionWatch) task looks up the sessions of
 //! the held leases in `information_schema.PROCESSLIST` through [`Sessions`], and revokes the
-//! [`Lease::revocation`](fencelock_core::Lease::revocation) of each lease whose session is gone,
+//! [`LeaseExt::revocation`](fencelock_core::raw::LeaseExt::revocation) of each lease whose session is gone,
 //! so [`KeepAlive`](fencelock_core::KeepAlive) reports the loss at once instead of at its next
 //! extend. The task itself, shared with the PostgreSQL store, is in fencelock-core.
 

@@ -166,19 +166,19 @@ impl PostgresStore {
         self.sessions.idle_count()
     }
 
-    /// Like [`Acquire::try_acquire`], for a raw advisory lock id: the lock that
+    /// Like [`LockStore::try_acquire`](fencelock_core::LockStore::try_acquire), for a raw advisory lock id: the lock that
     /// `pg_advisory_lock(lock_id)` takes, so the lease excludes other programs that lock the
     /// same id directly. The lease's key reads `pg_advisory_lock(<id>)`; its fencing counter is
     /// kept apart from every hashed key's.
     ///
     /// # Errors
-    /// As [`Acquire::try_acquire`]: [`Contended`](fencelock_core::ErrorKind::Contended) when the id
+    /// As [`LockStore::try_acquire`](fencelock_core::LockStore::try_acquire): [`Contended`](fencelock_core::ErrorKind::Contended) when the id
     /// is held; [`InvalidInput`](fencelock_core::ErrorKind::InvalidInput) for a bad TTL;
     /// [`Unavailable`](fencelock_core::ErrorKind::Unavailable);
     /// [`Store`](fencelock_core::ErrorKind::Store).
     ///
     /// # Cancel safety
-    /// As for [`Acquire::try_acquire`].
+    /// As for [`LockStore::try_acquire`](fencelock_core::LockStore::try_acquire).
     pub async fn try_acquire_raw(&self, lock_id: i64, ttl: Duration) -> Result<Lease> {
         let target = Target::raw(lock_id);
         let request = AcquireRequest::new(&target.display, ttl);
@@ -186,16 +186,16 @@ impl PostgresStore {
         raw::acquire_checked(self, request, attempt).await
     }
 
-    /// Like [`Acquire::acquire`], for a raw advisory lock id (see
+    /// Like [`LockStore::acquire`](fencelock_core::LockStore::acquire), for a raw advisory lock id (see
     /// [`PostgresStore::try_acquire_raw`]).
     ///
     /// # Errors
-    /// As [`Acquire::acquire`]: those of [`PostgresStore::try_acquire_raw`], with
+    /// As [`LockStore::acquire`](fencelock_core::LockStore::acquire): those of [`PostgresStore::try_acquire_raw`], with
     /// [`Contended`](fencelock_core::ErrorKind::Contended) once the wait ran out and
     /// [`InvalidInput`](fencelock_core::ErrorKind::InvalidInput) for a wait above the maximum.
     ///
     /// # Cancel safety
-    /// As for [`Acquire::acquire`].
+    /// As for [`LockStore::acquire`](fencelock_core::LockStore::acquire).
     pub async fn acquire_raw(&self, lock_id: i64, ttl: Duration, wait: Duration) -> Result<Lease> {
         let target = Target::raw(lock_id);
         let request = AcquireRequest::new(&target.display, ttl).wait(wait);
@@ -203,7 +203,7 @@ impl PostgresStore {
         raw::acquire_checked(self, request, attempt).await
     }
 
-    /// [`LockStore::evict`] for a raw advisory lock id: ends the session that holds it.
+    /// [`LockStore::evict`](fencelock_core::LockStore::evict) for a raw advisory lock id: ends the session that holds it.
     ///
     /// # Errors
     /// [`Unavailable`](fencelock_core::ErrorKind::Unavailable) when the server cannot be reached or
@@ -211,7 +211,7 @@ impl PostgresStore {
     /// any other server error, such as no right to end another role's backend.
     ///
     /// # Cancel safety
-    /// As for [`LockStore::evict`].
+    /// As for [`LockStore::evict`](fencelock_core::LockStore::evict).
     pub async fn evict_raw(&self, lock_id: i64) -> Result<bool> {
         let Checkout { mut session, .. } = self.checkout(false).await?;
         let rows = bounded(

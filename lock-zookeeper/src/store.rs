@@ -514,7 +514,7 @@ impl raw::Store for ZookeeperStore {
     /// permits, every marked node of the mode at the head of the queue.
     ///
     /// # Errors
-    /// As [`LockStore::status`].
+    /// As [`LockStore::status`](fencelock_core::LockStore::status).
     ///
     /// # Cancel safety
     /// Read-only.
@@ -575,7 +575,7 @@ impl raw::Store for ZookeeperStore {
     /// the oldest of them (one lease per call).
     ///
     /// # Errors
-    /// As [`LockStore::evict`].
+    /// As [`LockStore::evict`](fencelock_core::LockStore::evict).
     ///
     /// # Cancel safety
     /// Dropping the future may or may not have deleted the node.
@@ -601,7 +601,7 @@ impl raw::Store for ZookeeperStore {
     /// The key container nodes under the prefix (held keys, and keys not yet swept).
     ///
     /// # Errors
-    /// As [`LockStore::per_key_state`].
+    /// As [`LockStore::per_key_state`](fencelock_core::LockStore::per_key_state).
     ///
     /// # Cancel safety
     /// Read-only.

@@ -17,7 +17,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use fencelock::{DynLockStore, Error, ErrorKind, Mode, limits::MAX_PERMITS};
+use fencelock::{limits::MAX_PERMITS, DynLockStore, Error, ErrorKind, Mode};
 
 mod bench;
 mod check;

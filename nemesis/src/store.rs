@@ -4,7 +4,6 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
 
 use async_trait::async_trait;
 use fencelock::raw::{self, AcquireRequest, LeaseExt};
@@ -259,6 +258,8 @@ pub fn memory(tokens_restart: Option<bool>) -> (DynLockStore, Option<Arc<Restart
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[tokio::test]

@@ -10,9 +10,9 @@
 //! - the input checks (key, TTL against [`Store::capabilities`], mode, wait), before the store
 //!   is asked anything;
 //! - the expired-grant check: a lease whose local deadline passed before the store's reply was
-//!   read is released and refused with [`Error::Unavailable`](crate::Error::Unavailable);
-//! - a request with a wait that the store answers [`Error::Busy`](crate::Error::Busy) becomes
-//!   [`Error::WaitTimedOut`](crate::Error::WaitTimedOut);
+//!   read is released and refused with [`Error::Unavailable`];
+//! - a request with a wait that the store answers [`Error::Busy`] becomes
+//!   [`Error::WaitTimedOut`];
 //! - the tracing span of every operation, with the store's [`Store::name`].
 //!
 //! A store that wraps another (metrics, fault injection) implements [`Wrapper`]: every method

@@ -793,8 +793,9 @@ impl raw::Store for RedlockStore {
             .with_retention(self.config().retention())
     }
 
-    /// One attempt is [`RedlockStore::try_once`], a wait [`RedlockStore::wait_for`]; exclusive
-    /// leases only.
+    /// One attempt is a Redlock round, retried after a random delay on a split vote or too
+    /// many failed nodes; a wait makes rounds in the key's queue on every node until it is
+    /// granted or the wait runs out (the crate docs, `# Redlock`). Exclusive leases only.
     ///
     /// # Cancel safety
     /// Dropping the future after the requests were sent may leave a lease nobody knows of on
