@@ -141,10 +141,16 @@ async fn silent_holder_is_ended_by_the_server_at_its_ttl_though_connected() {
     let elapsed = requested.elapsed();
     assert!(elapsed >= ttl, "freed after {elapsed:?}, before the TTL");
     assert!(elapsed <= ttl + SLACK, "freed only after {elapsed:?}");
-    assert!(
-        !session_exists(&mut admin, id).await,
-        "the server ended the session"
-    );
+    // The server frees the session's locks before it takes the session off its process list,
+    // so the session may still be listed for a moment: it is gone within the same slack.
+    let freed = Instant::now();
+    while session_exists(&mut admin, id).await {
+        assert!(
+            freed.elapsed() <= SLACK,
+            "the server had not ended the session {SLACK:?} after freeing its lock"
+        );
+        sleep(Duration::from_millis(10)).await;
+    }
     assert!(
         lease.is_expired(),
         "the local deadline came before the server's"

@@ -5,7 +5,7 @@ use std::io::{IsTerminal, Write};
 use std::process::{ExitCode, ExitStatus};
 use std::time::Duration;
 
-use fencelock::{DynLockStore, Error, KeepAlive, Lease, Mode, ReleaseOutcome};
+use fencelock::{DynLockStore, Error, KeepAlive, Lease, LockStoreExt, Mode, ReleaseOutcome};
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
@@ -289,20 +289,16 @@ async fn acquire(
     wait: Option<Duration>,
     mode: Mode,
 ) -> Result<Lease, Error> {
-    // No wait, or a zero one: one attempt, as the library's `acquire` makes for a zero wait.
-    // An exclusive lease takes the path it always took; `*_as` forwards to it anyway.
-    let Some(wait) = wait.filter(|wait| !wait.is_zero()) else {
-        return match mode {
-            Mode::Exclusive => store.try_acquire(key, ttl).await,
-            mode => store.try_acquire_as(key, ttl, mode).await,
-        };
-    };
-    let waiting = async {
-        match mode {
-            Mode::Exclusive => store.acquire(key, ttl, wait).await,
-            mode => store.acquire_as(key, ttl, wait, mode).await,
-        }
-    };
+    // No wait, or a zero one: one attempt; the request says which (`LockRequest::lease`).
+    let request = store
+        .lock(key)
+        .ttl(ttl)
+        .wait(wait.unwrap_or_default())
+        .mode(mode);
+    let waiting = request.lease();
+    if wait.is_none_or(|wait| wait.is_zero()) {
+        return waiting.await;
+    }
     if !std::io::stderr().is_terminal() {
         return waiting.await;
     }
