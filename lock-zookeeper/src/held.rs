@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use fencelock_core::drift;
+use fencelock_core::raw::drift;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 

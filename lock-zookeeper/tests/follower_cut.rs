@@ -14,7 +14,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fencelock_core::{Acquire, Extend, Lease, Release, ReleaseOutcome};
+use fencelock_core::{Lease, LockStore, ReleaseOutcome};
 use fencelock_zookeeper::ZookeeperStore;
 use test_servers::zookeeper::TICK;
 use test_servers::ZookeeperEnsemble;
