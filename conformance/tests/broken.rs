@@ -55,6 +55,9 @@ enum Flaw {
     /// with its deadline already passed. Handed out [`Unchecked`], as fencelock-core refuses
     /// such a lease for every `raw::Store`.
     DeadlineFromWaitStart,
+    /// The lease's local deadline is measured from a clock read 50 ms after the request was
+    /// sent, as a store that reads its clock after a slow step would: it runs past the store's.
+    DeadlineReadLate,
 }
 
 /// The retention window [`Flaw::TokensRestartAfterRetention`] declares.
@@ -175,7 +178,11 @@ impl FlawedStore {
         state
             .holders
             .insert(slot.to_owned(), (owner, token, expires));
-        Ok(Ok(Lease::new(key, owner, token, ttl, sent_at)))
+        let read_at = match self.flaw {
+            Flaw::DeadlineReadLate => sent_at + Duration::from_millis(50),
+            _ => sent_at,
+        };
+        Ok(Ok(Lease::new(key, owner, token, ttl, read_at)))
     }
 
     async fn wait_for(&self, key: &str, ttl: Duration, wait: Duration) -> Result<Lease> {
@@ -543,6 +550,11 @@ async fn polling_behind_a_notified_wait_claim_is_caught() {
         "notified_waiter_gets_a_released_key_within_150_ms",
     )
     .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_local_deadline_read_after_the_request_is_caught() {
+    assert_caught(Flaw::DeadlineReadLate, "local_deadline_is_conservative").await;
 }
 
 #[tokio::test(start_paused = true)]
