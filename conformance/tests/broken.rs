@@ -297,6 +297,18 @@ impl raw::Store for FlawedStore {
             Err(Error::lost(lease, "not held"))
         }
     }
+    async fn status(&self, key: &str) -> Result<KeyStatus> {
+        self.check()?;
+        Ok(match self.live(key, Instant::now()) {
+            Some((owner, token, expires)) => KeyStatus::Held {
+                owner: Some(owner),
+                token: Some(token),
+                remaining: Some(expires - Instant::now()),
+                label: None,
+            },
+            None => KeyStatus::Free,
+        })
+    }
 }
 
 /// A store that is a `LockStore` of its own, as one written by hand against the contract
@@ -325,6 +337,12 @@ impl<S: raw::Store> LockStore for Unchecked<S> {
     }
     async fn evict(&self, key: &str) -> Result<bool> {
         raw::Store::evict(&self.0, key).await
+    }
+    async fn relabel(&self, lease: &Lease, label: &str) -> Result<()> {
+        raw::Store::relabel(&self.0, lease, label).await
+    }
+    async fn next_status(&self, key: &str, seen: &KeyStatus, until: Instant) -> Result<KeyStatus> {
+        raw::Store::next_status(&self.0, key, seen, until).await
     }
     async fn per_key_state(&self) -> Result<Option<PerKeyState>> {
         raw::Store::per_key_state(&self.0).await
@@ -1006,7 +1024,8 @@ impl raw::Store for ModeStore {
     }
 
     fn capabilities(&self) -> Capabilities {
-        let capabilities = self.memory().capabilities();
+        // Its leases carry no labels: the mode flaws are about modes.
+        let capabilities = self.memory().capabilities().with_labels(false);
         match self.flaw {
             ModeFlaw::UndeclaredModesGranted => capabilities.with_shared(false).with_permits(false),
             _ => capabilities,
@@ -1099,6 +1118,16 @@ impl raw::Store for ModeStore {
 
     async fn evict(&self, key: &str) -> Result<bool> {
         self.memory().evict(key).await
+    }
+
+    async fn relabel(&self, _: &Lease, _: &str) -> Result<()> {
+        Err(Error::Unsupported {
+            operation: "relabel",
+        })
+    }
+
+    async fn next_status(&self, key: &str, seen: &KeyStatus, until: Instant) -> Result<KeyStatus> {
+        self.memory().next_status(key, seen, until).await
     }
 
     async fn per_key_state(&self) -> Result<Option<PerKeyState>> {

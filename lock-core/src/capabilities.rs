@@ -34,9 +34,25 @@ pub struct Capabilities {
     /// Semaphore permits ([`Mode::Permit`](crate::Mode::Permit)) are kept; otherwise they are
     /// refused with [`Error::Unsupported`](crate::Error::Unsupported).
     pub permits: bool,
+    /// Holder labels ([`LockRequest::label`](crate::LockRequest::label)) are kept beside
+    /// their holders and reported by [`LockStore::status`](crate::LockStore::status), and
+    /// [`LockStore::relabel`](crate::LockStore::relabel) replaces them. Otherwise a label
+    /// stays on the lease only (an interop layout whose peer's format has no room for one).
+    pub labels: bool,
+    /// [`LockStore::next_status`](crate::LockStore::next_status) is woken by the store's own
+    /// notification of a change; otherwise it reads the status every
+    /// [`Capabilities::status_poll`].
+    pub notified_status: bool,
+    /// How often a polled [`LockStore::next_status`](crate::LockStore::next_status) reads the
+    /// status: the bound, beyond a round trip, of how late an observer sees a change.
+    pub status_poll: Duration,
 }
 
 impl Capabilities {
+    /// How often a store without notification reads a key's status for an observer:
+    /// [`Capabilities::status_poll`] unless the store says otherwise.
+    pub const DEFAULT_STATUS_POLL: Duration = Duration::from_millis(100);
+
     /// The baseline: millisecond TTLs from [`MIN_TTL`] to [`MAX_TTL`], polled waits, no
     /// disconnect detection, no fairness, no eviction, exclusive leases only. Adjust with the `with_*` methods.
     pub fn new() -> Self {
@@ -51,6 +67,9 @@ impl Capabilities {
             shared: false,
             permits: false,
             retention: None,
+            labels: false,
+            notified_status: false,
+            status_poll: Self::DEFAULT_STATUS_POLL,
         }
     }
 
@@ -111,6 +130,24 @@ impl Capabilities {
     /// Declares that semaphore permits are kept.
     pub fn with_permits(mut self, yes: bool) -> Self {
         self.permits = yes;
+        self
+    }
+
+    /// Declares that holder labels are kept and reported.
+    pub fn with_labels(mut self, yes: bool) -> Self {
+        self.labels = yes;
+        self
+    }
+
+    /// Declares that status changes are notified (see [`Capabilities::notified_status`]).
+    pub fn with_notified_status(mut self, yes: bool) -> Self {
+        self.notified_status = yes;
+        self
+    }
+
+    /// Sets how often a polled status is read (at least 1 ms).
+    pub fn with_status_poll(mut self, poll: Duration) -> Self {
+        self.status_poll = poll.max(Duration::from_millis(1));
         self
     }
 

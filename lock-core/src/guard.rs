@@ -36,18 +36,10 @@ pub trait LockStoreExt {
     /// unless its builder methods say otherwise. Await it (or call
     /// [`LockRequest::acquire`]) for a [`LockGuard`].
     fn lock(&self, key: &str) -> LockRequest;
-}
 
-impl LockStoreExt for DynLockStore {
-    fn lock(&self, key: &str) -> LockRequest {
-        LockRequest::new(Arc::clone(self), key)
-    }
-}
-
-impl<S: LockStore + 'static> LockStoreExt for Arc<S> {
-    fn lock(&self, key: &str) -> LockRequest {
-        LockRequest::new(Arc::clone(self) as DynLockStore, key)
-    }
+    /// The election `name` (the key its leader holds): campaign, observe, find its leader.
+    /// See [`Election`](crate::Election).
+    fn election(&self, name: &str) -> crate::Election;
 }
 
 /// A lock request being built: `store.lock(key).ttl(..).wait(..).mode(..)`, then `.await` for
@@ -61,16 +53,18 @@ pub struct LockRequest {
     ttl: Duration,
     wait: Duration,
     mode: Mode,
+    label: Option<String>,
 }
 
 impl LockRequest {
-    fn new(store: DynLockStore, key: &str) -> Self {
+    pub(crate) fn new(store: DynLockStore, key: &str) -> Self {
         LockRequest {
             store,
             key: key.to_owned(),
             ttl: DEFAULT_TTL,
             wait: Duration::ZERO,
             mode: Mode::Exclusive,
+            label: None,
         }
     }
 
@@ -94,10 +88,23 @@ impl LockRequest {
         self
     }
 
+    /// A label kept beside the holder (default none): 1 to
+    /// [`MAX_LABEL_LEN`](crate::limits::MAX_LABEL_LEN) bytes of UTF-8 without control
+    /// characters, such as `host-a pid 4242`. Where [`Capabilities::labels`](crate::Capabilities::labels)
+    /// says so, [`LockStore::status`] reports it, so an operator sees who holds the key;
+    /// elsewhere it stays on the lease ([`Lease::label`]).
+    pub fn label(mut self, label: impl Into<String>) -> Self {
+        self.label = Some(label.into());
+        self
+    }
+
     /// What the store is asked: a zero wait is one attempt ([`Error::Busy`] if the key is
     /// held), any other wait waits ([`Error::WaitTimedOut`]).
     fn request(&self) -> AcquireRequest<'_> {
-        let request = AcquireRequest::new(&self.key, self.ttl).mode(self.mode);
+        let mut request = AcquireRequest::new(&self.key, self.ttl).mode(self.mode);
+        if let Some(label) = &self.label {
+            request = request.label(label);
+        }
         if self.wait.is_zero() {
             request
         } else {
@@ -183,6 +190,11 @@ pub struct LockGuard {
 }
 
 impl LockGuard {
+    /// The store that holds the lease.
+    pub(crate) fn store(&self) -> &dyn LockStore {
+        &*self.store
+    }
+
     fn keep_alive(&self) -> &KeepAlive {
         // Only `release`, which consumes the guard, and `drop` take it.
         self.keep_alive

@@ -112,6 +112,8 @@ struct LeaseInner {
     valid_until: Mutex<Instant>,
     mode: Mode,
     slot: Option<u32>,
+    /// The holder's label: set by the acquire that asked for one, replaced by a relabel.
+    label: Mutex<Option<Arc<str>>>,
     /// Made on the first call to `revocation`: most leases never have one, and it
     /// costs two allocations (about 1% of a Redis cycle's client CPU).
     revocation: OnceLock<Revocation>,
@@ -139,6 +141,7 @@ impl Lease {
                 valid_until: Mutex::new(deadline(sent_at, ttl)),
                 mode: Mode::Exclusive,
                 slot: None,
+                label: Mutex::new(None),
                 revocation: OnceLock::new(),
                 store_state,
                 #[cfg(feature = "metrics")]
@@ -174,6 +177,26 @@ impl Lease {
     /// grow, so a resource the permit holders share fences writes per slot.
     pub fn slot(&self) -> Option<u32> {
         self.inner.slot
+    }
+
+    /// The holder's label, as the acquire asked for it
+    /// ([`LockRequest::label`](crate::LockRequest::label)) or the last
+    /// [`LockStore::relabel`](crate::LockStore::relabel) set it; `None` without one.
+    pub fn label(&self) -> Option<Arc<str>> {
+        self.inner
+            .label
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Records the label the store now keeps beside this lease's holder.
+    pub(crate) fn set_label(&self, label: Option<&str>) {
+        *self
+            .inner
+            .label
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = label.map(Arc::from);
     }
 
     /// The TTL the store granted (some stores round the requested TTL up).
@@ -294,6 +317,7 @@ impl fmt::Debug for Lease {
             .field("ttl", &self.inner.ttl)
             .field("mode", &self.inner.mode)
             .field("slot", &self.inner.slot)
+            .field("label", &self.label())
             .field("remaining", &self.remaining())
             .finish_non_exhaustive()
     }
@@ -372,6 +396,9 @@ pub enum KeyStatus {
         token: Option<u64>,
         /// How long the store will keep the lease without an extend.
         remaining: Option<Duration>,
+        /// The holder's label ([`Lease::label`]), where the store keeps labels
+        /// ([`Capabilities::labels`](crate::Capabilities::labels)).
+        label: Option<String>,
     },
     /// The key is held in [`Mode::Shared`] or [`Mode::Permit`] mode by `count` leases.
     Shared {
@@ -382,4 +409,55 @@ pub enum KeyStatus {
         /// The holders, where the store can tell them (empty where it counts only).
         holders: Vec<HolderStatus>,
     },
+}
+
+impl KeyStatus {
+    /// Whether `self` and `other` report the same holders (owners, tokens, labels, modes,
+    /// slots), whatever time each has left: what changes when the key changes hands or a
+    /// holder is relabelled, not as its lease runs down.
+    pub fn same_holders(&self, other: &KeyStatus) -> bool {
+        match (self, other) {
+            (KeyStatus::Free, KeyStatus::Free) => true,
+            (
+                KeyStatus::Held {
+                    owner,
+                    token,
+                    label,
+                    ..
+                },
+                KeyStatus::Held {
+                    owner: other_owner,
+                    token: other_token,
+                    label: other_label,
+                    ..
+                },
+            ) => owner == other_owner && token == other_token && label == other_label,
+            (
+                KeyStatus::Shared {
+                    mode,
+                    count,
+                    holders,
+                },
+                KeyStatus::Shared {
+                    mode: other_mode,
+                    count: other_count,
+                    holders: other_holders,
+                },
+            ) => {
+                mode == other_mode
+                    && count == other_count
+                    && holders.len() == other_holders.len()
+                    && holders.iter().zip(other_holders).all(|(a, b)| {
+                        HolderStatus {
+                            remaining: None,
+                            ..a.clone()
+                        } == HolderStatus {
+                            remaining: None,
+                            ..b.clone()
+                        }
+                    })
+            }
+            _ => false,
+        }
+    }
 }

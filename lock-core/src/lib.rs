@@ -4,6 +4,7 @@
 #![warn(missing_docs)]
 
 mod capabilities;
+mod election;
 mod error;
 mod fence;
 mod guard;
@@ -21,6 +22,7 @@ mod scoped;
 mod store;
 
 pub use capabilities::Capabilities;
+pub use election::{Election, Leader, Leadership, Observer, Term};
 pub use error::{BodyOutput, BoxError, Error, ErrorKind, Result, SharedError};
 pub use fence::FenceGate;
 pub use guard::{LockGuard, LockRequest, LockStoreExt, DEFAULT_TTL};

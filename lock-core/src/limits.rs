@@ -16,3 +16,7 @@ pub const MAX_WAIT: Duration = Duration::from_secs(24 * 60 * 60);
 /// The most permits a semaphore may have: a store keeps one entry per permit, so the limit
 /// bounds the work of every operation on the key.
 pub const MAX_PERMITS: u32 = 1024;
+/// The longest holder label ([`LockRequest::label`](crate::LockRequest::label)), in bytes of
+/// UTF-8: room for a host, a process id and an address, and small enough for every store to
+/// keep beside its holder.
+pub const MAX_LABEL_LEN: usize = 256;

@@ -39,6 +39,9 @@ pub struct MemoryStore {
 struct HandleState {
     state: Mutex<State>,
     unreachable: AtomicBool,
+    /// Notified whenever any key's holders change (grant, release, evict, relabel): what
+    /// observers of a status wait on.
+    changed: Notify,
 }
 
 /// The process clock in µs since the Unix epoch: the floor of every token, as in every store
@@ -82,6 +85,7 @@ struct Holder {
     expires_at: Instant,
     mode: Mode,
     slot: Option<u32>,
+    label: Option<String>,
 }
 
 impl Slot {
@@ -197,7 +201,13 @@ impl MemoryStore {
         Ok(())
     }
 
-    fn attempt(&self, key: &str, ttl: Duration, mode: Mode) -> Result<Attempt> {
+    fn attempt(
+        &self,
+        key: &str,
+        ttl: Duration,
+        mode: Mode,
+        label: Option<&str>,
+    ) -> Result<Attempt> {
         self.check_reachable()?;
         let sent_at = Instant::now();
         let mut state = self.lock();
@@ -218,14 +228,22 @@ impl MemoryStore {
             expires_at: sent_at + ttl,
             mode,
             slot: permit,
+            label: label.map(str::to_owned),
         });
+        self.shared.changed.notify_waiters();
         Ok(Attempt::Granted(
             Lease::new(key, owner, state.last_token, ttl, sent_at).in_mode(mode, permit),
         ))
     }
 
-    fn try_acquire_in(&self, key: &str, ttl: Duration, mode: Mode) -> Result<Lease> {
-        match self.attempt(key, ttl, mode)? {
+    fn try_acquire_in(
+        &self,
+        key: &str,
+        ttl: Duration,
+        mode: Mode,
+        label: Option<&str>,
+    ) -> Result<Lease> {
+        match self.attempt(key, ttl, mode, label)? {
             Attempt::Granted(lease) => {
                 tracing::debug!(key, token = lease.fencing_token(), %mode, "acquired");
                 Ok(lease)
@@ -242,6 +260,7 @@ impl MemoryStore {
         ttl: Duration,
         wait: Duration,
         mode: Mode,
+        label: Option<&str>,
     ) -> Result<Lease> {
         let started = Instant::now();
         let deadline = started + wait;
@@ -251,7 +270,7 @@ impl MemoryStore {
             let notified = wake.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let expires_at = match self.attempt(key, ttl, mode) {
+            let expires_at = match self.attempt(key, ttl, mode, label) {
                 Ok(Attempt::Granted(lease)) => break Ok(lease),
                 Ok(Attempt::Held { expires_at }) => expires_at,
                 Err(error) => break Err(error),
@@ -319,6 +338,8 @@ impl raw::Store for MemoryStore {
             .with_evict(true)
             .with_shared(true)
             .with_permits(true)
+            .with_labels(true)
+            .with_notified_status(true)
     }
 
     /// # Cancel safety
@@ -331,11 +352,12 @@ impl raw::Store for MemoryStore {
             ttl,
             mode,
             wait,
+            label,
             ..
         } = *request;
         match wait {
-            None => self.try_acquire_in(key, ttl, mode),
-            Some(wait) => self.acquire_in(key, ttl, wait, mode).await,
+            None => self.try_acquire_in(key, ttl, mode, label),
+            Some(wait) => self.acquire_in(key, ttl, wait, mode, label).await,
         }
     }
 
@@ -352,6 +374,7 @@ impl raw::Store for MemoryStore {
             slot.holders
                 .retain(|h| h.expires_at > now && h.token != lease.fencing_token());
             slot.wake.notify_waiters();
+            self.shared.changed.notify_waiters();
             ReleaseOutcome::Released
         } else {
             ReleaseOutcome::Lost
@@ -406,7 +429,51 @@ impl raw::Store for MemoryStore {
             })
             .inspect(|wake| wake.notify_waiters());
         state.tidy(key, now);
+        self.shared.changed.notify_waiters();
         Ok(evicted.is_some())
+    }
+
+    /// # Cancel safety
+    /// Cancel safe: one synchronous step.
+    async fn relabel(&self, lease: &Lease, label: &str) -> Result<()> {
+        self.check_reachable()?;
+        let now = Instant::now();
+        let mut state = self.lock();
+        match state
+            .slots
+            .get_mut(lease.key())
+            .and_then(|slot| slot.holder_of(lease, now))
+        {
+            Some(holder) => {
+                holder.label = Some(label.to_owned());
+                self.shared.changed.notify_waiters();
+                Ok(())
+            }
+            None => Err(Error::lost(lease, "expired or held by another owner")),
+        }
+    }
+
+    /// Woken by every change of any key's holders, and at the earliest expiry of the key's.
+    async fn next_status(&self, key: &str, seen: &KeyStatus, until: Instant) -> Result<KeyStatus> {
+        loop {
+            let notified = self.shared.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let status = raw::Store::status(self, key).await?;
+            let now = Instant::now();
+            if !status.same_holders(seen) || now >= until {
+                return Ok(status);
+            }
+            let expiry = self
+                .lock()
+                .slots
+                .get(key)
+                .and_then(|slot| slot.live_holders(now).map(|h| h.expires_at).min());
+            tokio::select! {
+                () = notified => {}
+                () = sleep_until(expiry.map_or(until, |at| at.min(until))) => {}
+            }
+        }
     }
 
     async fn status(&self, key: &str) -> Result<KeyStatus> {
@@ -423,6 +490,7 @@ impl raw::Store for MemoryStore {
                 owner: Some(holder.owner),
                 token: Some(holder.token),
                 remaining: Some(holder.expires_at - now),
+                label: holder.label.clone(),
             },
             [first, ..] => KeyStatus::Shared {
                 mode: first.mode,
@@ -436,6 +504,7 @@ impl raw::Store for MemoryStore {
                             h.slot,
                             Some(h.expires_at - now),
                         )
+                        .with_label(h.label.clone())
                     })
                     .collect(),
             },

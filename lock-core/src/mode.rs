@@ -119,6 +119,9 @@ pub struct HolderStatus {
     pub slot: Option<u32>,
     /// How long the store will keep the lease without an extend.
     pub remaining: Option<Duration>,
+    /// The holder's label, where the store keeps labels
+    /// ([`Capabilities::labels`](crate::Capabilities::labels)).
+    pub label: Option<String>,
 }
 
 impl HolderStatus {
@@ -134,6 +137,14 @@ impl HolderStatus {
             token,
             slot,
             remaining,
+            label: None,
         }
+    }
+
+    /// The holder, labelled `label`; for store implementations.
+    #[must_use]
+    pub fn with_label(mut self, label: Option<String>) -> Self {
+        self.label = label;
+        self
     }
 }

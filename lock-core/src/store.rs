@@ -186,6 +186,25 @@ pub trait LockStore: Debug + Send + Sync + Any {
     /// moved once the store's answer is read, so the holder never over-estimates it.
     async fn extend(&self, lease: &Lease) -> Result<()>;
 
+    /// Replaces the label kept beside `lease`'s holder with `label`, if the lease is still held
+    /// by its owner: compare-and-set, never recreating a lease that expired or was released.
+    /// On success [`Lease::label`] says `label`, and [`LockStore::status`] reports it to
+    /// everyone; what an election's leader does to proclaim a new value. Supported where
+    /// [`Capabilities::labels`] says so.
+    ///
+    /// # Errors
+    /// [`InvalidInput`](crate::ErrorKind::InvalidInput) for an empty label, one over
+    /// [`MAX_LABEL_LEN`](crate::limits::MAX_LABEL_LEN) bytes or with a control character;
+    /// [`LeaseLost`](crate::ErrorKind::LeaseLost) when the lease is no longer held;
+    /// [`Unsupported`](crate::ErrorKind::Unsupported) where the store keeps no labels;
+    /// [`Unavailable`](crate::ErrorKind::Unavailable) (the label may or may not be replaced);
+    /// [`Store`](crate::ErrorKind::Store).
+    ///
+    /// # Cancel safety
+    /// Dropping the future leaves the old label or the new one in the store; the lease's own
+    /// [`Lease::label`] moves only once the store's answer is read.
+    async fn relabel(&self, lease: &Lease, label: &str) -> Result<()>;
+
     /// What the store can tell about `key`, for diagnostics only: the answer may be stale by
     /// the time it arrives.
     ///
@@ -197,6 +216,24 @@ pub trait LockStore: Debug + Send + Sync + Any {
     /// # Cancel safety
     /// Read-only; dropping the future loses nothing.
     async fn status(&self, key: &str) -> Result<KeyStatus>;
+
+    /// Waits for `key`'s status to differ from `seen` in anything but the time its holders
+    /// have left ([`KeyStatus::same_holders`]) and returns it, or returns the status at `until`
+    /// if nothing changed by then. Woken by the store's notification where
+    /// [`Capabilities::notified_status`] says so, else it reads the status every
+    /// [`Capabilities::status_poll`]. What an election's observer is built on.
+    ///
+    /// # Errors
+    /// As [`LockStore::status`].
+    ///
+    /// # Cancel safety
+    /// Read-only; dropping the future loses nothing.
+    async fn next_status(
+        &self,
+        key: &str,
+        seen: &KeyStatus,
+        until: crate::Instant,
+    ) -> Result<KeyStatus>;
 
     /// The operator's eviction: frees `key` behind its holder's back, as an administrator
     /// deleting the lock (or ending the session that holds it) would. Returns whether a holder

@@ -909,6 +909,7 @@ impl raw::Store for EtcdStore {
             owner: entry_owner(&dir, head.key()),
             token,
             remaining,
+            label: None,
         })
     }
 

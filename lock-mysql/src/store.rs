@@ -459,6 +459,7 @@ impl MysqlStore {
                         owner: None,
                         token: None,
                         remaining: None,
+                        label: None,
                     });
                 }
                 let token: Option<i64> = row.try_get("token")?;
@@ -479,6 +480,7 @@ impl MysqlStore {
                     owner: owner.as_deref().and_then(OwnerId::parse),
                     token: token.map(|t| t.max(0).unsigned_abs()),
                     remaining,
+                    label: None,
                 })
             });
         }

@@ -1045,6 +1045,7 @@ fn exclusive_status(row: &PgRow) -> sqlx::Result<KeyStatus> {
         owner,
         token,
         remaining,
+        label: None,
     })
 }
 

@@ -295,6 +295,7 @@ async fn status_reports_what_the_server_will_do() {
         owner,
         token,
         remaining,
+        ..
     } = store.status(key).await.unwrap()
     else {
         panic!("a held key is not reported held");
@@ -325,7 +326,8 @@ async fn status_reports_what_the_server_will_do() {
         KeyStatus::Held {
             owner: None,
             token: None,
-            remaining: None
+            remaining: None,
+            label: None,
         }
     );
 }

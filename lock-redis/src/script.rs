@@ -671,6 +671,7 @@ pub(crate) async fn status_on<C: ConnectionLike>(
             owner: OwnerId::parse(&owner),
             token: fence.and_then(|f| f.parse().ok()),
             remaining: u64::try_from(pttl).ok().map(Duration::from_millis),
+            label: None,
         });
     };
     let holders: Vec<HolderStatus> = holders

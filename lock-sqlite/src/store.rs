@@ -826,6 +826,7 @@ impl raw::Store for SqliteStore {
                 owner: holder.owner,
                 token: Some(holder.token),
                 remaining: Some(holder.remaining),
+                label: None,
             },
             None => KeyStatus::Free,
         })

@@ -549,6 +549,7 @@ impl raw::Store for ZookeeperStore {
                     owner,
                     token,
                     remaining: None,
+                    label: None,
                 });
             }
             if stat.version < 1 {

@@ -34,6 +34,7 @@ pub fn describe(key: &str, status: &KeyStatus) -> String {
             owner,
             token,
             remaining,
+            ..
         } => {
             let mut parts = Vec::new();
             if let Some(token) = token {
@@ -93,6 +94,7 @@ fn to_json(key: &str, status: &KeyStatus) -> String {
             owner,
             token,
             remaining,
+            ..
         } => {
             fields.push("\"held\":true".into());
             fields.push("\"mode\":\"exclusive\"".into());
@@ -250,6 +252,7 @@ mod tests {
             owner: None,
             token: Some(7),
             remaining: Some(Duration::from_millis(1500)),
+            label: None,
         };
         assert_eq!(
             to_json("a\"b\n", &held),

@@ -20,10 +20,12 @@ macro_rules! ensure {
 
 mod acquire;
 mod cancel;
+mod election;
 mod extend;
 mod faults;
 mod keep_alive;
 mod keys;
+mod labels;
 mod modes;
 mod release;
 mod support;
@@ -128,6 +130,25 @@ macro_rules! __for_each_case {
                 extend_does_not_revive_an_expired_permit if |c: &Capabilities| c.permits,
                 a_dropped_permit_waiter_never_takes_a_permit_later if |c: &Capabilities| c.permits,
                 unsupported_modes_are_refused,
+            }
+            labels {
+                status_reports_each_holders_label if |c: &Capabilities| c.labels,
+                relabel_replaces_the_label_and_is_owner_only if |c: &Capabilities| c.labels,
+                bad_labels_are_refused_and_nothing_is_held,
+            }
+            election {
+                one_leader_at_a_time_among_candidates,
+                terms_grow_across_leaders,
+                resign_hands_over_within_the_wake_bound,
+                a_cut_off_leader_is_replaced_within_its_ttl,
+                an_evicted_leader_is_replaced_and_its_term_is_fenced,
+                a_dropped_campaign_leaves_no_candidate,
+                a_dropped_leadership_resigns,
+                leader_of_an_election_nobody_leads_is_none,
+                leader_reports_the_value if |c: &Capabilities| c.labels,
+                bad_election_input_is_refused_and_leaves_nothing,
+                observers_see_every_leader_in_term_order,
+                a_proclaimed_value_reaches_observers if |c: &Capabilities| c.labels,
             }
         }
     };

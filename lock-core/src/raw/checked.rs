@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use tracing::Instrument;
 
-use super::validate::{check_granted, check_key, check_mode, check_ttl, check_wait};
+use super::validate::{check_granted, check_key, check_label, check_mode, check_ttl, check_wait};
 use super::{AcquireRequest, Store};
 use crate::{
     Capabilities, Error, Instant, KeyStatus, Lease, LockStore, Mode, PerKeyState, ReleaseOutcome,
@@ -50,9 +50,33 @@ impl<S: Store> LockStore for S {
         result
     }
 
+    async fn relabel(&self, lease: &Lease, label: &str) -> Result<()> {
+        check_label("label", label)?;
+        let span = tracing::debug_span!(
+            "relabel",
+            store = Store::name(self),
+            key = lease.key(),
+            token = lease.fencing_token()
+        );
+        let result = Store::relabel(self, lease, label).instrument(span).await;
+        match &result {
+            Ok(()) => {
+                lease.set_label(Some(label));
+                tracing::debug!(key = lease.key(), label, "relabelled");
+            }
+            Err(error) => tracing::debug!(key = lease.key(), %error, "relabel failed"),
+        }
+        result
+    }
+
     async fn status(&self, key: &str) -> Result<KeyStatus> {
         check_key(key)?;
         Store::status(self, key).await
+    }
+
+    async fn next_status(&self, key: &str, seen: &KeyStatus, until: Instant) -> Result<KeyStatus> {
+        check_key(key)?;
+        Store::next_status(self, key, seen, until).await
     }
 
     async fn evict(&self, key: &str) -> Result<bool> {
@@ -112,9 +136,15 @@ where
     if let Some(wait) = request.wait {
         check_wait(wait)?;
     }
+    if let Some(label) = request.label {
+        check_label("label", label)?;
+    }
     let started = Instant::now();
     let result = match attempt.await {
-        Ok(lease) => check_granted(store, lease).await,
+        Ok(lease) => {
+            lease.set_label(request.label);
+            check_granted(store, lease).await
+        }
         Err(Error::Busy { key }) if request.wait.is_some() => Err(Error::WaitTimedOut {
             key,
             waited: started.elapsed(),

@@ -74,7 +74,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::{Capabilities, Error, KeyStatus, Lease, Mode, PerKeyState, ReleaseOutcome, Result};
+use crate::{
+    Capabilities, Error, Instant, KeyStatus, Lease, Mode, PerKeyState, ReleaseOutcome, Result,
+};
 
 mod checked;
 pub mod cleanup;
@@ -113,6 +115,10 @@ pub struct AcquireRequest<'a> {
     /// `wait` (zero included) for the key; a store that gives up answers `Busy` too, and the
     /// caller gets [`Error::WaitTimedOut`].
     pub wait: Option<Duration>,
+    /// The holder's label, 1 to [`MAX_LABEL_LEN`](crate::limits::MAX_LABEL_LEN) bytes of
+    /// UTF-8, to keep beside the holder where [`Capabilities::labels`] says so: what
+    /// [`Store::status`] reports as the holder's `label`, and an election's leader value.
+    pub label: Option<&'a str>,
 }
 
 impl<'a> AcquireRequest<'a> {
@@ -123,7 +129,15 @@ impl<'a> AcquireRequest<'a> {
             ttl,
             mode: Mode::Exclusive,
             wait: None,
+            label: None,
         }
+    }
+
+    /// Labels the holder with `label` (see [`AcquireRequest::label`]).
+    #[must_use]
+    pub fn label(mut self, label: &'a str) -> Self {
+        self.label = Some(label);
+        self
     }
 
     /// Waits up to `wait` for the key instead of making one attempt.
@@ -226,6 +240,46 @@ pub trait Store: Debug + Send + Sync + Any {
     /// # Cancel safety
     /// As [`LockStore::extend`](crate::LockStore::extend).
     async fn extend(&self, lease: &Lease) -> Result<()>;
+
+    /// Replaces the label kept beside `lease`'s holder with `label` (already checked), if the
+    /// lease is still held by its owner: compare-and-set, as extend is. Where
+    /// [`Capabilities::labels`] says so; default [`Error::Unsupported`]. The caller records the
+    /// new label on the lease.
+    ///
+    /// # Errors
+    /// As [`LockStore::relabel`](crate::LockStore::relabel).
+    ///
+    /// # Cancel safety
+    /// As [`LockStore::relabel`](crate::LockStore::relabel).
+    async fn relabel(&self, lease: &Lease, label: &str) -> Result<()> {
+        let _ = (lease, label);
+        Err(Error::Unsupported {
+            operation: "relabel",
+        })
+    }
+
+    /// The status of `key` (already checked) once it differs from `seen` in anything but the
+    /// time its holders have left ([`KeyStatus::same_holders`]), or its status at `until`,
+    /// whichever is first. Default: [`Store::status`] read every
+    /// [`Capabilities::status_poll`]; a store that is told of changes
+    /// ([`Capabilities::notified_status`]) waits for its notification instead.
+    ///
+    /// # Errors
+    /// As [`LockStore::next_status`](crate::LockStore::next_status).
+    ///
+    /// # Cancel safety
+    /// Read-only; dropping the future loses nothing.
+    async fn next_status(&self, key: &str, seen: &KeyStatus, until: Instant) -> Result<KeyStatus> {
+        let poll = Store::capabilities(self).status_poll;
+        loop {
+            let status = Store::status(self, key).await?;
+            let now = Instant::now();
+            if !status.same_holders(seen) || now >= until {
+                return Ok(status);
+            }
+            tokio::time::sleep_until((now + poll).min(until)).await;
+        }
+    }
 
     /// What the store can tell about `key` (already checked). Default:
     /// [`Error::Unsupported`].

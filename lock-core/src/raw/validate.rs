@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::limits::{MAX_KEY_LEN, MAX_PERMITS, MAX_WAIT};
+use crate::limits::{MAX_KEY_LEN, MAX_LABEL_LEN, MAX_PERMITS, MAX_WAIT};
 use crate::raw::Store;
 use crate::{Capabilities, Error, Lease, Mode, Result};
 
@@ -18,17 +18,47 @@ pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 60 * 60);
 /// [`InvalidInput`](crate::ErrorKind::InvalidInput) for an empty key or one over
 /// [`MAX_KEY_LEN`] bytes.
 pub(crate) fn check_key(key: &str) -> Result<()> {
+    check_key_named("key", key)
+}
+
+/// [`check_key`] for a key that the caller knows by another name (an election's name).
+pub(crate) fn check_key_named(field: &'static str, key: &str) -> Result<()> {
     if key.is_empty() {
-        return Err(Error::invalid("key", "must not be empty"));
+        return Err(Error::invalid(field, "must not be empty"));
     }
     if key.len() > MAX_KEY_LEN {
         return Err(Error::invalid(
-            "key",
+            field,
             format!(
                 "is {} bytes long; the maximum is {MAX_KEY_LEN} bytes",
                 key.len()
             ),
         ));
+    }
+    Ok(())
+}
+
+/// A holder label is 1 to [`MAX_LABEL_LEN`] bytes of UTF-8, without control characters (a
+/// label is printed on one line by `lockctl status` and stored as text by every store).
+///
+/// # Errors
+/// [`InvalidInput`](crate::ErrorKind::InvalidInput) for an empty label, one over
+/// [`MAX_LABEL_LEN`] bytes, or one with a control character.
+pub(crate) fn check_label(field: &'static str, label: &str) -> Result<()> {
+    if label.is_empty() {
+        return Err(Error::invalid(field, "must not be empty"));
+    }
+    if label.len() > MAX_LABEL_LEN {
+        return Err(Error::invalid(
+            field,
+            format!(
+                "is {} bytes long; the maximum is {MAX_LABEL_LEN} bytes",
+                label.len()
+            ),
+        ));
+    }
+    if label.chars().any(char::is_control) {
+        return Err(Error::invalid(field, "must not contain control characters"));
     }
     Ok(())
 }

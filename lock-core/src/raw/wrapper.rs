@@ -7,7 +7,9 @@ use std::fmt::Debug;
 use async_trait::async_trait;
 
 use super::AcquireRequest;
-use crate::{Capabilities, KeyStatus, Lease, LockStore, PerKeyState, ReleaseOutcome, Result};
+use crate::{
+    Capabilities, Instant, KeyStatus, Lease, LockStore, PerKeyState, ReleaseOutcome, Result,
+};
 
 /// A store that wraps another [`LockStore`] (metrics, fault injection, a test's probe): every
 /// method forwards to [`Wrapper::inner`] unless the wrapper overrides it, so a method added to
@@ -111,6 +113,28 @@ pub trait Wrapper: Debug + Send + Sync + Any {
     /// Default: forwarded.
     ///
     /// # Errors
+    /// As [`LockStore::relabel`].
+    ///
+    /// # Cancel safety
+    /// As [`LockStore::relabel`].
+    async fn relabel(&self, lease: &Lease, label: &str) -> Result<()> {
+        self.inner().relabel(lease, label).await
+    }
+
+    /// Default: forwarded.
+    ///
+    /// # Errors
+    /// As [`LockStore::next_status`].
+    ///
+    /// # Cancel safety
+    /// Read-only; dropping the future loses nothing.
+    async fn next_status(&self, key: &str, seen: &KeyStatus, until: Instant) -> Result<KeyStatus> {
+        self.inner().next_status(key, seen, until).await
+    }
+
+    /// Default: forwarded.
+    ///
+    /// # Errors
     /// As [`LockStore::evict`].
     ///
     /// # Cancel safety
@@ -170,6 +194,14 @@ impl<W: Wrapper> super::Store for W {
 
     async fn status(&self, key: &str) -> Result<KeyStatus> {
         Wrapper::status(self, key).await
+    }
+
+    async fn relabel(&self, lease: &Lease, label: &str) -> Result<()> {
+        Wrapper::relabel(self, lease, label).await
+    }
+
+    async fn next_status(&self, key: &str, seen: &KeyStatus, until: Instant) -> Result<KeyStatus> {
+        Wrapper::next_status(self, key, seen, until).await
     }
 
     async fn evict(&self, key: &str) -> Result<bool> {

@@ -181,6 +181,23 @@ impl LockStore for Rslock {
         Err(fencelock_core::Error::Unsupported { operation: "evict" })
     }
 
+    async fn relabel(&self, _: &Lease, _: &str) -> fencelock_core::Result<()> {
+        Err(fencelock_core::Error::Unsupported {
+            operation: "relabel",
+        })
+    }
+
+    async fn next_status(
+        &self,
+        _: &str,
+        _: &KeyStatus,
+        _: fencelock_core::Instant,
+    ) -> fencelock_core::Result<KeyStatus> {
+        Err(fencelock_core::Error::Unsupported {
+            operation: "status",
+        })
+    }
+
     async fn per_key_state(&self) -> fencelock_core::Result<Option<PerKeyState>> {
         Ok(None)
     }

@@ -958,6 +958,7 @@ impl raw::Store for RedlockStore {
                     owner,
                     token,
                     remaining,
+                    ..
                 })) => Some((*owner, *token, *remaining)),
                 _ => None,
             })
@@ -977,6 +978,7 @@ impl raw::Store for RedlockStore {
                 owner: *owner,
                 token,
                 remaining: remaining.get(quorum - 1).copied(),
+                label: None,
             });
         }
         if answered(&answers) - failures(&answers) >= quorum {
