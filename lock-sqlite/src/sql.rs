@@ -24,7 +24,8 @@ pub(crate) const FENCE_SCHEME: i64 = 3;
 /// scheme (which writes no scheme, or 2) cannot take a key at all, new or not. `owner` is NULL
 /// while nobody holds the key; a holder recorded under another boot, or whose expiry has passed,
 /// holds nothing. The key is stored as the bytes of its UTF-8 (a BLOB), so any character, NUL
-/// included, is data.
+/// included, is data. `label` is the holder's label, prefixed with its owner id (see
+/// [`ACQUIRE`]); a table made before labels gets the column from [`ADD_LABEL`].
 const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS {table} (
     key        BLOB    NOT NULL PRIMARY KEY,
     token      INTEGER NOT NULL,
@@ -33,8 +34,19 @@ const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS {table} (
     expires_ns INTEGER NOT NULL,
     ttl_ms     INTEGER NOT NULL,
     pid        INTEGER NOT NULL,
-    fence_scheme INTEGER NOT NULL CHECK (fence_scheme = 3)
+    fence_scheme INTEGER NOT NULL CHECK (fence_scheme = 3),
+    label      TEXT
 ) WITHOUT ROWID";
+
+/// Whether the lock table has the `label` column (?1: the unquoted table name). A single read.
+const HAS_LABEL: &str = "SELECT count(*) FROM pragma_table_info(?1) WHERE name = 'label'";
+
+/// Adds the `label` column to a lock table made before labels. Atomic: one statement; a
+/// connection that lost the race to add it gets "duplicate column name", which is success.
+/// Rows of earlier builds have none, and a build that does not know the column leaves it as
+/// it was when it takes a key: which is why a label is stored behind its owner's id, and
+/// reported only while that owner holds the key.
+const ADD_LABEL: &str = "ALTER TABLE {table} ADD COLUMN label TEXT";
 
 /// The floor table: one row, the highest token any removed row of the lock table had. A new
 /// row starts above it, so a key whose row was removed still gets a greater token.
@@ -66,18 +78,20 @@ const RAISE_FLOOR: &str = "UPDATE {floor} SET floor = max(floor, ?1) WHERE one =
 /// How many rows the lock table holds. A single read.
 const COUNT_ROWS: &str = "SELECT count(*) FROM {table}";
 
-/// Takes key ?1 for owner ?2 (boot ?3, now ?4, for ?5 ns; ?6 ms and pid ?7 for `status`) if
-/// nobody holds it, and mints its token: `max(counter + 1, ?8)`, ?8 being the wall clock in µs
-/// (fence scheme 3); a new row's counter is the floor. Atomic: one statement under the write
+/// Takes key ?1 for owner ?2 (boot ?3, now ?4, for ?5 ns; ?6 ms and pid ?7 for `status`; ?9
+/// its label behind its owner id, or NULL) if nobody holds it, and mints its token:
+/// `max(counter + 1, ?8)`, ?8 being the wall clock in µs (fence scheme 3); a new row's counter
+/// is the floor. Atomic: one statement under the write
 /// lock, so the floor read, the holder check, the take and the mint commit together or not at
 /// all. No row back: held.
 const ACQUIRE: &str =
-    "INSERT INTO {table} AS l (key, token, owner, boot_id, expires_ns, ttl_ms, pid, fence_scheme)
+    "INSERT INTO {table} AS l (key, token, owner, boot_id, expires_ns, ttl_ms, pid, fence_scheme, label)
 VALUES (?1, max((SELECT f.floor + 1 FROM {floor} AS f WHERE f.one = 1), ?8),
-        ?2, ?3, ?4 + ?5, ?6, ?7, 3)
+        ?2, ?3, ?4 + ?5, ?6, ?7, 3, ?9)
 ON CONFLICT (key) DO UPDATE
    SET token = max(l.token + 1, ?8), owner = excluded.owner, boot_id = excluded.boot_id,
-       expires_ns = excluded.expires_ns, ttl_ms = excluded.ttl_ms, pid = excluded.pid
+       expires_ns = excluded.expires_ns, ttl_ms = excluded.ttl_ms, pid = excluded.pid,
+       label = excluded.label
  WHERE l.owner IS NULL OR l.boot_id <> excluded.boot_id OR l.expires_ns <= ?4
 RETURNING token";
 
@@ -92,6 +106,12 @@ const RELEASE: &str = "UPDATE {table} SET owner = NULL
 const EXTEND: &str = "UPDATE {table} SET expires_ns = ?5 + ?6
  WHERE key = ?1 AND owner = ?2 AND token = ?3 AND boot_id = ?4 AND expires_ns > ?5";
 
+/// Relabel: sets the label of key ?1 to ?6 (behind its owner id) only if it is still held by
+/// owner ?2 with token ?3, of boot ?4, not expired at ?5. Atomic: one statement, a
+/// compare-and-set. No row changed: lost.
+const RELABEL: &str = "UPDATE {table} SET label = ?6
+ WHERE key = ?1 AND owner = ?2 AND token = ?3 AND boot_id = ?4 AND expires_ns > ?5";
+
 /// Operator action: clears whoever holds key ?1 (of boot ?2, live at ?3); the counter stays.
 /// Atomic: one statement. One row changed: a live lease was evicted.
 const EVICT: &str = "UPDATE {table} SET owner = NULL
@@ -99,7 +119,8 @@ const EVICT: &str = "UPDATE {table} SET owner = NULL
 
 /// The row of key ?1, for waiting and `status`; the caller judges whether its holder is live.
 /// A single read, which WAL mode serves without waiting for writers.
-const HOLDER: &str = "SELECT token, owner, boot_id, expires_ns, ttl_ms FROM {table} WHERE key = ?1";
+const HOLDER: &str =
+    "SELECT token, owner, boot_id, expires_ns, ttl_ms, label FROM {table} WHERE key = ?1";
 
 /// What journal mode the database is in: the store needs `wal`. A single read.
 pub(crate) const JOURNAL_MODE: &str = "PRAGMA journal_mode";
@@ -176,6 +197,9 @@ pub(crate) struct Statements {
     pub(crate) acquire: String,
     pub(crate) release: String,
     pub(crate) extend: String,
+    pub(crate) relabel: String,
+    pub(crate) has_label: &'static str,
+    pub(crate) add_label: String,
     pub(crate) evict: String,
     pub(crate) holder: String,
 }
@@ -195,6 +219,9 @@ impl Statements {
             acquire: fill(ACQUIRE),
             release: fill(RELEASE),
             extend: fill(EXTEND),
+            relabel: fill(RELABEL),
+            has_label: HAS_LABEL,
+            add_label: fill(ADD_LABEL),
             evict: fill(EVICT),
             holder: fill(HOLDER),
         }
@@ -219,6 +246,8 @@ mod tests {
             &sql.acquire,
             &sql.release,
             &sql.extend,
+            &sql.relabel,
+            &sql.add_label,
             &sql.evict,
             &sql.holder,
         ] {

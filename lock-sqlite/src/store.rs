@@ -138,6 +138,20 @@ struct Holder {
     owner: Option<OwnerId>,
     token: u64,
     remaining: Duration,
+    label: Option<String>,
+}
+
+/// A label as the lock table keeps it: behind its owner's id, so that a row taken over by a
+/// build that does not know labels (and leaves the column as it was) shows none.
+fn stored_label(owner: OwnerId, label: Option<&str>) -> Option<String> {
+    label.map(|label| format!("{}:{label}", stored_owner(owner)))
+}
+
+/// The label of `owner` in a stored label, if it is that owner's.
+fn label_of(owner: &str, stored: Option<String>) -> Option<String> {
+    let stored = stored?;
+    let label = stored.strip_prefix(owner)?.strip_prefix(':')?;
+    Some(label.to_owned())
 }
 
 impl SqliteStore {
@@ -290,6 +304,8 @@ impl SqliteStore {
             sql.create_floor.clone(),
             sql.init_floor.clone(),
         ];
+        let (has_label, add_label, table) =
+            (sql.has_label, sql.add_label.clone(), config.table.clone());
 
         let pool = SqlitePoolOptions::new()
             .max_connections(MAX_CONNECTIONS)
@@ -301,9 +317,23 @@ impl SqliteStore {
             .after_connect(move |conn, _| {
                 let prepare = prepare.clone();
                 let learnt_wal = Arc::clone(&learnt_wal);
+                let (add_label, table) = (add_label.clone(), table.clone());
                 Box::pin(async move {
                     for statement in &prepare {
                         sqlx::query(statement).execute(&mut *conn).await?;
+                    }
+                    let labelled: i64 = sqlx::query_scalar(has_label)
+                        .bind(&table)
+                        .fetch_one(&mut *conn)
+                        .await?;
+                    if labelled == 0 {
+                        match sqlx::query(&add_label).execute(&mut *conn).await {
+                            Ok(_) => {}
+                            // Another connection added it first.
+                            Err(sqlx::Error::Database(e))
+                                if e.message().contains("duplicate column name") => {}
+                            Err(error) => return Err(error),
+                        }
                     }
                     let mode: String = sqlx::query_scalar(JOURNAL_MODE)
                         .fetch_one(&mut *conn)
@@ -527,7 +557,7 @@ impl SqliteStore {
     }
 
     /// One attempt to take `key`: the acquire statement, with the clock read before it.
-    async fn attempt(&self, key: &str, ttl: Duration) -> Result<Attempt> {
+    async fn attempt(&self, key: &str, ttl: Duration, label: Option<&str>) -> Result<Attempt> {
         let shared = &self.shared;
         let owner = OwnerId::random();
         let ttl_ns = i64::try_from(ttl.as_nanos()).unwrap_or(i64::MAX);
@@ -551,6 +581,7 @@ impl SqliteStore {
                     .bind(ttl_ms)
                     .bind(shared.pid)
                     .bind(clock_us)
+                    .bind(stored_label(owner, label))
                     .fetch_optional(writer.connection()?)
                     .await;
                 writer.keep_unless_dead(token)
@@ -606,9 +637,10 @@ impl SqliteStore {
                 row.try_get::<Option<String>, _>("owner")?,
                 row.try_get::<String, _>("boot_id")?,
                 row.try_get::<i64, _>("expires_ns")?,
+                row.try_get::<Option<String>, _>("label")?,
             ))
         };
-        let (token, owner, boot, expires_ns) =
+        let (token, owner, boot, expires_ns, label) =
             read(&row).map_err(|e| self.error("decoding the lock table", e))?;
         let live = owner.is_some() && boot == shared.boot_id && expires_ns > now;
         if !live {
@@ -619,6 +651,7 @@ impl SqliteStore {
             owner: owner.as_deref().and_then(OwnerId::parse),
             token: token_from_row(token)?,
             remaining: Duration::from_nanos(remaining),
+            label: owner.as_deref().and_then(|owner| label_of(owner, label)),
         }))
     }
 
@@ -628,7 +661,13 @@ impl SqliteStore {
     }
 
     /// Waits up to `wait` for `key`: [`Error::Busy`] once the wait ran out.
-    async fn wait_for(&self, key: &str, ttl: Duration, wait: Duration) -> Result<Lease> {
+    async fn wait_for(
+        &self,
+        key: &str,
+        ttl: Duration,
+        wait: Duration,
+        label: Option<&str>,
+    ) -> Result<Lease> {
         let deadline = Instant::now() + wait;
         // Before the first read, as the watch: a release in this process wakes it directly.
         let mut local = self.shared.local.subscribe(stored_key(key));
@@ -653,7 +692,7 @@ impl SqliteStore {
                 held_for = self.holder(key).await?.map(|holder| holder.remaining);
             }
             if held_for.is_none() {
-                match self.attempt(key, ttl).await? {
+                match self.attempt(key, ttl, label).await? {
                     Attempt::Granted(lease) => return Ok(lease),
                     // Taken by someone else first: learn until when.
                     Attempt::Held => held_for = self.holder(key).await?.map(|h| h.remaining),
@@ -731,6 +770,35 @@ impl SqliteStore {
         }
     }
 
+    async fn relabel_lease(&self, lease: &Lease, label: &str) -> Result<()> {
+        let shared = &self.shared;
+        let token = token_to_row(lease.fencing_token())?;
+        let now = monotonic_ns();
+        let done = self
+            .bounded("relabel", async {
+                let mut writer = self.writer().await?;
+                let done = sqlx::query(&shared.sql.relabel)
+                    .bind(stored_key(lease.key()))
+                    .bind(stored_owner(lease.owner()))
+                    .bind(token)
+                    .bind(shared.boot_id)
+                    .bind(now)
+                    .bind(stored_label(lease.owner(), Some(label)))
+                    .execute(writer.connection()?)
+                    .await;
+                writer.keep_unless_dead(done)
+            })
+            .await?;
+        if done.rows_affected() == 1 {
+            Ok(())
+        } else {
+            Err(Error::lost(
+                lease,
+                "expired, evicted, released or held by another owner",
+            ))
+        }
+    }
+
     async fn extend_lease(&self, lease: &Lease) -> Result<()> {
         let shared = &self.shared;
         let token = token_to_row(lease.fencing_token())?;
@@ -779,6 +847,7 @@ impl raw::Store for SqliteStore {
             .with_evict(true)
             .with_max_ttl(self.shared.config.max_ttl)
             .with_retention(self.shared.config.retention)
+            .with_labels(true)
     }
 
     /// One attempt is one statement. A wait waits for the wake file (see the crate docs,
@@ -791,16 +860,16 @@ impl raw::Store for SqliteStore {
     /// TTL (nobody else can hold the key meanwhile). A waiter holds nothing between its
     /// attempts, so dropping it while it waits leaves nothing behind.
     async fn acquire(&self, request: &AcquireRequest<'_>) -> Result<Lease> {
-        let (key, ttl) = (request.key, request.ttl);
+        let (key, ttl, label) = (request.key, request.ttl, request.label);
         let Some(wait) = request.wait else {
-            return match self.attempt(key, ttl).await? {
+            return match self.attempt(key, ttl, label).await? {
                 Attempt::Granted(lease) => Ok(lease),
                 Attempt::Held => Err(Error::Busy {
                     key: key.to_owned(),
                 }),
             };
         };
-        self.wait_for(key, ttl, wait).await
+        self.wait_for(key, ttl, wait, label).await
     }
 
     /// # Cancel safety
@@ -818,6 +887,15 @@ impl raw::Store for SqliteStore {
         self.extend_lease(lease).await
     }
 
+    /// One statement, a compare-and-set on the holder's row.
+    ///
+    /// # Cancel safety
+    /// Once sent, the statement runs to its end: dropping the future leaves the old label or
+    /// the new one.
+    async fn relabel(&self, lease: &Lease, label: &str) -> Result<()> {
+        self.relabel_lease(lease, label).await
+    }
+
     /// # Cancel safety
     /// Read-only; dropping the future loses nothing.
     async fn status(&self, key: &str) -> Result<KeyStatus> {
@@ -826,7 +904,7 @@ impl raw::Store for SqliteStore {
                 owner: holder.owner,
                 token: Some(holder.token),
                 remaining: Some(holder.remaining),
-                label: None,
+                label: holder.label,
             },
             None => KeyStatus::Free,
         })
