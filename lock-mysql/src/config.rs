@@ -270,6 +270,14 @@ impl MysqlConfig {
         sql::fence_table_ddl(&self.fence_table())
     }
 
+    /// The statement that adds the `label` column (holder labels) to a fence table made before
+    /// labels, for an administrator of a store with `create_table=false`; a store that may
+    /// create the table adds the column itself. Until it is there, labels stay on the lease
+    /// and `status` shows none.
+    pub fn label_column_ddl(&self) -> String {
+        sql::label_column_ddl(&self.fence_table())
+    }
+
     /// The lock space of this configuration: the fence table and the namespace, which together
     /// with the key make the lock name.
     pub(crate) fn space(&self) -> Space<'_> {

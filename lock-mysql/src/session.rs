@@ -57,6 +57,9 @@ pub(crate) struct Sessions {
     pool: SessionPool<Session>,
     fence_table_ready: OnceCell<()>,
     warned_not_durable: AtomicBool,
+    /// Whether the fence table has the `label` column: false only for a table made before
+    /// labels that this store may not alter (`create_table=false`).
+    pub(crate) labels: AtomicBool,
     pub(crate) sql: Statements,
     /// When idle fence rows were last removed (see `cleanup.rs`).
     pub(crate) cleanup: CleanupSchedule,
@@ -72,6 +75,7 @@ impl Sessions {
             pool: SessionPool::default(),
             fence_table_ready: OnceCell::new(),
             warned_not_durable: AtomicBool::new(false),
+            labels: AtomicBool::new(true),
             sql,
             cleanup: CleanupSchedule::default(),
         }
@@ -207,6 +211,18 @@ impl Sessions {
             state.comment.as_deref().unwrap_or_default(),
             state.fence_scheme_column != 0,
         )?;
+        if state.label_column == 0 && self.config.create_table() {
+            match sqlx::query(&self.sql.add_label_column)
+                .execute(&mut *conn)
+                .await
+            {
+                Ok(_) => tracing::info!(table = %fence_table, "added the label column"),
+                Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42S21") => {}
+                Err(e) => return Err(sql_error("adding the label column", e)),
+            }
+        } else if state.label_column == 0 {
+            self.labels.store(false, Ordering::Relaxed);
+        }
         if state.floor_table == 0 && !self.config.create_table() {
             return Err(not_created(&self.config.floor_table(), "floor_table_ddl"));
         }
@@ -242,6 +258,8 @@ impl Sessions {
             .bind(format!("{}_floor", self.config.options.table))
             .bind(&self.config.database)
             .bind(&self.config.options.table)
+            .bind(&self.config.database)
+            .bind(&self.config.options.table)
             .fetch_one(conn)
             .await
             .map_err(failed)?;
@@ -251,6 +269,7 @@ impl Sessions {
             comment: row.try_get("comment").map_err(failed)?,
             fence_scheme_column: row.try_get("fence_scheme_column").map_err(failed)?,
             floor_table: row.try_get("floor_table").map_err(failed)?,
+            label_column: row.try_get("label_column").map_err(failed)?,
         })
     }
 
@@ -322,6 +341,8 @@ struct FenceTableState {
     fence_scheme_column: i64,
     /// 1 if the floor table exists.
     floor_table: i64,
+    /// 1 if the fence table has the `label` column.
+    label_column: i64,
 }
 
 /// Ends a lock wait whose future was dropped: the server does not notice a closed connection

@@ -40,7 +40,10 @@ pub(crate) const FENCE_TABLE_STATE: &str =
           WHERE c.TABLE_SCHEMA = ? AND c.TABLE_NAME = ? AND c.COLUMN_NAME = 'fence_scheme')
           AS fence_scheme_column,
         (SELECT CAST(COUNT(*) AS SIGNED) FROM information_schema.TABLES f
-          WHERE f.TABLE_SCHEMA = ? AND f.TABLE_NAME = ?) AS floor_table
+          WHERE f.TABLE_SCHEMA = ? AND f.TABLE_NAME = ?) AS floor_table,
+        (SELECT CAST(COUNT(*) AS SIGNED) FROM information_schema.COLUMNS c
+          WHERE c.TABLE_SCHEMA = ? AND c.TABLE_NAME = ? AND c.COLUMN_NAME = 'label')
+          AS label_column
    FROM (SELECT 1) AS one
    LEFT JOIN information_schema.TABLES t ON t.TABLE_SCHEMA = ? AND t.TABLE_NAME = ?";
 
@@ -51,7 +54,9 @@ pub(crate) const FENCE_TABLE_STATE: &str =
 /// `fence_scheme` records fence scheme 3 (clock-floored tokens; a new row starts above the floor
 /// table), as the comment does; it has no default and must be 3, so a build of fence scheme 1
 /// (which writes no scheme) or 2 (which writes 2) cannot write a row, new or existing: the
-/// server checks the row it would insert before it looks for a duplicate.
+/// server checks the row it would insert before it looks for a duplicate. `label` is the
+/// holder's label behind its owner id (`owner:label`), so a row taken by a build that does not
+/// write labels (and leaves the column as it was) shows none.
 const CREATE_FENCE_TABLE: &str = "CREATE TABLE IF NOT EXISTS {fence} (
     namespace      VARBINARY(63)    NOT NULL,
     `key`          VARBINARY(1024)  NOT NULL,
@@ -63,8 +68,14 @@ const CREATE_FENCE_TABLE: &str = "CREATE TABLE IF NOT EXISTS {fence} (
     ttl_ms         BIGINT UNSIGNED  NOT NULL,
     updated_at     TIMESTAMP(6)     NOT NULL,
     fence_scheme   TINYINT UNSIGNED NOT NULL CHECK (fence_scheme = 3),
+    label          VARBINARY(300)   NULL,
     PRIMARY KEY (namespace, `key`)
 ) ENGINE=InnoDB COMMENT='{comment}'";
+
+/// Adds the `label` column to a fence table made before labels (nullable, so existing rows
+/// and earlier builds' writes need no value). One DDL statement; a creator that lost a race
+/// to add it gets "duplicate column name" (1060), which is success.
+const ADD_LABEL_COLUMN: &str = "ALTER TABLE {fence} ADD COLUMN label VARBINARY(300) NULL";
 
 /// The floor table: one row, at least the highest token any removed fence row had. A new
 /// fence row starts above it, so a key whose row was removed still gets a greater token.
@@ -131,6 +142,28 @@ const BUMP: &str = "INSERT INTO {fence}
         token = LAST_INSERT_ID(GREATEST(token + 1, {clock})), lock_name = ?, owner = ?,
         holder_id = CONNECTION_ID(), ttl_ms = ?, updated_at = NOW(6)";
 
+/// [`BUMP`] that also writes the holder's label (`owner:label`, or NULL), for a fence table
+/// with the `label` column. Binds: namespace, key, lock name, owner, ttl ms, label, lock name,
+/// owner, ttl ms, label.
+const BUMP_LABELLED: &str = "INSERT INTO {fence}
+        (namespace, `key`, lock_name, lock_id_scheme, token, owner, holder_id, ttl_ms, updated_at,
+         fence_scheme, label)
+    SELECT ?, ?, ?, {scheme}, LAST_INSERT_ID(GREATEST(f.floor_token + 1, {clock})), ?,
+           CONNECTION_ID(), ?, NOW(6), 3, ?
+      FROM {floor} AS f
+     WHERE f.one = 1
+     LOCK IN SHARE MODE
+    ON DUPLICATE KEY UPDATE
+        token = LAST_INSERT_ID(GREATEST(token + 1, {clock})), lock_name = ?, owner = ?,
+        holder_id = CONNECTION_ID(), ttl_ms = ?, updated_at = NOW(6), label = ?";
+
+/// Relabel: sets the label of ($2, $3) to $1 only while owner $4 with token $5 holds it (the
+/// session that bumped the row still holds its lock). One statement, a compare-and-set; it
+/// also moves `updated_at`, so a relabel to the same text still changes the row. 0 rows: lost.
+const RELABEL: &str = "UPDATE {fence} SET label = ?, updated_at = NOW(6)
+  WHERE namespace = ? AND `key` = ? AND owner = ? AND token = ?
+    AND holder_id = IS_USED_LOCK(lock_name)";
+
 /// Fence rows that look idle: not bumped for $1 microseconds and nobody holds their lock; at
 /// most $2. A plain read, no locks taken: [`CONFIRM_IDLE`] checks again under the floor's lock.
 const FIND_IDLE: &str = "SELECT namespace, `key` FROM {fence}
@@ -195,11 +228,12 @@ pub(crate) const LIVE_SESSIONS: &str = "SELECT CAST(ID AS SIGNED) AS id, HOST AS
 
 /// Status of lock $1 and the fence of ($2, $3): the holding session, how long it has been
 /// silent (whole seconds), and the fence row (whose holder_id tells whether the row belongs to
-/// that holder). A single read.
+/// that holder), and with `{label}` filled in by [`Statements::new`], the row's label where
+/// the table has the column. A single read.
 const STATUS: &str =
     "SELECT CAST(l.holder AS SIGNED) AS holder, CAST(f.token AS SIGNED) AS token, f.owner,
         CAST(f.holder_id AS SIGNED) AS holder_id, CAST(f.ttl_ms AS SIGNED) AS ttl_ms,
-        p.COMMAND AS command, CAST(p.TIME AS SIGNED) AS silent_s
+        p.COMMAND AS command, CAST(p.TIME AS SIGNED) AS silent_s{label}
    FROM (SELECT IS_USED_LOCK(?) AS holder) AS l
    LEFT JOIN {fence} f ON f.namespace = ? AND f.`key` = ?
    LEFT JOIN information_schema.PROCESSLIST p ON p.ID = l.holder";
@@ -216,6 +250,10 @@ fn fill(sql: &str, fence_table: &str, floor_table: &str) -> String {
 
 pub(crate) fn fence_table_ddl(fence_table: &str) -> String {
     fill(CREATE_FENCE_TABLE, fence_table, "")
+}
+
+pub(crate) fn label_column_ddl(fence_table: &str) -> String {
+    fill(ADD_LABEL_COLUMN, fence_table, "")
 }
 
 pub(crate) fn floor_table_ddl(floor_table: &str) -> String {
@@ -249,7 +287,11 @@ fn pairs(n: usize) -> String {
 /// The statements with the fence table filled in.
 pub(crate) struct Statements {
     pub(crate) bump: String,
+    pub(crate) bump_labelled: String,
+    pub(crate) relabel: String,
+    pub(crate) add_label_column: String,
     pub(crate) status: String,
+    pub(crate) status_labelled: String,
     pub(crate) create_fence_table: String,
     pub(crate) create_floor_table: String,
     pub(crate) init_floor: String,
@@ -266,7 +308,11 @@ impl Statements {
         let fill = |sql: &str| fill(sql, fence_table, floor_table);
         Statements {
             bump: fill(BUMP),
-            status: fill(STATUS),
+            bump_labelled: fill(BUMP_LABELLED),
+            relabel: fill(RELABEL),
+            add_label_column: fill(ADD_LABEL_COLUMN),
+            status: fill(&STATUS.replace("{label}", "")),
+            status_labelled: fill(&STATUS.replace("{label}", ", f.label")),
             create_fence_table: fill(CREATE_FENCE_TABLE),
             create_floor_table: fill(CREATE_FLOOR_TABLE),
             init_floor: fill(INIT_FLOOR),

@@ -2,6 +2,7 @@
 //! impls.
 
 use std::fmt;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,6 +21,14 @@ use crate::keys::Target;
 use crate::session::{Checkout, Session, Sessions, WaitGuard};
 use crate::sql::{CONFIRM_HELD, HOLDER, KILL_HOLDER, RELEASE, SET_WAIT_TIMEOUT, TAKE_LOCK};
 use crate::watch::{Backend, Watch};
+
+/// The label of `owner` in a fence row's `label` (`owner:label`), if it is that owner's: a row
+/// taken by a build that writes no label keeps the one before, which is not the new holder's.
+fn label_of(owner: &str, stored: Option<Vec<u8>>) -> Option<String> {
+    let stored = String::from_utf8(stored?).ok()?;
+    let label = stored.strip_prefix(owner)?.strip_prefix(':')?;
+    Some(label.to_owned())
+}
 
 /// What happens when a multiplexing proxy sits between the store and the server.
 const POOLING_PROXY: &str =
@@ -176,6 +185,7 @@ impl MysqlStore {
         target: &Target,
         ttl: Duration,
         wait: Duration,
+        label: Option<&str>,
     ) -> Result<Lease> {
         let deadline = Instant::now() + wait;
         // The server's idle timeout counts whole seconds: the lease carries the TTL it keeps.
@@ -258,8 +268,21 @@ impl MysqlStore {
             }
             // Held: the bump follows on the same session. Should it fail, or the future be
             // dropped, the session is dropped, which frees the lock; no token was handed out.
-            let bumped = bounded(
-                self.sessions.config.command_timeout(),
+            let labelled = self.sessions.labels.load(Ordering::Relaxed);
+            let stored_label = label.map(|label| format!("{owner_text}:{label}"));
+            let bump = if labelled {
+                sqlx::query(&self.sessions.sql.bump_labelled)
+                    .bind(&target.namespace)
+                    .bind(&target.fence_key)
+                    .bind(&target.lock_name)
+                    .bind(&owner_text)
+                    .bind(millis(ttl))
+                    .bind(stored_label.as_deref().map(str::as_bytes))
+                    .bind(&target.lock_name)
+                    .bind(&owner_text)
+                    .bind(millis(ttl))
+                    .bind(stored_label.as_deref().map(str::as_bytes))
+            } else {
                 sqlx::query(&self.sessions.sql.bump)
                     .bind(&target.namespace)
                     .bind(&target.fence_key)
@@ -269,7 +292,10 @@ impl MysqlStore {
                     .bind(&target.lock_name)
                     .bind(&owner_text)
                     .bind(millis(ttl))
-                    .execute(&mut session.conn),
+            };
+            let bumped = bounded(
+                self.sessions.config.command_timeout(),
+                bump.execute(&mut session.conn),
             )
             .await
             .map_err(|fault| fault.into_error("bumping the fence"))?;
@@ -429,9 +455,15 @@ impl MysqlStore {
                 mut session,
                 reused,
             } = self.checkout(fresh).await?;
+            let labelled = self.sessions.labels.load(Ordering::Relaxed);
+            let statement = if labelled {
+                &self.sessions.sql.status_labelled
+            } else {
+                &self.sessions.sql.status
+            };
             let reply = bounded(
                 self.sessions.config.command_timeout(),
-                sqlx::query(&self.sessions.sql.status)
+                sqlx::query(statement)
                     .bind(&target.lock_name)
                     .bind(&target.namespace)
                     .bind(&target.fence_key)
@@ -476,11 +508,16 @@ impl MysqlStore {
                     _ => None,
                 }
                 .map(|ms| Duration::from_millis(ms.max(0).unsigned_abs()));
+                let stored: Option<Vec<u8>> = if labelled {
+                    row.try_get("label")?
+                } else {
+                    None
+                };
                 Ok(KeyStatus::Held {
+                    label: owner.as_deref().and_then(|owner| label_of(owner, stored)),
                     owner: owner.as_deref().and_then(OwnerId::parse),
                     token: token.map(|t| t.max(0).unsigned_abs()),
                     remaining,
-                    label: None,
                 })
             });
         }
@@ -535,6 +572,7 @@ impl raw::Store for MysqlStore {
             .with_evict(true)
             .with_max_ttl(self.sessions.config.max_ttl())
             .with_retention(self.sessions.config.retention())
+            .with_labels(self.sessions.labels.load(Ordering::Relaxed))
     }
 
     /// A wait waits in the server's own queue (`GET_LOCK` with a timeout), so the server wakes
@@ -556,7 +594,8 @@ impl raw::Store for MysqlStore {
     async fn acquire(&self, request: &AcquireRequest<'_>) -> Result<Lease> {
         let target = Target::hashed(&self.sessions.config.space(), request.key);
         let wait = request.wait.unwrap_or(Duration::ZERO);
-        self.acquire_target(&target, request.ttl, wait).await
+        self.acquire_target(&target, request.ttl, wait, request.label)
+            .await
     }
 
     /// # Cancel safety
@@ -578,6 +617,70 @@ impl raw::Store for MysqlStore {
     /// Read-only; dropping the future loses nothing.
     async fn status(&self, key: &str) -> Result<KeyStatus> {
         self.status_of(key).await
+    }
+
+    fn diagnostics(&self) -> Vec<String> {
+        if self.sessions.labels.load(Ordering::Relaxed) {
+            return Vec::new();
+        }
+        vec![format!(
+            "the fence table {} has no label column: holder labels are not kept; an \
+             administrator adds it with MysqlConfig::label_column_ddl() ({})",
+            self.sessions.config.fence_table(),
+            self.sessions.config.label_column_ddl()
+        )]
+    }
+
+    /// One statement on any session: a compare-and-set on the key's fence row, while the
+    /// session that bumped it still holds the lock.
+    ///
+    /// # Cancel safety
+    /// Once sent, the statement runs to its end: dropping the future leaves the old label or
+    /// the new one.
+    async fn relabel(&self, lease: &Lease, label: &str) -> Result<()> {
+        if !self.sessions.labels.load(Ordering::Relaxed) {
+            return Err(Error::Unsupported {
+                operation: "relabel (the fence table has no label column)",
+            });
+        }
+        let target = Target::hashed(&self.sessions.config.space(), lease.key());
+        let owner = lease.owner().to_string();
+        let stored = format!("{owner}:{label}");
+        let mut fresh = false;
+        loop {
+            let Checkout {
+                mut session,
+                reused,
+            } = self.checkout(fresh).await?;
+            let reply = bounded(
+                self.sessions.config.command_timeout(),
+                sqlx::query(&self.sessions.sql.relabel)
+                    .bind(stored.as_bytes())
+                    .bind(&target.namespace)
+                    .bind(&target.fence_key)
+                    .bind(&owner)
+                    .bind(lease.fencing_token())
+                    .execute(&mut session.conn),
+            )
+            .await;
+            let done = match reply {
+                Ok(done) => done,
+                Err(fault) if reused && fault.session_ended() => {
+                    fresh = true;
+                    continue;
+                }
+                Err(fault) => return Err(fault.into_error("relabel")),
+            };
+            self.sessions.checkin(session);
+            return if done.rows_affected() == 1 {
+                Ok(())
+            } else {
+                Err(Error::lost(
+                    lease,
+                    "released, expired, evicted or held by another owner",
+                ))
+            };
+        }
     }
 
     /// Ends the server session that holds
@@ -693,7 +796,7 @@ mod server_tests {
         let target = Target::hashed(&store.sessions.config.space(), "guard:abandoned");
         let ttl = Duration::from_secs(30);
         let lease = store
-            .acquire_target(&target, ttl, Duration::ZERO)
+            .acquire_target(&target, ttl, Duration::ZERO, None)
             .await
             .unwrap();
 
@@ -741,7 +844,7 @@ mod server_tests {
         .get(0);
         assert_eq!(counter, lease.fencing_token());
         let next = store
-            .acquire_target(&target, ttl, Duration::ZERO)
+            .acquire_target(&target, ttl, Duration::ZERO, None)
             .await
             .expect("the key is free");
         assert!(next.fencing_token() > lease.fencing_token());

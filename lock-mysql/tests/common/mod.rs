@@ -1,4 +1,6 @@
 //! What the MySQL test files share: the shared MariaDB server's configs and the clock the
+
+#![allow(dead_code)]
 //! server reads.
 
 use std::time::{SystemTime, UNIX_EPOCH};
