@@ -1,7 +1,7 @@
 //! What the MySQL test files share: the shared MariaDB server's configs and the clock the
+//! server reads.
 
 #![allow(dead_code)]
-//! server reads.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
