@@ -390,7 +390,18 @@ pub(super) async fn a_dropped_leadership_resigns(ctx: Ctx) -> CaseResult {
     resigned(next, "next leader").await
 }
 
+/// Whether the store tells who holds a key: an election's leader and observers read it.
+async fn has_status(ctx: &Ctx) -> Result<bool, Failure> {
+    match ctx.store.status(&ctx.key("has-status")).await {
+        Err(Error::Unsupported { .. }) => Ok(false),
+        other => other.map(|_| true).map_err(Failure::from),
+    }
+}
+
 pub(super) async fn leader_of_an_election_nobody_leads_is_none(ctx: Ctx) -> CaseResult {
+    if !has_status(&ctx).await? {
+        return Ok(());
+    }
     let election = election(&ctx, &ctx.store, "nobody");
     let before = election.leader().await?;
     ensure!(
@@ -547,6 +558,9 @@ async fn seen_at(
 }
 
 pub(super) async fn observers_see_every_leader_in_term_order(ctx: Ctx) -> CaseResult {
+    if !has_status(&ctx).await? {
+        return Ok(());
+    }
     let observed = election(&ctx, &ctx.handle().await, "observed");
     let (task, seen) = watch(&observed);
     let bound = observe_bound(&ctx);

@@ -32,20 +32,44 @@ async fn labelled(
     Ok(lease)
 }
 
-/// The label `status` reports for the holder with `lease`'s token.
-async fn reported_label(store: &DynLockStore, lease: &Lease) -> Result<Option<String>, Failure> {
+/// What `status` says of the holder with a lease's token.
+enum Reported {
+    /// The holder is listed, with this label.
+    Label(Option<String>),
+    /// The store lists the key's holders without telling which one is this lease.
+    Anonymous,
+}
+
+async fn reported(store: &DynLockStore, lease: &Lease) -> Result<Reported, Failure> {
     let token = lease.fencing_token();
     match store.status(lease.key()).await? {
         KeyStatus::Held {
             token: held, label, ..
-        } if held.is_none_or(|t| t == token) => Ok(label),
-        KeyStatus::Shared { holders, .. } => holders
-            .into_iter()
-            .find(|h| h.token == Some(token))
-            .map(|h| h.label)
-            .ok_or_else(|| Failure(format!("the status lists no holder with token {token}"))),
+        } if held.is_none_or(|t| t == token) => Ok(Reported::Label(label)),
+        KeyStatus::Shared { holders, .. } => {
+            match holders.iter().find(|h| h.token == Some(token)) {
+                Some(holder) => Ok(Reported::Label(holder.label.clone())),
+                None if holders.is_empty() || holders.iter().any(|h| h.token.is_none()) => {
+                    Ok(Reported::Anonymous)
+                }
+                None => Err(Failure(format!(
+                    "the status lists no holder with token {token}"
+                ))),
+            }
+        }
         other => Err(Failure(format!(
             "the status of a key held by token {token} is {other:?}"
+        ))),
+    }
+}
+
+/// The label reported for an exclusive holder, which every store must name.
+async fn reported_label(store: &DynLockStore, lease: &Lease) -> Result<Option<String>, Failure> {
+    match reported(store, lease).await? {
+        Reported::Label(label) => Ok(label),
+        Reported::Anonymous => Err(Failure(format!(
+            "the status does not name the holder with token {}",
+            lease.fencing_token()
         ))),
     }
 }
@@ -67,13 +91,23 @@ pub(super) async fn status_reports_each_holders_label(ctx: Ctx) -> CaseResult {
             let second = labelled(&other, &key, &ctx, mode, "host-b pid 7").await?;
             leases.push((second, "host-b pid 7"));
         }
+        // Every holder the status names carries its label; a shared or permit holder it
+        // lists without its token (it cannot tell which lease that is) tells nothing, but the
+        // status must name at least one of them.
+        let mut named = 0;
         for (lease, label) in &leases {
-            let reported = reported_label(&other, lease).await?;
-            ensure!(
-                reported.as_deref() == Some(*label),
-                "a {mode} holder labelled {label:?} is reported with {reported:?}"
-            );
+            if let Reported::Label(reported) = reported(&other, lease).await? {
+                named += 1;
+                ensure!(
+                    reported.as_deref() == Some(*label),
+                    "a {mode} holder labelled {label:?} is reported with {reported:?}"
+                );
+            }
         }
+        ensure!(
+            named > 0,
+            "the status of a key held {mode} names none of its holders"
+        );
         for (lease, _) in &leases {
             released(&ctx.store, lease, "labelled holder").await?;
         }
@@ -81,11 +115,11 @@ pub(super) async fn status_reports_each_holders_label(ctx: Ctx) -> CaseResult {
             .store
             .try_acquire_as(&key, ctx.timing.long_ttl, mode)
             .await?;
-        let reported = reported_label(&other, &unlabelled).await?;
-        ensure!(
-            reported.is_none(),
-            "an unlabelled {mode} holder is reported with label {reported:?}, left by the one before"
-        );
+        if let Reported::Label(Some(reported)) = reported(&other, &unlabelled).await? {
+            return Err(Failure(format!(
+                "an unlabelled {mode} holder is reported with label {reported:?}, left by the one before"
+            )));
+        }
         released(&ctx.store, &unlabelled, "unlabelled holder").await?;
     }
     Ok(())
