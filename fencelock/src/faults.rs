@@ -125,6 +125,17 @@ impl raw::Store for Refused {
     async fn evict(&self, _: &str) -> Result<bool> {
         Err(self.error())
     }
+    async fn relabel(&self, _: &Lease, _: &str) -> Result<()> {
+        Err(self.error())
+    }
+    async fn next_status(
+        &self,
+        _: &str,
+        _: &crate::KeyStatus,
+        _: crate::Instant,
+    ) -> Result<crate::KeyStatus> {
+        Err(self.error())
+    }
     async fn per_key_state(&self) -> Result<Option<crate::PerKeyState>> {
         Err(self.error())
     }

@@ -482,6 +482,9 @@ impl Observer {
             }
             let leader = Leader::from_status(&status);
             match &leader {
+                // A term of 0 is one the store cannot tell: it is ordered by nothing, and
+                // yielded whenever the holders change.
+                Some(leader) if leader.term == 0 => self.ended = false,
                 Some(leader) => {
                     let older = self.last_term.is_some_and(|last| {
                         leader.term < last || (leader.term == last && self.ended)

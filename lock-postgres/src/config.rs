@@ -283,6 +283,15 @@ impl PostgresConfig {
         sql::add_permit_limit(&self.fence_table())
     }
 
+    /// The SQL that lets a fence table made before holder labels keep them:
+    /// `ALTER TABLE … ADD COLUMN IF NOT EXISTS label text` (nullable, no default: no rewrite).
+    /// A store that may create the table runs it itself; with `create_table=false`, or without
+    /// the table's ownership, labels stay on the lease and `status` shows none until an
+    /// administrator ran it.
+    pub fn label_column_ddl(&self) -> String {
+        sql::add_label(&self.fence_table())
+    }
+
     /// How long a key's fence row outlives its last bump.
     pub fn retention(&self) -> Duration {
         self.options.retention

@@ -29,6 +29,7 @@
 //! contention*, never a safety problem: the two keys then exclude each other, and each keeps its
 //! own fencing counter (the fence table is keyed by the key itself, not the id).
 
+use fencelock_core::OwnerId;
 use sha2::{Digest, Sha256};
 
 /// The lock-id scheme this build uses: the version byte of the hash documented in this module,
@@ -209,6 +210,8 @@ pub(crate) struct Target {
     pub(crate) fence_key: Vec<u8>,
     /// The key shown on the lease.
     pub(crate) display: String,
+    /// The holder's label the grant writes into the fence row, if any.
+    pub(crate) label: Option<String>,
 }
 
 impl Target {
@@ -218,7 +221,20 @@ impl Target {
             namespace: space.namespace.to_owned(),
             fence_key: key.as_bytes().to_vec(),
             display: key.to_owned(),
+            label: None,
         }
+    }
+
+    /// The target, its grant labelled `label`.
+    pub(crate) fn labelled(mut self, label: Option<&str>) -> Self {
+        self.label = label.map(str::to_owned);
+        self
+    }
+
+    /// The label as the fence row keeps it, behind its owner's id: a row bumped by a build
+    /// that writes no label keeps the one before, which is then not the new holder's.
+    pub(crate) fn stored_label(&self, owner: OwnerId) -> Option<String> {
+        self.label.as_ref().map(|label| format!("{owner}:{label}"))
     }
 
     /// Raw ids keep their fence rows under the empty namespace, which no configuration may
@@ -231,6 +247,7 @@ impl Target {
             namespace: String::new(),
             fence_key: lock_id.to_be_bytes().to_vec(),
             display: raw_key_name(lock_id),
+            label: None,
         }
     }
 }

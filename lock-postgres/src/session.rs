@@ -65,6 +65,8 @@ pub(crate) struct Sessions {
     fence_table_ready: OnceCell<()>,
     /// Whether the fence table has the `permit_limit` column (known once it was checked).
     permit_limit_column: AtomicBool,
+    /// Whether the fence table has the `label` column (known once it was checked).
+    label_column: AtomicBool,
     pub(crate) sql: Statements,
     /// When idle fence rows were last removed (see `cleanup.rs`).
     pub(crate) cleanup: CleanupSchedule,
@@ -80,6 +82,7 @@ impl Sessions {
             pool: SessionPool::default(),
             fence_table_ready: OnceCell::new(),
             permit_limit_column: AtomicBool::new(false),
+            label_column: AtomicBool::new(false),
             sql,
             cleanup: CleanupSchedule::default(),
         }
@@ -87,6 +90,12 @@ impl Sessions {
 
     /// Whether the fence table can record a semaphore's limit (it has the `permit_limit`
     /// column). Meaningful once a session was opened.
+    pub(crate) fn has_label_column(&self) -> bool {
+        self.label_column.load(Ordering::Relaxed)
+    }
+
+    /// Whether the fence table can record a semaphore's limit (it has the `permit_limit`
+    /// column, known once it was checked).
     pub(crate) fn has_permit_limit_column(&self) -> bool {
         self.permit_limit_column.load(Ordering::Relaxed)
     }
@@ -226,6 +235,20 @@ impl Sessions {
         if !state.permit_limit_column {
             tracing::info!(table = %fence_table, "the fence table has no permit_limit column: semaphore permits are refused until PostgresConfig::permits_upgrade_sql() ran");
         }
+        let mut labels = state.label_column;
+        if !labels && self.config.create_table() {
+            // A table made before labels: the column is nullable, so adding it rewrites nothing.
+            match sqlx::query(&self.sql.add_label).execute(&mut *conn).await {
+                Ok(_) => {
+                    labels = true;
+                    tracing::info!(table = %fence_table, "added the label column to the fence table");
+                }
+                Err(error) => {
+                    tracing::info!(table = %fence_table, %error, "cannot add the label column to the fence table: labels stay on the lease until PostgresConfig::label_column_ddl() ran")
+                }
+            }
+        }
+        self.label_column.store(labels, Ordering::Relaxed);
         Ok(())
     }
 
@@ -253,6 +276,7 @@ impl Sessions {
                 ("DELETE", row.try_get(8).map_err(failed)?),
             ],
             permit_limit_column: row.try_get(9).map_err(failed)?,
+            label_column: row.try_get(10).map_err(failed)?,
         })
     }
 
@@ -297,6 +321,7 @@ struct FenceTableState {
     privileges: [(&'static str, Option<bool>); 4],
     /// Whether the table has the `permit_limit` column (tables made before permits have not).
     permit_limit_column: bool,
+    label_column: bool,
 }
 
 /// Refuses a role that lacks a privilege the store uses on the fence table, naming it and the

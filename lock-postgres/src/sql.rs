@@ -50,7 +50,9 @@ pub(crate) const FENCE_TABLE_STATE: &str =
             has_any_column_privilege(to_regclass($2), 'UPDATE'),
             has_table_privilege(to_regclass($2), 'DELETE'),
             EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($2)
-                     AND attname = 'permit_limit' AND NOT attisdropped)";
+                     AND attname = 'permit_limit' AND NOT attisdropped),
+            EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($2)
+                     AND attname = 'label' AND NOT attisdropped)";
 
 /// The fence table: one durable counter per key (the key itself, as bytes, not its hash, so a
 /// hash collision never merges two counters), plus who took it last, for `status`. The
@@ -74,8 +76,14 @@ const CREATE_FENCE_TABLE: &str = "CREATE TABLE IF NOT EXISTS {fence} (
     ttl_ms         bigint      NOT NULL,
     updated_at     timestamptz NOT NULL,
     permit_limit   integer,
+    label          text,
     PRIMARY KEY (namespace, key)
 )";
+
+/// Adds the column that keeps the holder's label (`label`, behind its owner's id) to a fence
+/// table made before labels. Nullable and without a default, as `permit_limit`: no rewrite, and
+/// stores that do not know the column keep working beside it.
+const ADD_LABEL: &str = "ALTER TABLE {fence} ADD COLUMN IF NOT EXISTS label text";
 
 /// Adds the column that records a semaphore's limit (`permit_limit`) to a fence table made
 /// before permits existed. Nullable and without a default: no rewrite, and stores that do not
@@ -150,10 +158,10 @@ const COUNT_FENCES: &str = "SELECT count(*)::int8 AS fences FROM {fence}";
 macro_rules! bump_fence {
     ($source:literal) => {
         concat!(
-            "INSERT INTO {fence} AS f (namespace, key, lock_id, lock_id_scheme, fence_scheme, token, owner, holder_pid, ttl_ms, updated_at)
+            "INSERT INTO {fence} AS f (namespace, key, lock_id, lock_id_scheme, fence_scheme, token, owner, holder_pid, ttl_ms, updated_at{label_column})
              SELECT $2::text, $3::bytea, $1::int8, {scheme}, {fence_scheme},
                     floor(extract(epoch FROM now.at) * 1000000)::int8,
-                    $5::text, pg_backend_pid(), $4::int8, now.at
+                    $5::text, pg_backend_pid(), $4::int8, now.at{label_value}
                FROM (SELECT clock_timestamp() AS at FROM ",
             $source,
             " OFFSET 0) AS now
@@ -161,7 +169,7 @@ macro_rules! bump_fence {
                 SET token = GREATEST(f.token + 1, EXCLUDED.token),
                     lock_id = EXCLUDED.lock_id, owner = EXCLUDED.owner,
                     holder_pid = EXCLUDED.holder_pid, ttl_ms = EXCLUDED.ttl_ms,
-                    updated_at = EXCLUDED.updated_at
+                    updated_at = EXCLUDED.updated_at{label_set}
              RETURNING f.token, ",
             at_clock!("f"),
             " AS at_clock"
@@ -296,6 +304,18 @@ pub(crate) const TERMINATE_HOLDER: &str = "SELECT pg_terminate_backend(pid, 5000
     AND classid = (($1::int8 >> 32) & 4294967295)::oid
     AND objid = ($1::int8 & 4294967295)::oid";
 
+/// Relabel, on the lease's own session: sets the label of the fence row ($2, $3) of lock $1
+/// to $4 only if this backend bumped it last for owner $5 with token $6 and still holds the
+/// lock. One statement, a compare-and-set. No row changed: lost (or, for a reader or permit,
+/// another holder bumped the row since).
+const RELABEL: &str = concat!(
+    "UPDATE {fence} SET label = $4::text
+      WHERE namespace = $2::text AND key = $3::bytea AND lock_id = $1::int8 AND owner = $5::text
+        AND token = $6::int8 AND holder_pid = pg_backend_pid() AND EXISTS (",
+    held_by_this_backend!(),
+    ")"
+);
+
 /// Release: unlock ($1) and disarm the TTL so the session can idle in the pool. One statement;
 /// `false` means this session did not hold the lock.
 pub(crate) const RELEASE: &str =
@@ -404,16 +424,16 @@ const BUMP_SHARED: &str = concat!(
 /// Bumps the fence of a permit's key ($1..$5) and records its limit ($6), then takes for the
 /// session the key's lock ($1) and the permits' lock ($7), shared, and the slot's lock ($8),
 /// which the transaction holds, and arms the TTL. As [`BUMP_SHARED`], the takes last.
-const BUMP_PERMIT: &str = concat!("WITH bump AS (INSERT INTO {fence} AS f (namespace, key, lock_id, lock_id_scheme, fence_scheme, token, owner, holder_pid, ttl_ms, updated_at, permit_limit)
+const BUMP_PERMIT: &str = concat!("WITH bump AS (INSERT INTO {fence} AS f (namespace, key, lock_id, lock_id_scheme, fence_scheme, token, owner, holder_pid, ttl_ms, updated_at, permit_limit{label_column})
      SELECT $2::text, $3::bytea, $1::int8, {scheme}, {fence_scheme},
             floor(extract(epoch FROM now.at) * 1000000)::int8,
-            $5::text, pg_backend_pid(), $4::int8, now.at, $6::int4
+            $5::text, pg_backend_pid(), $4::int8, now.at, $6::int4{label_value}
        FROM (SELECT clock_timestamp() AS at OFFSET 0) AS now
      ON CONFLICT (namespace, key) DO UPDATE
         SET token = GREATEST(f.token + 1, EXCLUDED.token),
             lock_id = EXCLUDED.lock_id, owner = EXCLUDED.owner,
             holder_pid = EXCLUDED.holder_pid, ttl_ms = EXCLUDED.ttl_ms,
-            updated_at = EXCLUDED.updated_at, permit_limit = EXCLUDED.permit_limit
+            updated_at = EXCLUDED.updated_at, permit_limit = EXCLUDED.permit_limit{label_set}
      RETURNING f.token AS token, ",
     at_clock!("f"),
     " AS at_clock),
@@ -449,7 +469,7 @@ const HOLDERS: &str = "SELECT l.pid, l.mode,
                WHERE p.pid = l.pid AND p.locktype = 'advisory' AND p.granted
                  AND p.objsubid = 1 AND p.database = l.database) AS locks,
         a.state, (extract(epoch FROM clock_timestamp() - a.state_change) * 1000)::int8 AS silent_ms,
-        f.token, f.owner, f.holder_pid, f.ttl_ms, f.permit_limit
+        f.token, f.owner, f.holder_pid, f.ttl_ms, f.permit_limit{label_select}
    FROM pg_locks l
    LEFT JOIN pg_stat_activity a ON a.pid = l.pid
    LEFT JOIN {fence} f ON f.namespace = $2::text AND f.key = $3::bytea AND f.lock_id = $1::int8
@@ -479,22 +499,66 @@ pub(crate) fn upgrade_fence_scheme(fence_table: &str) -> String {
     fill(UPGRADE_FENCE_SCHEME, fence_table)
 }
 
+pub(crate) fn add_label(fence_table: &str) -> String {
+    fill(ADD_LABEL, fence_table)
+}
+
 pub(crate) fn add_permit_limit(fence_table: &str) -> String {
     fill(ADD_PERMIT_LIMIT, fence_table)
 }
 
 /// The statements with the fence table filled in.
 pub(crate) struct Statements {
-    pub(crate) try_acquire: String,
-    pub(crate) wait_acquire: String,
+    pub(crate) try_acquire: Labelled,
+    pub(crate) wait_acquire: Labelled,
+    pub(crate) relabel: String,
+    pub(crate) add_label: String,
     pub(crate) create_schema: String,
     pub(crate) create_fence_table: String,
     pub(crate) remove_idle_fences: String,
     pub(crate) count_fences: String,
     pub(crate) recorded_limit: String,
-    pub(crate) bump_shared: String,
-    pub(crate) bump_permit: String,
-    pub(crate) holders: String,
+    pub(crate) bump_shared: Labelled,
+    pub(crate) bump_permit: Labelled,
+    pub(crate) holders: Labelled,
+}
+
+/// A statement in two forms: for a fence table without the `label` column, and with it (the
+/// grant writes the label as its last parameter, the status reads it).
+#[derive(Debug)]
+pub(crate) struct Labelled {
+    plain: String,
+    labelled: String,
+}
+
+impl Labelled {
+    /// `sql` whose label parameter, where it has one, is `$param`.
+    fn new(sql: &str, param: usize) -> Self {
+        let fill = |column: &str, value: &str, set: &str, select: &str| {
+            sql.replace("{label_column}", column)
+                .replace("{label_value}", value)
+                .replace("{label_set}", set)
+                .replace("{label_select}", select)
+        };
+        Labelled {
+            plain: fill("", "", "", ""),
+            labelled: fill(
+                ", label",
+                &format!(", ${param}::text"),
+                ", label = EXCLUDED.label",
+                ", f.label",
+            ),
+        }
+    }
+
+    /// The form for a table with the `label` column (`labels`) or without.
+    pub(crate) fn get(&self, labels: bool) -> &str {
+        if labels {
+            &self.labelled
+        } else {
+            &self.plain
+        }
+    }
 }
 
 impl Statements {
@@ -504,16 +568,18 @@ impl Statements {
         let unsynced = if durable_grants { "false" } else { "true" };
         let fill = |sql: &str| fill(sql, fence_table).replace("{unsynced_grants}", unsynced);
         Statements {
-            try_acquire: fill(TRY_ACQUIRE),
-            wait_acquire: fill(WAIT_ACQUIRE),
+            try_acquire: Labelled::new(&fill(TRY_ACQUIRE), 6),
+            wait_acquire: Labelled::new(&fill(WAIT_ACQUIRE), 7),
+            relabel: fill(RELABEL),
+            add_label: fill(ADD_LABEL),
             create_schema: format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\""),
             create_fence_table: fill(CREATE_FENCE_TABLE),
             remove_idle_fences: fill(REMOVE_IDLE_FENCES),
             count_fences: fill(COUNT_FENCES),
             recorded_limit: fill(RECORDED_LIMIT),
-            bump_shared: fill(BUMP_SHARED),
-            bump_permit: fill(BUMP_PERMIT),
-            holders: fill(HOLDERS),
+            bump_shared: Labelled::new(&fill(BUMP_SHARED), 7),
+            bump_permit: Labelled::new(&fill(BUMP_PERMIT), 9),
+            holders: Labelled::new(&fill(HOLDERS), 0),
         }
     }
 }
@@ -526,21 +592,29 @@ mod tests {
     fn statements_name_the_configured_table_and_no_placeholder_is_left() {
         let sql = Statements::new("\"s\".\"t\"", "s", false);
         for statement in [
-            &sql.try_acquire,
-            &sql.wait_acquire,
+            sql.try_acquire.get(false),
+            sql.try_acquire.get(true),
+            sql.wait_acquire.get(false),
+            sql.wait_acquire.get(true),
+            &sql.relabel,
+            &sql.add_label,
             &sql.create_fence_table,
             &sql.remove_idle_fences,
             &sql.count_fences,
             &sql.recorded_limit,
-            &sql.bump_shared,
-            &sql.bump_permit,
-            &sql.holders,
+            sql.bump_shared.get(false),
+            sql.bump_shared.get(true),
+            sql.bump_permit.get(false),
+            sql.bump_permit.get(true),
+            sql.holders.get(false),
+            sql.holders.get(true),
         ] {
             assert!(statement.contains("\"s\".\"t\""), "{statement}");
             assert!(!statement.contains("{fence}"), "{statement}");
             assert!(!statement.contains("{scheme}"), "{statement}");
             assert!(!statement.contains("{fence_scheme}"), "{statement}");
             assert!(!statement.contains("{unsynced_grants}"), "{statement}");
+            assert!(!statement.contains("{label"), "{statement}");
         }
         assert_eq!(sql.create_schema, "CREATE SCHEMA IF NOT EXISTS \"s\"");
     }
@@ -550,10 +624,10 @@ mod tests {
         let fast = Statements::new("\"s\".\"t\"", "s", false);
         let durable = Statements::new("\"s\".\"t\"", "s", true);
         for (fast, durable) in [
-            (&fast.try_acquire, &durable.try_acquire),
-            (&fast.wait_acquire, &durable.wait_acquire),
-            (&fast.bump_shared, &durable.bump_shared),
-            (&fast.bump_permit, &durable.bump_permit),
+            (fast.try_acquire.get(true), durable.try_acquire.get(true)),
+            (fast.wait_acquire.get(true), durable.wait_acquire.get(true)),
+            (fast.bump_shared.get(true), durable.bump_shared.get(true)),
+            (fast.bump_permit.get(true), durable.bump_permit.get(true)),
         ] {
             assert!(
                 fast.contains("set_config('synchronous_commit', CASE WHEN true AND ("),

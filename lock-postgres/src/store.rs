@@ -20,7 +20,7 @@ use crate::error::{bounded, sql_error, Fault};
 use crate::keys::{ModeLocks, Target};
 use crate::session::{Checkout, Session, Sessions, WaitGuard};
 use crate::sql::{
-    CONFIRM_HELD, DISARM_WAITER, GROUPS_HELD, RELEASE, RELEASE_ALL, TAKE_GATE, TAKE_SLOT,
+    Labelled, CONFIRM_HELD, DISARM_WAITER, GROUPS_HELD, RELEASE, RELEASE_ALL, TAKE_GATE, TAKE_SLOT,
     TERMINATE_HOLDER, TRY_SHARED, UNLOCK_ALL, WAIT_EXCLUSIVE_SIGNAL, WAIT_SHARED,
 };
 use crate::watch::{Backend, Watch};
@@ -252,7 +252,8 @@ impl PostgresStore {
     ) -> Result<std::result::Result<Attempt, Fault>> {
         let reply = bounded(
             self.sessions.config.command_timeout(),
-            grant(&self.sessions.sql.try_acquire, target, ttl, owner).fetch_one(&mut session.conn),
+            self.grant(&self.sessions.sql.try_acquire, target, ttl, owner, |q| q)
+                .fetch_one(&mut session.conn),
         )
         .await;
         let row = match reply {
@@ -392,9 +393,10 @@ impl PostgresStore {
             let sent_at = Instant::now();
             let reply = bounded(
                 lock_timeout + self.sessions.config.command_timeout(),
-                grant(&self.sessions.sql.wait_acquire, target, ttl, owner)
-                    .bind(millis(lock_timeout))
-                    .fetch_one(&mut session.conn),
+                self.grant(&self.sessions.sql.wait_acquire, target, ttl, owner, |q| {
+                    q.bind(millis(lock_timeout))
+                })
+                .fetch_one(&mut session.conn),
             )
             .await;
             if !matches!(reply, Err(Fault::TimedOut(_))) {
@@ -519,6 +521,59 @@ impl PostgresStore {
         }
     }
 
+    /// The relabel's compare-and-set, on the lease's own session (a statement there also
+    /// restarts the server's idle timer, as an extend does).
+    async fn relabel_lease(&self, lease: &Lease, label: &str) -> Result<()> {
+        let Some(held) = held(lease) else {
+            return Err(Error::lost(lease, FOREIGN_LEASE));
+        };
+        if !self.sessions.has_label_column() {
+            return Err(Error::Unsupported {
+                operation: "relabel (the fence table has no label column)",
+            });
+        }
+        let target = Target::hashed(&self.sessions.config.space(), lease.key());
+        if target.lock_id != held.lock_id {
+            return Err(Error::Unsupported {
+                operation: "relabel of a raw lock id",
+            });
+        }
+        let mut slot = held.session.lock().await;
+        let Some(session) = slot.as_mut() else {
+            return Err(Error::lost(
+                lease,
+                "it was released, or its session had ended",
+            ));
+        };
+        let token = i64::try_from(lease.fencing_token())
+            .map_err(|_| Error::lost(lease, "its token is beyond this store's"))?;
+        let reply = bounded(
+            held.sessions.config.command_timeout(),
+            sqlx::query(&self.sessions.sql.relabel)
+                .bind(target.lock_id)
+                .bind(&target.namespace)
+                .bind(&target.fence_key)
+                .bind(format!("{}:{label}", lease.owner()))
+                .bind(lease.owner().to_string())
+                .bind(token)
+                .execute(&mut session.conn),
+        )
+        .await;
+        match reply {
+            Ok(done) if done.rows_affected() == 1 => Ok(()),
+            Ok(_) if held.several_locks => Err(Error::Unsupported {
+                operation: "relabel of a reader or permit that another holder joined after",
+            }),
+            Ok(_) => Err(Error::lost(lease, "its session no longer holds the lock")),
+            Err(fault) if fault.session_is_dead() => {
+                *slot = None;
+                held.watch.forget(held.watch_id);
+                Err(Error::lost(lease, fault.describe()))
+            }
+            Err(fault) => Err(fault.into_error("relabel")),
+        }
+    }
+
     async fn release_lease(&self, lease: &Lease) -> Result<ReleaseOutcome> {
         let Some(held) = held(lease) else {
             // Not granted by this kind of store: whatever holds the key, it is not this lease.
@@ -570,11 +625,16 @@ impl PostgresStore {
             } = self.checkout(fresh).await?;
             let reply = bounded(
                 self.sessions.config.command_timeout(),
-                sqlx::query(&self.sessions.sql.holders)
-                    .bind(target.lock_id)
-                    .bind(&target.namespace)
-                    .bind(&target.fence_key)
-                    .fetch_all(&mut session.conn),
+                sqlx::query(
+                    self.sessions
+                        .sql
+                        .holders
+                        .get(self.sessions.has_label_column()),
+                )
+                .bind(target.lock_id)
+                .bind(&target.namespace)
+                .bind(&target.fence_key)
+                .fetch_all(&mut session.conn),
             )
             .await;
             let rows = match reply {
@@ -747,11 +807,12 @@ impl PostgresStore {
                 };
                 let row = bounded(
                     limit,
-                    grant(&self.sessions.sql.bump_permit, target, ttl, owner)
-                        .bind(i32::try_from(wanted).unwrap_or(i32::MAX))
-                        .bind(locks.permits)
-                        .bind(locks.slot(slot))
-                        .fetch_one(&mut *conn),
+                    self.grant(&self.sessions.sql.bump_permit, target, ttl, owner, |q| {
+                        q.bind(i32::try_from(wanted).unwrap_or(i32::MAX))
+                            .bind(locks.permits)
+                            .bind(locks.slot(slot))
+                    })
+                    .fetch_one(&mut *conn),
                 )
                 .await?;
                 (row, Some(slot))
@@ -765,9 +826,10 @@ impl PostgresStore {
                 }
                 let row = bounded(
                     limit,
-                    grant(&self.sessions.sql.bump_shared, target, ttl, owner)
-                        .bind(locks.readers)
-                        .fetch_one(&mut *conn),
+                    self.grant(&self.sessions.sql.bump_shared, target, ttl, owner, |q| {
+                        q.bind(locks.readers)
+                    })
+                    .fetch_one(&mut *conn),
                 )
                 .await?;
                 (row, None)
@@ -989,8 +1051,8 @@ impl PostgresStore {
                 // program that locks this store's ids).
                 continue;
             };
-            let (owner, token, remaining) = decode(row, holder_fields)?;
-            holders.push(HolderStatus::new(owner, token, slot, remaining));
+            let (owner, token, remaining, label) = decode(row, holder_fields)?;
+            holders.push(HolderStatus::new(owner, token, slot, remaining).with_label(label));
         }
         if permits > 0 {
             Ok(KeyStatus::Shared {
@@ -1014,12 +1076,25 @@ impl PostgresStore {
 
 /// Owner, token and remaining time of a holder row, where the fence row is this holder's (it
 /// describes the last lease granted).
-fn holder_fields(row: &PgRow) -> sqlx::Result<(Option<OwnerId>, Option<u64>, Option<Duration>)> {
+type HolderFields = (
+    Option<OwnerId>,
+    Option<u64>,
+    Option<Duration>,
+    Option<String>,
+);
+
+fn holder_fields(row: &PgRow) -> sqlx::Result<HolderFields> {
     let pid: i32 = row.try_get("pid")?;
     let holder_pid: Option<i32> = row.try_get("holder_pid")?;
     if holder_pid != Some(pid) {
-        return Ok((None, None, None));
+        return Ok((None, None, None, None));
     }
+    // Read only where the fence table has the column (the statement then selects it).
+    let stored: Option<String> = match row.try_get("label") {
+        Ok(label) => label,
+        Err(sqlx::Error::ColumnNotFound(_)) => None,
+        Err(error) => return Err(error),
+    };
     let token: Option<i64> = row.try_get("token")?;
     let owner: Option<String> = row.try_get("owner")?;
     let ttl_ms: Option<i64> = row.try_get("ttl_ms")?;
@@ -1032,20 +1107,26 @@ fn holder_fields(row: &PgRow) -> sqlx::Result<(Option<OwnerId>, Option<u64>, Opt
         _ => None,
     }
     .map(|ms| Duration::from_millis(ms.max(0).unsigned_abs()));
+    // The label is the holder's only if it is behind its owner id (see `Target::stored_label`).
+    let label = owner.as_deref().and_then(|owner| {
+        let label = stored?.strip_prefix(owner)?.strip_prefix(':')?.to_owned();
+        Some(label)
+    });
     Ok((
         owner.as_deref().and_then(OwnerId::parse),
         token.map(|t| t.max(0).unsigned_abs()),
         remaining,
+        label,
     ))
 }
 
 fn exclusive_status(row: &PgRow) -> sqlx::Result<KeyStatus> {
-    let (owner, token, remaining) = holder_fields(row)?;
+    let (owner, token, remaining, label) = holder_fields(row)?;
     Ok(KeyStatus::Held {
         owner,
         token,
         remaining,
-        label: None,
+        label,
     })
 }
 
@@ -1089,18 +1170,34 @@ fn decode<T>(row: &PgRow, read: impl FnOnce(&PgRow) -> sqlx::Result<T>) -> Resul
 
 /// A statement that grants `target` and bumps its fence, with the parameters every such statement
 /// starts with: the lock id, the namespace, the fence key, the TTL in ms and the owner.
-fn grant<'q>(
-    sql: &'q str,
-    target: &'q Target,
-    ttl: Duration,
-    owner: OwnerId,
-) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
-    sqlx::query(sql)
-        .bind(target.lock_id)
-        .bind(&target.namespace)
-        .bind(&target.fence_key)
-        .bind(millis(ttl))
-        .bind(owner.to_string())
+type PgQuery<'q> = sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>;
+
+impl PostgresStore {
+    /// A granting statement: its first five parameters ($1 lock id, $2 namespace, $3 key,
+    /// $4 TTL ms, $5 owner), then the statement's own (`rest`), then, where the fence table
+    /// has the column, the label last.
+    fn grant<'q>(
+        &self,
+        sql: &'q Labelled,
+        target: &'q Target,
+        ttl: Duration,
+        owner: OwnerId,
+        rest: impl FnOnce(PgQuery<'q>) -> PgQuery<'q>,
+    ) -> PgQuery<'q> {
+        let labels = self.sessions.has_label_column();
+        let query = sqlx::query(sql.get(labels))
+            .bind(target.lock_id)
+            .bind(&target.namespace)
+            .bind(&target.fence_key)
+            .bind(millis(ttl))
+            .bind(owner.to_string());
+        let query = rest(query);
+        if labels {
+            query.bind(target.stored_label(owner))
+        } else {
+            query
+        }
+    }
 }
 
 fn millis(duration: Duration) -> i64 {
@@ -1127,6 +1224,7 @@ impl raw::Store for PostgresStore {
             .with_permits(true)
             .with_max_ttl(self.sessions.config.max_ttl())
             .with_retention(self.sessions.config.retention())
+            .with_labels(self.sessions.has_label_column())
     }
 
     /// An exclusive attempt is one statement; a reader takes the key's lock shared
@@ -1151,7 +1249,8 @@ impl raw::Store for PostgresStore {
     /// backend notices the closed connection within 500 ms (`client_connection_check_interval`).
     /// A lock granted in the instant of the drop is freed when the server reads the close.
     async fn acquire(&self, request: &AcquireRequest<'_>) -> Result<Lease> {
-        let target = Target::hashed(&self.sessions.config.space(), request.key);
+        let target =
+            Target::hashed(&self.sessions.config.space(), request.key).labelled(request.label);
         let (ttl, mode) = (request.ttl, request.mode);
         match request.wait {
             None => self.try_in(&target, ttl, mode).await,
@@ -1172,6 +1271,30 @@ impl raw::Store for PostgresStore {
     /// read. The session stays usable (sqlx drains the unread answer before its next use).
     async fn extend(&self, lease: &Lease) -> Result<()> {
         self.extend_lease(lease).await
+    }
+
+    /// One statement on the lease's own session: a compare-and-set on the key's fence row,
+    /// which this backend must have bumped last and still hold the lock of. A reader or permit
+    /// that another holder joined after (the row is that holder's) gets
+    /// [`Error::Unsupported`].
+    ///
+    /// # Cancel safety
+    /// Once sent, the statement runs to its end: dropping the future leaves the old label or
+    /// the new one; the session stays usable.
+    async fn relabel(&self, lease: &Lease, label: &str) -> Result<()> {
+        self.relabel_lease(lease, label).await
+    }
+
+    fn diagnostics(&self) -> Vec<String> {
+        if self.sessions.has_label_column() {
+            return Vec::new();
+        }
+        vec![format!(
+            "the fence table {} has no label column: holder labels are not kept; its owner \
+             adds it with PostgresConfig::label_column_ddl() ({})",
+            self.sessions.config.fence_table(),
+            self.sessions.config.label_column_ddl()
+        )]
     }
 
     /// Ends the server session that holds `key`'s lock (in this store's namespace), as an

@@ -10,20 +10,21 @@
 //! lock mode the store does not keep, and `--permits` disagreeing with the limit the key's
 //! permits are held with); 69 store unreachable; 70 lease lost while the command ran (its
 //! process group is terminated), or expired before it could start (it never ran); 75 the lock is held by someone else (and the wait, if any, ran
-//! out); 76 the store answered with an error.
+//! out); 76 the store answered with an error. `lockctl leader` exits 1 when nobody leads.
 
 use std::ffi::OsString;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use fencelock::{limits::MAX_PERMITS, DynLockStore, Error, ErrorKind, Mode};
+use fencelock::{limits::MAX_PERMITS, DynLockStore, Error, ErrorKind, LockStoreExt, Mode};
 
 mod bench;
 mod check;
 mod duration;
 mod group;
 mod guardian;
+mod leader;
 mod run;
 mod stats;
 mod status;
@@ -80,9 +81,47 @@ enum Command {
         /// when it exited), how long the group gets before SIGKILL.
         #[arg(long, default_value = "10s", value_parser = duration::parse)]
         grace: Duration,
+        /// The holder's label, which `lockctl status` shows (default: `<host> pid <pid>`).
+        #[arg(long, value_name = "TEXT")]
+        label: Option<String>,
         /// The command and its arguments.
         #[arg(required = true, last = true)]
         command: Vec<OsString>,
+    },
+    /// Campaign to lead the election NAME, run CMD while leading (its term in
+    /// LOCK_FENCING_TOKEN, the value in LOCK_LEADER_VALUE), end its process group once
+    /// leadership is lost (exit 70), resign when it exits.
+    Elect {
+        /// The election's name (the key its leader holds).
+        name: String,
+        /// The leader's value, which `lockctl leader` prints (default: `<host> pid <pid>`).
+        #[arg(long, value_name = "V")]
+        value: Option<String>,
+        /// The leader's lease TTL: how long the election stays led by a leader that stopped;
+        /// extended at a quarter of it while CMD runs.
+        #[arg(long, default_value = "30s", value_parser = duration::parse)]
+        ttl: Duration,
+        /// Give up campaigning after this long (exit 75; default: campaign until leading).
+        #[arg(long, value_parser = duration::parse_wait)]
+        wait: Option<Duration>,
+        /// After SIGTERM to CMD's process group, how long the group gets before SIGKILL.
+        #[arg(long, default_value = "10s", value_parser = duration::parse)]
+        grace: Duration,
+        /// The command and its arguments.
+        #[arg(required = true, last = true)]
+        command: Vec<OsString>,
+    },
+    /// Show the leader of the election NAME (value, term, time left), or "no leader" (exit 1).
+    Leader {
+        /// The election's name.
+        name: String,
+        /// Print a line per change (a new leader, a proclaimed value, no leader) until
+        /// interrupted.
+        #[arg(long)]
+        watch: bool,
+        /// Print JSON, one object per line.
+        #[arg(long)]
+        json: bool,
     },
     /// Show whether KEY is held, its fencing token and remaining TTL; for a key held shared or
     /// as permits, how many hold it and each holder's slot, token and remaining TTL.
@@ -140,6 +179,7 @@ fn command() -> clap::Command {
         // Not mut_subcommand, which moves the subcommand to the end of the list.
         .mut_subcommands(|sub| match sub.get_name() {
             "run" => sub.after_help(run_after_help()),
+            "elect" => sub.after_help(ELECT_AFTER_HELP),
             _ => sub,
         })
 }
@@ -209,6 +249,14 @@ fn run_after_help() -> String {
     help
 }
 
+/// The end of `lockctl elect --help`.
+const ELECT_AFTER_HELP: &str = concat!(
+    "CMD's environment: LOCK_KEY (the election's name), LOCK_FENCING_TOKEN (the term: greater\n",
+    "than every earlier term of the election; pass it with every write), LOCK_LEADER_VALUE (the\n",
+    "value), LOCK_MODE (exclusive). Exit codes as `lockctl run`: CMD's own when it ran, 70 when\n",
+    "leadership was lost while it ran (its process group is terminated), 75 when --wait ran out."
+);
+
 /// sysexits.h
 pub(crate) mod exit {
     pub const USAGE: u8 = 64;
@@ -263,7 +311,8 @@ fn main() -> ExitCode {
     // The guardian is forked now, while lockctl still has one thread (see guardian.rs).
     let guardian = match &cli.command {
         // SAFETY: no thread has been started yet: the runtime is built below.
-        Command::Run { .. } => match unsafe { guardian::Guardian::start() } {
+        Command::Run { .. } | Command::Elect { .. } => match unsafe { guardian::Guardian::start() }
+        {
             Ok(guardian) => Some(guardian),
             Err(error) => {
                 eprintln!("lockctl: cannot start the guardian process: {error}");
@@ -313,6 +362,7 @@ fn main() -> ExitCode {
                 permits,
                 shared,
                 grace,
+                label,
                 command,
             } => match guardian {
                 Some(guardian) => {
@@ -321,17 +371,52 @@ fn main() -> ExitCode {
                         (None, true) => Mode::Shared,
                         (None, false) => Mode::Exclusive,
                     };
+                    let label = label.unwrap_or_else(run::default_label);
                     let request = run::Request {
                         key: &key,
                         ttl,
                         wait,
                         mode,
                         grace,
+                        label: &label,
+                        elect: false,
                     };
                     run::run(store, request, command, guardian).await
                 }
                 None => unreachable!("the guardian is started for run"),
             },
+            Command::Elect {
+                name,
+                value,
+                ttl,
+                wait,
+                grace,
+                command,
+            } => match guardian {
+                Some(guardian) => {
+                    let value = value.unwrap_or_else(run::default_label);
+                    // The name and value are checked as an election checks them, so a bad one
+                    // is named as such.
+                    if let Err(error) = store.election(&name).check(&value) {
+                        guardian.stand_down();
+                        return fail(&error);
+                    }
+                    let request = run::Request {
+                        key: &name,
+                        ttl,
+                        wait,
+                        mode: Mode::Exclusive,
+                        grace,
+                        label: &value,
+                        elect: true,
+                    };
+                    run::run(store, request, command, guardian).await
+                }
+                None => unreachable!("the guardian is started for elect"),
+            },
+            Command::Leader { name, watch, json } => {
+                leader::leader(store, &name, watch, json).await
+            }
             Command::Status { key, json } => status::status(store, &key, json).await,
             Command::Stats { json } => stats::stats(store, &url, json).await,
             Command::Conformance { .. } | Command::Bench { .. } => unreachable!("handled above"),

@@ -26,6 +26,22 @@ pub struct Request<'a> {
     pub mode: Mode,
     /// SIGTERM to SIGKILL.
     pub grace: Duration,
+    /// The holder's label (`--label`, or `<host> pid <pid>`): what `lockctl status` shows,
+    /// and an election's leader value.
+    pub label: &'a str,
+    /// An election (`lockctl elect`): wait for the key however long it takes when `wait` is
+    /// `None`, and give the command `LOCK_LEADER_VALUE`.
+    pub elect: bool,
+}
+
+/// `<host> pid <pid>`: the label of a lease that `--label` does not name.
+pub fn default_label() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|host| host.trim().to_owned())
+        .ok()
+        .filter(|host| !host.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned());
+    format!("{host} pid {}", std::process::id())
 }
 
 /// Acquires `request.key` in `request.mode`, runs `command` in a process group of its own while keeping the lease alive,
@@ -46,12 +62,12 @@ pub async fn run(
 ) -> ExitCode {
     let Request {
         key,
-        ttl,
-        wait,
-        mode,
         grace,
+        label,
+        elect,
+        ..
     } = request;
-    let lease = match acquire(&store, key, ttl, wait, mode).await {
+    let lease = match acquire(&store, &request).await {
         Ok(lease) => lease,
         Err(error @ (Error::Busy { .. } | Error::WaitTimedOut { .. })) => {
             let holder = match store.status(key).await {
@@ -79,7 +95,11 @@ pub async fn run(
         .args(args)
         .env("LOCK_KEY", key)
         .env("LOCK_FENCING_TOKEN", lease.fencing_token().to_string())
+        .env_remove("LOCK_LEADER_VALUE")
         .kill_on_drop(true);
+    if elect {
+        command.env("LOCK_LEADER_VALUE", label);
+    }
     mode_env(&mut command, &lease);
     // What the store's own lock tool gives its command (`etcdctl lock`, say), so its scripts
     // run unchanged.
@@ -282,20 +302,38 @@ async fn expired_before_start(store: &DynLockStore, lease: &Lease) -> Option<u8>
     Some(exit::SOFTWARE)
 }
 
-async fn acquire(
-    store: &DynLockStore,
-    key: &str,
-    ttl: Duration,
-    wait: Option<Duration>,
-    mode: Mode,
-) -> Result<Lease, Error> {
+async fn acquire(store: &DynLockStore, request: &Request<'_>) -> Result<Lease, Error> {
+    let Request {
+        key,
+        ttl,
+        wait,
+        mode,
+        label,
+        elect,
+        ..
+    } = *request;
+    // A campaign without a bound waits however long it takes: the longest wait, again.
+    let forever = elect && wait.is_none();
+    let wait = if forever {
+        Some(fencelock::limits::MAX_WAIT)
+    } else {
+        wait
+    };
     // No wait, or a zero one: one attempt; the request says which (`LockRequest::lease`).
-    let request = store
+    let asked = store
         .lock(key)
         .ttl(ttl)
         .wait(wait.unwrap_or_default())
-        .mode(mode);
-    let waiting = request.lease();
+        .mode(mode)
+        .label(label);
+    let waiting = async {
+        loop {
+            match asked.lease().await {
+                Err(Error::WaitTimedOut { .. }) if forever => continue,
+                result => return result,
+            }
+        }
+    };
     if wait.is_none_or(|wait| wait.is_zero()) {
         return waiting.await;
     }

@@ -34,9 +34,13 @@ pub fn describe(key: &str, status: &KeyStatus) -> String {
             owner,
             token,
             remaining,
+            label,
             ..
         } => {
             let mut parts = Vec::new();
+            if let Some(label) = label {
+                parts.push(format!("by {}", json_string(label)));
+            }
             if let Some(token) = token {
                 parts.push(format!("fencing token {token}"));
             }
@@ -64,6 +68,9 @@ pub fn describe(key: &str, status: &KeyStatus) -> String {
 /// the store tells them.
 fn describe_holder(holder: &HolderStatus) -> String {
     let mut parts = Vec::new();
+    if let Some(label) = &holder.label {
+        parts.push(format!("by {}", json_string(label)));
+    }
     if let Some(slot) = holder.slot {
         parts.push(format!("slot {slot}"));
     }
@@ -84,9 +91,9 @@ fn describe_holder(holder: &HolderStatus) -> String {
 }
 
 /// `{"key", "held"}`; when held also `"mode"` (`"exclusive"`, `"shared"` or `"permit"`, with
-/// `"limit"` for permits). Exclusive: `"token"`, `"owner"`, `"remaining_ms"`. Shared and
-/// permit: `"count"` and `"holders"`, each with `"slot"`, `"token"`, `"owner"`,
-/// `"remaining_ms"`. A field the store cannot tell is `null`.
+/// `"limit"` for permits). Exclusive: `"token"`, `"owner"`, `"remaining_ms"`, `"label"`.
+/// Shared and permit: `"count"` and `"holders"`, each with `"slot"`, `"token"`, `"owner"`,
+/// `"remaining_ms"`, `"label"`. A field the store cannot tell is `null`.
 fn to_json(key: &str, status: &KeyStatus) -> String {
     let mut fields = vec![format!("\"key\":{}", json_string(key))];
     match status {
@@ -94,11 +101,13 @@ fn to_json(key: &str, status: &KeyStatus) -> String {
             owner,
             token,
             remaining,
+            label,
             ..
         } => {
             fields.push("\"held\":true".into());
             fields.push("\"mode\":\"exclusive\"".into());
             lease_fields(&mut fields, None, *token, owner.as_ref(), *remaining);
+            fields.push(label_field(label.as_deref()));
         }
         KeyStatus::Shared {
             mode,
@@ -126,6 +135,7 @@ fn to_json(key: &str, status: &KeyStatus) -> String {
                         holder.owner.as_ref(),
                         holder.remaining,
                     );
+                    fields.push(label_field(holder.label.as_deref()));
                     format!("{{{}}}", fields.join(","))
                 })
                 .collect();
@@ -165,7 +175,15 @@ fn lease_fields(
     ));
 }
 
-fn json_string(text: &str) -> String {
+/// `"label"`, `null` where the holder has none or the store keeps none.
+fn label_field(label: Option<&str>) -> String {
+    format!(
+        "\"label\":{}",
+        label.map_or_else(|| "null".to_owned(), json_string)
+    )
+}
+
+pub(crate) fn json_string(text: &str) -> String {
     let mut out = String::from("\"");
     for c in text.chars() {
         match c {
@@ -215,8 +233,8 @@ mod tests {
             format!(
                 concat!(
                     r#"{{"key":"jobs","held":true,"mode":"permit","limit":4,"count":2,"holders":["#,
-                    r#"{{"slot":2,"token":9,"owner":"{}","remaining_ms":2500}},"#,
-                    r#"{{"slot":null,"token":null,"owner":null,"remaining_ms":null}}]}}"#
+                    r#"{{"slot":2,"token":9,"owner":"{}","remaining_ms":2500,"label":null}},"#,
+                    r#"{{"slot":null,"token":null,"owner":null,"remaining_ms":null,"label":null}}]}}"#
                 ),
                 owner
             )
@@ -256,8 +274,19 @@ mod tests {
         };
         assert_eq!(
             to_json("a\"b\n", &held),
-            r#"{"key":"a\"b\u000a","held":true,"mode":"exclusive","token":7,"owner":null,"remaining_ms":1500}"#
+            r#"{"key":"a\"b\u000a","held":true,"mode":"exclusive","token":7,"owner":null,"remaining_ms":1500,"label":null}"#
         );
+        let labelled = KeyStatus::Held {
+            owner: None,
+            token: Some(7),
+            remaining: None,
+            label: Some("host-a pid 42 \"x\"".into()),
+        };
+        assert_eq!(
+            describe("k", &labelled),
+            r#"k: held (by "host-a pid 42 \"x\"", fencing token 7)"#
+        );
+        assert!(to_json("k", &labelled).ends_with(r#","label":"host-a pid 42 \"x\""}"#));
         assert_eq!(
             to_json("k", &KeyStatus::Free),
             r#"{"key":"k","held":false}"#

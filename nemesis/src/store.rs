@@ -94,6 +94,25 @@ impl raw::Wrapper for Link {
         self.inner.evict(key).await
     }
 
+    async fn relabel(&self, lease: &Lease, label: &str) -> Result<()> {
+        self.through().await;
+        let answer = self.inner.relabel(lease, label).await;
+        self.through().await;
+        answer
+    }
+
+    async fn next_status(
+        &self,
+        key: &str,
+        seen: &KeyStatus,
+        until: fencelock::Instant,
+    ) -> Result<KeyStatus> {
+        self.through().await;
+        let status = self.inner.next_status(key, seen, until).await;
+        self.through().await;
+        status
+    }
+
     async fn per_key_state(&self) -> Result<Option<PerKeyState>> {
         self.through().await;
         self.inner.per_key_state().await
@@ -224,12 +243,69 @@ impl raw::Store for RestartingMemory {
         Ok(())
     }
 
+    /// The current store's status, its tokens moved by the offset as its leases' are.
     async fn status(&self, key: &str) -> Result<KeyStatus> {
-        self.store().status(key).await
+        let offset = *self.offset.lock().unwrap_or_else(PoisonError::into_inner);
+        let rebase = |token: Option<u64>| {
+            token.map(|t| u64::try_from(i128::from(t) + offset).unwrap_or(1).max(1))
+        };
+        Ok(match self.store().status(key).await? {
+            KeyStatus::Held {
+                owner,
+                token,
+                remaining,
+                label,
+                ..
+            } => KeyStatus::Held {
+                owner,
+                token: rebase(token),
+                remaining,
+                label,
+            },
+            KeyStatus::Shared {
+                mode,
+                count,
+                mut holders,
+            } => {
+                for holder in &mut holders {
+                    holder.token = rebase(holder.token);
+                }
+                KeyStatus::Shared {
+                    mode,
+                    count,
+                    holders,
+                }
+            }
+            other => other,
+        })
     }
 
     async fn evict(&self, key: &str) -> Result<bool> {
         self.store().evict(key).await
+    }
+
+    async fn relabel(&self, lease: &Lease, label: &str) -> Result<()> {
+        match Self::inner_lease(lease) {
+            Some(inner) => self.store().relabel(inner, label).await,
+            None => Err(fencelock::Error::lost(lease, "not a lease of this store")),
+        }
+    }
+
+    /// Polled: the status is this store's (rebased), not the memory store's.
+    async fn next_status(
+        &self,
+        key: &str,
+        seen: &KeyStatus,
+        until: fencelock::Instant,
+    ) -> Result<KeyStatus> {
+        loop {
+            let status = raw::Store::status(self, key).await?;
+            let now = fencelock::Instant::now();
+            if !status.same_holders(seen) || now >= until {
+                return Ok(status);
+            }
+            tokio::time::sleep_until((now + std::time::Duration::from_millis(10)).min(until)).await;
+        }
     }
 
     async fn per_key_state(&self) -> Result<Option<PerKeyState>> {
