@@ -870,8 +870,10 @@ impl raw::Store for RedisStore {
     ///
     /// # Cancel safety
     /// Dropping the future may or may not have relabelled the holder on the server; the lease's
-    /// label only changes once the answer is read. Either way the lease stays releasable: its
-    /// label key is named by its owner, not by its label.
+    /// label only changes once the answer is read. Either way the lease stays releasable (its
+    /// label key is named by its owner, not by its label). A lease without a label whose
+    /// relabel was dropped releases without naming the key: the label then stays until the
+    /// holder's TTL would have run out, unread (no later holder has that owner).
     async fn relabel(&self, lease: &Lease, label: &str) -> Result<()> {
         let names = self.names(lease.key());
         let owner = lease.owner();
@@ -1008,6 +1010,81 @@ mod tests {
             }
         }
         assert_eq!(store.capabilities().min_ttl, Duration::from_secs(1));
+    }
+
+    /// A holder's label key lives and goes with the holder, in every mode and both layouts:
+    /// the granting script writes it with the holder's TTL, extend renews it, release and evict
+    /// delete it, and an unlabelled lease writes none (status then reports no label).
+    #[tokio::test]
+    async fn a_label_key_lives_and_goes_with_its_holder() {
+        let url = test_servers::shared::redis().url();
+        let mut admin = redis::Client::open(url.as_str())
+            .expect("url")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("admin");
+        let ttl = Duration::from_secs(30);
+        let label_of = |admin: &redis::aio::MultiplexedConnection, key: String| {
+            let mut admin = admin.clone();
+            async move {
+                let (label, left): (Option<String>, i64) = redis::pipe()
+                    .get(&key)
+                    .pttl(&key)
+                    .query_async(&mut admin)
+                    .await
+                    .expect("GET, PTTL");
+                (label, left)
+            }
+        };
+        for options in ["", "&layout=plain"] {
+            let config = RedisConfig::from_url(&format!("{url}?prefix=label-test:{options}"))
+                .expect("config");
+            let store = RedisStore::connect(config).await.expect("connect");
+            for mode in [Mode::Exclusive, Mode::Shared, Mode::permits(2)] {
+                let key = format!("{}:{mode}", OwnerId::random());
+                let names = store.names(&key);
+                let request = AcquireRequest::new(&key, ttl).mode(mode).label("worker 7");
+                let lease = store.acquire_request(request).await.expect("labelled");
+                let (label, left) = label_of(&admin, names.label(lease.owner())).await;
+                assert_eq!(label.as_deref(), Some("worker 7"), "{options} {mode}");
+                assert!(left > 25_000 && left <= 30_000, "{options} {mode}: {left} ms");
+                // As if the grant were older: the extend renews the label with the holder.
+                let _: i64 = redis::cmd("PEXPIRE")
+                    .arg(names.label(lease.owner()))
+                    .arg(5_000)
+                    .query_async(&mut admin)
+                    .await
+                    .expect("PEXPIRE");
+                store.extend(&lease).await.expect("extend");
+                let (_, left) = label_of(&admin, names.label(lease.owner())).await;
+                assert!(left > 25_000, "{options} {mode}: renewed to {left} ms");
+                assert_eq!(
+                    store.release(&lease).await.expect("release"),
+                    ReleaseOutcome::Released
+                );
+                let (label, _) = label_of(&admin, names.label(lease.owner())).await;
+                assert_eq!(label, None, "{options} {mode}: the release left the label");
+
+                let plain = store.try_acquire_as(&key, ttl, mode).await.expect("plain");
+                let (label, _) = label_of(&admin, names.label(plain.owner())).await;
+                assert_eq!(label, None, "{options} {mode}: an unlabelled lease wrote one");
+                let unlabelled = match store.status(&key).await.expect("status") {
+                    KeyStatus::Held { label, .. } => label.is_none(),
+                    KeyStatus::Shared { holders, .. } => holders.iter().all(|h| h.label.is_none()),
+                    KeyStatus::Free => false,
+                };
+                assert!(unlabelled, "{options} {mode}: an unlabelled holder has a label");
+                store.release(&plain).await.expect("release");
+
+                let lease = store
+                    .acquire_request(AcquireRequest::new(&key, ttl).mode(mode).label("evicted"))
+                    .await
+                    .expect("labelled");
+                assert!(store.evict(&key).await.expect("evict"));
+                let (label, _) = label_of(&admin, names.label(lease.owner())).await;
+                assert_eq!(label, None, "{options} {mode}: the evict left the label");
+            }
+        }
     }
 
     #[tokio::test]

@@ -1352,4 +1352,60 @@ mod tests {
             .expect("withdraw");
         assert_eq!(get::<String>(&mut conn, &names.key.lock).await, None);
     }
+
+    /// A labelled waiter's request carries its label, so a release that grants it labels the
+    /// holder in the same script; a round that collects a grant made to an earlier owner of
+    /// its wait moves the label to its own owner; a withdrawal that deletes a grant deletes its
+    /// label; a labelled release leaves none.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_labelled_waiters_grants_carry_its_label_and_leave_none_behind() {
+        use super::super::scripts::{acquire_on, release_on, withdraw_on};
+        let (_server, mut conn, names) = one_node("labelled-waiter").await;
+        let (ttl, retention) = (SCRIPT_TTL, SCRIPT_RETENTION);
+        let (id, owners) = (OwnerId::random(), owners(4));
+        let round = |n: usize| round(id, &owners, n);
+        let label = Some("leader: host-a");
+        let label_of = |owner: OwnerId| names.key.label(owner);
+        let holder = OwnerId::random();
+        let held = acquire_on(&mut conn, &names, holder, ttl, retention, None, label)
+            .await
+            .expect("holder");
+        assert!(matches!(held.attempt, Attempt::Granted { .. }), "{held:?}");
+        assert_eq!(get::<String>(&mut conn, &label_of(holder)).await.as_deref(), label);
+        // Round 1 (as owner 0) leaves a labelled request for owner 1; the release grants it.
+        acquire_on(&mut conn, &names, owners[0], ttl, retention, Some(round(1)), label)
+            .await
+            .expect("round 1");
+        assert!(release_on(&mut conn, &names, holder, retention, true)
+            .await
+            .expect("release"));
+        assert_eq!(get::<String>(&mut conn, &label_of(holder)).await, None);
+        assert_eq!(
+            get::<String>(&mut conn, &names.key.lock).await,
+            Some(owners[1].to_string())
+        );
+        assert_eq!(get::<String>(&mut conn, &label_of(owners[1])).await.as_deref(), label);
+        let left: i64 = redis::cmd("PTTL")
+            .arg(label_of(owners[1]))
+            .query_async(&mut conn)
+            .await
+            .expect("PTTL");
+        assert!(left > 20_000, "the granted label expires in {left} ms, not the TTL");
+        // Round 3 (as owner 2) collects the grant made to owner 1: the label moves with it.
+        let collected = acquire_on(&mut conn, &names, owners[2], ttl, retention, Some(round(3)), label)
+            .await
+            .expect("round 3");
+        assert!(
+            matches!(collected.attempt, Attempt::Granted { .. }),
+            "{collected:?}"
+        );
+        assert_eq!(get::<String>(&mut conn, &label_of(owners[1])).await, None);
+        assert_eq!(get::<String>(&mut conn, &label_of(owners[2])).await.as_deref(), label);
+        // Withdrawn: the grant and its label are deleted.
+        withdraw_on(&mut conn, &names, id, &[owners[3]], retention)
+            .await
+            .expect("withdraw");
+        assert_eq!(get::<String>(&mut conn, &names.key.lock).await, None);
+        assert_eq!(get::<String>(&mut conn, &label_of(owners[2])).await, None);
+    }
 }
