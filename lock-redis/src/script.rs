@@ -395,8 +395,8 @@ pub(crate) const ACQUIRE_AS_LABELLED_LUA: &str =
 macro_rules! release_as_lua {
     ($label:literal) => {
         concat!(
-    prelude_lua!(),
-    r"
+            prelude_lua!(),
+            r"
 if redis.call('GET', KEYS[1]) ~= ARGV[2] then
   return 0
 end
@@ -406,11 +406,11 @@ if not score or tonumber(score) <= now then
 end
 redis.call('ZREM', KEYS[2], ARGV[1])
 ",
-    $label,
-    r"redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', fmt('%d', now))
+            $label,
+            r"redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', fmt('%d', now))
 ",
-    hold_lua!("KEYS[1]", "ARGV[2]", "KEYS[2]"),
-    r"
+            hold_lua!("KEYS[1]", "ARGV[2]", "KEYS[2]"),
+            r"
 redis.call('PUBLISH', ARGV[3], '')
 return 1
 "
@@ -427,15 +427,14 @@ pub(crate) const RELEASE_AS_LUA: &str = release_as_lua!("");
 
 /// [`RELEASE_AS_LUA`] for a labelled lease: the holder's label key (KEYS[3]) goes with the
 /// holder. Atomic: one script.
-pub(crate) const RELEASE_AS_LABELLED_LUA: &str =
-    release_as_lua!("redis.call('DEL', KEYS[3])\n");
+pub(crate) const RELEASE_AS_LABELLED_LUA: &str = release_as_lua!("redis.call('DEL', KEYS[3])\n");
 
 /// The shared or permit extend, with `$label` (Lua, or nothing) run as the holder is renewed.
 macro_rules! extend_as_lua {
     ($label:literal) => {
         concat!(
-    prelude_lua!(),
-    r"
+            prelude_lua!(),
+            r"
 if redis.call('GET', KEYS[1]) ~= ARGV[2] then
   return 0
 end
@@ -445,11 +444,11 @@ if not score or tonumber(score) <= now then
 end
 redis.call('ZADD', KEYS[2], fmt('%d', now + tonumber(ARGV[3]) * 1000), ARGV[1])
 ",
-    $label,
-    r"redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', fmt('%d', now))
+            $label,
+            r"redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', fmt('%d', now))
 ",
-    hold_lua!("KEYS[1]", "ARGV[2]", "KEYS[2]"),
-    r"
+            hold_lua!("KEYS[1]", "ARGV[2]", "KEYS[2]"),
+            r"
 return 1
 "
         )
@@ -983,6 +982,7 @@ pub(crate) enum ModeAttempt {
 /// Runs the shared or permit acquire script on one connection; `mode` is not exclusive.
 /// `resend_window` is the longest a resend of this request can follow its first run and still
 /// be answered to the caller (the command timeout).
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn acquire_as_on<C: ConnectionLike>(
     conn: &mut C,
     names: &KeyNames,
@@ -1133,6 +1133,7 @@ pub(crate) async fn relabel_as_on<C: ConnectionLike>(
 /// Runs the exclusive attempt of a waiting request on one connection, marking `waiter` as a
 /// waiting writer for `mark` if the key is held. The flag says whether the mark was written
 /// (false: the user may not write the writers set).
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn acquire_waiting_on<C: ConnectionLike>(
     conn: &mut C,
     names: &KeyNames,
@@ -1493,8 +1494,10 @@ pub(crate) mod tests {
             async move { cmd.query_async::<u64>(&mut conn).await.expect("ZCARD") }
         };
         let owner = OwnerId::random();
-        let first = acquire_as_on(&mut conn, &names, owner, ttl, retention, mode, WINDOW, None).await;
-        let resent = acquire_as_on(&mut conn, &names, owner, ttl, retention, mode, WINDOW, None).await;
+        let first =
+            acquire_as_on(&mut conn, &names, owner, ttl, retention, mode, WINDOW, None).await;
+        let resent =
+            acquire_as_on(&mut conn, &names, owner, ttl, retention, mode, WINDOW, None).await;
         assert!(
             matches!(first, Ok(ModeAttempt::Granted { slot: Some(0), .. })),
             "{first:?}"
@@ -1503,12 +1506,14 @@ pub(crate) mod tests {
         assert_eq!(holders(&mut conn).await, 1, "one slot taken, not two");
         // Another owner takes the last slot; its resend still finds its grant.
         let other = OwnerId::random();
-        let last = acquire_as_on(&mut conn, &names, other, ttl, retention, mode, WINDOW, None).await;
+        let last =
+            acquire_as_on(&mut conn, &names, other, ttl, retention, mode, WINDOW, None).await;
         assert!(
             matches!(last, Ok(ModeAttempt::Granted { slot: Some(1), .. })),
             "{last:?}"
         );
-        let resent = acquire_as_on(&mut conn, &names, other, ttl, retention, mode, WINDOW, None).await;
+        let resent =
+            acquire_as_on(&mut conn, &names, other, ttl, retention, mode, WINDOW, None).await;
         assert_eq!(
             resent.ok(),
             last.ok(),
@@ -1607,9 +1612,11 @@ pub(crate) mod tests {
                 async move {
                     if waiting {
                         let mark = Duration::from_secs(1);
-                        acquire_waiting_on(&mut conn, &names, owner, ttl, retention, waiter, mark, None)
-                            .await
-                            .map(|(attempt, _)| attempt)
+                        acquire_waiting_on(
+                            &mut conn, &names, owner, ttl, retention, waiter, mark, None,
+                        )
+                        .await
+                        .map(|(attempt, _)| attempt)
                     } else {
                         acquire_on(&mut conn, &names, owner, ttl, retention, None).await
                     }
@@ -1757,7 +1764,8 @@ pub(crate) mod tests {
         let names = KeyNames::new(&format!("script-test:{}:", OwnerId::random()), "refresh");
         let (ttl, retention) = (Duration::from_secs(30), Duration::from_millis(RETENTION_MS));
         let (owner, mode) = (OwnerId::random(), Mode::permits(2));
-        let first = acquire_as_on(&mut conn, &names, owner, ttl, retention, mode, WINDOW, None).await;
+        let first =
+            acquire_as_on(&mut conn, &names, owner, ttl, retention, mode, WINDOW, None).await;
         assert!(
             matches!(first, Ok(ModeAttempt::Granted { .. })),
             "{first:?}"
@@ -1765,7 +1773,8 @@ pub(crate) mod tests {
         let (member, _) = only_holder(&mut conn, &names.holders).await;
         rescore(&mut conn, &names.holders, &member, 10_000).await;
         pexpire(&mut conn, &names.lock, 10_005).await;
-        let resent = acquire_as_on(&mut conn, &names, owner, ttl, retention, mode, WINDOW, None).await;
+        let resent =
+            acquire_as_on(&mut conn, &names, owner, ttl, retention, mode, WINDOW, None).await;
         assert_eq!(resent.ok(), first.ok(), "the resend answers the same grant");
         let (_, left) = only_holder(&mut conn, &names.holders).await;
         assert!(

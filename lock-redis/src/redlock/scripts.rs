@@ -99,7 +99,7 @@ macro_rules! fresh_lapse_ms {
 macro_rules! acquire_lua {
     ($request:literal, $takeover:literal, $label:literal) => {
         concat!(
-    r"
+            r"
 local t = redis.call('TIME')
 local ms = t[1] * 1000 + math.floor(t[2] / 1000)
 local waiter = ARGV[4] or ''
@@ -122,22 +122,22 @@ if waiter ~= '' then
   redis.pcall('PEXPIRE', KEYS[3], tonumber(ARGV[6]) + 1000)
   redis.pcall('PEXPIRE', KEYS[4], tonumber(ARGV[6]) + 1000)
   redis.call('SET', KEYS[5], ARGV[8] .. ':' .. ARGV[7] .. ':' .. ARGV[2]",
-    $request,
-    r", 'PX', ARGV[6])
+            $request,
+            r", 'PX', ARGV[6])
   local holder = redis.call('GET', KEYS[1])
   if holder and (holder == ARGV[1] or holder == known) then
     redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 ",
-    $takeover,
-    r"    mine = true
+            $takeover,
+            r"    mine = true
   end
 end
 if not mine then
   local queued = 0
   if redis.pcall('EXISTS', KEYS[4]) == 1 then
 ",
-    queue_head_lua!(),
-    r"
+            queue_head_lua!(),
+            r"
     if head[1] and head[1] ~= waiter then
       queued = 1
     end
@@ -156,16 +156,16 @@ if waiter ~= '' then
     redis.call('DEL', KEYS[5])
   else
     redis.call('SET', KEYS[5], ARGV[8] .. ':' .. ARGV[1] .. ':', 'PX', ",
-    stale_guard_ms!(),
-    r")
+            stale_guard_ms!(),
+            r")
   end
 end
 ",
-    $label,
-    r"local token
+            $label,
+            r"local token
 ",
-    mint_lua!(),
-    r"
+            mint_lua!(),
+            r"
 return token
 "
         )

@@ -369,8 +369,16 @@ impl RedlockStore {
             move |mut conn| {
                 let (names, label) = (acquire_names.clone(), acquire_label.clone());
                 async move {
-                    acquire_on(&mut conn, &names, owner, ttl, retention, waiter, label.as_deref())
-                        .await
+                    acquire_on(
+                        &mut conn,
+                        &names,
+                        owner,
+                        ttl,
+                        retention,
+                        waiter,
+                        label.as_deref(),
+                    )
+                    .await
                 }
             },
         )
@@ -601,7 +609,10 @@ impl RedlockStore {
         let mut waiter = advance(owner);
         let mut failed_rounds = 0;
         let mut asked = Instant::now();
-        let nap = match self.round(key, names, ttl, Some(waiter), owner, label).await {
+        let nap = match self
+            .round(key, names, ttl, Some(waiter), owner, label)
+            .await
+        {
             Round::Granted(lease) => return Ok(lease),
             Round::Held { .. } => Duration::ZERO,
             Round::Contended => self.jitter(),
@@ -683,7 +694,10 @@ impl RedlockStore {
             waiter = advance(owner);
             // Registered before the round, so a message during the round is not missed.
             notified = arm();
-            let nap = match self.round(key, names, ttl, Some(waiter), owner, label).await {
+            let nap = match self
+                .round(key, names, ttl, Some(waiter), owner, label)
+                .await
+            {
                 Round::Granted(lease) => return Ok(lease),
                 Round::Held { expires_in } => {
                     failed_rounds = 0;
@@ -974,7 +988,12 @@ impl raw::Store for RedlockStore {
             ));
         }
         Err(self.unavailable("relabel", &answers, |relabelled| {
-            if *relabelled { "relabelled" } else { "not held" }.into()
+            if *relabelled {
+                "relabelled"
+            } else {
+                "not held"
+            }
+            .into()
         }))
     }
 
@@ -1025,7 +1044,12 @@ impl raw::Store for RedlockStore {
             )
             .await_until(|_| false)
             .await;
-        type Holder<'a> = (Option<OwnerId>, Option<u64>, Option<Duration>, Option<&'a str>);
+        type Holder<'a> = (
+            Option<OwnerId>,
+            Option<u64>,
+            Option<Duration>,
+            Option<&'a str>,
+        );
         let held: Vec<Holder<'_>> = answers
             .iter()
             .filter_map(|a| match a {
@@ -1231,17 +1255,33 @@ mod tests {
             .await
             .expect("holder");
         assert!(matches!(held.attempt, Attempt::Granted { .. }), "{held:?}");
-        let waiting = acquire_on(&mut conn, &names, owners[1], ttl, retention, Some(round(2)), None)
-            .await
-            .expect("round 2");
+        let waiting = acquire_on(
+            &mut conn,
+            &names,
+            owners[1],
+            ttl,
+            retention,
+            Some(round(2)),
+            None,
+        )
+        .await
+        .expect("round 2");
         assert!(
             matches!(waiting.attempt, Attempt::Held { .. }),
             "{waiting:?}"
         );
         // Round 1 arrives late: nothing changes.
-        let late = acquire_on(&mut conn, &names, owners[0], ttl, retention, Some(round(1)), None)
-            .await
-            .expect("round 1");
+        let late = acquire_on(
+            &mut conn,
+            &names,
+            owners[0],
+            ttl,
+            retention,
+            Some(round(1)),
+            None,
+        )
+        .await
+        .expect("round 1");
         assert!(queued(late), "{late:?}");
         let left = format!("2:{}:{}", hex(owners[2]), ttl.as_millis());
         assert_eq!(get::<String>(&mut conn, &request).await, Some(left));
@@ -1262,9 +1302,17 @@ mod tests {
             get::<String>(&mut conn, &request).await,
             Some(format!("2:{}:", hex(owners[2])))
         );
-        let late = acquire_on(&mut conn, &names, owners[1], ttl, retention, Some(round(2)), None)
-            .await
-            .expect("round 2 again");
+        let late = acquire_on(
+            &mut conn,
+            &names,
+            owners[1],
+            ttl,
+            retention,
+            Some(round(2)),
+            None,
+        )
+        .await
+        .expect("round 2 again");
         assert!(queued(late), "{late:?}");
         assert_eq!(
             get::<String>(&mut conn, &names.key.lock).await,
@@ -1272,9 +1320,17 @@ mod tests {
         );
 
         // Round 3, made as owner 2, collects the grant, and marks its own request granted.
-        let collected = acquire_on(&mut conn, &names, owners[2], ttl, retention, Some(round(3)), None)
-            .await
-            .expect("round 3");
+        let collected = acquire_on(
+            &mut conn,
+            &names,
+            owners[2],
+            ttl,
+            retention,
+            Some(round(3)),
+            None,
+        )
+        .await
+        .expect("round 3");
         assert!(
             matches!(collected.attempt, Attempt::Granted { .. }),
             "{collected:?}"
@@ -1292,9 +1348,17 @@ mod tests {
             get::<String>(&mut conn, &request).await,
             Some("w".to_owned())
         );
-        let late = acquire_on(&mut conn, &names, owners[3], ttl, retention, Some(round(4)), None)
-            .await
-            .expect("round 4");
+        let late = acquire_on(
+            &mut conn,
+            &names,
+            owners[3],
+            ttl,
+            retention,
+            Some(round(4)),
+            None,
+        )
+        .await
+        .expect("round 4");
         assert!(queued(late), "{late:?}");
         let entries: u64 = redis::cmd("ZCARD")
             .arg(&names.queue)
@@ -1324,9 +1388,17 @@ mod tests {
             .await
             .expect("holder");
         // Round 1 (as owner 0) leaves a request for owner 1; the release grants it.
-        acquire_on(&mut conn, &names, owners[0], ttl, retention, Some(round(1)), None)
-            .await
-            .expect("round 1");
+        acquire_on(
+            &mut conn,
+            &names,
+            owners[0],
+            ttl,
+            retention,
+            Some(round(1)),
+            None,
+        )
+        .await
+        .expect("round 1");
         assert!(release_on(&mut conn, &names, holder, retention, false)
             .await
             .expect("release"));
@@ -1335,9 +1407,17 @@ mod tests {
             Some(owners[1].to_string())
         );
         // Round 2 (as owner 1) never reaches this node; round 3 (as owner 2) collects it.
-        let collected = acquire_on(&mut conn, &names, owners[2], ttl, retention, Some(round(3)), None)
-            .await
-            .expect("round 3");
+        let collected = acquire_on(
+            &mut conn,
+            &names,
+            owners[2],
+            ttl,
+            retention,
+            Some(round(3)),
+            None,
+        )
+        .await
+        .expect("round 3");
         assert!(
             matches!(collected.attempt, Attempt::Granted { .. }),
             "{collected:?}"
@@ -1371,11 +1451,22 @@ mod tests {
             .await
             .expect("holder");
         assert!(matches!(held.attempt, Attempt::Granted { .. }), "{held:?}");
-        assert_eq!(get::<String>(&mut conn, &label_of(holder)).await.as_deref(), label);
+        assert_eq!(
+            get::<String>(&mut conn, &label_of(holder)).await.as_deref(),
+            label
+        );
         // Round 1 (as owner 0) leaves a labelled request for owner 1; the release grants it.
-        acquire_on(&mut conn, &names, owners[0], ttl, retention, Some(round(1)), label)
-            .await
-            .expect("round 1");
+        acquire_on(
+            &mut conn,
+            &names,
+            owners[0],
+            ttl,
+            retention,
+            Some(round(1)),
+            label,
+        )
+        .await
+        .expect("round 1");
         assert!(release_on(&mut conn, &names, holder, retention, true)
             .await
             .expect("release"));
@@ -1384,23 +1475,44 @@ mod tests {
             get::<String>(&mut conn, &names.key.lock).await,
             Some(owners[1].to_string())
         );
-        assert_eq!(get::<String>(&mut conn, &label_of(owners[1])).await.as_deref(), label);
+        assert_eq!(
+            get::<String>(&mut conn, &label_of(owners[1]))
+                .await
+                .as_deref(),
+            label
+        );
         let left: i64 = redis::cmd("PTTL")
             .arg(label_of(owners[1]))
             .query_async(&mut conn)
             .await
             .expect("PTTL");
-        assert!(left > 20_000, "the granted label expires in {left} ms, not the TTL");
+        assert!(
+            left > 20_000,
+            "the granted label expires in {left} ms, not the TTL"
+        );
         // Round 3 (as owner 2) collects the grant made to owner 1: the label moves with it.
-        let collected = acquire_on(&mut conn, &names, owners[2], ttl, retention, Some(round(3)), label)
-            .await
-            .expect("round 3");
+        let collected = acquire_on(
+            &mut conn,
+            &names,
+            owners[2],
+            ttl,
+            retention,
+            Some(round(3)),
+            label,
+        )
+        .await
+        .expect("round 3");
         assert!(
             matches!(collected.attempt, Attempt::Granted { .. }),
             "{collected:?}"
         );
         assert_eq!(get::<String>(&mut conn, &label_of(owners[1])).await, None);
-        assert_eq!(get::<String>(&mut conn, &label_of(owners[2])).await.as_deref(), label);
+        assert_eq!(
+            get::<String>(&mut conn, &label_of(owners[2]))
+                .await
+                .as_deref(),
+            label
+        );
         // Withdrawn: the grant and its label are deleted.
         withdraw_on(&mut conn, &names, id, &[owners[3]], retention)
             .await
