@@ -1,6 +1,8 @@
 //! The Redis names of a lock key: the lock, its fencing counter, its shared holders, its
-//! waiting writers and its release channel, all under one Cluster hash tag (in
-//! [`Layout::Plain`], the lock is the key itself).
+//! waiting writers, its holders' labels and its release channel, all under one Cluster hash
+//! tag (in [`Layout::Plain`], the lock is the key itself).
+
+use fencelock_core::OwnerId;
 
 use crate::config::Layout;
 
@@ -21,6 +23,11 @@ pub(crate) struct KeyNames {
     /// (a random waiter id, scored by the expiry of its mark in server µs), which keep new
     /// shared requests out; expires with the last mark.
     pub(crate) writers: String,
+    /// `{prefix}{{key}}:label:`, followed by a holder's owner id: that holder's label (only
+    /// for a holder that has one), expiring with the holder. Named by the owner, which is fresh
+    /// for every grant, so a label never outlives its holder's name: one left over could only
+    /// be read for an owner that no longer holds anything.
+    pub(crate) labels: String,
     /// `{prefix}{{key}}:released`, the pub/sub channel a release publishes on.
     pub(crate) channel: String,
 }
@@ -51,8 +58,14 @@ impl KeyNames {
             fence: format!("{prefix}{{{tag}}}:fence"),
             holders: format!("{prefix}{{{tag}}}:holders"),
             writers: format!("{prefix}{{{tag}}}:writers"),
+            labels: format!("{prefix}{{{tag}}}:label:"),
             channel: format!("{prefix}{{{tag}}}:released"),
         }
+    }
+
+    /// The key of the label of the holder `owner`.
+    pub(crate) fn label(&self, owner: OwnerId) -> String {
+        format!("{}{owner}", self.labels)
     }
 }
 
@@ -170,6 +183,12 @@ mod tests {
         assert_eq!(names.channel, "fencelock:{jobs/nightly}:released");
         assert_eq!(names.holders, "fencelock:{jobs/nightly}:holders");
         assert_eq!(names.writers, "fencelock:{jobs/nightly}:writers");
+        assert_eq!(names.labels, "fencelock:{jobs/nightly}:label:");
+        let owner = OwnerId::random();
+        assert_eq!(
+            names.label(owner),
+            format!("fencelock:{{jobs/nightly}}:label:{owner}")
+        );
         // Braces and percent signs: the tag (first `{` to the first `}` after it) is the whole
         // escaped key, the same in all three names, never empty, and distinct keys stay apart.
         let tag = |name: &str| {
@@ -184,6 +203,7 @@ mod tests {
             assert_eq!(tag(&names.lock), tag(&names.channel), "{key:?}");
             assert_eq!(tag(&names.lock), tag(&names.holders), "{key:?}");
             assert_eq!(tag(&names.lock), tag(&names.writers), "{key:?}");
+            assert_eq!(tag(&names.lock), tag(&names.labels), "{key:?}");
         }
         assert_ne!(KeyNames::new("p:", "}"), KeyNames::new("p:", "%7D"));
         assert_eq!(KeyNames::new("p:", "}x").lock, "p:{%7Dx}:lock");
@@ -221,6 +241,7 @@ mod tests {
         assert_eq!(plain.channel, ours.channel);
         assert_eq!(plain.holders, ours.holders);
         assert_eq!(plain.writers, ours.writers);
+        assert_eq!(plain.labels, ours.labels);
         assert_eq!(ours, KeyNames::new("fencelock:", "jobs/nightly"));
     }
 }

@@ -63,6 +63,27 @@ end
     };
 }
 
+/// The exclusive acquire, with `$label` (Lua, or nothing) run on a grant before the mint.
+macro_rules! acquire_lua {
+    ($label:literal) => {
+        concat!(
+            r"
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
+  or (redis.call('GET', KEYS[1]) == ARGV[1] and redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])) then
+",
+            $label,
+            r"  local t = redis.call('TIME')
+",
+            mint_lua!(),
+            r"
+  return token
+end
+return {0, redis.call('PTTL', KEYS[1])}
+"
+        )
+    };
+}
+
 /// Acquire: `SET lock owner NX PX ttl`; if it was set, mint the token from the fence at the
 /// server's `TIME` as `mint_lua!` does. A lock that already holds this owner (a fresh id per
 /// attempt) is this request sent again (the Cluster client resends after an I/O error), and its
@@ -71,19 +92,14 @@ end
 /// a script runs alone on the server.
 /// ARGV: owner, ttl ms, retention ms. Returns the token (a positive integer) if granted,
 /// `{0, pttl}` if held.
-pub(crate) const ACQUIRE_LUA: &str = concat!(
-    r"
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
-  or (redis.call('GET', KEYS[1]) == ARGV[1] and redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])) then
-  local t = redis.call('TIME')
-",
-    mint_lua!(),
-    r"
-  return token
-end
-return {0, redis.call('PTTL', KEYS[1])}
-"
-);
+pub(crate) const ACQUIRE_LUA: &str = acquire_lua!("");
+
+/// [`ACQUIRE_LUA`] for a labelled request: the grant also sets the holder's label key
+/// (KEYS[3], named by the owner) to the label (ARGV[4]) for the same TTL, so the two expire
+/// together. Atomic: the label is written by the script that grants. A separate script, so an
+/// unlabelled acquire sends and runs exactly what it did before labels.
+pub(crate) const ACQUIRE_LABELLED_LUA: &str =
+    acquire_lua!("  redis.call('SET', KEYS[3], ARGV[4], 'PX', ARGV[2])\n");
 
 /// Release: delete the lock only if it still holds this owner, then wake waiters on the
 /// key's channel. Atomic: compare, delete and publish in one script.
@@ -91,6 +107,17 @@ return {0, redis.call('PTTL', KEYS[1])}
 pub(crate) const RELEASE_LUA: &str = r"
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', ARGV[2], '')
+  return 1
+end
+return 0
+";
+
+/// [`RELEASE_LUA`] for a labelled lease: the holder's label key (KEYS[2]) goes with the lock.
+/// Atomic: compare, both deletes and publish in one script.
+pub(crate) const RELEASE_LABELLED_LUA: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1], KEYS[2])
   redis.call('PUBLISH', ARGV[2], '')
   return 1
 end
@@ -107,10 +134,46 @@ end
 return 0
 ";
 
+/// [`EXTEND_LUA`] for a labelled lease: the holder's label key (KEYS[2]) gets the same TTL, so
+/// it keeps expiring with the lock. Atomic: compare and both expires in one script.
+pub(crate) const EXTEND_LABELLED_LUA: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[2], ARGV[2])
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+";
+
+/// Relabel: set the holder's label key to the new label only if the lock still holds this
+/// owner, expiring when the lock does (its `PTTL`, read in the same script, so never before
+/// it). Atomic: compare and set in one script.
+/// KEYS: lock, label. ARGV: owner, label. Returns 1 if relabelled, 0 if the lease is gone.
+pub(crate) const RELABEL_LUA: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  local left = redis.call('PTTL', KEYS[1])
+  if left > 0 then
+    redis.call('SET', KEYS[2], ARGV[2], 'PX', left)
+    return 1
+  end
+end
+return 0
+";
+
 /// Evict (the operator's "forget"): delete the lock whoever holds it, and the key's shared or
-/// permit holders, never the fence, and wake waiters. Atomic: delete and publish in one script.
-/// KEYS: lock, holders. ARGV: channel. Returns 1 if a lock (or a mode's tag) was deleted.
+/// permit holders, with their labels, never the fence, and wake waiters. Atomic: delete and
+/// publish in one script. The label keys are named inside the script, from their stem (ARGV[2],
+/// under the key's hash tag, so in its slot), since only the script knows the holders.
+/// KEYS: lock, holders. ARGV: channel, label stem. Returns 1 if a lock (or a mode's tag) was
+/// deleted.
 pub(crate) const EVICT_LUA: &str = r"
+local owner = redis.call('GET', KEYS[1])
+if owner and string.sub(owner, 1, 10) == 'fencelock:' then
+  for _, member in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
+    redis.call('DEL', ARGV[2] .. string.match(member, '^[^:]*'))
+  end
+elseif owner then
+  redis.call('DEL', ARGV[2] .. owner)
+end
 local deleted = redis.call('DEL', KEYS[1])
 redis.call('DEL', KEYS[2])
 if deleted == 1 then
@@ -120,14 +183,19 @@ end
 return 0
 ";
 
-/// Status: the holder, its remaining TTL and the fence, read together, and while the key is
-/// held in shared or permit mode (the lock holds the mode's tag) its live holders with the ms
-/// each has left by server TIME. Atomic: one script, so the values belong to one instant; a key
-/// held exclusively is read with `GET`/`PTTL` only, as before. KEYS: lock, fence, holders.
-/// Returns `{owner or tag or false, pttl, fence or false, {member, ms left, ...}}`.
+/// Status: the holder, its remaining TTL, its label and the fence, read together, and while
+/// the key is held in shared or permit mode (the lock holds the mode's tag) its live holders
+/// with the ms each has left by server TIME and each one's label. Atomic: one script, so the
+/// values belong to one instant; a key held exclusively is read with `GET`/`PTTL` only, as
+/// before. The label keys are named inside the script from their stem (ARGV[1], under the
+/// key's hash tag, so in its slot) and each holder's owner, which only the script knows; a
+/// holder without a label has no label key. KEYS: lock, fence, holders. ARGV: label stem.
+/// Returns `{owner or tag or false, pttl, fence or false, {member, ms left, label or '', ...},
+/// label or false}`.
 pub(crate) const STATUS_LUA: &str = r"
 local owner = redis.call('GET', KEYS[1])
 local holders = {}
+local label = false
 if owner and string.sub(owner, 1, 10) == 'fencelock:' then
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -136,9 +204,12 @@ if owner and string.sub(owner, 1, 10) == 'fencelock:' then
   for i = 1, #live, 2 do
     holders[#holders + 1] = live[i]
     holders[#holders + 1] = string.format('%d', math.floor((tonumber(live[i + 1]) - now) / 1000))
+    holders[#holders + 1] = redis.call('GET', ARGV[1] .. string.match(live[i], '^[^:]*')) or ''
   end
+elseif owner then
+  label = redis.call('GET', ARGV[1] .. owner)
 end
-return {owner, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2]), holders}
+return {owner, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2]), holders, label}
 ";
 
 // ---- shared and permit modes ----------------------------------------------------------------
@@ -198,24 +269,10 @@ end
     };
 }
 
-/// Acquire in shared or permit mode. Refused (`{0, pttl}`) while an exclusive holder lives or
-/// the key is held in the other mode; a shared request also while a writer's mark lives
-/// (`{3, 0}`); a permit while `limit` permits live (`{0, ms until the first expires}`), or with
-/// `{2, limit held}` if they were taken with another limit. Otherwise mints the token from the
-/// same fence as the exclusive acquire, takes the lowest free slot (permits), adds the holder
-/// and answers `{1, token, slot or -1}`.
-///
-/// A request whose owner (a fresh id per attempt) already holds a live member is the same
-/// request sent again (the Cluster client resends a pipeline after an I/O error): it answers
-/// that grant, its expiry counted from now (a write, which a following `WAIT` then counts),
-/// and adds no second holder, so a resend never takes a second slot or leaves a reader nobody
-/// holds. A permit finds its member in the slot scan; a shared request, on a key with live
-/// holders, looks only at members scored from one resend window (ARGV[6] ms: the caller waits
-/// no longer for an answer) before its own expiry on, which its first run's member is, unless
-/// the server's clock jumped ahead by more than that between the runs. Atomic: one script.
-/// KEYS: lock, fence, holders, writers. ARGV: owner, ttl ms, retention ms, tag, limit (0:
-/// shared), resend window ms.
-pub(crate) const ACQUIRE_AS_LUA: &str = concat!(
+/// The shared or permit acquire, with `$label` (Lua, or nothing) run on a grant.
+macro_rules! acquire_as_lua {
+    ($label:literal) => {
+        concat!(
     prelude_lua!(),
     r"
 local held = redis.call('GET', KEYS[1])
@@ -288,6 +345,7 @@ end
 if own then
   redis.call('ZADD', KEYS[3], fmt('%d', now + tonumber(ARGV[2]) * 1000), own)
 ",
+    $label,
     hold_lua!("KEYS[1]", "ARGV[4]", "KEYS[3]"),
     r"
   return {1, granted, slot}
@@ -298,20 +356,47 @@ end
 local member = ARGV[1] .. ':' .. fmt('%d', token) .. ':' .. (slot >= 0 and fmt('%d', slot) or '-')
 redis.call('ZADD', KEYS[3], fmt('%d', now + tonumber(ARGV[2]) * 1000), member)
 ",
+    $label,
     hold_lua!("KEYS[1]", "ARGV[4]", "KEYS[3]"),
     r"
 return {1, token, slot}
 "
-);
+        )
+    };
+}
 
-/// Release in shared or permit mode: remove the holder only if the lock holds its mode's tag
-/// and the holder (owner and token) is still live, re-time the lock and the holders to the
-/// last one left (or delete both), and wake waiters on the key's channel, the one the
-/// exclusive release publishes on. Atomic: one script.
-/// KEYS: lock, holders. ARGV: member, tag, channel. Returns 1 if released, 0 if already gone.
-pub(crate) const RELEASE_AS_LUA: &str = concat!(
-    prelude_lua!(),
-    r"
+/// Acquire in shared or permit mode. Refused (`{0, pttl}`) while an exclusive holder lives or
+/// the key is held in the other mode; a shared request also while a writer's mark lives
+/// (`{3, 0}`); a permit while `limit` permits live (`{0, ms until the first expires}`), or with
+/// `{2, limit held}` if they were taken with another limit. Otherwise mints the token from the
+/// same fence as the exclusive acquire, takes the lowest free slot (permits), adds the holder
+/// and answers `{1, token, slot or -1}`.
+///
+/// A request whose owner (a fresh id per attempt) already holds a live member is the same
+/// request sent again (the Cluster client resends a pipeline after an I/O error): it answers
+/// that grant, its expiry counted from now (a write, which a following `WAIT` then counts),
+/// and adds no second holder, so a resend never takes a second slot or leaves a reader nobody
+/// holds. A permit finds its member in the slot scan; a shared request, on a key with live
+/// holders, looks only at members scored from one resend window (ARGV[6] ms: the caller waits
+/// no longer for an answer) before its own expiry on, which its first run's member is, unless
+/// the server's clock jumped ahead by more than that between the runs. Atomic: one script.
+/// KEYS: lock, fence, holders, writers. ARGV: owner, ttl ms, retention ms, tag, limit (0:
+/// shared), resend window ms.
+pub(crate) const ACQUIRE_AS_LUA: &str = acquire_as_lua!("");
+
+/// [`ACQUIRE_AS_LUA`] for a labelled request: a grant (a resend's too) also sets the holder's
+/// label key (KEYS[5], named by the owner) to the label (ARGV[7]) for the holder's TTL.
+/// Atomic: the label is written by the script that grants; a separate script, so an unlabelled
+/// acquire runs exactly what it did before labels.
+pub(crate) const ACQUIRE_AS_LABELLED_LUA: &str =
+    acquire_as_lua!("redis.call('SET', KEYS[5], ARGV[7], 'PX', ARGV[2])\n");
+
+/// The shared or permit release, with `$label` (Lua, or nothing) run as the holder goes.
+macro_rules! release_as_lua {
+    ($label:literal) => {
+        concat!(
+            prelude_lua!(),
+            r"
 if redis.call('GET', KEYS[1]) ~= ARGV[2] then
   return 0
 end
@@ -320,20 +405,72 @@ if not score or tonumber(score) <= now then
   return 0
 end
 redis.call('ZREM', KEYS[2], ARGV[1])
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', fmt('%d', now))
 ",
-    hold_lua!("KEYS[1]", "ARGV[2]", "KEYS[2]"),
-    r"
+            $label,
+            r"redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', fmt('%d', now))
+",
+            hold_lua!("KEYS[1]", "ARGV[2]", "KEYS[2]"),
+            r"
 redis.call('PUBLISH', ARGV[3], '')
 return 1
 "
-);
+        )
+    };
+}
+
+/// Release in shared or permit mode: remove the holder only if the lock holds its mode's tag
+/// and the holder (owner and token) is still live, re-time the lock and the holders to the
+/// last one left (or delete both), and wake waiters on the key's channel, the one the
+/// exclusive release publishes on. Atomic: one script.
+/// KEYS: lock, holders. ARGV: member, tag, channel. Returns 1 if released, 0 if already gone.
+pub(crate) const RELEASE_AS_LUA: &str = release_as_lua!("");
+
+/// [`RELEASE_AS_LUA`] for a labelled lease: the holder's label key (KEYS[3]) goes with the
+/// holder. Atomic: one script.
+pub(crate) const RELEASE_AS_LABELLED_LUA: &str = release_as_lua!("redis.call('DEL', KEYS[3])\n");
+
+/// The shared or permit extend, with `$label` (Lua, or nothing) run as the holder is renewed.
+macro_rules! extend_as_lua {
+    ($label:literal) => {
+        concat!(
+            prelude_lua!(),
+            r"
+if redis.call('GET', KEYS[1]) ~= ARGV[2] then
+  return 0
+end
+local score = redis.call('ZSCORE', KEYS[2], ARGV[1])
+if not score or tonumber(score) <= now then
+  return 0
+end
+redis.call('ZADD', KEYS[2], fmt('%d', now + tonumber(ARGV[3]) * 1000), ARGV[1])
+",
+            $label,
+            r"redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', fmt('%d', now))
+",
+            hold_lua!("KEYS[1]", "ARGV[2]", "KEYS[2]"),
+            r"
+return 1
+"
+        )
+    };
+}
 
 /// Extend in shared or permit mode: only a live holder (owner and token) under its mode's tag
 /// gets `ttl` from now, and the lock and holders then expire with the last holder. Never
 /// recreates a holder. Atomic: one script.
 /// KEYS: lock, holders. ARGV: member, tag, ttl ms. Returns 1 if extended, 0 if gone.
-pub(crate) const EXTEND_AS_LUA: &str = concat!(
+pub(crate) const EXTEND_AS_LUA: &str = extend_as_lua!("");
+
+/// [`EXTEND_AS_LUA`] for a labelled lease: the holder's label key (KEYS[3]) gets the same TTL,
+/// so it keeps expiring with the holder. Atomic: one script.
+pub(crate) const EXTEND_AS_LABELLED_LUA: &str =
+    extend_as_lua!("redis.call('PEXPIRE', KEYS[3], ARGV[3])\n");
+
+/// Relabel in shared or permit mode: only a live holder (owner and token) under its mode's tag
+/// gets its label key set to the new label, expiring with the holder (its score, rounded up to
+/// the ms). Atomic: compare and set in one script.
+/// KEYS: lock, holders, label. ARGV: member, tag, label. Returns 1 if relabelled, 0 if gone.
+pub(crate) const RELABEL_AS_LUA: &str = concat!(
     prelude_lua!(),
     r"
 if redis.call('GET', KEYS[1]) ~= ARGV[2] then
@@ -343,24 +480,16 @@ local score = redis.call('ZSCORE', KEYS[2], ARGV[1])
 if not score or tonumber(score) <= now then
   return 0
 end
-redis.call('ZADD', KEYS[2], fmt('%d', now + tonumber(ARGV[3]) * 1000), ARGV[1])
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', fmt('%d', now))
-",
-    hold_lua!("KEYS[1]", "ARGV[2]", "KEYS[2]"),
-    r"
+redis.call('SET', KEYS[3], ARGV[3], 'PX', fmt('%d', math.ceil((tonumber(score) - now) / 1000)))
 return 1
 "
 );
 
-/// An exclusive attempt of a request that waits: [`ACQUIRE_LUA`] (a resend taking its own lock
-/// over as there), and if the key is held, the waiter's mark in the writers set (its id, scored
-/// by now + mark ms), which keeps new shared requests out while it lives; a grant removes the
-/// mark. The mark's writes run under `pcall`:
-/// a user without the sorted-set rights (exclusive locks needed none before) still waits,
-/// unmarked, and the third field says so. Atomic: one script.
-/// KEYS: lock, fence, writers. ARGV: owner, ttl ms, retention ms, waiter id, mark ms.
-/// Returns `{1, token}` if granted, `{0, pttl, 1 if marked else 0}` if held.
-pub(crate) const ACQUIRE_WAITING_LUA: &str = concat!(
+/// The exclusive attempt of a waiting request, with `$label` (Lua, or nothing) run on a grant
+/// before the mint.
+macro_rules! acquire_waiting_lua {
+    ($label:literal) => {
+        concat!(
     r"
 local fmt = string.format
 local t = redis.call('TIME')
@@ -368,6 +497,7 @@ local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
   or (redis.call('GET', KEYS[1]) == ARGV[1] and redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])) then
 ",
+    $label,
     mint_lua!(),
     r"
   redis.pcall('ZREM', KEYS[3], ARGV[4])
@@ -385,7 +515,25 @@ if type(last) == 'table' and #last == 2 then
 end
 return {0, redis.call('PTTL', KEYS[1]), 1}
 "
-);
+        )
+    };
+}
+
+/// An exclusive attempt of a request that waits: [`ACQUIRE_LUA`] (a resend taking its own lock
+/// over as there), and if the key is held, the waiter's mark in the writers set (its id, scored
+/// by now + mark ms), which keeps new shared requests out while it lives; a grant removes the
+/// mark. The mark's writes run under `pcall`:
+/// a user without the sorted-set rights (exclusive locks needed none before) still waits,
+/// unmarked, and the third field says so. Atomic: one script.
+/// KEYS: lock, fence, writers. ARGV: owner, ttl ms, retention ms, waiter id, mark ms.
+/// Returns `{1, token}` if granted, `{0, pttl, 1 if marked else 0}` if held.
+pub(crate) const ACQUIRE_WAITING_LUA: &str = acquire_waiting_lua!("");
+
+/// [`ACQUIRE_WAITING_LUA`] for a labelled request: a grant also sets the holder's label key
+/// (KEYS[4], named by the owner) to the label (ARGV[6]) for the same TTL. Atomic: the label is
+/// written by the script that grants.
+pub(crate) const ACQUIRE_WAITING_LABELLED_LUA: &str =
+    acquire_waiting_lua!("  redis.call('SET', KEYS[4], ARGV[6], 'PX', ARGV[2])\n");
 
 /// A waiting writer stops waiting: remove its mark and, if it was there, wake the key's
 /// waiters (readers it kept out). Atomic: one script. KEYS: writers. ARGV: waiter id, channel.
@@ -407,6 +555,16 @@ static RELEASE_AS: LazyLock<Lua> = LazyLock::new(|| Lua::new(RELEASE_AS_LUA));
 static EXTEND_AS: LazyLock<Lua> = LazyLock::new(|| Lua::new(EXTEND_AS_LUA));
 static ACQUIRE_WAITING: LazyLock<Lua> = LazyLock::new(|| Lua::new(ACQUIRE_WAITING_LUA));
 static WITHDRAW: LazyLock<Lua> = LazyLock::new(|| Lua::new(WITHDRAW_LUA));
+static ACQUIRE_LABELLED: LazyLock<Lua> = LazyLock::new(|| Lua::new(ACQUIRE_LABELLED_LUA));
+static RELEASE_LABELLED: LazyLock<Lua> = LazyLock::new(|| Lua::new(RELEASE_LABELLED_LUA));
+static EXTEND_LABELLED: LazyLock<Lua> = LazyLock::new(|| Lua::new(EXTEND_LABELLED_LUA));
+static RELABEL: LazyLock<Lua> = LazyLock::new(|| Lua::new(RELABEL_LUA));
+static ACQUIRE_AS_LABELLED: LazyLock<Lua> = LazyLock::new(|| Lua::new(ACQUIRE_AS_LABELLED_LUA));
+static RELEASE_AS_LABELLED: LazyLock<Lua> = LazyLock::new(|| Lua::new(RELEASE_AS_LABELLED_LUA));
+static EXTEND_AS_LABELLED: LazyLock<Lua> = LazyLock::new(|| Lua::new(EXTEND_AS_LABELLED_LUA));
+static RELABEL_AS: LazyLock<Lua> = LazyLock::new(|| Lua::new(RELABEL_AS_LUA));
+static ACQUIRE_WAITING_LABELLED: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(ACQUIRE_WAITING_LABELLED_LUA));
 
 // ---- the steps ------------------------------------------------------------------------------
 
@@ -422,19 +580,35 @@ pub(crate) enum Attempt {
 }
 
 /// Runs the acquire script on one connection (EVALSHA, loading the script on NOSCRIPT); a
-/// granted acquire leaves the fence to expire `retention` later.
+/// granted acquire leaves the fence to expire `retention` later, and with a `label` keeps it
+/// beside the holder.
 pub(crate) async fn acquire_on<C: ConnectionLike>(
     conn: &mut C,
     names: &KeyNames,
     owner: OwnerId,
     ttl: Duration,
     retention: Duration,
+    label: Option<&str>,
 ) -> Result<Attempt> {
-    let (lock, fence) = (
-        NameArg::Whole(names.lock.as_str().into()),
-        NameArg::Whole(names.fence.as_str().into()),
-    );
-    acquire_keys_on(conn, &lock, &fence, owner, ttl, retention).await
+    let Some(label) = label else {
+        let (lock, fence) = (
+            NameArg::Whole(names.lock.as_str().into()),
+            NameArg::Whole(names.fence.as_str().into()),
+        );
+        return acquire_keys_on(conn, &lock, &fence, owner, ttl, retention).await;
+    };
+    let reply: redis::Value = ACQUIRE_LABELLED
+        .key(&names.lock)
+        .key(&names.fence)
+        .key(names.label(owner))
+        .arg(&owner_hex(owner)[..])
+        .arg(whole_millis(ttl))
+        .arg(whole_millis(retention))
+        .arg(label)
+        .invoke_async(conn)
+        .await
+        .map_err(|e| script_error("acquire", ACQUIRE_LABELLED_LUA, e))?;
+    attempt_of(reply)
 }
 
 /// [`acquire_on`] given only the two names the script uses.
@@ -622,21 +796,68 @@ pub(crate) async fn release_keys_on<C: ConnectionLike>(
     Ok(released == 1)
 }
 
-/// Runs the extend script on one connection; true if this owner's lock got a fresh TTL.
+/// Runs the labelled release script on one connection: [`release_keys_on`] for a lease whose
+/// holder has a label, which goes with the lock.
+pub(crate) async fn release_labelled_on<C: ConnectionLike>(
+    conn: &mut C,
+    names: &KeyNames,
+    owner: OwnerId,
+) -> Result<bool> {
+    let released: i64 = RELEASE_LABELLED
+        .key(&names.lock)
+        .key(names.label(owner))
+        .arg(&owner_hex(owner)[..])
+        .arg(&names.channel)
+        .invoke_async(conn)
+        .await
+        .map_err(|e| script_error("release", RELEASE_LABELLED_LUA, e))?;
+    Ok(released == 1)
+}
+
+/// Runs the extend script on one connection; true if this owner's lock got a fresh TTL. A
+/// `labelled` lease's label key gets it too.
 pub(crate) async fn extend_on<C: ConnectionLike>(
     conn: &mut C,
     names: &KeyNames,
     owner: OwnerId,
     ttl: Duration,
+    labelled: bool,
 ) -> Result<bool> {
-    let extended: i64 = EXTEND
-        .key(&names.lock)
+    let (lua, source) = if labelled {
+        (&*EXTEND_LABELLED, EXTEND_LABELLED_LUA)
+    } else {
+        (&*EXTEND, EXTEND_LUA)
+    };
+    let mut invocation = lua.key(&names.lock);
+    if labelled {
+        invocation = invocation.key(names.label(owner));
+    }
+    let extended: i64 = invocation
         .arg(owner.to_string())
         .arg(whole_millis(ttl))
         .invoke_async(conn)
         .await
-        .map_err(|e| script_error("extend", EXTEND_LUA, e))?;
+        .map_err(|e| script_error("extend", source, e))?;
     Ok(extended == 1)
+}
+
+/// Runs the relabel script on one connection; true if this owner still held the lock and its
+/// label is now `label`.
+pub(crate) async fn relabel_on<C: ConnectionLike>(
+    conn: &mut C,
+    names: &KeyNames,
+    owner: OwnerId,
+    label: &str,
+) -> Result<bool> {
+    let relabelled: i64 = RELABEL
+        .key(&names.lock)
+        .key(names.label(owner))
+        .arg(owner.to_string())
+        .arg(label)
+        .invoke_async(conn)
+        .await
+        .map_err(|e| script_error("relabel", RELABEL_LUA, e))?;
+    Ok(relabelled == 1)
 }
 
 /// Runs the evict script on one connection; true if a lock was deleted.
@@ -645,6 +866,7 @@ pub(crate) async fn evict_on<C: ConnectionLike>(conn: &mut C, names: &KeyNames) 
         .key(&names.lock)
         .key(&names.holders)
         .arg(&names.channel)
+        .arg(&names.labels)
         .invoke_async(conn)
         .await
         .map_err(|e| script_error("evict", EVICT_LUA, e))?;
@@ -656,10 +878,18 @@ pub(crate) async fn status_on<C: ConnectionLike>(
     conn: &mut C,
     names: &KeyNames,
 ) -> Result<KeyStatus> {
-    let (owner, pttl, fence, holders): (Option<String>, i64, Option<String>, Vec<String>) = STATUS
+    type Reply = (
+        Option<String>,
+        i64,
+        Option<String>,
+        Vec<String>,
+        Option<String>,
+    );
+    let (owner, pttl, fence, holders, label): Reply = STATUS
         .key(&names.lock)
         .key(&names.fence)
         .key(&names.holders)
+        .arg(&names.labels)
         .invoke_async(conn)
         .await
         .map_err(|e| script_error("status", STATUS_LUA, e))?;
@@ -671,15 +901,17 @@ pub(crate) async fn status_on<C: ConnectionLike>(
             owner: OwnerId::parse(&owner),
             token: fence.and_then(|f| f.parse().ok()),
             remaining: u64::try_from(pttl).ok().map(Duration::from_millis),
-            label: None,
+            label,
         });
     };
     let holders: Vec<HolderStatus> = holders
-        .chunks_exact(2)
-        .map(|pair| {
-            let (owner, token, slot) = parse_member(&pair[0]);
-            let remaining = pair[1].parse().ok().map(Duration::from_millis);
-            HolderStatus::new(owner, token, slot, remaining)
+        .chunks_exact(3)
+        .map(|holder| {
+            let (owner, token, slot) = parse_member(&holder[0]);
+            let remaining = holder[1].parse().ok().map(Duration::from_millis);
+            // A label is at least one byte: the script's empty string is "none".
+            let label = Some(holder[2].clone()).filter(|label| !label.is_empty());
+            HolderStatus::new(owner, token, slot, remaining).with_label(label)
         })
         .collect();
     Ok(if holders.is_empty() {
@@ -750,6 +982,7 @@ pub(crate) enum ModeAttempt {
 /// Runs the shared or permit acquire script on one connection; `mode` is not exclusive.
 /// `resend_window` is the longest a resend of this request can follow its first run and still
 /// be answered to the caller (the command timeout).
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn acquire_as_on<C: ConnectionLike>(
     conn: &mut C,
     names: &KeyNames,
@@ -758,26 +991,39 @@ pub(crate) async fn acquire_as_on<C: ConnectionLike>(
     retention: Duration,
     mode: Mode,
     resend_window: Duration,
+    label: Option<&str>,
 ) -> Result<ModeAttempt> {
     let (Some(tag), limit) = (tag_of(mode), limit_of(mode)) else {
         return Err(Error::Unsupported {
             operation: "this lock mode",
         });
     };
-    let reply: Vec<i64> = ACQUIRE_AS
+    let (lua, source) = match label {
+        None => (&*ACQUIRE_AS, ACQUIRE_AS_LUA),
+        Some(_) => (&*ACQUIRE_AS_LABELLED, ACQUIRE_AS_LABELLED_LUA),
+    };
+    let mut invocation = lua
         .key(&names.lock)
         .key(&names.fence)
         .key(&names.holders)
-        .key(&names.writers)
+        .key(&names.writers);
+    if label.is_some() {
+        invocation = invocation.key(names.label(owner));
+    }
+    invocation = invocation
         .arg(owner.to_string())
         .arg(whole_millis(ttl))
         .arg(whole_millis(retention))
         .arg(tag)
         .arg(limit)
-        .arg(whole_millis(resend_window))
+        .arg(whole_millis(resend_window));
+    if let Some(label) = label {
+        invocation = invocation.arg(label);
+    }
+    let reply: Vec<i64> = invocation
         .invoke_async(conn)
         .await
-        .map_err(|e| script_error("acquire", ACQUIRE_AS_LUA, e))?;
+        .map_err(|e| script_error("acquire", source, e))?;
     match reply.as_slice() {
         [1, token, slot] if *token > 0 => Ok(ModeAttempt::Granted {
             token: *token as u64,
@@ -808,49 +1054,86 @@ fn limit_of(mode: Mode) -> u32 {
 }
 
 /// Runs the shared or permit release script on one connection; true if this holder (owner and
-/// token) was removed. `tag` is [`tag_of`] the lease's mode.
+/// token) was removed. `tag` is [`tag_of`] the lease's mode; `label` the holder's label key,
+/// for a holder that has one.
 pub(crate) async fn release_as_on<C: ConnectionLike>(
     conn: &mut C,
     names: &KeyNames,
     member: &str,
     tag: &str,
+    label: Option<&str>,
 ) -> Result<bool> {
-    let released: i64 = RELEASE_AS
+    let (lua, source) = match label {
+        None => (&*RELEASE_AS, RELEASE_AS_LUA),
+        Some(_) => (&*RELEASE_AS_LABELLED, RELEASE_AS_LABELLED_LUA),
+    };
+    let released: i64 = lua
         .key(&names.lock)
         .key(&names.holders)
+        .key(label)
         .arg(member)
         .arg(tag)
         .arg(&names.channel)
         .invoke_async(conn)
         .await
-        .map_err(|e| script_error("release", RELEASE_AS_LUA, e))?;
+        .map_err(|e| script_error("release", source, e))?;
     Ok(released == 1)
 }
 
 /// Runs the shared or permit extend script on one connection; true if this holder got a fresh
-/// TTL.
+/// TTL. `label` is the holder's label key, for a holder that has one.
 pub(crate) async fn extend_as_on<C: ConnectionLike>(
     conn: &mut C,
     names: &KeyNames,
     member: &str,
     tag: &str,
     ttl: Duration,
+    label: Option<&str>,
 ) -> Result<bool> {
-    let extended: i64 = EXTEND_AS
+    let (lua, source) = match label {
+        None => (&*EXTEND_AS, EXTEND_AS_LUA),
+        Some(_) => (&*EXTEND_AS_LABELLED, EXTEND_AS_LABELLED_LUA),
+    };
+    let extended: i64 = lua
         .key(&names.lock)
         .key(&names.holders)
+        .key(label)
         .arg(member)
         .arg(tag)
         .arg(whole_millis(ttl))
         .invoke_async(conn)
         .await
-        .map_err(|e| script_error("extend", EXTEND_AS_LUA, e))?;
+        .map_err(|e| script_error("extend", source, e))?;
     Ok(extended == 1)
+}
+
+/// Runs the shared or permit relabel script on one connection; true if this holder (owner and
+/// token) was live and its label key (`label_key`) now holds `label`.
+pub(crate) async fn relabel_as_on<C: ConnectionLike>(
+    conn: &mut C,
+    names: &KeyNames,
+    member: &str,
+    tag: &str,
+    label_key: &str,
+    label: &str,
+) -> Result<bool> {
+    let relabelled: i64 = RELABEL_AS
+        .key(&names.lock)
+        .key(&names.holders)
+        .key(label_key)
+        .arg(member)
+        .arg(tag)
+        .arg(label)
+        .invoke_async(conn)
+        .await
+        .map_err(|e| script_error("relabel", RELABEL_AS_LUA, e))?;
+    Ok(relabelled == 1)
 }
 
 /// Runs the exclusive attempt of a waiting request on one connection, marking `waiter` as a
 /// waiting writer for `mark` if the key is held. The flag says whether the mark was written
 /// (false: the user may not write the writers set).
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn acquire_waiting_on<C: ConnectionLike>(
     conn: &mut C,
     names: &KeyNames,
@@ -859,19 +1142,26 @@ pub(crate) async fn acquire_waiting_on<C: ConnectionLike>(
     retention: Duration,
     waiter: &str,
     mark: Duration,
+    label: Option<&str>,
 ) -> Result<(Attempt, bool)> {
-    let reply: Vec<i64> = ACQUIRE_WAITING
-        .key(&names.lock)
-        .key(&names.fence)
-        .key(&names.writers)
+    let (lua, source) = match label {
+        None => (&*ACQUIRE_WAITING, ACQUIRE_WAITING_LUA),
+        Some(_) => (&*ACQUIRE_WAITING_LABELLED, ACQUIRE_WAITING_LABELLED_LUA),
+    };
+    let mut invocation = lua.key(&names.lock).key(&names.fence).key(&names.writers);
+    if label.is_some() {
+        invocation = invocation.key(names.label(owner));
+    }
+    let reply: Vec<i64> = invocation
         .arg(owner.to_string())
         .arg(whole_millis(ttl))
         .arg(whole_millis(retention))
         .arg(waiter)
         .arg(whole_millis(mark))
+        .arg(label)
         .invoke_async(conn)
         .await
-        .map_err(|e| script_error("acquire", ACQUIRE_WAITING_LUA, e))?;
+        .map_err(|e| script_error("acquire", source, e))?;
     match reply.as_slice() {
         [1, token] if *token > 0 => Ok((
             Attempt::Granted {
@@ -1040,6 +1330,7 @@ pub(crate) mod tests {
             OwnerId::random(),
             Duration::from_secs(30),
             Duration::from_millis(RETENTION_MS),
+            None,
         )
         .await
         .expect("the acquire runs by EVAL");
@@ -1203,8 +1494,10 @@ pub(crate) mod tests {
             async move { cmd.query_async::<u64>(&mut conn).await.expect("ZCARD") }
         };
         let owner = OwnerId::random();
-        let first = acquire_as_on(&mut conn, &names, owner, ttl, retention, mode, WINDOW).await;
-        let resent = acquire_as_on(&mut conn, &names, owner, ttl, retention, mode, WINDOW).await;
+        let first =
+            acquire_as_on(&mut conn, &names, owner, ttl, retention, mode, WINDOW, None).await;
+        let resent =
+            acquire_as_on(&mut conn, &names, owner, ttl, retention, mode, WINDOW, None).await;
         assert!(
             matches!(first, Ok(ModeAttempt::Granted { slot: Some(0), .. })),
             "{first:?}"
@@ -1213,12 +1506,14 @@ pub(crate) mod tests {
         assert_eq!(holders(&mut conn).await, 1, "one slot taken, not two");
         // Another owner takes the last slot; its resend still finds its grant.
         let other = OwnerId::random();
-        let last = acquire_as_on(&mut conn, &names, other, ttl, retention, mode, WINDOW).await;
+        let last =
+            acquire_as_on(&mut conn, &names, other, ttl, retention, mode, WINDOW, None).await;
         assert!(
             matches!(last, Ok(ModeAttempt::Granted { slot: Some(1), .. })),
             "{last:?}"
         );
-        let resent = acquire_as_on(&mut conn, &names, other, ttl, retention, mode, WINDOW).await;
+        let resent =
+            acquire_as_on(&mut conn, &names, other, ttl, retention, mode, WINDOW, None).await;
         assert_eq!(
             resent.ok(),
             last.ok(),
@@ -1233,6 +1528,7 @@ pub(crate) mod tests {
             retention,
             mode,
             WINDOW,
+            None,
         )
         .await;
         assert!(matches!(third, Ok(ModeAttempt::Held { .. })), "{third:?}");
@@ -1316,11 +1612,13 @@ pub(crate) mod tests {
                 async move {
                     if waiting {
                         let mark = Duration::from_secs(1);
-                        acquire_waiting_on(&mut conn, &names, owner, ttl, retention, waiter, mark)
-                            .await
-                            .map(|(attempt, _)| attempt)
+                        acquire_waiting_on(
+                            &mut conn, &names, owner, ttl, retention, waiter, mark, None,
+                        )
+                        .await
+                        .map(|(attempt, _)| attempt)
                     } else {
-                        acquire_on(&mut conn, &names, owner, ttl, retention).await
+                        acquire_on(&mut conn, &names, owner, ttl, retention, None).await
                     }
                 }
             };
@@ -1360,7 +1658,7 @@ pub(crate) mod tests {
             );
             let released = release_keys_on(&mut conn, &lock, &channel, owner).await;
             assert!(matches!(released, Ok(true)), "{released:?}");
-            let next = acquire_on(&mut conn, &names, OwnerId::random(), ttl, retention).await;
+            let next = acquire_on(&mut conn, &names, OwnerId::random(), ttl, retention, None).await;
             assert!(
                 matches!(next, Ok(Attempt::Granted { .. })),
                 "waiting {waiting}: {next:?}"
@@ -1386,6 +1684,7 @@ pub(crate) mod tests {
             retention,
             Mode::Shared,
             WINDOW,
+            None,
         )
         .await;
         let Ok(first @ ModeAttempt::Granted { slot: None, .. }) = first else {
@@ -1403,6 +1702,7 @@ pub(crate) mod tests {
             retention,
             Mode::Shared,
             WINDOW,
+            None,
         )
         .await;
         assert_eq!(
@@ -1432,6 +1732,7 @@ pub(crate) mod tests {
             retention,
             Mode::Shared,
             WINDOW,
+            None,
         )
         .await;
         assert_eq!(resent.ok(), Some(first), "behind a writer's mark too");
@@ -1444,6 +1745,7 @@ pub(crate) mod tests {
             retention,
             Mode::Shared,
             WINDOW,
+            None,
         )
         .await;
         assert!(
@@ -1462,7 +1764,8 @@ pub(crate) mod tests {
         let names = KeyNames::new(&format!("script-test:{}:", OwnerId::random()), "refresh");
         let (ttl, retention) = (Duration::from_secs(30), Duration::from_millis(RETENTION_MS));
         let (owner, mode) = (OwnerId::random(), Mode::permits(2));
-        let first = acquire_as_on(&mut conn, &names, owner, ttl, retention, mode, WINDOW).await;
+        let first =
+            acquire_as_on(&mut conn, &names, owner, ttl, retention, mode, WINDOW, None).await;
         assert!(
             matches!(first, Ok(ModeAttempt::Granted { .. })),
             "{first:?}"
@@ -1470,7 +1773,8 @@ pub(crate) mod tests {
         let (member, _) = only_holder(&mut conn, &names.holders).await;
         rescore(&mut conn, &names.holders, &member, 10_000).await;
         pexpire(&mut conn, &names.lock, 10_005).await;
-        let resent = acquire_as_on(&mut conn, &names, owner, ttl, retention, mode, WINDOW).await;
+        let resent =
+            acquire_as_on(&mut conn, &names, owner, ttl, retention, mode, WINDOW, None).await;
         assert_eq!(resent.ok(), first.ok(), "the resend answers the same grant");
         let (_, left) = only_holder(&mut conn, &names.holders).await;
         assert!(

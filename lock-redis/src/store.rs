@@ -22,8 +22,8 @@ use crate::eviction::{self, EvictionCheck};
 use crate::keys::{KeyNames, NameArg};
 use crate::script::{
     acquire_as_on, acquire_keys_on, acquire_on, acquire_waiting_on, evict_on, extend_as_on,
-    extend_on, member, release_as_on, release_keys_on, status_on, tag_of, withdraw_on, Attempt,
-    ModeAttempt,
+    extend_on, member, relabel_as_on, relabel_on, release_as_on, release_keys_on,
+    release_labelled_on, status_on, tag_of, withdraw_on, Attempt, ModeAttempt,
 };
 use crate::subscriber::ReleaseSubscriber;
 
@@ -367,9 +367,15 @@ impl RedisStore {
     }
 
     /// A granted lease, if `min_replicas` replicas acknowledged its acquire (or none were
-    /// asked for); else the lease is released and the acquire fails with the retryable
+    /// asked for); else the lease is released (with its label, if the acquire asked for one:
+    /// the lease does not carry it yet) and the acquire fails with the retryable
     /// [`Error::Unavailable`]: a lease whose token a failover may lose is never handed out.
-    async fn acknowledged(&self, lease: Lease, acked: Option<Arc<AtomicI64>>) -> Result<Lease> {
+    async fn acknowledged(
+        &self,
+        lease: Lease,
+        acked: Option<Arc<AtomicI64>>,
+        labelled: bool,
+    ) -> Result<Lease> {
         let Some(acked) = acked else {
             return Ok(lease);
         };
@@ -378,7 +384,7 @@ impl RedisStore {
         if got >= i64::from(wanted) {
             return Ok(lease);
         }
-        if let Err(error) = raw::Store::release(self, &lease).await {
+        if let Err(error) = self.release_in(&lease, labelled).await {
             tracing::debug!(%error, "an unacknowledged lease was left to expire");
         }
         Err(Error::Unavailable {
@@ -408,17 +414,56 @@ impl RedisStore {
         }
     }
 
+    /// Releases `lease`, with its holder's label key if it is `labelled` (only a labelled
+    /// release names and deletes it, so an unlabelled one costs what it did before labels).
+    async fn release_in(&self, lease: &Lease, labelled: bool) -> Result<ReleaseOutcome> {
+        let owner = lease.owner();
+        let released = match tag_of(lease.mode()) {
+            None if labelled => {
+                let names = self.names(lease.key());
+                self.run("release", |mut conn| async move {
+                    release_labelled_on(&mut conn, &names, owner).await
+                })
+                .await?
+            }
+            None => {
+                let lock = self.name(lease.key(), Name::Lock);
+                let channel = self.name(lease.key(), Name::Channel);
+                self.run("release", |mut conn| async move {
+                    release_keys_on(&mut conn, &lock, &channel, owner).await
+                })
+                .await?
+            }
+            Some(tag) => {
+                let names = self.names(lease.key());
+                let member = member(owner, lease.fencing_token(), lease.slot());
+                let label = labelled.then(|| names.label(owner));
+                self.run("release", |mut conn| async move {
+                    release_as_on(&mut conn, &names, &member, &tag, label.as_deref()).await
+                })
+                .await?
+            }
+        };
+        Ok(if released {
+            ReleaseOutcome::Released
+        } else {
+            ReleaseOutcome::Lost
+        })
+    }
+
     /// One acquire attempt in `mode`; the lease's deadline is measured from before the script
     /// was first sent. A resend inside the Cluster client (after an I/O error) runs later and
     /// counts the TTL from its own run, so the server's expiry only moves later than that
     /// deadline. An exclusive attempt with a `mark` also marks the request as a waiting writer
     /// while the key is held (see [`WriterMark`]); without one it is the plain acquire script.
+    /// A `label` is kept beside the holder by the granting script.
     async fn attempt(
         &self,
         key: &str,
         names: &KeyNames,
         ttl: Duration,
         mode: Mode,
+        label: Option<&str>,
         mark: Option<&mut WriterMark>,
     ) -> Result<Granted> {
         let owner = OwnerId::random();
@@ -429,13 +474,15 @@ impl RedisStore {
             let window = self.inner.config.command_timeout;
             let attempt = self
                 .run_on(conn, "acquire", |mut conn| async move {
-                    acquire_as_on(&mut conn, names, owner, ttl, retention, mode, window).await
+                    acquire_as_on(&mut conn, names, owner, ttl, retention, mode, window, label)
+                        .await
                 })
                 .await?;
             return match attempt {
                 ModeAttempt::Granted { token, slot } => {
                     let lease = Lease::new(key, owner, token, ttl, sent_at).in_mode(mode, slot);
-                    Ok(Granted::Yes(self.acknowledged(lease, acked).await?))
+                    let lease = self.acknowledged(lease, acked, label.is_some()).await?;
+                    Ok(Granted::Yes(lease))
                 }
                 ModeAttempt::Held { expires_in } => Ok(Granted::No { expires_in }),
                 ModeAttempt::LimitMismatch { held } => Err(Error::LimitMismatch {
@@ -451,7 +498,7 @@ impl RedisStore {
         let attempt = match mark {
             None => {
                 self.run_on(conn, "acquire", |mut conn| async move {
-                    acquire_on(&mut conn, names, owner, ttl, retention).await
+                    acquire_on(&mut conn, names, owner, ttl, retention, label).await
                 })
                 .await?
             }
@@ -469,6 +516,7 @@ impl RedisStore {
                             retention,
                             waiter,
                             WRITER_MARK,
+                            label,
                         )
                         .await
                     })
@@ -491,14 +539,14 @@ impl RedisStore {
         Ok(match attempt {
             Attempt::Granted { token } => {
                 let lease = Lease::new(key, owner, token, ttl, sent_at);
-                Granted::Yes(self.acknowledged(lease, acked).await?)
+                Granted::Yes(self.acknowledged(lease, acked, label.is_some()).await?)
             }
             Attempt::Held { expires_in } => Granted::No { expires_in },
         })
     }
 
-    /// [`Self::attempt`] for an exclusive lease without a writer's mark, naming only the lock
-    /// and the fence.
+    /// [`Self::attempt`] for an unlabelled exclusive lease without a writer's mark, naming only
+    /// the lock and the fence.
     async fn try_exclusive(&self, key: &str, ttl: Duration) -> Result<Granted> {
         let (lock, fence) = (self.name(key, Name::Lock), self.name(key, Name::Fence));
         let owner = OwnerId::random();
@@ -513,18 +561,25 @@ impl RedisStore {
         Ok(match attempt {
             Attempt::Granted { token } => {
                 let lease = Lease::new(key, owner, token, ttl, sent_at);
-                Granted::Yes(self.acknowledged(lease, acked).await?)
+                Granted::Yes(self.acknowledged(lease, acked, false).await?)
             }
             Attempt::Held { expires_in } => Granted::No { expires_in },
         })
     }
 
     /// One attempt in `mode`, refused as [`Error::Busy`].
-    async fn try_acquire_in(&self, key: &str, ttl: Duration, mode: Mode) -> Result<Lease> {
-        let attempt = if mode == Mode::Exclusive {
+    async fn try_acquire_in(
+        &self,
+        key: &str,
+        ttl: Duration,
+        mode: Mode,
+        label: Option<&str>,
+    ) -> Result<Lease> {
+        let attempt = if mode == Mode::Exclusive && label.is_none() {
             self.try_exclusive(key, ttl).await?
         } else {
-            self.attempt(key, &self.names(key), ttl, mode, None).await?
+            let names = self.names(key);
+            self.attempt(key, &names, ttl, mode, label, None).await?
         };
         match attempt {
             Granted::Yes(lease) => Ok(lease),
@@ -543,13 +598,14 @@ impl RedisStore {
         ttl: Duration,
         wait: Duration,
         mode: Mode,
+        label: Option<&str>,
     ) -> Result<Lease> {
         let deadline = Instant::now() + wait;
         let names = self.names(key);
         let timed_out = || Error::Busy {
             key: key.to_owned(),
         };
-        if let Granted::Yes(lease) = self.attempt(key, &names, ttl, mode, None).await? {
+        if let Granted::Yes(lease) = self.attempt(key, &names, ttl, mode, label, None).await? {
             return Ok(lease);
         }
         if Instant::now() >= deadline {
@@ -566,7 +622,8 @@ impl RedisStore {
             notified.as_mut().enable();
             // Measured before the attempt: the holder's remaining TTL counts from here.
             let asked = Instant::now();
-            let expires_in = match self.attempt(key, &names, ttl, mode, mark.as_mut()).await? {
+            let attempt = self.attempt(key, &names, ttl, mode, label, mark.as_mut());
+            let expires_in = match attempt.await? {
                 Granted::Yes(lease) => return Ok(lease),
                 Granted::No { expires_in } => expires_in,
             };
@@ -669,6 +726,7 @@ fn quick_names(layout: Layout, prefix: &str, key: &str) -> Option<KeyNames> {
         fence: name(":fence"),
         holders: name(":holders"),
         writers: name(":writers"),
+        labels: name(":label:"),
         channel: name(":released"),
     })
 }
@@ -706,8 +764,8 @@ impl raw::Store for RedisStore {
     /// lock lives until its TTL. In [`Layout::Plain`] waits are not declared notified: peer
     /// clients publish nothing when they release, so a waiter sees their releases only by
     /// trying again, at least every [`WAIT_CAP`] (fencelock's own releases still wake it).
-    /// Shared leases and semaphore permits are kept in both layouts (the crate docs,
-    /// `# Shared leases and permits`). With `min_replicas` the shortest TTL is twice
+    /// Shared leases, semaphore permits and holder labels are kept in both layouts (the crate
+    /// docs, `# Shared leases and permits` and `# Labels`). With `min_replicas` the shortest TTL is twice
     /// `replica_timeout` (acquires refuse shorter ones, naming that rule).
     fn capabilities(&self) -> Capabilities {
         Capabilities::new()
@@ -721,6 +779,7 @@ impl raw::Store for RedisStore {
             .with_retention(self.inner.config.retention)
             .with_shared(true)
             .with_permits(true)
+            .with_labels(true)
     }
 
     /// With `min_replicas`, a TTL below twice `replica_timeout` is refused naming that rule.
@@ -753,11 +812,12 @@ impl raw::Store for RedisStore {
             ttl,
             mode,
             wait,
+            label,
             ..
         } = *request;
         match wait {
-            None => self.try_acquire_in(key, ttl, mode).await,
-            Some(wait) => self.acquire_in(key, ttl, wait, mode).await,
+            None => self.try_acquire_in(key, ttl, mode, label).await,
+            Some(wait) => self.acquire_in(key, ttl, wait, mode, label).await,
         }
     }
 
@@ -765,30 +825,7 @@ impl raw::Store for RedisStore {
     /// Dropping the future may or may not have released the lease; calling release again is
     /// safe (it answers `Lost` if the first one went through).
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
-        let owner = lease.owner();
-        let released = match tag_of(lease.mode()) {
-            None => {
-                let lock = self.name(lease.key(), Name::Lock);
-                let channel = self.name(lease.key(), Name::Channel);
-                self.run("release", |mut conn| async move {
-                    release_keys_on(&mut conn, &lock, &channel, owner).await
-                })
-                .await?
-            }
-            Some(tag) => {
-                let names = self.names(lease.key());
-                let member = member(owner, lease.fencing_token(), lease.slot());
-                self.run("release", |mut conn| async move {
-                    release_as_on(&mut conn, &names, &member, &tag).await
-                })
-                .await?
-            }
-        };
-        Ok(if released {
-            ReleaseOutcome::Released
-        } else {
-            ReleaseOutcome::Lost
-        })
+        self.release_in(lease, lease.label().is_some()).await
     }
 
     /// # Cancel safety
@@ -797,24 +834,66 @@ impl raw::Store for RedisStore {
     async fn extend(&self, lease: &Lease) -> Result<()> {
         let names = self.names(lease.key());
         let (owner, ttl) = (lease.owner(), lease.ttl());
+        // Only a labelled lease's label key is renewed with it.
+        let labelled = lease.label().is_some();
         let sent_at = Instant::now();
         let extended = match tag_of(lease.mode()) {
             None => {
                 self.run("extend", |mut conn| async move {
-                    extend_on(&mut conn, &names, owner, ttl).await
+                    extend_on(&mut conn, &names, owner, ttl, labelled).await
                 })
                 .await?
             }
             Some(tag) => {
                 let member = member(owner, lease.fencing_token(), lease.slot());
+                let label = labelled.then(|| names.label(owner));
                 self.run("extend", |mut conn| async move {
-                    extend_as_on(&mut conn, &names, &member, &tag, ttl).await
+                    extend_as_on(&mut conn, &names, &member, &tag, ttl, label.as_deref()).await
                 })
                 .await?
             }
         };
         if extended {
             lease.confirm(sent_at);
+            Ok(())
+        } else {
+            Err(Error::lost(
+                lease,
+                "the Redis key expired, was released, or is held by another owner",
+            ))
+        }
+    }
+
+    /// Compare-and-set of the holder's label key, in any mode: only while `lease` still holds
+    /// the key (owner, and in shared or permit mode token, under its mode's tag), and expiring
+    /// with the holder.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may or may not have relabelled the holder on the server; the lease's
+    /// label only changes once the answer is read. Either way the lease stays releasable (its
+    /// label key is named by its owner, not by its label). A lease without a label whose
+    /// relabel was dropped releases without naming the key: the label then stays until the
+    /// holder's TTL would have run out, unread (no later holder has that owner).
+    async fn relabel(&self, lease: &Lease, label: &str) -> Result<()> {
+        let names = self.names(lease.key());
+        let owner = lease.owner();
+        let relabelled = match tag_of(lease.mode()) {
+            None => {
+                self.run("relabel", |mut conn| async move {
+                    relabel_on(&mut conn, &names, owner, label).await
+                })
+                .await?
+            }
+            Some(tag) => {
+                let member = member(owner, lease.fencing_token(), lease.slot());
+                let key = names.label(owner);
+                self.run("relabel", |mut conn| async move {
+                    relabel_as_on(&mut conn, &names, &member, &tag, &key, label).await
+                })
+                .await?
+            }
+        };
+        if relabelled {
             Ok(())
         } else {
             Err(Error::lost(
@@ -931,6 +1010,90 @@ mod tests {
             }
         }
         assert_eq!(store.capabilities().min_ttl, Duration::from_secs(1));
+    }
+
+    /// A holder's label key lives and goes with the holder, in every mode and both layouts:
+    /// the granting script writes it with the holder's TTL, extend renews it, release and evict
+    /// delete it, and an unlabelled lease writes none (status then reports no label).
+    #[tokio::test]
+    async fn a_label_key_lives_and_goes_with_its_holder() {
+        let url = test_servers::shared::redis().url();
+        let mut admin = redis::Client::open(url.as_str())
+            .expect("url")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("admin");
+        let ttl = Duration::from_secs(30);
+        let label_of = |admin: &redis::aio::MultiplexedConnection, key: String| {
+            let mut admin = admin.clone();
+            async move {
+                let (label, left): (Option<String>, i64) = redis::pipe()
+                    .get(&key)
+                    .pttl(&key)
+                    .query_async(&mut admin)
+                    .await
+                    .expect("GET, PTTL");
+                (label, left)
+            }
+        };
+        for options in ["", "&layout=plain"] {
+            let config = RedisConfig::from_url(&format!("{url}?prefix=label-test:{options}"))
+                .expect("config");
+            let store = RedisStore::connect(config).await.expect("connect");
+            for mode in [Mode::Exclusive, Mode::Shared, Mode::permits(2)] {
+                let key = format!("{}:{mode}", OwnerId::random());
+                let names = store.names(&key);
+                let request = AcquireRequest::new(&key, ttl).mode(mode).label("worker 7");
+                let lease = store.acquire_request(request).await.expect("labelled");
+                let (label, left) = label_of(&admin, names.label(lease.owner())).await;
+                assert_eq!(label.as_deref(), Some("worker 7"), "{options} {mode}");
+                assert!(
+                    left > 25_000 && left <= 30_000,
+                    "{options} {mode}: {left} ms"
+                );
+                // As if the grant were older: the extend renews the label with the holder.
+                let _: i64 = redis::cmd("PEXPIRE")
+                    .arg(names.label(lease.owner()))
+                    .arg(5_000)
+                    .query_async(&mut admin)
+                    .await
+                    .expect("PEXPIRE");
+                store.extend(&lease).await.expect("extend");
+                let (_, left) = label_of(&admin, names.label(lease.owner())).await;
+                assert!(left > 25_000, "{options} {mode}: renewed to {left} ms");
+                assert_eq!(
+                    store.release(&lease).await.expect("release"),
+                    ReleaseOutcome::Released
+                );
+                let (label, _) = label_of(&admin, names.label(lease.owner())).await;
+                assert_eq!(label, None, "{options} {mode}: the release left the label");
+
+                let plain = store.try_acquire_as(&key, ttl, mode).await.expect("plain");
+                let (label, _) = label_of(&admin, names.label(plain.owner())).await;
+                assert_eq!(
+                    label, None,
+                    "{options} {mode}: an unlabelled lease wrote one"
+                );
+                let unlabelled = match store.status(&key).await.expect("status") {
+                    KeyStatus::Held { label, .. } => label.is_none(),
+                    KeyStatus::Shared { holders, .. } => holders.iter().all(|h| h.label.is_none()),
+                    _ => false,
+                };
+                assert!(
+                    unlabelled,
+                    "{options} {mode}: an unlabelled holder has a label"
+                );
+                let _ = store.release(&plain).await.expect("release");
+
+                let lease = store
+                    .acquire_request(AcquireRequest::new(&key, ttl).mode(mode).label("evicted"))
+                    .await
+                    .expect("labelled");
+                assert!(store.evict(&key).await.expect("evict"));
+                let (label, _) = label_of(&admin, names.label(lease.owner())).await;
+                assert_eq!(label, None, "{options} {mode}: the evict left the label");
+            }
+        }
     }
 
     #[tokio::test]

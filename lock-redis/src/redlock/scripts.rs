@@ -93,6 +93,85 @@ macro_rules! fresh_lapse_ms {
     };
 }
 
+/// The acquire on one node, with `$request` (Lua appended to a waiter's request, or nothing),
+/// `$takeover` (run as a waiter's round takes over an earlier grant to its wait) and `$label`
+/// (run on a grant before the mint).
+macro_rules! acquire_lua {
+    ($request:literal, $takeover:literal, $label:literal) => {
+        concat!(
+            r"
+local t = redis.call('TIME')
+local ms = t[1] * 1000 + math.floor(t[2] / 1000)
+local waiter = ARGV[4] or ''
+local mine = false
+if waiter ~= '' then
+  local before = redis.call('GET', KEYS[5])
+  local known
+  if before then
+    local last, owner = string.match(before, '^(%d+):(%x*)')
+    last = tonumber(last or '')
+    if not last or last >= tonumber(ARGV[8]) then
+      return {0, redis.call('PTTL', KEYS[1]), 1}
+    end
+    if owner ~= '' then
+      known = owner
+    end
+  end
+  redis.pcall('ZADD', KEYS[3], ARGV[5], waiter)
+  redis.pcall('ZADD', KEYS[4], ms + tonumber(ARGV[6]), waiter)
+  redis.pcall('PEXPIRE', KEYS[3], tonumber(ARGV[6]) + 1000)
+  redis.pcall('PEXPIRE', KEYS[4], tonumber(ARGV[6]) + 1000)
+  redis.call('SET', KEYS[5], ARGV[8] .. ':' .. ARGV[7] .. ':' .. ARGV[2]",
+            $request,
+            r", 'PX', ARGV[6])
+  local holder = redis.call('GET', KEYS[1])
+  if holder and (holder == ARGV[1] or holder == known) then
+    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+",
+            $takeover,
+            r"    mine = true
+  end
+end
+if not mine then
+  local queued = 0
+  if redis.pcall('EXISTS', KEYS[4]) == 1 then
+",
+            queue_head_lua!(),
+            r"
+    if head[1] and head[1] ~= waiter then
+      queued = 1
+    end
+  end
+  if queued == 1 or not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+    if waiter ~= '' or redis.call('GET', KEYS[1]) ~= ARGV[1] then
+      return {0, redis.call('PTTL', KEYS[1]), queued}
+    end
+    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  end
+end
+if waiter ~= '' then
+  redis.pcall('ZREM', KEYS[3], waiter)
+  redis.pcall('ZREM', KEYS[4], waiter)
+  if ARGV[8] == '1' then
+    redis.call('DEL', KEYS[5])
+  else
+    redis.call('SET', KEYS[5], ARGV[8] .. ':' .. ARGV[1] .. ':', 'PX', ",
+            stale_guard_ms!(),
+            r")
+  end
+end
+",
+            $label,
+            r"local token
+",
+            mint_lua!(),
+            r"
+return token
+"
+        )
+    };
+}
+
 /// Acquire on one node. KEYS: lock, fence, queue (waiter ids scored by ticket), expiries
 /// (waiter ids scored by the server ms their entry lapses), and for a waiter its request.
 /// ARGV: owner, ttl ms, retention ms, and for a waiter: its id, ticket, mark ms, next owner,
@@ -118,70 +197,20 @@ macro_rules! fresh_lapse_ms {
 /// removes its entry and marks its request granted (`<round>:<owner>:`, kept
 /// [`STALE_GUARD`]; deleted for a first round, which no older round can follow), so no
 /// release grants it again. A held key answers `{0, pttl, 0}`. Atomic: one script.
-pub(crate) const ACQUIRE_LUA: &str = concat!(
-    r"
-local t = redis.call('TIME')
-local ms = t[1] * 1000 + math.floor(t[2] / 1000)
-local waiter = ARGV[4] or ''
-local mine = false
-if waiter ~= '' then
-  local before = redis.call('GET', KEYS[5])
-  local known
-  if before then
-    local last, owner = string.match(before, '^(%d+):(%x*)')
-    last = tonumber(last or '')
-    if not last or last >= tonumber(ARGV[8]) then
-      return {0, redis.call('PTTL', KEYS[1]), 1}
-    end
-    if owner ~= '' then
-      known = owner
-    end
-  end
-  redis.pcall('ZADD', KEYS[3], ARGV[5], waiter)
-  redis.pcall('ZADD', KEYS[4], ms + tonumber(ARGV[6]), waiter)
-  redis.pcall('PEXPIRE', KEYS[3], tonumber(ARGV[6]) + 1000)
-  redis.pcall('PEXPIRE', KEYS[4], tonumber(ARGV[6]) + 1000)
-  redis.call('SET', KEYS[5], ARGV[8] .. ':' .. ARGV[7] .. ':' .. ARGV[2], 'PX', ARGV[6])
-  local holder = redis.call('GET', KEYS[1])
-  if holder and (holder == ARGV[1] or holder == known) then
-    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-    mine = true
-  end
-end
-if not mine then
-  local queued = 0
-  if redis.pcall('EXISTS', KEYS[4]) == 1 then
-",
-    queue_head_lua!(),
-    r"
-    if head[1] and head[1] ~= waiter then
-      queued = 1
-    end
-  end
-  if queued == 1 or not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-    if waiter ~= '' or redis.call('GET', KEYS[1]) ~= ARGV[1] then
-      return {0, redis.call('PTTL', KEYS[1]), queued}
-    end
-    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  end
-end
-if waiter ~= '' then
-  redis.pcall('ZREM', KEYS[3], waiter)
-  redis.pcall('ZREM', KEYS[4], waiter)
-  if ARGV[8] == '1' then
-    redis.call('DEL', KEYS[5])
-  else
-    redis.call('SET', KEYS[5], ARGV[8] .. ':' .. ARGV[1] .. ':', 'PX', ",
-    stale_guard_ms!(),
-    r")
-  end
-end
-local token
-",
-    mint_lua!(),
-    r"
-return token
-"
+pub(crate) const ACQUIRE_LUA: &str = acquire_lua!("", "", "");
+
+/// [`ACQUIRE_LUA`] for a labelled request. The label key (named by the owner) is the last of
+/// KEYS and the label the last of ARGV (ARGV[4] is then the waiter id or empty, so a request
+/// that does not wait sends `''` there): a grant sets the label key to the label for the TTL;
+/// a waiter's request carries the label after its TTL (`<round>:<owner>:<ttl ms>:<label>`),
+/// so a release that grants the request labels the holder too (`grant_head_lua!`); a round
+/// that takes over a grant made to its wait's earlier owner deletes that owner's label key.
+/// Atomic: the label is written by the script that grants. A separate script, so an
+/// unlabelled acquire runs exactly what it did before labels.
+pub(crate) const ACQUIRE_LABELLED_LUA: &str = acquire_lua!(
+    " .. ':' .. ARGV[#ARGV]",
+    "    if holder ~= ARGV[1] then\n      redis.call('DEL', string.sub(KEYS[#KEYS], 1, -33) .. holder)\n    end\n",
+    "redis.call('SET', KEYS[#KEYS], ARGV[#ARGV], 'PX', ARGV[2])\n"
 );
 
 /// Raise on one node this owner holds: if the lock (`KEYS[1]`) holds `ARGV[1]`, set the fence
@@ -203,9 +232,11 @@ return fence
 
 /// Lua handing a free lock (`KEYS[1]`) to the head of the queue (`KEYS[3]`, entries' expiries
 /// `KEYS[4]`), after dropping lapsed entries: when the head left a request (the key
-/// `<stem>request:<waiter id>` next to `<stem>queue`, holding `<round>:<owner>:<ttl ms>`) and
-/// refreshed its entry within [`GRANT_FRESH`], the lock is set to that owner for that TTL, a
-/// token minted (`mint_lua!`, retention `ARGV[3]`), the head's entry removed, its request
+/// `<stem>request:<waiter id>` next to `<stem>queue`, holding `<round>:<owner>:<ttl ms>`, then
+/// `:<label>` for a labelled waiter) and refreshed its entry within [`GRANT_FRESH`], the lock is
+/// set to that owner for that TTL (and for a labelled request the label key
+/// `<stem>label:<owner>` to the label, in the same script, so the grant is labelled), a token
+/// minted (`mint_lua!`, retention `ARGV[3]`), the head's entry removed, its request
 /// marked granted (`<round>:<owner>:`, kept [`STALE_GUARD`], so a late round of the same
 /// waiter is known as stale), and `g:<token>:<owner>` published on the head's own channel,
 /// `ARGV[2]:<waiter id>`; otherwise (no request: a client without them; an entry not
@@ -227,11 +258,11 @@ if redis.pcall('EXISTS', KEYS[4]) == 1 then
     local requests = string.sub(KEYS[3], 1, -6) .. 'request:'
     local request = redis.call('GET', requests .. id)
     local lapses = tonumber(redis.pcall('ZSCORE', KEYS[4], id)) or 0
-    local round, owner, ttl
+    local round, owner, ttl, label
     if request and lapses - ms >= ",
             fresh_lapse_ms!(),
             r" then
-      round, owner, ttl = string.match(request, '^(%d+):(%x+):(%d+)$')
+      round, owner, ttl, label = string.match(request, '^(%d+):(%x+):(%d+):?(.*)$')
     end
     if owner then
       local set = redis.pcall('SET', KEYS[1], owner, 'NX', 'PX', ttl)
@@ -240,6 +271,9 @@ if redis.pcall('EXISTS', KEYS[4]) == 1 then
 ",
             mint_lua!(),
             r"
+        if label ~= '' then
+          redis.call('SET', string.sub(KEYS[3], 1, -6) .. 'label:' .. owner, label, 'PX', ttl)
+        end
         message = 'g:' .. string.format('%d', token) .. ':' .. owner
         redis.pcall('ZREM', KEYS[3], id)
         redis.pcall('ZREM', KEYS[4], id)
@@ -275,10 +309,27 @@ return 1
 "
 );
 
+/// [`RELEASE_LUA`] for a labelled lease: the holder's label key (`KEYS[5]`) goes with the lock,
+/// before the queue's head is granted. Atomic: one script.
+pub(crate) const RELEASE_LABELLED_LUA: &str = concat!(
+    r"
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+redis.call('DEL', KEYS[1], KEYS[5])
+redis.call('PUBLISH', ARGV[2], '')
+",
+    grant_head_lua!(),
+    r"
+return 1
+"
+);
+
 /// A waiter stops waiting: remove its entry, mark its request withdrawn (`w`, kept
 /// [`STALE_GUARD`], so a late round of it changes nothing; the request key is `ARGV[4]`);
 /// delete the lock if it holds the owner the request key named (the last round's request or
-/// grant on this node), `ARGV[5]` or `ARGV[6]` (grants it will not collect; empty for none);
+/// grant on this node), `ARGV[5]` or `ARGV[6]` (grants it will not collect; empty for none),
+/// with that owner's label key (`<stem>label:<owner>`: a labelled request's grant has one);
 /// then, if either was there, hand the lock to the queue's new head or wake it
 /// (`grant_head_lua!`). KEYS: lock, fence, queue, expiries. ARGV: waiter id, channel,
 /// retention ms, request key, two stale owners. Atomic: one script.
@@ -292,7 +343,7 @@ redis.call('SET', ARGV[4], 'w', 'PX', ",
     r")
 local holder = redis.call('GET', KEYS[1])
 if holder and (holder == known or holder == ARGV[5] or holder == ARGV[6]) then
-  redis.call('DEL', KEYS[1])
+  redis.call('DEL', KEYS[1], string.sub(KEYS[3], 1, -6) .. 'label:' .. holder)
   redis.call('PUBLISH', ARGV[2], '')
   was = true
 end
@@ -310,6 +361,8 @@ static ACQUIRE: LazyLock<Lua> = LazyLock::new(|| Lua::new(ACQUIRE_LUA));
 static RAISE: LazyLock<Lua> = LazyLock::new(|| Lua::new(RAISE_LUA));
 static WITHDRAW: LazyLock<Lua> = LazyLock::new(|| Lua::new(WITHDRAW_LUA));
 static RELEASE: LazyLock<Lua> = LazyLock::new(|| Lua::new(RELEASE_LUA));
+static ACQUIRE_LABELLED: LazyLock<Lua> = LazyLock::new(|| Lua::new(ACQUIRE_LABELLED_LUA));
+static RELEASE_LABELLED: LazyLock<Lua> = LazyLock::new(|| Lua::new(RELEASE_LABELLED_LUA));
 
 /// The names of one key on a Redlock node: the single-node store's, and the key's waiter
 /// queue and its entries' expiries, under the same hash tag.
@@ -369,7 +422,7 @@ pub(crate) struct NodeAttempt {
     pub(crate) queued: bool,
 }
 
-/// Runs [`ACQUIRE_LUA`] on one connection.
+/// Runs [`ACQUIRE_LUA`] on one connection, or [`ACQUIRE_LABELLED_LUA`] with a `label`.
 pub(crate) async fn acquire_on<C: ConnectionLike>(
     conn: &mut C,
     names: &RedlockNames,
@@ -377,11 +430,18 @@ pub(crate) async fn acquire_on<C: ConnectionLike>(
     ttl: Duration,
     retention: Duration,
     waiter: Option<Waiter>,
+    label: Option<&str>,
 ) -> Result<NodeAttempt> {
-    let bytes = names.key.lock.len() + names.key.fence.len() + 3 * names.queue.len() + 200;
+    let (lua, source) = match label {
+        None => (&*ACQUIRE, ACQUIRE_LUA),
+        Some(_) => (&*ACQUIRE_LABELLED, ACQUIRE_LABELLED_LUA),
+    };
+    let labelled = usize::from(label.is_some());
+    let mut bytes = names.key.lock.len() + names.key.fence.len() + 3 * names.queue.len() + 200;
+    bytes += label.map_or(0, |label| names.key.labels.len() + 32 + label.len());
     let mut cmd = match waiter {
-        Some(_) => evalsha(&ACQUIRE, 5, 13, bytes),
-        None => evalsha(&ACQUIRE, 4, 7, bytes),
+        Some(_) => evalsha(lua, 5 + labelled, 13 + 2 * labelled, bytes),
+        None => evalsha(lua, 4 + labelled, 7 + 3 * labelled, bytes),
     };
     cmd.arg(&names.key.lock)
         .arg(&names.key.fence)
@@ -390,19 +450,32 @@ pub(crate) async fn acquire_on<C: ConnectionLike>(
     if let Some(waiter) = waiter {
         cmd.arg(names.request(waiter.id));
     }
+    if label.is_some() {
+        cmd.arg(names.key.label(owner));
+    }
     cmd.arg(&owner_hex(owner)[..])
         .arg(whole_millis(ttl))
         .arg(whole_millis(retention));
-    if let Some(waiter) = waiter {
-        cmd.arg(&owner_hex(waiter.id)[..])
-            .arg(waiter.ticket)
-            .arg(whole_millis(QUEUE_MARK))
-            .arg(&owner_hex(waiter.next)[..])
-            .arg(waiter.round);
+    match waiter {
+        Some(waiter) => {
+            cmd.arg(&owner_hex(waiter.id)[..])
+                .arg(waiter.ticket)
+                .arg(whole_millis(QUEUE_MARK))
+                .arg(&owner_hex(waiter.next)[..])
+                .arg(waiter.round);
+        }
+        // The labelled script finds the label last, after an empty waiter id.
+        None if label.is_some() => {
+            cmd.arg("");
+        }
+        None => {}
     }
-    let reply: redis::Value = run_script(conn, &ACQUIRE, &cmd)
+    if let Some(label) = label {
+        cmd.arg(label);
+    }
+    let reply: redis::Value = run_script(conn, lua, &cmd)
         .await
-        .map_err(|e| script_error("acquire", ACQUIRE_LUA, e))?;
+        .map_err(|e| script_error("acquire", source, e))?;
     match reply {
         redis::Value::Int(token) if token > 0 => Ok(NodeAttempt {
             attempt: Attempt::Granted {
@@ -495,25 +568,37 @@ pub(crate) async fn withdraw_on<C: ConnectionLike>(
     Ok(())
 }
 
-/// Runs [`RELEASE_LUA`] on one connection; true if this owner's lock was deleted.
+/// Runs [`RELEASE_LUA`] on one connection, or for a `labelled` lease
+/// [`RELEASE_LABELLED_LUA`]; true if this owner's lock was deleted.
 pub(crate) async fn release_on<C: ConnectionLike>(
     conn: &mut C,
     names: &RedlockNames,
     owner: OwnerId,
     retention: Duration,
+    labelled: bool,
 ) -> Result<bool> {
-    let bytes = names.key.lock.len() + 3 * names.queue.len() + names.key.channel.len() + 60;
-    let mut cmd = evalsha(&RELEASE, 4, 7, bytes);
+    let (lua, source) = if labelled {
+        (&*RELEASE_LABELLED, RELEASE_LABELLED_LUA)
+    } else {
+        (&*RELEASE, RELEASE_LUA)
+    };
+    let mut bytes = names.key.lock.len() + 3 * names.queue.len() + names.key.channel.len() + 60;
+    bytes += usize::from(labelled) * (names.key.labels.len() + 32);
+    let keys = 4 + usize::from(labelled);
+    let mut cmd = evalsha(lua, keys, keys + 3, bytes);
     cmd.arg(&names.key.lock)
         .arg(&names.key.fence)
         .arg(&names.queue)
-        .arg(&names.expiries)
-        .arg(&owner_hex(owner)[..])
+        .arg(&names.expiries);
+    if labelled {
+        cmd.arg(names.key.label(owner));
+    }
+    cmd.arg(&owner_hex(owner)[..])
         .arg(&names.key.channel)
         .arg(whole_millis(retention));
-    let released: i64 = run_script(conn, &RELEASE, &cmd)
+    let released: i64 = run_script(conn, lua, &cmd)
         .await
-        .map_err(|e| script_error("release", RELEASE_LUA, e))?;
+        .map_err(|e| script_error("release", source, e))?;
     Ok(released == 1)
 }
 
@@ -626,7 +711,7 @@ return {token, tonumber(redis.call('GET', KEYS[2])), redis.call('PTTL', KEYS[2])
         ));
         let (ttl, retention) = (Duration::from_secs(30), Duration::from_secs(600));
         let owner = OwnerId::random();
-        let first = acquire_on(&mut conn, &names, owner, ttl, retention, None).await;
+        let first = acquire_on(&mut conn, &names, owner, ttl, retention, None, None).await;
         let Ok(NodeAttempt {
             attempt: Attempt::Granted { token: first },
             ..
@@ -648,6 +733,7 @@ return {token, tonumber(redis.call('GET', KEYS[2])), redis.call('PTTL', KEYS[2])
             ttl,
             retention,
             Some(waiter),
+            None,
         )
         .await;
         assert!(
@@ -667,7 +753,7 @@ return {token, tonumber(redis.call('GET', KEYS[2])), redis.call('PTTL', KEYS[2])
             .query_async(&mut conn)
             .await
             .expect("PEXPIRE");
-        let resent = acquire_on(&mut conn, &names, owner, ttl, retention, None).await;
+        let resent = acquire_on(&mut conn, &names, owner, ttl, retention, None, None).await;
         let Ok(NodeAttempt {
             attempt: Attempt::Granted { token },
             ..

@@ -24,7 +24,7 @@ use crate::config::TTL_GRANULARITY;
 use crate::error::redis_error;
 use crate::eviction::EvictionCheck;
 use crate::keys::KeyNames;
-use crate::script::{evict_on, extend_on, owner_hex, status_on, Attempt};
+use crate::script::{evict_on, extend_on, owner_hex, relabel_on, status_on, Attempt};
 use crate::store::{RedisStore, WAIT_CAP};
 
 /// How many raise rounds one acquisition tries before giving up: each round that finds a
@@ -340,7 +340,8 @@ impl RedlockStore {
     /// its queue and leaving its request for `waiter.next`; a server grant already made to
     /// `owner` counts as this round's), and if a quorum granted in time, make a quorum's
     /// fences carry the token. Anything short of that is released on every node that granted,
-    /// failed or did not answer (which hands those nodes to their queue's head).
+    /// failed or did not answer (which hands those nodes to their queue's head). A `label` is
+    /// kept beside the holder on every node that grants (and in the waiter's request).
     async fn round(
         &self,
         key: &str,
@@ -348,6 +349,7 @@ impl RedlockStore {
         ttl: Duration,
         waiter: Option<Waiter>,
         owner: OwnerId,
+        label: Option<&Arc<str>>,
     ) -> Round {
         let nodes = self.config().node_count();
         let quorum = self.quorum();
@@ -356,6 +358,7 @@ impl RedlockStore {
         // Read before the first request is sent: validity counts from here.
         let sent_at = Instant::now();
         let acquire_names = names.clone();
+        let acquire_label = label.cloned();
         let order = NodeOrder::new(nodes);
         let answers = FanOut::start(
             &self.inner.nodes,
@@ -364,8 +367,19 @@ impl RedlockStore {
             Some((&order, Turn::First)),
             None,
             move |mut conn| {
-                let names = acquire_names.clone();
-                async move { acquire_on(&mut conn, &names, owner, ttl, retention, waiter).await }
+                let (names, label) = (acquire_names.clone(), acquire_label.clone());
+                async move {
+                    acquire_on(
+                        &mut conn,
+                        &names,
+                        owner,
+                        ttl,
+                        retention,
+                        waiter,
+                        label.as_deref(),
+                    )
+                    .await
+                }
             },
         )
         .await_until(|a| {
@@ -432,6 +446,7 @@ impl RedlockStore {
             .map(|a| !matches!(a, Some(Ok(x)) if !granted(x)))
             .collect();
         let release_names = names.clone();
+        let labelled = label.is_some();
         FanOut::start(
             &self.inner.nodes,
             "release",
@@ -440,7 +455,7 @@ impl RedlockStore {
             Some(&unsettled),
             move |mut conn| {
                 let names = release_names.clone();
-                async move { release_on(&mut conn, &names, owner, retention).await }
+                async move { release_on(&mut conn, &names, owner, retention, labelled).await }
             },
         )
         .await_until(|a| grants.iter().all(|(i, _)| a[*i].is_some()))
@@ -478,11 +493,14 @@ impl RedlockStore {
     /// queued for it (or contention outlasted the retries); the retryable [`Error::Unavailable`] naming each node's reason
     /// when no quorum could be reached.
     ///
-    async fn try_once(&self, key: &str, ttl: Duration) -> Result<Lease> {
+    async fn try_once(&self, key: &str, ttl: Duration, label: Option<&str>) -> Result<Lease> {
         let names = self.names(key);
+        let label: Option<Arc<str>> = label.map(Arc::from);
         let mut retries = self.config().retry_count();
         loop {
-            let last = match self.round(key, &names, ttl, None, OwnerId::random()).await {
+            let owner = OwnerId::random();
+            let round = self.round(key, &names, ttl, None, owner, label.as_ref());
+            let last = match round.await {
                 Round::Granted(lease) => return Ok(lease),
                 Round::Held { .. } => {
                     return Err(Error::Busy {
@@ -514,8 +532,15 @@ impl RedlockStore {
     /// the last error. A wait that ends without a lease withdraws its entries and requests
     /// and deletes the grants it did not collect (awaited until a quorum answered).
     ///
-    async fn wait_for(&self, key: &str, ttl: Duration, wait: Duration) -> Result<Lease> {
+    async fn wait_for(
+        &self,
+        key: &str,
+        ttl: Duration,
+        wait: Duration,
+        label: Option<&str>,
+    ) -> Result<Lease> {
         let names = self.names(key);
+        let label: Option<Arc<str>> = label.map(Arc::from);
         let (id, first) = (OwnerId::random(), OwnerId::random());
         // Withdraws the queue entries (and deletes uncollected grants) if the future is
         // dropped during the wait.
@@ -527,7 +552,7 @@ impl RedlockStore {
             armed: true,
         };
         let outcome = self
-            .wait_in_queue(key, &names, ttl, wait, id, &queued.owners)
+            .wait_in_queue(key, &names, ttl, wait, id, &queued.owners, label.as_ref())
             .await;
         if outcome.is_err() {
             // Awaited until a quorum answered, so a request right after this one finds the
@@ -546,7 +571,8 @@ impl RedlockStore {
     /// The rounds of [`RedlockStore::wait_for`] as waiter `id`, until a lease or the end
     /// of the wait. `owners` is kept at the last round's owner and the waiter's current
     /// request (what releases grant it), for the withdrawal of a wait that ends without a
-    /// lease.
+    /// lease. Every round, and so every request, carries the `label`.
+    #[allow(clippy::too_many_arguments)]
     async fn wait_in_queue(
         &self,
         key: &str,
@@ -555,6 +581,7 @@ impl RedlockStore {
         wait: Duration,
         id: OwnerId,
         owners: &std::sync::Mutex<[OwnerId; 2]>,
+        label: Option<&Arc<str>>,
     ) -> Result<Lease> {
         let started = Instant::now();
         let deadline = started + wait;
@@ -582,7 +609,10 @@ impl RedlockStore {
         let mut waiter = advance(owner);
         let mut failed_rounds = 0;
         let mut asked = Instant::now();
-        let nap = match self.round(key, names, ttl, Some(waiter), owner).await {
+        let nap = match self
+            .round(key, names, ttl, Some(waiter), owner, label)
+            .await
+        {
             Round::Granted(lease) => return Ok(lease),
             Round::Held { .. } => Duration::ZERO,
             Round::Contended => self.jitter(),
@@ -664,7 +694,10 @@ impl RedlockStore {
             waiter = advance(owner);
             // Registered before the round, so a message during the round is not missed.
             notified = arm();
-            let nap = match self.round(key, names, ttl, Some(waiter), owner).await {
+            let nap = match self
+                .round(key, names, ttl, Some(waiter), owner, label)
+                .await
+            {
                 Round::Granted(lease) => return Ok(lease),
                 Round::Held { expires_in } => {
                     failed_rounds = 0;
@@ -780,8 +813,9 @@ impl raw::Store for RedlockStore {
     }
 
     /// Millisecond TTLs, notified waits (each node's pub/sub), a queue ordered by the
-    /// clients' clocks (so not declared fair), and a dead
-    /// holder's lock lives until its TTL on every node.
+    /// clients' clocks (so not declared fair), a dead
+    /// holder's lock lives until its TTL on every node, and holder labels (the crate docs,
+    /// `# Labels`).
     fn capabilities(&self) -> Capabilities {
         Capabilities::new()
             .with_notified_wait(true)
@@ -791,6 +825,7 @@ impl raw::Store for RedlockStore {
             .with_evict(true)
             .with_max_ttl(self.config().max_ttl())
             .with_retention(self.config().retention())
+            .with_labels(true)
     }
 
     /// One attempt is a Redlock round, retried after a random delay on a split vote or too
@@ -805,9 +840,16 @@ impl raw::Store for RedlockStore {
     /// otherwise entries lapse after 1.5 s, and a grant made to the waiter holds the key until
     /// its TTL).
     async fn acquire(&self, request: &AcquireRequest<'_>) -> Result<Lease> {
-        match request.wait {
-            None => self.try_once(request.key, request.ttl).await,
-            Some(wait) => self.wait_for(request.key, request.ttl, wait).await,
+        let AcquireRequest {
+            key,
+            ttl,
+            wait,
+            label,
+            ..
+        } = *request;
+        match wait {
+            None => self.try_once(key, ttl, label).await,
+            Some(wait) => self.wait_for(key, ttl, wait, label).await,
         }
     }
 
@@ -824,13 +866,14 @@ impl raw::Store for RedlockStore {
         let (nodes, quorum) = (self.config().node_count(), self.quorum());
         let names = self.names(lease.key());
         let (owner, retention) = (lease.owner(), self.config().retention());
+        let labelled = lease.label().is_some();
         let answers = self
             .fan_out(
                 "release",
                 self.config().command_timeout(),
                 move |mut conn| {
                     let names = names.clone();
-                    async move { release_on(&mut conn, &names, owner, retention).await }
+                    async move { release_on(&mut conn, &names, owner, retention, labelled).await }
                 },
             )
             .await_until(|a| {
@@ -860,6 +903,7 @@ impl raw::Store for RedlockStore {
         let (nodes, quorum) = (self.config().node_count(), self.quorum());
         let names = self.names(lease.key());
         let (owner, ttl) = (lease.owner(), lease.ttl());
+        let labelled = lease.label().is_some();
         let sent_at = Instant::now();
         let answers = self
             .fan_out(
@@ -867,7 +911,7 @@ impl raw::Store for RedlockStore {
                 self.config().command_timeout().min(ttl),
                 move |mut conn| {
                     let names = names.clone();
-                    async move { extend_on(&mut conn, &names.key, owner, ttl).await }
+                    async move { extend_on(&mut conn, &names.key, owner, ttl, labelled).await }
                 },
             )
             .await_until(|a| {
@@ -904,6 +948,55 @@ impl raw::Store for RedlockStore {
         }))
     }
 
+    /// Compare-and-set of the holder's label key on every node, as extend is: succeeds once a
+    /// quorum relabelled (held by this owner there); [`Error::LeaseLost`] once so many nodes no
+    /// longer hold it that no quorum can; the retryable [`Error::Unavailable`] otherwise. Nodes
+    /// still answering keep their request in flight, so the label changes there too.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may leave the new label on some nodes and the old one on others
+    /// (status then reports the label a quorum agrees on, if any); the lease's label only
+    /// changes once a quorum's answers are read.
+    async fn relabel(&self, lease: &Lease, label: &str) -> Result<()> {
+        let (nodes, quorum) = (self.config().node_count(), self.quorum());
+        let names = self.names(lease.key());
+        let owner = lease.owner();
+        let label: Arc<str> = Arc::from(label);
+        let answers = self
+            .fan_out(
+                "relabel",
+                self.config().command_timeout(),
+                move |mut conn| {
+                    let (names, label) = (names.clone(), label.clone());
+                    async move { relabel_on(&mut conn, &names.key, owner, &label).await }
+                },
+            )
+            .await_until(|a| {
+                count(a, |relabelled| *relabelled) >= quorum
+                    || answered(a) - count(a, |relabelled| *relabelled) > nodes - quorum
+            })
+            .await;
+        if count(&answers, |relabelled| *relabelled) >= quorum {
+            return Ok(());
+        }
+        if count(&answers, |relabelled| !*relabelled) > nodes - quorum {
+            return Err(Error::lost(
+                lease,
+                format!(
+                    "a quorum of {quorum} out of {nodes} Redis nodes no longer holds it (expired, released, or held by another owner)"
+                ),
+            ));
+        }
+        Err(self.unavailable("relabel", &answers, |relabelled| {
+            if *relabelled {
+                "relabelled"
+            } else {
+                "not held"
+            }
+            .into()
+        }))
+    }
+
     /// Deletes the lock on `key` on every node (never the fencing counters, so the next token
     /// is still greater) and wakes its waiters. Returns whether a lock was deleted on any node.
     /// The holder finds out at its next extend or release.
@@ -931,8 +1024,8 @@ impl raw::Store for RedlockStore {
         Ok(count(&answers, |deleted| *deleted) > 0)
     }
 
-    /// `Held` when one owner holds the key on a quorum of nodes, with the token a quorum of
-    /// them agrees on (else `None`) and the time until fewer than a quorum hold it; `Free`
+    /// `Held` when one owner holds the key on a quorum of nodes, with the token and the label a
+    /// quorum of them agrees on (else `None`) and the time until fewer than a quorum hold it; `Free`
     /// when a quorum answered and no owner holds a quorum; [`Error::Unavailable`] otherwise.
     ///
     /// # Cancel safety
@@ -951,34 +1044,46 @@ impl raw::Store for RedlockStore {
             )
             .await_until(|_| false)
             .await;
-        let held: Vec<(Option<OwnerId>, Option<u64>, Option<Duration>)> = answers
+        type Holder<'a> = (
+            Option<OwnerId>,
+            Option<u64>,
+            Option<Duration>,
+            Option<&'a str>,
+        );
+        let held: Vec<Holder<'_>> = answers
             .iter()
             .filter_map(|a| match a {
                 Some(Ok(KeyStatus::Held {
                     owner,
                     token,
                     remaining,
-                    ..
-                })) => Some((*owner, *token, *remaining)),
+                    label,
+                })) => Some((*owner, *token, *remaining, label.as_deref())),
                 _ => None,
             })
             .collect();
-        for (owner, _, _) in &held {
-            let mine: Vec<_> = held.iter().filter(|(o, _, _)| o == owner).collect();
+        for (owner, _, _, _) in &held {
+            let mine: Vec<_> = held.iter().filter(|(o, ..)| o == owner).collect();
             if owner.is_none() || mine.len() < quorum {
                 continue;
             }
             let token = mine
                 .iter()
-                .filter_map(|(_, t, _)| *t)
-                .find(|t| mine.iter().filter(|(_, u, _)| *u == Some(*t)).count() >= quorum);
-            let mut remaining: Vec<Duration> = mine.iter().filter_map(|(_, _, r)| *r).collect();
+                .filter_map(|(_, t, _, _)| *t)
+                .find(|t| mine.iter().filter(|(_, u, _, _)| *u == Some(*t)).count() >= quorum);
+            // A relabel that reached only some nodes (or a dropped one) leaves two labels:
+            // the one a quorum agrees on is the holder's.
+            let label = mine
+                .iter()
+                .filter_map(|(.., l)| *l)
+                .find(|l| mine.iter().filter(|(.., m)| *m == Some(*l)).count() >= quorum);
+            let mut remaining: Vec<Duration> = mine.iter().filter_map(|(_, _, r, _)| *r).collect();
             remaining.sort_unstable_by(|a, b| b.cmp(a));
             return Ok(KeyStatus::Held {
                 owner: *owner,
                 token,
                 remaining: remaining.get(quorum - 1).copied(),
-                label: None,
+                label: label.map(str::to_owned),
             });
         }
         if answered(&answers) - failures(&answers) >= quorum {
@@ -1146,21 +1251,37 @@ mod tests {
 
         // Another owner holds the lock; round 2 (as owner 1) leaves a request for owner 2.
         let holder = OwnerId::random();
-        let held = acquire_on(&mut conn, &names, holder, ttl, retention, None)
+        let held = acquire_on(&mut conn, &names, holder, ttl, retention, None, None)
             .await
             .expect("holder");
         assert!(matches!(held.attempt, Attempt::Granted { .. }), "{held:?}");
-        let waiting = acquire_on(&mut conn, &names, owners[1], ttl, retention, Some(round(2)))
-            .await
-            .expect("round 2");
+        let waiting = acquire_on(
+            &mut conn,
+            &names,
+            owners[1],
+            ttl,
+            retention,
+            Some(round(2)),
+            None,
+        )
+        .await
+        .expect("round 2");
         assert!(
             matches!(waiting.attempt, Attempt::Held { .. }),
             "{waiting:?}"
         );
         // Round 1 arrives late: nothing changes.
-        let late = acquire_on(&mut conn, &names, owners[0], ttl, retention, Some(round(1)))
-            .await
-            .expect("round 1");
+        let late = acquire_on(
+            &mut conn,
+            &names,
+            owners[0],
+            ttl,
+            retention,
+            Some(round(1)),
+            None,
+        )
+        .await
+        .expect("round 1");
         assert!(queued(late), "{late:?}");
         let left = format!("2:{}:{}", hex(owners[2]), ttl.as_millis());
         assert_eq!(get::<String>(&mut conn, &request).await, Some(left));
@@ -1170,7 +1291,7 @@ mod tests {
         );
 
         // The release grants the request (owner 2); round 2 again is stale.
-        assert!(release_on(&mut conn, &names, holder, retention)
+        assert!(release_on(&mut conn, &names, holder, retention, false)
             .await
             .expect("release"));
         assert_eq!(
@@ -1181,9 +1302,17 @@ mod tests {
             get::<String>(&mut conn, &request).await,
             Some(format!("2:{}:", hex(owners[2])))
         );
-        let late = acquire_on(&mut conn, &names, owners[1], ttl, retention, Some(round(2)))
-            .await
-            .expect("round 2 again");
+        let late = acquire_on(
+            &mut conn,
+            &names,
+            owners[1],
+            ttl,
+            retention,
+            Some(round(2)),
+            None,
+        )
+        .await
+        .expect("round 2 again");
         assert!(queued(late), "{late:?}");
         assert_eq!(
             get::<String>(&mut conn, &names.key.lock).await,
@@ -1191,9 +1320,17 @@ mod tests {
         );
 
         // Round 3, made as owner 2, collects the grant, and marks its own request granted.
-        let collected = acquire_on(&mut conn, &names, owners[2], ttl, retention, Some(round(3)))
-            .await
-            .expect("round 3");
+        let collected = acquire_on(
+            &mut conn,
+            &names,
+            owners[2],
+            ttl,
+            retention,
+            Some(round(3)),
+            None,
+        )
+        .await
+        .expect("round 3");
         assert!(
             matches!(collected.attempt, Attempt::Granted { .. }),
             "{collected:?}"
@@ -1211,9 +1348,17 @@ mod tests {
             get::<String>(&mut conn, &request).await,
             Some("w".to_owned())
         );
-        let late = acquire_on(&mut conn, &names, owners[3], ttl, retention, Some(round(4)))
-            .await
-            .expect("round 4");
+        let late = acquire_on(
+            &mut conn,
+            &names,
+            owners[3],
+            ttl,
+            retention,
+            Some(round(4)),
+            None,
+        )
+        .await
+        .expect("round 4");
         assert!(queued(late), "{late:?}");
         let entries: u64 = redis::cmd("ZCARD")
             .arg(&names.queue)
@@ -1239,14 +1384,22 @@ mod tests {
         let (id, owners) = (OwnerId::random(), owners(4));
         let round = |n: usize| round(id, &owners, n);
         let holder = OwnerId::random();
-        acquire_on(&mut conn, &names, holder, ttl, retention, None)
+        acquire_on(&mut conn, &names, holder, ttl, retention, None, None)
             .await
             .expect("holder");
         // Round 1 (as owner 0) leaves a request for owner 1; the release grants it.
-        acquire_on(&mut conn, &names, owners[0], ttl, retention, Some(round(1)))
-            .await
-            .expect("round 1");
-        assert!(release_on(&mut conn, &names, holder, retention)
+        acquire_on(
+            &mut conn,
+            &names,
+            owners[0],
+            ttl,
+            retention,
+            Some(round(1)),
+            None,
+        )
+        .await
+        .expect("round 1");
+        assert!(release_on(&mut conn, &names, holder, retention, false)
             .await
             .expect("release"));
         assert_eq!(
@@ -1254,9 +1407,17 @@ mod tests {
             Some(owners[1].to_string())
         );
         // Round 2 (as owner 1) never reaches this node; round 3 (as owner 2) collects it.
-        let collected = acquire_on(&mut conn, &names, owners[2], ttl, retention, Some(round(3)))
-            .await
-            .expect("round 3");
+        let collected = acquire_on(
+            &mut conn,
+            &names,
+            owners[2],
+            ttl,
+            retention,
+            Some(round(3)),
+            None,
+        )
+        .await
+        .expect("round 3");
         assert!(
             matches!(collected.attempt, Attempt::Granted { .. }),
             "{collected:?}"
@@ -1270,5 +1431,93 @@ mod tests {
             .await
             .expect("withdraw");
         assert_eq!(get::<String>(&mut conn, &names.key.lock).await, None);
+    }
+
+    /// A labelled waiter's request carries its label, so a release that grants it labels the
+    /// holder in the same script; a round that collects a grant made to an earlier owner of
+    /// its wait moves the label to its own owner; a withdrawal that deletes a grant deletes its
+    /// label; a labelled release leaves none.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_labelled_waiters_grants_carry_its_label_and_leave_none_behind() {
+        use super::super::scripts::{acquire_on, release_on, withdraw_on};
+        let (_server, mut conn, names) = one_node("labelled-waiter").await;
+        let (ttl, retention) = (SCRIPT_TTL, SCRIPT_RETENTION);
+        let (id, owners) = (OwnerId::random(), owners(4));
+        let round = |n: usize| round(id, &owners, n);
+        let label = Some("leader: host-a");
+        let label_of = |owner: OwnerId| names.key.label(owner);
+        let holder = OwnerId::random();
+        let held = acquire_on(&mut conn, &names, holder, ttl, retention, None, label)
+            .await
+            .expect("holder");
+        assert!(matches!(held.attempt, Attempt::Granted { .. }), "{held:?}");
+        assert_eq!(
+            get::<String>(&mut conn, &label_of(holder)).await.as_deref(),
+            label
+        );
+        // Round 1 (as owner 0) leaves a labelled request for owner 1; the release grants it.
+        acquire_on(
+            &mut conn,
+            &names,
+            owners[0],
+            ttl,
+            retention,
+            Some(round(1)),
+            label,
+        )
+        .await
+        .expect("round 1");
+        assert!(release_on(&mut conn, &names, holder, retention, true)
+            .await
+            .expect("release"));
+        assert_eq!(get::<String>(&mut conn, &label_of(holder)).await, None);
+        assert_eq!(
+            get::<String>(&mut conn, &names.key.lock).await,
+            Some(owners[1].to_string())
+        );
+        assert_eq!(
+            get::<String>(&mut conn, &label_of(owners[1]))
+                .await
+                .as_deref(),
+            label
+        );
+        let left: i64 = redis::cmd("PTTL")
+            .arg(label_of(owners[1]))
+            .query_async(&mut conn)
+            .await
+            .expect("PTTL");
+        assert!(
+            left > 20_000,
+            "the granted label expires in {left} ms, not the TTL"
+        );
+        // Round 3 (as owner 2) collects the grant made to owner 1: the label moves with it.
+        let collected = acquire_on(
+            &mut conn,
+            &names,
+            owners[2],
+            ttl,
+            retention,
+            Some(round(3)),
+            label,
+        )
+        .await
+        .expect("round 3");
+        assert!(
+            matches!(collected.attempt, Attempt::Granted { .. }),
+            "{collected:?}"
+        );
+        assert_eq!(get::<String>(&mut conn, &label_of(owners[1])).await, None);
+        assert_eq!(
+            get::<String>(&mut conn, &label_of(owners[2]))
+                .await
+                .as_deref(),
+            label
+        );
+        // Withdrawn: the grant and its label are deleted.
+        withdraw_on(&mut conn, &names, id, &[owners[3]], retention)
+            .await
+            .expect("withdraw");
+        assert_eq!(get::<String>(&mut conn, &names.key.lock).await, None);
+        assert_eq!(get::<String>(&mut conn, &label_of(owners[2])).await, None);
     }
 }
