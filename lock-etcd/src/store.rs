@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -44,6 +44,12 @@ struct Held {
     /// Whom a release hands the lock to, if this holder knows its successors (see
     /// [`crate::handoff`]): an exclusive lease in [`Layout::Fencelock`] granted after a wait.
     handoff: Option<Handoff>,
+    /// The key of the holder's label in [`Layout::Fencelock`] (whether or not it has one
+    /// yet); `None` in [`Layout::Etcd`], where the label is the entry's value.
+    label_key: Option<String>,
+    /// Whether `label_key` may exist: set by a labelled acquire, and before a relabel is sent,
+    /// so a release deletes it with the entry (the etcd lease is kept for the next lock).
+    labelled: AtomicBool,
     /// [`HELD`], then [`RECYCLED`] or [`DISCARDED`] once a release has decided the etcd
     /// lease's fate. Shared by the lease's clones, so a second release or an extend after the
     /// release never touches an etcd lease that may already carry another lock.
@@ -213,18 +219,32 @@ impl EtcdStore {
             .next())
     }
 
-    async fn enqueue(&self, dir: &str, entry: &str, lease_id: i64, mode: Mode) -> Result<Enqueued> {
+    /// `label`: the holder's label, and in [`Layout::Fencelock`] the key it is kept in.
+    async fn enqueue(
+        &self,
+        dir: &str,
+        entry: &str,
+        lease_id: i64,
+        mode: Mode,
+        label: Option<(Option<&str>, &str)>,
+    ) -> Result<Enqueued> {
         let prefix = self.config().prefix();
         let (value, raise, hint) = match self.config().layout {
-            // As etcd's own clients put it: no offset, the empty value.
-            Layout::Etcd => (String::new(), None, 0),
+            // As etcd's own clients put it: no offset, and the value `etcdctl lock` puts (the
+            // empty one) or, labelled, the leader's value as `etcdctl elect` puts it.
+            Layout::Etcd => (
+                label.map_or_else(String::new, |(_, label)| label.to_owned()),
+                None,
+                0,
+            ),
             Layout::Fencelock => {
                 let hint = self.etcd.revision_hint().await?;
                 let raise = offset::raise(prefix, offset::clock_micros(), hint)?;
                 (EntryMode::waiting(mode).value(), Some(raise), hint)
             }
         };
-        let txn = txn::enqueue(dir, entry, lease_id, value, raise.as_ref());
+        let label_put = label.and_then(|(key, label)| Some((key?, label)));
+        let txn = txn::enqueue(dir, entry, lease_id, value, raise.as_ref(), label_put);
         // Safe to send twice: a second put keeps the entry's create revision, read back here
         // (and the offset is taken as of that revision); a second raise only raises.
         let answer = self.etcd.txn("enqueue", Resend::Transient, txn).await?;
@@ -322,10 +342,12 @@ impl EtcdStore {
         ttl: Duration,
         deadline: Option<Instant>,
         mode: Mode,
+        label: Option<&str>,
     ) -> Result<Lease> {
         let started = Instant::now();
         let layout = self.config().layout;
         let dir = self.dir(key);
+        let labels = (layout == Layout::Fencelock).then(|| keys::labels_dir(&dir));
         let mut use_idle = true;
         // Queueing again (our lease ended while we waited) stops here: the wait's bound, or for
         // a request without a wait, one command timeout after it started.
@@ -341,6 +363,8 @@ impl EtcdStore {
         };
         loop {
             let owner = OwnerId::random();
+            let label_key = labels.as_deref().map(|labels| keys::label_key(labels, owner));
+            let put_label = label.map(|label| (label_key.as_deref(), label));
             let sent_at = Instant::now();
             // When the request that last renewed the etcd lease was sent: `sent_at`, or earlier
             // for a fresh idle lease.
@@ -366,7 +390,10 @@ impl EtcdStore {
                         }
                     };
                     let (renewed, enqueued) =
-                        tokio::join!(renew, self.enqueue(&dir, &entry, idle.lease_id, mode));
+                        tokio::join!(
+                        renew,
+                        self.enqueue(&dir, &entry, idle.lease_id, mode, put_label)
+                    );
                     if fresh {
                         confirmed_at = idle.confirmed_at;
                     }
@@ -390,7 +417,9 @@ impl EtcdStore {
                     let (lease_id, granted) = self.etcd.grant(ttl).await?;
                     let revoke = RevokeOnDrop::new(&self.etcd, lease_id);
                     let entry = entry_of(lease_id);
-                    let enqueued = self.enqueue(&dir, &entry, lease_id, mode).await?;
+                    let enqueued = self
+                        .enqueue(&dir, &entry, lease_id, mode, put_label)
+                        .await?;
                     (lease_id, granted, entry, enqueued, revoke)
                 }
             };
@@ -527,6 +556,8 @@ impl EtcdStore {
                     created: enqueued.revision,
                     layout,
                     requested_secs: whole_secs(ttl),
+                    labelled: AtomicBool::new(label.is_some() && label_key.is_some()),
+                    label_key,
                     // Only entries of this layout are ever handed the lock (etcd's own clients
                     // know nothing of a mark).
                     handoff: (layout == Layout::Fencelock
@@ -629,6 +660,7 @@ impl raw::Store for EtcdStore {
             .with_fair_queue(true)
             .with_frees_on_disconnect(false)
             .with_evict(true)
+            .with_labels(true)
             // etcdctl's and Go's clients know only exclusive entries: in their layout, modes
             // are refused rather than mixed with entries they would misread.
             .with_shared(self.config().layout == Layout::Fencelock)
@@ -651,8 +683,14 @@ impl raw::Store for EtcdStore {
     async fn acquire(&self, request: &AcquireRequest<'_>) -> Result<Lease> {
         let dir = self.dir(request.key);
         let deadline = request.wait.map(|wait| Instant::now() + wait);
-        self.attempt(request.key, request.ttl, deadline, request.mode)
-            .await
+        self.attempt(
+            request.key,
+            request.ttl,
+            deadline,
+            request.mode,
+            request.label,
+        )
+        .await
             .map_err(self.refused(request.operation(), &dir, Right::ReadWrite))
     }
 
@@ -668,6 +706,10 @@ impl raw::Store for EtcdStore {
         if held.state.load(Ordering::SeqCst) != HELD {
             return Ok(ReleaseOutcome::Lost);
         }
+        // Only a label key that may exist is deleted: an unlabelled release sends what it
+        // always did.
+        let labelled = held.labelled.load(Ordering::SeqCst);
+        let label = held.label_key.as_deref().filter(|_| labelled);
         let txn = match held
             .handoff
             .as_ref()
@@ -679,8 +721,9 @@ impl raw::Store for EtcdStore {
                 &handoff.dir,
                 next,
                 handoff::mark(after),
+                label,
             ),
-            None => txn::delete_if_created_at(held.entry.as_str(), held.created),
+            None => txn::delete_if_created_at(held.entry.as_str(), held.created, label),
         };
         // Sent again only if unsent: a second delete would find nothing and report Lost.
         let deleted = self
@@ -695,10 +738,17 @@ impl raw::Store for EtcdStore {
                 .compare_exchange(HELD, to, Ordering::SeqCst, Ordering::SeqCst)
                 .is_ok()
         };
+        // A relabel that raced this release may have put a label key the delete did not
+        // name: that lease is revoked rather than kept.
+        let clean = labelled || !held.labelled.load(Ordering::SeqCst);
         if deleted {
             if settle(RECYCLED) {
-                // The lease holds nothing now: keep it for the next acquire with this TTL.
-                self.recycle(lease, held.lease_id, held.requested_secs);
+                if clean {
+                    // The lease holds nothing now: keep it for the next acquire with this TTL.
+                    self.recycle(lease, held.lease_id, held.requested_secs);
+                } else {
+                    spawn_revoke(&self.etcd, held.lease_id);
+                }
             }
         } else if settle(DISCARDED) {
             // Lost: its lease may still be alive (the entry was evicted); revoke it off the
@@ -775,7 +825,8 @@ impl raw::Store for EtcdStore {
             ));
         }
         // Compare-and-delete, so a holder that released meanwhile never costs its successor.
-        let txn = txn::delete_if_created_at(head.key(), head.create_revision());
+        // The holder's label key is on the lease revoked below.
+        let txn = txn::delete_if_created_at(head.key(), head.create_revision(), None);
         // Sent again only if unsent: a second delete would find nothing and report false.
         let deleted = self
             .etcd
@@ -801,18 +852,39 @@ impl raw::Store for EtcdStore {
     async fn status(&self, key: &str) -> Result<KeyStatus> {
         let dir = self.dir(key);
         let refused = || self.refused("status", &dir, Right::Read);
+        // Each holder's label, by owner id ([`Layout::Fencelock`]; in [`Layout::Etcd`] it is
+        // the entry's value).
+        let mut labels = HashMap::new();
         let queue = match self.config().layout {
-            Layout::Fencelock => self
-                .etcd
-                .kv_get("read the queue", dir.clone(), txn::whole_queue())
-                .await
-                .map_err(refused())?,
+            Layout::Fencelock => {
+                let labels_dir = keys::labels_dir(&dir);
+                let txn = txn::queue_and_labels(&dir, &labels_dir);
+                let answer = self
+                    .etcd
+                    .txn("read the queue", Resend::Transient, txn)
+                    .await
+                    .map_err(refused())?;
+                let mut reads = txn::gets(&answer).into_iter();
+                let queue = reads.next().unwrap_or_default();
+                for kv in reads.next().unwrap_or_default() {
+                    if let Some(owner) = keys::label_owner(&labels_dir, kv.key()) {
+                        labels.insert(owner, kv.value().to_vec());
+                    }
+                }
+                queue
+            }
             Layout::Etcd => self
                 .queue_head(&dir)
                 .await
                 .map_err(refused())?
                 .into_iter()
                 .collect(),
+        };
+        let label_of = |kv: &KeyValue| match self.config().layout {
+            Layout::Fencelock => entry_owner(&dir, kv.key())
+                .and_then(|owner| labels.get(&owner))
+                .and_then(|value| keys::label_text(value)),
+            Layout::Etcd => keys::label_text(kv.value()),
         };
         let Some(head) = queue.first() else {
             return Ok(KeyStatus::Free);
@@ -880,12 +952,15 @@ impl raw::Store for EtcdStore {
                 } else {
                     None
                 };
-                holders.push(HolderStatus::new(
-                    entry_owner(&dir, kv.key()),
-                    tokens.get(&kv.create_revision()).copied().flatten(),
-                    slot,
-                    remaining,
-                ));
+                holders.push(
+                    HolderStatus::new(
+                        entry_owner(&dir, kv.key()),
+                        tokens.get(&kv.create_revision()).copied().flatten(),
+                        slot,
+                        remaining,
+                    )
+                    .with_label(label_of(kv)),
+                );
             }
             if holders.is_empty() {
                 return Ok(KeyStatus::Free);
@@ -909,8 +984,42 @@ impl raw::Store for EtcdStore {
             owner: entry_owner(&dir, head.key()),
             token,
             remaining,
-            label: None,
+            label: label_of(head),
         })
+    }
+
+    /// A compare-and-set on the holder's own entry, as etcd's `Election.Proclaim` is: the
+    /// label is put (into the entry in [`Layout::Etcd`], into its label key in
+    /// [`Layout::Fencelock`]) only if the entry still has the create revision its grant saw.
+    ///
+    /// # Cancel safety
+    /// Dropping the future leaves the old label or the new one.
+    async fn relabel(&self, lease: &Lease, label: &str) -> Result<()> {
+        let Some(held) = lease.store_state::<Held>() else {
+            return Err(Error::lost(lease, FOREIGN_LEASE));
+        };
+        if held.state.load(Ordering::SeqCst) != HELD {
+            return Err(Error::lost(lease, "it was released"));
+        }
+        let key = match &held.label_key {
+            Some(key) => {
+                // Before the put is sent, so a release from now on deletes the key too.
+                held.labelled.store(true, Ordering::SeqCst);
+                key.as_str()
+            }
+            None => held.entry.as_str(),
+        };
+        let txn = txn::relabel(&held.entry, held.created, key, label, held.lease_id);
+        // Safe to send twice: a second put of the same label on a live entry changes nothing.
+        let answer = self
+            .etcd
+            .txn("relabel", Resend::Transient, txn)
+            .await
+            .map_err(self.refused("relabel", &held.entry, Right::ReadWrite))?;
+        if !answer.succeeded() {
+            return Err(Error::lost(lease, "its etcd entry was deleted"));
+        }
+        Ok(())
     }
 
     /// For a lease granted in [`Layout::Etcd`], what `etcdctl lock` gives its command:
