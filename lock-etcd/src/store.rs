@@ -210,6 +210,28 @@ impl EtcdStore {
             .map_or(Ok(0), |kv| offset::parse(&key, kv.value()))
     }
 
+    /// In [`Layout::Etcd`]: whether the entry of `dir` created at `revision` was the queue's
+    /// head at that revision, so its token is that revision (the enqueue's reply); `None` once
+    /// etcd compacted it away.
+    async fn first_at_creation(&self, dir: &str, revision: i64) -> Result<Option<bool>> {
+        let head = self
+            .etcd
+            .kv_get(
+                "read the queue as it was",
+                dir.to_owned(),
+                txn::queue_head_at(revision),
+            )
+            .await;
+        match head {
+            Ok(head) => Ok(Some(
+                head.first()
+                    .is_some_and(|kv| kv.create_revision() == revision),
+            )),
+            Err(error) if is_compacted(&error) => Ok(None),
+            Err(error) => Err(error),
+        }
+    }
+
     async fn queue_head(&self, dir: &str) -> Result<Option<KeyValue>> {
         Ok(self
             .etcd
@@ -534,6 +556,18 @@ impl EtcdStore {
                         continue;
                     }
                 }
+            };
+            // A resent enqueue was answered after its entry's creation: the entry's create
+            // revision is the token if it was first then, as `status` reports it; otherwise a
+            // holder may have come and gone in between, and the reply's revision is.
+            let answered_at = match layout {
+                Layout::Etcd if enqueued.first && answered_at != enqueued.revision => {
+                    match self.first_at_creation(&dir, enqueued.revision).await? {
+                        Some(true) => enqueued.revision,
+                        _ => answered_at,
+                    }
+                }
+                _ => answered_at,
             };
             let token = match layout {
                 Layout::Fencelock => offset::token(enqueued.offset, enqueued.revision)?,
@@ -972,13 +1006,20 @@ impl raw::Store for EtcdStore {
             });
         }
         let remaining = self.etcd.remaining(head.lease()).await.map_err(refused())?;
-        // In the etcd layout the token (the granting reply's revision) is kept nowhere in etcd.
+        // In the etcd layout the token (the granting reply's revision) is kept nowhere in etcd,
+        // but a holder that was first when it was created got the lock in that very reply, at
+        // its create revision. Of one that queued first, the token is not known.
         let token = match self.config().layout {
             Layout::Fencelock => OffsetHistory::new(offset.as_ref())
                 .token(self, head.create_revision())
                 .await
                 .map_err(refused())?,
-            Layout::Etcd => None,
+            Layout::Etcd => self
+                .first_at_creation(&dir, head.create_revision())
+                .await
+                .map_err(refused())?
+                .filter(|first| *first)
+                .and_then(|_| u64::try_from(head.create_revision()).ok()),
         };
         Ok(KeyStatus::Held {
             owner: entry_owner(&dir, head.key()),

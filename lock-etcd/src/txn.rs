@@ -98,6 +98,13 @@ fn raise_offset(raise: &Raise) -> Txn {
         .or_else([TxnOp::txn(create)])
 }
 
+/// The read of a queue's head as of store revision `revision` (keys only): in
+/// [`Layout::Etcd`](crate::Layout::Etcd), whether the entry created at `revision` was the
+/// oldest then, so granted by its own enqueue at that revision.
+pub(crate) fn queue_head_at(revision: i64) -> GetOptions {
+    queue_head().with_revision(revision).with_keys_only()
+}
+
 /// The offset as of the end of store revision `revision` (a resent enqueue read a later one).
 pub(crate) fn offset_at(revision: i64) -> GetOptions {
     GetOptions::new().with_revision(revision)
