@@ -9,14 +9,14 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use etcd_client::{GetOptions, KeyValue};
+use etcd_client::{GetOptions, KeyValue, WatchOptions};
 use fencelock_core::raw::ttl::whole_secs;
 use fencelock_core::raw::{self, AcquireRequest, LeaseExt};
 use fencelock_core::{
     raw::drift, Capabilities, Error, HolderStatus, Instant, KeyStatus, Lease, Mode, OwnerId,
     ReleaseOutcome, Result,
 };
-use tokio::time::timeout;
+use tokio::time::{sleep_until, timeout, timeout_at};
 
 use crate::client::{Connection, Resend};
 use crate::config::{EtcdConfig, Layout, MIN_TTL, TTL_GRANULARITY};
@@ -695,6 +695,7 @@ impl raw::Store for EtcdStore {
             .with_frees_on_disconnect(false)
             .with_evict(true)
             .with_labels(true)
+            .with_notified_status(true)
             // etcdctl's and Go's clients know only exclusive entries: in their layout, modes
             // are refused rather than mixed with entries they would misread.
             .with_shared(self.config().layout == Layout::Fencelock)
@@ -1061,6 +1062,79 @@ impl raw::Store for EtcdStore {
             return Err(Error::lost(lease, "its etcd entry was deleted"));
         }
         Ok(())
+    }
+
+    /// Woken by a watch on the key's queue directory (and in [`Layout::Fencelock`] its label
+    /// directory): every grant, release, expiry (etcd deletes the entry with its lease),
+    /// relabel and mark is a put or a delete there. The watches exist before the status is
+    /// read, so no change after that read is missed; a change before it only wakes once more.
+    /// While watches cannot be had (a broken stream), the status is read every
+    /// [`Capabilities::status_poll`].
+    ///
+    /// # Cancel safety
+    /// Read-only; dropping the future cancels its watches and loses nothing.
+    async fn next_status(&self, key: &str, seen: &KeyStatus, until: Instant) -> Result<KeyStatus> {
+        let dir = self.dir(key);
+        let prefix = || WatchOptions::new().with_prefix();
+        let mut watches = vec![(dir.clone().into_bytes(), prefix())];
+        if self.config().layout == Layout::Fencelock {
+            watches.push((keys::labels_dir(&dir).into_bytes(), prefix()));
+        }
+        let poll = raw::Store::capabilities(self).status_poll;
+        loop {
+            let stream = timeout_at(
+                until,
+                self.etcd
+                    .watch("watch the key's status", watches.clone(), false),
+            )
+            .await;
+            let mut stream = match stream {
+                Ok(Ok(stream)) => Some(stream),
+                Ok(Err(error)) if error.is_retryable() => None,
+                Ok(Err(error)) => {
+                    return Err(self.refused("next_status", &dir, Right::Read)(error))
+                }
+                Err(_) => None,
+            };
+            // Each watch's creation reply comes before any of its events.
+            let mut created = 0;
+            while let Some(watching) = stream.as_mut().filter(|_| created < watches.len()) {
+                match timeout_at(until, watching.message()).await {
+                    Ok(Some(message)) if message.created() && !message.canceled() => {
+                        created += 1
+                    }
+                    _ => stream = None,
+                }
+            }
+            let status = raw::Store::status(self, key).await?;
+            let now = Instant::now();
+            if !status.same_holders(seen) || now >= until {
+                return Ok(status);
+            }
+            let Some(mut watching) = stream else {
+                sleep_until((now + poll).min(until)).await;
+                continue;
+            };
+            // Any event: read again. The end of the watches (a broken stream, a cancel): read
+            // again after a poll's pause, so a failing stream is not retried in a loop.
+            let ended = loop {
+                tokio::select! {
+                    message = watching.message() => match message {
+                        Some(message) if message.canceled() || message.compact_revision() > 0 => {
+                            break true
+                        }
+                        Some(message) if message.events().is_empty() => {}
+                        Some(_) => break false,
+                        None => break true,
+                    },
+                    () = sleep_until(until) => break false,
+                }
+            };
+            drop(watching);
+            if ended {
+                sleep_until((Instant::now() + poll).min(until)).await;
+            }
+        }
     }
 
     /// For a lease granted in [`Layout::Etcd`], what `etcdctl lock` gives its command:
