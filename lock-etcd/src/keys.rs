@@ -167,7 +167,18 @@ mod tests {
 
     #[test]
     fn no_label_key_is_in_a_queue_or_the_offset() {
-        let keys = ["a", "a/b", "a%2Fb", "a%labels", "a%", "%", "", "/", "~offset", "ключ/🔒"];
+        let keys = [
+            "a",
+            "a/b",
+            "a%2Fb",
+            "a%labels",
+            "a%",
+            "%",
+            "",
+            "/",
+            "~offset",
+            "ключ/🔒",
+        ];
         let owner = OwnerId::random();
         for a in keys {
             let labels = labels_dir(&queue_dir("p/", a));

@@ -385,7 +385,9 @@ impl EtcdStore {
         };
         loop {
             let owner = OwnerId::random();
-            let label_key = labels.as_deref().map(|labels| keys::label_key(labels, owner));
+            let label_key = labels
+                .as_deref()
+                .map(|labels| keys::label_key(labels, owner));
             let put_label = label.map(|label| (label_key.as_deref(), label));
             let sent_at = Instant::now();
             // When the request that last renewed the etcd lease was sent: `sent_at`, or earlier
@@ -411,8 +413,7 @@ impl EtcdStore {
                             self.etcd.renew(idle.lease_id).await
                         }
                     };
-                    let (renewed, enqueued) =
-                        tokio::join!(
+                    let (renewed, enqueued) = tokio::join!(
                         renew,
                         self.enqueue(&dir, &entry, idle.lease_id, mode, put_label)
                     );
@@ -726,7 +727,7 @@ impl raw::Store for EtcdStore {
             request.label,
         )
         .await
-            .map_err(self.refused(request.operation(), &dir, Right::ReadWrite))
+        .map_err(self.refused(request.operation(), &dir, Right::ReadWrite))
     }
 
     /// # Cancel safety
@@ -1100,9 +1101,7 @@ impl raw::Store for EtcdStore {
             let mut created = 0;
             while let Some(watching) = stream.as_mut().filter(|_| created < watches.len()) {
                 match timeout_at(until, watching.message()).await {
-                    Ok(Some(message)) if message.created() && !message.canceled() => {
-                        created += 1
-                    }
+                    Ok(Some(message)) if message.created() && !message.canceled() => created += 1,
                     _ => stream = None,
                 }
             }

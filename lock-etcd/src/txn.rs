@@ -236,11 +236,7 @@ pub(crate) fn delete_if_created_at(
     let mut deletes = vec![TxnOp::delete(entry.clone(), None)];
     deletes.extend(label.map(|key| TxnOp::delete(key, None)));
     Txn::new()
-        .when([Compare::create_revision(
-            entry,
-            CompareOp::Equal,
-            revision,
-        )])
+        .when([Compare::create_revision(entry, CompareOp::Equal, revision)])
         .and_then(deletes)
 }
 

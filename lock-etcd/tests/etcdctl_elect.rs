@@ -19,7 +19,6 @@ use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout, Command};
 use tokio::time::{timeout, Instant};
 
-
 /// Generous: other test processes may load this machine.
 const PATIENCE: Duration = Duration::from_secs(30);
 /// How long a candidate that should stay out is given to show it does not: only a broken
@@ -141,7 +140,10 @@ async fn a_fencelock_leader_is_what_etcdctl_elect_listens_to() {
     // Proclaim is etcd's: a put of the leader's key, which `etcdctl elect -l` reports.
     leading.proclaim("host-a:9090").await.expect("proclaim");
     let (again, value) = listener.leader().await;
-    assert_eq!((again.as_str(), value.as_str()), (key.as_str(), "host-a:9090"));
+    assert_eq!(
+        (again.as_str(), value.as_str()),
+        (key.as_str(), "host-a:9090")
+    );
 
     assert_eq!(
         leading.resign().await.expect("resign"),
