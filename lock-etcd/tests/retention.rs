@@ -231,7 +231,10 @@ async fn labels_go_with_their_release() {
         until(async || live_keys(&mut client, prefix).await == 6).await,
         "another labelled waiter queued"
     );
-    store.release(&unlabelled).await.expect("release");
+    assert_eq!(
+        store.release(&unlabelled).await.expect("release"),
+        ReleaseOutcome::Released
+    );
     // Granted after a wait, it knows the third behind it: its release hands the lock over.
     let second = second.await.expect("waiter").expect("granted");
     assert_eq!(
@@ -239,9 +242,15 @@ async fn labels_go_with_their_release() {
         4,
         "two labelled entries"
     );
-    store.release(&second).await.expect("release");
+    assert_eq!(
+        store.release(&second).await.expect("release"),
+        ReleaseOutcome::Released
+    );
     let third = third.await.expect("waiter").expect("handed the lock");
     assert_eq!(live_keys(&mut client, prefix).await, 2, "the last holder's");
-    store.release(&third).await.expect("release");
+    assert_eq!(
+        store.release(&third).await.expect("release"),
+        ReleaseOutcome::Released
+    );
     assert_eq!(live_keys(&mut client, prefix).await, 0, "left behind");
 }
