@@ -6,6 +6,12 @@
 //! entry `{dir}{owner id}`. [`Layout::Etcd`]: the directory `{prefix}{key}/`, the entry
 //! `{dir}{lease id in hex}`, as etcd's `concurrency.Mutex` names them (`NewMutex(session, pfx)`
 //! puts `fmt.Sprintf("%s%x", pfx + "/", session.Lease())`).
+//!
+//! A holder's label: in [`Layout::Etcd`], its entry's value, as etcd's `concurrency.Election`
+//! keeps a leader's value. In [`Layout::Fencelock`] an entry's value is its mode and grant
+//! (rewritten by the marks of [`crate::modes`] and [`crate::handoff`], which another client
+//! writes), so the label has a key of its own beside the queue, on the entry's lease:
+//! `{prefix}{escaped key}%labels/{owner id}`.
 
 use crate::config::Layout;
 
@@ -61,6 +67,33 @@ pub(crate) fn queue_dir(prefix: &str, key: &str) -> String {
     }
     dir.push('/');
     dir
+}
+
+/// Where the labels of a [`queue_dir`]'s holders are kept: the directory's name without its
+/// final `/`, then `%labels/`. No queue directory holds it, nor is it one: in an escaped key
+/// every `%` is followed by `25` or `2F`, never by `l`.
+const LABELS: &str = "%labels/";
+
+/// The label directory beside queue directory `dir` ([`Layout::Fencelock`]).
+pub(crate) fn labels_dir(dir: &str) -> String {
+    format!("{}{LABELS}", dir.strip_suffix('/').unwrap_or(dir))
+}
+
+/// The key of the label of the acquisition `owner` in label directory `labels`.
+pub(crate) fn label_key(labels: &str, owner: fencelock_core::OwnerId) -> String {
+    format!("{labels}{owner}")
+}
+
+/// The owner id a label key of `labels` names, if it is one.
+pub(crate) fn label_owner(labels: &str, key: &[u8]) -> Option<fencelock_core::OwnerId> {
+    let rest = key.strip_prefix(labels.as_bytes())?;
+    fencelock_core::OwnerId::parse(std::str::from_utf8(rest).ok()?)
+}
+
+/// A stored label as `status` reports it: a value that is not UTF-8 (put by another client)
+/// has each invalid sequence replaced by U+FFFD; the empty value is no label.
+pub(crate) fn label_text(value: &[u8]) -> Option<String> {
+    (!value.is_empty()).then(|| String::from_utf8_lossy(value).into_owned())
 }
 
 /// The queue entry of one acquisition.
@@ -130,6 +163,42 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn no_label_key_is_in_a_queue_or_the_offset() {
+        let keys = [
+            "a",
+            "a/b",
+            "a%2Fb",
+            "a%labels",
+            "a%",
+            "%",
+            "",
+            "/",
+            "~offset",
+            "ключ/🔒",
+        ];
+        let owner = OwnerId::random();
+        for a in keys {
+            let labels = labels_dir(&queue_dir("p/", a));
+            let label = label_key(&labels, owner);
+            assert_eq!(label_owner(&labels, label.as_bytes()), Some(owner));
+            assert_ne!(label, crate::offset::key("p/"));
+            for b in keys {
+                assert!(
+                    !label.starts_with(&queue_dir("p/", b)),
+                    "the queue of {b:?} would contain the labels of {a:?}"
+                );
+                if a != b {
+                    assert!(!label.starts_with(&labels_dir(&queue_dir("p/", b))));
+                }
+            }
+        }
+        assert_eq!(labels_dir(&queue_dir("p/", "jobs")), "p/jobs%labels/");
+        assert_eq!(label_text(b""), None);
+        assert_eq!(label_text(b"host-a").as_deref(), Some("host-a"));
+        assert_eq!(label_text(b"a\xffb").as_deref(), Some("a\u{fffd}b"));
     }
 
     #[test]

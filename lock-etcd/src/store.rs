@@ -4,19 +4,19 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use etcd_client::{GetOptions, KeyValue};
+use etcd_client::{GetOptions, KeyValue, WatchOptions};
 use fencelock_core::raw::ttl::whole_secs;
 use fencelock_core::raw::{self, AcquireRequest, LeaseExt};
 use fencelock_core::{
     raw::drift, Capabilities, Error, HolderStatus, Instant, KeyStatus, Lease, Mode, OwnerId,
     ReleaseOutcome, Result,
 };
-use tokio::time::timeout;
+use tokio::time::{sleep_until, timeout, timeout_at};
 
 use crate::client::{Connection, Resend};
 use crate::config::{EtcdConfig, Layout, MIN_TTL, TTL_GRANULARITY};
@@ -44,6 +44,12 @@ struct Held {
     /// Whom a release hands the lock to, if this holder knows its successors (see
     /// [`crate::handoff`]): an exclusive lease in [`Layout::Fencelock`] granted after a wait.
     handoff: Option<Handoff>,
+    /// The key of the holder's label in [`Layout::Fencelock`] (whether or not it has one
+    /// yet); `None` in [`Layout::Etcd`], where the label is the entry's value.
+    label_key: Option<String>,
+    /// Whether `label_key` may exist: set by a labelled acquire, and before a relabel is sent,
+    /// so a release deletes it with the entry (the etcd lease is kept for the next lock).
+    labelled: AtomicBool,
     /// [`HELD`], then [`RECYCLED`] or [`DISCARDED`] once a release has decided the etcd
     /// lease's fate. Shared by the lease's clones, so a second release or an extend after the
     /// release never touches an etcd lease that may already carry another lock.
@@ -204,6 +210,28 @@ impl EtcdStore {
             .map_or(Ok(0), |kv| offset::parse(&key, kv.value()))
     }
 
+    /// In [`Layout::Etcd`]: whether the entry of `dir` created at `revision` was the queue's
+    /// head at that revision, so its token is that revision (the enqueue's reply); `None` once
+    /// etcd compacted it away.
+    async fn first_at_creation(&self, dir: &str, revision: i64) -> Result<Option<bool>> {
+        let head = self
+            .etcd
+            .kv_get(
+                "read the queue as it was",
+                dir.to_owned(),
+                txn::queue_head_at(revision),
+            )
+            .await;
+        match head {
+            Ok(head) => Ok(Some(
+                head.first()
+                    .is_some_and(|kv| kv.create_revision() == revision),
+            )),
+            Err(error) if is_compacted(&error) => Ok(None),
+            Err(error) => Err(error),
+        }
+    }
+
     async fn queue_head(&self, dir: &str) -> Result<Option<KeyValue>> {
         Ok(self
             .etcd
@@ -213,18 +241,32 @@ impl EtcdStore {
             .next())
     }
 
-    async fn enqueue(&self, dir: &str, entry: &str, lease_id: i64, mode: Mode) -> Result<Enqueued> {
+    /// `label`: the holder's label, and in [`Layout::Fencelock`] the key it is kept in.
+    async fn enqueue(
+        &self,
+        dir: &str,
+        entry: &str,
+        lease_id: i64,
+        mode: Mode,
+        label: Option<(Option<&str>, &str)>,
+    ) -> Result<Enqueued> {
         let prefix = self.config().prefix();
         let (value, raise, hint) = match self.config().layout {
-            // As etcd's own clients put it: no offset, the empty value.
-            Layout::Etcd => (String::new(), None, 0),
+            // As etcd's own clients put it: no offset, and the value `etcdctl lock` puts (the
+            // empty one) or, labelled, the leader's value as `etcdctl elect` puts it.
+            Layout::Etcd => (
+                label.map_or_else(String::new, |(_, label)| label.to_owned()),
+                None,
+                0,
+            ),
             Layout::Fencelock => {
                 let hint = self.etcd.revision_hint().await?;
                 let raise = offset::raise(prefix, offset::clock_micros(), hint)?;
                 (EntryMode::waiting(mode).value(), Some(raise), hint)
             }
         };
-        let txn = txn::enqueue(dir, entry, lease_id, value, raise.as_ref());
+        let label_put = label.and_then(|(key, label)| Some((key?, label)));
+        let txn = txn::enqueue(dir, entry, lease_id, value, raise.as_ref(), label_put);
         // Safe to send twice: a second put keeps the entry's create revision, read back here
         // (and the offset is taken as of that revision); a second raise only raises.
         let answer = self.etcd.txn("enqueue", Resend::Transient, txn).await?;
@@ -322,10 +364,12 @@ impl EtcdStore {
         ttl: Duration,
         deadline: Option<Instant>,
         mode: Mode,
+        label: Option<&str>,
     ) -> Result<Lease> {
         let started = Instant::now();
         let layout = self.config().layout;
         let dir = self.dir(key);
+        let labels = (layout == Layout::Fencelock).then(|| keys::labels_dir(&dir));
         let mut use_idle = true;
         // Queueing again (our lease ended while we waited) stops here: the wait's bound, or for
         // a request without a wait, one command timeout after it started.
@@ -341,6 +385,10 @@ impl EtcdStore {
         };
         loop {
             let owner = OwnerId::random();
+            let label_key = labels
+                .as_deref()
+                .map(|labels| keys::label_key(labels, owner));
+            let put_label = label.map(|label| (label_key.as_deref(), label));
             let sent_at = Instant::now();
             // When the request that last renewed the etcd lease was sent: `sent_at`, or earlier
             // for a fresh idle lease.
@@ -365,8 +413,10 @@ impl EtcdStore {
                             self.etcd.renew(idle.lease_id).await
                         }
                     };
-                    let (renewed, enqueued) =
-                        tokio::join!(renew, self.enqueue(&dir, &entry, idle.lease_id, mode));
+                    let (renewed, enqueued) = tokio::join!(
+                        renew,
+                        self.enqueue(&dir, &entry, idle.lease_id, mode, put_label)
+                    );
                     if fresh {
                         confirmed_at = idle.confirmed_at;
                     }
@@ -390,7 +440,9 @@ impl EtcdStore {
                     let (lease_id, granted) = self.etcd.grant(ttl).await?;
                     let revoke = RevokeOnDrop::new(&self.etcd, lease_id);
                     let entry = entry_of(lease_id);
-                    let enqueued = self.enqueue(&dir, &entry, lease_id, mode).await?;
+                    let enqueued = self
+                        .enqueue(&dir, &entry, lease_id, mode, put_label)
+                        .await?;
                     (lease_id, granted, entry, enqueued, revoke)
                 }
             };
@@ -506,6 +558,18 @@ impl EtcdStore {
                     }
                 }
             };
+            // A resent enqueue was answered after its entry's creation: the entry's create
+            // revision is the token if it was first then, as `status` reports it; otherwise a
+            // holder may have come and gone in between, and the reply's revision is.
+            let answered_at = match layout {
+                Layout::Etcd if enqueued.first && answered_at != enqueued.revision => {
+                    match self.first_at_creation(&dir, enqueued.revision).await? {
+                        Some(true) => enqueued.revision,
+                        _ => answered_at,
+                    }
+                }
+                _ => answered_at,
+            };
             let token = match layout {
                 Layout::Fencelock => offset::token(enqueued.offset, enqueued.revision)?,
                 Layout::Etcd => u64::try_from(answered_at).map_err(|_| Error::Store {
@@ -527,6 +591,8 @@ impl EtcdStore {
                     created: enqueued.revision,
                     layout,
                     requested_secs: whole_secs(ttl),
+                    labelled: AtomicBool::new(label.is_some() && label_key.is_some()),
+                    label_key,
                     // Only entries of this layout are ever handed the lock (etcd's own clients
                     // know nothing of a mark).
                     handoff: (layout == Layout::Fencelock
@@ -629,6 +695,8 @@ impl raw::Store for EtcdStore {
             .with_fair_queue(true)
             .with_frees_on_disconnect(false)
             .with_evict(true)
+            .with_labels(true)
+            .with_notified_status(true)
             // etcdctl's and Go's clients know only exclusive entries: in their layout, modes
             // are refused rather than mixed with entries they would misread.
             .with_shared(self.config().layout == Layout::Fencelock)
@@ -651,9 +719,15 @@ impl raw::Store for EtcdStore {
     async fn acquire(&self, request: &AcquireRequest<'_>) -> Result<Lease> {
         let dir = self.dir(request.key);
         let deadline = request.wait.map(|wait| Instant::now() + wait);
-        self.attempt(request.key, request.ttl, deadline, request.mode)
-            .await
-            .map_err(self.refused(request.operation(), &dir, Right::ReadWrite))
+        self.attempt(
+            request.key,
+            request.ttl,
+            deadline,
+            request.mode,
+            request.label,
+        )
+        .await
+        .map_err(self.refused(request.operation(), &dir, Right::ReadWrite))
     }
 
     /// # Cancel safety
@@ -668,6 +742,10 @@ impl raw::Store for EtcdStore {
         if held.state.load(Ordering::SeqCst) != HELD {
             return Ok(ReleaseOutcome::Lost);
         }
+        // Only a label key that may exist is deleted: an unlabelled release sends what it
+        // always did.
+        let labelled = held.labelled.load(Ordering::SeqCst);
+        let label = held.label_key.as_deref().filter(|_| labelled);
         let txn = match held
             .handoff
             .as_ref()
@@ -679,8 +757,9 @@ impl raw::Store for EtcdStore {
                 &handoff.dir,
                 next,
                 handoff::mark(after),
+                label,
             ),
-            None => txn::delete_if_created_at(held.entry.as_str(), held.created),
+            None => txn::delete_if_created_at(held.entry.as_str(), held.created, label),
         };
         // Sent again only if unsent: a second delete would find nothing and report Lost.
         let deleted = self
@@ -695,10 +774,17 @@ impl raw::Store for EtcdStore {
                 .compare_exchange(HELD, to, Ordering::SeqCst, Ordering::SeqCst)
                 .is_ok()
         };
+        // A relabel that raced this release may have put a label key the delete did not
+        // name: that lease is revoked rather than kept.
+        let clean = labelled || !held.labelled.load(Ordering::SeqCst);
         if deleted {
             if settle(RECYCLED) {
-                // The lease holds nothing now: keep it for the next acquire with this TTL.
-                self.recycle(lease, held.lease_id, held.requested_secs);
+                if clean {
+                    // The lease holds nothing now: keep it for the next acquire with this TTL.
+                    self.recycle(lease, held.lease_id, held.requested_secs);
+                } else {
+                    spawn_revoke(&self.etcd, held.lease_id);
+                }
             }
         } else if settle(DISCARDED) {
             // Lost: its lease may still be alive (the entry was evicted); revoke it off the
@@ -775,7 +861,8 @@ impl raw::Store for EtcdStore {
             ));
         }
         // Compare-and-delete, so a holder that released meanwhile never costs its successor.
-        let txn = txn::delete_if_created_at(head.key(), head.create_revision());
+        // The holder's label key is on the lease revoked below.
+        let txn = txn::delete_if_created_at(head.key(), head.create_revision(), None);
         // Sent again only if unsent: a second delete would find nothing and report false.
         let deleted = self
             .etcd
@@ -801,18 +888,39 @@ impl raw::Store for EtcdStore {
     async fn status(&self, key: &str) -> Result<KeyStatus> {
         let dir = self.dir(key);
         let refused = || self.refused("status", &dir, Right::Read);
+        // Each holder's label, by owner id ([`Layout::Fencelock`]; in [`Layout::Etcd`] it is
+        // the entry's value).
+        let mut labels = HashMap::new();
         let queue = match self.config().layout {
-            Layout::Fencelock => self
-                .etcd
-                .kv_get("read the queue", dir.clone(), txn::whole_queue())
-                .await
-                .map_err(refused())?,
+            Layout::Fencelock => {
+                let labels_dir = keys::labels_dir(&dir);
+                let txn = txn::queue_and_labels(&dir, &labels_dir);
+                let answer = self
+                    .etcd
+                    .txn("read the queue", Resend::Transient, txn)
+                    .await
+                    .map_err(refused())?;
+                let mut reads = txn::gets(&answer).into_iter();
+                let queue = reads.next().unwrap_or_default();
+                for kv in reads.next().unwrap_or_default() {
+                    if let Some(owner) = keys::label_owner(&labels_dir, kv.key()) {
+                        labels.insert(owner, kv.value().to_vec());
+                    }
+                }
+                queue
+            }
             Layout::Etcd => self
                 .queue_head(&dir)
                 .await
                 .map_err(refused())?
                 .into_iter()
                 .collect(),
+        };
+        let label_of = |kv: &KeyValue| match self.config().layout {
+            Layout::Fencelock => entry_owner(&dir, kv.key())
+                .and_then(|owner| labels.get(&owner))
+                .and_then(|value| keys::label_text(value)),
+            Layout::Etcd => keys::label_text(kv.value()),
         };
         let Some(head) = queue.first() else {
             return Ok(KeyStatus::Free);
@@ -880,12 +988,15 @@ impl raw::Store for EtcdStore {
                 } else {
                     None
                 };
-                holders.push(HolderStatus::new(
-                    entry_owner(&dir, kv.key()),
-                    tokens.get(&kv.create_revision()).copied().flatten(),
-                    slot,
-                    remaining,
-                ));
+                holders.push(
+                    HolderStatus::new(
+                        entry_owner(&dir, kv.key()),
+                        tokens.get(&kv.create_revision()).copied().flatten(),
+                        slot,
+                        remaining,
+                    )
+                    .with_label(label_of(kv)),
+                );
             }
             if holders.is_empty() {
                 return Ok(KeyStatus::Free);
@@ -897,20 +1008,132 @@ impl raw::Store for EtcdStore {
             });
         }
         let remaining = self.etcd.remaining(head.lease()).await.map_err(refused())?;
-        // In the etcd layout the token (the granting reply's revision) is kept nowhere in etcd.
+        // In the etcd layout the token (the granting reply's revision) is kept nowhere in etcd,
+        // but a holder that was first when it was created got the lock in that very reply, at
+        // its create revision. Of one that queued first, the token is not known.
         let token = match self.config().layout {
             Layout::Fencelock => OffsetHistory::new(offset.as_ref())
                 .token(self, head.create_revision())
                 .await
                 .map_err(refused())?,
-            Layout::Etcd => None,
+            Layout::Etcd => self
+                .first_at_creation(&dir, head.create_revision())
+                .await
+                .map_err(refused())?
+                .filter(|first| *first)
+                .and_then(|_| u64::try_from(head.create_revision()).ok()),
         };
         Ok(KeyStatus::Held {
             owner: entry_owner(&dir, head.key()),
             token,
             remaining,
-            label: None,
+            label: label_of(head),
         })
+    }
+
+    /// A compare-and-set on the holder's own entry, as etcd's `Election.Proclaim` is: the
+    /// label is put (into the entry in [`Layout::Etcd`], into its label key in
+    /// [`Layout::Fencelock`]) only if the entry still has the create revision its grant saw.
+    ///
+    /// # Cancel safety
+    /// Dropping the future leaves the old label or the new one.
+    async fn relabel(&self, lease: &Lease, label: &str) -> Result<()> {
+        let Some(held) = lease.store_state::<Held>() else {
+            return Err(Error::lost(lease, FOREIGN_LEASE));
+        };
+        if held.state.load(Ordering::SeqCst) != HELD {
+            return Err(Error::lost(lease, "it was released"));
+        }
+        let key = match &held.label_key {
+            Some(key) => {
+                // Before the put is sent, so a release from now on deletes the key too.
+                held.labelled.store(true, Ordering::SeqCst);
+                key.as_str()
+            }
+            None => held.entry.as_str(),
+        };
+        let txn = txn::relabel(&held.entry, held.created, key, label, held.lease_id);
+        // Safe to send twice: a second put of the same label on a live entry changes nothing.
+        let answer = self
+            .etcd
+            .txn("relabel", Resend::Transient, txn)
+            .await
+            .map_err(self.refused("relabel", &held.entry, Right::ReadWrite))?;
+        if !answer.succeeded() {
+            return Err(Error::lost(lease, "its etcd entry was deleted"));
+        }
+        Ok(())
+    }
+
+    /// Woken by a watch on the key's queue directory (and in [`Layout::Fencelock`] its label
+    /// directory): every grant, release, expiry (etcd deletes the entry with its lease),
+    /// relabel and mark is a put or a delete there. The watches exist before the status is
+    /// read, so no change after that read is missed; a change before it only wakes once more.
+    /// While watches cannot be had (a broken stream), the status is read every
+    /// [`Capabilities::status_poll`].
+    ///
+    /// # Cancel safety
+    /// Read-only; dropping the future cancels its watches and loses nothing.
+    async fn next_status(&self, key: &str, seen: &KeyStatus, until: Instant) -> Result<KeyStatus> {
+        let dir = self.dir(key);
+        let prefix = || WatchOptions::new().with_prefix();
+        let mut watches = vec![(dir.clone().into_bytes(), prefix())];
+        if self.config().layout == Layout::Fencelock {
+            watches.push((keys::labels_dir(&dir).into_bytes(), prefix()));
+        }
+        let poll = raw::Store::capabilities(self).status_poll;
+        loop {
+            let stream = timeout_at(
+                until,
+                self.etcd
+                    .watch("watch the key's status", watches.clone(), false),
+            )
+            .await;
+            let mut stream = match stream {
+                Ok(Ok(stream)) => Some(stream),
+                Ok(Err(error)) if error.is_retryable() => None,
+                Ok(Err(error)) => {
+                    return Err(self.refused("next_status", &dir, Right::Read)(error))
+                }
+                Err(_) => None,
+            };
+            // Each watch's creation reply comes before any of its events.
+            let mut created = 0;
+            while let Some(watching) = stream.as_mut().filter(|_| created < watches.len()) {
+                match timeout_at(until, watching.message()).await {
+                    Ok(Some(message)) if message.created() && !message.canceled() => created += 1,
+                    _ => stream = None,
+                }
+            }
+            let status = raw::Store::status(self, key).await?;
+            let now = Instant::now();
+            if !status.same_holders(seen) || now >= until {
+                return Ok(status);
+            }
+            let Some(mut watching) = stream else {
+                sleep_until((now + poll).min(until)).await;
+                continue;
+            };
+            // Any event: read again. The end of the watches (a broken stream, a cancel): read
+            // again after a poll's pause, so a failing stream is not retried in a loop.
+            let ended = loop {
+                tokio::select! {
+                    message = watching.message() => match message {
+                        Some(message) if message.canceled() || message.compact_revision() > 0 => {
+                            break true
+                        }
+                        Some(message) if message.events().is_empty() => {}
+                        Some(_) => break false,
+                        None => break true,
+                    },
+                    () = sleep_until(until) => break false,
+                }
+            };
+            drop(watching);
+            if ended {
+                sleep_until((Instant::now() + poll).min(until)).await;
+            }
+        }
     }
 
     /// For a lease granted in [`Layout::Etcd`], what `etcdctl lock` gives its command:

@@ -34,12 +34,18 @@ pub(crate) fn queue_head() -> GetOptions {
 /// offset of the entry's own revision, in the same transaction, so tokens (offset plus create
 /// revision) follow create revisions. The head and the newest entries then come with their
 /// values, which tell an entry put by a client that mints raw revisions.
+///
+/// With `label` (a key and the label, [`Layout::Fencelock`](crate::Layout::Fencelock)), the
+/// label's own key is put on the same lease in the same step, so no entry is ever seen
+/// without the label it was asked with, and the label goes when the entry's lease does. (In
+/// [`Layout::Etcd`](crate::Layout::Etcd) the label is `value`.)
 pub(crate) fn enqueue(
     dir: &str,
     entry: &str,
     lease_id: i64,
     value: String,
     raise: Option<&Raise>,
+    label: Option<(&str, &str)>,
 ) -> Txn {
     let mut newest = GetOptions::new()
         .with_prefix()
@@ -53,6 +59,13 @@ pub(crate) fn enqueue(
     let mut ops = Vec::with_capacity(6);
     if let Some(raise) = raise {
         ops.push(TxnOp::txn(raise_offset(raise)));
+    }
+    if let Some((key, label)) = label {
+        ops.push(TxnOp::put(
+            key,
+            label,
+            Some(PutOptions::new().with_lease(lease_id)),
+        ));
     }
     ops.extend([
         TxnOp::put(entry, value, Some(PutOptions::new().with_lease(lease_id))),
@@ -83,6 +96,13 @@ fn raise_offset(raise: &Raise) -> Txn {
         )])
         .and_then([put()])
         .or_else([TxnOp::txn(create)])
+}
+
+/// The read of a queue's head as of store revision `revision` (keys only): in
+/// [`Layout::Etcd`](crate::Layout::Etcd), whether the entry created at `revision` was the
+/// oldest then, so granted by its own enqueue at that revision.
+pub(crate) fn queue_head_at(revision: i64) -> GetOptions {
+    queue_head().with_revision(revision).with_keys_only()
 }
 
 /// The offset as of the end of store revision `revision` (a resent enqueue read a later one).
@@ -176,18 +196,48 @@ pub(crate) fn whole_queue() -> GetOptions {
         .with_sort(SortTarget::Create, SortOrder::Ascend)
 }
 
+/// Status in [`Layout::Fencelock`](crate::Layout::Fencelock): the whole queue of `dir` and
+/// every label of `labels`. Atomic: both reads at one revision, so each holder is reported
+/// with the label it had then.
+pub(crate) fn queue_and_labels(dir: &str, labels: &str) -> Txn {
+    Txn::new().and_then([
+        TxnOp::get(dir, Some(whole_queue())),
+        TxnOp::get(labels, Some(GetOptions::new().with_prefix())),
+    ])
+}
+
+/// Relabel (etcd's `Election.Proclaim`): put `label` into `key` (the entry itself in
+/// [`Layout::Etcd`](crate::Layout::Etcd), its label key in
+/// [`Layout::Fencelock`](crate::Layout::Fencelock)) on the holder's lease, only if `entry`'s
+/// create revision is still `revision`. Atomic: compare and put in one transaction, so a
+/// holder whose entry is gone never labels its successor, or leaves a label behind.
+pub(crate) fn relabel(entry: &str, revision: i64, key: &str, label: &str, lease_id: i64) -> Txn {
+    Txn::new()
+        .when([Compare::create_revision(entry, CompareOp::Equal, revision)])
+        .and_then([TxnOp::put(
+            key,
+            label,
+            Some(PutOptions::new().with_lease(lease_id)),
+        )])
+}
+
 /// Release (and the operator's evict): delete `entry` only if its create revision is still
 /// `revision`, the one the holder's grant saw (its token is the offset plus it). Atomic: compare and delete in one transaction, so a retried
 /// stale unlock never deletes a newer holder (etcd issue 22082).
-pub(crate) fn delete_if_created_at(entry: impl Into<Vec<u8>>, revision: i64) -> Txn {
+///
+/// With `label` (the holder's label key, [`Layout::Fencelock`](crate::Layout::Fencelock)), it
+/// goes in the same step: the etcd lease it is on is kept for the next lock.
+pub(crate) fn delete_if_created_at(
+    entry: impl Into<Vec<u8>>,
+    revision: i64,
+    label: Option<&str>,
+) -> Txn {
     let entry = entry.into();
+    let mut deletes = vec![TxnOp::delete(entry.clone(), None)];
+    deletes.extend(label.map(|key| TxnOp::delete(key, None)));
     Txn::new()
-        .when([Compare::create_revision(
-            entry.clone(),
-            CompareOp::Equal,
-            revision,
-        )])
-        .and_then([TxnOp::delete(entry, None)])
+        .when([Compare::create_revision(entry, CompareOp::Equal, revision)])
+        .and_then(deletes)
 }
 
 /// Release with a handoff: if `entry` still has create revision `revision` (the one the
@@ -197,28 +247,37 @@ pub(crate) fn delete_if_created_at(entry: impl Into<Vec<u8>>, revision: i64) -> 
 /// its successor is still queued, at the revision that frees the lock. Without the successor,
 /// it is the plain compare-and-delete. The outer comparison decides whether anything was
 /// deleted, as for [`delete_if_created_at`].
+/// The holder's `label` key goes with its entry, as in [`delete_if_created_at`].
 pub(crate) fn release_to(
     entry: &str,
     revision: i64,
     dir: &str,
     next: &Successor,
     mark: String,
+    label: Option<&str>,
 ) -> Txn {
     let next_key = next.key(dir);
+    let own = || {
+        let mut deletes = vec![TxnOp::delete(entry, None)];
+        deletes.extend(label.map(|key| TxnOp::delete(key, None)));
+        deletes
+    };
     let hand_off = Txn::new()
         .when([
             Compare::create_revision(next_key.clone(), CompareOp::Equal, next.created),
             Compare::lease(next_key.clone(), CompareOp::Equal, next.lease_id),
         ])
-        .and_then([
-            TxnOp::delete(entry, None),
-            TxnOp::put(
-                next_key,
-                mark,
-                Some(PutOptions::new().with_lease(next.lease_id)),
-            ),
-        ])
-        .or_else([TxnOp::delete(entry, None)]);
+        .and_then(
+            own()
+                .into_iter()
+                .chain([TxnOp::put(
+                    next_key,
+                    mark,
+                    Some(PutOptions::new().with_lease(next.lease_id)),
+                )])
+                .collect::<Vec<_>>(),
+        )
+        .or_else(own());
     Txn::new()
         .when([Compare::create_revision(entry, CompareOp::Equal, revision)])
         .and_then([TxnOp::txn(hand_off)])

@@ -168,3 +168,89 @@ async fn dropped_waiters_leave_no_queue_key_behind() {
         "no per-key state to retain"
     );
 }
+
+/// A labelled holder's label key (fencelock's layout keeps it beside the queue, on the entry's
+/// lease) goes with its release in every mode, as does the one a relabel put, and after a
+/// handoff: the etcd lease kept idle for the next lock carries nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn labels_go_with_their_release() {
+    use fencelock_core::{LockStoreExt, Mode};
+    let url = shared::etcd().url();
+    let prefix = "retention-labels/";
+    let store = Arc::new(common::store(&url, &format!("&prefix={prefix}")).await);
+    let mut client = client().await;
+    for mode in [Mode::Exclusive, Mode::Shared, Mode::permits(2)] {
+        let lease = store
+            .lock("labelled")
+            .ttl(TTL)
+            .mode(mode)
+            .label("host-a")
+            .lease()
+            .await
+            .expect("a free key");
+        assert_eq!(
+            live_keys(&mut client, prefix).await,
+            2,
+            "{mode}: entry and label"
+        );
+        let outcome = store.release(&lease).await.expect("release");
+        assert_eq!(outcome, ReleaseOutcome::Released);
+        assert_eq!(
+            live_keys(&mut client, prefix).await,
+            0,
+            "{mode}: left behind"
+        );
+    }
+    let unlabelled = store.try_acquire("relabelled", TTL).await.expect("free");
+    assert_eq!(
+        live_keys(&mut client, prefix).await,
+        1,
+        "an unlabelled entry"
+    );
+    store.relabel(&unlabelled, "later").await.expect("relabel");
+    assert_eq!(live_keys(&mut client, prefix).await, 2, "relabelled");
+    let waiter = |label: &'static str| {
+        let store = store.clone();
+        tokio::spawn(async move {
+            store
+                .lock("relabelled")
+                .ttl(TTL)
+                .label(label)
+                .wait(Duration::from_secs(30))
+                .lease()
+                .await
+        })
+    };
+    let second = waiter("second");
+    assert!(
+        until(async || live_keys(&mut client, prefix).await == 4).await,
+        "a labelled waiter queued"
+    );
+    let third = waiter("third");
+    assert!(
+        until(async || live_keys(&mut client, prefix).await == 6).await,
+        "another labelled waiter queued"
+    );
+    assert_eq!(
+        store.release(&unlabelled).await.expect("release"),
+        ReleaseOutcome::Released
+    );
+    // Granted after a wait, it knows the third behind it: its release hands the lock over.
+    let second = second.await.expect("waiter").expect("granted");
+    assert_eq!(
+        live_keys(&mut client, prefix).await,
+        4,
+        "two labelled entries"
+    );
+    assert_eq!(
+        store.release(&second).await.expect("release"),
+        ReleaseOutcome::Released
+    );
+    let third = third.await.expect("waiter").expect("handed the lock");
+    assert_eq!(live_keys(&mut client, prefix).await, 2, "the last holder's");
+    assert_eq!(
+        store.release(&third).await.expect("release"),
+        ReleaseOutcome::Released
+    );
+    assert_eq!(live_keys(&mut client, prefix).await, 0, "left behind");
+}
