@@ -1,6 +1,7 @@
 //! [`ZookeeperStore`]: the contract on ZooKeeper sessions and lock nodes.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -14,6 +15,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::ZookeeperConfig;
+use crate::data;
 use crate::expiry::start_expiry;
 use crate::held::{Held, Phase};
 use crate::keys;
@@ -31,6 +33,8 @@ const PROBE_TIMEOUT: Duration = Duration::from_millis(100);
 /// What a handle asks for, once, to learn the server's `maxSessionTimeout`: the contract's
 /// longest TTL, more than any server grants. That session is closed at once.
 const MAX_PROBE_TIMEOUT: Duration = fencelock_core::limits::MAX_TTL;
+/// How many times a relabel's write is sent again after its expected data version moved.
+const RELABEL_ATTEMPTS: usize = 8;
 /// How long a session no lease and no acquisition has used stays open: the next acquire after
 /// that closes it (the handle's first session, which `status` and `evict` use, stays).
 const SESSION_IDLE: Duration = Duration::from_secs(60);
@@ -209,9 +213,17 @@ impl ZookeeperStore {
         self.open(&mut sessions, limits, timeout).await
     }
 
-    /// One acquisition in `mode`, waiting up to `wait` (zero: one attempt): [`Error::Busy`]
-    /// if the key stays held.
-    async fn attempt(&self, key: &str, ttl: Duration, wait: Duration, mode: Mode) -> Result<Lease> {
+    /// One acquisition of `request`, waiting up to its wait (none: one attempt):
+    /// [`Error::Busy`] if the key stays held.
+    async fn attempt(&self, request: &AcquireRequest<'_>) -> Result<Lease> {
+        let AcquireRequest {
+            key,
+            ttl,
+            mode,
+            label,
+            ..
+        } = *request;
+        let wait = request.wait.unwrap_or(Duration::ZERO);
         let started = Instant::now();
         let until = started + wait;
         let session = self.session_for(ttl).await?;
@@ -227,7 +239,11 @@ impl ZookeeperStore {
         // looked up, or opened for a TTL not used before, and before its node's create); one
         // granted after a wait, from before the read that found its node the oldest.
         let mut sent_at = started;
-        let mut entry = Enqueued::create(session.clone(), &place, container, owner, mode).await?;
+        // The label is the node's data from its create: no request of its own.
+        let mut entry =
+            Enqueued::create(session.clone(), &place, container, owner, mode, label).await?;
+        // The node's data version once granted: 0 from its create, the mark's after it.
+        let mut version = 0;
         // A request that finds only compatible requests between their grant and their mark
         // ahead waits for them even without a wait of its own, up to the command timeout.
         let settle_until = until.max(started + self.config.command_timeout);
@@ -236,7 +252,7 @@ impl ZookeeperStore {
             let compatible = match &turn {
                 Turn::Holder { slot } => {
                     if mode != Mode::Exclusive {
-                        entry.mark(*slot).await?;
+                        version = entry.mark(*slot).await?;
                     }
                     break (sent_at, *slot);
                 }
@@ -296,6 +312,7 @@ impl ZookeeperStore {
             session: session.clone(),
             path,
             czxid,
+            version: AtomicI32::new(version),
             phase: Mutex::new(Phase::Held),
             hold_until: Mutex::new(sent_at + session.timeout - drift(session.timeout)),
             watch_id: OnceLock::new(),
@@ -359,6 +376,7 @@ impl raw::Store for ZookeeperStore {
             .with_notified_wait(true)
             .with_fair_queue(true)
             .with_evict(true)
+            .with_labels(true)
             .with_shared(self.config.layout == Layout::Fencelock)
             .with_permits(self.config.layout == Layout::Fencelock);
         if let Some(limits) = self.limits.get() {
@@ -389,9 +407,7 @@ impl raw::Store for ZookeeperStore {
     /// created): nothing stays held, waiters behind it are not kept waiting, a dropped waiter
     /// stops keeping newer readers out, and never takes the key later.
     async fn acquire(&self, request: &AcquireRequest<'_>) -> Result<Lease> {
-        let wait = request.wait.unwrap_or(Duration::ZERO);
-        self.attempt(request.key, request.ttl, wait, request.mode)
-            .await
+        self.attempt(request).await
     }
 
     /// Deletes the lease's lock node (its path is unique to this lease).
@@ -510,8 +526,86 @@ impl raw::Store for ZookeeperStore {
         Ok(())
     }
 
-    /// The oldest lock node of the key: its owner id and token (`czxid`); for readers and
-    /// permits, every marked node of the mode at the head of the queue.
+    /// Writes the label into the lease's own node: the node's data (after a reader's or
+    /// permit's mark), a `setData` expecting the data version this lease last wrote, so only
+    /// while the node is still the one its acquire created. A version that moved (a relabel
+    /// of the same lease at once, or this one's write retried after its answer was lost) is
+    /// read again and the write retried, while the node keeps its `czxid`.
+    ///
+    /// # Errors
+    /// [`LeaseLost`](fencelock_core::ErrorKind::LeaseLost) when the node is gone (released,
+    /// evicted, or its session expired), or the lease is past its local deadline, released or
+    /// revoked; [`Unavailable`](fencelock_core::ErrorKind::Unavailable) when ZooKeeper did not
+    /// answer.
+    ///
+    /// # Cancel safety
+    /// The write is sent when the call starts; dropping the future may leave the node
+    /// relabelled or not (the lease keeps its old label either way).
+    async fn relabel(&self, lease: &Lease, label: &str) -> Result<()> {
+        let Some(held) = lease.store_state::<Held>() else {
+            return Err(Error::lost(
+                lease,
+                "the lease was not granted by this store",
+            ));
+        };
+        if lease.is_revoked() {
+            return Err(Error::lost(
+                lease,
+                lease.revocation().reason().unwrap_or("revoked").to_owned(),
+            ));
+        }
+        if *held.phase() != Phase::Held || lease.is_expired() {
+            return Err(Error::lost(lease, "the lease was released or expired"));
+        }
+        let session = &held.session;
+        let data = data::granted(lease.mode(), lease.slot(), Some(label));
+        let what = "relabelling a lock node";
+        let gone = |held: &Held| {
+            held.gone();
+            Error::lost(
+                lease,
+                "its lock node is gone (evicted, or its ZooKeeper session expired)",
+            )
+        };
+        let mut expected = held.version.load(Ordering::Acquire);
+        for _ in 0..RELABEL_ATTEMPTS {
+            let write = session
+                .call(what, || {
+                    session.client.set_data(&held.path, &data, Some(expected))
+                })
+                .await;
+            match write {
+                Ok(stat) => {
+                    held.version.fetch_max(stat.version, Ordering::AcqRel);
+                    return Ok(());
+                }
+                Err(Failure::NoNode) => return Err(gone(held)),
+                Err(Failure::BadVersion) => {}
+                Err(other) => return Err(other.into_error(what)),
+            }
+            let read = "reading a lock node";
+            match session
+                .call(read, || session.client.check_stat(&held.path))
+                .await
+            {
+                Ok(Some(stat)) if stat.czxid == held.czxid => expected = stat.version,
+                Ok(_) | Err(Failure::NoNode) => return Err(gone(held)),
+                Err(other) => return Err(other.into_error(read)),
+            }
+        }
+        Err(Error::Unavailable {
+            message: format!(
+                "the lock node {}'s data version changed under each of {RELABEL_ATTEMPTS} \
+                 relabels",
+                held.path
+            ),
+            source: None,
+        })
+    }
+
+    /// The oldest lock node of the key: its owner id, token (`czxid`) and label (its data,
+    /// see the crate docs, *Labels and elections*); for readers and permits, every marked node
+    /// of the mode at the head of the queue.
     ///
     /// # Errors
     /// As [`LockStore::status`](fencelock_core::LockStore::status).
@@ -549,7 +643,7 @@ impl raw::Store for ZookeeperStore {
                     owner,
                     token,
                     remaining: None,
-                    label: None,
+                    label: data::label(&data, false),
                 });
             }
             if stat.version < 1 {
@@ -557,10 +651,12 @@ impl raw::Store for ZookeeperStore {
             }
             held = Some(mode);
             let slot = match mode {
-                Mode::Permit { .. } => crate::wait::parse_slot(&data),
+                Mode::Permit { .. } => data::parse_slot(&data),
                 _ => None,
             };
-            holders.push(HolderStatus::new(owner, token, slot, None));
+            holders.push(
+                HolderStatus::new(owner, token, slot, None).with_label(data::label(&data, true)),
+            );
         }
         Ok(match held {
             Some(mode) => KeyStatus::Shared {
