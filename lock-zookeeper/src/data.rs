@@ -106,9 +106,6 @@ mod tests {
             label(b"id \xff\xfe end", false).as_deref(),
             Some("id \u{fffd}\u{fffd} end")
         );
-        assert_eq!(
-            label(b"shared\n\xc3", true).as_deref(),
-            Some("\u{fffd}")
-        );
+        assert_eq!(label(b"shared\n\xc3", true).as_deref(), Some("\u{fffd}"));
     }
 }
