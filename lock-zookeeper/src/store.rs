@@ -1,6 +1,7 @@
 //! [`ZookeeperStore`]: the contract on ZooKeeper sessions and lock nodes.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -13,6 +14,7 @@ use fencelock_core::{
 };
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use zookeeper_client as zk;
 
 use crate::config::ZookeeperConfig;
 use crate::data;
@@ -35,6 +37,10 @@ const PROBE_TIMEOUT: Duration = Duration::from_millis(100);
 const MAX_PROBE_TIMEOUT: Duration = fencelock_core::limits::MAX_TTL;
 /// How many times a relabel's write is sent again after its expected data version moved.
 const RELABEL_ATTEMPTS: usize = 8;
+/// The longest a notified `next_status` waits on its watches before it reads again. The client
+/// sets its one-shot watches again when it reconnects, and the server then sends what changed
+/// meanwhile, so none should be lost; this bounds what a lost one would cost, for a read.
+const WATCH_BACKSTOP: Duration = Duration::from_secs(5);
 /// How long a session no lease and no acquisition has used stays open: the next acquire after
 /// that closes it (the handle's first session, which `status` and `evict` use, stays).
 const SESSION_IDLE: Duration = Duration::from_secs(60);
@@ -363,6 +369,124 @@ impl ZookeeperStore {
             Err(other) => Err(other.into_error("listing a key's lock nodes")),
         }
     }
+
+    /// [`queue`](Self::queue), leaving a watch in `watches` that fires when the container's
+    /// children change, or, with no container, when it is made. A container made between the
+    /// two reads leaves no watch: the caller reads again at once.
+    async fn watched_queue(
+        &self,
+        session: &Session,
+        container: &str,
+        watches: &mut Vec<zk::OneshotWatcher>,
+    ) -> Result<Vec<String>> {
+        let client = &session.client;
+        let what = "watching a key's lock nodes";
+        let sync = session.call("syncing", || client.sync(container));
+        let list = session.call(what, || client.list_and_watch_children(container));
+        let (synced, listed) = tokio::join!(sync, list);
+        match synced {
+            Ok(()) | Err(Failure::NoNode) => {}
+            Err(other) => return Err(other.into_error("syncing")),
+        }
+        match listed {
+            Ok((children, watch)) => {
+                watches.push(watch);
+                Ok(keys::queue(self.config.layout, children))
+            }
+            Err(Failure::NoNode) => {
+                let what = "watching for a key's container node";
+                match session
+                    .call(what, || client.check_and_watch_stat(container))
+                    .await
+                {
+                    Ok((None, watch)) => watches.push(watch),
+                    Ok((Some(_), _)) => {}
+                    Err(other) => return Err(other.into_error(what)),
+                }
+                Ok(Vec::new())
+            }
+            Err(other) => Err(other.into_error(what)),
+        }
+    }
+
+    /// The key's status (see [`raw::Store::status`] below); with `watches`, read with watches
+    /// left there on everything that would change it: the container's children (a holder or
+    /// waiter comes or goes) and the data of every node read (a relabel, a reader's or
+    /// permit's mark).
+    async fn read_status(
+        &self,
+        key: &str,
+        mut watches: Option<&mut Vec<zk::OneshotWatcher>>,
+    ) -> Result<KeyStatus> {
+        let session = self.first_session().await?;
+        let container = keys::container(&self.config.prefix, key);
+        let layout = self.config.layout;
+        let mut held: Option<Mode> = None;
+        let mut holders = Vec::new();
+        let queue = match watches.as_deref_mut() {
+            Some(watches) => self.watched_queue(&session, &container, watches).await?,
+            None => self.queue(&session, &container).await?,
+        };
+        for name in queue {
+            let mode = keys::node_mode(layout, &name);
+            if held.is_some_and(|held| held != mode) {
+                break;
+            }
+            let path = format!("{container}/{name}");
+            let what = "reading a lock node";
+            let client = &session.client;
+            let read = match watches.as_deref_mut() {
+                Some(watches) => session
+                    .call(what, || client.get_and_watch_data(&path))
+                    .await
+                    .map(|(data, stat, watch)| {
+                        watches.push(watch);
+                        (data, stat)
+                    }),
+                None => session.call(what, || client.get_data(&path)).await,
+            };
+            let (data, stat) = match read {
+                Ok(answer) => answer,
+                Err(Failure::NoNode) => continue,
+                Err(other) => return Err(other.into_error(what)),
+            };
+            let token = match layout {
+                Layout::Fencelock => self
+                    .offset_at(&session, stat.czxid)
+                    .await?
+                    .and_then(|o| offset::token(o, stat.czxid).ok()),
+                _ => u64::try_from(stat.czxid).ok(),
+            };
+            let owner = keys::owner(layout, &name);
+            if mode == Mode::Exclusive {
+                return Ok(KeyStatus::Held {
+                    owner,
+                    token,
+                    remaining: None,
+                    label: data::label(&data, false),
+                });
+            }
+            if stat.version < 1 {
+                break; // not granted yet (nor is anything behind it)
+            }
+            held = Some(mode);
+            let slot = match mode {
+                Mode::Permit { .. } => data::parse_slot(&data),
+                _ => None,
+            };
+            holders.push(
+                HolderStatus::new(owner, token, slot, None).with_label(data::label(&data, true)),
+            );
+        }
+        Ok(match held {
+            Some(mode) => KeyStatus::Shared {
+                mode,
+                count: u32::try_from(holders.len()).unwrap_or(u32::MAX),
+                holders,
+            },
+            None => KeyStatus::Free,
+        })
+    }
 }
 
 #[async_trait]
@@ -377,6 +501,7 @@ impl raw::Store for ZookeeperStore {
             .with_fair_queue(true)
             .with_evict(true)
             .with_labels(true)
+            .with_notified_status(true)
             .with_shared(self.config.layout == Layout::Fencelock)
             .with_permits(self.config.layout == Layout::Fencelock);
         if let Some(limits) = self.limits.get() {
@@ -613,59 +738,53 @@ impl raw::Store for ZookeeperStore {
     /// # Cancel safety
     /// Read-only.
     async fn status(&self, key: &str) -> Result<KeyStatus> {
-        let session = self.first_session().await?;
-        let container = keys::container(&self.config.prefix, key);
-        let layout = self.config.layout;
-        let mut held: Option<Mode> = None;
-        let mut holders = Vec::new();
-        for name in self.queue(&session, &container).await? {
-            let mode = keys::node_mode(layout, &name);
-            if held.is_some_and(|held| held != mode) {
-                break;
+        self.read_status(key, None).await
+    }
+
+    /// The status read with watches on what would change it (the container's children, the
+    /// data of each node read), then again when one fires, until it differs from `seen`. A
+    /// holder's expiry is a change too: its session's end, or the handle's delete at its
+    /// local deadline, deletes its node. The watches are set by the reads themselves, so a change
+    /// after them is not missed; the session's end, and [`WATCH_BACKSTOP`], also end the wait
+    /// for another read. Dropped, a watch is removed from the client.
+    ///
+    /// # Errors
+    /// As [`LockStore::next_status`](fencelock_core::LockStore::next_status).
+    ///
+    /// # Cancel safety
+    /// Read-only; dropping the future drops its watches.
+    async fn next_status(&self, key: &str, seen: &KeyStatus, until: Instant) -> Result<KeyStatus> {
+        loop {
+            let mut watches = Vec::new();
+            let status = self.read_status(key, Some(&mut watches)).await?;
+            let now = Instant::now();
+            if !status.same_holders(seen) || now >= until {
+                return Ok(status);
             }
-            let path = format!("{container}/{name}");
-            let what = "reading a lock node";
-            let (data, stat) = match session.call(what, || session.client.get_data(&path)).await {
-                Ok(answer) => answer,
-                Err(Failure::NoNode) => continue,
-                Err(other) => return Err(other.into_error(what)),
-            };
-            let token = match layout {
-                Layout::Fencelock => self
-                    .offset_at(&session, stat.czxid)
-                    .await?
-                    .and_then(|o| offset::token(o, stat.czxid).ok()),
-                _ => u64::try_from(stat.czxid).ok(),
-            };
-            let owner = keys::owner(layout, &name);
-            if mode == Mode::Exclusive {
-                return Ok(KeyStatus::Held {
-                    owner,
-                    token,
-                    remaining: None,
-                    label: data::label(&data, false),
-                });
+            if watches.is_empty() {
+                continue; // the container was made between its two reads
             }
-            if stat.version < 1 {
-                break; // not granted yet (nor is anything behind it)
+            let session = self.first_session().await?;
+            let mut fired: Vec<_> = watches
+                .into_iter()
+                .map(|watch| Box::pin(watch.changed()))
+                .collect();
+            let any = std::future::poll_fn(|cx| {
+                if fired
+                    .iter_mut()
+                    .any(|watch| Future::poll(watch.as_mut(), cx).is_ready())
+                {
+                    std::task::Poll::Ready(())
+                } else {
+                    std::task::Poll::Pending
+                }
+            });
+            tokio::select! {
+                () = any => {}
+                () = tokio::time::sleep_until(until.min(now + WATCH_BACKSTOP)) => {}
+                () = session.ended() => {}
             }
-            held = Some(mode);
-            let slot = match mode {
-                Mode::Permit { .. } => data::parse_slot(&data),
-                _ => None,
-            };
-            holders.push(
-                HolderStatus::new(owner, token, slot, None).with_label(data::label(&data, true)),
-            );
         }
-        Ok(match held {
-            Some(mode) => KeyStatus::Shared {
-                mode,
-                count: u32::try_from(holders.len()).unwrap_or(u32::MAX),
-                holders,
-            },
-            None => KeyStatus::Free,
-        })
     }
 
     /// Deletes the key's oldest lock node: the holder's, or with readers or permits holding,
