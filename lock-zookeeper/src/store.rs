@@ -745,7 +745,7 @@ impl raw::Store for ZookeeperStore {
     /// data of each node read), then again when one fires, until it differs from `seen`. A
     /// holder's expiry is a change too: its session's end, or the handle's delete at its
     /// local deadline, deletes its node. The watches are set by the reads themselves, so a change
-    /// after them is not missed; the session's end, and [`WATCH_BACKSTOP`], also end the wait
+    /// after them is not missed; the session's end, and a backstop of 5 s, also end the wait
     /// for another read. Dropped, a watch is removed from the client.
     ///
     /// # Errors
