@@ -3,11 +3,12 @@
 //! `InterProcessMutex` (kazoo `Lock`) until it releases, and a Curator (kazoo) holder makes
 //! fencelock's `try_acquire` busy and its `acquire` wait until the peer releases. Every
 //! fencelock token is its lock node's `czxid`, and the peer's token (its node's `czxid`) is
-//! below the next fencelock token.
+//! below the next fencelock token. A fencelock election and Curator's `LeaderSelector` (kazoo's
+//! `Election`) on one path elect one leader at a time, each naming the other's by its value.
 //!
-//! The peers are `tests/peers/CuratorLock.java` (compiled with `javac` once per source into
+//! The peers are `tests/peers/CuratorLock.java` and `CuratorElection.java` (compiled with `javac` once per source into
 //! `target/zk-peers/`; Debian's `default-jdk-headless` and `libcurator-recipes-java`) and
-//! `tests/peers/kazoo_lock.py` (run by `/usr/bin/python3`; Debian's `python3-kazoo`). A missing
+//! `tests/peers/kazoo_lock.py` and `kazoo_election.py` (run by `/usr/bin/python3`; Debian's `python3-kazoo`). A missing
 //! one fails the test naming its package.
 
 mod common;
