@@ -6,10 +6,11 @@
 //! below the next fencelock token. A fencelock election and Curator's `LeaderSelector` (kazoo's
 //! `Election`) on one path elect one leader at a time, each naming the other's by its value.
 //!
-//! The peers are `tests/peers/CuratorLock.java` and `CuratorElection.java` (compiled with `javac` once per source into
-//! `target/zk-peers/`; Debian's `default-jdk-headless` and `libcurator-recipes-java`) and
-//! `tests/peers/kazoo_lock.py` and `kazoo_election.py` (run by `/usr/bin/python3`; Debian's `python3-kazoo`). A missing
-//! one fails the test naming its package.
+//! The peers are `tests/peers/CuratorLock.java` and `CuratorElection.java` (compiled with
+//! `javac` once per source into `target/zk-peers/`; Debian's `default-jdk-headless` and
+//! `libcurator-recipes-java`) and `tests/peers/kazoo_lock.py` and `kazoo_election.py` (run by
+//! `/usr/bin/python3`; Debian's `python3-kazoo`). A missing one fails the test naming its
+//! package.
 
 mod common;
 
