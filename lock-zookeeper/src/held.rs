@@ -1,6 +1,7 @@
 //! A granted lease's state: its lock node, its phase, and the delete that ends it (its
 //! background task, the expiry, is in `expiry`).
 
+use std::sync::atomic::AtomicI32;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -32,6 +33,9 @@ pub(crate) struct Held {
     pub(crate) path: String,
     /// The lock node's `czxid`: the fencing token.
     pub(crate) czxid: i64,
+    /// The node's data version as this lease last wrote it (0 from its create, 1 once a
+    /// reader or permit marked it): what a relabel's compare-and-set expects.
+    pub(crate) version: AtomicI32,
     pub(crate) phase: Mutex<Phase>,
     /// Until when the expiry keeps the node: the TTL, less its drift, after the last acquire
     /// or extend was sent. Later than the lease's local deadline, which counts from a request
@@ -72,6 +76,14 @@ impl Held {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         *until = (*until).max(sent_at + ttl - drift(ttl));
+    }
+
+    /// Its node is known gone (evicted, or its session expired): nothing confirms or writes it
+    /// again, and the expiry task ends.
+    pub(crate) fn gone(&self) {
+        *self.phase() = Phase::Gone;
+        self.done.cancel();
+        self.forget();
     }
 
     /// Drops the lease from its session's watch.

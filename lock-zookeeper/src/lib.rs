@@ -2,13 +2,15 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-// Module order (each imports only from those before it): layout, keys, config, error, tls (the
+// Module order (each imports only from those before it): layout, keys, data (what a lock node's
+// data holds: its label, and a reader's or permit's mark), config, error, tls (the
 // TLS client settings and the handshake that names a refusal), limits (how a TTL maps to a
 // session), offset, loss (the session-loss watcher), heard (which answered requests the leader
 // provably heard of), session (the client layer), held, expiry (a lease's deadline task),
 // cleanup (a dropped acquisition's nodes), wait (the queue), store, descriptor.
 mod cleanup;
 mod config;
+mod data;
 mod descriptor;
 mod error;
 mod expiry;

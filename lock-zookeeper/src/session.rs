@@ -321,11 +321,13 @@ async fn heartbeat(
     }
 }
 
-/// A request's failure: the two answers callers act on, or the mapped error.
+/// A request's failure: the answers callers act on, or the mapped error.
 #[derive(Debug)]
 pub(crate) enum Failure {
     NoNode,
     NodeExists,
+    /// A versioned write found another version (a relabel's compare-and-set).
+    BadVersion,
     Other(Error),
 }
 
@@ -342,11 +344,12 @@ impl Failure {
         match error {
             zk::Error::NoNode => Failure::NoNode,
             zk::Error::NodeExists => Failure::NodeExists,
+            zk::Error::BadVersion => Failure::BadVersion,
             error => Failure::Other(client_error(what, error)),
         }
     }
 
-    /// The failure as an error, `what` naming the request for the two answers.
+    /// The failure as an error, `what` naming the request for the answers callers act on.
     pub(crate) fn into_error(self, what: &str) -> Error {
         match self {
             Failure::Other(error) => error,

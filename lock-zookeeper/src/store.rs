@@ -1,6 +1,8 @@
 //! [`ZookeeperStore`]: the contract on ZooKeeper sessions and lock nodes.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -12,8 +14,10 @@ use fencelock_core::{
 };
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use zookeeper_client as zk;
 
 use crate::config::ZookeeperConfig;
+use crate::data;
 use crate::expiry::start_expiry;
 use crate::held::{Held, Phase};
 use crate::keys;
@@ -31,6 +35,12 @@ const PROBE_TIMEOUT: Duration = Duration::from_millis(100);
 /// What a handle asks for, once, to learn the server's `maxSessionTimeout`: the contract's
 /// longest TTL, more than any server grants. That session is closed at once.
 const MAX_PROBE_TIMEOUT: Duration = fencelock_core::limits::MAX_TTL;
+/// How many times a relabel's write is sent again after its expected data version moved.
+const RELABEL_ATTEMPTS: usize = 8;
+/// The longest a notified `next_status` waits on its watches before it reads again. The client
+/// sets its one-shot watches again when it reconnects, and the server then sends what changed
+/// meanwhile, so none should be lost; this bounds what a lost one would cost, for a read.
+const WATCH_BACKSTOP: Duration = Duration::from_secs(5);
 /// How long a session no lease and no acquisition has used stays open: the next acquire after
 /// that closes it (the handle's first session, which `status` and `evict` use, stays).
 const SESSION_IDLE: Duration = Duration::from_secs(60);
@@ -209,9 +219,17 @@ impl ZookeeperStore {
         self.open(&mut sessions, limits, timeout).await
     }
 
-    /// One acquisition in `mode`, waiting up to `wait` (zero: one attempt): [`Error::Busy`]
-    /// if the key stays held.
-    async fn attempt(&self, key: &str, ttl: Duration, wait: Duration, mode: Mode) -> Result<Lease> {
+    /// One acquisition of `request`, waiting up to its wait (none: one attempt):
+    /// [`Error::Busy`] if the key stays held.
+    async fn attempt(&self, request: &AcquireRequest<'_>) -> Result<Lease> {
+        let AcquireRequest {
+            key,
+            ttl,
+            mode,
+            label,
+            ..
+        } = *request;
+        let wait = request.wait.unwrap_or(Duration::ZERO);
         let started = Instant::now();
         let until = started + wait;
         let session = self.session_for(ttl).await?;
@@ -227,7 +245,11 @@ impl ZookeeperStore {
         // looked up, or opened for a TTL not used before, and before its node's create); one
         // granted after a wait, from before the read that found its node the oldest.
         let mut sent_at = started;
-        let mut entry = Enqueued::create(session.clone(), &place, container, owner, mode).await?;
+        // The label is the node's data from its create: no request of its own.
+        let mut entry =
+            Enqueued::create(session.clone(), &place, container, owner, mode, label).await?;
+        // The node's data version once granted: 0 from its create, the mark's after it.
+        let mut version = 0;
         // A request that finds only compatible requests between their grant and their mark
         // ahead waits for them even without a wait of its own, up to the command timeout.
         let settle_until = until.max(started + self.config.command_timeout);
@@ -236,7 +258,7 @@ impl ZookeeperStore {
             let compatible = match &turn {
                 Turn::Holder { slot } => {
                     if mode != Mode::Exclusive {
-                        entry.mark(*slot).await?;
+                        version = entry.mark(*slot).await?;
                     }
                     break (sent_at, *slot);
                 }
@@ -296,6 +318,7 @@ impl ZookeeperStore {
             session: session.clone(),
             path,
             czxid,
+            version: AtomicI32::new(version),
             phase: Mutex::new(Phase::Held),
             hold_until: Mutex::new(sent_at + session.timeout - drift(session.timeout)),
             watch_id: OnceLock::new(),
@@ -346,6 +369,124 @@ impl ZookeeperStore {
             Err(other) => Err(other.into_error("listing a key's lock nodes")),
         }
     }
+
+    /// [`queue`](Self::queue), leaving a watch in `watches` that fires when the container's
+    /// children change, or, with no container, when it is made. A container made between the
+    /// two reads leaves no watch: the caller reads again at once.
+    async fn watched_queue(
+        &self,
+        session: &Session,
+        container: &str,
+        watches: &mut Vec<zk::OneshotWatcher>,
+    ) -> Result<Vec<String>> {
+        let client = &session.client;
+        let what = "watching a key's lock nodes";
+        let sync = session.call("syncing", || client.sync(container));
+        let list = session.call(what, || client.list_and_watch_children(container));
+        let (synced, listed) = tokio::join!(sync, list);
+        match synced {
+            Ok(()) | Err(Failure::NoNode) => {}
+            Err(other) => return Err(other.into_error("syncing")),
+        }
+        match listed {
+            Ok((children, watch)) => {
+                watches.push(watch);
+                Ok(keys::queue(self.config.layout, children))
+            }
+            Err(Failure::NoNode) => {
+                let what = "watching for a key's container node";
+                match session
+                    .call(what, || client.check_and_watch_stat(container))
+                    .await
+                {
+                    Ok((None, watch)) => watches.push(watch),
+                    Ok((Some(_), _)) => {}
+                    Err(other) => return Err(other.into_error(what)),
+                }
+                Ok(Vec::new())
+            }
+            Err(other) => Err(other.into_error(what)),
+        }
+    }
+
+    /// The key's status (see [`raw::Store::status`] below); with `watches`, read with watches
+    /// left there on everything that would change it: the container's children (a holder or
+    /// waiter comes or goes) and the data of every node read (a relabel, a reader's or
+    /// permit's mark).
+    async fn read_status(
+        &self,
+        key: &str,
+        mut watches: Option<&mut Vec<zk::OneshotWatcher>>,
+    ) -> Result<KeyStatus> {
+        let session = self.first_session().await?;
+        let container = keys::container(&self.config.prefix, key);
+        let layout = self.config.layout;
+        let mut held: Option<Mode> = None;
+        let mut holders = Vec::new();
+        let queue = match watches.as_deref_mut() {
+            Some(watches) => self.watched_queue(&session, &container, watches).await?,
+            None => self.queue(&session, &container).await?,
+        };
+        for name in queue {
+            let mode = keys::node_mode(layout, &name);
+            if held.is_some_and(|held| held != mode) {
+                break;
+            }
+            let path = format!("{container}/{name}");
+            let what = "reading a lock node";
+            let client = &session.client;
+            let read = match watches.as_deref_mut() {
+                Some(watches) => session
+                    .call(what, || client.get_and_watch_data(&path))
+                    .await
+                    .map(|(data, stat, watch)| {
+                        watches.push(watch);
+                        (data, stat)
+                    }),
+                None => session.call(what, || client.get_data(&path)).await,
+            };
+            let (data, stat) = match read {
+                Ok(answer) => answer,
+                Err(Failure::NoNode) => continue,
+                Err(other) => return Err(other.into_error(what)),
+            };
+            let token = match layout {
+                Layout::Fencelock => self
+                    .offset_at(&session, stat.czxid)
+                    .await?
+                    .and_then(|o| offset::token(o, stat.czxid).ok()),
+                _ => u64::try_from(stat.czxid).ok(),
+            };
+            let owner = keys::owner(layout, &name);
+            if mode == Mode::Exclusive {
+                return Ok(KeyStatus::Held {
+                    owner,
+                    token,
+                    remaining: None,
+                    label: data::label(&data, false),
+                });
+            }
+            if stat.version < 1 {
+                break; // not granted yet (nor is anything behind it)
+            }
+            held = Some(mode);
+            let slot = match mode {
+                Mode::Permit { .. } => data::parse_slot(&data),
+                _ => None,
+            };
+            holders.push(
+                HolderStatus::new(owner, token, slot, None).with_label(data::label(&data, true)),
+            );
+        }
+        Ok(match held {
+            Some(mode) => KeyStatus::Shared {
+                mode,
+                count: u32::try_from(holders.len()).unwrap_or(u32::MAX),
+                holders,
+            },
+            None => KeyStatus::Free,
+        })
+    }
 }
 
 #[async_trait]
@@ -359,6 +500,8 @@ impl raw::Store for ZookeeperStore {
             .with_notified_wait(true)
             .with_fair_queue(true)
             .with_evict(true)
+            .with_labels(true)
+            .with_notified_status(true)
             .with_shared(self.config.layout == Layout::Fencelock)
             .with_permits(self.config.layout == Layout::Fencelock);
         if let Some(limits) = self.limits.get() {
@@ -389,9 +532,7 @@ impl raw::Store for ZookeeperStore {
     /// created): nothing stays held, waiters behind it are not kept waiting, a dropped waiter
     /// stops keeping newer readers out, and never takes the key later.
     async fn acquire(&self, request: &AcquireRequest<'_>) -> Result<Lease> {
-        let wait = request.wait.unwrap_or(Duration::ZERO);
-        self.attempt(request.key, request.ttl, wait, request.mode)
-            .await
+        self.attempt(request).await
     }
 
     /// Deletes the lease's lock node (its path is unique to this lease).
@@ -510,8 +651,86 @@ impl raw::Store for ZookeeperStore {
         Ok(())
     }
 
-    /// The oldest lock node of the key: its owner id and token (`czxid`); for readers and
-    /// permits, every marked node of the mode at the head of the queue.
+    /// Writes the label into the lease's own node: the node's data (after a reader's or
+    /// permit's mark), a `setData` expecting the data version this lease last wrote, so only
+    /// while the node is still the one its acquire created. A version that moved (a relabel
+    /// of the same lease at once, or this one's write retried after its answer was lost) is
+    /// read again and the write retried, while the node keeps its `czxid`.
+    ///
+    /// # Errors
+    /// [`LeaseLost`](fencelock_core::ErrorKind::LeaseLost) when the node is gone (released,
+    /// evicted, or its session expired), or the lease is past its local deadline, released or
+    /// revoked; [`Unavailable`](fencelock_core::ErrorKind::Unavailable) when ZooKeeper did not
+    /// answer.
+    ///
+    /// # Cancel safety
+    /// The write is sent when the call starts; dropping the future may leave the node
+    /// relabelled or not (the lease keeps its old label either way).
+    async fn relabel(&self, lease: &Lease, label: &str) -> Result<()> {
+        let Some(held) = lease.store_state::<Held>() else {
+            return Err(Error::lost(
+                lease,
+                "the lease was not granted by this store",
+            ));
+        };
+        if lease.is_revoked() {
+            return Err(Error::lost(
+                lease,
+                lease.revocation().reason().unwrap_or("revoked").to_owned(),
+            ));
+        }
+        if *held.phase() != Phase::Held || lease.is_expired() {
+            return Err(Error::lost(lease, "the lease was released or expired"));
+        }
+        let session = &held.session;
+        let data = data::granted(lease.mode(), lease.slot(), Some(label));
+        let what = "relabelling a lock node";
+        let gone = |held: &Held| {
+            held.gone();
+            Error::lost(
+                lease,
+                "its lock node is gone (evicted, or its ZooKeeper session expired)",
+            )
+        };
+        let mut expected = held.version.load(Ordering::Acquire);
+        for _ in 0..RELABEL_ATTEMPTS {
+            let write = session
+                .call(what, || {
+                    session.client.set_data(&held.path, &data, Some(expected))
+                })
+                .await;
+            match write {
+                Ok(stat) => {
+                    held.version.fetch_max(stat.version, Ordering::AcqRel);
+                    return Ok(());
+                }
+                Err(Failure::NoNode) => return Err(gone(held)),
+                Err(Failure::BadVersion) => {}
+                Err(other) => return Err(other.into_error(what)),
+            }
+            let read = "reading a lock node";
+            match session
+                .call(read, || session.client.check_stat(&held.path))
+                .await
+            {
+                Ok(Some(stat)) if stat.czxid == held.czxid => expected = stat.version,
+                Ok(_) | Err(Failure::NoNode) => return Err(gone(held)),
+                Err(other) => return Err(other.into_error(read)),
+            }
+        }
+        Err(Error::Unavailable {
+            message: format!(
+                "the lock node {}'s data version changed under each of {RELABEL_ATTEMPTS} \
+                 relabels",
+                held.path
+            ),
+            source: None,
+        })
+    }
+
+    /// The oldest lock node of the key: its owner id, token (`czxid`) and label (its data,
+    /// see the crate docs, *Labels and elections*); for readers and permits, every marked node
+    /// of the mode at the head of the queue.
     ///
     /// # Errors
     /// As [`LockStore::status`](fencelock_core::LockStore::status).
@@ -519,57 +738,53 @@ impl raw::Store for ZookeeperStore {
     /// # Cancel safety
     /// Read-only.
     async fn status(&self, key: &str) -> Result<KeyStatus> {
-        let session = self.first_session().await?;
-        let container = keys::container(&self.config.prefix, key);
-        let layout = self.config.layout;
-        let mut held: Option<Mode> = None;
-        let mut holders = Vec::new();
-        for name in self.queue(&session, &container).await? {
-            let mode = keys::node_mode(layout, &name);
-            if held.is_some_and(|held| held != mode) {
-                break;
+        self.read_status(key, None).await
+    }
+
+    /// The status read with watches on what would change it (the container's children, the
+    /// data of each node read), then again when one fires, until it differs from `seen`. A
+    /// holder's expiry is a change too: its session's end, or the handle's delete at its
+    /// local deadline, deletes its node. The watches are set by the reads themselves, so a change
+    /// after them is not missed; the session's end, and a backstop of 5 s, also end the wait
+    /// for another read. Dropped, a watch is removed from the client.
+    ///
+    /// # Errors
+    /// As [`LockStore::next_status`](fencelock_core::LockStore::next_status).
+    ///
+    /// # Cancel safety
+    /// Read-only; dropping the future drops its watches.
+    async fn next_status(&self, key: &str, seen: &KeyStatus, until: Instant) -> Result<KeyStatus> {
+        loop {
+            let mut watches = Vec::new();
+            let status = self.read_status(key, Some(&mut watches)).await?;
+            let now = Instant::now();
+            if !status.same_holders(seen) || now >= until {
+                return Ok(status);
             }
-            let path = format!("{container}/{name}");
-            let what = "reading a lock node";
-            let (data, stat) = match session.call(what, || session.client.get_data(&path)).await {
-                Ok(answer) => answer,
-                Err(Failure::NoNode) => continue,
-                Err(other) => return Err(other.into_error(what)),
-            };
-            let token = match layout {
-                Layout::Fencelock => self
-                    .offset_at(&session, stat.czxid)
-                    .await?
-                    .and_then(|o| offset::token(o, stat.czxid).ok()),
-                _ => u64::try_from(stat.czxid).ok(),
-            };
-            let owner = keys::owner(layout, &name);
-            if mode == Mode::Exclusive {
-                return Ok(KeyStatus::Held {
-                    owner,
-                    token,
-                    remaining: None,
-                    label: None,
-                });
+            if watches.is_empty() {
+                continue; // the container was made between its two reads
             }
-            if stat.version < 1 {
-                break; // not granted yet (nor is anything behind it)
+            let session = self.first_session().await?;
+            let mut fired: Vec<_> = watches
+                .into_iter()
+                .map(|watch| Box::pin(watch.changed()))
+                .collect();
+            let any = std::future::poll_fn(|cx| {
+                if fired
+                    .iter_mut()
+                    .any(|watch| Future::poll(watch.as_mut(), cx).is_ready())
+                {
+                    std::task::Poll::Ready(())
+                } else {
+                    std::task::Poll::Pending
+                }
+            });
+            tokio::select! {
+                () = any => {}
+                () = tokio::time::sleep_until(until.min(now + WATCH_BACKSTOP)) => {}
+                () = session.ended() => {}
             }
-            held = Some(mode);
-            let slot = match mode {
-                Mode::Permit { .. } => crate::wait::parse_slot(&data),
-                _ => None,
-            };
-            holders.push(HolderStatus::new(owner, token, slot, None));
         }
-        Ok(match held {
-            Some(mode) => KeyStatus::Shared {
-                mode,
-                count: u32::try_from(holders.len()).unwrap_or(u32::MAX),
-                holders,
-            },
-            None => KeyStatus::Free,
-        })
     }
 
     /// Deletes the key's oldest lock node: the holder's, or with readers or permits holding,

@@ -26,6 +26,7 @@ use tokio::time::Instant;
 use zookeeper_client as zk;
 
 use crate::cleanup;
+use crate::data;
 use crate::keys;
 use crate::layout::Layout;
 use crate::offset::{self, Offsets, TokenState};
@@ -35,9 +36,6 @@ use crate::session::{Failure, MultiFailure, Session};
 /// empty between our creating it and the child's create: ZooKeeper answers `NoNode`), the
 /// token offset changed under it, or its token fell behind the clock.
 const CREATE_ATTEMPTS: usize = 8;
-
-/// What a reader's mark writes into its node.
-const SHARED_MARK: &[u8] = b"shared";
 
 /// Where the acquisition's node stands in its queue.
 pub(crate) enum Turn {
@@ -103,6 +101,9 @@ pub(crate) struct Enqueued {
     layout: Layout,
     owner: OwnerId,
     mode: Mode,
+    /// The holder's label: the node's data from its create, and after a reader's or permit's
+    /// mark (`data`).
+    label: Option<String>,
     /// The node's path and `czxid` once its create was answered.
     pub(crate) node: Option<(String, i64)>,
     /// The node's fencing token: its `czxid`, plus the offset in force at it in
@@ -116,7 +117,7 @@ pub(crate) struct Enqueued {
 
 impl Enqueued {
     /// Creates the lock node of `owner` under `container` (the key's container node, made
-    /// first if missing, and the prefix above it).
+    /// first if missing, and the prefix above it), holding `label` as its data.
     ///
     /// # Cancel safety
     /// Dropping the future leaves nothing behind: the returned guard is made before the create
@@ -127,6 +128,7 @@ impl Enqueued {
         container: String,
         owner: OwnerId,
         mode: Mode,
+        label: Option<&str>,
     ) -> Result<Self> {
         let mut entry = Enqueued {
             session,
@@ -134,6 +136,7 @@ impl Enqueued {
             layout: place.layout,
             owner,
             mode,
+            label: label.map(str::to_owned),
             node: None,
             token: 0,
             listing: None,
@@ -150,11 +153,12 @@ impl Enqueued {
     async fn create_plain(&mut self, place: &Place<'_>) -> Result<()> {
         let lock_node = zk::CreateMode::EphemeralSequential.with_acls(place.acls);
         let name = keys::node_prefix(self.layout, &self.container, self.owner, self.mode);
+        let data = data::created(self.label.as_deref());
         let session = self.session.clone();
         let client = &session.client;
         for _ in 0..CREATE_ATTEMPTS {
             // Armed before the create is sent: a drop from here on cleans up.
-            let create = client.create(&name, &[], &lock_node);
+            let create = client.create(&name, &data, &lock_node);
             let (created, listed) = self
                 .with_listing(self.session.call_once("creating a lock node", create))
                 .await;
@@ -192,6 +196,7 @@ impl Enqueued {
         let offset_node = zk::CreateMode::Persistent.with_acls(place.acls);
         let offset_path = offset::path(place.prefix);
         let name = keys::node_prefix(self.layout, &self.container, self.owner, self.mode);
+        let data = data::created(self.label.as_deref());
         let session = self.session.clone();
         let client = &session.client;
         // A node of ours whose token fell behind the clock: deleted by the next create.
@@ -228,7 +233,7 @@ impl Enqueued {
             // zxid, the node's `czxid`, where the create's own answer may not (ZOOKEEPER-4026).
             // Nothing reads that data or checks the container's version.
             staged
-                .and_then(|()| writer.add_create(&name, &[], &lock_node))
+                .and_then(|()| writer.add_create(&name, &data, &lock_node))
                 .and_then(|()| writer.add_set_data(&self.container, &[], None))
                 .map_err(|error| {
                     crate::error::client_error("staging a lock node's create", error)
@@ -608,7 +613,7 @@ impl Enqueued {
         let mut taken = Vec::with_capacity(marks.len());
         for (i, mark) in &marks {
             match mark {
-                Some(mark) if mark.version > 0 => match parse_slot(&mark.data) {
+                Some(mark) if mark.version > 0 => match data::parse_slot(&mark.data) {
                     Some(slot) => taken.push(slot),
                     None => {
                         return Err(Error::store(
@@ -646,19 +651,17 @@ impl Enqueued {
         Marked::read(read, what)
     }
 
-    /// Marks a reader's or permit's node granted (with its `slot`): the data newer requests
-    /// wait for before they are granted themselves.
+    /// Marks a reader's or permit's node granted (with its `slot`, and its label after the
+    /// mark): the data newer requests wait for before they are granted themselves. Gives the
+    /// node's data version after it.
     ///
     /// # Errors
     /// [`Error::Unavailable`] if the node is gone, and the request's errors.
     ///
     /// # Cancel safety
     /// Dropping the future leaves the guard armed: its drop deletes the node.
-    pub(crate) async fn mark(&self, slot: Option<u32>) -> Result<()> {
-        let data = match slot {
-            Some(slot) => format!("slot {slot}").into_bytes(),
-            None => SHARED_MARK.to_vec(),
-        };
+    pub(crate) async fn mark(&self, slot: Option<u32>) -> Result<i32> {
+        let data = data::granted(self.mode, slot, self.label.as_deref());
         let what = "marking a lock node granted";
         let path = self.path().to_owned();
         match self
@@ -666,7 +669,7 @@ impl Enqueued {
             .call(what, || self.session.client.set_data(&path, &data, None))
             .await
         {
-            Ok(_) => Ok(()),
+            Ok(stat) => Ok(stat.version),
             Err(Failure::NoNode) => Err(Error::Unavailable {
                 message: format!(
                     "the lock node {path} vanished while it was granted (its session ended, or \
@@ -760,7 +763,7 @@ impl Enqueued {
             .await
         {
             Ok(()) | Err(Failure::NoNode) => self.armed = false,
-            Err(Failure::NodeExists) | Err(Failure::Other(_)) => {}
+            Err(Failure::NodeExists | Failure::BadVersion | Failure::Other(_)) => {}
         }
     }
 
@@ -768,15 +771,6 @@ impl Enqueued {
     pub(crate) fn disarm(&mut self) {
         self.armed = false;
     }
-}
-
-/// The slot a permit's mark records (`slot {n}`).
-pub(crate) fn parse_slot(data: &[u8]) -> Option<u32> {
-    std::str::from_utf8(data)
-        .ok()?
-        .strip_prefix("slot ")?
-        .parse()
-        .ok()
 }
 
 impl Drop for Enqueued {

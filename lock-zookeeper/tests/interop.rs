@@ -3,12 +3,14 @@
 //! `InterProcessMutex` (kazoo `Lock`) until it releases, and a Curator (kazoo) holder makes
 //! fencelock's `try_acquire` busy and its `acquire` wait until the peer releases. Every
 //! fencelock token is its lock node's `czxid`, and the peer's token (its node's `czxid`) is
-//! below the next fencelock token.
+//! below the next fencelock token. A fencelock election and Curator's `LeaderSelector` (kazoo's
+//! `Election`) on one path elect one leader at a time, each naming the other's by its value.
 //!
-//! The peers are `tests/peers/CuratorLock.java` (compiled with `javac` once per source into
-//! `target/zk-peers/`; Debian's `default-jdk-headless` and `libcurator-recipes-java`) and
-//! `tests/peers/kazoo_lock.py` (run by `/usr/bin/python3`; Debian's `python3-kazoo`). A missing
-//! one fails the test naming its package.
+//! The peers are `tests/peers/CuratorLock.java` and `CuratorElection.java` (compiled with
+//! `javac` once per source into `target/zk-peers/`; Debian's `default-jdk-headless` and
+//! `libcurator-recipes-java`) and `tests/peers/kazoo_lock.py` and `kazoo_election.py` (run by
+//! `/usr/bin/python3`; Debian's `python3-kazoo`). A missing one fails the test naming its
+//! package.
 
 mod common;
 
@@ -17,7 +19,7 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fencelock_core::{Error, KeepAlive, LockStore, ReleaseOutcome};
+use fencelock_core::{Error, KeepAlive, Leader, LockStore, LockStoreExt, Observer, ReleaseOutcome};
 use fencelock_zookeeper::ZookeeperStore;
 use test_servers::ZookeeperEnsemble;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
@@ -54,8 +56,9 @@ fn classpath(extra: &Path) -> String {
     parts.join(":")
 }
 
-/// The compiled Curator peer's directory, compiled once per source text.
-fn curator_classes() -> PathBuf {
+/// The directory of the compiled Curator peer `class` (`tests/peers/{class}.java`), compiled
+/// once per source text.
+fn curator_classes(class: &str) -> PathBuf {
     for jar in JARS {
         let path = Path::new("/usr/share/java").join(jar);
         assert!(
@@ -70,7 +73,8 @@ fn curator_classes() -> PathBuf {
         javac.is_ok_and(|out| out.status.success()),
         "javac is missing: install Debian's default-jdk-headless"
     );
-    let source = std::fs::read(peers().join("CuratorLock.java")).expect("the Java peer");
+    let source_path = peers().join(format!("{class}.java"));
+    let source = std::fs::read(&source_path).expect("the Java peer");
     let hash = source.iter().fold(0xcbf29ce484222325u64, |h, b| {
         (h ^ u64::from(*b)).wrapping_mul(0x100000001b3)
     });
@@ -78,7 +82,7 @@ fn curator_classes() -> PathBuf {
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
     let classes = target.join(format!("zk-peers/{hash:016x}"));
-    if classes.join("CuratorLock.class").exists() {
+    if classes.join(format!("{class}.class")).exists() {
         return classes;
     }
     // Compiled aside and renamed into place: test processes running at once never see half.
@@ -89,7 +93,7 @@ fn curator_classes() -> PathBuf {
         .arg(&staging)
         .arg("-cp")
         .arg(classpath(Path::new(".")))
-        .arg(peers().join("CuratorLock.java"))
+        .arg(&source_path)
         .output()
         .expect("run javac");
     assert!(
@@ -121,26 +125,24 @@ struct Peer {
 }
 
 impl Peer {
+    /// The layout's lock peer on `path`.
     fn start(layout: &str, hosts: &str, path: &str) -> Peer {
-        let mut command = match layout {
-            "curator" => {
-                let classes = curator_classes();
-                let mut command = Command::new("java");
-                command
-                    .arg("-cp")
-                    .arg(classpath(&classes))
-                    .arg("CuratorLock");
-                command
-            }
-            _ => {
-                kazoo_installed();
-                let mut command = Command::new("/usr/bin/python3");
-                command.arg(peers().join("kazoo_lock.py"));
-                command
-            }
-        };
+        match layout {
+            "curator" => Peer::spawn(java("CuratorLock").args([hosts, path])),
+            _ => Peer::spawn(python("kazoo_lock.py").args([hosts, path])),
+        }
+    }
+
+    /// The layout's election peer on `path`, campaigning as `id`.
+    fn candidate(layout: &str, hosts: &str, path: &str, id: &str) -> Peer {
+        match layout {
+            "curator" => Peer::spawn(java("CuratorElection").args([hosts, path, id])),
+            _ => Peer::spawn(python("kazoo_election.py").args([hosts, path, id])),
+        }
+    }
+
+    fn spawn(command: &mut Command) -> Peer {
         let mut child = command
-            .args([hosts, path])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .kill_on_drop(true)
@@ -168,6 +170,49 @@ impl Peer {
         (node, czxid)
     }
 
+    /// Sends one command line.
+    async fn send(&mut self, command: &str) {
+        let stdin = self.child.stdin.as_mut().expect("stdin");
+        stdin
+            .write_all(format!("{command}\n").as_bytes())
+            .await
+            .expect("tell the peer");
+        stdin.flush().await.expect("flush");
+    }
+
+    /// The next line, which must be `expected`.
+    async fn expect(&mut self, expected: &str) {
+        let line = self.line(PATIENCE).await;
+        assert_eq!(line.as_deref(), Some(expected), "the peer's next line");
+    }
+
+    /// The election peer's leader as its own library names it (`getLeader()`,
+    /// `contenders()[0]`): the value after `LEADER `, empty when nobody leads.
+    async fn leader(&mut self) -> String {
+        self.send("leader").await;
+        let line = self.line(PATIENCE).await.expect("the peer's leader");
+        match line.strip_prefix("LEADER ") {
+            Some(leader) => leader.to_owned(),
+            None => panic!("asked for its leader, the peer said {line:?}"),
+        }
+    }
+
+    /// Ends the election peer's leadership; its node is gone when this returns.
+    async fn resign(&mut self) {
+        self.send("resign").await;
+        self.expect("RESIGNED").await;
+    }
+
+    /// Closes its stdin: the election peer leaves and exits.
+    async fn finish(mut self) {
+        drop(self.child.stdin.take());
+        let status = timeout(PATIENCE, self.child.wait())
+            .await
+            .expect("the peer exits")
+            .expect("wait");
+        assert!(status.success(), "{status}");
+    }
+
     async fn release(mut self) {
         let stdin = self.child.stdin.as_mut().expect("stdin");
         stdin.write_all(b"release\n").await.expect("tell the peer");
@@ -179,6 +224,22 @@ impl Peer {
             .expect("wait");
         assert!(status.success(), "{status}");
     }
+}
+
+/// The Curator peer `class`, run by `java`.
+fn java(class: &str) -> Command {
+    let classes = curator_classes(class);
+    let mut command = Command::new("java");
+    command.arg("-cp").arg(classpath(&classes)).arg(class);
+    command
+}
+
+/// The kazoo peer `script`, run by `/usr/bin/python3`.
+fn python(script: &str) -> Command {
+    kazoo_installed();
+    let mut command = Command::new("/usr/bin/python3");
+    command.arg(peers().join(script));
+    command
 }
 
 async fn queued(raw: &zookeeper_client::Client, path: &str, count: usize) -> Vec<String> {
@@ -287,4 +348,135 @@ async fn curator_and_fencelock_exclude_each_other() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kazoo_and_fencelock_exclude_each_other() {
     both_directions("kazoo").await;
+}
+
+/// The node of `path` whose data is `value`, and its `czxid`.
+async fn node_of(raw: &zookeeper_client::Client, path: &str, value: &str) -> (String, u64) {
+    for child in raw.list_children(path).await.expect("the lock path") {
+        let node = format!("{path}/{child}");
+        if let Ok((data, stat)) = raw.get_data(&node).await {
+            if data == value.as_bytes() {
+                return (child, stat.czxid as u64);
+            }
+        }
+    }
+    panic!("no node of {path} holds {value:?}");
+}
+
+/// The first leader the observer reports with `value`, within the patience.
+async fn observed(observer: &mut Observer, value: &str) -> Leader {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let next = timeout(left, observer.next())
+            .await
+            .unwrap_or_else(|_| panic!("no observed leader {value:?} within {PATIENCE:?}"))
+            .expect("observe");
+        if let Some(leader) = next.filter(|l| l.value.as_deref() == Some(value)) {
+            return leader;
+        }
+    }
+}
+
+/// A fencelock election and the peer's (Curator `LeaderSelector`, kazoo `Election`, both on
+/// their lock recipe) on one path: one leader at a time across both, each naming the other's
+/// leader by its value (its lock node's data), a proclaimed value seen by the peer, and the
+/// leadership handed over both ways on resign, the term growing.
+async fn one_election(layout: &str) {
+    let url = ZookeeperEnsemble::shared_standalone().url();
+    let prefix = common::fresh_prefix(&format!("election-{layout}"));
+    let store: Arc<ZookeeperStore> =
+        Arc::new(common::store(&url, &format!("&prefix={prefix}&layout={layout}")).await);
+    let hosts = store.config().endpoints().join(",");
+    let path = store.config().lock_path("service:leader");
+    let raw = common::raw(&url).await;
+    let election = store.election("service:leader").ttl(TTL);
+    let theirs = format!("{layout} b");
+
+    // fencelock leads (kept alive by its leadership); the peer queues and names it.
+    let first = election
+        .campaign("fencelock a")
+        .await
+        .expect("nobody leads");
+    assert_eq!(
+        node_of(&raw, &path, "fencelock a").await.1,
+        first.term(),
+        "the leader's value is its node's data, its term the node's czxid"
+    );
+    let mut observer = election.observe();
+    let seen = observed(&mut observer, "fencelock a").await;
+    assert_eq!(seen.term, first.term());
+    let mut peer = Peer::candidate(layout, &hosts, &path, &theirs);
+    queued(&raw, &path, 2).await;
+    assert_eq!(
+        peer.line(SETTLE).await,
+        None,
+        "the peer was elected under a leader"
+    );
+    assert_eq!(peer.leader().await, "fencelock a");
+    first.proclaim("fencelock a v2").await.expect("proclaim");
+    assert_eq!(peer.leader().await, "fencelock a v2", "a proclaimed value");
+
+    // fencelock resigns: the peer leads, and fencelock names it, its term its node's czxid.
+    let first_term = first.term();
+    assert_eq!(
+        first.resign().await.expect("resign"),
+        ReleaseOutcome::Released
+    );
+    peer.expect("ELECTED").await;
+    let (_, peer_term) = node_of(&raw, &path, &theirs).await;
+    assert!(peer_term > first_term, "{peer_term} after {first_term}");
+    let leader = election
+        .leader()
+        .await
+        .expect("leader")
+        .expect("the peer leads");
+    assert_eq!(
+        (leader.value.as_deref(), leader.term),
+        (Some(theirs.as_str()), peer_term)
+    );
+    assert_eq!(observed(&mut observer, &theirs).await.term, peer_term);
+    assert_eq!(peer.leader().await, theirs);
+
+    // fencelock campaigns behind the peer, and leads once the peer resigns.
+    let campaign = tokio::spawn({
+        let election = election.clone();
+        async move { election.campaign("fencelock c").await }
+    });
+    queued(&raw, &path, 2).await;
+    sleep(SETTLE).await;
+    assert!(
+        !campaign.is_finished(),
+        "fencelock was elected while {layout} leads"
+    );
+    assert_eq!(peer.leader().await, theirs);
+    peer.resign().await;
+    let next = timeout(PATIENCE, campaign)
+        .await
+        .expect("elected after the peer resigned")
+        .expect("the campaign")
+        .expect("a campaign");
+    assert!(next.term() > peer_term, "{} after {peer_term}", next.term());
+    assert_eq!(peer.leader().await, "fencelock c");
+    assert_eq!(
+        observed(&mut observer, "fencelock c").await.term,
+        next.term()
+    );
+    assert_eq!(
+        next.resign().await.expect("resign"),
+        ReleaseOutcome::Released
+    );
+    assert_eq!(peer.leader().await, "", "nobody leads");
+    assert_eq!(election.leader().await.expect("leader"), None);
+    peer.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curator_leader_selector_and_fencelock_elections_exclude_each_other() {
+    one_election("curator").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kazoo_election_and_fencelock_elections_exclude_each_other() {
+    one_election("kazoo").await;
 }

@@ -1,15 +1,17 @@
 //! Readers and permits in the default layout, seen from ZooKeeper's side (the conformance
 //! suite checks what they guarantee): a lock node's name says its mode, a reader or permit
 //! queued behind a writer is not marked, a granted one is (`shared`, `slot {n}`), and a
-//! permit takes the lowest slot its elders leave free. `layout=curator` and `layout=kazoo`
+//! permit takes the lowest slot its elders leave free; a holder's label is its node's data
+//! (after a reader's or permit's mark), and data that is not UTF-8 is shown lossily. `layout=curator` and `layout=kazoo`
 //! keep exclusive leases only and refuse the other modes before creating anything. Against
 //! test-servers' shared standalone ZooKeeper.
 
 mod common;
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use fencelock_core::{Error, LockStore, Mode, ReleaseOutcome};
+use fencelock_core::{Error, KeyStatus, LockStore, LockStoreExt, Mode, ReleaseOutcome};
 use fencelock_zookeeper::ZookeeperStore;
 use test_servers::ZookeeperEnsemble;
 use tokio::time::{sleep, Instant};
@@ -131,4 +133,131 @@ async fn nodes_name_their_mode_and_marks_record_grants() {
     assert!(third.fencing_token() > second.fencing_token());
     assert_eq!(a.release(&third).await.unwrap(), ReleaseOutcome::Released);
     assert_eq!(b.release(&second).await.unwrap(), ReleaseOutcome::Released);
+}
+
+/// The label `status` reports for the holder with `token`.
+async fn reported(store: &ZookeeperStore, key: &str, token: u64) -> Option<String> {
+    match store.status(key).await.expect("status") {
+        KeyStatus::Held {
+            token: Some(held),
+            label,
+            ..
+        } if held == token => label,
+        KeyStatus::Shared { holders, .. } => {
+            holders
+                .into_iter()
+                .find(|h| h.token == Some(token))
+                .expect("the holder")
+                .label
+        }
+        other => panic!("{key} held by {token} is {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn labels_are_the_node_data_after_the_mark() {
+    let prefix = common::fresh_prefix("modes-labels");
+    let a = Arc::new(handle(&prefix, "").await);
+    let b = Arc::new(handle(&prefix, "").await);
+    let raw = common::raw(&url()).await;
+
+    // A labelled writer's node holds its label; a labelled reader behind it holds its own
+    // until its mark, which puts `shared` and a newline before it.
+    let path = a.config().lock_path("rw");
+    let writer = a.lock("rw").ttl(TTL).label("writer w").lease().await;
+    let writer = writer.expect("a free key");
+    let reader = tokio::spawn({
+        let b = b.clone();
+        async move {
+            b.lock("rw")
+                .ttl(TTL)
+                .mode(Mode::Shared)
+                .label("reader r")
+                .wait(TTL)
+                .lease()
+                .await
+        }
+    });
+    let nodes = queued(&raw, &path, 2).await;
+    let (writer_node, reader_node) = (
+        format!("{path}/{}", nodes[0]),
+        format!("{path}/{}", nodes[1]),
+    );
+    assert_eq!(data(&raw, &writer_node).await, ("writer w".into(), 0));
+    assert_eq!(data(&raw, &reader_node).await, ("reader r".into(), 0));
+    assert_eq!(a.release(&writer).await.unwrap(), ReleaseOutcome::Released);
+    let lease = reader.await.expect("the reader's task").expect("a reader");
+    assert_eq!(
+        data(&raw, &reader_node).await,
+        ("shared\nreader r".into(), 1)
+    );
+    assert_eq!(
+        reported(&a, "rw", lease.fencing_token()).await.as_deref(),
+        Some("reader r")
+    );
+    // A relabel rewrites the mark with the new label, one version on.
+    b.relabel(&lease, "reader r2").await.expect("relabel");
+    assert_eq!(
+        data(&raw, &reader_node).await,
+        ("shared\nreader r2".into(), 2)
+    );
+    assert_eq!(
+        reported(&a, "rw", lease.fencing_token()).await.as_deref(),
+        Some("reader r2")
+    );
+    assert_eq!(b.release(&lease).await.unwrap(), ReleaseOutcome::Released);
+
+    // A permit's mark: its slot, then its label; unlabelled, only its slot.
+    let path = a.config().lock_path("sem");
+    let mode = Mode::permits(2);
+    let first = a.lock("sem").ttl(TTL).mode(mode).label("p 1").lease().await;
+    let first = first.expect("a permit");
+    let second = b.try_acquire_as("sem", TTL, mode).await.expect("a permit");
+    let nodes = queued(&raw, &path, 2).await;
+    assert_eq!(
+        data(&raw, &format!("{path}/{}", nodes[0])).await,
+        ("slot 0\np 1".into(), 1)
+    );
+    assert_eq!(
+        data(&raw, &format!("{path}/{}", nodes[1])).await,
+        ("slot 1".into(), 1)
+    );
+    assert_eq!(
+        reported(&b, "sem", first.fencing_token()).await.as_deref(),
+        Some("p 1")
+    );
+    assert_eq!(reported(&a, "sem", second.fencing_token()).await, None);
+    assert_eq!(a.release(&first).await.unwrap(), ReleaseOutcome::Released);
+    assert_eq!(b.release(&second).await.unwrap(), ReleaseOutcome::Released);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holders_data_that_is_not_utf8_is_shown_lossily() {
+    let prefix = common::fresh_prefix("modes-lossy");
+    let store = handle(&prefix, "").await;
+    let raw = common::raw(&url()).await;
+    // A node written by hand (another client's, say) with bytes that are no UTF-8.
+    let path = store.config().lock_path("k");
+    let persistent =
+        zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    raw.mkdir(&path, &persistent).await.expect("the container");
+    let node = zookeeper_client::CreateMode::EphemeralSequential
+        .with_acls(zookeeper_client::Acls::anyone_all());
+    let owner = fencelock_core::OwnerId::random();
+    let (_, sequence) = raw
+        .create(&format!("{path}/{owner}-lock-"), b"peer \xff\xfe id", &node)
+        .await
+        .expect("a hand-made lock node");
+    match store.status("k").await.expect("status") {
+        KeyStatus::Held {
+            owner: held, label, ..
+        } => {
+            assert_eq!(held, Some(owner));
+            assert_eq!(label.as_deref(), Some("peer \u{fffd}\u{fffd} id"));
+        }
+        other => panic!("a key held by hand is {other:?}"),
+    }
+    raw.delete(&format!("{path}/{owner}-lock-{sequence}"), None)
+        .await
+        .expect("delete");
 }
