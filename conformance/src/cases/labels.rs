@@ -4,7 +4,7 @@
 use fencelock_core::limits::MAX_LABEL_LEN;
 use fencelock_core::{DynLockStore, Error, KeyStatus, Lease, LockStoreExt, Mode};
 
-use super::support::{expect_invalid, expect_lost, released};
+use super::support::{expect_invalid, released};
 use crate::runner::{CaseResult, Failure};
 use crate::Ctx;
 
@@ -100,7 +100,7 @@ pub(super) async fn status_reports_each_holders_label(ctx: Ctx) -> CaseResult {
                 named += 1;
                 ensure!(
                     reported.as_deref() == Some(*label),
-                    "a {mode} holder labelled {label:?} is reported with {reported:?}"
+                    "a holder in mode {mode} labelled {label:?} is reported with {reported:?}"
                 );
             }
         }
@@ -142,10 +142,15 @@ pub(super) async fn relabel_replaces_the_label_and_is_owner_only(ctx: Ctx) -> Ca
     );
     released(&ctx.store, &lease, "relabelled holder").await?;
     let next = labelled(&other, &key, &ctx, Mode::Exclusive, "next").await?;
-    expect_lost(
-        ctx.store.relabel(&lease, "stale").await,
-        "a relabel by a released lease",
-    )?;
+    match ctx.store.relabel(&lease, "stale").await {
+        Err(Error::LeaseLost { .. }) => {}
+        Ok(()) => return Err(Failure("a relabel by a released lease succeeded".into())),
+        Err(other) => {
+            return Err(Failure(format!(
+                "a relabel by a released lease: expected LeaseLost, got {other}"
+            )))
+        }
+    }
     let reported = reported_label(&other, &next).await?;
     ensure!(
         reported.as_deref() == Some("next"),
