@@ -32,6 +32,11 @@ macro_rules! store_cases {
         }
 
         #[test]
+        fn elect_leads_one_at_a_time_and_leader_shows_it() {
+            crate::support::elect_leads_one_at_a_time_and_leader_shows_it(&$url);
+        }
+
+        #[test]
         fn unreachable_store_exits_69() {
             crate::support::unreachable_store_exits_69(&$unreachable);
         }

@@ -530,3 +530,151 @@ pub fn leftover_processes_end_before_the_release(url: &str) {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// Reads `child`'s stdout a line at a time, in a thread, into a channel.
+fn lines_of(child: &mut Child) -> std::sync::mpsc::Receiver<String> {
+    use std::io::BufRead;
+    let stdout = child.stdout.take().expect("piped stdout");
+    let (send, receive) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if send.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    receive
+}
+
+/// The next line of `lines` that contains `text`, within `limit`.
+fn line_with(lines: &std::sync::mpsc::Receiver<String>, text: &str, limit: Duration) -> String {
+    let started = Instant::now();
+    loop {
+        let left = limit.saturating_sub(started.elapsed());
+        match lines.recv_timeout(left) {
+            Ok(line) if line.contains(text) => return line,
+            Ok(_) => {}
+            Err(_) => panic!("no line with {text:?} within {limit:?}"),
+        }
+    }
+}
+
+/// The `"term":N` of a JSON line of `lockctl leader --json`.
+fn term_of(line: &str) -> u64 {
+    line.split("\"term\":")
+        .nth(1)
+        .and_then(|rest| rest.split([',', '}']).next())
+        .and_then(|term| term.parse().ok())
+        .unwrap_or_else(|| panic!("no term in {line}"))
+}
+
+/// `lockctl elect`: one leader at a time, its value and term in its command's environment,
+/// what `lockctl leader` (once and `--watch`) and `lockctl status` show; the next candidate
+/// leads once the leader's command ends, with a greater term; bad input is one line, exit 64.
+pub fn elect_leads_one_at_a_time_and_leader_shows_it(url: &str) {
+    let dir = scratch("elect");
+    let name = format!("elect-{:x}", rand_suffix());
+    let leader = |args: &[&str]| {
+        lockctl(url)
+            .args(["leader", &name])
+            .args(args)
+            .output()
+            .expect("lockctl leader")
+    };
+    let nobody = leader(&[]);
+    assert_eq!(nobody.status.code(), Some(1), "{}", stderr(&nobody));
+    assert_eq!(
+        String::from_utf8_lossy(&nobody.stdout).trim(),
+        format!("{name}: no leader")
+    );
+
+    let mut watch = lockctl(url)
+        .args(["leader", &name, "--watch", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("lockctl leader --watch");
+    let watched = lines_of(&mut watch);
+    line_with(&watched, "\"leader\":false", Duration::from_secs(30));
+
+    let candidate = |value: &str, file: &Path, command: &str| {
+        lockctl(url)
+            .args([
+                "elect", &name, "--value", value, "--ttl", "5s", "--", "sh", "-c",
+            ])
+            .arg(format!(
+                "echo \"$LOCK_LEADER_VALUE $LOCK_FENCING_TOKEN\" > {}; {command}",
+                file.display()
+            ))
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("lockctl elect")
+    };
+    let (first_file, second_file) = (dir.join("first"), dir.join("second"));
+    let mut first = candidate("host-a:80", &first_file, "sleep 300");
+    let led = wait_for_file(&first_file, Duration::from_secs(30));
+    let (value, token) = led.trim().rsplit_once(' ').expect("value and token");
+    assert_eq!(value, "host-a:80");
+    let token: u64 = token.parse().expect("a token");
+
+    let shown = leader(&["--json"]);
+    assert_eq!(shown.status.code(), Some(0), "{}", stderr(&shown));
+    let shown = String::from_utf8_lossy(&shown.stdout).into_owned();
+    assert!(shown.contains("\"value\":\"host-a:80\""), "{shown}");
+    assert_eq!(term_of(&shown), token, "{shown}");
+    let status = lockctl(url)
+        .args(["status", &name])
+        .output()
+        .expect("status");
+    let status = String::from_utf8_lossy(&status.stdout).into_owned();
+    assert!(status.contains("by \"host-a:80\""), "{status}");
+    let seen = line_with(&watched, "host-a:80", Duration::from_secs(30));
+    assert_eq!(term_of(&seen), token, "{seen}");
+
+    // It leads for a second, past the observers' bound (a poll of 100 ms and a round trip),
+    // so the watch must show it.
+    let mut second = candidate("host-b:80", &second_file, "sleep 1");
+    // Two seconds of the leader's 5 s TTL, kept alive: the second must not lead meanwhile.
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        !second_file.exists(),
+        "a second candidate led while the first did"
+    );
+    signal(&first, libc::SIGTERM);
+    let status = wait_exit(&mut first, Duration::from_secs(30));
+    assert!(
+        !status.success(),
+        "the leader's command was ended: {status}"
+    );
+    let led = wait_for_file(&second_file, Duration::from_secs(30));
+    let (value, next) = led.trim().rsplit_once(' ').expect("value and token");
+    assert_eq!(value, "host-b:80");
+    assert!(next.parse::<u64>().expect("a token") > token, "{led}");
+    let status = wait_exit(&mut second, Duration::from_secs(30));
+    assert!(status.success(), "the second leader's run: {status}");
+    let seen = line_with(&watched, "host-b:80", Duration::from_secs(30));
+    assert!(term_of(&seen) > token, "{seen}");
+    line_with(&watched, "\"leader\":false", Duration::from_secs(30));
+    signal(&watch, libc::SIGINT);
+    let status = wait_exit(&mut watch, Duration::from_secs(30));
+    assert!(status.success(), "leader --watch after SIGINT: {status}");
+    assert_eq!(leader(&[]).status.code(), Some(1));
+
+    for (args, what) in [
+        (vec!["elect", "", "--", "true"], "election name"),
+        (vec!["elect", &name, "--value", "", "--", "true"], "value"),
+        (vec!["elect", &name, "--ttl", "0s", "--", "true"], "ttl"),
+    ] {
+        let output = lockctl(url).args(&args).output().expect("lockctl elect");
+        let err = stderr(&output);
+        assert_eq!(output.status.code(), Some(64), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(what), "{args:?}: {err}");
+    }
+    assert_eq!(
+        leader(&[]).status.code(),
+        Some(1),
+        "bad input left a leader"
+    );
+}
