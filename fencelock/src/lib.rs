@@ -52,6 +52,8 @@ mod pages {
     struct Nemesis;
     #[doc = include_str!("../../docs/benchmarks.md")]
     struct Benchmarks;
+    #[doc = include_str!("../../docs/election.md")]
+    struct Election;
     #[doc = include_str!("../../docs/fencing.md")]
     struct Fencing;
     #[doc = include_str!("../../docs/interop.md")]
