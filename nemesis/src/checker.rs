@@ -25,6 +25,12 @@
 //!    the store's documented delays), counted from the last grant, the start of the last
 //!    client fault (pause, kill, cut), or the end of the last store fault the store documents
 //!    as making it unavailable; the rule is off while such a fault is in progress.
+//! 5. **An observer behind**: the controller's observer of the election on the key (its own
+//!    connection, which no client fault touches) never yields a term below one it yielded,
+//!    and sees every leadership that led for at least twice its bound within that bound of
+//!    the grant: [`observer_bound`], the store's status poll (100 ms) plus a quarter of the
+//!    TTL (an answer slower than that already fails a keep-alive's extend). Off while a store
+//!    fault is in progress, and before the observer's first read.
 //!
 //! Counted, not failed: critical sections of conflicting modes that overlapped in real time,
 //! updates lost on the row checked only at the write and on the unfenced shadow row (expected
@@ -113,6 +119,14 @@ pub struct Violation {
     pub excerpt: Vec<String>,
 }
 
+/// How soon the observer must yield a new leader (rule 5): the store's status poll (100 ms,
+/// [`fencelock::Capabilities::DEFAULT_STATUS_POLL`]; a store with notification is sooner) plus a
+/// quarter of the TTL, the keep-alive's own extend period, which a store answering more slowly
+/// already fails.
+pub fn observer_bound(ttl_ms: u64) -> Duration {
+    fencelock::Capabilities::DEFAULT_STATUS_POLL + Duration::from_millis(ttl_ms / 4)
+}
+
 /// The window name of the whole run.
 pub const ALL: &str = "all";
 /// The window name before the first fault.
@@ -171,6 +185,7 @@ pub fn check(
 
     violations.extend(index.tokens_not_growing());
     violations.extend(index.conflicting_grants());
+    violations.extend(index.observer_behind(ttl_ms));
 
     // Rules 1 and 2 from the resource's own order of each fenced row's writes.
     let mut fenced_rows: Vec<(Row, i64)> = vec![(Row::Fenced, resource.fenced)];
@@ -746,6 +761,107 @@ impl<'h> Index<'h> {
         measured
     }
 
+    /// Rule 5: the observer's terms never go back, and every leadership that led for twice
+    /// the observer's bound, outside store faults, is seen within it.
+    fn observer_behind(&self, ttl_ms: u64) -> Vec<Violation> {
+        let bound = crate::clock::nanos(observer_bound(ttl_ms));
+        let observer = crate::worker::OBSERVER;
+        let Some(started) = self
+            .history
+            .iter()
+            .find(|e| e.worker == observer && matches!(e.event, Event::Start { .. }))
+            .map(|e| e.t)
+        else {
+            return Vec::new();
+        };
+        let seen: Vec<(u64, u64)> = self
+            .history
+            .iter()
+            .filter(|e| e.worker == observer)
+            .filter_map(|e| match e.event {
+                // Term 0 is a holder whose term the store cannot tell yet (MySQL between a
+                // grant and its fence bump): it orders nothing.
+                Event::Observed { term: Some(term) } if term > 0 => Some((e.t, term)),
+                _ => None,
+            })
+            .collect();
+        let mut violations = Vec::new();
+        if let Some(pair) = seen.windows(2).find(|pair| pair[1].1 < pair[0].1) {
+            violations.push(Violation {
+                rule: 5,
+                summary: format!(
+                    "observer behind: it yielded term {} after term {}",
+                    pair[1].1, pair[0].1
+                ),
+                excerpt: self.excerpt_span(pair[0].0, pair[1].0, observer),
+            });
+        }
+        // Store faults, as (start, end) with no end a fault never healed.
+        let store_faults: Vec<(u64, u64)> = self
+            .history
+            .iter()
+            .filter_map(|e| match &e.event {
+                Event::Fault {
+                    id, target: None, ..
+                } => Some((e.t, self.healed.get(id).copied().unwrap_or(u64::MAX))),
+                _ => None,
+            })
+            .collect();
+        for entry in self.history {
+            let Event::Grant {
+                lease,
+                token,
+                leader: true,
+                ..
+            } = entry.event
+            else {
+                continue;
+            };
+            let granted = entry.t;
+            let key = (entry.worker, lease);
+            let released = self.history.iter().find_map(|e| match e.event {
+                Event::Release { lease: l, sent, .. } if e.worker == entry.worker && l == lease => {
+                    Some(sent.max(granted))
+                }
+                _ => None,
+            });
+            let ended = [
+                released,
+                self.lost_at.get(&key).copied(),
+                self.killed
+                    .get(&entry.worker)
+                    .copied()
+                    .filter(|&k| k >= granted),
+                Some(self.end),
+            ]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(self.end);
+            let (from, to) = (granted.saturating_sub(bound), granted + bound);
+            let faulted = store_faults.iter().any(|&(s, e)| s <= to && e >= from);
+            if ended.saturating_sub(granted) < 2 * bound || from < started + bound || faulted {
+                continue;
+            }
+            if !seen
+                .iter()
+                .any(|&(t, term)| term == token && t >= from && t <= to)
+            {
+                violations.push(Violation {
+                    rule: 5,
+                    summary: format!(
+                        "observer behind: worker {} led in term {token} for {:.0} ms from its grant, and the observer did not yield that term within {:.0} ms of it",
+                        entry.worker,
+                        ended.saturating_sub(granted) as f64 / 1e6,
+                        bound as f64 / 1e6
+                    ),
+                    excerpt: self.excerpt_span(from, to, entry.worker),
+                });
+            }
+        }
+        violations
+    }
+
     /// Rule 4's violation for a wait longer than the bound.
     fn unavailability(
         &self,
@@ -980,6 +1096,7 @@ mod tests {
                 deadline: (t_ms + TTL_MS) * MS,
                 mode: WorkMode::Exclusive,
                 slot: None,
+                leader: false,
             },
         )
     }
@@ -1522,5 +1639,56 @@ mod tests {
         // Not so where the store does not document the restart as making it unavailable.
         let verdict = check(&history, &ResourceState::default(), TTL_MS, PLAIN);
         assert!(verdict.broke(4), "{:#?}", verdict.violations);
+    }
+
+    /// A leader's grant at 1 s and its resign at 2 s (it led 1 s, past twice the observer's
+    /// bound of 350 ms), with the observer started at 0 and yielding `observed` (ms, term).
+    fn observed_leadership(observed: &[(u64, Option<u64>)], store_fault: bool) -> Vec<Entry> {
+        let observer = crate::worker::OBSERVER;
+        let mut history = vec![at(0, observer, Event::Start { pid: 0 })];
+        history.extend(
+            observed
+                .iter()
+                .map(|&(t, term)| at(t, observer, Event::Observed { term })),
+        );
+        history.push(acquire(990, 1, 1));
+        let mut leading = grant(1000, 1, 1, 10);
+        if let Event::Grant { leader, .. } = &mut leading.event {
+            *leader = true;
+        }
+        history.push(leading);
+        if store_fault {
+            history.push(fault(900, 1, "redis-restart", None));
+            history.push(healed(1200, 1));
+        }
+        history.push(release(2000, 1, 1, 10));
+        history.sort_by_key(|e| e.t);
+        history
+    }
+
+    #[test]
+    fn a_leader_the_observer_sees_within_its_bound_passes_rule_5() {
+        let history = observed_leadership(&[(5, None), (1100, Some(10)), (2050, None)], false);
+        let verdict = check(&history, &ResourceState::default(), TTL_MS, PLAIN);
+        assert!(!verdict.broke(5), "{:?}", verdict.violations);
+    }
+
+    #[test]
+    fn a_leader_the_observer_never_sees_breaks_rule_5() {
+        let history = observed_leadership(&[(5, None), (1500, Some(10))], false);
+        let verdict = check(&history, &ResourceState::default(), TTL_MS, PLAIN);
+        assert!(verdict.broke(5), "{:?}", verdict.violations);
+        // During a store fault the observer may fall behind.
+        let history = observed_leadership(&[(5, None), (1500, Some(10))], true);
+        let verdict = check(&history, &ResourceState::default(), TTL_MS, PLAIN);
+        assert!(!verdict.broke(5), "{:?}", verdict.violations);
+    }
+
+    #[test]
+    fn an_observer_that_goes_back_a_term_breaks_rule_5() {
+        let history =
+            observed_leadership(&[(5, Some(9)), (1100, Some(10)), (1300, Some(9))], false);
+        let verdict = check(&history, &ResourceState::default(), TTL_MS, PLAIN);
+        assert!(verdict.broke(5), "{:?}", verdict.violations);
     }
 }

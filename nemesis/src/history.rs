@@ -159,6 +159,9 @@ pub enum Event {
         /// A permit's slot.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         slot: Option<u32>,
+        /// Whether the lease is a leadership of the election on the key.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        leader: bool,
     },
     /// The acquisition failed (wait ran out, store unreachable).
     AcquireFailed {
@@ -240,6 +243,12 @@ pub enum Event {
     Healed {
         /// The fault's number.
         id: u32,
+    },
+    /// An observer of the election on the key saw its leader change: the leader's term, or
+    /// `None` when nobody led (or the key was held in another mode).
+    Observed {
+        /// The leader's term.
+        term: Option<u64>,
     },
     /// The controller stopped the workers: a wait after this is the run ending, not the store.
     Stop,
@@ -343,6 +352,7 @@ mod tests {
                 deadline: 9,
                 mode: WorkMode::Permit { limit: 2 },
                 slot: Some(1),
+                leader: false,
             },
         };
         let line = serde_json::to_string(&grant).unwrap();

@@ -6,6 +6,7 @@
 
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -173,6 +174,30 @@ fn run_store(
         "modes {:?}",
         modes.iter().map(|m| m.name()).collect::<Vec<_>>()
     ));
+    // The election's observer, on a connection of its own that no client fault touches.
+    let observing = fencelock::CancellationToken::new();
+    let observer = runtime.spawn({
+        let (shared, store_url, recorder, stop) = (
+            shared.clone(),
+            store_url.clone(),
+            recorder.clone(),
+            observing.clone(),
+        );
+        async move {
+            let store = match shared {
+                Some(store) => store,
+                None => loop {
+                    match fencelock::connect(&store_url).await {
+                        Ok(store) => break store,
+                        Err(_) if stop.is_cancelled() => return,
+                        Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+                    }
+                },
+            };
+            let emit: worker::Emit = Arc::new(move |entry| recorder.push(entry));
+            worker::observe(store, emit, stop).await;
+        }
+    });
     let mut pool = Pool::new(
         runtime,
         recorder.clone(),
@@ -232,6 +257,8 @@ fn run_store(
         event: Event::Stop,
     });
     pool.stop_all(options.ttl);
+    observing.cancel();
+    let _ = runtime.block_on(observer);
     let history = recorder.snapshot();
     let state = runtime.block_on(resource::read_state(resource_url, &schema))?;
     let verdict = check(

@@ -6,6 +6,12 @@
 //!   writer with a greater token claimed it meanwhile.
 //! - Permit: increments its slot's fenced row (claim-read-hold-write), one fence per slot.
 //!
+//! Some exclusive workers take the key as leaders of the election on it (`Election::campaign`,
+//! its value the worker's name, `resign` to give it back): a leadership is the key's exclusive
+//! lease, so every rule holds its leaders as it holds its lock holders (one valid leader at a
+//! time, terms growing, no write under an older term accepted after a newer one wrote, no
+//! candidate kept out longer than the bound).
+//!
 //! The hold sits between the reads and the writes, so a pause or a cut that hits a holder
 //! lands inside its read-modify-write: exactly where a check at the write alone, or no check,
 //! loses an update. The worker never looks at its lost signal before writing: the fence alone
@@ -14,7 +20,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use fencelock::{DynLockStore, KeepAlive, Lease, ReleaseOutcome};
+use fencelock::{DynLockStore, KeepAlive, Leadership, Lease, LockStoreExt, ReleaseOutcome};
 use rand::Rng;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -25,6 +31,46 @@ use crate::resource::Resource;
 
 /// The lock every worker contends for.
 pub const KEY: &str = "nemesis-counter";
+
+/// The history's worker number of the controller's observer of the election on [`KEY`].
+pub const OBSERVER: u32 = 100_000;
+
+/// Observes the election on [`KEY`] until `stop` is cancelled, recording each state it yields
+/// (rule 5); an error is recorded and the observer starts over after a moment.
+///
+/// # Cancel safety
+/// Dropping the future ends the observer; nothing is held.
+pub async fn observe(store: DynLockStore, emit: Emit, stop: fencelock::CancellationToken) {
+    let say = |event: Event| {
+        emit(Entry {
+            t: now_ns(),
+            worker: OBSERVER,
+            event,
+        })
+    };
+    say(Event::Start { pid: 0 });
+    loop {
+        let mut observer = store.election(KEY).observe();
+        loop {
+            let next = tokio::select! {
+                () = stop.cancelled() => return,
+                next = observer.next() => next,
+            };
+            match next {
+                Ok(leader) => say(Event::Observed {
+                    term: leader.map(|leader| leader.term),
+                }),
+                Err(error) => {
+                    say(Event::Error {
+                        what: format!("observe: {error}"),
+                    });
+                    break;
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
 
 /// The number of permits of the key, for permit workers (fewer than a full run's permit
 /// workers, so the limit is contended).
@@ -102,10 +148,10 @@ pub async fn run(
         });
         let granted = tokio::select! {
             () = stop.cancelled() => return,
-            granted = store.acquire_as(KEY, config.ttl, wait, config.mode.to_mode()) => granted,
+            granted = take(&store, &config, wait) => granted,
         };
-        let lease = match granted {
-            Ok(lease) => lease,
+        let (lease, kept) = match granted {
+            Ok(granted) => granted,
             Err(error) => {
                 say(Event::AcquireFailed {
                     lease: lease_no,
@@ -122,9 +168,9 @@ pub async fn run(
             deadline: to_ns(lease.valid_until()),
             mode: config.mode,
             slot: lease.slot(),
+            leader: leads(&config),
         });
-        let kept = Arc::new(KeepAlive::start(store.clone(), lease.clone()));
-        let watcher = watch_lost(&kept, lease_no, say.clone_box());
+        let watcher = watch_lost(&kept, lease.fencing_token(), lease_no, say.clone_box());
         if resource.is_none() {
             match Resource::connect(&config.resource_url, &config.schema).await {
                 Ok(r) => resource = Some(r),
@@ -147,11 +193,26 @@ pub async fn run(
                 resource = None;
             }
         }
+        if leads(&config) {
+            // A leader leads on past its work, so that the observer has a term to see: rule 5
+            // asks it to see a leadership of twice its bound, which is at most 100 ms plus a
+            // quarter of the TTL, so three quarters of a TTL are past it for any TTL over 400 ms.
+            tokio::time::sleep(config.ttl * 3 / 4).await;
+            pass(&mut gate).await;
+        }
         drop(watcher);
-        drop(kept);
+        // A lock's keep-alive stops here, before a pause at the gate; a leadership keeps
+        // itself alive until it resigns (a paused in-process worker's link is cut, so its
+        // extends stall as a stopped process's would).
+        let kept = Arc::try_unwrap(kept).map(Kept::stopped);
         pass(&mut gate).await;
         let sent = now_ns();
-        let outcome = match store.release(&lease).await {
+        let given_back = match kept {
+            Ok(kept) => kept.give_back(&store).await,
+            // The watcher was the only other owner, and it is gone.
+            Err(_) => store.release(&lease).await,
+        };
+        let outcome = match given_back {
             Ok(ReleaseOutcome::Released) => "released".to_string(),
             Ok(ReleaseOutcome::Lost) => "lost".to_string(),
             Err(e) => e.to_string(),
@@ -168,11 +229,102 @@ pub async fn run(
     }
 }
 
+/// Whether worker `config` takes the key as a leader of the election on it, so that both kinds
+/// of writer run side by side: with the mixed modes (writers are workers 1, 5, 9, …), every
+/// other writer; with exclusive workers only, the odd ones but every fifth (1, 3, 7 of 8 lead).
+fn leads(config: &WorkerConfig) -> bool {
+    let id = config.id.max(1);
+    config.mode == WorkMode::Exclusive
+        && if id % 4 == 1 {
+            ((id - 1) / 4).is_multiple_of(2)
+        } else {
+            id % 2 == 1
+        }
+}
+
+/// A granted lease, kept alive: by a keep-alive of its own, or by its leadership.
+enum Kept {
+    Lock(KeepAlive),
+    Leading(Leadership),
+}
+
+impl Kept {
+    fn is_lost(&self) -> bool {
+        match self {
+            Kept::Lock(kept) => kept.is_lost(),
+            Kept::Leading(leading) => leading.is_lost(),
+        }
+    }
+
+    fn lost_token(&self) -> fencelock::CancellationToken {
+        match self {
+            Kept::Lock(kept) => kept.lost_token(),
+            Kept::Leading(leading) => leading.lost_token(),
+        }
+    }
+
+    fn lost_reason(&self) -> Option<String> {
+        match self {
+            Kept::Lock(kept) => kept.lost_reason(),
+            Kept::Leading(leading) => leading
+                .is_lost()
+                .then(|| "the leadership was lost".to_owned()),
+        }
+    }
+
+    /// Stops a lock's keep-alive; a leadership stays as it is.
+    fn stopped(self) -> Given {
+        match self {
+            Kept::Lock(kept) => Given::Lock(kept.stop()),
+            Kept::Leading(leading) => Given::Leading(leading),
+        }
+    }
+}
+
+/// What is left to give back once the work is done.
+enum Given {
+    Lock(Lease),
+    Leading(Leadership),
+}
+
+impl Given {
+    /// Releases the lock, or resigns the leadership.
+    async fn give_back(self, store: &DynLockStore) -> fencelock::Result<ReleaseOutcome> {
+        match self {
+            Given::Lock(lease) => store.release(&lease).await,
+            Given::Leading(leading) => leading.resign().await,
+        }
+    }
+}
+
+/// Takes the key in the worker's mode, or leads the election on it.
+async fn take(
+    store: &DynLockStore,
+    config: &WorkerConfig,
+    wait: Duration,
+) -> fencelock::Result<(Lease, Arc<Kept>)> {
+    if leads(config) {
+        let value = format!("worker {}", config.id);
+        let leading = store
+            .election(KEY)
+            .ttl(config.ttl)
+            .campaign_for(&value, wait)
+            .await?;
+        let lease = leading.lease().clone();
+        return Ok((lease, Arc::new(Kept::Leading(leading))));
+    }
+    let lease = store
+        .acquire_as(KEY, config.ttl, wait, config.mode.to_mode())
+        .await?;
+    let kept = KeepAlive::start(store.clone(), lease.clone());
+    Ok((lease, Arc::new(Kept::Lock(kept))))
+}
+
 /// The current lease, for the steps' events.
 struct Step<'a> {
     lease: &'a Lease,
     lease_no: u64,
-    kept: &'a KeepAlive,
+    kept: &'a Kept,
     worker: u32,
 }
 
@@ -288,12 +440,13 @@ async fn pass(gate: &mut Option<Gate>) {
 
 /// Reports the lost signal when it fires. Holds the keep-alive only weakly, so a killed
 /// worker's keep-alive dies with it; the watcher itself is aborted when its guard drops.
-fn watch_lost(kept: &Arc<KeepAlive>, lease_no: u64, say: Box<dyn Fn(Event) + Send>) -> AbortOnDrop {
-    let (lost, token, weak) = (
-        kept.lost_token(),
-        kept.lease().fencing_token(),
-        Arc::downgrade(kept),
-    );
+fn watch_lost(
+    kept: &Arc<Kept>,
+    token: u64,
+    lease_no: u64,
+    say: Box<dyn Fn(Event) + Send>,
+) -> AbortOnDrop {
+    let (lost, weak) = (kept.lost_token(), Arc::downgrade(kept));
     AbortOnDrop(tokio::spawn(async move {
         lost.cancelled().await;
         let reason = weak.upgrade().and_then(|k| k.lost_reason());
