@@ -38,9 +38,6 @@ pub fn describe(key: &str, status: &KeyStatus) -> String {
             ..
         } => {
             let mut parts = Vec::new();
-            if let Some(label) = label {
-                parts.push(format!("by {}", json_string(label)));
-            }
             if let Some(token) = token {
                 parts.push(format!("fencing token {token}"));
             }
@@ -49,6 +46,9 @@ pub fn describe(key: &str, status: &KeyStatus) -> String {
             }
             if let Some(remaining) = remaining {
                 parts.push(format!("{:.1}s left", remaining.as_secs_f64()));
+            }
+            if let Some(label) = label {
+                parts.push(format!("by {}", json_string(label)));
             }
             format!("{key}: held ({})", parts.join(", "))
         }
@@ -68,9 +68,6 @@ pub fn describe(key: &str, status: &KeyStatus) -> String {
 /// the store tells them.
 fn describe_holder(holder: &HolderStatus) -> String {
     let mut parts = Vec::new();
-    if let Some(label) = &holder.label {
-        parts.push(format!("by {}", json_string(label)));
-    }
     if let Some(slot) = holder.slot {
         parts.push(format!("slot {slot}"));
     }
@@ -82,6 +79,9 @@ fn describe_holder(holder: &HolderStatus) -> String {
     }
     if let Some(remaining) = holder.remaining {
         parts.push(format!("{:.1}s left", remaining.as_secs_f64()));
+    }
+    if let Some(label) = &holder.label {
+        parts.push(format!("by {}", json_string(label)));
     }
     if parts.is_empty() {
         "a holder (the store tells nothing more)".to_owned()
@@ -284,7 +284,7 @@ mod tests {
         };
         assert_eq!(
             describe("k", &labelled),
-            r#"k: held (by "host-a pid 42 \"x\"", fencing token 7)"#
+            r#"k: held (fencing token 7, by "host-a pid 42 \"x\"")"#
         );
         assert!(to_json("k", &labelled).ends_with(r#","label":"host-a pid 42 \"x\""}"#));
         assert_eq!(

@@ -53,7 +53,7 @@ fn check(output: &Output, allowed: &[i32], args: &[&str]) -> Result<i32, TestCas
 #[test]
 fn every_argument_refusal_is_one_line() {
     let cases: &[(&[&str], &str)] = &[
-        (&[], "a command is required: run, status"),
+        (&[], "a command is required: run, elect, leader, status"),
         (&["bogus"], "unrecognized subcommand 'bogus'"),
         (&["run"], "<KEY>, <COMMAND>"),
         (&["--url", "memory://", "run", "k"], "<COMMAND>"),

@@ -323,6 +323,13 @@ mod redis {
             let line = format!("  slot {slot}, fencing token {token}, owner ");
             assert!(lines[1..].iter().any(|l| l.starts_with(&line)), "{text}");
         }
+        // Each holder is labelled as `lockctl run` labels its lease: `<host> pid <pid>`.
+        assert!(
+            lines[1..]
+                .iter()
+                .all(|l| l.contains(", by \"") && l.contains(" pid ")),
+            "{text}"
+        );
 
         let json = output(lockctl(&url).args(["status", &key, "--json"]));
         assert_eq!(json.status.code(), Some(0), "{}", stderr(&json));

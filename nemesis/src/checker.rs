@@ -67,7 +67,7 @@ impl Verdict {
         self.violations.is_empty()
     }
 
-    /// Whether some violation broke `rule` (1 to 4).
+    /// Whether some violation broke `rule` (1 to 5).
     pub fn broke(&self, rule: u8) -> bool {
         self.violations.iter().any(|v| v.rule == rule)
     }
