@@ -231,9 +231,10 @@ mod tests {
 
     #[test]
     fn an_offset_raised_within_a_granule_covers_any_later_create() {
-        let clock = 1_795_755_901_367_913;
-        let since = 4_294_967_396;
-        let fresh = Offsets::parse("p", (clock - since).to_string().as_bytes(), since, 1).unwrap();
+        let clock: u64 = 1_795_755_901_367_913;
+        let since: i64 = 4_294_967_396;
+        let offset = clock - since as u64;
+        let fresh = Offsets::parse("p", offset.to_string().as_bytes(), since, 1).unwrap();
         assert!(covers(&fresh, clock));
         assert!(covers(&fresh, clock + granule_micros()));
         assert!(!covers(&fresh, clock + granule_micros() + 1));
