@@ -154,6 +154,14 @@ pub(crate) fn raise(current: Option<u64>, clock: u64, hint: i64) -> Result<Optio
     })
 }
 
+/// Whether a create checked against `known` (no raise) gets a token within a granule of a
+/// clock of `clock` µs whatever zxid it commits at: that zxid is above `known.since` (the
+/// check passes only while the node is as it was written then), so its token is above
+/// `current + since`. Otherwise the create needs a fresh zxid hint to count a raise from.
+pub(crate) fn covers(known: &Offsets, clock: u64) -> bool {
+    matches!(raise(Some(known.current), clock, known.since), Ok(None))
+}
+
 /// Whether a token minted against a clock reading of `clock` µs has fallen a granule behind
 /// it (the create is then redone with a raise).
 pub(crate) fn behind(token: u64, clock: u64) -> bool {
@@ -219,6 +227,21 @@ mod tests {
         assert!(behind(token(0, hint).unwrap(), clock));
         assert!(raise(None, u64::MAX, 1).is_err());
         assert!(token(MAX_OFFSET, i64::MAX).is_err());
+    }
+
+    #[test]
+    fn an_offset_raised_within_a_granule_covers_any_later_create() {
+        let clock: u64 = 1_795_755_901_367_913;
+        let since: i64 = 4_294_967_396;
+        let offset = clock - since as u64;
+        let fresh = Offsets::parse("p", offset.to_string().as_bytes(), since, 1).unwrap();
+        assert!(covers(&fresh, clock));
+        assert!(covers(&fresh, clock + granule_micros()));
+        assert!(!covers(&fresh, clock + granule_micros() + 1));
+        // A node made with offset 0 covers nothing on a clock of today.
+        let zero = Offsets::parse("p", b"0", 22, 0).unwrap();
+        assert!(!covers(&zero, clock));
+        assert!(!covers(&fresh, u64::MAX));
     }
 
     #[test]

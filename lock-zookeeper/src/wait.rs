@@ -182,10 +182,16 @@ impl Enqueued {
     }
 
     /// [`Layout::Fencelock`]: the create is one `multi` with the token offset's check (or its
-    /// raise, or its creation), so the offset in force at the node's `czxid` is known. A token
-    /// that fell a granule behind the clock (no fresh zxid hint to raise from) is redone: the
-    /// next `multi` raises the offset from this create's `czxid`, deletes this node and creates
-    /// another.
+    /// raise, or its creation), so the offset in force at the node's `czxid` is known. Without
+    /// a fresh zxid hint, and unless the offset is recent enough that no raise can be needed
+    /// ([`offset::covers`]), a write of the container's data learns a zxid first
+    /// ([`probe`](Self::probe)): the one lock node is then created with the raise it needs.
+    /// A node made first and replaced would be seen by every reader meanwhile, as the key's
+    /// holder with a token no lease has (a bare `czxid` on a fresh prefix), and an observer
+    /// woken by it would keep reporting that token, the replacement having the same owner.
+    /// Should a token still fall a granule behind the clock (the offset node not as this
+    /// handle knew it), it is redone: the next `multi` raises the offset from this create's
+    /// `czxid`, deletes this node and creates another.
     async fn create_floored(
         &mut self,
         place: &Place<'_>,
@@ -207,9 +213,19 @@ impl Enqueued {
                 Some(known) => Some(known),
                 None => self.read_offset(&offset_path).await?,
             };
-            let sent_at = Instant::now();
-            let clock = offset::clock_micros();
-            let hint = state().hint.fresh(sent_at, offset::HINT_AGE);
+            let mut sent_at = Instant::now();
+            let mut clock = offset::clock_micros();
+            let mut hint = state().hint.fresh(sent_at, offset::HINT_AGE);
+            let covered = known.as_ref().is_some_and(|k| offset::covers(k, clock));
+            if hint.is_none() && !covered {
+                let (zxid, probed_at) = self.probe(place).await?;
+                state().hint.note(zxid, probed_at);
+                hint = Some(zxid);
+                // The clock the raise lifts tokens past is read after the probe, right before
+                // the create is sent.
+                sent_at = Instant::now();
+                clock = offset::clock_micros();
+            }
             let raise = match hint {
                 Some(hint) => offset::raise(known.as_ref().map(|k| k.current), clock, hint)?,
                 None => None,
@@ -391,6 +407,29 @@ impl Enqueued {
             }),
             Err(other) => Err(other.into_error(what)),
         }
+    }
+
+    /// A zxid committed after the call began, for a raise to count from, and when the write
+    /// that showed it was sent: a write of the container's data (which nothing reads, and
+    /// which every lock node's `multi` writes too), the container made first if missing. It
+    /// creates no lock node, so no reader sees one that is not the one granted.
+    async fn probe(&self, place: &Place<'_>) -> Result<(i64, Instant)> {
+        let what = "writing a key's container node";
+        for _ in 0..CREATE_ATTEMPTS {
+            let sent_at = Instant::now();
+            match self
+                .session
+                .call(what, || {
+                    self.session.client.set_data(&self.container, &[], None)
+                })
+                .await
+            {
+                Ok(stat) => return Ok((stat.mzxid, sent_at)),
+                Err(Failure::NoNode) => self.make_container(place).await?,
+                Err(other) => return Err(other.into_error(what)),
+            }
+        }
+        Err(self.vanished())
     }
 
     /// Makes the prefix (persistent, with its ancestors) if missing.
