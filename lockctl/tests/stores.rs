@@ -6,9 +6,6 @@ mod support;
 /// same kind pointing at a closed port.
 macro_rules! store_cases {
     ($url:expr, $unreachable:expr) => {
-        store_cases!($url, $unreachable, term_is_the_token: true);
-    };
-    ($url:expr, $unreachable:expr, term_is_the_token: $exact:expr) => {
         #[test]
         fn ten_concurrent_runs_never_overlap() {
             crate::support::ten_concurrent_runs_never_overlap(&$url);
@@ -36,7 +33,7 @@ macro_rules! store_cases {
 
         #[test]
         fn elect_leads_one_at_a_time_and_leader_shows_it() {
-            crate::support::elect_leads_one_at_a_time_and_leader_shows_it(&$url, $exact);
+            crate::support::elect_leads_one_at_a_time_and_leader_shows_it(&$url);
         }
 
         #[test]
@@ -155,11 +152,9 @@ mod zookeeper {
         ZookeeperEnsemble::shared_standalone().url()
     }
 
-    // Its status may name a term other than the leader's token (see the case).
     store_cases!(
         url(),
-        format!("zookeeper://127.0.0.1:{}", closed_ports(1)[0]),
-        term_is_the_token: false
+        format!("zookeeper://127.0.0.1:{}", closed_ports(1)[0])
     );
 
     /// ZooKeeper's own bad input: an option it does not read, and a TTL shorter than the
