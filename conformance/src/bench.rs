@@ -1428,7 +1428,13 @@ mod tests {
         );
         assert_eq!(table.rows[0].ratio, Some(0.5));
         let mut table = Table::default();
-        against_rows(&mut table, "failover", "ours", &ours, Duration::from_micros(100));
+        against_rows(
+            &mut table,
+            "failover",
+            "ours",
+            &ours,
+            Duration::from_micros(100),
+        );
         let ratios: Vec<Option<f64>> = table.rows.iter().map(|r| r.ratio).collect();
         assert_eq!(ratios, [Some(0.5), Some(1.0), Some(2.0)]);
         assert_eq!(table.rows[2].what, "failover max: ours");

@@ -9,10 +9,12 @@
 //! Starts its own single-member server with test-servers, or uses `LOCK_BENCH_URL` if set.
 //! Prints one table:
 //!
-//! - handover after resign: a leader and one candidate parked in its campaign; the time from
-//!   the leader's resign being sent to the candidate's campaign returning (p50, mean, p99,
-//!   ours / the election service's, target ≤ 1.0×);
-//! - observe: in the same trials, an observer parked on the election; the time from the same
+//! - handover after resign: a leader granted with nobody queued, then two candidates parked
+//!   in their campaigns; the time from the leader's resign being sent to the first
+//!   candidate's campaign returning (p50, mean, p99, ours / the election service's, target
+//!   ≤ 1.0×); then the same from that candidate's resign to the second's, a successor the
+//!   first knew from the read that granted it (our handoff mark);
+//! - observe: in the same trials, an observer parked on the election; the time from each
 //!   resign being sent to the observer's first item naming the new leader (target ≤ 1.0×);
 //! - what each side pays after the watch event that wakes its observer, measured in the same
 //!   rounds: our status read, etcd's `Leader()`, and a raw delete seen by another client's
@@ -59,6 +61,7 @@ const NAME: &str = "bench-election";
 const PEER_NAME: &str = "bench/peer/election";
 const LEADER: &str = "leader-a";
 const SUCCESSOR: &str = "candidate-b";
+const THIRD: &str = "candidate-c";
 
 type BenchResult<T> = Result<T, Box<dyn Error + Send + Sync>>;
 
@@ -73,52 +76,96 @@ fn joined<T>(joined: Result<T, tokio::task::JoinError>) -> fencelock_core::Resul
     })
 }
 
-/// One handover trial's figures: resign sent → the candidate leads, → the observer names it.
+/// One trial's figures, each from a resign being sent: the next candidate leads, the observer
+/// names it. Twice: the first leader was granted with nobody queued, so it knows no successor
+/// when it resigns; the second was granted by a read of the queue that listed the third.
 struct Trial {
-    handover: Duration,
-    observed: Duration,
+    handover: [Duration; 2],
+    observed: [Duration; 2],
 }
 
-/// Our side: a leader, a candidate and an observer, each on its own handle (connection).
+/// The values of a trial's leaders, in the order they lead.
+const VALUES: [&str; 3] = [LEADER, SUCCESSOR, THIRD];
+
+/// Which of the trial's successions an observer's item names: how many of [`VALUES`] after
+/// the first it has named so far, and when it named each.
+#[derive(Default)]
+struct Named {
+    seen: usize,
+    at: [Option<Instant>; 2],
+}
+
+impl Named {
+    /// Notes an item naming `value`; true once both successors were named, in order. An item
+    /// naming the second first is an error: the observer skipped the first.
+    fn note(&mut self, value: Option<&str>) -> fencelock_core::Result<bool> {
+        let position = VALUES[1..].iter().position(|v| Some(*v) == value);
+        match position {
+            Some(p) if p == self.seen => {
+                self.at[p] = Some(Instant::now());
+                self.seen += 1;
+            }
+            Some(p) if p > self.seen => {
+                return Err(fencelock_core::Error::Store {
+                    message: format!("the observer skipped {}", VALUES[self.seen + 1]),
+                    source: None,
+                })
+            }
+            _ => {}
+        }
+        Ok(self.seen == 2)
+    }
+
+    fn times(&self) -> [Instant; 2] {
+        self.at.map(|at| at.unwrap_or_else(Instant::now))
+    }
+}
+
+/// Our side: a leader, two candidates and an observer, each on its own handle (connection).
 struct Ours {
     leader: DynLockStore,
-    candidate: DynLockStore,
+    candidates: [DynLockStore; 2],
     observer: DynLockStore,
 }
 
 impl Ours {
     async fn trial(&self, reads: &mut Vec<Duration>) -> BenchResult<Trial> {
-        let leading = self
-            .leader
-            .election(NAME)
-            .ttl(TTL)
-            .campaign(LEADER)
-            .await?;
-        let campaign = tokio::spawn({
-            let election = self.candidate.election(NAME).ttl(TTL);
-            async move {
-                let leadership = election.campaign(SUCCESSOR).await;
-                (Instant::now(), leadership)
-            }
-        });
+        let leading = self.leader.election(NAME).ttl(TTL).campaign(LEADER).await?;
         let mut observer = self.observer.election(NAME).observe();
         let first = observer.next().await?;
         if first.and_then(|l| l.value).as_deref() != Some(LEADER) {
             return Err("the observer's first item is not the leader".into());
         }
         let observed = tokio::spawn(async move {
+            let mut named = Named::default();
             loop {
-                let leader = observer.next().await?;
-                if leader.and_then(|l| l.value).as_deref() == Some(SUCCESSOR) {
-                    return Ok::<_, fencelock_core::Error>(Instant::now());
+                let value = observer.next().await?.and_then(|l| l.value);
+                if named.note(value.as_deref())? {
+                    return Ok::<_, fencelock_core::Error>(named.times());
                 }
             }
         });
-        tokio::time::sleep(PARK).await;
-        let resigned = Instant::now();
-        let _ = leading.resign().await?;
-        let (led_at, successor) = joined(campaign.await)?;
-        let successor = successor?;
+        let mut campaigns = Vec::new();
+        for (store, value) in self.candidates.iter().zip(&VALUES[1..]) {
+            let election = store.election(NAME).ttl(TTL);
+            campaigns.push(tokio::spawn(async move {
+                let leadership = election.campaign(value).await;
+                (Instant::now(), leadership)
+            }));
+            // Queued in this order.
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let mut handover = [Duration::ZERO; 2];
+        let mut resigned = [Instant::now(); 2];
+        let mut leading = leading;
+        for (i, campaign) in campaigns.into_iter().enumerate() {
+            tokio::time::sleep(PARK).await;
+            resigned[i] = Instant::now();
+            let _ = leading.resign().await?;
+            let (led_at, next) = joined(campaign.await)?;
+            handover[i] = led_at - resigned[i];
+            leading = next?;
+        }
         let observed_at = joined(observed.await)??;
         // What an observer pays after each watch event: a status read.
         for _ in 0..READS {
@@ -126,19 +173,19 @@ impl Ours {
             let _ = self.observer.status(NAME).await?;
             reads.push(started.elapsed());
         }
-        let _ = successor.resign().await?;
+        let _ = leading.resign().await?;
         Ok(Trial {
-            handover: led_at - resigned,
-            observed: observed_at - resigned,
+            handover,
+            observed: [0, 1].map(|i| observed_at[i] - resigned[i]),
         })
     }
 }
 
-/// etcd's election service: a leader, a candidate and an observer, each with its own client
-/// and lease.
+/// etcd's election service: a leader, two candidates and an observer, each with its own
+/// client and lease.
 struct Peer {
     leader: (Client, i64),
-    candidate: (Client, i64),
+    candidates: [(Client, i64); 2],
     observer: Client,
 }
 
@@ -152,54 +199,63 @@ impl Peer {
     async fn trial(&mut self, reads: &mut Vec<Duration>) -> BenchResult<Trial> {
         let (leader, leader_lease) = &mut self.leader;
         let mut leading = leader.campaign(PEER_NAME, LEADER, *leader_lease).await?;
-        let leader_key = leading.take_leader().ok_or("campaign named no leader")?;
-        let campaign = tokio::spawn({
-            let (mut client, lease) = (self.candidate.0.clone(), self.candidate.1);
-            async move {
-                let answer = client.campaign(PEER_NAME, SUCCESSOR, lease).await;
-                (Instant::now(), answer)
-            }
-        });
+        let mut key = leading.take_leader().ok_or("campaign named no leader")?;
         let mut stream = self.observer.observe(PEER_NAME).await?;
         let first = stream.message().await?;
         if first.as_ref().and_then(|r| r.kv()).map(|kv| kv.value()) != Some(LEADER.as_bytes()) {
             return Err("the observer's first item is not the leader".into());
         }
         let observed = tokio::spawn(async move {
+            let mut named = Named::default();
             loop {
-                let Some(answer) = stream.message().await.map_err(raw_error("observe"))? else {
+                let answer = stream.message().await.map_err(raw_error("observe"))?;
+                let Some(answer) = answer else {
                     return Err(fencelock_core::Error::Store {
                         message: "the observe stream ended".into(),
                         source: None,
                     });
                 };
-                if answer.kv().map(|kv| kv.value()) == Some(SUCCESSOR.as_bytes()) {
-                    return Ok(Instant::now());
+                let value = answer.kv().map(|kv| String::from_utf8_lossy(kv.value()));
+                if named.note(value.as_deref())? {
+                    return Ok(named.times());
                 }
             }
         });
-        tokio::time::sleep(PARK).await;
-        let resigned = Instant::now();
-        leader
-            .resign(Some(ResignOptions::new().with_leader(leader_key)))
-            .await?;
-        let (led_at, successor) = joined(campaign.await)?;
-        let successor_key = successor?
-            .take_leader()
-            .ok_or("campaign named no leader")?;
+        let mut campaigns = Vec::new();
+        for ((client, lease), value) in self.candidates.iter().zip(&VALUES[1..]) {
+            let (mut client, lease) = (client.clone(), *lease);
+            campaigns.push(tokio::spawn(async move {
+                let answer = client.campaign(PEER_NAME, *value, lease).await;
+                (Instant::now(), answer)
+            }));
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let mut handover = [Duration::ZERO; 2];
+        let mut resigned = [Instant::now(); 2];
+        let mut holder = self.leader.0.clone();
+        for (i, campaign) in campaigns.into_iter().enumerate() {
+            tokio::time::sleep(PARK).await;
+            resigned[i] = Instant::now();
+            holder
+                .resign(Some(ResignOptions::new().with_leader(key)))
+                .await?;
+            let (led_at, answer) = joined(campaign.await)?;
+            handover[i] = led_at - resigned[i];
+            key = answer?.take_leader().ok_or("campaign named no leader")?;
+            holder = self.candidates[i].0.clone();
+        }
         let observed_at = joined(observed.await)??;
         for _ in 0..READS {
             let started = Instant::now();
             let _ = self.observer.leader(PEER_NAME).await?;
             reads.push(started.elapsed());
         }
-        self.candidate
-            .0
-            .resign(Some(ResignOptions::new().with_leader(successor_key)))
+        holder
+            .resign(Some(ResignOptions::new().with_leader(key)))
             .await?;
         Ok(Trial {
-            handover: led_at - resigned,
-            observed: observed_at - resigned,
+            handover,
+            observed: [0, 1].map(|i| observed_at[i] - resigned[i]),
         })
     }
 }
@@ -346,12 +402,15 @@ async fn main() -> BenchResult<()> {
     };
     let ours = Ours {
         leader: handle().await?,
-        candidate: handle().await?,
+        candidates: [handle().await?, handle().await?],
         observer: handle().await?,
     };
     let mut peer = Peer {
         leader: peer_client(&endpoints).await?,
-        candidate: peer_client(&endpoints).await?,
+        candidates: [
+            peer_client(&endpoints).await?,
+            peer_client(&endpoints).await?,
+        ],
         observer: Client::connect(&endpoints, None).await?,
     };
     let mut floor = WatchFloor::connect(&endpoints).await?;
@@ -375,14 +434,16 @@ async fn main() -> BenchResult<()> {
             watch_floor.push(floor.sample().await?);
         }
     }
-    let split = |trials: &[Trial]| {
+    let split = |trials: &[Trial], i: usize| {
         (
-            Samples::new(trials.iter().map(|t| t.handover).collect()),
-            Samples::new(trials.iter().map(|t| t.observed).collect()),
+            Samples::new(trials.iter().map(|t| t.handover[i]).collect()),
+            Samples::new(trials.iter().map(|t| t.observed[i]).collect()),
         )
     };
-    let (our_handover, our_observed) = split(&our_trials);
-    let (peer_handover, peer_observed) = split(&peer_trials);
+    let (our_handover, our_observed) = split(&our_trials, 0);
+    let (peer_handover, peer_observed) = split(&peer_trials, 0);
+    let (our_marked, our_marked_observed) = split(&our_trials, 1);
+    let (peer_marked, peer_marked_observed) = split(&peer_trials, 1);
     let (our_reads, peer_reads, watch_floor) = (
         Samples::new(our_reads),
         Samples::new(peer_reads),
@@ -395,7 +456,7 @@ async fn main() -> BenchResult<()> {
     for i in 0..FAILOVERS {
         let phase = FAILOVER_TTL / 2 * u32::try_from(i).unwrap_or(0) / FAILOVERS as u32;
         let name = format!("bench-failover-{i}");
-        let election = ours.candidate.election(&name).ttl(FAILOVER_TTL);
+        let election = ours.candidates[0].election(&name).ttl(FAILOVER_TTL);
         our_failovers.push(
             failover("leader-ours", &url, &name, phase, move || async move {
                 let leading = election.campaign("successor").await?;
@@ -405,7 +466,7 @@ async fn main() -> BenchResult<()> {
             .await?,
         );
         let name = format!("bench/peer/failover/{i}");
-        let (mut client, lease) = (peer.candidate.0.clone(), peer.candidate.1);
+        let (mut client, lease) = (peer.candidates[0].0.clone(), peer.candidates[0].1);
         let campaign_name = name.clone();
         peer_failovers.push(
             failover(
@@ -427,13 +488,16 @@ async fn main() -> BenchResult<()> {
     }
     let (our_failovers, peer_failovers) =
         (Samples::new(our_failovers), Samples::new(peer_failovers));
-    for lease in [peer.leader.1, peer.candidate.1] {
+    for lease in [peer.leader.1, peer.candidates[0].1, peer.candidates[1].1] {
         let _ = raw.lease_revoke(lease).await;
     }
 
     let mut table = Table::default();
     table.push(
-        format!("election: a leader, a candidate parked {} ms, an observer", PARK.as_millis()),
+        format!(
+            "election: a leader granted with nobody queued, 2 candidates parked {} ms, an observer",
+            PARK.as_millis()
+        ),
         format!("{} trials a side, rounds interleaved", our_trials.len()),
     );
     let service = "etcd's election service";
@@ -453,10 +517,32 @@ async fn main() -> BenchResult<()> {
         &peer_observed,
         Some(1.0),
     );
+    versus_rows(
+        &mut table,
+        "  handover to a successor known at the grant (a handoff mark)",
+        &our_marked,
+        service,
+        &peer_marked,
+        None,
+    );
+    versus_rows(
+        &mut table,
+        "  observe, that handover",
+        &our_marked_observed,
+        service,
+        &peer_marked_observed,
+        None,
+    );
     table
-        .latency("  after the wake-up, ours: a status read p50", our_reads.p50())
+        .latency(
+            "  after the wake-up, ours: a status read p50",
+            our_reads.p50(),
+        )
         .ratio(us(our_reads.p50()) / us(peer_reads.p50()), None);
-    table.latency("  after the wake-up, theirs: Leader() p50", peer_reads.p50());
+    table.latency(
+        "  after the wake-up, theirs: Leader() p50",
+        peer_reads.p50(),
+    );
     table.latency(
         "  raw floor: delete → another client's watch event p50",
         watch_floor.p50(),
@@ -484,10 +570,7 @@ async fn main() -> BenchResult<()> {
     );
     table.push(
         "  failover p50 ours / etcd's election service",
-        format!(
-            "{:.2}",
-            us(our_failovers.p50()) / us(peer_failovers.p50())
-        ),
+        format!("{:.2}", us(our_failovers.p50()) / us(peer_failovers.p50())),
     );
     println!("{table}");
     println!(
