@@ -1407,7 +1407,7 @@ mod tests {
     fn versus_and_against_rows_name_both_sides_and_their_ratios() {
         let micros =
             |us: &[u64]| Samples::new(us.iter().map(|&u| Duration::from_micros(u)).collect());
-        let (ours, peer) = (micros(&[50, 50, 200]), micros(&[100, 100, 100]));
+        let (ours, peer) = (micros(&[50, 50, 260]), micros(&[100, 100, 100]));
         let mut table = Table::default();
         versus_rows(&mut table, "handover", &ours, "the peer", &peer, Some(1.0));
         let rows: Vec<(&str, Option<bool>)> = table
@@ -1436,7 +1436,7 @@ mod tests {
             Duration::from_micros(100),
         );
         let ratios: Vec<Option<f64>> = table.rows.iter().map(|r| r.ratio).collect();
-        assert_eq!(ratios, [Some(0.5), Some(1.0), Some(2.0)]);
+        assert_eq!(ratios, [Some(0.5), Some(1.2), Some(2.6)]);
         assert_eq!(table.rows[2].what, "failover max: ours");
     }
 
