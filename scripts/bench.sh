@@ -15,6 +15,7 @@ benches=(
   "redlock fencelock-redis redlock_bench"
   "redis-scale fencelock-redis scale"
   "etcd fencelock-etcd bench"
+  "etcd-election fencelock-etcd election_bench"
   "postgres fencelock-postgres bench"
   "mysql fencelock-mysql bench"
   "sqlite fencelock-sqlite bench"

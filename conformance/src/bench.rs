@@ -55,6 +55,11 @@ impl Samples {
         self.quantile(0.99)
     }
 
+    /// The largest sample; zero when empty.
+    pub fn max(&self) -> Duration {
+        self.quantile(1.0)
+    }
+
     /// The arithmetic mean; zero when empty.
     pub fn mean(&self) -> Duration {
         let count = u32::try_from(self.sorted.len()).unwrap_or(u32::MAX).max(1);
@@ -959,6 +964,60 @@ impl VersusPeer {
     }
 }
 
+/// The statistics the rows of [`versus_rows`] and [`against_rows`] print.
+type Stat = fn(&Samples) -> Duration;
+
+/// Adds, for each of p50, mean and p99, a row of ours (`"{what} {stat}: ours"`) with its ratio
+/// to the peer's and, where `target` is given, the target `≤ {target}× {peer}`, then the
+/// peer's (`"{what} {stat}: {peer}"`). For figures of ours and a peer measured in the same
+/// interleaved run outside the [`PeersProtocol`] (an election's handover, say), so both sides
+/// print as the protocol's rows do.
+pub fn versus_rows(
+    table: &mut Table,
+    what: &str,
+    ours: &Samples,
+    peer: &str,
+    theirs: &Samples,
+    target: Option<f64>,
+) {
+    const STATS: [(&str, Stat); 3] = [
+        ("p50", Samples::p50),
+        ("mean", Samples::mean),
+        ("p99", Samples::p99),
+    ];
+    for (name, stat) in STATS {
+        let (own, other) = (stat(ours), stat(theirs));
+        let ratio = if other.is_zero() {
+            f64::INFINITY
+        } else {
+            micros(own) / micros(other)
+        };
+        let text = target.map(|t| (format!("≤ {t:.1}× {peer}"), ratio <= t));
+        table
+            .latency(format!("{what} {name}: ours"), own)
+            .ratio(ratio, text.as_ref().map(|(t, met)| (t.as_str(), *met)));
+        table.latency(format!("{what} {name}: {peer}"), other);
+    }
+}
+
+/// Adds the p50, mean and largest of `samples` as rows `"{what} {stat}: {side}"`, each with
+/// its ratio to `base`: for a figure that is read against a setting rather than a peer (a
+/// failover against the lease's TTL, which bounds it from below).
+pub fn against_rows(table: &mut Table, what: &str, side: &str, samples: &Samples, base: Duration) {
+    const STATS: [(&str, Stat); 3] = [
+        ("p50", Samples::p50),
+        ("mean", Samples::mean),
+        ("max", Samples::max),
+    ];
+    for (name, stat) in STATS {
+        let own = stat(samples);
+        let row = table.latency(format!("{what} {name}: {side}"), own);
+        if !base.is_zero() {
+            row.ratio(micros(own) / micros(base), None);
+        }
+    }
+}
+
 /// Locks held at once on one handle, each kept alive by a [`KeepAlive`]: what
 /// [`hold_kept_alive`] leaves running.
 #[derive(Debug)]
@@ -1342,6 +1401,43 @@ mod tests {
             table.rows[1].target.as_ref().map(|(t, _)| t.as_str()),
             Some("≤ 1.0× the peer")
         );
+    }
+
+    #[test]
+    fn versus_and_against_rows_name_both_sides_and_their_ratios() {
+        let micros =
+            |us: &[u64]| Samples::new(us.iter().map(|&u| Duration::from_micros(u)).collect());
+        let (ours, peer) = (micros(&[50, 50, 260]), micros(&[100, 100, 100]));
+        let mut table = Table::default();
+        versus_rows(&mut table, "handover", &ours, "the peer", &peer, Some(1.0));
+        let rows: Vec<(&str, Option<bool>)> = table
+            .rows
+            .iter()
+            .map(|r| (r.what.as_str(), r.target.as_ref().map(|(_, met)| *met)))
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                ("handover p50: ours", Some(true)),
+                ("handover p50: the peer", None),
+                ("handover mean: ours", Some(false)),
+                ("handover mean: the peer", None),
+                ("handover p99: ours", Some(false)),
+                ("handover p99: the peer", None),
+            ]
+        );
+        assert_eq!(table.rows[0].ratio, Some(0.5));
+        let mut table = Table::default();
+        against_rows(
+            &mut table,
+            "failover",
+            "ours",
+            &ours,
+            Duration::from_micros(100),
+        );
+        let ratios: Vec<Option<f64>> = table.rows.iter().map(|r| r.ratio).collect();
+        assert_eq!(ratios, [Some(0.5), Some(1.2), Some(2.6)]);
+        assert_eq!(table.rows[2].what, "failover max: ours");
     }
 
     #[test]
