@@ -211,11 +211,13 @@ async fn waiters_are_served_in_arrival_order_and_nobody_jumps_the_queue() {
         holder.release(&lease).await.unwrap(),
         ReleaseOutcome::Released
     );
-    // While any queued waiter has not yet released, a newcomer's try must fail.
+    // While any queued waiter has not yet released, a newcomer's try must fail. A waiter counts
+    // itself releasing before it sends its release, so a try that succeeded while the count
+    // (read once the try returned) was still short took the key from a waiter that held it or
+    // was queued; read before the try, the count would flag the last waiter's own release.
     while releasing.load(Ordering::SeqCst) < count as usize {
-        let before = releasing.load(Ordering::SeqCst);
         if let Ok(lease) = intruder.try_acquire(key, TTL).await {
-            if before < count as usize {
+            if releasing.load(Ordering::SeqCst) < count as usize {
                 barged.store(true, Ordering::SeqCst);
             }
             let _ = intruder.release(&lease).await;
