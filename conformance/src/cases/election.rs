@@ -59,6 +59,15 @@ async fn resigned(leadership: Leadership, what: &str) -> CaseResult {
     Ok(())
 }
 
+/// Marks a candidate's work as leading while it lives.
+struct Leading(Arc<AtomicBool>);
+
+impl Drop for Leading {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
+}
+
 pub(super) async fn one_leader_at_a_time_among_candidates(ctx: Ctx) -> CaseResult {
     const CANDIDATES: usize = 3;
     const TERMS: usize = 9;
@@ -90,6 +99,10 @@ pub(super) async fn one_leader_at_a_time_among_candidates(ctx: Ctx) -> CaseResul
                         if leading.swap(true, Ordering::SeqCst) {
                             overlap.store(true, Ordering::SeqCst);
                         }
+                        // Cleared however the work ends: a work dropped half-way (its
+                        // leadership lost, or its task aborted at the case's end) has stopped
+                        // leading too.
+                        let _leading = Leading(leading.clone());
                         let token = term.fencing_token();
                         let fenced = gate.claim(token).is_ok();
                         sleep(Duration::from_millis(20)).await;
@@ -98,7 +111,6 @@ pub(super) async fn one_leader_at_a_time_among_candidates(ctx: Ctx) -> CaseResul
                             .lock()
                             .unwrap_or_else(PoisonError::into_inner)
                             .push((token, fenced && written));
-                        leading.store(false, Ordering::SeqCst);
                     }
                 })
                 .await
