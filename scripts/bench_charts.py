@@ -180,7 +180,7 @@ FULL_RUN = ["redis", "redlock", "redis-scale", "etcd", "postgres", "mysql", "sql
 # run has it.
 ADDED = []
 
-# The peers' protocol (issue 36): each store's bench prints ours and its peer's acquire latency
+# The peers' protocol: each store's bench prints ours and its peer's acquire latency
 # (asking to holding) with 8 contenders on one key, each holding 1 ms and pausing 30 ms after
 # each release. Runs before 2026-11-27 predate these rows: a chart made only of them is drawn
 # when its section has them, left out when the section has none of them (some of them missing

@@ -667,7 +667,7 @@ impl Contender for StoreContender {
     }
 }
 
-/// The peers' protocol (issue 36): the load under which an independent harness compared
+/// The peers' protocol: the load under which an independent harness compared
 /// fencelock with each store's own lock. Contenders take one key in turn, each holding it for
 /// [`hold`](Self::hold) and pausing [`pause`](Self::pause) after each release before asking
 /// again; the figure is each take's latency, from asking to holding. The contenders of a round

@@ -427,7 +427,7 @@ caught! {
     an_observer_that_is_never_woken_is_caught: NextStatusNeverWakes,
 }
 
-/// A store that is a `LockStore` by hand over the memory store, skipping fencelock-core's
+/// A store that is a `LockStore` by hand over the memory store, bypassing fencelock-core's
 /// checks: labels of any length and content reach the store.
 #[derive(Debug, Clone, Default)]
 struct UncheckedLabels(MemoryStore);

@@ -1,4 +1,4 @@
-//! Hostile input (issue 17): every URL parser and `connect` survive any text without a panic
+//! Hostile input: every URL parser and `connect` survive any text without a panic
 //! and never print a password, wherever it sits in the URL and however it is encoded; keys of
 //! any valid UTF-8 within the limits round-trip through `status`, and invalid ones are refused
 //! as `InvalidInput`.

@@ -1,4 +1,4 @@
-//! Swapping stores keeps a fenced resource working (issue 33 item 4, docs/swaps.md): for every
+//! Swapping stores keeps a fenced resource working (docs/swaps.md): for every
 //! ordered pair (A, B) of the eight default-layout stores, a file fenced under A accepts the
 //! first write of B's first lease once the pair's delay D has passed since A's last grant, and
 //! A's again after the way back, with tokens strictly increasing all along.

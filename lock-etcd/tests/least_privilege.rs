@@ -1,4 +1,4 @@
-//! Least privilege on etcd (issue 17), against a real member with authentication on
+//! Least privilege on etcd, against a real member with authentication on
 //! (`test_servers::EtcdServer::start_with_auth`):
 //!
 //! - the conformance suite (all but the five cases of [`LEFT_OUT`]) as the user `locks`, whose

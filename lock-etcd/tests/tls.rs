@@ -1,4 +1,4 @@
-//! etcd over TLS (issue 17), against a member with a throwaway CA from test-servers: the whole
+//! etcd over TLS, against a member with a throwaway CA from test-servers: the whole
 //! conformance suite over `etcds://` with `tls_ca=`, a client certificate against
 //! `--client-cert-auth`, and the failures (wrong CA, host name mismatch, TLS against plain
 //! text, missing client certificate) non-retryable and without the password.

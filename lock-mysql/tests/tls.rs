@@ -1,4 +1,4 @@
-//! MariaDB over TLS (issue 17), against servers started with `ssl_ca`, `ssl_cert`, `ssl_key`
+//! MariaDB over TLS, against servers started with `ssl_ca`, `ssl_cert`, `ssl_key`
 //! and a throwaway CA from test-servers, whose users get in only over TLS (`REQUIRE SSL`) or
 //! only with a client certificate (`REQUIRE X509`): the conformance suite over `tls_ca=`
 //! (sslmode=verify-full implied) but for the cases that wait out several TTLs, the server's

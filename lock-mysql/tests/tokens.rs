@@ -1,5 +1,5 @@
 //! Fence scheme 3: a token is `max(counter + 1, the server's clock in µs)`, so it follows the
-//! clock a resource fenced under another store saw (issue 33, swaps), and still grows per key.
+//! clock a resource fenced under another store saw (docs/swaps.md), and still grows per key.
 
 mod common;
 

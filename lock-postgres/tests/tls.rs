@@ -1,4 +1,4 @@
-//! PostgreSQL over TLS (issue 17), against a server with `ssl = on` and a throwaway CA from
+//! PostgreSQL over TLS, against a server with `ssl = on` and a throwaway CA from
 //! test-servers: the whole conformance suite over `tls_ca=` (sslmode=verify-full implied), a
 //! client certificate against `clientcert=verify-ca`, and the failures (wrong CA, host name
 //! mismatch, TLS against plain text, missing client certificate) clear, not retryable and

@@ -9,7 +9,7 @@
 //! the raw round trips (`PING`, `SET NX PX`, `EVALSHA` of a compare-and-delete) on the same
 //! kind of connection the store uses (a `ConnectionManager`); the raw cycle — `SET NX PX` then
 //! compare-and-delete by `EVALSHA`, the plainest correct Redis lock, without fencing or
-//! wake-ups, kept as context — the raw *fenced floor* (issue 16): the smallest correct fenced
+//! wake-ups, kept as context — the raw *fenced floor*: the smallest correct fenced
 //! cycle written by hand on the same client, two scripts by `EVALSHA` (`SET NX PX` then `INCR`
 //! of a counter; compare, `DEL` and `PUBLISH`) — and our acquire + release cycle, exclusive, as a permit of a semaphore of 4 and
 //! as a shared lease (where the store keeps those modes), the raw cycles, the floors and ours
@@ -724,7 +724,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
     protocol.rows_with_floor(&mut table, "rslock", 1.0, "the durable fenced floor");
     println!("{table}");
     println!(
-        "the raw fenced floor: the two scripts of issue 16 by EVALSHA on the same kind of \
+        "the raw fenced floor: the two scripts of the fenced floor by EVALSHA on the same kind of \
          connection (SET NX PX + INCR of a counter; GET, DEL, PUBLISH), a fresh random owner \
          per cycle; it has no expiring fence and no clock floor, so its tokens do not survive \
          the loss of the counter. The durable floor adds what ours must do for that (TIME, \

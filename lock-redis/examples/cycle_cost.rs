@@ -10,7 +10,7 @@
 //! excluded; run the server itself under callgrind the same way for its side. Contenders:
 //! `ours` (the store through `DynLockStore`, as the bench times it), `shared` (ours, a shared
 //! lease), and the bench's fenced
-//! floors by hand with the same client (`common/floor.rs`): `floor` (issue 16's two scripts)
+//! floors by hand with the same client (`common/floor.rs`): `floor` (the fenced floor's two scripts)
 //! and `durable` (tokens that survive the loss of the counter); and the unfenced peers: `raw`
 //! (the bench's raw cycle, `SET NX PX` then compare-and-delete by `EVALSHA`) and `rslock`.
 //!

@@ -1,4 +1,4 @@
-//! Issue 16's scale row: 10,000 leases held at once from one `RedisStore` handle, TTL 10 s,
+//! The scale row: 10,000 leases held at once from one `RedisStore` handle, TTL 10 s,
 //! each kept alive by a `KeepAlive`, for three TTLs; none may be lost, and the handle's TCP
 //! connections to the server stay the same in number throughout. Prints the client memory per
 //! held lease: live heap bytes (a counting global allocator) and resident set growth, both

@@ -12,7 +12,7 @@
 //!
 //! The clock is moved by a small preloaded library of `test-servers` (`clock_shim.rs`: it
 //! overrides `clock_gettime` for the wall clocks, `gettimeofday` and `time`, and asks the
-//! kernel directly), not by Debian's `faketime`, which issue 16 named: with Debian's packages
+//! kernel directly), not by Debian's `faketime`, which an earlier report named: with Debian's packages
 //! (bookworm: `redis-server` 7.0.15, linked with the shared `libjemalloc.so.2` 5.3.0, and
 //! `libfaketime` 0.9.10) the server never starts under it. Every variant tried (`faketime -f
 //! -1d`, an absolute date, `LD_PRELOAD` of `libfaketime.so.1` and `libfaketimeMT.so.1` with

@@ -1,4 +1,4 @@
-//! fencelock-redis as a Redis ACL user with only the rights it needs (issue 17): the
+//! fencelock-redis as a Redis ACL user with only the rights it needs: the
 //! conformance suite (all but the cases that only hold a lease over several TTLs) passes as
 //! that user, every right in the list is used (a user without it is refused something, as the
 //! server's ACL LOG shows), nothing outside the list is used, and a refused operation is a

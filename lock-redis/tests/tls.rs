@@ -1,4 +1,4 @@
-//! Redis over TLS (issue 17), against redis-server's own `--tls-port` with a throwaway CA from
+//! Redis over TLS, against redis-server's own `--tls-port` with a throwaway CA from
 //! test-servers: the whole conformance suite over `rediss://` with `tls_ca=`, Redlock over three
 //! TLS nodes, and the failures (wrong CA, host name mismatch, TLS against plain text, missing
 //! client certificate) clear and without the password.

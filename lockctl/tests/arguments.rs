@@ -1,4 +1,4 @@
-//! Hostile arguments (issue 17): generated durations, keys and URLs make `lockctl` exit 0 or
+//! Hostile arguments: generated durations, keys and URLs make `lockctl` exit 0 or
 //! 64 (69/76 for a URL that parses but points nowhere), with one diagnostic line and never a
 //! panic. Runs the binary on the in-memory store, so no server is needed; a bounded number of
 //! cases per property keeps it to a few seconds.

@@ -1,5 +1,5 @@
 //! `lockctl run --shared` and `--permits 1` waiters on PostgreSQL stopped with SIGSTOP while
-//! they wait (issue 32, item 1, as reproduced): once the holder ends, the key is free again
+//! they wait (as reproduced): once the holder ends, the key is free again
 //! within 2 of the stopped waiter's TTLs, `lockctl status` does not count the stopped waiter as
 //! a holder, and the waiter, continued, still gets the key within its wait.
 #![cfg(feature = "postgres")]

@@ -1,4 +1,4 @@
-//! The built `lockctl` over TLS (issue 17), against real servers with a throwaway CA from
+//! The built `lockctl` over TLS, against real servers with a throwaway CA from
 //! test-servers: `rediss://` and `redlock://…?tls=true` with `tls_ca`, `etcds://` with `tls_ca`,
 //! and `postgres://…?tls_ca=` (sslmode=verify-full implied). On each, `lockctl run KEY -- true`
 //! runs the command, a second `lockctl run --wait 0s` is refused with exit 75 while a first one

@@ -1,5 +1,5 @@
 //! The raw fenced floors the Redis benchmark measures ours against, written by hand with the
-//! same client: issue 16's two scripts, and the durable floor whose tokens survive the loss of
+//! same client: the fenced floor's two scripts, and the durable floor whose tokens survive the loss of
 //! the counter. Shared by `bench.rs` and `cycle_cost.rs`.
 
 use std::time::Duration;
@@ -12,11 +12,11 @@ fn failed_as(what: &'static str) -> impl Fn(redis::RedisError) -> fencelock_core
     move |e| fencelock_core::Error::store(what, e)
 }
 
-/// The fenced floor's acquire, exactly as issue 16 gives it: `SET NX PX`, then the token from a
+/// The fenced floor's acquire, exactly as the fenced floor defines it: `SET NX PX`, then the token from a
 /// counter. KEYS: lock, counter. ARGV: owner, ttl ms. Returns the token, 0 if held.
 pub const FLOOR_ACQUIRE: &str = "if redis.call('SET',KEYS[1],ARGV[1],'NX','PX',ARGV[2]) then return redis.call('INCR',KEYS[2]) end return 0";
 
-/// The fenced floor's release, exactly as issue 16 gives it: compare, delete, wake waiters.
+/// The fenced floor's release, exactly as the fenced floor defines it: compare, delete, wake waiters.
 /// KEYS: lock. ARGV: owner. Returns 1 if released.
 pub const FLOOR_RELEASE: &str = "if redis.call('GET',KEYS[1])==ARGV[1] then redis.call('DEL',KEYS[1]) redis.call('PUBLISH',KEYS[1],'') return 1 end return 0";
 

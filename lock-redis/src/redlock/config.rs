@@ -422,7 +422,7 @@ mod tests {
 
     #[test]
     fn a_window_below_the_clock_granule_is_refused_naming_the_smallest() {
-        // Issue 32: with this window two consecutive leases on one key got the same token.
+        // Seen: with this window two consecutive leases on one key got the same token.
         let refused = rule("redlock://a,b,c?retention=150ms&max_ttl=100ms");
         assert!(refused.contains("granule"), "{refused}");
         assert!(
