@@ -1,4 +1,4 @@
-//! The nemesis run (issue 22): many clients doing real fenced work on a shared resource while
+//! The nemesis run: many clients doing real fenced work on a shared resource while
 //! faults hit the lock store and the clients, and a checker that reads the whole history and
 //! proves that nothing unsafe was accepted, or shows what was.
 //!

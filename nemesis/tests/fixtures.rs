@@ -24,7 +24,7 @@ fn check_fixture(name: &str, store: &str) -> Verdict {
     )
 }
 
-/// PostgreSQL before issue 32's fix of item 1: a reader frozen while it waited in the server's
+/// PostgreSQL before its fix of frozen readers: a reader frozen while it waited in the server's
 /// queue behind a writer holds the key's lock shared with no server-side limit; the exclusive
 /// worker's wait queues behind it and the permit worker's behind that, so no one is granted
 /// until the reader resumes.
