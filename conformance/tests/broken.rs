@@ -666,6 +666,9 @@ enum ModeFlaw {
     DroppedWriterKeepsReadersOut,
     /// Waiting readers ignore releases: they look again only when the writer's TTL runs out.
     ReadersWokenOnlyAtExpiry,
+    /// A waiting shared or permit request polls `try_acquire` without a place in the queue, so
+    /// a later request of another mode passes it.
+    ReadersAndPermitsWaitUnqueued,
 }
 
 /// A [`MemoryStore`] with one [`ModeFlaw`]; exclusive leases are the memory store's own.
@@ -892,7 +895,8 @@ impl ModeStore {
     /// A waiting acquire in `mode`, flaws included.
     async fn wait_in(&self, key: &str, ttl: Duration, wait: Duration, mode: Mode) -> Result<Lease> {
         match (self.flaw, mode) {
-            (ModeFlaw::WritersStarve | ModeFlaw::WriterJoinsReaders, Mode::Exclusive) => {
+            (ModeFlaw::WritersStarve | ModeFlaw::WriterJoinsReaders, Mode::Exclusive)
+            | (ModeFlaw::ReadersAndPermitsWaitUnqueued, Mode::Shared | Mode::Permit { .. }) => {
                 let started = Instant::now();
                 loop {
                     match self.try_in(key, ttl, mode).await {
@@ -1196,6 +1200,7 @@ const MODE_CASES: &[&str] = &[
     "each_reader_keeps_the_key_for_its_own_ttl",
     "a_dropped_waiting_writer_stops_keeping_readers_out",
     "notified_readers_get_a_released_key_within_150_ms",
+    "a_fair_queue_keeps_its_order_across_modes",
 ];
 
 /// Each flaw and the modes case that catches it.
@@ -1269,6 +1274,10 @@ const MODE_FLAWS: &[(ModeFlaw, &str)] = &[
         ModeFlaw::ReadersWokenOnlyAtExpiry,
         "notified_readers_get_a_released_key_within_150_ms",
     ),
+    (
+        ModeFlaw::ReadersAndPermitsWaitUnqueued,
+        "a_fair_queue_keeps_its_order_across_modes",
+    ),
 ];
 
 async fn assert_mode_flaw_caught(flaw: ModeFlaw) {
@@ -1340,6 +1349,11 @@ async fn readers_that_exclude_each_other_are_caught() {
 #[tokio::test(start_paused = true)]
 async fn a_writer_granted_next_to_readers_is_caught() {
     assert_mode_flaw_caught(ModeFlaw::WriterJoinsReaders).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn readers_and_permits_waiting_outside_the_queue_are_caught() {
+    assert_mode_flaw_caught(ModeFlaw::ReadersAndPermitsWaitUnqueued).await;
 }
 
 #[tokio::test(start_paused = true)]

@@ -23,8 +23,10 @@ use crate::{
 /// Clones are handles to the same store. Waiters are woken by notification on release and
 /// sleep exactly until the holder's expiry otherwise. Tokens come from one store-wide counter,
 /// so they increase per key and across keys, in every mode. Shared leases and semaphore
-/// permits are kept ([`Mode`]); a waiting exclusive request keeps new readers out. Nothing
-/// survives the process.
+/// permits are kept ([`Mode`]). The wait queue is fair across modes: a waiter is granted
+/// before every conflicting request that arrived after it (a reader does not wait behind a
+/// reader), so a waiting writer keeps new readers and permits out, and a waiting reader keeps
+/// new permits out. Nothing survives the process.
 ///
 /// Two fault switches serve tests: [`MemoryStore::set_reachable`] and
 /// [`LockStore::evict`](crate::LockStore::evict), which
@@ -65,6 +67,8 @@ fn next_token(last: u64, clock_micros: u64) -> u64 {
 struct State {
     slots: HashMap<String, Slot>,
     last_token: u64,
+    /// The arrival order of waiters, across keys.
+    last_arrival: u64,
 }
 
 #[derive(Default)]
@@ -72,11 +76,24 @@ struct Slot {
     /// The leases on the key: at most one exclusive, or shared ones, or permits of one limit.
     /// Expired ones are dropped at the next change.
     holders: Vec<Holder>,
-    /// Exclusive requests waiting for the key: while any waits, shared requests are refused.
-    waiting_writers: usize,
+    /// Requests waiting for the key, by arrival: each keeps out every conflicting request that
+    /// arrived after it.
+    waiters: Vec<Waiter>,
     // Waiters clone this Arc; a slot is only removed when nobody else holds it, so a waiter
     // always listens on the slot its key uses.
     wake: Arc<Notify>,
+}
+
+struct Waiter {
+    arrival: u64,
+    mode: Mode,
+}
+
+/// Whether a waiter in `waiting` keeps a later request in `asked` out: every pair but two
+/// readers, which are granted together. A later permit waits behind an earlier one even with
+/// a slot free, which the earlier one is about to take.
+fn queued_behind(waiting: Mode, asked: Mode) -> bool {
+    !(waiting == Mode::Shared && asked == Mode::Shared)
 }
 
 struct Holder {
@@ -101,16 +118,21 @@ impl Slot {
 
     fn is_idle(&self, now: Instant) -> bool {
         self.live_holders(now).next().is_none()
-            && self.waiting_writers == 0
+            && self.waiters.is_empty()
             && Arc::strong_count(&self.wake) == 1
     }
 
-    /// Whether a request in `mode` may be granted now; `Err` for a limit mismatch. On `Ok(false)`
-    /// the earliest expiry of a live holder, if any, says when to look again.
-    fn admits(&self, key: &str, mode: Mode, now: Instant) -> Result<bool> {
+    /// Whether a request in `mode` that arrived at `arrival` (a new one: `None`) may be granted
+    /// now; `Err` for a limit mismatch. On `Ok(false)` the earliest expiry of a live holder, if
+    /// any, says when to look again.
+    fn admits(&self, key: &str, mode: Mode, arrival: Option<u64>, now: Instant) -> Result<bool> {
+        let queued = self
+            .waiters
+            .iter()
+            .any(|w| arrival.is_none_or(|a| w.arrival < a) && queued_behind(w.mode, mode));
         let mut live = self.live_holders(now).peekable();
         let Some(first) = live.peek().map(|h| h.mode) else {
-            return Ok(!(mode == Mode::Shared && self.waiting_writers > 0));
+            return Ok(!queued);
         };
         if let (Mode::Permit { limit: held }, Mode::Permit { limit: requested }) = (first, mode) {
             if held != requested {
@@ -121,11 +143,11 @@ impl Slot {
                 });
             }
         }
-        if !mode.compatible_with(first) {
+        if queued || !mode.compatible_with(first) {
             return Ok(false);
         }
         Ok(match mode {
-            Mode::Shared => self.waiting_writers == 0,
+            Mode::Shared => true,
             Mode::Permit { limit } => live.count() < limit as usize,
             _ => false,
         })
@@ -144,19 +166,42 @@ enum Attempt {
     Held { expires_at: Option<Instant> },
 }
 
-/// Registers an exclusive waiter on a key while it lives, keeping new shared requests out.
-struct WaitingWriter<'a> {
+/// A waiter's place in a key's queue while it lives, keeping later conflicting requests out.
+struct Queued<'a> {
     store: &'a MemoryStore,
     key: &'a str,
+    arrival: u64,
 }
 
-impl Drop for WaitingWriter<'_> {
+impl Queued<'_> {
+    fn join<'a>(store: &'a MemoryStore, key: &'a str, mode: Mode) -> Queued<'a> {
+        let mut state = store.lock();
+        state.last_arrival += 1;
+        let arrival = state.last_arrival;
+        state
+            .slots
+            .entry(key.to_owned())
+            .or_default()
+            .waiters
+            .push(Waiter { arrival, mode });
+        Queued {
+            store,
+            key,
+            arrival,
+        }
+    }
+}
+
+impl Drop for Queued<'_> {
     fn drop(&mut self) {
         let mut state = self.store.lock();
         if let Some(slot) = state.slots.get_mut(self.key) {
-            slot.waiting_writers = slot.waiting_writers.saturating_sub(1);
-            // Readers refused while this writer waited may go now.
-            slot.wake.notify_waiters();
+            let before = slot.waiters.len();
+            slot.waiters.retain(|w| w.arrival != self.arrival);
+            if slot.waiters.len() < before {
+                // Requests queued behind this one may go now.
+                slot.wake.notify_waiters();
+            }
         }
     }
 }
@@ -207,6 +252,7 @@ impl MemoryStore {
         ttl: Duration,
         mode: Mode,
         label: Option<&str>,
+        arrival: Option<u64>,
     ) -> Result<Attempt> {
         self.check_reachable()?;
         let sent_at = Instant::now();
@@ -214,7 +260,7 @@ impl MemoryStore {
         let state = &mut *state;
         let slot = state.slots.entry(key.to_owned()).or_default();
         slot.holders.retain(|h| h.expires_at > sent_at);
-        if !slot.admits(key, mode, sent_at)? {
+        if !slot.admits(key, mode, arrival, sent_at)? {
             return Ok(Attempt::Held {
                 expires_at: slot.live_holders(sent_at).map(|h| h.expires_at).min(),
             });
@@ -243,7 +289,7 @@ impl MemoryStore {
         mode: Mode,
         label: Option<&str>,
     ) -> Result<Lease> {
-        match self.attempt(key, ttl, mode, label)? {
+        match self.attempt(key, ttl, mode, label, None)? {
             Attempt::Granted(lease) => {
                 tracing::debug!(key, token = lease.fencing_token(), %mode, "acquired");
                 Ok(lease)
@@ -265,12 +311,13 @@ impl MemoryStore {
         let started = Instant::now();
         let deadline = started + wait;
         let wake = self.wake_handle(key);
-        let mut writer = None;
+        let mut queued: Option<Queued<'_>> = None;
         let result = loop {
             let notified = wake.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let expires_at = match self.attempt(key, ttl, mode, label) {
+            let arrival = queued.as_ref().map(|q| q.arrival);
+            let expires_at = match self.attempt(key, ttl, mode, label, arrival) {
                 Ok(Attempt::Granted(lease)) => break Ok(lease),
                 Ok(Attempt::Held { expires_at }) => expires_at,
                 Err(error) => break Err(error),
@@ -280,11 +327,11 @@ impl MemoryStore {
                     key: key.to_owned(),
                 });
             }
-            if mode == Mode::Exclusive && writer.is_none() {
-                if let Some(slot) = self.lock().slots.get_mut(key) {
-                    slot.waiting_writers += 1;
-                }
-                writer = Some(WaitingWriter { store: self, key });
+            if queued.is_none() {
+                queued = Some(Queued::join(self, key, mode));
+                // Joined after the refusal: look again before sleeping, in case the key
+                // freed in between.
+                continue;
             }
             let until = expires_at.map_or(deadline, |at| at.min(deadline));
             tokio::select! {
@@ -292,7 +339,7 @@ impl MemoryStore {
                 () = sleep_until(until) => {}
             }
         };
-        drop(writer);
+        drop(queued);
         drop(wake);
         self.lock().tidy(key, Instant::now());
         match &result {
@@ -335,6 +382,7 @@ impl raw::Store for MemoryStore {
     fn capabilities(&self) -> Capabilities {
         Capabilities::new()
             .with_notified_wait(true)
+            .with_fair_queue(true)
             .with_evict(true)
             .with_shared(true)
             .with_permits(true)
@@ -344,8 +392,8 @@ impl raw::Store for MemoryStore {
 
     /// # Cancel safety
     /// Cancel safe: the grant happens in one synchronous step, so a dropped future either took
-    /// nothing or never ran; a dropped waiter holds nothing, and a dropped exclusive waiter
-    /// stops keeping readers out at once.
+    /// nothing or never ran; a dropped waiter holds nothing, and leaves its place in the queue
+    /// at once.
     async fn acquire(&self, request: &AcquireRequest<'_>) -> Result<Lease> {
         let AcquireRequest {
             key,

@@ -129,6 +129,7 @@ macro_rules! __for_each_case {
                 a_waiting_request_with_a_different_limit_is_refused if |c: &Capabilities| c.permits,
                 extend_does_not_revive_an_expired_permit if |c: &Capabilities| c.permits,
                 a_dropped_permit_waiter_never_takes_a_permit_later if |c: &Capabilities| c.permits,
+                a_fair_queue_keeps_its_order_across_modes if |c: &Capabilities| c.fair_queue && (c.shared || c.permits),
                 unsupported_modes_are_refused,
             }
             labels {

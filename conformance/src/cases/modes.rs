@@ -1269,3 +1269,105 @@ pub(super) async fn notified_readers_get_a_released_key_within_150_ms(ctx: Ctx) 
     );
     Ok(())
 }
+
+/// One order of arrival the fair queue keeps: a lease in `held`, then a waiter in `first`,
+/// then a request in `later` that conflicts with it.
+struct Arrivals {
+    held: Mode,
+    first: Mode,
+    later: Mode,
+}
+
+/// A fair queue keeps its order across modes: a waiter is granted before every conflicting
+/// request that arrived after it, whatever the mode of either. A later request's single
+/// attempt is refused while the waiter waits (even with a permit slot free, or next to
+/// readers it could join), and a later waiter is granted after it. Run for every pair of the
+/// modes the store declares in which a stream of one could keep the other waiting.
+pub(super) async fn a_fair_queue_keeps_its_order_across_modes(ctx: Ctx) -> CaseResult {
+    let caps = ctx.store.capabilities();
+    let permits = Mode::permits(2);
+    let mut orders = Vec::new();
+    if caps.permits {
+        orders.push(Arrivals {
+            held: permits,
+            first: Mode::Exclusive,
+            later: permits,
+        });
+    }
+    if caps.shared {
+        orders.push(Arrivals {
+            held: Mode::Exclusive,
+            first: Mode::Shared,
+            later: Mode::Exclusive,
+        });
+    }
+    if caps.permits && caps.shared {
+        orders.push(Arrivals {
+            held: permits,
+            first: Mode::Shared,
+            later: permits,
+        });
+        orders.push(Arrivals {
+            held: Mode::Shared,
+            first: permits,
+            later: Mode::Shared,
+        });
+    }
+    for (i, order) in orders.iter().enumerate() {
+        keeps_arrival_order(&ctx, &ctx.key(&format!("fair-modes-{i}")), order).await?;
+    }
+    Ok(())
+}
+
+async fn keeps_arrival_order(ctx: &Ctx, key: &str, order: &Arrivals) -> CaseResult {
+    let Arrivals { held, first, later } = *order;
+    let long = ctx.timing.long_ttl;
+    // As the fair case does: long enough for a waiter to have its place before the next.
+    let settle = Duration::from_millis(250);
+    let served = Arc::new(Mutex::new(Vec::new()));
+    let holder = take(&ctx.store, key, long, held, &format!("a {held} holder")).await?;
+    let waiter = |store: DynLockStore, mode: Mode, name: &'static str| {
+        let (key, served) = (key.to_owned(), served.clone());
+        tokio::spawn(async move {
+            let lease = store.acquire_as(&key, long, long, mode).await?;
+            served
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(name);
+            store.release(&lease).await.map(drop)
+        })
+    };
+    let first_waiter = waiter(ctx.handle().await, first, "first");
+    sleep(settle).await;
+    let intruder = ctx.handle().await;
+    let attempt = intruder.try_acquire_as(key, long, later).await;
+    if let Ok(lease) = &attempt {
+        let _ = intruder.release(lease).await;
+    }
+    expect_busy(
+        attempt,
+        &format!("a {later} request that arrived after a waiting {first} (the key held {held})"),
+    )?;
+    let later_waiter = waiter(ctx.handle().await, later, "later");
+    sleep(settle).await;
+    released(&ctx.store, &holder, "the holder").await?;
+    for (task, what) in [
+        (first_waiter, "the first waiter"),
+        (later_waiter, "the later waiter"),
+    ] {
+        timeout(long, joined(task, what))
+            .await
+            .map_err(|_| Failure(format!("{what} was not granted within {long:?}")))??
+            .map_err(|e| Failure(format!("{what}: {e}")))?;
+    }
+    let served = served
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    ensure!(
+        served == ["first", "later"],
+        "with the key held {held}, a waiting {first} and then a waiting {later} were served in \
+         the order {served:?}"
+    );
+    Ok(())
+}
