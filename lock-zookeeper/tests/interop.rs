@@ -81,12 +81,14 @@ fn curator_classes(class: &str) -> PathBuf {
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
-    let classes = target.join(format!("zk-peers/{hash:016x}"));
+    let classes = target.join(format!("zk-peers/{class}-{hash:016x}"));
     if classes.join(format!("{class}.class")).exists() {
         return classes;
     }
     // Compiled aside and renamed into place: test processes running at once never see half.
-    let staging = target.join(format!("zk-peers/staging-{}", std::process::id()));
+    // One staging directory per class and process: two tests of one process compile two
+    // classes at once, and a shared directory moved one's classes in with the other's.
+    let staging = target.join(format!("zk-peers/staging-{class}-{}", std::process::id()));
     std::fs::create_dir_all(&staging).expect("a staging directory");
     let out = std::process::Command::new("javac")
         .args(["-implicit:none", "-d"])
