@@ -83,6 +83,9 @@ pub(crate) struct ModeLocks {
     pub(crate) readers: i64,
     /// Held shared by every permit holder: the permits' group.
     pub(crate) permits: i64,
+    /// Held, next to the key's lock held exclusively, by a reader or permit waiter whose turn
+    /// the queue granted: it marks that exclusive hold as a waiter's, not a lease.
+    pub(crate) turn: i64,
     main: i64,
 }
 
@@ -92,6 +95,7 @@ impl ModeLocks {
             gate: derived_id(main, b"gate", 0),
             readers: derived_id(main, b"readers", 0),
             permits: derived_id(main, b"permits", 0),
+            turn: derived_id(main, b"turn", 0),
             main,
         }
     }

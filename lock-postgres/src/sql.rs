@@ -391,6 +391,28 @@ pub(crate) const WAIT_SHARED: &str = "WITH settings AS MATERIALIZED (SELECT set_
      reset AS MATERIALIZED (SELECT set_config('lock_timeout', '0', false) AS t FROM lock)
 SELECT pg_advisory_lock_shared($1::int8) AS held FROM reset";
 
+/// Waits in the server's queue for lock $1 (the key's), exclusively, for at most $2 ms, as
+/// the transaction's, then takes it for the session, with the turn's lock $4 (shared, which
+/// marks the hold as a waiter's), as the statement's last steps, with the waiter's TTL ($3 ms)
+/// armed by the same statement, as [`WAIT_SHARED`] does. Queued exclusively, the waiter keeps
+/// out every request that comes after it (PostgreSQL queues a new conflicting request behind
+/// it) until its attempt, which holds both, is done ([`END_TURN`]).
+pub(crate) const WAIT_EXCLUSIVE_TURN: &str = "WITH settings AS MATERIALIZED (SELECT set_config('lock_timeout', ($2::int8)::text, false) AS t,
+                                           set_config('idle_session_timeout', ($3::int8)::text, false) AS idle,
+                                           set_config('idle_in_transaction_session_timeout', ($3::int8)::text, false) AS idle_in_transaction),
+     lock AS MATERIALIZED (SELECT pg_advisory_xact_lock($1::int8) AS locked FROM settings),
+     reset AS MATERIALIZED (SELECT set_config('lock_timeout', '0', false) AS t FROM lock)
+SELECT pg_advisory_lock($1::int8) AS held, pg_advisory_lock_shared($4::int8) AS turn FROM reset";
+
+/// Ends a granted waiter's turn: lets go of the key's lock held exclusively ($1) and of the
+/// turn's lock ($2); the lease holds the key's lock shared. One statement.
+pub(crate) const END_TURN: &str =
+    "SELECT pg_advisory_unlock($1::int8) AS key_lock, pg_advisory_unlock_shared($2::int8) AS turn";
+
+/// A waiter for a slot keeps the key's lock shared ($1), which its refused attempt's
+/// transaction holds already, so that a later conflicting request queues behind it.
+pub(crate) const KEEP_SHARED: &str = "SELECT pg_advisory_lock_shared($1::int8)";
+
 /// A mode waiter that gives up (its wait ran out, or another limit holds the key): every lock
 /// of its session goes and the TTL it armed is disarmed, so the session can idle in the pool.
 /// One statement.

@@ -20,8 +20,9 @@ use crate::error::{bounded, sql_error, Fault};
 use crate::keys::{ModeLocks, Target};
 use crate::session::{Checkout, Session, Sessions, WaitGuard};
 use crate::sql::{
-    Labelled, CONFIRM_HELD, DISARM_WAITER, GROUPS_HELD, RELEASE, RELEASE_ALL, TAKE_GATE, TAKE_SLOT,
-    TERMINATE_HOLDER, TRY_SHARED, UNLOCK_ALL, WAIT_EXCLUSIVE_SIGNAL, WAIT_SHARED,
+    Labelled, CONFIRM_HELD, DISARM_WAITER, END_TURN, GROUPS_HELD, KEEP_SHARED, RELEASE,
+    RELEASE_ALL, TAKE_GATE, TAKE_SLOT, TERMINATE_HOLDER, TRY_SHARED, UNLOCK_ALL,
+    WAIT_EXCLUSIVE_SIGNAL, WAIT_EXCLUSIVE_TURN, WAIT_SHARED,
 };
 use crate::watch::{Backend, Watch};
 
@@ -304,8 +305,17 @@ impl PostgresStore {
                     .await?
             } else {
                 let locks = ModeLocks::of(target.lock_id);
-                self.attempt_mode(&mut session, target, &locks, mode, ttl, owner, false, false)
-                    .await
+                self.attempt_mode(
+                    &mut session,
+                    target,
+                    &locks,
+                    mode,
+                    ttl,
+                    owner,
+                    KeyLock::Nothing,
+                    false,
+                )
+                .await
             };
             return match attempt {
                 Ok(Attempt::Granted { token, pid, slot }) => {
@@ -653,17 +663,44 @@ impl PostgresStore {
 
 // ---- shared leases and semaphore permits ----------------------------------------------------
 
-/// The longest one wake-up wait on a group or slot lock lasts before the waiter looks again:
-/// the bound on noticing a freed slot other than the one it waits on, or a group emptied by
-/// the server ending a session (which nothing announces otherwise).
+/// The longest one wake-up wait on a slot lock lasts before the waiter looks again: the
+/// bound on noticing a freed slot other than the one it waits on, or a slot freed by the
+/// server ending a session (which nothing announces otherwise).
 const MODE_POLL: Duration = Duration::from_millis(200);
 
 /// What stood in a mode attempt's way.
 enum Blocker {
     /// The key's lock: an exclusive holder, or an exclusive request waiting (writers first).
     Main,
-    /// Another lock (the other group's, the own group's, a slot): wait on it, then look again.
-    Lock(i64),
+    /// A group that must be gone first (the other group, or the own group with no limit on
+    /// record): wait in the key's queue for its lock exclusively, which keeps every later
+    /// request out until this waiter's attempt is done.
+    Group,
+    /// Every slot of the semaphore is held: wait on this one's lock, keeping the key's lock
+    /// shared (so a later conflicting request queues behind this waiter), then look again.
+    Slot(i64),
+}
+
+/// How a mode waiter waits in the server's queue.
+#[derive(Clone, Copy)]
+enum Queue {
+    /// For the key's lock, shared, kept.
+    Shared,
+    /// For the key's lock, exclusively, kept with the `turn` lock that marks it a waiter's.
+    Exclusive { turn: i64 },
+    /// For a slot's lock, exclusively, let go at once: a wake-up.
+    Signal,
+}
+
+/// What a mode waiter's session holds of the key's lock between its attempts.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum KeyLock {
+    Nothing,
+    /// Shared: from a queue wait behind a writer, or kept while waiting for a slot.
+    Shared,
+    /// Exclusive: granted in the queue once every holder of the other group had gone; no
+    /// holder of the key can come in before this waiter's attempt, which lets it go.
+    Exclusive,
 }
 
 /// How a mode attempt ended.
@@ -698,11 +735,13 @@ impl PostgresStore {
 
     /// One attempt in `mode`, as one transaction under the key's gate, whose statement arms
     /// the TTL on the session. Its locks are the transaction's until the bump takes them for
-    /// the session; `have_main` says the session already holds the key's lock shared (from a
-    /// wait in the queue), which a refused attempt releases before it returns (it holds no other
-    /// session lock, so without `have_main` it has nothing to release). A refused attempt
-    /// of a `waiting` acquire commits (it wrote nothing), so the TTL stays armed for the rest of
-    /// the wait; a lone attempt rolls back, which disarms it for the idle pool.
+    /// the session; `have` says what the session already holds of the key's lock (from a
+    /// wait in the queue). A refused attempt releases it before it returns (it holds no other
+    /// session lock), except that a `waiting` one blocked by a full semaphore keeps the key's
+    /// lock shared, taking it if it had not. A granted attempt that held the key's lock
+    /// exclusively lets that go once it has committed (the lease holds it shared). A refused
+    /// attempt of a `waiting` acquire commits (it wrote nothing), so the TTL stays armed for
+    /// the rest of the wait; a lone attempt rolls back, which disarms it for the idle pool.
     #[allow(clippy::too_many_arguments)]
     async fn attempt_mode(
         &self,
@@ -712,16 +751,26 @@ impl PostgresStore {
         mode: Mode,
         ttl: Duration,
         owner: OwnerId,
-        have_main: bool,
+        have: KeyLock,
         waiting: bool,
     ) -> std::result::Result<Attempt, Fault> {
         let limit = self.sessions.config.command_timeout();
         bounded(limit, sqlx::query("BEGIN").execute(&mut session.conn)).await?;
         let outcome = self
-            .checks_and_takes(session, target, locks, mode, ttl, owner, have_main)
+            .checks_and_takes(session, target, locks, mode, ttl, owner, have)
             .await?;
         if !matches!(outcome, Attempt::Granted { .. }) {
-            if have_main {
+            let keep_shared = waiting && matches!(outcome, Attempt::Blocked(Blocker::Slot(_)));
+            if keep_shared && have == KeyLock::Nothing {
+                // The transaction holds it shared (its check took it): at once.
+                bounded(
+                    limit,
+                    sqlx::query(KEEP_SHARED)
+                        .bind(target.lock_id)
+                        .execute(&mut session.conn),
+                )
+                .await?;
+            } else if !keep_shared && have != KeyLock::Nothing {
                 bounded(limit, sqlx::query(UNLOCK_ALL).execute(&mut session.conn)).await?;
             }
             let end = if waiting { "COMMIT" } else { "ROLLBACK" };
@@ -729,6 +778,16 @@ impl PostgresStore {
             return Ok(outcome);
         }
         bounded(limit, sqlx::query("COMMIT").execute(&mut session.conn)).await?;
+        if have == KeyLock::Exclusive {
+            bounded(
+                limit,
+                sqlx::query(END_TURN)
+                    .bind(target.lock_id)
+                    .bind(locks.turn)
+                    .execute(&mut session.conn),
+            )
+            .await?;
+        }
         Ok(outcome)
     }
 
@@ -741,7 +800,7 @@ impl PostgresStore {
         mode: Mode,
         ttl: Duration,
         owner: OwnerId,
-        have_main: bool,
+        have: KeyLock,
     ) -> std::result::Result<Attempt, Fault> {
         let limit = self.sessions.config.command_timeout();
         let conn = &mut session.conn;
@@ -754,7 +813,9 @@ impl PostgresStore {
         )
         .await?;
         let try_shared = |id: i64| sqlx::query_scalar::<_, bool>(TRY_SHARED).bind(id);
-        if !have_main && !bounded(limit, try_shared(target.lock_id).fetch_one(&mut *conn)).await? {
+        if have == KeyLock::Nothing
+            && !bounded(limit, try_shared(target.lock_id).fetch_one(&mut *conn)).await?
+        {
             return Ok(Attempt::Blocked(Blocker::Main));
         }
         let groups = bounded(
@@ -770,7 +831,7 @@ impl PostgresStore {
         let bump = match mode {
             Mode::Permit { limit: wanted } => {
                 if readers {
-                    return Ok(Attempt::Blocked(Blocker::Lock(locks.readers)));
+                    return Ok(Attempt::Blocked(Blocker::Group));
                 }
                 if permits {
                     let recorded: Option<Option<i32>> = bounded(
@@ -788,11 +849,13 @@ impl PostgresStore {
                         Some(_) => {}
                         // Held, but no limit on record (its row was removed after the
                         // retention window): wait until that group is gone.
-                        None => return Ok(Attempt::Blocked(Blocker::Lock(locks.permits))),
+                        None => return Ok(Attempt::Blocked(Blocker::Group)),
                     }
                 }
+                // Refused only while an exclusive request waits for the group's lock: an earlier
+                // release of this crate waited for a group that way.
                 if !bounded(limit, try_shared(locks.permits).fetch_one(&mut *conn)).await? {
-                    return Ok(Attempt::Blocked(Blocker::Lock(locks.permits)));
+                    return Ok(Attempt::Blocked(Blocker::Group));
                 }
                 let slot: Option<i64> = bounded(
                     limit,
@@ -803,7 +866,7 @@ impl PostgresStore {
                 .await?;
                 let Some(slot) = slot.and_then(|s| u32::try_from(s).ok()) else {
                     let pick = (OwnerId::random().as_u128() % u128::from(wanted)) as u32;
-                    return Ok(Attempt::Blocked(Blocker::Lock(locks.slot(pick))));
+                    return Ok(Attempt::Blocked(Blocker::Slot(locks.slot(pick))));
                 };
                 let row = bounded(
                     limit,
@@ -819,10 +882,10 @@ impl PostgresStore {
             }
             _ => {
                 if permits {
-                    return Ok(Attempt::Blocked(Blocker::Lock(locks.permits)));
+                    return Ok(Attempt::Blocked(Blocker::Group));
                 }
                 if !bounded(limit, try_shared(locks.readers).fetch_one(&mut *conn)).await? {
-                    return Ok(Attempt::Blocked(Blocker::Lock(locks.readers)));
+                    return Ok(Attempt::Blocked(Blocker::Group));
                 }
                 let row = bounded(
                     limit,
@@ -842,8 +905,10 @@ impl PostgresStore {
     }
 
     /// Waits until `deadline` in a shared or permit mode (a wait that started at `started`): in
-    /// the server's queue for the key's lock (behind any writer), then, for what a group or a
-    /// full semaphore holds, in the queue of that lock for at most [`MODE_POLL`] at a time.
+    /// the server's queue for the key's lock, shared behind any writer, or exclusively while
+    /// the other group holds the key (so it keeps out every request that comes after it, as a
+    /// writer does); while a full semaphore holds it, keeping the key's lock shared, in the
+    /// queue of one slot's lock for at most [`MODE_POLL`] at a time.
     /// From its first attempt on, the session carries the waiter's TTL (see `sql.rs`); if the
     /// server ended it (this waiter was silent that long, or it died idle in the pool), nothing
     /// was granted, and the wait goes on with a new session.
@@ -868,7 +933,7 @@ impl PostgresStore {
                 reused,
             } = self.checkout(fresh).await?;
             self.check_permit_column(mode)?;
-            let mut have_main = false;
+            let mut have = KeyLock::Nothing;
             let mut first = true;
             loop {
                 let remaining = deadline.saturating_duration_since(Instant::now());
@@ -879,16 +944,7 @@ impl PostgresStore {
                 let owner = OwnerId::random();
                 let sent_at = Instant::now();
                 let attempt = self
-                    .attempt_mode(
-                        &mut session,
-                        target,
-                        &locks,
-                        mode,
-                        ttl,
-                        owner,
-                        have_main,
-                        true,
-                    )
+                    .attempt_mode(&mut session, target, &locks, mode, ttl, owner, have, true)
                     .await;
                 let waited = match attempt {
                     Ok(Attempt::Granted { token, pid, slot }) => {
@@ -903,31 +959,43 @@ impl PostgresStore {
                     }
                     Ok(Attempt::Blocked(blocker)) => {
                         let remaining = deadline.saturating_duration_since(Instant::now());
+                        let main = target.lock_id;
                         match blocker {
                             Blocker::Main => {
                                 self.wait_in_queue(
                                     &mut session,
-                                    target.lock_id,
-                                    true,
+                                    main,
+                                    Queue::Shared,
                                     remaining,
                                     ttl,
                                 )
                                 .await
                             }
-                            Blocker::Lock(id) => {
+                            Blocker::Group => {
+                                self.wait_in_queue(
+                                    &mut session,
+                                    main,
+                                    Queue::Exclusive { turn: locks.turn },
+                                    remaining,
+                                    ttl,
+                                )
+                                .await
+                            }
+                            Blocker::Slot(id) => {
                                 let jitter = Duration::from_millis(
                                     (OwnerId::random().as_u128() % 50) as u64,
                                 );
                                 let bound = remaining.min(MODE_POLL + jitter);
-                                self.wait_in_queue(&mut session, id, false, bound, ttl)
+                                self.wait_in_queue(&mut session, id, Queue::Signal, bound, ttl)
                                     .await
+                                    .map(|_| KeyLock::Shared)
                             }
                         }
                     }
                     Err(fault) => Err(fault),
                 };
                 match waited {
-                    Ok(held) => have_main = held,
+                    Ok(held) => have = held,
                     // Whatever the session held went with it, and no lease was handed out.
                     Err(fault) if fault.session_ended() => {
                         tracing::debug!(reason = %fault.describe(), "the waiting session ended; waiting on a new one");
@@ -971,30 +1039,43 @@ impl PostgresStore {
         }
     }
 
-    /// Waits in the server's queue for lock `id` for at most `bound`: shared and kept
-    /// (`keep`, the key's lock, with `ttl` armed by the same statement), or exclusive and let
-    /// go as the statement ends (a wake-up: the transaction's lock, never the session's).
-    /// Returns whether the session holds the lock afterwards. A dropped future terminates the
-    /// waiting backend as a dropped exclusive waiter's is.
+    /// Waits in the server's queue for lock `id` for at most `bound`: the key's lock, shared
+    /// or exclusive, kept (with `ttl` armed by the same statement), or a slot's lock,
+    /// exclusive and let go as the statement ends (a wake-up: the transaction's lock, never
+    /// the session's). Returns what the session holds of the lock afterwards. A dropped future
+    /// terminates the waiting backend as a dropped exclusive waiter's is.
     async fn wait_in_queue(
         &self,
         session: &mut Session,
         id: i64,
-        keep: bool,
+        queue: Queue,
         bound: Duration,
         ttl: Duration,
-    ) -> std::result::Result<bool, Fault> {
+    ) -> std::result::Result<KeyLock, Fault> {
         let lock_timeout = Duration::from_millis(whole_millis(bound).max(1));
         let guard = WaitGuard::arm(&self.sessions, session, id);
-        let statement = if keep {
-            sqlx::query(WAIT_SHARED)
-                .bind(id)
-                .bind(millis(lock_timeout))
-                .bind(millis(ttl))
-        } else {
-            sqlx::query(WAIT_EXCLUSIVE_SIGNAL)
-                .bind(id)
-                .bind(millis(lock_timeout))
+        let (statement, kept) = match queue {
+            Queue::Shared => (
+                sqlx::query(WAIT_SHARED)
+                    .bind(id)
+                    .bind(millis(lock_timeout))
+                    .bind(millis(ttl)),
+                KeyLock::Shared,
+            ),
+            Queue::Exclusive { turn } => (
+                sqlx::query(WAIT_EXCLUSIVE_TURN)
+                    .bind(id)
+                    .bind(millis(lock_timeout))
+                    .bind(millis(ttl))
+                    .bind(turn),
+                KeyLock::Exclusive,
+            ),
+            Queue::Signal => (
+                sqlx::query(WAIT_EXCLUSIVE_SIGNAL)
+                    .bind(id)
+                    .bind(millis(lock_timeout)),
+                KeyLock::Nothing,
+            ),
         };
         let reply = bounded(
             lock_timeout + self.sessions.config.command_timeout(),
@@ -1005,10 +1086,10 @@ impl PostgresStore {
             guard.disarm();
         }
         match reply {
-            Ok(_) => Ok(keep),
+            Ok(_) => Ok(kept),
             // The wait was the transaction's: its rollback freed the lock, even one granted as
-            // the timeout fired, and the session holds nothing.
-            Err(fault) if fault.code().as_deref() == Some("55P03") => Ok(false),
+            // the timeout fired, and the session holds nothing of it.
+            Err(fault) if fault.code().as_deref() == Some("55P03") => Ok(KeyLock::Nothing),
             Err(fault) => Err(fault),
         }
     }
@@ -1022,9 +1103,17 @@ impl PostgresStore {
         let Some(first) = rows.first() else {
             return Ok(KeyStatus::Free);
         };
-        let first_mode: String = decode(first, |row| row.try_get("mode"))?;
-        if first_mode == "ExclusiveLock" {
-            return decode(first, exclusive_status);
+        for row in rows {
+            let mode: String = decode(row, |row| row.try_get("mode"))?;
+            if mode != "ExclusiveLock" {
+                continue;
+            }
+            // A mode waiter granted the key's lock exclusively in the queue holds it, with its
+            // turn's lock, until its attempt is done: a waiter, not an exclusive holder.
+            let held: Vec<i64> = decode(row, |row| row.try_get("locks"))?;
+            if !held.contains(&locks.turn) {
+                return decode(row, exclusive_status);
+            }
         }
         let mut readers = 0u32;
         let mut permits = 0u32;
@@ -1033,6 +1122,10 @@ impl PostgresStore {
         let limit = recorded.map(|l| l.max(0).unsigned_abs());
         let slots = locks.slots(limit.unwrap_or(0).min(fencelock_core::limits::MAX_PERMITS));
         for row in rows {
+            let mode: String = decode(row, |row| row.try_get("mode"))?;
+            if mode == "ExclusiveLock" {
+                continue;
+            }
             let held: Vec<i64> = decode(row, |row| row.try_get("locks"))?;
             let slot = if held.contains(&locks.gate) {
                 // Inside its acquire's transaction: granted only once that commits.
@@ -1232,10 +1325,11 @@ impl raw::Store for PostgresStore {
     /// (see the crate docs, "Shared leases and semaphore permits"). An exclusive wait waits in
     /// PostgreSQL's own lock queue (`pg_advisory_xact_lock` under `lock_timeout`, the session's
     /// lock taken once granted), so the server wakes the waiter the moment the holder releases
-    /// or its session ends. A reader or permit waits in that queue for the key's lock (behind
-    /// any waiting writer), then, while the other group or a full semaphore holds the key, in
-    /// the queue of that group's lock or of one slot, looking again at least every 200 ms (the
-    /// fallback for a slot freed elsewhere or a session the server ended). Whatever the wait
+    /// or its session ends. A reader or permit waits in that queue for the key's lock: shared
+    /// behind any waiting writer, exclusively (as a writer, so every later request queues
+    /// behind it) while the other group holds the key; while a full semaphore holds it, in
+    /// the queue of one slot, looking again at least every 200 ms (the fallback for a slot
+    /// freed elsewhere or a session the server ended). Whatever the wait
     /// holds is bounded by the server with the TTL: a waiter silent for its TTL (a stopped
     /// process) loses its session and all it held, and when it runs again it waits on, within
     /// the wait, on a new session (see the crate docs, "What the server bounds, and by what").
