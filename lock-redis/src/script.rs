@@ -63,11 +63,141 @@ end
     };
 }
 
+// ---- the wait queue --------------------------------------------------------------------------
+// A waiting request marks its place in the key's queue (KEYS `…:writers`, a sorted set, the
+// name it had when only writers waited): member `arrival:mode:id`, the arrival the server's
+// clock in µs at its first mark (16 digits, so members order as their arrivals), the mode `x`,
+// `s` or `p`, the waiter's random id; scored by the mark's expiry in server µs, refreshed by
+// every attempt of the waiter. A request is refused while a live mark ahead of it conflicts
+// with it (every pair of modes but two readers), so no later request passes a waiter. A mark
+// in the older form (a bare id: an earlier release's waiting writer) is a writer ahead of all.
+
+/// Lua setting `ahead` (predeclared false, as `queued` is 0) if a live mark in the queue
+/// (`$queue`) ahead of this request conflicts with it, and `queued` to the queue's size before
+/// the purge. Expects `fmt`, `now`, `mode` (`x`, `s`, `p`), `id` (this waiter's id, or empty
+/// for a single attempt) and `me` (this waiter's member, or the arrival `now` followed by `;`,
+/// which sorts after every member of that µs). The reads run under `pcall`: a user without the
+/// sorted-set rights (an exclusive-only user) sees no queue. Each waiter's own marks are
+/// skipped, a mark left by an attempt whose answer was lost among them.
+macro_rules! ahead_lua {
+    ($queue:literal) => {
+        concat!(
+            r"
+queued = redis.pcall('ZCARD', ",
+            $queue,
+            r")
+if queued ~= 0 then
+",
+            scan_lua!($queue),
+            r"
+end
+"
+        )
+    };
+}
+
+/// The body of [`ahead_lua!`], for a queue (`$queue`) that may have members (`queued ~= 0`).
+macro_rules! scan_lua {
+    ($queue:literal) => {
+        concat!(
+            r"
+  redis.pcall('ZREMRANGEBYSCORE', ",
+            $queue,
+            r", '-inf', fmt('%d', now))
+  local members = redis.pcall('ZRANGE', ",
+            $queue,
+            r", 0, -1)
+  if not members.err then
+    local own = ':' .. id
+    for _, member in ipairs(members) do
+      if id == '' or string.sub(member, -#own) ~= own then
+        local m = string.match(member, '^%d+:([xsp]):')
+        if not m or (member < me and not (m == 's' and mode == 's')) then
+          ahead = true
+          break
+        end
+      end
+    end
+  end
+"
+        )
+    };
+}
+
+/// Lua that marks a refused waiter (`id` not empty) in the queue (`$queue`) as `me` for
+/// `$mark` ms and lets the queue expire after its last mark, then returns `$reply`, in which
+/// `marked` says whether the mark was written (under `pcall`, as [`ahead_lua!`] reads).
+macro_rules! mark_lua {
+    ($queue:literal, $mark:literal, $reply:literal) => {
+        concat!(
+            r"
+local marked = false
+if id ~= '' then
+  local added = redis.pcall('ZADD', ",
+            $queue,
+            r", fmt('%d', now + tonumber(",
+            $mark,
+            r") * 1000), me)
+  if type(added) ~= 'table' then
+    marked = true
+    local last = redis.call('ZRANGE', ",
+            $queue,
+            r", -1, -1, 'WITHSCORES')
+    local px = math.ceil(tonumber(last[2]) / 1000) - math.floor(now / 1000) + 2
+    redis.call('PEXPIRE', ",
+            $queue,
+            r", fmt('%d', px))
+  end
+end
+return ",
+            $reply,
+            r"
+"
+        )
+    };
+}
+
+/// Lua removing a granted waiter's marks (every member ending in its `id`) from the queue
+/// (`$queue`), if the queue had any member (`queued`, from [`ahead_lua!`]).
+macro_rules! unmark_lua {
+    ($queue:literal) => {
+        concat!(
+            r"
+if id ~= '' and queued ~= 0 then
+  local members = redis.pcall('ZRANGE', ",
+            $queue,
+            r", 0, -1)
+  if not members.err then
+    local own = ':' .. id
+    for _, member in ipairs(members) do
+      if string.sub(member, -#own) == own then
+        redis.pcall('ZREM', ",
+            $queue,
+            r", member)
+      end
+    end
+  end
+end
+"
+        )
+    };
+}
+
 /// The exclusive acquire, with `$label` (Lua, or nothing) run on a grant before the mint.
 macro_rules! acquire_lua {
     ($label:literal) => {
         concat!(
             r"
+local queued = redis.pcall('ZCARD', KEYS[3])
+if queued ~= 0 and redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  local t = redis.call('TIME')
+  local now = string.format('%d', tonumber(t[1]) * 1000000 + tonumber(t[2]))
+  redis.pcall('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+  local live = redis.pcall('ZCARD', KEYS[3])
+  if type(live) == 'number' and live > 0 then
+    return {0, redis.call('PTTL', KEYS[1])}
+  end
+end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
   or (redis.call('GET', KEYS[1]) == ARGV[1] and redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])) then
 ",
@@ -84,22 +214,24 @@ return {0, redis.call('PTTL', KEYS[1])}
     };
 }
 
-/// Acquire: `SET lock owner NX PX ttl`; if it was set, mint the token from the fence at the
-/// server's `TIME` as `mint_lua!` does. A lock that already holds this owner (a fresh id per
+/// Acquire: refused while a live mark waits in the key's queue (every mark conflicts with an
+/// exclusive request; one `ZCARD`, under `pcall`, when nobody waits), else `SET lock owner NX
+/// PX ttl`; if it was set, mint the token from the fence at the server's `TIME` as `mint_lua!`
+/// does. A lock that already holds this owner (a fresh id per
 /// attempt) is this request sent again (the Cluster client resends after an I/O error), and its
 /// first run's grant, which no one collected: it is set again for the TTL from now and minted
 /// a fresh token, as a first grant is (the write also lets a following `WAIT` count it). Atomic:
 /// a script runs alone on the server.
-/// ARGV: owner, ttl ms, retention ms. Returns the token (a positive integer) if granted,
-/// `{0, pttl}` if held.
+/// KEYS: lock, fence, queue. ARGV: owner, ttl ms, retention ms. Returns the token (a positive
+/// integer) if granted, `{0, pttl}` if held or queued for (pttl -2 if free).
 pub(crate) const ACQUIRE_LUA: &str = acquire_lua!("");
 
 /// [`ACQUIRE_LUA`] for a labelled request: the grant also sets the holder's label key
-/// (KEYS[3], named by the owner) to the label (ARGV[4]) for the same TTL, so the two expire
+/// (KEYS[4], named by the owner) to the label (ARGV[4]) for the same TTL, so the two expire
 /// together. Atomic: the label is written by the script that grants. A separate script, so an
 /// unlabelled acquire sends and runs exactly what it did before labels.
 pub(crate) const ACQUIRE_LABELLED_LUA: &str =
-    acquire_lua!("  redis.call('SET', KEYS[3], ARGV[4], 'PX', ARGV[2])\n");
+    acquire_lua!("  redis.call('SET', KEYS[4], ARGV[4], 'PX', ARGV[2])\n");
 
 /// Release: delete the lock only if it still holds this owner, then wake waiters on the
 /// key's channel. Atomic: compare, delete and publish in one script.
@@ -275,10 +407,19 @@ macro_rules! acquire_as_lua {
         concat!(
     prelude_lua!(),
     r"
+local id = ARGV[7]
+local mode = ARGV[5] == '0' and 's' or 'p'
+local arrival = tonumber(ARGV[8])
+if arrival == 0 then
+  arrival = now
+end
+local me = id == '' and fmt('%016d;', now) or (fmt('%016d', arrival) .. ':' .. mode .. ':' .. id)
+local ahead, queued = false, 0
 local held = redis.call('GET', KEYS[1])
 if held and string.sub(held, 1, 10) ~= 'fencelock:' then
-  return {0, redis.call('PTTL', KEYS[1])}
-end
+",
+    mark_lua!("KEYS[4]", "ARGV[9]", "{0, redis.call('PTTL', KEYS[1]), marked and arrival or 0}"),
+    r"end
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', fmt('%d', now))
 local count = redis.call('ZCARD', KEYS[3])
 if not held or count == 0 then
@@ -293,8 +434,9 @@ if held and held ~= ARGV[4] then
   if limit > 0 and string.sub(held, 1, 18) == 'fencelock:permits:' then
     return {2, tonumber(string.sub(held, 19)) or 0}
   end
-  return {0, redis.call('PTTL', KEYS[1])}
-end
+",
+    mark_lua!("KEYS[4]", "ARGV[9]", "{0, redis.call('PTTL', KEYS[1]), marked and arrival or 0}"),
+    r"end
 local slot = -1
 local own, granted
 if limit == 0 then
@@ -310,10 +452,13 @@ if limit == 0 then
     end
   end
   if not own then
-    redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', fmt('%d', now))
-    if redis.call('ZCARD', KEYS[4]) > 0 then
-      return {3, 0}
-    end
+",
+    ahead_lua!("KEYS[4]"),
+    r"
+    if ahead then
+",
+    mark_lua!("KEYS[4]", "ARGV[9]", "{3, 0, marked and arrival or 0}"),
+    r"    end
   end
 else
   local mine = ARGV[1] .. ':'
@@ -331,10 +476,24 @@ else
       taken[tonumber(s)] = true
     end
   end
+  if not own then
+",
+    ahead_lua!("KEYS[4]"),
+    r"
+    if ahead then
+",
+    mark_lua!("KEYS[4]", "ARGV[9]", "{3, 0, marked and arrival or 0}"),
+    r"    end
+  end
   if not own and count >= limit then
     local first = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
-    return {0, math.ceil((tonumber(first[2]) - now) / 1000)}
-  end
+",
+    mark_lua!(
+        "KEYS[4]",
+        "ARGV[9]",
+        "{0, math.ceil((tonumber(first[2]) - now) / 1000), marked and arrival or 0}"
+    ),
+    r"  end
   if not own then
     slot = 0
     while taken[slot] do
@@ -358,6 +517,7 @@ redis.call('ZADD', KEYS[3], fmt('%d', now + tonumber(ARGV[2]) * 1000), member)
 ",
     $label,
     hold_lua!("KEYS[1]", "ARGV[4]", "KEYS[3]"),
+    unmark_lua!("KEYS[4]"),
     r"
 return {1, token, slot}
 "
@@ -365,10 +525,14 @@ return {1, token, slot}
     };
 }
 
-/// Acquire in shared or permit mode. Refused (`{0, pttl}`) while an exclusive holder lives or
-/// the key is held in the other mode; a shared request also while a writer's mark lives
-/// (`{3, 0}`); a permit while `limit` permits live (`{0, ms until the first expires}`), or with
-/// `{2, limit held}` if they were taken with another limit. Otherwise mints the token from the
+/// Acquire in shared or permit mode. Refused (`{0, pttl, arrival}`) while an exclusive holder
+/// lives or the key is held in the other mode; while a conflicting mark waits ahead of it in
+/// the key's queue (`{3, 0, arrival}`, see [`ahead_lua!`]); a permit while `limit` permits
+/// live (`{0, ms until the first expires, arrival}`), or with `{2, limit held}` if they were
+/// taken with another limit. A refused waiter (ARGV[7], its id, not empty) marks its place in
+/// the queue (as of its `arrival`, ARGV[8], 0 at its first mark: now) for ARGV[9] ms; the
+/// reply's `arrival` is the one marked (0: not marked), which its next attempt sends. A
+/// granted waiter's marks go with the grant. Otherwise mints the token from the
 /// same fence as the exclusive acquire, takes the lowest free slot (permits), adds the holder
 /// and answers `{1, token, slot or -1}`.
 ///
@@ -380,16 +544,16 @@ return {1, token, slot}
 /// holders, looks only at members scored from one resend window (ARGV[6] ms: the caller waits
 /// no longer for an answer) before its own expiry on, which its first run's member is, unless
 /// the server's clock jumped ahead by more than that between the runs. Atomic: one script.
-/// KEYS: lock, fence, holders, writers. ARGV: owner, ttl ms, retention ms, tag, limit (0:
-/// shared), resend window ms.
+/// KEYS: lock, fence, holders, queue. ARGV: owner, ttl ms, retention ms, tag, limit (0:
+/// shared), resend window ms, waiter id (empty: a single attempt), arrival µs, mark ms.
 pub(crate) const ACQUIRE_AS_LUA: &str = acquire_as_lua!("");
 
 /// [`ACQUIRE_AS_LUA`] for a labelled request: a grant (a resend's too) also sets the holder's
-/// label key (KEYS[5], named by the owner) to the label (ARGV[7]) for the holder's TTL.
+/// label key (KEYS[5], named by the owner) to the label (ARGV[10]) for the holder's TTL.
 /// Atomic: the label is written by the script that grants; a separate script, so an unlabelled
 /// acquire runs exactly what it did before labels.
 pub(crate) const ACQUIRE_AS_LABELLED_LUA: &str =
-    acquire_as_lua!("redis.call('SET', KEYS[5], ARGV[7], 'PX', ARGV[2])\n");
+    acquire_as_lua!("redis.call('SET', KEYS[5], ARGV[10], 'PX', ARGV[2])\n");
 
 /// The shared or permit release, with `$label` (Lua, or nothing) run as the holder goes.
 macro_rules! release_as_lua {
@@ -490,55 +654,76 @@ return 1
 macro_rules! acquire_waiting_lua {
     ($label:literal) => {
         concat!(
-    r"
+            r"
 local fmt = string.format
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
-  or (redis.call('GET', KEYS[1]) == ARGV[1] and redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])) then
+local id, mode = ARGV[4], 'x'
+local arrival = tonumber(ARGV[6])
+if arrival == 0 then
+  arrival = now
+end
+local me = fmt('%016d', arrival) .. ':x:' .. id
+local ahead, queued = false, redis.pcall('ZCARD', KEYS[3])
+local granted
+if queued == 0 then
+  granted = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
+    or (redis.call('GET', KEYS[1]) == ARGV[1] and redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]))
+elseif redis.call('GET', KEYS[1]) == ARGV[1] then
+  granted = redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+else
 ",
-    $label,
-    mint_lua!(),
-    r"
-  redis.pcall('ZREM', KEYS[3], ARGV[4])
+            scan_lua!("KEYS[3]"),
+            r"
+  granted = not ahead and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
+end
+if granted then
+",
+            $label,
+            mint_lua!(),
+            unmark_lua!("KEYS[3]"),
+            r"
   return {1, token}
 end
-local marked = redis.pcall('ZADD', KEYS[3], fmt('%d', now + tonumber(ARGV[5]) * 1000), ARGV[4])
-if type(marked) == 'table' and marked.err then
-  return {0, redis.call('PTTL', KEYS[1]), 0}
-end
-redis.pcall('ZREMRANGEBYSCORE', KEYS[3], '-inf', fmt('%d', now))
-local last = redis.pcall('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
-if type(last) == 'table' and #last == 2 then
-  local px = math.ceil(tonumber(last[2]) / 1000) - math.floor(now / 1000) + 2
-  redis.pcall('PEXPIRE', KEYS[3], fmt('%d', px))
-end
-return {0, redis.call('PTTL', KEYS[1]), 1}
-"
+",
+            mark_lua!(
+                "KEYS[3]",
+                "ARGV[5]",
+                "{0, redis.call('PTTL', KEYS[1]), marked and 1 or 0, marked and arrival or 0}"
+            ),
         )
     };
 }
 
 /// An exclusive attempt of a request that waits: [`ACQUIRE_LUA`] (a resend taking its own lock
-/// over as there), and if the key is held, the waiter's mark in the writers set (its id, scored
-/// by now + mark ms), which keeps new shared requests out while it lives; a grant removes the
-/// mark. The mark's writes run under `pcall`:
-/// a user without the sorted-set rights (exclusive locks needed none before) still waits,
-/// unmarked, and the third field says so. Atomic: one script.
-/// KEYS: lock, fence, writers. ARGV: owner, ttl ms, retention ms, waiter id, mark ms.
-/// Returns `{1, token}` if granted, `{0, pttl, 1 if marked else 0}` if held.
+/// over as there, whatever waits), refused while a live mark waits ahead of it in the key's
+/// queue, and if refused, the waiter's mark in the queue (see [`ahead_lua!`]), as of its
+/// `arrival` (ARGV[6], 0 at its first mark: now), for ARGV[5] ms; a grant removes its marks.
+/// The queue's reads and writes run under `pcall`: a user without the sorted-set rights
+/// (exclusive locks needed none before) still waits, unmarked, and the third field says so.
+/// Atomic: one script. KEYS: lock, fence, queue. ARGV: owner, ttl ms, retention ms, waiter id,
+/// mark ms, arrival µs. Returns `{1, token}` if granted, `{0, pttl, 1 if marked else 0,
+/// arrival marked or 0}` if refused.
 pub(crate) const ACQUIRE_WAITING_LUA: &str = acquire_waiting_lua!("");
 
 /// [`ACQUIRE_WAITING_LUA`] for a labelled request: a grant also sets the holder's label key
-/// (KEYS[4], named by the owner) to the label (ARGV[6]) for the same TTL. Atomic: the label is
+/// (KEYS[4], named by the owner) to the label (ARGV[7]) for the same TTL. Atomic: the label is
 /// written by the script that grants.
 pub(crate) const ACQUIRE_WAITING_LABELLED_LUA: &str =
-    acquire_waiting_lua!("  redis.call('SET', KEYS[4], ARGV[6], 'PX', ARGV[2])\n");
+    acquire_waiting_lua!("  redis.call('SET', KEYS[4], ARGV[7], 'PX', ARGV[2])\n");
 
-/// A waiting writer stops waiting: remove its mark and, if it was there, wake the key's
-/// waiters (readers it kept out). Atomic: one script. KEYS: writers. ARGV: waiter id, channel.
+/// A waiter stops waiting: remove its marks (every member ending in its id) from the key's
+/// queue and, if one was there, wake the key's waiters (those it kept out). Atomic: one script.
+/// KEYS: queue. ARGV: waiter id, channel.
 pub(crate) const WITHDRAW_LUA: &str = r"
-if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then
+local own = ':' .. ARGV[1]
+local removed = 0
+for _, member in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+  if string.sub(member, -#own) == own then
+    removed = removed + redis.call('ZREM', KEYS[1], member)
+  end
+end
+if removed > 0 then
   redis.call('PUBLISH', ARGV[2], '')
   return 1
 end
@@ -591,15 +776,17 @@ pub(crate) async fn acquire_on<C: ConnectionLike>(
     label: Option<&str>,
 ) -> Result<Attempt> {
     let Some(label) = label else {
-        let (lock, fence) = (
+        let (lock, fence, queue) = (
             NameArg::Whole(names.lock.as_str().into()),
             NameArg::Whole(names.fence.as_str().into()),
+            NameArg::Whole(names.writers.as_str().into()),
         );
-        return acquire_keys_on(conn, &lock, &fence, owner, ttl, retention).await;
+        return acquire_keys_on(conn, &lock, &fence, &queue, owner, ttl, retention).await;
     };
     let reply: redis::Value = ACQUIRE_LABELLED
         .key(&names.lock)
         .key(&names.fence)
+        .key(&names.writers)
         .key(names.label(owner))
         .arg(&owner_hex(owner)[..])
         .arg(whole_millis(ttl))
@@ -611,18 +798,20 @@ pub(crate) async fn acquire_on<C: ConnectionLike>(
     attempt_of(reply)
 }
 
-/// [`acquire_on`] given only the two names the script uses.
+/// [`acquire_on`] given only the three names the script uses.
 pub(crate) async fn acquire_keys_on<C: ConnectionLike>(
     conn: &mut C,
     lock: &NameArg<'_>,
     fence: &NameArg<'_>,
+    queue: &NameArg<'_>,
     owner: OwnerId,
     ttl: Duration,
     retention: Duration,
 ) -> Result<Attempt> {
-    let mut cmd = evalsha(&ACQUIRE, 2, 5, lock.len() + fence.len() + 64);
+    let mut cmd = evalsha(&ACQUIRE, 3, 6, lock.len() + fence.len() + queue.len() + 64);
     cmd.arg(lock)
         .arg(fence)
+        .arg(queue)
         .arg(&owner_hex(owner)[..])
         .arg(whole_millis(ttl))
         .arg(whole_millis(retention));
@@ -979,9 +1168,11 @@ pub(crate) enum ModeAttempt {
     LimitMismatch { held: u32 },
 }
 
-/// Runs the shared or permit acquire script on one connection; `mode` is not exclusive.
-/// `resend_window` is the longest a resend of this request can follow its first run and still
-/// be answered to the caller (the command timeout).
+/// Runs the shared or permit acquire script on one connection, as a single attempt (it marks
+/// no place in the queue); `mode` is not exclusive. `resend_window` is the longest a resend of
+/// this request can follow its first run and still be answered to the caller (the command
+/// timeout).
+#[cfg(test)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn acquire_as_on<C: ConnectionLike>(
     conn: &mut C,
@@ -993,6 +1184,44 @@ pub(crate) async fn acquire_as_on<C: ConnectionLike>(
     resend_window: Duration,
     label: Option<&str>,
 ) -> Result<ModeAttempt> {
+    let (attempt, _) = acquire_as_waiting_on(
+        conn,
+        names,
+        owner,
+        ttl,
+        retention,
+        mode,
+        resend_window,
+        label,
+        None,
+    )
+    .await?;
+    Ok(attempt)
+}
+
+/// A waiter's place in a key's queue: its id, the arrival of its first mark (0 before it has
+/// one), and how long a mark lives unrefreshed.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Place<'a> {
+    pub(crate) waiter: &'a str,
+    pub(crate) arrival: u64,
+    pub(crate) mark: Duration,
+}
+
+/// [`acquire_as_on`] for an attempt of a waiter at `place` (or a single attempt with `None`):
+/// refused, it marks its place; the second field is the arrival marked (0: none).
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn acquire_as_waiting_on<C: ConnectionLike>(
+    conn: &mut C,
+    names: &KeyNames,
+    owner: OwnerId,
+    ttl: Duration,
+    retention: Duration,
+    mode: Mode,
+    resend_window: Duration,
+    label: Option<&str>,
+    place: Option<Place<'_>>,
+) -> Result<(ModeAttempt, u64)> {
     let (Some(tag), limit) = (tag_of(mode), limit_of(mode)) else {
         return Err(Error::Unsupported {
             operation: "this lock mode",
@@ -1016,7 +1245,10 @@ pub(crate) async fn acquire_as_on<C: ConnectionLike>(
         .arg(whole_millis(retention))
         .arg(tag)
         .arg(limit)
-        .arg(whole_millis(resend_window));
+        .arg(whole_millis(resend_window))
+        .arg(place.map_or("", |p| p.waiter))
+        .arg(place.map_or(0, |p| p.arrival))
+        .arg(place.map_or(0, |p| whole_millis(p.mark)));
     if let Some(label) = label {
         invocation = invocation.arg(label);
     }
@@ -1024,23 +1256,30 @@ pub(crate) async fn acquire_as_on<C: ConnectionLike>(
         .invoke_async(conn)
         .await
         .map_err(|e| script_error("acquire", source, e))?;
+    let marked = |arrival: &i64| u64::try_from(*arrival).unwrap_or(0);
     match reply.as_slice() {
-        [1, token, slot] if *token > 0 => Ok(ModeAttempt::Granted {
-            token: *token as u64,
-            slot: match (mode, u32::try_from(*slot)) {
-                (Mode::Permit { limit }, Ok(slot)) if slot < limit => Some(slot),
-                (Mode::Shared, Err(_)) => None,
-                _ => return Err(unexpected("acquire", &reply)),
+        [1, token, slot] if *token > 0 => Ok((
+            ModeAttempt::Granted {
+                token: *token as u64,
+                slot: match (mode, u32::try_from(*slot)) {
+                    (Mode::Permit { limit }, Ok(slot)) if slot < limit => Some(slot),
+                    (Mode::Shared, Err(_)) => None,
+                    _ => return Err(unexpected("acquire", &reply)),
+                },
             },
-        }),
-        [0, pttl] => Ok(ModeAttempt::Held {
-            expires_in: u64::try_from(*pttl).ok().map(Duration::from_millis),
-        }),
+            0,
+        )),
+        [0, pttl, arrival] => Ok((
+            ModeAttempt::Held {
+                expires_in: u64::try_from(*pttl).ok().map(Duration::from_millis),
+            },
+            marked(arrival),
+        )),
         [2, held] => match u32::try_from(*held) {
-            Ok(held) if held > 0 => Ok(ModeAttempt::LimitMismatch { held }),
+            Ok(held) if held > 0 => Ok((ModeAttempt::LimitMismatch { held }, 0)),
             _ => Err(unexpected("acquire", &reply)),
         },
-        [3, _] => Ok(ModeAttempt::Held { expires_in: None }),
+        [3, _, arrival] => Ok((ModeAttempt::Held { expires_in: None }, marked(arrival))),
         other => Err(unexpected("acquire", other)),
     }
 }
@@ -1130,20 +1369,18 @@ pub(crate) async fn relabel_as_on<C: ConnectionLike>(
     Ok(relabelled == 1)
 }
 
-/// Runs the exclusive attempt of a waiting request on one connection, marking `waiter` as a
-/// waiting writer for `mark` if the key is held. The flag says whether the mark was written
-/// (false: the user may not write the writers set).
-#[allow(clippy::too_many_arguments)]
+/// Runs the exclusive attempt of a waiting request on one connection: refused, the waiter
+/// marks its `place` in the key's queue. The second field is the arrival marked (`None`: the
+/// user may not write the queue).
 pub(crate) async fn acquire_waiting_on<C: ConnectionLike>(
     conn: &mut C,
     names: &KeyNames,
     owner: OwnerId,
     ttl: Duration,
     retention: Duration,
-    waiter: &str,
-    mark: Duration,
+    place: Place<'_>,
     label: Option<&str>,
-) -> Result<(Attempt, bool)> {
+) -> Result<(Attempt, Option<u64>)> {
     let (lua, source) = match label {
         None => (&*ACQUIRE_WAITING, ACQUIRE_WAITING_LUA),
         Some(_) => (&*ACQUIRE_WAITING_LABELLED, ACQUIRE_WAITING_LABELLED_LUA),
@@ -1156,8 +1393,9 @@ pub(crate) async fn acquire_waiting_on<C: ConnectionLike>(
         .arg(owner.to_string())
         .arg(whole_millis(ttl))
         .arg(whole_millis(retention))
-        .arg(waiter)
-        .arg(whole_millis(mark))
+        .arg(place.waiter)
+        .arg(whole_millis(place.mark))
+        .arg(place.arrival)
         .arg(label)
         .invoke_async(conn)
         .await
@@ -1167,13 +1405,13 @@ pub(crate) async fn acquire_waiting_on<C: ConnectionLike>(
             Attempt::Granted {
                 token: *token as u64,
             },
-            true,
+            Some(place.arrival),
         )),
-        [0, pttl, marked @ (0 | 1)] => Ok((
+        [0, pttl, marked @ (0 | 1), arrival] => Ok((
             Attempt::Held {
                 expires_in: u64::try_from(*pttl).ok().map(Duration::from_millis),
             },
-            *marked == 1,
+            (*marked == 1).then(|| u64::try_from(*arrival).unwrap_or(0)),
         )),
         other => Err(unexpected("acquire", other)),
     }
@@ -1611,12 +1849,14 @@ pub(crate) mod tests {
                 let (mut conn, names) = (base.clone(), names.clone());
                 async move {
                     if waiting {
-                        let mark = Duration::from_secs(1);
-                        acquire_waiting_on(
-                            &mut conn, &names, owner, ttl, retention, waiter, mark, None,
-                        )
-                        .await
-                        .map(|(attempt, _)| attempt)
+                        let place = Place {
+                            waiter,
+                            arrival: 0,
+                            mark: Duration::from_secs(1),
+                        };
+                        acquire_waiting_on(&mut conn, &names, owner, ttl, retention, place, None)
+                            .await
+                            .map(|(attempt, _)| attempt)
                     } else {
                         acquire_on(&mut conn, &names, owner, ttl, retention, None).await
                     }

@@ -21,9 +21,9 @@ use crate::error::redis_error;
 use crate::eviction::{self, EvictionCheck};
 use crate::keys::{KeyNames, NameArg};
 use crate::script::{
-    acquire_as_on, acquire_keys_on, acquire_on, acquire_waiting_on, evict_on, extend_as_on,
+    acquire_as_waiting_on, acquire_keys_on, acquire_on, acquire_waiting_on, evict_on, extend_as_on,
     extend_on, member, relabel_as_on, relabel_on, release_as_on, release_keys_on,
-    release_labelled_on, status_on, tag_of, withdraw_on, Attempt, ModeAttempt,
+    release_labelled_on, status_on, tag_of, withdraw_on, Attempt, ModeAttempt, Place,
 };
 use crate::subscriber::ReleaseSubscriber;
 
@@ -31,11 +31,17 @@ use crate::subscriber::ReleaseSubscriber;
 /// release message costs at most this much delay.
 pub const WAIT_CAP: Duration = Duration::from_millis(250);
 
-/// How long a waiting exclusive request's mark keeps new shared requests out without being
-/// refreshed. The waiter refreshes it at every attempt, at least every [`WAIT_CAP`], and
-/// removes it when it stops waiting; the expiry bounds the mark of a waiter that was dropped
-/// and could not remove it.
+/// The longest a waiter's mark in the key's queue keeps later requests out without being
+/// refreshed; a waiter whose TTL is shorter marks for its TTL, so a waiter that died keeps the
+/// key from others no longer than a holder would. The waiter refreshes it at every attempt, at
+/// least every half of it, and removes it when it stops waiting; the expiry bounds the mark of
+/// a waiter that was dropped and could not remove it.
 pub(crate) const WRITER_MARK: Duration = Duration::from_secs(1);
+
+/// How long the marks of a waiter whose TTL is `ttl` live.
+fn mark_for(ttl: Duration) -> Duration {
+    WRITER_MARK.min(ttl)
+}
 
 fn timed_out(what: &str, after: Duration) -> Error {
     Error::Unavailable {
@@ -325,6 +331,7 @@ impl RedisStore {
                 match which {
                     Name::Lock => names.lock,
                     Name::Fence => names.fence,
+                    Name::Queue => names.writers,
                     Name::Channel => names.channel,
                 }
                 .into(),
@@ -339,6 +346,7 @@ impl RedisStore {
             (Name::Lock, Layout::Plain) => NameArg::Whole(key.into()),
             (Name::Lock, _) => in_tag(":lock"),
             (Name::Fence, _) => in_tag(":fence"),
+            (Name::Queue, _) => in_tag(":writers"),
             (Name::Channel, _) => in_tag(":released"),
         }
     }
@@ -464,7 +472,7 @@ impl RedisStore {
         ttl: Duration,
         mode: Mode,
         label: Option<&str>,
-        mark: Option<&mut WriterMark>,
+        mut mark: Option<&mut WriterMark>,
     ) -> Result<Granted> {
         let owner = OwnerId::random();
         let retention = self.inner.config.retention;
@@ -472,12 +480,22 @@ impl RedisStore {
         let (conn, acked) = self.acquire_connection();
         if mode != Mode::Exclusive {
             let window = self.inner.config.command_timeout;
-            let attempt = self
+            if let Some(mark) = mark.as_deref_mut() {
+                // Set before the script is sent: a future dropped meanwhile still removes it.
+                mark.set = true;
+            }
+            let place = mark.as_deref().map(|mark| mark.place(ttl));
+            let (attempt, arrival) = self
                 .run_on(conn, "acquire", |mut conn| async move {
-                    acquire_as_on(&mut conn, names, owner, ttl, retention, mode, window, label)
-                        .await
+                    acquire_as_waiting_on(
+                        &mut conn, names, owner, ttl, retention, mode, window, label, place,
+                    )
+                    .await
                 })
                 .await?;
+            if let Some(mark) = mark {
+                mark.marked(arrival, matches!(attempt, ModeAttempt::Granted { .. }));
+            }
             return match attempt {
                 ModeAttempt::Granted { token, slot } => {
                     let lease = Lease::new(key, owner, token, ttl, sent_at).in_mode(mode, slot);
@@ -505,32 +523,25 @@ impl RedisStore {
             Some(mark) => {
                 // Set before the script is sent: a future dropped meanwhile still removes it.
                 mark.set = true;
-                let waiter = &mark.waiter;
+                let place = mark.place(ttl);
                 let (attempt, marked) = self
                     .run_on(conn, "acquire", |mut conn| async move {
-                        acquire_waiting_on(
-                            &mut conn,
-                            names,
-                            owner,
-                            ttl,
-                            retention,
-                            waiter,
-                            WRITER_MARK,
-                            label,
-                        )
-                        .await
+                        acquire_waiting_on(&mut conn, names, owner, ttl, retention, place, label)
+                            .await
                     })
                     .await?;
-                if matches!(attempt, Attempt::Granted { .. }) {
-                    // The script removed the mark with the grant.
-                    mark.set = false;
-                }
-                if !marked && !self.inner.mark_refusal_logged.swap(true, Relaxed) {
+                let granted = matches!(attempt, Attempt::Granted { .. });
+                mark.marked(marked.unwrap_or(0), granted);
+                if !granted
+                    && marked.is_none()
+                    && !self.inner.mark_refusal_logged.swap(true, Relaxed)
+                {
                     tracing::warn!(
                         server = self.inner.config.redacted(),
-                        "the server refused to mark a waiting exclusive request (ZADD on the \
-                         key's :writers set): readers may overtake it while it waits; allow \
-                         +zadd +zrem +zremrangebyscore +zrange for this user"
+                        "the server refused to mark a waiting exclusive request in the key's \
+                         queue (ZADD on its :writers set): later requests may overtake it while \
+                         it waits; allow +zadd +zrem +zremrangebyscore +zrange +zcard for this \
+                         user"
                     );
                 }
                 attempt
@@ -548,14 +559,18 @@ impl RedisStore {
     /// [`Self::attempt`] for an unlabelled exclusive lease without a writer's mark, naming only
     /// the lock and the fence.
     async fn try_exclusive(&self, key: &str, ttl: Duration) -> Result<Granted> {
-        let (lock, fence) = (self.name(key, Name::Lock), self.name(key, Name::Fence));
+        let (lock, fence, queue) = (
+            self.name(key, Name::Lock),
+            self.name(key, Name::Fence),
+            self.name(key, Name::Queue),
+        );
         let owner = OwnerId::random();
         let retention = self.inner.config.retention;
         let sent_at = Instant::now();
         let (conn, acked) = self.acquire_connection();
         let attempt = self
             .run_on(conn, "acquire", |mut conn| async move {
-                acquire_keys_on(&mut conn, &lock, &fence, owner, ttl, retention).await
+                acquire_keys_on(&mut conn, &lock, &fence, &queue, owner, ttl, retention).await
             })
             .await?;
         Ok(match attempt {
@@ -590,8 +605,8 @@ impl RedisStore {
     }
 
     /// Waits for `key` in `mode` as [`raw::Store::acquire`] describes ([`Error::Busy`] once
-    /// the wait ran out); an exclusive request marks itself as a waiting writer from its
-    /// second attempt on (see [`WriterMark`]).
+    /// the wait ran out); a refused attempt marks the request's place in the key's queue,
+    /// from its first on (see [`WriterMark`]).
     async fn acquire_in(
         &self,
         key: &str,
@@ -605,17 +620,23 @@ impl RedisStore {
         let timed_out = || Error::Busy {
             key: key.to_owned(),
         };
-        if let Granted::Yes(lease) = self.attempt(key, &names, ttl, mode, label, None).await? {
+        let mut mark = Some(WriterMark::new(self, &names));
+        let first = self.attempt(key, &names, ttl, mode, label, mark.as_mut());
+        if let Granted::Yes(lease) = first.await? {
             return Ok(lease);
         }
         if Instant::now() >= deadline {
+            if let Some(mark) = mark.take() {
+                mark.withdraw().await;
+            }
             return Err(timed_out());
         }
         let listener = self.inner.subscriber.listen(&names.channel);
         listener
             .subscribed(WAIT_CAP.min(deadline.saturating_duration_since(Instant::now())))
             .await;
-        let mut mark = (mode == Mode::Exclusive).then(|| WriterMark::new(self, &names));
+        // Every attempt refreshes the mark, at least twice within its life.
+        let cap = WAIT_CAP.min(mark_for(ttl) / 2);
         loop {
             let notified = listener.notified();
             tokio::pin!(notified);
@@ -636,8 +657,8 @@ impl RedisStore {
             }
             // One millisecond past the PTTL, which the server rounds down.
             let nap = expires_in
-                .map_or(WAIT_CAP, |left| left + Duration::from_millis(1))
-                .min(WAIT_CAP);
+                .map_or(cap, |left| left + Duration::from_millis(1))
+                .min(cap);
             tokio::select! {
                 () = notified => {}
                 () = sleep_until((asked + nap).max(now).min(deadline)) => {}
@@ -646,16 +667,20 @@ impl RedisStore {
     }
 }
 
-/// A waiting exclusive request's mark in the key's writers set, which keeps new shared
-/// requests out while it lives (writers do not starve behind readers). Every attempt of the
-/// waiter refreshes it for [`WRITER_MARK`]; a grant removes it in the same script, a waiter
-/// that gives up removes it before it returns, and a dropped one removes it from a spawned
-/// task (its expiry bounds it if that cannot run). Each removal wakes the key's waiters.
+/// A waiting request's place in the key's queue (the `:writers` set, named when only
+/// writers waited): a mark, as of its first refused attempt's arrival, that keeps out every
+/// later request it conflicts with while it lives, so no waiter starves behind a stream of
+/// later ones, whatever their modes. Every attempt of the waiter refreshes it for
+/// [`mark_for`] its TTL; a grant removes it in the same script, a waiter that gives up removes
+/// it before it returns, and a dropped one removes it from a spawned task (its expiry bounds
+/// it if that cannot run). Each removal wakes the key's waiters.
 pub(crate) struct WriterMark {
     store: RedisStore,
     names: KeyNames,
-    /// A random id of this wait, the member in the writers set.
+    /// A random id of this wait, the end of its member in the queue.
     waiter: String,
+    /// The server's clock (µs) at its first mark, 0 before it has one.
+    arrival: u64,
     /// Whether the mark may be on the server.
     set: bool,
 }
@@ -666,7 +691,26 @@ impl WriterMark {
             store: store.clone(),
             names: names.clone(),
             waiter: OwnerId::random().to_string(),
+            arrival: 0,
             set: false,
+        }
+    }
+
+    /// Where the next attempt of a waiter with `ttl` stands in the queue.
+    fn place(&self, ttl: Duration) -> Place<'_> {
+        Place {
+            waiter: &self.waiter,
+            arrival: self.arrival,
+            mark: mark_for(ttl),
+        }
+    }
+
+    /// After an attempt: the arrival it marked (0: none), or a grant, which removed the marks.
+    fn marked(&mut self, arrival: u64, granted: bool) {
+        if granted {
+            self.set = false;
+        } else if self.arrival == 0 {
+            self.arrival = arrival;
         }
     }
 
@@ -736,6 +780,7 @@ fn quick_names(layout: Layout, prefix: &str, key: &str) -> Option<KeyNames> {
 enum Name {
     Lock,
     Fence,
+    Queue,
     Channel,
 }
 
@@ -760,8 +805,9 @@ impl raw::Store for RedisStore {
         crate::REDIS.name
     }
 
-    /// Millisecond TTLs (`PX`), notified waits (pub/sub), no fair queue, and a dead holder's
-    /// lock lives until its TTL. In [`Layout::Plain`] waits are not declared notified: peer
+    /// Millisecond TTLs (`PX`), notified waits (pub/sub), a fair queue (each waiter's mark in
+    /// the key's queue keeps out every later request it conflicts with; see [`WriterMark`]),
+    /// and a dead holder's lock lives until its TTL. In [`Layout::Plain`] waits are not declared notified: peer
     /// clients publish nothing when they release, so a waiter sees their releases only by
     /// trying again, at least every [`WAIT_CAP`] (fencelock's own releases still wake it).
     /// Shared leases, semaphore permits and holder labels are kept in both layouts (the crate
@@ -771,7 +817,7 @@ impl raw::Store for RedisStore {
         Capabilities::new()
             .with_notified_wait(self.inner.config.layout == Layout::Fencelock)
             .with_frees_on_disconnect(false)
-            .with_fair_queue(false)
+            .with_fair_queue(true)
             .with_ttl_granularity(TTL_GRANULARITY)
             .with_min_ttl(self.inner.config.acknowledged_min_ttl().unwrap_or_default())
             .with_evict(true)
