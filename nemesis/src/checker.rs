@@ -31,6 +31,13 @@
 //!    the grant: [`observer_bound`], the store's status poll (100 ms) plus a quarter of the
 //!    TTL (an answer slower than that already fails a keep-alive's extend). Off while a store
 //!    fault is in progress, and before the observer's first read.
+//! 6. **A waiter passed**: on a store whose docs promise a fair queue
+//!    ([`crate::delays::Order`]), no request asked at least [`QUEUE_SETTLE`] after a waiter
+//!    asked, in a mode the queue orders after the waiter's (every pair but two readers; on
+//!    PostgreSQL only pairs with a writer), is granted before it while the waiter waits, is
+//!    not paused, cut off or killed, and no store fault is in progress. On the other stores a
+//!    waiter can be passed without bound by their docs; rule 4 still bounds how long no one is
+//!    granted.
 //!
 //! Counted, not failed: critical sections of conflicting modes that overlapped in real time,
 //! updates lost on the row checked only at the write and on the unfenced shadow row (expected
@@ -67,7 +74,7 @@ impl Verdict {
         self.violations.is_empty()
     }
 
-    /// Whether some violation broke `rule` (1 to 5).
+    /// Whether some violation broke `rule` (1 to 6).
     pub fn broke(&self, rule: u8) -> bool {
         self.violations.iter().any(|v| v.rule == rule)
     }
@@ -111,7 +118,8 @@ pub struct Stats {
 /// A broken rule, with the part of the history that shows it.
 #[derive(Debug, Clone, Serialize)]
 pub struct Violation {
-    /// 1 stale write accepted, 2 lost update, 3 second holder let in, 4 unavailability.
+    /// 1 stale write accepted, 2 lost update, 3 second holder let in, 4 unavailability, 5 an
+    /// observer behind, 6 a waiter passed.
     pub rule: u8,
     /// What is wrong, in one line.
     pub summary: String,
@@ -125,6 +133,16 @@ pub struct Violation {
 /// already fails.
 pub fn observer_bound(ttl_ms: u64) -> Duration {
     fencelock::Capabilities::DEFAULT_STATUS_POLL + Duration::from_millis(ttl_ms / 4)
+}
+
+/// How long after a waiter asked a later request must have asked for rule 6 to order the two:
+/// the waiter's first attempt has reached the store by then (the conformance case's settle,
+/// outside faults).
+pub const QUEUE_SETTLE: Duration = Duration::from_millis(250);
+
+/// A history time (ns from the run's start) in seconds.
+fn secs(t: u64) -> f64 {
+    t as f64 / 1e9
 }
 
 /// The window name of the whole run.
@@ -186,6 +204,7 @@ pub fn check(
     violations.extend(index.tokens_not_growing());
     violations.extend(index.conflicting_grants());
     violations.extend(index.observer_behind(ttl_ms));
+    violations.extend(index.passed_waiters(delays));
 
     // Rules 1 and 2 from the resource's own order of each fenced row's writes.
     let mut fenced_rows: Vec<(Row, i64)> = vec![(Row::Fenced, resource.fenced)];
@@ -862,6 +881,91 @@ impl<'h> Index<'h> {
         violations
     }
 
+    /// Rule 6: on a store whose queue is fair, a waiter is granted before every request asked
+    /// [`QUEUE_SETTLE`] or more after it in a mode the queue orders after its own, while it is
+    /// not paused, cut off or killed and no store fault is in progress.
+    fn passed_waiters(&self, delays: &StoreDelays) -> Vec<Violation> {
+        if delays.order == crate::delays::Order::Unordered {
+            return Vec::new();
+        }
+        let settle = crate::clock::nanos(QUEUE_SETTLE);
+        // Each want: (worker, lease, mode, asked, ended, granted).
+        let mut wants: Vec<(u32, u64, WorkMode, u64, u64, bool)> = Vec::new();
+        let mut open: HashMap<(u32, u64), (WorkMode, u64)> = HashMap::new();
+        // Spans in which the queue's order is not promised: store faults for everyone, and a
+        // worker's own pauses and cuts.
+        let mut store_faults: Vec<(u64, u64)> = Vec::new();
+        let mut silenced: HashMap<u32, Vec<(u64, u64)>> = HashMap::new();
+        for e in self.history {
+            match &e.event {
+                Event::Acquire { lease, mode } => {
+                    open.insert((e.worker, *lease), (*mode, e.t));
+                }
+                Event::Grant { lease, .. } | Event::AcquireFailed { lease, .. } => {
+                    if let Some((mode, asked)) = open.remove(&(e.worker, *lease)) {
+                        let granted = matches!(e.event, Event::Grant { .. });
+                        wants.push((e.worker, *lease, mode, asked, e.t, granted));
+                    }
+                }
+                Event::Fault {
+                    id, kind, target, ..
+                } => {
+                    let Some(fault) = Fault::parse(kind) else {
+                        continue;
+                    };
+                    let ended = self.healed.get(id).copied().unwrap_or(u64::MAX);
+                    match target {
+                        None => store_faults.push((e.t, ended)),
+                        Some(w) if fault.silences_target() => {
+                            silenced.entry(*w).or_default().push((e.t, ended))
+                        }
+                        Some(_) => {}
+                    }
+                }
+                _ => {}
+            }
+        }
+        for ((worker, lease), (mode, asked)) in open {
+            let ended = self.killed.get(&worker).copied().unwrap_or(self.end);
+            wants.push((worker, lease, mode, asked, ended, false));
+        }
+        let overlaps = |spans: &[(u64, u64)], from: u64, to: u64| {
+            spans.iter().any(|&(p, q)| p <= to && q >= from)
+        };
+        let start = self.history.first().map_or(0, |e| e.t);
+        let mut violations = Vec::new();
+        for &(worker, lease, mode, asked, ended, _) in &wants {
+            let killed = self.killed.get(&worker).copied().unwrap_or(u64::MAX);
+            let own = silenced.get(&worker).map_or(&[][..], Vec::as_slice);
+            // The first request that passed this waiter, if any.
+            let passed = wants
+                .iter()
+                .filter(|v| v.0 != worker && v.5 && v.3 >= asked + settle)
+                .filter(|v| v.4 < ended && v.4 < killed && v.4 <= self.end)
+                .filter(|v| delays.order.orders(mode, v.2))
+                .filter(|v| !overlaps(&store_faults, asked, v.4) && !overlaps(own, asked, v.4))
+                .min_by_key(|v| v.4);
+            let Some(&(by, by_lease, by_mode, by_asked, by_granted, _)) = passed else {
+                continue;
+            };
+            violations.push(Violation {
+                rule: 6,
+                summary: format!(
+                    "a waiter passed: worker {worker} ({}, lease {lease}) asked at {:.3} s and \
+                     was still waiting when worker {by} ({}, lease {by_lease}), which asked \
+                     {:.3} s after it, was granted at {:.3} s; the store's queue is fair",
+                    mode.name(),
+                    secs(asked.saturating_sub(start)),
+                    by_mode.name(),
+                    secs(by_asked.saturating_sub(asked)),
+                    secs(by_granted.saturating_sub(start)),
+                ),
+                excerpt: self.excerpt_span(asked, by_granted, worker),
+            });
+        }
+        violations
+    }
+
     /// Rule 4's violation for a wait longer than the bound.
     fn unavailability(
         &self,
@@ -1222,6 +1326,85 @@ mod tests {
             ..ResourceState::default()
         };
         (history, resource)
+    }
+
+    /// Worker 1 holds a permit of 2; worker 2 asks to write at 100 ms; worker 3 asks for a
+    /// permit at 500 ms and is granted at 600 ms, before the writer, which is granted at
+    /// 1300 ms once both permits are gone.
+    fn a_permit_passes_a_writer(store: &StoreDelays, pause_writer: bool) -> Verdict {
+        let permits = WorkMode::Permit { limit: 2 };
+        let mut history = vec![
+            at(
+                0,
+                1,
+                Event::Acquire {
+                    lease: 1,
+                    mode: permits,
+                },
+            ),
+            grant_as(10, 1, 1, 1, permits, Some(0)),
+            acquire(100, 2, 1),
+            at(
+                500,
+                3,
+                Event::Acquire {
+                    lease: 1,
+                    mode: permits,
+                },
+            ),
+            grant_as(600, 3, 1, 2, permits, Some(1)),
+            release(1000, 1, 1, 1),
+            release(1200, 3, 1, 2),
+            grant(1300, 2, 1, 3),
+            release(1400, 2, 1, 3),
+        ];
+        if pause_writer {
+            history.insert(3, fault(150, 1, "pause-waiter", Some(2)));
+            history.insert(6, at(700, 0, Event::Healed { id: 1 }));
+        }
+        check(&history, &ResourceState::default(), TTL_MS, store)
+    }
+
+    #[test]
+    fn a_waiter_passed_on_a_fair_store_breaks_rule_6() {
+        let fair = StoreDelays {
+            order: crate::delays::Order::Fair,
+            ..crate::delays::NONE
+        };
+        let verdict = a_permit_passes_a_writer(&fair, false);
+        assert!(verdict.broke(6), "{:#?}", verdict.violations);
+        let v = verdict.violations.iter().find(|v| v.rule == 6).unwrap();
+        assert!(v.summary.contains("worker 2 (exclusive"), "{}", v.summary);
+        assert!(v.summary.contains("worker 3 (permit of 2"), "{}", v.summary);
+        // PostgreSQL orders every pair with a writer in it: the same.
+        let writers = StoreDelays {
+            order: crate::delays::Order::WritersOrdered,
+            ..crate::delays::NONE
+        };
+        assert!(a_permit_passes_a_writer(&writers, false).broke(6));
+    }
+
+    #[test]
+    fn rule_6_asks_nothing_of_an_unordered_store_or_of_a_paused_waiter() {
+        let unordered = a_permit_passes_a_writer(PLAIN, false);
+        assert!(!unordered.broke(6), "{:#?}", unordered.violations);
+        let fair = StoreDelays {
+            order: crate::delays::Order::Fair,
+            ..crate::delays::NONE
+        };
+        let paused = a_permit_passes_a_writer(&fair, true);
+        assert!(!paused.broke(6), "{:#?}", paused.violations);
+    }
+
+    #[test]
+    fn readers_join_readers_and_postgres_leaves_readers_and_permits_unordered() {
+        use crate::delays::Order;
+        assert!(!Order::Fair.orders(WorkMode::Shared, WorkMode::Shared));
+        assert!(Order::Fair.orders(WorkMode::Shared, WorkMode::Permit { limit: 2 }));
+        assert!(Order::Fair.orders(WorkMode::Permit { limit: 2 }, WorkMode::Permit { limit: 2 }));
+        assert!(!Order::WritersOrdered.orders(WorkMode::Shared, WorkMode::Permit { limit: 2 }));
+        assert!(Order::WritersOrdered.orders(WorkMode::Shared, WorkMode::Exclusive));
+        assert!(!Order::Unordered.orders(WorkMode::Exclusive, WorkMode::Exclusive));
     }
 
     #[test]

@@ -34,6 +34,39 @@ pub struct StoreDelays {
     /// Store faults during which the store answers no one, by its docs; rule 4 is off from
     /// such a fault's start until it is healed, and counts again from then.
     pub unavailable_during: &'static [Fault],
+    /// In which order the store's docs say it serves its waiters (rule 6).
+    pub order: Order,
+}
+
+/// The order in which a store serves its waiters, as its docs state it (rule 6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Order {
+    /// Not declared fair (`Capabilities::fair_queue` off): a waiter can be passed, so rule 6
+    /// asks nothing (rule 4 still bounds how long no one is granted).
+    Unordered,
+    /// A fair queue across modes: no request asked after a waiter, in a mode that conflicts
+    /// with the waiter's, is granted before it.
+    Fair,
+    /// A fair queue for every pair with an exclusive request in it; readers and permits are
+    /// not ordered among themselves (PostgreSQL's crate docs, "Waiting").
+    WritersOrdered,
+}
+
+impl Order {
+    /// Whether a waiter in `waiting` must be granted before a request in `later` asked after
+    /// it.
+    pub fn orders(
+        self,
+        waiting: crate::history::WorkMode,
+        later: crate::history::WorkMode,
+    ) -> bool {
+        use crate::history::WorkMode::{Exclusive, Shared};
+        match self {
+            Order::Unordered => false,
+            Order::Fair => !(waiting == Shared && later == Shared),
+            Order::WritersOrdered => waiting == Exclusive || later == Exclusive,
+        }
+    }
 }
 
 /// No delays: the bound is two TTLs (a store the fault table has no row for).
@@ -42,6 +75,7 @@ pub const NONE: StoreDelays = StoreDelays {
     ttl_granularity: Duration::from_millis(1),
     delays: &[],
     unavailable_during: &[],
+    order: Order::Unordered,
 };
 
 impl StoreDelays {

@@ -8,7 +8,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::delays::{self, Delay, StoreDelays};
+use crate::delays::{self, Delay, Order, StoreDelays};
 use crate::fault::Fault;
 
 /// How the run starts a store by itself (without `--url`), which decides how its workers run
@@ -74,6 +74,7 @@ const REDIS_DELAYS: StoreDelays = StoreDelays {
         },
     ],
     unavailable_during: &[],
+    order: Order::Fair,
 };
 
 /// Every store the run knows more of than the faults every store takes, keyed by name, in no
@@ -89,6 +90,7 @@ pub const TABLE: &[FaultProfile] = &[
             ttl_granularity: Duration::from_millis(1),
             delays: &[],
             unavailable_during: &[],
+            order: Order::Fair,
         },
     },
     FaultProfile {
@@ -129,6 +131,7 @@ pub const TABLE: &[FaultProfile] = &[
                 },
             ],
             unavailable_during: &[],
+            order: Order::Unordered,
         },
     },
     FaultProfile {
@@ -147,6 +150,7 @@ pub const TABLE: &[FaultProfile] = &[
             // A leader's death or a stopped member: a client of that member waits out its
             // command_timeout before trying another (fencelock-etcd's table, "store fails").
             unavailable_during: &[Fault::EtcdKillLeader, Fault::EtcdStopMinority],
+            order: Order::Fair,
         },
     },
     FaultProfile {
@@ -163,6 +167,7 @@ pub const TABLE: &[FaultProfile] = &[
                 at_most: Duration::from_millis(400),
             }],
             unavailable_during: &[Fault::PgRestart],
+            order: Order::WritersOrdered,
         },
     },
     FaultProfile {
@@ -175,6 +180,7 @@ pub const TABLE: &[FaultProfile] = &[
             ttl_granularity: Duration::from_secs(1),
             delays: &[],
             unavailable_during: &[Fault::MysqlRestart],
+            order: Order::Unordered,
         },
     },
     FaultProfile {
@@ -190,6 +196,7 @@ pub const TABLE: &[FaultProfile] = &[
                 at_most: Duration::from_millis(100),
             }],
             unavailable_during: &[],
+            order: Order::Unordered,
         },
     },
     FaultProfile {
@@ -230,6 +237,7 @@ pub const TABLE: &[FaultProfile] = &[
                 Fault::ZkStopMinority,
                 Fault::ZkIsolateFollower,
             ],
+            order: Order::Fair,
         },
     },
 ];
@@ -246,6 +254,7 @@ pub const BROKEN_MEMORY: FaultProfile = FaultProfile {
         ttl_granularity: Duration::from_millis(1),
         delays: &[],
         unavailable_during: &[Fault::StoreRestart],
+        order: Order::Unordered,
     },
 };
 
