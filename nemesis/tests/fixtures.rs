@@ -32,12 +32,16 @@ fn check_fixture(name: &str, store: &str) -> Verdict {
 fn a_frozen_shared_waiter_on_postgres_before_the_fix_breaks_rule_4() {
     let verdict = check_fixture("postgres-frozen-shared-waiter.jsonl", "postgres");
     assert!(verdict.broke(4), "{:#?}", verdict.violations);
+    // And rule 6 (`a_permit_waiter_on_postgres_before_the_fix_is_passed_by_a_writer`).
     assert!(
-        verdict.violations.iter().all(|v| v.rule == 4),
+        verdict
+            .violations
+            .iter()
+            .all(|v| v.rule == 4 || v.rule == 6),
         "{:#?}",
         verdict.violations
     );
-    let v = &verdict.violations[0];
+    let v = verdict.violations.iter().find(|v| v.rule == 4).unwrap();
     assert!(v.summary.contains("worker 1 (exclusive"), "{}", v.summary);
     assert!(
         v.excerpt[0].contains("pause-waiter"),
@@ -55,4 +59,21 @@ fn a_frozen_shared_waiter_on_the_memory_store_keeps_rule_4() {
     assert!(verdict.is_safe(), "{:#?}", verdict.violations);
     let longest = verdict.total().longest_wait_ttl;
     assert!(longest > 0.5 && longest < verdict.bound_ttl, "{longest}");
+}
+
+/// The same PostgreSQL history, read for the queue's order: the permit worker 3, waiting
+/// behind readers with no fault of its own, is passed by the writer, worker 1, which asked
+/// seconds after it (a reader or permit waiter then polled its blocking group's lock, and
+/// neither kept later requests out).
+#[test]
+fn a_permit_waiter_on_postgres_before_the_fix_is_passed_by_a_writer() {
+    let verdict = check_fixture("postgres-frozen-shared-waiter.jsonl", "postgres");
+    let passed: Vec<_> = verdict.violations.iter().filter(|v| v.rule == 6).collect();
+    assert!(!passed.is_empty(), "{:#?}", verdict.violations);
+    assert!(
+        passed[0].summary.contains("worker 3 (permit of 2")
+            && passed[0].summary.contains("worker 1 (exclusive"),
+        "{}",
+        passed[0].summary
+    );
 }
