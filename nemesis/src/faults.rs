@@ -68,8 +68,8 @@ const REDIS_DELAYS: StoreDelays = StoreDelays {
             at_most: fencelock::fencelock_redis::WAIT_CAP,
         },
         Delay {
-            what: "a waiting writer's mark keeps readers and permits out for 1 s after the \
-                   writer stops refreshing it (docs/stores.md, Redis)",
+            what: "a waiter's mark in the key's queue keeps later requests out for 1 s after \
+                   the waiter stops refreshing it (fencelock-redis, \"Waiting in order\")",
             at_most: Duration::from_secs(1),
         },
     ],
