@@ -11,6 +11,11 @@
 //! `malloc`, no `dlsym`, no call into the C library's clock), and reads the offset once, on
 //! the first call, with `getenv` (which does not allocate).
 //!
+//! A process started with a [`ClockControl`] also reads a step that can change while it runs:
+//! eight bytes (µs, signed, added to the wall clock) in a file the library maps on the first
+//! call (`openat` and `mmap` as raw system calls) and loads at every call, so a test or the
+//! nemesis steps a running server's clock forward or back by writing the file.
+//!
 //! Redis 7.0 reads its wall clock through `gettimeofday` (`ustime()`, `mstime()`, the `TIME`
 //! command, key expiry) and `time`; its monotonic clock (`CLOCK_MONOTONIC`, or the TSC where
 //! built for it) is left alone, so timeouts and intervals keep their length.
@@ -31,10 +36,15 @@ use crate::{Error, Result};
 /// add).
 const BACK_VAR: &str = "FENCELOCK_CLOCK_BACK_SECONDS";
 
+/// The variable naming the file of the changing step ([`ClockControl`]).
+const STEP_VAR: &str = "FENCELOCK_CLOCK_STEP_FILE";
+
 /// The library's source.
 const SOURCE: &str = r#"
 #define _GNU_SOURCE
+#include <fcntl.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
 #include <time.h>
@@ -42,6 +52,27 @@ const SOURCE: &str = r#"
 
 static long long back_seconds;
 static int back_read;
+static long long *step_micros;
+static int step_mapped;
+
+/* The step file's eight bytes, mapped once (two threads racing map it twice: harmless). */
+static long long step(void) {
+    if (!__atomic_load_n(&step_mapped, __ATOMIC_ACQUIRE)) {
+        const char *path = getenv("FENCELOCK_CLOCK_STEP_FILE");
+        if (path) {
+            long fd = syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
+            if (fd >= 0) {
+                void *page = (void *)syscall(SYS_mmap, 0, 8, PROT_READ, MAP_SHARED, fd, 0);
+                if (page != MAP_FAILED)
+                    __atomic_store_n(&step_micros, (long long *)page, __ATOMIC_RELAXED);
+                syscall(SYS_close, fd);
+            }
+        }
+        __atomic_store_n(&step_mapped, 1, __ATOMIC_RELEASE);
+    }
+    long long *page = __atomic_load_n(&step_micros, __ATOMIC_RELAXED);
+    return page ? __atomic_load_n(page, __ATOMIC_RELAXED) : 0;
+}
 
 static long long back(void) {
     if (!__atomic_load_n(&back_read, __ATOMIC_ACQUIRE)) {
@@ -54,8 +85,14 @@ static long long back(void) {
 
 int clock_gettime(clockid_t clock, struct timespec *ts) {
     long failed = syscall(SYS_clock_gettime, clock, ts);
-    if (!failed && (clock == CLOCK_REALTIME || clock == CLOCK_REALTIME_COARSE))
-        ts->tv_sec -= back();
+    if (!failed && (clock == CLOCK_REALTIME || clock == CLOCK_REALTIME_COARSE)) {
+        long long micros = step();
+        long long nanos = ts->tv_nsec + (micros % 1000000) * 1000;
+        ts->tv_sec += micros / 1000000 - back();
+        while (nanos < 0) { nanos += 1000000000; ts->tv_sec -= 1; }
+        while (nanos >= 1000000000) { nanos -= 1000000000; ts->tv_sec += 1; }
+        ts->tv_nsec = nanos;
+    }
     return (int)failed;
 }
 
@@ -92,6 +129,74 @@ pub(crate) fn set_back(command: &mut Command, back: Duration) -> Result<()> {
         .env("LD_PRELOAD", preload)
         .env(BACK_VAR, back.as_secs().to_string());
     Ok(())
+}
+
+/// A wall clock that a test steps while the process under it runs: a file of eight bytes
+/// (the step, µs, signed) that the clock shim of each process started with
+/// [`apply`](Self::apply) maps and adds to its wall clock at every read. Only the wall clock
+/// moves (`CLOCK_REALTIME`, `gettimeofday`, `time`); monotonic clocks are the kernel's.
+#[derive(Debug)]
+pub struct ClockControl {
+    file: std::fs::File,
+    path: PathBuf,
+    _dir: TempDir,
+}
+
+impl ClockControl {
+    /// A control whose step is 0.
+    pub fn new() -> Result<Self> {
+        let dir = TempDir::new("clock-step", 0, None)?;
+        let path = dir.path().join("step");
+        let start = |e: std::io::Error| Error::Start {
+            server: "the clock step file".into(),
+            reason: e.to_string(),
+            log_tail: String::new(),
+        };
+        std::fs::write(&path, 0i64.to_le_bytes()).map_err(start)?;
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .map_err(start)?;
+        Ok(ClockControl {
+            file,
+            path,
+            _dir: dir,
+        })
+    }
+
+    /// Makes `command` run under the shim with this control's step (and no fixed offset).
+    pub fn apply(&self, command: &mut Command) -> Result<()> {
+        set_back(command, Duration::ZERO)?;
+        command.env(STEP_VAR, &self.path);
+        Ok(())
+    }
+
+    /// Sets the step: the processes' wall clocks read this host's plus `micros` (negative:
+    /// behind), from their next read on. Written in place (never truncated: the processes map
+    /// the file, and a shorter file would fault their reads).
+    pub fn set_micros(&self, micros: i64) -> Result<()> {
+        use std::os::unix::fs::FileExt;
+        self.file
+            .write_all_at(&micros.to_le_bytes(), 0)
+            .map_err(|e| Error::Start {
+                server: "the clock step file".into(),
+                reason: e.to_string(),
+                log_tail: String::new(),
+            })
+    }
+
+    /// The step now, µs.
+    pub fn micros(&self) -> i64 {
+        std::fs::read(&self.path)
+            .ok()
+            .and_then(|b| <[u8; 8]>::try_from(b.as_slice()).ok())
+            .map_or(0, i64::from_le_bytes)
+    }
+
+    /// Steps the clocks by `micros` more (negative: back).
+    pub fn step_micros(&self, micros: i64) -> Result<()> {
+        self.set_micros(self.micros().saturating_add(micros))
+    }
 }
 
 /// The library's path, built on the first call.
@@ -169,5 +274,58 @@ mod tests {
             .parse()
             .expect("seconds");
         assert!(shown >= before, "without the shim date said {shown}");
+    }
+
+    /// A running process under a [`ClockControl`] reads each new step at its next read: one
+    /// Python process that prints `time.time()` (`clock_gettime(CLOCK_REALTIME)`) when told,
+    /// its clock stepped an hour ahead, then a day back, between two of its reads.
+    #[test]
+    fn a_running_child_reads_each_new_step() {
+        use std::io::{BufRead, BufReader, Write};
+        let control = ClockControl::new().expect("a clock control");
+        let mut shell = Command::new("python3");
+        shell
+            .args([
+                "-c",
+                "import sys, time\nfor _ in sys.stdin:\n    print(time.time(), flush=True)",
+            ])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped());
+        control.apply(&mut shell).expect("the clock shim");
+        let mut child = shell.spawn().expect("sh");
+        let mut stdin = child.stdin.take().expect("stdin");
+        let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+        let mut read = |stdin: &mut std::process::ChildStdin| -> f64 {
+            stdin.write_all(b"\n").expect("write");
+            lines
+                .next()
+                .expect("a line")
+                .expect("read")
+                .parse()
+                .expect("seconds")
+        };
+        let host = || now() as f64;
+        let first = read(&mut stdin);
+        assert!(
+            (first - host()).abs() < 5.0,
+            "no step: {first} vs {}",
+            host()
+        );
+        control.set_micros(3_600_000_000).expect("step");
+        let ahead = read(&mut stdin);
+        assert!(
+            (ahead - host() - 3600.0).abs() < 5.0,
+            "an hour ahead: {ahead}"
+        );
+        control
+            .step_micros(-3_600_000_000 - 86_400_000_000)
+            .expect("step");
+        let back = read(&mut stdin);
+        assert!((back - host() + 86_400.0).abs() < 5.0, "a day back: {back}");
+        control.set_micros(-1_500).expect("step");
+        let close = read(&mut stdin);
+        assert!((close - host()).abs() < 5.0, "1.5 ms back: {close}");
+        drop(stdin);
+        let _ = child.wait();
     }
 }

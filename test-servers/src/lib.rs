@@ -50,6 +50,7 @@
 #![cfg(unix)]
 
 mod clock_shim;
+pub use clock_shim::ClockControl;
 mod etcd;
 mod mariadb;
 mod ports;
