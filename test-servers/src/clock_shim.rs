@@ -153,6 +153,11 @@ impl ClockControl {
             log_tail: String::new(),
         };
         std::fs::write(&path, 0i64.to_le_bytes()).map_err(start)?;
+        // Servers that drop root (PostgreSQL, MariaDB) still read it.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
+            .map_err(start)?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).map_err(start)?;
         let file = std::fs::OpenOptions::new()
             .write(true)
             .open(&path)

@@ -31,6 +31,8 @@ struct Local {
     /// Extra arguments after the defaults (later ones win in redis-server).
     args: Vec<String>,
     log: PathBuf,
+    /// The wall clock a test steps while the server runs, if it was started with one.
+    clock: Option<crate::ClockControl>,
     dir: TempDir,
 }
 
@@ -65,7 +67,24 @@ impl RedisServer {
         Self::start_local(args)
     }
 
+    /// Starts a local server whose wall clock (`TIME`, key expiry) a test steps while it runs
+    /// with [`clock`](Self::clock) (the clock shim; its monotonic clock is left alone). Always
+    /// local; kept across [`restart`](Self::restart).
+    pub fn start_with_clock() -> Result<Self> {
+        Self::start_local_with(&[], true)
+    }
+
+    /// The control of the server's wall clock, for a server from
+    /// [`start_with_clock`](Self::start_with_clock).
+    pub fn clock(&self) -> Option<&crate::ClockControl> {
+        self.local.as_ref().and_then(|l| l.clock.as_ref())
+    }
+
     fn start_local(args: &[&str]) -> Result<Self> {
+        Self::start_local_with(args, false)
+    }
+
+    fn start_local_with(args: &[&str], clock: bool) -> Result<Self> {
         let binary = process::find_binary("redis-server", "redis-server")?;
         let mut last_error = None;
         for _ in 0..process::START_ATTEMPTS {
@@ -77,6 +96,7 @@ impl RedisServer {
                 binary: binary.clone(),
                 args: args.iter().map(|a| a.to_string()).collect(),
                 log,
+                clock: clock.then(crate::ClockControl::new).transpose()?,
                 dir,
             };
             match local.launch(port) {
@@ -204,6 +224,9 @@ impl Local {
         log_marker(&self.log, &format!("starting {what}"));
         let mut command = command(&self.binary, port, self.dir.path());
         command.args(&self.args);
+        if let Some(clock) = &self.clock {
+            clock.apply(&mut command)?;
+        }
         self.proc = Proc::spawn(command, &self.log)?;
         wait_ready(&mut self.proc, &what, &self.log, || ping(port))
     }
