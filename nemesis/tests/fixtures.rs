@@ -77,3 +77,31 @@ fn a_permit_waiter_on_postgres_before_the_fix_is_passed_by_a_writer() {
         passed[0].summary
     );
 }
+
+/// The memory store before its queue was fair across modes (seed 7, 8 workers): the reader,
+/// worker 2, waits from the run's start while permit holders keep the key among themselves;
+/// permits asked seconds after it are granted first.
+#[test]
+fn a_reader_starved_by_permits_on_the_memory_store_before_the_fix_breaks_rule_6() {
+    let verdict = check_fixture("memory-starved-reader.jsonl", "memory");
+    let passed: Vec<_> = verdict.violations.iter().filter(|v| v.rule == 6).collect();
+    assert!(!passed.is_empty(), "{:#?}", verdict.violations);
+    assert!(
+        passed.iter().any(|v| v.summary.contains("(shared, lease")),
+        "{:#?}",
+        passed
+    );
+}
+
+/// The same on Redis before its queue was fair: readers (and writers) passed by permits.
+#[test]
+fn a_reader_starved_by_permits_on_redis_before_the_fix_breaks_rule_6() {
+    let verdict = check_fixture("redis-starved-reader.jsonl", "redis");
+    let passed: Vec<_> = verdict.violations.iter().filter(|v| v.rule == 6).collect();
+    assert!(!passed.is_empty(), "{:#?}", verdict.violations);
+    assert!(
+        passed.iter().any(|v| v.summary.contains("(shared, lease")),
+        "{:#?}",
+        passed
+    );
+}
