@@ -663,9 +663,9 @@ impl PostgresStore {
 
 // ---- shared leases and semaphore permits ----------------------------------------------------
 
-/// The longest one wake-up wait on a slot lock lasts before the waiter looks again: the
-/// bound on noticing a freed slot other than the one it waits on, or a slot freed by the
-/// server ending a session (which nothing announces otherwise).
+/// The longest one wake-up wait on a slot or group lock lasts before the waiter looks again:
+/// the bound on noticing a freed slot other than the one it waits on, or a slot or group
+/// freed by the server ending a session (which nothing announces otherwise).
 const MODE_POLL: Duration = Duration::from_millis(200);
 
 /// What stood in a mode attempt's way.
@@ -673,9 +673,12 @@ enum Blocker {
     /// The key's lock: an exclusive holder, or an exclusive request waiting (writers first).
     Main,
     /// A group that must be gone first (the other group, or the own group with no limit on
-    /// record): wait in the key's queue for its lock exclusively, which keeps every later
-    /// request out until this waiter's attempt is done.
-    Group,
+    /// record), whose lock is this: wait in the key's queue for the key's lock exclusively,
+    /// which keeps every later request out until this waiter's attempt is done; or, for a
+    /// waiter that holds the key's lock shared already (woken by a writer's release with the
+    /// other group's waiters, which reached the gate first), keep it, so that no later
+    /// writer comes in first, and wait on the group's lock at most [`MODE_POLL`] at a time.
+    Group(i64),
     /// Every slot of the semaphore is held: wait on this one's lock, keeping the key's lock
     /// shared (so a later conflicting request queues behind this waiter), then look again.
     Slot(i64),
@@ -760,7 +763,12 @@ impl PostgresStore {
             .checks_and_takes(session, target, locks, mode, ttl, owner, have)
             .await?;
         if !matches!(outcome, Attempt::Granted { .. }) {
-            let keep_shared = waiting && matches!(outcome, Attempt::Blocked(Blocker::Slot(_)));
+            let keep_shared = waiting
+                && match outcome {
+                    Attempt::Blocked(Blocker::Slot(_)) => true,
+                    Attempt::Blocked(Blocker::Group(_)) => have == KeyLock::Shared,
+                    _ => false,
+                };
             if keep_shared && have == KeyLock::Nothing {
                 // The transaction holds it shared (its check took it): at once.
                 bounded(
@@ -831,7 +839,7 @@ impl PostgresStore {
         let bump = match mode {
             Mode::Permit { limit: wanted } => {
                 if readers {
-                    return Ok(Attempt::Blocked(Blocker::Group));
+                    return Ok(Attempt::Blocked(Blocker::Group(locks.readers)));
                 }
                 if permits {
                     let recorded: Option<Option<i32>> = bounded(
@@ -849,13 +857,13 @@ impl PostgresStore {
                         Some(_) => {}
                         // Held, but no limit on record (its row was removed after the
                         // retention window): wait until that group is gone.
-                        None => return Ok(Attempt::Blocked(Blocker::Group)),
+                        None => return Ok(Attempt::Blocked(Blocker::Group(locks.permits))),
                     }
                 }
                 // Refused only while an exclusive request waits for the group's lock: an earlier
                 // release of this crate waited for a group that way.
                 if !bounded(limit, try_shared(locks.permits).fetch_one(&mut *conn)).await? {
-                    return Ok(Attempt::Blocked(Blocker::Group));
+                    return Ok(Attempt::Blocked(Blocker::Group(locks.permits)));
                 }
                 let slot: Option<i64> = bounded(
                     limit,
@@ -882,10 +890,10 @@ impl PostgresStore {
             }
             _ => {
                 if permits {
-                    return Ok(Attempt::Blocked(Blocker::Group));
+                    return Ok(Attempt::Blocked(Blocker::Group(locks.permits)));
                 }
                 if !bounded(limit, try_shared(locks.readers).fetch_one(&mut *conn)).await? {
-                    return Ok(Attempt::Blocked(Blocker::Group));
+                    return Ok(Attempt::Blocked(Blocker::Group(locks.readers)));
                 }
                 let row = bounded(
                     limit,
@@ -971,7 +979,16 @@ impl PostgresStore {
                                 )
                                 .await
                             }
-                            Blocker::Group => {
+                            Blocker::Group(id) if have == KeyLock::Shared => {
+                                let jitter = Duration::from_millis(
+                                    (OwnerId::random().as_u128() % 50) as u64,
+                                );
+                                let bound = remaining.min(MODE_POLL + jitter);
+                                self.wait_in_queue(&mut session, id, Queue::Signal, bound, ttl)
+                                    .await
+                                    .map(|_| KeyLock::Shared)
+                            }
+                            Blocker::Group(_) => {
                                 self.wait_in_queue(
                                     &mut session,
                                     main,

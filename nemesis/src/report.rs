@@ -100,7 +100,7 @@ pub fn table(reports: &[StoreReport]) -> String {
     out.push('\n');
     for report in reports {
         let verdict = if report.verdict.is_safe() {
-            "safe: no stale write accepted, no lost update, no second holder let in, no wait past the bound".to_string()
+            "safe: no stale write accepted, no lost update, no second holder let in, no wait past the bound, no observer behind, no waiter passed".to_string()
         } else {
             format!("{} VIOLATION(S)", report.verdict.violations.len())
         };

@@ -88,6 +88,8 @@ struct Local {
     log: PathBuf,
     /// `--ssl-*` arguments of a TLS server, empty for plain text.
     tls_args: Vec<String>,
+    /// The wall clock a test steps while the server runs, if it was started with one.
+    clock: Option<crate::ClockControl>,
     dir: TempDir,
 }
 
@@ -105,7 +107,20 @@ impl MariadbServer {
                 local: None,
             });
         }
-        Self::start_local(None)
+        Self::start_local(None, false)
+    }
+
+    /// Starts a local server whose wall clock (`NOW(6)`, `UNIX_TIMESTAMP()`) a test steps while
+    /// it runs with [`clock`](Self::clock) (the clock shim; monotonic timers are left alone).
+    /// Always local; kept across restarts.
+    pub fn start_with_clock() -> Result<Self> {
+        Self::start_local(None, true)
+    }
+
+    /// The control of the server's wall clock, for a server from
+    /// [`start_with_clock`](Self::start_with_clock).
+    pub fn clock(&self) -> Option<&crate::ClockControl> {
+        self.local.as_ref().and_then(|l| l.clock.as_ref())
     }
 
     /// Starts a local server with TLS (`ssl_ca`, `ssl_cert`, `ssl_key`), presenting `cert` from
@@ -124,10 +139,10 @@ impl MariadbServer {
     /// The performance schema is on, so `performance_schema.status_by_thread` shows each
     /// connection's `Ssl_cipher` (empty for plain text).
     pub fn start_tls(ca: &TestCa, cert: ServerCert) -> Result<Self> {
-        Self::start_local(Some((ca, cert)))
+        Self::start_local(Some((ca, cert)), false)
     }
 
-    fn start_local(tls: Option<(&TestCa, ServerCert)>) -> Result<Self> {
+    fn start_local(tls: Option<(&TestCa, ServerCert)>, clock: bool) -> Result<Self> {
         let server = find_server()?;
         let install_db = process::find_binary("mariadb-install-db", PACKAGE)?;
         let user = if process::is_root() {
@@ -169,6 +184,7 @@ impl MariadbServer {
             user,
             data,
             tls_args: Vec::new(),
+            clock: clock.then(crate::ClockControl::new).transpose()?,
             dir,
         };
         if let Some((ca, cert)) = tls {
@@ -355,6 +371,9 @@ impl Local {
         log_marker(&self.log, &format!("starting {what}"));
         let dir = self.dir.path();
         let mut cmd = self.command(&self.server);
+        if let Some(clock) = &self.clock {
+            clock.apply(&mut cmd)?;
+        }
         cmd.arg("--no-defaults")
             .arg(format!("--datadir={}", self.data.display()))
             .arg(self.tmpdir_arg())

@@ -57,6 +57,8 @@ struct Local {
     log: PathBuf,
     /// Extra `name=value` settings, passed with `-c` at every launch.
     settings: Vec<String>,
+    /// The wall clock a test steps while the server runs, if it was started with one.
+    clock: Option<crate::ClockControl>,
     dir: TempDir,
 }
 
@@ -75,7 +77,21 @@ impl PostgresServer {
                 local: None,
             });
         }
-        Self::start_local(None, &[])
+        Self::start_local(None, &[], false)
+    }
+
+    /// Starts a local server whose wall clock (`now()`, `clock_timestamp()`) a test steps while
+    /// it runs with [`clock`](Self::clock) (the clock shim, in the postmaster and every
+    /// backend; timers such as `idle_session_timeout` run on the monotonic clock, left alone).
+    /// Always local; kept across restarts.
+    pub fn start_with_clock() -> Result<Self> {
+        Self::start_local(None, &[], true)
+    }
+
+    /// The control of the server's wall clock, for a server from
+    /// [`start_with_clock`](Self::start_with_clock).
+    pub fn clock(&self) -> Option<&crate::ClockControl> {
+        self.local.as_ref().and_then(|l| l.clock.as_ref())
     }
 
     /// Starts a local server (always local, whatever `LOCK_TEST_POSTGRES_URL` says) with extra
@@ -101,7 +117,7 @@ impl PostgresServer {
             .iter()
             .map(|(name, value)| format!("{name}={value}"))
             .collect::<Vec<_>>();
-        Self::start_local(None, &settings)
+        Self::start_local(None, &settings, false)
     }
 
     /// Starts a local server with `ssl = on`, presenting `cert` from `ca`; always local. With
@@ -109,10 +125,14 @@ impl PostgresServer {
     /// signed by `ca` (`hostssl … trust clientcert=verify-ca`); otherwise plain text is
     /// accepted too. The URL stays `postgres://postgres@127.0.0.1:PORT/postgres`.
     pub fn start_tls(ca: &TestCa, cert: ServerCert) -> Result<Self> {
-        Self::start_local(Some((ca, cert)), &[])
+        Self::start_local(Some((ca, cert)), &[], false)
     }
 
-    fn start_local(tls: Option<(&TestCa, ServerCert)>, settings: &[String]) -> Result<Self> {
+    fn start_local(
+        tls: Option<(&TestCa, ServerCert)>,
+        settings: &[String],
+        clock: bool,
+    ) -> Result<Self> {
         let bins = find_bins()?;
         let user = if process::is_root() {
             Some(postgres_user().ok_or_else(|| {
@@ -147,6 +167,7 @@ impl PostgresServer {
             data,
             sockets,
             settings: settings.to_vec(),
+            clock: clock.then(crate::ClockControl::new).transpose()?,
             dir,
         };
         local.initdb()?;
@@ -427,6 +448,9 @@ impl Local {
         let what = format!("postgres on 127.0.0.1:{port}");
         log_marker(&self.log, &format!("starting {what}"));
         let mut cmd = self.command(&self.bins.postgres);
+        if let Some(clock) = &self.clock {
+            clock.apply(&mut cmd)?;
+        }
         cmd.arg("-D")
             .arg(&self.data)
             .args(["-c", "listen_addresses=127.0.0.1"])

@@ -1312,6 +1312,17 @@ pub(super) async fn a_fair_queue_keeps_its_order_across_modes(ctx: Ctx) -> CaseR
             first: permits,
             later: Mode::Shared,
         });
+        // A writer asked after a waiter of the other group queues behind it too.
+        orders.push(Arrivals {
+            held: Mode::Shared,
+            first: permits,
+            later: Mode::Exclusive,
+        });
+        orders.push(Arrivals {
+            held: permits,
+            first: Mode::Shared,
+            later: Mode::Exclusive,
+        });
     }
     for (i, order) in orders.iter().enumerate() {
         keeps_arrival_order(&ctx, &ctx.key(&format!("fair-modes-{i}")), order).await?;
