@@ -46,11 +46,29 @@ pub enum Fault {
     /// ZooKeeper: cut a follower (preferably one the workers' sessions are on) off from the
     /// quorum, its quorum links frozen, for 1.5–2.5 TTLs while its clients stay connected.
     ZkIsolateFollower,
+    /// The server's wall clock (Redis, one Redlock node, PostgreSQL, MariaDB: the stores whose
+    /// tokens rest on it) stepped back by up to [`CLOCK_BACK_MAX`], and left there: within every
+    /// such store's bound while its per-key state lives. A restart that empties the server
+    /// (Redis, a Redlock node) sets its clock right again first.
+    ClockBack,
+    /// The same clock stepped forward by at most half the lease's drift margin (1% of the
+    /// TTL + 2 ms), the most a step forward can be without shortening a lease below its local
+    /// deadline where the server expires keys by its wall clock.
+    ClockForward,
+    /// A worker process's wall clock (etcd, ZooKeeper, SQLite: the stores that read the
+    /// client's clock) stepped back by 1–3 s, and left there.
+    WorkerClockBack,
+    /// A worker process's wall clock stepped forward by 1–3 s, and left there.
+    WorkerClockForward,
 }
+
+/// The largest step of [`Fault::ClockBack`]: a dead holder's lock lives that much longer where
+/// the server expires by its wall clock, a delay its store's row of the fault table adds.
+pub const CLOCK_BACK_MAX: std::time::Duration = std::time::Duration::from_millis(250);
 
 impl Fault {
     /// Every fault.
-    pub const ALL: [Fault; 17] = [
+    pub const ALL: [Fault; 21] = [
         Fault::Pause,
         Fault::PauseWaiter,
         Fault::Kill,
@@ -68,6 +86,10 @@ impl Fault {
         Fault::ZkKillLeader,
         Fault::ZkStopMinority,
         Fault::ZkIsolateFollower,
+        Fault::ClockBack,
+        Fault::ClockForward,
+        Fault::WorkerClockBack,
+        Fault::WorkerClockForward,
     ];
 
     /// The name used in `--faults` and in the report.
@@ -90,6 +112,10 @@ impl Fault {
             Fault::ZkKillLeader => "zk-kill-leader",
             Fault::ZkStopMinority => "zk-stop-minority",
             Fault::ZkIsolateFollower => "zk-isolate-follower",
+            Fault::ClockBack => "clock-back",
+            Fault::ClockForward => "clock-forward",
+            Fault::WorkerClockBack => "worker-clock-back",
+            Fault::WorkerClockForward => "worker-clock-forward",
         }
     }
 
@@ -123,9 +149,12 @@ impl Fault {
     /// Which worker the fault hits, for the faults that hit one.
     pub fn target(self) -> Option<Target> {
         match self {
-            Fault::Pause | Fault::Kill | Fault::Cut | Fault::RedlockCutMinority => {
-                Some(Target::Any)
-            }
+            Fault::Pause
+            | Fault::Kill
+            | Fault::Cut
+            | Fault::RedlockCutMinority
+            | Fault::WorkerClockBack
+            | Fault::WorkerClockForward => Some(Target::Any),
             Fault::PauseWaiter => Some(Target::Waiter),
             _ => None,
         }

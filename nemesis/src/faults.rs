@@ -9,7 +9,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::delays::{self, Delay, Order, StoreDelays};
-use crate::fault::Fault;
+use crate::fault::{Fault, CLOCK_BACK_MAX};
 
 /// How the run starts a store by itself (without `--url`), which decides how its workers run
 /// and which servers the store faults act on.
@@ -58,6 +58,14 @@ pub struct FaultProfile {
     pub delays: StoreDelays,
 }
 
+/// What a server clock stepped back adds: the server's timers (Redis's key expiry, a
+/// PostgreSQL timeout's end time) are wall-clock times, so a dead holder's lock lives that much
+/// longer; the nemesis steps back by at most [`CLOCK_BACK_MAX`].
+const CLOCK_BACK_DELAY: Delay = Delay {
+    what: "a server clock stepped back (clock-back) keeps a dead holder's lock that much longer",
+    at_most: CLOCK_BACK_MAX,
+};
+
 /// A Redis waiter's delays, with one server or a cluster.
 const REDIS_DELAYS: StoreDelays = StoreDelays {
     min_ttl: fencelock::limits::MIN_TTL,
@@ -72,6 +80,7 @@ const REDIS_DELAYS: StoreDelays = StoreDelays {
                    the waiter stops refreshing it (fencelock-redis, \"Waiting in order\")",
             at_most: Duration::from_secs(1),
         },
+        CLOCK_BACK_DELAY,
     ],
     unavailable_during: &[],
     order: Order::Fair,
@@ -97,7 +106,7 @@ pub const TABLE: &[FaultProfile] = &[
         store: "redis",
         launch: Some(Launch::Redis),
         cut: true,
-        store_faults: &[Fault::RedisRestart],
+        store_faults: &[Fault::RedisRestart, Fault::ClockBack, Fault::ClockForward],
         delays: StoreDelays {
             unavailable_during: &[Fault::RedisRestart],
             ..REDIS_DELAYS
@@ -116,7 +125,12 @@ pub const TABLE: &[FaultProfile] = &[
         store: "redlock",
         launch: Some(Launch::RedisMasters(5)),
         cut: true,
-        store_faults: &[Fault::RedlockRestartMinority, Fault::RedlockCutMinority],
+        store_faults: &[
+            Fault::RedlockRestartMinority,
+            Fault::RedlockCutMinority,
+            Fault::ClockBack,
+            Fault::ClockForward,
+        ],
         delays: StoreDelays {
             min_ttl: fencelock::limits::MIN_TTL,
             ttl_granularity: Duration::from_millis(1),
@@ -129,6 +143,7 @@ pub const TABLE: &[FaultProfile] = &[
                     what: "a failed round is retried after up to retry_jitter (default 100 ms)",
                     at_most: Duration::from_millis(100),
                 },
+                CLOCK_BACK_DELAY,
             ],
             unavailable_during: &[],
             order: Order::Unordered,
@@ -138,7 +153,12 @@ pub const TABLE: &[FaultProfile] = &[
         store: "etcd",
         launch: Some(Launch::EtcdCluster(3)),
         cut: true,
-        store_faults: &[Fault::EtcdKillLeader, Fault::EtcdStopMinority],
+        store_faults: &[
+            Fault::EtcdKillLeader,
+            Fault::EtcdStopMinority,
+            Fault::WorkerClockBack,
+            Fault::WorkerClockForward,
+        ],
         delays: StoreDelays {
             min_ttl: fencelock::fencelock_etcd::MIN_TTL,
             ttl_granularity: Duration::from_secs(1),
@@ -157,15 +177,23 @@ pub const TABLE: &[FaultProfile] = &[
         store: "postgres",
         launch: Some(Launch::Postgres),
         cut: true,
-        store_faults: &[Fault::PgTerminate, Fault::PgRestart],
+        store_faults: &[
+            Fault::PgTerminate,
+            Fault::PgRestart,
+            Fault::ClockBack,
+            Fault::ClockForward,
+        ],
         delays: StoreDelays {
             min_ttl: fencelock::fencelock_postgres::MIN_TTL,
             ttl_granularity: Duration::from_millis(1),
-            delays: &[Delay {
-                what: "a shared or permit waiter re-checks at most every 200 ms (MODE_POLL, docs/stores.md's \
-                       modes table), with up to as much jitter",
-                at_most: Duration::from_millis(400),
-            }],
+            delays: &[
+                Delay {
+                    what: "a shared or permit waiter re-checks at most every 200 ms (MODE_POLL, \
+                           docs/stores.md's modes table), with up to as much jitter",
+                    at_most: Duration::from_millis(400),
+                },
+                CLOCK_BACK_DELAY,
+            ],
             unavailable_during: &[Fault::PgRestart],
             order: Order::WritersOrdered,
         },
@@ -174,11 +202,16 @@ pub const TABLE: &[FaultProfile] = &[
         store: "mysql",
         launch: Some(Launch::Mariadb),
         cut: true,
-        store_faults: &[Fault::MysqlKill, Fault::MysqlRestart],
+        store_faults: &[
+            Fault::MysqlKill,
+            Fault::MysqlRestart,
+            Fault::ClockBack,
+            Fault::ClockForward,
+        ],
         delays: StoreDelays {
             min_ttl: fencelock::fencelock_mysql::MIN_TTL,
             ttl_granularity: Duration::from_secs(1),
-            delays: &[],
+            delays: &[CLOCK_BACK_DELAY],
             unavailable_during: &[Fault::MysqlRestart],
             order: Order::Unordered,
         },
@@ -187,7 +220,7 @@ pub const TABLE: &[FaultProfile] = &[
         store: "sqlite",
         launch: Some(Launch::SqliteFile),
         cut: false,
-        store_faults: &[],
+        store_faults: &[Fault::WorkerClockBack, Fault::WorkerClockForward],
         delays: StoreDelays {
             min_ttl: fencelock::fencelock_sqlite::MIN_TTL,
             ttl_granularity: Duration::from_millis(1),
@@ -207,6 +240,8 @@ pub const TABLE: &[FaultProfile] = &[
             Fault::ZkKillLeader,
             Fault::ZkStopMinority,
             Fault::ZkIsolateFollower,
+            Fault::WorkerClockBack,
+            Fault::WorkerClockForward,
         ],
         delays: StoreDelays {
             // Twice the servers' minSessionTimeout (fencelock-zookeeper's "TTL" row).

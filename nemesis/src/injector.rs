@@ -70,6 +70,22 @@ impl Nemesis {
         }
     }
 
+    /// How far a clock fault steps its clock, µs: a server's back by up to
+    /// [`crate::fault::CLOCK_BACK_MAX`] (a quarter of the TTL at most) and forward by at most
+    /// half the lease's drift margin; a worker's by 1–3 s either way.
+    fn clock_step(&mut self, fault: Fault) -> i64 {
+        let micros = |d: Duration| i64::try_from(d.as_micros()).unwrap_or(i64::MAX);
+        let back = micros(crate::fault::CLOCK_BACK_MAX.min(self.ttl / 4));
+        let forward = micros(fencelock::raw::drift(self.ttl) / 2);
+        let worker = self.rng.random_range(1_000_000..=3_000_000);
+        match fault {
+            Fault::ClockBack => -self.rng.random_range(1..=back.max(1)),
+            Fault::ClockForward => self.rng.random_range(1..=forward.max(1)),
+            Fault::WorkerClockBack => -worker,
+            _ => worker,
+        }
+    }
+
     /// Longer than the TTL, so the lock is taken over meanwhile.
     fn past_ttl(&mut self) -> Duration {
         self.ttl.mul_f64(self.rng.random_range(1.5..2.5))
@@ -193,6 +209,9 @@ impl Nemesis {
             }
             (Fault::RedisRestart, Servers::Redis(server)) => {
                 let id = self.record(fault, None, "SIGKILL, restart empty");
+                // Empty, its clock may come back right: behind, it would mint below the
+                // tokens its lost fence keys had reached (the store's docs' failure).
+                set_right(server.clock()).map_err(fail)?;
                 server.restart().map_err(fail)?;
                 self.healed(id);
                 "killed and restarted empty".to_string()
@@ -209,6 +228,7 @@ impl Nemesis {
                 }
                 thread::sleep(down);
                 for &i in &picked {
+                    set_right(nodes[i].clock()).map_err(fail)?;
                     nodes[i].restart().map_err(fail)?;
                 }
                 self.healed(id);
@@ -373,10 +393,48 @@ impl Nemesis {
                 };
                 format!("{what}; {stopped}, {rejoined}")
             }
+            (Fault::ClockBack | Fault::ClockForward, servers) => {
+                let (clock, which) = match servers {
+                    Servers::Redis(server) => (server.clock(), "the server".to_string()),
+                    Servers::Redlock(nodes) => {
+                        let i = self.rng.random_range(0..nodes.len());
+                        (nodes[i].clock(), format!("node {i}"))
+                    }
+                    Servers::Postgres(server) => (server.clock(), "the server".to_string()),
+                    Servers::Mysql(server) => (server.clock(), "the server".to_string()),
+                    _ => (None, String::new()),
+                };
+                let clock = clock
+                    .ok_or_else(|| setup_error(format!("{fault}: no stepped server clock")))?;
+                let micros = self.clock_step(fault);
+                let what = format!("{which}'s wall clock stepped by {micros} µs");
+                let id = self.record(fault, None, &what);
+                clock.step_micros(micros).map_err(fail)?;
+                self.healed(id);
+                what
+            }
+            (Fault::WorkerClockBack | Fault::WorkerClockForward, _) => {
+                let w = holder.unwrap_or(0);
+                let micros = self.clock_step(fault);
+                let what = format!("worker {w}'s wall clock stepped by {micros} µs");
+                let id = self.record(fault, holder, &what);
+                let stepped = pool.step_clock(w, micros).map_err(fail)?;
+                self.healed(id);
+                if stepped {
+                    what
+                } else {
+                    format!("worker {w} has no clock of its own (a task): not stepped")
+                }
+            }
             (fault, _) => return Err(setup_error(format!("{fault} does not apply to this store"))),
         };
         Ok(Some(detail))
     }
+}
+
+/// Sets a stepped server clock right again (no step), if the server has one.
+fn set_right(clock: Option<&test_servers::ClockControl>) -> test_servers::Result<()> {
+    clock.map_or(Ok(()), |clock| clock.set_micros(0))
 }
 
 /// Kills the session holding the workers' lock on the MariaDB server at `url` (which names

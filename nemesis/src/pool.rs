@@ -14,7 +14,7 @@ use fencelock::{CancellationToken, DynLockStore, Result};
 use rand::rngs::StdRng;
 use rand::seq::IndexedRandom;
 use rand::Rng;
-use test_servers::FreezableRelay;
+use test_servers::{ClockControl, FreezableRelay};
 use tokio::runtime::Runtime;
 use tokio::sync::watch;
 
@@ -42,6 +42,8 @@ enum Handle {
         stdin: Option<ChildStdin>,
         relays: Vec<FreezableRelay>,
         reader: Option<JoinHandle<()>>,
+        /// The worker's own wall clock (the clock shim), for worker-clock-back and -forward.
+        clock: ClockControl,
     },
     Task {
         task: tokio::task::JoinHandle<()>,
@@ -185,6 +187,8 @@ impl<'rt> Pool<'rt> {
                 Ok(())
             });
         }
+        let clock = ClockControl::new().map_err(setup_error)?;
+        clock.apply(&mut cmd).map_err(setup_error)?;
         let mut child = cmd.spawn().map_err(setup_error)?;
         let stdin = child.stdin.take();
         let stdout = child
@@ -213,6 +217,7 @@ impl<'rt> Pool<'rt> {
             stdin,
             relays,
             reader: Some(reader),
+            clock,
         })
     }
 
@@ -325,6 +330,15 @@ impl<'rt> Pool<'rt> {
             }
             Some(Handle::Task { link, .. }) => link.cut(cut),
             None => {}
+        }
+    }
+
+    /// Steps a worker process's wall clock by `micros` more; `false` for a task worker (its
+    /// clock is the controller's) or a worker gone.
+    pub(crate) fn step_clock(&self, id: u32, micros: i64) -> test_servers::Result<bool> {
+        match self.workers.get(&id) {
+            Some(Handle::Process { clock, .. }) => clock.step_micros(micros).map(|()| true),
+            _ => Ok(false),
         }
     }
 

@@ -75,13 +75,21 @@ impl Servers {
         };
         let servers = match launch {
             Launch::Memory { .. } => Servers::None,
-            Launch::Redis => Servers::Redis(RedisServer::start().map_err(setup_error)?),
-            Launch::RedisMasters(n) => {
-                Servers::Redlock(RedisServer::start_many(n).map_err(setup_error)?)
-            }
+            // Under a stepped clock, for clock-back and clock-forward.
+            Launch::Redis => Servers::Redis(RedisServer::start_with_clock().map_err(setup_error)?),
+            Launch::RedisMasters(n) => Servers::Redlock(
+                (0..n)
+                    .map(|_| RedisServer::start_with_clock())
+                    .collect::<std::result::Result<_, _>>()
+                    .map_err(setup_error)?,
+            ),
             Launch::EtcdCluster(n) => Servers::Etcd(EtcdCluster::start(n).map_err(setup_error)?),
-            Launch::Postgres => Servers::Postgres(PostgresServer::start().map_err(setup_error)?),
-            Launch::Mariadb => Servers::Mysql(MariadbServer::start().map_err(setup_error)?),
+            Launch::Postgres => {
+                Servers::Postgres(PostgresServer::start_with_clock().map_err(setup_error)?)
+            }
+            Launch::Mariadb => {
+                Servers::Mysql(MariadbServer::start_with_clock().map_err(setup_error)?)
+            }
             Launch::SqliteFile => Servers::Sqlite(TempDatabase::create()?),
             // Quorum relays, so a follower can be cut off from the quorum (zk-isolate-follower).
             Launch::ZookeeperEnsemble(n) => Servers::Zookeeper(
