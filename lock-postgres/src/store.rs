@@ -968,46 +968,23 @@ impl PostgresStore {
                     Ok(Attempt::Blocked(blocker)) => {
                         let remaining = deadline.saturating_duration_since(Instant::now());
                         let main = target.lock_id;
-                        match blocker {
-                            Blocker::Main => {
-                                self.wait_in_queue(
-                                    &mut session,
-                                    main,
-                                    Queue::Shared,
-                                    remaining,
-                                    ttl,
-                                )
-                                .await
+                        let jitter =
+                            Duration::from_millis((OwnerId::random().as_u128() % 50) as u64);
+                        let poll = remaining.min(MODE_POLL + jitter);
+                        let (id, queue, bound) = match blocker {
+                            Blocker::Main => (main, Queue::Shared, remaining),
+                            Blocker::Group(_) if have != KeyLock::Shared => {
+                                (main, Queue::Exclusive { turn: locks.turn }, remaining)
                             }
-                            Blocker::Group(id) if have == KeyLock::Shared => {
-                                let jitter = Duration::from_millis(
-                                    (OwnerId::random().as_u128() % 50) as u64,
-                                );
-                                let bound = remaining.min(MODE_POLL + jitter);
-                                self.wait_in_queue(&mut session, id, Queue::Signal, bound, ttl)
-                                    .await
-                                    .map(|_| KeyLock::Shared)
-                            }
-                            Blocker::Group(_) => {
-                                self.wait_in_queue(
-                                    &mut session,
-                                    main,
-                                    Queue::Exclusive { turn: locks.turn },
-                                    remaining,
-                                    ttl,
-                                )
-                                .await
-                            }
-                            Blocker::Slot(id) => {
-                                let jitter = Duration::from_millis(
-                                    (OwnerId::random().as_u128() % 50) as u64,
-                                );
-                                let bound = remaining.min(MODE_POLL + jitter);
-                                self.wait_in_queue(&mut session, id, Queue::Signal, bound, ttl)
-                                    .await
-                                    .map(|_| KeyLock::Shared)
-                            }
-                        }
+                            // The session keeps the key's lock shared through these waits.
+                            Blocker::Group(id) | Blocker::Slot(id) => (id, Queue::Signal, poll),
+                        };
+                        self.wait_in_queue(&mut session, id, queue, bound, ttl)
+                            .await
+                            .map(|held| match queue {
+                                Queue::Signal => KeyLock::Shared,
+                                _ => held,
+                            })
                     }
                     Err(fault) => Err(fault),
                 };

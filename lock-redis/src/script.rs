@@ -401,6 +401,27 @@ end
     };
 }
 
+/// Lua for a shared or permit request that is not a resend (`own` unset): refused with
+/// `{3, 0, arrival}` while a conflicting mark waits ahead of it in the queue (KEYS[4]), which
+/// then marks its own place (for ARGV[9] ms).
+macro_rules! queued_ahead_lua {
+    () => {
+        concat!(
+            r"
+  if not own then
+",
+            ahead_lua!("KEYS[4]"),
+            r"
+    if ahead then
+",
+            mark_lua!("KEYS[4]", "ARGV[9]", "{3, 0, marked and arrival or 0}"),
+            r"    end
+  end
+"
+        )
+    };
+}
+
 /// The shared or permit acquire, with `$label` (Lua, or nothing) run on a grant.
 macro_rules! acquire_as_lua {
     ($label:literal) => {
@@ -451,15 +472,9 @@ if limit == 0 then
       end
     end
   end
-  if not own then
 ",
-    ahead_lua!("KEYS[4]"),
+    queued_ahead_lua!(),
     r"
-    if ahead then
-",
-    mark_lua!("KEYS[4]", "ARGV[9]", "{3, 0, marked and arrival or 0}"),
-    r"    end
-  end
 else
   local mine = ARGV[1] .. ':'
   local taken = {}
@@ -476,15 +491,9 @@ else
       taken[tonumber(s)] = true
     end
   end
-  if not own then
 ",
-    ahead_lua!("KEYS[4]"),
+    queued_ahead_lua!(),
     r"
-    if ahead then
-",
-    mark_lua!("KEYS[4]", "ARGV[9]", "{3, 0, marked and arrival or 0}"),
-    r"    end
-  end
   if not own and count >= limit then
     local first = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
 ",
