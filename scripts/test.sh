@@ -39,8 +39,8 @@ missing_packages() {
   command -v openssl >/dev/null || echo openssl
   command -v redis-cli >/dev/null || echo redis-tools
   /usr/bin/python3 -c 'import redis' 2>/dev/null || echo python3-redis
-  # A C compiler: rustc's linker, and test-servers builds the clock shim it preloads into a
-  # Redis replica whose clock is set back (the Redis Cluster failover test).
+  # A C compiler: rustc's linker, and test-servers builds the clock shim it preloads into the
+  # servers and processes whose wall clock a test sets back or steps while they run.
   command -v cc >/dev/null || echo gcc
   # ZooKeeper (a Java server) and the peer clients of its interop tests: Curator's recipes
   # compiled with javac, and kazoo.

@@ -57,7 +57,7 @@ enum Command {
     Run {
         /// The lock's key.
         key: String,
-        /// The lease TTL; the lease is extended at a third of it while CMD runs.
+        /// The lease TTL; the lease is extended every quarter of it while CMD runs.
         #[arg(long, default_value = "30s", value_parser = duration::parse)]
         ttl: Duration,
         /// Wait up to this long for the lock (default, or 0: one attempt).

@@ -1,4 +1,5 @@
-//! Real Redis, etcd and PostgreSQL servers for tests.
+//! Real Redis (one server or a Cluster), etcd, PostgreSQL, MariaDB and ZooKeeper servers for
+//! tests, and a clock shim that steps a server's or a process's wall clock while it runs.
 //!
 //! Each server is started as a child process on free loopback ports, in its
 //! own temporary directory (which also holds its log), and the constructor
