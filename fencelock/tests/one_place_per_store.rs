@@ -190,3 +190,60 @@ fn the_readme_url_table_is_the_facades_list() {
         "the README's URL table and fencelock::KNOWN_STORES differ"
     );
 }
+
+/// The rows of the first table in `path` (workspace-relative) whose header starts with
+/// `header`, as `(cells)`: the header and the separator left out.
+fn table_rows(path: &str, header: &str) -> Vec<Vec<String>> {
+    let text = fs::read_to_string(workspace().join(path)).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let rows: Vec<Vec<String>> = text
+        .lines()
+        .skip_while(|line| !line.starts_with(header))
+        .take_while(|line| line.starts_with('|'))
+        .skip(2)
+        .map(|line| line.split('|').map(|c| c.trim().to_owned()).collect())
+        .collect();
+    assert!(!rows.is_empty(), "{path} has a table headed {header:?}");
+    rows
+}
+
+/// The facade's feature table has a row for every store of the facade's one list, named by
+/// its feature, with each of its URL schemes; and `docs/stores.md` has a row for each scheme
+/// family (the first scheme of each store, and Redis's Cluster and Redlock).
+#[test]
+fn the_feature_table_and_docs_stores_name_every_store() {
+    let features = table_rows("fencelock/README.md", "| feature | what it adds |");
+    let stores = table_rows("docs/stores.md", "| store | URL |");
+    for kind in fencelock::STORES {
+        if kind.name == fencelock::MEMORY.name {
+            continue;
+        }
+        let feature = features
+            .iter()
+            .find(|row| {
+                row.get(1)
+                    .is_some_and(|c| c == &format!("`{}`", kind.feature))
+            })
+            .unwrap_or_else(|| {
+                panic!(
+                    "fencelock/README.md has no row for feature {}",
+                    kind.feature
+                )
+            });
+        for scheme in kind.schemes {
+            assert!(
+                feature[2].contains(&format!("`{scheme}://`")),
+                "fencelock/README.md's {} row does not name {scheme}://",
+                kind.feature
+            );
+        }
+    }
+    for kind in fencelock::STORES {
+        let first = kind.schemes.first().expect("a scheme");
+        assert!(
+            stores
+                .iter()
+                .any(|row| row.get(2).is_some_and(|c| c == &format!("`{first}://`"))),
+            "docs/stores.md has no row for {first}://"
+        );
+    }
+}
