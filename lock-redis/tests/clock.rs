@@ -118,3 +118,66 @@ async fn a_step_forward_frees_a_held_lock_that_much_early() {
     );
     assert!(taken.fencing_token() > lease.fencing_token());
 }
+
+/// Redlock on three masters under stepped clocks, with the shortest retention window there
+/// is for the default `max_skew` (1 s): the fence keys expire, then every node's clock steps
+/// back. By `max_skew` or less, the next token is still above the last (the window covers
+/// it: the crate docs' `# Per-key state`, "On Redlock"); by three times it, the nodes mint a
+/// smaller one, the failure a window below `G + max_skew + 1 ms` would allow.
+mod redlock {
+    use super::*;
+    use fencelock_redis::{RedlockConfig, RedlockStore};
+
+    /// The smallest window for `max_skew=1s`: the granule (2^18 µs), the skew and 1 ms.
+    const WINDOW: &str = "retention=1300ms&max_ttl=1s";
+    const PAST_WINDOW: Duration = Duration::from_millis(1600);
+
+    async fn tokens_across_expiry_and_step(back: i64) -> (u64, u64) {
+        let nodes: Vec<RedisServer> = (0..3).map(|_| start()).collect();
+        let hosts: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port()))
+            .collect();
+        let url = format!("redlock://{}?{WINDOW}", hosts.join(","));
+        let store = RedlockStore::connect(RedlockConfig::from_url(&url).expect("config"))
+            .await
+            .expect("connect");
+        let key = "clock:redlock";
+        let lease = store
+            .try_acquire(key, Duration::from_secs(1))
+            .await
+            .expect("granted");
+        assert_eq!(
+            store.release(&lease).await.expect("release"),
+            ReleaseOutcome::Released
+        );
+        sleep(PAST_WINDOW).await;
+        for node in &nodes {
+            node.clock()
+                .expect("a stepped clock")
+                .step_micros(-back)
+                .expect("step");
+        }
+        let next = store
+            .try_acquire(key, Duration::from_secs(1))
+            .await
+            .expect("granted");
+        assert_eq!(
+            store.release(&next).await.expect("release"),
+            ReleaseOutcome::Released
+        );
+        (lease.fencing_token(), next.fencing_token())
+    }
+
+    #[tokio::test]
+    async fn a_step_back_within_max_skew_after_the_fences_expired_keeps_tokens_growing() {
+        let (first, second) = tokens_across_expiry_and_step(900_000).await;
+        assert!(second > first, "{second} after {first}");
+    }
+
+    #[tokio::test]
+    async fn a_step_back_beyond_max_skew_after_the_fences_expired_mints_a_smaller_token() {
+        let (first, second) = tokens_across_expiry_and_step(3_000_000).await;
+        assert!(second < first, "{second} after {first}");
+    }
+}
