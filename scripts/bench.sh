@@ -21,7 +21,7 @@ benches=(
   "sqlite fencelock-sqlite bench"
   "zookeeper fencelock-zookeeper bench"
   "zookeeper-election fencelock-zookeeper election_bench"
-  "election fencelock election_bench redis,postgres,mysql,sqlite"
+  "stores-election fencelock election_bench redis,postgres,mysql,sqlite"
 )
 
 selected=("$@")

@@ -328,8 +328,9 @@ async fn leader_child(url: &str, name: &str) -> BenchResult<()> {
     Err("leadership lost before the kill".into())
 }
 
-/// One store's part: the trials, then the failovers, and its table.
-async fn bench(store: &Store, url: &str) -> BenchResult<Table> {
+/// One store's part: the trials, then the failovers; its table, and a line of its failovers
+/// in kill order.
+async fn bench(store: &Store, url: &str) -> BenchResult<(Table, String)> {
     let handle = || fencelock::connect(url);
     let handles = Handles {
         leader: handle().await?,
@@ -356,6 +357,17 @@ async fn bench(store: &Store, url: &str) -> BenchResult<Table> {
         let name = format!("bench-failover-{i}");
         failovers.push(failover(&handles.candidates[0], url, &name, phase).await?);
     }
+    let in_order: Vec<String> = failovers
+        .iter()
+        .map(|d| d.as_millis().to_string())
+        .collect();
+    let in_order = format!(
+        "{}: failovers in kill order (kill at {} ms + i × {} ms after the candidate started), ms: {}",
+        store.name,
+        PARK.as_millis(),
+        (FAILOVER_TTL / 4 / FAILOVERS as u32).as_millis(),
+        in_order.join(", ")
+    );
     let failovers = Samples::new(failovers);
 
     let mut table = Table::default();
@@ -427,7 +439,7 @@ async fn bench(store: &Store, url: &str) -> BenchResult<Table> {
     table
         .latency("  failover max (ratio: / that bound)", max)
         .ratio(us(max) / us(bound), Some((target.as_str(), max <= bound)));
-    Ok(table)
+    Ok((table, in_order))
 }
 
 #[tokio::main(flavor = "multi_thread")]
@@ -445,7 +457,8 @@ async fn main() -> BenchResult<()> {
                 .iter()
                 .find(|s| s.name == kind.name)
                 .ok_or_else(|| format!("{} is not one of this bench's stores", kind.name))?;
-            println!("{}", bench(store, url).await?);
+            let (table, in_order) = bench(store, url).await?;
+            println!("{table}\n{in_order}");
             return Ok(());
         }
     }
@@ -470,7 +483,8 @@ async fn main() -> BenchResult<()> {
             running.url,
             started.elapsed().as_secs_f64()
         );
-        println!("{}", bench(store, &running.url).await?);
+        let (table, in_order) = bench(store, &running.url).await?;
+        println!("{table}\n{in_order}");
         println!(
             "({} took {:.0} s; load average {})",
             store.name,

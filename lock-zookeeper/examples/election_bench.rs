@@ -426,6 +426,13 @@ async fn main() -> BenchResult<()> {
         let path = format!("/bench-curator/failover/{i}");
         peer_failovers.push(peer_failover(&mut curator, &connect, &path, phase).await?);
     }
+    let in_order = format!(
+        "failovers in kill order (kill at {} ms + i × {} ms after the candidate started), ms: ours {}; Curator {}",
+        PARK.as_millis(),
+        (FAILOVER_TTL / 2 / FAILOVERS as u32).as_millis(),
+        millis(&our_failovers),
+        millis(&peer_failovers)
+    );
     let (our_failovers, peer_failovers) =
         (Samples::new(our_failovers), Samples::new(peer_failovers));
     blocking(|| drop(curator));
@@ -518,5 +525,12 @@ async fn main() -> BenchResult<()> {
         us(our_reads.p99()),
         us(peer_reads.p99())
     );
+    println!("{in_order}");
     Ok(())
+}
+
+/// Durations in whole ms, comma separated.
+fn millis(samples: &[Duration]) -> String {
+    let each: Vec<String> = samples.iter().map(|d| d.as_millis().to_string()).collect();
+    each.join(", ")
 }
