@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# name, package, example
+# name, package, example[, the features it needs]
 benches=(
   "redis fencelock-redis bench"
   "redlock fencelock-redis redlock_bench"
@@ -20,6 +20,8 @@ benches=(
   "mysql fencelock-mysql bench"
   "sqlite fencelock-sqlite bench"
   "zookeeper fencelock-zookeeper bench"
+  "zookeeper-election fencelock-zookeeper election_bench"
+  "stores-election fencelock election_bench redis,postgres,mysql,sqlite"
 )
 
 selected=("$@")
@@ -37,10 +39,10 @@ wanted() {
 # target/release/examples/bench.
 mkdir -p target/bench/bin
 for entry in "${benches[@]}"; do
-  read -r name package example <<<"$entry"
+  read -r name package example features <<<"$entry"
   wanted "$name" || continue
-  cargo build -q --release -p "$package" --example "$example"
-  cp "target/release/examples/$example" "target/bench/bin/$name"
+  cargo build -q --release -p "$package" --example "$example" ${features:+--features "$features"}
+  cp "${CARGO_TARGET_DIR:-target}/release/examples/$example" "target/bench/bin/$name"
 done
 
 mkdir -p target/bench
@@ -48,10 +50,10 @@ log="target/bench/$(date -u +%Y-%m-%dT%H%M%SZ).txt"
 {
   echo "# scripts/bench.sh, $(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
   for entry in "${benches[@]}"; do
-    read -r name package example <<<"$entry"
+    read -r name package example features <<<"$entry"
     wanted "$name" || continue
     echo
-    echo "## $name: cargo run --release -p $package --example $example"
+    echo "## $name: cargo run --release -p $package ${features:+--features $features }--example $example"
     start=$SECONDS
     "target/bench/bin/$name"
     echo "($name took $((SECONDS - start)) s; load average $(cut -d' ' -f1-3 /proc/loadavg))"

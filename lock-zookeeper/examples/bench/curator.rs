@@ -1,7 +1,8 @@
 //! Apache Curator's `InterProcessMutex`, the peer: `examples/peers/CuratorBench.java`,
 //! compiled with `javac` when the bench starts and run in one JVM for the whole run, timing
 //! its own loops with `System.nanoTime` (the loops the Rust side times its lock with) and
-//! answering each command with the samples.
+//! answering each command with the samples. The election bench runs its own peer class
+//! (`CuratorElectionBench.java`) the same way ([`Curator::start_class`]).
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -41,6 +42,10 @@ pub struct Curator {
     commands: ChildStdin,
     answers: BufReader<ChildStdout>,
     dir: PathBuf,
+    java: PathBuf,
+    /// The compiled class's directory, then the jars.
+    class_path: String,
+    class: String,
     /// How long `javac` took.
     pub compiled_in: Duration,
 }
@@ -76,6 +81,15 @@ impl Curator {
     /// (`default-jdk-headless`, `libcurator-recipes-java`, `zookeeper`), and when the compile
     /// or the start fails.
     pub fn start(connect: &str, clients: usize) -> Result<Self> {
+        Self::start_class("CuratorBench", SOURCE, &[connect, &clients.to_string()])
+    }
+
+    /// Compiles `source`, the Java class `class`, and starts it with `args`, waiting for its
+    /// `READY` line.
+    ///
+    /// # Errors
+    /// As [`Curator::start`].
+    pub fn start_class(class: &str, source_text: &str, args: &[&str]) -> Result<Self> {
         let javac = on_path("javac", "default-jdk-headless")?;
         let java = on_path("java", "default-jdk-headless")?;
         for (jar, package) in JARS {
@@ -86,11 +100,12 @@ impl Curator {
             }
         }
         let class_path = JARS.map(|(jar, _)| jar).join(":");
-        let dir = std::env::temp_dir().join(format!("fencelock-zk-bench-{}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("fencelock-zk-bench-{class}-{}", std::process::id()));
         std::fs::create_dir_all(&dir)
             .map_err(|e| Error::store("making the peer's directory", e))?;
-        let source = dir.join("CuratorBench.java");
-        std::fs::write(&source, SOURCE)
+        let source = dir.join(format!("{class}.java"));
+        std::fs::write(&source, source_text)
             .map_err(|e| Error::store("writing the peer's source", e))?;
         let started = Instant::now();
         let compiled = Command::new(javac)
@@ -103,15 +118,17 @@ impl Curator {
             .map_err(|e| Error::store("running javac", e))?;
         if !compiled.status.success() {
             return Err(failed(format!(
-                "javac CuratorBench.java failed: {}",
+                "javac {class}.java failed: {}",
                 String::from_utf8_lossy(&compiled.stderr)
             )));
         }
         let compiled_in = started.elapsed();
-        let mut child = Command::new(java)
+        let class_path = format!("{}:{class_path}", dir.display());
+        let mut child = Command::new(&java)
             .arg("-cp")
-            .arg(format!("{}:{class_path}", dir.display()))
-            .args(["CuratorBench", connect, &clients.to_string()])
+            .arg(&class_path)
+            .arg(class)
+            .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -124,6 +141,9 @@ impl Curator {
             commands,
             answers: BufReader::new(answers),
             dir,
+            java,
+            class_path,
+            class: class.to_owned(),
             compiled_in,
         };
         let ready = curator.line()?;
@@ -135,7 +155,34 @@ impl Curator {
         Ok(curator)
     }
 
-    fn line(&mut self) -> Result<String> {
+    /// A command that runs the compiled class again, in a JVM of its own, with `args`.
+    // Only the election bench runs a second JVM.
+    #[allow(dead_code)]
+    pub fn java(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(&self.java);
+        command
+            .arg("-cp")
+            .arg(&self.class_path)
+            .arg(&self.class)
+            .args(args);
+        command
+    }
+
+    /// Sends one command line, answered by the lines [`Curator::line`] reads.
+    ///
+    /// # Errors
+    /// [`Error::Store`] if the peer's stdin is closed.
+    pub fn send(&mut self, command: &str) -> Result<()> {
+        writeln!(self.commands, "{command}")
+            .and_then(|()| self.commands.flush())
+            .map_err(|e| Error::store("writing to the Curator peer", e))
+    }
+
+    /// The peer's next line. Blocks the thread.
+    ///
+    /// # Errors
+    /// [`Error::Store`] if the peer exited.
+    pub fn line(&mut self) -> Result<String> {
         let mut line = String::new();
         let read = self
             .answers
@@ -153,20 +200,35 @@ impl Curator {
     /// # Errors
     /// [`Error::Store`] with the peer's error, or if it exited.
     pub fn run(&mut self, command: &str) -> Result<Samples> {
-        writeln!(self.commands, "{command}")
-            .and_then(|()| self.commands.flush())
-            .map_err(|e| Error::store("writing to the Curator peer", e))?;
-        let answer = self.line()?;
-        let Some(samples) = answer.strip_prefix("OK") else {
-            return Err(failed(format!("Curator peer, {command}: {answer}")));
-        };
-        samples
-            .split_whitespace()
-            .map(|ns| ns.parse().map(Duration::from_nanos))
-            .collect::<std::result::Result<Vec<_>, _>>()
-            .map(Samples::new)
-            .map_err(|e| Error::store(format!("Curator peer's answer to {command}"), e))
+        let answer = self.ask(command)?;
+        samples(command, &answer)
     }
+
+    /// Runs one command and returns its answer after `OK`. Blocks the thread.
+    ///
+    /// # Errors
+    /// [`Error::Store`] with the peer's error, or if it exited.
+    pub fn ask(&mut self, command: &str) -> Result<String> {
+        self.send(command)?;
+        let answer = self.line()?;
+        match answer.strip_prefix("OK") {
+            Some(rest) => Ok(rest.to_owned()),
+            None => Err(failed(format!("Curator peer, {command}: {answer}"))),
+        }
+    }
+}
+
+/// The samples in an answer: nanoseconds separated by spaces.
+///
+/// # Errors
+/// [`Error::Store`] for a word that is not a number.
+pub fn samples(command: &str, answer: &str) -> Result<Samples> {
+    answer
+        .split_whitespace()
+        .map(|ns| ns.parse().map(Duration::from_nanos))
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map(Samples::new)
+        .map_err(|e| Error::store(format!("Curator peer's answer to {command}"), e))
 }
 
 impl Drop for Curator {
