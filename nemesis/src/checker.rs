@@ -362,6 +362,8 @@ struct Index<'h> {
     modes: HashMap<(u32, u64), WorkMode>,
     /// When each worker was killed.
     killed: HashMap<u32, u64>,
+    /// When each lease's release was answered.
+    released: HashMap<(u32, u64), u64>,
     /// Where rule 4 stops looking: the controller's stop, or the end of the history.
     end: u64,
 }
@@ -377,6 +379,7 @@ impl<'h> Index<'h> {
             healed: HashMap::new(),
             modes: HashMap::new(),
             killed: HashMap::new(),
+            released: HashMap::new(),
             end: history.last().map_or(0, |e| e.t),
         };
         for e in history {
@@ -401,6 +404,9 @@ impl<'h> Index<'h> {
                 }
                 Event::Healed { id } => {
                     index.healed.insert(*id, e.t);
+                }
+                Event::Release { lease, .. } => {
+                    index.released.insert((e.worker, *lease), e.t);
                 }
                 _ => {}
             }
@@ -935,7 +941,7 @@ impl<'h> Index<'h> {
         };
         let start = self.history.first().map_or(0, |e| e.t);
         let mut violations = Vec::new();
-        for &(worker, lease, mode, asked, ended, _) in &wants {
+        for &(worker, lease, mode, asked, ended, granted) in &wants {
             // A worker's first request also sets up what its handle does once (a session, a
             // key's parent nodes), for longer than the settle: ordered from its second on.
             if lease == 1 {
@@ -943,11 +949,17 @@ impl<'h> Index<'h> {
             }
             let killed = self.killed.get(&worker).copied().unwrap_or(u64::MAX);
             let own = silenced.get(&worker).map_or(&[][..], Vec::as_slice);
-            // The first request that passed this waiter, if any.
+            // The first request that passed this waiter, if any: granted first, and not let in
+            // next to it (two permits a free slot each granted in one release's wake-up are
+            // served together, whichever answer arrived first).
             let passed = wants
                 .iter()
                 .filter(|v| v.0 != worker && v.5 && v.3 >= asked + settle)
                 .filter(|v| v.4 < ended && v.4 < killed && v.4 <= self.end)
+                .filter(|v| {
+                    let held_until = self.released.get(&(v.0, v.1)).copied().unwrap_or(u64::MAX);
+                    ended > held_until || !granted
+                })
                 .filter(|v| delays.order.orders(mode, v.2))
                 .filter(|v| !overlaps(&store_faults, asked, v.4) && !overlaps(own, asked, v.4))
                 .min_by_key(|v| v.4);
