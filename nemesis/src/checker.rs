@@ -1402,6 +1402,53 @@ mod tests {
         assert!(a_permit_passes_a_writer(&writers, false).broke(6));
     }
 
+    /// Worker 1 writes; worker 2 asks for a permit of 2 at 100 ms (its second lease), worker
+    /// 3 for one at 500 ms. The writer's release lets both in: worker 3's answer arrives
+    /// first, worker 2's `second_ms` later.
+    fn two_permits_after_a_writer(second_ms: u64) -> Verdict {
+        let permits = WorkMode::Permit { limit: 2 };
+        let fair = StoreDelays {
+            order: crate::delays::Order::Fair,
+            ..crate::delays::NONE
+        };
+        let mut history = vec![
+            acquire(0, 1, 1),
+            grant(10, 1, 1, 1),
+            at(
+                100,
+                2,
+                Event::Acquire {
+                    lease: 2,
+                    mode: permits,
+                },
+            ),
+            at(
+                500,
+                3,
+                Event::Acquire {
+                    lease: 1,
+                    mode: permits,
+                },
+            ),
+            release(900, 1, 1, 1),
+            grant_as(901, 3, 1, 2, permits, Some(0)),
+            release(950, 3, 1, 2),
+            grant_as(901 + second_ms, 2, 2, 3, permits, Some(1)),
+            release(1000 + second_ms, 2, 2, 3),
+        ];
+        history.sort_by_key(|e| e.t);
+        check(&history, &ResourceState::default(), TTL_MS, &fair)
+    }
+
+    #[test]
+    fn two_permits_let_in_together_pass_no_one_but_a_permit_let_in_after_the_later_one_left_was_passed(
+    ) {
+        let together = two_permits_after_a_writer(2);
+        assert!(!together.broke(6), "{:#?}", together.violations);
+        let after = two_permits_after_a_writer(100);
+        assert!(after.broke(6), "{:#?}", after.violations);
+    }
+
     #[test]
     fn rule_6_asks_nothing_of_an_unordered_store_or_of_a_paused_waiter() {
         let unordered = a_permit_passes_a_writer(PLAIN, false);
