@@ -806,7 +806,7 @@ impl raw::Store for RedisStore {
     }
 
     /// Millisecond TTLs (`PX`), notified waits (pub/sub), a fair queue (each waiter's mark in
-    /// the key's queue keeps out every later request it conflicts with; see [`WriterMark`]),
+    /// the key's queue keeps out every later request it conflicts with; the crate docs, *Waiting in order*),
     /// and a dead holder's lock lives until its TTL. In [`Layout::Plain`] waits are not declared notified: peer
     /// clients publish nothing when they release, so a waiter sees their releases only by
     /// trying again, at least every [`WAIT_CAP`] (fencelock's own releases still wake it).
