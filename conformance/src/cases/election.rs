@@ -608,9 +608,12 @@ pub(super) async fn observers_see_every_leader_in_term_order(ctx: Ctx) -> CaseRe
     sleep(bound * 2).await;
     task.abort();
     let seen = seen.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    // A term of 0 is one the store cannot tell yet (MySQL between a grant and its fence
+    // bump): the observer's contract orders it by nothing.
     let yielded: Vec<u64> = seen
         .iter()
         .filter_map(|(_, l)| l.as_ref().map(|l| l.term))
+        .filter(|&term| term != 0)
         .collect();
     ensure!(
         yielded.windows(2).all(|w| w[0] <= w[1]),
