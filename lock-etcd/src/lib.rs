@@ -29,8 +29,8 @@ pub use config::{
 pub use descriptor::ETCD;
 pub use store::{mutex_key, EtcdStore};
 
-/// Whether etcd server `version` (as `"3.4.23"`) has the stale-leader lease revocation of etcd
-/// issue 15247: a leader stopped past a lease's TTL and then resumed revokes the leases it
+/// Whether etcd server `version` (as `"3.4.23"`) has the stale-leader lease revocation that
+/// etcd fixed in 3.4.31 and 3.5.13: a leader stopped past a lease's TTL and then resumed revokes the leases it
 /// believes expired, though a newer leader kept them alive, which frees their locks early.
 /// Fixed in 3.4.31 and 3.5.13. An unparseable version counts as affected.
 pub fn stale_leader_revokes_leases(version: &str) -> bool {

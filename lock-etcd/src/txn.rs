@@ -223,7 +223,7 @@ pub(crate) fn relabel(entry: &str, revision: i64, key: &str, label: &str, lease_
 
 /// Release (and the operator's evict): delete `entry` only if its create revision is still
 /// `revision`, the one the holder's grant saw (its token is the offset plus it). Atomic: compare and delete in one transaction, so a retried
-/// stale unlock never deletes a newer holder (etcd issue 22082).
+/// stale unlock never deletes a newer holder (as etcd's own lock service once did).
 ///
 /// With `label` (the holder's label key, [`Layout::Fencelock`](crate::Layout::Fencelock)), it
 /// goes in the same step: the etcd lease it is on is kept for the next lock.

@@ -1,8 +1,8 @@
 //! A stopped etcd leader, resumed after longer than a TTL, against locks kept alive meanwhile
 //! through the new leader (the nemesis run's `etcd-stop-minority` finding).
 //!
-//! Root cause, outside this crate: an etcd server before 3.4.31 / 3.5.13 (etcd issue 15247,
-//! fixed by etcd PRs 17465 and 17425) revokes, when a stalled leader runs again, every lease
+//! Root cause, outside this crate: an etcd server before 3.4.31 / 3.5.13 (fixed in those
+//! releases) revokes, when a stalled leader runs again, every lease
 //! that looks expired to its own lessor; the revoke proposals are forwarded to the new leader
 //! and committed, deleting entries whose renewals etcd had confirmed. No client request can
 //! prevent it, so this test pins what the client owes in both cases: on a fixed server, every

@@ -384,7 +384,7 @@ pub fn delays_of(store: &str) -> &'static StoreDelays {
 }
 
 /// Whether an etcd leader stopped past a TTL and resumed revokes leases a newer leader kept
-/// alive, on the etcd server of this version (etcd issue 15247).
+/// alive, on the etcd server of this version (etcd before 3.4.31 and 3.5.13).
 pub(crate) fn etcd_stale_leader_revokes_leases(version: &str) -> bool {
     fencelock::fencelock_etcd::stale_leader_revokes_leases(version)
 }

@@ -249,7 +249,7 @@ impl Nemesis {
                 let member = self.rng.random_range(0..cluster.member_count());
                 let stopped = self.past_ttl();
                 // A leader stopped past a TTL and resumed revokes leases a newer leader kept
-                // alive, on etcd before 3.4.31/3.5.13 (etcd issue 15247): an early free the
+                // alive, on etcd before 3.4.31/3.5.13: an early free the
                 // etcd store's docs name, so the checker must not blame the store for it.
                 let leader = cluster.leader().ok() == Some(member);
                 let affected = EtcdCluster::version()
