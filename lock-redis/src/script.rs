@@ -1217,8 +1217,10 @@ pub(crate) struct Place<'a> {
     pub(crate) mark: Duration,
 }
 
-/// [`acquire_as_on`] for an attempt of a waiter at `place` (or a single attempt with `None`):
-/// refused, it marks its place; the second field is the arrival marked (0: none).
+/// Runs the shared or permit acquire script on one connection; `mode` is not exclusive, and
+/// `resend_window` is the longest a resend can follow its first run and still be answered (the
+/// command timeout). An attempt of a waiter at `place` marks its place when refused (`None`: a
+/// single attempt, which marks nothing); the second field is the arrival marked (0: none).
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn acquire_as_waiting_on<C: ConnectionLike>(
     conn: &mut C,
