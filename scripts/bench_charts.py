@@ -5,6 +5,11 @@
     python3 scripts/bench_charts.py --check RUN.txt OUTDIR  regenerate into a temporary
         directory and compare: exit 1 naming every file that differs, is missing or is extra
 
+RUN.txt is either a scripts/bench.sh run or one bench's output kept whole under a first line
+'# cargo run --release -p PACKAGE [--features F] --example EXAMPLE, STAMP, …' (the election
+benches, BENCHES below). The election benches print their figures among prose and, for the
+stores without a peer, store by store: their sections are read leniently (LENIENT).
+
 The output is a pure function of RUN.txt's bytes and file name (no clock, no randomness, no environment,
 fixed number formatting, fixed order), so the checked-in charts can be compared byte for byte.
 Python 3 standard library only.
@@ -36,6 +41,12 @@ RATIO = re.compile(r"-?\d+(?:\.\d+)?×")
 SECTION = re.compile(r"## (\S+): (cargo run .+)")
 TRAILER = re.compile(r"\((\S+) took (\d+) s; load average [\d. ]+\)")
 RUN_HEADER = re.compile(r"# scripts/bench\.sh, (\S+), .+")
+BENCH_HEADER = re.compile(
+    r"# (cargo run --release -p (\S+) (?:--features (\S+) )?--example (\S+)), (\S+), .+")
+# a bench's own last line
+BENCH_END = re.compile(r"\((?:took \d+ s; )?load average after: [\d. ]+\)")
+# one store's part of a bench that runs several, up to its "(store took N s; …)" line
+STORE_BLOCK = re.compile(r"(\S+) at (\S+) \(servers up in [\d.]+ s\)")
 SAMPLES_P99 = re.compile(r"(raw [^,;]+?) p99 (\d+(?:\.\d+)?) µs")
 
 
@@ -57,10 +68,11 @@ class Row:
 
 
 class Section:
-    def __init__(self, name, command, lineno):
+    def __init__(self, name, command, lineno, where=None):
         self.name = name
         self.command = command
         self.lineno = lineno
+        self.where = where  # a store block's first line: the store and its URL
         self.header = []  # prose lines before the rows
         self.rows = []
         self.notes = []  # (line number, prose line) after the rows
@@ -68,9 +80,10 @@ class Section:
 
 
 class Run:
-    def __init__(self, stamp, header):
+    def __init__(self, stamp, header, bench=None):
         self.stamp = stamp
         self.header = header
+        self.bench = bench  # the bench's name when the file is one bench's output
         self.sections = []
 
     def section(self, name):
@@ -101,7 +114,92 @@ def parse_row(lineno, line):
     return Row(lineno, indent, label, value, ratio, target)
 
 
+def parse_lenient(name, command, lineno, lines):
+    """The sections of an election bench's output: [(line number, line)] after its command.
+
+    Any line with two spaces between fields is a row, any other prose: the header before the
+    first row, a note after it. A bench that runs several stores prints each in a block, from
+    'store at URL (servers up in …)' to '(store took N s; …)': one section each, named
+    'name/store'."""
+    top = Section(name, command, lineno)
+    blocks = []
+    block = None
+    last = lineno
+    for n, raw in lines:
+        last = n
+        line = raw.rstrip(" ")
+        if line == "" or line.startswith("# ") or BENCH_END.fullmatch(line):
+            continue
+        m = STORE_BLOCK.fullmatch(line)
+        if m:
+            if block is not None:
+                raise ParseError(f"line {n}: a store block starts inside {block.name!r}'s "
+                                 f"(line {block.lineno}): {raw!r}")
+            block = Section(f"{name}/{m.group(1)}", command, n, where=line)
+            blocks.append(block)
+            continue
+        cur = block if block is not None else top
+        m = TRAILER.fullmatch(line)
+        if m:
+            if block is None or m.group(1) != block.name.split("/")[1]:
+                raise ParseError(f"line {n}: a store's trailer outside its block: {raw!r}")
+            if not block.rows:
+                raise ParseError(f"line {n}: {block.name!r} ends with no figures: {raw!r}")
+            block.took = int(m.group(2))
+            block = None
+            continue
+        if re.search(r"\S {2,}\S", line):
+            cur.rows.append(parse_row(n, line))
+        elif cur.rows:
+            cur.notes.append((n, line))
+        else:
+            cur.header.append(line)
+    if block is not None:
+        raise ParseError(f"line {last}: {block.name!r} (line {block.lineno}) has no "
+                         f"'(store took N s; …)' line: the run was cut short")
+    if blocks:
+        if top.rows:
+            raise ParseError(f"line {top.rows[0].lineno}: a row outside every store's block")
+        return blocks
+    if not top.rows:
+        raise ParseError(f"line {lineno}: {name!r} has no figures")
+    return [top]
+
+
+# The benches a file of one bench's output may hold, by (package, example), named as
+# scripts/bench.sh names them; each is read leniently.
+BENCHES = {
+    ("fencelock-etcd", "election_bench"): "etcd-election",
+    ("fencelock-zookeeper", "election_bench"): "zookeeper-election",
+    ("fencelock", "election_bench"): "stores-election",
+}
+LENIENT = set(BENCHES.values())
+
+
+def parse_bench(text):
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    m = BENCH_HEADER.fullmatch(lines[0]) if lines else None
+    if not m:
+        raise ParseError("line 1: neither a scripts/bench.sh run header nor a "
+                         "'# cargo run --release -p …, STAMP, …' one")
+    name = BENCHES.get((m.group(2), m.group(4)))
+    if name is None:
+        raise ParseError(f"line 1: no charts for the bench of {m.group(1)!r}; add it to "
+                         f"BENCHES in scripts/bench_charts.py")
+    ends = [n for n, line in enumerate(lines, start=1) if BENCH_END.fullmatch(line.rstrip(" "))]
+    if not ends:
+        raise ParseError(f"line {len(lines)}: no '(took N s; load average after: …)' line: "
+                         f"the run was cut short")
+    run = Run(m.group(5), lines[0][2:], bench=name)
+    run.sections = parse_lenient(name, m.group(1), 1, list(enumerate(lines[1:], start=2)))
+    return run
+
+
 def parse(text):
+    if not text.startswith("# scripts/bench.sh"):
+        return parse_bench(text)
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
@@ -129,8 +227,24 @@ def parse(text):
             if run.section(m.group(1)):
                 raise ParseError(f"line {n}: section {m.group(1)!r} appears twice: {raw!r}")
             cur = Section(m.group(1), m.group(2), n)
-            run.sections.append(cur)
             state = "header"
+            if cur.name in LENIENT:
+                state = "lenient"
+                body = []
+                continue
+            run.sections.append(cur)
+            continue
+        if state == "lenient":
+            m = TRAILER.fullmatch(line)
+            if m and m.group(1) == cur.name:
+                for sub in parse_lenient(cur.name, cur.command, cur.lineno, body):
+                    if run.section(sub.name):
+                        raise ParseError(f"line {sub.lineno}: section {sub.name!r} appears "
+                                         f"twice")
+                    run.sections.append(sub)
+                state = "done"
+            else:
+                body.append((n, raw))
             continue
         if cur is None or state == "done":
             raise ParseError(f"line {n}: outside any section: {raw!r}")
@@ -178,7 +292,9 @@ FULL_RUN = ["redis", "redlock", "redis-scale", "etcd", "postgres", "mysql", "sql
 # Stores scripts/bench.sh runs that the stored full run predates: charted when a run has their
 # section, left out of every chart when it does not. Move one into FULL_RUN once the stored
 # run has it.
-ADDED = []
+ELECTION_STORES = ["redis", "redlock", "postgres", "mysql", "sqlite"]
+ADDED = (["etcd-election", "zookeeper-election"]
+         + [f"stores-election/{store}" for store in ELECTION_STORES])
 
 # The peers' protocol: each store's bench prints ours and its peer's acquire latency
 # (asking to holding) with 8 contenders on one key, each holding 1 ms and pausing 30 ms after
@@ -207,6 +323,8 @@ STORE_TITLES = {
     "sqlite": "SQLite",
     "zookeeper": "ZooKeeper",
 }
+STORE_TITLES.update({f"stores-election/{store}": STORE_TITLES[store]
+                     for store in ELECTION_STORES})
 
 # (file, title, [(section, [bar specs])])
 CHARTS = [
@@ -484,6 +602,96 @@ CHARTS += [
 ]
 
 
+
+
+# Leader election: ours next to the peer's recipe on the same server, in alternating rounds
+# (etcd's election service, Curator's LeaderSelector); the stores with no peer on their own.
+def pairs(stem, stats, ours, peer, kinds=("ours", "peer")):
+    """Rows 'STEM STAT: OURS' and 'STEM STAT: PEER' for each stat, ours first."""
+    return [(f"{stem} {stat}: {who}", kind)
+            for stat in stats for who, kind in ((ours, kinds[0]), (peer, kinds[1]))]
+
+
+P50_MEAN_P99 = ("p50", "mean", "p99")
+P50_MEAN_MAX = ("p50", "mean", "max")
+ETCD_PEER = "etcd's election service"
+CURATOR = "Curator's LeaderSelector"
+
+CHARTS += [
+    ("etcd-election-handover.svg",
+     "etcd: election handover, resign sent → the next candidate leads, ours next to etcd's "
+     "election service",
+     [("etcd-election",
+       pairs("handover, resign sent → candidate's campaign returns", P50_MEAN_P99, "ours",
+             ETCD_PEER)
+       + pairs("handover to a successor known at the grant (a handoff mark)", P50_MEAN_P99,
+               "ours", ETCD_PEER))]),
+    ("etcd-election-observe.svg",
+     "etcd: observe, resign sent → the observer names the new leader, ours next to etcd's "
+     "election service",
+     [("etcd-election",
+       pairs("observe, resign sent → observer names the new leader", P50_MEAN_P99, "ours",
+             ETCD_PEER)
+       + pairs("observe, that handover", P50_MEAN_P99, "ours", ETCD_PEER)
+       + [("after the wake-up, ours: a status read p50", "ours"),
+          ("after the wake-up, theirs: Leader() p50", "peer"),
+          ("raw floor: delete → another client's watch event p50", "raw")])]),
+    ("etcd-election-failover.svg",
+     "etcd: failover, the leader SIGKILLed → the next candidate leads (TTL 2 s), ours next to "
+     "etcd's election service",
+     [("etcd-election",
+       [(f"failover, kill → candidate's campaign returns (ratio: / TTL) {stat}: {who}", kind)
+        for who, kind in (("ours", "ours"), (ETCD_PEER, "peer"))
+        for stat in P50_MEAN_MAX])]),
+    ("zookeeper-election-handover.svg",
+     "ZooKeeper: election handover, resign sent → the next candidate leads, ours next to "
+     "Curator's LeaderSelector",
+     [("zookeeper-election",
+       pairs("handover, resign sent → candidate leads", P50_MEAN_P99, "ours", CURATOR))]),
+    ("zookeeper-election-observe.svg",
+     "ZooKeeper: observe, resign sent → the observer names the new leader, ours next to "
+     "Curator's CuratorCache",
+     [("zookeeper-election",
+       pairs("observe, resign sent → observer names the new leader", P50_MEAN_P99, "ours",
+             "Curator: CuratorCache")
+       + [("naming the leader, ours: a status read p50", "ours"),
+          ("naming the leader, Curator: getLeader() p50", "peer"),
+          ("raw floor: delete → another session's watch event, after 50 ms idle p50",
+           "raw")])]),
+    ("zookeeper-election-failover.svg",
+     "ZooKeeper: failover, the leader SIGKILLed → the next candidate leads (session timeout "
+     "2 s), ours next to Curator's LeaderSelector",
+     [("zookeeper-election",
+       [(f"failover, kill → candidate leads (ratio: / session timeout) {stat}: {who}", kind)
+        for who, kind in (("ours", "ours"), (CURATOR, "peer"))
+        for stat in P50_MEAN_MAX]
+       + [("failover max (ratio: / that bound): ours", "ours"),
+          (f"failover max (ratio: / that bound): {CURATOR}", "peer")])]),
+    ("stores-election-handover.svg",
+     "Redis, Redlock, PostgreSQL, MariaDB, SQLite: election handover, resign sent → a "
+     "candidate leads (no peer)",
+     [(f"stores-election/{store}",
+       [(f"handover, resign sent → a candidate's campaign returns {stat}", "ours")
+        for stat in P50_MEAN_P99])
+      for store in ELECTION_STORES]),
+    ("stores-election-observe.svg",
+     "Redis, Redlock, PostgreSQL, MariaDB, SQLite: observe, resign sent → the observer "
+     "names the new leader (polled every 100 ms; no peer)",
+     [(f"stores-election/{store}",
+       [(f"observe, resign sent → observer names the new leader {stat}", "ours")
+        for stat in P50_MEAN_P99])
+      for store in ELECTION_STORES]),
+    ("stores-election-failover.svg",
+     "Redis, Redlock, PostgreSQL, MariaDB, SQLite: failover, the leader SIGKILLed → a "
+     "candidate leads (TTL 2 s; no peer)",
+     [(f"stores-election/{store}",
+       [(f"failover, kill → candidate's campaign returns (ratio: / TTL) {stat}: ours", "ours")
+        for stat in P50_MEAN_MAX]
+       + [("failover max (ratio: / that bound)", "ours")])
+      for store in ELECTION_STORES]),
+]
+
+
 class Bar:
     def __init__(self, label, text, number, unit, kind, note, lineno, target=""):
         self.target = target or ""  # "target …: met", or ""
@@ -562,7 +770,8 @@ def build(run, spec_groups):
     groups = []
     for name, specs in spec_groups:
         section = run.section(name)
-        if section is None and name in ADDED:
+        # a stored full run predates the section; one bench's output has only its own
+        if section is None and (name in ADDED or run.bench is not None):
             continue
         if (all(spec[0] in ADDED_ROWS for spec in specs)
                 and not any(r.label in ADDED_ROWS for r in section.rows)):
@@ -647,7 +856,12 @@ def draw(run, run_name, fname, title, groups):
     unit = units[0]
     single = len(groups) == 1
     section0 = groups[0][0]
-    if single:
+    commands = {section.command for section, _ in groups}
+    if run.bench is not None and len(commands) == 1:
+        subtitle = [f"{section0.command}  ({run_name}"
+                    + (")" if single else ", one store after another, each named above its "
+                       "bars)")]
+    elif single:
         subtitle = [f"{section0.command}  (section '{section0.name}' of {run_name})"]
     else:
         subtitle = [f"scripts/bench.sh, one command per store, each named above its bars "
@@ -675,7 +889,9 @@ def draw(run, run_name, fname, title, groups):
         for line in section0.header:
             foot.append(f"{section0.name}: {line}")
         for _, line in section0.notes:
-            if line.startswith("ratios:") or line.startswith("samples:"):
+            # a lenient section's notes are its prose after the figures, all of it
+            if (line.startswith("ratios:") or line.startswith("samples:")
+                    or section0.name in LENIENT):
                 foot.append(f"{section0.name}: {line}")
     # one "from line N" per bar keeps every figure traceable to the run's text
     label_lines = []
@@ -713,9 +929,12 @@ def draw(run, run_name, fname, title, groups):
     y += 24
     x = left
     kinds_used = {b.kind for _, bars in groups for b in bars}
+    election = any(section.name.split("/")[0] in LENIENT for section, _ in groups)
     for kind, text in LEGEND:
         if kind not in kinds_used:
             continue
+        if kind == "peer" and election:
+            text = "peer election recipe"
         body.append(f'<rect x="{x}" y="{y - 10}" width="12" height="12" '
                     f'fill="{COLORS[kind]}"/>')
         body.append(f'<text x="{x + 17}" y="{y}" font-size="12" fill="{INK}">{esc(text)}</text>')
@@ -728,7 +947,7 @@ def draw(run, run_name, fname, title, groups):
             y += 26
             rows.append(f'<text x="{left}" y="{y}" font-size="13" font-weight="bold" '
                         f'fill="{INK}">{esc(STORE_TITLES.get(section.name, section.name))}: '
-                        f'{esc(section.command)}</text>')
+                        f'{esc(section.where or section.command)}</text>')
         for b in bars:
             y += 22
             label = esc(b.label)
@@ -781,13 +1000,13 @@ def render(run_path):
     except UnicodeDecodeError as e:
         raise ParseError(f"{run_path}: not UTF-8 ({e})")
     run = parse(text)
-    known = set(FULL_RUN) | set(ADDED)
+    charted = {name for _, _, spec_groups in CHARTS for name, _ in spec_groups}
     for s in run.sections:
-        if s.name not in known:
+        if s.name not in charted:
             raise ParseError(f"line {s.lineno}: no charts for section {s.name!r}; add them to "
-                             f"CHARTS in scripts/bench_charts.py: ## {s.name}: {s.command}")
+                             f"CHARTS in scripts/bench_charts.py: {s.where or s.command}")
     missing = [n for n in FULL_RUN if run.section(n) is None]
-    if missing:
+    if missing and run.bench is None:
         raise ParseError(f"not a full run: no section for {', '.join(missing)} "
                          f"(scripts/bench.sh with no arguments runs them all)")
     run_name = os.path.basename(run_path)

@@ -123,9 +123,17 @@ package_crates() {
 
 step packages install_packages
 step fmt cargo fmt --all --check
-# The benchmark charts in docs/ are generated from the stored run's text: a hand-edited or
-# stale chart fails here (Python's standard library only).
-step charts python3 scripts/bench_charts.py --check docs/bench/2026-11-27T1641Z.txt docs/bench/2026-11-27T1641Z
+# The benchmark charts in docs/ are generated from the stored runs' text: a hand-edited or
+# stale chart fails here (Python's standard library only). Each chart directory in docs/bench
+# is drawn from the run beside it of the same name.
+check_charts() {
+  local dir
+  for dir in docs/bench/*/; do
+    dir=${dir%/}
+    python3 scripts/bench_charts.py --check "$dir.txt" "$dir" || return 1
+  done
+}
+step charts check_charts
 step clippy cargo clippy --workspace --all-targets --all-features -- -D warnings
 step deps facade_is_store_free
 step doc env RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features --quiet
