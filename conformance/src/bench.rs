@@ -1048,7 +1048,7 @@ impl KeptAlive {
     /// keep-alive was stopped but whose release was not confirmed expires at its TTL.
     pub async fn release<S: LockStore + ?Sized>(&mut self, store: &S) -> Result<()> {
         for keep in self.kept.drain(..) {
-            let lease = keep.stop();
+            let lease = keep.stop().await;
             let _ = store.release(&lease).await?;
         }
         Ok(())

@@ -54,7 +54,7 @@ async fn main() -> Result<(), Error> {
     let held = KeepAlive::start(store.clone(), next);
     tokio::time::sleep(ttl * 2).await;
     println!("kept alive past two TTLs, lost: {}", held.is_lost());
-    println!("released: {:?}", store.release(&held.stop()).await?);
+    println!("released: {:?}", store.release(&held.stop().await).await?);
 
     // Or let with_lock do all of it.
     let token = with_lock(store.lock("nightly-export").ttl(ttl), |lease| async move {

@@ -271,7 +271,7 @@ impl LockGuard {
             .keep_alive
             .take()
             .expect("a live guard keeps its keep-alive");
-        let lease = keep_alive.stop();
+        let lease = keep_alive.stop().await;
         self.store.release(&lease).await
     }
 }
@@ -287,11 +287,12 @@ impl Drop for LockGuard {
         let Some(keep_alive) = self.keep_alive.take() else {
             return;
         };
-        let lease = keep_alive.stop();
-        // Without a runtime nothing can be sent: the lease expires at its TTL.
+        // Without a runtime nothing can be sent: the lease expires at its TTL (and dropping the
+        // keep-alive stops its extends).
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let store = Arc::clone(&self.store);
             runtime.spawn(async move {
+                let lease = keep_alive.stop().await;
                 if let Err(error) = store.release(&lease).await {
                     tracing::debug!(key = lease.key(), %error, "a dropped guard's release failed; the lease expires at its TTL");
                 }

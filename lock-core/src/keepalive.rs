@@ -95,7 +95,10 @@ where
 }
 
 /// [`keep_alive`], keeping the cause in a form every later caller can turn into an error.
-pub(crate) async fn watch<S>(store: &S, lease: &Lease, lost: &CancellationToken) -> Option<Lost>
+/// `stop` ends it between two extends, never during one: an extend in flight is answered
+/// first, so the session it runs on is not left mid-statement for the release that follows
+/// (a dropped SQL client future can leave its connection mid-packet).
+pub(crate) async fn watch<S>(store: &S, lease: &Lease, stop: &CancellationToken) -> Option<Lost>
 where
     S: LockStore + ?Sized,
 {
@@ -115,7 +118,7 @@ where
     loop {
         tokio::select! {
             biased;
-            () = lost.cancelled() => return None,
+            () = stop.cancelled() => return None,
             () = revocation.revoked() => return lose(revoked()),
             () = sleep_until(lease.valid_until()) => {
                 return lose(Lost::because("the local deadline passed before an extend was confirmed"));
@@ -164,7 +167,8 @@ fn retry_delay(period: Duration) -> Duration {
 
 /// A lease kept alive by a background task, with a signal that fires when it is lost.
 ///
-/// Created by [`KeepAlive::start`]. Dropping it stops the extensions (it does not release).
+/// Created by [`KeepAlive::start`]. Dropping it stops the extensions at once, abandoning an
+/// extend in flight (it does not release); [`stop`](KeepAlive::stop) lets that extend finish.
 /// A [`LockGuard`](crate::LockGuard) is one of these with the release added: prefer it.
 ///
 /// ```
@@ -181,7 +185,7 @@ fn retry_delay(period: Duration) -> Duration {
 ///     () = held.lost() => return Err(held.lost_error().expect("lost, so an error")),
 ///     () = tokio::time::sleep(Duration::from_secs(4)) => {} // the work, past one TTL
 /// }
-/// store.release(&held.stop()).await?;
+/// store.release(&held.stop().await).await?;
 /// # Ok(()) }
 /// ```
 #[derive(Debug)]
@@ -189,6 +193,8 @@ pub struct KeepAlive {
     lease: Lease,
     lost: CancellationToken,
     reason: Arc<Mutex<Option<Lost>>>,
+    /// Ends the task between two extends ([`stop`](Self::stop)).
+    stop: CancellationToken,
     task: JoinHandle<()>,
 }
 
@@ -202,11 +208,13 @@ impl KeepAlive {
         S: LockStore + ?Sized + 'static,
     {
         let lost = CancellationToken::new();
+        let stop = CancellationToken::new();
         let reason = Arc::new(Mutex::new(None));
         let task = tokio::spawn({
-            let (lease, lost, reason) = (lease.clone(), lost.clone(), reason.clone());
+            let (lease, lost, stop, reason) =
+                (lease.clone(), lost.clone(), stop.clone(), reason.clone());
             async move {
-                if let Some(why) = watch(&*store, &lease, &lost).await {
+                if let Some(why) = watch(&*store, &lease, &stop).await {
                     // Recorded before the signal, so whoever wakes on it finds the reason.
                     *reason.lock().unwrap_or_else(PoisonError::into_inner) = Some(why);
                     lost.cancel();
@@ -217,6 +225,7 @@ impl KeepAlive {
             lease,
             lost,
             reason,
+            stop,
             task,
         }
     }
@@ -263,9 +272,18 @@ impl KeepAlive {
             .clone()
     }
 
-    /// Stops extending and hands the lease back, typically to release it.
-    pub fn stop(self) -> Lease {
-        self.task.abort();
+    /// Stops extending and hands the lease back, typically to release it. An extend already
+    /// sent is answered first (at most until the lease's local deadline,
+    /// [`Lease::valid_until`]), so the release that follows never finds the store's session
+    /// mid-statement; otherwise it returns at once.
+    ///
+    /// # Cancel safety
+    /// Dropping the future drops the keep-alive, which abandons an extend in flight; the lease
+    /// is not released and expires at its TTL unless released from a clone.
+    pub async fn stop(mut self) -> Lease {
+        self.stop.cancel();
+        // The task ends on its own; a panic in it has nothing left to report here.
+        let _ = (&mut self.task).await;
         self.lease.clone()
     }
 }

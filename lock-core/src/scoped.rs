@@ -64,12 +64,19 @@ where
     let lease = request.lease().await?;
     let store = request.store();
     let key = lease.key();
-    let lost = CancellationToken::new();
+    let stop = CancellationToken::new();
+    let watching = watch(store, &lease, &stop);
+    tokio::pin!(watching);
     let output = tokio::select! {
         biased;
-        why = watch(store, &lease, &lost) => Err(why),
+        why = &mut watching => Err(why),
         output = body(lease.clone()) => Ok(output),
     };
+    if output.is_ok() {
+        // An extend in flight is answered before the release below uses the same session.
+        stop.cancel();
+        let _ = watching.await;
+    }
     let output = match output {
         Ok(output) => output,
         Err(why) => {

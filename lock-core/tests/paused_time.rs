@@ -386,3 +386,84 @@ async fn cancelling_a_handed_out_lost_token_stops_nothing() {
     assert!(guard.lease().remaining() > Duration::ZERO);
     assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released);
 }
+
+/// Records whether an extend was dropped before its answer: a SQL store's session is unfit
+/// for the release that follows one (its connection may be mid-packet).
+#[derive(Debug, Default)]
+struct SlowExtends {
+    store: MemoryStore,
+    started: AtomicUsize,
+    finished: AtomicUsize,
+}
+
+#[async_trait]
+impl raw::Wrapper for SlowExtends {
+    fn inner(&self) -> &dyn LockStore {
+        &self.store
+    }
+    async fn extend(&self, lease: &Lease) -> Result<()> {
+        self.started.fetch_add(1, Ordering::SeqCst);
+        sleep(Duration::from_millis(200)).await;
+        let answer = self.inner().extend(lease).await;
+        self.finished.fetch_add(1, Ordering::SeqCst);
+        answer
+    }
+}
+
+/// Waits until an extend is in flight (the first, at a quarter of the TTL).
+async fn extend_in_flight(store: &SlowExtends) {
+    while store.started.load(Ordering::SeqCst) == 0 {
+        sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(store.finished.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn stopping_a_keep_alive_lets_its_extend_in_flight_finish() {
+    let store = Arc::new(SlowExtends::default());
+    let lease = store.try_acquire("k", TTL).await.unwrap();
+    let held = KeepAlive::start(store.clone(), lease);
+    extend_in_flight(&store).await;
+    let lease = held.stop().await;
+    assert_eq!(
+        store.finished.load(Ordering::SeqCst),
+        1,
+        "the extend was abandoned"
+    );
+    assert_eq!(
+        store.release(&lease).await.unwrap(),
+        ReleaseOutcome::Released
+    );
+    assert_eq!(
+        store.started.load(Ordering::SeqCst),
+        1,
+        "it went on extending"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_guard_and_with_lock_release_after_their_extend_in_flight() {
+    let store = Arc::new(SlowExtends::default());
+    let guard = store.lock("k").ttl(TTL).await.unwrap();
+    extend_in_flight(&store).await;
+    assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released);
+    assert_eq!(
+        store.finished.load(Ordering::SeqCst),
+        1,
+        "the guard abandoned its extend"
+    );
+
+    let store = Arc::new(SlowExtends::default());
+    let probe = store.clone();
+    let result = with_lock(store.lock("k").ttl(TTL), |_lease| async move {
+        extend_in_flight(&probe).await;
+        Ok::<_, Error>(())
+    })
+    .await;
+    assert!(result.is_ok(), "{result:?}");
+    assert_eq!(
+        store.finished.load(Ordering::SeqCst),
+        1,
+        "with_lock abandoned its extend"
+    );
+}

@@ -144,7 +144,7 @@ async fn killed_leader_keeps_the_lease_or_signals_its_loss() {
             matches!(tried, Err(Error::Busy { .. })),
             "the surviving lease's key was not busy: {tried:?}"
         );
-        let lease = kept.stop();
+        let lease = kept.stop().await;
         // Requests the balancer sends towards the dead member are refused at connect and sent
         // again: with a minority down, every request still succeeds.
         let mut failures = Vec::new();
@@ -215,7 +215,7 @@ async fn stalled_holder_is_told_first_and_the_next_holder_gets_a_greater_token()
 
     // The holder reconnects: its lease is gone and it cannot act on its successor.
     relay.freeze(false);
-    let lease = kept.stop();
+    let lease = kept.stop().await;
     let extended = timeout(Duration::from_secs(20), async {
         loop {
             match holder.extend(&lease).await {
@@ -341,7 +341,7 @@ async fn evicting_one_lock_loses_only_that_lock() {
         operator.try_acquire("faults:kept", ttl).await,
         Err(Error::Busy { .. })
     ));
-    let kept = kept.stop();
+    let kept = kept.stop().await;
     assert_eq!(
         holder.release(&kept).await.unwrap(),
         ReleaseOutcome::Released
@@ -685,7 +685,7 @@ async fn credentials_from_the_url_authenticate() {
     let kept = KeepAlive::start(holder.clone(), lease);
     sleep(Duration::from_secs(5)).await;
     assert!(!kept.is_lost(), "{:?}", kept.lost_reason());
-    let lease = kept.stop();
+    let lease = kept.stop().await;
     assert_eq!(
         holder.release(&lease).await.unwrap(),
         ReleaseOutcome::Released

@@ -92,7 +92,7 @@ async fn stopped_leader_frees_no_kept_lock_or_tells_its_holder() {
             if keep.is_lost() {
                 // Freed early: the holder was told, and whoever takes the key fences it out.
                 freed += 1;
-                let lease = keep.stop();
+                let lease = keep.stop().await;
                 let next = tried.expect("a freed key is free");
                 assert!(next.fencing_token() > lease.fencing_token());
                 assert_eq!(holder.release(&lease).await.unwrap(), ReleaseOutcome::Lost);
@@ -106,7 +106,7 @@ async fn stopped_leader_frees_no_kept_lock_or_tells_its_holder() {
                     matches!(tried, Err(Error::Busy { .. })),
                     "{key}: its holder was not told, yet another handle got {tried:?}"
                 );
-                let lease = keep.stop();
+                let lease = keep.stop().await;
                 assert_eq!(
                     holder.release(&lease).await.unwrap(),
                     ReleaseOutcome::Released

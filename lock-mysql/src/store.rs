@@ -360,7 +360,10 @@ impl MysqlStore {
     async fn extend_lease(&self, lease: &Lease) -> Result<()> {
         let held = held(lease)?;
         let mut slot = held.session.lock().await;
-        let Some(session) = slot.as_mut() else {
+        // Out of the slot while the statement runs, back only with a whole answer: a future
+        // dropped mid-answer drops the session (which frees the lock), as its connection may
+        // be left mid-packet, unfit for the release that follows.
+        let Some(mut session) = slot.take() else {
             return Err(Error::lost(
                 lease,
                 "it was released, or its session had ended",
@@ -376,32 +379,40 @@ impl MysqlStore {
         .await;
         match reply {
             Ok(row) => {
-                let (id, holder) = decode(&row, |row| {
+                let decoded = decode(&row, |row| {
                     Ok((
                         row.try_get::<i64, _>("id")?,
                         row.try_get::<Option<i64>, _>("holder")?,
                     ))
-                })?;
+                });
+                let (id, holder) = match decoded {
+                    Ok(decoded) => decoded,
+                    Err(error) => {
+                        *slot = Some(session);
+                        return Err(error);
+                    }
+                };
                 if id != held.session_id {
-                    *slot = None;
                     held.watch.forget(held.watch_id);
                     return Err(Error::lost(lease, POOLING_PROXY));
                 }
                 if holder != Some(held.session_id) {
                     // Closing the session guarantees it holds nothing afterwards either.
-                    *slot = None;
                     held.watch.forget(held.watch_id);
                     return Err(Error::lost(lease, "its session no longer holds the lock"));
                 }
                 lease.confirm(sent_at);
+                *slot = Some(session);
                 Ok(())
             }
             Err(fault) if fault.session_is_dead() => {
-                *slot = None;
                 held.watch.forget(held.watch_id);
                 Err(Error::lost(lease, fault.describe()))
             }
-            Err(fault) => Err(fault.into_error("extend")),
+            Err(fault) => {
+                *slot = Some(session);
+                Err(fault.into_error("extend"))
+            }
         }
     }
 
@@ -607,8 +618,12 @@ impl raw::Store for MysqlStore {
     }
 
     /// # Cancel safety
-    /// Dropping the future leaves the lease held; the deadline only moves once the answer is
-    /// read. The session stays usable (sqlx drains the unread answer before its next use).
+    /// Dropping the future before the statement is sent changes nothing. Dropping it after
+    /// closes the lease's session, which frees the lock: a connection dropped mid-answer may
+    /// be mid-packet, unfit for another statement. The lease is then lost: a later extend
+    /// fails with [`Error::LeaseLost`] and a release reports [`ReleaseOutcome::Lost`].
+    /// ([`KeepAlive::stop`](fencelock_core::KeepAlive::stop) and a guard's release let an
+    /// extend in flight finish.)
     async fn extend(&self, lease: &Lease) -> Result<()> {
         self.extend_lease(lease).await
     }

@@ -376,7 +376,7 @@ async fn three_hundred_held_leases_are_kept_alive_on_one_handle() {
         Err(Error::Busy { .. })
     ));
     for keep in kept {
-        let lease = keep.stop();
+        let lease = keep.stop().await;
         assert_eq!(
             handle.release(&lease).await.unwrap(),
             ReleaseOutcome::Released

@@ -486,7 +486,10 @@ impl PostgresStore {
             return Err(Error::lost(lease, FOREIGN_LEASE));
         };
         let mut slot = held.session.lock().await;
-        let Some(session) = slot.as_mut() else {
+        // Out of the slot while the statement runs, back only with a whole answer: a future
+        // dropped mid-answer drops the session (which frees the lock), as its connection may
+        // be left mid-packet, unfit for the release that follows.
+        let Some(mut session) = slot.take() else {
             return Err(Error::lost(
                 lease,
                 "it was released, or its session had ended",
@@ -502,32 +505,40 @@ impl PostgresStore {
         .await;
         match reply {
             Ok(row) => {
-                let (pid, still_held) = decode(&row, |row| {
+                let decoded = decode(&row, |row| {
                     Ok((
                         row.try_get::<i32, _>("pid")?,
                         row.try_get::<bool, _>("held")?,
                     ))
-                })?;
+                });
+                let (pid, still_held) = match decoded {
+                    Ok(decoded) => decoded,
+                    Err(error) => {
+                        *slot = Some(session);
+                        return Err(error);
+                    }
+                };
                 if pid != held.pid {
-                    *slot = None;
                     held.watch.forget(held.watch_id);
                     return Err(Error::lost(lease, POOLING_PROXY));
                 }
                 if !still_held {
                     // Closing the session guarantees it holds nothing afterwards either.
-                    *slot = None;
                     held.watch.forget(held.watch_id);
                     return Err(Error::lost(lease, "its session no longer holds the lock"));
                 }
                 lease.confirm(sent_at);
+                *slot = Some(session);
                 Ok(())
             }
             Err(fault) if fault.session_is_dead() => {
-                *slot = None;
                 held.watch.forget(held.watch_id);
                 Err(Error::lost(lease, fault.describe()))
             }
-            Err(fault) => Err(fault.into_error("extend")),
+            Err(fault) => {
+                *slot = Some(session);
+                Err(fault.into_error("extend"))
+            }
         }
     }
 
@@ -549,14 +560,19 @@ impl PostgresStore {
             });
         }
         let mut slot = held.session.lock().await;
-        let Some(session) = slot.as_mut() else {
+        // Out of the slot while the statement runs, back only with a whole answer: a future
+        // dropped mid-answer drops the session (which frees the lock), as its connection may
+        // be left mid-packet, unfit for the release that follows.
+        let Some(mut session) = slot.take() else {
             return Err(Error::lost(
                 lease,
                 "it was released, or its session had ended",
             ));
         };
-        let token = i64::try_from(lease.fencing_token())
-            .map_err(|_| Error::lost(lease, "its token is beyond this store's"))?;
+        let Ok(token) = i64::try_from(lease.fencing_token()) else {
+            *slot = Some(session);
+            return Err(Error::lost(lease, "its token is beyond this store's"));
+        };
         let reply = bounded(
             held.sessions.config.command_timeout(),
             sqlx::query(&self.sessions.sql.relabel)
@@ -569,17 +585,19 @@ impl PostgresStore {
                 .execute(&mut session.conn),
         )
         .await;
+        if let Err(fault) = &reply {
+            if fault.session_is_dead() {
+                held.watch.forget(held.watch_id);
+                return Err(Error::lost(lease, fault.describe()));
+            }
+        }
+        *slot = Some(session);
         match reply {
             Ok(done) if done.rows_affected() == 1 => Ok(()),
             Ok(_) if held.several_locks => Err(Error::Unsupported {
                 operation: "relabel of a reader or permit that another holder joined after",
             }),
             Ok(_) => Err(Error::lost(lease, "its session no longer holds the lock")),
-            Err(fault) if fault.session_is_dead() => {
-                *slot = None;
-                held.watch.forget(held.watch_id);
-                Err(Error::lost(lease, fault.describe()))
-            }
             Err(fault) => Err(fault.into_error("relabel")),
         }
     }
@@ -1355,8 +1373,12 @@ impl raw::Store for PostgresStore {
     }
 
     /// # Cancel safety
-    /// Dropping the future leaves the lease held; the deadline only moves once the answer is
-    /// read. The session stays usable (sqlx drains the unread answer before its next use).
+    /// Dropping the future before the statement is sent changes nothing. Dropping it after
+    /// closes the lease's session, which frees the lock: a connection dropped mid-answer may
+    /// be mid-packet, unfit for another statement. The lease is then lost: a later extend
+    /// fails with [`Error::LeaseLost`] and a release reports [`ReleaseOutcome::Lost`].
+    /// ([`KeepAlive::stop`](fencelock_core::KeepAlive::stop) and a guard's release let an
+    /// extend in flight finish.)
     async fn extend(&self, lease: &Lease) -> Result<()> {
         self.extend_lease(lease).await
     }
@@ -1368,7 +1390,8 @@ impl raw::Store for PostgresStore {
     ///
     /// # Cancel safety
     /// Once sent, the statement runs to its end: dropping the future leaves the old label or
-    /// the new one; the session stays usable.
+    /// the new one, and closes the lease's session as a dropped extend does (the lease is
+    /// then lost).
     async fn relabel(&self, lease: &Lease, label: &str) -> Result<()> {
         self.relabel_lease(lease, label).await
     }

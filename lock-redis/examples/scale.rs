@@ -86,7 +86,7 @@ async fn run(url: &str, ports: &[u16], count: usize, cluster: bool) -> Result<()
     // Every lease must still be the store's: its release finds it held.
     let mut released = 0;
     for keep in held.kept.drain(..) {
-        let lease = keep.stop();
+        let lease = keep.stop().await;
         if store.release(&lease).await? == ReleaseOutcome::Released {
             released += 1;
         }

@@ -180,7 +180,7 @@ async fn killed_leader_keeps_the_holders_lock_and_tokens_keep_growing() {
     // The old leader back, as a follower: nothing changes for the holder.
     block_in_place(|| ensemble.restart(leader)).expect("restart the old leader");
     assert!(!kept.is_lost(), "{:?}", kept.lost_reason());
-    let lease = kept.stop();
+    let lease = kept.stop().await;
     assert_eq!(
         holder.release(&lease).await.unwrap(),
         ReleaseOutcome::Released
@@ -264,7 +264,7 @@ async fn stopped_follower_leaves_the_store_serving_and_its_holder_moves_or_is_to
         member_of(&ensemble, session)
     );
     block_in_place(|| ensemble.resume(follower)).expect("SIGCONT the follower");
-    let lease = kept.stop();
+    let lease = kept.stop().await;
 
     if kept_through {
         // Still held: the waiter is still queued, and the holder acts and releases.
@@ -280,7 +280,7 @@ async fn stopped_follower_leaves_the_store_serving_and_its_holder_moves_or_is_to
         .await
         .expect("the waiter is served")
         .expect("join");
-    let next = next.expect("the next holder gets the key").stop();
+    let next = next.expect("the next holder gets the key").stop().await;
     assert!(next.fencing_token() > lease.fencing_token());
     if !kept_through {
         // Told first: the signal came before the ensemble let the next holder in.
@@ -354,7 +354,7 @@ async fn cut_off_holder_is_told_before_the_server_lets_the_next_holder_in() {
 
     // Back: the holder's session is gone, and with it the lease.
     relay.freeze(false);
-    let lease = kept.stop();
+    let lease = kept.stop().await;
     assert!(matches!(
         holder.extend(&lease).await,
         Err(Error::LeaseLost { .. })

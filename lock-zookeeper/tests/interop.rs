@@ -302,7 +302,7 @@ async fn both_directions(layout: &str) {
     let mut peer = Peer::start(layout, &hosts, &path);
     queued(&raw, &path, 2).await;
     assert_eq!(peer.line(SETTLE).await, None, "the peer took a held lock");
-    let lease = kept.stop();
+    let lease = kept.stop().await;
     assert_eq!(
         store.release(&lease).await.expect("release"),
         ReleaseOutcome::Released

@@ -109,7 +109,7 @@ async fn a_session_renegotiated_shorter_is_told_before_the_server_lets_the_next_
     // Back: the lease is lost, and a lease of the old TTL is no longer granted on a session
     // that the server would shorten.
     relay.freeze(false);
-    let lease = kept.stop();
+    let lease = kept.stop().await;
     assert!(matches!(
         holder.extend(&lease).await,
         Err(Error::LeaseLost { .. })

@@ -207,7 +207,7 @@ async fn supervise(
                 let why = crate::usage::one_line(&why);
                 eprintln!("lockctl: {why}; terminating the command");
                 guarded.end(grace).await;
-                let _ = store.release(&held.stop()).await;
+                let _ = store.release(&held.stop().await).await;
                 return ExitCode::from(exit::SOFTWARE);
             }
             // Passed on to the whole group; the lease is released once the group is gone.
@@ -230,7 +230,7 @@ async fn supervise(
     }
     // Still under the kept-alive lease: left-over processes never run unguarded.
     guarded.end(grace).await;
-    let lease = held.stop();
+    let lease = held.stop().await;
     let released = store.release(&lease).await;
     let status = match status {
         Ok(status) => status,

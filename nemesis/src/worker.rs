@@ -204,7 +204,10 @@ pub async fn run(
         // A lock's keep-alive stops here, before a pause at the gate; a leadership keeps
         // itself alive until it resigns (a paused in-process worker's link is cut, so its
         // extends stall as a stopped process's would).
-        let kept = Arc::try_unwrap(kept).map(Kept::stopped);
+        let kept = match Arc::try_unwrap(kept) {
+            Ok(kept) => Ok(kept.stopped().await),
+            Err(shared) => Err(shared),
+        };
         pass(&mut gate).await;
         let sent = now_ns();
         let given_back = match kept {
@@ -273,9 +276,9 @@ impl Kept {
     }
 
     /// Stops a lock's keep-alive; a leadership stays as it is.
-    fn stopped(self) -> Given {
+    async fn stopped(self) -> Given {
         match self {
-            Kept::Lock(kept) => Given::Lock(kept.stop()),
+            Kept::Lock(kept) => Given::Lock(kept.stop().await),
             Kept::Leading(leading) => Given::Leading(leading),
         }
     }

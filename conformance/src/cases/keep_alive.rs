@@ -96,7 +96,7 @@ pub(super) async fn keep_alive_holds_a_lease_over_five_ttls(ctx: Ctx) -> CaseRes
             "while kept alive",
         )?;
     }
-    let lease = held.stop();
+    let lease = held.stop().await;
     released(&ctx.store, &lease, "kept-alive lease").await
 }
 
@@ -153,7 +153,7 @@ pub(super) async fn keep_alive_survives_transient_extend_failures(ctx: Ctx) -> C
         other.try_acquire(&key, ctx.timing.long_ttl).await,
         "a TTL after the keep-alive recovered",
     )?;
-    let lease = held.stop();
+    let lease = held.stop().await;
     released(&ctx.store, &lease, "kept-alive lease").await
 }
 

@@ -163,7 +163,7 @@ where
     let started_after = keep_alive_streams().await.map(|(started, _)| started);
     let _ = store.release(&probe).await?;
 
-    let leases: Vec<_> = kept.into_iter().map(KeepAlive::stop).collect();
+    let leases: Vec<_> = stream::iter(kept).then(KeepAlive::stop).collect().await;
     stream::iter(leases)
         .map(|lease| {
             let store = store.clone();
@@ -172,7 +172,7 @@ where
         .buffer_unordered(in_flight)
         .try_collect::<Vec<()>>()
         .await?;
-    let _ = store.release(&warm_kept.stop()).await?;
+    let _ = store.release(&warm_kept.stop().await).await?;
 
     let per = |before: f64, after: f64| (after - before) / count.max(1) as f64;
     Ok(Held {

@@ -112,7 +112,10 @@ pub async fn hold(
     let sessions = store.session_timeouts().await;
     let _ = store.release(&probe).await?;
 
-    let leases: Vec<_> = kept.into_iter().map(KeepAlive::stop).collect();
+    let mut leases = Vec::with_capacity(kept.len());
+    for kept in kept {
+        leases.push(kept.stop().await);
+    }
     let leases = Arc::new(Mutex::new(leases));
     let gone = Arc::new(AtomicUsize::new(0));
     let mut releasers = tokio::task::JoinSet::new();
@@ -133,7 +136,7 @@ pub async fn hold(
     while let Some(released) = releasers.join_next().await {
         released.map_err(|e| Error::store("a releasing task failed", e))??;
     }
-    let _ = store.release(&warm_kept.stop()).await?;
+    let _ = store.release(&warm_kept.stop().await).await?;
 
     let per = |before: f64, after: f64| (after - before) / count.max(1) as f64;
     Ok(Held {
