@@ -583,6 +583,13 @@ fn connect_memory(url: &str) -> BoxFuture<'_, Result<DynLockStore>> {
         .split_once("://")
         .map_or("", |(_, rest)| rest)
         .trim_end_matches('/');
+    // A misspelt option must not quietly become part of the store's name.
+    if name.contains(['?', '#']) {
+        return Box::pin(std::future::ready(Err(Error::invalid(
+            "url",
+            "a memory:// URL takes a name and no options",
+        ))));
+    }
     let store: DynLockStore = Arc::new(MemoryStore::named(name));
     Box::pin(std::future::ready(Ok(store)))
 }
@@ -591,6 +598,16 @@ fn connect_memory(url: &str) -> BoxFuture<'_, Result<DynLockStore>> {
 mod tests {
     use super::*;
     use crate::LockStore;
+
+    #[tokio::test]
+    async fn a_memory_url_with_options_is_refused() {
+        let error = connect_memory("memory://jobs?retention=1s").await.err();
+        assert!(
+            error.is_some_and(|e| e.to_string().contains("no options")),
+            "an option became part of the name"
+        );
+        assert!(connect_memory("memory://jobs/").await.is_ok());
+    }
 
     #[test]
     fn a_token_is_the_clock_or_one_past_the_last() {
