@@ -4,6 +4,7 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -112,5 +113,94 @@ fn the_readme_store_chooser_links_every_store() {
         "README.md's store chooser has {} rows for {} stores",
         rows.len(),
         fencelock::STORES.len()
+    );
+}
+
+/// Each store's default connect and command timeouts as its URL parser applies them, by the
+/// name docs/stores.md's table gives the store.
+fn default_timeouts() -> Vec<(&'static str, Duration, Duration)> {
+    let mut found = Vec::new();
+    macro_rules! defaults {
+        ($name:literal, $config:expr) => {{
+            let config = $config.expect("the example URL parses");
+            found.push(($name, config.connect_timeout(), config.command_timeout()));
+        }};
+    }
+    #[cfg(feature = "redis")]
+    {
+        use fencelock::fencelock_redis::{RedisConfig, RedlockConfig};
+        defaults!("Redis", RedisConfig::from_url("redis://h:6379"));
+        defaults!(
+            "Redis Cluster",
+            RedisConfig::from_url("redis+cluster://h:7000")
+        );
+        defaults!(
+            "Redlock",
+            RedlockConfig::from_url("redlock://a:6379,b:6379,c:6379")
+        );
+    }
+    #[cfg(feature = "etcd")]
+    defaults!(
+        "etcd",
+        fencelock::fencelock_etcd::EtcdConfig::from_url("etcd://h:2379")
+    );
+    #[cfg(feature = "postgres")]
+    defaults!(
+        "PostgreSQL",
+        fencelock::fencelock_postgres::PostgresConfig::from_url("postgres://u@h/db")
+    );
+    #[cfg(feature = "mysql")]
+    defaults!(
+        "MySQL / MariaDB",
+        fencelock::fencelock_mysql::MysqlConfig::from_url("mysql://u@h/db")
+    );
+    #[cfg(feature = "sqlite")]
+    defaults!(
+        "SQLite",
+        fencelock::fencelock_sqlite::SqliteConfig::from_url("sqlite:///x/locks.db")
+    );
+    #[cfg(feature = "zookeeper")]
+    defaults!(
+        "ZooKeeper",
+        fencelock::fencelock_zookeeper::ZookeeperConfig::from_url("zookeeper://h:2181")
+    );
+    found
+}
+
+/// "5 s", "250 ms": as the docs write a duration.
+fn shown(duration: Duration) -> String {
+    if duration.subsec_millis() == 0 {
+        format!("{} s", duration.as_secs())
+    } else {
+        format!("{} ms", duration.as_millis())
+    }
+}
+
+#[test]
+fn docs_stores_gives_each_store_s_default_timeouts_as_the_code_does() {
+    let rows = table_rows(
+        "docs/stores.md",
+        "| store | `connect_timeout` | `command_timeout` |",
+    );
+    let mut wrong = Vec::new();
+    for (name, connect, command) in default_timeouts() {
+        let Some(row) = rows
+            .iter()
+            .find(|row| row.get(1).is_some_and(|c| c == name))
+        else {
+            wrong.push(format!("{name}: no row"));
+            continue;
+        };
+        let want = (shown(connect), shown(command));
+        if (row[2].as_str(), row[3].as_str()) != (want.0.as_str(), want.1.as_str()) {
+            wrong.push(format!(
+                "{name}: the docs say {} / {}, the code {} / {}",
+                row[2], row[3], want.0, want.1
+            ));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "docs/stores.md's default timeouts: {wrong:?}"
     );
 }
