@@ -19,7 +19,7 @@ use crate::config::TTL_GRANULARITY;
 use crate::config::{Layout, RedisConfig};
 use crate::error::redis_error;
 use crate::eviction::{self, EvictionCheck};
-use crate::keys::{KeyNames, NameArg};
+use crate::keys::{KeyNames, Name, NameArg};
 use crate::script::{
     acquire_as_waiting_on, acquire_keys_on, acquire_on, acquire_waiting_on, evict_on, extend_as_on,
     extend_on, member, relabel_as_on, relabel_on, release_as_on, release_keys_on,
@@ -316,8 +316,7 @@ impl RedisStore {
 
     pub(crate) fn names(&self, key: &str) -> KeyNames {
         let config = &self.inner.config;
-        quick_names(config.layout, &config.prefix, key)
-            .unwrap_or_else(|| KeyNames::in_layout(config.layout, &config.prefix, key))
+        KeyNames::in_layout(config.layout, &config.prefix, key)
     }
 
     /// One of `key`'s [`names`](Self::names), without building the others (an exclusive
@@ -325,30 +324,7 @@ impl RedisStore {
     /// place.
     fn name<'a>(&'a self, key: &'a str, which: Name) -> NameArg<'a> {
         let config = &self.inner.config;
-        if key.contains(['%', '}']) {
-            let names = self.names(key);
-            return NameArg::Whole(
-                match which {
-                    Name::Lock => names.lock,
-                    Name::Fence => names.fence,
-                    Name::Queue => names.writers,
-                    Name::Channel => names.channel,
-                }
-                .into(),
-            );
-        }
-        let in_tag = |suffix| NameArg::Tagged {
-            prefix: &config.prefix,
-            key,
-            suffix,
-        };
-        match (which, config.layout) {
-            (Name::Lock, Layout::Plain) => NameArg::Whole(key.into()),
-            (Name::Lock, _) => in_tag(":lock"),
-            (Name::Fence, _) => in_tag(":fence"),
-            (Name::Queue, _) => in_tag(":writers"),
-            (Name::Channel, _) => in_tag(":released"),
-        }
+        KeyNames::arg(config.layout, &config.prefix, key, which)
     }
 
     /// Runs one command on a clone of the shared connection under the command timeout.
@@ -747,43 +723,6 @@ impl Drop for WriterMark {
     }
 }
 
-/// [`KeyNames::in_layout`] for a key that needs no escaping in its hash tag (no `%` or `}`,
-/// so the tag is the key as it is): the same names, built by copying instead of `format!`,
-/// which cost about a fifth of the client's work in a lock cycle. `None` for other keys.
-fn quick_names(layout: Layout, prefix: &str, key: &str) -> Option<KeyNames> {
-    if key.contains(['%', '}']) {
-        return None;
-    }
-    let name = |suffix| {
-        NameArg::Tagged {
-            prefix,
-            key,
-            suffix,
-        }
-        .into_string()
-    };
-    Some(KeyNames {
-        lock: match layout {
-            Layout::Fencelock => name(":lock"),
-            Layout::Plain => key.to_owned(),
-        },
-        fence: name(":fence"),
-        holders: name(":holders"),
-        writers: name(":writers"),
-        labels: name(":label:"),
-        channel: name(":released"),
-    })
-}
-
-/// Which of a key's names [`RedisStore::name`] builds.
-#[derive(Clone, Copy)]
-enum Name {
-    Lock,
-    Fence,
-    Queue,
-    Channel,
-}
-
 /// rustls needs a process-wide crypto provider and the redis crate picks none: install ring,
 /// unless the application installed one already.
 #[cfg(feature = "tls")]
@@ -1007,56 +946,6 @@ impl fmt::Debug for RedisStore {
 mod tests {
     use super::*;
     use fencelock_core::LockStore;
-
-    #[test]
-    fn quick_names_are_the_key_names() {
-        for layout in [Layout::Fencelock, Layout::Plain] {
-            for key in ["jobs/nightly", "a", "{x", "x{y", "ünïcode key", "a:b:c"] {
-                for prefix in ["fencelock:", "", "p/q:"] {
-                    assert_eq!(
-                        quick_names(layout, prefix, key),
-                        Some(KeyNames::in_layout(layout, prefix, key)),
-                        "{layout:?} {prefix:?} {key:?}"
-                    );
-                }
-            }
-            for key in ["a}b", "100%", "}", "%7D"] {
-                assert_eq!(quick_names(layout, "p:", key), None, "{key:?}");
-            }
-        }
-    }
-
-    /// Every acquire refuses a TTL below twice `replica_timeout` when `min_replicas` is set,
-    /// before sending anything (the handle's one node is a closed port), and the store
-    /// declares that minimum.
-    #[tokio::test]
-    async fn with_min_replicas_every_acquire_refuses_a_ttl_below_twice_the_replica_timeout() {
-        let port = test_servers::closed_ports(1)[0];
-        let config = RedisConfig::from_url(&format!(
-            "redis+cluster://127.0.0.1:{port}?min_replicas=1&replica_timeout=500ms&command_timeout=1s&allow_eviction=true"
-        ))
-        .expect("url");
-        let store = RedisStore::connect_lazy(config).expect("lazy handle");
-        let ttl = Duration::from_millis(999);
-        let permit = Mode::permits(2);
-        let refusals = [
-            store.try_acquire("k", ttl).await,
-            store.acquire("k", ttl, Duration::from_secs(1)).await,
-            store.try_acquire_as("k", ttl, permit).await,
-            store
-                .acquire_as("k", ttl, Duration::from_secs(1), permit)
-                .await,
-        ];
-        for refused in refusals {
-            match refused {
-                Err(Error::InvalidInput { what: "ttl", rule }) => {
-                    assert!(rule.contains("twice replica_timeout"), "{rule}")
-                }
-                other => panic!("expected the TTL rule, got {other:?}"),
-            }
-        }
-        assert_eq!(store.capabilities().min_ttl, Duration::from_secs(1));
-    }
 
     /// A holder's label key lives and goes with the holder, in every mode and both layouts:
     /// the granting script writes it with the holder's TTL, extend renews it, release and evict
