@@ -1,6 +1,8 @@
 //! Prose about the stores, checked against the code: the README's URL table lists every option
 //! each store's URL parser reads (taken from the parser's own answer to an unknown option),
-//! and its store chooser links every store's crate README.
+//! its store chooser links every store's crate README, the facade's feature table and
+//! docs/stores.md name every store, and docs/stores.md gives each store's default timeouts as
+//! its parser applies them.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -13,6 +15,8 @@ fn workspace() -> PathBuf {
         .to_path_buf()
 }
 
+/// The rows of the first table in `path` (workspace-relative) whose header starts with
+/// `header`, as `(cells)`: the header and the separator left out.
 fn table_rows(path: &str, header: &str) -> Vec<Vec<String>> {
     let text = fs::read_to_string(workspace().join(path)).unwrap_or_else(|e| panic!("{path}: {e}"));
     let rows: Vec<Vec<String>> = text
@@ -203,4 +207,46 @@ fn docs_stores_gives_each_store_s_default_timeouts_as_the_code_does() {
         wrong.is_empty(),
         "docs/stores.md's default timeouts: {wrong:?}"
     );
+}
+
+/// The facade's feature table has a row for every store of the facade's one list, named by
+/// its feature, with each of its URL schemes; and `docs/stores.md` has a row for each scheme
+/// family (the first scheme of each store, and Redis's Cluster and Redlock).
+#[test]
+fn the_feature_table_and_docs_stores_name_every_store() {
+    let features = table_rows("fencelock/README.md", "| feature | what it adds |");
+    let stores = table_rows("docs/stores.md", "| store | URL |");
+    for kind in fencelock::STORES {
+        if kind.name == fencelock::MEMORY.name {
+            continue;
+        }
+        let feature = features
+            .iter()
+            .find(|row| {
+                row.get(1)
+                    .is_some_and(|c| c == &format!("`{}`", kind.feature))
+            })
+            .unwrap_or_else(|| {
+                panic!(
+                    "fencelock/README.md has no row for feature {}",
+                    kind.feature
+                )
+            });
+        for scheme in kind.schemes {
+            assert!(
+                feature[2].contains(&format!("`{scheme}://`")),
+                "fencelock/README.md's {} row does not name {scheme}://",
+                kind.feature
+            );
+        }
+    }
+    for kind in fencelock::STORES {
+        let first = kind.schemes.first().expect("a scheme");
+        assert!(
+            stores
+                .iter()
+                .any(|row| row.get(2).is_some_and(|c| c == &format!("`{first}://`"))),
+            "docs/stores.md has no row for {first}://"
+        );
+    }
 }
