@@ -6,7 +6,7 @@ use std::time::Duration;
 use fencelock_core::{raw::drift, DynLockStore, Error, KeyStatus, Lease, Mode};
 use tokio::time::{sleep, sleep_until, Instant};
 
-use super::support::{expect_busy, expect_lost, outlive, released};
+use super::support::{expect_busy, expect_lost, outlive, released, short_lease};
 use crate::runner::{CaseResult, Failure};
 use crate::Ctx;
 
@@ -28,7 +28,7 @@ pub(super) async fn extend_keeps_a_lease_past_its_first_ttl(ctx: Ctx) -> CaseRes
 
 pub(super) async fn extend_after_expiry_fails_and_does_not_resurrect(ctx: Ctx) -> CaseResult {
     let key = ctx.key("extend-expired");
-    let lease = ctx.store.try_acquire(&key, ctx.timing.short_ttl).await?;
+    let (lease, _) = short_lease(&ctx, &key).await?;
     outlive(&ctx, &lease).await;
     expect_lost(ctx.store.extend(&lease).await, "extend after expiry")?;
     let next = ctx
@@ -43,7 +43,7 @@ pub(super) async fn extend_after_expiry_fails_and_does_not_resurrect(ctx: Ctx) -
 pub(super) async fn extend_by_a_stale_lease_is_rejected(ctx: Ctx) -> CaseResult {
     let key = ctx.key("stale-extend");
     let other = ctx.handle().await;
-    let stale = ctx.store.try_acquire(&key, ctx.timing.short_ttl).await?;
+    let (stale, _) = short_lease(&ctx, &key).await?;
     outlive(&ctx, &stale).await;
     let current = other.try_acquire(&key, ctx.timing.hold_ttl).await?;
     expect_lost(ctx.store.extend(&stale).await, "a stale lease's extend")?;
@@ -129,8 +129,7 @@ pub(super) async fn local_deadline_is_conservative(ctx: Ctx) -> CaseResult {
     // deadline is measured from the request, and a store that measures from later fails all.
     let mut late = Vec::new();
     let lease = loop {
-        let before = Instant::now();
-        let lease = ctx.store.try_acquire(&key, ctx.timing.short_ttl).await?;
+        let (lease, before) = short_lease(&ctx, &key).await?;
         let latest = before + lease.ttl();
         if lease.valid_until() <= latest {
             break lease;
@@ -256,7 +255,7 @@ pub(super) async fn every_returned_lease_has_validity_left(ctx: Ctx) -> CaseResu
 
 pub(super) async fn expiry_frees_the_key(ctx: Ctx) -> CaseResult {
     let key = ctx.key("expiry");
-    let lease = ctx.store.try_acquire(&key, ctx.timing.short_ttl).await?;
+    let (lease, _) = short_lease(&ctx, &key).await?;
     outlive(&ctx, &lease).await;
     let next = ctx
         .handle()

@@ -11,7 +11,7 @@ use fencelock_core::{with_lock, DynLockStore, Error, Lease, LockStore, LockStore
 use tokio::sync::watch;
 use tokio::time::{sleep, timeout, Instant};
 
-use super::support::{expect_busy, outlive, released};
+use super::support::{expect_busy, outlive, released, short_lease};
 use crate::runner::{CaseResult, Failure};
 use crate::Ctx;
 
@@ -206,8 +206,7 @@ pub(super) async fn lost_signal_fires_before_store_expiry_when_extends_stall(
     ctx: Ctx,
 ) -> CaseResult {
     let key = ctx.key("stalled");
-    let requested = Instant::now();
-    let lease = ctx.store.try_acquire(&key, ctx.timing.short_ttl).await?;
+    let (lease, requested) = short_lease(&ctx, &key).await?;
     let stalled: Arc<Stalled> = Arc::new(Stalled(ctx.store.clone()));
     let held = ctx.factory.keep_alive(stalled, lease.clone());
     let bound = lease.ttl() + ctx.timing.slack;

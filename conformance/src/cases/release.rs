@@ -2,7 +2,7 @@
 
 use fencelock_core::ReleaseOutcome;
 
-use super::support::{expect_busy, outlive, released};
+use super::support::{expect_busy, outlive, released, short_lease};
 use crate::runner::{CaseResult, Failure};
 use crate::Ctx;
 
@@ -22,7 +22,7 @@ pub(super) async fn release_of_a_held_lease_reports_released(ctx: Ctx) -> CaseRe
 pub(super) async fn release_by_non_owner_is_rejected(ctx: Ctx) -> CaseResult {
     let key = ctx.key("stale-release");
     let other = ctx.handle().await;
-    let stale = ctx.store.try_acquire(&key, ctx.timing.short_ttl).await?;
+    let (stale, _) = short_lease(&ctx, &key).await?;
     outlive(&ctx, &stale).await;
     let current = other.try_acquire(&key, ctx.timing.long_ttl).await?;
     let outcome = ctx.store.release(&stale).await?;
@@ -42,7 +42,7 @@ pub(super) async fn release_by_non_owner_is_rejected(ctx: Ctx) -> CaseResult {
 
 pub(super) async fn release_after_expiry_reports_lost(ctx: Ctx) -> CaseResult {
     let key = ctx.key("release-expired");
-    let lease = ctx.store.try_acquire(&key, ctx.timing.short_ttl).await?;
+    let (lease, _) = short_lease(&ctx, &key).await?;
     outlive(&ctx, &lease).await;
     let outcome = ctx.store.release(&lease).await?;
     ensure!(

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fencelock_core::{DynLockStore, Error, FenceGate, KeyStatus, Lease, Mode, ReleaseOutcome};
-use tokio::time::sleep;
+use tokio::time::{sleep, Instant};
 
 use crate::runner::{CaseResult, Failure};
 use crate::Ctx;
@@ -61,6 +61,21 @@ pub(super) async fn released(store: &DynLockStore, lease: &Lease, what: &str) ->
         "{what}: release of a held lease reported {outcome:?}"
     );
     Ok(())
+}
+
+/// A lease of the short TTL on `key`, with the instant its granted request was sent. A grant
+/// that a loaded machine delivers after so short a TTL ran out is refused as `Unavailable`
+/// (retryable: the contract releases it rather than hand out an expired lease), so the
+/// request is sent again, up to five times, as a program would.
+pub(super) async fn short_lease(ctx: &Ctx, key: &str) -> Result<(Lease, Instant), Error> {
+    let mut tries = 1;
+    loop {
+        let sent = Instant::now();
+        match ctx.store.try_acquire(key, ctx.timing.short_ttl).await {
+            Err(Error::Unavailable { .. }) if tries < 5 => tries += 1,
+            result => return result.map(|lease| (lease, sent)),
+        }
+    }
 }
 
 /// Sleeps until `lease`'s key has certainly expired in the store.

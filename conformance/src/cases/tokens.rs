@@ -3,7 +3,7 @@
 
 use tokio::time::sleep;
 
-use super::support::{contend, outlive, released};
+use super::support::{contend, outlive, released, short_lease};
 use crate::runner::CaseResult;
 use crate::Ctx;
 
@@ -25,7 +25,7 @@ pub(super) async fn tokens_increase_sequentially(ctx: Ctx) -> CaseResult {
 
 pub(super) async fn tokens_increase_after_expiry(ctx: Ctx) -> CaseResult {
     let key = ctx.key("tokens-expiry");
-    let first = ctx.store.try_acquire(&key, ctx.timing.short_ttl).await?;
+    let (first, _) = short_lease(&ctx, &key).await?;
     outlive(&ctx, &first).await;
     let second = ctx.store.try_acquire(&key, ctx.timing.long_ttl).await?;
     ensure!(
@@ -65,7 +65,7 @@ pub(super) async fn tokens_increase_after_the_retention_window(ctx: Ctx) -> Case
         return Ok(());
     };
     let key = ctx.key("tokens-retention");
-    let first = ctx.store.try_acquire(&key, ctx.timing.short_ttl).await?;
+    let (first, _) = short_lease(&ctx, &key).await?;
     released(&ctx.store, &first, "holder").await?;
     sleep(retention + ctx.timing.slack).await;
     let other = ctx
@@ -74,7 +74,7 @@ pub(super) async fn tokens_increase_after_the_retention_window(ctx: Ctx) -> Case
         .await?;
     released(&ctx.store, &other, "the other key's holder").await?;
     sleep(ctx.timing.slack).await;
-    let second = ctx.store.try_acquire(&key, ctx.timing.short_ttl).await?;
+    let (second, _) = short_lease(&ctx, &key).await?;
     ensure!(
         second.fencing_token() > first.fencing_token(),
         "token {} after {} and a retention window of {retention:?}",

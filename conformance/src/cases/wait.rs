@@ -6,7 +6,7 @@ use std::time::Duration;
 use fencelock_core::{Error, ReleaseOutcome};
 use tokio::time::{sleep, timeout, Instant};
 
-use super::support::released;
+use super::support::{released, short_lease};
 use crate::runner::{CaseResult, Failure};
 use crate::Ctx;
 
@@ -173,8 +173,7 @@ pub(super) async fn notified_waiter_gets_a_released_key_within_150_ms(ctx: Ctx) 
 pub(super) async fn waiter_gets_the_key_when_the_holder_expires(ctx: Ctx) -> CaseResult {
     let key = ctx.key("wait-expiry");
     let other = ctx.handle().await;
-    let started = Instant::now();
-    let lease = ctx.store.try_acquire(&key, ctx.timing.short_ttl).await?;
+    let (lease, started) = short_lease(&ctx, &key).await?;
     let next = other
         .acquire(&key, ctx.timing.long_ttl, ctx.timing.long_ttl)
         .await?;
