@@ -58,10 +58,13 @@ async fn options_read(example: &str) -> Vec<String> {
 
 /// The option names a URL-table cell shows: every `name=…` in it.
 fn options_shown(cell: &str) -> Vec<String> {
-    cell.split(['?', '&', '['])
-        .filter_map(|part| {
-            part.split_once("=…")
-                .map(|(name, _)| name.trim().to_owned())
+    cell.match_indices("=…")
+        .map(|(at, _)| {
+            let before = &cell[..at];
+            let start = before
+                .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .map_or(0, |i| i + 1);
+            before[start..].to_owned()
         })
         .collect()
 }

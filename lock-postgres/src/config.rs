@@ -118,19 +118,11 @@ const SQLX_OPTIONS: &[&str] = &[
 ///
 /// Unknown options are rejected. `Debug` and `Display` never show the password.
 ///
-/// **The smallest retention window.** A token is `max(counter + 1, the server's clock in µs)`,
-/// and a key whose row was removed starts again from the clock alone, so a row may go only once
-/// the clock is past its token by more than the clock can step back. The removal checks exactly
-/// that (see the crate docs, "Per-key state"); the window is what lets it: a row not bumped for
-/// `retention` holds a token at least `retention` behind the clock (unless the clock stepped
-/// back since), so a window of at least a granule plus `max_skew` plus 1 ms
-/// ([`min_retention`](Self::min_retention), 1002 ms with the default skew) means rows do go
-/// once the window has passed. [`from_url`](Self::from_url) refuses a shorter one, naming the
-/// smallest allowed: it would promise a removal that the check must refuse. `max_skew` is a
-/// URL option, with the name and default of Redlock's, because it is the deployment's
-/// promise about its clock, not the code's: a server kept in step by NTP with slewing may say
-/// `max_skew=50ms` and use shorter windows; the default, 1 s, leaves room for a loosely kept
-/// clock and for a failover to a replica whose clock is a little behind.
+/// **The smallest retention window** is one clock granule plus `max_skew` plus 1 ms
+/// ([`min_retention`](Self::min_retention), 1002 ms with the default skew):
+/// [`from_url`](Self::from_url) refuses a shorter one, naming the smallest allowed, since a row
+/// removed sooner could let a key's next token repeat one. `max_skew` is the deployment's
+/// promise about its clock. Why: `docs/design/retention-window.md`.
 #[derive(Clone)]
 pub struct PostgresConfig {
     pub(crate) connect: PgConnectOptions,

@@ -158,6 +158,21 @@ fn help_and_version_still_exit_0() {
     assert!(String::from_utf8_lossy(&version.stdout).starts_with("lockctl "));
 }
 
+/// `lockctl --help` names an example URL of every store this build has.
+#[test]
+fn help_names_every_store() {
+    let help = lockctl(&["--help"]);
+    let text = String::from_utf8_lossy(&help.stdout);
+    for kind in fencelock::STORES {
+        assert!(
+            kind.example.is_empty() || text.contains(kind.example),
+            "lockctl --help does not name the {} store ({}): {text}",
+            kind.name,
+            kind.example
+        );
+    }
+}
+
 /// `lockctl run --help` shows every example URL of the README's TLS table (one per store:
 /// Redis, Redlock, etcd, ZooKeeper, PostgreSQL, MySQL).
 #[test]

@@ -85,20 +85,11 @@ const OPTIONS: &[&str] = &[
 /// credentials and database apply to every node. Timeouts read `5`, `5s` or `250ms`. Unknown
 /// options are rejected. `Debug` and `Display` never show the password.
 ///
-/// **The smallest retention window.** A node mints `max(fence + 1, its clock rounded down to
-/// the granule)`, and its fence may hold a token minted on a node whose clock is ahead by up
-/// to the skew (a raise). Once the fence expired, the node's next mint is its clock's granule:
-/// above the old fence only if the fence lived at least a granule plus the skew after its last
-/// write (plus 1 ms, the gap between the time the expiry counts from and the `TIME` the mint
-/// reads). A shorter window hands out the same token twice (two leases a window apart within
-/// one granule), so [`from_url`](Self::from_url) refuses it, naming the smallest window
-/// allowed: with the default skew, 1264 ms. `max_ttl` is not part of that bound (a key's next
-/// lease on a node comes after the last one's lock there ended, which only adds margin); the
-/// window must exceed it anyway, as on every store. The skew is a URL option rather than a
-/// constant because it is the deployment's promise, not the code's: nodes kept in step by NTP
-/// may say `max_skew=50ms` and use shorter windows; the default, 1 s, leaves room for clocks
-/// that are only loosely kept. It is the same skew the crate docs' node-restart assumption
-/// (`# Redlock`, **Assumptions**) counts on.
+/// **The smallest retention window** is one token granule (2^18 µs) plus `max_skew` plus
+/// 1 ms, 1264 ms with the default skew: [`from_url`](Self::from_url) refuses a shorter one,
+/// naming the smallest allowed, since a node whose fence expired sooner could hand out the same
+/// token twice. `max_skew` is the deployment's promise about its nodes' clocks. Why:
+/// `docs/design/retention-window.md`.
 #[derive(Clone)]
 pub struct RedlockConfig {
     /// Each node's single-server config, in URL order.
