@@ -73,6 +73,17 @@ pub struct Ctx {
     prefix: String,
 }
 
+impl std::fmt::Debug for Ctx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ctx")
+            .field("store", &self.store)
+            .field("capabilities", &self.capabilities)
+            .field("timing", &self.timing)
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Ctx {
     pub(crate) async fn new(factory: Arc<dyn StoreFactory>) -> Self {
         let store = factory.handle().await;

@@ -2,6 +2,9 @@
 //! [`CountingAllocator`]), resident memory, CPU time and TCP connections. Used by the scale
 //! rows (client memory per held lease, a constant number of connections).
 
+// Unsafe only for a global allocator; each block says why it is sound.
+#![allow(unsafe_code)]
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicIsize, Ordering};
@@ -10,6 +13,7 @@ use std::time::Duration;
 /// The system allocator, counting the bytes live. Install it in a benchmark binary with
 /// `#[global_allocator] static A: CountingAllocator = CountingAllocator;` and read
 /// [`live_bytes`].
+#[derive(Debug)]
 pub struct CountingAllocator;
 
 static LIVE: AtomicIsize = AtomicIsize::new(0);

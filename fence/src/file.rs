@@ -18,6 +18,9 @@
 //! [`FencedFile::replace_async`]), which run them on tokio's blocking pool so the runtime's
 //! threads never wait.
 
+// Unsafe only for system calls through libc; each block says why it is sound.
+#![allow(unsafe_code)]
+
 use std::ffi::OsString;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};

@@ -1,6 +1,8 @@
 //! `FencedFile` across processes: this test binary re-executes itself as the other holder
 //! (`child_process_step`), so the two holders share nothing but the files.
 #![cfg(target_os = "linux")]
+// Unsafe only for system calls through libc; each block says why it is sound.
+#![allow(unsafe_code)]
 
 use std::fs::{self, File};
 use std::os::fd::AsRawFd;

@@ -15,7 +15,7 @@ use fencelock::fence::FencedFile;
 use fencelock::LockStoreExt;
 
 #[tokio::main]
-pub async fn main() -> fencelock::Result<()> {
+pub(crate) async fn main() -> fencelock::Result<()> {
     let url = std::env::var("LOCK_URL").unwrap_or_else(|_| "memory://".into());
     let store = fencelock::connect(&url).await?;
 

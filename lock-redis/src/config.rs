@@ -59,7 +59,7 @@ pub(crate) const OPTIONS: &[&str] = &[
 pub(crate) const CLUSTER_OPTIONS: &[&str] = &["min_replicas", "replica_timeout"];
 
 /// The default bound on the replicas' acknowledgement (`WAIT`) when `min_replicas` is set.
-pub const DEFAULT_REPLICA_TIMEOUT: Duration = Duration::from_millis(500);
+pub(crate) const DEFAULT_REPLICA_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// A Redis Cluster's seed nodes and the replica acknowledgement it asks for.
 #[derive(Clone)]

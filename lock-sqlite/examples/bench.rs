@@ -23,6 +23,9 @@
 //!
 //! `-- handoff` prints the handoff rows only.
 
+// Unsafe only for system calls through libc; each block says why it is sound.
+#![allow(unsafe_code)]
+
 use std::error::Error;
 use std::fs::{File, OpenOptions};
 use std::io::Write;

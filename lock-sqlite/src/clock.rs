@@ -22,6 +22,9 @@
 //! store accepts this one's tokens after a swap (the crate docs, "Fencing tokens"). No expiry
 //! or deadline depends on it.
 
+// Unsafe only for system calls through libc; each block says why it is sound.
+#![allow(unsafe_code)]
+
 use std::sync::OnceLock;
 
 use fencelock_core::{Error, Result};

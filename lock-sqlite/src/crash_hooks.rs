@@ -2,6 +2,9 @@
 //! where the holder died. Compiled only with the `crash-hooks` feature; never enable it in a
 //! program that holds real locks.
 
+// Unsafe only for system calls through libc; each block says why it is sound.
+#![allow(unsafe_code)]
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};

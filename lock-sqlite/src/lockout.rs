@@ -1,5 +1,8 @@
 //! [`Lockout`]: SQLite's lock on a database file held from outside, for fault tests.
 
+// Unsafe only for system calls through libc; each block says why it is sound.
+#![allow(unsafe_code)]
+
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;

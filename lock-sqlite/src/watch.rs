@@ -14,6 +14,9 @@
 //! and at least every [`FALLBACK`], so a lost event (a full inotify queue, a lock freed by some
 //! other program's SQL, a file system that reports no events) costs a bounded delay.
 
+// Unsafe only for system calls through libc; each block says why it is sound.
+#![allow(unsafe_code)]
+
 use std::ffi::{CString, OsStr, OsString};
 use std::fs::{File, OpenOptions};
 use std::io;

@@ -2,6 +2,9 @@
 //! processes (see [`child`]), which hold locks, crash at a point a hook makes certain, or are
 //! frozen past their TTL.
 
+// Unsafe only for system calls through libc; each block says why it is sound.
+#![allow(unsafe_code)]
+
 mod support;
 
 use std::path::Path;

@@ -9,7 +9,7 @@ use fencelock_conformance::bench::{self, Table};
 /// The rounds the cycles alternate in.
 const ROUNDS: usize = 10;
 
-pub async fn bench(url: &str, store: DynLockStore, iterations: usize) -> ExitCode {
+pub(crate) async fn bench(url: &str, store: DynLockStore, iterations: usize) -> ExitCode {
     match measure(url, store, iterations).await {
         Ok(table) => {
             println!("benchmark against {}", fencelock::redact(url));

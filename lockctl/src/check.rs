@@ -32,7 +32,7 @@ impl StoreFactory for UrlFactory {
     }
 }
 
-pub async fn conformance(url: &str, parallel: usize, cases: &[String]) -> ExitCode {
+pub(crate) async fn conformance(url: &str, parallel: usize, cases: &[String]) -> ExitCode {
     let selected = |name: &str| cases.is_empty() || cases.iter().any(|c| name.contains(c.as_str()));
     if !fencelock_conformance::CASES
         .iter()

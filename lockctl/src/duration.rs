@@ -4,7 +4,7 @@ use std::time::Duration;
 
 /// Parses `<number><unit>` with unit `ms`, `s`, `m` or `h`; a bare number is seconds. Zero is
 /// rejected: a zero TTL or grace is always a mistake on the command line.
-pub fn parse(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse(text: &str) -> Result<Duration, String> {
     match parse_wait(text)? {
         Duration::ZERO => Err(format!("{:?} must be greater than zero", text.trim())),
         duration => Ok(duration),
@@ -12,7 +12,7 @@ pub fn parse(text: &str) -> Result<Duration, String> {
 }
 
 /// Like [`parse`], but zero is accepted: a zero `--wait` means one attempt.
-pub fn parse_wait(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_wait(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     let split = text
         .find(|c: char| !c.is_ascii_digit() && c != '.')

@@ -4,6 +4,9 @@
 //! What escapes: a process that leaves the group on purpose (`setsid`, a daemon's double fork
 //! with a new session). Nothing here follows it.
 
+// Unsafe only for system calls through libc; each block says why it is sound.
+#![allow(unsafe_code)]
+
 use std::io;
 use std::os::fd::RawFd;
 use std::time::Duration;
@@ -15,7 +18,7 @@ const POLL: Duration = Duration::from_millis(20);
 
 /// Makes `command` the leader of a new process group, announced to the guardian on
 /// `announce_fd` before exec, and the terminal's foreground group if `terminal` holds it.
-pub fn configure(command: &mut Command, announce_fd: RawFd, terminal: Option<&Terminal>) {
+pub(crate) fn configure(command: &mut Command, announce_fd: RawFd, terminal: Option<&Terminal>) {
     let foreground = terminal.map(|t| t.ttou_ignored);
     // SAFETY: between fork and exec in a multi-threaded process only async-signal-safe calls
     // are allowed; these are setpgid, getpid, write, tcsetpgrp, signal and nothing that
@@ -50,7 +53,7 @@ pub fn configure(command: &mut Command, announce_fd: RawFd, terminal: Option<&Te
 }
 
 /// Sends `signal` to every process in `group`.
-pub fn signal(group: libc::pid_t, signal: libc::c_int) {
+pub(crate) fn signal(group: libc::pid_t, signal: libc::c_int) {
     // SAFETY: kill(2) on the group of the command we spawned; we stop signalling it once it is
     // empty, before its id can be reused.
     unsafe {
@@ -60,7 +63,7 @@ pub fn signal(group: libc::pid_t, signal: libc::c_int) {
 
 /// Whether any process of `group` still runs (zombies, dead and waiting for their parent to
 /// reap them, do not count).
-pub fn is_alive(group: libc::pid_t) -> bool {
+pub(crate) fn is_alive(group: libc::pid_t) -> bool {
     // SAFETY: signal 0 only checks that the group has a member we may signal.
     if unsafe { libc::kill(-group, 0) } != 0 {
         return io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH);
@@ -111,7 +114,7 @@ fn has_live_member(_: libc::pid_t) -> bool {
 /// # Cancel safety
 ///
 /// Not cancel safe: dropped early, the group may still run, and nothing sends the SIGKILL.
-pub async fn terminate(child: &mut Child, group: libc::pid_t, grace: Duration) {
+pub(crate) async fn terminate(child: &mut Child, group: libc::pid_t, grace: Duration) {
     signal(group, libc::SIGTERM);
     signal(group, libc::SIGCONT);
     if tokio::time::timeout(grace, gone(child, group))
@@ -137,7 +140,7 @@ async fn gone(child: &mut Child, group: libc::pid_t) {
 /// A command run from a shell expects to read the terminal and to get ^C from it; both go to
 /// the terminal's foreground group, which is lockctl's until it hands it over.
 #[derive(Debug)]
-pub struct Terminal {
+pub(crate) struct Terminal {
     own_group: libc::pid_t,
     /// Whether SIGTTOU was already ignored before we ignored it.
     ttou_ignored: bool,
@@ -149,7 +152,7 @@ impl Terminal {
     ///
     /// While the value lives, SIGTTOU is ignored: lockctl, then in a background group, must be
     /// able to write its messages and take the terminal back.
-    pub fn take() -> Option<Terminal> {
+    pub(crate) fn take() -> Option<Terminal> {
         // SAFETY: queries on our own process and stdin.
         unsafe {
             let own_group = libc::getpgrp();
@@ -172,7 +175,7 @@ impl Terminal {
     /// lockctl too, so the shell sees its job stopped and gets the terminal back; once the shell
     /// resumes lockctl, the group gets the terminal again (if lockctl's group has it) and
     /// SIGCONT. Call on SIGCHLD.
-    pub fn pass_on_stop(&self, group: libc::pid_t) {
+    pub(crate) fn pass_on_stop(&self, group: libc::pid_t) {
         // SAFETY: waitid with WSTOPPED and without WEXITED only reports a stop of our child
         // and never reaps it (tokio does); the rest are plain calls on our own process and
         // terminal, with SIGTTOU ignored.

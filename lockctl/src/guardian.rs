@@ -16,13 +16,16 @@
 //! - end of file: every writer is gone. The command's copy closes at exec, so this means
 //!   `lockctl` died: the guardian SIGKILLs the group it was told of, if any, and exits.
 
+// Unsafe only for system calls through libc; each block says why it is sound.
+#![allow(unsafe_code)]
+
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 /// The handle `lockctl` keeps on its guardian: the pipe's writing end and the guardian's pid.
 #[derive(Debug)]
-pub struct Guardian {
+pub(crate) struct Guardian {
     pid: libc::pid_t,
     writer: File,
 }
@@ -34,7 +37,7 @@ impl Guardian {
     ///
     /// The process must have one thread (call this before the async runtime starts): the forked
     /// guardian runs ordinary Rust code, which is only sound after forking a single thread.
-    pub unsafe fn start() -> io::Result<Guardian> {
+    pub(crate) unsafe fn start() -> io::Result<Guardian> {
         let mut fds = [0; 2];
         if libc::pipe(fds.as_mut_ptr()) != 0 {
             return Err(io::Error::last_os_error());
@@ -61,7 +64,7 @@ impl Guardian {
     }
 
     /// The descriptor the command writes its process group to before exec.
-    pub fn announce_fd(&self) -> RawFd {
+    pub(crate) fn announce_fd(&self) -> RawFd {
         self.writer.as_raw_fd()
     }
 
@@ -69,7 +72,7 @@ impl Guardian {
     /// (the group's id could otherwise be reused by the time `lockctl` exits), and reaps it.
     /// Call only once the group is empty. Dropping the handle instead leaves the guardian to
     /// SIGKILL the group when `lockctl` exits.
-    pub fn stand_down(self) {
+    pub(crate) fn stand_down(self) {
         let mut writer = self.writer;
         // A guardian already gone is fine: there is nothing left for it to do.
         let _ = writer.write_all(&0i32.to_ne_bytes());

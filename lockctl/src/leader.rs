@@ -8,9 +8,9 @@ use tokio::signal::unix::{signal, SignalKind};
 use crate::status::json_string;
 
 /// The exit code of `lockctl leader` when nobody leads.
-pub const NO_LEADER: u8 = 1;
+pub(crate) const NO_LEADER: u8 = 1;
 
-pub async fn leader(store: DynLockStore, name: &str, watch: bool, json: bool) -> ExitCode {
+pub(crate) async fn leader(store: DynLockStore, name: &str, watch: bool, json: bool) -> ExitCode {
     let election = store.election(name);
     if !watch {
         return match election.leader().await {

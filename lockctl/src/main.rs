@@ -12,6 +12,9 @@
 //! process group is terminated), or expired before it could start (it never ran); 75 the lock is held by someone else (and the wait, if any, ran
 //! out); 76 the store answered with an error. `lockctl leader` exits 1 when nobody leads.
 
+// Unsafe only for system calls through libc; each block says why it is sound.
+#![allow(unsafe_code)]
+
 use std::ffi::OsString;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -259,11 +262,11 @@ const ELECT_AFTER_HELP: &str = concat!(
 
 /// sysexits.h
 pub(crate) mod exit {
-    pub const USAGE: u8 = 64;
-    pub const UNAVAILABLE: u8 = 69;
-    pub const SOFTWARE: u8 = 70;
-    pub const TEMPFAIL: u8 = 75;
-    pub const PROTOCOL: u8 = 76;
+    pub(crate) const USAGE: u8 = 64;
+    pub(crate) const UNAVAILABLE: u8 = 69;
+    pub(crate) const SOFTWARE: u8 = 70;
+    pub(crate) const TEMPFAIL: u8 = 75;
+    pub(crate) const PROTOCOL: u8 = 76;
 }
 
 /// The exit code for an error that ends `lockctl`.

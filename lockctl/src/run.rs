@@ -15,7 +15,7 @@ use crate::guardian::Guardian;
 
 /// What `run` acquires, and how long it gives the command's group after SIGTERM.
 #[derive(Debug, Clone, Copy)]
-pub struct Request<'a> {
+pub(crate) struct Request<'a> {
     /// The lock's key.
     pub key: &'a str,
     /// The lease TTL.
@@ -35,7 +35,7 @@ pub struct Request<'a> {
 }
 
 /// `<host> pid <pid>`: the label of a lease that `--label` does not name.
-pub fn default_label() -> String {
+pub(crate) fn default_label() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|host| host.trim().to_owned())
         .ok()
@@ -54,7 +54,7 @@ pub fn default_label() -> String {
 /// Not cancel safe: dropped while the command runs, the lease is neither kept alive nor
 /// released (it expires at its TTL), the command gets SIGKILL (`kill_on_drop`), and its group
 /// gets SIGKILL from the guardian once lockctl exits.
-pub async fn run(
+pub(crate) async fn run(
     store: DynLockStore,
     request: Request<'_>,
     command: Vec<OsString>,

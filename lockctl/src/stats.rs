@@ -6,7 +6,7 @@ use fencelock::DynLockStore;
 
 /// What a store holds for keys no one holds, as far as it can tell.
 #[derive(Debug, PartialEq, Eq)]
-pub struct PerKeyState {
+pub(crate) struct PerKeyState {
     /// The store, as people call it.
     pub store: &'static str,
     /// How many items it holds now, if it can count them.
@@ -15,7 +15,7 @@ pub struct PerKeyState {
     pub unit: &'static str,
 }
 
-pub async fn stats(store: DynLockStore, url: &str, json: bool) -> ExitCode {
+pub(crate) async fn stats(store: DynLockStore, url: &str, json: bool) -> ExitCode {
     let state = match per_key_state(&store, url).await {
         Ok(state) => state,
         Err(error) => return crate::fail(&error),
@@ -37,7 +37,7 @@ pub async fn stats(store: DynLockStore, url: &str, json: bool) -> ExitCode {
 }
 
 /// One line for people.
-pub fn describe(state: &PerKeyState, retention: Option<std::time::Duration>) -> String {
+pub(crate) fn describe(state: &PerKeyState, retention: Option<std::time::Duration>) -> String {
     let count = match state.count {
         Some(n) => format!("{n} {}", state.unit),
         None => format!("{} (not counted)", state.unit),

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use fencelock::{DynLockStore, HolderStatus, KeyStatus, Mode};
 
-pub async fn status(store: DynLockStore, key: &str, json: bool) -> ExitCode {
+pub(crate) async fn status(store: DynLockStore, key: &str, json: bool) -> ExitCode {
     let status = match store.status(key).await {
         Ok(status) => status,
         Err(error) => return crate::fail(&error),
@@ -28,7 +28,7 @@ pub async fn status(store: DynLockStore, key: &str, json: bool) -> ExitCode {
 }
 
 /// One line for people.
-pub fn describe(key: &str, status: &KeyStatus) -> String {
+pub(crate) fn describe(key: &str, status: &KeyStatus) -> String {
     match status {
         KeyStatus::Held {
             owner,

@@ -6,6 +6,9 @@
 //! The stale-holder case is driven step by step, never by timing: a `psql` shim on the first
 //! job's `PATH` holds its second call (the write) until the test lets it go.
 
+// Unsafe only for system calls through libc; each block says why it is sound.
+#![allow(unsafe_code)]
+
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};

@@ -3,6 +3,8 @@
 //! within 2 of the stopped waiter's TTLs, `lockctl status` does not count the stopped waiter as
 //! a holder, and the waiter, continued, still gets the key within its wait.
 #![cfg(feature = "postgres")]
+// Unsafe only for system calls through libc; each block says why it is sound.
+#![allow(unsafe_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};

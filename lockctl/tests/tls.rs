@@ -5,6 +5,8 @@
 //! holds the key, and a run that trusts the wrong CA exits 76 (the store's error) with one line
 //! that does not show the password, without running the command.
 #![cfg(feature = "tls")]
+// Unsafe only for system calls through libc; each block says why it is sound.
+#![allow(unsafe_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};

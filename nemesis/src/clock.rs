@@ -1,6 +1,9 @@
 //! The one clock of a history: `CLOCK_MONOTONIC`, which every process on the machine reads
 //! alike, so events written by different worker processes can be ordered in real time.
 
+// Unsafe only for system calls through libc; each block says why it is sound.
+#![allow(unsafe_code)]
+
 use std::time::Duration;
 
 use fencelock::Instant;

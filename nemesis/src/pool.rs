@@ -1,6 +1,9 @@
 //! The worker pool: starts workers (processes, or tasks for an in-process store), follows
 //! each one's progress from the history, and pauses, cuts off or kills one for a fault.
 
+// Unsafe only for system calls through libc; each block says why it is sound.
+#![allow(unsafe_code)]
+
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;

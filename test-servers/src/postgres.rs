@@ -1,5 +1,8 @@
 //! PostgreSQL (`initdb` + `postgres`) in a temporary directory.
 
+// Unsafe only for system calls through libc; each block says why it is sound.
+#![allow(unsafe_code)]
+
 use std::fs;
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;

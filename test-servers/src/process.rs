@@ -2,6 +2,9 @@
 //! tails, finding binaries, spawning and signalling child processes, and
 //! waiting until a server is ready.
 
+// Unsafe only for system calls through libc; each block says why it is sound.
+#![allow(unsafe_code)]
+
 use std::fs::{self, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::net::TcpListener;

@@ -86,6 +86,14 @@ pub struct SessionWatch<L: LookUp> {
     handle_dropped: CancellationToken,
 }
 
+impl<L: LookUp> std::fmt::Debug for SessionWatch<L> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionWatch")
+            .field("handle_dropped", &self.handle_dropped.is_cancelled())
+            .finish_non_exhaustive()
+    }
+}
+
 impl<L: LookUp> Default for SessionWatch<L> {
     fn default() -> Self {
         SessionWatch {

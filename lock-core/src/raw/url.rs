@@ -228,6 +228,17 @@ pub struct TlsFiles {
     pub key: Option<Vec<u8>>,
 }
 
+/// Names which files were given, never their contents (a key is a secret).
+impl std::fmt::Debug for TlsFiles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsFiles")
+            .field("ca", &self.ca.is_some())
+            .field("cert", &self.cert.is_some())
+            .field("key", &self.key.is_some())
+            .finish()
+    }
+}
+
 impl TlsFiles {
     /// Reads the query option `name` if it is `tls_ca`, `tls_cert` or `tls_key`; `Ok(false)` for
     /// any other.

@@ -10,13 +10,13 @@ use futures_util::{stream, StreamExt, TryStreamExt};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 
-pub use fencelock_conformance::bench::{
+pub(crate) use fencelock_conformance::bench::{
     connections_to, cpu_time, live_bytes, rss_bytes, CountingAllocator,
 };
 
 /// gRPC streams of `method` the etcd member at `endpoint` (host:port, plain text) has
 /// started and finished so far, from its `/metrics`; `None` if it cannot be read.
-pub async fn streams(endpoint: &str, method: &str) -> Option<(u64, u64)> {
+pub(crate) async fn streams(endpoint: &str, method: &str) -> Option<(u64, u64)> {
     let fetch = async {
         let mut socket = tokio::net::TcpStream::connect(endpoint).await.ok()?;
         let request = format!("GET /metrics HTTP/1.0\r\nHost: {endpoint}\r\n\r\n");
@@ -43,7 +43,7 @@ pub async fn streams(endpoint: &str, method: &str) -> Option<(u64, u64)> {
 }
 
 /// What [`hold`] saw.
-pub struct Held {
+pub(crate) struct Held {
     pub count: usize,
     pub lost: usize,
     pub acquired_in: Duration,
@@ -72,7 +72,7 @@ pub struct Held {
 /// `connect` makes, each kept alive by a [`KeepAlive`], holds them for three TTLs while
 /// sampling connections and streams (and extending one more lock), counts those lost, and
 /// releases them.
-pub async fn hold<S, F, Fut>(
+pub(crate) async fn hold<S, F, Fut>(
     connect: F,
     prefix: &str,
     count: usize,

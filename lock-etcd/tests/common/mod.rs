@@ -10,7 +10,7 @@ use fencelock_etcd::{EtcdConfig, EtcdStore};
 
 /// A connected store handle; the generous connect timeout (other test processes may load this
 /// machine) joins `url`'s query, if it has one, and `options` (`"&prefix=x"`) follow it.
-pub async fn store(url: &str, options: &str) -> EtcdStore {
+pub(crate) async fn store(url: &str, options: &str) -> EtcdStore {
     let separator = if url.contains('?') { '&' } else { '?' };
     let config =
         EtcdConfig::from_url(&format!("{url}{separator}connect_timeout=30{options}")).unwrap();
@@ -18,7 +18,7 @@ pub async fn store(url: &str, options: &str) -> EtcdStore {
 }
 
 /// The conformance suite's handles on the etcd at `url`.
-pub struct EtcdFactory {
+pub(crate) struct EtcdFactory {
     pub url: String,
 }
 
@@ -40,7 +40,7 @@ impl StoreFactory for EtcdFactory {
 
 /// A metric from the `/metrics` of the etcd member at `endpoint` (host:port, plain text):
 /// `name` as etcd prints it, labels included (`grpc_server_started_total{grpc_method="Txn",…}`).
-pub async fn metric(endpoint: &str, name: &str) -> f64 {
+pub(crate) async fn metric(endpoint: &str, name: &str) -> f64 {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut socket = tokio::net::TcpStream::connect(endpoint)
         .await

@@ -10,13 +10,13 @@ use test_servers::shared;
 
 /// A config on the shared server with `options` (a query string, `table=…` among them: each test
 /// works on a fence table of its own), and a connect timeout that a loaded machine meets.
-pub fn config(options: &str) -> MysqlConfig {
+pub(crate) fn config(options: &str) -> MysqlConfig {
     let url = shared::mariadb().url();
     MysqlConfig::from_url(&format!("{url}?connect_timeout=30&{options}")).expect("config")
 }
 
 /// This host's clock in µs, which the test server (on this host) reads too.
-pub fn unix_micros() -> u64 {
+pub(crate) fn unix_micros() -> u64 {
     let since = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .expect("a clock after 1970");

@@ -5,12 +5,12 @@ use fencelock_postgres::{PostgresConfig, PostgresStore};
 use sqlx::{Connection, PgConnection, Row};
 
 /// A plain sqlx connection, outside any store.
-pub async fn admin(url: &str) -> PgConnection {
+pub(crate) async fn admin(url: &str) -> PgConnection {
     PgConnection::connect(url).await.expect("admin connection")
 }
 
 /// A store handle on `url` with extra query options (`"namespace=x&max_idle=0"`).
-pub async fn store(url: &str, options: &str) -> PostgresStore {
+pub(crate) async fn store(url: &str, options: &str) -> PostgresStore {
     // Generous: other test processes may load this machine.
     let separator = if url.contains('?') { '&' } else { '?' };
     let mut url = format!("{url}{separator}connect_timeout=30");
@@ -23,7 +23,7 @@ pub async fn store(url: &str, options: &str) -> PostgresStore {
 }
 
 /// The pids of the backends that hold advisory lock `lock_id`.
-pub async fn holders(admin: &mut PgConnection, lock_id: i64) -> Vec<i32> {
+pub(crate) async fn holders(admin: &mut PgConnection, lock_id: i64) -> Vec<i32> {
     sqlx::query(
         "SELECT pid FROM pg_locks
           WHERE locktype = 'advisory' AND granted AND objsubid = 1
@@ -40,7 +40,7 @@ pub async fn holders(admin: &mut PgConnection, lock_id: i64) -> Vec<i32> {
 }
 
 /// How many backends wait for advisory lock `lock_id`.
-pub async fn waiters(admin: &mut PgConnection, lock_id: i64) -> i64 {
+pub(crate) async fn waiters(admin: &mut PgConnection, lock_id: i64) -> i64 {
     sqlx::query(
         "SELECT count(*) FROM pg_locks
           WHERE locktype = 'advisory' AND NOT granted AND objsubid = 1
@@ -55,7 +55,7 @@ pub async fn waiters(admin: &mut PgConnection, lock_id: i64) -> i64 {
 }
 
 /// Whether backend `pid` still exists.
-pub async fn backend_exists(admin: &mut PgConnection, pid: i32) -> bool {
+pub(crate) async fn backend_exists(admin: &mut PgConnection, pid: i32) -> bool {
     sqlx::query("SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)")
         .bind(pid)
         .fetch_one(admin)
@@ -65,7 +65,7 @@ pub async fn backend_exists(admin: &mut PgConnection, pid: i32) -> bool {
 }
 
 /// Ends the backend holding `lock_id`, as an operator would, and waits until it is gone.
-pub async fn terminate_holder(admin: &mut PgConnection, lock_id: i64) -> usize {
+pub(crate) async fn terminate_holder(admin: &mut PgConnection, lock_id: i64) -> usize {
     sqlx::query(
         "SELECT pg_terminate_backend(pid, 5000) FROM pg_locks
           WHERE locktype = 'advisory' AND granted AND objsubid = 1

@@ -14,11 +14,11 @@ fn failed_as(what: &'static str) -> impl Fn(redis::RedisError) -> fencelock_core
 
 /// The fenced floor's acquire, exactly as the fenced floor defines it: `SET NX PX`, then the token from a
 /// counter. KEYS: lock, counter. ARGV: owner, ttl ms. Returns the token, 0 if held.
-pub const FLOOR_ACQUIRE: &str = "if redis.call('SET',KEYS[1],ARGV[1],'NX','PX',ARGV[2]) then return redis.call('INCR',KEYS[2]) end return 0";
+pub(crate) const FLOOR_ACQUIRE: &str = "if redis.call('SET',KEYS[1],ARGV[1],'NX','PX',ARGV[2]) then return redis.call('INCR',KEYS[2]) end return 0";
 
 /// The fenced floor's release, exactly as the fenced floor defines it: compare, delete, wake waiters.
 /// KEYS: lock. ARGV: owner. Returns 1 if released.
-pub const FLOOR_RELEASE: &str = "if redis.call('GET',KEYS[1])==ARGV[1] then redis.call('DEL',KEYS[1]) redis.call('PUBLISH',KEYS[1],'') return 1 end return 0";
+pub(crate) const FLOOR_RELEASE: &str = "if redis.call('GET',KEYS[1])==ARGV[1] then redis.call('DEL',KEYS[1]) redis.call('PUBLISH',KEYS[1],'') return 1 end return 0";
 
 /// The acquire of the *durable* fenced floor: the smallest by hand whose tokens survive the
 /// loss of the counter, as ours must (the crate docs, `# Per-key state`): `SET NX PX`, then
@@ -26,14 +26,14 @@ pub const FLOOR_RELEASE: &str = "if redis.call('GET',KEYS[1])==ARGV[1] then redi
 /// (Redis 6.2+), the clock kept as the digits `TIME` gave (µs padded by one concatenation, as
 /// ours) and compared as strings (no number conversion, the cheapest way found). KEYS: lock,
 /// counter. ARGV: owner, ttl ms, retention ms. Returns the token (its digits), 0 if held.
-pub const DURABLE_ACQUIRE: &str = "if redis.call('SET',KEYS[1],ARGV[1],'NX','PX',ARGV[2]) then local t=redis.call('TIME') local now=t[1]..string.sub('00000',#t[2])..t[2] local old=redis.call('SET',KEYS[2],now,'PX',ARGV[3],'GET') if old and (#old>#now or (#old==#now and old>=now)) then now=tonumber(old)+1 redis.call('SET',KEYS[2],now,'PX',ARGV[3]) end return now end return 0";
+pub(crate) const DURABLE_ACQUIRE: &str = "if redis.call('SET',KEYS[1],ARGV[1],'NX','PX',ARGV[2]) then local t=redis.call('TIME') local now=t[1]..string.sub('00000',#t[2])..t[2] local old=redis.call('SET',KEYS[2],now,'PX',ARGV[3],'GET') if old and (#old>#now or (#old==#now and old>=now)) then now=tonumber(old)+1 redis.call('SET',KEYS[2],now,'PX',ARGV[3]) end return now end return 0";
 
 /// The retention window the durable floor gives its counter: the store's default, 7 days.
-pub const RETENTION_MS: u64 = 7 * 86_400_000;
+pub(crate) const RETENTION_MS: u64 = 7 * 86_400_000;
 
 /// The two scripts of a fenced floor.
 #[derive(Clone)]
-pub struct Floor {
+pub(crate) struct Floor {
     acquire: redis::Script,
     release: redis::Script,
     /// The durable floor's retention argument, `None` for the issue's floor.
@@ -44,7 +44,7 @@ pub struct Floor {
 
 impl Floor {
     /// The issue's floor.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Floor {
             acquire: redis::Script::new(FLOOR_ACQUIRE),
             release: redis::Script::new(FLOOR_RELEASE),
@@ -54,7 +54,7 @@ impl Floor {
     }
 
     /// The durable floor: tokens that survive losing the counter, the same release.
-    pub fn durable() -> Self {
+    pub(crate) fn durable() -> Self {
         Floor {
             acquire: redis::Script::new(DURABLE_ACQUIRE),
             release: redis::Script::new(FLOOR_RELEASE),
@@ -64,7 +64,7 @@ impl Floor {
     }
 
     /// The floor's lock key for `key`; its release publishes on it.
-    pub fn lock_key(&self, key: &str) -> String {
+    pub(crate) fn lock_key(&self, key: &str) -> String {
         format!("{}{{{key}}}:lock", self.prefix)
     }
 
@@ -76,7 +76,7 @@ impl Floor {
     /// One fenced cycle by hand on `key`: the acquire script with a fresh random owner (as a
     /// correct lock needs; the same 32 hex digits as ours), a token checked to be there, then
     /// the release script.
-    pub async fn cycle(
+    pub(crate) async fn cycle(
         &self,
         conn: &mut ConnectionManager,
         key: &str,
@@ -93,7 +93,7 @@ impl Floor {
 
     /// The acquire script once on `key` with a fresh random owner: the owner if it minted a
     /// token, `None` if the key is held.
-    pub async fn try_acquire(
+    pub(crate) async fn try_acquire(
         &self,
         conn: &mut ConnectionManager,
         key: &str,
@@ -117,7 +117,7 @@ impl Floor {
     }
 
     /// The release script on `key` for `owner`, checked to have released.
-    pub async fn release(
+    pub(crate) async fn release(
         &self,
         conn: &mut ConnectionManager,
         key: &str,

@@ -14,12 +14,12 @@ use redis::aio::ConnectionManager;
 use tokio::time::Instant;
 
 /// Maps a raw client's error to a store error naming `what` failed.
-pub fn failed(what: &'static str) -> impl Fn(redis::RedisError) -> fencelock_core::Error {
+pub(crate) fn failed(what: &'static str) -> impl Fn(redis::RedisError) -> fencelock_core::Error {
     move |e| fencelock_core::Error::store(what, e)
 }
 
 /// A raw pub/sub connection of `client` subscribed to `channel`, as its stream of messages.
-pub async fn raw_subscription(
+pub(crate) async fn raw_subscription(
     client: &redis::Client,
     channel: &str,
 ) -> fencelock_core::Result<impl futures_util::Stream<Item = redis::Msg>> {
@@ -36,7 +36,7 @@ pub async fn raw_subscription(
 
 /// This process's user + system CPU in µs, from `/proc/self/stat` (every thread; Linux only,
 /// in clock ticks, 10 ms at the usual 100 Hz: about 1% of a round's CPU); 0 elsewhere.
-pub fn client_cpu() -> f64 {
+pub(crate) fn client_cpu() -> f64 {
     let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
         return 0.0;
     };
@@ -53,7 +53,7 @@ pub fn client_cpu() -> f64 {
 }
 
 /// The server's `redis_version`, from `INFO server`.
-pub async fn server_version(conn: &ConnectionManager) -> redis::RedisResult<String> {
+pub(crate) async fn server_version(conn: &ConnectionManager) -> redis::RedisResult<String> {
     let info: String = redis::cmd("INFO")
         .arg("server")
         .query_async(&mut conn.clone())
@@ -67,7 +67,12 @@ pub async fn server_version(conn: &ConnectionManager) -> redis::RedisResult<Stri
 
 /// The rows of rslock's handoff: its p50, as a ratio over `ours` (the target being ours at
 /// least ten times better), and its p99.
-pub fn rslock_handoff_rows(table: &mut Table, waiters: usize, ours: &Samples, rslock: &Samples) {
+pub(crate) fn rslock_handoff_rows(
+    table: &mut Table,
+    waiters: usize,
+    ours: &Samples,
+    rslock: &Samples,
+) {
     let better = micros(rslock.p50()) / micros(ours.p50());
     table
         .latency(
@@ -86,13 +91,13 @@ pub fn rslock_handoff_rows(table: &mut Table, waiters: usize, ours: &Samples, rs
 /// reports nothing (release always says `Released`); its waiting acquire is its own retry loop.
 /// A `LockStore` by hand, not a `raw::Store`, so the peer's figures carry none of our checks.
 #[derive(Debug)]
-pub struct Rslock {
+pub(crate) struct Rslock {
     manager: rslock::LockManager,
 }
 
 impl Rslock {
     /// A lock manager on the servers at `urls`.
-    pub fn new(urls: Vec<String>) -> Self {
+    pub(crate) fn new(urls: Vec<String>) -> Self {
         Rslock {
             manager: rslock::LockManager::new(urls),
         }

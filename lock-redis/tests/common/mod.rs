@@ -4,7 +4,7 @@
 use fencelock_redis::{RedisConfig, RedisStore};
 
 /// `url` with extra query options (`"prefix=x&command_timeout=1s"`) appended.
-pub fn with_options(url: &str, options: &str) -> String {
+pub(crate) fn with_options(url: &str, options: &str) -> String {
     if options.is_empty() {
         return url.to_owned();
     }
@@ -13,7 +13,7 @@ pub fn with_options(url: &str, options: &str) -> String {
 }
 
 /// A connected store handle. Generous timeouts: other test processes may load this machine.
-pub async fn store(url: &str, options: &str) -> RedisStore {
+pub(crate) async fn store(url: &str, options: &str) -> RedisStore {
     let url = with_options(&with_options(url, "connect_timeout=30s"), options);
     RedisStore::connect(RedisConfig::from_url(&url).expect("config"))
         .await
@@ -21,7 +21,7 @@ pub async fn store(url: &str, options: &str) -> RedisStore {
 }
 
 /// A plain redis-crate connection, outside any store, for admin commands.
-pub async fn admin(url: &str) -> redis::aio::MultiplexedConnection {
+pub(crate) async fn admin(url: &str) -> redis::aio::MultiplexedConnection {
     redis::Client::open(url)
         .expect("client")
         .get_multiplexed_async_connection()
@@ -30,7 +30,7 @@ pub async fn admin(url: &str) -> redis::aio::MultiplexedConnection {
 }
 
 /// Runs an admin command.
-pub async fn admin_query<T: redis::FromRedisValue>(
+pub(crate) async fn admin_query<T: redis::FromRedisValue>(
     conn: &mut redis::aio::MultiplexedConnection,
     command: &redis::Cmd,
 ) -> T {

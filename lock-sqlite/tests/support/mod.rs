@@ -9,15 +9,15 @@ use fencelock_sqlite::{SqliteConfig, SqliteStore};
 
 /// A new directory under the system's temporary directory, removed when dropped.
 #[derive(Debug)]
-pub struct Scratch(PathBuf);
+pub(crate) struct Scratch(PathBuf);
 
 impl Scratch {
-    pub fn new(name: &str) -> Self {
+    pub(crate) fn new(name: &str) -> Self {
         Self::under(&std::env::temp_dir(), name)
     }
 
     /// A new directory under `base`.
-    pub fn under(base: &Path, name: &str) -> Self {
+    pub(crate) fn under(base: &Path, name: &str) -> Self {
         let dir = base.join(format!(
             "lock-sqlite-test-{name}-{}-{:016x}",
             std::process::id(),
@@ -27,11 +27,11 @@ impl Scratch {
         Scratch(dir)
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.0
     }
 
-    pub fn db(&self) -> PathBuf {
+    pub(crate) fn db(&self) -> PathBuf {
         self.0.join("locks.db")
     }
 }
@@ -42,7 +42,7 @@ impl Drop for Scratch {
     }
 }
 
-pub async fn store(path: &Path) -> SqliteStore {
+pub(crate) async fn store(path: &Path) -> SqliteStore {
     SqliteStore::connect(SqliteConfig::new(path))
         .await
         .expect("connect to a fresh database file")

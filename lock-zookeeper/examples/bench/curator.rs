@@ -37,7 +37,7 @@ const JARS: [(&str, &str); 8] = [
 ];
 
 /// The running JVM, its pipes and the directory its class was compiled into.
-pub struct Curator {
+pub(crate) struct Curator {
     child: Child,
     commands: ChildStdin,
     answers: BufReader<ChildStdout>,
@@ -80,7 +80,7 @@ impl Curator {
     /// [`Error::Store`] naming the Debian package when `javac`, `java` or a jar is missing
     /// (`default-jdk-headless`, `libcurator-recipes-java`, `zookeeper`), and when the compile
     /// or the start fails.
-    pub fn start(connect: &str, clients: usize) -> Result<Self> {
+    pub(crate) fn start(connect: &str, clients: usize) -> Result<Self> {
         Self::start_class("CuratorBench", SOURCE, &[connect, &clients.to_string()])
     }
 
@@ -89,7 +89,7 @@ impl Curator {
     ///
     /// # Errors
     /// As [`Curator::start`].
-    pub fn start_class(class: &str, source_text: &str, args: &[&str]) -> Result<Self> {
+    pub(crate) fn start_class(class: &str, source_text: &str, args: &[&str]) -> Result<Self> {
         let javac = on_path("javac", "default-jdk-headless")?;
         let java = on_path("java", "default-jdk-headless")?;
         for (jar, package) in JARS {
@@ -158,7 +158,7 @@ impl Curator {
     /// A command that runs the compiled class again, in a JVM of its own, with `args`.
     // Only the election bench runs a second JVM.
     #[allow(dead_code)]
-    pub fn java(&self, args: &[&str]) -> Command {
+    pub(crate) fn java(&self, args: &[&str]) -> Command {
         let mut command = Command::new(&self.java);
         command
             .arg("-cp")
@@ -172,7 +172,7 @@ impl Curator {
     ///
     /// # Errors
     /// [`Error::Store`] if the peer's stdin is closed.
-    pub fn send(&mut self, command: &str) -> Result<()> {
+    pub(crate) fn send(&mut self, command: &str) -> Result<()> {
         writeln!(self.commands, "{command}")
             .and_then(|()| self.commands.flush())
             .map_err(|e| Error::store("writing to the Curator peer", e))
@@ -182,7 +182,7 @@ impl Curator {
     ///
     /// # Errors
     /// [`Error::Store`] if the peer exited.
-    pub fn line(&mut self) -> Result<String> {
+    pub(crate) fn line(&mut self) -> Result<String> {
         let mut line = String::new();
         let read = self
             .answers
@@ -199,7 +199,7 @@ impl Curator {
     ///
     /// # Errors
     /// [`Error::Store`] with the peer's error, or if it exited.
-    pub fn run(&mut self, command: &str) -> Result<Samples> {
+    pub(crate) fn run(&mut self, command: &str) -> Result<Samples> {
         let answer = self.ask(command)?;
         samples(command, &answer)
     }
@@ -208,7 +208,7 @@ impl Curator {
     ///
     /// # Errors
     /// [`Error::Store`] with the peer's error, or if it exited.
-    pub fn ask(&mut self, command: &str) -> Result<String> {
+    pub(crate) fn ask(&mut self, command: &str) -> Result<String> {
         self.send(command)?;
         let answer = self.line()?;
         match answer.strip_prefix("OK") {
@@ -222,7 +222,7 @@ impl Curator {
 ///
 /// # Errors
 /// [`Error::Store`] for a word that is not a number.
-pub fn samples(command: &str, answer: &str) -> Result<Samples> {
+pub(crate) fn samples(command: &str, answer: &str) -> Result<Samples> {
     answer
         .split_whitespace()
         .map(|ns| ns.parse().map(Duration::from_nanos))

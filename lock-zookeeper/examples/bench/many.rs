@@ -10,10 +10,12 @@ use fencelock_core::{Error, KeepAlive, LockStore, ReleaseOutcome, Result};
 use fencelock_zookeeper::{ZookeeperConfig, ZookeeperStore};
 use tokio::time::Instant;
 
-pub use fencelock_conformance::bench::{connections_to, live_bytes, rss_bytes, CountingAllocator};
+pub(crate) use fencelock_conformance::bench::{
+    connections_to, live_bytes, rss_bytes, CountingAllocator,
+};
 
 /// What [`hold`] saw.
-pub struct Held {
+pub(crate) struct Held {
     pub count: usize,
     pub lost: usize,
     /// Releases that found their lease already gone, after the hold.
@@ -39,7 +41,7 @@ pub struct Held {
 /// its own, each kept alive by a [`KeepAlive`], holds them for three TTLs while sampling the
 /// client's connections to `ports` (and extending one more lease of the same TTL), counts
 /// those lost, and releases them.
-pub async fn hold(
+pub(crate) async fn hold(
     config: &ZookeeperConfig,
     prefix: &str,
     count: usize,

@@ -13,7 +13,7 @@ fn raw_error(what: &'static str) -> impl Fn(zk::Error) -> Error {
 }
 
 /// A session of its own on `connect` (`host:port,…[/chroot]`).
-pub async fn connect(connect: &str) -> Result<zk::Client> {
+pub(crate) async fn connect(connect: &str) -> Result<zk::Client> {
     zk::Client::connector()
         .with_session_timeout(Duration::from_secs(10))
         .connect(connect)
@@ -22,7 +22,7 @@ pub async fn connect(connect: &str) -> Result<zk::Client> {
 }
 
 /// Makes the persistent node `path` and its parents, if missing.
-pub async fn ensure(client: &zk::Client, path: &str) -> Result<()> {
+pub(crate) async fn ensure(client: &zk::Client, path: &str) -> Result<()> {
     let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
     match client.mkdir(path, &persistent).await {
         Ok(()) | Err(zk::Error::NodeExists) => Ok(()),
@@ -32,7 +32,7 @@ pub async fn ensure(client: &zk::Client, path: &str) -> Result<()> {
 
 /// The raw cycle floor: an ephemeral sequential node created under `parent` and deleted, the
 /// two writes every ZooKeeper lock makes.
-pub async fn cycle(client: &zk::Client, parent: &str) -> Result<()> {
+pub(crate) async fn cycle(client: &zk::Client, parent: &str) -> Result<()> {
     let ephemeral = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
     let prefix = format!("{parent}/n-");
     let (_, sequence) = client
@@ -49,7 +49,7 @@ pub async fn cycle(client: &zk::Client, parent: &str) -> Result<()> {
 /// (is our node the oldest?), the delete. `pipelined` sends the create and the read together
 /// (a session's requests are answered in order, so the read sees the create): one round trip
 /// fewer than waiting for the create's answer first, as the store does.
-pub async fn queue_cycle(client: &zk::Client, parent: &str, pipelined: bool) -> Result<()> {
+pub(crate) async fn queue_cycle(client: &zk::Client, parent: &str, pipelined: bool) -> Result<()> {
     let ephemeral = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
     let prefix = format!("{parent}/n-");
     let (created, children) = if pipelined {
@@ -78,7 +78,7 @@ pub async fn queue_cycle(client: &zk::Client, parent: &str, pipelined: bool) -> 
 /// The raw handoff floor: one session deletes a node that another session watches; the time
 /// from sending the delete to the watch event arriving. Every handoff through ZooKeeper pays
 /// at least this: a write, and one notification to another session.
-pub struct HandoffFloor {
+pub(crate) struct HandoffFloor {
     writer: zk::Client,
     watcher: zk::Client,
     path: String,
@@ -86,7 +86,7 @@ pub struct HandoffFloor {
 
 impl HandoffFloor {
     /// Two sessions of their own; the node is `{parent}/watched`.
-    pub async fn connect(connect: &str, parent: &str) -> Result<Self> {
+    pub(crate) async fn connect(connect: &str, parent: &str) -> Result<Self> {
         let (writer, watcher) = (self::connect(connect).await?, self::connect(connect).await?);
         ensure(&writer, parent).await?;
         Ok(HandoffFloor {
@@ -97,7 +97,7 @@ impl HandoffFloor {
     }
 
     /// One sample, the delete sent `idle` after the watch was set (zero: back to back).
-    pub async fn sample(&mut self, idle: Duration) -> Result<Duration> {
+    pub(crate) async fn sample(&mut self, idle: Duration) -> Result<Duration> {
         let ephemeral = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
         self.writer
             .create(&self.path, &[], &ephemeral)
@@ -139,7 +139,7 @@ impl HandoffFloor {
     }
 
     /// `samples` back-to-back samples.
-    pub async fn run(&mut self, samples: usize) -> Result<Samples> {
+    pub(crate) async fn run(&mut self, samples: usize) -> Result<Samples> {
         let mut out = Vec::with_capacity(samples);
         for _ in 0..samples {
             out.push(self.sample(Duration::ZERO).await?);

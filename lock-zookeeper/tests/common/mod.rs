@@ -10,7 +10,7 @@ use fencelock_zookeeper::{ZookeeperConfig, ZookeeperStore};
 
 /// A connected store handle; the generous connect timeout (other test processes may load this
 /// machine) joins `url`'s query, if it has one, and `options` (`"&prefix=/x"`) follow it.
-pub async fn store(url: &str, options: &str) -> ZookeeperStore {
+pub(crate) async fn store(url: &str, options: &str) -> ZookeeperStore {
     let separator = if url.contains('?') { '&' } else { '?' };
     let config =
         ZookeeperConfig::from_url(&format!("{url}{separator}connect_timeout=30{options}")).unwrap();
@@ -18,7 +18,7 @@ pub async fn store(url: &str, options: &str) -> ZookeeperStore {
 }
 
 /// The conformance suite's handles on the ZooKeeper at `url`.
-pub struct ZookeeperFactory {
+pub(crate) struct ZookeeperFactory {
     pub url: String,
 }
 
@@ -44,7 +44,7 @@ impl StoreFactory for ZookeeperFactory {
 
 /// A plain client of the ZooKeeper at `url` (no chroot, no auth), to look at or write the nodes
 /// the store made.
-pub async fn raw(url: &str) -> zookeeper_client::Client {
+pub(crate) async fn raw(url: &str) -> zookeeper_client::Client {
     let config = ZookeeperConfig::from_url(url).expect("config");
     zookeeper_client::Client::connector()
         .with_session_timeout(std::time::Duration::from_secs(10))
@@ -54,6 +54,6 @@ pub async fn raw(url: &str) -> zookeeper_client::Client {
 }
 
 /// A prefix no other test uses.
-pub fn fresh_prefix(name: &str) -> String {
+pub(crate) fn fresh_prefix(name: &str) -> String {
     format!("/{name}-{}", fencelock_core::OwnerId::random())
 }

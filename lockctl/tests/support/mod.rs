@@ -1,6 +1,9 @@
 //! The cases `tests/stores.rs` runs against every real store: exclusion across processes,
 //! busy keys, dead and stopped holders, unreachable stores.
 
+// Unsafe only for system calls through libc; each block says why it is sound.
+#![allow(unsafe_code)]
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -83,7 +86,7 @@ fn stderr(output: &Output) -> String {
 
 /// Ten `lockctl run`s on one key at once: their critical sections never interleave and each
 /// sees a greater token than the one before.
-pub fn ten_concurrent_runs_never_overlap(url: &str) {
+pub(crate) fn ten_concurrent_runs_never_overlap(url: &str) {
     let dir = scratch("overlap");
     let log = dir.join("log");
     let script = format!(
@@ -126,7 +129,7 @@ pub fn ten_concurrent_runs_never_overlap(url: &str) {
 }
 
 /// A key held by another run gives exit 75 at once, with a zero wait, and after a short wait.
-pub fn busy_key_exits_75(url: &str) {
+pub(crate) fn busy_key_exits_75(url: &str) {
     let dir = scratch("busy");
     let marker = dir.join("held");
     let mut holder = lockctl(url)
@@ -166,7 +169,7 @@ pub fn busy_key_exits_75(url: &str) {
 }
 
 /// `kill -9` of the holding lockctl: the lock is free again within its TTL.
-pub fn killed_holder_is_free_within_its_ttl(url: &str) {
+pub(crate) fn killed_holder_is_free_within_its_ttl(url: &str) {
     let dir = scratch("killed");
     let marker = dir.join("pid");
     let ttl = Duration::from_secs(2);
@@ -206,7 +209,7 @@ pub fn killed_holder_is_free_within_its_ttl(url: &str) {
 
 /// A holder stopped past its TTL is superseded by a holder with a greater token; once resumed
 /// it terminates its command and exits 70.
-pub fn stopped_holder_is_superseded_and_exits_70(url: &str) {
+pub(crate) fn stopped_holder_is_superseded_and_exits_70(url: &str) {
     let dir = scratch("stopped");
     let first = dir.join("first");
     let mut holder = lockctl(url)
@@ -254,7 +257,7 @@ pub fn stopped_holder_is_superseded_and_exits_70(url: &str) {
 }
 
 /// An unreachable store is exit 69 within the connect bound.
-pub fn unreachable_store_exits_69(url: &str) {
+pub(crate) fn unreachable_store_exits_69(url: &str) {
     let started = Instant::now();
     let output = lockctl(url)
         .args(["--connect-timeout", "3s", "run", "k", "--", "true"])
@@ -286,7 +289,7 @@ const LOCKCTL_CASES: &[&str] = &[
 
 /// `lockctl conformance --case …` against the live store: every selected case passes (or does
 /// not apply) and the table says so.
-pub fn conformance_command_passes(url: &str) {
+pub(crate) fn conformance_command_passes(url: &str) {
     let mut command = lockctl(url);
     // Two of these run at once in this binary, beside the servers: four cases each keeps a
     // starved two-core machine from missing one-second keep-alives.
@@ -416,7 +419,7 @@ fn assert_tree_gone(case: &str, pids: &[i32]) {
 
 /// A lost lease ends the command's whole process tree, not only the command: lockctl exits 70
 /// only once no process of the tree runs, and one that ignores SIGTERM is killed after `--grace`.
-pub fn lost_lease_ends_the_whole_process_tree(url: &str) {
+pub(crate) fn lost_lease_ends_the_whole_process_tree(url: &str) {
     let dir = scratch("tree-lost");
     let holders = start_forking_holders(url, &dir, "tree-lost");
     for (holder, _) in &holders {
@@ -468,7 +471,7 @@ pub fn lost_lease_ends_the_whole_process_tree(url: &str) {
 }
 
 /// `kill -9` of lockctl ends the command's whole process tree, not only the command.
-pub fn killed_lockctl_ends_the_whole_process_tree(url: &str) {
+pub(crate) fn killed_lockctl_ends_the_whole_process_tree(url: &str) {
     let dir = scratch("tree-killed");
     let holders = start_forking_holders(url, &dir, "tree-killed");
     for (mut holder, pids) in holders {
@@ -487,7 +490,7 @@ pub fn killed_lockctl_ends_the_whole_process_tree(url: &str) {
 /// A command that exits leaving a background child (here one that ignores SIGTERM, so it lives
 /// through the grace): the child is gone before the next holder gets the lock, and lockctl
 /// exits with the command's own code.
-pub fn leftover_processes_end_before_the_release(url: &str) {
+pub(crate) fn leftover_processes_end_before_the_release(url: &str) {
     let dir = scratch("leftover");
     let child_file = dir.join("child");
     let seen = dir.join("seen");
@@ -582,7 +585,7 @@ fn term_of(line: &str) -> u64 {
 /// `lockctl elect`: one leader at a time, its value and term in its command's environment,
 /// what `lockctl leader` (once and `--watch`) and `lockctl status` show; the next candidate
 /// leads once the leader's command ends, with a greater term; bad input is one line, exit 64.
-pub fn elect_leads_one_at_a_time_and_leader_shows_it(url: &str) {
+pub(crate) fn elect_leads_one_at_a_time_and_leader_shows_it(url: &str) {
     let dir = scratch("elect");
     let name = format!("elect-{:x}", rand_suffix());
     let leader = |args: &[&str]| {
