@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use fencelock_core::raw::session_pool::{Answer, LeaseSession};
 use fencelock_core::raw::ttl::{whole_millis, whole_secs};
 use fencelock_core::raw::{self, AcquireRequest, LeaseExt};
 use fencelock_core::{
@@ -44,7 +45,7 @@ const EVICT_WAIT: Duration = Duration::from_secs(5);
 struct Held {
     lock_name: String,
     session_id: i64,
-    session: tokio::sync::Mutex<Option<Session>>,
+    session: LeaseSession<Session>,
     sessions: Arc<Sessions>,
     /// The handle's watch, and the lease's entry in it.
     watch: Arc<Watch>,
@@ -346,7 +347,7 @@ impl MysqlStore {
         let held = Held {
             lock_name: target.lock_name.clone(),
             session_id: session.id,
-            session: tokio::sync::Mutex::new(Some(session)),
+            session: LeaseSession::new(session),
             sessions: self.sessions.clone(),
             watch: self.watch.clone(),
             watch_id,
@@ -359,67 +360,55 @@ impl MysqlStore {
 
     async fn extend_lease(&self, lease: &Lease) -> Result<()> {
         let held = held(lease)?;
-        let mut slot = held.session.lock().await;
-        // Out of the slot while the statement runs, back only with a whole answer: a future
-        // dropped mid-answer drops the session (which frees the lock), as its connection may
-        // be left mid-packet, unfit for the release that follows.
-        let Some(mut session) = slot.take() else {
-            return Err(Error::lost(
-                lease,
-                "it was released, or its session had ended",
-            ));
-        };
-        let sent_at = Instant::now();
-        let reply = bounded(
-            held.sessions.config.command_timeout(),
-            sqlx::query(CONFIRM_HELD)
-                .bind(&held.lock_name)
-                .fetch_one(&mut session.conn),
-        )
-        .await;
-        match reply {
-            Ok(row) => {
+        let gone = || Error::lost(lease, "it was released, or its session had ended");
+        let timeout = held.sessions.config.command_timeout();
+        held.session
+            .run(gone, async |session: &mut Session| {
+                let sent_at = Instant::now();
+                let reply = bounded(
+                    timeout,
+                    sqlx::query(CONFIRM_HELD)
+                        .bind(&held.lock_name)
+                        .fetch_one(&mut session.conn),
+                )
+                .await;
+                let row = match reply {
+                    Ok(row) => row,
+                    Err(fault) if fault.session_is_dead() => {
+                        held.watch.forget(held.watch_id);
+                        return Answer::Ended(Error::lost(lease, fault.describe()));
+                    }
+                    Err(fault) => return Answer::Failed(fault.into_error("extend")),
+                };
                 let decoded = decode(&row, |row| {
                     Ok((
                         row.try_get::<i64, _>("id")?,
                         row.try_get::<Option<i64>, _>("holder")?,
                     ))
                 });
-                let (id, holder) = match decoded {
-                    Ok(decoded) => decoded,
-                    Err(error) => {
-                        *slot = Some(session);
-                        return Err(error);
+                match decoded {
+                    Err(error) => Answer::Failed(error),
+                    Ok((id, _)) if id != held.session_id => {
+                        held.watch.forget(held.watch_id);
+                        Answer::Ended(Error::lost(lease, POOLING_PROXY))
                     }
-                };
-                if id != held.session_id {
-                    held.watch.forget(held.watch_id);
-                    return Err(Error::lost(lease, POOLING_PROXY));
+                    Ok((_, holder)) if holder != Some(held.session_id) => {
+                        // Closing the session guarantees it holds nothing afterwards either.
+                        held.watch.forget(held.watch_id);
+                        Answer::Ended(Error::lost(lease, "its session no longer holds the lock"))
+                    }
+                    Ok(_) => {
+                        lease.confirm(sent_at);
+                        Answer::Kept(())
+                    }
                 }
-                if holder != Some(held.session_id) {
-                    // Closing the session guarantees it holds nothing afterwards either.
-                    held.watch.forget(held.watch_id);
-                    return Err(Error::lost(lease, "its session no longer holds the lock"));
-                }
-                lease.confirm(sent_at);
-                *slot = Some(session);
-                Ok(())
-            }
-            Err(fault) if fault.session_is_dead() => {
-                held.watch.forget(held.watch_id);
-                Err(Error::lost(lease, fault.describe()))
-            }
-            Err(fault) => {
-                *slot = Some(session);
-                Err(fault.into_error("extend"))
-            }
-        }
+            })
+            .await
     }
 
     async fn release_lease(&self, lease: &Lease) -> Result<ReleaseOutcome> {
         let held = held(lease)?;
-        let mut slot = held.session.lock().await;
-        let Some(mut session) = slot.take() else {
+        let Some(mut session) = held.session.take().await else {
             return Ok(ReleaseOutcome::Lost);
         };
         // Whatever the answer, the lease ends here: nothing is left to watch.

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use fencelock_core::raw::session_pool::{Answer, LeaseSession};
 use fencelock_core::raw::ttl::whole_millis;
 use fencelock_core::raw::{self, AcquireRequest, LeaseExt};
 use fencelock_core::{
@@ -43,7 +44,7 @@ struct Held {
     /// (permits) a slot lock, all released together.
     several_locks: bool,
     pid: i32,
-    session: tokio::sync::Mutex<Option<Session>>,
+    session: LeaseSession<Session>,
     sessions: Arc<Sessions>,
     /// The handle's watch, and the lease's entry in it.
     watch: Arc<Watch>,
@@ -467,7 +468,7 @@ impl PostgresStore {
             lock_id: target.lock_id,
             several_locks: mode != Mode::Exclusive,
             pid: session.pid,
-            session: tokio::sync::Mutex::new(Some(session)),
+            session: LeaseSession::new(session),
             sessions: self.sessions.clone(),
             watch: self.watch.clone(),
             watch_id,
@@ -485,61 +486,50 @@ impl PostgresStore {
         let Some(held) = held(lease) else {
             return Err(Error::lost(lease, FOREIGN_LEASE));
         };
-        let mut slot = held.session.lock().await;
-        // Out of the slot while the statement runs, back only with a whole answer: a future
-        // dropped mid-answer drops the session (which frees the lock), as its connection may
-        // be left mid-packet, unfit for the release that follows.
-        let Some(mut session) = slot.take() else {
-            return Err(Error::lost(
-                lease,
-                "it was released, or its session had ended",
-            ));
-        };
-        let sent_at = Instant::now();
-        let reply = bounded(
-            held.sessions.config.command_timeout(),
-            sqlx::query(CONFIRM_HELD)
-                .bind(held.lock_id)
-                .fetch_one(&mut session.conn),
-        )
-        .await;
-        match reply {
-            Ok(row) => {
+        let gone = || Error::lost(lease, "it was released, or its session had ended");
+        let timeout = held.sessions.config.command_timeout();
+        held.session
+            .run(gone, async |session: &mut Session| {
+                let sent_at = Instant::now();
+                let reply = bounded(
+                    timeout,
+                    sqlx::query(CONFIRM_HELD)
+                        .bind(held.lock_id)
+                        .fetch_one(&mut session.conn),
+                )
+                .await;
+                let row = match reply {
+                    Ok(row) => row,
+                    Err(fault) if fault.session_is_dead() => {
+                        held.watch.forget(held.watch_id);
+                        return Answer::Ended(Error::lost(lease, fault.describe()));
+                    }
+                    Err(fault) => return Answer::Failed(fault.into_error("extend")),
+                };
                 let decoded = decode(&row, |row| {
                     Ok((
                         row.try_get::<i32, _>("pid")?,
                         row.try_get::<bool, _>("held")?,
                     ))
                 });
-                let (pid, still_held) = match decoded {
-                    Ok(decoded) => decoded,
-                    Err(error) => {
-                        *slot = Some(session);
-                        return Err(error);
+                match decoded {
+                    Err(error) => Answer::Failed(error),
+                    Ok((pid, _)) if pid != held.pid => {
+                        held.watch.forget(held.watch_id);
+                        Answer::Ended(Error::lost(lease, POOLING_PROXY))
                     }
-                };
-                if pid != held.pid {
-                    held.watch.forget(held.watch_id);
-                    return Err(Error::lost(lease, POOLING_PROXY));
+                    Ok((_, false)) => {
+                        // Closing the session guarantees it holds nothing afterwards either.
+                        held.watch.forget(held.watch_id);
+                        Answer::Ended(Error::lost(lease, "its session no longer holds the lock"))
+                    }
+                    Ok(_) => {
+                        lease.confirm(sent_at);
+                        Answer::Kept(())
+                    }
                 }
-                if !still_held {
-                    // Closing the session guarantees it holds nothing afterwards either.
-                    held.watch.forget(held.watch_id);
-                    return Err(Error::lost(lease, "its session no longer holds the lock"));
-                }
-                lease.confirm(sent_at);
-                *slot = Some(session);
-                Ok(())
-            }
-            Err(fault) if fault.session_is_dead() => {
-                held.watch.forget(held.watch_id);
-                Err(Error::lost(lease, fault.describe()))
-            }
-            Err(fault) => {
-                *slot = Some(session);
-                Err(fault.into_error("extend"))
-            }
-        }
+            })
+            .await
     }
 
     /// The relabel's compare-and-set, on the lease's own session (a statement there also
@@ -559,47 +549,41 @@ impl PostgresStore {
                 operation: "relabel of a raw lock id",
             });
         }
-        let mut slot = held.session.lock().await;
-        // Out of the slot while the statement runs, back only with a whole answer: a future
-        // dropped mid-answer drops the session (which frees the lock), as its connection may
-        // be left mid-packet, unfit for the release that follows.
-        let Some(mut session) = slot.take() else {
-            return Err(Error::lost(
-                lease,
-                "it was released, or its session had ended",
-            ));
-        };
         let Ok(token) = i64::try_from(lease.fencing_token()) else {
-            *slot = Some(session);
             return Err(Error::lost(lease, "its token is beyond this store's"));
         };
-        let reply = bounded(
-            held.sessions.config.command_timeout(),
-            sqlx::query(&self.sessions.sql.relabel)
-                .bind(target.lock_id)
-                .bind(&target.namespace)
-                .bind(&target.fence_key)
-                .bind(format!("{}:{label}", lease.owner()))
-                .bind(lease.owner().to_string())
-                .bind(token)
-                .execute(&mut session.conn),
-        )
-        .await;
-        if let Err(fault) = &reply {
-            if fault.session_is_dead() {
-                held.watch.forget(held.watch_id);
-                return Err(Error::lost(lease, fault.describe()));
-            }
-        }
-        *slot = Some(session);
-        match reply {
-            Ok(done) if done.rows_affected() == 1 => Ok(()),
-            Ok(_) if held.several_locks => Err(Error::Unsupported {
-                operation: "relabel of a reader or permit that another holder joined after",
-            }),
-            Ok(_) => Err(Error::lost(lease, "its session no longer holds the lock")),
-            Err(fault) => Err(fault.into_error("relabel")),
-        }
+        let gone = || Error::lost(lease, "it was released, or its session had ended");
+        let timeout = held.sessions.config.command_timeout();
+        held.session
+            .run(gone, async |session: &mut Session| {
+                let reply = bounded(
+                    timeout,
+                    sqlx::query(&self.sessions.sql.relabel)
+                        .bind(target.lock_id)
+                        .bind(&target.namespace)
+                        .bind(&target.fence_key)
+                        .bind(format!("{}:{label}", lease.owner()))
+                        .bind(lease.owner().to_string())
+                        .bind(token)
+                        .execute(&mut session.conn),
+                )
+                .await;
+                match reply {
+                    Ok(done) if done.rows_affected() == 1 => Answer::Kept(()),
+                    Ok(_) if held.several_locks => Answer::Failed(Error::Unsupported {
+                        operation: "relabel of a reader or permit that another holder joined after",
+                    }),
+                    Ok(_) => {
+                        Answer::Failed(Error::lost(lease, "its session no longer holds the lock"))
+                    }
+                    Err(fault) if fault.session_is_dead() => {
+                        held.watch.forget(held.watch_id);
+                        Answer::Ended(Error::lost(lease, fault.describe()))
+                    }
+                    Err(fault) => Answer::Failed(fault.into_error("relabel")),
+                }
+            })
+            .await
     }
 
     async fn release_lease(&self, lease: &Lease) -> Result<ReleaseOutcome> {
@@ -607,8 +591,7 @@ impl PostgresStore {
             // Not granted by this kind of store: whatever holds the key, it is not this lease.
             return Ok(ReleaseOutcome::Lost);
         };
-        let mut slot = held.session.lock().await;
-        let Some(mut session) = slot.take() else {
+        let Some(mut session) = held.session.take().await else {
             return Ok(ReleaseOutcome::Lost);
         };
         // Whatever the answer, the lease ends here: nothing is left to watch.

@@ -117,3 +117,141 @@ pub async fn open_within<S>(
         }),
     }
 }
+
+/// The session a held lease's lock lives on, which every statement about the lease (extend,
+/// relabel, release) runs on, one at a time.
+///
+/// A statement runs with the session out of its slot, which it gets back only with a whole
+/// answer: a statement future dropped mid-answer drops the session, which frees the lock,
+/// rather than leave a connection that may be mid-packet for the next statement (SQL clients'
+/// connections are not cancel-safe mid-read).
+#[derive(Debug)]
+pub struct LeaseSession<S> {
+    slot: tokio::sync::Mutex<Option<S>>,
+}
+
+/// What a statement on a [`LeaseSession`] found.
+#[derive(Debug)]
+pub enum Answer<T> {
+    /// A whole answer: the session stays for the next statement.
+    Kept(T),
+    /// The session must end (the server ended it, it no longer holds the lock, it is not the
+    /// session it was): it is dropped, which frees whatever it held, and later statements find
+    /// the lease gone.
+    Ended(Error),
+    /// The statement failed, the session is intact: it stays.
+    Failed(Error),
+}
+
+impl<S> LeaseSession<S> {
+    /// The lease's session.
+    pub fn new(session: S) -> Self {
+        LeaseSession {
+            slot: tokio::sync::Mutex::new(Some(session)),
+        }
+    }
+
+    /// Runs `statement` on the session: [`Answer::Kept`]'s value, or the error of
+    /// [`Answer::Ended`] or [`Answer::Failed`]; `gone()` if the session had already ended or
+    /// been taken for the release.
+    ///
+    /// # Errors
+    /// `gone()`, or the statement's.
+    ///
+    /// # Cancel safety
+    /// Dropping the future before the statement has the session changes nothing; after, it
+    /// drops the session (which frees the lock), and later statements get `gone()`.
+    pub async fn run<T>(
+        &self,
+        gone: impl FnOnce() -> Error,
+        statement: impl AsyncFnOnce(&mut S) -> Answer<T>,
+    ) -> Result<T> {
+        let mut slot = self.slot.lock().await;
+        let Some(mut session) = slot.take() else {
+            return Err(gone());
+        };
+        match statement(&mut session).await {
+            Answer::Kept(value) => {
+                *slot = Some(session);
+                Ok(value)
+            }
+            Answer::Ended(error) => Err(error),
+            Answer::Failed(error) => {
+                *slot = Some(session);
+                Err(error)
+            }
+        }
+    }
+
+    /// Takes the session for good (a release): `None` if it had ended or was taken already.
+    ///
+    /// # Cancel safety
+    /// Waits only for a statement in flight; dropping the future takes nothing.
+    pub async fn take(&self) -> Option<S> {
+        self.slot.lock().await.take()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A connection whose close is counted: closing a lease's session frees its lock.
+    struct Conn(Arc<AtomicUsize>);
+
+    impl Drop for Conn {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn gone() -> Error {
+        Error::invalid("lease", "gone")
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_session_is_kept_only_with_a_whole_answer() {
+        let closed = Arc::new(AtomicUsize::new(0));
+        let lease = LeaseSession::new(Conn(closed.clone()));
+        assert_eq!(
+            lease.run(gone, async |_| Answer::Kept(7)).await.ok(),
+            Some(7)
+        );
+        let failed = lease
+            .run(gone, async |_| {
+                Answer::<()>::Failed(Error::invalid("x", "failed"))
+            })
+            .await;
+        assert!(failed.is_err());
+        assert_eq!(
+            closed.load(Ordering::SeqCst),
+            0,
+            "kept and failed keep the session"
+        );
+
+        let stalled = lease.run(gone, async |_| {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            Answer::Kept(())
+        });
+        assert!(tokio::time::timeout(Duration::from_millis(10), stalled)
+            .await
+            .is_err());
+        assert_eq!(
+            closed.load(Ordering::SeqCst),
+            1,
+            "dropped mid-answer: closed"
+        );
+        assert!(lease.run(gone, async |_| Answer::Kept(())).await.is_err());
+        assert!(lease.take().await.is_none());
+
+        let ended = LeaseSession::new(Conn(closed.clone()));
+        let answer = ended
+            .run(gone, async |_| {
+                Answer::<()>::Ended(Error::invalid("x", "ended"))
+            })
+            .await;
+        assert!(answer.is_err());
+        assert_eq!(closed.load(Ordering::SeqCst), 2, "ended: closed");
+        assert!(ended.take().await.is_none());
+    }
+}
