@@ -9,13 +9,16 @@
 //! The README shows this file from its first `use` on, and `tests/service_example.rs` checks
 //! that it still does.
 
+// `tests/service_example.rs` also runs `main`, as a module's function.
+#![allow(unreachable_pub, missing_docs)]
+
 use std::time::Duration;
 
 use fencelock::fence::FencedFile;
 use fencelock::LockStoreExt;
 
 #[tokio::main]
-pub(crate) async fn main() -> fencelock::Result<()> {
+pub async fn main() -> fencelock::Result<()> {
     let url = std::env::var("LOCK_URL").unwrap_or_else(|_| "memory://".into());
     let store = fencelock::connect(&url).await?;
 

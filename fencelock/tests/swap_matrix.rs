@@ -189,7 +189,12 @@ async fn start_servers(sqlite_url: String) -> Servers {
         .collect();
     let urls = vec![
         (Kind::Redis, redis.url()),
-        (Kind::Redlock, format!("redlock://{}", hosts.join(","))),
+        // Generous: the per-node default (250 ms) is for nodes that answer, and other test
+        // processes load this machine; the swaps, not Redlock's timeouts, are under test.
+        (
+            Kind::Redlock,
+            format!("redlock://{}?command_timeout=2s", hosts.join(",")),
+        ),
         (Kind::Cluster, cluster.url()),
         (Kind::Etcd, etcd.url()),
         (Kind::Postgres, postgres.url()),
