@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use fencelock_core::raw::session_pool::{Answer, LeaseSession};
+use fencelock_core::raw::session_pool::{confirmed, Answer, LeaseSession};
 use fencelock_core::raw::ttl::{whole_millis, whole_secs};
 use fencelock_core::raw::{self, AcquireRequest, LeaseExt};
 use fencelock_core::{
@@ -388,19 +388,14 @@ impl MysqlStore {
                 });
                 match decoded {
                     Err(error) => Answer::Failed(error),
-                    Ok((id, _)) if id != held.session_id => {
-                        held.watch.forget(held.watch_id);
-                        Answer::Ended(Error::lost(lease, POOLING_PROXY))
-                    }
-                    Ok((_, holder)) if holder != Some(held.session_id) => {
-                        // Closing the session guarantees it holds nothing afterwards either.
-                        held.watch.forget(held.watch_id);
-                        Answer::Ended(Error::lost(lease, "its session no longer holds the lock"))
-                    }
-                    Ok(_) => {
-                        lease.confirm(sent_at);
-                        Answer::Kept(())
-                    }
+                    Ok((id, holder)) => confirmed(
+                        lease,
+                        sent_at,
+                        id == held.session_id,
+                        holder == Some(held.session_id),
+                        POOLING_PROXY,
+                        || held.watch.forget(held.watch_id),
+                    ),
                 }
             })
             .await

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use fencelock_core::raw::session_pool::{Answer, LeaseSession};
+use fencelock_core::raw::session_pool::{confirmed, Answer, LeaseSession};
 use fencelock_core::raw::ttl::whole_millis;
 use fencelock_core::raw::{self, AcquireRequest, LeaseExt};
 use fencelock_core::{
@@ -514,19 +514,14 @@ impl PostgresStore {
                 });
                 match decoded {
                     Err(error) => Answer::Failed(error),
-                    Ok((pid, _)) if pid != held.pid => {
-                        held.watch.forget(held.watch_id);
-                        Answer::Ended(Error::lost(lease, POOLING_PROXY))
-                    }
-                    Ok((_, false)) => {
-                        // Closing the session guarantees it holds nothing afterwards either.
-                        held.watch.forget(held.watch_id);
-                        Answer::Ended(Error::lost(lease, "its session no longer holds the lock"))
-                    }
-                    Ok(_) => {
-                        lease.confirm(sent_at);
-                        Answer::Kept(())
-                    }
+                    Ok((pid, still_held)) => confirmed(
+                        lease,
+                        sent_at,
+                        pid == held.pid,
+                        still_held,
+                        POOLING_PROXY,
+                        || held.watch.forget(held.watch_id),
+                    ),
                 }
             })
             .await

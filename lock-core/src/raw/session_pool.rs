@@ -192,6 +192,31 @@ impl<S> LeaseSession<S> {
     }
 }
 
+/// What an extend's confirmation on the lease's own session found: whether the statement
+/// ran on the lease's session (`same_session`: a multiplexing proxy may send it to another,
+/// `proxy` says so) and whether that session still holds the lock. Confirms the lease from
+/// `sent_at` and keeps the session, or ends it, after `forget` (the store stops watching the
+/// session); a session that no longer holds the lock holds nothing once closed either.
+pub fn confirmed(
+    lease: &crate::Lease,
+    sent_at: crate::Instant,
+    same_session: bool,
+    still_held: bool,
+    proxy: &'static str,
+    forget: impl FnOnce(),
+) -> Answer<()> {
+    if !same_session {
+        forget();
+        return Answer::Ended(Error::lost(lease, proxy));
+    }
+    if !still_held {
+        forget();
+        return Answer::Ended(Error::lost(lease, "its session no longer holds the lock"));
+    }
+    crate::raw::LeaseExt::confirm(lease, sent_at);
+    Answer::Kept(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
