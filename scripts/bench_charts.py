@@ -188,8 +188,7 @@ def parse_bench(text):
     if name is None:
         raise ParseError(f"line 1: no charts for the bench of {m.group(1)!r}; add it to "
                          f"BENCHES in scripts/bench_charts.py")
-    ends = [n for n, line in enumerate(lines, start=1) if BENCH_END.fullmatch(line.rstrip(" "))]
-    if not ends:
+    if not any(BENCH_END.fullmatch(line.rstrip(" ")) for line in lines):
         raise ParseError(f"line {len(lines)}: no '(took N s; load average after: …)' line: "
                          f"the run was cut short")
     run = Run(m.group(5), lines[0][2:], bench=name)
