@@ -428,9 +428,19 @@ impl PostgresStore {
                     let lease = self.lease(target, owner, token, ttl, sent_at, session, EXCLUSIVE);
                     return self.won_back(lease, waited).await;
                 }
-                // The rollback took the lock with it, even one granted as the timeout fired.
+                // The rollback takes the lock with it, even one granted as the timeout fired;
+                // but the server sends the error before it rolls back. One more round trip
+                // lets the rollback land before the caller hears that the key is free.
                 Err(fault) if fault.code().as_deref() == Some("55P03") => {
-                    self.sessions.checkin(session);
+                    let settled = bounded(
+                        self.sessions.config.command_timeout(),
+                        sqlx::Connection::ping(&mut session.conn),
+                    )
+                    .await;
+                    // A session that cannot answer is closed, which frees whatever it holds.
+                    if settled.is_ok() {
+                        self.sessions.checkin(session);
+                    }
                     return Err(Error::WaitTimedOut {
                         key: target.display.clone(),
                         waited: started.elapsed(),
