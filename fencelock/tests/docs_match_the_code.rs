@@ -1,5 +1,6 @@
 //! Prose about the stores, checked against the code: the README's URL table lists every option
-//! each store's URL parser reads (taken from the parser's own answer to an unknown option),
+//! each store's URL parser reads (as the parser declares them), each store crate's tables of
+//! options give every one with its declared default and no other,
 //! its store chooser links every store's crate README, the facade's feature table and
 //! docs/stores.md name every store, and docs/stores.md gives each store's default timeouts as
 //! its parser applies them.
@@ -30,29 +31,11 @@ fn table_rows(path: &str, header: &str) -> Vec<Vec<String>> {
     rows
 }
 
-/// The options a store's URL parser reads, from its refusal of an unknown one: "… reads a,
-/// b, c and the libpq options …" or "… takes a, b and c". The client library's own options
-/// (after " and the ") are passed through, and documented as such, not listed.
-async fn options_read(example: &str) -> Vec<String> {
-    let joiner = if example.contains('?') { '&' } else { '?' };
-    let url = format!("{example}{joiner}no_such_option=1");
-    let error = match fencelock::connect(&url).await {
-        Ok(_) => panic!("{url}: an unknown option was accepted"),
-        Err(error) => error.to_string(),
-    };
-    if error.ends_with("takes a name and no options") {
-        return Vec::new();
-    }
-    let list = error
-        .split_once(" reads ")
-        .or_else(|| error.split_once(" takes "))
-        .unwrap_or_else(|| panic!("{url}: the refusal names no options: {error}"))
-        .1;
-    let own = list.split(" and the ").next().unwrap_or(list);
-    own.split(", ")
-        .flat_map(|part| part.split(" and "))
-        .map(|name| name.trim().to_owned())
-        .filter(|name| !name.is_empty())
+/// The options a store's URL parser reads, as it declares them.
+fn options_read(kind: &fencelock::StoreKind) -> Vec<String> {
+    (kind.options)()
+        .iter()
+        .map(|option| option.name.to_owned())
         .collect()
 }
 
@@ -69,8 +52,8 @@ fn options_shown(cell: &str) -> Vec<String> {
         .collect()
 }
 
-#[tokio::test]
-async fn the_readme_url_table_lists_every_option_each_store_reads() {
+#[test]
+fn the_readme_url_table_lists_every_option_each_store_reads() {
     let rows = table_rows("README.md", "| URL | store | feature |");
     let mut missing = Vec::new();
     for kind in fencelock::STORES {
@@ -86,7 +69,7 @@ async fn the_readme_url_table_lists_every_option_each_store_reads() {
             })
             .unwrap_or_else(|| panic!("README.md's URL table has no row for {scheme}://"));
         let shown = options_shown(&row[1]);
-        for option in options_read(kind.example).await {
+        for option in options_read(kind) {
             if !shown.contains(&option) {
                 missing.push(format!("{scheme}:// {option}"));
             }
@@ -252,4 +235,108 @@ fn the_feature_table_and_docs_stores_name_every_store() {
             "docs/stores.md has no row for {first}://"
         );
     }
+}
+
+/// The rows of every table headed `| option | default |` in a store crate: its README and the
+/// doc comments of its sources.
+fn option_tables(folder: &str) -> Vec<(String, Vec<String>)> {
+    fn sources(dir: &Path, found: &mut Vec<PathBuf>) {
+        for entry in fs::read_dir(dir).expect("a source folder").flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                sources(&path, found);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                found.push(path);
+            }
+        }
+    }
+    let root = workspace().join(folder);
+    let mut files = vec![root.join("README.md")];
+    sources(&root.join("src"), &mut files);
+    let mut rows = Vec::new();
+    for file in files {
+        let text = fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        let lines: Vec<&str> = text
+            .lines()
+            .map(|line| {
+                let line = line.trim_start();
+                line.strip_prefix("///")
+                    .or_else(|| line.strip_prefix("//!"))
+                    .map_or(line, str::trim_start)
+            })
+            .collect();
+        let mut in_table = false;
+        for line in lines {
+            if line.starts_with("| option | default |") {
+                in_table = true;
+            } else if !line.starts_with('|') {
+                in_table = false;
+            } else if in_table && !line.starts_with("| ---") {
+                let cells: Vec<String> = line.split('|').map(|c| c.trim().to_owned()).collect();
+                rows.push((file.display().to_string(), cells));
+            }
+        }
+    }
+    rows
+}
+
+/// Each store crate's tables of options name every option its stores declare, with the
+/// declared default (a cell may say more after it), and no option that none of them reads
+/// (a client library's own, documented "as in" that library, aside).
+#[test]
+fn each_store_crate_s_option_tables_match_the_declarations() {
+    let unticked = |text: &str| text.replace('`', "");
+    let mut wrong = Vec::new();
+    let mut folders: Vec<String> = fencelock::STORES
+        .iter()
+        .filter(|kind| !kind.feature.is_empty())
+        .map(|kind| format!("lock-{}", kind.feature))
+        .collect();
+    folders.dedup();
+    for folder in folders {
+        let rows = option_tables(&folder);
+        let declared: Vec<_> = fencelock::STORES
+            .iter()
+            .filter(|kind| format!("lock-{}", kind.feature) == folder)
+            .flat_map(|kind| (kind.options)())
+            .collect();
+        assert!(
+            !declared.is_empty(),
+            "{folder}: no store declares an option"
+        );
+        for option in &declared {
+            let shown = rows.iter().filter(|(_, cells)| {
+                cells
+                    .get(1)
+                    .is_some_and(|c| c.split(", ").any(|n| n == format!("`{}`", option.name)))
+            });
+            let defaults: Vec<String> = shown.map(|(_, cells)| unticked(&cells[2])).collect();
+            if defaults.is_empty() {
+                wrong.push(format!("{folder}: no table row for {}", option.name));
+            } else if !defaults
+                .iter()
+                .any(|d| d.starts_with(&unticked(option.default)))
+            {
+                wrong.push(format!(
+                    "{folder}: {} defaults to {:?}, the tables say {defaults:?}",
+                    option.name, option.default
+                ));
+            }
+        }
+        for (file, cells) in &rows {
+            if cells.get(3).is_some_and(|c| c.starts_with("as in ")) {
+                continue;
+            }
+            for name in cells[1].split(", ") {
+                let name = name.trim_matches('`');
+                if !declared.iter().any(|option| option.name == name) {
+                    wrong.push(format!("{file}: {name} is in a table of options, not read"));
+                }
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "the store crates' option tables: {wrong:#?}"
+    );
 }

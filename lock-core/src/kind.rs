@@ -4,6 +4,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 
+use crate::raw::url::OptionDoc;
 use crate::{DynLockStore, Result};
 
 /// A boxed, sendable future borrowing for `'a`: what a [`StoreKind`]'s `connect` returns.
@@ -66,6 +67,9 @@ pub struct StoreKind {
     pub example: &'static str,
     /// A URL of this kind with TLS on, for people to copy; empty when the store has no TLS.
     pub tls_example: &'static str,
+    /// The URL options its parser reads, as declared where they are parsed (a client
+    /// library's own options, which the store passes on, are not listed).
+    pub options: fn() -> Vec<OptionDoc>,
 }
 
 impl StoreKind {
@@ -85,6 +89,7 @@ impl StoreKind {
             unreachable: None,
             example: "",
             tls_example: "",
+            options: Vec::new,
         }
     }
 
@@ -114,6 +119,12 @@ impl StoreKind {
         self
     }
 
+    /// Gives the URL options its parser reads: see [`StoreKind::options`].
+    pub const fn with_options(mut self, options: fn() -> Vec<OptionDoc>) -> Self {
+        self.options = options;
+        self
+    }
+
     /// Whether `scheme` (any case) is one of this store's.
     pub fn serves(&self, scheme: &str) -> bool {
         self.schemes.iter().any(|s| s.eq_ignore_ascii_case(scheme))
@@ -130,6 +141,7 @@ impl fmt::Debug for StoreKind {
             .field("unreachable", &self.unreachable.is_some())
             .field("example", &self.example)
             .field("tls_example", &self.tls_example)
+            .field("options", &(self.options)().len())
             .finish_non_exhaustive()
     }
 }

@@ -5,7 +5,8 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use fencelock_core::raw::url::{
-    client_identity, parse_timeout, percent_decode, percent_encode, read_pem,
+    client_identity, parse_timeout, percent_decode, percent_encode, query_pairs, read_options,
+    OptionDoc, TlsFiles, TlsTarget, UrlOption,
 };
 use fencelock_core::{Error, Result};
 
@@ -28,18 +29,6 @@ pub const DEFAULT_PORT: u16 = 2379;
 pub const MIN_TTL: Duration = Duration::from_secs(1);
 /// TTLs travel as whole seconds (etcd leases), rounded up.
 pub(crate) const TTL_GRANULARITY: Duration = Duration::from_secs(1);
-
-/// The query-string options this crate reads; anything else is rejected, so a typo such as
-/// `prefx=` cannot silently put locks under the default prefix.
-const OPTIONS: &[&str] = &[
-    "prefix",
-    "layout",
-    "connect_timeout",
-    "command_timeout",
-    "tls_ca",
-    "tls_cert",
-    "tls_key",
-];
 
 /// How a lock's queue is named in etcd's key space.
 ///
@@ -188,7 +177,7 @@ impl EtcdConfig {
             .map(parse_host)
             .collect::<Result<Vec<_>>>()?;
 
-        let mut config = EtcdConfig {
+        let config = EtcdConfig {
             endpoints,
             tls,
             user,
@@ -199,51 +188,20 @@ impl EtcdConfig {
             tls_ca: None,
             tls_identity: None,
         };
-        let (mut tls_cert, mut tls_key) = (None, None);
-        for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
-            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-            let decode = |text: &str| {
-                percent_decode(&text.replace('+', " ")).ok_or_else(|| {
-                    bad(format!(
-                        "option {text:?} is not valid percent-encoded UTF-8"
-                    ))
-                })
-            };
-            let (name, value) = (decode(name)?, decode(value)?);
-            match name.as_str() {
-                "prefix" => config.prefix = Some(value),
-                "layout" => {
-                    config.layout = match value.as_str() {
-                        "fencelock" => Layout::Fencelock,
-                        "etcd" => Layout::Etcd,
-                        other => {
-                            return Err(bad(format!(
-                                "layout must be fencelock or etcd, not {other:?}"
-                            )))
-                        }
-                    }
-                }
-                "connect_timeout" => {
-                    config.connect_timeout = parse_timeout("connect_timeout", &value)?
-                }
-                "command_timeout" => {
-                    config.command_timeout = parse_timeout("command_timeout", &value)?
-                }
-                "tls_ca" | "tls_cert" | "tls_key" if !tls => {
-                    return Err(bad(format!("{name} needs etcds://, not etcd://")))
-                }
-                "tls_ca" => config.tls_ca = Some(read_pem("tls_ca", &value, "")?),
-                "tls_cert" => tls_cert = Some(read_pem("tls_cert", &value, "")?),
-                "tls_key" => tls_key = Some(read_pem("tls_key", &value, "")?),
-                unknown => {
-                    return Err(bad(format!(
-                        "unknown option {unknown:?}; this store reads {}",
-                        OPTIONS.join(", ")
-                    )))
-                }
-            }
-        }
-        config.tls_identity = client_identity(tls_cert, tls_key)?;
+        let mut parsing = Parsing {
+            config,
+            tls: TlsFiles::default(),
+        };
+        read_options(
+            query_pairs(query.unwrap_or(""))?,
+            &options(),
+            &mut parsing,
+            |_, _, _| false,
+            "",
+        )?;
+        let Parsing { mut config, tls } = parsing;
+        config.tls_ca = tls.ca;
+        config.tls_identity = client_identity(tls.cert, tls.key)?;
         // Checked after every option, since `layout=` may come after `prefix=`.
         if config.prefix().is_empty() && config.layout == Layout::Fencelock {
             return Err(bad(
@@ -394,6 +352,89 @@ impl FromStr for EtcdConfig {
     }
 }
 
+/// A URL being read: the config it makes and the TLS files it names.
+#[derive(Debug)]
+struct Parsing {
+    config: EtcdConfig,
+    tls: TlsFiles,
+}
+
+impl AsMut<TlsFiles> for Parsing {
+    fn as_mut(&mut self) -> &mut TlsFiles {
+        &mut self.tls
+    }
+}
+
+impl TlsTarget for Parsing {
+    fn allow_tls(&self, name: &str) -> Result<()> {
+        if self.config.tls {
+            return Ok(());
+        }
+        Err(Error::invalid(
+            "url",
+            format!("{name} needs {TLS_SCHEME}://, not {SCHEME}://"),
+        ))
+    }
+}
+
+/// Every URL option this store reads.
+fn options() -> Vec<UrlOption<Parsing>> {
+    let mut options = vec![
+        UrlOption::new(
+            "prefix",
+            "fencelock/",
+            "prefix of every key this store writes; prefixes must not nest",
+            |p: &mut Parsing, v| {
+                p.config.prefix = Some(v.to_owned());
+                Ok(())
+            },
+        ),
+        UrlOption::new(
+            "layout",
+            "fencelock",
+            "`etcd`: each lock named as etcd's `concurrency.Mutex` names it",
+            |p: &mut Parsing, v| {
+                p.config.layout = match v {
+                    "fencelock" => Layout::Fencelock,
+                    "etcd" => Layout::Etcd,
+                    other => {
+                        return Err(Error::invalid(
+                            "url",
+                            format!("layout must be fencelock or etcd, not {other:?}"),
+                        ))
+                    }
+                };
+                Ok(())
+            },
+        ),
+        UrlOption::new(
+            "connect_timeout",
+            "5s",
+            "bound on connecting",
+            |p: &mut Parsing, v| {
+                p.config.connect_timeout = parse_timeout("connect_timeout", v)?;
+                Ok(())
+            },
+        ),
+        UrlOption::new(
+            "command_timeout",
+            "5s",
+            "bound on one request to the cluster",
+            |p: &mut Parsing, v| {
+                p.config.command_timeout = parse_timeout("command_timeout", v)?;
+                Ok(())
+            },
+        ),
+    ];
+    options.extend(TlsFiles::declared());
+    options
+}
+
+/// What [`EtcdConfig::from_url`] reads, for the store's descriptor.
+pub(crate) fn option_docs() -> Vec<OptionDoc> {
+    options().iter().map(UrlOption::describe).collect()
+}
+
 /// `host:port`, `host` (port 2379), `[v6]:port` or `[v6]`.
 fn parse_host(text: &str) -> Result<String> {
     fencelock_core::raw::url::parse_endpoint(text, DEFAULT_PORT, "endpoint", &[])
@@ -402,6 +443,18 @@ fn parse_host(text: &str) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_declared_default_is_the_parser_s_own() {
+        let fresh = || Parsing {
+            config: EtcdConfig::from_url("etcd://h:2379").expect("parses"),
+            tls: TlsFiles::default(),
+        };
+        assert_eq!(
+            fencelock_core::raw::url::defaults_that_differ(&options(), fresh),
+            Vec::<&str>::new()
+        );
+    }
 
     fn rule(url: &str) -> String {
         match EtcdConfig::from_url(url) {

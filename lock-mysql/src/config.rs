@@ -5,7 +5,8 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use fencelock_core::raw::url::{
-    check_scheme, client_identity, redact, TableStoreOptions, TlsFiles,
+    check_scheme, client_identity, read_options, redact, OptionDoc, TableStoreOptions, TlsFiles,
+    TlsTarget, UrlOption,
 };
 use fencelock_core::raw::validate::check_retention;
 use fencelock_core::{Error, Result};
@@ -50,25 +51,6 @@ const READ_MARGIN: Duration = Duration::from_millis(1);
 /// 64 bytes.
 const TABLE_MAX_LEN: usize = 58;
 
-/// The query-string options this crate reads itself.
-const OWN_OPTIONS: &[&str] = &[
-    "namespace",
-    "table",
-    "connect_timeout",
-    "command_timeout",
-    "max_idle",
-    "retention",
-    "max_ttl",
-    "create_table",
-    "sslmode",
-    "sslrootcert",
-    "sslcert",
-    "sslkey",
-    "tls_ca",
-    "tls_cert",
-    "tls_key",
-];
-
 /// The query-string options passed on to the sqlx driver unchanged; anything else is
 /// rejected, so a typo such as `namepsace=` cannot silently put locks in the default namespace.
 const SQLX_OPTIONS: &[&str] = &["charset", "collation", "statement-cache-capacity"];
@@ -86,7 +68,7 @@ const SQLX_OPTIONS: &[&str] = &["charset", "collation", "statement-cache-capacit
 ///
 /// | option | default | meaning |
 /// | --- | --- | --- |
-/// | `sslmode` | `prefer` | `disable`, `prefer`, `require`, `verify-ca`, `verify-full` (the names of the PostgreSQL store; MySQL's `DISABLED` … `VERIFY_IDENTITY` are accepted too); the last three need the crate feature `tls` |
+/// | `sslmode` | `prefer` (`verify-full` with `tls_ca`) | `disable`, `prefer`, `require`, `verify-ca`, `verify-full` (the names of the PostgreSQL store; MySQL's `DISABLED` … `VERIFY_IDENTITY` are accepted too); the last three need the crate feature `tls` |
 /// | `sslrootcert`, `sslcert`, `sslkey` | | CA certificate, client certificate and key files (read by sqlx when it connects) |
 /// | `tls_ca` | | PEM file of the CA that signs the server's certificate (the name the other stores use); implies `sslmode=verify-full` (MySQL's `VERIFY_IDENTITY`) unless `sslmode` is given |
 /// | `tls_cert`, `tls_key` | | PEM files of a client certificate and its key, for a server that asks for one; given together |
@@ -142,36 +124,37 @@ impl MysqlConfig {
             })?,
         )?;
 
-        let mut config = MysqlConfig {
+        let config = MysqlConfig {
             connect: MySqlConnectOptions::new(),
             redacted,
             database,
             options: TableStoreOptions::new(TABLE_MAX_LEN),
         };
-        let mut ssl_mode = None;
-        let mut passed_on = Vec::new();
-        let mut tls = TlsFiles::default();
-        for (name, value) in parsed.query_pairs() {
-            if config.options.read(&name, &value)? || tls.read(&name, &value)? {
-                continue;
-            }
-            match &*name {
-                "sslmode" => ssl_mode = Some(parse_ssl_mode(&value)?),
-                "sslrootcert" => passed_on.push(("ssl-ca".to_owned(), value.to_string())),
-                "sslcert" => passed_on.push(("ssl-cert".to_owned(), value.to_string())),
-                "sslkey" => passed_on.push(("ssl-key".to_owned(), value.to_string())),
-                known if SQLX_OPTIONS.contains(&known) => {
-                    passed_on.push((name.to_string(), value.to_string()))
+        let mut parsing = Parsing {
+            config,
+            tls: TlsFiles::default(),
+            ssl_mode: None,
+            passed_on: Vec::new(),
+        };
+        read_options(
+            parsed.query_pairs(),
+            &options(),
+            &mut parsing,
+            |parsing, name, value| {
+                let known = SQLX_OPTIONS.contains(&name);
+                if known {
+                    parsing.passed_on.push((name.to_owned(), value.to_owned()));
                 }
-                unknown => {
-                    return Err(bad(format!(
-                        "unknown option {unknown:?}; this store reads {} and the sqlx options {}",
-                        OWN_OPTIONS.join(", "),
-                        SQLX_OPTIONS.join(", ")
-                    )))
-                }
-            }
-        }
+                known
+            },
+            &format!("the sqlx options {}", SQLX_OPTIONS.join(", ")),
+        )?;
+        let Parsing {
+            mut config,
+            tls,
+            ssl_mode,
+            passed_on,
+        } = parsing;
         check_retention(config.options.retention, config.options.max_ttl)?;
         check_clock_retention(config.options.retention)?;
         check_tls(&tls, &passed_on, ssl_mode)?;
@@ -398,6 +381,84 @@ fn apply_tls(tls: TlsFiles, mut connect: MySqlConnectOptions) -> MySqlConnectOpt
 }
 
 /// The PostgreSQL store's `sslmode` names, and MySQL's own.
+/// A URL being read: the config it makes, the TLS files and `sslmode` it names and the
+/// options it passes on to sqlx.
+#[derive(Debug)]
+struct Parsing {
+    config: MysqlConfig,
+    tls: TlsFiles,
+    ssl_mode: Option<MySqlSslMode>,
+    passed_on: Vec<(String, String)>,
+}
+
+impl AsMut<TableStoreOptions> for Parsing {
+    fn as_mut(&mut self) -> &mut TableStoreOptions {
+        &mut self.config.options
+    }
+}
+
+impl AsMut<TlsFiles> for Parsing {
+    fn as_mut(&mut self) -> &mut TlsFiles {
+        &mut self.tls
+    }
+}
+
+impl TlsTarget for Parsing {}
+
+/// Every URL option this store reads itself (sqlx reads the few it is passed).
+fn options() -> Vec<UrlOption<Parsing>> {
+    /// A libpq-style name for one of sqlx's own options, passed on under sqlx's name.
+    fn pass_on(parsing: &mut Parsing, name: &str, value: &str) {
+        parsing.passed_on.push((name.to_owned(), value.to_owned()));
+    }
+    let mut options = TableStoreOptions::declared();
+    options.extend([
+        UrlOption::new(
+            "sslmode",
+            "prefer (verify-full with `tls_ca`)",
+            "`disable`, `prefer`, `require`, `verify-ca`, `verify-full` (or MySQL's names)",
+            |p: &mut Parsing, v| {
+                p.ssl_mode = Some(parse_ssl_mode(v)?);
+                Ok(())
+            },
+        ),
+        UrlOption::new(
+            "sslrootcert",
+            "",
+            "as `tls_ca`, passed to sqlx as `ssl-ca`",
+            |p: &mut Parsing, v| {
+                pass_on(p, "ssl-ca", v);
+                Ok(())
+            },
+        ),
+        UrlOption::new(
+            "sslcert",
+            "",
+            "as `tls_cert`, passed to sqlx as `ssl-cert`",
+            |p: &mut Parsing, v| {
+                pass_on(p, "ssl-cert", v);
+                Ok(())
+            },
+        ),
+        UrlOption::new(
+            "sslkey",
+            "",
+            "as `tls_key`, passed to sqlx as `ssl-key`",
+            |p: &mut Parsing, v| {
+                pass_on(p, "ssl-key", v);
+                Ok(())
+            },
+        ),
+    ]);
+    options.extend(TlsFiles::declared());
+    options
+}
+
+/// What [`MysqlConfig::from_url`] reads, for the store's descriptor.
+pub(crate) fn option_docs() -> Vec<OptionDoc> {
+    options().iter().map(UrlOption::describe).collect()
+}
+
 fn parse_ssl_mode(value: &str) -> Result<MySqlSslMode> {
     Ok(match &*value.to_ascii_lowercase() {
         "disable" | "disabled" => MySqlSslMode::Disabled,
@@ -476,6 +537,20 @@ fn check_database(value: &str) -> Result<String> {
 mod tests {
     use super::*;
     use fencelock_core::limits::MAX_TTL;
+
+    #[test]
+    fn every_declared_default_is_the_parser_s_own() {
+        let fresh = || Parsing {
+            config: MysqlConfig::from_url("mysql://u@h/db").expect("parses"),
+            tls: TlsFiles::default(),
+            ssl_mode: None,
+            passed_on: Vec::new(),
+        };
+        assert_eq!(
+            fencelock_core::raw::url::defaults_that_differ(&options(), fresh),
+            Vec::<&str>::new()
+        );
+    }
 
     fn rule(url: &str) -> String {
         match MysqlConfig::from_url(url) {

@@ -12,7 +12,8 @@ use crate::store::MysqlStore;
 pub const MYSQL: StoreKind = StoreKind::new("mysql", URL_SCHEMES, "mysql", connect)
     .with_eviction("kills the holder's session (KILL CONNECTION), which frees its lock")
     .with_example("mysql://u@h/db")
-    .with_tls_example("mysql://locks@db.internal/app?tls_ca=/etc/fencelock/ca.pem");
+    .with_tls_example("mysql://locks@db.internal/app?tls_ca=/etc/fencelock/ca.pem")
+    .with_options(crate::config::option_docs);
 
 fn connect(url: &str) -> BoxFuture<'_, Result<DynLockStore>> {
     Box::pin(async move {

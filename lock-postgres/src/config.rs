@@ -5,8 +5,8 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use fencelock_core::raw::url::{
-    check_identifier, check_scheme, client_identity, parse_bool, parse_window, redact,
-    TableStoreOptions, TlsFiles,
+    check_identifier, check_scheme, client_identity, parse_bool, parse_window, read_options,
+    redact, OptionDoc, TableStoreOptions, TlsFiles, TlsTarget, UrlOption,
 };
 use fencelock_core::raw::validate::check_retention;
 use fencelock_core::{Error, Result};
@@ -45,24 +45,6 @@ pub const DEFAULT_MAX_SKEW: Duration = Duration::from_secs(1);
 /// The gap the smallest retention window leaves beyond a granule and `max_skew`.
 const FLOOR_MARGIN: Duration = Duration::from_millis(1);
 
-/// The query-string options this crate reads (and removes before sqlx parses the rest).
-const OWN_OPTIONS: &[&str] = &[
-    "namespace",
-    "schema",
-    "table",
-    "connect_timeout",
-    "command_timeout",
-    "max_idle",
-    "retention",
-    "max_ttl",
-    "max_skew",
-    "durable_grants",
-    "create_table",
-    "tls_ca",
-    "tls_cert",
-    "tls_key",
-];
-
 /// The query-string options sqlx understands; anything else is rejected, so a typo such as
 /// `namepsace=` cannot silently put locks in the default namespace.
 const SQLX_OPTIONS: &[&str] = &[
@@ -96,7 +78,7 @@ const SQLX_OPTIONS: &[&str] = &[
 ///
 /// | option | default | meaning |
 /// | --- | --- | --- |
-/// | `sslmode` | `prefer` | `disable`, `allow`, `prefer`, `require`, `verify-ca`, `verify-full`; the last three need the crate feature `tls` |
+/// | `sslmode` | `prefer` | as in libpq: `disable`, `allow`, `prefer`, `require`, `verify-ca`, `verify-full`; the last three need the crate feature `tls` |
 /// | `user`, `password`, `host`, `port`, `dbname`, `application_name`, `options`, `sslrootcert`, `sslcert`, `sslkey` | | as in libpq (parsed by sqlx) |
 /// | `tls_ca` | | PEM file of the CA that signs the server's certificate (the name the Redis and etcd stores use); implies `sslmode=verify-full` unless `sslmode` is given |
 /// | `tls_cert`, `tls_key` | | PEM files of a client certificate and its key, for a server that asks for one; given together |
@@ -153,7 +135,7 @@ impl PostgresConfig {
         check_scheme(parsed.scheme(), URL_SCHEMES)?;
         let redacted = redact(parsed.as_str());
 
-        let mut config = PostgresConfig {
+        let config = PostgresConfig {
             connect: PgConnectOptions::new_without_pgpass(),
             redacted,
             schema: DEFAULT_SCHEMA.to_owned(),
@@ -161,28 +143,29 @@ impl PostgresConfig {
             durable_grants: false,
             options: TableStoreOptions::new(63),
         };
-        let mut passed_on = Vec::new();
-        let mut tls = TlsFiles::default();
-        for (name, value) in parsed.query_pairs() {
-            if config.options.read(&name, &value)? || tls.read(&name, &value)? {
-                continue;
-            }
-            match &*name {
-                "schema" => config.schema = check_identifier("schema", &value, 63)?,
-                "max_skew" => config.max_skew = parse_window("max_skew", &value)?,
-                "durable_grants" => config.durable_grants = parse_bool("durable_grants", &value)?,
-                known if SQLX_OPTIONS.contains(&known) || is_options_entry(known) => {
-                    passed_on.push((name.to_string(), value.to_string()))
+        let mut parsing = Parsing {
+            config,
+            tls: TlsFiles::default(),
+            passed_on: Vec::new(),
+        };
+        read_options(
+            parsed.query_pairs(),
+            &options(),
+            &mut parsing,
+            |parsing, name, value| {
+                let known = SQLX_OPTIONS.contains(&name) || is_options_entry(name);
+                if known {
+                    parsing.passed_on.push((name.to_owned(), value.to_owned()));
                 }
-                unknown => {
-                    return Err(bad(format!(
-                        "unknown option {unknown:?}; this store reads {} and the libpq options {}",
-                        OWN_OPTIONS.join(", "),
-                        SQLX_OPTIONS.join(", ")
-                    )))
-                }
-            }
-        }
+                known
+            },
+            &format!("the libpq options {}", SQLX_OPTIONS.join(", ")),
+        )?;
+        let Parsing {
+            mut config,
+            tls,
+            passed_on,
+        } = parsing;
         check_retention(config.options.retention, config.options.max_ttl)?;
         check_clock_floor(config.options.retention, config.max_skew)?;
 
@@ -475,6 +458,70 @@ fn check_clock_floor(retention: Duration, max_skew: Duration) -> Result<()> {
     ))
 }
 
+/// A URL being read: the config it makes, the TLS files it names and the options it passes on
+/// to sqlx.
+#[derive(Debug)]
+struct Parsing {
+    config: PostgresConfig,
+    tls: TlsFiles,
+    passed_on: Vec<(String, String)>,
+}
+
+impl AsMut<TableStoreOptions> for Parsing {
+    fn as_mut(&mut self) -> &mut TableStoreOptions {
+        &mut self.config.options
+    }
+}
+
+impl AsMut<TlsFiles> for Parsing {
+    fn as_mut(&mut self) -> &mut TlsFiles {
+        &mut self.tls
+    }
+}
+
+impl TlsTarget for Parsing {}
+
+/// Every URL option this store reads itself (sqlx reads the libpq ones it is passed).
+fn options() -> Vec<UrlOption<Parsing>> {
+    let mut options = TableStoreOptions::declared();
+    options.extend([
+        UrlOption::new(
+            "schema",
+            DEFAULT_SCHEMA,
+            "schema of the fence table; part of every key's lock id",
+            |p: &mut Parsing, v| {
+                p.config.schema = check_identifier("schema", v, 63)?;
+                Ok(())
+            },
+        ),
+        UrlOption::new(
+            "max_skew",
+            "1s",
+            "how far the server's clock may step back, as this deployment promises",
+            |p: &mut Parsing, v| {
+                p.config.max_skew = parse_window("max_skew", v)?;
+                Ok(())
+            },
+        ),
+        UrlOption::new(
+            "durable_grants",
+            "false",
+            "`true`: every grant waits for its fence write to be flushed",
+            |p: &mut Parsing, v| {
+                p.config.durable_grants = parse_bool("durable_grants", v)?;
+                Ok(())
+            },
+        ),
+    ]);
+    options.extend(TlsFiles::declared());
+    options
+}
+
+/// What [`PostgresConfig::from_url`] reads, for the store's descriptor.
+pub(crate) fn option_docs() -> Vec<OptionDoc> {
+    options().iter().map(UrlOption::describe).collect()
+}
+
 fn is_options_entry(name: &str) -> bool {
     name.starts_with("options[") && name.ends_with(']')
 }
@@ -489,6 +536,19 @@ fn requires_tls(mode: PgSslMode) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_declared_default_is_the_parser_s_own() {
+        let fresh = || Parsing {
+            config: PostgresConfig::from_url("postgres://u@h/db").expect("parses"),
+            tls: TlsFiles::default(),
+            passed_on: Vec::new(),
+        };
+        assert_eq!(
+            fencelock_core::raw::url::defaults_that_differ(&options(), fresh),
+            Vec::<&str>::new()
+        );
+    }
     use fencelock_core::limits::MAX_TTL;
 
     fn rule(url: &str) -> String {

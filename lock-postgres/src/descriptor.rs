@@ -12,7 +12,8 @@ use crate::store::PostgresStore;
 pub const POSTGRES: StoreKind = StoreKind::new("postgres", URL_SCHEMES, "postgres", connect)
     .with_eviction("ends the holder's session (pg_terminate_backend), which frees its lock")
     .with_example("postgres://u@h/db")
-    .with_tls_example("postgres://locks@pg.internal/app?tls_ca=/etc/fencelock/ca.pem");
+    .with_tls_example("postgres://locks@pg.internal/app?tls_ca=/etc/fencelock/ca.pem")
+    .with_options(crate::config::option_docs);
 
 fn connect(url: &str) -> BoxFuture<'_, Result<DynLockStore>> {
     Box::pin(async move {

@@ -7,7 +7,9 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use fencelock_core::raw::url::{parse_timeout, parse_window, redact};
+use fencelock_core::raw::url::{
+    parse_timeout, parse_window, read_options, redact, OptionDoc, UrlOption,
+};
 use fencelock_core::{
     limits::MAX_TTL,
     raw::validate::{check_retention, DEFAULT_RETENTION},
@@ -39,24 +41,6 @@ pub const MAX_PREFIX_LEN: usize = 256;
 /// TTLs travel as whole milliseconds (`PX`, `PEXPIRE`), rounded up; the bounds are
 /// fencelock-core's ([`fencelock_core::limits::MIN_TTL`] to [`fencelock_core::limits::MAX_TTL`]).
 pub(crate) const TTL_GRANULARITY: Duration = Duration::from_millis(1);
-
-/// The query-string options this crate reads; anything else is rejected, so a typo such as
-/// `perfix=` cannot silently put locks under the default prefix.
-pub(crate) const OPTIONS: &[&str] = &[
-    "prefix",
-    "layout",
-    "connect_timeout",
-    "command_timeout",
-    "allow_eviction",
-    "retention",
-    "max_ttl",
-    "tls_ca",
-    "tls_cert",
-    "tls_key",
-];
-
-/// The options only `redis+cluster://` reads.
-pub(crate) const CLUSTER_OPTIONS: &[&str] = &["min_replicas", "replica_timeout"];
 
 /// The default bound on the replicas' acknowledgement (`WAIT`) when `min_replicas` is set.
 pub(crate) const DEFAULT_REPLICA_TIMEOUT: Duration = Duration::from_millis(500);
@@ -123,6 +107,8 @@ impl fmt::Display for Layout {
 /// | `max_ttl` | `24h` | the longest TTL this handle grants (at most 24 h) |
 /// | `tls_ca` | the system's roots | `rediss://` only: a PEM file of the CA certificates that may sign the server's certificate |
 /// | `tls_cert`, `tls_key` | none | `rediss://` only, both or neither: PEM files of the client certificate and its key, for a server that requires one (`tls-auth-clients yes`) |
+/// | `min_replicas` | `0` | `redis+cluster://` only: replicas that must acknowledge an acquire (`WAIT`) before its lease is handed out, 0 to 16; see the crate docs (*Redis Cluster*) |
+/// | `replica_timeout` | `500ms` | `redis+cluster://` only: bound on that acknowledgement, below `command_timeout` |
 ///
 /// The port defaults to 6379 and the database to 0. `rediss://` (TLS) needs the crate feature
 /// `tls`. Unknown options are rejected. `Debug` and `Display` never show the password.
@@ -228,8 +214,7 @@ impl RedisConfig {
         let (user, password) = credentials(&parsed)?;
         let db = parse_db(parsed.path(), &redacted)?;
 
-        let mut tls_files = TlsFiles::default();
-        let mut config = RedisConfig {
+        let config = RedisConfig {
             connection: node_info(
                 host,
                 parsed.port().unwrap_or(6379),
@@ -248,53 +233,25 @@ impl RedisConfig {
             max_ttl: MAX_TTL,
             cluster: None,
         };
-        let mut min_replicas = 0u32;
-        let mut replica_timeout = DEFAULT_REPLICA_TIMEOUT;
-        let is_cluster = cluster_nodes.is_some();
-        for (name, value) in parsed.query_pairs() {
-            match &*name {
-                "min_replicas" if is_cluster => {
-                    min_replicas = value.parse().ok().filter(|n| *n <= 16).ok_or_else(|| {
-                        bad_url(format!(
-                            "min_replicas must be a whole number from 0 to 16, not {value:?}"
-                        ))
-                    })?
-                }
-                "replica_timeout" if is_cluster => {
-                    replica_timeout = parse_timeout("replica_timeout", &value)?
-                }
-                "prefix" => config.prefix = check_prefix(&value)?,
-                "layout" => {
-                    config.layout = match &*value {
-                        "fencelock" => Layout::Fencelock,
-                        "plain" => Layout::Plain,
-                        other => {
-                            return Err(bad_url(format!(
-                                "layout must be fencelock or plain, not {other:?}"
-                            )))
-                        }
-                    }
-                }
-                "connect_timeout" => {
-                    config.connect_timeout = parse_timeout("connect_timeout", &value)?
-                }
-                "command_timeout" => {
-                    config.command_timeout = parse_timeout("command_timeout", &value)?
-                }
-                "allow_eviction" => config.allow_eviction = parse_bool("allow_eviction", &value)?,
-                "retention" => config.retention = parse_window("retention", &value)?,
-                "max_ttl" => config.max_ttl = parse_max_ttl(&value)?,
-                name if tls_files.read(name, &value) => {}
-                unknown if is_cluster => {
-                    return Err(bad_url(format!(
-                        "unknown option {unknown:?}; redis+cluster:// reads {}, {}",
-                        OPTIONS.join(", "),
-                        CLUSTER_OPTIONS.join(", ")
-                    )))
-                }
-                unknown => return Err(unknown_option(unknown)),
-            }
-        }
+        let mut parsing = Parsing {
+            config,
+            tls_files: TlsFiles::default(),
+            min_replicas: 0,
+            replica_timeout: DEFAULT_REPLICA_TIMEOUT,
+        };
+        read_options(
+            parsed.query_pairs(),
+            &options(cluster_nodes.is_some()),
+            &mut parsing,
+            |_, _, _| false,
+            "",
+        )?;
+        let Parsing {
+            mut config,
+            tls_files,
+            min_replicas,
+            replica_timeout,
+        } = parsing;
         check_retention(config.retention, config.max_ttl)?;
         config.connection = tls_files.apply(config.connection, tls)?;
         if let Some(seeds) = cluster_nodes {
@@ -521,11 +478,129 @@ pub(crate) fn bad_url(rule: String) -> Error {
     Error::invalid("url", rule)
 }
 
-pub(crate) fn unknown_option(name: &str) -> Error {
-    bad_url(format!(
-        "unknown option {name:?}; this store reads {}",
-        OPTIONS.join(", ")
-    ))
+/// A URL being read: the config it makes, the TLS files it names and, for
+/// `redis+cluster://`, the replica acknowledgement it asks for.
+#[derive(Debug)]
+struct Parsing {
+    config: RedisConfig,
+    tls_files: TlsFiles,
+    min_replicas: u32,
+    replica_timeout: Duration,
+}
+
+/// Every URL option `redis://` reads, and with `cluster` those of `redis+cluster://`.
+fn options(cluster: bool) -> Vec<UrlOption<Parsing>> {
+    let mut options = vec![
+        UrlOption::new(
+            "prefix",
+            DEFAULT_PREFIX,
+            "prepended to every key name; at most 256 bytes, no `{` or `}`",
+            |p: &mut Parsing, v| {
+                p.config.prefix = check_prefix(v)?;
+                Ok(())
+            },
+        ),
+        UrlOption::new(
+            "layout",
+            "fencelock",
+            "`plain`: the lock is exactly the key, as `SET NX PX` clients name it",
+            |p: &mut Parsing, v| {
+                p.config.layout = match v {
+                    "fencelock" => Layout::Fencelock,
+                    "plain" => Layout::Plain,
+                    other => {
+                        return Err(bad_url(format!(
+                            "layout must be fencelock or plain, not {other:?}"
+                        )))
+                    }
+                };
+                Ok(())
+            },
+        ),
+        UrlOption::new(
+            "connect_timeout",
+            "5s",
+            "bound on opening a connection",
+            |p: &mut Parsing, v| {
+                p.config.connect_timeout = parse_timeout("connect_timeout", v)?;
+                Ok(())
+            },
+        ),
+        UrlOption::new(
+            "command_timeout",
+            "5s",
+            "bound on one command's round trip",
+            |p: &mut Parsing, v| {
+                p.config.command_timeout = parse_timeout("command_timeout", v)?;
+                Ok(())
+            },
+        ),
+        UrlOption::new(
+            "allow_eviction",
+            "false",
+            "`true` skips the check that the server cannot evict a held lock",
+            |p: &mut Parsing, v| {
+                p.config.allow_eviction = parse_bool("allow_eviction", v)?;
+                Ok(())
+            },
+        ),
+        UrlOption::new(
+            "retention",
+            "7d",
+            "a key's fence expires this long after its last acquire",
+            |p: &mut Parsing, v| {
+                p.config.retention = parse_window("retention", v)?;
+                Ok(())
+            },
+        ),
+        UrlOption::new(
+            "max_ttl",
+            "24h",
+            "the longest TTL this handle grants (at most 24 h)",
+            |p: &mut Parsing, v| {
+                p.config.max_ttl = parse_max_ttl(v)?;
+                Ok(())
+            },
+        ),
+    ];
+    options.extend(TlsFiles::declared());
+    if cluster {
+        options.extend([
+            UrlOption::new(
+                "min_replicas",
+                "0",
+                "replicas that must acknowledge an acquire (`WAIT`) before it is handed out",
+                |p: &mut Parsing, v| {
+                    p.min_replicas = v.parse().ok().filter(|n| *n <= 16).ok_or_else(|| {
+                        bad_url(format!(
+                            "min_replicas must be a whole number from 0 to 16, not {v:?}"
+                        ))
+                    })?;
+                    Ok(())
+                },
+            ),
+            UrlOption::new(
+                "replica_timeout",
+                "500ms",
+                "bound on the replicas' acknowledgement",
+                |p: &mut Parsing, v| {
+                    p.replica_timeout = parse_timeout("replica_timeout", v)?;
+                    Ok(())
+                },
+            ),
+        ]);
+    }
+    options
+}
+
+/// What `redis://` reads, for the store's descriptor.
+pub(crate) fn option_docs() -> Vec<OptionDoc> {
+    options(false).iter().map(UrlOption::describe).collect()
+}
+
+/// What `redis+cluster://` reads, for the store's descriptor.
+pub(crate) fn cluster_option_docs() -> Vec<OptionDoc> {
+    options(true).iter().map(UrlOption::describe).collect()
 }
 
 /// `true` or `false`, nothing else: a switch that weakens a guarantee is never guessed from
@@ -578,6 +653,18 @@ pub(crate) fn credentials(url: &Url) -> Result<(Option<String>, Option<String>)>
     Ok((user, password))
 }
 
+/// A URL's parse state that holds [`TlsFiles`].
+pub(crate) trait TlsHolder {
+    /// Where the TLS options go.
+    fn tls_files(&mut self) -> &mut TlsFiles;
+}
+
+impl TlsHolder for Parsing {
+    fn tls_files(&mut self) -> &mut TlsFiles {
+        &mut self.tls_files
+    }
+}
+
 /// The `tls_ca`, `tls_cert` and `tls_key` options: file paths, read when the config is built
 /// so a missing file fails at parse time, naming the option (file contents are never shown).
 #[derive(Clone, Debug, Default)]
@@ -588,16 +675,38 @@ pub(crate) struct TlsFiles {
 }
 
 impl TlsFiles {
-    /// Takes `name=value` if it is one of the TLS options.
-    pub(crate) fn read(&mut self, name: &str, value: &str) -> bool {
-        let slot = match name {
-            "tls_ca" => &mut self.ca,
-            "tls_cert" => &mut self.cert,
-            "tls_key" => &mut self.key,
-            _ => return false,
-        };
-        *slot = Some(value.to_owned());
-        true
+    /// The TLS options, for a parse state whose files `files` finds. Each takes a path,
+    /// read when the config is built.
+    pub(crate) fn declared<C: TlsHolder>() -> Vec<UrlOption<C>> {
+        vec![
+            UrlOption::new(
+                "tls_ca",
+                "",
+                "PEM file of the CA certificates that may sign the server's certificate",
+                |c: &mut C, v| {
+                    c.tls_files().ca = Some(v.to_owned());
+                    Ok(())
+                },
+            ),
+            UrlOption::new(
+                "tls_cert",
+                "",
+                "PEM file of the client certificate, given with `tls_key`",
+                |c: &mut C, v| {
+                    c.tls_files().cert = Some(v.to_owned());
+                    Ok(())
+                },
+            ),
+            UrlOption::new(
+                "tls_key",
+                "",
+                "PEM file of the client certificate's key",
+                |c: &mut C, v| {
+                    c.tls_files().key = Some(v.to_owned());
+                    Ok(())
+                },
+            ),
+        ]
     }
 
     /// The options as a query string (`&tls_ca=…`), for a Redlock node's URL.
@@ -733,6 +842,22 @@ pub(crate) fn check_prefix(value: &str) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_declared_default_is_the_parser_s_own() {
+        for (url, cluster) in [("redis://h:6379", false), ("redis+cluster://h:7000", true)] {
+            let fresh = || Parsing {
+                config: RedisConfig::from_url(url).expect("parses"),
+                tls_files: TlsFiles::default(),
+                min_replicas: 0,
+                replica_timeout: DEFAULT_REPLICA_TIMEOUT,
+            };
+            assert_eq!(
+                fencelock_core::raw::url::defaults_that_differ(&options(cluster), fresh),
+                Vec::<&str>::new()
+            );
+        }
+    }
 
     fn rule(url: &str) -> String {
         match RedisConfig::from_url(url) {

@@ -14,7 +14,8 @@ use crate::store::RedisStore;
 pub const REDIS: StoreKind = StoreKind::new("redis", REDIS_URL_SCHEMES, "redis", redis)
     .with_eviction("deletes the key's lock (never its fencing counter) and wakes its waiters")
     .with_example("redis://127.0.0.1:6379")
-    .with_tls_example("rediss://:PASSWORD@redis.internal:6380/0?tls_ca=/etc/fencelock/ca.pem");
+    .with_tls_example("rediss://:PASSWORD@redis.internal:6380/0?tls_ca=/etc/fencelock/ca.pem")
+    .with_options(crate::config::option_docs);
 
 /// A Redis Cluster: `redis+cluster://host:port[,host:port…]`, see [`RedisConfig`]; the same
 /// [`RedisStore`] on the Cluster client.
@@ -28,14 +29,16 @@ pub const REDIS_CLUSTER: StoreKind = StoreKind::new(
     "deletes the key's lock (never its fencing counter) on its slot's master and wakes its \
          waiters",
 )
-.with_example("redis+cluster://a:7000,b:7001,c:7002");
+.with_example("redis+cluster://a:7000,b:7001,c:7002")
+.with_options(crate::config::cluster_option_docs);
 
 /// Redlock over independent Redis masters: `redlock://host:port,host:port,host:port`, see
 /// [`RedlockConfig`].
 pub const REDLOCK: StoreKind = StoreKind::new("redlock", REDLOCK_URL_SCHEMES, "redis", redlock)
     .with_eviction("deletes the key's lock on every node (never the fencing counters)")
     .with_example("redlock://a:6379,b:6379,c:6379")
-    .with_tls_example("redlock://a:6380,b:6380,c:6380?tls=true&tls_ca=/etc/fencelock/ca.pem");
+    .with_tls_example("redlock://a:6380,b:6380,c:6380?tls=true&tls_ca=/etc/fencelock/ca.pem")
+    .with_options(crate::redlock::config::option_docs);
 
 fn redis(url: &str) -> BoxFuture<'_, Result<DynLockStore>> {
     Box::pin(async move {

@@ -5,7 +5,10 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
-use fencelock_core::raw::url::{parse_bool, parse_timeout, parse_window, percent_decode};
+use fencelock_core::raw::url::{
+    parse_bool, parse_timeout, parse_window, percent_decode, query_pairs, read_options, OptionDoc,
+    UrlOption,
+};
 use fencelock_core::{
     limits::MAX_TTL,
     raw::validate::{check_retention, DEFAULT_RETENTION},
@@ -62,6 +65,15 @@ pub const MIN_TTL: Duration = Duration::from_millis(100);
 /// be written `%23`, a `?` in the path `%3F`. The file and its missing parent directories are
 /// created. `:memory:` and `mode=memory` are refused: an in-memory database lives in one
 /// process, which is what `memory://` is for.
+///
+/// | option | default | meaning |
+/// | --- | --- | --- |
+/// | `table` | `fencelock_locks` | the lock table's name (`[A-Za-z_][A-Za-z0-9_]*`) |
+/// | `command_timeout` | `5s` | bound on one statement, its wait for SQLite's write lock included |
+/// | `connect_timeout` | `5s` | bound on opening the database file |
+/// | `retention` | `7d` | how long a key's row stays after its last lease expired (below) |
+/// | `max_ttl` | `24h` | the longest TTL the handle grants (at most 24 h) |
+/// | `durable_grants` | `false` | `true`: every commit is synced to disk before it answers (below) |
 ///
 /// `retention` (default `7d`; `ms`, `s`, `m`, `h`, `d`) is how long a key's row stays after its
 /// last lease expired before it may be removed; it must exceed `max_ttl` (default and at most
@@ -147,38 +159,18 @@ impl SqliteConfig {
                 ),
             ));
         }
-        let mut config = SqliteConfig::new(path);
-        for option in query.split('&').filter(|o| !o.is_empty()) {
-            let (name, value) = option.split_once('=').unwrap_or((option, ""));
-            let value = percent_decode(value).ok_or_else(|| {
-                Error::invalid(
-                    "url",
-                    format!("option {name:?} is not valid percent-encoded UTF-8"),
-                )
-            })?;
-            match name {
-                "table" => config.table = check_table(&value)?,
-                "command_timeout" => config.command_timeout = parse_timeout(name, &value)?,
-                "connect_timeout" => config.connect_timeout = parse_timeout(name, &value)?,
-                "retention" => config.retention = parse_window(name, &value)?,
-                "max_ttl" => config.max_ttl = check_max_ttl(parse_window(name, &value)?)?,
-                "durable_grants" => config.durable_grants = parse_bool(name, &value)?,
-                "mode" if value == "memory" => return Err(Error::invalid(
-                    "url",
-                    "mode=memory is not a shared file: use memory:// for locks within one process",
-                )),
-                _ => {
-                    return Err(Error::invalid(
-                        "url",
-                        format!(
-                            "unknown option {name:?}; a sqlite:// URL takes table, \
-                             command_timeout, connect_timeout, retention, max_ttl and \
-                             durable_grants"
-                        ),
-                    ))
-                }
-            }
+        let pairs = query_pairs(query)?;
+        if pairs
+            .iter()
+            .any(|(name, value)| name == "mode" && value == "memory")
+        {
+            return Err(Error::invalid(
+                "url",
+                "mode=memory is not a shared file: use memory:// for locks within one process",
+            ));
         }
+        let mut config = SqliteConfig::new(path);
+        read_options(pairs, &options(), &mut config, |_, _, _| false, "")?;
         check_retention(config.retention, config.max_ttl)?;
         check_clock_retention(config.retention)?;
         Ok(config)
@@ -320,6 +312,71 @@ impl fmt::Debug for SqliteConfig {
     }
 }
 
+/// Every URL option this store reads.
+fn options() -> Vec<UrlOption<SqliteConfig>> {
+    vec![
+        UrlOption::new(
+            "table",
+            DEFAULT_TABLE,
+            "the lock table's name, a plain identifier",
+            |c: &mut SqliteConfig, v| {
+                c.table = check_table(v)?;
+                Ok(())
+            },
+        ),
+        UrlOption::new(
+            "command_timeout",
+            "5s",
+            "bound on one statement, its wait for SQLite's write lock included",
+            |c: &mut SqliteConfig, v| {
+                c.command_timeout = parse_timeout("command_timeout", v)?;
+                Ok(())
+            },
+        ),
+        UrlOption::new(
+            "connect_timeout",
+            "5s",
+            "bound on opening the database file",
+            |c: &mut SqliteConfig, v| {
+                c.connect_timeout = parse_timeout("connect_timeout", v)?;
+                Ok(())
+            },
+        ),
+        UrlOption::new(
+            "retention",
+            "7d",
+            "a key's row is removed once it has not been granted for this long",
+            |c: &mut SqliteConfig, v| {
+                c.retention = parse_window("retention", v)?;
+                Ok(())
+            },
+        ),
+        UrlOption::new(
+            "max_ttl",
+            "24h",
+            "the longest TTL this handle grants (at most 24 h)",
+            |c: &mut SqliteConfig, v| {
+                c.max_ttl = check_max_ttl(parse_window("max_ttl", v)?)?;
+                Ok(())
+            },
+        ),
+        UrlOption::new(
+            "durable_grants",
+            "false",
+            "`true`: every commit is synced to disk before it answers",
+            |c: &mut SqliteConfig, v| {
+                c.durable_grants = parse_bool("durable_grants", v)?;
+                Ok(())
+            },
+        ),
+    ]
+}
+
+/// What [`SqliteConfig::from_url`] reads, for the store's descriptor.
+pub(crate) fn option_docs() -> Vec<OptionDoc> {
+    options().iter().map(UrlOption::describe).collect()
+}
+
 impl FromStr for SqliteConfig {
     type Err = Error;
 
@@ -394,6 +451,16 @@ fn check_table(value: &str) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_declared_default_is_the_parser_s_own() {
+        assert_eq!(
+            fencelock_core::raw::url::defaults_that_differ(&options(), || SqliteConfig::new(
+                "/x/locks.db"
+            )),
+            Vec::<&str>::new()
+        );
+    }
 
     fn rule(url: &str) -> String {
         match SqliteConfig::from_url(url) {

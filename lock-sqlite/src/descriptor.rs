@@ -12,7 +12,8 @@ use crate::store::SqliteStore;
 pub const SQLITE: StoreKind = StoreKind::new("sqlite", URL_SCHEMES, "sqlite", connect)
     .with_eviction("clears the key's holder in its row (never its counter) and wakes its waiters")
     .with_unreachable(unreachable)
-    .with_example("sqlite:///var/lib/myapp/locks.db");
+    .with_example("sqlite:///var/lib/myapp/locks.db")
+    .with_options(crate::config::option_docs);
 
 fn connect(url: &str) -> BoxFuture<'_, Result<DynLockStore>> {
     Box::pin(async move {

@@ -5,7 +5,8 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use fencelock_core::raw::url::{
-    client_identity, parse_timeout, percent_decode, percent_encode, read_pem,
+    client_identity, parse_timeout, percent_decode, percent_encode, query_pairs, read_options,
+    OptionDoc, TlsFiles, TlsTarget, UrlOption,
 };
 use fencelock_core::{Error, Result};
 
@@ -28,19 +29,6 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
 /// The client port ZooKeeper listens on when a URL names none.
 pub const DEFAULT_PORT: u16 = 2181;
-
-/// The query-string options this crate reads; anything else is rejected, so a typo such as
-/// `prefx=` cannot silently put locks under the default prefix.
-const OPTIONS: &[&str] = &[
-    "prefix",
-    "layout",
-    "connect_timeout",
-    "command_timeout",
-    "auth",
-    "tls_ca",
-    "tls_cert",
-    "tls_key",
-];
 
 /// How the URL's user authenticates a session.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -176,7 +164,7 @@ impl ZookeeperConfig {
             .split(',')
             .map(parse_host)
             .collect::<Result<Vec<_>>>()?;
-        let mut config = ZookeeperConfig {
+        let config = ZookeeperConfig {
             endpoints,
             chroot,
             user,
@@ -189,59 +177,21 @@ impl ZookeeperConfig {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             command_timeout: DEFAULT_COMMAND_TIMEOUT,
         };
-        let (mut tls_cert, mut tls_key) = (None, None);
-        for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
-            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-            let decode = |text: &str| {
-                percent_decode(&text.replace('+', " ")).ok_or_else(|| {
-                    bad(format!(
-                        "option {text:?} is not valid percent-encoded UTF-8"
-                    ))
-                })
-            };
-            let (name, value) = (decode(name)?, decode(value)?);
-            match name.as_str() {
-                "prefix" => config.prefix = parse_prefix(&value)?,
-                "layout" => {
-                    config.layout = Layout::parse(&value).ok_or_else(|| {
-                        bad(format!(
-                            "layout must be fencelock, curator or kazoo, not {value:?}"
-                        ))
-                    })?
-                }
-                "connect_timeout" => {
-                    config.connect_timeout = parse_timeout("connect_timeout", &value)?
-                }
-                "command_timeout" => {
-                    config.command_timeout = parse_timeout("command_timeout", &value)?
-                }
-                "auth" => {
-                    config.auth = match value.as_str() {
-                        "digest" => Auth::Digest,
-                        "sasl" => Auth::Sasl,
-                        other => {
-                            return Err(bad(format!("auth must be digest or sasl, not {other:?}")))
-                        }
-                    }
-                }
-                "tls_ca" | "tls_cert" | "tls_key" if !tls => {
-                    return Err(bad(format!(
-                        "{name} needs {TLS_SCHEME}://, not {SCHEME}://"
-                    )))
-                }
-                "tls_ca" => config.tls_ca = Some(read_pem("tls_ca", &value, "CERTIFICATE")?),
-                "tls_cert" => tls_cert = Some(read_pem("tls_cert", &value, "CERTIFICATE")?),
-                "tls_key" => tls_key = Some(read_pem("tls_key", &value, "PRIVATE KEY")?),
-                unknown => {
-                    return Err(bad(format!(
-                        "unknown option {unknown:?}; this store reads {}",
-                        OPTIONS.join(", ")
-                    )))
-                }
-            }
-        }
-        config.tls_identity = client_identity(tls_cert, tls_key)?;
-        if tls && config.tls_ca.is_none() {
+        let mut parsing = Parsing {
+            config,
+            tls: TlsFiles::default(),
+        };
+        read_options(
+            query_pairs(query.unwrap_or(""))?,
+            &options(),
+            &mut parsing,
+            |_, _, _| false,
+            "",
+        )?;
+        let Parsing { mut config, tls } = parsing;
+        config.tls_ca = tls.ca;
+        config.tls_identity = client_identity(tls.cert, tls.key)?;
+        if config.tls && config.tls_ca.is_none() {
             return Err(bad(format!(
                 "{TLS_SCHEME}:// needs tls_ca=PATH, the PEM file of the CA that signs the \
                  servers' certificates (the ZooKeeper client has no default roots)"
@@ -380,6 +330,105 @@ impl fmt::Display for ZookeeperConfig {
     }
 }
 
+/// A URL being read: the config it makes and the TLS files it names.
+#[derive(Debug)]
+struct Parsing {
+    config: ZookeeperConfig,
+    tls: TlsFiles,
+}
+
+impl AsMut<TlsFiles> for Parsing {
+    fn as_mut(&mut self) -> &mut TlsFiles {
+        &mut self.tls
+    }
+}
+
+impl TlsTarget for Parsing {
+    const PEM_LABELS: [&'static str; 3] = ["CERTIFICATE", "CERTIFICATE", "PRIVATE KEY"];
+
+    fn allow_tls(&self, name: &str) -> Result<()> {
+        if self.config.tls {
+            return Ok(());
+        }
+        Err(Error::invalid(
+            "url",
+            format!("{name} needs {TLS_SCHEME}://, not {SCHEME}://"),
+        ))
+    }
+}
+
+/// Every URL option this store reads.
+fn options() -> Vec<UrlOption<Parsing>> {
+    let mut options = vec![
+        UrlOption::new(
+            "prefix",
+            DEFAULT_PREFIX,
+            "the znode under which each key's container node lives",
+            |p: &mut Parsing, v| {
+                p.config.prefix = parse_prefix(v)?;
+                Ok(())
+            },
+        ),
+        UrlOption::new(
+            "layout",
+            "fencelock",
+            "`fencelock`, `curator` or `kazoo`: the znode names and queue order",
+            |p: &mut Parsing, v| {
+                p.config.layout = Layout::parse(v).ok_or_else(|| {
+                    Error::invalid(
+                        "url",
+                        format!("layout must be fencelock, curator or kazoo, not {v:?}"),
+                    )
+                })?;
+                Ok(())
+            },
+        ),
+        UrlOption::new(
+            "connect_timeout",
+            "5s",
+            "bound on establishing a session",
+            |p: &mut Parsing, v| {
+                p.config.connect_timeout = parse_timeout("connect_timeout", v)?;
+                Ok(())
+            },
+        ),
+        UrlOption::new(
+            "command_timeout",
+            "5s",
+            "bound on one request to the ensemble",
+            |p: &mut Parsing, v| {
+                p.config.command_timeout = parse_timeout("command_timeout", v)?;
+                Ok(())
+            },
+        ),
+        UrlOption::new(
+            "auth",
+            "digest",
+            "`digest` or `sasl` (SASL DIGEST-MD5): how the user authenticates",
+            |p: &mut Parsing, v| {
+                p.config.auth = match v {
+                    "digest" => Auth::Digest,
+                    "sasl" => Auth::Sasl,
+                    other => {
+                        return Err(Error::invalid(
+                            "url",
+                            format!("auth must be digest or sasl, not {other:?}"),
+                        ))
+                    }
+                };
+                Ok(())
+            },
+        ),
+    ];
+    options.extend(TlsFiles::declared());
+    options
+}
+
+/// What [`ZookeeperConfig::from_url`] reads, for the store's descriptor.
+pub(crate) fn option_docs() -> Vec<OptionDoc> {
+    options().iter().map(UrlOption::describe).collect()
+}
+
 impl fmt::Debug for ZookeeperConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ZookeeperConfig")
@@ -455,6 +504,18 @@ fn parse_host(text: &str) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_declared_default_is_the_parser_s_own() {
+        let fresh = || Parsing {
+            config: ZookeeperConfig::from_url("zookeeper://h:2181").expect("parses"),
+            tls: TlsFiles::default(),
+        };
+        assert_eq!(
+            fencelock_core::raw::url::defaults_that_differ(&options(), fresh),
+            Vec::<&str>::new()
+        );
+    }
 
     fn rule(url: &str) -> String {
         match ZookeeperConfig::from_url(url) {

@@ -13,7 +13,8 @@ use crate::store::ZookeeperStore;
 pub const ZOOKEEPER: StoreKind = StoreKind::new("zookeeper", URL_SCHEMES, "zookeeper", connect)
     .with_eviction("deletes the holder's lock node")
     .with_example("zookeeper://zk1:2181,zk2:2181,zk3:2181/apps")
-    .with_tls_example("zookeepers://zk1:2281,zk2:2281/apps?tls_ca=/etc/fencelock/ca.pem&tls_cert=/etc/fencelock/client.pem&tls_key=/etc/fencelock/client.key");
+    .with_tls_example("zookeepers://zk1:2281,zk2:2281/apps?tls_ca=/etc/fencelock/ca.pem&tls_cert=/etc/fencelock/client.pem&tls_key=/etc/fencelock/client.key")
+    .with_options(crate::config::option_docs);
 
 fn connect(url: &str) -> BoxFuture<'_, Result<DynLockStore>> {
     Box::pin(async move {

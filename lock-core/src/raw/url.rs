@@ -127,6 +127,168 @@ pub fn client_identity<T>(cert: Option<T>, key: Option<T>) -> Result<Option<(T, 
 pub const DEFAULT_NAMESPACE: &str = "default";
 /// The default name of the fence table of [`TableStoreOptions`].
 pub const DEFAULT_TABLE: &str = "fencelock_fence";
+/// One URL option a store reads, declared once: its name, its default as the docs write it,
+/// one line of docs, and the parser that applies a value to the store's parse state `C`.
+///
+/// A store lists its declarations in one place and reads its query with [`read_options`]; the
+/// same list answers [`StoreKind::options`](crate::StoreKind::options), which the docs' tests
+/// check every table of options against.
+pub struct UrlOption<C> {
+    name: &'static str,
+    default: &'static str,
+    doc: &'static str,
+    read: fn(&mut C, &str) -> Result<()>,
+}
+
+impl<C> UrlOption<C> {
+    /// Option `name`, whose value `read` applies (or refuses with
+    /// [`InvalidInput`](crate::ErrorKind::InvalidInput) naming the option); `default` as the
+    /// docs write it, empty when there is none.
+    pub const fn new(
+        name: &'static str,
+        default: &'static str,
+        doc: &'static str,
+        read: fn(&mut C, &str) -> Result<()>,
+    ) -> Self {
+        UrlOption {
+            name,
+            default,
+            doc,
+            read,
+        }
+    }
+
+    /// The option's name, as the URL spells it.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// What the docs say of it: name, default and its line of docs.
+    pub fn describe(&self) -> OptionDoc {
+        OptionDoc {
+            name: self.name,
+            default: self.default,
+            doc: self.doc,
+        }
+    }
+}
+
+// Derived impls would ask `C: Clone`; a declaration is plain data whatever `C` is.
+impl<C> Clone for UrlOption<C> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<C> Copy for UrlOption<C> {}
+
+impl<C> std::fmt::Debug for UrlOption<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.describe().fmt(f)
+    }
+}
+
+/// A URL option as the docs describe it: what [`StoreKind::options`](crate::StoreKind::options)
+/// lists.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct OptionDoc {
+    /// The option's name, as the URL spells it.
+    pub name: &'static str,
+    /// Its default as the docs write it (`5s`, `true`); empty when there is none.
+    pub default: &'static str,
+    /// One line saying what it does.
+    pub doc: &'static str,
+}
+
+/// Reads each `(name, value)` query pair with the declaration of its name in `options`. A name
+/// none declares goes to `other`, which keeps a client library's own option and answers `false`
+/// for one it does not know either: that is refused, naming every option `options` declares and
+/// then `library` (`"the libpq options host, port"`, empty for none).
+///
+/// # Errors
+/// [`InvalidInput`](crate::ErrorKind::InvalidInput) on the `"url"`: the first value a
+/// declaration refuses, or the first unknown option.
+pub fn read_options<C, N, V>(
+    pairs: impl IntoIterator<Item = (N, V)>,
+    options: &[UrlOption<C>],
+    state: &mut C,
+    mut other: impl FnMut(&mut C, &str, &str) -> bool,
+    library: &str,
+) -> Result<()>
+where
+    N: AsRef<str>,
+    V: AsRef<str>,
+{
+    for (name, value) in pairs {
+        let (name, value) = (name.as_ref(), value.as_ref());
+        match options.iter().find(|option| option.name == name) {
+            Some(option) => (option.read)(state, value)?,
+            None if other(state, name, value) => {}
+            None => {
+                let names: Vec<&str> = options.iter().map(UrlOption::name).collect();
+                let and_library = if library.is_empty() {
+                    String::new()
+                } else {
+                    format!(" and {library}")
+                };
+                return Err(Error::invalid(
+                    "url",
+                    format!(
+                        "unknown option {name:?}; this store reads {}{and_library}",
+                        names.join(", ")
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The `(name, value)` pairs of a URL's query (the part after `?`), each percent-decoded
+/// with `+` as a space, for [`read_options`].
+///
+/// # Errors
+/// [`InvalidInput`](crate::ErrorKind::InvalidInput) on the `"url"` for a name or value that
+/// is not valid percent-encoded UTF-8.
+pub fn query_pairs(query: &str) -> Result<Vec<(String, String)>> {
+    let decode = |text: &str| {
+        percent_decode(&text.replace('+', " ")).ok_or_else(|| {
+            Error::invalid(
+                "url",
+                format!("option {text:?} is not valid percent-encoded UTF-8"),
+            )
+        })
+    };
+    query
+        .split('&')
+        .filter(|pair| !pair.is_empty())
+        .map(|pair| {
+            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+            Ok((decode(name)?, decode(value)?))
+        })
+        .collect()
+}
+
+/// For a store's tests: the options whose declared default, read into the state `fresh`
+/// makes, changes it (compared by `Debug`), so that the docs' defaults are the parser's own. A
+/// default the docs describe in words (one that does not parse) is left out.
+pub fn defaults_that_differ<C: std::fmt::Debug>(
+    options: &[UrlOption<C>],
+    fresh: impl Fn() -> C,
+) -> Vec<&'static str> {
+    let before = format!("{:?}", fresh());
+    options
+        .iter()
+        .filter(|option| !option.default.is_empty())
+        .filter(|option| {
+            let mut state = fresh();
+            (option.read)(&mut state, option.default).is_ok() && format!("{state:?}") != before
+        })
+        .map(UrlOption::name)
+        .collect()
+}
+
 /// The default bound on opening one connection.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// The default bound on one statement that does not wait for a lock.
@@ -159,6 +321,12 @@ pub struct TableStoreOptions {
     table_max_len: usize,
 }
 
+impl AsMut<TableStoreOptions> for TableStoreOptions {
+    fn as_mut(&mut self) -> &mut TableStoreOptions {
+        self
+    }
+}
+
 impl TableStoreOptions {
     /// The defaults (this module's `DEFAULT_…`, a retention of
     /// [`DEFAULT_RETENTION`](crate::raw::validate::DEFAULT_RETENTION), a maximum TTL of
@@ -178,41 +346,95 @@ impl TableStoreOptions {
         }
     }
 
-    /// Reads the query option `name` if it is one of these (`namespace`, `table`,
-    /// `connect_timeout`, `command_timeout`, `max_idle`, `retention`, `max_ttl`,
-    /// `create_table`); `Ok(false)` for any other, which the store reads itself.
-    ///
-    /// # Errors
-    /// [`InvalidInput`](crate::ErrorKind::InvalidInput) on the `"url"` for a malformed value,
-    /// naming the option.
-    pub fn read(&mut self, name: &str, value: &str) -> Result<bool> {
-        match name {
-            "namespace" => self.namespace = check_namespace(value)?,
-            "table" => self.table = check_identifier("table", value, self.table_max_len)?,
-            "connect_timeout" => self.connect_timeout = parse_timeout(name, value)?,
-            "command_timeout" => self.command_timeout = parse_timeout(name, value)?,
-            "max_idle" => {
-                self.max_idle = value.parse().map_err(|_| {
-                    Error::invalid(
-                        "url",
-                        format!("max_idle must be a whole number, not {value:?}"),
-                    )
-                })?
-            }
-            "retention" => self.retention = parse_window(name, value)?,
-            "create_table" => self.create_table = parse_bool(name, value)?,
-            "max_ttl" => {
-                self.max_ttl = parse_window(name, value)?;
-                if self.max_ttl > crate::limits::MAX_TTL {
-                    return Err(Error::invalid(
-                        "url",
-                        format!("max_ttl must be at most 24h, not {value:?}"),
-                    ));
-                }
-            }
-            _ => return Ok(false),
+    /// The declarations of these options, for a store whose parse state `C` holds them.
+    pub fn declared<C: AsMut<TableStoreOptions>>() -> Vec<UrlOption<C>> {
+        fn set<C: AsMut<TableStoreOptions>>(state: &mut C) -> &mut TableStoreOptions {
+            state.as_mut()
         }
-        Ok(true)
+        vec![
+            UrlOption::new(
+                "namespace",
+                DEFAULT_NAMESPACE,
+                "1–63 bytes, no NUL; part of every key's lock id",
+                |c: &mut C, v| {
+                    set(c).namespace = check_namespace(v)?;
+                    Ok(())
+                },
+            ),
+            UrlOption::new(
+                "table",
+                DEFAULT_TABLE,
+                "the fence table's name, a plain identifier",
+                |c: &mut C, v| {
+                    let options = set(c);
+                    options.table = check_identifier("table", v, options.table_max_len)?;
+                    Ok(())
+                },
+            ),
+            UrlOption::new(
+                "create_table",
+                "true",
+                "`false`: never create a missing fence table",
+                |c: &mut C, v| {
+                    set(c).create_table = parse_bool("create_table", v)?;
+                    Ok(())
+                },
+            ),
+            UrlOption::new(
+                "connect_timeout",
+                "5s",
+                "bound on opening one connection",
+                |c: &mut C, v| {
+                    set(c).connect_timeout = parse_timeout("connect_timeout", v)?;
+                    Ok(())
+                },
+            ),
+            UrlOption::new(
+                "command_timeout",
+                "10s",
+                "bound on one statement that does not wait for a lock",
+                |c: &mut C, v| {
+                    set(c).command_timeout = parse_timeout("command_timeout", v)?;
+                    Ok(())
+                },
+            ),
+            UrlOption::new(
+                "max_idle",
+                "16",
+                "idle connections kept for reuse",
+                |c: &mut C, v| {
+                    set(c).max_idle = v.parse().map_err(|_| {
+                        Error::invalid("url", format!("max_idle must be a whole number, not {v:?}"))
+                    })?;
+                    Ok(())
+                },
+            ),
+            UrlOption::new(
+                "retention",
+                "7d",
+                "how long a fence row outlives its last bump",
+                |c: &mut C, v| {
+                    set(c).retention = parse_window("retention", v)?;
+                    Ok(())
+                },
+            ),
+            UrlOption::new(
+                "max_ttl",
+                "24h",
+                "the longest TTL the handle grants (at most 24 h)",
+                |c: &mut C, v| {
+                    let max_ttl = parse_window("max_ttl", v)?;
+                    if max_ttl > crate::limits::MAX_TTL {
+                        return Err(Error::invalid(
+                            "url",
+                            format!("max_ttl must be at most 24h, not {v:?}"),
+                        ));
+                    }
+                    set(c).max_ttl = max_ttl;
+                    Ok(())
+                },
+            ),
+        ]
     }
 }
 
@@ -240,20 +462,60 @@ impl std::fmt::Debug for TlsFiles {
 }
 
 impl TlsFiles {
-    /// Reads the query option `name` if it is `tls_ca`, `tls_cert` or `tls_key`; `Ok(false)` for
-    /// any other.
+    /// The declarations of `tls_ca`, `tls_cert` and `tls_key`, each read with [`read_pem`]
+    /// (for the labels [`TlsTarget::PEM_LABELS`] names), for a store whose parse state `C`
+    /// holds them.
+    pub fn declared<C: TlsTarget>() -> Vec<UrlOption<C>> {
+        fn file<C: TlsTarget>(state: &C, at: usize, value: &str) -> Result<Option<Vec<u8>>> {
+            let name = ["tls_ca", "tls_cert", "tls_key"][at];
+            state.allow_tls(name)?;
+            Ok(Some(read_pem(name, value, C::PEM_LABELS[at])?))
+        }
+        vec![
+            UrlOption::new(
+                "tls_ca",
+                "",
+                "PEM file of the CA that signs the server's certificate",
+                |c: &mut C, v| {
+                    c.as_mut().ca = file(c, 0, v)?;
+                    Ok(())
+                },
+            ),
+            UrlOption::new(
+                "tls_cert",
+                "",
+                "PEM file of a client certificate, given with `tls_key`",
+                |c: &mut C, v| {
+                    c.as_mut().cert = file(c, 1, v)?;
+                    Ok(())
+                },
+            ),
+            UrlOption::new(
+                "tls_key",
+                "",
+                "PEM file of the client certificate's key",
+                |c: &mut C, v| {
+                    c.as_mut().key = file(c, 2, v)?;
+                    Ok(())
+                },
+            ),
+        ]
+    }
+}
+
+/// A store's URL parse state that reads [`TlsFiles`].
+pub trait TlsTarget: AsMut<TlsFiles> {
+    /// The PEM block each file must hold (`tls_ca`, `tls_cert`, `tls_key`); empty for any.
+    const PEM_LABELS: [&'static str; 3] = ["", "", ""];
+
+    /// Refuses TLS option `name` on a URL that does not ask for TLS (`etcd://` rather than
+    /// `etcds://`); the default allows it.
     ///
     /// # Errors
-    /// As [`read_pem`], for a file that cannot be read or holds no PEM block.
-    pub fn read(&mut self, name: &str, value: &str) -> Result<bool> {
-        let file = match name {
-            "tls_ca" => &mut self.ca,
-            "tls_cert" => &mut self.cert,
-            "tls_key" => &mut self.key,
-            _ => return Ok(false),
-        };
-        *file = Some(read_pem(name, value, "")?);
-        Ok(true)
+    /// [`InvalidInput`](crate::ErrorKind::InvalidInput) on the `"url"`, naming the option.
+    fn allow_tls(&self, name: &str) -> Result<()> {
+        let _ = name;
+        Ok(())
     }
 }
 
@@ -696,16 +958,67 @@ mod tests {
         }
     }
 
+    /// `Ok(true)` for an option of the table stores' (read), `Ok(false)` for another.
+    fn read_shared(options: &mut TableStoreOptions, name: &str, value: &str) -> Result<bool> {
+        let mut known = true;
+        read_options(
+            [(name, value)],
+            &TableStoreOptions::declared(),
+            options,
+            |_, _, _| {
+                known = false;
+                true
+            },
+            "",
+        )?;
+        Ok(known)
+    }
+
+    #[test]
+    fn table_store_options_default_to_what_they_declare() {
+        assert_eq!(
+            defaults_that_differ(&TableStoreOptions::declared(), || TableStoreOptions::new(
+                58
+            )),
+            Vec::<&str>::new()
+        );
+    }
+
+    #[test]
+    fn an_unknown_option_is_refused_naming_the_declared_ones_and_the_library_s() {
+        let mut options = TableStoreOptions::new(58);
+        let declared = TableStoreOptions::declared();
+        match read_options(
+            [("nope", "1")],
+            &declared,
+            &mut options,
+            |_, _, _| false,
+            "the libpq options host, port",
+        ) {
+            Err(Error::InvalidInput { what: "url", rule }) => assert_eq!(
+                rule,
+                "unknown option \"nope\"; this store reads namespace, table, create_table, \
+                 connect_timeout, command_timeout, max_idle, retention, max_ttl and the libpq \
+                 options host, port"
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
+
     #[test]
     fn table_store_options_read_their_own_and_leave_the_rest() {
         let mut options = TableStoreOptions::new(58);
-        assert!(options.read("namespace", "billing").unwrap());
-        assert!(options.read("max_ttl", "1s").unwrap());
-        assert!(!options.read("sslmode", "disable").unwrap());
+        assert!(read_shared(&mut options, "namespace", "billing").unwrap());
+        assert!(read_shared(&mut options, "max_ttl", "1s").unwrap());
+        assert!(!read_shared(&mut options, "sslmode", "disable").unwrap());
         assert_eq!(options.namespace, "billing");
         assert_eq!(options.max_ttl, Duration::from_secs(1));
-        assert!(options.read("table", &"t".repeat(58)).unwrap());
-        let rule = |name: &str, value: &str| match TableStoreOptions::new(58).read(name, value) {
+        assert!(read_shared(&mut options, "table", &"t".repeat(58)).unwrap());
+        let rule = |name: &str, value: &str| match read_shared(
+            &mut TableStoreOptions::new(58),
+            name,
+            value,
+        ) {
             Err(Error::InvalidInput { what: "url", rule }) => rule,
             other => panic!("{name}={value}: expected an invalid url, got {other:?}"),
         };

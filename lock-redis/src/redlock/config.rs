@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use fencelock_core::raw::url::{parse_timeout, parse_window};
+use fencelock_core::raw::url::{parse_timeout, parse_window, read_options, OptionDoc, UrlOption};
 use fencelock_core::{
     limits::MAX_TTL,
     raw::validate::{check_retention, DEFAULT_RETENTION},
@@ -12,7 +12,7 @@ use fencelock_core::{Error, Result};
 use url::Url;
 
 use crate::config::{
-    bad_url, parse_bool, parse_max_ttl, RedisConfig, TlsFiles, DEFAULT_CONNECT_TIMEOUT,
+    bad_url, parse_bool, parse_max_ttl, RedisConfig, TlsFiles, TlsHolder, DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_PREFIX, REDIS_SCHEME, REDIS_TLS_SCHEME,
 };
 
@@ -42,23 +42,6 @@ pub(crate) const DEFAULT_MAX_SKEW: Duration = Duration::from_secs(1);
 /// A node writes its fence's expiry from the clock its script started at, and mints from the
 /// `TIME` the script reads a little later: this covers the gap (microseconds in practice).
 const EXPIRY_MARGIN: Duration = Duration::from_millis(1);
-
-const OPTIONS: &[&str] = &[
-    "prefix",
-    "connect_timeout",
-    "command_timeout",
-    "drift_factor",
-    "retry_count",
-    "retry_jitter",
-    "allow_eviction",
-    "retention",
-    "max_ttl",
-    "max_skew",
-    "tls",
-    "tls_ca",
-    "tls_cert",
-    "tls_key",
-];
 
 /// Where the Redlock nodes are and how the store behaves, from a URL.
 ///
@@ -137,40 +120,28 @@ impl RedlockConfig {
         let redacted = format!("{REDLOCK_SCHEME}://{shown_userinfo}{hosts}{tail}");
         let path = tail.split(['?', '#']).next().unwrap_or("");
 
-        let mut prefix = DEFAULT_PREFIX.to_owned();
-        let mut connect_timeout = DEFAULT_CONNECT_TIMEOUT;
-        let mut command_timeout = DEFAULT_NODE_TIMEOUT;
-        let mut drift_factor = DEFAULT_DRIFT_FACTOR;
-        let mut retry_count = DEFAULT_RETRY_COUNT;
-        let mut retry_jitter = DEFAULT_RETRY_JITTER;
-        let mut allow_eviction = false;
-        let mut retention = DEFAULT_RETENTION;
-        let mut max_ttl = MAX_TTL;
-        let mut max_skew = DEFAULT_MAX_SKEW;
-        let mut tls = false;
-        let mut tls_files = TlsFiles::default();
-        for (name, value) in shape.query_pairs() {
-            match &*name {
-                "prefix" => prefix = value.into_owned(),
-                "connect_timeout" => connect_timeout = parse_timeout("connect_timeout", &value)?,
-                "command_timeout" => command_timeout = parse_timeout("command_timeout", &value)?,
-                "drift_factor" => drift_factor = parse_drift_factor(&value)?,
-                "retry_count" => retry_count = parse_retry_count(&value)?,
-                "retry_jitter" => retry_jitter = parse_timeout("retry_jitter", &value)?,
-                "allow_eviction" => allow_eviction = parse_bool("allow_eviction", &value)?,
-                "retention" => retention = parse_window("retention", &value)?,
-                "max_ttl" => max_ttl = parse_max_ttl(&value)?,
-                "max_skew" => max_skew = parse_window("max_skew", &value)?,
-                "tls" => tls = parse_bool("tls", &value)?,
-                name if tls_files.read(name, &value) => {}
-                unknown => {
-                    return Err(bad_url(format!(
-                        "unknown option {unknown:?}; redlock:// reads {}",
-                        OPTIONS.join(", ")
-                    )))
-                }
-            }
-        }
+        let mut parsing = Parsing::default();
+        read_options(
+            shape.query_pairs(),
+            &options(),
+            &mut parsing,
+            |_, _, _| false,
+            "",
+        )?;
+        let Parsing {
+            prefix,
+            connect_timeout,
+            command_timeout,
+            drift_factor,
+            retry_count,
+            retry_jitter,
+            allow_eviction,
+            retention,
+            max_ttl,
+            max_skew,
+            tls,
+            tls_files,
+        } = parsing;
         check_retention(retention, max_ttl)?;
         check_granule(retention, max_skew)?;
 
@@ -333,6 +304,160 @@ fn check_granule(retention: Duration, max_skew: Duration) -> Result<()> {
     )))
 }
 
+/// A URL being read: every option's value, the defaults until one is given.
+#[derive(Debug)]
+struct Parsing {
+    prefix: String,
+    connect_timeout: Duration,
+    command_timeout: Duration,
+    drift_factor: f64,
+    retry_count: u32,
+    retry_jitter: Duration,
+    allow_eviction: bool,
+    retention: Duration,
+    max_ttl: Duration,
+    max_skew: Duration,
+    tls: bool,
+    tls_files: TlsFiles,
+}
+
+impl Default for Parsing {
+    fn default() -> Self {
+        Parsing {
+            prefix: DEFAULT_PREFIX.to_owned(),
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            command_timeout: DEFAULT_NODE_TIMEOUT,
+            drift_factor: DEFAULT_DRIFT_FACTOR,
+            retry_count: DEFAULT_RETRY_COUNT,
+            retry_jitter: DEFAULT_RETRY_JITTER,
+            allow_eviction: false,
+            retention: DEFAULT_RETENTION,
+            max_ttl: MAX_TTL,
+            max_skew: DEFAULT_MAX_SKEW,
+            tls: false,
+            tls_files: TlsFiles::default(),
+        }
+    }
+}
+
+impl TlsHolder for Parsing {
+    fn tls_files(&mut self) -> &mut TlsFiles {
+        &mut self.tls_files
+    }
+}
+
+/// Every URL option `redlock://` reads.
+fn options() -> Vec<UrlOption<Parsing>> {
+    let mut options = vec![
+        UrlOption::new(
+            "prefix",
+            DEFAULT_PREFIX,
+            "prepended to every key name, as for `redis://`",
+            |p: &mut Parsing, v| {
+                p.prefix = v.to_owned();
+                Ok(())
+            },
+        ),
+        UrlOption::new(
+            "connect_timeout",
+            "5s",
+            "bound on opening one node's connection",
+            |p: &mut Parsing, v| {
+                p.connect_timeout = parse_timeout("connect_timeout", v)?;
+                Ok(())
+            },
+        ),
+        UrlOption::new(
+            "command_timeout",
+            "250ms",
+            "bound on one node's answer; a slower node counts as failed for that round",
+            |p: &mut Parsing, v| {
+                p.command_timeout = parse_timeout("command_timeout", v)?;
+                Ok(())
+            },
+        ),
+        UrlOption::new(
+            "drift_factor",
+            "0.01",
+            "the validity margin is `ttl × drift_factor + 2 ms`; from 0 to 0.5",
+            |p: &mut Parsing, v| {
+                p.drift_factor = parse_drift_factor(v)?;
+                Ok(())
+            },
+        ),
+        UrlOption::new(
+            "retry_count",
+            "3",
+            "retries after a round without a quorum; at most 100",
+            |p: &mut Parsing, v| {
+                p.retry_count = parse_retry_count(v)?;
+                Ok(())
+            },
+        ),
+        UrlOption::new(
+            "retry_jitter",
+            "100ms",
+            "a retry waits a random 1 ms to this long",
+            |p: &mut Parsing, v| {
+                p.retry_jitter = parse_timeout("retry_jitter", v)?;
+                Ok(())
+            },
+        ),
+        UrlOption::new(
+            "allow_eviction",
+            "false",
+            "`true` skips the check that no node can evict a held lock",
+            |p: &mut Parsing, v| {
+                p.allow_eviction = parse_bool("allow_eviction", v)?;
+                Ok(())
+            },
+        ),
+        UrlOption::new(
+            "retention",
+            "7d",
+            "each node's fence expires this long after its last acquire or raise",
+            |p: &mut Parsing, v| {
+                p.retention = parse_window("retention", v)?;
+                Ok(())
+            },
+        ),
+        UrlOption::new(
+            "max_ttl",
+            "24h",
+            "the longest TTL this handle grants",
+            |p: &mut Parsing, v| {
+                p.max_ttl = parse_max_ttl(v)?;
+                Ok(())
+            },
+        ),
+        UrlOption::new(
+            "max_skew",
+            "1s",
+            "the largest difference between any two nodes' clocks this deployment promises",
+            |p: &mut Parsing, v| {
+                p.max_skew = parse_window("max_skew", v)?;
+                Ok(())
+            },
+        ),
+        UrlOption::new(
+            "tls",
+            "false",
+            "`true`: every node is reached as `rediss://`",
+            |p: &mut Parsing, v| {
+                p.tls = parse_bool("tls", v)?;
+                Ok(())
+            },
+        ),
+    ];
+    options.extend(TlsFiles::declared());
+    options
+}
+
+/// What `redlock://` reads, for the store's descriptor.
+pub(crate) fn option_docs() -> Vec<OptionDoc> {
+    options().iter().map(UrlOption::describe).collect()
+}
+
 fn parse_drift_factor(value: &str) -> Result<f64> {
     match value.parse::<f64>() {
         Ok(factor) if (0.0..=0.5).contains(&factor) => Ok(factor),
@@ -387,6 +512,14 @@ impl std::str::FromStr for RedlockConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_declared_default_is_the_parser_s_own() {
+        assert_eq!(
+            fencelock_core::raw::url::defaults_that_differ(&options(), Parsing::default),
+            Vec::<&str>::new()
+        );
+    }
 
     fn rule(url: &str) -> String {
         match RedlockConfig::from_url(url) {

@@ -12,7 +12,7 @@
 //! The argument for the tokens and its assumptions are in the crate docs (`# Redlock`).
 
 // Module order (each imports only from those before it): config, quorum, fanout, scripts, store.
-mod config;
+pub(crate) mod config;
 mod fanout;
 mod quorum;
 mod scripts;
