@@ -5,8 +5,8 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use fencelock_core::raw::url::{
-    check_identifier, check_scheme, client_identity, parse_bool, parse_window, read_options,
-    redact, OptionDoc, TableStoreOptions, TlsFiles, TlsTarget, UrlOption,
+    check_identifier, check_scheme, client_identity, read_options, redact, OptionDoc,
+    TableStoreOptions, TlsFiles, TlsTarget, UrlOption,
 };
 use fencelock_core::raw::validate::check_retention;
 use fencelock_core::{Error, Result};
@@ -494,23 +494,17 @@ fn options() -> Vec<UrlOption<Parsing>> {
                 Ok(())
             },
         ),
-        UrlOption::new(
+        UrlOption::window(
             "max_skew",
             "1s",
             "how far the server's clock may step back, as this deployment promises",
-            |p: &mut Parsing, v| {
-                p.config.max_skew = parse_window("max_skew", v)?;
-                Ok(())
-            },
+            |p: &mut Parsing| &mut p.config.max_skew,
         ),
-        UrlOption::new(
+        UrlOption::flag(
             "durable_grants",
             "false",
             "`true`: every grant waits for its fence write to be flushed",
-            |p: &mut Parsing, v| {
-                p.config.durable_grants = parse_bool("durable_grants", v)?;
-                Ok(())
-            },
+            |p: &mut Parsing| &mut p.config.durable_grants,
         ),
     ]);
     options.extend(TlsFiles::declared());

@@ -7,9 +7,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use fencelock_core::raw::url::{
-    parse_timeout, parse_window, read_options, redact, OptionDoc, UrlOption,
-};
+use fencelock_core::raw::url::{parse_window, read_options, redact, OptionDoc, UrlOption};
 use fencelock_core::{
     limits::MAX_TTL,
     raw::validate::{check_retention, DEFAULT_RETENTION},
@@ -517,41 +515,29 @@ fn options(cluster: bool) -> Vec<UrlOption<Parsing>> {
                 Ok(())
             },
         ),
-        UrlOption::new(
+        UrlOption::timeout(
             "connect_timeout",
             "5s",
             "bound on opening a connection",
-            |p: &mut Parsing, v| {
-                p.config.connect_timeout = parse_timeout("connect_timeout", v)?;
-                Ok(())
-            },
+            |p: &mut Parsing| &mut p.config.connect_timeout,
         ),
-        UrlOption::new(
+        UrlOption::timeout(
             "command_timeout",
             "5s",
             "bound on one command's round trip",
-            |p: &mut Parsing, v| {
-                p.config.command_timeout = parse_timeout("command_timeout", v)?;
-                Ok(())
-            },
+            |p: &mut Parsing| &mut p.config.command_timeout,
         ),
-        UrlOption::new(
+        UrlOption::flag(
             "allow_eviction",
             "false",
             "`true` skips the check that the server cannot evict a held lock",
-            |p: &mut Parsing, v| {
-                p.config.allow_eviction = parse_bool("allow_eviction", v)?;
-                Ok(())
-            },
+            |p: &mut Parsing| &mut p.config.allow_eviction,
         ),
-        UrlOption::new(
+        UrlOption::window(
             "retention",
             "7d",
             "a key's fence expires this long after its last acquire",
-            |p: &mut Parsing, v| {
-                p.config.retention = parse_window("retention", v)?;
-                Ok(())
-            },
+            |p: &mut Parsing| &mut p.config.retention,
         ),
         UrlOption::new(
             "max_ttl",
@@ -579,14 +565,11 @@ fn options(cluster: bool) -> Vec<UrlOption<Parsing>> {
                     Ok(())
                 },
             ),
-            UrlOption::new(
+            UrlOption::timeout(
                 "replica_timeout",
                 "500ms",
                 "bound on the replicas' acknowledgement",
-                |p: &mut Parsing, v| {
-                    p.replica_timeout = parse_timeout("replica_timeout", v)?;
-                    Ok(())
-                },
+                |p: &mut Parsing| &mut p.replica_timeout,
             ),
         ]);
     }
@@ -601,18 +584,6 @@ pub(crate) fn option_docs() -> Vec<OptionDoc> {
 /// What `redis+cluster://` reads, for the store's descriptor.
 pub(crate) fn cluster_option_docs() -> Vec<OptionDoc> {
     options(true).iter().map(UrlOption::describe).collect()
-}
-
-/// `true` or `false`, nothing else: a switch that weakens a guarantee is never guessed from
-/// `1`, `yes` or an empty value.
-pub(crate) fn parse_bool(what: &str, value: &str) -> Result<bool> {
-    match value {
-        "true" => Ok(true),
-        "false" => Ok(false),
-        _ => Err(bad_url(format!(
-            "{what} must be true or false, not {value:?}"
-        ))),
-    }
 }
 
 /// The `max_ttl` option: a window of at most fencelock-core's 24 h.
@@ -842,6 +813,7 @@ pub(crate) fn check_prefix(value: &str) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fencelock_core::raw::url::parse_timeout;
 
     #[test]
     fn every_declared_default_is_the_parser_s_own() {

@@ -6,8 +6,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use fencelock_core::raw::url::{
-    parse_bool, parse_timeout, parse_window, percent_decode, query_pairs, read_options, OptionDoc,
-    UrlOption,
+    parse_window, percent_decode, query_pairs, read_options, OptionDoc, UrlOption,
 };
 use fencelock_core::{
     limits::MAX_TTL,
@@ -324,32 +323,23 @@ fn options() -> Vec<UrlOption<SqliteConfig>> {
                 Ok(())
             },
         ),
-        UrlOption::new(
+        UrlOption::timeout(
             "command_timeout",
             "5s",
             "bound on one statement, its wait for SQLite's write lock included",
-            |c: &mut SqliteConfig, v| {
-                c.command_timeout = parse_timeout("command_timeout", v)?;
-                Ok(())
-            },
+            |c: &mut SqliteConfig| &mut c.command_timeout,
         ),
-        UrlOption::new(
+        UrlOption::timeout(
             "connect_timeout",
             "5s",
             "bound on opening the database file",
-            |c: &mut SqliteConfig, v| {
-                c.connect_timeout = parse_timeout("connect_timeout", v)?;
-                Ok(())
-            },
+            |c: &mut SqliteConfig| &mut c.connect_timeout,
         ),
-        UrlOption::new(
+        UrlOption::window(
             "retention",
             "7d",
             "a key's row is removed once it has not been granted for this long",
-            |c: &mut SqliteConfig, v| {
-                c.retention = parse_window("retention", v)?;
-                Ok(())
-            },
+            |c: &mut SqliteConfig| &mut c.retention,
         ),
         UrlOption::new(
             "max_ttl",
@@ -360,14 +350,11 @@ fn options() -> Vec<UrlOption<SqliteConfig>> {
                 Ok(())
             },
         ),
-        UrlOption::new(
+        UrlOption::flag(
             "durable_grants",
             "false",
             "`true`: every commit is synced to disk before it answers",
-            |c: &mut SqliteConfig, v| {
-                c.durable_grants = parse_bool("durable_grants", v)?;
-                Ok(())
-            },
+            |c: &mut SqliteConfig| &mut c.durable_grants,
         ),
     ]
 }

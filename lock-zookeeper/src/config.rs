@@ -5,8 +5,8 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use fencelock_core::raw::url::{
-    client_identity, parse_timeout, percent_decode, percent_encode, query_pairs, read_options,
-    OptionDoc, TlsFiles, TlsTarget, UrlOption,
+    client_identity, percent_decode, percent_encode, query_pairs, read_options, OptionDoc,
+    TlsFiles, TlsTarget, UrlOption,
 };
 use fencelock_core::{Error, Result};
 
@@ -383,23 +383,17 @@ fn options() -> Vec<UrlOption<Parsing>> {
                 Ok(())
             },
         ),
-        UrlOption::new(
+        UrlOption::timeout(
             "connect_timeout",
             "5s",
             "bound on establishing a session",
-            |p: &mut Parsing, v| {
-                p.config.connect_timeout = parse_timeout("connect_timeout", v)?;
-                Ok(())
-            },
+            |p: &mut Parsing| &mut p.config.connect_timeout,
         ),
-        UrlOption::new(
+        UrlOption::timeout(
             "command_timeout",
             "5s",
             "bound on one request to the ensemble",
-            |p: &mut Parsing, v| {
-                p.config.command_timeout = parse_timeout("command_timeout", v)?;
-                Ok(())
-            },
+            |p: &mut Parsing| &mut p.config.command_timeout,
         ),
         UrlOption::new(
             "auth",

@@ -137,8 +137,25 @@ pub struct UrlOption<C> {
     name: &'static str,
     default: &'static str,
     doc: &'static str,
-    read: fn(&mut C, &str) -> Result<()>,
+    read: Reader<C>,
 }
+
+/// How a declaration reads its value: with a parser of its own, or one of the common forms
+/// into a field of the parse state.
+enum Reader<C> {
+    Custom(fn(&mut C, &str) -> Result<()>),
+    Timeout(fn(&mut C) -> &mut Duration),
+    Window(fn(&mut C) -> &mut Duration),
+    Flag(fn(&mut C) -> &mut bool),
+}
+
+impl<C> Clone for Reader<C> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<C> Copy for Reader<C> {}
 
 impl<C> UrlOption<C> {
     /// Option `name`, whose value `read` applies (or refuses with
@@ -154,7 +171,62 @@ impl<C> UrlOption<C> {
             name,
             default,
             doc,
-            read,
+            read: Reader::Custom(read),
+        }
+    }
+
+    /// A timeout read with [`parse_timeout`] into the field `field` finds.
+    pub const fn timeout(
+        name: &'static str,
+        default: &'static str,
+        doc: &'static str,
+        field: fn(&mut C) -> &mut Duration,
+    ) -> Self {
+        UrlOption {
+            name,
+            default,
+            doc,
+            read: Reader::Timeout(field),
+        }
+    }
+
+    /// A window read with [`parse_window`] into the field `field` finds.
+    pub const fn window(
+        name: &'static str,
+        default: &'static str,
+        doc: &'static str,
+        field: fn(&mut C) -> &mut Duration,
+    ) -> Self {
+        UrlOption {
+            name,
+            default,
+            doc,
+            read: Reader::Window(field),
+        }
+    }
+
+    /// A switch read with [`parse_bool`] into the field `field` finds.
+    pub const fn flag(
+        name: &'static str,
+        default: &'static str,
+        doc: &'static str,
+        field: fn(&mut C) -> &mut bool,
+    ) -> Self {
+        UrlOption {
+            name,
+            default,
+            doc,
+            read: Reader::Flag(field),
+        }
+    }
+
+    /// Applies `value` to `state`, or refuses it naming the option.
+    fn read(&self, state: &mut C, value: &str) -> Result<()> {
+        match self.read {
+            Reader::Custom(read) => read(state, value),
+            Reader::Timeout(field) => Ok(*field(state) = parse_timeout(self.name, value)?),
+            Reader::Window(field) => Ok(*field(state) = parse_window(self.name, value)?),
+            Reader::Flag(field) => Ok(*field(state) = parse_bool(self.name, value)?),
         }
     }
 
@@ -223,7 +295,7 @@ where
     for (name, value) in pairs {
         let (name, value) = (name.as_ref(), value.as_ref());
         match options.iter().find(|option| option.name == name) {
-            Some(option) => (option.read)(state, value)?,
+            Some(option) => option.read(state, value)?,
             None if other(state, name, value) => {}
             None => {
                 let names: Vec<&str> = options.iter().map(UrlOption::name).collect();
@@ -283,7 +355,7 @@ pub fn defaults_that_differ<C: std::fmt::Debug>(
         .filter(|option| !option.default.is_empty())
         .filter(|option| {
             let mut state = fresh();
-            (option.read)(&mut state, option.default).is_ok() && format!("{state:?}") != before
+            option.read(&mut state, option.default).is_ok() && format!("{state:?}") != before
         })
         .map(UrlOption::name)
         .collect()
@@ -371,32 +443,23 @@ impl TableStoreOptions {
                     Ok(())
                 },
             ),
-            UrlOption::new(
+            UrlOption::flag(
                 "create_table",
                 "true",
                 "`false`: never create a missing fence table",
-                |c: &mut C, v| {
-                    set(c).create_table = parse_bool("create_table", v)?;
-                    Ok(())
-                },
+                |c: &mut C| &mut set(c).create_table,
             ),
-            UrlOption::new(
+            UrlOption::timeout(
                 "connect_timeout",
                 "5s",
                 "bound on opening one connection",
-                |c: &mut C, v| {
-                    set(c).connect_timeout = parse_timeout("connect_timeout", v)?;
-                    Ok(())
-                },
+                |c: &mut C| &mut set(c).connect_timeout,
             ),
-            UrlOption::new(
+            UrlOption::timeout(
                 "command_timeout",
                 "10s",
                 "bound on one statement that does not wait for a lock",
-                |c: &mut C, v| {
-                    set(c).command_timeout = parse_timeout("command_timeout", v)?;
-                    Ok(())
-                },
+                |c: &mut C| &mut set(c).command_timeout,
             ),
             UrlOption::new(
                 "max_idle",
@@ -409,14 +472,11 @@ impl TableStoreOptions {
                     Ok(())
                 },
             ),
-            UrlOption::new(
+            UrlOption::window(
                 "retention",
                 "7d",
                 "how long a fence row outlives its last bump",
-                |c: &mut C, v| {
-                    set(c).retention = parse_window("retention", v)?;
-                    Ok(())
-                },
+                |c: &mut C| &mut set(c).retention,
             ),
             UrlOption::new(
                 "max_ttl",

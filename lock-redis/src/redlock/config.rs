@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use fencelock_core::raw::url::{parse_timeout, parse_window, read_options, OptionDoc, UrlOption};
+use fencelock_core::raw::url::{read_options, OptionDoc, UrlOption};
 use fencelock_core::{
     limits::MAX_TTL,
     raw::validate::{check_retention, DEFAULT_RETENTION},
@@ -12,7 +12,7 @@ use fencelock_core::{Error, Result};
 use url::Url;
 
 use crate::config::{
-    bad_url, parse_bool, parse_max_ttl, RedisConfig, TlsFiles, TlsHolder, DEFAULT_CONNECT_TIMEOUT,
+    bad_url, parse_max_ttl, RedisConfig, TlsFiles, TlsHolder, DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_PREFIX, REDIS_SCHEME, REDIS_TLS_SCHEME,
 };
 
@@ -358,23 +358,17 @@ fn options() -> Vec<UrlOption<Parsing>> {
                 Ok(())
             },
         ),
-        UrlOption::new(
+        UrlOption::timeout(
             "connect_timeout",
             "5s",
             "bound on opening one node's connection",
-            |p: &mut Parsing, v| {
-                p.connect_timeout = parse_timeout("connect_timeout", v)?;
-                Ok(())
-            },
+            |p: &mut Parsing| &mut p.connect_timeout,
         ),
-        UrlOption::new(
+        UrlOption::timeout(
             "command_timeout",
             "250ms",
             "bound on one node's answer; a slower node counts as failed for that round",
-            |p: &mut Parsing, v| {
-                p.command_timeout = parse_timeout("command_timeout", v)?;
-                Ok(())
-            },
+            |p: &mut Parsing| &mut p.command_timeout,
         ),
         UrlOption::new(
             "drift_factor",
@@ -394,32 +388,23 @@ fn options() -> Vec<UrlOption<Parsing>> {
                 Ok(())
             },
         ),
-        UrlOption::new(
+        UrlOption::timeout(
             "retry_jitter",
             "100ms",
             "a retry waits a random 1 ms to this long",
-            |p: &mut Parsing, v| {
-                p.retry_jitter = parse_timeout("retry_jitter", v)?;
-                Ok(())
-            },
+            |p: &mut Parsing| &mut p.retry_jitter,
         ),
-        UrlOption::new(
+        UrlOption::flag(
             "allow_eviction",
             "false",
             "`true` skips the check that no node can evict a held lock",
-            |p: &mut Parsing, v| {
-                p.allow_eviction = parse_bool("allow_eviction", v)?;
-                Ok(())
-            },
+            |p: &mut Parsing| &mut p.allow_eviction,
         ),
-        UrlOption::new(
+        UrlOption::window(
             "retention",
             "7d",
             "each node's fence expires this long after its last acquire or raise",
-            |p: &mut Parsing, v| {
-                p.retention = parse_window("retention", v)?;
-                Ok(())
-            },
+            |p: &mut Parsing| &mut p.retention,
         ),
         UrlOption::new(
             "max_ttl",
@@ -430,23 +415,17 @@ fn options() -> Vec<UrlOption<Parsing>> {
                 Ok(())
             },
         ),
-        UrlOption::new(
+        UrlOption::window(
             "max_skew",
             "1s",
             "the largest difference between any two nodes' clocks this deployment promises",
-            |p: &mut Parsing, v| {
-                p.max_skew = parse_window("max_skew", v)?;
-                Ok(())
-            },
+            |p: &mut Parsing| &mut p.max_skew,
         ),
-        UrlOption::new(
+        UrlOption::flag(
             "tls",
             "false",
             "`true`: every node is reached as `rediss://`",
-            |p: &mut Parsing, v| {
-                p.tls = parse_bool("tls", v)?;
-                Ok(())
-            },
+            |p: &mut Parsing| &mut p.tls,
         ),
     ];
     options.extend(TlsFiles::declared());
