@@ -6,23 +6,32 @@
 #
 #   scripts/bench.sh            every bench; the output is also kept in target/bench/
 #   scripts/bench.sh redis etcd only those (names below)
+#   scripts/bench.sh --build redis-cycle-cost   only build it, into target/bench/bin/
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# name, package, example[, the features it needs]
+# The bench targets of fencelock-bench (bench/benches/), in the order they run. The callgrind
+# ones (redis-cycle-cost, etcd-handoff-cost) are built with --build and run by hand.
 benches=(
-  "redis fencelock-redis bench"
-  "redlock fencelock-redis redlock_bench"
-  "redis-scale fencelock-redis scale"
-  "etcd fencelock-etcd bench"
-  "etcd-election fencelock-etcd election_bench"
-  "postgres fencelock-postgres bench"
-  "mysql fencelock-mysql bench"
-  "sqlite fencelock-sqlite bench"
-  "zookeeper fencelock-zookeeper bench"
-  "zookeeper-election fencelock-zookeeper election_bench"
-  "stores-election fencelock election_bench redis,postgres,mysql,sqlite"
+  redis
+  redlock
+  redis-scale
+  etcd
+  etcd-election
+  postgres
+  mysql
+  sqlite
+  zookeeper
+  zookeeper-election
+  stores-election
 )
+
+# scripts/bench.sh --build NAME…: build those benches into target/bench/bin/NAME and stop.
+build_only=
+if [[ ${1:-} == --build ]]; then
+  build_only=1
+  shift
+fi
 
 selected=("$@")
 wanted() {
@@ -34,26 +43,39 @@ wanted() {
   return 1
 }
 
-# Build every selected example first, so that no build runs next to a measurement, and copy
-# each one out at once: several crates have an example called `bench`, and they share
-# target/release/examples/bench.
+# Build every selected bench first, so that no build runs next to a measurement, and copy
+# each one out under its name (cargo names a bench's binary with a hash).
 mkdir -p target/bench/bin
-for entry in "${benches[@]}"; do
-  read -r name package example features <<<"$entry"
+build() {
+  local name=$1 executable
+  executable=$(cargo bench -q --no-run -p fencelock-bench --bench "$name" --message-format=json \
+    | python3 -c 'import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable"):
+        print(m["executable"])')
+  cp "$executable" "target/bench/bin/$name"
+}
+if [[ -n $build_only ]]; then
+  for name in "$@"; do
+    build "$name"
+    echo "target/bench/bin/$name"
+  done
+  exit 0
+fi
+for name in "${benches[@]}"; do
   wanted "$name" || continue
-  cargo build -q --release -p "$package" --example "$example" ${features:+--features "$features"}
-  cp "${CARGO_TARGET_DIR:-target}/release/examples/$example" "target/bench/bin/$name"
+  build "$name"
 done
 
 mkdir -p target/bench
 log="target/bench/$(date -u +%Y-%m-%dT%H%M%SZ).txt"
 {
   echo "# scripts/bench.sh, $(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
-  for entry in "${benches[@]}"; do
-    read -r name package example features <<<"$entry"
+  for name in "${benches[@]}"; do
     wanted "$name" || continue
     echo
-    echo "## $name: cargo run --release -p $package ${features:+--features $features }--example $example"
+    echo "## $name: cargo bench -p fencelock-bench --bench $name"
     start=$SECONDS
     "target/bench/bin/$name"
     echo "($name took $((SECONDS - start)) s; load average $(cut -d' ' -f1-3 /proc/loadavg))"

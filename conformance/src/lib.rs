@@ -1,13 +1,11 @@
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
 
-pub mod bench;
 mod cases;
 mod context;
 mod factory;
 mod macros;
 mod memory;
-mod probe;
 mod runner;
 
 pub use async_trait::async_trait;

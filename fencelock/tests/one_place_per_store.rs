@@ -19,6 +19,8 @@ const ALLOWED: &[&str] = &[
     "fencelock/Cargo.toml",
     "lockctl/Cargo.toml",
     "nemesis/Cargo.toml",
+    // The benchmarks' dev-dependencies (the benches themselves are in bench/benches/).
+    "bench/Cargo.toml",
     // nemesis's fault table, keyed by store name.
     "nemesis/src/faults.rs",
     // The test-servers module of each server.

@@ -2,7 +2,7 @@
 //!
 //! A waiter used to open a watch stream of its own for each wait. A stream costs the client a
 //! new HTTP/2 stream and etcd two goroutines and a stream setup; creating and cancelling
-//! watches on a stream that is already open costs far less (`examples/handoff_cost.rs`
+//! watches on a stream that is already open costs far less (`bench/benches/etcd-handoff-cost.rs`
 //! `stream` against `shared`: 99k against 53k client instructions, 470 against 360 µs of etcd
 //! CPU, per wait with two watches). So a handle keeps one stream, as etcd's Go client does.
 //!
@@ -42,7 +42,7 @@ pub(crate) const IDLE_CLOSE: Duration = Duration::from_secs(30);
 /// How long the cancellations of a finished wait's watches may wait to go out with the next
 /// wait's creations. etcd's CPU goes by the exchanges on a stream more than by the watches in
 /// each: one exchange that cancels two watches and creates two costs it about 150 µs less
-/// than two exchanges (`examples/handoff_cost.rs`, `shared` against `merged`), and the client
+/// than two exchanges (`bench/benches/etcd-handoff-cost.rs`, `shared` against `merged`), and the client
 /// about 65 µs less. The waits end with watches that send nothing more (see
 /// `Waiter::watch_deletion`), so a late cancellation costs etcd only the memory of a watcher.
 const CANCEL_DELAY: Duration = Duration::from_secs(1);

@@ -40,7 +40,7 @@ use crate::keys::{KeyNames, NameArg};
 /// `%.17g`) cost about 3k of the 65k instructions the server spent per acquire (callgrind).
 /// The comparison is written out rather than as a `local function`: a closure is made at
 /// every run of the script, and that cost 4.5k instructions per acquire, 5% of the server's
-/// whole cycle (callgrind, `examples/cycle_cost.rs`). A number is still written in
+/// whole cycle (callgrind, `bench/benches/redis-cycle-cost.rs`). A number is still written in
 /// full (Lua's own `tostring` would keep only 14 digits), and a µs clock stays below 2^53,
 /// where a Lua number stops being exact, until 2255.
 macro_rules! mint_lua {
@@ -356,7 +356,7 @@ return {owner, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2]), holders,
 /// whole number in full (Lua's own conversion keeps 14 digits, too few for µs); `now` is the
 /// server clock in µs. No `local function`: Lua makes a closure at every run of a script that
 /// defines one (the two this prelude had cost the server 9k of the 231k instructions of a
-/// shared acquire + release, callgrind, `examples/cycle_cost.rs shared`).
+/// shared acquire + release, callgrind, `bench/benches/redis-cycle-cost.rs`, `shared`).
 macro_rules! prelude_lua {
     () => {
         r"

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use fencelock::{DynLockStore, Error};
-use fencelock_conformance::bench::{self, Table};
+use fencelock_bench::{self as bench, Table};
 
 /// The rounds the cycles alternate in.
 const ROUNDS: usize = 10;

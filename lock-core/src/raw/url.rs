@@ -223,11 +223,12 @@ impl<C> UrlOption<C> {
     /// Applies `value` to `state`, or refuses it naming the option.
     fn read(&self, state: &mut C, value: &str) -> Result<()> {
         match self.read {
-            Reader::Custom(read) => read(state, value),
-            Reader::Timeout(field) => Ok(*field(state) = parse_timeout(self.name, value)?),
-            Reader::Window(field) => Ok(*field(state) = parse_window(self.name, value)?),
-            Reader::Flag(field) => Ok(*field(state) = parse_bool(self.name, value)?),
+            Reader::Custom(read) => return read(state, value),
+            Reader::Timeout(field) => *field(state) = parse_timeout(self.name, value)?,
+            Reader::Window(field) => *field(state) = parse_window(self.name, value)?,
+            Reader::Flag(field) => *field(state) = parse_bool(self.name, value)?,
         }
+        Ok(())
     }
 
     /// The option's name, as the URL spells it.
@@ -568,8 +569,8 @@ pub trait TlsTarget: AsMut<TlsFiles> {
     /// The PEM block each file must hold (`tls_ca`, `tls_cert`, `tls_key`); empty for any.
     const PEM_LABELS: [&'static str; 3] = ["", "", ""];
 
-    /// Refuses TLS option `name` on a URL that does not ask for TLS (`etcd://` rather than
-    /// `etcds://`); the default allows it.
+    /// Refuses TLS option `name` on a URL that does not ask for TLS (a store's plain scheme
+    /// rather than its TLS one); the default allows it.
     ///
     /// # Errors
     /// [`InvalidInput`](crate::ErrorKind::InvalidInput) on the `"url"`, naming the option.

@@ -3,9 +3,9 @@
 //! server at `ETCD_URL` (an `etcd://` URL; the peer uses its endpoints).
 //!
 //! ```text
-//! cargo build --release -p fencelock-etcd --example handoff_cost
-//! valgrind --tool=callgrind target/release/examples/handoff_cost ours 200
-//! valgrind --tool=callgrind target/release/examples/handoff_cost ours 600
+//! scripts/bench.sh --build etcd-handoff-cost
+//! valgrind --tool=callgrind target/bench/bin/etcd-handoff-cost ours 200
+//! valgrind --tool=callgrind target/bench/bin/etcd-handoff-cost ours 600
 //! ```
 //! The difference of the two totals over 400 is one handoff's cost on the client, start-up
 //! excluded. Contenders: `ours` (the store through `DynLockStore`, one handle per waiter, as
@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use etcd_client::{Client, LockOptions};
-use fencelock_conformance::bench::{handoff, handoff_between, Contender, Handoff};
+use fencelock_bench::{handoff, handoff_between, Contender, Handoff};
 use fencelock_core::DynLockStore;
 use fencelock_etcd::{EtcdConfig, EtcdStore};
 
@@ -60,7 +60,7 @@ impl Contender for PeerWaiter {
 }
 
 fn main() -> Result<(), Box<dyn Error>> {
-    let mut args = std::env::args().skip(1);
+    let mut args = fencelock_bench::args();
     let which = args.next().unwrap_or_else(|| "ours".into());
     let n: usize = args.next().map_or(Ok(200), |n| n.parse())?;
     let url = std::env::var("ETCD_URL").map_err(|_| "set ETCD_URL to an etcd:// URL")?;

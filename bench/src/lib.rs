@@ -1,7 +1,10 @@
-//! Measurement loops shared by every store's benchmark and `lockctl bench`.
+//! The measurement loops that every store's benchmark (this crate's bench targets) and
+//! `lockctl bench` share.
 //!
 //! Nothing here asserts a timing: benchmarks print figures next to the raw store's own round
 //! trip measured in the same run, and a person reads the ratio.
+
+mod probe;
 
 pub use crate::probe::{connections_to, cpu_time, live_bytes, rss_bytes, CountingAllocator};
 
@@ -16,6 +19,12 @@ use fencelock_core::{
     Capabilities, DynLockStore, Error, KeepAlive, Lease, LockStore, Mode, Result,
 };
 use tokio::time::Instant;
+
+/// The benchmark's command-line arguments: without the program's name, and without the
+/// `--bench` flag that `cargo bench` passes.
+pub fn args() -> impl Iterator<Item = String> {
+    std::env::args().skip(1).filter(|arg| arg != "--bench")
+}
 
 /// Latency samples.
 #[derive(Debug, Clone, Default)]
@@ -225,7 +234,7 @@ pub async fn cycle_as_into(
 /// ```
 /// # async fn demo() -> fencelock_core::Result<()> {
 /// use std::{sync::Arc, time::Duration};
-/// use fencelock_conformance::bench::{cycle_into, ModeCycles, Samples, Table};
+/// use fencelock_bench::{cycle_into, ModeCycles, Samples, Table};
 /// use fencelock_core::{DynLockStore, LockStore, MemoryStore};
 ///
 /// let store: DynLockStore = Arc::new(MemoryStore::new());
@@ -681,7 +690,7 @@ impl Contender for StoreContender {
 /// ```
 /// # async fn demo() -> fencelock_core::Result<()> {
 /// use std::{sync::Arc, time::Duration};
-/// use fencelock_conformance::bench::{store_contenders, PeersProtocol, Table};
+/// use fencelock_bench::{store_contenders, PeersProtocol, Table};
 /// use fencelock_core::{DynLockStore, MemoryStore};
 ///
 /// let (ttl, wait) = (Duration::from_secs(10), Duration::from_secs(10));

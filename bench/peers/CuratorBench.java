@@ -1,4 +1,4 @@
-// The Curator side of fencelock-zookeeper's bench (examples/bench): Apache Curator's
+// The Curator side of fencelock-zookeeper's bench (bench/benches/zookeeper): Apache Curator's
 // InterProcessMutex (Debian's libcurator-recipes-java), timed in this JVM with System.nanoTime
 // by the same loops the Rust side times its own lock with, so that the two are measured the
 // same way, in the same run, against the same server. The bench compiles this file with javac
@@ -9,7 +9,7 @@
 //       opens <clients> CuratorFrameworks (one ZooKeeper session each), prints "READY".
 //   cycle <path> <n>      client 0: n uncontended acquire() + release()
 //   handoff <path> <n>    every client a waiter on <path>, one thread each, as
-//                         fencelock_conformance::bench::handoff_between (Handoff::AnyWaiter):
+//                         fencelock_bench::handoff_between (Handoff::AnyWaiter):
 //                         a holder notes the time, calls release() and at once acquire()
 //                         again; a sample is that time to the next acquire() returning,
 //                         whoever it returns in; until n samples

@@ -3,7 +3,7 @@
 //! measured in one run from one client.
 //!
 //! ```sh
-//! cargo run --release -p fencelock-etcd --example bench
+//! cargo bench -p fencelock-bench --bench etcd
 //! ```
 //!
 //! Starts its own single-member server with test-servers, or uses `LOCK_BENCH_URL` if set.
@@ -30,7 +30,7 @@ use etcd_client::{
     Client, Compare, CompareOp, GetOptions, LockOptions, PutOptions, SortOrder, SortTarget, Txn,
     TxnOp,
 };
-use fencelock_conformance::bench::{
+use fencelock_bench::{
     cycle_into, handoff, handoff_between, lock_throughput, micros as us, server_or_env,
     store_contenders, throughput, time_each, Contender, Handoff, ModeCycles, PeersProtocol,
     Samples, Table, PEERS_CONTENDERS,
@@ -377,7 +377,7 @@ fn pooled(rounds: &[Samples]) -> Samples {
     Samples::new(all)
 }
 
-/// A waiter of etcd's lock service, for the handoff of `fencelock_conformance::bench::handoff`: its own
+/// A waiter of etcd's lock service, for the handoff of `fencelock_bench::handoff`: its own
 /// client and lease, `lock` until granted, `unlock`.
 struct PeerWaiter {
     client: Client,

@@ -4,9 +4,9 @@
 //! through the facade's `connect`, so every store runs the same code.
 //!
 //! ```sh
-//! cargo run --release -p fencelock --features redis,postgres,mysql,sqlite --example election_bench
-//! cargo run ... --example election_bench -- redis sqlite        # only those
-//! cargo run ... --example election_bench -- --url redis://h:6379 # one live store
+//! cargo bench -p fencelock-bench --bench stores-election
+//! cargo bench -p fencelock-bench --bench stores-election -- redis sqlite        # only those
+//! cargo bench -p fencelock-bench --bench stores-election -- --url redis://h:6379 # one live store
 //! ```
 //!
 //! Starts each store's server(s) with test-servers just before its part, and stops them after
@@ -36,7 +36,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use fencelock::{DynLockStore, LockStoreExt};
-use fencelock_conformance::bench::{against_rows, micros as us, Samples, Table};
+use fencelock_bench::{against_rows, micros as us, Samples, Table};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
@@ -444,7 +444,7 @@ async fn bench(store: &Store, url: &str) -> BenchResult<(Table, String)> {
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() -> BenchResult<()> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args: Vec<String> = fencelock_bench::args().collect();
     if let [mode, url, name] = args.as_slice() {
         if mode == "leader" {
             return leader_child(url, name).await;

@@ -3,7 +3,7 @@
 //! measured in one run from one client, the two sides in alternating rounds.
 //!
 //! ```sh
-//! cargo run --release -p fencelock-etcd --example election_bench
+//! cargo bench -p fencelock-bench --bench etcd-election
 //! ```
 //!
 //! Starts its own single-member server with test-servers, or uses `LOCK_BENCH_URL` if set.
@@ -33,8 +33,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{Client, ResignOptions};
-use fencelock_conformance::bench::{against_rows, micros as us, server_or_env, versus_rows};
-use fencelock_conformance::bench::{Samples, Table};
+use fencelock_bench::{against_rows, micros as us, server_or_env, versus_rows};
+use fencelock_bench::{Samples, Table};
 use fencelock_core::{DynLockStore, LockStoreExt};
 use fencelock_etcd::{EtcdConfig, EtcdStore};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -384,7 +384,7 @@ async fn leader_child(mode: &str, target: &str, name: &str) -> BenchResult<()> {
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() -> BenchResult<()> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args: Vec<String> = fencelock_bench::args().collect();
     if let [mode, target, name] = args.as_slice() {
         return leader_child(mode, target, name).await;
     }

@@ -4,13 +4,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use fencelock_conformance::bench::Samples;
+use fencelock_bench::Samples;
 use fencelock_core::{KeepAlive, LockStore};
 use futures_util::{stream, StreamExt, TryStreamExt};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 
-pub(crate) use fencelock_conformance::bench::{
+pub(crate) use fencelock_bench::{
     connections_to, cpu_time, live_bytes, rss_bytes, CountingAllocator,
 };
 

@@ -5,14 +5,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use fencelock_conformance::bench::Samples;
+use fencelock_bench::Samples;
 use fencelock_core::{Error, KeepAlive, LockStore, ReleaseOutcome, Result};
 use fencelock_zookeeper::{ZookeeperConfig, ZookeeperStore};
 use tokio::time::Instant;
 
-pub(crate) use fencelock_conformance::bench::{
-    connections_to, live_bytes, rss_bytes, CountingAllocator,
-};
+pub(crate) use fencelock_bench::{connections_to, live_bytes, rss_bytes, CountingAllocator};
 
 /// What [`hold`] saw.
 pub(crate) struct Held {

@@ -1,4 +1,4 @@
-//! Apache Curator's `InterProcessMutex`, the peer: `examples/peers/CuratorBench.java`,
+//! Apache Curator's `InterProcessMutex`, the peer: `bench/peers/CuratorBench.java`,
 //! compiled with `javac` when the bench starts and run in one JVM for the whole run, timing
 //! its own loops with `System.nanoTime` (the loops the Rust side times its lock with) and
 //! answering each command with the samples. The election bench runs its own peer class
@@ -9,10 +9,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use fencelock_conformance::bench::Samples;
+use fencelock_bench::Samples;
 use fencelock_core::{Error, Result};
 
-const SOURCE: &str = include_str!("../peers/CuratorBench.java");
+const SOURCE: &str = include_str!("../../peers/CuratorBench.java");
 
 /// The class path, each jar with the Debian package that installs it (the classes the program
 /// loads, checked with `java -verbose:class`).

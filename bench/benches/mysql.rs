@@ -2,7 +2,7 @@
 //! client.
 //!
 //! ```sh
-//! cargo run --release -p fencelock-mysql --example bench
+//! cargo bench -p fencelock-bench --bench mysql
 //! ```
 //!
 //! Starts its own MariaDB with test-servers, or uses `LOCK_BENCH_URL` if set. Prints one table:
@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use fencelock_conformance::bench::{
+use fencelock_bench::{
     cycle, cycle_into, handoff_between, handoff_to_another, hold_kept_alive, lock_throughput,
     micros as us, server_or_env, throughput, time_each, Contender, Handoff, ModeCycles, Samples,
     Table,
@@ -129,7 +129,7 @@ impl Raw {
     }
 }
 
-/// A raw connection as a waiter in `fencelock_conformance::bench::handoff_between`: it blocks in
+/// A raw connection as a waiter in `fencelock_bench::handoff_between`: it blocks in
 /// `GET_LOCK`, then bumps the fence as a separate statement.
 #[async_trait]
 impl Contender for Raw {

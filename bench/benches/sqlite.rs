@@ -1,7 +1,7 @@
 //! The SQLite store against the floors it is built on, measured in one run on one file system.
 //!
 //! ```sh
-//! cargo run --release -p fencelock-sqlite --example bench
+//! cargo bench -p fencelock-bench --bench sqlite
 //! ```
 //!
 //! Works in a new directory under the system's temporary directory (or `LOCK_BENCH_DIR`), which
@@ -36,7 +36,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fencelock_conformance::bench::{
+use fencelock_bench::{
     cycle, cycle_into, handoff_to_another, micros as us, ModeCycles, Samples, Table,
 };
 use fencelock_core::{DynLockStore, KeyStatus, LockStore};

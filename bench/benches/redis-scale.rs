@@ -4,7 +4,7 @@
 //! held lease: live heap bytes (a counting global allocator) and resident set growth, both
 //! measured with the leases held against before any was acquired, divided by their number.
 //!
-//! `cargo run --release -p fencelock-redis --example scale` (a fresh `redis-server` from
+//! `cargo bench -p fencelock-bench --bench redis-scale` (a fresh `redis-server` from
 //! test-servers); `-- --cluster` runs it on a Redis Cluster of 3 masters with a replica each;
 //! `FENCELOCK_LEASES=N` holds N leases instead of 10,000.
 
@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fencelock_conformance::bench::{
+use fencelock_bench::{
     connections_to, hold_kept_alive, live_bytes, rss_bytes, CountingAllocator, Table,
 };
 use fencelock_core::{LockStore, ReleaseOutcome};

@@ -2,7 +2,7 @@
 //! measured in one run from one client machine.
 //!
 //! ```sh
-//! cargo run --release -p fencelock-redis --example bench
+//! cargo bench -p fencelock-bench --bench redis
 //! ```
 //!
 //! Starts its own server with test-servers, or uses `LOCK_BENCH_URL` if set. Prints one table:
@@ -25,8 +25,9 @@
 //! target each ≤ 1.0×, with the durable fenced floor in the same rounds: the least a token
 //! that survives data loss costs in that protocol, where `rslock` mints none).
 
+#[path = "redis_common/mod.rs"]
 mod common;
-#[path = "common/floor.rs"]
+#[path = "redis_common/floor.rs"]
 mod floor;
 
 use std::error::Error;
@@ -34,7 +35,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{client_cpu, failed, raw_subscription, rslock_handoff_rows, server_version, Rslock};
-use fencelock_conformance::bench::{
+use fencelock_bench::{
     cycle, cycle_into, handoff, handoff_to_another, lock_throughput, micros as us, server_or_env,
     store_contenders, throughput, time_each, Contender, ModeCycles, PeersProtocol, Samples, Table,
     PEERS_CONTENDERS,
@@ -705,7 +706,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
     );
     table
         .latency(
-            "  releaser may re-take (fencelock_conformance::bench) p50",
+            "  releaser may re-take (fencelock_bench) p50",
             reacquiring.p50(),
         )
         .ratio(us(reacquiring.p50()) / us(rtt), None);

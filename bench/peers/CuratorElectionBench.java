@@ -1,4 +1,4 @@
-// The Curator side of fencelock-zookeeper's election bench (examples/election_bench.rs): Apache
+// The Curator side of fencelock-zookeeper's election bench (bench/benches/zookeeper-election.rs): Apache
 // Curator's LeaderSelector (Debian's libcurator-recipes-java), timed in this JVM with
 // System.nanoTime by the same trial the Rust side times its own election with. The bench
 // compiles this file with javac and runs it once for the whole run (so its JIT stays warm),

@@ -3,13 +3,13 @@
 //! server.
 //!
 //! ```sh
-//! cargo run --release -p fencelock-zookeeper --example bench                # the whole run
-//! cargo run --release -p fencelock-zookeeper --example bench -- --quick     # a short profile
-//! cargo run --release -p fencelock-zookeeper --example bench -- many 10000  # leases held only
+//! cargo bench -p fencelock-bench --bench zookeeper                # the whole run
+//! cargo bench -p fencelock-bench --bench zookeeper -- --quick     # a short profile
+//! cargo bench -p fencelock-bench --bench zookeeper -- many 10000  # leases held only
 //! ```
 //!
 //! Starts its own standalone server with test-servers (`tickTime` 100 ms, `forceSync=yes`), or
-//! uses `LOCK_BENCH_URL` if set. Compiles the Curator peer (`examples/peers/CuratorBench.java`)
+//! uses `LOCK_BENCH_URL` if set. Compiles the Curator peer (`bench/peers/CuratorBench.java`)
 //! with `javac` and runs it in one JVM for the whole run (Debian's `default-jdk-headless` and
 //! `libcurator-recipes-java`). Prints one table: the raw round trips (a read, a write); the raw
 //! cycle floor (an ephemeral sequential node created and deleted, the same client library,
@@ -32,7 +32,7 @@ use std::error::Error;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fencelock_conformance::bench::{
+use fencelock_bench::{
     cycle_into, handoff, lock_throughput, micros as us, server_or_env, throughput, time_each,
     Samples, Table,
 };
@@ -154,7 +154,7 @@ fn blocking<T>(f: impl FnOnce() -> T) -> T {
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() -> Result<(), Box<dyn Error>> {
-    let mut args = std::env::args().skip(1).peekable();
+    let mut args = fencelock_bench::args().peekable();
     let (mut quick, mut many_only) = (false, None);
     while let Some(arg) = args.next() {
         match arg.as_str() {

@@ -3,11 +3,11 @@
 //! alternating rounds.
 //!
 //! ```sh
-//! cargo run --release -p fencelock-zookeeper --example election_bench
+//! cargo bench -p fencelock-bench --bench zookeeper-election
 //! ```
 //!
 //! Starts its own standalone server with test-servers (`tickTime` 100 ms), or uses
-//! `LOCK_BENCH_URL` if set. Compiles the Curator peer (`examples/peers/CuratorElectionBench.java`)
+//! `LOCK_BENCH_URL` if set. Compiles the Curator peer (`bench/peers/CuratorElectionBench.java`)
 //! with `javac` and runs it in one JVM for the whole run, timing its own trials with
 //! `System.nanoTime` (Debian's `default-jdk-headless` and `libcurator-recipes-java`). Prints
 //! one table:
@@ -36,8 +36,8 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fencelock_conformance::bench::{against_rows, micros as us, server_or_env, versus_rows};
-use fencelock_conformance::bench::{Samples, Table};
+use fencelock_bench::{against_rows, micros as us, server_or_env, versus_rows};
+use fencelock_bench::{Samples, Table};
 use fencelock_core::{DynLockStore, LockStoreExt};
 use fencelock_zookeeper::{ZookeeperConfig, ZookeeperStore};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -47,14 +47,14 @@ use zookeeper_client as zk;
 
 // Only the peer's start and its pipes are used here.
 #[allow(dead_code)]
-#[path = "bench/curator.rs"]
+#[path = "zookeeper/curator.rs"]
 mod curator;
 // Only the connect and the handoff floor are used here.
 #[allow(dead_code)]
-#[path = "bench/raw.rs"]
+#[path = "zookeeper/raw.rs"]
 mod raw;
 
-const SOURCE: &str = include_str!("peers/CuratorElectionBench.java");
+const SOURCE: &str = include_str!("../peers/CuratorElectionBench.java");
 
 /// Trials per side, in [`ROUNDS`] alternating rounds; two handovers each.
 const TRIALS: usize = 60;
@@ -340,7 +340,7 @@ fn server_version(endpoint: &str) -> Option<String> {
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() -> BenchResult<()> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args: Vec<String> = fencelock_bench::args().collect();
     if let [mode, url, name] = args.as_slice() {
         if mode == "leader-ours" {
             return leader_child(url, name).await;

@@ -1,7 +1,7 @@
 //! The PostgreSQL store against the raw SQL it is built on, measured in one run from one client.
 //!
 //! ```sh
-//! cargo run --release -p fencelock-postgres --example bench
+//! cargo bench -p fencelock-bench --bench postgres
 //! ```
 //!
 //! Starts its own server with test-servers, or uses `LOCK_BENCH_URL` if set. Prints one table:
@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use fencelock_conformance::bench::{
+use fencelock_bench::{
     cycle, cycle_into, handoff, handoff_between, hold_kept_alive, lock_throughput, micros as us,
     server_or_env, store_contenders, throughput, time_each, Contender, Handoff, ModeCycles,
     PeersProtocol, Samples, Table, PEERS_CONTENDERS,
@@ -92,9 +92,9 @@ async fn raw_cycle(conn: &mut PgConnection, id: i64) -> fencelock_core::Result<(
     Ok(())
 }
 
-/// A raw connection as a waiter in `fencelock_conformance::bench::handoff_between`: it blocks in
+/// A raw connection as a waiter in `fencelock_bench::handoff_between`: it blocks in
 /// `pg_advisory_lock`, then bumps the fence as a separate statement; the same measurement as
-/// `fencelock_conformance::bench::handoff`.
+/// `fencelock_bench::handoff`.
 struct RawWaiter {
     conn: PgConnection,
     id: i64,
@@ -227,7 +227,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
         }
     })
     .await?;
-    // The raw floor and our cycle (the loop of `fencelock_conformance::bench::cycle`) in alternating
+    // The raw floor and our cycle (the loop of `fencelock_bench::cycle`) in alternating
     // rounds, so both see the same machine load; warmed up first.
     // Ours also as a semaphore permit and as a shared lease, where the store keeps them.
     cycle(&dyn_store, "bench:cycle", TTL, 100).await?;

@@ -2,7 +2,7 @@
 //! crate on the same five masters, measured in one run from one client machine.
 //!
 //! ```sh
-//! cargo run --release -p fencelock-redis --example redlock_bench
+//! cargo bench -p fencelock-bench --bench redlock
 //! ```
 //!
 //! Starts five redis-servers with test-servers. Prints one table: the raw floor (one `PING`
@@ -29,10 +29,11 @@
 //! nodes minted the same token (the usual case: the raise is skipped, see the crate docs,
 //! `# Redlock`), one more otherwise. rslock gives no fencing token.
 
+#[path = "redis_common/mod.rs"]
 mod common;
 // Only the durable floor is used here.
 #[allow(dead_code)]
-#[path = "common/floor.rs"]
+#[path = "redis_common/floor.rs"]
 mod floor;
 
 use std::error::Error;
@@ -40,7 +41,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{client_cpu, failed, raw_subscription, rslock_handoff_rows, server_version, Rslock};
-use fencelock_conformance::bench::{
+use fencelock_bench::{
     cycle, cycle_into, handoff_to_another, lock_throughput, micros as us, throughput, time_each,
     Samples, Table,
 };

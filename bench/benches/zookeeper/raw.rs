@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use fencelock_conformance::bench::Samples;
+use fencelock_bench::Samples;
 use fencelock_core::{Error, Result};
 use tokio::time::Instant;
 use zookeeper_client as zk;

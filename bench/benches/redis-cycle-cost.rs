@@ -2,9 +2,9 @@
 //! contender on a current-thread runtime against the server at `REDIS_URL`.
 //!
 //! ```text
-//! cargo build --release -p fencelock-redis --example cycle_cost
-//! valgrind --tool=callgrind target/release/examples/cycle_cost ours 1000
-//! valgrind --tool=callgrind target/release/examples/cycle_cost ours 3000
+//! scripts/bench.sh --build redis-cycle-cost
+//! valgrind --tool=callgrind target/bench/bin/redis-cycle-cost ours 1000
+//! valgrind --tool=callgrind target/bench/bin/redis-cycle-cost ours 3000
 //! ```
 //! The difference of the two totals over 2000 is one cycle's cost on the client, start-up
 //! excluded; run the server itself under callgrind the same way for its side. Contenders:
@@ -22,8 +22,9 @@
 //! (3.7k with no subscriber, less than any check for one: `PUBSUB NUMSUB` first cost 3.1k more).
 // Only `Rslock` is used here; the rest of `common` is the benches'.
 #[allow(dead_code)]
+#[path = "redis_common/mod.rs"]
 mod common;
-#[path = "common/floor.rs"]
+#[path = "redis_common/floor.rs"]
 mod floor;
 
 use std::error::Error;
@@ -42,7 +43,7 @@ const COMPARE_AND_DELETE: &str =
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
 
 fn main() -> Result<(), Box<dyn Error>> {
-    let mut args = std::env::args().skip(1);
+    let mut args = fencelock_bench::args();
     let which = args.next().unwrap_or_else(|| "ours".into());
     let n: usize = args.next().map_or(Ok(1000), |n| n.parse())?;
     let url = std::env::var("REDIS_URL").map_err(|_| "set REDIS_URL to a Redis server")?;

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use fencelock_conformance::bench::{micros, Samples, Table};
+use fencelock_bench::{micros, Samples, Table};
 use fencelock_core::raw::{AcquireRequest, LeaseExt};
 use fencelock_core::{
     Capabilities, KeyStatus, Lease, LockStore, OwnerId, PerKeyState, ReleaseOutcome,
