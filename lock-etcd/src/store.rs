@@ -141,6 +141,61 @@ struct Enqueued {
     predecessor_waits: bool,
 }
 
+/// One [`EtcdStore::attempt`]: the request, and what each of its steps reads.
+struct Attempt<'a> {
+    store: &'a EtcdStore,
+    key: &'a str,
+    ttl: Duration,
+    /// The wait's bound; `None` for a request without a wait.
+    deadline: Option<Instant>,
+    mode: Mode,
+    label: Option<&'a str>,
+    layout: Layout,
+    /// The key's queue directory.
+    dir: String,
+    /// The directory of its holders' labels, in [`Layout::Fencelock`].
+    labels: Option<String>,
+    started: Instant,
+    /// When queueing again (our lease ended while we waited) stops.
+    requeue_by: Instant,
+}
+
+/// An entry an attempt put in the key's queue, and the etcd lease it is on, which is revoked
+/// when this is dropped unless the entry got the key.
+struct Queued<'a> {
+    lease_id: i64,
+    /// The TTL of the etcd lease, as etcd granted it (it may be more than asked for).
+    granted: Duration,
+    entry: String,
+    enqueued: Enqueued,
+    /// When the request that last renewed the etcd lease was sent: the enqueue's, or earlier
+    /// for a fresh idle lease.
+    confirmed_at: Instant,
+    revoke: RevokeOnDrop<'a>,
+}
+
+/// What a queued entry's wait for its turn came to.
+enum Turn {
+    /// The entry got the key.
+    Granted(Grant),
+    /// It will not get it: its etcd lease is revoked in place, and the attempt fails with this.
+    Refused(Error),
+    /// Its etcd lease ended while it waited: queue again, within the wait's bound.
+    LeaseEnded,
+}
+
+/// How a queued entry got the key.
+struct Grant {
+    /// When the request that last renewed the etcd lease was sent: the lease counts from it.
+    confirmed_at: Instant,
+    /// The store revision of the reply that found the entry the holder.
+    answered_at: i64,
+    /// A permit's slot.
+    slot: Option<u32>,
+    /// An exclusive holder's successors, for its release to hand the lock to.
+    successors: Vec<Successor>,
+}
+
 impl EtcdStore {
     /// Connects and proves the cluster answers with one read, within the connect timeout.
     ///
@@ -369,247 +424,52 @@ impl EtcdStore {
         let started = Instant::now();
         let layout = self.config().layout;
         let dir = self.dir(key);
-        let labels = (layout == Layout::Fencelock).then(|| keys::labels_dir(&dir));
-        let mut use_idle = true;
-        // Queueing again (our lease ended while we waited) stops here: the wait's bound, or for
-        // a request without a wait, one command timeout after it started.
-        let requeue_by = deadline.unwrap_or(started + self.config().command_timeout);
-        let gave_up = || match deadline {
-            Some(_) => Error::WaitTimedOut {
-                key: key.to_owned(),
-                waited: started.elapsed(),
-            },
-            None => Error::Busy {
-                key: key.to_owned(),
-            },
+        let attempt = Attempt {
+            store: self,
+            key,
+            ttl,
+            deadline,
+            mode,
+            label,
+            layout,
+            labels: (layout == Layout::Fencelock).then(|| keys::labels_dir(&dir)),
+            dir,
+            started,
+            // Queueing again (our lease ended while we waited) stops here: the wait's bound, or
+            // for a request without a wait, one command timeout after it started.
+            requeue_by: deadline.unwrap_or(started + self.config().command_timeout),
         };
+        let mut use_idle = true;
         loop {
             let owner = OwnerId::random();
-            let label_key = labels
-                .as_deref()
-                .map(|labels| keys::label_key(labels, owner));
-            let put_label = label.map(|label| (label_key.as_deref(), label));
-            let sent_at = Instant::now();
-            // When the request that last renewed the etcd lease was sent: `sent_at`, or earlier
-            // for a fresh idle lease.
-            let mut confirmed_at = sent_at;
-            let idle = if use_idle { self.take_idle(ttl) } else { None };
-            let entry_of = |lease_id| match mode {
-                Mode::Exclusive => keys::entry(layout, &dir, owner, lease_id),
-                mode => keys::mode_entry(&dir, owner, mode),
+            let label_key = attempt.label_key(owner);
+            let queued = attempt.enqueue(owner, label_key.as_deref(), use_idle);
+            let Some(queued) = queued.await? else {
+                // The idle lease had ended (its entry, if put, with it): grant afresh.
+                use_idle = false;
+                continue;
             };
-            let (lease_id, granted, entry, enqueued, revoke) = match idle {
-                Some(idle) => {
-                    let revoke = RevokeOnDrop::new(&self.etcd, idle.lease_id);
-                    let entry = entry_of(idle.lease_id);
-                    // The renewal restarts the idle lease's TTL after `sent_at`, in parallel
-                    // with the enqueue; only a lease etcd still knows is used. A lease confirmed
-                    // moments ago is measured from that confirmation instead.
-                    let fresh = sent_at < idle.confirmed_at + idle.ttl / FRESH_IDLE;
-                    let renew = async {
-                        if fresh {
-                            Ok(true)
-                        } else {
-                            self.etcd.renew(idle.lease_id).await
-                        }
-                    };
-                    let (renewed, enqueued) = tokio::join!(
-                        renew,
-                        self.enqueue(&dir, &entry, idle.lease_id, mode, put_label)
-                    );
-                    if fresh {
-                        confirmed_at = idle.confirmed_at;
-                    }
-                    match (renewed, enqueued) {
-                        (Ok(true), Ok(enqueued)) => {
-                            (idle.lease_id, idle.ttl, entry, enqueued, revoke)
-                        }
-                        // It ended while idle: its entry (if put) went with it. Grant afresh.
-                        (Ok(false), _) => {
-                            use_idle = false;
-                            continue;
-                        }
-                        (Ok(true), Err(error)) if error::is_lease_not_found(&error) => {
-                            use_idle = false;
-                            continue;
-                        }
-                        (Err(error), _) | (_, Err(error)) => return Err(error),
-                    }
+            let grant = match attempt.wait_turn(&queued).await? {
+                Turn::Granted(grant) => grant,
+                Turn::Refused(error) => {
+                    // Revoked in place, not from a spawned task: an entry left queued after
+                    // the caller heard of the refusal (a timeout, say) would still stand in
+                    // front of the next request, on any handle, until the revoke ran.
+                    queued.revoke.now().await;
+                    return Err(error);
                 }
-                None => {
-                    let (lease_id, granted) = self.etcd.grant(ttl).await?;
-                    let revoke = RevokeOnDrop::new(&self.etcd, lease_id);
-                    let entry = entry_of(lease_id);
-                    let enqueued = self
-                        .enqueue(&dir, &entry, lease_id, mode, put_label)
-                        .await?;
-                    (lease_id, granted, entry, enqueued, revoke)
+                // Our lease ended while we waited: queue again, at the back, within the
+                // wait's bound.
+                Turn::LeaseEnded => {
+                    drop(queued);
+                    if Instant::now() >= attempt.requeue_by {
+                        return Err(attempt.gave_up());
+                    }
+                    continue;
                 }
             };
-            let (confirmed_at, answered_at, slot, successors) = if mode != Mode::Exclusive {
-                let wait = Waiter {
-                    etcd: &self.etcd,
-                    dir: &dir,
-                    entry: &entry,
-                    lease_id,
-                    revision: enqueued.revision,
-                    ttl: granted,
-                    confirmed_at,
-                    deadline: requeue_by,
-                };
-                match wait.run_mode(mode, deadline.is_none()).await? {
-                    Waited::Holder {
-                        confirmed_at,
-                        answered_at,
-                        slot,
-                        successors: _,
-                    } => (confirmed_at, answered_at, slot, Vec::new()),
-                    Waited::Busy | Waited::TimedOut if deadline.is_none() => {
-                        revoke.now().await;
-                        return Err(Error::Busy {
-                            key: key.to_owned(),
-                        });
-                    }
-                    Waited::Busy | Waited::TimedOut => {
-                        let waited = started.elapsed();
-                        // Revoked in place, not from a spawned task: an entry left queued after
-                        // the caller heard of the timeout would still stand in front of the
-                        // next request, on any handle, until the revoke ran.
-                        revoke.now().await;
-                        return Err(Error::WaitTimedOut {
-                            key: key.to_owned(),
-                            waited,
-                        });
-                    }
-                    Waited::Mismatch { held } => {
-                        revoke.now().await;
-                        let Mode::Permit { limit } = mode else {
-                            return Err(Error::Store {
-                                message: "a limit mismatch for a request without a limit".into(),
-                                source: None,
-                            });
-                        };
-                        return Err(Error::LimitMismatch {
-                            key: key.to_owned(),
-                            held,
-                            requested: limit,
-                        });
-                    }
-                    Waited::LeaseEnded => {
-                        drop(revoke);
-                        if Instant::now() >= requeue_by {
-                            return Err(gave_up());
-                        }
-                        continue;
-                    }
-                }
-            } else if enqueued.first {
-                (confirmed_at, enqueued.answered_at, None, Vec::new())
-            } else {
-                let Some(deadline) = deadline else {
-                    revoke.now().await;
-                    return Err(Error::Busy {
-                        key: key.to_owned(),
-                    });
-                };
-                let wait = Waiter {
-                    etcd: &self.etcd,
-                    dir: &dir,
-                    entry: &entry,
-                    lease_id,
-                    revision: enqueued.revision,
-                    ttl: granted,
-                    confirmed_at,
-                    deadline,
-                };
-                // The enqueue's snapshot already names our predecessor (our entry, just put on
-                // our lease, was in it).
-                let seen = enqueued.predecessor.clone().map(|predecessor| Found {
-                    predecessor,
-                    predecessor_waits: enqueued.predecessor_waits,
-                    ours: true,
-                    answered_at: enqueued.answered_at,
-                    successors: Vec::new(),
-                });
-                match wait.run(seen).await? {
-                    Waited::Holder {
-                        confirmed_at,
-                        answered_at,
-                        slot: _,
-                        successors,
-                    } => (confirmed_at, answered_at, None, successors),
-                    Waited::TimedOut | Waited::Busy | Waited::Mismatch { .. } => {
-                        let waited = started.elapsed();
-                        // Revoked in place, as above.
-                        revoke.now().await;
-                        return Err(Error::WaitTimedOut {
-                            key: key.to_owned(),
-                            waited,
-                        });
-                    }
-                    // Our lease ended while we waited: queue again, at the back, within the
-                    // wait's bound.
-                    Waited::LeaseEnded => {
-                        drop(revoke);
-                        if Instant::now() >= requeue_by {
-                            return Err(gave_up());
-                        }
-                        continue;
-                    }
-                }
-            };
-            // A resent enqueue was answered after its entry's creation: the entry's create
-            // revision is the token if it was first then, as `status` reports it; otherwise a
-            // holder may have come and gone in between, and the reply's revision is.
-            let answered_at = match layout {
-                Layout::Etcd if enqueued.first && answered_at != enqueued.revision => {
-                    match self.first_at_creation(&dir, enqueued.revision).await? {
-                        Some(true) => enqueued.revision,
-                        _ => answered_at,
-                    }
-                }
-                _ => answered_at,
-            };
-            let token = match layout {
-                Layout::Fencelock => offset::token(enqueued.offset, enqueued.revision)?,
-                Layout::Etcd => u64::try_from(answered_at).map_err(|_| Error::Store {
-                    message: format!("etcd gave a negative revision {answered_at}"),
-                    source: None,
-                })?,
-            };
-            revoke.disarm();
-            tracing::debug!(key, token, lease_id, %mode, slot, "acquired");
-            let lease = Lease::with_store_state(
-                key,
-                owner,
-                token,
-                granted,
-                confirmed_at,
-                Held {
-                    entry,
-                    lease_id,
-                    created: enqueued.revision,
-                    layout,
-                    requested_secs: whole_secs(ttl),
-                    labelled: AtomicBool::new(label.is_some() && label_key.is_some()),
-                    label_key,
-                    // Only entries of this layout are ever handed the lock (etcd's own clients
-                    // know nothing of a mark).
-                    handoff: (layout == Layout::Fencelock
-                        && mode == Mode::Exclusive
-                        && !successors.is_empty())
-                    .then(|| Handoff {
-                        dir: dir.clone(),
-                        next: successors,
-                    }),
-                    state: AtomicU8::new(HELD),
-                },
-            );
-            return Ok(if mode == Mode::Exclusive {
-                lease
-            } else {
-                lease.in_mode(mode, slot)
-            });
+            let token = attempt.token(&queued.enqueued, grant.answered_at).await?;
+            return Ok(attempt.hold(owner, label_key, token, queued, grant));
         }
     }
 
@@ -673,6 +533,321 @@ impl EtcdStore {
                 touched.rfind('/').map_or(touched, |end| &touched[..=end])
             };
             name_the_right(error, operation, touched, right, grant_on)
+        }
+    }
+}
+
+impl<'a> Attempt<'a> {
+    /// The key of `owner`'s label, in [`Layout::Fencelock`] (whether or not it has one).
+    fn label_key(&self, owner: OwnerId) -> Option<String> {
+        self.labels
+            .as_deref()
+            .map(|labels| keys::label_key(labels, owner))
+    }
+
+    /// The error of an attempt that ran out of time to queue again: its wait timed out, or a
+    /// request without a wait found the key busy.
+    fn gave_up(&self) -> Error {
+        match self.deadline {
+            Some(_) => Error::WaitTimedOut {
+                key: self.key.to_owned(),
+                waited: self.started.elapsed(),
+            },
+            None => Error::Busy {
+                key: self.key.to_owned(),
+            },
+        }
+    }
+
+    /// The name of `owner`'s entry on etcd lease `lease_id`, in this attempt's mode.
+    fn entry(&self, owner: OwnerId, lease_id: i64) -> String {
+        match self.mode {
+            Mode::Exclusive => keys::entry(self.layout, &self.dir, owner, lease_id),
+            mode => keys::mode_entry(&self.dir, owner, mode),
+        }
+    }
+
+    /// Puts `owner`'s entry in the key's queue: on an idle etcd lease if `use_idle` and one is
+    /// likely alive (a grant saved), else on a new one. `None` when the idle lease had ended.
+    async fn enqueue(
+        &self,
+        owner: OwnerId,
+        label_key: Option<&str>,
+        use_idle: bool,
+    ) -> Result<Option<Queued<'a>>> {
+        let put_label = self.label.map(|label| (label_key, label));
+        let sent_at = Instant::now();
+        let idle = if use_idle {
+            self.store.take_idle(self.ttl)
+        } else {
+            None
+        };
+        match idle {
+            Some(idle) => self.enqueue_on_idle(owner, put_label, idle, sent_at).await,
+            None => self
+                .enqueue_on_grant(owner, put_label, sent_at)
+                .await
+                .map(Some),
+        }
+    }
+
+    /// Enqueues on an idle etcd lease, renewing it alongside (the request sent at `sent_at`)
+    /// unless it was confirmed moments ago. `None` when etcd no longer knows it.
+    async fn enqueue_on_idle(
+        &self,
+        owner: OwnerId,
+        put_label: Option<(Option<&str>, &str)>,
+        idle: IdleLease,
+        sent_at: Instant,
+    ) -> Result<Option<Queued<'a>>> {
+        let store = self.store;
+        let revoke = RevokeOnDrop::new(&store.etcd, idle.lease_id);
+        let entry = self.entry(owner, idle.lease_id);
+        // The renewal restarts the idle lease's TTL after `sent_at`, in parallel with the
+        // enqueue; only a lease etcd still knows is used. A lease confirmed moments ago is
+        // measured from that confirmation instead.
+        let fresh = sent_at < idle.confirmed_at + idle.ttl / FRESH_IDLE;
+        let renew = async {
+            if fresh {
+                Ok(true)
+            } else {
+                store.etcd.renew(idle.lease_id).await
+            }
+        };
+        let (renewed, enqueued) = tokio::join!(
+            renew,
+            store.enqueue(&self.dir, &entry, idle.lease_id, self.mode, put_label)
+        );
+        let confirmed_at = if fresh { idle.confirmed_at } else { sent_at };
+        match (renewed, enqueued) {
+            (Ok(true), Ok(enqueued)) => Ok(Some(Queued {
+                lease_id: idle.lease_id,
+                granted: idle.ttl,
+                entry,
+                enqueued,
+                confirmed_at,
+                revoke,
+            })),
+            // It ended while idle: its entry (if put) went with it. Grant afresh.
+            (Ok(false), _) => Ok(None),
+            (Ok(true), Err(error)) if error::is_lease_not_found(&error) => Ok(None),
+            (Err(error), _) | (_, Err(error)) => Err(error),
+        }
+    }
+
+    /// Grants a new etcd lease (the request sent at `sent_at`) and enqueues on it.
+    async fn enqueue_on_grant(
+        &self,
+        owner: OwnerId,
+        put_label: Option<(Option<&str>, &str)>,
+        sent_at: Instant,
+    ) -> Result<Queued<'a>> {
+        let store = self.store;
+        let (lease_id, granted) = store.etcd.grant(self.ttl).await?;
+        let revoke = RevokeOnDrop::new(&store.etcd, lease_id);
+        let entry = self.entry(owner, lease_id);
+        let enqueued = store
+            .enqueue(&self.dir, &entry, lease_id, self.mode, put_label)
+            .await?;
+        Ok(Queued {
+            lease_id,
+            granted,
+            entry,
+            enqueued,
+            confirmed_at: sent_at,
+            revoke,
+        })
+    }
+
+    /// A wait of `queued`'s entry for the entries ahead of it, until `deadline`, keeping its
+    /// etcd lease alive meanwhile.
+    fn waiter<'w>(&'w self, queued: &'w Queued<'_>, deadline: Instant) -> Waiter<'w> {
+        Waiter {
+            etcd: &self.store.etcd,
+            dir: &self.dir,
+            entry: &queued.entry,
+            lease_id: queued.lease_id,
+            revision: queued.enqueued.revision,
+            ttl: queued.granted,
+            confirmed_at: queued.confirmed_at,
+            deadline,
+        }
+    }
+
+    /// Waits for `queued`'s turn: a shared or permit request as its mode orders it; an
+    /// exclusive one holds the key at once as the queue's head, or else waits to become it
+    /// (without a wait, it is refused at once).
+    async fn wait_turn(&self, queued: &Queued<'_>) -> Result<Turn> {
+        if self.mode != Mode::Exclusive {
+            return self.wait_in_mode(queued).await;
+        }
+        if queued.enqueued.first {
+            return Ok(Turn::Granted(Grant {
+                confirmed_at: queued.confirmed_at,
+                answered_at: queued.enqueued.answered_at,
+                slot: None,
+                successors: Vec::new(),
+            }));
+        }
+        let Some(deadline) = self.deadline else {
+            return Ok(Turn::Refused(Error::Busy {
+                key: self.key.to_owned(),
+            }));
+        };
+        self.wait_exclusive(queued, deadline).await
+    }
+
+    /// A shared or permit request's wait, at most until `requeue_by` (without a wait, only for
+    /// older compatible requests to settle their grants).
+    async fn wait_in_mode(&self, queued: &Queued<'_>) -> Result<Turn> {
+        let wait = self.waiter(queued, self.requeue_by);
+        Ok(
+            match wait.run_mode(self.mode, self.deadline.is_none()).await? {
+                Waited::Holder {
+                    confirmed_at,
+                    answered_at,
+                    slot,
+                    successors: _,
+                } => Turn::Granted(Grant {
+                    confirmed_at,
+                    answered_at,
+                    slot,
+                    successors: Vec::new(),
+                }),
+                Waited::Busy | Waited::TimedOut if self.deadline.is_none() => {
+                    Turn::Refused(Error::Busy {
+                        key: self.key.to_owned(),
+                    })
+                }
+                Waited::Busy | Waited::TimedOut => Turn::Refused(Error::WaitTimedOut {
+                    key: self.key.to_owned(),
+                    waited: self.started.elapsed(),
+                }),
+                Waited::Mismatch { held } => {
+                    let Mode::Permit { limit } = self.mode else {
+                        return Ok(Turn::Refused(Error::Store {
+                            message: "a limit mismatch for a request without a limit".into(),
+                            source: None,
+                        }));
+                    };
+                    Turn::Refused(Error::LimitMismatch {
+                        key: self.key.to_owned(),
+                        held,
+                        requested: limit,
+                    })
+                }
+                Waited::LeaseEnded => Turn::LeaseEnded,
+            },
+        )
+    }
+
+    /// An exclusive request's wait, until `deadline`, for every older entry to go.
+    async fn wait_exclusive(&self, queued: &Queued<'_>, deadline: Instant) -> Result<Turn> {
+        let wait = self.waiter(queued, deadline);
+        let enqueued = &queued.enqueued;
+        // The enqueue's snapshot already names our predecessor (our entry, just put on our
+        // lease, was in it).
+        let seen = enqueued.predecessor.clone().map(|predecessor| Found {
+            predecessor,
+            predecessor_waits: enqueued.predecessor_waits,
+            ours: true,
+            answered_at: enqueued.answered_at,
+            successors: Vec::new(),
+        });
+        Ok(match wait.run(seen).await? {
+            Waited::Holder {
+                confirmed_at,
+                answered_at,
+                slot: _,
+                successors,
+            } => Turn::Granted(Grant {
+                confirmed_at,
+                answered_at,
+                slot: None,
+                successors,
+            }),
+            Waited::TimedOut | Waited::Busy | Waited::Mismatch { .. } => {
+                Turn::Refused(Error::WaitTimedOut {
+                    key: self.key.to_owned(),
+                    waited: self.started.elapsed(),
+                })
+            }
+            Waited::LeaseEnded => Turn::LeaseEnded,
+        })
+    }
+
+    /// The token of an entry that got the key, found the holder at store revision
+    /// `answered_at`: the offset plus its create revision, or in [`Layout::Etcd`] a revision.
+    async fn token(&self, enqueued: &Enqueued, answered_at: i64) -> Result<u64> {
+        // A resent enqueue was answered after its entry's creation: the entry's create
+        // revision is the token if it was first then, as `status` reports it; otherwise a
+        // holder may have come and gone in between, and the reply's revision is.
+        let answered_at = match self.layout {
+            Layout::Etcd if enqueued.first && answered_at != enqueued.revision => {
+                match self
+                    .store
+                    .first_at_creation(&self.dir, enqueued.revision)
+                    .await?
+                {
+                    Some(true) => enqueued.revision,
+                    _ => answered_at,
+                }
+            }
+            _ => answered_at,
+        };
+        match self.layout {
+            Layout::Fencelock => offset::token(enqueued.offset, enqueued.revision),
+            Layout::Etcd => u64::try_from(answered_at).map_err(|_| Error::Store {
+                message: format!("etcd gave a negative revision {answered_at}"),
+                source: None,
+            }),
+        }
+    }
+
+    /// The lease of `queued`'s entry, which got the key by `grant` with `token`. From here the
+    /// etcd lease is the lock's: no longer revoked when the attempt ends.
+    fn hold(
+        &self,
+        owner: OwnerId,
+        label_key: Option<String>,
+        token: u64,
+        queued: Queued<'_>,
+        grant: Grant,
+    ) -> Lease {
+        let (key, mode, layout) = (self.key, self.mode, self.layout);
+        let (lease_id, slot, successors) = (queued.lease_id, grant.slot, grant.successors);
+        queued.revoke.disarm();
+        tracing::debug!(key, token, lease_id, %mode, slot, "acquired");
+        let lease = Lease::with_store_state(
+            key,
+            owner,
+            token,
+            queued.granted,
+            grant.confirmed_at,
+            Held {
+                entry: queued.entry,
+                lease_id,
+                created: queued.enqueued.revision,
+                layout,
+                requested_secs: whole_secs(self.ttl),
+                labelled: AtomicBool::new(self.label.is_some() && label_key.is_some()),
+                label_key,
+                // Only entries of this layout are ever handed the lock (etcd's own clients
+                // know nothing of a mark).
+                handoff: (layout == Layout::Fencelock
+                    && mode == Mode::Exclusive
+                    && !successors.is_empty())
+                .then(|| Handoff {
+                    dir: self.dir.clone(),
+                    next: successors,
+                }),
+                state: AtomicU8::new(HELD),
+            },
+        );
+        if mode == Mode::Exclusive {
+            lease
+        } else {
+            lease.in_mode(mode, slot)
         }
     }
 }

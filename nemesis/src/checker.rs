@@ -160,47 +160,8 @@ pub fn check(
     delays: &StoreDelays,
 ) -> Verdict {
     let index = Index::new(history);
-    let mut by_kind: BTreeMap<String, Stats> = BTreeMap::new();
-    let mut by_mode: BTreeMap<String, Stats> = BTreeMap::new();
-    let mut violations = Vec::new();
-    let mut bump = |kind: &str, mode: Option<WorkMode>, f: &dyn Fn(&mut Stats)| {
-        f(by_kind.entry(kind.to_string()).or_default());
-        f(by_kind.entry(ALL.to_string()).or_default());
-        if let Some(mode) = mode {
-            f(by_mode.entry(mode.name()).or_default());
-        }
-    };
-
-    for entry in history {
-        let kind = index.window(entry.t);
-        let mode = entry
-            .event
-            .lease()
-            .and_then(|l| index.modes.get(&(entry.worker, l)).copied());
-        match &entry.event {
-            Event::Grant { .. } => bump(kind, mode, &|s| s.acquisitions += 1),
-            Event::Lost { .. } => bump(kind, mode, &|s| s.lost_signals += 1),
-            Event::Fault { kind, .. } => {
-                let unavailable = index.unavailable_ttl(entry.t, ttl_ms);
-                bump(kind, None, &|s| {
-                    s.faults += 1;
-                    s.worst_unavailable_ttl = s.worst_unavailable_ttl.max(unavailable);
-                });
-            }
-            Event::Read {
-                row, value: None, ..
-            }
-            | Event::Write {
-                row, log_id: None, ..
-            } if row.is_fenced() => {
-                bump(kind, mode, &|s| s.stale_refused += 1);
-                if let Some(v) = index.unexplained_refusal(entry) {
-                    violations.push(v);
-                }
-            }
-            _ => {}
-        }
-    }
+    let mut tally = Tally::default();
+    let mut violations = tally.count_events(&index, ttl_ms);
 
     violations.extend(index.tokens_not_growing());
     violations.extend(index.conflicting_grants());
@@ -208,14 +169,110 @@ pub fn check(
     violations.extend(index.passed_waiters(delays));
 
     // Rules 1 and 2 from the resource's own order of each fenced row's writes.
-    let mut fenced_rows: Vec<(Row, i64)> = vec![(Row::Fenced, resource.fenced)];
-    fenced_rows.extend(resource.slots.iter().map(|(&s, &v)| (Row::Slot(s), v)));
+    for (row, value) in fenced_rows(resource) {
+        violations.extend(tally.check_fenced_row(&index, resource, row, value));
+    }
+    tally.count_lost_updates(&index, resource);
+
+    for (kind, mode, overlaps) in index.overlaps() {
+        tally.bump(kind, Some(mode), &|s| s.overlaps += overlaps);
+    }
+
+    let ttl = Duration::from_millis(ttl_ms);
+    let bound = delays.bound(ttl);
+    violations.extend(tally.measure_waits(&index, delays, ttl_ms, bound));
+
+    let Tally {
+        mut by_kind,
+        by_mode,
+    } = tally;
+    by_kind.entry(ALL.to_string()).or_default();
+    Verdict {
+        by_kind,
+        by_mode,
+        bound_ttl: bound.as_secs_f64() * 1000.0 / ttl_ms.max(1) as f64,
+        violations,
+    }
+}
+
+/// The fenced rows and their final counters: the exclusive holders' row, each permit slot's
+/// row, and any other fenced row the resource accepted a write on (its counter taken as 0).
+fn fenced_rows(resource: &ResourceState) -> Vec<(Row, i64)> {
+    let mut rows: Vec<(Row, i64)> = vec![(Row::Fenced, resource.fenced)];
+    rows.extend(resource.slots.iter().map(|(&s, &v)| (Row::Slot(s), v)));
     for row in resource.accepted.iter().map(|w| w.row) {
-        if row.is_fenced() && !fenced_rows.iter().any(|(r, _)| *r == row) {
-            fenced_rows.push((row, 0));
+        if row.is_fenced() && !rows.iter().any(|(r, _)| *r == row) {
+            rows.push((row, 0));
         }
     }
-    for (row, value) in fenced_rows {
+    rows
+}
+
+/// The figures the checker counts, per fault window (and the whole run) and per mode.
+#[derive(Default)]
+struct Tally {
+    by_kind: BTreeMap<String, Stats>,
+    by_mode: BTreeMap<String, Stats>,
+}
+
+impl Tally {
+    /// Applies `f` to the figures of window `kind`, of the whole run, and of `mode` if known.
+    fn bump(&mut self, kind: &str, mode: Option<WorkMode>, f: &dyn Fn(&mut Stats)) {
+        f(self.by_kind.entry(kind.to_string()).or_default());
+        f(self.by_kind.entry(ALL.to_string()).or_default());
+        if let Some(mode) = mode {
+            f(self.by_mode.entry(mode.name()).or_default());
+        }
+    }
+
+    /// Counts the history's grants, lost signals, faults and refusals on fenced rows, each in
+    /// its window; a refusal its lease's loss does not explain is a violation (rule 3).
+    fn count_events(&mut self, index: &Index<'_>, ttl_ms: u64) -> Vec<Violation> {
+        let mut violations = Vec::new();
+        for entry in index.history {
+            let kind = index.window(entry.t);
+            let mode = entry
+                .event
+                .lease()
+                .and_then(|l| index.modes.get(&(entry.worker, l)).copied());
+            match &entry.event {
+                Event::Grant { .. } => self.bump(kind, mode, &|s| s.acquisitions += 1),
+                Event::Lost { .. } => self.bump(kind, mode, &|s| s.lost_signals += 1),
+                Event::Fault { kind, .. } => {
+                    let unavailable = index.unavailable_ttl(entry.t, ttl_ms);
+                    self.bump(kind, None, &|s| {
+                        s.faults += 1;
+                        s.worst_unavailable_ttl = s.worst_unavailable_ttl.max(unavailable);
+                    });
+                }
+                Event::Read {
+                    row, value: None, ..
+                }
+                | Event::Write {
+                    row, log_id: None, ..
+                } if row.is_fenced() => {
+                    self.bump(kind, mode, &|s| s.stale_refused += 1);
+                    if let Some(v) = index.unexplained_refusal(entry) {
+                        violations.push(v);
+                    }
+                }
+                _ => {}
+            }
+        }
+        violations
+    }
+
+    /// Checks fenced `row`'s accepted writes in the resource's order, its counter at `value`:
+    /// tokens strictly growing (rule 1), each write reading what the one before it wrote, and
+    /// the counter equal to their number (rule 2).
+    fn check_fenced_row(
+        &mut self,
+        index: &Index<'_>,
+        resource: &ResourceState,
+        row: Row,
+        value: i64,
+    ) -> Vec<Violation> {
+        let mut violations = Vec::new();
         let mut highest: Option<&Accepted> = None;
         let mut current = 0i64;
         let mut fenced_writes = 0i64;
@@ -223,31 +280,31 @@ pub fn check(
             let kind = index.window_of_lease(write.worker, write.lease);
             let mode = index.modes.get(&(write.worker, write.lease)).copied();
             fenced_writes += 1;
-            bump(kind, mode, &|s| s.writes_accepted += 1);
+            self.bump(kind, mode, &|s| s.writes_accepted += 1);
             if let Some(prev) = highest.filter(|p| write.token <= p.token) {
-                bump(kind, mode, &|s| s.stale_accepted += 1);
+                self.bump(kind, mode, &|s| s.stale_accepted += 1);
                 violations.push(Violation {
-                rule: 1,
-                summary: format!(
-                    "stale write accepted on row {row:?}: log id {} (worker {} lease {} token {}) after log id {} (worker {} lease {} token {})",
-                    write.id, write.worker, write.lease, write.token,
-                    prev.id, prev.worker, prev.lease, prev.token
-                ),
-                excerpt: index.excerpt(&[(prev.worker, prev.lease), (write.worker, write.lease)]),
-            });
+                    rule: 1,
+                    summary: format!(
+                        "stale write accepted on row {row:?}: log id {} (worker {} lease {} token {}) after log id {} (worker {} lease {} token {})",
+                        write.id, write.worker, write.lease, write.token,
+                        prev.id, prev.worker, prev.lease, prev.token
+                    ),
+                    excerpt: index.excerpt(&[(prev.worker, prev.lease), (write.worker, write.lease)]),
+                });
             }
             if highest.is_none_or(|p| write.token > p.token) {
                 highest = Some(write);
             }
             if write.read_value != current {
                 violations.push(Violation {
-                rule: 2,
-                summary: format!(
-                    "lost update on row {row:?}: log id {} (worker {} lease {} token {}) read {} but the counter held {}",
-                    write.id, write.worker, write.lease, write.token, write.read_value, current
-                ),
-                excerpt: index.excerpt(&[(write.worker, write.lease)]),
-            });
+                    rule: 2,
+                    summary: format!(
+                        "lost update on row {row:?}: log id {} (worker {} lease {} token {}) read {} but the counter held {}",
+                        write.id, write.worker, write.lease, write.token, write.read_value, current
+                    ),
+                    excerpt: index.excerpt(&[(write.worker, write.lease)]),
+                });
             }
             current = write.new_value;
         }
@@ -261,64 +318,64 @@ pub fn check(
                 .map(|a| (a.worker, a.lease))
                 .collect();
             violations.push(Violation {
-            rule: 2,
-            summary: format!(
-                "lost update: the counter of row {row:?} is {value} but the resource accepted {fenced_writes} writes",
-            ),
-            excerpt: index.excerpt(&last),
-        });
+                rule: 2,
+                summary: format!(
+                    "lost update: the counter of row {row:?} is {value} but the resource accepted {fenced_writes} writes",
+                ),
+                excerpt: index.excerpt(&last),
+            });
         }
+        violations
     }
 
-    // The other rows' lost updates: the writes whose increment the final value does not
-    // contain. Walking back from the final value, each surviving write is the latest one that
-    // wrote the value its successor read; every other write was overwritten.
-    for (row, last) in [
-        (Row::WriteOnly, resource.write_only),
-        (Row::Shadow, resource.shadow),
-    ] {
-        let mut wanted = last;
-        for write in resource.accepted.iter().rev().filter(|w| w.row == row) {
-            if write.new_value == wanted {
-                wanted = write.read_value;
-                continue;
+    /// Counts the other rows' lost updates: the writes whose increment the final value does
+    /// not contain. Walking back from the final value, each surviving write is the latest one
+    /// that wrote the value its successor read; every other write was overwritten.
+    fn count_lost_updates(&mut self, index: &Index<'_>, resource: &ResourceState) {
+        for (row, last) in [
+            (Row::WriteOnly, resource.write_only),
+            (Row::Shadow, resource.shadow),
+        ] {
+            let mut wanted = last;
+            for write in resource.accepted.iter().rev().filter(|w| w.row == row) {
+                if write.new_value == wanted {
+                    wanted = write.read_value;
+                    continue;
+                }
+                let kind = index.window_of_lease(write.worker, write.lease);
+                let mode = index.modes.get(&(write.worker, write.lease)).copied();
+                match row {
+                    Row::WriteOnly => self.bump(kind, mode, &|s| s.lost_write_only += 1),
+                    _ => self.bump(kind, mode, &|s| s.lost_shadow += 1),
+                }
             }
-            let kind = index.window_of_lease(write.worker, write.lease);
-            let mode = index.modes.get(&(write.worker, write.lease)).copied();
-            match row {
-                Row::WriteOnly => bump(kind, mode, &|s| s.lost_write_only += 1),
-                _ => bump(kind, mode, &|s| s.lost_shadow += 1),
+        }
+    }
+
+    /// Measures rule 4 on every unserved wait, in TTLs; a wait longer than `bound` is a
+    /// violation, one per stall (its clock's start), however many waited through it.
+    fn measure_waits(
+        &mut self,
+        index: &Index<'_>,
+        delays: &StoreDelays,
+        ttl_ms: u64,
+        bound: Duration,
+    ) -> Vec<Violation> {
+        let mut violations = Vec::new();
+        let in_ttls = |ns: u64| ns as f64 / 1e6 / ttl_ms.max(1) as f64;
+        let waits = index.unserved_waits(delays);
+        let mut reported_stalls = Vec::new();
+        for wait in &waits {
+            let measure = in_ttls(wait.longest);
+            self.bump(index.window(wait.at), Some(wait.mode), &|s| {
+                s.longest_wait_ttl = s.longest_wait_ttl.max(measure)
+            });
+            if wait.longest > crate::clock::nanos(bound) && !reported_stalls.contains(&wait.since) {
+                reported_stalls.push(wait.since);
+                violations.push(index.unavailability(wait, in_ttls, bound));
             }
         }
-    }
-
-    for (kind, mode, overlaps) in index.overlaps() {
-        bump(kind, Some(mode), &|s| s.overlaps += overlaps);
-    }
-
-    let ttl = Duration::from_millis(ttl_ms);
-    let bound = delays.bound(ttl);
-    let in_ttls = |ns: u64| ns as f64 / 1e6 / ttl_ms.max(1) as f64;
-    let waits = index.unserved_waits(delays);
-    let mut reported_stalls = Vec::new();
-    for wait in &waits {
-        let measure = in_ttls(wait.longest);
-        bump(index.window(wait.at), Some(wait.mode), &|s| {
-            s.longest_wait_ttl = s.longest_wait_ttl.max(measure)
-        });
-        // One violation per stall (its clock's start), however many waited through it.
-        if wait.longest > crate::clock::nanos(bound) && !reported_stalls.contains(&wait.since) {
-            reported_stalls.push(wait.since);
-            violations.push(index.unavailability(wait, in_ttls, bound));
-        }
-    }
-
-    by_kind.entry(ALL.to_string()).or_default();
-    Verdict {
-        by_kind,
-        by_mode,
-        bound_ttl: bound.as_secs_f64() * 1000.0 / ttl_ms.max(1) as f64,
-        violations,
+        violations
     }
 }
 

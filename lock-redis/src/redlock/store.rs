@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
@@ -11,6 +12,7 @@ use fencelock_core::raw::{self, AcquireRequest, LeaseExt};
 use fencelock_core::{
     Capabilities, Error, Instant, KeyStatus, Lease, OwnerId, ReleaseOutcome, Result,
 };
+use tokio::sync::futures::Notified;
 use tokio::time::{sleep, sleep_until};
 
 use super::config::RedlockConfig;
@@ -26,6 +28,7 @@ use crate::eviction::EvictionCheck;
 use crate::keys::KeyNames;
 use crate::script::{evict_on, extend_on, owner_hex, relabel_on, status_on, Attempt};
 use crate::store::{RedisStore, WAIT_CAP};
+use crate::subscriber::Listener;
 
 /// How many raise rounds one acquisition tries before giving up: each round that finds a
 /// fence ahead asks for one more than it, so only concurrent raises can make it take more.
@@ -584,144 +587,67 @@ impl RedlockStore {
         label: Option<&Arc<str>>,
     ) -> Result<Lease> {
         let started = Instant::now();
-        let deadline = started + wait;
-        let timed_out = |now: Instant| Error::WaitTimedOut {
-            key: key.to_owned(),
-            waited: now - started,
+        let queue = InQueue {
+            store: self,
+            key,
+            names,
+            ttl,
+            label,
+            started,
+            deadline: started + wait,
+            quorum: self.quorum(),
         };
-        let quorum = self.quorum();
-        let ticket = ticket();
-        // Each round is made as the owner the previous one requested, so it counts the
-        // grants releases made to that request since, and requests a fresh owner.
-        let mut rounds = 0;
-        let mut advance = |owner: OwnerId| {
-            let next = OwnerId::random();
-            *owners.lock().unwrap_or_else(PoisonError::into_inner) = [owner, next];
-            rounds += 1;
-            Waiter {
-                id,
-                ticket,
-                next,
-                round: rounds,
-            }
-        };
+        let deadline = queue.deadline;
+        let mut requests = Requests::new(id, owners);
         let mut owner = owners.lock().unwrap_or_else(PoisonError::into_inner)[0];
-        let mut waiter = advance(owner);
+        let mut waiter = requests.advance(owner);
         let mut failed_rounds = 0;
         let mut asked = Instant::now();
-        let nap = match self
-            .round(key, names, ttl, Some(waiter), owner, label)
-            .await
-        {
+        let nap = match queue.round(waiter, owner).await {
             Round::Granted(lease) => return Ok(lease),
             Round::Held { .. } => Duration::ZERO,
             Round::Contended => self.jitter(),
-            Round::Failed(error) => {
-                failed_rounds += 1;
-                if failed_rounds > self.config().retry_count() || Instant::now() >= deadline {
-                    return Err(error);
-                }
-                self.jitter()
-            }
+            Round::Failed(error) => queue.retry(error, &mut failed_rounds)?,
         };
         if Instant::now() >= deadline {
-            return Err(timed_out(Instant::now()));
+            return Err(queue.timed_out(Instant::now()));
         }
-        // Releases and withdrawals reach only the queue's head, on its own channel.
-        let channel = waiter_channel(names, id);
-        let listeners: Vec<_> = self
-            .inner
-            .nodes
-            .iter()
-            .map(|node| node.subscriber().listen(&channel))
-            .collect();
-        let confirm = WAIT_CAP.min(deadline.saturating_duration_since(Instant::now()));
-        futures_util::future::join_all(listeners.iter().map(|l| l.subscribed(confirm))).await;
+        let listeners = queue.listen(id).await;
         let mut nap_until = Instant::now() + nap;
-        let arm = || {
-            let mut notified: Vec<_> = listeners.iter().map(|l| Box::pin(l.notified())).collect();
-            for wake in &mut notified {
-                wake.as_mut().enable();
-            }
-            notified
-        };
-        let mut notified = arm();
+        let mut notified = arm(&listeners);
         loop {
-            // Between rounds: a quorum of grants to the current request is the lease; a
-            // quorum of nodes heard from without one, the nap's end or the deadline make
-            // the next round.
-            let mut heard = vec![false; listeners.len()];
-            loop {
-                let grants: Vec<(usize, u64)> = listeners
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(index, l)| {
-                        Some((index, grant_to(&l.last_message()?, waiter.next)?))
-                    })
-                    .collect();
-                if grants.len() >= quorum {
-                    if let Some(lease) = self
-                        .take_granted(key, names, ttl, waiter, &grants, asked)
-                        .await
-                    {
-                        return Ok(lease);
-                    }
-                    break;
-                }
-                if heard.iter().filter(|h| **h).count() >= quorum {
-                    break;
-                }
-                let until = nap_until.max(Instant::now()).min(deadline);
-                let woken = futures_util::future::select_all(notified.iter_mut());
-                tokio::select! {
-                    ((), index, _) = woken => {
-                        heard[index] = true;
-                        let mut again = Box::pin(listeners[index].notified());
-                        again.as_mut().enable();
-                        notified[index] = again;
-                    }
-                    () = sleep_until(until) => break,
-                }
+            let listening =
+                queue.between_rounds(&listeners, &mut notified, waiter, asked, nap_until);
+            if let Some(lease) = listening.await {
+                return Ok(lease);
             }
             let now = Instant::now();
             if now >= deadline {
-                return Err(timed_out(now));
+                return Err(queue.timed_out(now));
             }
             // Measured before the round: the holders' remaining TTL, and the validity of
             // grants to the request it leaves, count from here.
             asked = Instant::now();
             owner = waiter.next;
-            waiter = advance(owner);
+            waiter = requests.advance(owner);
             // Registered before the round, so a message during the round is not missed.
-            notified = arm();
-            let nap = match self
-                .round(key, names, ttl, Some(waiter), owner, label)
-                .await
-            {
+            notified = arm(&listeners);
+            let nap = match queue.round(waiter, owner).await {
                 Round::Granted(lease) => return Ok(lease),
                 Round::Held { expires_in } => {
                     failed_rounds = 0;
-                    // One millisecond past the PTTL, which the server rounds down.
-                    expires_in
-                        .map_or(WAIT_CAP, |left| left + Duration::from_millis(1))
-                        .min(WAIT_CAP)
+                    until_expiry(expires_in)
                 }
                 Round::Contended => {
                     failed_rounds = 0;
                     self.jitter()
                 }
-                Round::Failed(error) => {
-                    failed_rounds += 1;
-                    if failed_rounds > self.config().retry_count() || Instant::now() >= deadline {
-                        return Err(error);
-                    }
-                    self.jitter()
-                }
+                Round::Failed(error) => queue.retry(error, &mut failed_rounds)?,
             };
             nap_until = asked + nap;
             let now = Instant::now();
             if now >= deadline {
-                return Err(timed_out(now));
+                return Err(queue.timed_out(now));
             }
         }
     }
@@ -760,6 +686,164 @@ impl RedlockStore {
         self.withdraw(names, waiter.id, &[waiter.next], &rest);
         Some(Lease::new(key, waiter.next, token, ttl, base))
     }
+}
+
+/// One waiter's wait in a key's queue ([`RedlockStore::wait_in_queue`]): what its rounds, and
+/// its listening between them, read.
+struct InQueue<'a> {
+    store: &'a RedlockStore,
+    key: &'a str,
+    names: &'a Arc<RedlockNames>,
+    ttl: Duration,
+    label: Option<&'a Arc<str>>,
+    started: Instant,
+    deadline: Instant,
+    quorum: usize,
+}
+
+impl InQueue<'_> {
+    /// The error of a wait that ran out at `now`.
+    fn timed_out(&self, now: Instant) -> Error {
+        Error::WaitTimedOut {
+            key: self.key.to_owned(),
+            waited: now - self.started,
+        }
+    }
+
+    /// One round as `owner`, entering or refreshing the waiter's entry and request on every
+    /// node.
+    async fn round(&self, waiter: Waiter, owner: OwnerId) -> Round {
+        let (key, names, ttl, label) = (self.key, self.names, self.ttl, self.label);
+        self.store
+            .round(key, names, ttl, Some(waiter), owner, label)
+            .await
+    }
+
+    /// Counts a failed round in `failed_rounds`: more than `retry_count` in a row, or one at
+    /// the deadline, end the wait with its `error`; otherwise the next round comes after a
+    /// random delay, returned.
+    fn retry(&self, error: Error, failed_rounds: &mut u32) -> Result<Duration> {
+        *failed_rounds += 1;
+        if *failed_rounds > self.store.config().retry_count() || Instant::now() >= self.deadline {
+            return Err(error);
+        }
+        Ok(self.store.jitter())
+    }
+
+    /// Listens on waiter `id`'s channel of every node: releases and withdrawals reach only
+    /// the queue's head, on its own channel. Waits for the servers to confirm, at most
+    /// [`WAIT_CAP`] (and not past the deadline).
+    async fn listen(&self, id: OwnerId) -> Vec<Listener> {
+        let channel = waiter_channel(self.names, id);
+        let listeners: Vec<_> = self
+            .store
+            .inner
+            .nodes
+            .iter()
+            .map(|node| node.subscriber().listen(&channel))
+            .collect();
+        let confirm = WAIT_CAP.min(self.deadline.saturating_duration_since(Instant::now()));
+        futures_util::future::join_all(listeners.iter().map(|l| l.subscribed(confirm))).await;
+        listeners
+    }
+
+    /// Between rounds: a quorum of grants to `waiter`'s request is the lease (made from the
+    /// round sent at `asked`). `None` when a quorum of nodes was heard from without one, at
+    /// `nap_until` or at the deadline: time for the next round. Each wake-up in `notified`
+    /// that fires is armed again.
+    async fn between_rounds<'l>(
+        &self,
+        listeners: &'l [Listener],
+        notified: &mut [Pin<Box<Notified<'l>>>],
+        waiter: Waiter,
+        asked: Instant,
+        nap_until: Instant,
+    ) -> Option<Lease> {
+        let (quorum, deadline) = (self.quorum, self.deadline);
+        let mut heard = vec![false; listeners.len()];
+        loop {
+            let grants: Vec<(usize, u64)> = listeners
+                .iter()
+                .enumerate()
+                .filter_map(|(index, l)| Some((index, grant_to(&l.last_message()?, waiter.next)?)))
+                .collect();
+            if grants.len() >= quorum {
+                let (key, names, ttl) = (self.key, self.names, self.ttl);
+                return self
+                    .store
+                    .take_granted(key, names, ttl, waiter, &grants, asked)
+                    .await;
+            }
+            if heard.iter().filter(|h| **h).count() >= quorum {
+                return None;
+            }
+            let until = nap_until.max(Instant::now()).min(deadline);
+            let woken = futures_util::future::select_all(notified.iter_mut());
+            tokio::select! {
+                ((), index, _) = woken => {
+                    heard[index] = true;
+                    let mut again = Box::pin(listeners[index].notified());
+                    again.as_mut().enable();
+                    notified[index] = again;
+                }
+                () = sleep_until(until) => return None,
+            }
+        }
+    }
+}
+
+/// The requests of one waiter's rounds. Each round is made as the owner the previous one
+/// requested, so it counts the grants releases made to that request since, and requests a
+/// fresh owner.
+struct Requests<'o> {
+    id: OwnerId,
+    ticket: u64,
+    /// The last round's owner and the current request, for a withdrawal.
+    owners: &'o std::sync::Mutex<[OwnerId; 2]>,
+    rounds: u64,
+}
+
+impl<'o> Requests<'o> {
+    /// Waiter `id`'s requests, its ticket taken now, before any round.
+    fn new(id: OwnerId, owners: &'o std::sync::Mutex<[OwnerId; 2]>) -> Self {
+        Requests {
+            id,
+            ticket: ticket(),
+            owners,
+            rounds: 0,
+        }
+    }
+
+    /// The waiter of the next round, made as `owner`, with the fresh owner it requests.
+    fn advance(&mut self, owner: OwnerId) -> Waiter {
+        let next = OwnerId::random();
+        *self.owners.lock().unwrap_or_else(PoisonError::into_inner) = [owner, next];
+        self.rounds += 1;
+        Waiter {
+            id: self.id,
+            ticket: self.ticket,
+            next,
+            round: self.rounds,
+        }
+    }
+}
+
+/// A wake-up for each listener's next message, enabled at once, so a message that comes
+/// before it is polled (during a round) is not missed.
+fn arm(listeners: &[Listener]) -> Vec<Pin<Box<Notified<'_>>>> {
+    let mut notified: Vec<_> = listeners.iter().map(|l| Box::pin(l.notified())).collect();
+    for wake in &mut notified {
+        wake.as_mut().enable();
+    }
+    notified
+}
+
+/// The nap after a round that found the key held: one millisecond past the holders' PTTL,
+/// which the server rounds down, and at most [`WAIT_CAP`].
+fn until_expiry(expires_in: Option<Duration>) -> Duration {
+    expires_in
+        .map_or(WAIT_CAP, |left| left + Duration::from_millis(1))
+        .min(WAIT_CAP)
 }
 
 /// The token of a release's grant to `owner` (`g:<token>:<owner>`), if `message` is one.
