@@ -55,6 +55,8 @@ enum Flaw {
     /// with its deadline already passed. Handed out [`Unchecked`], as fencelock-core refuses
     /// such a lease for every `raw::Store`.
     DeadlineFromWaitStart,
+    /// Release says `Released` and leaves the lease in place until its TTL.
+    ReleaseKeepsTheKey,
     /// The lease's local deadline is measured from a clock read 50 ms after the request was
     /// sent, as a store that reads its clock after a slow step would: it runs past the store's.
     DeadlineReadLate,
@@ -255,6 +257,9 @@ impl raw::Store for FlawedStore {
             .holders
             .get(slot)
             .is_some_and(|(owner, _, expires)| *owner == lease.owner() && *expires > now);
+        if ours && self.flaw == Flaw::ReleaseKeepsTheKey {
+            return Ok(ReleaseOutcome::Released);
+        }
         if ours || self.flaw == Flaw::OwnerBlindRelease {
             state.holders.remove(slot);
             if self.flaw == Flaw::TokensNotMonotonic {
@@ -475,6 +480,34 @@ async fn assert_caught_in(factory: Arc<FlawedFactory>, flaw: &str, case: &str) {
 async fn the_flawless_store_passes_the_whole_suite() {
     let report = run_all(factory(Flaw::None), 8).await;
     assert!(report.passed(), "{report}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn sets_that_share_a_key_through_a_racy_acquire_are_caught() {
+    assert_caught(
+        Flaw::RacyCheckThenSet,
+        "overlapping_sets_in_opposite_orders_both_finish_and_never_share_a_key",
+    )
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_release_that_keeps_the_key_is_caught_by_the_sets() {
+    for case in [
+        "a_set_whose_last_key_is_busy_leaves_none_of_its_keys_held",
+        "a_dropped_set_acquire_leaves_nothing_held",
+    ] {
+        assert_caught(Flaw::ReleaseKeepsTheKey, case).await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_set_that_outlives_a_lost_key_is_caught() {
+    assert_caught(
+        Flaw::ExtendAlwaysSucceeds,
+        "the_loss_of_one_key_ends_the_set",
+    )
+    .await;
 }
 
 #[tokio::test(start_paused = true)]

@@ -90,6 +90,10 @@ impl LockStoreExt for DynLockStore {
     fn election(&self, name: &str) -> Election {
         Election::new(Arc::clone(self), name)
     }
+
+    fn lock_all<K: AsRef<str>>(&self, keys: impl IntoIterator<Item = K>) -> crate::LockSetRequest {
+        crate::LockSetRequest::new(Arc::clone(self), owned(keys))
+    }
 }
 
 impl<S: LockStore + 'static> LockStoreExt for Arc<S> {
@@ -100,6 +104,16 @@ impl<S: LockStore + 'static> LockStoreExt for Arc<S> {
     fn election(&self, name: &str) -> Election {
         Election::new(Arc::clone(self) as DynLockStore, name)
     }
+
+    fn lock_all<K: AsRef<str>>(&self, keys: impl IntoIterator<Item = K>) -> crate::LockSetRequest {
+        crate::LockSetRequest::new(Arc::clone(self) as DynLockStore, owned(keys))
+    }
+}
+
+fn owned<K: AsRef<str>>(keys: impl IntoIterator<Item = K>) -> Vec<String> {
+    keys.into_iter()
+        .map(|key| key.as_ref().to_owned())
+        .collect()
 }
 
 impl Election {

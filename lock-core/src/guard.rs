@@ -40,6 +40,12 @@ pub trait LockStoreExt {
     /// The election `name` (the key its leader holds): campaign, observe, find its leader.
     /// See [`Election`](crate::Election).
     fn election(&self, name: &str) -> crate::Election;
+
+    /// A request for every key of `keys` at once, or none: exclusive, with a TTL of
+    /// [`DEFAULT_TTL`] and one attempt per key unless its builder methods say otherwise. Await
+    /// it for a [`LockSetGuard`](crate::LockSetGuard). See
+    /// [`LockSetRequest`](crate::LockSetRequest).
+    fn lock_all<K: AsRef<str>>(&self, keys: impl IntoIterator<Item = K>) -> crate::LockSetRequest;
 }
 
 /// A lock request being built: `store.lock(key).ttl(..).wait(..).mode(..)`, then `.await` for
@@ -115,6 +121,31 @@ impl LockRequest {
     /// The store the request goes to.
     pub(crate) fn store(&self) -> &dyn LockStore {
         &*self.store
+    }
+
+    /// The same request for `key`, waiting at most `wait`.
+    pub(crate) fn for_key(&self, key: &str, wait: Duration) -> LockRequest {
+        LockRequest {
+            key: key.to_owned(),
+            wait,
+            ..self.clone()
+        }
+    }
+
+    pub(crate) fn ttl_asked(&self) -> Duration {
+        self.ttl
+    }
+
+    pub(crate) fn wait_asked(&self) -> Duration {
+        self.wait
+    }
+
+    pub(crate) fn mode_asked(&self) -> Mode {
+        self.mode
+    }
+
+    pub(crate) fn label_asked(&self) -> Option<&str> {
+        self.label.as_deref()
     }
 
     /// Acquires the key and returns the bare lease: nothing keeps it alive. For a caller that
@@ -250,7 +281,7 @@ impl LockGuard {
         }
     }
 
-    fn lost_error(&self) -> Error {
+    pub(crate) fn lost_error(&self) -> Error {
         self.keep_alive()
             .lost_error()
             .unwrap_or_else(|| Error::lost(self.lease(), "the keep-alive stopped"))

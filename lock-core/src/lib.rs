@@ -19,6 +19,7 @@ pub mod metered;
 mod mode;
 pub mod raw;
 mod scoped;
+mod set;
 mod store;
 
 pub use capabilities::Capabilities;
@@ -35,6 +36,7 @@ pub use memory::{MemoryStore, MEMORY};
 pub use metered::Metered;
 pub use mode::{HolderStatus, Mode};
 pub use scoped::with_lock;
+pub use set::{LockSetGuard, LockSetRequest};
 pub use store::{DynLockStore, LockStore, PerKeyState};
 
 /// Re-exported so stores and callers name the same clock and cancellation types.

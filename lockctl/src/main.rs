@@ -58,8 +58,11 @@ enum Command {
     /// Acquire KEY (alone, --shared, or one of --permits N), run CMD while keeping the lease
     /// alive, release when it ends.
     Run {
-        /// The lock's key.
-        key: String,
+        /// The lock's key; several keys are taken together, every one or none, in the order
+        /// of their bytes (CMD gets each in LOCK_KEY_<i> and its token in
+        /// LOCK_FENCING_TOKEN_<i>, i its place here from 0).
+        #[arg(required = true, num_args = 1.., value_name = "KEY")]
+        keys: Vec<String>,
         /// The lease TTL; the lease is extended every quarter of it while CMD runs.
         #[arg(long, default_value = "30s", value_parser = duration::parse)]
         ttl: Duration,
@@ -359,7 +362,7 @@ fn main() -> ExitCode {
         };
         match cli.command {
             Command::Run {
-                key,
+                keys,
                 ttl,
                 wait,
                 permits,
@@ -376,7 +379,7 @@ fn main() -> ExitCode {
                     };
                     let label = label.unwrap_or_else(run::default_label);
                     let request = run::Request {
-                        key: &key,
+                        keys: &keys,
                         ttl,
                         wait,
                         mode,
@@ -405,7 +408,7 @@ fn main() -> ExitCode {
                         return fail(&error);
                     }
                     let request = run::Request {
-                        key: &name,
+                        keys: std::slice::from_ref(&name),
                         ttl,
                         wait,
                         mode: Mode::Exclusive,

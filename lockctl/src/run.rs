@@ -1,11 +1,13 @@
-//! `lockctl run KEY -- CMD`: the cron-job guard.
+//! `lockctl run KEY… -- CMD`: the cron-job guard.
 
 use std::ffi::OsString;
 use std::io::{IsTerminal, Write};
 use std::process::{ExitCode, ExitStatus};
 use std::time::Duration;
 
-use fencelock::{DynLockStore, Error, KeepAlive, Lease, LockStoreExt, Mode, ReleaseOutcome};
+use fencelock::{
+    DynLockStore, Error, KeepAlive, Lease, LockSetGuard, LockStoreExt, Mode, ReleaseOutcome,
+};
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
@@ -16,8 +18,8 @@ use crate::guardian::Guardian;
 /// What `run` acquires, and how long it gives the command's group after SIGTERM.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Request<'a> {
-    /// The lock's key.
-    pub key: &'a str,
+    /// The keys, in the command line's order: one, or several taken together (all or none).
+    pub keys: &'a [String],
     /// The lease TTL.
     pub ttl: Duration,
     /// How long to wait for the key (`None` or zero: one attempt).
@@ -61,17 +63,21 @@ pub(crate) async fn run(
     guardian: Guardian,
 ) -> ExitCode {
     let Request {
-        key,
+        keys,
         grace,
         label,
         elect,
         ..
     } = request;
-    let lease = match acquire(&store, &request).await {
-        Ok(lease) => lease,
+    let held = match Held::acquire(&store, &request).await {
+        Ok(held) => held,
         Err(error @ (Error::Busy { .. } | Error::WaitTimedOut { .. })) => {
-            let holder = match store.status(key).await {
-                Ok(status) => format!(" ({})", crate::status::describe(key, &status)),
+            let busy = match &error {
+                Error::Busy { key } | Error::WaitTimedOut { key, .. } => key.clone(),
+                _ => unreachable!("matched above"),
+            };
+            let holder = match store.status(&busy).await {
+                Ok(status) => format!(" ({})", crate::status::describe(&busy, &status)),
                 Err(_) => String::new(),
             };
             eprintln!("lockctl: {error}{holder}");
@@ -80,12 +86,12 @@ pub(crate) async fn run(
         Err(error) => return crate::fail(&error),
     };
     let Some((program, args)) = command.split_first() else {
-        let _ = store.release(&lease).await;
+        let _ = held.release(&store).await;
         return crate::fail(&Error::invalid("command", "is missing after --"));
     };
     // Installed before the command starts, so a signal is never lost between the two.
     let Some(signals) = Signals::install() else {
-        let _ = store.release(&lease).await;
+        let _ = held.release(&store).await;
         eprintln!("lockctl: cannot install signal handlers");
         return ExitCode::from(exit::SOFTWARE);
     };
@@ -93,19 +99,14 @@ pub(crate) async fn run(
     let mut command = Command::new(program);
     command
         .args(args)
-        .env("LOCK_KEY", key)
-        .env("LOCK_FENCING_TOKEN", lease.fencing_token().to_string())
         .env_remove("LOCK_LEADER_VALUE")
         .kill_on_drop(true);
     if elect {
         command.env("LOCK_LEADER_VALUE", label);
     }
-    mode_env(&mut command, &lease);
-    // What the store's own lock tool gives its command (`etcdctl lock`, say), so its scripts
-    // run unchanged.
-    command.envs(store.lease_env(&lease));
+    held.env(&mut command, &store, keys);
     group::configure(&mut command, guardian.announce_fd(), terminal.as_ref());
-    if let Some(code) = expired_before_start(&store, &lease).await {
+    if let Some(code) = held.expired_before_start(&store).await {
         guardian.stand_down();
         drop(terminal);
         return ExitCode::from(code);
@@ -122,7 +123,7 @@ pub(crate) async fn run(
             // The command never reached exec, so its group died with it.
             guardian.stand_down();
             drop(terminal);
-            let _ = store.release(&lease).await;
+            let _ = held.release(&store).await;
             eprintln!("lockctl: cannot run {}: {error}", program.to_string_lossy());
             let code = if error.kind() == std::io::ErrorKind::NotFound {
                 127
@@ -138,7 +139,8 @@ pub(crate) async fn run(
         guardian,
         terminal,
     };
-    supervise(store, lease, guarded, signals, grace).await
+    let kept = held.keep_alive(&store);
+    supervise(store, kept, guarded, signals, grace).await
 }
 
 /// The running command and what must outlive it until its group is empty.
@@ -180,34 +182,173 @@ impl Signals {
     }
 }
 
+/// What the command runs under: one lease, or a set of keys taken together.
+enum Held {
+    One(Lease),
+    Set(LockSetGuard),
+}
+
+/// [`Held`] once its keep-alive runs: a set keeps its keys alive from the moment it has them.
+enum Kept {
+    One(KeepAlive),
+    Set(LockSetGuard),
+}
+
+impl Held {
+    /// Takes the request's keys: one lease, or every key of several or none.
+    async fn acquire(store: &DynLockStore, request: &Request<'_>) -> Result<Held, Error> {
+        match request.keys {
+            [key] => acquire(store, key, request).await.map(Held::One),
+            keys => store
+                .lock_all(keys)
+                .ttl(request.ttl)
+                .wait(request.wait.unwrap_or_default())
+                .mode(request.mode)
+                .label(request.label)
+                .await
+                .map(Held::Set),
+        }
+    }
+
+    /// Gives the keys back (before the command ran).
+    async fn release(self, store: &DynLockStore) -> Result<ReleaseOutcome, Error> {
+        match self {
+            Held::One(lease) => store.release(&lease).await,
+            Held::Set(set) => set.release().await,
+        }
+    }
+
+    /// The command's environment: `LOCK_KEY` and `LOCK_FENCING_TOKEN` for one key (and what
+    /// the store's own lock tool gives its command, `etcdctl lock`'s say, so its scripts run
+    /// unchanged); `LOCK_KEY_<i>` and `LOCK_FENCING_TOKEN_<i>` for every key, `i` its place
+    /// on the command line from 0, and `LOCK_KEYS`, their number; the mode's variables.
+    fn env(&self, command: &mut Command, store: &DynLockStore, keys: &[String]) {
+        // Another lockctl's variables, inherited, never reach the command.
+        for (name, _) in std::env::vars_os() {
+            let name = name.to_string_lossy();
+            if name.starts_with("LOCK_KEY_")
+                || name.starts_with("LOCK_FENCING_TOKEN_")
+                || name.starts_with("LOCK_SLOT_")
+            {
+                command.env_remove(&*name);
+            }
+        }
+        command
+            .env_remove("LOCK_KEY")
+            .env_remove("LOCK_FENCING_TOKEN");
+        command.env("LOCK_KEYS", keys.len().to_string());
+        let leases: Vec<&Lease> = match self {
+            Held::One(lease) => {
+                command
+                    .env("LOCK_KEY", lease.key())
+                    .env("LOCK_FENCING_TOKEN", lease.fencing_token().to_string());
+                command.envs(store.lease_env(lease));
+                vec![lease]
+            }
+            Held::Set(set) => set.leases().collect(),
+        };
+        for (i, key) in keys.iter().enumerate() {
+            let Some(lease) = leases.iter().find(|lease| lease.key() == key) else {
+                continue;
+            };
+            command.env(format!("LOCK_KEY_{i}"), key).env(
+                format!("LOCK_FENCING_TOKEN_{i}"),
+                lease.fencing_token().to_string(),
+            );
+            if let (Held::Set(_), Some(slot)) = (self, lease.slot()) {
+                command.env(format!("LOCK_SLOT_{i}"), slot.to_string());
+            }
+        }
+        if let Some(first) = leases.first() {
+            mode_env(command, first, matches!(self, Held::One(_)));
+        }
+    }
+
+    /// The last check before the command starts: see [`expired_before_start`].
+    async fn expired_before_start(&self, store: &DynLockStore) -> Option<u8> {
+        match self {
+            Held::One(lease) => expired_before_start(store, lease).await,
+            Held::Set(set) => {
+                for lease in set.leases() {
+                    if let Some(code) = expired_before_start(store, lease).await {
+                        return Some(code);
+                    }
+                }
+                None
+            }
+        }
+    }
+
+    /// Starts keeping a single lease alive (a set already is).
+    fn keep_alive(self, store: &DynLockStore) -> Kept {
+        match self {
+            Held::One(lease) => Kept::One(KeepAlive::start(store.clone(), lease)),
+            Held::Set(set) => Kept::Set(set),
+        }
+    }
+}
+
+impl Kept {
+    async fn lost(&self) {
+        match self {
+            Kept::One(held) => held.lost().await,
+            Kept::Set(set) => set.lost().await,
+        }
+    }
+
+    /// Why the lease (or a key of the set) is lost: "lost" once, then the store's error behind
+    /// it (one level: a store error's message already names its client's error).
+    fn why_lost(&self) -> String {
+        let error = match self {
+            Kept::One(held) => held.lost_error(),
+            Kept::Set(set) => set.lost_error(),
+        };
+        error.map_or_else(
+            || "the lease is lost".to_owned(),
+            |error| match std::error::Error::source(&error) {
+                Some(cause) => format!("{error}: {cause}"),
+                None => error.to_string(),
+            },
+        )
+    }
+
+    /// Stops the keep-alive and releases; the keys, for a message.
+    async fn release(self, store: &DynLockStore) -> (Result<ReleaseOutcome, Error>, String) {
+        match self {
+            Kept::One(held) => {
+                let lease = held.stop().await;
+                (store.release(&lease).await, format!("{:?}", lease.key()))
+            }
+            Kept::Set(set) => {
+                let keys = set
+                    .keys()
+                    .map(|key| format!("{key:?}"))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                (set.release().await, keys)
+            }
+        }
+    }
+}
+
 /// Waits for the command while keeping the lease alive; on loss ends its whole group. The lease
 /// is released only once no process of the group runs.
 async fn supervise(
     store: DynLockStore,
-    lease: Lease,
+    held: Kept,
     mut guarded: Guarded,
     mut signals: Signals,
     grace: Duration,
 ) -> ExitCode {
-    let held = KeepAlive::start(store.clone(), lease);
     let pgid = guarded.pgid;
     let status = loop {
         tokio::select! {
             status = guarded.child.wait() => break status,
             () = held.lost() => {
-                // "Lost" once, then the store's error behind it (one level: a store error's
-                // message already names its client's error).
-                let why = held.lost_error().map_or_else(
-                    || "the lease is lost".to_owned(),
-                    |error| match std::error::Error::source(&error) {
-                        Some(cause) => format!("{error}: {cause}"),
-                        None => error.to_string(),
-                    },
-                );
-                let why = crate::usage::one_line(&why);
+                let why = crate::usage::one_line(&held.why_lost());
                 eprintln!("lockctl: {why}; terminating the command");
                 guarded.end(grace).await;
-                let _ = store.release(&held.stop().await).await;
+                let _ = held.release(&store).await;
                 return ExitCode::from(exit::SOFTWARE);
             }
             // Passed on to the whole group; the lease is released once the group is gone.
@@ -230,8 +371,7 @@ async fn supervise(
     }
     // Still under the kept-alive lease: left-over processes never run unguarded.
     guarded.end(grace).await;
-    let lease = held.stop().await;
-    let released = store.release(&lease).await;
+    let (released, keys) = held.release(&store).await;
     let status = match status {
         Ok(status) => status,
         Err(error) => {
@@ -243,8 +383,7 @@ async fn supervise(
         Ok(ReleaseOutcome::Released) => ExitCode::from(code_of(status)),
         Ok(ReleaseOutcome::Lost) => {
             eprintln!(
-                "lockctl: the lease on {:?} was already lost when the command ended; it may have overlapped another holder",
-                lease.key()
+                "lockctl: the lease on {keys} was already lost when the command ended; it may have overlapped another holder"
             );
             ExitCode::from(exit::SOFTWARE)
         }
@@ -262,7 +401,7 @@ async fn supervise(
 /// `LOCK_MODE`, and for a permit `LOCK_PERMITS` and `LOCK_SLOT`; a `LOCK_PERMITS` or
 /// `LOCK_SLOT` lockctl itself inherited (from an outer `lockctl run --permits`) is removed
 /// when this lease has none, so the command never reads another lease's slot.
-fn mode_env(command: &mut Command, lease: &Lease) {
+fn mode_env(command: &mut Command, lease: &Lease, one_key: bool) {
     command.env_remove("LOCK_PERMITS").env_remove("LOCK_SLOT");
     match lease.mode() {
         Mode::Exclusive => {
@@ -275,7 +414,7 @@ fn mode_env(command: &mut Command, lease: &Lease) {
             command
                 .env("LOCK_MODE", "permit")
                 .env("LOCK_PERMITS", limit.to_string());
-            if let Some(slot) = lease.slot() {
+            if let (true, Some(slot)) = (one_key, lease.slot()) {
                 command.env("LOCK_SLOT", slot.to_string());
             }
         }
@@ -302,9 +441,8 @@ async fn expired_before_start(store: &DynLockStore, lease: &Lease) -> Option<u8>
     Some(exit::SOFTWARE)
 }
 
-async fn acquire(store: &DynLockStore, request: &Request<'_>) -> Result<Lease, Error> {
+async fn acquire(store: &DynLockStore, key: &str, request: &Request<'_>) -> Result<Lease, Error> {
     let Request {
-        key,
         ttl,
         wait,
         mode,

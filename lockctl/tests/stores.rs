@@ -17,6 +17,11 @@ macro_rules! store_cases {
         }
 
         #[test]
+        fn several_keys_run_together_or_not_at_all() {
+            crate::support::several_keys_run_together_or_not_at_all(&$url);
+        }
+
+        #[test]
         fn killed_holder_is_free_within_its_ttl() {
             crate::support::killed_holder_is_free_within_its_ttl(&$url);
         }

@@ -28,6 +28,7 @@ mod keys;
 mod labels;
 mod modes;
 mod release;
+mod sets;
 mod support;
 mod tokens;
 mod validation;
@@ -136,6 +137,12 @@ macro_rules! __for_each_case {
                 status_reports_each_holders_label if |c: &Capabilities| c.labels,
                 relabel_replaces_the_label_and_is_owner_only if |c: &Capabilities| c.labels,
                 bad_labels_are_refused_and_nothing_is_held,
+            }
+            sets {
+                overlapping_sets_in_opposite_orders_both_finish_and_never_share_a_key,
+                a_set_whose_last_key_is_busy_leaves_none_of_its_keys_held,
+                the_loss_of_one_key_ends_the_set,
+                a_dropped_set_acquire_leaves_nothing_held,
             }
             election {
                 one_leader_at_a_time_among_candidates,

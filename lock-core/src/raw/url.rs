@@ -371,7 +371,8 @@ pub const DEFAULT_MAX_IDLE: usize = 16;
 
 /// The options the stores that keep their fencing counters in a server's table (PostgreSQL,
 /// MySQL) read alike from their URL, with this module's parsers and the same messages. A store
-/// reads each query option with [`read`](Self::read) first and its own options after.
+/// lists their [`declared`](Self::declared) options with its own and reads the query with
+/// [`read_options`].
 #[derive(Clone, Debug)]
 pub struct TableStoreOptions {
     /// `namespace`: 1–63 bytes, no NUL.

@@ -168,6 +168,63 @@ pub(crate) fn busy_key_exits_75(url: &str) {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// Several keys run together or not at all: a set with a busy key exits 75 and leaves its
+/// other keys free; a free set gives the command each key and its token by its place on the
+/// command line; a key named twice is a usage error (64).
+pub(crate) fn several_keys_run_together_or_not_at_all(url: &str) {
+    let dir = scratch("pair");
+    let marker = dir.join("held");
+    let mut holder = lockctl(url)
+        .args(["run", "pair-b", "--ttl", "10s", "--", "sh", "-c"])
+        .arg(format!("echo held > {}; sleep 30", marker.display()))
+        .spawn()
+        .expect("holder spawns");
+    wait_for_file(&marker, Duration::from_secs(30));
+    let output = lockctl(url)
+        .args(["run", "pair-a", "pair-b", "--wait", "300ms", "--", "true"])
+        .output()
+        .expect("runs");
+    assert_eq!(output.status.code(), Some(75), "{}", stderr(&output));
+    assert!(stderr(&output).contains("pair-b"), "{}", stderr(&output));
+    let status = lockctl(url)
+        .args(["status", "pair-a"])
+        .output()
+        .expect("runs");
+    let shown = String::from_utf8_lossy(&status.stdout).into_owned();
+    assert!(shown.contains("free"), "the set left pair-a held: {shown}");
+    signal(&holder, libc::SIGTERM);
+    wait_exit(&mut holder, Duration::from_secs(30));
+    let output = lockctl(url)
+        .args(["run", "pair-b", "pair-a", "--wait", "10s", "--", "sh", "-c"])
+        .arg("echo $LOCK_KEYS $LOCK_KEY_0 $LOCK_FENCING_TOKEN_0 $LOCK_KEY_1 $LOCK_FENCING_TOKEN_1")
+        .output()
+        .expect("runs");
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let line = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+    let words: Vec<&str> = line.split(' ').collect();
+    assert_eq!(words.len(), 5, "{line}");
+    assert_eq!(
+        (words[0], words[1], words[3]),
+        ("2", "pair-b", "pair-a"),
+        "{line}"
+    );
+    for token in [words[2], words[4]] {
+        assert!(token.parse::<u64>().is_ok_and(|t| t > 0), "{line}");
+    }
+    let output = lockctl(url)
+        .args(["run", "pair-a", "pair-a", "--", "true"])
+        .output()
+        .expect("runs");
+    assert_eq!(output.status.code(), Some(64), "{}", stderr(&output));
+    assert_eq!(
+        stderr(&output).trim().lines().count(),
+        1,
+        "{}",
+        stderr(&output)
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// `kill -9` of the holding lockctl: the lock is free again within its TTL.
 pub(crate) fn killed_holder_is_free_within_its_ttl(url: &str) {
     let dir = scratch("killed");
