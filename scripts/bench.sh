@@ -24,6 +24,7 @@ benches=(
   zookeeper
   zookeeper-election
   stores-election
+  sets
 )
 
 # scripts/bench.sh --build NAME…: build those benches into target/bench/bin/NAME and stop.
