@@ -19,6 +19,8 @@ pub mod metered;
 mod mode;
 pub mod raw;
 mod scoped;
+#[cfg(feature = "serde")]
+mod serialize;
 mod set;
 mod store;
 

@@ -51,10 +51,8 @@ pub(crate) async fn leader(store: DynLockStore, name: &str, watch: bool, json: b
 /// `{"election", "leader"}` and, when led, `"value"`, `"term"`, `"remaining_ms"` (`null`
 /// where the store cannot tell).
 fn line(name: &str, leader: Option<&Leader>, json: bool) -> String {
-    let none = || "null".to_owned();
     match (leader, json) {
         (None, false) => format!("{name}: no leader"),
-        (None, true) => format!("{{\"election\":{},\"leader\":false}}", json_string(name)),
         (Some(leader), false) => {
             let mut parts = vec![format!("term {}", leader.term)];
             if let Some(remaining) = leader.remaining {
@@ -66,15 +64,20 @@ fn line(name: &str, leader: Option<&Leader>, json: bool) -> String {
             );
             format!("{name}: led by {value} ({})", parts.join(", "))
         }
-        (Some(leader), true) => format!(
-            "{{\"election\":{},\"leader\":true,\"value\":{},\"term\":{},\"remaining_ms\":{}}}",
-            json_string(name),
-            leader.value.as_deref().map_or_else(none, json_string),
-            leader.term,
-            leader
-                .remaining
-                .map_or_else(none, |r| r.as_millis().to_string())
-        ),
+        (leader, true) => {
+            #[derive(serde::Serialize)]
+            struct LeaderLine<'a> {
+                election: &'a str,
+                leader: bool,
+                #[serde(flatten)]
+                current: Option<&'a Leader>,
+            }
+            crate::to_json_line(&LeaderLine {
+                election: name,
+                leader: leader.is_some(),
+                current: leader,
+            })
+        }
     }
 }
 

@@ -162,6 +162,13 @@ enum Command {
     },
 }
 
+/// `value` as one line of JSON (what `--json` prints): the facade's types serialized.
+pub(crate) fn to_json_line(value: &impl serde::Serialize) -> String {
+    // Only maps with string keys and plain values: serializing cannot fail.
+    serde_json::to_string(value)
+        .unwrap_or_else(|error| format!("{{\"error\":\"cannot print as JSON: {error}\"}}"))
+}
+
 /// Whether this build has TLS, for the help.
 #[cfg(feature = "tls")]
 macro_rules! tls_build {

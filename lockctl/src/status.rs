@@ -95,106 +95,18 @@ fn describe_holder(holder: &HolderStatus) -> String {
 /// Shared and permit: `"count"` and `"holders"`, each with `"slot"`, `"token"`, `"owner"`,
 /// `"remaining_ms"`, `"label"`. A field the store cannot tell is `null`.
 fn to_json(key: &str, status: &KeyStatus) -> String {
-    let mut fields = vec![format!("\"key\":{}", json_string(key))];
-    match status {
-        KeyStatus::Held {
-            owner,
-            token,
-            remaining,
-            label,
-            ..
-        } => {
-            fields.push("\"held\":true".into());
-            fields.push("\"mode\":\"exclusive\"".into());
-            lease_fields(&mut fields, None, *token, owner.as_ref(), *remaining);
-            fields.push(label_field(label.as_deref()));
-        }
-        KeyStatus::Shared {
-            mode,
-            count,
-            holders,
-        } => {
-            fields.push("\"held\":true".into());
-            match mode {
-                Mode::Shared => fields.push("\"mode\":\"shared\"".into()),
-                Mode::Permit { limit } => {
-                    fields.push("\"mode\":\"permit\"".into());
-                    fields.push(format!("\"limit\":{limit}"));
-                }
-                other => fields.push(format!("\"mode\":{}", json_string(&other.to_string()))),
-            }
-            fields.push(format!("\"count\":{count}"));
-            let holders: Vec<String> = holders
-                .iter()
-                .map(|holder| {
-                    let mut fields = Vec::new();
-                    lease_fields(
-                        &mut fields,
-                        Some(holder.slot),
-                        holder.token,
-                        holder.owner.as_ref(),
-                        holder.remaining,
-                    );
-                    fields.push(label_field(holder.label.as_deref()));
-                    format!("{{{}}}", fields.join(","))
-                })
-                .collect();
-            fields.push(format!("\"holders\":[{}]", holders.join(",")));
-        }
-        _ => fields.push("\"held\":false".into()),
+    #[derive(serde::Serialize)]
+    struct KeyLine<'a> {
+        key: &'a str,
+        #[serde(flatten)]
+        status: &'a KeyStatus,
     }
-    format!("{{{}}}", fields.join(","))
+    crate::to_json_line(&KeyLine { key, status })
 }
 
-/// A lease's fields, `null` where unknown; `"slot"` first when `slot` is `Some`.
-fn lease_fields(
-    fields: &mut Vec<String>,
-    slot: Option<Option<u32>>,
-    token: Option<u64>,
-    owner: Option<&fencelock::OwnerId>,
-    remaining: Option<std::time::Duration>,
-) {
-    let none = || "null".to_owned();
-    if let Some(slot) = slot {
-        fields.push(format!(
-            "\"slot\":{}",
-            slot.map_or_else(none, |s| s.to_string())
-        ));
-    }
-    fields.push(format!(
-        "\"token\":{}",
-        token.map_or_else(none, |t| t.to_string())
-    ));
-    fields.push(format!(
-        "\"owner\":{}",
-        owner.map_or_else(none, |o| json_string(&o.to_string()))
-    ));
-    fields.push(format!(
-        "\"remaining_ms\":{}",
-        remaining.map_or_else(none, |r| r.as_millis().to_string())
-    ));
-}
-
-/// `"label"`, `null` where the holder has none or the store keeps none.
-fn label_field(label: Option<&str>) -> String {
-    format!(
-        "\"label\":{}",
-        label.map_or_else(|| "null".to_owned(), json_string)
-    )
-}
-
+/// `text` quoted as a JSON string, as the text output quotes labels and values.
 pub(crate) fn json_string(text: &str) -> String {
-    let mut out = String::from("\"");
-    for c in text.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
+    crate::to_json_line(&text)
 }
 
 #[cfg(test)]
@@ -274,7 +186,7 @@ mod tests {
         };
         assert_eq!(
             to_json("a\"b\n", &held),
-            r#"{"key":"a\"b\u000a","held":true,"mode":"exclusive","token":7,"owner":null,"remaining_ms":1500,"label":null}"#
+            r#"{"key":"a\"b\n","held":true,"mode":"exclusive","token":7,"owner":null,"remaining_ms":1500,"label":null}"#
         );
         let labelled = KeyStatus::Held {
             owner: None,
