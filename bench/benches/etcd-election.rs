@@ -382,6 +382,26 @@ async fn leader_child(mode: &str, target: &str, name: &str) -> BenchResult<()> {
     }
 }
 
+/// What both scenarios share: the server, a raw client, our side, etcd's election service
+/// and the raw watch floor.
+struct Bench {
+    url: String,
+    endpoints: Vec<String>,
+    raw: Client,
+    ours: Ours,
+    peer: Peer,
+    floor: WatchFloor,
+}
+
+/// The handover trials of both sides, and what each pays after its observer's wake-up.
+struct Handovers {
+    ours: Vec<Trial>,
+    peer: Vec<Trial>,
+    our_reads: Samples,
+    peer_reads: Samples,
+    watch_floor: Samples,
+}
+
 #[tokio::main(flavor = "multi_thread")]
 async fn main() -> BenchResult<()> {
     let args: Vec<String> = fencelock_bench::args().collect();
@@ -389,196 +409,237 @@ async fn main() -> BenchResult<()> {
         return leader_child(mode, target, name).await;
     }
     let (_server, url) = server_or_env(test_servers::EtcdServer::start, |s| s.url())?;
-    let config = EtcdConfig::from_url(&url)?;
-    println!("etcd election benchmark against {config}");
-    let endpoints = config.endpoints().to_vec();
-    let mut raw = Client::connect(&endpoints, None).await?;
-    let status = raw.status().await?;
-    println!("server etcd {}\n", status.version());
+    let mut bench = Bench::connect(url).await?;
+    let mut table = Table::default();
+    let handovers = bench.handover(&mut table).await?;
+    bench.failover(&mut table).await?;
+    println!("{table}");
+    println!(
+        "p99 of {} samples a side is their second largest; raw floor p99 {:.1} µs; status read p99 {:.1} µs, Leader() p99 {:.1} µs",
+        handovers.ours.len(),
+        us(handovers.watch_floor.p99()),
+        us(handovers.our_reads.p99()),
+        us(handovers.peer_reads.p99())
+    );
+    Ok(())
+}
 
-    let handle = || async {
-        let store: DynLockStore = Arc::new(EtcdStore::connect(config.clone()).await?);
-        Ok::<_, fencelock_core::Error>(store)
-    };
-    let ours = Ours {
-        leader: handle().await?,
-        candidates: [handle().await?, handle().await?],
-        observer: handle().await?,
-    };
-    let mut peer = Peer {
-        leader: peer_client(&endpoints).await?,
-        candidates: [
-            peer_client(&endpoints).await?,
-            peer_client(&endpoints).await?,
-        ],
-        observer: Client::connect(&endpoints, None).await?,
-    };
-    let mut floor = WatchFloor::connect(&endpoints).await?;
+impl Bench {
+    /// Connects both sides' handles and clients, and prints the header.
+    async fn connect(url: String) -> BenchResult<Self> {
+        let config = EtcdConfig::from_url(&url)?;
+        println!("etcd election benchmark against {config}");
+        let endpoints = config.endpoints().to_vec();
+        let mut raw = Client::connect(&endpoints, None).await?;
+        let status = raw.status().await?;
+        println!("server etcd {}\n", status.version());
 
-    // Handover and observe, ours and the election service's in alternating rounds, after two
-    // untimed trials each.
-    let (mut our_reads, mut peer_reads) = (Vec::new(), Vec::new());
-    for _ in 0..2 {
-        ours.trial(&mut Vec::new()).await?;
-        peer.trial(&mut Vec::new()).await?;
+        let handle = || async {
+            let store: DynLockStore = Arc::new(EtcdStore::connect(config.clone()).await?);
+            Ok::<_, fencelock_core::Error>(store)
+        };
+        let ours = Ours {
+            leader: handle().await?,
+            candidates: [handle().await?, handle().await?],
+            observer: handle().await?,
+        };
+        let peer = Peer {
+            leader: peer_client(&endpoints).await?,
+            candidates: [
+                peer_client(&endpoints).await?,
+                peer_client(&endpoints).await?,
+            ],
+            observer: Client::connect(&endpoints, None).await?,
+        };
+        let floor = WatchFloor::connect(&endpoints).await?;
+        Ok(Bench {
+            url,
+            endpoints,
+            raw,
+            ours,
+            peer,
+            floor,
+        })
     }
-    let (mut our_trials, mut peer_trials, mut watch_floor) = (Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..ROUNDS {
-        for _ in 0..TRIALS / ROUNDS {
-            our_trials.push(ours.trial(&mut our_reads).await?);
+
+    /// Handover and observe, ours and the election service's in alternating rounds, after two
+    /// untimed trials each, with the raw watch floor in the same rounds.
+    async fn handover(&mut self, table: &mut Table) -> BenchResult<Handovers> {
+        let (mut our_reads, mut peer_reads) = (Vec::new(), Vec::new());
+        for _ in 0..2 {
+            self.ours.trial(&mut Vec::new()).await?;
+            self.peer.trial(&mut Vec::new()).await?;
         }
-        for _ in 0..TRIALS / ROUNDS {
-            peer_trials.push(peer.trial(&mut peer_reads).await?);
+        let (mut our_trials, mut peer_trials, mut watch_floor) =
+            (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..ROUNDS {
+            for _ in 0..TRIALS / ROUNDS {
+                our_trials.push(self.ours.trial(&mut our_reads).await?);
+            }
+            for _ in 0..TRIALS / ROUNDS {
+                peer_trials.push(self.peer.trial(&mut peer_reads).await?);
+            }
+            for _ in 0..TRIALS / ROUNDS {
+                watch_floor.push(self.floor.sample().await?);
+            }
         }
-        for _ in 0..TRIALS / ROUNDS {
-            watch_floor.push(floor.sample().await?);
-        }
+        let handovers = Handovers {
+            ours: our_trials,
+            peer: peer_trials,
+            our_reads: Samples::new(our_reads),
+            peer_reads: Samples::new(peer_reads),
+            watch_floor: Samples::new(watch_floor),
+        };
+        handovers.rows(table);
+        Ok(handovers)
     }
-    let split = |trials: &[Trial], i: usize| {
+
+    /// Failover: the leader killed in a child, spread over the extend cycles of both sides
+    /// (ours extends every quarter of the TTL, the peer's keep-alive every third). The peer's
+    /// leases are revoked after it.
+    async fn failover(&mut self, table: &mut Table) -> BenchResult<()> {
+        let (mut our_failovers, mut peer_failovers) = (Vec::new(), Vec::new());
+        for i in 0..FAILOVERS {
+            let phase = FAILOVER_TTL / 2 * u32::try_from(i).unwrap_or(0) / FAILOVERS as u32;
+            our_failovers.push(self.our_failover(i, phase).await?);
+            peer_failovers.push(self.peer_failover(i, phase).await?);
+        }
+        let (our_failovers, peer_failovers) =
+            (Samples::new(our_failovers), Samples::new(peer_failovers));
+        for lease in [
+            self.peer.leader.1,
+            self.peer.candidates[0].1,
+            self.peer.candidates[1].1,
+        ] {
+            let _ = self.raw.lease_revoke(lease).await;
+        }
+
+        table.push(
+            format!(
+                "failover: the leader SIGKILLed in a child, TTL {} s each side",
+                FAILOVER_TTL.as_secs()
+            ),
+            format!("{} kills a side, alternating", our_failovers.len()),
+        );
+        for (side, failovers) in [("ours", &our_failovers), (SERVICE, &peer_failovers)] {
+            against_rows(
+                table,
+                "failover, kill → candidate's campaign returns (ratio: / TTL)",
+                side,
+                failovers,
+                FAILOVER_TTL,
+            );
+        }
+        table.push(
+            "  failover p50 ours / etcd's election service",
+            format!("{:.2}", us(our_failovers.p50()) / us(peer_failovers.p50())),
+        );
+        Ok(())
+    }
+
+    /// Our `i`th failover: our leader killed in a child `phase` into its cycle, our first
+    /// candidate parked in its campaign.
+    async fn our_failover(&self, i: usize, phase: Duration) -> BenchResult<Duration> {
+        let name = format!("bench-failover-{i}");
+        let election = self.ours.candidates[0].election(&name).ttl(FAILOVER_TTL);
+        failover("leader-ours", &self.url, &name, phase, move || async move {
+            let leading = election.campaign("successor").await?;
+            let _ = leading.resign().await?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// The election service's `i`th failover, as [`Bench::our_failover`].
+    async fn peer_failover(&self, i: usize, phase: Duration) -> BenchResult<Duration> {
+        let name = format!("bench/peer/failover/{i}");
+        let (mut client, lease) = (self.peer.candidates[0].0.clone(), self.peer.candidates[0].1);
+        let campaign_name = name.clone();
+        failover(
+            "leader-peer",
+            &self.endpoints.join(","),
+            &name,
+            phase,
+            move || async move {
+                let mut answer = client.campaign(campaign_name, "successor", lease).await?;
+                let key = answer.take_leader().ok_or("campaign named no leader")?;
+                client
+                    .resign(Some(ResignOptions::new().with_leader(key)))
+                    .await?;
+                Ok(())
+            },
+        )
+        .await
+    }
+}
+
+/// The peer's name in the rows.
+const SERVICE: &str = "etcd's election service";
+
+impl Handovers {
+    /// The trials' `i`th handover and its observation.
+    fn split(trials: &[Trial], i: usize) -> (Samples, Samples) {
         (
             Samples::new(trials.iter().map(|t| t.handover[i]).collect()),
             Samples::new(trials.iter().map(|t| t.observed[i]).collect()),
         )
-    };
-    let (our_handover, our_observed) = split(&our_trials, 0);
-    let (peer_handover, peer_observed) = split(&peer_trials, 0);
-    let (our_marked, our_marked_observed) = split(&our_trials, 1);
-    let (peer_marked, peer_marked_observed) = split(&peer_trials, 1);
-    let (our_reads, peer_reads, watch_floor) = (
-        Samples::new(our_reads),
-        Samples::new(peer_reads),
-        Samples::new(watch_floor),
-    );
+    }
 
-    // Failover: the leader killed in a child, spread over the extend cycles of both sides
-    // (ours extends every quarter of the TTL, the peer's keep-alive every third).
-    let (mut our_failovers, mut peer_failovers) = (Vec::new(), Vec::new());
-    for i in 0..FAILOVERS {
-        let phase = FAILOVER_TTL / 2 * u32::try_from(i).unwrap_or(0) / FAILOVERS as u32;
-        let name = format!("bench-failover-{i}");
-        let election = ours.candidates[0].election(&name).ttl(FAILOVER_TTL);
-        our_failovers.push(
-            failover("leader-ours", &url, &name, phase, move || async move {
-                let leading = election.campaign("successor").await?;
-                let _ = leading.resign().await?;
-                Ok(())
-            })
-            .await?,
+    /// The handover and observe rows, ours against the election service's, and what each
+    /// side pays after the wake-up next to the raw floor.
+    fn rows(&self, table: &mut Table) {
+        let (our_handover, our_observed) = Self::split(&self.ours, 0);
+        let (peer_handover, peer_observed) = Self::split(&self.peer, 0);
+        let (our_marked, our_marked_observed) = Self::split(&self.ours, 1);
+        let (peer_marked, peer_marked_observed) = Self::split(&self.peer, 1);
+        table.push(
+            format!(
+                "election: a leader granted with nobody queued, 2 candidates parked {} ms, an observer",
+                PARK.as_millis()
+            ),
+            format!("{} trials a side, rounds interleaved", self.ours.len()),
         );
-        let name = format!("bench/peer/failover/{i}");
-        let (mut client, lease) = (peer.candidates[0].0.clone(), peer.candidates[0].1);
-        let campaign_name = name.clone();
-        peer_failovers.push(
-            failover(
-                "leader-peer",
-                &endpoints.join(","),
-                &name,
-                phase,
-                move || async move {
-                    let mut answer = client.campaign(campaign_name, "successor", lease).await?;
-                    let key = answer.take_leader().ok_or("campaign named no leader")?;
-                    client
-                        .resign(Some(ResignOptions::new().with_leader(key)))
-                        .await?;
-                    Ok(())
-                },
+        for (what, ours, peer, target) in [
+            (
+                "handover, resign sent → candidate's campaign returns",
+                &our_handover,
+                &peer_handover,
+                Some(1.0),
+            ),
+            (
+                "observe, resign sent → observer names the new leader",
+                &our_observed,
+                &peer_observed,
+                Some(1.0),
+            ),
+            (
+                "  handover to a successor known at the grant (a handoff mark)",
+                &our_marked,
+                &peer_marked,
+                None,
+            ),
+            (
+                "  observe, that handover",
+                &our_marked_observed,
+                &peer_marked_observed,
+                None,
+            ),
+        ] {
+            versus_rows(table, what, ours, SERVICE, peer, target);
+        }
+        table
+            .latency(
+                "  after the wake-up, ours: a status read p50",
+                self.our_reads.p50(),
             )
-            .await?,
+            .ratio(us(self.our_reads.p50()) / us(self.peer_reads.p50()), None);
+        table.latency(
+            "  after the wake-up, theirs: Leader() p50",
+            self.peer_reads.p50(),
+        );
+        table.latency(
+            "  raw floor: delete → another client's watch event p50",
+            self.watch_floor.p50(),
         );
     }
-    let (our_failovers, peer_failovers) =
-        (Samples::new(our_failovers), Samples::new(peer_failovers));
-    for lease in [peer.leader.1, peer.candidates[0].1, peer.candidates[1].1] {
-        let _ = raw.lease_revoke(lease).await;
-    }
-
-    let mut table = Table::default();
-    table.push(
-        format!(
-            "election: a leader granted with nobody queued, 2 candidates parked {} ms, an observer",
-            PARK.as_millis()
-        ),
-        format!("{} trials a side, rounds interleaved", our_trials.len()),
-    );
-    let service = "etcd's election service";
-    versus_rows(
-        &mut table,
-        "handover, resign sent → candidate's campaign returns",
-        &our_handover,
-        service,
-        &peer_handover,
-        Some(1.0),
-    );
-    versus_rows(
-        &mut table,
-        "observe, resign sent → observer names the new leader",
-        &our_observed,
-        service,
-        &peer_observed,
-        Some(1.0),
-    );
-    versus_rows(
-        &mut table,
-        "  handover to a successor known at the grant (a handoff mark)",
-        &our_marked,
-        service,
-        &peer_marked,
-        None,
-    );
-    versus_rows(
-        &mut table,
-        "  observe, that handover",
-        &our_marked_observed,
-        service,
-        &peer_marked_observed,
-        None,
-    );
-    table
-        .latency(
-            "  after the wake-up, ours: a status read p50",
-            our_reads.p50(),
-        )
-        .ratio(us(our_reads.p50()) / us(peer_reads.p50()), None);
-    table.latency(
-        "  after the wake-up, theirs: Leader() p50",
-        peer_reads.p50(),
-    );
-    table.latency(
-        "  raw floor: delete → another client's watch event p50",
-        watch_floor.p50(),
-    );
-    table.push(
-        format!(
-            "failover: the leader SIGKILLed in a child, TTL {} s each side",
-            FAILOVER_TTL.as_secs()
-        ),
-        format!("{} kills a side, alternating", our_failovers.len()),
-    );
-    against_rows(
-        &mut table,
-        "failover, kill → candidate's campaign returns (ratio: / TTL)",
-        "ours",
-        &our_failovers,
-        FAILOVER_TTL,
-    );
-    against_rows(
-        &mut table,
-        "failover, kill → candidate's campaign returns (ratio: / TTL)",
-        service,
-        &peer_failovers,
-        FAILOVER_TTL,
-    );
-    table.push(
-        "  failover p50 ours / etcd's election service",
-        format!("{:.2}", us(our_failovers.p50()) / us(peer_failovers.p50())),
-    );
-    println!("{table}");
-    println!(
-        "p99 of {} samples a side is their second largest; raw floor p99 {:.1} µs; status read p99 {:.1} µs, Leader() p99 {:.1} µs",
-        our_trials.len(),
-        us(watch_floor.p99()),
-        us(our_reads.p99()),
-        us(peer_reads.p99())
-    );
-    Ok(())
 }

@@ -144,146 +144,254 @@ impl Contender for Raw {
     }
 }
 
+/// What every scenario shares: the server's URL, our store, an admin connection, the fence
+/// upsert as this server's table needs it, and one raw connection.
+struct Bench {
+    url: String,
+    config: MysqlConfig,
+    ours: DynLockStore,
+    admin: MySqlConnection,
+    bump: Arc<str>,
+    /// Shared with each timed call through a mutex (uncontended).
+    raw: Arc<tokio::sync::Mutex<Raw>>,
+}
+
+/// The raw round trip and the fence upsert alone, which later rows are measured against.
+struct RoundTrips {
+    select_one: Samples,
+    raw_upsert: Samples,
+}
+
 #[tokio::main(flavor = "multi_thread")]
 async fn main() -> Result<(), Box<dyn Error>> {
     let (_server, url) = server_or_env(test_servers::MariadbServer::start, |s| s.url())?;
-    let config = MysqlConfig::from_url(&url)?;
-    println!("MySQL/MariaDB store benchmark against {config}");
-    let store = MysqlStore::connect(config.clone()).await?;
-    let dyn_store: DynLockStore = Arc::new(store.clone());
-    let bump: Arc<str> = RAW_BUMP
-        .replace("{fence}", &config.fence_table())
-        .replace("{clock}", RAW_CLOCK)
-        .into();
-    let mut admin = MySqlConnection::connect(&url).await?;
-    let row = sqlx::query(
-        "SELECT VERSION(), CAST(@@innodb_flush_log_at_trx_commit AS SIGNED), \
-         CAST(@@max_connections AS SIGNED)",
-    )
-    .fetch_one(&mut admin)
-    .await?;
-    let (version, flush, max_connections): (String, i64, i64) =
-        (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
-    println!(
-        "server {version}, innodb_flush_log_at_trx_commit = {flush}, max_connections = {max_connections}\n"
-    );
-
-    // Raw round trips on one connection, shared with each timed call through a mutex
-    // (uncontended).
-    let raw = Arc::new(tokio::sync::Mutex::new(
-        Raw::open(&url, "bench-raw:cycle".into(), &bump).await?,
-    ));
-    let select_one = time_each(ITERATIONS, |_| {
-        let raw = raw.clone();
-        async move {
-            sqlx::query("SELECT 1")
-                .fetch_one(&mut raw.lock().await.conn)
-                .await
-                .map(drop)
-                .map_err(raw_failed)
-        }
-    })
-    .await?;
-    // The fence upsert alone: one durable commit (innodb_flush_log_at_trx_commit = 1).
-    let raw_upsert = time_each(ITERATIONS, |_| {
-        let raw = raw.clone();
-        async move { raw.lock().await.upsert().await }
-    })
-    .await?;
-    // The raw floor and our cycle in alternating rounds, so both see the same machine load;
-    // warmed up first.
-    // Ours also as a semaphore permit and as a shared lease, where the store keeps them.
-    cycle(&dyn_store, "bench:cycle", TTL, 100).await?;
-    let mut modes = ModeCycles::new(&dyn_store.capabilities());
-    modes.warm_up(&dyn_store, "bench:cycle", TTL, 100).await?;
-    let (mut raw_samples, mut our_samples) = (Vec::new(), Vec::new());
-    for _ in 0..ROUNDS {
-        let mut raw = raw.lock().await;
-        for _ in 0..ITERATIONS / ROUNDS {
-            let started = Instant::now();
-            raw.cycle().await?;
-            raw_samples.push(started.elapsed());
-        }
-        drop(raw);
-        cycle_into(
-            &dyn_store,
-            "bench:cycle",
-            TTL,
-            ITERATIONS / ROUNDS,
-            &mut our_samples,
-        )
-        .await?;
-        modes
-            .round(&dyn_store, "bench:cycle", TTL, ITERATIONS / ROUNDS)
-            .await?;
-    }
-    let raw_floor = Samples::new(raw_samples);
-    let ours = Samples::new(our_samples);
-
-    // Throughput: 16 tasks on distinct keys, raw (one connection per task) and ours (one handle).
-    let mut raw_conns = Vec::new();
-    for task in 0..TASKS {
-        raw_conns.push(Arc::new(tokio::sync::Mutex::new(
-            Raw::open(&url, format!("bench-raw:throughput:{task}"), &bump).await?,
-        )));
-    }
-    let raw_rate = throughput(TASKS, RUN_FOR, move |task, _| {
-        let conn = raw_conns[task].clone();
-        async move { conn.lock().await.cycle().await }
-    })
-    .await?;
-    let our_rate =
-        lock_throughput(dyn_store.clone(), "bench:throughput:", TTL, TASKS, RUN_FOR).await?;
-
-    // Handoff to another of 8 waiters on one key: raw connections, then our handles.
-    let mut raw_waiters = Vec::new();
-    for _ in 0..WAITERS {
-        raw_waiters.push(Raw::open(&url, "bench-raw:handoff".into(), &bump).await?);
-    }
-    let raw_handoffs =
-        handoff_between(raw_waiters, HANDOFFS, Handoff::ToAnother { hold: HOLD }).await?;
-    // The bare GET_LOCK handoff: no fence write, so no durable commit.
-    let mut bare_waiters = Vec::new();
-    for _ in 0..WAITERS {
-        bare_waiters.push(Raw::bare(&url, "bench-raw:bare-handoff".into()).await?);
-    }
-    let bare_handoffs =
-        handoff_between(bare_waiters, HANDOFFS, Handoff::ToAnother { hold: HOLD }).await?;
-    let mut handles: Vec<DynLockStore> = Vec::new();
-    for _ in 0..WAITERS {
-        handles.push(Arc::new(MysqlStore::connect(config.clone()).await?));
-    }
-    let handoffs = handoff_to_another(handles, "bench:handoff", TTL, HOLD, HANDOFFS).await?;
-
-    // 300 leases held at once on one handle, kept alive.
-    let held_store = Arc::new(MysqlStore::connect(config.clone()).await?);
-    let mut held = hold_kept_alive(&held_store, "bench:held:", HELD, HELD_TTL).await?;
-    let lost = held.lost();
-    let store_connections = held_store.open_connections();
-    let store_idle = held_store.idle_connections();
-    let server_connections: i64 =
-        sqlx::query("SELECT CAST(COUNT(*) AS SIGNED) FROM information_schema.PROCESSLIST")
-            .fetch_one(&mut admin)
-            .await?
-            .get(0);
-    held.release(&*held_store).await?;
-
+    let mut bench = Bench::connect(url).await?;
     let mut table = Table::default();
-    table.latency("raw round trip (SELECT 1) p50", select_one.p50());
-    table.latency(
-        "raw floor: GET_LOCK + fence upsert + RELEASE_LOCK p50",
-        raw_floor.p50(),
+    let round_trips = bench.raw_round_trips(&mut table).await?;
+    let raw_floor = bench.uncontended_cycles(&mut table).await?;
+    bench.throughput(&mut table).await?;
+    bench.handoff(&mut table, &round_trips).await?;
+    bench.held_leases(&mut table).await?;
+    println!("{table}");
+    println!(
+        "samples: {ITERATIONS} cycles each, {HANDOFFS} handoffs each; raw SELECT 1 p99 {:.1} µs, raw floor p99 {:.1} µs",
+        us(round_trips.select_one.p99()),
+        us(raw_floor.p99())
     );
-    let ratio = us(ours.p50()) / us(raw_floor.p50());
-    table
-        .latency("ours: try_acquire + release p50", ours.p50())
-        .ratio(ratio, Some(("≤ 1.2× raw floor", ratio <= 1.2)));
-    table.latency("ours: try_acquire + release p99", ours.p99());
-    modes.rows(&mut table, "ours: ", Some(raw_floor.p50()), None);
-    table.rate(format!("raw floor, {TASKS} tasks, distinct keys"), raw_rate);
-    table
-        .rate(format!("ours, {TASKS} tasks, distinct keys"), our_rate)
-        .ratio(our_rate / raw_rate, None);
+    Ok(())
+}
+
+impl Bench {
+    /// Connects our store, the admin and the raw connections, and prints the header.
+    async fn connect(url: String) -> Result<Self, Box<dyn Error>> {
+        let config = MysqlConfig::from_url(&url)?;
+        println!("MySQL/MariaDB store benchmark against {config}");
+        let store = MysqlStore::connect(config.clone()).await?;
+        let ours: DynLockStore = Arc::new(store.clone());
+        let bump: Arc<str> = RAW_BUMP
+            .replace("{fence}", &config.fence_table())
+            .replace("{clock}", RAW_CLOCK)
+            .into();
+        let mut admin = MySqlConnection::connect(&url).await?;
+        let row = sqlx::query(
+            "SELECT VERSION(), CAST(@@innodb_flush_log_at_trx_commit AS SIGNED), \
+             CAST(@@max_connections AS SIGNED)",
+        )
+        .fetch_one(&mut admin)
+        .await?;
+        let (version, flush, max_connections): (String, i64, i64) =
+            (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
+        println!(
+            "server {version}, innodb_flush_log_at_trx_commit = {flush}, max_connections = {max_connections}\n"
+        );
+        let raw = Arc::new(tokio::sync::Mutex::new(
+            Raw::open(&url, "bench-raw:cycle".into(), &bump).await?,
+        ));
+        Ok(Bench {
+            url,
+            config,
+            ours,
+            admin,
+            bump,
+            raw,
+        })
+    }
+
+    /// Raw round trips on one connection: `SELECT 1`, and the fence upsert alone (one
+    /// durable commit, innodb_flush_log_at_trx_commit = 1).
+    async fn raw_round_trips(&self, table: &mut Table) -> fencelock_core::Result<RoundTrips> {
+        let select_one = time_each(ITERATIONS, |_| {
+            let raw = self.raw.clone();
+            async move {
+                sqlx::query("SELECT 1")
+                    .fetch_one(&mut raw.lock().await.conn)
+                    .await
+                    .map(drop)
+                    .map_err(raw_failed)
+            }
+        })
+        .await?;
+        let raw_upsert = time_each(ITERATIONS, |_| {
+            let raw = self.raw.clone();
+            async move { raw.lock().await.upsert().await }
+        })
+        .await?;
+        table.latency("raw round trip (SELECT 1) p50", select_one.p50());
+        Ok(RoundTrips {
+            select_one,
+            raw_upsert,
+        })
+    }
+
+    /// The raw floor and our cycle in alternating rounds, so both see the same machine load;
+    /// warmed up first. Ours also as a semaphore permit and as a shared lease, where the store
+    /// keeps them. Returns the raw floor.
+    async fn uncontended_cycles(&self, table: &mut Table) -> fencelock_core::Result<Samples> {
+        let ours = &self.ours;
+        cycle(ours, "bench:cycle", TTL, 100).await?;
+        let mut modes = ModeCycles::new(&ours.capabilities());
+        modes.warm_up(ours, "bench:cycle", TTL, 100).await?;
+        let (mut raw_samples, mut our_samples) = (Vec::new(), Vec::new());
+        for _ in 0..ROUNDS {
+            let mut raw = self.raw.lock().await;
+            for _ in 0..ITERATIONS / ROUNDS {
+                let started = Instant::now();
+                raw.cycle().await?;
+                raw_samples.push(started.elapsed());
+            }
+            drop(raw);
+            cycle_into(
+                ours,
+                "bench:cycle",
+                TTL,
+                ITERATIONS / ROUNDS,
+                &mut our_samples,
+            )
+            .await?;
+            modes
+                .round(ours, "bench:cycle", TTL, ITERATIONS / ROUNDS)
+                .await?;
+        }
+        let raw_floor = Samples::new(raw_samples);
+        let our_cycles = Samples::new(our_samples);
+
+        table.latency(
+            "raw floor: GET_LOCK + fence upsert + RELEASE_LOCK p50",
+            raw_floor.p50(),
+        );
+        let ratio = us(our_cycles.p50()) / us(raw_floor.p50());
+        table
+            .latency("ours: try_acquire + release p50", our_cycles.p50())
+            .ratio(ratio, Some(("≤ 1.2× raw floor", ratio <= 1.2)));
+        table.latency("ours: try_acquire + release p99", our_cycles.p99());
+        modes.rows(table, "ours: ", Some(raw_floor.p50()), None);
+        Ok(raw_floor)
+    }
+
+    /// Throughput: 16 tasks on distinct keys, raw (one connection per task) and ours (one
+    /// handle).
+    async fn throughput(&self, table: &mut Table) -> Result<(), Box<dyn Error>> {
+        let mut raw_conns = Vec::new();
+        for task in 0..TASKS {
+            raw_conns.push(Arc::new(tokio::sync::Mutex::new(
+                Raw::open(
+                    &self.url,
+                    format!("bench-raw:throughput:{task}"),
+                    &self.bump,
+                )
+                .await?,
+            )));
+        }
+        let raw_rate = throughput(TASKS, RUN_FOR, move |task, _| {
+            let conn = raw_conns[task].clone();
+            async move { conn.lock().await.cycle().await }
+        })
+        .await?;
+        let our_rate =
+            lock_throughput(self.ours.clone(), "bench:throughput:", TTL, TASKS, RUN_FOR).await?;
+        table.rate(format!("raw floor, {TASKS} tasks, distinct keys"), raw_rate);
+        table
+            .rate(format!("ours, {TASKS} tasks, distinct keys"), our_rate)
+            .ratio(our_rate / raw_rate, None);
+        Ok(())
+    }
+
+    /// Handoff to another of 8 waiters on one key: raw connections (with the fence upsert,
+    /// then bare), then our handles.
+    async fn handoff(
+        &self,
+        table: &mut Table,
+        round_trips: &RoundTrips,
+    ) -> Result<(), Box<dyn Error>> {
+        let mut raw_waiters = Vec::new();
+        for _ in 0..WAITERS {
+            raw_waiters.push(Raw::open(&self.url, "bench-raw:handoff".into(), &self.bump).await?);
+        }
+        let raw_handoffs =
+            handoff_between(raw_waiters, HANDOFFS, Handoff::ToAnother { hold: HOLD }).await?;
+        // The bare GET_LOCK handoff: no fence write, so no durable commit.
+        let mut bare_waiters = Vec::new();
+        for _ in 0..WAITERS {
+            bare_waiters.push(Raw::bare(&self.url, "bench-raw:bare-handoff".into()).await?);
+        }
+        let bare_handoffs =
+            handoff_between(bare_waiters, HANDOFFS, Handoff::ToAnother { hold: HOLD }).await?;
+        let mut handles: Vec<DynLockStore> = Vec::new();
+        for _ in 0..WAITERS {
+            handles.push(Arc::new(MysqlStore::connect(self.config.clone()).await?));
+        }
+        let handoffs = handoff_to_another(handles, "bench:handoff", TTL, HOLD, HANDOFFS).await?;
+        handoff_rows(table, round_trips, &raw_handoffs, &bare_handoffs, &handoffs);
+        Ok(())
+    }
+
+    /// 300 leases held at once on one handle, kept alive, with the connections they take.
+    async fn held_leases(&mut self, table: &mut Table) -> Result<(), Box<dyn Error>> {
+        let held_store = Arc::new(MysqlStore::connect(self.config.clone()).await?);
+        let mut held = hold_kept_alive(&held_store, "bench:held:", HELD, HELD_TTL).await?;
+        let lost = held.lost();
+        let store_connections = held_store.open_connections();
+        let store_idle = held_store.idle_connections();
+        let server_connections: i64 =
+            sqlx::query("SELECT CAST(COUNT(*) AS SIGNED) FROM information_schema.PROCESSLIST")
+                .fetch_one(&mut self.admin)
+                .await?
+                .get(0);
+        held.release(&*held_store).await?;
+
+        table
+            .push(
+                format!("{HELD} leases held with keep-alive, TTL {HELD_TTL:?}, for 3 TTLs"),
+                format!("{lost} lost"),
+            )
+            .target = Some((format!("{HELD} held, none lost"), lost == 0));
+        table.push(
+            "  connections: this handle's (held + idle) / all on the server",
+            format!(
+                "{} + {store_idle} / {server_connections}",
+                store_connections - store_idle
+            ),
+        );
+        table.push(
+            format!("  time to acquire {HELD} (one at a time)"),
+            format!("{:.0} ms", held.acquired_in.as_secs_f64() * 1e3),
+        );
+        table.latency("  extend p50 while they are kept alive", held.extends.p50());
+        table.latency("  extend p99 while they are kept alive", held.extends.p99());
+        Ok(())
+    }
+}
+
+/// The handoff rows: ours against the raw handoff with the fence upsert and against the bare
+/// one, and the floor a durable commit puts under the latter ratio.
+fn handoff_rows(
+    table: &mut Table,
+    round_trips: &RoundTrips,
+    raw_handoffs: &Samples,
+    bare_handoffs: &Samples,
+    handoffs: &Samples,
+) {
+    let raw_upsert = &round_trips.raw_upsert;
     table.latency(
         format!("raw handoff to another p50, {WAITERS} waiters (GET_LOCK + upsert)"),
         raw_handoffs.p50(),
@@ -325,30 +433,4 @@ async fn main() -> Result<(), Box<dyn Error>> {
         "  floor: (bare GET_LOCK handoff + durable upsert) / bare handoff",
         format!("{floor:.2}×"),
     );
-    table
-        .push(
-            format!("{HELD} leases held with keep-alive, TTL {HELD_TTL:?}, for 3 TTLs"),
-            format!("{lost} lost"),
-        )
-        .target = Some((format!("{HELD} held, none lost"), lost == 0));
-    table.push(
-        "  connections: this handle's (held + idle) / all on the server",
-        format!(
-            "{} + {store_idle} / {server_connections}",
-            store_connections - store_idle
-        ),
-    );
-    table.push(
-        format!("  time to acquire {HELD} (one at a time)"),
-        format!("{:.0} ms", held.acquired_in.as_secs_f64() * 1e3),
-    );
-    table.latency("  extend p50 while they are kept alive", held.extends.p50());
-    table.latency("  extend p99 while they are kept alive", held.extends.p99());
-    println!("{table}");
-    println!(
-        "samples: {ITERATIONS} cycles each, {HANDOFFS} handoffs each; raw SELECT 1 p99 {:.1} µs, raw floor p99 {:.1} µs",
-        us(select_one.p99()),
-        us(raw_floor.p99())
-    );
-    Ok(())
 }

@@ -27,7 +27,7 @@ use async_trait::async_trait;
 use fencelock_bench::{
     cycle, cycle_into, handoff, handoff_between, hold_kept_alive, lock_throughput, micros as us,
     server_or_env, store_contenders, throughput, time_each, Contender, Handoff, ModeCycles,
-    PeersProtocol, Samples, Table, PEERS_CONTENDERS,
+    PeersProtocol, Samples, Table, VersusPeer, PEERS_CONTENDERS,
 };
 use fencelock_core::DynLockStore;
 use fencelock_postgres::{PostgresConfig, PostgresStore};
@@ -104,6 +104,28 @@ struct RawWaiter {
     one_statement: bool,
 }
 
+impl RawWaiter {
+    /// `count` waiters on the key `id`, a connection each, taking the lock as a statement of
+    /// its own.
+    async fn connect_many(
+        url: &str,
+        count: usize,
+        id: i64,
+        bump: bool,
+    ) -> Result<Vec<Self>, sqlx::Error> {
+        let mut waiters = Vec::with_capacity(count);
+        for _ in 0..count {
+            waiters.push(RawWaiter {
+                conn: PgConnection::connect(url).await?,
+                id,
+                bump,
+                one_statement: false,
+            });
+        }
+        Ok(waiters)
+    }
+}
+
 #[async_trait]
 impl Contender for RawWaiter {
     type Held = ();
@@ -148,264 +170,405 @@ fn raw_failed(e: sqlx::Error) -> fencelock_core::Error {
     fencelock_core::Error::store("raw statement", e)
 }
 
+/// What every scenario shares: the server's URL, our store, an admin connection and one raw
+/// connection.
+struct Bench {
+    url: String,
+    config: PostgresConfig,
+    ours: DynLockStore,
+    admin: PgConnection,
+    /// Shared with each timed call through a mutex (uncontended).
+    raw: Arc<tokio::sync::Mutex<PgConnection>>,
+}
+
+/// The raw round trips on one connection, the fence upsert alone (durable and unsynced) and
+/// a connection's opening, which later scenarios are measured against.
+struct RoundTrips {
+    select_one: Samples,
+    raw_upsert: Samples,
+    unsynced_upsert: Samples,
+    connects: Samples,
+    /// The unsynced upsert's connection, left open for the rest of the run like the others.
+    _unsynced: Arc<tokio::sync::Mutex<PgConnection>>,
+}
+
+impl RoundTrips {
+    /// A grant writes the fence (unsynced at the clock), so it cannot be faster than a bare
+    /// handoff plus that write; the bare handoff's own round trip already carries the reply.
+    fn floor_over(&self, bare: Duration) -> f64 {
+        (us(bare) + us(self.unsynced_upsert.p50()) - us(self.select_one.p50())) / us(bare)
+    }
+}
+
 #[tokio::main(flavor = "multi_thread")]
 async fn main() -> Result<(), Box<dyn Error>> {
     let (_server, url) = server_or_env(test_servers::PostgresServer::start, |s| s.url())?;
-    let config = PostgresConfig::from_url(&url)?;
-    println!("PostgreSQL store benchmark against {config}");
-    let store = PostgresStore::connect(config.clone()).await?;
-    let dyn_store: DynLockStore = Arc::new(store.clone());
-    let mut admin = PgConnection::connect(&url).await?;
-    let version: String = sqlx::query("SHOW server_version")
+    let mut bench = Bench::connect(url).await?;
+    let mut table = Table::default();
+    let round_trips = bench.raw_round_trips(&mut table).await?;
+    let raw_floor = bench.uncontended_cycles(&mut table).await?;
+    bench.throughput(&mut table).await?;
+    let handles = bench.handoff(&mut table, &round_trips).await?;
+    bench.versus_peer(&mut table, handles, &round_trips).await?;
+    bench.held_leases(&mut table).await?;
+    table.latency("  opening one connection p50", round_trips.connects.p50());
+    println!("{table}");
+    println!(
+        "samples: {} cycles each, {HANDOFFS} handoffs; raw SELECT 1 p99 {:.1} µs, raw floor p99 {:.1} µs",
+        ITERATIONS,
+        us(round_trips.select_one.p99()),
+        us(raw_floor.p99())
+    );
+    Ok(())
+}
+
+impl Bench {
+    /// Connects our store, the admin and the raw connections, and prints the header.
+    async fn connect(url: String) -> Result<Self, Box<dyn Error>> {
+        let config = PostgresConfig::from_url(&url)?;
+        println!("PostgreSQL store benchmark against {config}");
+        let store = PostgresStore::connect(config.clone()).await?;
+        let ours: DynLockStore = Arc::new(store.clone());
+        let mut admin = PgConnection::connect(&url).await?;
+        let version: String = sqlx::query("SHOW server_version")
+            .fetch_one(&mut admin)
+            .await?
+            .get(0);
+        let sync: String = sqlx::query(
+            "SELECT current_setting('fsync') || '/' || current_setting('synchronous_commit')",
+        )
         .fetch_one(&mut admin)
         .await?
         .get(0);
-    let sync: String = sqlx::query(
-        "SELECT current_setting('fsync') || '/' || current_setting('synchronous_commit')",
-    )
-    .fetch_one(&mut admin)
-    .await?
-    .get(0);
-    println!("server {version}, fsync/synchronous_commit = {sync}\n");
+        println!("server {version}, fsync/synchronous_commit = {sync}\n");
+        let raw = Arc::new(tokio::sync::Mutex::new(PgConnection::connect(&url).await?));
+        Ok(Bench {
+            url,
+            config,
+            ours,
+            admin,
+            raw,
+        })
+    }
 
-    // Raw round trips on one connection.
-    // One connection, shared with each timed call through a mutex (uncontended).
-    let raw = Arc::new(tokio::sync::Mutex::new(PgConnection::connect(&url).await?));
-    let select_one = time_each(ITERATIONS, |_| {
-        let raw = raw.clone();
-        async move {
-            sqlx::query("SELECT 1")
-                .fetch_one(&mut *raw.lock().await)
-                .await
-                .map(drop)
-                .map_err(|e| fencelock_core::Error::store("SELECT 1", e))
-        }
-    })
-    .await?;
-    let raw_upsert = time_each(ITERATIONS, |_| {
-        let raw = raw.clone();
-        async move {
-            sqlx::query(RAW_BUMP)
-                .bind(434_343_i64)
-                .bind(434_343_i64.to_be_bytes().to_vec())
-                .fetch_one(&mut *raw.lock().await)
-                .await
-                .map(drop)
-                .map_err(|e| fencelock_core::Error::store("raw upsert", e))
-        }
-    })
-    .await?;
-    // The same upsert committed without waiting for the WAL flush, as our grants at the clock
-    // commit: on a connection whose session says synchronous_commit = off.
-    let mut unsynced = PgConnection::connect(&url).await?;
-    sqlx::query("SET synchronous_commit = off")
-        .execute(&mut unsynced)
+    /// Raw round trips on one connection: `SELECT 1`, the fence upsert (durable, then
+    /// unsynced) and opening a connection.
+    async fn raw_round_trips(&self, table: &mut Table) -> Result<RoundTrips, Box<dyn Error>> {
+        let select_one = time_each(ITERATIONS, |_| {
+            let raw = self.raw.clone();
+            async move {
+                sqlx::query("SELECT 1")
+                    .fetch_one(&mut *raw.lock().await)
+                    .await
+                    .map(drop)
+                    .map_err(|e| fencelock_core::Error::store("SELECT 1", e))
+            }
+        })
         .await?;
-    let unsynced = Arc::new(tokio::sync::Mutex::new(unsynced));
-    let unsynced_upsert = time_each(ITERATIONS, |_| {
-        let unsynced = unsynced.clone();
-        async move {
-            sqlx::query(RAW_BUMP)
-                .bind(434_344_i64)
-                .bind(434_344_i64.to_be_bytes().to_vec())
-                .fetch_one(&mut *unsynced.lock().await)
-                .await
-                .map(drop)
-                .map_err(|e| fencelock_core::Error::store("raw unsynced upsert", e))
-        }
-    })
-    .await?;
-    let connects = time_each(50, |_| {
-        let url = url.clone();
-        async move {
-            let conn = PgConnection::connect(&url)
-                .await
-                .map_err(|e| fencelock_core::Error::store("connect", e))?;
-            conn.close()
-                .await
-                .map_err(|e| fencelock_core::Error::store("close", e))
-        }
-    })
-    .await?;
-    // The raw floor and our cycle (the loop of `fencelock_bench::cycle`) in alternating
-    // rounds, so both see the same machine load; warmed up first.
-    // Ours also as a semaphore permit and as a shared lease, where the store keeps them.
-    cycle(&dyn_store, "bench:cycle", TTL, 100).await?;
-    let mut modes = ModeCycles::new(&dyn_store.capabilities());
-    modes.warm_up(&dyn_store, "bench:cycle", TTL, 100).await?;
-    let (mut raw_samples, mut our_samples) = (Vec::new(), Vec::new());
-    for _ in 0..ROUNDS {
-        let mut conn = raw.lock().await;
-        for _ in 0..ITERATIONS / ROUNDS {
-            let started = Instant::now();
-            raw_cycle(&mut conn, 424_242).await?;
-            raw_samples.push(started.elapsed());
-        }
-        drop(conn);
-        cycle_into(
-            &dyn_store,
-            "bench:cycle",
-            TTL,
-            ITERATIONS / ROUNDS,
-            &mut our_samples,
-        )
-        .await?;
-        modes
-            .round(&dyn_store, "bench:cycle", TTL, ITERATIONS / ROUNDS)
-            .await?;
-    }
-    let raw_floor = Samples::new(raw_samples);
-    let ours = Samples::new(our_samples);
-    // The per-entity pattern: a key never locked before in every cycle (its fence row is
-    // inserted, then removed in the background once idle for the retention window).
-    let run = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    let new_keys = time_each(ITERATIONS, |i| {
-        let (store, key) = (dyn_store.clone(), format!("bench:new-key:{run}:{i}"));
-        async move {
-            let lease = store.try_acquire(&key, TTL).await?;
-            store.release(&lease).await.map(drop)
-        }
-    })
-    .await?;
-
-    // Throughput: 16 tasks on distinct keys, raw (one connection per task) and ours (one handle).
-    let mut raw_conns = Vec::new();
-    for _ in 0..TASKS {
-        raw_conns.push(Arc::new(tokio::sync::Mutex::new(
-            PgConnection::connect(&url).await?,
-        )));
-    }
-    let raw_rate = throughput(TASKS, RUN_FOR, move |task, _| {
-        let conn = raw_conns[task].clone();
-        async move { raw_cycle(&mut *conn.lock().await, 1_000_000 + task as i64).await }
-    })
-    .await?;
-    let our_rate =
-        lock_throughput(dyn_store.clone(), "bench:throughput:", TTL, TASKS, RUN_FOR).await?;
-
-    // Handoff: 8 waiters on one key, raw connections and then our handles.
-    let mut raw_waiters = Vec::new();
-    for _ in 0..WAITERS {
-        raw_waiters.push(RawWaiter {
-            conn: PgConnection::connect(&url).await?,
-            id: 5_555_555,
-            bump: true,
-            one_statement: false,
-        });
-    }
-    let raw_handoffs = handoff_between(raw_waiters, HANDOFFS, Handoff::AnyWaiter).await?;
-    let mut bare_waiters = Vec::new();
-    for _ in 0..WAITERS {
-        bare_waiters.push(RawWaiter {
-            conn: PgConnection::connect(&url).await?,
-            id: 5_555_556,
-            bump: false,
-            one_statement: false,
-        });
-    }
-    let bare_handoffs = handoff_between(bare_waiters, HANDOFFS, Handoff::AnyWaiter).await?;
-    let mut handles: Vec<DynLockStore> = Vec::new();
-    for _ in 0..WAITERS {
-        handles.push(Arc::new(PostgresStore::connect(config.clone()).await?));
-    }
-    let handoffs = handoff(handles.clone(), "bench:handoff", TTL, HANDOFFS).await?;
-
-    // The peers' protocol (8 contenders on one key, hold 1 ms, pause 30 ms): ours against the
-    // raw blocking pg_advisory_lock (a session per contender), in interleaved rounds.
-    let mut bare_contenders = Vec::new();
-    for _ in 0..PEERS_CONTENDERS {
-        bare_contenders.push(RawWaiter {
-            conn: PgConnection::connect(&url).await?,
-            id: 5_555_557,
-            bump: false,
-            one_statement: false,
-        });
-    }
-    let protocol = PeersProtocol::HARNESS
-        .run(
-            store_contenders(
-                handles[..PEERS_CONTENDERS].to_vec(),
-                "bench:protocol",
-                TTL,
-                Duration::from_secs(60),
-            ),
-            bare_contenders,
-        )
-        .await?;
-    drop(handles);
-    // The floor in the same protocol: a grant's least work (the blocking lock and an unsynced
-    // fence upsert, one statement) against the bare lock, in rounds of their own. The floor
-    // computed from the back-to-back upsert below understates it: after each 30 ms pause the
-    // backend runs the upsert cold, several times slower than back to back.
-    let (mut fenced_contenders, mut bare_again) = (Vec::new(), Vec::new());
-    for _ in 0..PEERS_CONTENDERS {
-        let mut conn = PgConnection::connect(&url).await?;
+        let raw_upsert = upserts(&self.raw, 434_343, "raw upsert").await?;
+        // The same upsert committed without waiting for the WAL flush, as our grants at the
+        // clock commit: on a connection whose session says synchronous_commit = off.
+        let mut unsynced = PgConnection::connect(&self.url).await?;
         sqlx::query("SET synchronous_commit = off")
-            .execute(&mut conn)
+            .execute(&mut unsynced)
             .await?;
-        fenced_contenders.push(RawWaiter {
-            conn,
-            id: 5_555_558,
-            bump: true,
-            one_statement: true,
-        });
-        bare_again.push(RawWaiter {
-            conn: PgConnection::connect(&url).await?,
-            id: 5_555_559,
-            bump: false,
-            one_statement: false,
-        });
+        let unsynced = Arc::new(tokio::sync::Mutex::new(unsynced));
+        let unsynced_upsert = upserts(&unsynced, 434_344, "raw unsynced upsert").await?;
+        let connects = time_each(50, |_| {
+            let url = self.url.clone();
+            async move {
+                let conn = PgConnection::connect(&url)
+                    .await
+                    .map_err(|e| fencelock_core::Error::store("connect", e))?;
+                conn.close()
+                    .await
+                    .map_err(|e| fencelock_core::Error::store("close", e))
+            }
+        })
+        .await?;
+        table.latency("raw round trip (SELECT 1) p50", select_one.p50());
+        Ok(RoundTrips {
+            select_one,
+            raw_upsert,
+            unsynced_upsert,
+            connects,
+            _unsynced: unsynced,
+        })
     }
-    let protocol_floor = PeersProtocol {
-        rounds: PeersProtocol::HARNESS.rounds / 2,
-        ..PeersProtocol::HARNESS
+
+    /// The raw floor and our cycle (the loop of `fencelock_bench::cycle`) in alternating
+    /// rounds, so both see the same machine load; warmed up first. Ours also as a semaphore
+    /// permit and as a shared lease, where the store keeps them, and on a new key per cycle.
+    /// Returns the raw floor.
+    async fn uncontended_cycles(&self, table: &mut Table) -> fencelock_core::Result<Samples> {
+        let ours = &self.ours;
+        cycle(ours, "bench:cycle", TTL, 100).await?;
+        let mut modes = ModeCycles::new(&ours.capabilities());
+        modes.warm_up(ours, "bench:cycle", TTL, 100).await?;
+        let (mut raw_samples, mut our_samples) = (Vec::new(), Vec::new());
+        for _ in 0..ROUNDS {
+            let mut conn = self.raw.lock().await;
+            for _ in 0..ITERATIONS / ROUNDS {
+                let started = Instant::now();
+                raw_cycle(&mut conn, 424_242).await?;
+                raw_samples.push(started.elapsed());
+            }
+            drop(conn);
+            cycle_into(
+                ours,
+                "bench:cycle",
+                TTL,
+                ITERATIONS / ROUNDS,
+                &mut our_samples,
+            )
+            .await?;
+            modes
+                .round(ours, "bench:cycle", TTL, ITERATIONS / ROUNDS)
+                .await?;
+        }
+        let raw_floor = Samples::new(raw_samples);
+        let our_cycles = Samples::new(our_samples);
+        let new_keys = self.new_key_per_cycle().await?;
+
+        table.latency(
+            "raw floor: try_lock + fence upsert + unlock p50",
+            raw_floor.p50(),
+        );
+        let ratio = us(our_cycles.p50()) / us(raw_floor.p50());
+        table
+            .latency("ours: try_acquire + release p50", our_cycles.p50())
+            .ratio(ratio, Some(("≤ 1.2× raw floor", ratio <= 1.2)));
+        table.latency("ours: try_acquire + release p99", our_cycles.p99());
+        modes.rows(table, "ours: ", Some(raw_floor.p50()), None);
+        table
+            .latency("ours: a new key per cycle p50", new_keys.p50())
+            .ratio(us(new_keys.p50()) / us(raw_floor.p50()), None);
+        table
+            .latency("ours: a new key per cycle p99", new_keys.p99())
+            .ratio(us(new_keys.p99()) / us(raw_floor.p99()), None);
+        Ok(raw_floor)
     }
-    .run(fenced_contenders, bare_again)
-    .await?;
 
-    // 500 leases held at once on one handle, kept alive.
-    let held_store = Arc::new(PostgresStore::connect(config.clone()).await?);
-    let mut held = hold_kept_alive(&held_store, "bench:held:", HELD, HELD_TTL).await?;
-    let lost = held.lost();
-    let store_connections = held_store.open_connections();
-    let store_idle = held_store.idle_connections();
-    let server_connections: i64 =
-        sqlx::query("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'fencelock'")
-            .fetch_one(&mut admin)
-            .await?
-            .get(0);
-    let busy: i64 =
-        sqlx::query("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted")
-            .fetch_one(&mut admin)
-            .await?
-            .get(0);
-    let memory = held_session_memory(&mut admin).await;
-    held.release(&*held_store).await?;
+    /// The per-entity pattern: a key never locked before in every cycle (its fence row is
+    /// inserted, then removed in the background once idle for the retention window).
+    async fn new_key_per_cycle(&self) -> fencelock_core::Result<Samples> {
+        let run = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        time_each(ITERATIONS, |i| {
+            let (store, key) = (self.ours.clone(), format!("bench:new-key:{run}:{i}"));
+            async move {
+                let lease = store.try_acquire(&key, TTL).await?;
+                store.release(&lease).await.map(drop)
+            }
+        })
+        .await
+    }
 
-    let mut table = Table::default();
-    table.latency("raw round trip (SELECT 1) p50", select_one.p50());
-    table.latency(
-        "raw floor: try_lock + fence upsert + unlock p50",
-        raw_floor.p50(),
-    );
-    let ratio = us(ours.p50()) / us(raw_floor.p50());
-    table
-        .latency("ours: try_acquire + release p50", ours.p50())
-        .ratio(ratio, Some(("≤ 1.2× raw floor", ratio <= 1.2)));
-    table.latency("ours: try_acquire + release p99", ours.p99());
-    modes.rows(&mut table, "ours: ", Some(raw_floor.p50()), None);
-    table
-        .latency("ours: a new key per cycle p50", new_keys.p50())
-        .ratio(us(new_keys.p50()) / us(raw_floor.p50()), None);
-    table
-        .latency("ours: a new key per cycle p99", new_keys.p99())
-        .ratio(us(new_keys.p99()) / us(raw_floor.p99()), None);
-    table.rate(format!("raw floor, {TASKS} tasks, distinct keys"), raw_rate);
-    table
-        .rate(format!("ours, {TASKS} tasks, distinct keys"), our_rate)
-        .ratio(our_rate / raw_rate, None);
+    /// Throughput: 16 tasks on distinct keys, raw (one connection per task) and ours (one
+    /// handle).
+    async fn throughput(&self, table: &mut Table) -> Result<(), Box<dyn Error>> {
+        let mut raw_conns = Vec::new();
+        for _ in 0..TASKS {
+            raw_conns.push(Arc::new(tokio::sync::Mutex::new(
+                PgConnection::connect(&self.url).await?,
+            )));
+        }
+        let raw_rate = throughput(TASKS, RUN_FOR, move |task, _| {
+            let conn = raw_conns[task].clone();
+            async move { raw_cycle(&mut *conn.lock().await, 1_000_000 + task as i64).await }
+        })
+        .await?;
+        let our_rate =
+            lock_throughput(self.ours.clone(), "bench:throughput:", TTL, TASKS, RUN_FOR).await?;
+        table.rate(format!("raw floor, {TASKS} tasks, distinct keys"), raw_rate);
+        table
+            .rate(format!("ours, {TASKS} tasks, distinct keys"), our_rate)
+            .ratio(our_rate / raw_rate, None);
+        Ok(())
+    }
+
+    /// Handoff: 8 waiters on one key, raw connections and then our handles. Returns our
+    /// handles, for the peers' protocol.
+    async fn handoff(
+        &self,
+        table: &mut Table,
+        round_trips: &RoundTrips,
+    ) -> Result<Vec<DynLockStore>, Box<dyn Error>> {
+        let raw_waiters = RawWaiter::connect_many(&self.url, WAITERS, 5_555_555, true).await?;
+        let raw_handoffs = handoff_between(raw_waiters, HANDOFFS, Handoff::AnyWaiter).await?;
+        let bare_waiters = RawWaiter::connect_many(&self.url, WAITERS, 5_555_556, false).await?;
+        let bare_handoffs = handoff_between(bare_waiters, HANDOFFS, Handoff::AnyWaiter).await?;
+        let mut handles: Vec<DynLockStore> = Vec::new();
+        for _ in 0..WAITERS {
+            handles.push(Arc::new(PostgresStore::connect(self.config.clone()).await?));
+        }
+        let handoffs = handoff(handles.clone(), "bench:handoff", TTL, HANDOFFS).await?;
+        handoff_rows(table, round_trips, &raw_handoffs, &bare_handoffs, &handoffs);
+        Ok(handles)
+    }
+
+    /// The peers' protocol (8 contenders on one key, hold 1 ms, pause 30 ms): ours against the
+    /// raw blocking pg_advisory_lock (a session per contender), in interleaved rounds; then
+    /// the floor in that protocol. Our handles are dropped between the two.
+    async fn versus_peer(
+        &self,
+        table: &mut Table,
+        handles: Vec<DynLockStore>,
+        round_trips: &RoundTrips,
+    ) -> Result<(), Box<dyn Error>> {
+        let bare_contenders =
+            RawWaiter::connect_many(&self.url, PEERS_CONTENDERS, 5_555_557, false).await?;
+        let protocol = PeersProtocol::HARNESS
+            .run(
+                store_contenders(
+                    handles[..PEERS_CONTENDERS].to_vec(),
+                    "bench:protocol",
+                    TTL,
+                    Duration::from_secs(60),
+                ),
+                bare_contenders,
+            )
+            .await?;
+        drop(handles);
+        let protocol_floor = self.protocol_floor().await?;
+
+        protocol.rows(table, "pg_advisory_lock", 1.2);
+        // As for the handoff: a grant also writes the fence (unsynced at the clock).
+        let floor = round_trips.floor_over(protocol.peer.p50());
+        table.push(
+            "  floor, p50: (that + unsynced upsert − 1 round trip) / that",
+            format!("{floor:.2}×"),
+        );
+        // Measured in the protocol (its own rounds): the lock and an unsynced upsert, one
+        // statement.
+        for (stat, floor, bare) in [
+            ("p50", protocol_floor.ours.p50(), protocol_floor.peer.p50()),
+            (
+                "mean",
+                protocol_floor.ours.mean(),
+                protocol_floor.peer.mean(),
+            ),
+        ] {
+            table
+                .latency(
+                    format!("  floor in the protocol, {stat}: pg_advisory_lock + unsynced upsert, one statement"),
+                    floor,
+                )
+                .ratio(us(floor) / us(bare), None);
+        }
+        Ok(())
+    }
+
+    /// The floor in the peers' protocol: a grant's least work (the blocking lock and an
+    /// unsynced fence upsert, one statement) against the bare lock, in rounds of their own.
+    /// The floor computed from the back-to-back upsert understates it: after each 30 ms pause
+    /// the backend runs the upsert cold, several times slower than back to back.
+    async fn protocol_floor(&self) -> Result<VersusPeer, Box<dyn Error>> {
+        let (mut fenced_contenders, mut bare_again) = (Vec::new(), Vec::new());
+        for _ in 0..PEERS_CONTENDERS {
+            let mut conn = PgConnection::connect(&self.url).await?;
+            sqlx::query("SET synchronous_commit = off")
+                .execute(&mut conn)
+                .await?;
+            fenced_contenders.push(RawWaiter {
+                conn,
+                id: 5_555_558,
+                bump: true,
+                one_statement: true,
+            });
+            bare_again.push(RawWaiter {
+                conn: PgConnection::connect(&self.url).await?,
+                id: 5_555_559,
+                bump: false,
+                one_statement: false,
+            });
+        }
+        Ok(PeersProtocol {
+            rounds: PeersProtocol::HARNESS.rounds / 2,
+            ..PeersProtocol::HARNESS
+        }
+        .run(fenced_contenders, bare_again)
+        .await?)
+    }
+
+    /// 500 leases held at once on one handle, kept alive, with the connections they take.
+    async fn held_leases(&mut self, table: &mut Table) -> Result<(), Box<dyn Error>> {
+        let held_store = Arc::new(PostgresStore::connect(self.config.clone()).await?);
+        let mut held = hold_kept_alive(&held_store, "bench:held:", HELD, HELD_TTL).await?;
+        let lost = held.lost();
+        let store_connections = held_store.open_connections();
+        let store_idle = held_store.idle_connections();
+        let server_connections: i64 = sqlx::query(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'fencelock'",
+        )
+        .fetch_one(&mut self.admin)
+        .await?
+        .get(0);
+        let busy: i64 =
+            sqlx::query("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted")
+                .fetch_one(&mut self.admin)
+                .await?
+                .get(0);
+        let memory = held_session_memory(&mut self.admin).await;
+        held.release(&*held_store).await?;
+
+        table
+            .push(
+                format!("{HELD} leases held with keep-alive, TTL {HELD_TTL:?}, for 3 TTLs"),
+                format!("{} lost", lost),
+            )
+            .target = Some((format!("{HELD} held, none lost"), lost == 0));
+        table.push(
+            "  connections: this handle's (held + idle) / all fencelock ones",
+            format!(
+                "{} + {store_idle} / {server_connections}",
+                store_connections - store_idle
+            ),
+        );
+        table.push("  advisory locks granted on the server", format!("{busy}"));
+        table.push(
+            format!("  time to acquire {HELD} (one at a time)"),
+            format!("{:.0} ms", held.acquired_in.as_secs_f64() * 1e3),
+        );
+        table.latency("  extend p50 while they are kept alive", held.extends.p50());
+        table.latency("  extend p99 while they are kept alive", held.extends.p99());
+        table.push("  server memory per held session (PSS)", memory);
+        Ok(())
+    }
+}
+
+/// `ITERATIONS` fence upserts of the key `id` on `conn`.
+async fn upserts(
+    conn: &Arc<tokio::sync::Mutex<PgConnection>>,
+    id: i64,
+    what: &'static str,
+) -> fencelock_core::Result<Samples> {
+    time_each(ITERATIONS, |_| {
+        let conn = conn.clone();
+        async move {
+            sqlx::query(RAW_BUMP)
+                .bind(id)
+                .bind(id.to_be_bytes().to_vec())
+                .fetch_one(&mut *conn.lock().await)
+                .await
+                .map(drop)
+                .map_err(|e| fencelock_core::Error::store(what, e))
+        }
+    })
+    .await
+}
+
+/// The handoff rows: the raw fence upsert, the raw handoffs and ours against them, and the
+/// floor a fence write sets.
+fn handoff_rows(
+    table: &mut Table,
+    round_trips: &RoundTrips,
+    raw_handoffs: &Samples,
+    bare_handoffs: &Samples,
+    handoffs: &Samples,
+) {
+    let (select_one, raw_upsert) = (&round_trips.select_one, &round_trips.raw_upsert);
     table.latency(
         "raw fence upsert alone (durable commit) p50",
         raw_upsert.p50(),
@@ -441,13 +604,9 @@ async fn main() -> Result<(), Box<dyn Error>> {
         );
     table.latency(
         "raw fence upsert alone, synchronous_commit = off p50",
-        unsynced_upsert.p50(),
+        round_trips.unsynced_upsert.p50(),
     );
-    // A grant writes the fence (unsynced at the clock), so it cannot be faster than a bare
-    // handoff plus that write; the bare handoff's own round trip already carries the reply.
-    let floor_over =
-        |bare: Duration| (us(bare) + us(unsynced_upsert.p50()) - us(select_one.p50())) / us(bare);
-    let floor = floor_over(bare_handoffs.p50());
+    let floor = round_trips.floor_over(bare_handoffs.p50());
     table.push(
         "  floor: (bare handoff + unsynced upsert − 1 round trip) / bare handoff",
         format!("{floor:.2}×"),
@@ -457,59 +616,6 @@ async fn main() -> Result<(), Box<dyn Error>> {
         "handoff p50 / (1 round trip + 1 durable upsert)",
         format!("{:.2}", us(handoffs.p50()) / floor),
     );
-    protocol.rows(&mut table, "pg_advisory_lock", 1.2);
-    // As for the handoff: a grant also writes the fence (unsynced at the clock).
-    let floor = floor_over(protocol.peer.p50());
-    table.push(
-        "  floor, p50: (that + unsynced upsert − 1 round trip) / that",
-        format!("{floor:.2}×"),
-    );
-    // Measured in the protocol (its own rounds): the lock and an unsynced upsert, one statement.
-    for (stat, floor, bare) in [
-        ("p50", protocol_floor.ours.p50(), protocol_floor.peer.p50()),
-        (
-            "mean",
-            protocol_floor.ours.mean(),
-            protocol_floor.peer.mean(),
-        ),
-    ] {
-        table
-            .latency(
-                format!("  floor in the protocol, {stat}: pg_advisory_lock + unsynced upsert, one statement"),
-                floor,
-            )
-            .ratio(us(floor) / us(bare), None);
-    }
-    table
-        .push(
-            format!("{HELD} leases held with keep-alive, TTL {HELD_TTL:?}, for 3 TTLs"),
-            format!("{} lost", lost),
-        )
-        .target = Some((format!("{HELD} held, none lost"), lost == 0));
-    table.push(
-        "  connections: this handle's (held + idle) / all fencelock ones",
-        format!(
-            "{} + {store_idle} / {server_connections}",
-            store_connections - store_idle
-        ),
-    );
-    table.push("  advisory locks granted on the server", format!("{busy}"));
-    table.push(
-        format!("  time to acquire {HELD} (one at a time)"),
-        format!("{:.0} ms", held.acquired_in.as_secs_f64() * 1e3),
-    );
-    table.latency("  extend p50 while they are kept alive", held.extends.p50());
-    table.latency("  extend p99 while they are kept alive", held.extends.p99());
-    table.push("  server memory per held session (PSS)", memory);
-    table.latency("  opening one connection p50", connects.p50());
-    println!("{table}");
-    println!(
-        "samples: {} cycles each, {HANDOFFS} handoffs; raw SELECT 1 p99 {:.1} µs, raw floor p99 {:.1} µs",
-        ITERATIONS,
-        us(select_one.p99()),
-        us(raw_floor.p99())
-    );
-    Ok(())
 }
 
 /// Mean proportional set size of the store's backends, when the server runs on this machine.

@@ -320,148 +320,273 @@ impl Contender for FloorContender {
     }
 }
 
+/// What every scenario shares: the server's URL, our store, and the raw client on the same
+/// kind of connection.
+struct Bench {
+    url: String,
+    config: RedisConfig,
+    ours: DynLockStore,
+    client: redis::Client,
+    manager_config: ConnectionManagerConfig,
+    raw: ConnectionManager,
+    compare_and_delete: redis::Script,
+    floor: Floor,
+    durable: Floor,
+    /// Tags this run's keys, so "a new key per cycle" is new on a server used before.
+    run: u128,
+}
+
+/// The cycles of the raw locks, the floors and ours, timed one cycle each in turn.
+struct Cycles {
+    raw: Samples,
+    unsafe_: Samples,
+    floor: Samples,
+    durable: Samples,
+    ours: Samples,
+    modes: ModeCycles,
+}
+
+/// The throughput rounds of raw, the floors and ours.
+struct Rates {
+    raw: Rate,
+    floor: Rate,
+    durable: Rate,
+    ours: Rate,
+}
+
 #[tokio::main(flavor = "multi_thread")]
 async fn main() -> Result<(), Box<dyn Error>> {
     let (_server, url) = server_or_env(test_servers::RedisServer::start, |s| s.url())?;
-    let config = RedisConfig::from_url(&url)?.with_prefix("bench:")?;
-    println!("Redis store benchmark against {config}");
-    let store = RedisStore::connect(config.clone()).await?;
-    let ours: DynLockStore = Arc::new(store.clone());
+    let bench = Bench::connect(url).await?;
+    let mut table = Table::default();
+    let rtt = bench.raw_round_trips(&mut table).await?;
+    let raw_cycles = bench.uncontended_cycles(&mut table).await?;
+    let our_new_keys = bench.new_key_per_cycle(&mut table, &raw_cycles).await?;
+    bench.throughput(&mut table).await?;
+    let (handles, handoffs) = bench.handoff(&mut table, rtt).await?;
+    let peer_handles = bench
+        .rslock(&mut table, &raw_cycles, &our_new_keys, &handoffs)
+        .await?;
+    bench.versus_peer(&mut table, handles, peer_handles).await?;
+    println!("{table}");
+    print_notes();
+    Ok(())
+}
 
-    // The raw client: the same connection type as the store's, with the same timeouts.
-    let client = redis::Client::open(url.as_str())?;
-    let manager_config = ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(config.connect_timeout()))
-        .set_response_timeout(Some(config.command_timeout()));
-    let raw = ConnectionManager::new_with_config(client.clone(), manager_config.clone()).await?;
-    let version = server_version(&raw).await?;
-    println!(
-        "server {version}, {} cores, load average {} (other work on this machine skews every figure)\n",
-        num_cpus(),
-        load_average()
-    );
+impl Bench {
+    /// Connects our store and the raw client, and prints the header.
+    async fn connect(url: String) -> Result<Self, Box<dyn Error>> {
+        let config = RedisConfig::from_url(&url)?.with_prefix("bench:")?;
+        println!("Redis store benchmark against {config}");
+        let store = RedisStore::connect(config.clone()).await?;
+        let ours: DynLockStore = Arc::new(store.clone());
 
-    // Raw round trips.
-    let ping = time_each(ITERATIONS, |_| {
-        let mut raw = raw.clone();
-        async move {
-            redis::cmd("PING")
-                .query_async::<String>(&mut raw)
-                .await
-                .map(drop)
-                .map_err(failed("PING"))
-        }
-    })
-    .await?;
-    let set_nx = time_each(ITERATIONS, |i| {
-        let mut raw = raw.clone();
-        async move {
-            redis::cmd("SET")
-                .arg(format!("raw:set:{i}"))
-                .arg("x")
-                .arg("NX")
-                .arg("PX")
-                .arg(1_000)
-                .query_async::<Option<String>>(&mut raw)
-                .await
-                .map(drop)
-                .map_err(failed("SET NX PX"))
-        }
-    })
-    .await?;
-    let compare_and_delete = redis::Script::new(COMPARE_AND_DELETE);
-    let evalsha = time_each(ITERATIONS, |i| {
-        let (mut raw, script) = (raw.clone(), compare_and_delete.clone());
-        async move {
-            script
-                .key(format!("raw:evalsha:{i}"))
-                .arg("nobody")
-                .invoke_async::<i64>(&mut raw)
-                .await
-                .map(drop)
-                .map_err(failed("EVALSHA"))
-        }
-    })
-    .await?;
-
-    // The raw cycles, the floors and ours one cycle each in turn, so all see the same machine
-    // load; ours also as a semaphore permit and as a shared lease, where the store keeps them,
-    // in alternating rounds.
-    cycle(&ours, "cycle", TTL, 200).await?;
-    let mut modes = ModeCycles::new(&ours.capabilities());
-    modes.warm_up(&ours, "cycle", TTL, 200).await?;
-    let (floor, durable) = (Floor::new(), Floor::durable());
-    for _ in 0..200 {
-        floor.cycle(&mut raw.clone(), "cycle", TTL).await?;
-        durable.cycle(&mut raw.clone(), "cycle", TTL).await?;
+        // The raw client: the same connection type as the store's, with the same timeouts.
+        let client = redis::Client::open(url.as_str())?;
+        let manager_config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(config.connect_timeout()))
+            .set_response_timeout(Some(config.command_timeout()));
+        let raw =
+            ConnectionManager::new_with_config(client.clone(), manager_config.clone()).await?;
+        let version = server_version(&raw).await?;
+        println!(
+            "server {version}, {} cores, load average {} (other work on this machine skews every figure)\n",
+            num_cpus(),
+            load_average()
+        );
+        Ok(Bench {
+            url,
+            config,
+            ours,
+            client,
+            manager_config,
+            raw,
+            compare_and_delete: redis::Script::new(COMPARE_AND_DELETE),
+            floor: Floor::new(),
+            durable: Floor::durable(),
+            run: run_id(),
+        })
     }
-    let (mut raw_samples, mut unsafe_samples, mut floor_samples, mut our_samples) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let mut durable_samples = Vec::new();
-    let mut raw_conn = raw.clone();
-    for _ in 0..ROUNDS {
-        // One cycle of each in turn, so that a change in the machine's load falls on all of
-        // them alike: in blocks of 200 cycles each, ours / the fenced floor moved between 1.04
-        // and 1.13 from run to run; one at a time, between 1.02 and 1.09 (ten runs).
-        for _ in 0..ITERATIONS / ROUNDS {
-            let started = Instant::now();
-            raw_cycle(&mut raw_conn, &compare_and_delete, "raw:cycle").await?;
-            raw_samples.push(started.elapsed());
-            let started = Instant::now();
-            unsafe_cycle(&mut raw_conn, "raw:unsafe-cycle").await?;
-            unsafe_samples.push(started.elapsed());
-            let started = Instant::now();
-            floor.cycle(&mut raw_conn, "cycle", TTL).await?;
-            floor_samples.push(started.elapsed());
-            let started = Instant::now();
-            durable.cycle(&mut raw_conn, "cycle", TTL).await?;
-            durable_samples.push(started.elapsed());
-            cycle_into(&ours, "cycle", TTL, 1, &mut our_samples).await?;
-        }
-        modes
-            .round(&ours, "cycle", TTL, ITERATIONS / ROUNDS)
-            .await?;
-    }
-    let raw_cycles = Samples::new(raw_samples);
-    let unsafe_cycles = Samples::new(unsafe_samples);
-    let floor_cycles = Samples::new(floor_samples);
-    let durable_cycles = Samples::new(durable_samples);
-    let our_cycles = Samples::new(our_samples);
-    // The per-entity pattern: a key never locked before in every cycle (its fence is created,
-    // then left to expire after the retention window).
-    let run = run_id();
-    let our_new_keys = time_each(ITERATIONS, |i| {
-        let (ours, key) = (ours.clone(), format!("new-key:{run}:{i}"));
-        async move {
-            let lease = ours.try_acquire(&key, TTL).await?;
-            ours.release(&lease).await.map(drop)
-        }
-    })
-    .await?;
 
-    // Throughput: 64 tasks on distinct keys over one multiplexed connection each way, raw,
-    // floor and ours in alternating rounds, with the server's own time per cycle.
-    let mut admin = raw.clone();
-    let (mut raw_rate, mut floor_rate, mut durable_rate, mut our_rate) = (
-        Rate::default(),
-        Rate::default(),
-        Rate::default(),
-        Rate::default(),
-    );
-    let slice = RUN_FOR / THROUGHPUT_ROUNDS;
-    for _ in 0..THROUGHPUT_ROUNDS {
-        let raw_run = throughput(TASKS, slice, {
-            let (raw, script) = (raw.clone(), compare_and_delete.clone());
-            move |task, _| {
-                let (mut raw, script) = (raw.clone(), script.clone());
-                async move { raw_cycle(&mut raw, &script, &format!("raw:throughput:{task}")).await }
+    /// `PING`, `SET NX PX` and `EVALSHA` of a compare-and-delete; returns the raw round trip
+    /// (the `SET NX PX` p50) that the handoff rows are measured against.
+    async fn raw_round_trips(&self, table: &mut Table) -> fencelock_core::Result<Duration> {
+        let ping = time_each(ITERATIONS, |_| {
+            let mut raw = self.raw.clone();
+            async move {
+                redis::cmd("PING")
+                    .query_async::<String>(&mut raw)
+                    .await
+                    .map(drop)
+                    .map_err(failed("PING"))
             }
-        });
-        raw_rate
-            .round(&mut admin, &["set", "evalsha"], raw_run)
-            .await?;
-        let floor_run = throughput(TASKS, slice, {
-            let (raw, floor) = (raw.clone(), floor.clone());
+        })
+        .await?;
+        let set_nx = time_each(ITERATIONS, |i| {
+            let mut raw = self.raw.clone();
+            async move {
+                redis::cmd("SET")
+                    .arg(format!("raw:set:{i}"))
+                    .arg("x")
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(1_000)
+                    .query_async::<Option<String>>(&mut raw)
+                    .await
+                    .map(drop)
+                    .map_err(failed("SET NX PX"))
+            }
+        })
+        .await?;
+        let evalsha = time_each(ITERATIONS, |i| {
+            let (mut raw, script) = (self.raw.clone(), self.compare_and_delete.clone());
+            async move {
+                script
+                    .key(format!("raw:evalsha:{i}"))
+                    .arg("nobody")
+                    .invoke_async::<i64>(&mut raw)
+                    .await
+                    .map(drop)
+                    .map_err(failed("EVALSHA"))
+            }
+        })
+        .await?;
+        let rtt = set_nx.p50();
+        table.latency("raw PING p50", ping.p50());
+        table.latency("raw SET NX PX p50 (the raw round trip)", rtt);
+        table.latency("raw EVALSHA compare-and-delete p50", evalsha.p50());
+        Ok(rtt)
+    }
+
+    /// The raw cycles, the floors and ours, exclusive and in the store's other modes; returns
+    /// the raw cycle that later rows are measured against.
+    async fn uncontended_cycles(&self, table: &mut Table) -> fencelock_core::Result<Samples> {
+        let cycles = self.time_cycles().await?;
+        cycles.rows(table);
+        Ok(cycles.raw)
+    }
+
+    /// The raw cycles, the floors and ours one cycle each in turn, so all see the same machine
+    /// load; ours also as a semaphore permit and as a shared lease, where the store keeps them,
+    /// in alternating rounds.
+    async fn time_cycles(&self) -> fencelock_core::Result<Cycles> {
+        let (ours, floor, durable) = (&self.ours, &self.floor, &self.durable);
+        cycle(ours, "cycle", TTL, 200).await?;
+        let mut modes = ModeCycles::new(&ours.capabilities());
+        modes.warm_up(ours, "cycle", TTL, 200).await?;
+        for _ in 0..200 {
+            floor.cycle(&mut self.raw.clone(), "cycle", TTL).await?;
+            durable.cycle(&mut self.raw.clone(), "cycle", TTL).await?;
+        }
+        let (mut raw_samples, mut unsafe_samples, mut floor_samples, mut our_samples) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let mut durable_samples = Vec::new();
+        let mut raw_conn = self.raw.clone();
+        for _ in 0..ROUNDS {
+            // One cycle of each in turn, so that a change in the machine's load falls on all of
+            // them alike: in blocks of 200 cycles each, ours / the fenced floor moved between 1.04
+            // and 1.13 from run to run; one at a time, between 1.02 and 1.09 (ten runs).
+            for _ in 0..ITERATIONS / ROUNDS {
+                let started = Instant::now();
+                raw_cycle(&mut raw_conn, &self.compare_and_delete, "raw:cycle").await?;
+                raw_samples.push(started.elapsed());
+                let started = Instant::now();
+                unsafe_cycle(&mut raw_conn, "raw:unsafe-cycle").await?;
+                unsafe_samples.push(started.elapsed());
+                let started = Instant::now();
+                floor.cycle(&mut raw_conn, "cycle", TTL).await?;
+                floor_samples.push(started.elapsed());
+                let started = Instant::now();
+                durable.cycle(&mut raw_conn, "cycle", TTL).await?;
+                durable_samples.push(started.elapsed());
+                cycle_into(ours, "cycle", TTL, 1, &mut our_samples).await?;
+            }
+            modes.round(ours, "cycle", TTL, ITERATIONS / ROUNDS).await?;
+        }
+        Ok(Cycles {
+            raw: Samples::new(raw_samples),
+            unsafe_: Samples::new(unsafe_samples),
+            floor: Samples::new(floor_samples),
+            durable: Samples::new(durable_samples),
+            ours: Samples::new(our_samples),
+            modes,
+        })
+    }
+
+    /// The per-entity pattern: a key never locked before in every cycle (its fence is created,
+    /// then left to expire after the retention window). Returns ours, for the rslock rows.
+    async fn new_key_per_cycle(
+        &self,
+        table: &mut Table,
+        raw_cycles: &Samples,
+    ) -> fencelock_core::Result<Samples> {
+        let run = self.run;
+        let our_new_keys = time_each(ITERATIONS, |i| {
+            let (ours, key) = (self.ours.clone(), format!("new-key:{run}:{i}"));
+            async move {
+                let lease = ours.try_acquire(&key, TTL).await?;
+                ours.release(&lease).await.map(drop)
+            }
+        })
+        .await?;
+        table
+            .latency("ours: a new key per cycle p50", our_new_keys.p50())
+            .ratio(us(our_new_keys.p50()) / us(raw_cycles.p50()), None);
+        table
+            .latency("ours: a new key per cycle p99", our_new_keys.p99())
+            .ratio(us(our_new_keys.p99()) / us(raw_cycles.p99()), None);
+        Ok(our_new_keys)
+    }
+
+    /// Throughput: 64 tasks on distinct keys over one multiplexed connection each way, raw,
+    /// the floors and ours in alternating rounds, with the server's own time per cycle.
+    async fn throughput(&self, table: &mut Table) -> fencelock_core::Result<()> {
+        let mut admin = self.raw.clone();
+        let mut rates = Rates {
+            raw: Rate::default(),
+            floor: Rate::default(),
+            durable: Rate::default(),
+            ours: Rate::default(),
+        };
+        let slice = RUN_FOR / THROUGHPUT_ROUNDS;
+        for _ in 0..THROUGHPUT_ROUNDS {
+            let raw_run = throughput(TASKS, slice, {
+                let (raw, script) = (self.raw.clone(), self.compare_and_delete.clone());
+                move |task, _| {
+                    let (mut raw, script) = (raw.clone(), script.clone());
+                    async move { raw_cycle(&mut raw, &script, &format!("raw:throughput:{task}")).await }
+                }
+            });
+            rates
+                .raw
+                .round(&mut admin, &["set", "evalsha"], raw_run)
+                .await?;
+            let floor_run = self.floor_throughput(&self.floor, slice);
+            rates
+                .floor
+                .round(&mut admin, &["evalsha"], floor_run)
+                .await?;
+            let durable_run = self.floor_throughput(&self.durable, slice);
+            rates
+                .durable
+                .round(&mut admin, &["evalsha"], durable_run)
+                .await?;
+            let our_run = lock_throughput(self.ours.clone(), "throughput:", TTL, TASKS, slice);
+            rates.ours.round(&mut admin, &["evalsha"], our_run).await?;
+        }
+        rates.rows(table);
+        rates.cost_rows(table);
+        Ok(())
+    }
+
+    /// One throughput round of a fenced floor's cycle, `TASKS` tasks on distinct keys.
+    fn floor_throughput(
+        &self,
+        floor: &Floor,
+        slice: Duration,
+    ) -> impl std::future::Future<Output = fencelock_core::Result<f64>> {
+        throughput(TASKS, slice, {
+            let (raw, floor) = (self.raw.clone(), floor.clone());
             move |task, _| {
                 let (mut raw, floor) = (raw.clone(), floor.clone());
                 async move {
@@ -470,260 +595,279 @@ async fn main() -> Result<(), Box<dyn Error>> {
                         .await
                 }
             }
-        });
-        floor_rate
-            .round(&mut admin, &["evalsha"], floor_run)
-            .await?;
-        let durable_run = throughput(TASKS, slice, {
-            let (raw, durable) = (raw.clone(), durable.clone());
-            move |task, _| {
-                let (mut raw, durable) = (raw.clone(), durable.clone());
-                async move {
-                    durable
-                        .cycle(&mut raw, &format!("throughput:{task}"), TTL)
-                        .await
-                }
-            }
-        });
-        durable_rate
-            .round(&mut admin, &["evalsha"], durable_run)
-            .await?;
-        let our_run = lock_throughput(ours.clone(), "throughput:", TTL, TASKS, slice);
-        our_rate.round(&mut admin, &["evalsha"], our_run).await?;
+        })
     }
 
-    // Handoff: 8 waiters on one key, one store handle (two connections) each.
-    let mut handles: Vec<DynLockStore> = Vec::new();
-    for _ in 0..WAITERS {
-        handles.push(Arc::new(RedisStore::connect(config.clone()).await?));
-    }
-    let notify = raw_notify(&client, 500).await?;
-    let handoffs = handoff_to_another(handles.clone(), "handoff", TTL, HOLD, HANDOFFS).await?;
-    let reacquiring = handoff(handles.clone(), "handoff-any", TTL, HANDOFFS).await?;
-
-    // The peer: rslock on the same server, one LockManager per waiter.
-    let peer: DynLockStore = Arc::new(Rslock::new(vec![url.clone()]));
-    let peer_cycles = cycle(&peer, "rslock:cycle", TTL, ITERATIONS / 4).await?;
-    let peer_new_keys = time_each(ITERATIONS / 4, |i| {
-        let (peer, key) = (peer.clone(), format!("rslock:new-key:{run}:{i}"));
-        async move {
-            let lease = peer.try_acquire(&key, TTL).await?;
-            peer.release(&lease).await.map(drop)
+    /// Handoff: 8 waiters on one key, one store handle (two connections) each, next to its
+    /// physical floor. Returns the handles, for the peers' protocol, and the handoffs.
+    async fn handoff(
+        &self,
+        table: &mut Table,
+        rtt: Duration,
+    ) -> fencelock_core::Result<(Vec<DynLockStore>, Samples)> {
+        let mut handles: Vec<DynLockStore> = Vec::new();
+        for _ in 0..WAITERS {
+            handles.push(Arc::new(RedisStore::connect(self.config.clone()).await?));
         }
-    })
-    .await?;
-    let mut peer_handles: Vec<DynLockStore> = Vec::new();
-    for _ in 0..WAITERS {
-        peer_handles.push(Arc::new(Rslock::new(vec![url.clone()])));
-    }
-    let peer_handoffs = handoff_to_another(
-        peer_handles.clone(),
-        "rslock:handoff",
-        TTL,
-        HOLD,
-        PEER_HANDOFFS,
-    )
-    .await?;
+        let notify = raw_notify(&self.client, 500).await?;
+        let handoffs = handoff_to_another(handles.clone(), "handoff", TTL, HOLD, HANDOFFS).await?;
+        let reacquiring = handoff(handles.clone(), "handoff-any", TTL, HANDOFFS).await?;
 
-    // The peers' protocol (8 contenders on one key, hold 1 ms, pause 30 ms): ours against
-    // rslock, in interleaved rounds, on the handles of the handoff runs, and the durable fenced
-    // floor in the same rounds (its acquire script, waiting on the release's PUBLISH).
-    let wait = Duration::from_secs(60);
-    let mut floor_contenders = Vec::with_capacity(PEERS_CONTENDERS);
-    for _ in 0..PEERS_CONTENDERS {
-        floor_contenders.push(
-            FloorContender::connect(&client, manager_config.clone(), durable.clone(), "protocol")
-                .await?,
+        let handoff_rtts = us(handoffs.p50()) / us(rtt);
+        table
+            .latency(format!("handoff p50, {WAITERS} waiters"), handoffs.p50())
+            .ratio(
+                handoff_rtts,
+                Some(("p50 ≤ 3 raw round trips", handoff_rtts <= 3.0)),
+            );
+        table
+            .latency(format!("handoff p99, {WAITERS} waiters"), handoffs.p99())
+            .ratio(us(handoffs.p99()) / us(rtt), None);
+        table.latency("  raw PUBLISH → subscriber after idle p50", notify.p50());
+        let floor = us(notify.p50()) + us(rtt);
+        table.push(
+            "  handoff p50 / (that + 1 raw round trip)",
+            format!("{:.2}", us(handoffs.p50()) / floor),
         );
+        table
+            .latency(
+                "  releaser may re-take (fencelock_bench) p50",
+                reacquiring.p50(),
+            )
+            .ratio(us(reacquiring.p50()) / us(rtt), None);
+        Ok((handles, handoffs))
     }
-    let protocol = PeersProtocol::HARNESS
-        .run_with_floor(
-            store_contenders(handles[..PEERS_CONTENDERS].to_vec(), "protocol", TTL, wait),
-            store_contenders(
-                peer_handles[..PEERS_CONTENDERS].to_vec(),
-                "rslock:protocol",
-                TTL,
-                wait,
-            ),
-            floor_contenders,
+
+    /// The peer: rslock on the same server, its cycle, a new key per cycle and its handoff,
+    /// one LockManager per waiter. Returns those handles, for the peers' protocol.
+    async fn rslock(
+        &self,
+        table: &mut Table,
+        raw_cycles: &Samples,
+        our_new_keys: &Samples,
+        handoffs: &Samples,
+    ) -> fencelock_core::Result<Vec<DynLockStore>> {
+        let peer: DynLockStore = Arc::new(Rslock::new(vec![self.url.clone()]));
+        let peer_cycles = cycle(&peer, "rslock:cycle", TTL, ITERATIONS / 4).await?;
+        let run = self.run;
+        let peer_new_keys = time_each(ITERATIONS / 4, |i| {
+            let (peer, key) = (peer.clone(), format!("rslock:new-key:{run}:{i}"));
+            async move {
+                let lease = peer.try_acquire(&key, TTL).await?;
+                peer.release(&lease).await.map(drop)
+            }
+        })
+        .await?;
+        let mut peer_handles: Vec<DynLockStore> = Vec::new();
+        for _ in 0..WAITERS {
+            peer_handles.push(Arc::new(Rslock::new(vec![self.url.clone()])));
+        }
+        let peer_handoffs = handoff_to_another(
+            peer_handles.clone(),
+            "rslock:handoff",
+            TTL,
+            HOLD,
+            PEER_HANDOFFS,
         )
         .await?;
 
-    let rtt = set_nx.p50();
-    let mut table = Table::default();
-    table.latency("raw PING p50", ping.p50());
-    table.latency("raw SET NX PX p50 (the raw round trip)", rtt);
-    table.latency("raw EVALSHA compare-and-delete p50", evalsha.p50());
-    table.latency("raw cycle: SET NX PX + EVALSHA p50", raw_cycles.p50());
-    table.latency("raw cycle p99", raw_cycles.p99());
-    table
-        .latency("SET NX PX + DEL (unsafe floor) p50", unsafe_cycles.p50())
-        .ratio(us(unsafe_cycles.p50()) / us(raw_cycles.p50()), None);
-    table
-        .latency(
-            "raw fenced floor: EVALSHA acquire + release p50",
-            floor_cycles.p50(),
-        )
-        .ratio(us(floor_cycles.p50()) / us(raw_cycles.p50()), None);
-    table
-        .latency("raw fenced floor p99", floor_cycles.p99())
-        .ratio(us(floor_cycles.p99()) / us(raw_cycles.p99()), None);
-    let cycle_ratio = us(our_cycles.p50()) / us(raw_cycles.p50());
-    table
-        .latency("ours: try_acquire + release p50", our_cycles.p50())
-        .ratio(
-            cycle_ratio,
-            Some(("≤ 1.15× the raw cycle", cycle_ratio <= 1.15)),
+        table
+            .latency("rslock: lock + unlock p50", peer_cycles.p50())
+            .ratio(us(peer_cycles.p50()) / us(raw_cycles.p50()), None);
+        table.latency("rslock: lock + unlock p99", peer_cycles.p99());
+        table
+            .latency("rslock: a new key per cycle p50", peer_new_keys.p50())
+            .ratio(us(peer_new_keys.p50()) / us(raw_cycles.p50()), None);
+        table.push(
+            "  ours / rslock, a new key per cycle p50",
+            format!("{:.2}", us(our_new_keys.p50()) / us(peer_new_keys.p50())),
         );
-    let floor_ratio = us(our_cycles.p50()) / us(floor_cycles.p50());
-    let durable_cycle_reach = us(durable_cycles.p50()) / us(floor_cycles.p50());
-    table
-        .push("  ours / the fenced floor, p50", String::new())
-        .ratio(
-            floor_ratio,
-            Some((
-                if durable_cycle_reach > 1.1 {
-                    "≤ 1.1× the fenced floor (out of reach of durable tokens in this run, below)"
-                } else {
-                    "≤ 1.1× the fenced floor"
-                },
-                floor_ratio <= 1.1,
-            )),
+        rslock_handoff_rows(table, WAITERS, handoffs, &peer_handoffs);
+        Ok(peer_handles)
+    }
+
+    /// The peers' protocol (8 contenders on one key, hold 1 ms, pause 30 ms): ours against
+    /// rslock, in interleaved rounds, on the handles of the handoff runs, and the durable fenced
+    /// floor in the same rounds (its acquire script, waiting on the release's PUBLISH).
+    async fn versus_peer(
+        &self,
+        table: &mut Table,
+        handles: Vec<DynLockStore>,
+        peer_handles: Vec<DynLockStore>,
+    ) -> fencelock_core::Result<()> {
+        let wait = Duration::from_secs(60);
+        let mut floor_contenders = Vec::with_capacity(PEERS_CONTENDERS);
+        for _ in 0..PEERS_CONTENDERS {
+            floor_contenders.push(
+                FloorContender::connect(
+                    &self.client,
+                    self.manager_config.clone(),
+                    self.durable.clone(),
+                    "protocol",
+                )
+                .await?,
+            );
+        }
+        let protocol = PeersProtocol::HARNESS
+            .run_with_floor(
+                store_contenders(handles[..PEERS_CONTENDERS].to_vec(), "protocol", TTL, wait),
+                store_contenders(
+                    peer_handles[..PEERS_CONTENDERS].to_vec(),
+                    "rslock:protocol",
+                    TTL,
+                    wait,
+                ),
+                floor_contenders,
+            )
+            .await?;
+        protocol.rows_with_floor(table, "rslock", 1.0, "the durable fenced floor");
+        Ok(())
+    }
+}
+
+impl Cycles {
+    /// The cycle rows: the raw cycle, the floors and ours against it, then ours in each mode.
+    fn rows(&self, table: &mut Table) {
+        let (raw, ours) = (&self.raw, &self.ours);
+        table.latency("raw cycle: SET NX PX + EVALSHA p50", raw.p50());
+        table.latency("raw cycle p99", raw.p99());
+        table
+            .latency("SET NX PX + DEL (unsafe floor) p50", self.unsafe_.p50())
+            .ratio(us(self.unsafe_.p50()) / us(raw.p50()), None);
+        table
+            .latency(
+                "raw fenced floor: EVALSHA acquire + release p50",
+                self.floor.p50(),
+            )
+            .ratio(us(self.floor.p50()) / us(raw.p50()), None);
+        table
+            .latency("raw fenced floor p99", self.floor.p99())
+            .ratio(us(self.floor.p99()) / us(raw.p99()), None);
+        let cycle_ratio = us(ours.p50()) / us(raw.p50());
+        table
+            .latency("ours: try_acquire + release p50", ours.p50())
+            .ratio(
+                cycle_ratio,
+                Some(("≤ 1.15× the raw cycle", cycle_ratio <= 1.15)),
+            );
+        let floor_ratio = us(ours.p50()) / us(self.floor.p50());
+        let durable_cycle_reach = us(self.durable.p50()) / us(self.floor.p50());
+        table
+            .push("  ours / the fenced floor, p50", String::new())
+            .ratio(
+                floor_ratio,
+                Some((
+                    if durable_cycle_reach > 1.1 {
+                        "≤ 1.1× the fenced floor (out of reach of durable tokens in this run, below)"
+                    } else {
+                        "≤ 1.1× the fenced floor"
+                    },
+                    floor_ratio <= 1.1,
+                )),
+            );
+        table
+            .latency(
+                "raw durable fenced floor (tokens survive data loss) p50",
+                self.durable.p50(),
+            )
+            .ratio(us(self.durable.p50()) / us(raw.p50()), None);
+        table.push(
+            "  ours / the durable fenced floor, p50",
+            format!("{:.2}", us(ours.p50()) / us(self.durable.p50())),
         );
-    table
-        .latency(
-            "raw durable fenced floor (tokens survive data loss) p50",
-            durable_cycles.p50(),
-        )
-        .ratio(us(durable_cycles.p50()) / us(raw_cycles.p50()), None);
-    table.push(
-        "  ours / the durable fenced floor, p50",
-        format!("{:.2}", us(our_cycles.p50()) / us(durable_cycles.p50())),
-    );
-    table.push(
-        "  the durable floor / the fenced floor, p50: the least durable tokens allow",
-        format!("{durable_cycle_reach:.2}"),
-    );
-    table
-        .latency("ours: try_acquire + release p99", our_cycles.p99())
-        .ratio(us(our_cycles.p99()) / us(raw_cycles.p99()), None);
-    modes.rows(
-        &mut table,
-        "ours: ",
-        Some(raw_cycles.p50()),
-        Some(raw_cycles.p99()),
-    );
-    table
-        .latency("ours: a new key per cycle p50", our_new_keys.p50())
-        .ratio(us(our_new_keys.p50()) / us(raw_cycles.p50()), None);
-    table
-        .latency("ours: a new key per cycle p99", our_new_keys.p99())
-        .ratio(us(our_new_keys.p99()) / us(raw_cycles.p99()), None);
-    table.rate(
-        format!("raw cycle, {TASKS} tasks, distinct keys"),
-        raw_rate.per_second(),
-    );
-    table
-        .rate(
-            format!("raw fenced floor, {TASKS} tasks, distinct keys"),
-            floor_rate.per_second(),
-        )
-        .ratio(floor_rate.per_second() / raw_rate.per_second(), None);
-    let rate_ratio = our_rate.per_second() / raw_rate.per_second();
-    table
-        .rate(
-            format!("ours, {TASKS} tasks, distinct keys"),
-            our_rate.per_second(),
-        )
-        .ratio(rate_ratio, Some(("≥ 0.8× raw", rate_ratio >= 0.8)));
-    let floor_rate_ratio = our_rate.per_second() / floor_rate.per_second();
-    let durable_reach = durable_rate.per_second() / floor_rate.per_second();
-    table
-        .push("  ours / the fenced floor, throughput", String::new())
-        .ratio(
-            floor_rate_ratio,
-            Some((
+        table.push(
+            "  the durable floor / the fenced floor, p50: the least durable tokens allow",
+            format!("{durable_cycle_reach:.2}"),
+        );
+        table
+            .latency("ours: try_acquire + release p99", ours.p99())
+            .ratio(us(ours.p99()) / us(raw.p99()), None);
+        self.modes
+            .rows(table, "ours: ", Some(raw.p50()), Some(raw.p99()));
+    }
+}
+
+impl Rates {
+    /// The rate rows: raw, the floors and ours, with ours against raw and the floors.
+    fn rows(&self, table: &mut Table) {
+        let (raw, floor, durable, ours) = (
+            self.raw.per_second(),
+            self.floor.per_second(),
+            self.durable.per_second(),
+            self.ours.per_second(),
+        );
+        table.rate(format!("raw cycle, {TASKS} tasks, distinct keys"), raw);
+        table
+            .rate(
+                format!("raw fenced floor, {TASKS} tasks, distinct keys"),
+                floor,
+            )
+            .ratio(floor / raw, None);
+        let rate_ratio = ours / raw;
+        table
+            .rate(format!("ours, {TASKS} tasks, distinct keys"), ours)
+            .ratio(rate_ratio, Some(("≥ 0.8× raw", rate_ratio >= 0.8)));
+        let floor_rate_ratio = ours / floor;
+        let durable_reach = durable / floor;
+        table
+            .push("  ours / the fenced floor, throughput", String::new())
+            .ratio(
+                floor_rate_ratio,
+                Some((
+                    if durable_reach < 0.9 {
+                        "≥ 0.9× the fenced floor (out of reach of durable tokens in this run, below)"
+                    } else {
+                        "≥ 0.9× the fenced floor"
+                    },
+                    floor_rate_ratio >= 0.9,
+                )),
+            );
+        table.rate(
+            format!("raw durable fenced floor, {TASKS} tasks, distinct keys"),
+            durable,
+        );
+        table.push(
+            "  ours / the durable fenced floor, throughput",
+            format!("{:.2}", ours / durable),
+        );
+        table.push(
+            "  the durable floor / the fenced floor: the most durable tokens allow",
+            format!(
+                "{durable_reach:.2}{}",
                 if durable_reach < 0.9 {
-                    "≥ 0.9× the fenced floor (out of reach of durable tokens in this run, below)"
+                    " (0.9× is out of reach of tokens that survive data loss in this run)"
                 } else {
-                    "≥ 0.9× the fenced floor"
-                },
-                floor_rate_ratio >= 0.9,
-            )),
+                    ""
+                }
+            ),
         );
-    table.rate(
-        format!("raw durable fenced floor, {TASKS} tasks, distinct keys"),
-        durable_rate.per_second(),
-    );
-    table.push(
-        "  ours / the durable fenced floor, throughput",
-        format!("{:.2}", our_rate.per_second() / durable_rate.per_second()),
-    );
-    table.push(
-        "  the durable floor / the fenced floor: the most durable tokens allow",
-        format!(
-            "{durable_reach:.2}{}",
-            if durable_reach < 0.9 {
-                " (0.9× is out of reach of tokens that survive data loss in this run)"
-            } else {
-                ""
-            }
-        ),
-    );
-    let each = |f: fn(&Rate) -> f64| {
-        [&raw_rate, &floor_rate, &durable_rate, &our_rate]
-            .map(|r| format!("{:.1}", f(r)))
-            .join(" / ")
-            + " µs"
-    };
-    table.push(
-        "  server CPU per cycle (main thread): raw / floor / durable / ours",
-        each(Rate::cpu_per_cycle),
-    );
-    table.push(
-        "  client CPU per cycle (this process): raw / floor / durable / ours",
-        each(Rate::client_cpu_per_cycle),
-    );
-    table.push(
-        "  server time in commands per cycle: raw / floor / durable / ours",
-        each(Rate::commands_per_cycle),
-    );
-    let handoff_rtts = us(handoffs.p50()) / us(rtt);
-    table
-        .latency(format!("handoff p50, {WAITERS} waiters"), handoffs.p50())
-        .ratio(
-            handoff_rtts,
-            Some(("p50 ≤ 3 raw round trips", handoff_rtts <= 3.0)),
+    }
+
+    /// What a cycle cost the server and this process, per contender.
+    fn cost_rows(&self, table: &mut Table) {
+        let each = |f: fn(&Rate) -> f64| {
+            [&self.raw, &self.floor, &self.durable, &self.ours]
+                .map(|r| format!("{:.1}", f(r)))
+                .join(" / ")
+                + " µs"
+        };
+        table.push(
+            "  server CPU per cycle (main thread): raw / floor / durable / ours",
+            each(Rate::cpu_per_cycle),
         );
-    table
-        .latency(format!("handoff p99, {WAITERS} waiters"), handoffs.p99())
-        .ratio(us(handoffs.p99()) / us(rtt), None);
-    table.latency("  raw PUBLISH → subscriber after idle p50", notify.p50());
-    let floor = us(notify.p50()) + us(rtt);
-    table.push(
-        "  handoff p50 / (that + 1 raw round trip)",
-        format!("{:.2}", us(handoffs.p50()) / floor),
-    );
-    table
-        .latency(
-            "  releaser may re-take (fencelock_bench) p50",
-            reacquiring.p50(),
-        )
-        .ratio(us(reacquiring.p50()) / us(rtt), None);
-    table
-        .latency("rslock: lock + unlock p50", peer_cycles.p50())
-        .ratio(us(peer_cycles.p50()) / us(raw_cycles.p50()), None);
-    table.latency("rslock: lock + unlock p99", peer_cycles.p99());
-    table
-        .latency("rslock: a new key per cycle p50", peer_new_keys.p50())
-        .ratio(us(peer_new_keys.p50()) / us(raw_cycles.p50()), None);
-    table.push(
-        "  ours / rslock, a new key per cycle p50",
-        format!("{:.2}", us(our_new_keys.p50()) / us(peer_new_keys.p50())),
-    );
-    rslock_handoff_rows(&mut table, WAITERS, &handoffs, &peer_handoffs);
-    protocol.rows_with_floor(&mut table, "rslock", 1.0, "the durable fenced floor");
-    println!("{table}");
+        table.push(
+            "  client CPU per cycle (this process): raw / floor / durable / ours",
+            each(Rate::client_cpu_per_cycle),
+        );
+        table.push(
+            "  server time in commands per cycle: raw / floor / durable / ours",
+            each(Rate::commands_per_cycle),
+        );
+    }
+}
+
+/// The notes under the table: what the floors are, what each ratio divides, the samples.
+fn print_notes() {
     println!(
         "the raw fenced floor: the two scripts of the fenced floor by EVALSHA on the same kind of \
          connection (SET NX PX + INCR of a counter; GET, DEL, PUBLISH), a fresh random owner \
@@ -749,7 +893,6 @@ async fn main() -> Result<(), Box<dyn Error>> {
          in {THROUGHPUT_ROUNDS} rounds)",
         ITERATIONS / 4
     );
-    Ok(())
 }
 
 /// A tag for this run's keys, so "a new key per cycle" is new on a server used before.

@@ -325,7 +325,6 @@ async fn handoff_rows(dir: &Path, table: &mut Table) -> Result<(), Box<dyn Error
 }
 
 async fn run(dir: &Path, handoffs_only: bool) -> Result<(), Box<dyn Error>> {
-    let db = dir.join("locks.db");
     println!(
         "fencelock-sqlite bench in {} ({ITERATIONS} cycles, {HANDOFFS} handoffs each)\n",
         dir.display()
@@ -336,66 +335,156 @@ async fn run(dir: &Path, handoffs_only: bool) -> Result<(), Box<dyn Error>> {
         println!("{table}");
         return Ok(());
     }
-
-    // The raw floor: the same settings as the store's connections (WAL, synchronous =
-    // NORMAL); and at FULL, as the store's connections with durable_grants=true.
-    let mut raw = raw_connection(&dir.join("raw.db"), SqliteSynchronous::Normal).await?;
-    sqlx::query(RAW_TABLE).execute(&mut raw).await?;
-    let mut raw_full = raw_connection(&dir.join("raw-full.db"), SqliteSynchronous::Full).await?;
-    sqlx::query(RAW_TABLE).execute(&mut raw_full).await?;
-    let store: DynLockStore = Arc::new(SqliteStore::connect(SqliteConfig::new(&db)).await?);
-    let durable: DynLockStore = Arc::new(
-        SqliteStore::connect(SqliteConfig::new(dir.join("durable.db")).with_durable_grants(true))
-            .await?,
+    let mut table = Table::default();
+    let mut cycles = Cycles::open(dir).await?;
+    cycles.warm_up().await?;
+    cycles.rounds().await?.rows(&mut table, &cycles.modes);
+    // `cycles` lives to the end: the handoffs are measured with its connections open, ours
+    // on the same file.
+    handoff_rows(dir, &mut table).await?;
+    println!("{table}");
+    println!(
+        "ratios: the cycle against the raw floor, the cycle and the handoff between processes \
+         against flock(2)"
     );
-    let lock = Arc::new(open_rw(&dir.join("flock.lock"))?);
-    let counter = Arc::new(open_rw(&dir.join("flock.counter"))?);
-    let fsync_file = Arc::new(open_rw(&dir.join("fsync"))?);
-    // Warm-up, then alternating rounds, so that every loop sees the same disk and machine load
-    // (an fsync's cost swings with whatever else the disk is flushing).
-    for _ in 0..ITERATIONS / 10 {
-        raw_cycle(&mut raw).await?;
-        raw_cycle(&mut raw_full).await?;
+    Ok(())
+}
+
+/// What the uncontended cycles run on: the raw floor's connections, ours (and with
+/// `durable_grants=true`), the flock(2) files and a file to time one fdatasync on.
+struct Cycles {
+    raw: SqliteConnection,
+    raw_full: SqliteConnection,
+    store: DynLockStore,
+    durable: DynLockStore,
+    modes: ModeCycles,
+    lock: Arc<File>,
+    counter: Arc<File>,
+    fsync_file: Arc<File>,
+}
+
+/// The uncontended cycles' samples.
+struct CycleSamples {
+    fsync: Samples,
+    raw_cycle: Samples,
+    ours: Samples,
+    raw_full: Samples,
+    durable: Samples,
+    flock_cycles: Samples,
+}
+
+impl Cycles {
+    /// The raw floor: the same settings as the store's connections (WAL, synchronous =
+    /// NORMAL); and at FULL, as the store's connections with durable_grants=true.
+    async fn open(dir: &Path) -> Result<Self, Box<dyn Error>> {
+        let db = dir.join("locks.db");
+        let mut raw = raw_connection(&dir.join("raw.db"), SqliteSynchronous::Normal).await?;
+        sqlx::query(RAW_TABLE).execute(&mut raw).await?;
+        let mut raw_full =
+            raw_connection(&dir.join("raw-full.db"), SqliteSynchronous::Full).await?;
+        sqlx::query(RAW_TABLE).execute(&mut raw_full).await?;
+        let store: DynLockStore = Arc::new(SqliteStore::connect(SqliteConfig::new(&db)).await?);
+        let durable: DynLockStore = Arc::new(
+            SqliteStore::connect(
+                SqliteConfig::new(dir.join("durable.db")).with_durable_grants(true),
+            )
+            .await?,
+        );
+        // Ours also as a semaphore permit and as a shared lease, where the store keeps them.
+        let modes = ModeCycles::new(&store.capabilities());
+        Ok(Cycles {
+            raw,
+            raw_full,
+            store,
+            durable,
+            modes,
+            lock: Arc::new(open_rw(&dir.join("flock.lock"))?),
+            counter: Arc::new(open_rw(&dir.join("flock.counter"))?),
+            fsync_file: Arc::new(open_rw(&dir.join("fsync"))?),
+        })
     }
-    cycle(&store, "bench-cycle", TTL, ITERATIONS / 10).await?;
-    cycle(&durable, "bench-cycle", TTL, ITERATIONS / 10).await?;
-    // Ours also as a semaphore permit and as a shared lease, where the store keeps them.
-    let mut modes = ModeCycles::new(&store.capabilities());
-    modes
-        .warm_up(&store, "bench-cycle", TTL, ITERATIONS / 10)
-        .await?;
-    let (mut raw_samples, mut ours, mut flocks, mut fsyncs) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let (mut raw_full_samples, mut durable_samples) = (Vec::new(), Vec::new());
-    let mut token = 0;
-    for _ in 0..ROUNDS {
-        // Each loop runs its round back to back, as `cycle_into` runs ours: a NORMAL floor
-        // cycle timed right after a FULL one's fsync starts on threads that slept through it,
-        // which made the floor 3-4× its back-to-back figure (119 against 30 µs).
-        for _ in 0..ITERATIONS / ROUNDS {
-            let started = std::time::Instant::now();
-            raw_cycle(&mut raw).await?;
-            raw_samples.push(started.elapsed());
+
+    /// Warm-up, before the alternating rounds.
+    async fn warm_up(&mut self) -> Result<(), Box<dyn Error>> {
+        for _ in 0..ITERATIONS / 10 {
+            raw_cycle(&mut self.raw).await?;
+            raw_cycle(&mut self.raw_full).await?;
         }
-        cycle_into(&store, "bench-cycle", TTL, ITERATIONS / ROUNDS, &mut ours).await?;
-        for _ in 0..ITERATIONS / ROUNDS {
-            let started = std::time::Instant::now();
-            raw_cycle(&mut raw_full).await?;
-            raw_full_samples.push(started.elapsed());
-        }
-        cycle_into(
-            &durable,
-            "bench-cycle",
-            TTL,
-            ITERATIONS / ROUNDS,
-            &mut durable_samples,
-        )
-        .await?;
-        modes
-            .round(&store, "bench-cycle", TTL, ITERATIONS / ROUNDS)
+        cycle(&self.store, "bench-cycle", TTL, ITERATIONS / 10).await?;
+        cycle(&self.durable, "bench-cycle", TTL, ITERATIONS / 10).await?;
+        self.modes
+            .warm_up(&self.store, "bench-cycle", TTL, ITERATIONS / 10)
             .await?;
-        let (lock, counter, file) = (lock.clone(), counter.clone(), fsync_file.clone());
-        let (flock_round, fsync_round, last) = tokio::task::spawn_blocking(move || {
+        Ok(())
+    }
+
+    /// Alternating rounds, so that every loop sees the same disk and machine load (an fsync's
+    /// cost swings with whatever else the disk is flushing).
+    async fn rounds(&mut self) -> Result<CycleSamples, Box<dyn Error>> {
+        let (mut raw_samples, mut ours, mut flocks, mut fsyncs) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut raw_full_samples, mut durable_samples) = (Vec::new(), Vec::new());
+        let mut token = 0;
+        for _ in 0..ROUNDS {
+            // Each loop runs its round back to back, as `cycle_into` runs ours: a NORMAL floor
+            // cycle timed right after a FULL one's fsync starts on threads that slept through
+            // it, which made the floor 3-4× its back-to-back figure (119 against 30 µs).
+            for _ in 0..ITERATIONS / ROUNDS {
+                let started = std::time::Instant::now();
+                raw_cycle(&mut self.raw).await?;
+                raw_samples.push(started.elapsed());
+            }
+            cycle_into(
+                &self.store,
+                "bench-cycle",
+                TTL,
+                ITERATIONS / ROUNDS,
+                &mut ours,
+            )
+            .await?;
+            for _ in 0..ITERATIONS / ROUNDS {
+                let started = std::time::Instant::now();
+                raw_cycle(&mut self.raw_full).await?;
+                raw_full_samples.push(started.elapsed());
+            }
+            cycle_into(
+                &self.durable,
+                "bench-cycle",
+                TTL,
+                ITERATIONS / ROUNDS,
+                &mut durable_samples,
+            )
+            .await?;
+            self.modes
+                .round(&self.store, "bench-cycle", TTL, ITERATIONS / ROUNDS)
+                .await?;
+            let (flock_round, fsync_round, last) = self.flock_round(token).await?;
+            token = last;
+            flocks.extend(flock_round);
+            fsyncs.extend(fsync_round);
+        }
+        Ok(CycleSamples {
+            fsync: Samples::new(fsyncs),
+            raw_cycle: Samples::new(raw_samples),
+            ours: Samples::new(ours),
+            raw_full: Samples::new(raw_full_samples),
+            durable: Samples::new(durable_samples),
+            flock_cycles: Samples::new(flocks),
+        })
+    }
+
+    /// One round of flock(2) cycles and of single fdatasyncs, on a blocking thread; returns
+    /// both, and the counter's last token.
+    async fn flock_round(
+        &self,
+        mut token: u64,
+    ) -> Result<(Vec<Duration>, Vec<Duration>, u64), Box<dyn Error>> {
+        let (lock, counter, file) = (
+            self.lock.clone(),
+            self.counter.clone(),
+            self.fsync_file.clone(),
+        );
+        Ok(tokio::task::spawn_blocking(move || {
             let (mut flocks, mut fsyncs) = (Vec::new(), Vec::new());
             for i in 0..ITERATIONS / ROUNDS {
                 let started = std::time::Instant::now();
@@ -408,54 +497,42 @@ async fn run(dir: &Path, handoffs_only: bool) -> Result<(), Box<dyn Error>> {
             }
             Ok::<_, std::io::Error>((flocks, fsyncs, token))
         })
-        .await??;
-        token = last;
-        flocks.extend(flock_round);
-        fsyncs.extend(fsync_round);
+        .await??)
     }
-    let (raw_cycle, ours, flock_cycles, fsync) = (
-        Samples::new(raw_samples),
-        Samples::new(ours),
-        Samples::new(flocks),
-        Samples::new(fsyncs),
-    );
-    let (raw_full, durable) = (
-        Samples::new(raw_full_samples),
-        Samples::new(durable_samples),
-    );
+}
 
-    let mut table = Table::default();
-    table.latency("one write + fdatasync (p50)", fsync.p50());
-    table.latency(
-        "raw floor: BEGIN IMMEDIATE + insert + COMMIT + delete, NORMAL (p50)",
-        raw_cycle.p50(),
-    );
-    table
-        .latency("cycle: try_acquire + release (p50)", ours.p50())
-        .ratio(
-            us(ours.p50()) / us(raw_cycle.p50()),
-            Some(("≤ 1.2× raw", us(ours.p50()) <= 1.2 * us(raw_cycle.p50()))),
+impl CycleSamples {
+    /// The cycle rows: one fdatasync, the raw floors and ours against them, and flock(2).
+    fn rows(&self, table: &mut Table, modes: &ModeCycles) {
+        let (raw_cycle, ours) = (&self.raw_cycle, &self.ours);
+        table.latency("one write + fdatasync (p50)", self.fsync.p50());
+        table.latency(
+            "raw floor: BEGIN IMMEDIATE + insert + COMMIT + delete, NORMAL (p50)",
+            raw_cycle.p50(),
         );
-    table.latency("cycle p99", ours.p99());
-    modes.rows(&mut table, "cycle: ", Some(raw_cycle.p50()), None);
-    table.latency(
-        "raw floor at synchronous = FULL: two durable commits (p50)",
-        raw_full.p50(),
-    );
-    table
-        .latency("cycle with durable_grants=true (FULL) (p50)", durable.p50())
-        .ratio(us(durable.p50()) / us(raw_full.p50()), None);
-    table
-        .latency(
-            "flock(2) + counter write + fdatasync + unlock (p50)",
-            flock_cycles.p50(),
-        )
-        .ratio(us(ours.p50()) / us(flock_cycles.p50()), None);
-    handoff_rows(dir, &mut table).await?;
-    println!("{table}");
-    println!(
-        "ratios: the cycle against the raw floor, the cycle and the handoff between processes \
-         against flock(2)"
-    );
-    Ok(())
+        table
+            .latency("cycle: try_acquire + release (p50)", ours.p50())
+            .ratio(
+                us(ours.p50()) / us(raw_cycle.p50()),
+                Some(("≤ 1.2× raw", us(ours.p50()) <= 1.2 * us(raw_cycle.p50()))),
+            );
+        table.latency("cycle p99", ours.p99());
+        modes.rows(table, "cycle: ", Some(raw_cycle.p50()), None);
+        table.latency(
+            "raw floor at synchronous = FULL: two durable commits (p50)",
+            self.raw_full.p50(),
+        );
+        table
+            .latency(
+                "cycle with durable_grants=true (FULL) (p50)",
+                self.durable.p50(),
+            )
+            .ratio(us(self.durable.p50()) / us(self.raw_full.p50()), None);
+        table
+            .latency(
+                "flock(2) + counter write + fdatasync + unlock (p50)",
+                self.flock_cycles.p50(),
+            )
+            .ratio(us(ours.p50()) / us(self.flock_cycles.p50()), None);
+    }
 }

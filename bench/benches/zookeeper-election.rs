@@ -338,6 +338,34 @@ fn server_version(endpoint: &str) -> Option<String> {
     Some(version.split(',').next()?.trim().to_owned())
 }
 
+/// What both scenarios share: the server, our side, Curator's clients and the raw watch
+/// floor.
+struct Bench {
+    url: String,
+    /// The connect string, with the chroot.
+    connect: String,
+    ours: Ours,
+    curator: curator::Curator,
+    floor: raw::HandoffFloor,
+}
+
+/// Both sides' handovers and observations, what each pays to name the leader, and the raw
+/// floor.
+struct Handovers {
+    trials: usize,
+    ours: Samples,
+    our_observed: Samples,
+    peer: Samples,
+    peer_observed: Samples,
+    our_reads: Samples,
+    peer_reads: Samples,
+    watch_floor: Samples,
+}
+
+/// The peers' names in the rows.
+const PEER: &str = "Curator's LeaderSelector";
+const CACHE: &str = "Curator: CuratorCache";
+
 #[tokio::main(flavor = "multi_thread")]
 async fn main() -> BenchResult<()> {
     let args: Vec<String> = fencelock_bench::args().collect();
@@ -349,140 +377,187 @@ async fn main() -> BenchResult<()> {
     let (_server, url) = server_or_env(test_servers::ZookeeperEnsemble::start_standalone, |s| {
         s.url()
     })?;
-    let config = ZookeeperConfig::from_url(&url)?;
-    let endpoints = config.endpoints().to_vec();
-    let connect = format!("{}{}", endpoints.join(","), config.chroot());
-    println!("ZooKeeper election benchmark against {config}");
-    println!(
-        "server ZooKeeper {}",
-        server_version(&endpoints[0]).unwrap_or_else(|| "(version not known)".into())
-    );
-    let mut curator = blocking(|| {
-        curator::Curator::start_class(
-            "CuratorElectionBench",
-            SOURCE,
-            &[&connect, &PEER_CLIENTS.to_string()],
-        )
-    })?;
-    println!(
-        "Curator peer compiled in {:.1} s, {PEER_CLIENTS} clients connected\n",
-        curator.compiled_in.as_secs_f64()
-    );
-
-    let handle = || async {
-        let store: DynLockStore = Arc::new(ZookeeperStore::connect(config.clone()).await?);
-        Ok::<_, fencelock_core::Error>(store)
-    };
-    let ours = Ours {
-        leader: handle().await?,
-        candidates: [handle().await?, handle().await?],
-        observer: handle().await?,
-        raw: raw::connect(&connect).await?,
-        config: config.clone(),
-    };
-    let mut floor = raw::HandoffFloor::connect(&connect, "/bench-raw/election-watch").await?;
-
-    // Handover and observe, ours and Curator's in alternating rounds, after two untimed
-    // trials each.
-    let mut our_reads = Vec::new();
-    for _ in 0..2 {
-        ours.trial(&mut Vec::new()).await?;
-    }
-    blocking(|| peer_trials(&mut curator, 2))?;
-    let mut our_trials = Vec::new();
-    let (mut peer_handovers, mut peer_observed, mut peer_reads) =
-        (Vec::new(), Vec::new(), Vec::new());
-    let mut watch_floor = Vec::new();
-    for _ in 0..ROUNDS {
-        for _ in 0..TRIALS / ROUNDS {
-            our_trials.push(ours.trial(&mut our_reads).await?);
-        }
-        let [handovers, observed, reads] = blocking(|| peer_trials(&mut curator, TRIALS / ROUNDS))?;
-        peer_handovers.extend(handovers);
-        peer_observed.extend(observed);
-        peer_reads.extend(reads);
-        for _ in 0..TRIALS / ROUNDS {
-            watch_floor.push(floor.sample(PARK).await?);
-        }
-    }
-    let our_handover = Samples::new(our_trials.iter().flat_map(|t| t.handover).collect());
-    let our_observed = Samples::new(our_trials.iter().flat_map(|t| t.observed).collect());
-    let (peer_handover, peer_observed) =
-        (Samples::new(peer_handovers), Samples::new(peer_observed));
-    let (our_reads, peer_reads, watch_floor) = (
-        Samples::new(our_reads),
-        Samples::new(peer_reads),
-        Samples::new(watch_floor),
-    );
-
-    // Failover: the leader killed in a child at spread moments (our sessions are heard from
-    // every half tick; Curator's ZooKeeper client pings a third of its session timeout after
-    // its last request).
-    let (mut our_failovers, mut peer_failovers) = (Vec::new(), Vec::new());
-    for i in 0..FAILOVERS {
-        let phase = FAILOVER_TTL / 2 * u32::try_from(i).unwrap_or(0) / FAILOVERS as u32;
-        let name = format!("bench-failover-{i}");
-        our_failovers.push(our_failover(&ours, &url, &name, phase).await?);
-        let path = format!("/bench-curator/failover/{i}");
-        peer_failovers.push(peer_failover(&mut curator, &connect, &path, phase).await?);
-    }
-    let in_order = format!(
-        "failovers in kill order (kill at {} ms + i × {} ms after the candidate started), ms: ours {}; Curator {}",
-        PARK.as_millis(),
-        (FAILOVER_TTL / 2 / FAILOVERS as u32).as_millis(),
-        millis(&our_failovers),
-        millis(&peer_failovers)
-    );
-    let (our_failovers, peer_failovers) =
-        (Samples::new(our_failovers), Samples::new(peer_failovers));
-    blocking(|| drop(curator));
-
+    let mut bench = Bench::connect(url).await?;
     let mut table = Table::default();
-    table.push(
-        format!(
-            "election: a leader granted with nobody queued, 2 candidates parked {} ms, an observer",
-            PARK.as_millis()
-        ),
-        format!(
-            "{} trials a side, 2 handovers each, rounds interleaved",
-            our_trials.len()
-        ),
+    let handovers = bench.handover(&mut table).await?;
+    let in_order = bench.failover(&mut table).await?;
+    blocking(|| drop(bench.curator));
+    println!("{table}");
+    println!(
+        "p99 of {} samples a side; raw floor p99 {:.1} µs; status read p99 {:.1} µs, getLeader() p99 {:.1} µs",
+        handovers.ours.len(),
+        us(handovers.watch_floor.p99()),
+        us(handovers.our_reads.p99()),
+        us(handovers.peer_reads.p99())
     );
-    let peer = "Curator's LeaderSelector";
-    versus_rows(
-        &mut table,
-        "handover, resign sent → candidate leads",
-        &our_handover,
-        peer,
-        &peer_handover,
-        Some(1.0),
-    );
-    let cache = "Curator: CuratorCache";
-    versus_rows(
-        &mut table,
-        "observe, resign sent → observer names the new leader",
-        &our_observed,
-        cache,
-        &peer_observed,
-        Some(1.0),
-    );
-    table
-        .latency(
-            "  naming the leader, ours: a status read p50",
-            our_reads.p50(),
-        )
-        .ratio(us(our_reads.p50()) / us(peer_reads.p50()), None);
-    table.latency(
-        "  naming the leader, Curator: getLeader() p50",
-        peer_reads.p50(),
-    );
-    table.latency(
-        format!(
-            "  raw floor: delete → another session's watch event, after {} ms idle p50",
-            PARK.as_millis()
-        ),
-        watch_floor.p50(),
-    );
+    println!("{in_order}");
+    Ok(())
+}
+
+impl Bench {
+    /// Starts Curator's side (compiling it), connects ours and the floor, and prints the
+    /// header.
+    async fn connect(url: String) -> BenchResult<Self> {
+        let config = ZookeeperConfig::from_url(&url)?;
+        let endpoints = config.endpoints().to_vec();
+        let connect = format!("{}{}", endpoints.join(","), config.chroot());
+        println!("ZooKeeper election benchmark against {config}");
+        println!(
+            "server ZooKeeper {}",
+            server_version(&endpoints[0]).unwrap_or_else(|| "(version not known)".into())
+        );
+        let curator = blocking(|| {
+            curator::Curator::start_class(
+                "CuratorElectionBench",
+                SOURCE,
+                &[&connect, &PEER_CLIENTS.to_string()],
+            )
+        })?;
+        println!(
+            "Curator peer compiled in {:.1} s, {PEER_CLIENTS} clients connected\n",
+            curator.compiled_in.as_secs_f64()
+        );
+
+        let handle = || async {
+            let store: DynLockStore = Arc::new(ZookeeperStore::connect(config.clone()).await?);
+            Ok::<_, fencelock_core::Error>(store)
+        };
+        let ours = Ours {
+            leader: handle().await?,
+            candidates: [handle().await?, handle().await?],
+            observer: handle().await?,
+            raw: raw::connect(&connect).await?,
+            config: config.clone(),
+        };
+        let floor = raw::HandoffFloor::connect(&connect, "/bench-raw/election-watch").await?;
+        Ok(Bench {
+            url,
+            connect,
+            ours,
+            curator,
+            floor,
+        })
+    }
+
+    /// Handover and observe, ours and Curator's in alternating rounds, after two untimed
+    /// trials each, with the raw watch floor in the same rounds.
+    async fn handover(&mut self, table: &mut Table) -> BenchResult<Handovers> {
+        let mut our_reads = Vec::new();
+        for _ in 0..2 {
+            self.ours.trial(&mut Vec::new()).await?;
+        }
+        blocking(|| peer_trials(&mut self.curator, 2))?;
+        let mut our_trials = Vec::new();
+        let (mut peer_handovers, mut peer_observed, mut peer_reads) =
+            (Vec::new(), Vec::new(), Vec::new());
+        let mut watch_floor = Vec::new();
+        for _ in 0..ROUNDS {
+            for _ in 0..TRIALS / ROUNDS {
+                our_trials.push(self.ours.trial(&mut our_reads).await?);
+            }
+            let [handovers, observed, reads] =
+                blocking(|| peer_trials(&mut self.curator, TRIALS / ROUNDS))?;
+            peer_handovers.extend(handovers);
+            peer_observed.extend(observed);
+            peer_reads.extend(reads);
+            for _ in 0..TRIALS / ROUNDS {
+                watch_floor.push(self.floor.sample(PARK).await?);
+            }
+        }
+        let handovers = Handovers {
+            trials: our_trials.len(),
+            ours: Samples::new(our_trials.iter().flat_map(|t| t.handover).collect()),
+            our_observed: Samples::new(our_trials.iter().flat_map(|t| t.observed).collect()),
+            peer: Samples::new(peer_handovers),
+            peer_observed: Samples::new(peer_observed),
+            our_reads: Samples::new(our_reads),
+            peer_reads: Samples::new(peer_reads),
+            watch_floor: Samples::new(watch_floor),
+        };
+        handovers.rows(table);
+        Ok(handovers)
+    }
+
+    /// Failover: the leader killed in a child at spread moments (our sessions are heard from
+    /// every half tick; Curator's ZooKeeper client pings a third of its session timeout after
+    /// its last request). Returns the line that lists the failovers in kill order.
+    async fn failover(&mut self, table: &mut Table) -> BenchResult<String> {
+        let (mut our_failovers, mut peer_failovers) = (Vec::new(), Vec::new());
+        for i in 0..FAILOVERS {
+            let phase = FAILOVER_TTL / 2 * u32::try_from(i).unwrap_or(0) / FAILOVERS as u32;
+            let name = format!("bench-failover-{i}");
+            our_failovers.push(our_failover(&self.ours, &self.url, &name, phase).await?);
+            let path = format!("/bench-curator/failover/{i}");
+            peer_failovers
+                .push(peer_failover(&mut self.curator, &self.connect, &path, phase).await?);
+        }
+        let in_order = format!(
+            "failovers in kill order (kill at {} ms + i × {} ms after the candidate started), ms: ours {}; Curator {}",
+            PARK.as_millis(),
+            (FAILOVER_TTL / 2 / FAILOVERS as u32).as_millis(),
+            millis(&our_failovers),
+            millis(&peer_failovers)
+        );
+        let (our_failovers, peer_failovers) =
+            (Samples::new(our_failovers), Samples::new(peer_failovers));
+        failover_rows(table, &our_failovers, &peer_failovers);
+        Ok(in_order)
+    }
+}
+
+impl Handovers {
+    /// The handover and observe rows, ours against Curator's, and what each side pays to name
+    /// the leader next to the raw floor.
+    fn rows(&self, table: &mut Table) {
+        table.push(
+            format!(
+                "election: a leader granted with nobody queued, 2 candidates parked {} ms, an observer",
+                PARK.as_millis()
+            ),
+            format!(
+                "{} trials a side, 2 handovers each, rounds interleaved",
+                self.trials
+            ),
+        );
+        versus_rows(
+            table,
+            "handover, resign sent → candidate leads",
+            &self.ours,
+            PEER,
+            &self.peer,
+            Some(1.0),
+        );
+        versus_rows(
+            table,
+            "observe, resign sent → observer names the new leader",
+            &self.our_observed,
+            CACHE,
+            &self.peer_observed,
+            Some(1.0),
+        );
+        table
+            .latency(
+                "  naming the leader, ours: a status read p50",
+                self.our_reads.p50(),
+            )
+            .ratio(us(self.our_reads.p50()) / us(self.peer_reads.p50()), None);
+        table.latency(
+            "  naming the leader, Curator: getLeader() p50",
+            self.peer_reads.p50(),
+        );
+        table.latency(
+            format!(
+                "  raw floor: delete → another session's watch event, after {} ms idle p50",
+                PARK.as_millis()
+            ),
+            self.watch_floor.p50(),
+        );
+    }
+}
+
+/// The failover rows: each side against the session timeout, its largest against the bound
+/// the server's ticks set, and ours against Curator's.
+fn failover_rows(table: &mut Table, our_failovers: &Samples, peer_failovers: &Samples) {
     let tick = test_servers::zookeeper::TICK;
     let bound = FAILOVER_TTL + tick * 2;
     table.push(
@@ -492,22 +567,17 @@ async fn main() -> BenchResult<()> {
         ),
         format!("{} kills a side, alternating", our_failovers.len()),
     );
-    against_rows(
-        &mut table,
-        "failover, kill → candidate leads (ratio: / session timeout)",
-        "ours",
-        &our_failovers,
-        FAILOVER_TTL,
-    );
-    against_rows(
-        &mut table,
-        "failover, kill → candidate leads (ratio: / session timeout)",
-        peer,
-        &peer_failovers,
-        FAILOVER_TTL,
-    );
+    for (side, samples) in [("ours", our_failovers), (PEER, peer_failovers)] {
+        against_rows(
+            table,
+            "failover, kill → candidate leads (ratio: / session timeout)",
+            side,
+            samples,
+            FAILOVER_TTL,
+        );
+    }
     let target = format!("≤ 1.0× the timeout + 2 ticks ({} ms)", bound.as_millis());
-    for (side, samples) in [("ours", &our_failovers), (peer, &peer_failovers)] {
+    for (side, samples) in [("ours", our_failovers), (PEER, peer_failovers)] {
         let max = samples.max();
         table
             .latency(format!("  failover max (ratio: / that bound): {side}"), max)
@@ -517,16 +587,6 @@ async fn main() -> BenchResult<()> {
         "  failover p50 ours / Curator's LeaderSelector",
         format!("{:.2}", us(our_failovers.p50()) / us(peer_failovers.p50())),
     );
-    println!("{table}");
-    println!(
-        "p99 of {} samples a side; raw floor p99 {:.1} µs; status read p99 {:.1} µs, getLeader() p99 {:.1} µs",
-        our_handover.len(),
-        us(watch_floor.p99()),
-        us(our_reads.p99()),
-        us(peer_reads.p99())
-    );
-    println!("{in_order}");
-    Ok(())
 }
 
 /// Durations in whole ms, comma separated.

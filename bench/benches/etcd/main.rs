@@ -429,326 +429,479 @@ impl Contender for PeerWaiter {
     }
 }
 
+/// What every scenario shares: the server, our store on it and a raw client of the same
+/// library.
+struct Bench {
+    config: EtcdConfig,
+    endpoints: Vec<String>,
+    ours: DynLockStore,
+    raw: Client,
+    /// The server's process, whose CPU is read from /proc when it runs here.
+    server_pid: Option<String>,
+}
+
+/// The raw round trips: a linearizable read, a write.
+struct RoundTrips {
+    read: Samples,
+    write: Samples,
+}
+
+/// The raw floor, ours and etcd's lock/unlock cycles, timed in alternating rounds.
+struct Cycles {
+    raw_floor: Samples,
+    ours: Samples,
+    modes: ModeCycles,
+    peer: Samples,
+    peer_kept: Samples,
+    fenced_floor: Samples,
+}
+
+/// The handoffs of ours, etcd's lock service and the raw floor, pooled over their rounds.
+struct Handoffs {
+    ours: Samples,
+    peer: Samples,
+    floor: Samples,
+    ours_cpu: CpuSpent,
+    peer_cpu: CpuSpent,
+}
+
 #[tokio::main(flavor = "multi_thread")]
 async fn main() -> Result<(), Box<dyn Error>> {
     let (server, url) = server_or_env(test_servers::EtcdServer::start, |s| s.url())?;
-    // The server's CPU is read from /proc when it runs here.
     let server_pid = server
         .as_ref()
         .and_then(|s| s.pid())
         .map(|pid| pid.to_string());
-    let server_cpu = || server_pid.as_deref().and_then(scale::cpu_time);
-    let client_cpu = || scale::cpu_time("self");
-    let config = EtcdConfig::from_url(&url)?;
-    println!("etcd store benchmark against {config}");
-    let endpoints = config.endpoints().to_vec();
-    let store = EtcdStore::connect(config.clone()).await?;
-    let dyn_store: DynLockStore = Arc::new(store.clone());
-    let mut raw = Client::connect(&endpoints, None).await?;
-    let status = raw.status().await?;
+    let bench = Bench::connect(&url, server_pid).await?;
+    let mut table = Table::default();
+    let round_trips = bench.raw_round_trips(&mut table).await?;
+    let raw_floor = bench.uncontended_cycles(&mut table).await?;
+    bench.throughput(&mut table).await?;
+    let handles = bench.handoff(&mut table, &round_trips).await?;
+    bench.quiet_handoff(&mut table, &handles).await?;
+    bench.versus_peer(&mut table, handles).await?;
+    bench.held_leases(&mut table).await?;
+    println!("{table}");
     println!(
-        "server etcd {}, db {} KiB, raft term {}\n",
-        status.version(),
-        status.db_size() / 1024,
-        status.raft_term()
+        "samples: {ITERATIONS} cycles each, {HANDOFFS} handoffs; raw get p99 {:.1} µs, raw put p99 {:.1} µs, raw floor p99 {:.1} µs; keep-alive: one stream per handle",
+        us(round_trips.read.p99()),
+        us(round_trips.write.p99()),
+        us(raw_floor.p99())
     );
+    Ok(())
+}
 
-    // Raw round trips with the same client library: a linearizable read, a write.
-    raw.put("bench/raw/read", "x", None).await?;
-    let raw_read = time_each(ITERATIONS, |_| {
-        let mut raw = raw.clone();
-        async move {
-            raw.get("bench/raw/read", None)
-                .await
-                .map(drop)
-                .map_err(raw_error("raw get"))
-        }
-    })
-    .await?;
-    let raw_write = time_each(ITERATIONS, |_| {
-        let mut raw = raw.clone();
-        async move {
-            raw.put("bench/raw/write", "x", None)
-                .await
-                .map(drop)
-                .map_err(raw_error("raw put"))
-        }
-    })
-    .await?;
-
-    // The raw floor, our cycle and etcd's lock/unlock in alternating rounds, so all three see
-    // the same machine load; each warmed up first. Ours also as a semaphore permit and as a
-    // shared lease, where the store keeps them.
-    let mut modes = ModeCycles::new(&dyn_store.capabilities());
-    modes.warm_up(&dyn_store, "bench:cycle", TTL, 50).await?;
-    let kept_lease = raw
-        .lease_grant(TTL.as_secs() as i64 * 100, None)
-        .await
-        .map_err(raw_error("peer grant"))?
-        .id();
-    for _ in 0..50 {
-        raw_cycle(&mut raw, "bench/raw/cycle").await?;
-        let lease = dyn_store.try_acquire("bench:cycle", TTL).await?;
-        let _ = dyn_store.release(&lease).await?;
-        peer_cycle(&mut raw, "bench/peer/cycle").await?;
-        peer_kept_cycle(&mut raw, "bench/peer/kept", kept_lease).await?;
-        fenced_floor_cycle(&mut raw, "bench/fenced/q/", kept_lease).await?;
+impl Bench {
+    /// Connects our store and the raw client, and prints the header.
+    async fn connect(url: &str, server_pid: Option<String>) -> Result<Self, Box<dyn Error>> {
+        let config = EtcdConfig::from_url(url)?;
+        println!("etcd store benchmark against {config}");
+        let endpoints = config.endpoints().to_vec();
+        let store = EtcdStore::connect(config.clone()).await?;
+        let ours: DynLockStore = Arc::new(store.clone());
+        let mut raw = Client::connect(&endpoints, None).await?;
+        let status = raw.status().await?;
+        println!(
+            "server etcd {}, db {} KiB, raft term {}\n",
+            status.version(),
+            status.db_size() / 1024,
+            status.raft_term()
+        );
+        Ok(Bench {
+            config,
+            endpoints,
+            ours,
+            raw,
+            server_pid,
+        })
     }
-    let mut fenced_samples = Vec::new();
-    let (mut raw_samples, mut our_samples, mut peer_samples) = (Vec::new(), Vec::new(), Vec::new());
-    let mut kept_samples = Vec::new();
-    for _ in 0..ROUNDS {
-        for _ in 0..ITERATIONS / ROUNDS {
-            let started = Instant::now();
+
+    fn server_cpu(&self) -> Option<Duration> {
+        self.server_pid.as_deref().and_then(scale::cpu_time)
+    }
+
+    /// Raw round trips with the same client library: a linearizable read, a write.
+    async fn raw_round_trips(&self, table: &mut Table) -> Result<RoundTrips, Box<dyn Error>> {
+        let mut raw = self.raw.clone();
+        raw.put("bench/raw/read", "x", None).await?;
+        let read = time_each(ITERATIONS, |_| {
+            let mut raw = raw.clone();
+            async move {
+                raw.get("bench/raw/read", None)
+                    .await
+                    .map(drop)
+                    .map_err(raw_error("raw get"))
+            }
+        })
+        .await?;
+        let write = time_each(ITERATIONS, |_| {
+            let mut raw = raw.clone();
+            async move {
+                raw.put("bench/raw/write", "x", None)
+                    .await
+                    .map(drop)
+                    .map_err(raw_error("raw put"))
+            }
+        })
+        .await?;
+        table.latency("raw round trip: get p50", read.p50());
+        table.latency("raw round trip: put p50", write.p50());
+        Ok(RoundTrips { read, write })
+    }
+
+    /// The cycles of the raw floor, ours and etcd's lock/unlock; returns the raw floor's.
+    async fn uncontended_cycles(&self, table: &mut Table) -> fencelock_core::Result<Samples> {
+        let cycles = self.time_cycles().await?;
+        cycles.rows(table);
+        Ok(cycles.raw_floor)
+    }
+
+    /// The raw floor, our cycle and etcd's lock/unlock in alternating rounds, so all three see
+    /// the same machine load; each warmed up first. Ours also as a semaphore permit and as a
+    /// shared lease, where the store keeps them.
+    async fn time_cycles(&self) -> fencelock_core::Result<Cycles> {
+        let (mut raw, ours) = (self.raw.clone(), &self.ours);
+        let mut modes = ModeCycles::new(&ours.capabilities());
+        modes.warm_up(ours, "bench:cycle", TTL, 50).await?;
+        let kept_lease = raw
+            .lease_grant(TTL.as_secs() as i64 * 100, None)
+            .await
+            .map_err(raw_error("peer grant"))?
+            .id();
+        for _ in 0..50 {
             raw_cycle(&mut raw, "bench/raw/cycle").await?;
-            raw_samples.push(started.elapsed());
+            let lease = ours.try_acquire("bench:cycle", TTL).await?;
+            let _ = ours.release(&lease).await?;
+            peer_cycle(&mut raw, "bench/peer/cycle").await?;
+            peer_kept_cycle(&mut raw, "bench/peer/kept", kept_lease).await?;
+            fenced_floor_cycle(&mut raw, "bench/fenced/q/", kept_lease).await?;
         }
-        cycle_into(
-            &dyn_store,
-            "bench:cycle",
+        let mut fenced_samples = Vec::new();
+        let (mut raw_samples, mut our_samples, mut peer_samples) =
+            (Vec::new(), Vec::new(), Vec::new());
+        let mut kept_samples = Vec::new();
+        for _ in 0..ROUNDS {
+            for _ in 0..ITERATIONS / ROUNDS {
+                let started = Instant::now();
+                raw_cycle(&mut raw, "bench/raw/cycle").await?;
+                raw_samples.push(started.elapsed());
+            }
+            cycle_into(
+                ours,
+                "bench:cycle",
+                TTL,
+                ITERATIONS / ROUNDS,
+                &mut our_samples,
+            )
+            .await?;
+            modes
+                .round(ours, "bench:cycle", TTL, ITERATIONS / ROUNDS)
+                .await?;
+            for _ in 0..ITERATIONS / ROUNDS {
+                let started = Instant::now();
+                peer_cycle(&mut raw, "bench/peer/cycle").await?;
+                peer_samples.push(started.elapsed());
+            }
+            for _ in 0..ITERATIONS / ROUNDS {
+                let started = Instant::now();
+                peer_kept_cycle(&mut raw, "bench/peer/kept", kept_lease).await?;
+                kept_samples.push(started.elapsed());
+            }
+            for _ in 0..ITERATIONS / ROUNDS {
+                let started = Instant::now();
+                fenced_floor_cycle(&mut raw, "bench/fenced/q/", kept_lease).await?;
+                fenced_samples.push(started.elapsed());
+            }
+        }
+        Ok(Cycles {
+            raw_floor: Samples::new(raw_samples),
+            ours: Samples::new(our_samples),
+            modes,
+            peer: Samples::new(peer_samples),
+            peer_kept: Samples::new(kept_samples),
+            fenced_floor: Samples::new(fenced_samples),
+        })
+    }
+
+    /// Throughput: 16 tasks on distinct keys, raw floor and ours, one connection each side.
+    async fn throughput(&self, table: &mut Table) -> fencelock_core::Result<()> {
+        let raw_rate = throughput(TASKS, RUN_FOR, {
+            let raw = self.raw.clone();
+            move |task, _| {
+                let mut raw = raw.clone();
+                async move { raw_cycle(&mut raw, &format!("bench/raw/throughput/{task}")).await }
+            }
+        })
+        .await?;
+        let our_rate =
+            lock_throughput(self.ours.clone(), "bench:throughput:", TTL, TASKS, RUN_FOR).await?;
+        table.rate(format!("raw floor, {TASKS} tasks, distinct keys"), raw_rate);
+        table
+            .rate(format!("ours, {TASKS} tasks, distinct keys"), our_rate)
+            .ratio(our_rate / raw_rate, None);
+        Ok(())
+    }
+
+    /// Handoff with 8 waiters on one key, ours against etcd's lock service and the raw floor;
+    /// returns our waiters' handles, for the later scenarios.
+    async fn handoff(
+        &self,
+        table: &mut Table,
+        round_trips: &RoundTrips,
+    ) -> fencelock_core::Result<Vec<DynLockStore>> {
+        let mut handles: Vec<DynLockStore> = Vec::new();
+        for _ in 0..WAITERS {
+            handles.push(Arc::new(EtcdStore::connect(self.config.clone()).await?));
+        }
+        let handoffs = self.time_handoffs(&handles).await?;
+        handoffs.rows(table, round_trips);
+        Ok(handles)
+    }
+
+    /// Handoff: 8 waiters on one key, each with its own handle (connection); ours and etcd's
+    /// lock service in alternating rounds, so both see the same machine load, and the raw
+    /// floor (a delete seen by another client's watch) between them.
+    async fn time_handoffs(&self, handles: &[DynLockStore]) -> fencelock_core::Result<Handoffs> {
+        let client_cpu = || scale::cpu_time("self");
+        let (mut ours_rounds, mut peer_rounds, mut floor_rounds) =
+            (Vec::new(), Vec::new(), Vec::new());
+        // CPU spent during each side's rounds: (client, server).
+        let mut ours_cpu = CpuSpent::default();
+        let mut peer_cpu = CpuSpent::default();
+        // Each round on keys of its own: the waiters a round ends with are aborted, and whatever
+        // they leave queued must not stand in front of the next round.
+        for round in 0..HANDOFF_ROUNDS {
+            let per_round = HANDOFFS / HANDOFF_ROUNDS;
+            let key = format!("bench:handoff:{round}");
+            let before = (client_cpu(), self.server_cpu());
+            ours_rounds.push(handoff(handles.to_vec(), &key, TTL, per_round).await?);
+            ours_cpu.add(before, (client_cpu(), self.server_cpu()), per_round);
+            let mut peers = Vec::new();
+            for _ in 0..WAITERS {
+                let name = format!("bench/peer/handoff/{round}");
+                peers.push(PeerWaiter::connect(&self.endpoints, &name).await?);
+            }
+            let before = (client_cpu(), self.server_cpu());
+            peer_rounds.push(handoff_between(peers, per_round, Handoff::AnyWaiter).await?);
+            peer_cpu.add(before, (client_cpu(), self.server_cpu()), per_round);
+            floor_rounds.push(raw_handoff_floor(&self.endpoints, per_round).await?);
+        }
+        Ok(Handoffs {
+            ours: pooled(&ours_rounds),
+            peer: pooled(&peer_rounds),
+            floor: pooled(&floor_rounds),
+            ours_cpu,
+            peer_cpu,
+        })
+    }
+
+    /// The same handoffs one at a time, nothing else running: ours (a handoff mark), etcd's
+    /// lock service, the raw floor, alternating.
+    async fn quiet_handoff(
+        &self,
+        table: &mut Table,
+        handles: &[DynLockStore],
+    ) -> fencelock_core::Result<()> {
+        let (mut quiet_ours, mut quiet_peer, mut quiet_floor) =
+            (Vec::new(), Vec::new(), Vec::new());
+        let mut holder = PeerWaiter::connect(&self.endpoints, "bench/peer/quiet").await?;
+        let mut waiter = PeerWaiter::connect(&self.endpoints, "bench/peer/quiet").await?;
+        let mut quiet = QuietFloor::connect(&self.endpoints).await?;
+        for i in 0..QUIET_HANDOFFS {
+            quiet_ours.push(quiet_handoff(handles, &format!("bench:quiet:{i}")).await?);
+            quiet_peer.push(quiet_peer_handoff(&mut holder, &mut waiter).await?);
+            quiet_floor.push(quiet.sample().await?);
+        }
+        let (quiet_ours, quiet_peer, quiet_floor) = (
+            Samples::new(quiet_ours),
+            Samples::new(quiet_peer),
+            Samples::new(quiet_floor),
+        );
+        drop((holder, waiter, quiet));
+        table
+            .latency(
+                "quiet handoff p50, one waiter at a time: ours (a mark)",
+                quiet_ours.p50(),
+            )
+            .ratio(us(quiet_ours.p50()) / us(quiet_floor.p50()), None);
+        table
+            .latency("quiet handoff p50: lock service", quiet_peer.p50())
+            .ratio(us(quiet_peer.p50()) / us(quiet_floor.p50()), None);
+        table.latency("quiet handoff p50: raw floor", quiet_floor.p50());
+        table.push(
+            "quiet handoff p50 ours / lock service",
+            format!("{:.2}", us(quiet_ours.p50()) / us(quiet_peer.p50())),
+        );
+        Ok(())
+    }
+
+    /// The peers' protocol (8 contenders on one key, hold 1 ms, pause 30 ms): ours against
+    /// etcd's lock(), in interleaved rounds. Our handles are dropped after it.
+    async fn versus_peer(
+        &self,
+        table: &mut Table,
+        handles: Vec<DynLockStore>,
+    ) -> fencelock_core::Result<()> {
+        let mut peers = Vec::new();
+        for _ in 0..PEERS_CONTENDERS {
+            peers.push(PeerWaiter::connect(&self.endpoints, "bench/peer/protocol").await?);
+        }
+        let ours_in_protocol = store_contenders(
+            handles[..PEERS_CONTENDERS].to_vec(),
+            "bench:protocol",
             TTL,
-            ITERATIONS / ROUNDS,
-            &mut our_samples,
+            Duration::from_secs(60),
+        );
+        let protocol = PeersProtocol::HARNESS.run(ours_in_protocol, peers).await?;
+        drop(handles);
+        protocol.rows(table, "etcd's lock()", 1.0);
+        Ok(())
+    }
+
+    /// Many locks held at once on one handle, each kept alive (one keep-alive stream).
+    async fn held_leases(&self, table: &mut Table) -> fencelock_core::Result<()> {
+        let held_count = std::env::var("ETCD_BENCH_HELD")
+            .ok()
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(HELD);
+        let ports: Vec<u16> = self
+            .endpoints
+            .iter()
+            .filter_map(|e| e.rsplit(':').next()?.parse().ok())
+            .collect();
+        let metrics =
+            (!self.config.to_string().starts_with("etcds:")).then(|| self.endpoints[0].clone());
+        let held = scale::hold(
+            || EtcdStore::connect(self.config.clone()),
+            "bench:held:",
+            held_count,
+            HELD_TTL,
+            HELD_IN_FLIGHT,
+            &ports,
+            metrics.as_deref(),
         )
         .await?;
-        modes
-            .round(&dyn_store, "bench:cycle", TTL, ITERATIONS / ROUNDS)
-            .await?;
-        for _ in 0..ITERATIONS / ROUNDS {
-            let started = Instant::now();
-            peer_cycle(&mut raw, "bench/peer/cycle").await?;
-            peer_samples.push(started.elapsed());
-        }
-        for _ in 0..ITERATIONS / ROUNDS {
-            let started = Instant::now();
-            peer_kept_cycle(&mut raw, "bench/peer/kept", kept_lease).await?;
-            kept_samples.push(started.elapsed());
-        }
-        for _ in 0..ITERATIONS / ROUNDS {
-            let started = Instant::now();
-            fenced_floor_cycle(&mut raw, "bench/fenced/q/", kept_lease).await?;
-            fenced_samples.push(started.elapsed());
-        }
+        held_rows(table, &held);
+        Ok(())
     }
-    let fenced_floor = Samples::new(fenced_samples);
-    let raw_floor = Samples::new(raw_samples);
-    let ours = Samples::new(our_samples);
-    let peer = Samples::new(peer_samples);
-    let peer_kept = Samples::new(kept_samples);
+}
 
-    // Throughput: 16 tasks on distinct keys, raw floor and ours, one connection each side.
-    let raw_rate = throughput(TASKS, RUN_FOR, {
-        let raw = raw.clone();
-        move |task, _| {
-            let mut raw = raw.clone();
-            async move { raw_cycle(&mut raw, &format!("bench/raw/throughput/{task}")).await }
-        }
-    })
-    .await?;
-    let our_rate =
-        lock_throughput(dyn_store.clone(), "bench:throughput:", TTL, TASKS, RUN_FOR).await?;
-
-    // Handoff: 8 waiters on one key, each with its own handle (connection); ours and etcd's
-    // lock service in alternating rounds, so both see the same machine load, and the raw
-    // floor (a delete seen by another client's watch) between them.
-    let mut handles: Vec<DynLockStore> = Vec::new();
-    for _ in 0..WAITERS {
-        handles.push(Arc::new(EtcdStore::connect(config.clone()).await?));
-    }
-    let (mut ours_rounds, mut peer_rounds, mut floor_rounds) = (Vec::new(), Vec::new(), Vec::new());
-    // CPU spent during each side's rounds: (client, server).
-    let mut ours_cpu = CpuSpent::default();
-    let mut peer_cpu = CpuSpent::default();
-    // Each round on keys of its own: the waiters a round ends with are aborted, and whatever
-    // they leave queued must not stand in front of the next round.
-    for round in 0..HANDOFF_ROUNDS {
-        let per_round = HANDOFFS / HANDOFF_ROUNDS;
-        let key = format!("bench:handoff:{round}");
-        let before = (client_cpu(), server_cpu());
-        ours_rounds.push(handoff(handles.clone(), &key, TTL, per_round).await?);
-        ours_cpu.add(before, (client_cpu(), server_cpu()), per_round);
-        let mut peers = Vec::new();
-        for _ in 0..WAITERS {
-            let name = format!("bench/peer/handoff/{round}");
-            peers.push(PeerWaiter::connect(&endpoints, &name).await?);
-        }
-        let before = (client_cpu(), server_cpu());
-        peer_rounds.push(handoff_between(peers, per_round, Handoff::AnyWaiter).await?);
-        peer_cpu.add(before, (client_cpu(), server_cpu()), per_round);
-        floor_rounds.push(raw_handoff_floor(&endpoints, per_round).await?);
-    }
-    let handoffs = pooled(&ours_rounds);
-    let peer_handoffs = pooled(&peer_rounds);
-    let handoff_floor = pooled(&floor_rounds);
-
-    // The same handoffs one at a time, nothing else running: ours (a handoff mark), etcd's
-    // lock service, the raw floor, alternating.
-    let (mut quiet_ours, mut quiet_peer, mut quiet_floor) = (Vec::new(), Vec::new(), Vec::new());
-    let mut holder = PeerWaiter::connect(&endpoints, "bench/peer/quiet").await?;
-    let mut waiter = PeerWaiter::connect(&endpoints, "bench/peer/quiet").await?;
-    let mut quiet = QuietFloor::connect(&endpoints).await?;
-    for i in 0..QUIET_HANDOFFS {
-        quiet_ours.push(quiet_handoff(&handles, &format!("bench:quiet:{i}")).await?);
-        quiet_peer.push(quiet_peer_handoff(&mut holder, &mut waiter).await?);
-        quiet_floor.push(quiet.sample().await?);
-    }
-    let (quiet_ours, quiet_peer, quiet_floor) = (
-        Samples::new(quiet_ours),
-        Samples::new(quiet_peer),
-        Samples::new(quiet_floor),
-    );
-    drop((holder, waiter, quiet));
-
-    // The peers' protocol (8 contenders on one key, hold 1 ms, pause 30 ms): ours against etcd's
-    // lock(), in interleaved rounds.
-    let mut peers = Vec::new();
-    for _ in 0..PEERS_CONTENDERS {
-        peers.push(PeerWaiter::connect(&endpoints, "bench/peer/protocol").await?);
-    }
-    let ours_in_protocol = store_contenders(
-        handles[..PEERS_CONTENDERS].to_vec(),
-        "bench:protocol",
-        TTL,
-        Duration::from_secs(60),
-    );
-    let protocol = PeersProtocol::HARNESS.run(ours_in_protocol, peers).await?;
-    drop(handles);
-
-    // Many locks held at once on one handle, each kept alive (one keep-alive stream).
-    let held_count = std::env::var("ETCD_BENCH_HELD")
-        .ok()
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap_or(HELD);
-    let ports: Vec<u16> = endpoints
-        .iter()
-        .filter_map(|e| e.rsplit(':').next()?.parse().ok())
-        .collect();
-    let metrics = (!config.to_string().starts_with("etcds:")).then(|| endpoints[0].clone());
-    let held = scale::hold(
-        || EtcdStore::connect(config.clone()),
-        "bench:held:",
-        held_count,
-        HELD_TTL,
-        HELD_IN_FLIGHT,
-        &ports,
-        metrics.as_deref(),
-    )
-    .await?;
-
-    let mut table = Table::default();
-    table.latency("raw round trip: get p50", raw_read.p50());
-    table.latency("raw round trip: put p50", raw_write.p50());
-    table.latency(
-        "raw floor: lease grant + txn put + delete p50",
-        raw_floor.p50(),
-    );
-    let ratio = us(ours.p50()) / us(raw_floor.p50());
-    table
-        .latency("ours: try_acquire + release p50", ours.p50())
-        .ratio(ratio, Some(("≤ 1.2× raw floor", ratio <= 1.2)));
-    table.latency("ours: try_acquire + release p99", ours.p99());
-    modes.rows(&mut table, "ours: ", Some(raw_floor.p50()), None);
-    table
-        .latency("peer: grant + lock() + unlock() p50", peer.p50())
-        .ratio(us(peer.p50()) / us(raw_floor.p50()), None);
-    table.latency("peer: grant + lock() + unlock() p99", peer.p99());
-    table
-        .latency(
-            "peer on a kept lease: lock() + unlock() p50",
-            peer_kept.p50(),
-        )
-        .ratio(us(peer_kept.p50()) / us(raw_floor.p50()), None);
-    table.latency(
-        "peer on a kept lease: lock() + unlock() p99",
-        peer_kept.p99(),
-    );
-    let versus_kept = us(ours.p50()) / us(peer_kept.p50());
-    table
-        .latency(
-            "fenced floor: our enqueue txn by hand + delete, kept lease p50",
-            fenced_floor.p50(),
-        )
-        .ratio(us(fenced_floor.p50()) / us(raw_floor.p50()), None);
-    let fenced_versus_kept = us(fenced_floor.p50()) / us(peer_kept.p50());
-    table.push(
-        "  fenced floor / lock() + unlock() on a kept lease",
-        format!("{fenced_versus_kept:.2}"),
-    );
-    table.push(
-        "  ours / fenced floor",
-        format!("{:.2}", us(ours.p50()) / us(fenced_floor.p50())),
-    );
-    table
-        .push(
-            "cycle p50 ours / lock() + unlock() on a kept lease",
-            format!("{versus_kept:.2}"),
-        )
-        .target = Some(("≤ 1.0× etcd's lock() + unlock()".into(), versus_kept <= 1.0));
-    table.rate(format!("raw floor, {TASKS} tasks, distinct keys"), raw_rate);
-    table
-        .rate(format!("ours, {TASKS} tasks, distinct keys"), our_rate)
-        .ratio(our_rate / raw_rate, None);
-    let handoff_reads = us(handoffs.p50()) / us(raw_read.p50());
-    table
-        .latency(format!("handoff p50, {WAITERS} waiters"), handoffs.p50())
-        .ratio(
-            handoff_reads,
-            Some(("p50 ≤ 3 raw round trips (get)", handoff_reads <= 3.0)),
+impl Cycles {
+    /// The cycle rows: the raw floor, ours and its modes, etcd's lock/unlock and the fenced
+    /// floor, each against the raw floor.
+    fn rows(&self, table: &mut Table) {
+        let (raw_floor, ours) = (&self.raw_floor, &self.ours);
+        let (peer, peer_kept, fenced_floor) = (&self.peer, &self.peer_kept, &self.fenced_floor);
+        table.latency(
+            "raw floor: lease grant + txn put + delete p50",
+            raw_floor.p50(),
         );
-    table.latency(format!("handoff p99, {WAITERS} waiters"), handoffs.p99());
-    table.push(
-        "handoff p50 in raw writes (put)",
-        format!("{:.2}", us(handoffs.p50()) / us(raw_write.p50())),
-    );
-    table
-        .latency(
-            format!("peer handoff p50, {WAITERS} waiters (lock/unlock)"),
-            peer_handoffs.p50(),
-        )
-        .ratio(us(peer_handoffs.p50()) / us(raw_read.p50()), None);
-    table.latency(
-        format!("peer handoff p99, {WAITERS} waiters (lock/unlock)"),
-        peer_handoffs.p99(),
-    );
-    let versus_peer = us(handoffs.p50()) / us(peer_handoffs.p50());
-    table
-        .push("handoff p50 ours / peer", format!("{versus_peer:.2}"))
-        .target = Some(("≤ 1.0× etcd's lock() handoff".into(), versus_peer <= 1.0));
-    table
-        .latency(
-            "raw handoff floor: delete → another client's watch event p50",
-            handoff_floor.p50(),
-        )
-        .ratio(us(handoffs.p50()) / us(handoff_floor.p50()), None);
-    table.push("  CPU per handoff, ours: client + etcd", ours_cpu.figure());
-    table.push(
-        "  CPU per handoff, lock service: client + etcd",
-        peer_cpu.figure(),
-    );
-    // The lock service's waiters wait inside the server; ours pay, per wait, the enqueue
-    // transaction, a watch stream with two watches and (often) a re-read over the network.
-    // On a machine whose cores the handoff loop saturates, latency follows this.
-    if let Some((ours, peer)) = ours_cpu.total_per().zip(peer_cpu.total_per()) {
+        let ratio = us(ours.p50()) / us(raw_floor.p50());
+        table
+            .latency("ours: try_acquire + release p50", ours.p50())
+            .ratio(ratio, Some(("≤ 1.2× raw floor", ratio <= 1.2)));
+        table.latency("ours: try_acquire + release p99", ours.p99());
+        self.modes
+            .rows(table, "ours: ", Some(raw_floor.p50()), None);
+        table
+            .latency("peer: grant + lock() + unlock() p50", peer.p50())
+            .ratio(us(peer.p50()) / us(raw_floor.p50()), None);
+        table.latency("peer: grant + lock() + unlock() p99", peer.p99());
+        table
+            .latency(
+                "peer on a kept lease: lock() + unlock() p50",
+                peer_kept.p50(),
+            )
+            .ratio(us(peer_kept.p50()) / us(raw_floor.p50()), None);
+        table.latency(
+            "peer on a kept lease: lock() + unlock() p99",
+            peer_kept.p99(),
+        );
+        let versus_kept = us(ours.p50()) / us(peer_kept.p50());
+        table
+            .latency(
+                "fenced floor: our enqueue txn by hand + delete, kept lease p50",
+                fenced_floor.p50(),
+            )
+            .ratio(us(fenced_floor.p50()) / us(raw_floor.p50()), None);
+        let fenced_versus_kept = us(fenced_floor.p50()) / us(peer_kept.p50());
         table.push(
-            "  extra CPU per handoff, ours − lock service (waits over the network)",
-            format!("{:.0} µs", ours - peer),
+            "  fenced floor / lock() + unlock() on a kept lease",
+            format!("{fenced_versus_kept:.2}"),
         );
+        table.push(
+            "  ours / fenced floor",
+            format!("{:.2}", us(ours.p50()) / us(fenced_floor.p50())),
+        );
+        table
+            .push(
+                "cycle p50 ours / lock() + unlock() on a kept lease",
+                format!("{versus_kept:.2}"),
+            )
+            .target = Some(("≤ 1.0× etcd's lock() + unlock()".into(), versus_kept <= 1.0));
     }
-    table
-        .latency(
-            "quiet handoff p50, one waiter at a time: ours (a mark)",
-            quiet_ours.p50(),
-        )
-        .ratio(us(quiet_ours.p50()) / us(quiet_floor.p50()), None);
-    table
-        .latency("quiet handoff p50: lock service", quiet_peer.p50())
-        .ratio(us(quiet_peer.p50()) / us(quiet_floor.p50()), None);
-    table.latency("quiet handoff p50: raw floor", quiet_floor.p50());
-    table.push(
-        "quiet handoff p50 ours / lock service",
-        format!("{:.2}", us(quiet_ours.p50()) / us(quiet_peer.p50())),
-    );
-    protocol.rows(&mut table, "etcd's lock()", 1.0);
+}
+
+impl Handoffs {
+    /// The handoff rows: ours and the lock service's against the raw round trips and each
+    /// other, the raw floor, and the CPU each spends per handoff.
+    fn rows(&self, table: &mut Table, round_trips: &RoundTrips) {
+        let (handoffs, peer_handoffs) = (&self.ours, &self.peer);
+        let handoff_reads = us(handoffs.p50()) / us(round_trips.read.p50());
+        table
+            .latency(format!("handoff p50, {WAITERS} waiters"), handoffs.p50())
+            .ratio(
+                handoff_reads,
+                Some(("p50 ≤ 3 raw round trips (get)", handoff_reads <= 3.0)),
+            );
+        table.latency(format!("handoff p99, {WAITERS} waiters"), handoffs.p99());
+        table.push(
+            "handoff p50 in raw writes (put)",
+            format!("{:.2}", us(handoffs.p50()) / us(round_trips.write.p50())),
+        );
+        table
+            .latency(
+                format!("peer handoff p50, {WAITERS} waiters (lock/unlock)"),
+                peer_handoffs.p50(),
+            )
+            .ratio(us(peer_handoffs.p50()) / us(round_trips.read.p50()), None);
+        table.latency(
+            format!("peer handoff p99, {WAITERS} waiters (lock/unlock)"),
+            peer_handoffs.p99(),
+        );
+        let versus_peer = us(handoffs.p50()) / us(peer_handoffs.p50());
+        table
+            .push("handoff p50 ours / peer", format!("{versus_peer:.2}"))
+            .target = Some(("≤ 1.0× etcd's lock() handoff".into(), versus_peer <= 1.0));
+        table
+            .latency(
+                "raw handoff floor: delete → another client's watch event p50",
+                self.floor.p50(),
+            )
+            .ratio(us(handoffs.p50()) / us(self.floor.p50()), None);
+        table.push(
+            "  CPU per handoff, ours: client + etcd",
+            self.ours_cpu.figure(),
+        );
+        table.push(
+            "  CPU per handoff, lock service: client + etcd",
+            self.peer_cpu.figure(),
+        );
+        // The lock service's waiters wait inside the server; ours pay, per wait, the enqueue
+        // transaction, a watch stream with two watches and (often) a re-read over the network.
+        // On a machine whose cores the handoff loop saturates, latency follows this.
+        if let Some((ours, peer)) = self.ours_cpu.total_per().zip(self.peer_cpu.total_per()) {
+            table.push(
+                "  extra CPU per handoff, ours − lock service (waits over the network)",
+                format!("{:.0} µs", ours - peer),
+            );
+        }
+    }
+}
+
+/// The rows of the locks held with keep-alive: none lost, the connections and streams they
+/// need (constant), the memory per lock, and the extends while they are kept alive.
+fn held_rows(table: &mut Table, held: &scale::Held) {
     let n = held.count;
     table
         .push(
@@ -811,12 +964,4 @@ async fn main() -> Result<(), Box<dyn Error>> {
             held.extends.len() + held.extends_failed
         ),
     );
-    println!("{table}");
-    println!(
-        "samples: {ITERATIONS} cycles each, {HANDOFFS} handoffs; raw get p99 {:.1} µs, raw put p99 {:.1} µs, raw floor p99 {:.1} µs; keep-alive: one stream per handle",
-        us(raw_read.p99()),
-        us(raw_write.p99()),
-        us(raw_floor.p99())
-    );
-    Ok(())
 }

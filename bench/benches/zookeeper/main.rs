@@ -152,28 +152,27 @@ fn blocking<T>(f: impl FnOnce() -> T) -> T {
     tokio::task::block_in_place(f)
 }
 
+/// What the scenarios before the held leases share: our store, a raw session of the same
+/// library and Curator's clients. Closed before the held leases, which run with no other
+/// session open.
+struct Bench {
+    profile: Profile,
+    config: ZookeeperConfig,
+    /// The connect string, with the chroot.
+    connect: String,
+    ours: DynLockStore,
+    raw_client: zk::Client,
+    curator: curator::Curator,
+}
+
 #[tokio::main(flavor = "multi_thread")]
 async fn main() -> Result<(), Box<dyn Error>> {
-    let mut args = fencelock_bench::args().peekable();
-    let (mut quick, mut many_only) = (false, None);
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--quick" => quick = true,
-            "many" => {
-                let n = args.next().and_then(|n| n.parse::<usize>().ok());
-                many_only = Some(n.ok_or(USAGE)?);
-            }
-            _ => return Err(USAGE.into()),
-        }
-    }
-    let profile = if quick { QUICK } else { FULL };
-
+    let (profile, many_only) = parse_args()?;
     let (_server, url) = server_or_env(test_servers::ZookeeperEnsemble::start_standalone, |s| {
         s.url()
     })?;
     let config = ZookeeperConfig::from_url(&url)?;
     let endpoints = config.endpoints().to_vec();
-    let connect = format!("{}{}", endpoints.join(","), config.chroot());
     let ports: Vec<u16> = endpoints
         .iter()
         .filter_map(|e| e.rsplit(':').next()?.parse().ok())
@@ -186,179 +185,316 @@ async fn main() -> Result<(), Box<dyn Error>> {
 
     if let Some(count) = many_only {
         println!();
-        let held = many::hold(
-            &config,
-            "bench:held:",
-            count,
-            profile.held_ttl,
-            HELD_IN_FLIGHT,
-            &ports,
-        )
-        .await?;
         let mut table = Table::default();
-        held_rows(&mut table, &held, profile.held_ttl);
+        held_leases(&mut table, &config, count, profile.held_ttl, &ports).await?;
         println!("{table}");
         return Ok(());
     }
 
-    let store = ZookeeperStore::connect(config.clone()).await?;
-    let dyn_store: DynLockStore = Arc::new(store);
-    let raw_client = raw::connect(&connect).await?;
-    let mut curator = blocking(|| curator::Curator::start(&connect, WAITERS))?;
-    println!(
-        // In the heading, before the blank line that starts the table (scripts/bench_charts.py).
-        "Curator peer compiled in {:.1} s, {WAITERS} clients connected\n",
-        curator.compiled_in.as_secs_f64()
-    );
-
-    // Raw round trips with the same client library: a read, a write.
-    raw::ensure(&raw_client, "/bench-raw/read").await?;
-    let raw_read = time_each(profile.iterations, |_| {
-        let raw_client = raw_client.clone();
-        async move {
-            raw_client
-                .get_data("/bench-raw/read")
-                .await
-                .map(drop)
-                .map_err(|e| fencelock_core::Error::store("raw get_data", e))
-        }
-    })
-    .await?;
-    let raw_write = time_each(profile.iterations, |_| {
-        let raw_client = raw_client.clone();
-        async move {
-            raw_client
-                .set_data("/bench-raw/read", b"x", None)
-                .await
-                .map(drop)
-                .map_err(|e| fencelock_core::Error::store("raw set_data", e))
-        }
-    })
-    .await?;
-
-    // The raw floor, our cycle and Curator's in alternating rounds, so all three see the same
-    // machine load; each warmed up first.
-    for parent in [
-        "/bench-raw/cycle",
-        "/bench-raw/queue",
-        "/bench-raw/pipelined",
-    ] {
-        raw::ensure(&raw_client, parent).await?;
-    }
-    for _ in 0..50 {
-        raw::cycle(&raw_client, "/bench-raw/cycle").await?;
-        raw::queue_cycle(&raw_client, "/bench-raw/queue", false).await?;
-        raw::queue_cycle(&raw_client, "/bench-raw/pipelined", true).await?;
-        let lease = dyn_store.try_acquire("bench:cycle", TTL).await?;
-        let _ = dyn_store.release(&lease).await?;
-    }
-    blocking(|| curator.run("cycle /bench-curator/cycle 200"))?;
-    let per_round = profile.iterations / profile.rounds;
-    let (mut raw_samples, mut our_samples, mut curator_rounds) =
-        (Vec::new(), Vec::new(), Vec::new());
-    let (mut queue_samples, mut pipelined_samples) = (Vec::new(), Vec::new());
-    for _ in 0..profile.rounds {
-        for _ in 0..per_round {
-            let started = Instant::now();
-            raw::cycle(&raw_client, "/bench-raw/cycle").await?;
-            raw_samples.push(started.elapsed());
-            let started = Instant::now();
-            raw::queue_cycle(&raw_client, "/bench-raw/queue", false).await?;
-            queue_samples.push(started.elapsed());
-            let started = Instant::now();
-            raw::queue_cycle(&raw_client, "/bench-raw/pipelined", true).await?;
-            pipelined_samples.push(started.elapsed());
-        }
-        cycle_into(&dyn_store, "bench:cycle", TTL, per_round, &mut our_samples).await?;
-        let command = format!("cycle /bench-curator/cycle {per_round}");
-        curator_rounds.push(blocking(|| curator.run(&command))?);
-    }
-    let raw_floor = Samples::new(raw_samples);
-    let queue_floor = Samples::new(queue_samples);
-    let pipelined_floor = Samples::new(pipelined_samples);
-    let ours = Samples::new(our_samples);
-    let curator_cycle = Samples::merged(curator_rounds);
-
-    // Throughput: 16 tasks on distinct keys, raw floor and ours, one session each side.
-    for task in 0..TASKS {
-        raw::ensure(&raw_client, &format!("/bench-raw/throughput/{task}")).await?;
-    }
-    let raw_rate = throughput(TASKS, profile.run_for, {
-        let raw_client = raw_client.clone();
-        move |task, _| {
-            let raw_client = raw_client.clone();
-            async move { raw::cycle(&raw_client, &format!("/bench-raw/throughput/{task}")).await }
-        }
-    })
-    .await?;
-    let our_rate = lock_throughput(
-        dyn_store.clone(),
-        "bench:throughput:",
-        TTL,
-        TASKS,
-        profile.run_for,
-    )
-    .await?;
-
-    // Handoff: 8 waiters on one key, ours (a handle each) and Curator's (a client each) by the
-    // same loop in alternating rounds, and the raw floor (a delete seen by another session's
-    // watch) between them. Each round on a key of its own: the waiters a round ends with are
-    // aborted, and what they leave queued must not stand in front of the next round.
-    let mut handles: Vec<DynLockStore> = Vec::new();
-    for _ in 0..WAITERS {
-        handles.push(Arc::new(ZookeeperStore::connect(config.clone()).await?));
-    }
-    let mut floor = raw::HandoffFloor::connect(&connect, "/bench-raw/handoff").await?;
-    let _ = handoff(handles.clone(), "bench:handoff:warm", TTL, 50).await?;
-    blocking(|| curator.run("handoff /bench-curator/handoff/warm 50"))?;
-    let (mut ours_rounds, mut curator_rounds, mut floor_rounds) =
-        (Vec::new(), Vec::new(), Vec::new());
-    let per_round = profile.handoffs / profile.handoff_rounds;
-    for round in 0..profile.handoff_rounds {
-        let key = format!("bench:handoff:{round}");
-        ours_rounds.push(handoff(handles.clone(), &key, TTL, per_round).await?);
-        let command = format!("handoff /bench-curator/handoff/{round} {per_round}");
-        curator_rounds.push(blocking(|| curator.run(&command))?);
-        floor_rounds.push(floor.run(per_round).await?);
-    }
-    let handoffs = Samples::merged(ours_rounds);
-    let curator_handoffs = Samples::merged(curator_rounds);
-    let handoff_floor = Samples::merged(floor_rounds);
-
-    // The same handoff one waiter at a time, parked in its wait first: ours, Curator's, the
-    // floor after the same idle, alternating.
-    let (mut quiet_ours, mut quiet_curator, mut quiet_floor) = (Vec::new(), Vec::new(), Vec::new());
-    for i in 0..profile.quiet_handoffs {
-        let key = format!("bench:quiet:{i}");
-        let container = config.lock_path(&key);
-        quiet_ours.push(quiet_handoff(&handles, &raw_client, &container, &key).await?);
-        let command = format!("quiet /bench-curator/quiet/{i} 1");
-        quiet_curator.push(blocking(|| curator.run(&command))?.p50());
-        quiet_floor.push(floor.sample(PARKED).await?);
-    }
-    let (quiet_ours, quiet_curator, quiet_floor) = (
-        Samples::new(quiet_ours),
-        Samples::new(quiet_curator),
-        Samples::new(quiet_floor),
-    );
-    drop((handles, floor));
-    blocking(|| drop(curator));
-
-    // Many leases held at once from one handle, each kept alive; no other session open.
-    drop((dyn_store, raw_client));
-    let held = many::hold(
-        &config,
-        "bench:held:",
-        profile.held,
-        profile.held_ttl,
-        HELD_IN_FLIGHT,
-        &ports,
-    )
-    .await?;
-
+    let (held, held_ttl) = (profile.held, profile.held_ttl);
+    let mut bench = Bench::connect(config.clone(), profile).await?;
     let mut table = Table::default();
-    table.latency("raw round trip: get_data p50", raw_read.p50());
-    table.latency("raw round trip: set_data p50", raw_write.p50());
+    let raw_read = bench.raw_round_trips(&mut table).await?;
+    let raw_floor = bench.uncontended_cycles(&mut table).await?;
+    bench.throughput(&mut table).await?;
+    let (handles, floor, handoff_floor) = bench.handoff(&mut table).await?;
+    bench.quiet_handoff(&mut table, handles, floor).await?;
+    let profile = bench.close();
+    held_leases(&mut table, &config, held, held_ttl, &ports).await?;
+    println!("{table}");
+    println!(
+        "samples: {} cycles each, {} handoffs each, {} quiet handoffs each; raw get_data p99 {:.1} µs, raw floor p99 {:.1} µs, raw handoff floor p99 {:.1} µs",
+        profile.iterations,
+        profile.handoffs,
+        profile.quiet_handoffs,
+        us(raw_read.p99()),
+        us(raw_floor.p99()),
+        us(handoff_floor.p99())
+    );
+    Ok(())
+}
+
+/// `[--quick] [many N]`: the profile, and the count of leases to hold when only that runs.
+fn parse_args() -> Result<(Profile, Option<usize>), Box<dyn Error>> {
+    let mut args = fencelock_bench::args().peekable();
+    let (mut quick, mut many_only) = (false, None);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--quick" => quick = true,
+            "many" => {
+                let n = args.next().and_then(|n| n.parse::<usize>().ok());
+                many_only = Some(n.ok_or(USAGE)?);
+            }
+            _ => return Err(USAGE.into()),
+        }
+    }
+    Ok((if quick { QUICK } else { FULL }, many_only))
+}
+
+/// Many leases held at once from one handle, each kept alive; no other session open.
+async fn held_leases(
+    table: &mut Table,
+    config: &ZookeeperConfig,
+    count: usize,
+    ttl: Duration,
+    ports: &[u16],
+) -> fencelock_core::Result<()> {
+    let held = many::hold(config, "bench:held:", count, ttl, HELD_IN_FLIGHT, ports).await?;
+    held_rows(table, &held, ttl);
+    Ok(())
+}
+
+impl Bench {
+    /// Connects our store, the raw session and Curator's clients (compiling Curator's side),
+    /// and prints the last line of the heading.
+    async fn connect(config: ZookeeperConfig, profile: Profile) -> Result<Self, Box<dyn Error>> {
+        let connect = format!("{}{}", config.endpoints().join(","), config.chroot());
+        let store = ZookeeperStore::connect(config.clone()).await?;
+        let ours: DynLockStore = Arc::new(store);
+        let raw_client = raw::connect(&connect).await?;
+        let curator = blocking(|| curator::Curator::start(&connect, WAITERS))?;
+        println!(
+            // In the heading, before the blank line that starts the table (scripts/bench_charts.py).
+            "Curator peer compiled in {:.1} s, {WAITERS} clients connected\n",
+            curator.compiled_in.as_secs_f64()
+        );
+        Ok(Bench {
+            profile,
+            config,
+            connect,
+            ours,
+            raw_client,
+            curator,
+        })
+    }
+
+    /// Closes Curator's clients, our store and the raw session, so the held leases run with
+    /// no other session open; returns the profile.
+    fn close(self) -> Profile {
+        let Bench {
+            profile,
+            ours,
+            raw_client,
+            curator,
+            ..
+        } = self;
+        blocking(|| drop(curator));
+        drop((ours, raw_client));
+        profile
+    }
+
+    /// Raw round trips with the same client library: a read, a write. Returns the read.
+    async fn raw_round_trips(&self, table: &mut Table) -> fencelock_core::Result<Samples> {
+        let raw_client = &self.raw_client;
+        raw::ensure(raw_client, "/bench-raw/read").await?;
+        let raw_read = time_each(self.profile.iterations, |_| {
+            let raw_client = raw_client.clone();
+            async move {
+                raw_client
+                    .get_data("/bench-raw/read")
+                    .await
+                    .map(drop)
+                    .map_err(|e| fencelock_core::Error::store("raw get_data", e))
+            }
+        })
+        .await?;
+        let raw_write = time_each(self.profile.iterations, |_| {
+            let raw_client = raw_client.clone();
+            async move {
+                raw_client
+                    .set_data("/bench-raw/read", b"x", None)
+                    .await
+                    .map(drop)
+                    .map_err(|e| fencelock_core::Error::store("raw set_data", e))
+            }
+        })
+        .await?;
+        table.latency("raw round trip: get_data p50", raw_read.p50());
+        table.latency("raw round trip: set_data p50", raw_write.p50());
+        Ok(raw_read)
+    }
+
+    /// The raw floor, our cycle and Curator's in alternating rounds, so all three see the same
+    /// machine load; each warmed up first. Returns the raw floor.
+    async fn uncontended_cycles(&mut self, table: &mut Table) -> fencelock_core::Result<Samples> {
+        let (raw_client, ours) = (&self.raw_client, &self.ours);
+        for parent in [
+            "/bench-raw/cycle",
+            "/bench-raw/queue",
+            "/bench-raw/pipelined",
+        ] {
+            raw::ensure(raw_client, parent).await?;
+        }
+        for _ in 0..50 {
+            raw::cycle(raw_client, "/bench-raw/cycle").await?;
+            raw::queue_cycle(raw_client, "/bench-raw/queue", false).await?;
+            raw::queue_cycle(raw_client, "/bench-raw/pipelined", true).await?;
+            let lease = ours.try_acquire("bench:cycle", TTL).await?;
+            let _ = ours.release(&lease).await?;
+        }
+        blocking(|| self.curator.run("cycle /bench-curator/cycle 200"))?;
+        let per_round = self.profile.iterations / self.profile.rounds;
+        let (mut raw_samples, mut our_samples, mut curator_rounds) =
+            (Vec::new(), Vec::new(), Vec::new());
+        let (mut queue_samples, mut pipelined_samples) = (Vec::new(), Vec::new());
+        for _ in 0..self.profile.rounds {
+            for _ in 0..per_round {
+                let started = Instant::now();
+                raw::cycle(raw_client, "/bench-raw/cycle").await?;
+                raw_samples.push(started.elapsed());
+                let started = Instant::now();
+                raw::queue_cycle(raw_client, "/bench-raw/queue", false).await?;
+                queue_samples.push(started.elapsed());
+                let started = Instant::now();
+                raw::queue_cycle(raw_client, "/bench-raw/pipelined", true).await?;
+                pipelined_samples.push(started.elapsed());
+            }
+            cycle_into(ours, "bench:cycle", TTL, per_round, &mut our_samples).await?;
+            let command = format!("cycle /bench-curator/cycle {per_round}");
+            curator_rounds.push(blocking(|| self.curator.run(&command))?);
+        }
+        let raw_floor = Samples::new(raw_samples);
+        cycle_rows(
+            table,
+            &raw_floor,
+            &Samples::new(queue_samples),
+            &Samples::new(pipelined_samples),
+            &Samples::new(our_samples),
+            &Samples::merged(curator_rounds),
+        );
+        Ok(raw_floor)
+    }
+
+    /// Throughput: 16 tasks on distinct keys, raw floor and ours, one session each side.
+    async fn throughput(&self, table: &mut Table) -> fencelock_core::Result<()> {
+        for task in 0..TASKS {
+            raw::ensure(&self.raw_client, &format!("/bench-raw/throughput/{task}")).await?;
+        }
+        let raw_rate =
+            throughput(TASKS, self.profile.run_for, {
+                let raw_client = self.raw_client.clone();
+                move |task, _| {
+                    let raw_client = raw_client.clone();
+                    async move {
+                        raw::cycle(&raw_client, &format!("/bench-raw/throughput/{task}")).await
+                    }
+                }
+            })
+            .await?;
+        let our_rate = lock_throughput(
+            self.ours.clone(),
+            "bench:throughput:",
+            TTL,
+            TASKS,
+            self.profile.run_for,
+        )
+        .await?;
+        table.rate(
+            format!("raw floor, {TASKS} tasks, distinct parents"),
+            raw_rate,
+        );
+        table
+            .rate(format!("ours, {TASKS} tasks, distinct keys"), our_rate)
+            .ratio(our_rate / raw_rate, None);
+        Ok(())
+    }
+
+    /// Handoff: 8 waiters on one key, ours (a handle each) and Curator's (a client each) by the
+    /// same loop in alternating rounds, and the raw floor (a delete seen by another session's
+    /// watch) between them. Each round on a key of its own: the waiters a round ends with are
+    /// aborted, and what they leave queued must not stand in front of the next round. Returns
+    /// our handles and the floor, for the quiet handoff, and the floor's samples.
+    async fn handoff(
+        &mut self,
+        table: &mut Table,
+    ) -> fencelock_core::Result<(Vec<DynLockStore>, raw::HandoffFloor, Samples)> {
+        let mut handles: Vec<DynLockStore> = Vec::new();
+        for _ in 0..WAITERS {
+            handles.push(Arc::new(
+                ZookeeperStore::connect(self.config.clone()).await?,
+            ));
+        }
+        let mut floor = raw::HandoffFloor::connect(&self.connect, "/bench-raw/handoff").await?;
+        let _ = handoff(handles.clone(), "bench:handoff:warm", TTL, 50).await?;
+        blocking(|| self.curator.run("handoff /bench-curator/handoff/warm 50"))?;
+        let (mut ours_rounds, mut curator_rounds, mut floor_rounds) =
+            (Vec::new(), Vec::new(), Vec::new());
+        let per_round = self.profile.handoffs / self.profile.handoff_rounds;
+        for round in 0..self.profile.handoff_rounds {
+            let key = format!("bench:handoff:{round}");
+            ours_rounds.push(handoff(handles.clone(), &key, TTL, per_round).await?);
+            let command = format!("handoff /bench-curator/handoff/{round} {per_round}");
+            curator_rounds.push(blocking(|| self.curator.run(&command))?);
+            floor_rounds.push(floor.run(per_round).await?);
+        }
+        let handoff_floor = Samples::merged(floor_rounds);
+        handoff_rows(
+            table,
+            &Samples::merged(ours_rounds),
+            &Samples::merged(curator_rounds),
+            &handoff_floor,
+        );
+        Ok((handles, floor, handoff_floor))
+    }
+
+    /// The same handoff one waiter at a time, parked in its wait first: ours, Curator's, the
+    /// floor after the same idle, alternating. Our handles and the floor are closed after it.
+    async fn quiet_handoff(
+        &mut self,
+        table: &mut Table,
+        handles: Vec<DynLockStore>,
+        mut floor: raw::HandoffFloor,
+    ) -> fencelock_core::Result<()> {
+        let (mut quiet_ours, mut quiet_curator, mut quiet_floor) =
+            (Vec::new(), Vec::new(), Vec::new());
+        for i in 0..self.profile.quiet_handoffs {
+            let key = format!("bench:quiet:{i}");
+            let container = self.config.lock_path(&key);
+            quiet_ours.push(quiet_handoff(&handles, &self.raw_client, &container, &key).await?);
+            let command = format!("quiet /bench-curator/quiet/{i} 1");
+            quiet_curator.push(blocking(|| self.curator.run(&command))?.p50());
+            quiet_floor.push(floor.sample(PARKED).await?);
+        }
+        let (quiet_ours, quiet_curator, quiet_floor) = (
+            Samples::new(quiet_ours),
+            Samples::new(quiet_curator),
+            Samples::new(quiet_floor),
+        );
+        drop((handles, floor));
+        table
+            .latency(
+                "quiet handoff p50, one waiter parked 20 ms: ours",
+                quiet_ours.p50(),
+            )
+            .ratio(us(quiet_ours.p50()) / us(quiet_floor.p50()), None);
+        table
+            .latency("quiet handoff p50: Curator", quiet_curator.p50())
+            .ratio(us(quiet_curator.p50()) / us(quiet_floor.p50()), None);
+        table.latency(
+            "quiet handoff p50: raw floor after the same idle",
+            quiet_floor.p50(),
+        );
+        let quiet_versus = us(quiet_ours.p50()) / us(quiet_curator.p50());
+        table
+            .push(
+                "quiet handoff p50 ours / Curator",
+                format!("{quiet_versus:.2}"),
+            )
+            .target = Some(("≤ 1.0× Curator's handoff".into(), quiet_versus <= 1.0));
+        Ok(())
+    }
+}
+
+/// The cycle rows: the raw floor, ours, the raw queue cycles (the requests ours makes) and
+/// Curator's, each against the raw floor.
+fn cycle_rows(
+    table: &mut Table,
+    raw_floor: &Samples,
+    queue_floor: &Samples,
+    pipelined_floor: &Samples,
+    ours: &Samples,
+    curator_cycle: &Samples,
+) {
     table.latency(
         "raw floor: create ephemeral sequential + delete p50",
         raw_floor.p50(),
@@ -388,13 +524,15 @@ async fn main() -> Result<(), Box<dyn Error>> {
         .latency("Curator: acquire() + release() p50", curator_cycle.p50())
         .ratio(us(curator_cycle.p50()) / us(raw_floor.p50()), None);
     table.latency("Curator: acquire() + release() p99", curator_cycle.p99());
-    table.rate(
-        format!("raw floor, {TASKS} tasks, distinct parents"),
-        raw_rate,
-    );
-    table
-        .rate(format!("ours, {TASKS} tasks, distinct keys"), our_rate)
-        .ratio(our_rate / raw_rate, None);
+}
+
+/// The handoff rows: ours and Curator's against the raw floor, and ours against Curator's.
+fn handoff_rows(
+    table: &mut Table,
+    handoffs: &Samples,
+    curator_handoffs: &Samples,
+    handoff_floor: &Samples,
+) {
     table
         .latency(
             format!("handoff p50, {WAITERS} waiters: ours"),
@@ -423,38 +561,6 @@ async fn main() -> Result<(), Box<dyn Error>> {
         "raw handoff floor: delete → another session's watch event p50",
         handoff_floor.p50(),
     );
-    table
-        .latency(
-            "quiet handoff p50, one waiter parked 20 ms: ours",
-            quiet_ours.p50(),
-        )
-        .ratio(us(quiet_ours.p50()) / us(quiet_floor.p50()), None);
-    table
-        .latency("quiet handoff p50: Curator", quiet_curator.p50())
-        .ratio(us(quiet_curator.p50()) / us(quiet_floor.p50()), None);
-    table.latency(
-        "quiet handoff p50: raw floor after the same idle",
-        quiet_floor.p50(),
-    );
-    let quiet_versus = us(quiet_ours.p50()) / us(quiet_curator.p50());
-    table
-        .push(
-            "quiet handoff p50 ours / Curator",
-            format!("{quiet_versus:.2}"),
-        )
-        .target = Some(("≤ 1.0× Curator's handoff".into(), quiet_versus <= 1.0));
-    held_rows(&mut table, &held, profile.held_ttl);
-    println!("{table}");
-    println!(
-        "samples: {} cycles each, {} handoffs each, {} quiet handoffs each; raw get_data p99 {:.1} µs, raw floor p99 {:.1} µs, raw handoff floor p99 {:.1} µs",
-        profile.iterations,
-        profile.handoffs,
-        profile.quiet_handoffs,
-        us(raw_read.p99()),
-        us(raw_floor.p99()),
-        us(handoff_floor.p99())
-    );
-    Ok(())
 }
 
 /// The held leases' rows.
