@@ -148,45 +148,8 @@ async fn contended(url: &str, name: &str, table: &mut Table) -> BenchResult<()> 
     Ok(())
 }
 
-/// A store's server, kept until its part is done, and the URL to reach it.
-struct Running {
-    url: String,
-    _servers: Box<dyn std::any::Any>,
-}
-
-/// A directory removed when dropped: the SQLite part's file.
-struct Scratch(std::path::PathBuf);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn start(store: &str) -> BenchResult<Running> {
-    let (url, servers): (String, Box<dyn std::any::Any>) = match store {
-        "redis" => {
-            let server = test_servers::RedisServer::start()?;
-            (server.url(), Box::new(server))
-        }
-        "postgres" => {
-            let server = test_servers::PostgresServer::start()?;
-            (server.url(), Box::new(server))
-        }
-        "sqlite" => {
-            let dir =
-                std::env::temp_dir().join(format!("fencelock-sets-bench-{}", std::process::id()));
-            std::fs::create_dir_all(&dir)?;
-            let url = format!("sqlite://{}", dir.join("locks.db").display());
-            (url, Box::new(Scratch(dir)))
-        }
-        other => return Err(format!("unknown store {other:?}").into()),
-    };
-    Ok(Running {
-        url,
-        _servers: servers,
-    })
-}
+#[path = "servers/mod.rs"]
+mod servers;
 
 #[tokio::main]
 async fn main() -> BenchResult<()> {
@@ -197,7 +160,7 @@ async fn main() -> BenchResult<()> {
         .collect();
     let started = std::time::Instant::now();
     for name in stores {
-        let running = start(name)?;
+        let running = servers::start(name, "sets")?;
         let store = fencelock::connect(&running.url).await?;
         println!("{name} at {}", fencelock::redact(&running.url));
         let mut table = Table::default();

@@ -41,6 +41,9 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
+#[path = "servers/mod.rs"]
+mod servers;
+
 /// Trials per store; two handovers each.
 const TRIALS: usize = 30;
 /// Failovers per store.
@@ -111,58 +114,6 @@ const STORES: [Store; 5] = [
         )],
     },
 ];
-
-/// The servers of one store's part, stopped when dropped.
-struct Running {
-    url: String,
-    _servers: Box<dyn std::any::Any>,
-}
-
-/// A directory removed when dropped: the SQLite part's file.
-struct Scratch(std::path::PathBuf);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn start(store: &str) -> BenchResult<Running> {
-    let (url, servers): (String, Box<dyn std::any::Any>) = match store {
-        "redis" => {
-            let server = test_servers::RedisServer::start()?;
-            (server.url(), Box::new(server))
-        }
-        "redlock" => {
-            let servers = test_servers::RedisServer::start_many(3)?;
-            let hosts: Vec<String> = servers
-                .iter()
-                .map(|s| format!("127.0.0.1:{}", s.port()))
-                .collect();
-            (format!("redlock://{}", hosts.join(",")), Box::new(servers))
-        }
-        "postgres" => {
-            let server = test_servers::PostgresServer::start()?;
-            (server.url(), Box::new(server))
-        }
-        "mysql" => {
-            let server = test_servers::MariadbServer::start()?;
-            (server.url(), Box::new(server))
-        }
-        "sqlite" => {
-            let dir = std::env::temp_dir()
-                .join(format!("fencelock-election-bench-{}", std::process::id()));
-            std::fs::create_dir_all(&dir)?;
-            let url = format!("sqlite://{}", dir.join("locks.db").display());
-            (url, Box::new(Scratch(dir)))
-        }
-        other => return Err(format!("unknown store {other:?}").into()),
-    };
-    Ok(Running {
-        url,
-        _servers: servers,
-    })
-}
 
 fn joined<T>(joined: Result<T, tokio::task::JoinError>) -> fencelock::Result<T> {
     joined.map_err(|e| fencelock::Error::Store {
@@ -476,7 +427,7 @@ async fn main() -> BenchResult<()> {
     println!("election benchmark on the stores without an election peer, one after another");
     for store in wanted {
         let started = Instant::now();
-        let running = tokio::task::block_in_place(|| start(store.name))?;
+        let running = tokio::task::block_in_place(|| servers::start(store.name, "election"))?;
         println!(
             "\n{} at {} (servers up in {:.1} s)\n",
             store.name,
