@@ -1218,6 +1218,31 @@ impl fmt::Display for Table {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every program in `benches/` is declared a bench with `harness = false`: otherwise cargo
+    /// wraps it in libtest, which runs no test and never calls its `main`.
+    #[test]
+    fn every_bench_is_its_own_program() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let manifest = std::fs::read_to_string(root.join("Cargo.toml")).expect("Cargo.toml");
+        let mut missing = Vec::new();
+        for entry in std::fs::read_dir(root.join("benches")).expect("benches/").flatten() {
+            let path = entry.path();
+            let name = match path.extension() {
+                Some(ext) if ext == "rs" => path.file_stem(),
+                None if path.join("main.rs").exists() => path.file_name(),
+                _ => continue,
+            };
+            let name = name.and_then(|n| n.to_str()).expect("a UTF-8 name");
+            if !manifest.contains(&format!("[[bench]]\nname = \"{name}\"\nharness = false\n")) {
+                missing.push(name.to_owned());
+            }
+        }
+        assert!(
+            missing.is_empty(),
+            "benches without a [[bench]] harness = false entry: {missing:?}"
+        );
+    }
     use fencelock_core::MemoryStore;
 
     /// A store handle that records which contender each grant went to.
