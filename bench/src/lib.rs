@@ -1226,7 +1226,10 @@ mod tests {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
         let manifest = std::fs::read_to_string(root.join("Cargo.toml")).expect("Cargo.toml");
         let mut missing = Vec::new();
-        for entry in std::fs::read_dir(root.join("benches")).expect("benches/").flatten() {
+        for entry in std::fs::read_dir(root.join("benches"))
+            .expect("benches/")
+            .flatten()
+        {
             let path = entry.path();
             let name = match path.extension() {
                 Some(ext) if ext == "rs" => path.file_stem(),

@@ -16,8 +16,8 @@ use fencelock_conformance::{async_trait, run_all, run_case, Outcome, StoreFactor
 use fencelock_core::limits::MAX_PERMITS;
 use fencelock_core::raw::{self, drift, AcquireRequest, LeaseExt};
 use fencelock_core::{
-    Capabilities, DynLockStore, Error, KeepAlive, KeyStatus, Lease, LockStore, MemoryStore, Mode,
-    OwnerId, PerKeyState, ReleaseOutcome, Result,
+    Capabilities, DynLockStore, Error, KeepAlive, KeyStatus, Lease, ListCursor, Listing, LockStore,
+    MemoryStore, Mode, OwnerId, PerKeyState, ReleaseOutcome, Result,
 };
 use tokio::time::{sleep, Instant};
 
@@ -57,6 +57,10 @@ enum Flaw {
     DeadlineFromWaitStart,
     /// Release says `Released` and leaves the lease in place until its TTL.
     ReleaseKeepsTheKey,
+    /// The listing's query ignores the prefix: every key the store holds is listed.
+    ListIgnoresPrefix,
+    /// A page's cursor points past the page's last name, so the next page skips one.
+    ListPagesSkipOne,
     /// The lease's local deadline is measured from a clock read 50 ms after the request was
     /// sent, as a store that reads its clock after a slow step would: it runs past the store's.
     DeadlineReadLate,
@@ -229,7 +233,9 @@ impl raw::Store for FlawedStore {
 
     fn capabilities(&self) -> Capabilities {
         // Waiters poll every 5 ms, as prompt as a notification.
-        let capabilities = Capabilities::new().with_notified_wait(true);
+        let capabilities = Capabilities::new()
+            .with_notified_wait(true)
+            .with_listing(true);
         match self.flaw {
             Flaw::TokensRestartAfterRetention => capabilities
                 .with_max_ttl(Duration::from_millis(500))
@@ -246,6 +252,29 @@ impl raw::Store for FlawedStore {
             }),
             Some(wait) => self.wait_for(key, ttl, wait).await,
         }
+    }
+
+    async fn list(&self, prefix: &str, from: Option<&ListCursor>, limit: usize) -> Result<Listing> {
+        self.check()?;
+        let mut names: Vec<String> = self
+            .state()
+            .holders
+            .keys()
+            .filter(|key| self.flaw == Flaw::ListIgnoresPrefix || key.starts_with(prefix))
+            .filter(|key| from.is_none_or(|from| key.as_str() > from.position()))
+            .cloned()
+            .collect();
+        names.sort_unstable();
+        // The flawed cursor is the next page's first name, which the next page then skips.
+        let skipped = names.get(limit).cloned();
+        let more = names.len() > limit;
+        names.truncate(limit);
+        let next = match (more, names.last()) {
+            (true, Some(_)) if self.flaw == Flaw::ListPagesSkipOne => skipped.map(ListCursor::new),
+            (true, Some(last)) => Some(ListCursor::new(last.as_str())),
+            _ => None,
+        };
+        raw::held_among(self, names, next).await
     }
 
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
@@ -480,6 +509,24 @@ async fn assert_caught_in(factory: Arc<FlawedFactory>, flaw: &str, case: &str) {
 async fn the_flawless_store_passes_the_whole_suite() {
     let report = run_all(factory(Flaw::None), 8).await;
     assert!(report.passed(), "{report}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_listing_that_ignores_its_prefix_is_caught() {
+    assert_caught(
+        Flaw::ListIgnoresPrefix,
+        "a_listing_shows_exactly_the_held_keys_under_its_prefix",
+    )
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_listing_whose_pages_skip_a_key_is_caught() {
+    assert_caught(
+        Flaw::ListPagesSkipOne,
+        "a_listing_pages_through_every_held_key",
+    )
+    .await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -1133,6 +1180,12 @@ impl raw::Store for ModeStore {
             }
             result => result,
         }
+    }
+
+    /// Not declared (the mode cases never list).
+    async fn list(&self, prefix: &str, from: Option<&ListCursor>, limit: usize) -> Result<Listing> {
+        let _ = (prefix, from, limit);
+        Err(Error::Unsupported { operation: "list" })
     }
 
     async fn status(&self, key: &str) -> Result<KeyStatus> {

@@ -122,6 +122,14 @@ impl raw::Store for Refused {
     async fn status(&self, _: &str) -> Result<crate::KeyStatus> {
         Err(self.error())
     }
+    async fn list(
+        &self,
+        _: &str,
+        _: Option<&crate::ListCursor>,
+        _: usize,
+    ) -> Result<crate::Listing> {
+        Err(self.error())
+    }
     async fn evict(&self, _: &str) -> Result<bool> {
         Err(self.error())
     }

@@ -46,6 +46,9 @@ pub struct Capabilities {
     /// How often a polled [`LockStore::next_status`](crate::LockStore::next_status) reads the
     /// status: the bound, beyond a round trip, of how late an observer sees a change.
     pub status_poll: Duration,
+    /// [`LockStore::list`](crate::LockStore::list) lists the keys held under a prefix;
+    /// otherwise it is [`Unsupported`](crate::ErrorKind::Unsupported).
+    pub listing: bool,
 }
 
 impl Capabilities {
@@ -70,6 +73,7 @@ impl Capabilities {
             labels: false,
             notified_status: false,
             status_poll: Self::DEFAULT_STATUS_POLL,
+            listing: false,
         }
     }
 
@@ -136,6 +140,12 @@ impl Capabilities {
     /// Declares that holder labels are kept and reported.
     pub fn with_labels(mut self, yes: bool) -> Self {
         self.labels = yes;
+        self
+    }
+
+    /// Declares that the store lists held keys (see [`Capabilities::listing`]).
+    pub fn with_listing(mut self, yes: bool) -> Self {
+        self.listing = yes;
         self
     }
 

@@ -12,6 +12,7 @@ mod keepalive;
 mod kind;
 mod lease;
 pub mod limits;
+mod listing;
 mod memory;
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
@@ -32,6 +33,7 @@ pub use guard::{LockGuard, LockRequest, LockStoreExt, DEFAULT_TTL};
 pub use keepalive::{keep_alive, KeepAlive};
 pub use kind::StoreKind;
 pub use lease::{FencingToken, KeyStatus, Lease, OwnerId, ReleaseOutcome};
+pub use listing::{HeldKey, ListCursor, Listing, MAX_LIST_LIMIT};
 pub use memory::{MemoryStore, MEMORY};
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]

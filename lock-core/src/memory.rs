@@ -13,8 +13,8 @@ use tokio::time::{sleep_until, Instant};
 use crate::kind::BoxFuture;
 use crate::raw::{self, AcquireRequest, LeaseExt};
 use crate::{
-    Capabilities, DynLockStore, Error, HolderStatus, KeyStatus, Lease, Mode, OwnerId,
-    ReleaseOutcome, Result, StoreKind,
+    Capabilities, DynLockStore, Error, HolderStatus, KeyStatus, Lease, ListCursor, Listing, Mode,
+    OwnerId, ReleaseOutcome, Result, StoreKind,
 };
 
 /// A lock store in this process's memory, on tokio's clock (so tests may run it under
@@ -387,6 +387,7 @@ impl raw::Store for MemoryStore {
             .with_shared(true)
             .with_permits(true)
             .with_labels(true)
+            .with_listing(true)
             .with_notified_status(true)
     }
 
@@ -522,6 +523,29 @@ impl raw::Store for MemoryStore {
                 () = sleep_until(expiry.map_or(until, |at| at.min(until))) => {}
             }
         }
+    }
+
+    /// The names of the map's slots under the prefix, past the cursor, in byte order; the
+    /// cursor is the last name of the page.
+    async fn list(&self, prefix: &str, from: Option<&ListCursor>, limit: usize) -> Result<Listing> {
+        self.check_reachable()?;
+        let (names, next) = {
+            let state = self.lock();
+            let mut names: Vec<&String> = state
+                .slots
+                .keys()
+                .filter(|key| key.starts_with(prefix))
+                .filter(|key| from.is_none_or(|from| key.as_str() > from.position()))
+                .collect();
+            names.sort_unstable();
+            let more = names.len() > limit;
+            names.truncate(limit);
+            let next = more
+                .then(|| names.last().map(|last| ListCursor::new(last.as_str())))
+                .flatten();
+            (names.into_iter().cloned().collect(), next)
+        };
+        raw::held_among(self, names, next).await
     }
 
     async fn status(&self, key: &str) -> Result<KeyStatus> {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::raw::AcquireRequest;
-use crate::{Capabilities, KeyStatus, Lease, Mode, ReleaseOutcome, Result};
+use crate::{Capabilities, KeyStatus, Lease, ListCursor, Listing, Mode, ReleaseOutcome, Result};
 
 /// A lock store, as applications hold it: take a key, give it back, keep it, and what the store
 /// can and cannot do.
@@ -216,6 +216,27 @@ pub trait LockStore: Debug + Send + Sync + Any {
     /// # Cancel safety
     /// Read-only; dropping the future loses nothing.
     async fn status(&self, key: &str) -> Result<KeyStatus>;
+
+    /// A page of the keys held under `prefix` (any key that starts with it; empty: every key),
+    /// each with its status, sorted: at most `limit` (1 to
+    /// [`MAX_LIST_LIMIT`](crate::MAX_LIST_LIMIT)) names read from `from` on (`None`: the
+    /// start), and the next page's cursor. A key held throughout a listing appears on at least
+    /// one page; where the store's scan can repeat a key across pages (its README says so), on
+    /// two. A key whose lease has expired is not listed. For diagnostics, as `status`.
+    ///
+    /// # Errors
+    /// [`Unsupported`](crate::ErrorKind::Unsupported) where the store cannot list;
+    /// [`InvalidInput`](crate::ErrorKind::InvalidInput) for a prefix over
+    /// [`MAX_KEY_LEN`](crate::limits::MAX_KEY_LEN) bytes or a limit outside
+    /// `1..=`[`MAX_LIST_LIMIT`](crate::MAX_LIST_LIMIT);
+    /// [`Unavailable`](crate::ErrorKind::Unavailable); [`Store`](crate::ErrorKind::Store).
+    ///
+    /// # Cancel safety
+    /// Read-only; dropping the future loses nothing.
+    async fn list(&self, prefix: &str, from: Option<&ListCursor>, limit: usize) -> Result<Listing> {
+        let _ = (prefix, from, limit);
+        Err(crate::Error::Unsupported { operation: "list" })
+    }
 
     /// Waits for `key`'s status to differ from `seen` in anything but the time its holders
     /// have left ([`KeyStatus::same_holders`]) and returns it, or returns the status at `until`

@@ -89,6 +89,16 @@ impl raw::Wrapper for Link {
         self.inner.status(key).await
     }
 
+    async fn list(
+        &self,
+        prefix: &str,
+        from: Option<&fencelock::ListCursor>,
+        limit: usize,
+    ) -> Result<fencelock::Listing> {
+        self.through().await;
+        self.inner.list(prefix, from, limit).await
+    }
+
     async fn evict(&self, key: &str) -> Result<bool> {
         self.through().await;
         self.inner.evict(key).await
@@ -241,6 +251,17 @@ impl raw::Store for RestartingMemory {
         self.store().extend(inner).await?;
         lease.confirm(sent_at);
         Ok(())
+    }
+
+    /// The nemesis never lists: its checker reads each key's status.
+    async fn list(
+        &self,
+        prefix: &str,
+        from: Option<&fencelock::ListCursor>,
+        limit: usize,
+    ) -> Result<fencelock::Listing> {
+        let _ = (prefix, from, limit);
+        Err(fencelock::Error::Unsupported { operation: "list" })
     }
 
     /// The current store's status, its tokens moved by the offset as its leases' are.

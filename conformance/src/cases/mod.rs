@@ -26,6 +26,7 @@ mod faults;
 mod keep_alive;
 mod keys;
 mod labels;
+mod listing;
 mod modes;
 mod release;
 mod sets;
@@ -137,6 +138,11 @@ macro_rules! __for_each_case {
                 status_reports_each_holders_label if |c: &Capabilities| c.labels,
                 relabel_replaces_the_label_and_is_owner_only if |c: &Capabilities| c.labels,
                 bad_labels_are_refused_and_nothing_is_held,
+            }
+            listing {
+                a_listing_shows_exactly_the_held_keys_under_its_prefix if |c: &Capabilities| c.listing,
+                a_listing_pages_through_every_held_key if |c: &Capabilities| c.listing,
+                bad_listing_input_is_refused if |c: &Capabilities| c.listing,
             }
             sets {
                 overlapping_sets_in_opposite_orders_both_finish_and_never_share_a_key,

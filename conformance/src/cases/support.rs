@@ -22,8 +22,8 @@ pub(super) fn expect_busy(result: fencelock_core::Result<Lease>, what: &str) -> 
     }
 }
 
-pub(super) fn expect_invalid(
-    result: fencelock_core::Result<Lease>,
+pub(super) fn expect_invalid<T>(
+    result: fencelock_core::Result<T>,
     input: &str,
     what: &str,
 ) -> CaseResult {

@@ -3,11 +3,13 @@
 use async_trait::async_trait;
 use tracing::Instrument;
 
-use super::validate::{check_granted, check_key, check_label, check_mode, check_ttl, check_wait};
+use super::validate::{
+    check_granted, check_key, check_label, check_list, check_mode, check_ttl, check_wait,
+};
 use super::{AcquireRequest, Store};
 use crate::{
-    Capabilities, Error, Instant, KeyStatus, Lease, LockStore, Mode, PerKeyState, ReleaseOutcome,
-    Result,
+    Capabilities, Error, Instant, KeyStatus, Lease, ListCursor, Listing, LockStore, Mode,
+    PerKeyState, ReleaseOutcome, Result,
 };
 
 #[async_trait]
@@ -77,6 +79,11 @@ impl<S: Store> LockStore for S {
     async fn next_status(&self, key: &str, seen: &KeyStatus, until: Instant) -> Result<KeyStatus> {
         check_key(key)?;
         Store::next_status(self, key, seen, until).await
+    }
+
+    async fn list(&self, prefix: &str, from: Option<&ListCursor>, limit: usize) -> Result<Listing> {
+        check_list(prefix, limit)?;
+        Store::list(self, prefix, from, limit).await
     }
 
     async fn evict(&self, key: &str) -> Result<bool> {

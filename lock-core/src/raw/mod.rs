@@ -74,8 +74,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+pub use crate::listing::held_among;
 use crate::{
-    Capabilities, Error, Instant, KeyStatus, Lease, Mode, PerKeyState, ReleaseOutcome, Result,
+    Capabilities, Error, Instant, KeyStatus, Lease, ListCursor, Listing, Mode, PerKeyState,
+    ReleaseOutcome, Result,
 };
 
 mod checked;
@@ -294,6 +296,20 @@ pub trait Store: Debug + Send + Sync + Any {
         Err(Error::Unsupported {
             operation: "status",
         })
+    }
+
+    /// A page of the keys held under `prefix` (already checked, as `limit`): the store's own
+    /// query for the names under it, then [`held_among`] for their status. Default:
+    /// [`Error::Unsupported`].
+    ///
+    /// # Errors
+    /// As [`LockStore::list`](crate::LockStore::list).
+    ///
+    /// # Cancel safety
+    /// Read-only; dropping the future loses nothing.
+    async fn list(&self, prefix: &str, from: Option<&ListCursor>, limit: usize) -> Result<Listing> {
+        let _ = (prefix, from, limit);
+        Err(Error::Unsupported { operation: "list" })
     }
 
     /// Frees `key` (already checked) behind its holder's back; where [`Capabilities::evict`]

@@ -38,6 +38,31 @@ pub(crate) fn check_key_named(field: &'static str, key: &str) -> Result<()> {
     Ok(())
 }
 
+/// A listing's prefix is at most [`MAX_KEY_LEN`] bytes (empty: every key); its limit is 1 to
+/// [`MAX_LIST_LIMIT`](crate::MAX_LIST_LIMIT).
+///
+/// # Errors
+/// [`InvalidInput`](crate::ErrorKind::InvalidInput) for a longer prefix or a limit outside
+/// those bounds.
+pub(crate) fn check_list(prefix: &str, limit: usize) -> Result<()> {
+    if prefix.len() > MAX_KEY_LEN {
+        return Err(Error::invalid(
+            "prefix",
+            format!(
+                "is {} bytes long; the maximum is {MAX_KEY_LEN} bytes",
+                prefix.len()
+            ),
+        ));
+    }
+    if limit == 0 || limit > crate::MAX_LIST_LIMIT {
+        return Err(Error::invalid(
+            "limit",
+            format!("{limit} is outside 1..={}", crate::MAX_LIST_LIMIT),
+        ));
+    }
+    Ok(())
+}
+
 /// A holder label is 1 to [`MAX_LABEL_LEN`] bytes of UTF-8, without control characters (a
 /// label is printed on one line by `lockctl status` and stored as text by every store).
 ///

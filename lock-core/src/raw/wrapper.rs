@@ -8,7 +8,8 @@ use async_trait::async_trait;
 
 use super::AcquireRequest;
 use crate::{
-    Capabilities, Instant, KeyStatus, Lease, LockStore, PerKeyState, ReleaseOutcome, Result,
+    Capabilities, Instant, KeyStatus, Lease, ListCursor, Listing, LockStore, PerKeyState,
+    ReleaseOutcome, Result,
 };
 
 /// A store that wraps another [`LockStore`] (metrics, fault injection, a test's probe): every
@@ -135,6 +136,17 @@ pub trait Wrapper: Debug + Send + Sync + Any {
     /// Default: forwarded.
     ///
     /// # Errors
+    /// As [`LockStore::list`].
+    ///
+    /// # Cancel safety
+    /// Read-only; dropping the future loses nothing.
+    async fn list(&self, prefix: &str, from: Option<&ListCursor>, limit: usize) -> Result<Listing> {
+        self.inner().list(prefix, from, limit).await
+    }
+
+    /// Default: forwarded.
+    ///
+    /// # Errors
     /// As [`LockStore::evict`].
     ///
     /// # Cancel safety
@@ -194,6 +206,10 @@ impl<W: Wrapper> super::Store for W {
 
     async fn status(&self, key: &str) -> Result<KeyStatus> {
         Wrapper::status(self, key).await
+    }
+
+    async fn list(&self, prefix: &str, from: Option<&ListCursor>, limit: usize) -> Result<Listing> {
+        Wrapper::list(self, prefix, from, limit).await
     }
 
     async fn relabel(&self, lease: &Lease, label: &str) -> Result<()> {
