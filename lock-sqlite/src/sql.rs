@@ -122,6 +122,12 @@ const EVICT: &str = "UPDATE {table} SET owner = NULL
 const HOLDER: &str =
     "SELECT token, owner, boot_id, expires_ns, ttl_ms, label FROM {table} WHERE key = ?1";
 
+/// A page of listing: the keys with a holder, live or not, that start with ?1 (bytes), after ?2,
+/// in byte order, at most ?3; the primary key's index serves the range. A single read.
+const LIST: &str = "SELECT key FROM {table}
+ WHERE key >= ?1 AND substr(key, 1, length(?1)) = ?1 AND key > ?2 AND owner IS NOT NULL
+ ORDER BY key LIMIT ?3";
+
 /// What journal mode the database is in: the store needs `wal`. A single read.
 pub(crate) const JOURNAL_MODE: &str = "PRAGMA journal_mode";
 
@@ -202,6 +208,7 @@ pub(crate) struct Statements {
     pub(crate) add_label: String,
     pub(crate) evict: String,
     pub(crate) holder: String,
+    pub(crate) list: String,
 }
 
 impl Statements {
@@ -224,6 +231,7 @@ impl Statements {
             add_label: fill(ADD_LABEL),
             evict: fill(EVICT),
             holder: fill(HOLDER),
+            list: fill(LIST),
         }
     }
 }

@@ -12,7 +12,8 @@ use fencelock_core::raw::cleanup::{interval, CleanupSchedule, BATCH_ROWS, MAX_BA
 use fencelock_core::raw::ttl::whole_millis;
 use fencelock_core::raw::{self, AcquireRequest, LeaseExt};
 use fencelock_core::{
-    Capabilities, Error, Instant, KeyStatus, Lease, OwnerId, PerKeyState, ReleaseOutcome, Result,
+    Capabilities, Error, Instant, KeyStatus, Lease, ListCursor, Listing, OwnerId, PerKeyState,
+    ReleaseOutcome, Result,
 };
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
@@ -848,6 +849,41 @@ impl raw::Store for SqliteStore {
             .with_max_ttl(self.shared.config.max_ttl)
             .with_retention(self.shared.config.retention)
             .with_labels(true)
+            .with_listing(true)
+    }
+
+    /// One read of the lock table's rows with a holder under the prefix (the primary key's
+    /// range), then each one's status.
+    ///
+    /// # Cancel safety
+    /// Read-only; dropping the future loses nothing.
+    async fn list(&self, prefix: &str, from: Option<&ListCursor>, limit: usize) -> Result<Listing> {
+        let shared = &self.shared;
+        let after = from.map_or(&[][..], |from| from.position().as_bytes());
+        let rows = self
+            .bounded(
+                "listing",
+                sqlx::query(&shared.sql.list)
+                    .bind(stored_key(prefix))
+                    .bind(after)
+                    .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+                    .fetch_all(&shared.pool),
+            )
+            .await?;
+        let mut names = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let key: Vec<u8> = row
+                .try_get("key")
+                .map_err(|e| self.error("decoding the lock table", e))?;
+            // Every key was stored from a &str; anything else is not this store's.
+            if let Ok(key) = String::from_utf8(key) {
+                names.push(key);
+            }
+        }
+        let next = (rows.len() == limit)
+            .then(|| names.last().map(|last| ListCursor::new(last.as_str())))
+            .flatten();
+        raw::held_among(self, names, next).await
     }
 
     /// One attempt is one statement. A wait waits for the wake file (see the crate docs,
