@@ -502,6 +502,19 @@ const HOLDERS: &str = "SELECT l.pid, l.mode,
     AND l.objsubid = 1
   ORDER BY l.pid";
 
+/// A page of listing: the fence rows of namespace $1 whose key starts with $2 (bytes), after
+/// $3, in byte order, at most $4, whose key's lock a session holds (in any mode: the lock
+/// `status` reads); the primary key's index serves the range. A single read.
+const LIST: &str = "SELECT f.key FROM {fence} f
+  WHERE f.namespace = $1::text AND f.key >= $2::bytea
+    AND substring(f.key FROM 1 FOR length($2::bytea)) = $2::bytea AND f.key > $3::bytea
+    AND EXISTS (SELECT 1 FROM pg_locks l
+                 WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+                   AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+                   AND l.classid = ((f.lock_id >> 32) & 4294967295)::oid
+                   AND l.objid = (f.lock_id & 4294967295)::oid)
+  ORDER BY f.key LIMIT $4";
+
 /// `sql` with the fence table and this build's lock-id scheme filled in.
 fn fill(sql: &str, fence_table: &str) -> String {
     sql.replace("{fence}", fence_table)
@@ -543,6 +556,7 @@ pub(crate) struct Statements {
     pub(crate) bump_shared: Labelled,
     pub(crate) bump_permit: Labelled,
     pub(crate) holders: Labelled,
+    pub(crate) list: String,
 }
 
 /// A statement in two forms: for a fence table without the `label` column, and with it (the
@@ -602,6 +616,7 @@ impl Statements {
             bump_shared: Labelled::new(&fill(BUMP_SHARED), 7),
             bump_permit: Labelled::new(&fill(BUMP_PERMIT), 9),
             holders: Labelled::new(&fill(HOLDERS), 0),
+            list: fill(LIST),
         }
     }
 }
