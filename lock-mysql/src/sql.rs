@@ -284,6 +284,14 @@ fn pairs(n: usize) -> String {
     vec!["(?, ?)"; n].join(", ")
 }
 
+/// A page of listing: the fence rows of namespace ? whose key starts with ? (bytes, given
+/// twice), after ?, in byte order, at most ?, whose named lock a session holds
+/// (`IS_USED_LOCK`); the primary key's index serves the range. A single read.
+const LIST: &str = "SELECT `key` FROM {fence}
+  WHERE namespace = ? AND `key` >= ? AND LEFT(`key`, LENGTH(?)) = ? AND `key` > ?
+    AND IS_USED_LOCK(lock_name) IS NOT NULL
+  ORDER BY `key` LIMIT ?";
+
 /// The statements with the fence table filled in.
 pub(crate) struct Statements {
     pub(crate) bump: String,
@@ -301,6 +309,7 @@ pub(crate) struct Statements {
     pub(crate) raise_floor: String,
     delete_rows: String,
     pub(crate) count_rows: String,
+    pub(crate) list: String,
 }
 
 impl Statements {
@@ -322,6 +331,7 @@ impl Statements {
             raise_floor: fill(RAISE_FLOOR),
             delete_rows: fill(DELETE_ROWS),
             count_rows: fill(COUNT_ROWS),
+            list: fill(LIST),
         }
     }
 

@@ -11,7 +11,8 @@ use fencelock_core::raw::session_pool::{confirmed, Answer, LeaseSession};
 use fencelock_core::raw::ttl::{whole_millis, whole_secs};
 use fencelock_core::raw::{self, AcquireRequest, LeaseExt};
 use fencelock_core::{
-    Capabilities, Error, Instant, KeyStatus, Lease, OwnerId, PerKeyState, ReleaseOutcome, Result,
+    Capabilities, Error, Instant, KeyStatus, Lease, ListCursor, Listing, OwnerId, PerKeyState,
+    ReleaseOutcome, Result,
 };
 use sqlx::mysql::MySqlRow;
 use sqlx::Row;
@@ -442,6 +443,55 @@ impl MysqlStore {
         }
     }
 
+    /// The names of one page of [`raw::Store::list`], then their status.
+    async fn list_page(
+        &self,
+        prefix: &str,
+        from: Option<&ListCursor>,
+        limit: usize,
+    ) -> Result<Listing> {
+        let after = from.map_or(&[][..], |from| from.position().as_bytes());
+        let mut fresh = false;
+        let rows = loop {
+            let Checkout {
+                mut session,
+                reused,
+            } = self.checkout(fresh).await?;
+            let reply = bounded(
+                self.sessions.config.command_timeout(),
+                sqlx::query(&self.sessions.sql.list)
+                    .bind(self.sessions.config.namespace().as_bytes())
+                    .bind(prefix.as_bytes())
+                    .bind(prefix.as_bytes())
+                    .bind(prefix.as_bytes())
+                    .bind(after)
+                    .bind(u64::try_from(limit).unwrap_or(u64::MAX))
+                    .fetch_all(&mut session.conn),
+            )
+            .await;
+            match reply {
+                Ok(rows) => {
+                    self.sessions.checkin(session);
+                    break rows;
+                }
+                Err(fault) if reused && fault.session_ended() => fresh = true,
+                Err(fault) => return Err(fault.into_error("list")),
+            }
+        };
+        let mut names = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let key = decode(row, |row| row.try_get::<Vec<u8>, _>("key"))?;
+            // Keys are stored from a &str; a raw lock id's row is no key.
+            if let Ok(key) = String::from_utf8(key) {
+                names.push(key);
+            }
+        }
+        let next = (rows.len() == limit)
+            .then(|| names.last().map(|last| ListCursor::new(last.as_str())))
+            .flatten();
+        raw::held_among(self, names, next).await
+    }
+
     async fn status_of(&self, key: &str) -> Result<KeyStatus> {
         let target = Target::hashed(&self.sessions.config.space(), key);
         let mut fresh = false;
@@ -568,6 +618,16 @@ impl raw::Store for MysqlStore {
             .with_max_ttl(self.sessions.config.max_ttl())
             .with_retention(self.sessions.config.retention())
             .with_labels(self.sessions.labels.load(Ordering::Relaxed))
+            .with_listing(true)
+    }
+
+    /// One read: the fence rows under the prefix whose named lock a session holds, then each
+    /// one's status.
+    ///
+    /// # Cancel safety
+    /// Read-only; dropping the future closes the session the read runs on, nothing else.
+    async fn list(&self, prefix: &str, from: Option<&ListCursor>, limit: usize) -> Result<Listing> {
+        self.list_page(prefix, from, limit).await
     }
 
     /// A wait waits in the server's own queue (`GET_LOCK` with a timeout), so the server wakes
