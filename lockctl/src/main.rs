@@ -28,6 +28,7 @@ mod duration;
 mod group;
 mod guardian;
 mod leader;
+mod list;
 mod run;
 mod stats;
 mod status;
@@ -137,6 +138,19 @@ enum Command {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+    },
+    /// List the keys held under PREFIX (every held key without one), one line each: key,
+    /// mode, holders, token, time left, label; in byte order.
+    Ls {
+        /// Only keys that start with this.
+        #[arg(default_value = "")]
+        prefix: String,
+        /// Print JSON lines, one object per key (as `status --json`).
+        #[arg(long)]
+        json: bool,
+        /// Print at most N keys.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+        limit: Option<u64>,
     },
     /// Show how much per-key state the store holds (Redis keys, PostgreSQL fence rows) and for
     /// how long it keeps it.
@@ -431,6 +445,14 @@ fn main() -> ExitCode {
                 leader::leader(store, &name, watch, json).await
             }
             Command::Status { key, json } => status::status(store, &key, json).await,
+            Command::Ls {
+                prefix,
+                json,
+                limit,
+            } => {
+                let limit = limit.map(|n| usize::try_from(n).unwrap_or(usize::MAX));
+                list::list(store, &prefix, json, limit).await
+            }
             Command::Stats { json } => stats::stats(store, &url, json).await,
             Command::Conformance { .. } | Command::Bench { .. } => unreachable!("handled above"),
         }

@@ -17,6 +17,11 @@ macro_rules! store_cases {
         }
 
         #[test]
+        fn ls_lists_the_held_keys_under_a_prefix() {
+            crate::support::ls_lists_the_held_keys_under_a_prefix(&$url);
+        }
+
+        #[test]
         fn several_keys_run_together_or_not_at_all() {
             crate::support::several_keys_run_together_or_not_at_all(&$url);
         }

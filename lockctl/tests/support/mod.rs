@@ -225,6 +225,88 @@ pub(crate) fn several_keys_run_together_or_not_at_all(url: &str) {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// `lockctl ls PREFIX` prints one line per key held under the prefix and none outside it,
+/// JSON lines with `--json`, at most N with `--limit N`, nothing (exit 0) when none is held;
+/// a bad limit is one line and exit 64. A store that does not list yet says so in one line
+/// (exit 64) and the case ends there.
+pub(crate) fn ls_lists_the_held_keys_under_a_prefix(url: &str) {
+    let dir = scratch("ls");
+    let base = format!("ls-{}", rand_suffix());
+    let prefix = format!("{base}/");
+    let mut holders = Vec::new();
+    // The last shares all of the prefix but its last byte.
+    let keys = [
+        format!("{prefix}b"),
+        format!("{prefix}a"),
+        format!("{base}-outside"),
+    ];
+    for (i, key) in keys.iter().enumerate() {
+        let marker = dir.join(format!("held-{i}"));
+        holders.push(
+            lockctl(url)
+                .args(["run", key, "--label", "ls-holder", "--ttl", "10s"])
+                .args(["--", "sh", "-c"])
+                .arg(format!("echo held > {}; sleep 30", marker.display()))
+                .spawn()
+                .expect("holder spawns"),
+        );
+        wait_for_file(&marker, Duration::from_secs(30));
+    }
+    let output = lockctl(url).args(["ls", &prefix]).output().expect("runs");
+    if output.status.code() == Some(64) && stderr(&output).contains("not supported") {
+        assert_eq!(
+            stderr(&output).trim().lines().count(),
+            1,
+            "{}",
+            stderr(&output)
+        );
+    } else {
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        let text = String::from_utf8_lossy(&output.stdout).into_owned();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        assert!(lines[0].starts_with(&format!("{prefix}a: held")), "{text}");
+        assert!(lines[1].starts_with(&format!("{prefix}b: held")), "{text}");
+        let output = lockctl(url)
+            .args(["ls", &prefix, "--json", "--limit", "1"])
+            .output()
+            .expect("runs");
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        let text = String::from_utf8_lossy(&output.stdout).into_owned();
+        assert_eq!(text.lines().count(), 1, "{text}");
+        assert!(
+            text.starts_with(&format!(
+                r#"{{"key":"{prefix}a","held":true,"mode":"exclusive""#
+            )),
+            "{text}"
+        );
+        let output = lockctl(url)
+            .args(["ls", &format!("{prefix}none")])
+            .output()
+            .expect("runs");
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        assert!(output.stdout.is_empty());
+    }
+    let output = lockctl(url)
+        .args(["ls", &prefix, "--limit", "0"])
+        .output()
+        .expect("runs");
+    assert_eq!(output.status.code(), Some(64), "{}", stderr(&output));
+    assert_eq!(
+        stderr(&output).trim().lines().count(),
+        1,
+        "{}",
+        stderr(&output)
+    );
+    for holder in &holders {
+        signal(holder, libc::SIGTERM);
+    }
+    for mut holder in holders {
+        wait_exit(&mut holder, Duration::from_secs(30));
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// `kill -9` of the holding lockctl: the lock is free again within its TTL.
 pub(crate) fn killed_holder_is_free_within_its_ttl(url: &str) {
     let dir = scratch("killed");
