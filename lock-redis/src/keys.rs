@@ -40,6 +40,62 @@ const WRITERS: &str = ":writers";
 const LABELS: &str = ":label:";
 const CHANNEL: &str = ":released";
 
+/// The `SCAN MATCH` pattern of the names a listing reads for the keys that start with
+/// `key_prefix`, and how to read a key back from one: in [`Layout::Fencelock`] each held key's
+/// `:lock` (it exists exactly while the key is held, in any mode); in [`Layout::Plain`], whose
+/// lock is the bare key, its `:fence` (kept a retention window after the last acquire).
+pub(crate) struct Listed {
+    prefix: String,
+    suffix: &'static str,
+}
+
+impl Listed {
+    pub(crate) fn new(layout: Layout, prefix: &str) -> Self {
+        let suffix = match layout {
+            Layout::Fencelock => LOCK,
+            Layout::Plain => FENCE,
+        };
+        Listed {
+            prefix: prefix.to_owned(),
+            suffix,
+        }
+    }
+
+    /// `{prefix}{{escaped key_prefix}*}{suffix}`, `*?[]\` escaped for `MATCH`. A key's tag has
+    /// no `}` (escaped), so the tag's end is the first `}`.
+    pub(crate) fn pattern(&self, key_prefix: &str) -> String {
+        format!(
+            "{}{{{}*}}{}",
+            glob_escape(&self.prefix),
+            glob_escape(&hash_tag(key_prefix)),
+            self.suffix
+        )
+    }
+
+    /// The key whose listed name `name` is, if it is one.
+    pub(crate) fn key_of(&self, name: &str) -> Option<String> {
+        let tag = name
+            .strip_prefix(self.prefix.as_str())?
+            .strip_prefix('{')?
+            .strip_suffix(self.suffix)?
+            .strip_suffix('}')?;
+        // Only `%` and `}` are escaped, so the tag decodes exactly.
+        fencelock_core::raw::url::percent_decode(tag)
+    }
+}
+
+/// `text` as a literal `SCAN MATCH` pattern: `*`, `?`, `[`, `]` and `\` escaped.
+pub(crate) fn glob_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// Which of a key's names [`KeyNames::arg`] builds.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Name {

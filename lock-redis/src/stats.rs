@@ -1,8 +1,9 @@
 //! How much per-key state the server holds for a store: the keys under its prefix.
 
-use fencelock_core::{Error, Result};
+use fencelock_core::{raw, Error, ListCursor, Listing, Result};
 
 use crate::error::redis_error;
+use crate::keys::{glob_escape, Listed};
 use crate::store::RedisStore;
 
 /// Keys one `SCAN` step asks for: large enough that a million keys take a thousand steps.
@@ -57,18 +58,51 @@ impl RedisStore {
             cursor = next;
         }
     }
-}
 
-/// The prefix as a literal `SCAN MATCH` pattern: `*`, `?`, `[`, `]` and `\` escaped.
-fn glob_escape(prefix: &str) -> String {
-    let mut out = String::with_capacity(prefix.len());
-    for c in prefix.chars() {
-        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
-            out.push('\\');
+    /// One `SCAN` step over the names of the keys held under `prefix` (see [`Listed`]), from
+    /// `from`'s `SCAN` cursor, `limit` names examined, then each key's status.
+    pub(crate) async fn list_page(
+        &self,
+        prefix: &str,
+        from: Option<&ListCursor>,
+        limit: usize,
+    ) -> Result<Listing> {
+        if self.config().is_cluster() {
+            return Err(Error::Unsupported {
+                operation: "listing the keys of a Redis Cluster",
+            });
         }
-        out.push(c);
+        let cursor = match from {
+            None => 0u64,
+            Some(from) => from
+                .position()
+                .parse()
+                .map_err(|_| Error::invalid("from", "is not a cursor of this store's listing"))?,
+        };
+        let listed = Listed::new(self.config().layout(), self.config().prefix());
+        let mut scan = redis::cmd("SCAN");
+        scan.arg(cursor)
+            .arg("MATCH")
+            .arg(listed.pattern(prefix))
+            .arg("COUNT")
+            .arg(limit);
+        let mut conn = self.connection();
+        let limit = self.config().command_timeout();
+        let step = scan.query_async::<(u64, Vec<String>)>(&mut conn);
+        let (next, batch) = tokio::time::timeout(limit, step)
+            .await
+            .map_err(|_| Error::Unavailable {
+                message: format!("listing keys: no answer within {limit:?}"),
+                source: None,
+            })?
+            .map_err(|e| redis_error("listing keys", e))?;
+        let names = batch
+            .iter()
+            .filter_map(|name| listed.key_of(name))
+            .collect();
+        let next = (next != 0).then(|| ListCursor::new(next.to_string()));
+        raw::held_among(self, names, next).await
     }
-    out
 }
 
 #[cfg(test)]

@@ -8,8 +8,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use fencelock_core::raw::{self, AcquireRequest, LeaseExt};
 use fencelock_core::{
-    Capabilities, Error, Instant, KeyStatus, Lease, Mode, OwnerId, PerKeyState, ReleaseOutcome,
-    Result,
+    Capabilities, Error, Instant, KeyStatus, Lease, ListCursor, Listing, Mode, OwnerId,
+    PerKeyState, ReleaseOutcome, Result,
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::time::{sleep_until, timeout};
@@ -765,6 +765,17 @@ impl raw::Store for RedisStore {
             .with_shared(true)
             .with_permits(true)
             .with_labels(true)
+            .with_listing(!self.inner.config.is_cluster())
+    }
+
+    /// One `SCAN` step over the held keys' names under the prefix, then each one's status: a
+    /// key held throughout appears at least once, and may appear twice across pages (a `SCAN`
+    /// can return a name again while the server rehashes).
+    ///
+    /// # Cancel safety
+    /// Read-only; dropping the future loses nothing.
+    async fn list(&self, prefix: &str, from: Option<&ListCursor>, limit: usize) -> Result<Listing> {
+        self.list_page(prefix, from, limit).await
     }
 
     /// With `min_replicas`, a TTL below twice `replica_timeout` is refused naming that rule.
