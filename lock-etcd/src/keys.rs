@@ -69,6 +69,46 @@ pub(crate) fn queue_dir(prefix: &str, key: &str) -> String {
     dir
 }
 
+/// Where a listing of the keys that start with `key_prefix` reads: the etcd keys from
+/// [`listing_start`] up to (not including) [`range_end`] of it.
+pub(crate) fn listing_start(layout: Layout, prefix: &str, key_prefix: &str) -> String {
+    let dir = dir(layout, prefix, key_prefix);
+    // The directory without its `/`: the queues of every key that starts with `key_prefix`.
+    dir.strip_suffix('/').unwrap_or(&dir).to_owned()
+}
+
+/// The first key after every key that starts with `start`, as etcd's `WithPrefix` computes
+/// it: the last byte below 0xff raised by one, the bytes after it dropped; `\0` (the end of
+/// the key space) when every byte is 0xff.
+pub(crate) fn range_end(start: &[u8]) -> Vec<u8> {
+    let mut end = start.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
+/// The key whose queue holds etcd key `name`, if it is a queue entry: in [`Layout::Fencelock`]
+/// the escaped name up to the first `/` (a label key's `%labels` directory and the token
+/// offset are none); in [`Layout::Etcd`] the name up to its last `/`.
+pub(crate) fn key_of_entry(layout: Layout, prefix: &str, name: &[u8]) -> Option<String> {
+    let rest = std::str::from_utf8(name.strip_prefix(prefix.as_bytes())?).ok()?;
+    match layout {
+        Layout::Fencelock => {
+            let (escaped, _) = rest.split_once('/')?;
+            if escaped.ends_with(LABELS.trim_end_matches('/')) {
+                return None;
+            }
+            // Only `%` and `/` are escaped, so the name decodes exactly.
+            fencelock_core::raw::url::percent_decode(escaped)
+        }
+        Layout::Etcd => rest.rsplit_once('/').map(|(key, _)| key.to_owned()),
+    }
+}
+
 /// Where the labels of a [`queue_dir`]'s holders are kept: the directory's name without its
 /// final `/`, then `%labels/`. No queue directory holds it, nor is it one: in an escaped key
 /// every `%` is followed by `25` or `2F`, never by `l`.

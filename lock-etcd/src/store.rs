@@ -13,8 +13,8 @@ use etcd_client::{GetOptions, KeyValue, WatchOptions};
 use fencelock_core::raw::ttl::whole_secs;
 use fencelock_core::raw::{self, AcquireRequest, LeaseExt};
 use fencelock_core::{
-    raw::drift, Capabilities, Error, HolderStatus, Instant, KeyStatus, Lease, Mode, OwnerId,
-    ReleaseOutcome, Result,
+    raw::drift, Capabilities, Error, HolderStatus, Instant, KeyStatus, Lease, ListCursor, Listing,
+    Mode, OwnerId, ReleaseOutcome, Result,
 };
 use tokio::time::{sleep_until, timeout, timeout_at};
 
@@ -876,6 +876,45 @@ impl raw::Store for EtcdStore {
             // are refused rather than mixed with entries they would misread.
             .with_shared(self.config().layout == Layout::Fencelock)
             .with_permits(self.config().layout == Layout::Fencelock)
+            .with_listing(true)
+    }
+
+    /// One range read of the queue entries under the prefix (keys only, in key order, `limit`
+    /// entries from the cursor on), then each key's status: a key with many waiters takes as
+    /// many of the page's entries.
+    ///
+    /// # Cancel safety
+    /// Read-only; dropping the future loses nothing.
+    async fn list(&self, prefix: &str, from: Option<&ListCursor>, limit: usize) -> Result<Listing> {
+        let layout = self.config().layout;
+        let start = keys::listing_start(layout, self.config().prefix(), prefix);
+        let end = keys::range_end(start.as_bytes());
+        // From just after the last entry the previous page read.
+        let from = match from {
+            Some(from) => format!("{}\0", from.position()).into_bytes(),
+            None => start.clone().into_bytes(),
+        };
+        let options = GetOptions::new()
+            .with_range(end)
+            .with_keys_only()
+            .with_limit(i64::try_from(limit).unwrap_or(i64::MAX));
+        let answer = self
+            .etcd
+            .get("list the queues", &from, options)
+            .await
+            .map_err(self.refused("list", &start, Right::Read))?;
+        let kvs = answer.kvs();
+        let names = kvs
+            .iter()
+            .filter_map(|kv| keys::key_of_entry(layout, self.config().prefix(), kv.key()))
+            .collect();
+        let next = match kvs.last() {
+            Some(last) if answer.more() => Some(ListCursor::new(
+                String::from_utf8_lossy(last.key()).into_owned(),
+            )),
+            _ => None,
+        };
+        raw::held_among(self, names, next).await
     }
 
     /// Every mode joins the key's one queue (see the crate docs, *Semaphores and
