@@ -216,9 +216,34 @@ pub(crate) fn escape(key: &str) -> String {
     name
 }
 
+/// The key a container node's name escapes ([`escape`] undone), if it is one.
+pub(crate) fn unescape(name: &str) -> Option<String> {
+    let mut bytes = Vec::with_capacity(name.len());
+    let mut rest = name.as_bytes();
+    while let Some((&byte, tail)) = rest.split_first() {
+        if byte == b'%' {
+            let hex = std::str::from_utf8(tail.get(..2)?).ok()?;
+            bytes.push(u8::from_str_radix(hex, 16).ok()?);
+            rest = &tail[2..];
+        } else {
+            bytes.push(byte);
+            rest = tail;
+        }
+    }
+    String::from_utf8(bytes).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unescape_undoes_escape() {
+        for key in ["a/b", "%2F", "é", "..", "\u{0}x", "jobs:nightly"] {
+            assert_eq!(unescape(&escape(key)).as_deref(), Some(key));
+        }
+        assert_eq!(unescape("%4"), None);
+    }
 
     #[test]
     fn keys_escape_to_one_valid_name_each() {

@@ -9,8 +9,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use fencelock_core::raw::{self, drift, AcquireRequest, LeaseExt};
 use fencelock_core::{
-    Capabilities, Error, HolderStatus, KeyStatus, Lease, Mode, OwnerId, PerKeyState,
-    ReleaseOutcome, Result,
+    Capabilities, Error, HolderStatus, KeyStatus, Lease, ListCursor, Listing, Mode, OwnerId,
+    PerKeyState, ReleaseOutcome, Result,
 };
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -503,7 +503,8 @@ impl raw::Store for ZookeeperStore {
             .with_labels(true)
             .with_notified_status(true)
             .with_shared(self.config.layout == Layout::Fencelock)
-            .with_permits(self.config.layout == Layout::Fencelock);
+            .with_permits(self.config.layout == Layout::Fencelock)
+            .with_listing(true);
         if let Some(limits) = self.limits.get() {
             capabilities = capabilities
                 .with_min_ttl(limits.min_ttl())
@@ -812,6 +813,39 @@ impl raw::Store for ZookeeperStore {
             }
         }
         Ok(false)
+    }
+
+    /// The prefix's children read at once (ZooKeeper has no paged read of children: the
+    /// crate docs say what that costs), the container names under the key prefix kept in key
+    /// order from the cursor on, then each key's status.
+    ///
+    /// # Cancel safety
+    /// Read-only; dropping the future loses nothing.
+    async fn list(&self, prefix: &str, from: Option<&ListCursor>, limit: usize) -> Result<Listing> {
+        let session = self.first_session().await?;
+        let what = "listing the prefix";
+        let children = match session
+            .call(what, || session.client.list_children(&self.config.prefix))
+            .await
+        {
+            Ok(children) => children,
+            Err(Failure::NoNode) => Vec::new(),
+            Err(other) => return Err(other.into_error(what)),
+        };
+        let mut keys: Vec<String> = children
+            .iter()
+            .filter(|name| !offset::is_offset(name))
+            .filter_map(|name| keys::unescape(name))
+            .filter(|key| key.starts_with(prefix))
+            .filter(|key| from.is_none_or(|from| key.as_str() > from.position()))
+            .collect();
+        keys.sort_unstable();
+        let more = keys.len() > limit;
+        keys.truncate(limit);
+        let next = more
+            .then(|| keys.last().map(|last| ListCursor::new(last.as_str())))
+            .flatten();
+        raw::held_among(self, keys, next).await
     }
 
     /// The key container nodes under the prefix (held keys, and keys not yet swept).
