@@ -79,6 +79,19 @@ impl RedisStore {
                 .parse()
                 .map_err(|_| Error::invalid("from", "is not a cursor of this store's listing"))?,
         };
+        let (names, next) = self.scan_names(prefix, cursor, limit).await?;
+        let next = (next != 0).then(|| ListCursor::new(next.to_string()));
+        raw::held_among(self, names, next).await
+    }
+
+    /// One `SCAN` step from `cursor` over the held keys' names under `prefix`: the keys they
+    /// name, and the next `SCAN` cursor (0 once the walk is done).
+    pub(crate) async fn scan_names(
+        &self,
+        prefix: &str,
+        cursor: u64,
+        limit: usize,
+    ) -> Result<(Vec<String>, u64)> {
         let listed = Listed::new(self.config().layout(), self.config().prefix());
         let mut scan = redis::cmd("SCAN");
         scan.arg(cursor)
@@ -87,12 +100,12 @@ impl RedisStore {
             .arg("COUNT")
             .arg(limit);
         let mut conn = self.connection();
-        let limit = self.config().command_timeout();
+        let bound = self.config().command_timeout();
         let step = scan.query_async::<(u64, Vec<String>)>(&mut conn);
-        let (next, batch) = tokio::time::timeout(limit, step)
+        let (next, batch) = tokio::time::timeout(bound, step)
             .await
             .map_err(|_| Error::Unavailable {
-                message: format!("listing keys: no answer within {limit:?}"),
+                message: format!("listing keys: no answer within {bound:?}"),
                 source: None,
             })?
             .map_err(|e| redis_error("listing keys", e))?;
@@ -100,8 +113,7 @@ impl RedisStore {
             .iter()
             .filter_map(|name| listed.key_of(name))
             .collect();
-        let next = (next != 0).then(|| ListCursor::new(next.to_string()));
-        raw::held_among(self, names, next).await
+        Ok((names, next))
     }
 }
 

@@ -10,7 +10,8 @@ use crate::cluster::Conn;
 use async_trait::async_trait;
 use fencelock_core::raw::{self, AcquireRequest, LeaseExt};
 use fencelock_core::{
-    Capabilities, Error, Instant, KeyStatus, Lease, OwnerId, ReleaseOutcome, Result,
+    Capabilities, Error, Instant, KeyStatus, Lease, ListCursor, Listing, OwnerId, ReleaseOutcome,
+    Result,
 };
 use tokio::sync::futures::Notified;
 use tokio::time::{sleep, sleep_until};
@@ -890,6 +891,85 @@ impl Drop for Queued<'_> {
     }
 }
 
+impl RedlockStore {
+    /// A page of [`raw::Store::list`]: the cursor is each node's `SCAN` cursor, `-` for a
+    /// node whose walk is done.
+    async fn list_page(
+        &self,
+        prefix: &str,
+        from: Option<&ListCursor>,
+        limit: usize,
+    ) -> Result<Listing> {
+        let nodes = &self.inner.nodes;
+        let cursors: Vec<Option<u64>> = match from {
+            None => vec![Some(0); nodes.len()],
+            Some(from) => {
+                let parsed: Option<Vec<Option<u64>>> = from
+                    .position()
+                    .split(',')
+                    .map(|c| {
+                        if c == "-" {
+                            Some(None)
+                        } else {
+                            c.parse().ok().map(Some)
+                        }
+                    })
+                    .collect();
+                parsed.filter(|c| c.len() == nodes.len()).ok_or_else(|| {
+                    Error::invalid("from", "is not a cursor of this store's listing")
+                })?
+            }
+        };
+        let steps = nodes.iter().zip(&cursors).map(|(node, cursor)| async move {
+            match cursor {
+                Some(cursor) => Some(node.scan_names(prefix, *cursor, limit).await),
+                None => None,
+            }
+        });
+        let mut names = Vec::new();
+        let mut next = Vec::with_capacity(nodes.len());
+        let mut failed = None;
+        let mut failures = 0;
+        for (step, cursor) in futures_util::future::join_all(steps)
+            .await
+            .into_iter()
+            .zip(&cursors)
+        {
+            match step {
+                None => next.push(None),
+                Some(Ok((found, 0))) => {
+                    names.extend(found);
+                    next.push(None);
+                }
+                Some(Ok((found, more))) => {
+                    names.extend(found);
+                    next.push(Some(more));
+                }
+                Some(Err(error)) => {
+                    // Read again from the same place on the next page.
+                    failures += 1;
+                    failed.get_or_insert(error);
+                    next.push(*cursor);
+                }
+            }
+        }
+        if failures > nodes.len() - self.quorum() {
+            return Err(failed.unwrap_or(Error::Unavailable {
+                message: "listing: too many nodes failed".into(),
+                source: None,
+            }));
+        }
+        let next = next.iter().any(Option::is_some).then(|| {
+            let cursors: Vec<String> = next
+                .iter()
+                .map(|c| c.map_or_else(|| "-".to_owned(), |c| c.to_string()))
+                .collect();
+            ListCursor::new(cursors.join(","))
+        });
+        raw::held_among(self, names, next).await
+    }
+}
+
 #[async_trait]
 impl raw::Store for RedlockStore {
     fn name(&self) -> &'static str {
@@ -910,6 +990,18 @@ impl raw::Store for RedlockStore {
             .with_max_ttl(self.config().max_ttl())
             .with_retention(self.config().retention())
             .with_labels(true)
+            .with_listing(true)
+    }
+
+    /// One `SCAN` step on every node whose walk is not done, the names they found together,
+    /// then each key's status (a quorum's): a key held on a quorum is on one of any quorum of
+    /// nodes, so up to a minority of nodes may fail a step. A key may be listed again on a
+    /// later page, found on another node.
+    ///
+    /// # Cancel safety
+    /// Read-only; dropping the future loses nothing.
+    async fn list(&self, prefix: &str, from: Option<&ListCursor>, limit: usize) -> Result<Listing> {
+        self.list_page(prefix, from, limit).await
     }
 
     /// One attempt is a Redlock round, retried after a random delay on a split vote or too
