@@ -248,3 +248,46 @@ pub(crate) async fn check_eviction(
     }
     Ok(unknown.or(first).unwrap_or(EvictionCheck::Allowed))
 }
+
+/// One `SCAN` step with `MATCH pattern` on each master of `walks` (`host`, `port`, `SCAN`
+/// cursor; every master from its start when `None`): the names found, and the walks not yet
+/// done with their next cursors.
+pub(crate) async fn scan_masters(
+    conn: &ClusterConnection,
+    pattern: &str,
+    walks: Option<Vec<(String, u16, u64)>>,
+    limit: usize,
+) -> Result<(Vec<String>, Vec<(String, u16, u64)>)> {
+    let mut conn = conn.clone();
+    let walks = match walks {
+        Some(walks) => walks,
+        None => masters(&mut conn)
+            .await?
+            .into_iter()
+            .map(|(host, port)| (host, port, 0))
+            .collect(),
+    };
+    let mut names = Vec::new();
+    let mut left = Vec::new();
+    for (host, port, cursor) in walks {
+        let mut on_node = OnNode {
+            conn: conn.clone(),
+            host: host.clone(),
+            port,
+        };
+        let (next, found): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(limit)
+            .query_async(&mut on_node)
+            .await
+            .map_err(|e| redis_error("listing keys: SCAN on a master", e))?;
+        names.extend(found);
+        if next != 0 {
+            left.push((host, port, next));
+        }
+    }
+    Ok((names, left))
+}

@@ -1,7 +1,9 @@
 //! How much per-key state the server holds for a store: the keys under its prefix.
 
 use fencelock_core::{raw, Error, ListCursor, Listing, Result};
+use redis::cluster_async::ClusterConnection;
 
+use crate::cluster::Conn;
 use crate::error::redis_error;
 use crate::keys::{glob_escape, Listed};
 use crate::store::RedisStore;
@@ -67,10 +69,8 @@ impl RedisStore {
         from: Option<&ListCursor>,
         limit: usize,
     ) -> Result<Listing> {
-        if self.config().is_cluster() {
-            return Err(Error::Unsupported {
-                operation: "listing the keys of a Redis Cluster",
-            });
+        if let Conn::Cluster(conn) = self.connection() {
+            return self.list_cluster_page(&conn, prefix, from, limit).await;
         }
         let cursor = match from {
             None => 0u64,
@@ -81,6 +81,56 @@ impl RedisStore {
         };
         let (names, next) = self.scan_names(prefix, cursor, limit).await?;
         let next = (next != 0).then(|| ListCursor::new(next.to_string()));
+        raw::held_among(self, names, next).await
+    }
+
+    /// A page on a Cluster: one `SCAN` step on every master whose walk is not done; the cursor
+    /// is each master's `host:port=cursor`, `;`-separated. A key whose slot moves to another
+    /// master mid-listing may be listed twice.
+    async fn list_cluster_page(
+        &self,
+        conn: &ClusterConnection,
+        prefix: &str,
+        from: Option<&ListCursor>,
+        limit: usize,
+    ) -> Result<Listing> {
+        let bad = || Error::invalid("from", "is not a cursor of this store's listing");
+        let walks = match from {
+            None => None,
+            Some(from) => Some(
+                from.position()
+                    .split(';')
+                    .map(|walk| {
+                        let (node, cursor) = walk.rsplit_once('=')?;
+                        let (host, port) = node.rsplit_once(':')?;
+                        Some((host.to_owned(), port.parse().ok()?, cursor.parse().ok()?))
+                    })
+                    .collect::<Option<Vec<_>>>()
+                    .ok_or_else(bad)?,
+            ),
+        };
+        let listed = Listed::new(self.config().layout(), self.config().prefix());
+        let bound = self.config().command_timeout();
+        let pattern = listed.pattern(prefix);
+        let step = crate::cluster::scan_masters(conn, &pattern, walks, limit);
+        let (found, left) =
+            tokio::time::timeout(bound, step)
+                .await
+                .map_err(|_| Error::Unavailable {
+                    message: format!("listing keys: no answer within {bound:?}"),
+                    source: None,
+                })??;
+        let names = found
+            .iter()
+            .filter_map(|name| listed.key_of(name))
+            .collect();
+        let next = (!left.is_empty()).then(|| {
+            let walks: Vec<String> = left
+                .iter()
+                .map(|(host, port, cursor)| format!("{host}:{port}={cursor}"))
+                .collect();
+            ListCursor::new(walks.join(";"))
+        });
         raw::held_among(self, names, next).await
     }
 

@@ -765,12 +765,13 @@ impl raw::Store for RedisStore {
             .with_shared(true)
             .with_permits(true)
             .with_labels(true)
-            .with_listing(!self.inner.config.is_cluster())
+            .with_listing(true)
     }
 
-    /// One `SCAN` step over the held keys' names under the prefix, then each one's status: a
-    /// key held throughout appears at least once, and may appear twice across pages (a `SCAN`
-    /// can return a name again while the server rehashes).
+    /// One `SCAN` step over the held keys' names under the prefix (on a Cluster, on every
+    /// master), then each one's status: a key held throughout appears at least once, and may
+    /// appear twice across pages (a `SCAN` can return a name again while the server rehashes,
+    /// or a slot moves).
     ///
     /// # Cancel safety
     /// Read-only; dropping the future loses nothing.
