@@ -1,12 +1,13 @@
 //! `serde::Serialize` for the values a caller prints or stores (the `serde` feature): a lease's
-//! public fields, a mode, a key's status and its holders, an election's leader. Durations are
+//! public fields, a mode, a key's status and its holders, a listing and its rows, an
+//! election's leader. Durations are
 //! whole milliseconds (`remaining_ms`, `ttl_ms`), owner ids their hex text, and a field the
 //! store cannot tell is `null`. Written by hand: a lease holds store state and a revocation
 //! that are not data, and each shape is the one `lockctl --json` prints.
 
 use serde::ser::{Serialize, SerializeMap, Serializer};
 
-use crate::{HolderStatus, KeyStatus, Leader, Lease, Mode, OwnerId};
+use crate::{HeldKey, HolderStatus, KeyStatus, Leader, Lease, ListCursor, Listing, Mode, OwnerId};
 
 fn millis(duration: Option<std::time::Duration>) -> Option<u128> {
     duration.map(|d| d.as_millis())
@@ -86,6 +87,40 @@ impl Serialize for KeyStatus {
             }
             _ => map.serialize_entry("held", &false)?,
         }
+        map.end()
+    }
+}
+
+/// `key`, then the status's entries (as `lockctl ls --json` prints a line).
+impl Serialize for HeldKey {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        #[derive(serde::Serialize)]
+        struct Line<'a> {
+            key: &'a str,
+            #[serde(flatten)]
+            status: &'a KeyStatus,
+        }
+        Line {
+            key: &self.key,
+            status: &self.status,
+        }
+        .serialize(serializer)
+    }
+}
+
+/// Its position's text.
+impl Serialize for ListCursor {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.position())
+    }
+}
+
+/// `keys` and `next` (`null` on the last page).
+impl Serialize for Listing {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(2))?;
+        map.serialize_entry("keys", &self.keys)?;
+        map.serialize_entry("next", &self.next)?;
         map.end()
     }
 }

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use fencelock::{DynLockStore, ListCursor};
 
-use crate::status::{describe, to_json};
+use crate::status::describe;
 
 /// Names read per page: the store pages; lockctl prints until the listing or `limit` ends.
 const PAGE: usize = 100;
@@ -29,7 +29,7 @@ pub(crate) async fn list(
                 return ExitCode::SUCCESS;
             }
             if json {
-                println!("{}", to_json(&held.key, &held.status));
+                println!("{}", crate::to_json_line(held));
             } else {
                 println!("{}", describe(&held.key, &held.status));
             }

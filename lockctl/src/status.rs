@@ -94,7 +94,7 @@ fn describe_holder(holder: &HolderStatus) -> String {
 /// `"limit"` for permits). Exclusive: `"token"`, `"owner"`, `"remaining_ms"`, `"label"`.
 /// Shared and permit: `"count"` and `"holders"`, each with `"slot"`, `"token"`, `"owner"`,
 /// `"remaining_ms"`, `"label"`. A field the store cannot tell is `null`.
-pub(crate) fn to_json(key: &str, status: &KeyStatus) -> String {
+fn to_json(key: &str, status: &KeyStatus) -> String {
     #[derive(serde::Serialize)]
     struct KeyLine<'a> {
         key: &'a str,
