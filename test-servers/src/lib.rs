@@ -31,6 +31,13 @@
 //! [`Error::Unsupported`]. [`RedisServer::start_many`] and
 //! [`EtcdCluster::start`] always start their own servers.
 //!
+//! # Another server binary
+//!
+//! `LOCK_TEST_REDIS_SERVER`, the path of a server that speaks as `redis-server` does (Valkey's
+//! `valkey-server`), is what every local Redis server starts instead: how `scripts/test.sh`
+//! runs the Redis store's tests on Valkey. A path that is not an executable is
+//! [`Error::NotExecutable`].
+//!
 //! # Processes never outlive the test
 //!
 //! Besides `Drop`, every server is started with the Linux parent-death signal
@@ -90,6 +97,15 @@ pub enum Error {
         binary: String,
         /// The Debian package that provides it, e.g. `redis-server`.
         package: String,
+    },
+
+    /// An environment variable names a server binary that is not an executable file.
+    #[error("{variable} names {path}, which is not an executable file")]
+    NotExecutable {
+        /// The variable, e.g. `LOCK_TEST_REDIS_SERVER`.
+        variable: &'static str,
+        /// The path it names.
+        path: String,
     },
 
     /// A server (or a setup step such as `initdb`) did not come up.

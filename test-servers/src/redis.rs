@@ -10,6 +10,20 @@ use crate::process::{self, log_marker, wait_ready, Proc, TempDir};
 use crate::{Error, Result};
 
 const ENV_URL: &str = "LOCK_TEST_REDIS_URL";
+/// The server binary to start instead of `redis-server` (see the crate docs).
+const ENV_SERVER: &str = "LOCK_TEST_REDIS_SERVER";
+
+/// The server binary: `LOCK_TEST_REDIS_SERVER`'s, or `redis-server` from `PATH`.
+pub(crate) fn server_binary() -> Result<PathBuf> {
+    match std::env::var_os(ENV_SERVER).filter(|path| !path.is_empty()) {
+        Some(path) if process::is_executable(std::path::Path::new(&path)) => Ok(path.into()),
+        Some(path) => Err(Error::NotExecutable {
+            variable: ENV_SERVER,
+            path: std::path::Path::new(&path).display().to_string(),
+        }),
+        None => process::find_binary("redis-server", "redis-server"),
+    }
+}
 
 /// A Redis server for tests: a `redis-server` child process on a free port
 /// of 127.0.0.1 without persistence (`--save "" --appendonly no`), or an
@@ -85,7 +99,7 @@ impl RedisServer {
     }
 
     fn start_local_with(args: &[&str], clock: bool) -> Result<Self> {
-        let binary = process::find_binary("redis-server", "redis-server")?;
+        let binary = server_binary()?;
         let mut last_error = None;
         for _ in 0..process::START_ATTEMPTS {
             let port = process::free_ports(1)?[0];

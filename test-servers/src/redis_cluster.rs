@@ -77,7 +77,7 @@ impl RedisCluster {
                 "a Redis Cluster needs at least 3 masters, not {masters}"
             )));
         }
-        let binary = process::find_binary("redis-server", "redis-server")?;
+        let binary = crate::redis::server_binary()?;
         let cli = process::find_binary("redis-cli", "redis-tools")?;
         let count = masters * (1 + replicas);
         let ports = process::free_ports(2 * count)?;
