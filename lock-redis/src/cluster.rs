@@ -283,7 +283,7 @@ pub(crate) async fn scan_masters(
             .arg(limit)
             .query_async(&mut on_node)
             .await
-            .map_err(|e| redis_error("listing keys: SCAN on a master", e))?;
+            .map_err(|e| redis_error("list: SCAN on a master", e))?;
         names.extend(found);
         if next != 0 {
             left.push((host, port, next));

@@ -117,7 +117,7 @@ impl RedisStore {
             tokio::time::timeout(bound, step)
                 .await
                 .map_err(|_| Error::Unavailable {
-                    message: format!("listing keys: no answer within {bound:?}"),
+                    message: format!("list: no answer within {bound:?}"),
                     source: None,
                 })??;
         let names = found
@@ -155,10 +155,10 @@ impl RedisStore {
         let (next, batch) = tokio::time::timeout(bound, step)
             .await
             .map_err(|_| Error::Unavailable {
-                message: format!("listing keys: no answer within {bound:?}"),
+                message: format!("list: no answer within {bound:?}"),
                 source: None,
             })?
-            .map_err(|e| redis_error("listing keys", e))?;
+            .map_err(|e| redis_error("list", e))?;
         let names = batch
             .iter()
             .filter_map(|name| listed.key_of(name))

@@ -55,7 +55,7 @@ fn every_argument_refusal_is_one_line() {
     let cases: &[(&[&str], &str)] = &[
         (&[], "a command is required: run, elect, leader, status"),
         (&["bogus"], "unrecognized subcommand 'bogus'"),
-        (&["run"], "<KEY>, <COMMAND>"),
+        (&["run"], "<KEY>..., <COMMAND>"),
         (&["--url", "memory://", "run", "k"], "<COMMAND>"),
         (
             &["--url", "memory://", "run", "k", "--tl", "3s", "--", "true"],

@@ -134,11 +134,6 @@ macro_rules! __for_each_case {
                 a_fair_queue_keeps_its_order_across_modes if |c: &Capabilities| c.fair_queue && (c.shared || c.permits),
                 unsupported_modes_are_refused,
             }
-            labels {
-                status_reports_each_holders_label if |c: &Capabilities| c.labels,
-                relabel_replaces_the_label_and_is_owner_only if |c: &Capabilities| c.labels,
-                bad_labels_are_refused_and_nothing_is_held,
-            }
             listing {
                 a_listing_shows_exactly_the_held_keys_under_its_prefix if |c: &Capabilities| c.listing,
                 a_listing_pages_through_every_held_key if |c: &Capabilities| c.listing,
@@ -149,6 +144,11 @@ macro_rules! __for_each_case {
                 a_set_whose_last_key_is_busy_leaves_none_of_its_keys_held,
                 the_loss_of_one_key_ends_the_set,
                 a_dropped_set_acquire_leaves_nothing_held,
+            }
+            labels {
+                status_reports_each_holders_label if |c: &Capabilities| c.labels,
+                relabel_replaces_the_label_and_is_owner_only if |c: &Capabilities| c.labels,
+                bad_labels_are_refused_and_nothing_is_held,
             }
             election {
                 one_leader_at_a_time_among_candidates,

@@ -5,16 +5,25 @@ use std::future::IntoFuture;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use fencelock_core::{DynLockStore, Error, KeyStatus, LockStoreExt, ReleaseOutcome};
+use fencelock_core::{DynLockStore, Error, LockStoreExt, ReleaseOutcome};
 use tokio::time::{sleep, timeout, Instant};
 
 use super::support::released;
 use crate::runner::{CaseResult, Failure};
 use crate::Ctx;
 
-/// Whether `key` is free on a fresh handle, as a caller other than the set's sees it.
+/// Whether `key` is free, as a caller other than the set's finds it: a fresh handle's one
+/// attempt (released at once), not `status`, which a store may not answer.
 async fn free(ctx: &Ctx, key: &str) -> Result<bool, Error> {
-    Ok(ctx.handle().await.status(key).await? == KeyStatus::Free)
+    let store = ctx.handle().await;
+    match store.try_acquire(key, ctx.timing.long_ttl).await {
+        Ok(lease) => {
+            let _ = store.release(&lease).await?;
+            Ok(true)
+        }
+        Err(Error::Busy { .. }) => Ok(false),
+        Err(other) => Err(other),
+    }
 }
 
 /// Waits up to `bound` for every key of `keys` to be free; the ones still held after it.
