@@ -8,7 +8,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::{EventType, GetOptions, KeyValue, WatchFilterType, WatchOptions};
+use etcd_client::{EventType, GetOptions, KeyValue, WatchFilterType, WatchOptions, WatchResponse};
 use fencelock_core::{raw::drift, Error, Instant, Mode, Result};
 use tokio::time::{sleep_until, timeout_at};
 
@@ -290,12 +290,7 @@ impl Waiter<'_> {
         predecessor_waits: bool,
         period: Duration,
     ) -> Result<Woken> {
-        let options = WatchOptions::new().with_filters([WatchFilterType::NoPut]);
-        let mut watches = vec![(predecessor.clone(), options)];
-        if self.takes_handoffs() {
-            let options = WatchOptions::new().with_filters([WatchFilterType::NoDelete]);
-            watches.push((self.entry.as_bytes().to_vec(), options));
-        }
+        let watches = self.deletion_watches(&predecessor);
         let (mut stream, covered_after) = match self
             .create_watches("watch the predecessor", watches, true)
             .await?
@@ -318,59 +313,15 @@ impl Waiter<'_> {
         }
         let mut next_renewal = self.confirmed_at + period;
         // The read sent on the predecessor's deletion, while a handoff may still arrive.
-        let mut reading: Option<std::pin::Pin<Box<dyn Future<Output = Result<Found>> + Send>>> =
-            None;
+        let mut reading: Option<QueueRead> = None;
         loop {
             tokio::select! {
                 message = stream.message() => {
-                    // Ended or broken: re-list, which also tells whether etcd answers.
-                    let Some(message) = message else {
-                        return Ok(Woken::Look);
-                    };
-                    if message.canceled() || message.compact_revision() > 0 {
-                        tracing::debug!(
-                            compact_revision = message.compact_revision(),
-                            reason = message.cancel_reason(),
-                            "watch cancelled; re-listing the queue"
-                        );
-                        return Ok(Woken::Look);
-                    }
-                    if let Some(woken) = self.own_event(&message) {
+                    let woken = self
+                        .on_message(message, &mut stream, &predecessor, &mut reading)
+                        .await;
+                    if let Some(woken) = woken {
                         return Ok(woken);
-                    }
-                    let deleted = message.events().iter().any(|event| {
-                        event.event_type() == EventType::Delete
-                            && event.kv().is_some_and(|kv| kv.key() == predecessor.as_slice())
-                    });
-                    if deleted && reading.is_none() {
-                        // A handoff's mark, of the same transaction, goes out on the other
-                        // watch right behind this event: if it is here already (or once the
-                        // connection's task has run), no read.
-                        for peek in 0..2 {
-                            if peek > 0 {
-                                tokio::task::yield_now().await;
-                            }
-                            match stream.ready() {
-                                Ok(None) => continue,
-                                Ok(Some(next))
-                                    if !next.canceled() && next.compact_revision() == 0 =>
-                                {
-                                    if let Some(woken) = self.own_event(&next) {
-                                        return Ok(woken);
-                                    }
-                                    break;
-                                }
-                                _ => return Ok(Woken::Look),
-                            }
-                        }
-                        let (etcd, dir, entry) =
-                            (self.etcd.clone(), self.dir.to_owned(), self.entry.to_owned());
-                        let (revision, lease_id) = (self.revision, self.lease_id);
-                        let successors = self.takes_handoffs();
-                        reading = Some(Box::pin(async move {
-                            read_predecessor(&etcd, &dir, &entry, revision, lease_id, successors)
-                                .await
-                        }));
                     }
                 }
                 found = async {
@@ -388,17 +339,111 @@ impl Waiter<'_> {
                     }
                 }
                 () = sleep_until(next_renewal), if reading.is_none() => {
-                    let sent_at = Instant::now();
-                    let renewed = self.etcd.renew(self.lease_id).await;
-                    next_renewal = match self.renewed(renewed, sent_at)? {
-                        Renewed::Ended => return Ok(Woken::Done(Waited::LeaseEnded)),
-                        Renewed::Confirmed => sent_at + period,
-                        Renewed::Unconfirmed => Instant::now() + period / 4,
-                    };
+                    match self.renew_while_watching(period).await? {
+                        Some(next) => next_renewal = next,
+                        None => return Ok(Woken::Done(Waited::LeaseEnded)),
+                    }
                 }
                 () = sleep_until(self.deadline) => return Ok(Woken::Done(Waited::TimedOut)),
             }
         }
+    }
+
+    /// The watches of [`watch_deletion`](Self::watch_deletion): `predecessor`'s deletions,
+    /// and where releases hand the lock on, our own entry's puts (a handoff mark).
+    fn deletion_watches(&self, predecessor: &[u8]) -> Vec<(Vec<u8>, WatchOptions)> {
+        let options = WatchOptions::new().with_filters([WatchFilterType::NoPut]);
+        let mut watches = vec![(predecessor.to_vec(), options)];
+        if self.takes_handoffs() {
+            let options = WatchOptions::new().with_filters([WatchFilterType::NoDelete]);
+            watches.push((self.entry.as_bytes().to_vec(), options));
+        }
+        watches
+    }
+
+    /// Takes in one message of the wait's watches: `Some` ends the wait (the stream ended or
+    /// broke, a watch was cancelled, or our own entry's event decides it). On `predecessor`'s
+    /// deletion, unless a handoff mark right behind it decides, starts the queue's read in
+    /// `reading`.
+    async fn on_message(
+        &self,
+        message: Option<WatchResponse>,
+        stream: &mut Watching,
+        predecessor: &[u8],
+        reading: &mut Option<QueueRead>,
+    ) -> Option<Woken> {
+        // Ended or broken: re-list, which also tells whether etcd answers.
+        let Some(message) = message else {
+            return Some(Woken::Look);
+        };
+        if message.canceled() || message.compact_revision() > 0 {
+            tracing::debug!(
+                compact_revision = message.compact_revision(),
+                reason = message.cancel_reason(),
+                "watch cancelled; re-listing the queue"
+            );
+            return Some(Woken::Look);
+        }
+        if let Some(woken) = self.own_event(&message) {
+            return Some(woken);
+        }
+        let deleted = message.events().iter().any(|event| {
+            event.event_type() == EventType::Delete
+                && event.kv().is_some_and(|kv| kv.key() == predecessor)
+        });
+        if deleted && reading.is_none() {
+            if let Some(woken) = self.handoff_behind(stream).await {
+                return Some(woken);
+            }
+            *reading = Some(self.read_queue());
+        }
+        None
+    }
+
+    /// A handoff's mark, of the same transaction as the predecessor's deletion, goes out on
+    /// the other watch right behind its event: if it is here already (or once the
+    /// connection's task has run), no read. `Some`: what came next ends the wait.
+    async fn handoff_behind(&self, stream: &mut Watching) -> Option<Woken> {
+        for peek in 0..2 {
+            if peek > 0 {
+                tokio::task::yield_now().await;
+            }
+            match stream.ready() {
+                Ok(None) => continue,
+                Ok(Some(next)) if !next.canceled() && next.compact_revision() == 0 => {
+                    return self.own_event(&next);
+                }
+                _ => return Some(Woken::Look),
+            }
+        }
+        None
+    }
+
+    /// The queue's read after the predecessor's deletion, owning what it reads, so that it
+    /// runs while the watches are still read (a handoff mark may yet make it moot).
+    fn read_queue(&self) -> QueueRead {
+        let (etcd, dir, entry) = (
+            self.etcd.clone(),
+            self.dir.to_owned(),
+            self.entry.to_owned(),
+        );
+        let (revision, lease_id) = (self.revision, self.lease_id);
+        let successors = self.takes_handoffs();
+        Box::pin(async move {
+            read_predecessor(&etcd, &dir, &entry, revision, lease_id, successors).await
+        })
+    }
+
+    /// Renews our lease while watching: when the next renewal is due (a `period` after a
+    /// confirmed one, a quarter of it after an unconfirmed one), or `None` if the lease ended.
+    async fn renew_while_watching(&mut self, period: Duration) -> Result<Option<Instant>> {
+        let sent_at = Instant::now();
+        let renewed = self.etcd.renew(self.lease_id).await;
+        Ok(match self.renewed(renewed, sent_at)? {
+            Renewed::Ended => None,
+            Renewed::Confirmed => Some(sent_at + period),
+            Renewed::Unconfirmed => Some(Instant::now() + period / 4),
+        })
     }
 }
 
@@ -476,6 +521,9 @@ pub(crate) struct Found {
     pub(crate) answered_at: i64,
     pub(crate) successors: Vec<Successor>,
 }
+
+/// The queue's read sent on the predecessor's deletion ([`Waiter::read_queue`]).
+type QueueRead = std::pin::Pin<Box<dyn Future<Output = Result<Found>> + Send>>;
 
 /// What creating a wait's watches came to.
 enum Created {

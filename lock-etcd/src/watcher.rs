@@ -252,6 +252,166 @@ enum Event {
     Cancel,
 }
 
+/// What the stream's task keeps between events: the waits and their watches, and the
+/// requests not yet handed to the stream.
+struct StreamState {
+    waits: HashMap<u64, Registration>,
+    by_watch: HashMap<i64, u64>,
+    /// The wait each creation sent and not yet answered belongs to, oldest first.
+    creating: VecDeque<u64>,
+    /// Never waited on by `send_next`'s caller: the task keeps reading answers while a burst
+    /// of requests waits here (waiting on a full buffer could stall both ways, as in the
+    /// renewer).
+    unsent: VecDeque<Outgoing>,
+    /// Since when no wait has been on the stream (`None`: some wait is).
+    idle_since: Option<tokio::time::Instant>,
+    /// Watches of finished waits, to cancel with the next creations or by `cancel_by`.
+    deferred: Vec<i64>,
+    cancel_by: Option<tokio::time::Instant>,
+}
+
+impl StreamState {
+    /// A stream just opened, with no wait on it yet: idle from now.
+    fn new() -> Self {
+        StreamState {
+            waits: HashMap::new(),
+            by_watch: HashMap::new(),
+            creating: VecDeque::new(),
+            unsent: VecDeque::new(),
+            idle_since: Some(tokio::time::Instant::now()),
+            deferred: Vec::new(),
+            cancel_by: None,
+        }
+    }
+
+    /// Queues the deferred cancellations to go out next (their delay is over, or creations
+    /// are about to go out, which they join).
+    fn cancel_deferred(&mut self) {
+        self.unsent
+            .extend(self.deferred.drain(..).map(Outgoing::Cancel));
+        self.cancel_by = None;
+    }
+
+    /// Registers a wait's `watches`, the first `sent` of them already sent (as the request
+    /// that opened the stream), and queues the creation of the others.
+    fn watch(
+        &mut self,
+        id: u64,
+        watches: Vec<(Vec<u8>, WatchOptions)>,
+        messages: mpsc::UnboundedSender<WatchResponse>,
+        sent: usize,
+    ) {
+        // Cancellations first: they and these creations go out together.
+        self.cancel_deferred();
+        for _ in 0..sent.min(watches.len()) {
+            self.creating.push_back(id);
+        }
+        let pending = watches.len();
+        for (key, options) in watches.into_iter().skip(sent) {
+            self.unsent.push_back(Outgoing::Create(id, key, options));
+        }
+        self.waits.insert(
+            id,
+            Registration {
+                messages,
+                watch_ids: Vec::new(),
+                pending,
+                done: false,
+            },
+        );
+        self.idle_since = None;
+    }
+
+    /// Ends the wait `id`: cancels its watches (later, with the next creations, if `defer`),
+    /// drops its unsent creations, and forgets it once no creation of it is in flight.
+    fn done(&mut self, id: u64, defer: bool) {
+        let Some(wait) = self.waits.get_mut(&id) else {
+            return;
+        };
+        for watch_id in wait.watch_ids.drain(..) {
+            self.by_watch.remove(&watch_id);
+            if defer {
+                self.deferred.push(watch_id);
+            } else {
+                self.unsent.push_back(Outgoing::Cancel(watch_id));
+            }
+        }
+        if !self.deferred.is_empty() && self.cancel_by.is_none() {
+            self.cancel_by = Some(tokio::time::Instant::now() + CANCEL_DELAY);
+        }
+        // Creations still unsent are dropped; those in flight are cancelled on reply.
+        let before = self.unsent.len();
+        self.unsent
+            .retain(|out| !matches!(out, Outgoing::Create(of, ..) if *of == id));
+        wait.pending -= before - self.unsent.len();
+        wait.done = true;
+        if wait.pending == 0 {
+            self.waits.remove(&id);
+        }
+    }
+
+    /// The oldest unsent request went into the stream's buffer: a creation now awaits its
+    /// reply.
+    fn sent(&mut self) {
+        if let Some(Outgoing::Create(id, ..)) = self.unsent.pop_front() {
+            self.creating.push_back(id);
+        }
+    }
+
+    /// Hands a message from etcd to the wait it is for, learning the watch id of a creation
+    /// reply (or cancelling it, for a wait that is over). `false`: etcd refused a creation,
+    /// and the stream is to close.
+    fn response(&mut self, message: WatchResponse) -> bool {
+        let id = if message.created() {
+            self.creating.pop_front()
+        } else {
+            self.by_watch.get(&message.watch_id()).copied()
+        };
+        if message.created() && message.canceled() {
+            // Refused: the stream's token is stale (see the module docs). Every wait
+            // then reads again, and watches on a new stream.
+            tracing::debug!(
+                reason = message.cancel_reason(),
+                "etcd refused a watch; closing the handle's watch stream"
+            );
+            return false;
+        }
+        let Some((id, wait)) = id.and_then(|id| Some((id, self.waits.get_mut(&id)?))) else {
+            return true;
+        };
+        if message.created() {
+            wait.pending -= 1;
+            if wait.done {
+                self.unsent.push_back(Outgoing::Cancel(message.watch_id()));
+            } else {
+                wait.watch_ids.push(message.watch_id());
+                self.by_watch.insert(message.watch_id(), id);
+            }
+        } else if message.canceled() {
+            self.by_watch.remove(&message.watch_id());
+            wait.watch_ids.retain(|w| *w != message.watch_id());
+        }
+        if wait.done {
+            if wait.pending == 0 {
+                self.waits.remove(&id);
+            }
+        } else {
+            // A wait reads its messages until it drops its `Watching` (which ends
+            // this registration), so they do not pile up; a send fails only if it was
+            // dropped meanwhile.
+            let _ = wait.messages.send(message);
+        }
+        true
+    }
+
+    /// Starts the idle count once the last wait left the stream.
+    fn note_idle(&mut self) {
+        if self.waits.is_empty() && self.idle_since.is_none() {
+            self.idle_since = Some(tokio::time::Instant::now());
+        }
+    }
+}
+
 /// The stream's task: until the stream breaks or ends, or stays without a watch for
 /// [`IDLE_CLOSE`]. Ending drops every wait's message sender, which ends its [`Watching`].
 async fn run(
@@ -259,25 +419,15 @@ async fn run(
     mut responses: WatchResponseStream,
     mut requests: mpsc::UnboundedReceiver<Request>,
 ) {
-    let mut waits: HashMap<u64, Registration> = HashMap::new();
-    let mut by_watch: HashMap<i64, u64> = HashMap::new();
-    // The wait each creation sent and not yet answered belongs to, oldest first.
-    let mut creating: VecDeque<u64> = VecDeque::new();
-    // Never waited on by `send_next`'s caller: the task keeps reading answers while a burst of
-    // requests waits here (waiting on a full buffer could stall both ways, as in the renewer).
-    let mut unsent: VecDeque<Outgoing> = VecDeque::new();
-    let mut idle_since = Some(tokio::time::Instant::now());
-    // Watches of finished waits, to cancel with the next creations or by `cancel_by`.
-    let mut deferred: Vec<i64> = Vec::new();
-    let mut cancel_by: Option<tokio::time::Instant> = None;
+    let mut state = StreamState::new();
     loop {
-        let idle_until = idle_since.map(|since| since + IDLE_CLOSE);
+        let idle_until = state.idle_since.map(|since| since + IDLE_CLOSE);
         let event = tokio::select! {
             biased;
             request = requests.recv() => Event::Request(request),
             response = responses.message() => Event::Response(response.ok().flatten()),
-            sent = send_next(&mut sender, unsent.front()) => Event::Sent(sent),
-            () = sleep_until_some(cancel_by) => Event::Cancel,
+            sent = send_next(&mut sender, state.unsent.front()) => Event::Sent(sent),
+            () = sleep_until_some(state.cancel_by) => Event::Cancel,
             () = sleep_until_some(idle_until) => Event::Idle,
         };
         match event {
@@ -290,106 +440,19 @@ async fn run(
                 watches,
                 messages,
                 sent,
-            })) => {
-                // Cancellations first: they and these creations go out together.
-                unsent.extend(deferred.drain(..).map(Outgoing::Cancel));
-                cancel_by = None;
-                for _ in 0..sent.min(watches.len()) {
-                    creating.push_back(id);
-                }
-                let pending = watches.len();
-                for (key, options) in watches.into_iter().skip(sent) {
-                    unsent.push_back(Outgoing::Create(id, key, options));
-                }
-                waits.insert(
-                    id,
-                    Registration {
-                        messages,
-                        watch_ids: Vec::new(),
-                        pending,
-                        done: false,
-                    },
-                );
-                idle_since = None;
-            }
-            Event::Request(Some(Request::Done { id, defer })) => {
-                let Some(wait) = waits.get_mut(&id) else {
-                    continue;
-                };
-                for watch_id in wait.watch_ids.drain(..) {
-                    by_watch.remove(&watch_id);
-                    if defer {
-                        deferred.push(watch_id);
-                    } else {
-                        unsent.push_back(Outgoing::Cancel(watch_id));
-                    }
-                }
-                if !deferred.is_empty() && cancel_by.is_none() {
-                    cancel_by = Some(tokio::time::Instant::now() + CANCEL_DELAY);
-                }
-                // Creations still unsent are dropped; those in flight are cancelled on reply.
-                let before = unsent.len();
-                unsent.retain(|out| !matches!(out, Outgoing::Create(of, ..) if *of == id));
-                wait.pending -= before - unsent.len();
-                wait.done = true;
-                if wait.pending == 0 {
-                    waits.remove(&id);
-                }
-            }
-            Event::Cancel => {
-                unsent.extend(deferred.drain(..).map(Outgoing::Cancel));
-                cancel_by = None;
-            }
-            Event::Sent(true) => {
-                if let Some(Outgoing::Create(id, ..)) = unsent.pop_front() {
-                    creating.push_back(id);
-                }
-            }
+            })) => state.watch(id, watches, messages, sent),
+            Event::Request(Some(Request::Done { id, defer })) => state.done(id, defer),
+            Event::Cancel => state.cancel_deferred(),
+            Event::Sent(true) => state.sent(),
             Event::Response(Some(message)) => {
-                let id = if message.created() {
-                    creating.pop_front()
-                } else {
-                    by_watch.get(&message.watch_id()).copied()
-                };
-                if message.created() && message.canceled() {
-                    // Refused: the stream's token is stale (see the module docs). Every wait
-                    // then reads again, and watches on a new stream.
-                    tracing::debug!(
-                        reason = message.cancel_reason(),
-                        "etcd refused a watch; closing the handle's watch stream"
-                    );
+                if !state.response(message) {
                     return;
                 }
-                let Some((id, wait)) = id.and_then(|id| Some((id, waits.get_mut(&id)?))) else {
-                    continue;
-                };
-                if message.created() {
-                    wait.pending -= 1;
-                    if wait.done {
-                        unsent.push_back(Outgoing::Cancel(message.watch_id()));
-                    } else {
-                        wait.watch_ids.push(message.watch_id());
-                        by_watch.insert(message.watch_id(), id);
-                    }
-                } else if message.canceled() {
-                    by_watch.remove(&message.watch_id());
-                    wait.watch_ids.retain(|w| *w != message.watch_id());
-                }
-                if wait.done {
-                    if wait.pending == 0 {
-                        waits.remove(&id);
-                    }
-                } else {
-                    // A wait reads its messages until it drops its `Watching` (which ends
-                    // this registration), so they do not pile up; a send fails only if it was
-                    // dropped meanwhile.
-                    let _ = wait.messages.send(message);
-                }
             }
         }
-        if waits.is_empty() && idle_since.is_none() {
-            idle_since = Some(tokio::time::Instant::now());
-        }
+        // After an event that left the waits as they were (an unknown wait's end, a message
+        // for no wait), this changes nothing: an empty map always has its idle count started.
+        state.note_idle();
     }
 }
 

@@ -14,7 +14,8 @@ use fencelock_core::{
     Capabilities, Error, Instant, KeyStatus, Lease, ListCursor, Listing, OwnerId, PerKeyState,
     ReleaseOutcome, Result,
 };
-use sqlx::mysql::MySqlRow;
+use sqlx::mysql::{MySql, MySqlArguments, MySqlRow};
+use sqlx::query::Query;
 use sqlx::Row;
 
 use crate::config::{MysqlConfig, MIN_TTL};
@@ -202,57 +203,23 @@ impl MysqlStore {
                 mut session,
                 reused,
             } = self.checkout(fresh).await?;
-            if session.wait_timeout != Some(ttl_secs) {
-                let armed = bounded(
-                    self.sessions.config.command_timeout(),
-                    sqlx::query(SET_WAIT_TIMEOUT)
-                        .bind(ttl_secs)
-                        .execute(&mut session.conn),
-                )
-                .await;
-                match armed {
-                    Ok(_) => session.wait_timeout = Some(ttl_secs),
-                    // The session died while idle; try a new one.
-                    Err(fault) if reused && fault.session_ended() => {
-                        tracing::debug!(reason = %fault.describe(), "an idle session was dead; retrying on a new one");
-                        fresh = true;
-                        continue;
-                    }
-                    Err(fault) => return Err(fault.into_error("setting the session's TTL")),
+            match self.arm_ttl(&mut session, ttl_secs).await {
+                Ok(()) => {}
+                // The session died while idle; try a new one.
+                Err(fault) if reused && fault.session_ended() => {
+                    tracing::debug!(reason = %fault.describe(), "an idle session was dead; retrying on a new one");
+                    fresh = true;
+                    continue;
                 }
+                Err(fault) => return Err(fault.into_error("setting the session's TTL")),
             }
             let remaining = deadline.saturating_duration_since(Instant::now());
             if !wait.is_zero() && remaining.is_zero() {
                 self.sessions.checkin(session);
                 return Err(not_granted());
             }
-            // The server's wait starts after this is sent: it never gives up early. MySQL
-            // counts GET_LOCK's timeout in whole seconds, MariaDB takes fractions.
-            let wait_secs = if wait.is_zero() {
-                0.0
-            } else if session.fractional_wait {
-                whole_millis(remaining) as f64 / 1000.0
-            } else {
-                whole_secs(remaining) as f64
-            };
             let owner = OwnerId::random();
-            let owner_text = owner.to_string();
-            let guard = (!wait.is_zero()).then(|| WaitGuard::arm(&self.sessions, &session));
-            let sent_at = Instant::now();
-            let reply = bounded(
-                Duration::from_secs_f64(wait_secs) + self.sessions.config.command_timeout(),
-                sqlx::query(TAKE_LOCK)
-                    .bind(&target.lock_name)
-                    .bind(wait_secs)
-                    .fetch_one(&mut session.conn),
-            )
-            .await;
-            if let Some(guard) = guard {
-                if !matches!(reply, Err(Fault::TimedOut(_))) {
-                    // The server answered: its session is no longer waiting.
-                    guard.disarm();
-                }
-            }
+            let (sent_at, reply) = self.take_lock(target, wait, remaining, &mut session).await;
             let row = match reply {
                 Ok(row) => row,
                 // The session died while idle: whatever it took died with it; try a new one.
@@ -270,64 +237,148 @@ impl MysqlStore {
             }
             // Held: the bump follows on the same session. Should it fail, or the future be
             // dropped, the session is dropped, which frees the lock; no token was handed out.
-            let labelled = self.sessions.labels.load(Ordering::Relaxed);
-            let stored_label = label.map(|label| format!("{owner_text}:{label}"));
-            let bump = if labelled {
-                sqlx::query(&self.sessions.sql.bump_labelled)
-                    .bind(&target.namespace)
-                    .bind(&target.fence_key)
-                    .bind(&target.lock_name)
-                    .bind(&owner_text)
-                    .bind(millis(ttl))
-                    .bind(stored_label.as_deref().map(str::as_bytes))
-                    .bind(&target.lock_name)
-                    .bind(&owner_text)
-                    .bind(millis(ttl))
-                    .bind(stored_label.as_deref().map(str::as_bytes))
-            } else {
-                sqlx::query(&self.sessions.sql.bump)
-                    .bind(&target.namespace)
-                    .bind(&target.fence_key)
-                    .bind(&target.lock_name)
-                    .bind(&owner_text)
-                    .bind(millis(ttl))
-                    .bind(&target.lock_name)
-                    .bind(&owner_text)
-                    .bind(millis(ttl))
-            };
-            let bumped = bounded(
+            return self
+                .bump_fence(target, owner, ttl, label, sent_at, session)
+                .await;
+        }
+    }
+
+    /// Sets the session's idle timeout to the lease's TTL (`ttl_secs`), unless it has it
+    /// already: the server ends the session, freeing the lock, once its holder goes quiet
+    /// that long.
+    async fn arm_ttl(&self, session: &mut Session, ttl_secs: u64) -> Result<(), Fault> {
+        if session.wait_timeout != Some(ttl_secs) {
+            bounded(
                 self.sessions.config.command_timeout(),
-                bump.execute(&mut session.conn),
+                sqlx::query(SET_WAIT_TIMEOUT)
+                    .bind(ttl_secs)
+                    .execute(&mut session.conn),
             )
-            .await
-            .map_err(|fault| fault.into_error("bumping the fence"))?;
-            return match (bumped.rows_affected(), bumped.last_insert_id()) {
-                (1 | 2, token) if token > 0 => {
-                    let waited = sent_at.elapsed();
-                    let lease = self.lease(target, owner, token, ttl, sent_at, session);
-                    // The server's TTL runs from the end of the statement; `sent_at` is before
-                    // the wait. After a long wait, restart the TTL to win back the waited time.
-                    if waited > ttl / 16 {
-                        self.extend_lease(&lease).await?;
-                    }
-                    Ok(lease)
+            .await?;
+            session.wait_timeout = Some(ttl_secs);
+        }
+        Ok(())
+    }
+
+    /// Sends `GET_LOCK` for `target` on `session`, the server waiting up to `remaining` (no
+    /// wait: one attempt), with the session marked as waiting meanwhile so a dropped future
+    /// ends its wait; returns when it was sent (the lease counts from then) and the reply.
+    async fn take_lock(
+        &self,
+        target: &Target,
+        wait: Duration,
+        remaining: Duration,
+        session: &mut Session,
+    ) -> (Instant, Result<MySqlRow, Fault>) {
+        // The server's wait starts after this is sent: it never gives up early. MySQL
+        // counts GET_LOCK's timeout in whole seconds, MariaDB takes fractions.
+        let wait_secs = if wait.is_zero() {
+            0.0
+        } else if session.fractional_wait {
+            whole_millis(remaining) as f64 / 1000.0
+        } else {
+            whole_secs(remaining) as f64
+        };
+        let guard = (!wait.is_zero()).then(|| WaitGuard::arm(&self.sessions, session));
+        let sent_at = Instant::now();
+        let reply = bounded(
+            Duration::from_secs_f64(wait_secs) + self.sessions.config.command_timeout(),
+            sqlx::query(TAKE_LOCK)
+                .bind(&target.lock_name)
+                .bind(wait_secs)
+                .fetch_one(&mut session.conn),
+        )
+        .await;
+        if let Some(guard) = guard {
+            if !matches!(reply, Err(Fault::TimedOut(_))) {
+                // The server answered: its session is no longer waiting.
+                guard.disarm();
+            }
+        }
+        (sent_at, reply)
+    }
+
+    /// Bumps `target`'s fence row for `owner` on the session that holds its lock, and makes
+    /// the lease from the token the bump returns, its TTL restarted after a long wait.
+    async fn bump_fence(
+        &self,
+        target: &Target,
+        owner: OwnerId,
+        ttl: Duration,
+        label: Option<&str>,
+        sent_at: Instant,
+        mut session: Session,
+    ) -> Result<Lease> {
+        let owner_text = owner.to_string();
+        let stored_label = label.map(|label| format!("{owner_text}:{label}"));
+        let bump = self.bump_statement(target, &owner_text, ttl, stored_label.as_deref());
+        let bumped = bounded(
+            self.sessions.config.command_timeout(),
+            bump.execute(&mut session.conn),
+        )
+        .await
+        .map_err(|fault| fault.into_error("bumping the fence"))?;
+        match (bumped.rows_affected(), bumped.last_insert_id()) {
+            (1 | 2, token) if token > 0 => {
+                let waited = sent_at.elapsed();
+                let lease = self.lease(target, owner, token, ttl, sent_at, session);
+                // The server's TTL runs from the end of the statement; `sent_at` is before
+                // the wait. After a long wait, restart the TTL to win back the waited time.
+                if waited > ttl / 16 {
+                    self.extend_lease(&lease).await?;
                 }
-                (0, _) => Err(Error::Store {
-                    message: format!(
-                        "the floor table {} has no row: it must hold one (see \
-                         MysqlConfig::floor_table_ddl)",
-                        self.sessions.config.floor_table()
-                    ),
-                    source: None,
-                }),
-                (rows, token) => Err(Error::Store {
-                    message: format!(
-                        "the fence bump changed {rows} rows and returned token {token}; \
-                         expected 1 or 2 rows and a token above 0"
-                    ),
-                    source: None,
-                }),
-            };
+                Ok(lease)
+            }
+            (0, _) => Err(Error::Store {
+                message: format!(
+                    "the floor table {} has no row: it must hold one (see \
+                     MysqlConfig::floor_table_ddl)",
+                    self.sessions.config.floor_table()
+                ),
+                source: None,
+            }),
+            (rows, token) => Err(Error::Store {
+                message: format!(
+                    "the fence bump changed {rows} rows and returned token {token}; \
+                     expected 1 or 2 rows and a token above 0"
+                ),
+                source: None,
+            }),
+        }
+    }
+
+    /// The fence bump's statement with its arguments: the one that also writes the holder's
+    /// label (`owner:label`) once the fence table has a label column, else the one without.
+    fn bump_statement<'q>(
+        &'q self,
+        target: &'q Target,
+        owner_text: &'q str,
+        ttl: Duration,
+        stored_label: Option<&'q str>,
+    ) -> Query<'q, MySql, MySqlArguments> {
+        let labelled = self.sessions.labels.load(Ordering::Relaxed);
+        if labelled {
+            sqlx::query(&self.sessions.sql.bump_labelled)
+                .bind(&target.namespace)
+                .bind(&target.fence_key)
+                .bind(&target.lock_name)
+                .bind(owner_text)
+                .bind(millis(ttl))
+                .bind(stored_label.map(str::as_bytes))
+                .bind(&target.lock_name)
+                .bind(owner_text)
+                .bind(millis(ttl))
+                .bind(stored_label.map(str::as_bytes))
+        } else {
+            sqlx::query(&self.sessions.sql.bump)
+                .bind(&target.namespace)
+                .bind(&target.fence_key)
+                .bind(&target.lock_name)
+                .bind(owner_text)
+                .bind(millis(ttl))
+                .bind(&target.lock_name)
+                .bind(owner_text)
+                .bind(millis(ttl))
         }
     }
 

@@ -14,6 +14,7 @@ use fencelock_core::{
     OwnerId, PerKeyState, ReleaseOutcome, Result,
 };
 use sqlx::postgres::PgRow;
+use sqlx::PgConnection;
 use sqlx::Row;
 
 use crate::config::{PostgresConfig, MIN_TTL};
@@ -773,6 +774,155 @@ enum Attempt {
     Mismatch(u32),
 }
 
+/// One check-and-take of a reader or permit ([`PostgresStore::checks_and_takes`]), on its
+/// transaction's connection: what its statements read.
+struct ModeTake<'a> {
+    store: &'a PostgresStore,
+    /// Each statement's bound: the command timeout.
+    limit: Duration,
+    conn: &'a mut PgConnection,
+    target: &'a Target,
+    locks: &'a ModeLocks,
+    ttl: Duration,
+    owner: OwnerId,
+}
+
+impl ModeTake<'_> {
+    /// Takes the key's gate for the transaction, which serialises the checks of its shared
+    /// and permit requests; its statement arms the session's TTL.
+    async fn gate(&mut self) -> std::result::Result<(), Fault> {
+        bounded(
+            self.limit,
+            sqlx::query(TAKE_GATE)
+                .bind(self.locks.gate)
+                .bind(millis(self.ttl))
+                .execute(&mut *self.conn),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Whether the lock `id` could be taken shared for the transaction (it then holds it).
+    async fn try_shared(&mut self, id: i64) -> std::result::Result<bool, Fault> {
+        let query = sqlx::query_scalar::<_, bool>(TRY_SHARED).bind(id);
+        bounded(self.limit, query.fetch_one(&mut *self.conn)).await
+    }
+
+    /// Whether the readers' group, and the permits' group, are held now.
+    async fn groups_held(&mut self) -> std::result::Result<(bool, bool), Fault> {
+        let groups = bounded(
+            self.limit,
+            sqlx::query(GROUPS_HELD)
+                .bind(self.locks.readers)
+                .bind(self.locks.permits)
+                .fetch_one(&mut *self.conn),
+        )
+        .await?;
+        let readers: bool = groups.try_get("readers").map_err(Fault::Sql)?;
+        let permits: bool = groups.try_get("permits").map_err(Fault::Sql)?;
+        Ok((readers, permits))
+    }
+
+    /// A permit of `wanted`: blocked while readers hold the key, refused while permits of
+    /// another limit do; otherwise a free slot is taken with the fence's bump, or with every
+    /// slot held, one picked at random is the one to wait on.
+    async fn permit(
+        &mut self,
+        wanted: u32,
+        readers: bool,
+        permits: bool,
+    ) -> std::result::Result<Attempt, Fault> {
+        let (store, target, locks) = (self.store, self.target, self.locks);
+        if readers {
+            return Ok(Attempt::Blocked(Blocker::Group(locks.readers)));
+        }
+        if permits {
+            if let Some(refused) = self.held_limit(wanted).await? {
+                return Ok(refused);
+            }
+        }
+        // Refused only while an exclusive request waits for the group's lock: an earlier
+        // release of this crate waited for a group that way.
+        if !self.try_shared(locks.permits).await? {
+            return Ok(Attempt::Blocked(Blocker::Group(locks.permits)));
+        }
+        let slot: Option<i64> = bounded(
+            self.limit,
+            sqlx::query_scalar(TAKE_SLOT)
+                .bind(locks.slots(wanted))
+                .fetch_optional(&mut *self.conn),
+        )
+        .await?;
+        let Some(slot) = slot.and_then(|s| u32::try_from(s).ok()) else {
+            let pick = (OwnerId::random().as_u128() % u128::from(wanted)) as u32;
+            return Ok(Attempt::Blocked(Blocker::Slot(locks.slot(pick))));
+        };
+        let sql = &store.sessions.sql.bump_permit;
+        let row = bounded(
+            self.limit,
+            store
+                .grant(sql, target, self.ttl, self.owner, |q| {
+                    q.bind(i32::try_from(wanted).unwrap_or(i32::MAX))
+                        .bind(locks.permits)
+                        .bind(locks.slot(slot))
+                })
+                .fetch_one(&mut *self.conn),
+        )
+        .await?;
+        granted(&row, Some(slot))
+    }
+
+    /// With permits held: the refusal of a permit of `wanted` unless that is the limit on
+    /// record (`None`: it is).
+    async fn held_limit(&mut self, wanted: u32) -> std::result::Result<Option<Attempt>, Fault> {
+        let recorded: Option<Option<i32>> = bounded(
+            self.limit,
+            sqlx::query_scalar(&self.store.sessions.sql.recorded_limit)
+                .bind(&self.target.namespace)
+                .bind(&self.target.fence_key)
+                .fetch_optional(&mut *self.conn),
+        )
+        .await?;
+        Ok(match recorded.flatten() {
+            Some(held) if held.max(0).unsigned_abs() != wanted => {
+                Some(Attempt::Mismatch(held.max(0).unsigned_abs()))
+            }
+            Some(_) => None,
+            // Held, but no limit on record (its row was removed after the
+            // retention window): wait until that group is gone.
+            None => Some(Attempt::Blocked(Blocker::Group(self.locks.permits))),
+        })
+    }
+
+    /// A reader: blocked while permits hold the key, or while the readers' group cannot be
+    /// joined; otherwise it joins with the fence's bump.
+    async fn reader(&mut self, permits: bool) -> std::result::Result<Attempt, Fault> {
+        let (store, target, locks) = (self.store, self.target, self.locks);
+        if permits {
+            return Ok(Attempt::Blocked(Blocker::Group(locks.permits)));
+        }
+        if !self.try_shared(locks.readers).await? {
+            return Ok(Attempt::Blocked(Blocker::Group(locks.readers)));
+        }
+        let sql = &store.sessions.sql.bump_shared;
+        let row = bounded(
+            self.limit,
+            store
+                .grant(sql, target, self.ttl, self.owner, |q| q.bind(locks.readers))
+                .fetch_one(&mut *self.conn),
+        )
+        .await?;
+        granted(&row, None)
+    }
+}
+
+/// The grant a fence bump answered with `row`, in the permit `slot` if any.
+fn granted(row: &PgRow, slot: Option<u32>) -> std::result::Result<Attempt, Fault> {
+    let token: i64 = row.try_get("token").map_err(Fault::Sql)?;
+    let pid: i32 = row.try_get("pid").map_err(Fault::Sql)?;
+    Ok(Attempt::Granted { token, pid, slot })
+}
+
 impl PostgresStore {
     fn check_permit_column(&self, mode: Mode) -> Result<()> {
         if matches!(mode, Mode::Permit { .. }) && !self.sessions.has_permit_limit_column() {
@@ -865,106 +1015,24 @@ impl PostgresStore {
         owner: OwnerId,
         have: KeyLock,
     ) -> std::result::Result<Attempt, Fault> {
-        let limit = self.sessions.config.command_timeout();
-        let conn = &mut session.conn;
-        bounded(
-            limit,
-            sqlx::query(TAKE_GATE)
-                .bind(locks.gate)
-                .bind(millis(ttl))
-                .execute(&mut *conn),
-        )
-        .await?;
-        let try_shared = |id: i64| sqlx::query_scalar::<_, bool>(TRY_SHARED).bind(id);
-        if have == KeyLock::Nothing
-            && !bounded(limit, try_shared(target.lock_id).fetch_one(&mut *conn)).await?
-        {
+        let mut take = ModeTake {
+            store: self,
+            limit: self.sessions.config.command_timeout(),
+            conn: &mut session.conn,
+            target,
+            locks,
+            ttl,
+            owner,
+        };
+        take.gate().await?;
+        if have == KeyLock::Nothing && !take.try_shared(target.lock_id).await? {
             return Ok(Attempt::Blocked(Blocker::Main));
         }
-        let groups = bounded(
-            limit,
-            sqlx::query(GROUPS_HELD)
-                .bind(locks.readers)
-                .bind(locks.permits)
-                .fetch_one(&mut *conn),
-        )
-        .await?;
-        let readers: bool = groups.try_get("readers").map_err(Fault::Sql)?;
-        let permits: bool = groups.try_get("permits").map_err(Fault::Sql)?;
-        let bump = match mode {
-            Mode::Permit { limit: wanted } => {
-                if readers {
-                    return Ok(Attempt::Blocked(Blocker::Group(locks.readers)));
-                }
-                if permits {
-                    let recorded: Option<Option<i32>> = bounded(
-                        limit,
-                        sqlx::query_scalar(&self.sessions.sql.recorded_limit)
-                            .bind(&target.namespace)
-                            .bind(&target.fence_key)
-                            .fetch_optional(&mut *conn),
-                    )
-                    .await?;
-                    match recorded.flatten() {
-                        Some(held) if held.max(0).unsigned_abs() != wanted => {
-                            return Ok(Attempt::Mismatch(held.max(0).unsigned_abs()))
-                        }
-                        Some(_) => {}
-                        // Held, but no limit on record (its row was removed after the
-                        // retention window): wait until that group is gone.
-                        None => return Ok(Attempt::Blocked(Blocker::Group(locks.permits))),
-                    }
-                }
-                // Refused only while an exclusive request waits for the group's lock: an earlier
-                // release of this crate waited for a group that way.
-                if !bounded(limit, try_shared(locks.permits).fetch_one(&mut *conn)).await? {
-                    return Ok(Attempt::Blocked(Blocker::Group(locks.permits)));
-                }
-                let slot: Option<i64> = bounded(
-                    limit,
-                    sqlx::query_scalar(TAKE_SLOT)
-                        .bind(locks.slots(wanted))
-                        .fetch_optional(&mut *conn),
-                )
-                .await?;
-                let Some(slot) = slot.and_then(|s| u32::try_from(s).ok()) else {
-                    let pick = (OwnerId::random().as_u128() % u128::from(wanted)) as u32;
-                    return Ok(Attempt::Blocked(Blocker::Slot(locks.slot(pick))));
-                };
-                let row = bounded(
-                    limit,
-                    self.grant(&self.sessions.sql.bump_permit, target, ttl, owner, |q| {
-                        q.bind(i32::try_from(wanted).unwrap_or(i32::MAX))
-                            .bind(locks.permits)
-                            .bind(locks.slot(slot))
-                    })
-                    .fetch_one(&mut *conn),
-                )
-                .await?;
-                (row, Some(slot))
-            }
-            _ => {
-                if permits {
-                    return Ok(Attempt::Blocked(Blocker::Group(locks.permits)));
-                }
-                if !bounded(limit, try_shared(locks.readers).fetch_one(&mut *conn)).await? {
-                    return Ok(Attempt::Blocked(Blocker::Group(locks.readers)));
-                }
-                let row = bounded(
-                    limit,
-                    self.grant(&self.sessions.sql.bump_shared, target, ttl, owner, |q| {
-                        q.bind(locks.readers)
-                    })
-                    .fetch_one(&mut *conn),
-                )
-                .await?;
-                (row, None)
-            }
-        };
-        let (row, slot) = bump;
-        let token: i64 = row.try_get("token").map_err(Fault::Sql)?;
-        let pid: i32 = row.try_get("pid").map_err(Fault::Sql)?;
-        Ok(Attempt::Granted { token, pid, slot })
+        let (readers, permits) = take.groups_held().await?;
+        match mode {
+            Mode::Permit { limit: wanted } => take.permit(wanted, readers, permits).await,
+            _ => take.reader(permits).await,
+        }
     }
 
     /// Waits until `deadline` in a shared or permit mode (a wait that started at `started`): in

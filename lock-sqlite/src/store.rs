@@ -84,6 +84,148 @@ fn wal_path(file: &str) -> PathBuf {
     PathBuf::from(format!("{file}-wal"))
 }
 
+/// The database file of `config`, made absolute (so the watch and the messages name the same
+/// file whatever the working directory becomes), its missing parent directories created.
+fn database_path(config: &SqliteConfig) -> Result<PathBuf> {
+    let path = std::path::absolute(&config.path).map_err(|e| {
+        Error::invalid(
+            "url",
+            format!("cannot resolve the path {}: {e}", config.path.display()),
+        )
+    })?;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            Error::invalid(
+                "url",
+                format!(
+                    "cannot create the directory {} for the SQLite database: {e}",
+                    dir.display()
+                ),
+            )
+        })?;
+    }
+    Ok(path)
+}
+
+/// The wake file beside the database at `path`, created with the handle: a directory it
+/// cannot write to fails [`SqliteStore::connect_lazy`] at once, as its docs say.
+fn open_waker(path: &Path) -> Result<Waker> {
+    Waker::open(path).map_err(|e| {
+        Error::invalid(
+            "url",
+            format!(
+                "cannot create files beside the SQLite database {} (its directory must be \
+                 writable): {e}",
+                path.display()
+            ),
+        )
+    })
+}
+
+/// The inotify watch of the database's directory, or `None` (with a warning) where it cannot
+/// be had: waiters then poll.
+fn open_watch(path: &Path) -> Option<Watch> {
+    match Watch::new(path) {
+        Ok(watch) => Some(watch),
+        Err(error) => {
+            tracing::warn!(%error, path = %path.display(), "cannot watch the database's directory with inotify; waiters poll every {POLL_WITHOUT_WATCH:?}");
+            None
+        }
+    }
+}
+
+/// How each connection opens the database at `path`: created if missing, in WAL mode, synced
+/// as `config` asks, and waiting for SQLite's lock up to the command timeout.
+fn connect_options(config: &SqliteConfig, path: &Path) -> SqliteConnectOptions {
+    SqliteConnectOptions::new()
+        .filename(path)
+        .create_if_missing(true)
+        // WAL: readers (waiters, status) never wait for the writer, and a commit is one
+        // append to the WAL.
+        .journal_mode(SqliteJournalMode::Wal)
+        // NORMAL in WAL mode: the WAL is fsynced at checkpoints, not at every commit, so a
+        // power loss may lose the last commits. A lost grant whose token is its clock reading
+        // is harmless (the next one reads a later clock); one ahead of the clock is synced
+        // before it is handed out (`attempt`). FULL syncs every commit: `durable_grants`.
+        .synchronous(if config.durable_grants {
+            SqliteSynchronous::Full
+        } else {
+            SqliteSynchronous::Normal
+        })
+        .busy_timeout(config.command_timeout)
+}
+
+/// The handle's pool, opening connections only when first needed, each set up by `setup`
+/// before its first use.
+fn pool(
+    config: &SqliteConfig,
+    options: SqliteConnectOptions,
+    setup: ConnectionSetup,
+) -> SqlitePool {
+    SqlitePoolOptions::new()
+        .max_connections(MAX_CONNECTIONS)
+        .min_connections(0)
+        .acquire_timeout(config.connect_timeout.max(config.command_timeout))
+        // A SQLite connection cannot break behind our back; a ping would cost a round trip
+        // to its worker thread for nothing.
+        .test_before_acquire(false)
+        .after_connect(move |conn, _| Box::pin(setup.clone().apply(conn)))
+        .connect_lazy_with(options)
+}
+
+/// What every new connection of a handle runs before its first use: it makes the tables if
+/// missing (adding the label column to an older lock table), checks WAL mode, and learns the
+/// WAL's path at the handle's first connection.
+#[derive(Clone)]
+struct ConnectionSetup {
+    /// The lock table's, the floor table's and the floor row's creation.
+    prepare: [String; 3],
+    has_label: &'static str,
+    add_label: String,
+    table: String,
+    learnt_wal: Arc<OnceLock<PathBuf>>,
+}
+
+impl ConnectionSetup {
+    /// Sets up `conn`; an error fails the connection's opening.
+    async fn apply(self, conn: &mut SqliteConnection) -> std::result::Result<(), sqlx::Error> {
+        for statement in &self.prepare {
+            sqlx::query(statement).execute(&mut *conn).await?;
+        }
+        let labelled: i64 = sqlx::query_scalar(self.has_label)
+            .bind(&self.table)
+            .fetch_one(&mut *conn)
+            .await?;
+        if labelled == 0 {
+            match sqlx::query(&self.add_label).execute(&mut *conn).await {
+                Ok(_) => {}
+                // Another connection added it first.
+                Err(sqlx::Error::Database(e)) if e.message().contains("duplicate column name") => {}
+                Err(error) => return Err(error),
+            }
+        }
+        let mode: String = sqlx::query_scalar(JOURNAL_MODE)
+            .fetch_one(&mut *conn)
+            .await?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(sqlx::Error::Configuration(
+                format!(
+                    "the database stays in journal mode {mode:?}; this store needs \
+                     WAL (is the file system one that cannot share memory maps?)"
+                )
+                .into(),
+            ));
+        }
+        if self.learnt_wal.get().is_none() {
+            let file: String = sqlx::query_scalar(MAIN_FILE).fetch_one(&mut *conn).await?;
+            let _ = self.learnt_wal.set(wal_path(&file));
+        }
+        #[cfg(feature = "crash-hooks")]
+        crate::crash_hooks::install(conn).await?;
+        Ok(())
+    }
+}
+
 /// `fdatasync`s the WAL file, which makes every commit in it durable: on Linux a sync through
 /// any descriptor of a file writes all of the file's dirty pages. SQLite syncs the WAL's header
 /// itself when it starts a WAL (it creates or restarts one only after a checkpoint, which syncs
@@ -247,118 +389,24 @@ impl SqliteStore {
 
     fn build(config: SqliteConfig, keep: Option<Box<dyn Any + Send + Sync>>) -> Result<Self> {
         let boot_id = boot_id()?;
-        let path = std::path::absolute(&config.path).map_err(|e| {
-            Error::invalid(
-                "url",
-                format!("cannot resolve the path {}: {e}", config.path.display()),
-            )
-        })?;
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(|e| {
-                Error::invalid(
-                    "url",
-                    format!(
-                        "cannot create the directory {} for the SQLite database: {e}",
-                        dir.display()
-                    ),
-                )
-            })?;
-        }
-        let waker = Waker::open(&path).map_err(|e| {
-            Error::invalid(
-                "url",
-                format!(
-                    "cannot create files beside the SQLite database {} (its directory must be \
-                     writable): {e}",
-                    path.display()
-                ),
-            )
-        })?;
-        let watch = match Watch::new(&path) {
-            Ok(watch) => Some(watch),
-            Err(error) => {
-                tracing::warn!(%error, path = %path.display(), "cannot watch the database's directory with inotify; waiters poll every {POLL_WITHOUT_WATCH:?}");
-                None
-            }
-        };
+        let path = database_path(&config)?;
+        let waker = open_waker(&path)?;
+        let watch = open_watch(&path);
         let sql = Statements::new(&config.table);
-        let options = SqliteConnectOptions::new()
-            .filename(&path)
-            .create_if_missing(true)
-            // WAL: readers (waiters, status) never wait for the writer, and a commit is one
-            // append to the WAL.
-            .journal_mode(SqliteJournalMode::Wal)
-            // NORMAL in WAL mode: the WAL is fsynced at checkpoints, not at every commit, so a
-            // power loss may lose the last commits. A lost grant whose token is its clock reading
-            // is harmless (the next one reads a later clock); one ahead of the clock is synced
-            // before it is handed out (`attempt`). FULL syncs every commit: `durable_grants`.
-            .synchronous(if config.durable_grants {
-                SqliteSynchronous::Full
-            } else {
-                SqliteSynchronous::Normal
-            })
-            .busy_timeout(config.command_timeout);
+        let options = connect_options(&config, &path);
         let wal = Arc::new(OnceLock::new());
-        let learnt_wal = Arc::clone(&wal);
-        let prepare = [
-            sql.create_table.clone(),
-            sql.create_floor.clone(),
-            sql.init_floor.clone(),
-        ];
-        let (has_label, add_label, table) =
-            (sql.has_label, sql.add_label.clone(), config.table.clone());
-
-        let pool = SqlitePoolOptions::new()
-            .max_connections(MAX_CONNECTIONS)
-            .min_connections(0)
-            .acquire_timeout(config.connect_timeout.max(config.command_timeout))
-            // A SQLite connection cannot break behind our back; a ping would cost a round trip
-            // to its worker thread for nothing.
-            .test_before_acquire(false)
-            .after_connect(move |conn, _| {
-                let prepare = prepare.clone();
-                let learnt_wal = Arc::clone(&learnt_wal);
-                let (add_label, table) = (add_label.clone(), table.clone());
-                Box::pin(async move {
-                    for statement in &prepare {
-                        sqlx::query(statement).execute(&mut *conn).await?;
-                    }
-                    let labelled: i64 = sqlx::query_scalar(has_label)
-                        .bind(&table)
-                        .fetch_one(&mut *conn)
-                        .await?;
-                    if labelled == 0 {
-                        match sqlx::query(&add_label).execute(&mut *conn).await {
-                            Ok(_) => {}
-                            // Another connection added it first.
-                            Err(sqlx::Error::Database(e))
-                                if e.message().contains("duplicate column name") => {}
-                            Err(error) => return Err(error),
-                        }
-                    }
-                    let mode: String = sqlx::query_scalar(JOURNAL_MODE)
-                        .fetch_one(&mut *conn)
-                        .await?;
-                    if !mode.eq_ignore_ascii_case("wal") {
-                        return Err(sqlx::Error::Configuration(
-                            format!(
-                                "the database stays in journal mode {mode:?}; this store needs \
-                                 WAL (is the file system one that cannot share memory maps?)"
-                            )
-                            .into(),
-                        ));
-                    }
-                    if learnt_wal.get().is_none() {
-                        let file: String =
-                            sqlx::query_scalar(MAIN_FILE).fetch_one(&mut *conn).await?;
-                        let _ = learnt_wal.set(wal_path(&file));
-                    }
-                    #[cfg(feature = "crash-hooks")]
-                    crate::crash_hooks::install(conn).await?;
-                    Ok(())
-                })
-            })
-            .connect_lazy_with(options);
+        let setup = ConnectionSetup {
+            prepare: [
+                sql.create_table.clone(),
+                sql.create_floor.clone(),
+                sql.init_floor.clone(),
+            ],
+            has_label: sql.has_label,
+            add_label: sql.add_label.clone(),
+            table: config.table.clone(),
+            learnt_wal: Arc::clone(&wal),
+        };
+        let pool = pool(&config, options, setup);
         let local = LocalWakes::for_database(&path);
         Ok(SqliteStore {
             shared: Arc::new(HandleState {

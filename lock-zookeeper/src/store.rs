@@ -231,7 +231,6 @@ impl ZookeeperStore {
         } = *request;
         let wait = request.wait.unwrap_or(Duration::ZERO);
         let started = Instant::now();
-        let until = started + wait;
         let session = self.session_for(ttl).await?;
         let container = keys::container(&self.config.prefix, key);
         let owner = OwnerId::random();
@@ -241,26 +240,52 @@ impl ZookeeperStore {
             acls: self.config.acls(),
             tokens: (self.config.layout == Layout::Fencelock).then_some(&self.tokens),
         };
+        // The label is the node's data from its create: no request of its own.
+        let entry =
+            Enqueued::create(session.clone(), &place, container, owner, mode, label).await?;
+        let grant = self
+            .take_turn(entry, &session, key, mode, wait, started)
+            .await?;
+        granted_lease(key, owner, mode, &session, grant)
+    }
+
+    /// Waits for `entry`'s turn in its key's queue, up to `wait` after `started` (none: one
+    /// look, bar compatible requests about to be marked), marking a reader's or permit's node
+    /// once it may hold. A node that will not hold is removed before the error is returned.
+    async fn take_turn(
+        &self,
+        mut entry: Enqueued,
+        session: &Session,
+        key: &str,
+        mode: Mode,
+        wait: Duration,
+        started: Instant,
+    ) -> Result<Grant> {
+        let until = started + wait;
         // A lease granted at once counts from the call's start (before its session was
         // looked up, or opened for a TTL not used before, and before its node's create); one
         // granted after a wait, from before the read that found its node the oldest.
         let mut sent_at = started;
-        // The label is the node's data from its create: no request of its own.
-        let mut entry =
-            Enqueued::create(session.clone(), &place, container, owner, mode, label).await?;
-        // The node's data version once granted: 0 from its create, the mark's after it.
-        let mut version = 0;
         // A request that finds only compatible requests between their grant and their mark
         // ahead waits for them even without a wait of its own, up to the command timeout.
         let settle_until = until.max(started + self.config.command_timeout);
-        let (sent_at, slot) = loop {
+        loop {
             let turn = entry.turn().await?;
             let compatible = match &turn {
                 Turn::Holder { slot } => {
-                    if mode != Mode::Exclusive {
-                        version = entry.mark(*slot).await?;
-                    }
-                    break (sent_at, *slot);
+                    // The node's data version once granted: 0 from its create, the mark's
+                    // after it.
+                    let version = if mode != Mode::Exclusive {
+                        entry.mark(*slot).await?
+                    } else {
+                        0
+                    };
+                    return Ok(Grant {
+                        entry,
+                        sent_at,
+                        slot: *slot,
+                        version,
+                    });
                 }
                 Turn::Wait { compatible, .. } => *compatible,
                 Turn::Full { .. } => false,
@@ -286,18 +311,7 @@ impl ZookeeperStore {
                     key: key.to_owned(),
                 });
             }
-            match turn {
-                Turn::Wait {
-                    name,
-                    version,
-                    compatible,
-                } => {
-                    let deadline = if compatible { settle_until } else { until };
-                    entry.wait_for(&name, version, deadline).await?;
-                }
-                Turn::Full { older } => entry.wait_children(older, until).await?,
-                Turn::Holder { .. } | Turn::LimitMismatch { .. } => {}
-            }
+            wait_out(&entry, turn, until, settle_until).await?;
             sent_at = Instant::now();
             if session.is_ended() {
                 return Err(Error::Unavailable {
@@ -305,36 +319,7 @@ impl ZookeeperStore {
                     source: None,
                 });
             }
-        };
-        let Some((path, czxid)) = entry.node.clone() else {
-            return Err(Error::store(
-                "a lock node without its create's answer",
-                "ZooKeeper",
-            ));
-        };
-        let token = entry.token;
-        entry.disarm();
-        let held = Held {
-            session: session.clone(),
-            path,
-            czxid,
-            version: AtomicI32::new(version),
-            phase: Mutex::new(Phase::Held),
-            hold_until: Mutex::new(sent_at + session.timeout - drift(session.timeout)),
-            watch_id: OnceLock::new(),
-            done: CancellationToken::new(),
-        };
-        // The lease's TTL is its session's timeout, counted from the latest moment the leader
-        // provably heard of the session at or after (`limits`): the create, the sync of the
-        // last turn or the mark, each forwarded to the leader, was sent after `sent_at`.
-        let heard = session.heard_by(sent_at);
-        let lease = Lease::with_store_state(key, owner, token, session.timeout, heard, held)
-            .in_mode(mode, slot);
-        if let Some(held) = lease.store_state::<Held>() {
-            let _ = held.watch_id.set(session.leases.watch(lease.revocation()));
         }
-        start_expiry(lease.clone());
-        Ok(lease)
     }
 
     /// The token offset in force at `zxid`, read from the offset node (`None`: the node no
@@ -487,6 +472,86 @@ impl ZookeeperStore {
             None => KeyStatus::Free,
         })
     }
+}
+
+/// Waits for what `turn` waits on (the node ahead, or the container's children) to change, up
+/// to `until`, or to `settle_until` behind a compatible request about to be marked.
+async fn wait_out(
+    entry: &Enqueued,
+    turn: Turn,
+    until: Instant,
+    settle_until: Instant,
+) -> Result<()> {
+    match turn {
+        Turn::Wait {
+            name,
+            version,
+            compatible,
+        } => {
+            let deadline = if compatible { settle_until } else { until };
+            entry.wait_for(&name, version, deadline).await?;
+        }
+        Turn::Full { older } => entry.wait_children(older, until).await?,
+        Turn::Holder { .. } | Turn::LimitMismatch { .. } => {}
+    }
+    Ok(())
+}
+
+/// A lock node whose turn came ([`ZookeeperStore::take_turn`]), still armed.
+struct Grant {
+    entry: Enqueued,
+    /// When the request that found it may hold (or the call) was sent.
+    sent_at: Instant,
+    /// A permit's slot.
+    slot: Option<u32>,
+    /// The node's data version: 0 from its create, the mark's after it.
+    version: i32,
+}
+
+/// The lease of `owner` on the node of `grant`, on `session`: the node is disarmed (the
+/// lease's release deletes it now), and the lease watched for its session's end and expiry.
+fn granted_lease(
+    key: &str,
+    owner: OwnerId,
+    mode: Mode,
+    session: &Arc<Session>,
+    grant: Grant,
+) -> Result<Lease> {
+    let Grant {
+        mut entry,
+        sent_at,
+        slot,
+        version,
+    } = grant;
+    let Some((path, czxid)) = entry.node.clone() else {
+        return Err(Error::store(
+            "a lock node without its create's answer",
+            "ZooKeeper",
+        ));
+    };
+    let token = entry.token;
+    entry.disarm();
+    let held = Held {
+        session: session.clone(),
+        path,
+        czxid,
+        version: AtomicI32::new(version),
+        phase: Mutex::new(Phase::Held),
+        hold_until: Mutex::new(sent_at + session.timeout - drift(session.timeout)),
+        watch_id: OnceLock::new(),
+        done: CancellationToken::new(),
+    };
+    // The lease's TTL is its session's timeout, counted from the latest moment the leader
+    // provably heard of the session at or after (`limits`): the create, the sync of the
+    // last turn or the mark, each forwarded to the leader, was sent after `sent_at`.
+    let heard = session.heard_by(sent_at);
+    let lease = Lease::with_store_state(key, owner, token, session.timeout, heard, held)
+        .in_mode(mode, slot);
+    if let Some(held) = lease.store_state::<Held>() {
+        let _ = held.watch_id.set(session.leases.watch(lease.revocation()));
+    }
+    start_expiry(lease.clone());
+    Ok(lease)
 }
 
 #[async_trait]

@@ -19,7 +19,7 @@
 //! follow the sequence, and so `czxid` order, in every mode.
 
 use std::future::Future;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use fencelock_core::{Error, Mode, OwnerId, Result};
 use tokio::time::Instant;
@@ -90,6 +90,109 @@ pub(crate) struct Place<'a> {
     pub(crate) acls: zk::Acls<'static>,
     /// The handle's view of the prefix's token offset ([`Layout::Fencelock`] only).
     pub(crate) tokens: Option<&'a Mutex<TokenState>>,
+}
+
+/// What every try of [`Enqueued::create_floored`] writes with: the nodes its `multi` creates,
+/// and the handle's view of the token offset.
+struct Floored<'a> {
+    tokens: &'a Mutex<TokenState>,
+    lock_node: zk::CreateOptions<'static>,
+    offset_node: zk::CreateOptions<'static>,
+    offset_path: String,
+    /// The lock node's path short of its sequence number.
+    name: String,
+    /// The lock node's data.
+    data: Vec<u8>,
+}
+
+impl<'a> Floored<'a> {
+    /// The lock node `entry` creates under `place`, and the offset node of its prefix.
+    fn new(entry: &Enqueued, place: &Place<'_>, tokens: &'a Mutex<TokenState>) -> Self {
+        Floored {
+            tokens,
+            lock_node: zk::CreateMode::EphemeralSequential.with_acls(place.acls),
+            offset_node: zk::CreateMode::Persistent.with_acls(place.acls),
+            offset_path: offset::path(place.prefix),
+            name: keys::node_prefix(entry.layout, &entry.container, entry.owner, entry.mode),
+            data: data::created(entry.label.as_deref()),
+        }
+    }
+
+    /// The handle's token state, locked for one statement's use (never across an await);
+    /// a poisoned lock still holds a usable state.
+    fn state(&self) -> MutexGuard<'a, TokenState> {
+        self.tokens.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The lock node a committed `multi` created (its path and stat), told from the offset
+    /// node's create by its path, and the stat of a write of the same `multi`, whose `mzxid`
+    /// is the transaction's zxid.
+    fn created_of(
+        &self,
+        results: Vec<zk::MultiWriteResult>,
+    ) -> Result<(String, zk::Stat, Option<zk::Stat>)> {
+        let mut written = None;
+        let mut created = None;
+        for result in results {
+            match result {
+                zk::MultiWriteResult::Create { path, stat } if path != self.offset_path => {
+                    created = Some((path, stat))
+                }
+                zk::MultiWriteResult::Create { stat, .. }
+                | zk::MultiWriteResult::SetData { stat } => written = Some(stat),
+                _ => {}
+            }
+        }
+        let Some((path, stat)) = created else {
+            return Err(Error::store(
+                "a lock node's multi answered without its create",
+                "ZooKeeper",
+            ));
+        };
+        Ok((path, stat, written))
+    }
+
+    /// The token offset as a committed `multi` left it: as `known` if the `multi` only checked
+    /// it, else as it raised (to `target`) or created it, in force from `czxid`.
+    fn offsets_after(
+        &self,
+        known: Option<Offsets>,
+        target: Option<u64>,
+        czxid: i64,
+    ) -> Result<Offsets> {
+        match (known, target) {
+            (Some(known), None) => Ok(known),
+            (known, target) => {
+                let data = match &known {
+                    Some(known) => known.raised(target.unwrap_or(known.current)),
+                    None => target.unwrap_or(0).to_string().into_bytes(),
+                };
+                let version = known.as_ref().map_or(0, |k| k.version + 1);
+                Offsets::parse(&self.offset_path, &data, czxid, version)
+            }
+        }
+    }
+}
+
+/// When a try's `multi` is sent, and the offset raise it carries.
+struct Raise {
+    /// When the `multi` was sent: the zxid hint its `czxid` gives is dated from it.
+    sent_at: Instant,
+    /// The clock (microseconds) read right before it was sent, which the token must not fall
+    /// a granule behind.
+    clock: u64,
+    /// What the `multi` raises the offset to (`None`: no raise is needed, or no hint known).
+    target: Option<u64>,
+}
+
+/// What a try's `multi` came to, short of an error that ends the create.
+enum Committed {
+    /// It was applied: its results.
+    Done(Vec<zk::MultiWriteResult>),
+    /// It failed on something mended meanwhile: try again.
+    Again,
+    /// Its answer was lost, and every node of ours deleted: try again, replacing none.
+    Afresh,
 }
 
 /// One acquisition's lock node. Until [`disarm`](Self::disarm)ed (the lease is granted, or the
@@ -197,143 +300,39 @@ impl Enqueued {
         place: &Place<'_>,
         tokens: &Mutex<TokenState>,
     ) -> Result<()> {
-        let state = || tokens.lock().unwrap_or_else(PoisonError::into_inner);
-        let lock_node = zk::CreateMode::EphemeralSequential.with_acls(place.acls);
-        let offset_node = zk::CreateMode::Persistent.with_acls(place.acls);
-        let offset_path = offset::path(place.prefix);
-        let name = keys::node_prefix(self.layout, &self.container, self.owner, self.mode);
-        let data = data::created(self.label.as_deref());
+        let floored = Floored::new(self, place, tokens);
         let session = self.session.clone();
         let client = &session.client;
         // A node of ours whose token fell behind the clock: deleted by the next create.
         let mut replace: Option<String> = None;
         for _ in 0..CREATE_ATTEMPTS {
-            let cached = state().known.clone();
-            let known = match cached {
-                Some(known) => Some(known),
-                None => self.read_offset(&offset_path).await?,
-            };
-            let mut sent_at = Instant::now();
-            let mut clock = offset::clock_micros();
-            let mut hint = state().hint.fresh(sent_at, offset::HINT_AGE);
-            let covered = known.as_ref().is_some_and(|k| offset::covers(k, clock));
-            if hint.is_none() && !covered {
-                let (zxid, probed_at) = self.probe(place).await?;
-                state().hint.note(zxid, probed_at);
-                hint = Some(zxid);
-                // The clock the raise lifts tokens past is read after the probe, right before
-                // the create is sent.
-                sent_at = Instant::now();
-                clock = offset::clock_micros();
-            }
-            let raise = match hint {
-                Some(hint) => offset::raise(known.as_ref().map(|k| k.current), clock, hint)?,
-                None => None,
-            };
+            let known = self.known_offsets(&floored).await?;
+            let raise = self.plan_raise(place, &floored, known.as_ref()).await?;
             let mut writer = client.new_multi_writer();
-            let staged = match (&known, raise) {
-                (None, target) => {
-                    let data = target.unwrap_or(0).to_string();
-                    writer.add_create(&offset_path, data.as_bytes(), &offset_node)
-                }
-                (Some(known), Some(target)) => {
-                    writer.add_set_data(&offset_path, &known.raised(target), Some(known.version))
-                }
-                (Some(known), None) => writer.add_check_version(&offset_path, known.version),
-            };
-            let staged = staged.and_then(|()| match &replace {
-                Some(old) => writer.add_delete(old, None),
-                None => Ok(()),
-            });
-            // The container's data written with the create: its stat carries the transaction's
-            // zxid, the node's `czxid`, where the create's own answer may not (ZOOKEEPER-4026).
-            // Nothing reads that data or checks the container's version.
-            staged
-                .and_then(|()| writer.add_create(&name, &data, &lock_node))
-                .and_then(|()| writer.add_set_data(&self.container, &[], None))
-                .map_err(|error| {
-                    crate::error::client_error("staging a lock node's create", error)
-                })?;
+            self.stage(
+                &floored,
+                &mut writer,
+                known.as_ref(),
+                raise.target,
+                replace.as_deref(),
+            )?;
             let create_at = if replace.is_some() { 2 } else { 1 };
             let what = "creating a lock node";
             let commit = writer.commit();
             let (committed, listed) = self.with_listing(self.session.commit(what, commit)).await;
-            let results = match committed {
-                Ok(results) => results,
-                Err(MultiFailure::Op(0, zk::Error::NoNode)) => {
-                    // The offset node (or the prefix) is missing.
-                    state().known = None;
-                    self.make_prefix(place).await?;
-                    continue;
-                }
-                Err(MultiFailure::Op(0, zk::Error::BadVersion | zk::Error::NodeExists)) => {
-                    state().known = None; // raised or made meanwhile: read it again
-                    continue;
-                }
-                Err(MultiFailure::Op(index, zk::Error::NoNode)) if index == create_at => {
-                    self.make_container(place).await?;
-                    continue;
-                }
-                Err(MultiFailure::Op(index, error)) => {
-                    return Err(crate::error::client_error(
-                        &format!("{what} (operation {index} of its multi)"),
-                        error,
-                    ))
-                }
-                Err(MultiFailure::Other(error)) if self.session.unsettled(&error) => {
-                    // Applied or not: our nodes go, the offset is read again, and it is redone.
-                    state().known = None;
-                    self.settle(error).await?;
+            let results = match self
+                .committed(place, &floored, committed, create_at, what)
+                .await?
+            {
+                Committed::Done(results) => results,
+                Committed::Again => continue,
+                Committed::Afresh => {
                     replace = None;
                     continue;
                 }
-                Err(MultiFailure::Other(error)) => return Err(error),
             };
-            // A write's stat from this multi (its `mzxid` is the transaction's zxid).
-            let mut written = None;
-            let mut created = None;
-            for result in results {
-                match result {
-                    zk::MultiWriteResult::Create { path, stat } if path != offset_path => {
-                        created = Some((path, stat))
-                    }
-                    zk::MultiWriteResult::Create { stat, .. }
-                    | zk::MultiWriteResult::SetData { stat } => written = Some(stat),
-                    _ => {}
-                }
-            }
-            let Some((path, stat)) = created else {
-                return Err(Error::store(
-                    "a lock node's multi answered without its create",
-                    "ZooKeeper",
-                ));
-            };
-            // ZooKeeper before 3.8.1 answers a create inside a multi without its stat
-            // (ZOOKEEPER-4026); the container's (or a raise's) stat has the same zxid (one
-            // transaction).
-            let czxid = match written.filter(|stat| !stat.is_invalid() && stat.mzxid > 0) {
-                Some(written) if stat.is_invalid() => written.mzxid,
-                _ => self.czxid_of(&path, &stat).await?,
-            };
-            self.node = Some((path.clone(), czxid));
-            let offsets = match (known, raise) {
-                (Some(known), None) => known,
-                (known, target) => {
-                    let data = match &known {
-                        Some(known) => known.raised(target.unwrap_or(known.current)),
-                        None => target.unwrap_or(0).to_string().into_bytes(),
-                    };
-                    let version = known.as_ref().map_or(0, |k| k.version + 1);
-                    Offsets::parse(&offset_path, &data, czxid, version)?
-                }
-            };
-            let token = offset::token(offsets.at(czxid).unwrap_or(offsets.current), czxid)?;
-            {
-                let mut state = state();
-                state.hint.note(czxid, sent_at);
-                state.known = Some(offsets);
-            }
-            if offset::behind(token, clock) {
+            let (path, token) = self.record(&floored, results, known, &raise).await?;
+            if offset::behind(token, raise.clock) {
                 replace = Some(path);
                 continue;
             }
@@ -342,6 +341,154 @@ impl Enqueued {
             return Ok(());
         }
         Err(self.vanished())
+    }
+
+    /// The token offset as this handle knows it, or as stored now when it knows none: the
+    /// `multi` checks, raises or creates the offset node from it.
+    async fn known_offsets(&self, floored: &Floored<'_>) -> Result<Option<Offsets>> {
+        let cached = floored.state().known.clone();
+        match cached {
+            Some(known) => Ok(Some(known)),
+            None => self.read_offset(&floored.offset_path).await,
+        }
+    }
+
+    /// The raise a try's `multi` carries, with the instant and clock it is sent at: a zxid
+    /// hint is probed first unless a fresh one is known or the offset covers the clock, so the
+    /// one lock node created has the token it needs.
+    async fn plan_raise(
+        &self,
+        place: &Place<'_>,
+        floored: &Floored<'_>,
+        known: Option<&Offsets>,
+    ) -> Result<Raise> {
+        let mut sent_at = Instant::now();
+        let mut clock = offset::clock_micros();
+        let mut hint = floored.state().hint.fresh(sent_at, offset::HINT_AGE);
+        let covered = known.is_some_and(|k| offset::covers(k, clock));
+        if hint.is_none() && !covered {
+            let (zxid, probed_at) = self.probe(place).await?;
+            floored.state().hint.note(zxid, probed_at);
+            hint = Some(zxid);
+            // The clock the raise lifts tokens past is read after the probe, right before
+            // the create is sent.
+            sent_at = Instant::now();
+            clock = offset::clock_micros();
+        }
+        let target = match hint {
+            Some(hint) => offset::raise(known.map(|k| k.current), clock, hint)?,
+            None => None,
+        };
+        Ok(Raise {
+            sent_at,
+            clock,
+            target,
+        })
+    }
+
+    /// Stages a try's `multi`: the offset node's creation, raise or check (operation 0), the
+    /// delete of the node it replaces if any, the lock node's create, and the container's
+    /// write whose stat dates the transaction.
+    fn stage(
+        &self,
+        floored: &Floored<'_>,
+        writer: &mut zk::MultiWriter<'_>,
+        known: Option<&Offsets>,
+        target: Option<u64>,
+        replace: Option<&str>,
+    ) -> Result<()> {
+        let offset_path = floored.offset_path.as_str();
+        let staged = match (known, target) {
+            (None, target) => {
+                let data = target.unwrap_or(0).to_string();
+                writer.add_create(offset_path, data.as_bytes(), &floored.offset_node)
+            }
+            (Some(known), Some(target)) => {
+                writer.add_set_data(offset_path, &known.raised(target), Some(known.version))
+            }
+            (Some(known), None) => writer.add_check_version(offset_path, known.version),
+        };
+        let staged = staged.and_then(|()| match replace {
+            Some(old) => writer.add_delete(old, None),
+            None => Ok(()),
+        });
+        // The container's data written with the create: its stat carries the transaction's
+        // zxid, the node's `czxid`, where the create's own answer may not (ZOOKEEPER-4026).
+        // Nothing reads that data or checks the container's version.
+        staged
+            .and_then(|()| writer.add_create(&floored.name, &floored.data, &floored.lock_node))
+            .and_then(|()| writer.add_set_data(&self.container, &[], None))
+            .map_err(|error| crate::error::client_error("staging a lock node's create", error))
+    }
+
+    /// What a try's `multi` came to: its results, or what was mended before the next try (the
+    /// offset to read again, the prefix or the container made, or after a lost answer every
+    /// node of ours deleted); any other failure ends the create with its error.
+    async fn committed(
+        &mut self,
+        place: &Place<'_>,
+        floored: &Floored<'_>,
+        committed: std::result::Result<Vec<zk::MultiWriteResult>, MultiFailure>,
+        create_at: usize,
+        what: &str,
+    ) -> Result<Committed> {
+        match committed {
+            Ok(results) => Ok(Committed::Done(results)),
+            Err(MultiFailure::Op(0, zk::Error::NoNode)) => {
+                // The offset node (or the prefix) is missing.
+                floored.state().known = None;
+                self.make_prefix(place).await?;
+                Ok(Committed::Again)
+            }
+            Err(MultiFailure::Op(0, zk::Error::BadVersion | zk::Error::NodeExists)) => {
+                floored.state().known = None; // raised or made meanwhile: read it again
+                Ok(Committed::Again)
+            }
+            Err(MultiFailure::Op(index, zk::Error::NoNode)) if index == create_at => {
+                self.make_container(place).await?;
+                Ok(Committed::Again)
+            }
+            Err(MultiFailure::Op(index, error)) => Err(crate::error::client_error(
+                &format!("{what} (operation {index} of its multi)"),
+                error,
+            )),
+            Err(MultiFailure::Other(error)) if self.session.unsettled(&error) => {
+                // Applied or not: our nodes go, the offset is read again, and it is redone.
+                floored.state().known = None;
+                self.settle(error).await?;
+                Ok(Committed::Afresh)
+            }
+            Err(MultiFailure::Other(error)) => Err(error),
+        }
+    }
+
+    /// Takes in the node a committed `multi` created: its `czxid` (the node is ours from
+    /// here), the token offset the `multi` left, which the handle now knows with the zxid
+    /// hint it gives, and the token at that `czxid`. Returns the node's path and token.
+    async fn record(
+        &mut self,
+        floored: &Floored<'_>,
+        results: Vec<zk::MultiWriteResult>,
+        known: Option<Offsets>,
+        raise: &Raise,
+    ) -> Result<(String, u64)> {
+        let (path, stat, written) = floored.created_of(results)?;
+        // ZooKeeper before 3.8.1 answers a create inside a multi without its stat
+        // (ZOOKEEPER-4026); the container's (or a raise's) stat has the same zxid (one
+        // transaction).
+        let czxid = match written.filter(|stat| !stat.is_invalid() && stat.mzxid > 0) {
+            Some(written) if stat.is_invalid() => written.mzxid,
+            _ => self.czxid_of(&path, &stat).await?,
+        };
+        self.node = Some((path.clone(), czxid));
+        let offsets = floored.offsets_after(known, raise.target, czxid)?;
+        let token = offset::token(offsets.at(czxid).unwrap_or(offsets.current), czxid)?;
+        {
+            let mut state = floored.state();
+            state.hint.note(czxid, raise.sent_at);
+            state.known = Some(offsets);
+        }
+        Ok((path, token))
     }
 
     /// Awaits `create`, a lock node's create (or its `multi`) already sent, together with a

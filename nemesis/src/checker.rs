@@ -731,6 +731,29 @@ impl<'h> Index<'h> {
     /// (not paused or cut off, not killed, no unavailability fault in progress, before the
     /// stop).
     fn unserved_waits(&self, delays: &StoreDelays) -> Vec<UnservedWait> {
+        let gaps = self.serve_gaps(delays);
+        let pieces = self.servable_pieces(&gaps);
+        // While someone could be served, the clock restarts at every restart, and at the start
+        // of each such stretch (before it, no one asked).
+        let mut measured = Vec::new();
+        let mut i = 0;
+        while i < pieces.len() {
+            let (p, mut q) = (pieces[i].0, pieces[i].1);
+            let mut j = i + 1;
+            while j < pieces.len() && pieces[j].0 <= q {
+                q = q.max(pieces[j].1);
+                j += 1;
+            }
+            let stretch = &pieces[i..j];
+            i = j;
+            measured.extend(longest_unserved(&gaps.restarts, stretch, p, q));
+        }
+        measured
+    }
+
+    /// Rule 4's clock restarts and the spans in which no one, or one worker, can be served,
+    /// from the history's faults (and its grants and start, for the restarts).
+    fn serve_gaps(&self, delays: &StoreDelays) -> ServeGaps {
         // The clock's restarts: every grant, every client fault's start, every end of a fault
         // during which the store is documented as unavailable.
         let mut restarts: Vec<u64> = self.grant_times.clone();
@@ -765,16 +788,23 @@ impl<'h> Index<'h> {
             restarts.push(first.t);
         }
         restarts.sort_unstable();
+        ServeGaps {
+            restarts,
+            unavailable,
+            silenced,
+        }
+    }
 
-        // Each worker's want of the key: from its acquire to its grant (a failed wait and the
-        // next ask are one want), its kill or the end; then the stretches in which it could be
-        // served.
-        let mut pieces: Vec<(u64, u64, u32, u64, WorkMode)> = Vec::new();
+    /// Each worker's want of the key: from its acquire to its grant (a failed wait and the
+    /// next ask are one want), its kill or the end; then the stretches in which it could be
+    /// served, outside `gaps`, ordered by their start (then worker).
+    fn servable_pieces(&self, gaps: &ServeGaps) -> Vec<Piece> {
+        let mut pieces: Vec<Piece> = Vec::new();
         let mut open: HashMap<u32, (u64, WorkMode, u64)> = HashMap::new();
         let mut close = |worker: u32, (lease, mode, from): (u64, WorkMode, u64), to: u64| {
-            let mut gaps = unavailable.clone();
-            gaps.extend(silenced.get(&worker).into_iter().flatten().copied());
-            for (p, q) in subtract(from, to.min(self.end), &mut gaps) {
+            let mut spans = gaps.unavailable.clone();
+            spans.extend(gaps.silenced.get(&worker).into_iter().flatten().copied());
+            for (p, q) in subtract(from, to.min(self.end), &mut spans) {
                 pieces.push((p, q, worker, lease, mode));
             }
         };
@@ -796,52 +826,7 @@ impl<'h> Index<'h> {
             close(worker, want, to);
         }
         pieces.sort_by_key(|p| (p.0, p.2));
-
-        // While someone could be served, the clock restarts at every restart, and at the start
-        // of each such stretch (before it, no one asked).
-        let mut measured = Vec::new();
-        let mut i = 0;
-        while i < pieces.len() {
-            let (p, mut q) = (pieces[i].0, pieces[i].1);
-            let mut j = i + 1;
-            while j < pieces.len() && pieces[j].0 <= q {
-                q = q.max(pieces[j].1);
-                j += 1;
-            }
-            let stretch = &pieces[i..j];
-            i = j;
-            // The time since the clock's last restart grows between restarts: its largest
-            // values are just before each restart inside (p, q], and at q.
-            let last_before = |t: u64, strictly: bool| {
-                let k = restarts.partition_point(|&r| if strictly { r < t } else { r <= t });
-                restarts[..k].last().copied().unwrap_or(p).max(p)
-            };
-            let first = restarts.partition_point(|&r| r <= p);
-            let mut candidates: Vec<(u64, u64)> = restarts[first..]
-                .iter()
-                .take_while(|&&r| r <= q)
-                .map(|&r| (last_before(r, true), r))
-                .collect();
-            candidates.push((last_before(q, false), q));
-            let Some(&(since, at)) = candidates.iter().max_by_key(|(s, t)| t - s) else {
-                continue;
-            };
-            // Whoever could be served just before that moment, longest wanting first.
-            let waiter = stretch
-                .iter()
-                .filter(|w| w.0 < at && w.1 >= at)
-                .min_by_key(|w| w.0)
-                .unwrap_or(&stretch[0]);
-            measured.push(UnservedWait {
-                worker: waiter.2,
-                lease: waiter.3,
-                mode: waiter.4,
-                longest: at - since,
-                since,
-                at,
-            });
-        }
-        measured
+        pieces
     }
 
     /// Rule 5: the observer's terms never go back, and every leadership that led for twice
@@ -1210,6 +1195,54 @@ impl<'h> Index<'h> {
             .map(|((window, mode), n)| (window, mode, n))
             .collect()
     }
+}
+
+/// What rule 4 measures waits against ([`Index::serve_gaps`]).
+struct ServeGaps {
+    /// The instants the clock restarts at, in order.
+    restarts: Vec<u64>,
+    /// Spans in which no one can be served.
+    unavailable: Vec<(u64, u64)>,
+    /// Spans in which one worker cannot be served, by worker.
+    silenced: HashMap<u32, Vec<(u64, u64)>>,
+}
+
+/// One stretch of a worker's want in which it could be served: (from, to, worker, lease,
+/// mode).
+type Piece = (u64, u64, u32, u64, WorkMode);
+
+/// Rule 4's measure of one stretch `(p, q]` in which someone could be served (the `stretch`
+/// of pieces that make it up): the longest time with no grant, the clock restarting at each
+/// of `restarts` and at `p`, and who waited it.
+fn longest_unserved(restarts: &[u64], stretch: &[Piece], p: u64, q: u64) -> Option<UnservedWait> {
+    // The time since the clock's last restart grows between restarts: its largest
+    // values are just before each restart inside (p, q], and at q.
+    let last_before = |t: u64, strictly: bool| {
+        let k = restarts.partition_point(|&r| if strictly { r < t } else { r <= t });
+        restarts[..k].last().copied().unwrap_or(p).max(p)
+    };
+    let first = restarts.partition_point(|&r| r <= p);
+    let mut candidates: Vec<(u64, u64)> = restarts[first..]
+        .iter()
+        .take_while(|&&r| r <= q)
+        .map(|&r| (last_before(r, true), r))
+        .collect();
+    candidates.push((last_before(q, false), q));
+    let &(since, at) = candidates.iter().max_by_key(|(s, t)| t - s)?;
+    // Whoever could be served just before that moment, longest wanting first.
+    let waiter = stretch
+        .iter()
+        .filter(|w| w.0 < at && w.1 >= at)
+        .min_by_key(|w| w.0)
+        .unwrap_or(&stretch[0]);
+    Some(UnservedWait {
+        worker: waiter.2,
+        lease: waiter.3,
+        mode: waiter.4,
+        longest: at - since,
+        since,
+        at,
+    })
 }
 
 /// `[from, to]` without the given spans, as the stretches left.

@@ -10,16 +10,18 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use fencelock::Result;
+use fencelock::{DynLockStore, Result};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use test_servers::PostgresServer;
 use tokio::runtime::Runtime;
+use tokio::task::JoinHandle;
 
 use crate::checker::{check, Verdict};
 use crate::clock::now_ns;
+use crate::delays::StoreDelays;
 use crate::fault::Fault;
 use crate::faults::{self, FaultProfile, Launch};
 use crate::history::{Entry, Event, Recorder, WorkMode};
@@ -27,7 +29,7 @@ use crate::injector::Nemesis;
 use crate::pool::Pool;
 use crate::resource;
 use crate::servers::{setup_error, Servers};
-use crate::store::memory;
+use crate::store::{memory, RestartingMemory};
 use crate::worker::{self, WorkerConfig};
 
 /// What to run.
@@ -123,11 +125,6 @@ fn run_store(
     runtime: &Runtime,
     resource_url: &str,
 ) -> Result<StoreReport> {
-    let say = |line: String| {
-        if options.verbose {
-            eprintln!("[nemesis {profile}] {line}");
-        }
-    };
     let schema = format!("nemesis_{}", profile.name().replace('-', "_"));
     runtime.block_on(resource::setup(resource_url, &schema, worker::PERMITS))?;
     let own = url.is_none();
@@ -135,21 +132,50 @@ fn run_store(
         Some(url) => (Servers::None, url),
         None => Servers::start(&profile)?,
     };
-    let faults: Vec<Fault> = profile
-        .faults(own)
-        .into_iter()
-        .filter(|f| options.faults.as_ref().is_none_or(|only| only.contains(f)))
-        .collect();
-    say(format!(
-        "seed {}, {} workers, TTL {:?}, faults {:?}",
-        options.seed,
-        options.workers,
-        options.ttl,
-        faults.iter().map(|f| f.name()).collect::<Vec<_>>()
-    ));
+    let run = StoreRun {
+        profile,
+        options,
+        runtime,
+        resource_url,
+        schema,
+        store_url,
+        recorder: Recorder::new(),
+    };
+    let faults = run.faults(own);
+    let (shared, restarting) = in_process(profile);
+    let modes = run.modes(shared.as_ref())?;
+    // The election's observer, on a connection of its own that no client fault touches.
+    let observing = fencelock::CancellationToken::new();
+    let observer = run.spawn_observer(shared.clone(), observing.clone());
+    let mut pool = run.start_pool(shared, modes)?;
 
-    let recorder = Recorder::new();
-    let (shared, restarting) = if profile.in_process() {
+    let delays = faults::delays_of(profile.name());
+    let mut nemesis = Nemesis::new(
+        StdRng::seed_from_u64(options.seed ^ seed_salt(profile)),
+        options.ttl,
+        delays,
+        run.recorder.clone(),
+    );
+    let start = Instant::now();
+    run.inject_faults(
+        start,
+        &faults,
+        &mut nemesis,
+        &mut pool,
+        &mut servers,
+        restarting.as_deref(),
+    );
+    run.wind_down(start, &mut pool, &observing, observer);
+    let (verdict, history_path) = run.judge(delays)?;
+    drop(servers);
+    Ok(run.report(nemesis.injected, verdict, history_path))
+}
+
+/// The in-process store of a profile that runs one (the memory store, or its broken twin
+/// whose tokens restart), shared by every worker, and the handle that restarts it; `None`
+/// for a store the workers connect to.
+fn in_process(profile: FaultProfile) -> (Option<DynLockStore>, Option<Arc<RestartingMemory>>) {
+    if profile.in_process() {
         let (store, restarting) = if profile.launch == Some(Launch::Memory { broken: true }) {
             memory(Some(true))
         } else {
@@ -158,32 +184,80 @@ fn run_store(
         (Some(store), restarting)
     } else {
         (None, None)
-    };
-    // The store says which modes it keeps: every mode it keeps is in the mix.
-    let capabilities = match &shared {
-        Some(store) => store.capabilities(),
-        None => runtime
-            .block_on(fencelock::connect(&store_url))?
-            .capabilities(),
-    };
-    let modes: Vec<WorkMode> = worker::MODE_MIX
-        .into_iter()
-        .filter(|m| capabilities.supports(m.to_mode()))
-        .collect();
-    say(format!(
-        "modes {:?}",
-        modes.iter().map(|m| m.name()).collect::<Vec<_>>()
-    ));
-    // The election's observer, on a connection of its own that no client fault touches.
-    let observing = fencelock::CancellationToken::new();
-    let observer = runtime.spawn({
-        let (shared, store_url, recorder, stop) = (
-            shared.clone(),
-            store_url.clone(),
-            recorder.clone(),
-            observing.clone(),
-        );
-        async move {
+    }
+}
+
+/// One store's run ([`run_store`]), once its store is up: what its steps read.
+struct StoreRun<'a> {
+    profile: FaultProfile,
+    options: &'a Options,
+    runtime: &'a Runtime,
+    resource_url: &'a str,
+    /// The resource's schema for this store.
+    schema: String,
+    /// The URL the workers connect to.
+    store_url: String,
+    recorder: Recorder,
+}
+
+impl<'a> StoreRun<'a> {
+    /// Prints `line` on stderr, tagged with the store, in a verbose run.
+    fn say(&self, line: String) {
+        if self.options.verbose {
+            eprintln!("[nemesis {}] {line}", self.profile);
+        }
+    }
+
+    /// The faults to inject: those of the profile that apply (`own`: the run started the
+    /// store, so server faults apply too), narrowed to the ones asked for. Says them.
+    fn faults(&self, own: bool) -> Vec<Fault> {
+        let options = self.options;
+        let faults: Vec<Fault> = self
+            .profile
+            .faults(own)
+            .into_iter()
+            .filter(|f| options.faults.as_ref().is_none_or(|only| only.contains(f)))
+            .collect();
+        self.say(format!(
+            "seed {}, {} workers, TTL {:?}, faults {:?}",
+            options.seed,
+            options.workers,
+            options.ttl,
+            faults.iter().map(|f| f.name()).collect::<Vec<_>>()
+        ));
+        faults
+    }
+
+    /// The modes the workers mix: every mode the store keeps (it says which), asked of the
+    /// `shared` store or of a connection of its own. Says them.
+    fn modes(&self, shared: Option<&DynLockStore>) -> Result<Vec<WorkMode>> {
+        let capabilities = match shared {
+            Some(store) => store.capabilities(),
+            None => self
+                .runtime
+                .block_on(fencelock::connect(&self.store_url))?
+                .capabilities(),
+        };
+        let modes: Vec<WorkMode> = worker::MODE_MIX
+            .into_iter()
+            .filter(|m| capabilities.supports(m.to_mode()))
+            .collect();
+        self.say(format!(
+            "modes {:?}",
+            modes.iter().map(|m| m.name()).collect::<Vec<_>>()
+        ));
+        Ok(modes)
+    }
+
+    /// Starts the election's observer, on the `shared` store or a connection of its own
+    /// (retried until `stop`), recording into the history until `stop`.
+    fn spawn_observer(
+        &self,
+        shared: Option<DynLockStore>,
+        stop: fencelock::CancellationToken,
+    ) -> JoinHandle<()> {
+        let (store_url, recorder) = (self.store_url.clone(), self.recorder.clone());
+        self.runtime.spawn(async move {
             let store = match shared {
                 Some(store) => store,
                 None => loop {
@@ -196,92 +270,134 @@ fn run_store(
             };
             let emit: worker::Emit = Arc::new(move |entry| recorder.push(entry));
             worker::observe(store, emit, stop).await;
-        }
-    });
-    let mut pool = Pool::new(
-        runtime,
-        recorder.clone(),
-        store_url.clone(),
-        profile.cut,
-        shared,
-        WorkerConfig {
-            id: 0,
-            ttl: options.ttl,
-            hold_max: options.hold_max,
-            resource_url: resource_url.to_string(),
-            schema: schema.clone(),
-            mode: WorkMode::Exclusive,
-        },
-        modes,
-        options.worker_binary.clone(),
-    );
-    for _ in 0..options.workers {
-        pool.spawn(None)?;
+        })
     }
 
-    let delays = faults::delays_of(profile.name());
-    let mut nemesis = Nemesis::new(
-        StdRng::seed_from_u64(options.seed ^ seed_salt(profile)),
-        options.ttl,
-        delays,
-        recorder.clone(),
-    );
-    let start = Instant::now();
-    let mut cycle: Vec<Fault> = Vec::new();
-    while !faults.is_empty() {
-        let gap = options.ttl.mul_f64(nemesis.rng.random_range(0.5..1.5));
-        if start.elapsed() + gap >= options.duration {
-            break;
+    /// The worker pool, with the run's workers started, each taking one of `modes`.
+    fn start_pool(&self, shared: Option<DynLockStore>, modes: Vec<WorkMode>) -> Result<Pool<'a>> {
+        let options = self.options;
+        let mut pool = Pool::new(
+            self.runtime,
+            self.recorder.clone(),
+            self.store_url.clone(),
+            self.profile.cut,
+            shared,
+            WorkerConfig {
+                id: 0,
+                ttl: options.ttl,
+                hold_max: options.hold_max,
+                resource_url: self.resource_url.to_string(),
+                schema: self.schema.clone(),
+                mode: WorkMode::Exclusive,
+            },
+            modes,
+            options.worker_binary.clone(),
+        );
+        for _ in 0..options.workers {
+            pool.spawn(None)?;
         }
-        thread::sleep(gap);
-        if cycle.is_empty() {
-            // Every fault once per round, in a random order, so short runs see each kind.
-            cycle = faults.clone();
-            cycle.shuffle(&mut nemesis.rng);
-        }
-        let Some(fault) = cycle.pop() else { break };
-        match nemesis.inject(fault, &mut pool, &mut servers, restarting.as_deref()) {
-            Ok(Some(detail)) => say(format!("{fault}: {detail}")),
-            Ok(None) => say(format!("{fault}: skipped, no worker to hit")),
-            Err(e) => say(format!("{fault}: failed: {e}")),
+        Ok(pool)
+    }
+
+    /// Injects `faults` after random gaps (half a TTL to one and a half) until the next gap
+    /// would end past the run's duration, every fault once per cycle, and says how each went.
+    fn inject_faults(
+        &self,
+        start: Instant,
+        faults: &[Fault],
+        nemesis: &mut Nemesis,
+        pool: &mut Pool<'_>,
+        servers: &mut Servers,
+        restarting: Option<&RestartingMemory>,
+    ) {
+        let options = self.options;
+        let mut cycle: Vec<Fault> = Vec::new();
+        while !faults.is_empty() {
+            let gap = options.ttl.mul_f64(nemesis.rng.random_range(0.5..1.5));
+            if start.elapsed() + gap >= options.duration {
+                break;
+            }
+            thread::sleep(gap);
+            if cycle.is_empty() {
+                // Every fault once per round, in a random order, so short runs see each kind.
+                cycle = faults.to_vec();
+                cycle.shuffle(&mut nemesis.rng);
+            }
+            let Some(fault) = cycle.pop() else { break };
+            match nemesis.inject(fault, pool, servers, restarting) {
+                Ok(Some(detail)) => self.say(format!("{fault}: {detail}")),
+                Ok(None) => self.say(format!("{fault}: skipped, no worker to hit")),
+                Err(e) => self.say(format!("{fault}: failed: {e}")),
+            }
         }
     }
-    if let Some(rest) = options.duration.checked_sub(start.elapsed()) {
-        thread::sleep(rest);
+
+    /// Waits out the run's duration and two TTLs more, records the stop, and stops the
+    /// workers and (through `observing`) the observer, waiting for it.
+    fn wind_down(
+        &self,
+        start: Instant,
+        pool: &mut Pool<'_>,
+        observing: &fencelock::CancellationToken,
+        observer: JoinHandle<()>,
+    ) {
+        let options = self.options;
+        if let Some(rest) = options.duration.checked_sub(start.elapsed()) {
+            thread::sleep(rest);
+        }
+        // Time to recover, so the availability after the last fault is measured, not cut short.
+        thread::sleep(options.ttl * 2);
+        self.recorder.push(Entry {
+            t: now_ns(),
+            worker: 0,
+            event: Event::Stop,
+        });
+        pool.stop_all(options.ttl);
+        observing.cancel();
+        let _ = self.runtime.block_on(observer);
     }
-    // Time to recover, so the availability after the last fault is measured, not cut short.
-    thread::sleep(options.ttl * 2);
-    recorder.push(Entry {
-        t: now_ns(),
-        worker: 0,
-        event: Event::Stop,
-    });
-    pool.stop_all(options.ttl);
-    observing.cancel();
-    let _ = runtime.block_on(observer);
-    let history = recorder.snapshot();
-    let state = runtime.block_on(resource::read_state(resource_url, &schema))?;
-    let verdict = check(
-        &history,
-        &state,
-        u64::try_from(options.ttl.as_millis()).unwrap_or(u64::MAX),
-        delays,
-    );
-    let history_path = match &options.history_dir {
-        Some(dir) => Some(write_history(dir, profile, &history, &state)?),
-        None => None,
-    };
-    drop(servers);
-    Ok(StoreReport {
-        store: profile.name().to_string(),
-        url: fencelock::redact(&store_url),
-        seed: options.seed,
-        ttl_ms: u64::try_from(options.ttl.as_millis()).unwrap_or(u64::MAX),
-        workers: options.workers,
-        faults: nemesis.injected,
-        verdict,
-        history: history_path,
-    })
+
+    /// The checker's verdict on the history and the resource's end state, and where the
+    /// history was written, if the options ask for it.
+    fn judge(&self, delays: &StoreDelays) -> Result<(Verdict, Option<PathBuf>)> {
+        let options = self.options;
+        let history = self.recorder.snapshot();
+        let state = self
+            .runtime
+            .block_on(resource::read_state(self.resource_url, &self.schema))?;
+        let verdict = check(
+            &history,
+            &state,
+            u64::try_from(options.ttl.as_millis()).unwrap_or(u64::MAX),
+            delays,
+        );
+        let history_path = match &options.history_dir {
+            Some(dir) => Some(write_history(dir, self.profile, &history, &state)?),
+            None => None,
+        };
+        Ok((verdict, history_path))
+    }
+
+    /// The store's report: the run, the `faults` injected, the `verdict`, and the history's
+    /// file.
+    fn report(
+        &self,
+        faults: Vec<String>,
+        verdict: Verdict,
+        history: Option<PathBuf>,
+    ) -> StoreReport {
+        let options = self.options;
+        StoreReport {
+            store: self.profile.name().to_string(),
+            url: fencelock::redact(&self.store_url),
+            seed: options.seed,
+            ttl_ms: u64::try_from(options.ttl.as_millis()).unwrap_or(u64::MAX),
+            workers: options.workers,
+            faults,
+            verdict,
+            history,
+        }
+    }
 }
 
 /// Each store's faults come from its own stream, so replaying one store with `--seed` repeats

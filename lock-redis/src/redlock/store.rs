@@ -361,132 +361,35 @@ impl RedlockStore {
         let bound = self.config().command_timeout().min(ttl);
         // Read before the first request is sent: validity counts from here.
         let sent_at = Instant::now();
-        let acquire_names = names.clone();
-        let acquire_label = label.cloned();
-        let order = NodeOrder::new(nodes);
-        let answers = FanOut::start(
-            &self.inner.nodes,
-            "acquire",
+        let round = OneRound {
+            store: self,
+            key,
+            names,
+            ttl,
+            waiter,
+            owner,
+            label,
+            nodes,
+            quorum,
+            retention,
             bound,
-            Some((&order, Turn::First)),
-            None,
-            move |mut conn| {
-                let (names, label) = (acquire_names.clone(), acquire_label.clone());
-                async move {
-                    acquire_on(
-                        &mut conn,
-                        &names,
-                        owner,
-                        ttl,
-                        retention,
-                        waiter,
-                        label.as_deref(),
-                    )
-                    .await
-                }
-            },
-        )
-        .await_until(|a| {
-            let granted = count(a, |x| matches!(x.attempt, Attempt::Granted { .. }));
-            granted >= quorum || answered(a) - granted > nodes - quorum
-        })
-        .await;
-        let granted = |a: &NodeAttempt| matches!(a.attempt, Attempt::Granted { .. });
-        let show = |a: &NodeAttempt| match a.attempt {
-            Attempt::Granted { token } => format!("granted with token {token}"),
-            Attempt::Held { .. } if a.queued => "another waiter is ahead".to_owned(),
-            Attempt::Held { .. } => "held by another owner".to_owned(),
+            order: NodeOrder::new(nodes),
         };
-        let valid_until = self
-            .deadline_base(sent_at, ttl)
-            .map(|base| base + ttl.saturating_sub(fencelock_core::raw::drift(ttl)));
-        let grants: Vec<(usize, u64)> = answers
-            .iter()
-            .enumerate()
-            .filter_map(|(index, a)| match a {
-                Some(Ok(NodeAttempt {
-                    attempt: Attempt::Granted { token },
-                    ..
-                })) => Some((index, *token)),
-                _ => None,
-            })
-            .collect();
-
+        let answers = round.acquire().await;
+        let grants = grants(&answers);
         let outcome = if grants.len() >= quorum {
-            let raised = self.raise(names, owner, &grants, bound).await;
-            match (raised, valid_until) {
-                (Err(error), _) => Err(error),
-                (Ok(token), Some(until)) if Instant::now() < until => {
-                    if let Some(waiter) = waiter {
-                        // The granting nodes dropped the entry and request in the script; the
-                        // others would keep this waiter at their queue's head (and may grant
-                        // its request) until it is withdrawn or lapses.
-                        let rest: Vec<bool> = answers
-                            .iter()
-                            .map(|a| !matches!(a, Some(Ok(x)) if granted(x)))
-                            .collect();
-                        self.withdraw(names, waiter.id, &[waiter.next], &rest);
-                    }
-                    let base = self.deadline_base(sent_at, ttl).unwrap_or(sent_at);
-                    return Round::Granted(Lease::new(key, owner, token, ttl, base));
-                }
-                (Ok(_), _) => Err(Error::Unavailable {
-                    message: format!(
-                        "acquire: the quorum took {:?}, leaving no validity for a TTL of {ttl:?}",
-                        sent_at.elapsed()
-                    ),
-                    source: None,
-                }),
+            match round.take(&answers, &grants, sent_at).await {
+                Ok(lease) => return Round::Granted(lease),
+                Err(error) => Err(error),
             }
         } else {
             Ok(())
         };
-
-        // No lease: release on every node that granted, failed or has not answered (each
-        // node's release waits for its acquire, so a late grant is released after it).
-        // Wait for the nodes that granted, so our own leftovers do not block the retry.
-        let unsettled: Vec<bool> = answers
-            .iter()
-            .map(|a| !matches!(a, Some(Ok(x)) if !granted(x)))
-            .collect();
-        let release_names = names.clone();
-        let labelled = label.is_some();
-        FanOut::start(
-            &self.inner.nodes,
-            "release",
-            bound,
-            Some((&order, Turn::After)),
-            Some(&unsettled),
-            move |mut conn| {
-                let names = release_names.clone();
-                async move { release_on(&mut conn, &names, owner, retention, labelled).await }
-            },
-        )
-        .await_until(|a| grants.iter().all(|(i, _)| a[*i].is_some()))
-        .await;
-
+        round.release(&answers, &grants).await;
         if let Err(error) = outcome {
             return Round::Failed(error);
         }
-        if failures(&answers) > nodes - quorum {
-            return Round::Failed(self.unavailable("acquire", &answers, show));
-        }
-        let held = count(&answers, |a| matches!(a.attempt, Attempt::Held { .. }));
-        if held >= quorum {
-            let expires_in = answers
-                .iter()
-                .filter_map(|a| match a {
-                    Some(Ok(NodeAttempt {
-                        attempt: Attempt::Held { expires_in },
-                        ..
-                    })) => *expires_in,
-                    _ => None,
-                })
-                .min();
-            Round::Held { expires_in }
-        } else {
-            Round::Contended
-        }
+        round.verdict(&answers)
     }
 }
 
@@ -687,6 +590,179 @@ impl RedlockStore {
         self.withdraw(names, waiter.id, &[waiter.next], &rest);
         Some(Lease::new(key, waiter.next, token, ttl, base))
     }
+}
+
+/// One acquire round ([`RedlockStore::round`]): the request, and what its steps read.
+struct OneRound<'a> {
+    store: &'a RedlockStore,
+    key: &'a str,
+    names: &'a Arc<RedlockNames>,
+    ttl: Duration,
+    waiter: Option<Waiter>,
+    owner: OwnerId,
+    label: Option<&'a Arc<str>>,
+    nodes: usize,
+    quorum: usize,
+    retention: Duration,
+    /// Each request's bound: the command timeout, or the TTL if that is shorter.
+    bound: Duration,
+    /// The order of each node's requests, so its release never overtakes its acquire.
+    order: NodeOrder,
+}
+
+impl OneRound<'_> {
+    /// Sends the acquire to every node, and returns the answers once a quorum granted or too
+    /// many answered otherwise for a quorum to grant.
+    async fn acquire(&self) -> Answers<NodeAttempt> {
+        let (nodes, quorum) = (self.nodes, self.quorum);
+        let (owner, ttl, retention, waiter) = (self.owner, self.ttl, self.retention, self.waiter);
+        let acquire_names = self.names.clone();
+        let acquire_label = self.label.cloned();
+        FanOut::start(
+            &self.store.inner.nodes,
+            "acquire",
+            self.bound,
+            Some((&self.order, Turn::First)),
+            None,
+            move |mut conn| {
+                let (names, label) = (acquire_names.clone(), acquire_label.clone());
+                async move {
+                    acquire_on(
+                        &mut conn,
+                        &names,
+                        owner,
+                        ttl,
+                        retention,
+                        waiter,
+                        label.as_deref(),
+                    )
+                    .await
+                }
+            },
+        )
+        .await_until(|a| {
+            let granted = count(a, |x| matches!(x.attempt, Attempt::Granted { .. }));
+            granted >= quorum || answered(a) - granted > nodes - quorum
+        })
+        .await
+    }
+
+    /// With a quorum of `grants`: makes a quorum's fences carry one token and, if the quorum
+    /// came in time to leave validity, withdraws the waiter from the nodes that did not grant
+    /// and returns the lease. An error leaves the round to release on every node.
+    async fn take(
+        &self,
+        answers: &Answers<NodeAttempt>,
+        grants: &[(usize, u64)],
+        sent_at: Instant,
+    ) -> Result<Lease> {
+        let (store, ttl) = (self.store, self.ttl);
+        let valid_until = store
+            .deadline_base(sent_at, ttl)
+            .map(|base| base + ttl.saturating_sub(fencelock_core::raw::drift(ttl)));
+        let raised = store
+            .raise(self.names, self.owner, grants, self.bound)
+            .await;
+        match (raised, valid_until) {
+            (Err(error), _) => Err(error),
+            (Ok(token), Some(until)) if Instant::now() < until => {
+                if let Some(waiter) = self.waiter {
+                    // The granting nodes dropped the entry and request in the script; the
+                    // others would keep this waiter at their queue's head (and may grant
+                    // its request) until it is withdrawn or lapses.
+                    let rest: Vec<bool> = answers
+                        .iter()
+                        .map(|a| !matches!(a, Some(Ok(x)) if granted(x)))
+                        .collect();
+                    store.withdraw(self.names, waiter.id, &[waiter.next], &rest);
+                }
+                let base = store.deadline_base(sent_at, ttl).unwrap_or(sent_at);
+                Ok(Lease::new(self.key, self.owner, token, ttl, base))
+            }
+            (Ok(_), _) => Err(Error::Unavailable {
+                message: format!(
+                    "acquire: the quorum took {:?}, leaving no validity for a TTL of {ttl:?}",
+                    sent_at.elapsed()
+                ),
+                source: None,
+            }),
+        }
+    }
+
+    /// No lease: releases on every node that granted, failed or has not answered (each
+    /// node's release waits for its acquire, so a late grant is released after it). Waits
+    /// for the nodes that granted, so our own leftovers do not block the retry.
+    async fn release(&self, answers: &Answers<NodeAttempt>, grants: &[(usize, u64)]) {
+        let unsettled: Vec<bool> = answers
+            .iter()
+            .map(|a| !matches!(a, Some(Ok(x)) if !granted(x)))
+            .collect();
+        let release_names = self.names.clone();
+        let (owner, retention) = (self.owner, self.retention);
+        let labelled = self.label.is_some();
+        FanOut::start(
+            &self.store.inner.nodes,
+            "release",
+            self.bound,
+            Some((&self.order, Turn::After)),
+            Some(&unsettled),
+            move |mut conn| {
+                let names = release_names.clone();
+                async move { release_on(&mut conn, &names, owner, retention, labelled).await }
+            },
+        )
+        .await_until(|a| grants.iter().all(|(i, _)| a[*i].is_some()))
+        .await;
+    }
+
+    /// What a round without a lease found: too many failed nodes, a quorum holding the key
+    /// for others (with the soonest of their expiries), or neither (a split vote).
+    fn verdict(&self, answers: &Answers<NodeAttempt>) -> Round {
+        let show = |a: &NodeAttempt| match a.attempt {
+            Attempt::Granted { token } => format!("granted with token {token}"),
+            Attempt::Held { .. } if a.queued => "another waiter is ahead".to_owned(),
+            Attempt::Held { .. } => "held by another owner".to_owned(),
+        };
+        if failures(answers) > self.nodes - self.quorum {
+            return Round::Failed(self.store.unavailable("acquire", answers, show));
+        }
+        let held = count(answers, |a| matches!(a.attempt, Attempt::Held { .. }));
+        if held >= self.quorum {
+            let expires_in = answers
+                .iter()
+                .filter_map(|a| match a {
+                    Some(Ok(NodeAttempt {
+                        attempt: Attempt::Held { expires_in },
+                        ..
+                    })) => *expires_in,
+                    _ => None,
+                })
+                .min();
+            Round::Held { expires_in }
+        } else {
+            Round::Contended
+        }
+    }
+}
+
+/// Whether a node's answer to an acquire was a grant.
+fn granted(attempt: &NodeAttempt) -> bool {
+    matches!(attempt.attempt, Attempt::Granted { .. })
+}
+
+/// The nodes that granted an acquire, each with the token it minted.
+fn grants(answers: &Answers<NodeAttempt>) -> Vec<(usize, u64)> {
+    answers
+        .iter()
+        .enumerate()
+        .filter_map(|(index, a)| match a {
+            Some(Ok(NodeAttempt {
+                attempt: Attempt::Granted { token },
+                ..
+            })) => Some((index, *token)),
+            _ => None,
+        })
+        .collect()
 }
 
 /// One waiter's wait in a key's queue ([`RedlockStore::wait_in_queue`]): what its rounds, and
