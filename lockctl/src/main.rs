@@ -60,8 +60,8 @@ enum Command {
     /// alive, release when it ends.
     Run {
         /// The lock's key; several keys are taken together, every one or none, in the order
-        /// of their bytes (CMD gets each in LOCK_KEY_<i> and its token in
-        /// LOCK_FENCING_TOKEN_<i>, i its place here from 0).
+        /// of their bytes (CMD gets the first in LOCK_KEY_0 and its token in
+        /// LOCK_FENCING_TOKEN_0, the second in LOCK_KEY_1 and LOCK_FENCING_TOKEN_1, and so on).
         #[arg(required = true, num_args = 1.., value_name = "KEY")]
         keys: Vec<String>,
         /// The lease TTL; the lease is extended every quarter of it while CMD runs.
