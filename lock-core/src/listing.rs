@@ -46,6 +46,70 @@ pub struct Listing {
     pub next: Option<ListCursor>,
 }
 
+/// A page a store's query read in key order, at most `limit` stored keys: the keys (a stored key
+/// that is not UTF-8, such as a raw lock id's, names none) and, when the query filled the page,
+/// the cursor after its last row, whatever that row held ([`stored_after`] reads it back).
+pub fn read_page(stored: Vec<Vec<u8>>, limit: usize) -> (Vec<String>, Option<ListCursor>) {
+    let next = stored
+        .last()
+        .filter(|_| stored.len() == limit)
+        .map(|last| ListCursor(hex(last)));
+    let names = stored
+        .into_iter()
+        .filter_map(|key| String::from_utf8(key).ok())
+        .collect();
+    (names, next)
+}
+
+/// The stored key a cursor from [`read_page`] is after (empty for the first page).
+///
+/// # Errors
+/// [`InvalidInput`](crate::ErrorKind::InvalidInput) naming `"from"` for a cursor that is not
+/// one of these.
+pub fn stored_after(from: Option<&ListCursor>) -> Result<Vec<u8>> {
+    let Some(from) = from else {
+        return Ok(Vec::new());
+    };
+    let text = from.position();
+    let bad = || crate::Error::invalid("from", "is not a cursor of this store's listing");
+    if text.len() % 2 != 0 {
+        return Err(bad());
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|at| {
+            text.get(at..at + 2)
+                .and_then(|pair| u8::from_str_radix(pair, 16).ok())
+                .ok_or_else(bad)
+        })
+        .collect()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+/// A page of `names`, every name a store has under the prefix in any order: those after
+/// `from`, sorted, at most `limit`, and a cursor after the last when more are left.
+pub fn page_of(
+    names: impl IntoIterator<Item = String>,
+    from: Option<&ListCursor>,
+    limit: usize,
+) -> (Vec<String>, Option<ListCursor>) {
+    let mut names: Vec<String> = names
+        .into_iter()
+        .filter(|name| from.is_none_or(|from| name.as_str() > from.position()))
+        .collect();
+    names.sort_unstable();
+    let more = names.len() > limit;
+    names.truncate(limit);
+    let next = names
+        .last()
+        .filter(|_| more)
+        .map(|last| ListCursor(last.clone()));
+    (names, next)
+}
+
 /// What every store's listing does after its own query: reads the status of each of `names`
 /// (the keys its query found under the prefix, held or perhaps no longer), keeps the held
 /// ones, sorted, and hands on the store's `next` position. A key released or expired between
@@ -71,4 +135,33 @@ pub async fn held_among<S: LockStore + ?Sized>(
         }
     }
     Ok(Listing { keys, next })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_page_of_rows_that_are_no_keys_still_continues() {
+        // A raw lock id's row holds 8 bytes that need not be UTF-8.
+        let raw = vec![0xff, 0, 0, 0, 0, 0, 0, 1];
+        let (names, next) = read_page(vec![raw.clone()], 1);
+        assert!(names.is_empty());
+        assert_eq!(stored_after(next.as_ref()).unwrap(), raw);
+        let (names, next) = read_page(vec![b"a".to_vec(), b"b".to_vec()], 3);
+        assert_eq!(names, ["a", "b"]);
+        assert_eq!(next, None, "a page the query did not fill is the last");
+        assert_eq!(stored_after(None).unwrap(), Vec::<u8>::new());
+        assert!(stored_after(Some(&ListCursor::new("zz"))).is_err());
+    }
+
+    #[test]
+    fn a_page_of_names_is_sorted_after_its_cursor() {
+        let names = ["c", "a", "d", "b"].map(String::from);
+        let (first, next) = page_of(names.clone(), None, 2);
+        assert_eq!(first, ["a", "b"]);
+        let (second, next) = page_of(names, next.as_ref(), 2);
+        assert_eq!(second, ["c", "d"]);
+        assert_eq!(next, None);
+    }
 }

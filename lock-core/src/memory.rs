@@ -529,22 +529,14 @@ impl raw::Store for MemoryStore {
     /// cursor is the last name of the page.
     async fn list(&self, prefix: &str, from: Option<&ListCursor>, limit: usize) -> Result<Listing> {
         self.check_reachable()?;
-        let (names, next) = {
-            let state = self.lock();
-            let mut names: Vec<&String> = state
-                .slots
-                .keys()
-                .filter(|key| key.starts_with(prefix))
-                .filter(|key| from.is_none_or(|from| key.as_str() > from.position()))
-                .collect();
-            names.sort_unstable();
-            let more = names.len() > limit;
-            names.truncate(limit);
-            let next = more
-                .then(|| names.last().map(|last| ListCursor::new(last.as_str())))
-                .flatten();
-            (names.into_iter().cloned().collect(), next)
-        };
+        let under: Vec<String> = self
+            .lock()
+            .slots
+            .keys()
+            .filter(|key| key.starts_with(prefix))
+            .cloned()
+            .collect();
+        let (names, next) = raw::page_of(under, from, limit);
         raw::held_among(self, names, next).await
     }
 

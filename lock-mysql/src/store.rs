@@ -501,7 +501,7 @@ impl MysqlStore {
         from: Option<&ListCursor>,
         limit: usize,
     ) -> Result<Listing> {
-        let after = from.map_or(&[][..], |from| from.position().as_bytes());
+        let after = raw::stored_after(from)?;
         let mut fresh = false;
         let rows = loop {
             let Checkout {
@@ -515,7 +515,7 @@ impl MysqlStore {
                     .bind(prefix.as_bytes())
                     .bind(prefix.as_bytes())
                     .bind(prefix.as_bytes())
-                    .bind(after)
+                    .bind(&after)
                     .bind(u64::try_from(limit).unwrap_or(u64::MAX))
                     .fetch_all(&mut session.conn),
             )
@@ -529,17 +529,11 @@ impl MysqlStore {
                 Err(fault) => return Err(fault.into_error("list")),
             }
         };
-        let mut names = Vec::with_capacity(rows.len());
-        for row in &rows {
-            let key = decode(row, |row| row.try_get::<Vec<u8>, _>("key"))?;
-            // Keys are stored from a &str; a raw lock id's row is no key.
-            if let Ok(key) = String::from_utf8(key) {
-                names.push(key);
-            }
-        }
-        let next = (rows.len() == limit)
-            .then(|| names.last().map(|last| ListCursor::new(last.as_str())))
-            .flatten();
+        let stored = rows
+            .iter()
+            .map(|row| decode(row, |row| row.try_get::<Vec<u8>, _>("key")))
+            .collect::<Result<Vec<_>>>()?;
+        let (names, next) = raw::read_page(stored, limit);
         raw::held_among(self, names, next).await
     }
 

@@ -676,7 +676,7 @@ impl PostgresStore {
         from: Option<&ListCursor>,
         limit: usize,
     ) -> Result<Listing> {
-        let after = from.map_or(&[][..], |from| from.position().as_bytes());
+        let after = raw::stored_after(from)?;
         let mut fresh = false;
         let rows = loop {
             let Checkout {
@@ -688,7 +688,7 @@ impl PostgresStore {
                 sqlx::query(&self.sessions.sql.list)
                     .bind(self.sessions.config.namespace())
                     .bind(prefix.as_bytes())
-                    .bind(after)
+                    .bind(&after)
                     .bind(i64::try_from(limit).unwrap_or(i64::MAX))
                     .fetch_all(&mut session.conn),
             )
@@ -702,17 +702,11 @@ impl PostgresStore {
                 Err(fault) => return Err(fault.into_error("list")),
             }
         };
-        let mut names = Vec::with_capacity(rows.len());
-        for row in &rows {
-            let key = decode(row, |row| row.try_get::<Vec<u8>, _>("key"))?;
-            // Keys are stored from a &str; a raw lock id's row (its id's bytes) is no key.
-            if let Ok(key) = String::from_utf8(key) {
-                names.push(key);
-            }
-        }
-        let next = (rows.len() == limit)
-            .then(|| names.last().map(|last| ListCursor::new(last.as_str())))
-            .flatten();
+        let stored = rows
+            .iter()
+            .map(|row| decode(row, |row| row.try_get::<Vec<u8>, _>("key")))
+            .collect::<Result<Vec<_>>>()?;
+        let (names, next) = raw::read_page(stored, limit);
         raw::held_among(self, names, next).await
     }
 }

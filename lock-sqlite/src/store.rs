@@ -907,30 +907,23 @@ impl raw::Store for SqliteStore {
     /// Read-only; dropping the future loses nothing.
     async fn list(&self, prefix: &str, from: Option<&ListCursor>, limit: usize) -> Result<Listing> {
         let shared = &self.shared;
-        let after = from.map_or(&[][..], |from| from.position().as_bytes());
+        let after = raw::stored_after(from)?;
         let rows = self
             .bounded(
                 "listing",
                 sqlx::query(&shared.sql.list)
                     .bind(stored_key(prefix))
-                    .bind(after)
+                    .bind(&after)
                     .bind(i64::try_from(limit).unwrap_or(i64::MAX))
                     .fetch_all(&shared.pool),
             )
             .await?;
-        let mut names = Vec::with_capacity(rows.len());
-        for row in &rows {
-            let key: Vec<u8> = row
-                .try_get("key")
-                .map_err(|e| self.error("decoding the lock table", e))?;
-            // Every key was stored from a &str; anything else is not this store's.
-            if let Ok(key) = String::from_utf8(key) {
-                names.push(key);
-            }
-        }
-        let next = (rows.len() == limit)
-            .then(|| names.last().map(|last| ListCursor::new(last.as_str())))
-            .flatten();
+        let stored = rows
+            .iter()
+            .map(|row| row.try_get::<Vec<u8>, _>("key"))
+            .collect::<sqlx::Result<Vec<_>>>()
+            .map_err(|e| self.error("decoding the lock table", e))?;
+        let (names, next) = raw::read_page(stored, limit);
         raw::held_among(self, names, next).await
     }
 

@@ -897,19 +897,12 @@ impl raw::Store for ZookeeperStore {
             Err(Failure::NoNode) => Vec::new(),
             Err(other) => return Err(other.into_error(what)),
         };
-        let mut keys: Vec<String> = children
+        let under = children
             .iter()
             .filter(|name| !offset::is_offset(name))
             .filter_map(|name| keys::unescape(name))
-            .filter(|key| key.starts_with(prefix))
-            .filter(|key| from.is_none_or(|from| key.as_str() > from.position()))
-            .collect();
-        keys.sort_unstable();
-        let more = keys.len() > limit;
-        keys.truncate(limit);
-        let next = more
-            .then(|| keys.last().map(|last| ListCursor::new(last.as_str())))
-            .flatten();
+            .filter(|key| key.starts_with(prefix));
+        let (keys, next) = raw::page_of(under, from, limit);
         raw::held_among(self, keys, next).await
     }
 

@@ -74,7 +74,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-pub use crate::listing::held_among;
+pub use crate::listing::{held_among, page_of, read_page, stored_after};
 use crate::{
     Capabilities, Error, Instant, KeyStatus, Lease, ListCursor, Listing, Mode, PerKeyState,
     ReleaseOutcome, Result,
