@@ -366,14 +366,10 @@ impl AsMut<TlsFiles> for Parsing {
 }
 
 impl TlsTarget for Parsing {
-    fn allow_tls(&self, name: &str) -> Result<()> {
-        if self.config.tls {
-            return Ok(());
-        }
-        Err(Error::invalid(
-            "url",
-            format!("{name} needs {TLS_SCHEME}://, not {SCHEME}://"),
-        ))
+    const SCHEMES: [&'static str; 2] = [SCHEME, TLS_SCHEME];
+
+    fn wants_tls(&self) -> bool {
+        self.config.tls
     }
 }
 

@@ -346,14 +346,10 @@ impl AsMut<TlsFiles> for Parsing {
 impl TlsTarget for Parsing {
     const PEM_LABELS: [&'static str; 3] = ["CERTIFICATE", "CERTIFICATE", "PRIVATE KEY"];
 
-    fn allow_tls(&self, name: &str) -> Result<()> {
-        if self.config.tls {
-            return Ok(());
-        }
-        Err(Error::invalid(
-            "url",
-            format!("{name} needs {TLS_SCHEME}://, not {SCHEME}://"),
-        ))
+    const SCHEMES: [&'static str; 2] = [SCHEME, TLS_SCHEME];
+
+    fn wants_tls(&self) -> bool {
+        self.config.tls
     }
 }
 

@@ -530,7 +530,13 @@ impl TlsFiles {
     pub fn declared<C: TlsTarget>() -> Vec<UrlOption<C>> {
         fn file<C: TlsTarget>(state: &C, at: usize, value: &str) -> Result<Option<Vec<u8>>> {
             let name = ["tls_ca", "tls_cert", "tls_key"][at];
-            state.allow_tls(name)?;
+            if !state.wants_tls() {
+                let [plain, tls] = C::SCHEMES;
+                return Err(Error::invalid(
+                    "url",
+                    format!("{name} needs {tls}://, not {plain}://"),
+                ));
+            }
             Ok(Some(read_pem(name, value, C::PEM_LABELS[at])?))
         }
         vec![
@@ -570,14 +576,14 @@ pub trait TlsTarget: AsMut<TlsFiles> {
     /// The PEM block each file must hold (`tls_ca`, `tls_cert`, `tls_key`); empty for any.
     const PEM_LABELS: [&'static str; 3] = ["", "", ""];
 
-    /// Refuses TLS option `name` on a URL that does not ask for TLS (a store's plain scheme
-    /// rather than its TLS one); the default allows it.
-    ///
-    /// # Errors
-    /// [`InvalidInput`](crate::ErrorKind::InvalidInput) on the `"url"`, naming the option.
-    fn allow_tls(&self, name: &str) -> Result<()> {
-        let _ = name;
-        Ok(())
+    /// The store's plain scheme and its TLS one, for the refusal of a TLS file on a URL of the
+    /// plain one (see [`wants_tls`](Self::wants_tls)).
+    const SCHEMES: [&'static str; 2] = ["", ""];
+
+    /// Whether the URL asked for TLS, so its TLS files are read; a store whose TLS is chosen
+    /// by its scheme says no for the plain one. The default: always.
+    fn wants_tls(&self) -> bool {
+        true
     }
 }
 
