@@ -1,11 +1,13 @@
 //! The connection a [`RedisStore`](crate::RedisStore) sends its scripts on: one server's
-//! `ConnectionManager`, or the redis crate's Redis Cluster client, which sends each script to
-//! the master of its keys' slot (every script's keys share the key's hash tag, so one slot).
+//! `ConnectionManager`, the redis crate's Redis Cluster client, which sends each script to
+//! the master of its keys' slot (every script's keys share the key's hash tag, so one slot),
+//! or the master a Sentinel deployment names ([`SentinelConn`]).
 //!
-//! On a Cluster with `min_replicas=N`, an acquire script goes out as a two-command pipeline,
-//! the script and then `WAIT N timeout`, on the one connection to the slot's master: `WAIT`
-//! counts the writes of the connection that sends it, and a pipeline cannot be split across
-//! connections, reconnects or a changed slot map, so the count is about this script's writes.
+//! On a Cluster or Sentinel with `min_replicas=N`, an acquire script goes out as a
+//! two-command pipeline, the script and then `WAIT N timeout`, on the one connection to the
+//! master: `WAIT` counts the writes of the connection that sends it, and a pipeline cannot be
+//! split across connections, reconnects or a changed slot map, so the count covers this
+//! script's writes (and any later write of the same connection, which only asks more).
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
@@ -19,13 +21,16 @@ use redis::{Cmd, RedisFuture, Value};
 
 use crate::error::redis_error;
 use crate::eviction::{self, EvictionCheck};
+use crate::sentinel::SentinelConn;
 
-/// One server's connection or a Cluster's; clones share it.
+/// One server's connection, a Cluster's or a Sentinel deployment's master's; clones share it.
 #[derive(Clone)]
 pub(crate) enum Conn {
     Single(ConnectionManager),
     Cluster(ClusterConnection),
-    /// A Cluster connection whose commands are followed by `WAIT` (acquire scripts only).
+    Sentinel(SentinelConn),
+    /// A Cluster or Sentinel connection whose commands are followed by `WAIT` (acquire
+    /// scripts only).
     Acked(Acked),
 }
 
@@ -34,6 +39,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(conn) => conn.req_packed_command(cmd),
             Conn::Cluster(conn) => conn.req_packed_command(cmd),
+            Conn::Sentinel(conn) => conn.req_packed_command(cmd),
             Conn::Acked(conn) => conn.req_packed_command(cmd),
         }
     }
@@ -47,6 +53,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(conn) => conn.req_packed_commands(pipeline, offset, count),
             Conn::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Conn::Sentinel(conn) => conn.req_packed_commands(pipeline, offset, count),
             Conn::Acked(conn) => conn.req_packed_commands(pipeline, offset, count),
         }
     }
@@ -55,16 +62,18 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(conn) => conn.get_db(),
             Conn::Cluster(conn) => conn.get_db(),
+            Conn::Sentinel(conn) => conn.get_db(),
             Conn::Acked(conn) => conn.get_db(),
         }
     }
 }
 
-/// A Cluster connection that follows every command with `WAIT replicas timeout` in one
-/// pipeline to the command's node, and keeps the last `WAIT` answer where its creator reads it.
+/// A Cluster or Sentinel connection that follows every script with `WAIT replicas timeout` in
+/// one pipeline to the script's master, and keeps the last `WAIT` answer where its creator
+/// reads it.
 #[derive(Clone)]
 pub(crate) struct Acked {
-    conn: ClusterConnection,
+    conn: Box<Conn>,
     replicas: u32,
     timeout: Duration,
     /// How many replicas acknowledged the last command's writes (and every earlier write of
@@ -74,14 +83,10 @@ pub(crate) struct Acked {
 
 impl Acked {
     /// The connection, and where it leaves the count of acknowledging replicas.
-    pub(crate) fn new(
-        conn: ClusterConnection,
-        replicas: u32,
-        timeout: Duration,
-    ) -> (Self, Arc<AtomicI64>) {
+    pub(crate) fn new(conn: Conn, replicas: u32, timeout: Duration) -> (Self, Arc<AtomicI64>) {
         let acked = Arc::new(AtomicI64::new(-1));
         let conn = Acked {
-            conn,
+            conn: Box::new(conn),
             replicas,
             timeout,
             acked: acked.clone(),

@@ -22,12 +22,19 @@ pub(crate) const REDIS_SCHEME: &str = "redis";
 pub(crate) const REDIS_TLS_SCHEME: &str = "rediss";
 /// `redis+cluster://`: a Redis Cluster.
 const REDIS_CLUSTER_SCHEME: &str = "redis+cluster";
+/// `redis+sentinel://`: the master a Redis Sentinel deployment names.
+const REDIS_SENTINEL_SCHEME: &str = "redis+sentinel";
+/// The port of a sentinel that the URL does not give one.
+const DEFAULT_SENTINEL_PORT: u16 = 26379;
 /// The URL schemes of one Redis server: its descriptor's, and the ones
 /// [`RedisConfig::from_url`] accepts for one server.
 pub const REDIS_URL_SCHEMES: &[&str] = &[REDIS_SCHEME, REDIS_TLS_SCHEME];
 /// The URL schemes of a Redis Cluster: its descriptor's, and the one
 /// [`RedisConfig::from_url`] accepts for a Cluster.
 pub const REDIS_CLUSTER_URL_SCHEMES: &[&str] = &[REDIS_CLUSTER_SCHEME];
+/// The URL schemes of a Redis Sentinel deployment: its descriptor's, and the one
+/// [`RedisConfig::from_url`] accepts for Sentinel.
+pub const REDIS_SENTINEL_URL_SCHEMES: &[&str] = &[REDIS_SENTINEL_SCHEME];
 /// The default key prefix.
 pub const DEFAULT_PREFIX: &str = "fencelock:";
 /// The default bound on opening a connection (TCP connect and handshake).
@@ -43,15 +50,20 @@ pub(crate) const TTL_GRANULARITY: Duration = Duration::from_millis(1);
 /// The default bound on the replicas' acknowledgement (`WAIT`) when `min_replicas` is set.
 pub(crate) const DEFAULT_REPLICA_TIMEOUT: Duration = Duration::from_millis(500);
 
-/// A Redis Cluster's seed nodes and the replica acknowledgement it asks for.
+/// A Redis Cluster's seed nodes.
 #[derive(Clone)]
 pub(crate) struct ClusterSettings {
     /// The seed nodes, in URL order.
     pub(crate) nodes: Vec<ConnectionInfo>,
-    /// How many replicas must acknowledge an acquire (`WAIT`) before its lease is handed out.
-    pub(crate) min_replicas: u32,
-    /// How long the acknowledgement may take.
-    pub(crate) replica_timeout: Duration,
+}
+
+/// The sentinels of a Redis Sentinel deployment and the name they know the master by.
+#[derive(Clone)]
+pub(crate) struct SentinelSettings {
+    /// The sentinels, in URL order, with their own credentials.
+    pub(crate) sentinels: Vec<ConnectionInfo>,
+    /// The master's name (`sentinel monitor NAME …`).
+    pub(crate) master: String,
 }
 
 /// How a lock is named in Redis.
@@ -123,6 +135,13 @@ pub struct RedisConfig {
     pub(crate) max_ttl: Duration,
     /// `Some` for `redis+cluster://`.
     pub(crate) cluster: Option<ClusterSettings>,
+    /// `Some` for `redis+sentinel://`.
+    pub(crate) sentinel: Option<SentinelSettings>,
+    /// How many replicas must acknowledge an acquire (`WAIT`) before its lease is handed out
+    /// (Cluster and Sentinel only).
+    pub(crate) min_replicas: u32,
+    /// How long that acknowledgement may take.
+    pub(crate) replica_timeout: Duration,
 }
 
 impl RedisConfig {
@@ -141,12 +160,20 @@ impl RedisConfig {
         if scheme.eq_ignore_ascii_case(REDIS_CLUSTER_SCHEME) {
             return Self::from_cluster_url(url);
         }
+        if scheme.eq_ignore_ascii_case(REDIS_SENTINEL_SCHEME) {
+            return Self::from_sentinel_url(url);
+        }
+        if scheme.eq_ignore_ascii_case("rediss+sentinel") {
+            return Err(bad_url(
+                "rediss+sentinel:// (Redis Sentinel over TLS) is not supported yet".into(),
+            ));
+        }
         if scheme.eq_ignore_ascii_case("rediss+cluster") {
             return Err(bad_url(
                 "rediss+cluster:// (a Redis Cluster over TLS) is not supported yet".into(),
             ));
         }
-        Self::parse(url, None)
+        Self::parse(url, Topology::Single)
     }
 
     /// `redis+cluster://[[user]:password@]host:port[,host:port…][?option=value&…]`: the seed
@@ -175,7 +202,7 @@ impl RedisConfig {
         let first = hosts.split(',').next().unwrap_or_default();
         let shape = format!("{single}://{userinfo}{first}{tail}");
         let seeds = nodes.clone();
-        let mut config = Self::parse(&shape, Some(seeds))?;
+        let mut config = Self::parse(&shape, Topology::Cluster(seeds))?;
         let shown = redact(&format!("{single}://{userinfo}nodes.invalid"));
         let shown_userinfo = shown
             .strip_prefix(&format!("{single}://"))
@@ -189,7 +216,58 @@ impl RedisConfig {
         Ok(config)
     }
 
-    fn parse(url: &str, cluster_nodes: Option<Vec<Url>>) -> Result<Self> {
+    /// `redis+sentinel://[[user]:password@]host[:port][,host[:port]…]/MASTER[/db][?option=value&…]`:
+    /// the sentinels (port 26379 unless given), the master's name, and the options; the user
+    /// and password are the master's, the sentinels' own are options.
+    fn from_sentinel_url(url: &str) -> Result<Self> {
+        let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+        let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+        let (authority, tail) = rest.split_at(end);
+        let (userinfo, hosts) = match authority.rfind('@') {
+            Some(at) => authority.split_at(at + 1),
+            None => ("", authority),
+        };
+        let (path, query) = match tail.find(['?', '#']) {
+            Some(at) => tail.split_at(at),
+            None => (tail, ""),
+        };
+        let mut segments = path.trim_start_matches('/').splitn(2, '/');
+        let master = segments.next().unwrap_or_default();
+        if master.is_empty() {
+            return Err(bad_url(
+                "redis+sentinel:// needs the master's name after the hosts \
+                 (redis+sentinel://host:26379/NAME)"
+                    .into(),
+            ));
+        }
+        let master = fencelock_core::raw::url::percent_decode(master)
+            .ok_or_else(|| bad_url("the master's name is not valid percent-encoded UTF-8".into()))?;
+        let db = segments.next().map(|db| format!("/{db}")).unwrap_or_default();
+        let mut sentinels = Vec::new();
+        for host in hosts.split(',') {
+            if host.is_empty() {
+                return Err(bad_url(
+                    "an empty sentinel in the redis+sentinel:// host list".into(),
+                ));
+            }
+            let sentinel = Url::parse(&format!("{REDIS_SCHEME}://{host}"))
+                .map_err(|e| bad_url(format!("not a URL: {e}")))?;
+            sentinels.push(sentinel);
+        }
+        let first = hosts.split(',').next().unwrap_or_default();
+        let shape = format!("{REDIS_SCHEME}://{userinfo}{first}{db}{query}");
+        let mut config = Self::parse(&shape, Topology::Sentinel(sentinels, master))?;
+        let shown = redact(&format!("{REDIS_SCHEME}://{userinfo}nodes.invalid{query}"));
+        let shown = shown
+            .strip_prefix(&format!("{REDIS_SCHEME}://"))
+            .unwrap_or_default();
+        let (shown_userinfo, shown_query) = shown.split_once("nodes.invalid").unwrap_or_default();
+        config.redacted = format!("{scheme}://{shown_userinfo}{hosts}{path}{shown_query}");
+        config.check()?;
+        Ok(config)
+    }
+
+    fn parse(url: &str, topology: Topology) -> Result<Self> {
         let parsed = Url::parse(url).map_err(|e| bad_url(format!("not a URL: {e}")))?;
         let tls = match parsed.scheme() {
             REDIS_SCHEME => false,
@@ -197,7 +275,7 @@ impl RedisConfig {
             other => {
                 return Err(bad_url(format!(
                     "the scheme must be redis://, rediss://, redis+cluster:// or \
-                     rediss+cluster://, not {other}://"
+                     redis+sentinel://, not {other}://"
                 )))
             }
         };
@@ -230,16 +308,19 @@ impl RedisConfig {
             retention: DEFAULT_RETENTION,
             max_ttl: MAX_TTL,
             cluster: None,
+            sentinel: None,
+            min_replicas: 0,
+            replica_timeout: DEFAULT_REPLICA_TIMEOUT,
         };
         let mut parsing = Parsing {
             config,
             tls_files: TlsFiles::default(),
-            min_replicas: 0,
-            replica_timeout: DEFAULT_REPLICA_TIMEOUT,
+            sentinel_user: None,
+            sentinel_password: None,
         };
         read_options(
             parsed.query_pairs(),
-            &options(cluster_nodes.is_some()),
+            &options(topology.kind()),
             &mut parsing,
             |_, _, _| false,
             "",
@@ -247,12 +328,31 @@ impl RedisConfig {
         let Parsing {
             mut config,
             tls_files,
-            min_replicas,
-            replica_timeout,
+            sentinel_user,
+            sentinel_password,
         } = parsing;
         check_retention(config.retention, config.max_ttl)?;
         config.connection = tls_files.apply(config.connection, tls)?;
-        if let Some(seeds) = cluster_nodes {
+        if let Topology::Sentinel(hosts, master) = topology {
+            let mut sentinels = Vec::with_capacity(hosts.len());
+            for host in &hosts {
+                let name = host
+                    .host_str()
+                    .filter(|h| !h.is_empty())
+                    .ok_or_else(|| bad_url("a sentinel without a host".into()))?;
+                let name = name.trim_start_matches('[').trim_end_matches(']');
+                let info = node_info(
+                    name,
+                    host.port().unwrap_or(DEFAULT_SENTINEL_PORT),
+                    sentinel_user.as_deref(),
+                    sentinel_password.as_deref(),
+                    0,
+                    tls,
+                )?;
+                sentinels.push(tls_files.apply(info, tls)?);
+            }
+            config.sentinel = Some(SentinelSettings { sentinels, master });
+        } else if let Topology::Cluster(seeds) = topology {
             let mut nodes = Vec::with_capacity(seeds.len());
             for seed in &seeds {
                 let host = seed
@@ -270,11 +370,7 @@ impl RedisConfig {
                 )?;
                 nodes.push(tls_files.apply(info, tls)?);
             }
-            config.cluster = Some(ClusterSettings {
-                nodes,
-                min_replicas,
-                replica_timeout,
-            });
+            config.cluster = Some(ClusterSettings { nodes });
         }
         Ok(config)
     }
@@ -284,17 +380,21 @@ impl RedisConfig {
         self.cluster.is_some()
     }
 
+    /// The master's name, if this config names a Redis Sentinel deployment
+    /// (`redis+sentinel://`).
+    pub fn sentinel_master(&self) -> Option<&str> {
+        self.sentinel.as_ref().map(|s| s.master.as_str())
+    }
+
     /// How many replicas must acknowledge an acquire before its lease is handed out
     /// (`min_replicas`; 0, the default, and always on one server: no acknowledgement).
     pub fn min_replicas(&self) -> u32 {
-        self.cluster.as_ref().map_or(0, |c| c.min_replicas)
+        self.min_replicas
     }
 
     /// How long the replicas' acknowledgement may take (`replica_timeout`).
     pub fn replica_timeout(&self) -> Duration {
-        self.cluster
-            .as_ref()
-            .map_or(DEFAULT_REPLICA_TIMEOUT, |c| c.replica_timeout)
+        self.replica_timeout
     }
 
     /// The shortest TTL a request may ask for beyond fencelock-core's minimum: with
@@ -336,21 +436,21 @@ impl RedisConfig {
     /// afterwards: on a Cluster, no plain layout, and the replicas' acknowledgement bounded
     /// below one command.
     pub(crate) fn check(&self) -> Result<()> {
-        let Some(cluster) = &self.cluster else {
+        if self.cluster.is_none() && self.sentinel.is_none() {
             return Ok(());
-        };
-        if self.layout == Layout::Plain {
+        }
+        if self.cluster.is_some() && self.layout == Layout::Plain {
             return Err(bad_url(
                 "layout=plain is for one server: on a Cluster the plain lock key and the fence \
                  would hash to different slots"
                     .into(),
             ));
         }
-        if cluster.replica_timeout >= self.command_timeout {
+        if self.replica_timeout >= self.command_timeout {
             return Err(bad_url(format!(
                 "replica_timeout ({:?}) must be below command_timeout ({:?}): the \
                  acknowledgement runs within one command",
-                cluster.replica_timeout, self.command_timeout
+                self.replica_timeout, self.command_timeout
             )));
         }
         Ok(())
@@ -477,17 +577,45 @@ pub(crate) fn bad_url(rule: String) -> Error {
 }
 
 /// A URL being read: the config it makes, the TLS files it names and, for
-/// `redis+cluster://`, the replica acknowledgement it asks for.
+/// `redis+sentinel://`, the sentinels' own credentials.
 #[derive(Debug)]
 struct Parsing {
     config: RedisConfig,
     tls_files: TlsFiles,
-    min_replicas: u32,
-    replica_timeout: Duration,
+    sentinel_user: Option<String>,
+    sentinel_password: Option<String>,
 }
 
-/// Every URL option `redis://` reads, and with `cluster` those of `redis+cluster://`.
-fn options(cluster: bool) -> Vec<UrlOption<Parsing>> {
+/// What a URL names besides its first host.
+enum Topology {
+    /// One server.
+    Single,
+    /// A Cluster's seed nodes.
+    Cluster(Vec<Url>),
+    /// The sentinels and the master's name.
+    Sentinel(Vec<Url>, String),
+}
+
+/// Which options a URL reads.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Single,
+    Cluster,
+    Sentinel,
+}
+
+impl Topology {
+    fn kind(&self) -> Kind {
+        match self {
+            Topology::Single => Kind::Single,
+            Topology::Cluster(_) => Kind::Cluster,
+            Topology::Sentinel(..) => Kind::Sentinel,
+        }
+    }
+}
+
+/// Every URL option `redis://` reads, and those of `redis+cluster://` or `redis+sentinel://`.
+fn options(kind: Kind) -> Vec<UrlOption<Parsing>> {
     let mut options = vec![
         UrlOption::new(
             "prefix",
@@ -550,14 +678,36 @@ fn options(cluster: bool) -> Vec<UrlOption<Parsing>> {
         ),
     ];
     options.extend(TlsFiles::declared());
-    if cluster {
+    if kind == Kind::Sentinel {
+        options.extend([
+            UrlOption::new(
+                "sentinel_user",
+                "",
+                "the user the sentinels are asked as (their own ACL)",
+                |p: &mut Parsing, v| {
+                    p.sentinel_user = Some(v.to_owned());
+                    Ok(())
+                },
+            ),
+            UrlOption::new(
+                "sentinel_password",
+                "",
+                "the sentinels' own password (`requirepass` on the sentinels)",
+                |p: &mut Parsing, v| {
+                    p.sentinel_password = Some(v.to_owned());
+                    Ok(())
+                },
+            ),
+        ]);
+    }
+    if kind != Kind::Single {
         options.extend([
             UrlOption::new(
                 "min_replicas",
                 "0",
                 "replicas that must acknowledge an acquire (`WAIT`) before it is handed out",
                 |p: &mut Parsing, v| {
-                    p.min_replicas = v.parse().ok().filter(|n| *n <= 16).ok_or_else(|| {
+                    p.config.min_replicas = v.parse().ok().filter(|n| *n <= 16).ok_or_else(|| {
                         bad_url(format!(
                             "min_replicas must be a whole number from 0 to 16, not {v:?}"
                         ))
@@ -569,7 +719,7 @@ fn options(cluster: bool) -> Vec<UrlOption<Parsing>> {
                 "replica_timeout",
                 "500ms",
                 "bound on the replicas' acknowledgement",
-                |p: &mut Parsing| &mut p.replica_timeout,
+                |p: &mut Parsing| &mut p.config.replica_timeout,
             ),
         ]);
     }
@@ -578,12 +728,17 @@ fn options(cluster: bool) -> Vec<UrlOption<Parsing>> {
 
 /// What `redis://` reads, for the store's descriptor.
 pub(crate) fn option_docs() -> Vec<OptionDoc> {
-    options(false).iter().map(UrlOption::describe).collect()
+    options(Kind::Single).iter().map(UrlOption::describe).collect()
 }
 
 /// What `redis+cluster://` reads, for the store's descriptor.
 pub(crate) fn cluster_option_docs() -> Vec<OptionDoc> {
-    options(true).iter().map(UrlOption::describe).collect()
+    options(Kind::Cluster).iter().map(UrlOption::describe).collect()
+}
+
+/// What `redis+sentinel://` reads, for the store's descriptor.
+pub(crate) fn sentinel_option_docs() -> Vec<OptionDoc> {
+    options(Kind::Sentinel).iter().map(UrlOption::describe).collect()
 }
 
 /// The `max_ttl` option: a window of at most fencelock-core's 24 h.
@@ -817,15 +972,19 @@ mod tests {
 
     #[test]
     fn every_declared_default_is_the_parser_s_own() {
-        for (url, cluster) in [("redis://h:6379", false), ("redis+cluster://h:7000", true)] {
+        for (url, kind) in [
+            ("redis://h:6379", Kind::Single),
+            ("redis+cluster://h:7000", Kind::Cluster),
+            ("redis+sentinel://h:26379/m", Kind::Sentinel),
+        ] {
             let fresh = || Parsing {
                 config: RedisConfig::from_url(url).expect("parses"),
                 tls_files: TlsFiles::default(),
-                min_replicas: 0,
-                replica_timeout: DEFAULT_REPLICA_TIMEOUT,
+                sentinel_user: None,
+                sentinel_password: None,
             };
             assert_eq!(
-                fencelock_core::raw::url::defaults_that_differ(&options(cluster), fresh),
+                fencelock_core::raw::url::defaults_that_differ(&options(kind), fresh),
                 Vec::<&str>::new()
             );
         }

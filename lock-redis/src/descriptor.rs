@@ -5,7 +5,9 @@ use std::sync::Arc;
 use fencelock_core::raw::BoxFuture;
 use fencelock_core::{DynLockStore, Result, StoreKind};
 
-use crate::config::{RedisConfig, REDIS_CLUSTER_URL_SCHEMES, REDIS_URL_SCHEMES};
+use crate::config::{
+    RedisConfig, REDIS_CLUSTER_URL_SCHEMES, REDIS_SENTINEL_URL_SCHEMES, REDIS_URL_SCHEMES,
+};
 use crate::redlock::{RedlockConfig, RedlockStore, REDLOCK_URL_SCHEMES};
 use crate::store::RedisStore;
 
@@ -31,6 +33,19 @@ pub const REDIS_CLUSTER: StoreKind = StoreKind::new(
 )
 .with_example("redis+cluster://a:7000,b:7001,c:7002")
 .with_options(crate::config::cluster_option_docs);
+
+/// The master of a Redis Sentinel deployment:
+/// `redis+sentinel://host:26379[,host:26379…]/MASTER`, see [`RedisConfig`]; the same
+/// [`RedisStore`] on the master the sentinels name, found again after a failover.
+pub const REDIS_SENTINEL: StoreKind = StoreKind::new(
+    "redis-sentinel",
+    REDIS_SENTINEL_URL_SCHEMES,
+    "redis",
+    redis,
+)
+.with_eviction("deletes the key's lock (never its fencing counter) on the master and wakes its waiters")
+.with_example("redis+sentinel://a:26379,b:26379,c:26379/mymaster")
+.with_options(crate::config::sentinel_option_docs);
 
 /// Redlock over independent Redis masters: `redlock://host:port,host:port,host:port`, see
 /// [`RedlockConfig`].

@@ -20,6 +20,7 @@ use crate::config::{Layout, RedisConfig};
 use crate::error::redis_error;
 use crate::eviction::{self, EvictionCheck};
 use crate::keys::{KeyNames, Name, NameArg};
+use crate::sentinel::SentinelConn;
 use crate::script::{
     acquire_as_waiting_on, acquire_keys_on, acquire_on, acquire_waiting_on, evict_on, extend_as_on,
     extend_on, member, relabel_as_on, relabel_on, release_as_on, release_keys_on,
@@ -196,6 +197,20 @@ impl RedisStore {
                 ReleaseSubscriber::new(clients, config.connect_timeout, config.command_timeout);
             return Ok(Self::assemble(config, conn, subscriber));
         }
+        if let Some(sentinel) = &config.sentinel {
+            let conn = SentinelConn::new(
+                sentinel.clone(),
+                config.connection.clone(),
+                config.connect_timeout,
+                config.command_timeout,
+            );
+            let subscriber = ReleaseSubscriber::on_master_of(
+                conn.clone(),
+                config.connect_timeout,
+                config.command_timeout,
+            );
+            return Ok(Self::assemble(config, Conn::Sentinel(conn), subscriber));
+        }
         let client = redis::Client::open(config.connection.clone())
             .map_err(|e| Error::store(format!("{config}: {:?}", e.kind()), e))?;
         // No response timeout of the client's own: every command on this connection runs
@@ -341,7 +356,7 @@ impl RedisStore {
     fn acquire_connection(&self) -> (Conn, Option<Arc<AtomicI64>>) {
         let replicas = self.inner.config.min_replicas();
         match &self.inner.conn {
-            Conn::Cluster(conn) if replicas > 0 => {
+            conn @ (Conn::Cluster(_) | Conn::Sentinel(_)) if replicas > 0 => {
                 let timeout = self.inner.config.replica_timeout();
                 let (conn, acked) = Acked::new(conn.clone(), replicas, timeout);
                 (Conn::Acked(conn), Some(acked))

@@ -20,6 +20,8 @@ use redis::aio::{PubSubSink, PubSubStream};
 use tokio::sync::{mpsc, watch, Notify};
 use tokio::time::{sleep, timeout};
 
+use crate::sentinel::SentinelConn;
+
 /// The pub/sub side of one store handle.
 pub(crate) struct ReleaseSubscriber {
     shared: Arc<SubscriberState>,
@@ -27,9 +29,8 @@ pub(crate) struct ReleaseSubscriber {
 
 /// What the subscriber and its listeners share.
 struct SubscriberState {
-    /// The servers to subscribe on, tried in turn (one for a single server; every seed node of
-    /// a Cluster, where PUBLISH reaches every node).
-    clients: Vec<redis::Client>,
+    /// Where to subscribe.
+    source: Source,
     /// The index of the client to try next.
     next: std::sync::atomic::AtomicUsize,
     connect_timeout: Duration,
@@ -52,6 +53,16 @@ struct Channel {
     last: Mutex<Option<Vec<u8>>>,
 }
 
+/// The servers a subscriber connects to.
+enum Source {
+    /// Tried in turn: one for a single server; every seed node of a Cluster, where PUBLISH
+    /// reaches every node.
+    Fixed(Vec<redis::Client>),
+    /// The master a Sentinel deployment names now (its replicas would do as well: PUBLISH is
+    /// replicated, but the master is the one server the store knows).
+    Sentinel(SentinelConn),
+}
+
 enum Command {
     Subscribe(String),
     Unsubscribe(String),
@@ -70,9 +81,22 @@ impl ReleaseSubscriber {
         connect_timeout: Duration,
         command_timeout: Duration,
     ) -> Self {
+        Self::with_source(Source::Fixed(clients), connect_timeout, command_timeout)
+    }
+
+    /// A subscriber on the master the sentinels name, asked again at every reconnect.
+    pub(crate) fn on_master_of(
+        conn: SentinelConn,
+        connect_timeout: Duration,
+        command_timeout: Duration,
+    ) -> Self {
+        Self::with_source(Source::Sentinel(conn), connect_timeout, command_timeout)
+    }
+
+    fn with_source(source: Source, connect_timeout: Duration, command_timeout: Duration) -> Self {
         ReleaseSubscriber {
             shared: Arc::new(SubscriberState {
-                clients,
+                source,
                 next: 0.into(),
                 connect_timeout,
                 command_timeout,
@@ -275,7 +299,16 @@ async fn back_off(
 
 async fn connect(shared: &SubscriberState) -> Option<(PubSubSink, PubSubStream)> {
     let index = shared.next.load(std::sync::atomic::Ordering::Relaxed);
-    let client = shared.clients.get(index % shared.clients.len().max(1))?;
+    let client = match &shared.source {
+        Source::Fixed(clients) => clients.get(index % clients.len().max(1))?.clone(),
+        Source::Sentinel(conn) => match conn.master_client().await {
+            Ok(client) => client,
+            Err(error) => {
+                tracing::debug!(%error, "no master for the pub/sub connection");
+                return None;
+            }
+        },
+    };
     match timeout(shared.connect_timeout, client.get_async_pubsub()).await {
         Ok(Ok(pubsub)) => Some(pubsub.split()),
         Ok(Err(error)) => {

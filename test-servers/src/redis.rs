@@ -283,6 +283,34 @@ pub(crate) fn ping(port: u16) -> bool {
     reply.starts_with(b"+PONG")
 }
 
+/// True if the server on `port` answers `AUTH password` with `+OK` and then `PING` with
+/// `+PONG`.
+pub(crate) fn ping_as(port: u16, password: &str) -> bool {
+    let timeout = Duration::from_millis(500);
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let Ok(mut stream) = TcpStream::connect_timeout(&addr, timeout) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(timeout));
+    let _ = stream.set_write_timeout(Some(timeout));
+    let request = format!(
+        "*2\r\n$4\r\nAUTH\r\n${}\r\n{password}\r\n*1\r\n$4\r\nPING\r\n",
+        password.len()
+    );
+    if stream.write_all(request.as_bytes()).is_err() {
+        return false;
+    }
+    let mut reply = Vec::new();
+    let mut buf = [0u8; 64];
+    while reply.iter().filter(|b| **b == b'\n').count() < 2 {
+        match stream.read(&mut buf) {
+            Ok(0) | Err(_) => return false,
+            Ok(n) => reply.extend_from_slice(&buf[..n]),
+        }
+    }
+    reply.starts_with(b"+OK\r\n+PONG")
+}
+
 /// Sends one command (as a RESP array) to the server on `port` as the default user and returns
 /// the first line of its answer without the line end: `+OK`, `-ERR ...`, `:1`, and so on.
 fn command_reply(port: u16, args: &[&str]) -> std::io::Result<String> {

@@ -773,7 +773,8 @@ pub fn check_userinfo_encoded(url: &str) -> Result<()> {
 }
 
 /// `url` with any password replaced by `***`, for messages and logs: the one in the userinfo
-/// and a `password=` query option (libpq accepts one). Works on URLs with several hosts
+/// and a `password=` or `…_password=` query option (libpq accepts the first; a store may read
+/// `sentinel_password`, say). Works on URLs with several hosts
 /// (`scheme://a:1,b:2`), which `url::Url` cannot parse, and on text that is not a
 /// URL at all (returned as it is).
 pub fn redact(url: &str) -> String {
@@ -805,7 +806,8 @@ pub fn redact(url: &str) -> String {
     mask_password_options(&format!("{scheme}://{authority}{}", redact_query(tail)))
 }
 
-/// `text` with the value of every `password=` option (after a `?` or `&`, any case) masked.
+/// `text` with the value of every `password=` or `…_password=` option (after a `?` or `&`, any
+/// case) masked.
 fn mask_password_options(text: &str) -> String {
     let lower = text.to_ascii_lowercase();
     let mut out = String::with_capacity(text.len());
@@ -815,7 +817,17 @@ fn mask_password_options(text: &str) -> String {
         let start = from + found;
         let value = start + "password=".len();
         from = value;
-        if !matches!(text[..start].chars().last(), Some('?' | '&')) {
+        // `password=` itself, or the end of a `…_password=` option (`sentinel_password`).
+        let Some(name_start) = text[..start].rfind(['?', '&']).map(|at| at + 1) else {
+            continue;
+        };
+        let stem = &text[name_start..start];
+        let named = stem.is_empty()
+            || (stem.ends_with('_')
+                && stem
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_'));
+        if !named {
             continue;
         }
         let end = text[value..]
@@ -830,7 +842,14 @@ fn mask_password_options(text: &str) -> String {
     out
 }
 
-/// The path, query and fragment with the value of every `password` option masked.
+/// Whether an option of this name holds a secret: `password`, or a name ending in
+/// `_password` (`sentinel_password`), any case.
+fn is_password_option(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    lower == "password" || lower.ends_with("_password")
+}
+
+/// The path, query and fragment with the value of every password option masked.
 fn redact_query(tail: &str) -> String {
     let Some((path, query)) = tail.split_once('?') else {
         return tail.to_owned();
@@ -841,7 +860,7 @@ fn redact_query(tail: &str) -> String {
     let options: Vec<String> = query
         .split('&')
         .map(|option| match option.split_once('=') {
-            Some((name, _)) if name.eq_ignore_ascii_case("password") => format!("{name}=***"),
+            Some((name, _)) if is_password_option(name) => format!("{name}=***"),
             _ => option.to_owned(),
         })
         .collect();
@@ -1014,6 +1033,12 @@ mod tests {
                 "redlock://u:***@a:1,b:2,c:3/0",
             ),
             ("etcd://:hunter#2@a:1", "etcd://:***@a:1"),
+            // An option whose name ends in `_password` (a Redis Sentinel's own password).
+            (
+                "scheme://:hunter2@a:1,b:2/m?sentinel_password=hunter2&x=1",
+                "scheme://:***@a:1,b:2/m?sentinel_password=***&x=1",
+            ),
+            ("x://h?no_password_here=1", "x://h?no_password_here=1"),
             // An `@` in an option value moves the options into the authority.
             (
                 "redis://h:1/0?note=@&password=hunter2",

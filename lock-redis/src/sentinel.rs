@@ -1,0 +1,399 @@
+//! The connection of a `redis+sentinel://` store: the master the sentinels name, confirmed by
+//! `ROLE` on the very connection that then carries the commands (Sentinel's client
+//! guidelines), and found again after a failover.
+//!
+//! The redis crate's `sentinel` feature is not used: its lookup has no bound of its own per
+//! sentinel and takes the sentinels' answers in order (one hung sentinel stalls it), it checks
+//! `ROLE` on a connection of its own and hands back a client that opens another one (the role
+//! may change in between), and it reports an unknown master and unreachable sentinels alike as
+//! its last error.
+//!
+//! The master is asked again (one discovery at a time, shared by the commands waiting on it)
+//! after the connection to it fails or is closed (Sentinel closes clients when it demotes or
+//! promotes a server), after a command is refused with `READONLY` (the server is a replica now;
+//! the command did not run and is sent once more to the master found), and after a command
+//! got no answer within the command timeout (a master paused or cut off, which the sentinels
+//! may have replaced meanwhile).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::{AsyncConnectionConfig, Cmd, ConnectionAddr, ConnectionInfo, RedisFuture, Value};
+use tokio::time::{timeout, Instant};
+
+use crate::config::SentinelSettings;
+
+/// How long discovery waits before asking again when the server the sentinels name is not a
+/// master yet (a failover in progress).
+const ASK_AGAIN: Duration = Duration::from_millis(100);
+
+/// The master of a Sentinel deployment, found on first use and again after a failover; clones
+/// share it.
+#[derive(Clone)]
+pub(crate) struct SentinelConn {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    settings: SentinelSettings,
+    /// The master's connection settings but its address (user, password, database, TLS).
+    node: ConnectionInfo,
+    connect_timeout: Duration,
+    command_timeout: Duration,
+    current: Mutex<Option<Current>>,
+    /// Held by the one discovery in flight.
+    discovery: tokio::sync::Mutex<()>,
+    /// Counts the connections made, so a failure forgets only the connection it met.
+    generation: AtomicU64,
+}
+
+#[derive(Clone)]
+struct Current {
+    conn: MultiplexedConnection,
+    info: ConnectionInfo,
+    generation: u64,
+}
+
+/// What one sentinel said of the master.
+enum Named {
+    At(String, u16),
+    Unknown,
+    Failed(String),
+}
+
+impl SentinelConn {
+    pub(crate) fn new(
+        settings: SentinelSettings,
+        node: ConnectionInfo,
+        connect_timeout: Duration,
+        command_timeout: Duration,
+    ) -> Self {
+        SentinelConn {
+            shared: Arc::new(Shared {
+                settings,
+                node,
+                connect_timeout,
+                command_timeout,
+                current: Mutex::new(None),
+                discovery: tokio::sync::Mutex::new(()),
+                generation: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// A client for the master now (found first if need be), for the pub/sub connection.
+    pub(crate) async fn master_client(&self) -> redis::RedisResult<redis::Client> {
+        let current = self.current().await?;
+        redis::Client::open(current.info)
+    }
+
+    /// The connection to the master, found first if there is none.
+    async fn current(&self) -> redis::RedisResult<Current> {
+        if let Some(current) = self.shared.lock().clone() {
+            return Ok(current);
+        }
+        let _one = self.shared.discovery.lock().await;
+        // Another caller may have found it while this one waited.
+        if let Some(current) = self.shared.lock().clone() {
+            return Ok(current);
+        }
+        let (conn, info) = self.discover().await?;
+        let generation = self.shared.generation.fetch_add(1, Ordering::SeqCst) + 1;
+        let current = Current {
+            conn,
+            info,
+            generation,
+        };
+        *self.shared.lock() = Some(current.clone());
+        Ok(current)
+    }
+
+    /// Forgets the connection of `generation`, if it is still the current one.
+    fn forget(&self, generation: u64) {
+        let mut current = self.shared.lock();
+        if current.as_ref().is_some_and(|c| c.generation == generation) {
+            tracing::debug!(
+                master = self.shared.settings.master,
+                "asking the sentinels for the master again"
+            );
+            *current = None;
+        }
+    }
+
+    /// Asks the sentinels for the master and connects to it, until it says it is the master
+    /// or the connect timeout passed.
+    async fn discover(&self) -> redis::RedisResult<(MultiplexedConnection, ConnectionInfo)> {
+        let deadline = Instant::now() + self.shared.connect_timeout;
+        loop {
+            let (host, port) = self.ask_sentinels(deadline).await?;
+            let info = self
+                .shared
+                .node
+                .clone()
+                .set_addr(with_address(self.shared.node.addr(), host.clone(), port));
+            let refusal = match self.connect_master(&info, deadline).await {
+                Ok(conn) => return Ok((conn, info)),
+                Err(refusal) => refusal,
+            };
+            if Instant::now() + ASK_AGAIN >= deadline {
+                return Err(refusal);
+            }
+            tokio::time::sleep(ASK_AGAIN).await;
+        }
+    }
+
+    /// `SENTINEL GET-MASTER-ADDR-BY-NAME` on every sentinel at once: the first address named.
+    async fn ask_sentinels(&self, deadline: Instant) -> redis::RedisResult<(String, u16)> {
+        let settings = &self.shared.settings;
+        let mut asked: FuturesUnordered<_> = settings
+            .sentinels
+            .iter()
+            .map(|sentinel| ask(sentinel, &settings.master, deadline))
+            .collect();
+        let mut unknown = 0;
+        let mut failures = Vec::new();
+        while let Some(named) = asked.next().await {
+            match named {
+                Named::At(host, port) => return Ok((host, port)),
+                Named::Unknown => unknown += 1,
+                Named::Failed(why) => failures.push(why),
+            }
+        }
+        let master = &settings.master;
+        if unknown > 0 {
+            return Err(redis::RedisError::from((
+                redis::ErrorKind::MasterNameNotFoundBySentinel,
+                "unknown master",
+                format!(
+                    "{unknown} of {} sentinels know no master named {master:?} (check the \
+                     name after the hosts in the URL)",
+                    settings.sentinels.len()
+                ),
+            )));
+        }
+        Err(unavailable(format!(
+            "no sentinel answered for master {master:?}: {}",
+            failures.join("; ")
+        )))
+    }
+
+    /// A connection to the server at `info` that says `ROLE` master, by `deadline`.
+    async fn connect_master(
+        &self,
+        info: &ConnectionInfo,
+        deadline: Instant,
+    ) -> redis::RedisResult<MultiplexedConnection> {
+        let address = address_of(info);
+        let master = &self.shared.settings.master;
+        let left = deadline.saturating_duration_since(Instant::now());
+        let connected = timeout(left, async {
+            let client = redis::Client::open(info.clone())?;
+            let config = AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(left))
+                .set_response_timeout(None);
+            let mut conn = client
+                .get_multiplexed_async_connection_with_config(&config)
+                .await?;
+            let role: Value = redis::cmd("ROLE").query_async(&mut conn).await?;
+            Ok::<_, redis::RedisError>((conn, role))
+        })
+        .await;
+        let (conn, role) = match connected {
+            Ok(Ok(found)) => found,
+            Ok(Err(error)) if !crate::error::is_unavailable(&error) => return Err(error),
+            Ok(Err(error)) => {
+                return Err(unavailable(format!(
+                    "the sentinels name {address} as master {master:?}, which cannot be \
+                     reached: {error}"
+                )))
+            }
+            Err(_) => {
+                return Err(unavailable(format!(
+                    "the sentinels name {address} as master {master:?}, which does not answer \
+                     ROLE in time"
+                )))
+            }
+        };
+        match first_word(&role).as_deref() {
+            Some("master") => Ok(conn),
+            other => Err(unavailable(format!(
+                "the sentinels name {address} as master {master:?}, but it says ROLE {}",
+                other.unwrap_or("(no answer)")
+            ))),
+        }
+    }
+
+    /// Runs `send` on the master's connection under the command timeout; on a sign that the
+    /// master moved, forgets the connection, and on `READONLY` sends once more.
+    async fn send<'a, T, F>(&'a self, send: F) -> redis::RedisResult<T>
+    where
+        F: Fn(MultiplexedConnection) -> RedisFuture<'a, T> + 'a,
+    {
+        let mut again = true;
+        loop {
+            let current = self.current().await?;
+            let mut abandoned = Abandoned::new(self, current.generation);
+            let answer = timeout(self.shared.command_timeout, send(current.conn)).await;
+            abandoned.disarm();
+            let error = match answer {
+                Ok(Ok(value)) => return Ok(value),
+                Ok(Err(error)) => error,
+                Err(_) => {
+                    self.forget(current.generation);
+                    return Err(unavailable(format!(
+                        "no answer from the master within {:?}",
+                        self.shared.command_timeout
+                    )));
+                }
+            };
+            let read_only = error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly)
+                || error.code() == Some("READONLY");
+            if read_only || error.is_io_error() || error.is_connection_dropped() {
+                self.forget(current.generation);
+            }
+            if read_only && std::mem::take(&mut again) {
+                continue;
+            }
+            return Err(error);
+        }
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Current>> {
+        self.current.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Forgets the connection when a command on it is dropped unanswered after the command timeout
+/// (the caller's own timer, as long as ours, fired first).
+struct Abandoned<'a> {
+    conn: &'a SentinelConn,
+    generation: u64,
+    sent: Instant,
+    armed: bool,
+}
+
+impl<'a> Abandoned<'a> {
+    fn new(conn: &'a SentinelConn, generation: u64) -> Self {
+        Abandoned {
+            conn,
+            generation,
+            sent: Instant::now(),
+            armed: true,
+        }
+    }
+
+    fn disarm(&mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for Abandoned<'_> {
+    fn drop(&mut self) {
+        if self.armed && self.sent.elapsed() >= self.conn.shared.command_timeout {
+            self.conn.forget(self.generation);
+        }
+    }
+}
+
+impl ConnectionLike for SentinelConn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        Box::pin(async move {
+            self.send(move |mut conn| Box::pin(async move { conn.req_packed_command(cmd).await }))
+                .await
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        Box::pin(async move {
+            self.send(move |mut conn| {
+                Box::pin(async move { conn.req_packed_commands(pipeline, offset, count).await })
+            })
+            .await
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        self.shared.node.redis_settings().db()
+    }
+}
+
+/// What one sentinel says of `master`, by `deadline`.
+async fn ask(sentinel: &ConnectionInfo, master: &str, deadline: Instant) -> Named {
+    let address = address_of(sentinel);
+    let left = deadline.saturating_duration_since(Instant::now());
+    let asked = timeout(left, async {
+        let client = redis::Client::open(sentinel.clone())?;
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(left))
+            .set_response_timeout(None);
+        let mut conn = client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?;
+        redis::cmd("SENTINEL")
+            .arg("GET-MASTER-ADDR-BY-NAME")
+            .arg(master)
+            .query_async::<Option<(String, u16)>>(&mut conn)
+            .await
+    })
+    .await;
+    match asked {
+        Ok(Ok(Some((host, port)))) => Named::At(host, port),
+        Ok(Ok(None)) => Named::Unknown,
+        Ok(Err(error)) => Named::Failed(format!("{address}: {error}")),
+        Err(_) => Named::Failed(format!("{address}: no answer in time")),
+    }
+}
+
+/// `addr` moved to `host:port`, TLS settings kept.
+fn with_address(addr: &ConnectionAddr, host: String, port: u16) -> ConnectionAddr {
+    match addr {
+        ConnectionAddr::TcpTls {
+            insecure,
+            tls_params,
+            ..
+        } => ConnectionAddr::TcpTls {
+            host,
+            port,
+            insecure: *insecure,
+            tls_params: tls_params.clone(),
+        },
+        _ => ConnectionAddr::Tcp(host, port),
+    }
+}
+
+/// `host:port` of a TCP address, for messages.
+fn address_of(info: &ConnectionInfo) -> String {
+    match info.addr() {
+        ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
+            format!("{host}:{port}")
+        }
+        other => format!("{other:?}"),
+    }
+}
+
+/// The first element of a `ROLE` reply.
+fn first_word(role: &Value) -> Option<String> {
+    let Value::Array(fields) = role else {
+        return None;
+    };
+    match fields.first()? {
+        Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
+        Value::SimpleString(text) => Some(text.clone()),
+        _ => None,
+    }
+}
+
+/// A retryable error with `detail`.
+fn unavailable(detail: String) -> redis::RedisError {
+    redis::RedisError::from((redis::ErrorKind::Io, "Redis Sentinel", detail))
+}
