@@ -9,11 +9,16 @@
 //! its last error.
 //!
 //! The master is asked again (one discovery at a time, shared by the commands waiting on it)
-//! after the connection to it fails or is closed (Sentinel closes clients when it demotes or
-//! promotes a server), after a command is refused with `READONLY` (the server is a replica now;
-//! the command did not run and is sent once more to the master found), and after a command
-//! got no answer within the command timeout (a master paused or cut off, which the sentinels
-//! may have replaced meanwhile).
+//! when a sentinel announces a new one (`+switch-master`, listened to on one sentinel at a
+//! time from the first discovery on), after the connection to it fails or is closed (Sentinel
+//! closes clients when it demotes or promotes a server), after a command is refused with
+//! `READONLY` (the server is a replica now; the command did not run and is sent once more to
+//! the master found), and after a command got no answer within the command timeout (a master
+//! paused or cut off, which the sentinels may have replaced meanwhile).
+//!
+//! The announcement matters most: after `SENTINEL FAILOVER`, or a failover while the old
+//! master was only cut off, the old master keeps taking writes until the sentinels demote it
+//! (seconds later), and a store still writing there would see its writes lost.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -46,6 +51,8 @@ struct Shared {
     current: Mutex<Option<Current>>,
     /// Held by the one discovery in flight.
     discovery: tokio::sync::Mutex<()>,
+    /// Whether the `+switch-master` listener was started.
+    listening: std::sync::atomic::AtomicBool,
     /// Counts the connections made, so a failure forgets only the connection it met.
     generation: AtomicU64,
 }
@@ -79,6 +86,7 @@ impl SentinelConn {
                 command_timeout,
                 current: Mutex::new(None),
                 discovery: tokio::sync::Mutex::new(()),
+                listening: std::sync::atomic::AtomicBool::new(false),
                 generation: AtomicU64::new(0),
             }),
         }
@@ -100,6 +108,9 @@ impl SentinelConn {
         if let Some(current) = self.shared.lock().clone() {
             return Ok(current);
         }
+        if !self.shared.listening.swap(true, Ordering::SeqCst) {
+            tokio::spawn(listen_for_switches(Arc::downgrade(&self.shared)));
+        }
         let (conn, info) = self.discover().await?;
         let generation = self.shared.generation.fetch_add(1, Ordering::SeqCst) + 1;
         let current = Current {
@@ -113,14 +124,7 @@ impl SentinelConn {
 
     /// Forgets the connection of `generation`, if it is still the current one.
     fn forget(&self, generation: u64) {
-        let mut current = self.shared.lock();
-        if current.as_ref().is_some_and(|c| c.generation == generation) {
-            tracing::debug!(
-                master = self.shared.settings.master,
-                "asking the sentinels for the master again"
-            );
-            *current = None;
-        }
+        self.shared.forget_if(|c| c.generation == generation);
     }
 
     /// Asks the sentinels for the master and connects to it, until it says it is the master
@@ -266,6 +270,71 @@ impl Shared {
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<Current>> {
         self.current.lock().unwrap_or_else(PoisonError::into_inner)
     }
+
+    /// Forgets the current connection if `stale` says so of it.
+    fn forget_if(&self, stale: impl FnOnce(&Current) -> bool) {
+        let mut current = self.lock();
+        if current.as_ref().is_some_and(stale) {
+            tracing::debug!(
+                master = self.settings.master,
+                "asking the sentinels for the master again"
+            );
+            *current = None;
+        }
+    }
+}
+
+/// Listens for `+switch-master` on one sentinel at a time (the next one when a connection
+/// fails), and forgets the connection to a master the sentinels replaced. Ends with the last
+/// handle.
+async fn listen_for_switches(shared: std::sync::Weak<Shared>) {
+    let mut next = 0usize;
+    loop {
+        let (sentinel, bound) = match shared.upgrade() {
+            Some(s) => {
+                let sentinels = &s.settings.sentinels;
+                let sentinel = sentinels[next % sentinels.len().max(1)].clone();
+                (sentinel, s.connect_timeout)
+            }
+            None => return,
+        };
+        next = next.wrapping_add(1);
+        let connected = timeout(bound, async {
+            let mut pubsub = redis::Client::open(sentinel)?.get_async_pubsub().await?;
+            pubsub.subscribe("+switch-master").await?;
+            Ok::<_, redis::RedisError>(pubsub)
+        })
+        .await;
+        let Ok(Ok(pubsub)) = connected else {
+            tokio::time::sleep(ASK_AGAIN * 5).await;
+            continue;
+        };
+        let mut messages = pubsub.into_on_message();
+        // A switch is checked for every time a message comes; the weak handle is upgraded
+        // only then, so a listener does not keep a dropped store alive.
+        loop {
+            let message = tokio::select! {
+                message = messages.next() => message,
+                () = tokio::time::sleep(Duration::from_secs(1)) => {
+                    if shared.strong_count() == 0 {
+                        return;
+                    }
+                    continue;
+                }
+            };
+            let Some(message) = message else { break };
+            let Some(s) = shared.upgrade() else { return };
+            let payload: String = message.get_payload().unwrap_or_default();
+            // `<name> <old-ip> <old-port> <new-ip> <new-port>`
+            let fields: Vec<&str> = payload.split_whitespace().collect();
+            if let [name, _, _, ip, port] = fields[..] {
+                if name == s.settings.master {
+                    let new = format!("{ip}:{port}");
+                    s.forget_if(|c| address_of(&c.info) != new);
+                }
+            }
+        }
+    }
 }
 
 /// Forgets the connection when a command on it is dropped unanswered after the command timeout
@@ -349,6 +418,9 @@ async fn ask(sentinel: &ConnectionInfo, master: &str, deadline: Instant) -> Name
     match asked {
         Ok(Ok(Some((host, port)))) => Named::At(host, port),
         Ok(Ok(None)) => Named::Unknown,
+        Ok(Err(error)) if error.to_string().contains("unknown command") => Named::Failed(
+            format!("{address} is not a sentinel (it does not know the SENTINEL command)"),
+        ),
         Ok(Err(error)) => Named::Failed(format!("{address}: {error}")),
         Err(_) => Named::Failed(format!("{address}: no answer in time")),
     }

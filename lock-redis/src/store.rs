@@ -399,6 +399,30 @@ impl RedisStore {
         })
     }
 
+    /// After an extend the master applied: `Ok` if `min_replicas` replicas acknowledged it (or
+    /// none were asked for); else the retryable [`Error::Unavailable`], and the lease keeps
+    /// the deadline it had, which the replicas do have.
+    fn extension_acknowledged(&self, lease: &Lease, acked: Option<Arc<AtomicI64>>) -> Result<()> {
+        let Some(acked) = acked else {
+            return Ok(());
+        };
+        let wanted = self.inner.config.min_replicas();
+        let got = acked.load(std::sync::atomic::Ordering::SeqCst);
+        if got >= i64::from(wanted) {
+            return Ok(());
+        }
+        Err(Error::Unavailable {
+            message: format!(
+                "extend {:?}: {} of the {wanted} replicas required (min_replicas) acknowledged \
+                 the new deadline within {:?}; the lease keeps its previous one",
+                lease.key(),
+                got.max(0),
+                self.inner.config.replica_timeout()
+            ),
+            source: None,
+        })
+    }
+
     /// [`Self::run`] on `conn`.
     async fn run_on<T, F, Fut>(&self, conn: Conn, what: &str, command: F) -> Result<T>
     where
@@ -840,6 +864,11 @@ impl raw::Store for RedisStore {
         self.release_in(lease, lease.label().is_some()).await
     }
 
+    /// With `min_replicas` (Cluster, Sentinel) the new deadline is followed by `WAIT` as a
+    /// grant is: if fewer replicas acknowledge it in time, the extend fails with the retryable
+    /// [`Error::Unavailable`] and the lease keeps its previous deadline (a keep-alive tries
+    /// again).
+    ///
     /// # Cancel safety
     /// Dropping the future may or may not have extended the lease on the server; the local
     /// deadline only moves once the answer is read.
@@ -849,9 +878,12 @@ impl raw::Store for RedisStore {
         // Only a labelled lease's label key is renewed with it.
         let labelled = lease.label().is_some();
         let sent_at = Instant::now();
+        // With `min_replicas` the new deadline counts only once the replicas have it, as a
+        // grant does: a failover may otherwise promote a replica that still has the old one.
+        let (conn, acked) = self.acquire_connection();
         let extended = match tag_of(lease.mode()) {
             None => {
-                self.run("extend", |mut conn| async move {
+                self.run_on(conn, "extend", |mut conn| async move {
                     extend_on(&mut conn, &names, owner, ttl, labelled).await
                 })
                 .await?
@@ -859,13 +891,14 @@ impl raw::Store for RedisStore {
             Some(tag) => {
                 let member = member(owner, lease.fencing_token(), lease.slot());
                 let label = labelled.then(|| names.label(owner));
-                self.run("extend", |mut conn| async move {
+                self.run_on(conn, "extend", |mut conn| async move {
                     extend_as_on(&mut conn, &names, &member, &tag, ttl, label.as_deref()).await
                 })
                 .await?
             }
         };
         if extended {
+            self.extension_acknowledged(lease, acked)?;
             lease.confirm(sent_at);
             Ok(())
         } else {
