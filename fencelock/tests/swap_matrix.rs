@@ -1,5 +1,5 @@
 //! Swapping stores keeps a fenced resource working (docs/swaps.md): for every
-//! ordered pair (A, B) of the eight default-layout stores, a file fenced under A accepts the
+//! ordered pair (A, B) of the nine default-layout stores, a file fenced under A accepts the
 //! first write of B's first lease once the pair's delay D has passed since A's last grant, and
 //! A's again after the way back, with tokens strictly increasing all along.
 //!
@@ -25,7 +25,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use fencelock::{DynLockStore, Error, ErrorKind, ReleaseOutcome};
 use fencelock_fence::FencedFile;
 use test_servers::{
-    EtcdServer, MariadbServer, PostgresServer, RedisCluster, RedisServer, ZookeeperEnsemble,
+    EtcdServer, MariadbServer, PostgresServer, RedisCluster, RedisSentinel, RedisServer,
+    ZookeeperEnsemble,
 };
 use tokio::time::{sleep_until, Instant};
 
@@ -64,12 +65,13 @@ const ZOOKEEPER_RUNAHEAD: Duration = Duration::from_millis(50);
 /// A strict inequality in µs: one more.
 const MICROSECOND: Duration = Duration::from_micros(1);
 
-/// The eight stores in their default layouts.
+/// The nine stores in their default layouts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
     Redis,
     Redlock,
     Cluster,
+    Sentinel,
     Etcd,
     Postgres,
     Mysql,
@@ -81,7 +83,7 @@ impl Kind {
     /// How far below the clock a fresh mint may be: the clock is floored to this.
     fn granule(self) -> Duration {
         match self {
-            Kind::Redis | Kind::Cluster => REDIS_GRANULE,
+            Kind::Redis | Kind::Cluster | Kind::Sentinel => REDIS_GRANULE,
             Kind::Redlock => REDLOCK_GRANULE,
             Kind::Etcd => ETCD_GRANULE,
             Kind::Postgres => fencelock::fencelock_postgres::TOKEN_GRANULE,
@@ -112,6 +114,7 @@ impl fmt::Display for Kind {
             Kind::Redis => "redis",
             Kind::Redlock => "redlock",
             Kind::Cluster => "cluster",
+            Kind::Sentinel => "sentinel",
             Kind::Etcd => "etcd",
             Kind::Postgres => "postgres",
             Kind::Mysql => "mysql",
@@ -158,6 +161,7 @@ struct Servers {
     _redis: RedisServer,
     _redlock: Vec<RedisServer>,
     _cluster: RedisCluster,
+    _sentinel: RedisSentinel,
     _etcd: EtcdServer,
     _postgres: PostgresServer,
     _mariadb: MariadbServer,
@@ -165,7 +169,7 @@ struct Servers {
     urls: Vec<(Kind, String)>,
 }
 
-/// Starts the seven servers at once (each start blocks a thread until its server answers).
+/// Starts the eight servers at once (each start blocks a thread until its server answers).
 async fn start_servers(sqlite_url: String) -> Servers {
     fn start<T: Send + 'static>(
         what: &'static str,
@@ -176,13 +180,15 @@ async fn start_servers(sqlite_url: String) -> Servers {
     let redis = start("redis-server", RedisServer::start);
     let redlock = start("three Redlock masters", || RedisServer::start_many(3));
     let cluster = start("a Redis Cluster", || RedisServer::start_cluster(3, 0));
+    let sentinel = start("a Redis Sentinel deployment", RedisServer::start_sentinel);
     let etcd = start("etcd", EtcdServer::start);
     let postgres = start("postgresql", PostgresServer::start);
     let mariadb = start("mariadb", MariadbServer::start);
     let zookeeper = start("zookeeper", ZookeeperEnsemble::start_standalone);
-    let (redis, redlock, cluster, etcd, postgres, mariadb, zookeeper) =
-        tokio::try_join!(redis, redlock, cluster, etcd, postgres, mariadb, zookeeper)
-            .expect("join");
+    let (redis, redlock, cluster, sentinel, etcd, postgres, mariadb, zookeeper) = tokio::try_join!(
+        redis, redlock, cluster, sentinel, etcd, postgres, mariadb, zookeeper
+    )
+    .expect("join");
     let hosts: Vec<String> = redlock
         .iter()
         .map(|s| format!("127.0.0.1:{}", s.port()))
@@ -196,6 +202,7 @@ async fn start_servers(sqlite_url: String) -> Servers {
             format!("redlock://{}?command_timeout=2s", hosts.join(",")),
         ),
         (Kind::Cluster, cluster.url()),
+        (Kind::Sentinel, sentinel.url()),
         (Kind::Etcd, etcd.url()),
         (Kind::Postgres, postgres.url()),
         (Kind::Mysql, mariadb.url()),
@@ -206,6 +213,7 @@ async fn start_servers(sqlite_url: String) -> Servers {
         _redis: redis,
         _redlock: redlock,
         _cluster: cluster,
+        _sentinel: sentinel,
         _etcd: etcd,
         _postgres: postgres,
         _mariadb: mariadb,
@@ -348,7 +356,7 @@ async fn round_trip(a: Store, b: Store, dir: PathBuf) -> RoundTrip {
     }
 }
 
-/// Every ordered pair of the eight stores, A → B → A, all pairs at once (each on its own key
+/// Every ordered pair of the nine stores, A → B → A, all pairs at once (each on its own key
 /// and file): every first write after a swap is accepted and every token grows.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_swap_between_two_stores_keeps_the_fenced_resource_working() {

@@ -117,11 +117,19 @@ impl fmt::Display for Layout {
 /// | `max_ttl` | `24h` | the longest TTL this handle grants (at most 24 h) |
 /// | `tls_ca` | the system's roots | `rediss://` only: a PEM file of the CA certificates that may sign the server's certificate |
 /// | `tls_cert`, `tls_key` | none | `rediss://` only, both or neither: PEM files of the client certificate and its key, for a server that requires one (`tls-auth-clients yes`) |
-/// | `min_replicas` | `0` | `redis+cluster://` only: replicas that must acknowledge an acquire (`WAIT`) before its lease is handed out, 0 to 16; see the crate docs (*Redis Cluster*) |
-/// | `replica_timeout` | `500ms` | `redis+cluster://` only: bound on that acknowledgement, below `command_timeout` |
+/// | `min_replicas` | `0` | `redis+cluster://` and `redis+sentinel://` only: replicas that must acknowledge an acquire or extend (`WAIT`) before it counts, 0 to 16; see the crate docs (*Redis Cluster*) |
+/// | `replica_timeout` | `500ms` | `redis+cluster://` and `redis+sentinel://` only: bound on that acknowledgement, below `command_timeout` |
+/// | `sentinel_user` | none | `redis+sentinel://` only: the user the sentinels are asked as (their own ACL) |
+/// | `sentinel_password` | none | `redis+sentinel://` only: the sentinels' own password (`requirepass` on the sentinels); never printed |
 ///
 /// The port defaults to 6379 and the database to 0. `rediss://` (TLS) needs the crate feature
 /// `tls`. Unknown options are rejected. `Debug` and `Display` never show the password.
+///
+/// A Redis Cluster is `redis+cluster://[[user]:password@]host:port[,host:port…][?…]` (the seed
+/// nodes), and the master of a Redis Sentinel deployment
+/// `redis+sentinel://[[user]:password@]host[:port][,host[:port]…]/MASTER[/db][?…]` (the
+/// sentinels, port 26379 unless given, and the name they know the master by; the user and
+/// password are the master's): see the crate docs, *Redis Cluster* and *Redis Sentinel*.
 #[derive(Clone)]
 pub struct RedisConfig {
     pub(crate) connection: ConnectionInfo,
@@ -145,7 +153,8 @@ pub struct RedisConfig {
 }
 
 impl RedisConfig {
-    /// Parses a `redis://` or `rediss://` URL (see the type's docs for the options).
+    /// Parses a `redis://`, `rediss://`, `redis+cluster://` or `redis+sentinel://` URL (see the
+    /// type's docs for the options).
     ///
     /// Fails with [`Error::InvalidInput`] naming `"url"` for a malformed URL, another scheme,
     /// a bad database number, an unknown or malformed option, or `rediss://` without the `tls`

@@ -137,6 +137,23 @@ mod redlock {
     });
 }
 
+#[cfg(feature = "redis")]
+mod sentinel {
+    use test_servers::{closed_ports, shared};
+
+    fn url() -> String {
+        shared::redis_sentinel().url()
+    }
+
+    store_cases!(url(), {
+        let hosts: Vec<String> = closed_ports(3)
+            .iter()
+            .map(|port| format!("127.0.0.1:{port}"))
+            .collect();
+        format!("redis+sentinel://{}/fencelock", hosts.join(","))
+    });
+}
+
 #[cfg(feature = "mysql")]
 mod mysql {
     use test_servers::{closed_ports, shared};

@@ -16,7 +16,9 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock, PoisonError};
 
-use crate::{EtcdCluster, EtcdServer, MariadbServer, PostgresServer, RedisServer, Result};
+use crate::{
+    EtcdCluster, EtcdServer, MariadbServer, PostgresServer, RedisSentinel, RedisServer, Result,
+};
 
 /// How many members [`etcd_cluster`] has: the smallest cluster that survives losing one.
 pub const ETCD_CLUSTER_MEMBERS: usize = 3;
@@ -55,6 +57,16 @@ pub fn redis_masters(n: usize) -> &'static [RedisServer] {
             .clone()
     };
     started.unwrap_or_else(|error| panic!("{error}"))
+}
+
+/// The shared Redis Sentinel deployment ([`RedisServer::start_sentinel`]); always local.
+///
+/// # Panics
+///
+/// If the deployment cannot be started.
+pub fn redis_sentinel() -> &'static RedisSentinel {
+    static SERVER: OnceLock<Result<RedisSentinel, String>> = OnceLock::new();
+    shared(&SERVER, RedisServer::start_sentinel)
 }
 
 /// The shared single-member etcd ([`EtcdServer::start`], so `LOCK_TEST_ETCD_URL` is honoured).
