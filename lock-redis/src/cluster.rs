@@ -108,6 +108,10 @@ impl ConnectionLike for Acked {
             return self.conn.req_packed_command(cmd);
         }
         Box::pin(async move {
+            let sent_on = match &*self.conn {
+                Conn::Sentinel(sentinel) => sentinel.generation(),
+                _ => 0,
+            };
             let mut pipeline = redis::pipe();
             pipeline.add_command(cmd.clone());
             pipeline
@@ -129,6 +133,13 @@ impl ConnectionLike for Acked {
                 _ => -1,
             };
             self.acked.store(acked, Ordering::SeqCst);
+            // A master whose replicas do not acknowledge may be one the sentinels replaced
+            // (they move its replicas to the new master): ask them again next time.
+            if let Conn::Sentinel(sentinel) = &*self.conn {
+                if acked < i64::from(self.replicas) {
+                    sentinel.forget(sent_on);
+                }
+            }
             reply.extract_error()
         })
     }

@@ -55,6 +55,9 @@ struct Shared {
     listening: std::sync::atomic::AtomicBool,
     /// Counts the connections made, so a failure forgets only the connection it met.
     generation: AtomicU64,
+    /// Counts the `+switch-master` announcements for the master: a discovery during which
+    /// one came asks again, since the sentinels it asked may have named the old master.
+    switches: AtomicU64,
 }
 
 #[derive(Clone)]
@@ -88,6 +91,7 @@ impl SentinelConn {
                 discovery: tokio::sync::Mutex::new(()),
                 listening: std::sync::atomic::AtomicBool::new(false),
                 generation: AtomicU64::new(0),
+                switches: AtomicU64::new(0),
             }),
         }
     }
@@ -111,7 +115,13 @@ impl SentinelConn {
         if !self.shared.listening.swap(true, Ordering::SeqCst) {
             tokio::spawn(listen_for_switches(Arc::downgrade(&self.shared)));
         }
-        let (conn, info) = self.discover().await?;
+        let (conn, info) = loop {
+            let seen = self.shared.switches.load(Ordering::SeqCst);
+            let found = self.discover().await?;
+            if self.shared.switches.load(Ordering::SeqCst) == seen {
+                break found;
+            }
+        };
         let generation = self.shared.generation.fetch_add(1, Ordering::SeqCst) + 1;
         let current = Current {
             conn,
@@ -122,8 +132,14 @@ impl SentinelConn {
         Ok(current)
     }
 
-    /// Forgets the connection of `generation`, if it is still the current one.
-    fn forget(&self, generation: u64) {
+    /// The generation of the connection in use now (0: none), for [`Self::forget`].
+    pub(crate) fn generation(&self) -> u64 {
+        self.shared.lock().as_ref().map_or(0, |c| c.generation)
+    }
+
+    /// Forgets the connection of `generation`, if it is still the current one: the next
+    /// command asks the sentinels again.
+    pub(crate) fn forget(&self, generation: u64) {
         self.shared.forget_if(|c| c.generation == generation);
     }
 
@@ -329,6 +345,7 @@ async fn listen_for_switches(shared: std::sync::Weak<Shared>) {
             let fields: Vec<&str> = payload.split_whitespace().collect();
             if let [name, _, _, ip, port] = fields[..] {
                 if name == s.settings.master {
+                    s.switches.fetch_add(1, Ordering::SeqCst);
                     let new = format!("{ip}:{port}");
                     s.forget_if(|c| address_of(&c.info) != new);
                 }

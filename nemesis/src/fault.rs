@@ -46,6 +46,18 @@ pub enum Fault {
     /// ZooKeeper: cut a follower (preferably one the workers' sessions are on) off from the
     /// quorum, its quorum links frozen, for 1.5–2.5 TTLs while its clients stay connected.
     ZkIsolateFollower,
+    /// Redis Sentinel: `SIGKILL` the master; once the sentinels promoted a replica, start it
+    /// again empty, as a replica of the new master.
+    SentinelKillMaster,
+    /// Redis Sentinel: `SIGSTOP` the master until the sentinels promoted a replica (past
+    /// their `down-after-milliseconds`), then `SIGCONT`: the old master comes back believing
+    /// it is one, until the sentinels demote it.
+    SentinelPauseMaster,
+    /// Redis Sentinel: `SENTINEL FAILOVER`, the old master alive and taking writes until it
+    /// is demoted.
+    SentinelFailover,
+    /// Redis Sentinel: `SIGKILL` one of the three sentinels, start it again past the TTL.
+    SentinelKillSentinel,
     /// The server's wall clock (Redis, one Redlock node, PostgreSQL, MariaDB: the stores whose
     /// tokens rest on it) stepped back by up to [`CLOCK_BACK_MAX`], and left there: within every
     /// such store's bound while its per-key state lives. A restart that empties the server
@@ -68,7 +80,7 @@ pub const CLOCK_BACK_MAX: std::time::Duration = std::time::Duration::from_millis
 
 impl Fault {
     /// Every fault.
-    pub const ALL: [Fault; 21] = [
+    pub const ALL: [Fault; 25] = [
         Fault::Pause,
         Fault::PauseWaiter,
         Fault::Kill,
@@ -86,6 +98,10 @@ impl Fault {
         Fault::ZkKillLeader,
         Fault::ZkStopMinority,
         Fault::ZkIsolateFollower,
+        Fault::SentinelKillMaster,
+        Fault::SentinelPauseMaster,
+        Fault::SentinelFailover,
+        Fault::SentinelKillSentinel,
         Fault::ClockBack,
         Fault::ClockForward,
         Fault::WorkerClockBack,
@@ -112,6 +128,10 @@ impl Fault {
             Fault::ZkKillLeader => "zk-kill-leader",
             Fault::ZkStopMinority => "zk-stop-minority",
             Fault::ZkIsolateFollower => "zk-isolate-follower",
+            Fault::SentinelKillMaster => "sentinel-kill-master",
+            Fault::SentinelPauseMaster => "sentinel-pause-master",
+            Fault::SentinelFailover => "sentinel-failover",
+            Fault::SentinelKillSentinel => "sentinel-kill-sentinel",
             Fault::ClockBack => "clock-back",
             Fault::ClockForward => "clock-forward",
             Fault::WorkerClockBack => "worker-clock-back",
@@ -131,7 +151,12 @@ impl Fault {
     /// kill or a stopped ZooKeeper member (sessions, and with them lock nodes, outlive an
     /// election: the new leader gives each its whole timeout again), a ZooKeeper follower cut
     /// off from the quorum (the leader expires its sessions no earlier than a lease's deadline
-    /// allows) and every client fault do not. An etcd member stop frees locks early only when
+    /// allows), a Sentinel master killed or paused (the run's URL asks `min_replicas=1`: every
+    /// grant and extend a replica acknowledged is on the one promoted, the one with the most
+    /// of the stream, and the old master gets no replica back to acknowledge more) and every
+    /// client fault do not. `SENTINEL FAILOVER` does: the old master keeps running, and the
+    /// replica not promoted acknowledges its grants until the sentinels move it, grants the
+    /// promoted one never gets (fencelock-redis, "Redis Sentinel", names it). An etcd member stop frees locks early only when
     /// it stops the leader of an affected etcd version; the run decides that when it injects
     /// the fault.
     pub fn frees_early(self) -> bool {
@@ -143,6 +168,7 @@ impl Fault {
                 | Fault::PgRestart
                 | Fault::MysqlKill
                 | Fault::MysqlRestart
+                | Fault::SentinelFailover
         )
     }
 

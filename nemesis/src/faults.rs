@@ -35,6 +35,8 @@ pub enum Launch {
     SqliteFile,
     /// A ZooKeeper ensemble of this many members.
     ZookeeperEnsemble(usize),
+    /// A Redis Sentinel deployment: a master, two replicas, three sentinels.
+    RedisSentinel,
 }
 
 /// A store's row of the fault table: how the run starts it and which faults hit it.
@@ -120,6 +122,28 @@ pub const TABLE: &[FaultProfile] = &[
         cut: false,
         store_faults: &[],
         delays: REDIS_DELAYS,
+    },
+    // The workers reach the master the sentinels name, not the URL's hosts: no cut. The run's
+    // URL asks min_replicas=1, so a failover keeps every acknowledged lease (the crate docs,
+    // "Redis Sentinel"); the store answers no one until the sentinels promote a replica.
+    FaultProfile {
+        store: "redis-sentinel",
+        launch: Some(Launch::RedisSentinel),
+        cut: false,
+        store_faults: &[
+            Fault::SentinelKillMaster,
+            Fault::SentinelPauseMaster,
+            Fault::SentinelFailover,
+            Fault::SentinelKillSentinel,
+        ],
+        delays: StoreDelays {
+            unavailable_during: &[
+                Fault::SentinelKillMaster,
+                Fault::SentinelPauseMaster,
+                Fault::SentinelFailover,
+            ],
+            ..REDIS_DELAYS
+        },
     },
     FaultProfile {
         store: "redlock",

@@ -9,7 +9,9 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::Rng;
 use test_servers::zookeeper::{INIT_LIMIT_TICKS, TICK};
-use test_servers::{EtcdCluster, MariadbServer, PostgresServer, RedisServer, ZookeeperEnsemble};
+use test_servers::{
+    EtcdCluster, MariadbServer, PostgresServer, RedisSentinel, RedisServer, ZookeeperEnsemble,
+};
 
 use crate::clock::now_ns;
 use crate::delays::StoreDelays;
@@ -30,6 +32,10 @@ const TERMINATE_HOLDERS_SQL: &str = "SELECT count(pg_terminate_backend(pid)) FRO
 /// a join begun through the cut goes on at the mend or gives up after `initLimit`, and the
 /// next join takes at most as long.
 const REJOIN_TIMEOUT: Duration = TICK.saturating_mul(2 * INIT_LIMIT_TICKS);
+
+/// How long the sentinels may take to promote a replica: past `down-after-milliseconds`, an
+/// agreement and the promotion, well within ten times the first.
+const FAILOVER_WITHIN: Duration = test_servers::DOWN_AFTER.saturating_mul(10);
 
 /// How often the injector asks a ZooKeeper member whether it serves (one `srvr` exchange).
 const SERVING_POLL: Duration = Duration::from_millis(20);
@@ -184,6 +190,18 @@ impl Nemesis {
             }
             (Fault::ZkIsolateFollower, Servers::Zookeeper(ensemble)) => {
                 self.isolate_zk_follower(fault, ensemble)?
+            }
+            (Fault::SentinelKillMaster, Servers::Sentinel(deployment)) => {
+                self.kill_sentinel_master(fault, deployment)?
+            }
+            (Fault::SentinelPauseMaster, Servers::Sentinel(deployment)) => {
+                self.pause_sentinel_master(fault, deployment)?
+            }
+            (Fault::SentinelFailover, Servers::Sentinel(deployment)) => {
+                self.force_sentinel_failover(fault, deployment)?
+            }
+            (Fault::SentinelKillSentinel, Servers::Sentinel(deployment)) => {
+                self.kill_one_sentinel(fault, deployment)?
             }
             (Fault::ClockBack | Fault::ClockForward, servers) => {
                 self.step_server_clock(fault, servers)?
@@ -461,6 +479,73 @@ impl Nemesis {
         ensemble.pause(member).map_err(&fail)?;
         thread::sleep(stopped);
         ensemble.resume(member).map_err(&fail)?;
+        self.healed(id);
+        Ok(what)
+    }
+
+    /// Kills the Sentinel deployment's master; once the sentinels promoted a replica, starts
+    /// it again empty, as a replica of the new one.
+    fn kill_sentinel_master(
+        &mut self,
+        fault: Fault,
+        deployment: &mut RedisSentinel,
+    ) -> Result<String> {
+        let fail = fault_error(fault);
+        let master = deployment.master().map_err(&fail)?;
+        let id = self.record(fault, None, &format!("master {master} killed"));
+        deployment.kill(master).map_err(&fail)?;
+        let new = deployment
+            .wait_master_other_than(master, FAILOVER_WITHIN)
+            .map_err(&fail)?;
+        deployment.restart(master).map_err(&fail)?;
+        self.healed(id);
+        Ok(format!(
+            "master {master} killed, {new} promoted, {master} back as its replica"
+        ))
+    }
+
+    /// Freezes the Sentinel deployment's master until the sentinels promoted a replica.
+    fn pause_sentinel_master(
+        &mut self,
+        fault: Fault,
+        deployment: &mut RedisSentinel,
+    ) -> Result<String> {
+        let fail = fault_error(fault);
+        let master = deployment.master().map_err(&fail)?;
+        let id = self.record(fault, None, &format!("master {master} paused"));
+        deployment.pause(master).map_err(&fail)?;
+        let promoted = deployment.wait_master_other_than(master, FAILOVER_WITHIN);
+        // Resumed whatever happened, so a failed wait does not leave it frozen.
+        deployment.resume(master).map_err(&fail)?;
+        let new = promoted.map_err(&fail)?;
+        self.healed(id);
+        Ok(format!("master {master} paused until {new} was promoted"))
+    }
+
+    /// `SENTINEL FAILOVER`, healed once the sentinels name the new master.
+    fn force_sentinel_failover(
+        &mut self,
+        fault: Fault,
+        deployment: &mut RedisSentinel,
+    ) -> Result<String> {
+        let fail = fault_error(fault);
+        let id = self.record(fault, None, "SENTINEL FAILOVER");
+        let new = deployment.failover().map_err(&fail)?;
+        self.healed(id);
+        Ok(format!("failed over to {new}"))
+    }
+
+    /// Kills one sentinel and starts it again past the TTL.
+    fn kill_one_sentinel(&mut self, fault: Fault, deployment: &mut RedisSentinel) -> Result<String> {
+        let fail = fault_error(fault);
+        let sentinels = deployment.sentinel_ports();
+        let sentinel = sentinels[self.rng.random_range(0..sentinels.len())];
+        let down = self.past_ttl();
+        let what = format!("sentinel {sentinel} killed, restarted after {down:?}");
+        let id = self.record(fault, None, &what);
+        deployment.kill(sentinel).map_err(&fail)?;
+        thread::sleep(down);
+        deployment.restart(sentinel).map_err(&fail)?;
         self.healed(id);
         Ok(what)
     }

@@ -4,7 +4,9 @@
 use std::path::PathBuf;
 
 use fencelock::{Error, Result};
-use test_servers::{EtcdCluster, MariadbServer, PostgresServer, RedisServer, ZookeeperEnsemble};
+use test_servers::{
+    EtcdCluster, MariadbServer, PostgresServer, RedisSentinel, RedisServer, ZookeeperEnsemble,
+};
 
 use crate::faults::{FaultProfile, Launch};
 
@@ -26,6 +28,7 @@ pub(crate) enum Servers {
     Mysql(MariadbServer),
     Sqlite(TempDatabase),
     Zookeeper(ZookeeperEnsemble),
+    Sentinel(RedisSentinel),
 }
 
 /// The directory of the SQLite run's database file, removed when the run ends.
@@ -95,6 +98,9 @@ impl Servers {
             Launch::ZookeeperEnsemble(n) => Servers::Zookeeper(
                 ZookeeperEnsemble::start_with_quorum_relays(n).map_err(setup_error)?,
             ),
+            Launch::RedisSentinel => {
+                Servers::Sentinel(RedisServer::start_sentinel().map_err(setup_error)?)
+            }
         };
         let url = match &servers {
             Servers::None => format!("{}://nemesis", scheme_of(fencelock::MEMORY.name)?),
@@ -113,6 +119,8 @@ impl Servers {
             Servers::Mysql(s) => s.url(),
             Servers::Sqlite(db) => db.url(scheme_of(profile.store)?),
             Servers::Zookeeper(e) => e.url(),
+            // Acknowledged grants and extends, so a failover keeps them (the store's docs).
+            Servers::Sentinel(s) => format!("{}?min_replicas=1&replica_timeout=300ms", s.url()),
         };
         Ok((servers, url))
     }

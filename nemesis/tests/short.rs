@@ -71,7 +71,7 @@ fn keeps_the_rules_under_a_short_run_of_faults(store: &str) {
 
 /// One test per store, so that the test harness runs them side by side (each starts its own
 /// servers and its own resource database): the short profile's wall time is about half of
-/// running the eight one after another.
+/// running the nine one after another.
 macro_rules! every_store {
     ($($name:ident => $store:literal,)*) => {
         $(
@@ -94,6 +94,7 @@ macro_rules! every_store {
 every_store! {
     memory_keeps_the_rules_under_a_short_run_of_faults => "memory",
     redis_keeps_the_rules_under_a_short_run_of_faults => "redis",
+    redis_sentinel_keeps_the_rules_under_a_short_run_of_faults => "redis-sentinel",
     redlock_keeps_the_rules_under_a_short_run_of_faults => "redlock",
     etcd_keeps_the_rules_under_a_short_run_of_faults => "etcd",
     postgres_keeps_the_rules_under_a_short_run_of_faults => "postgres",

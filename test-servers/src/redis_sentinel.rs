@@ -45,6 +45,8 @@ pub struct SentinelOptions {
 pub struct RedisSentinel {
     data: Vec<Node>,
     sentinels: Vec<Node>,
+    server: PathBuf,
+    sentinel: PathBuf,
     cli: PathBuf,
     options: SentinelOptions,
 }
@@ -78,19 +80,21 @@ impl RedisSentinel {
         let mut deployment = RedisSentinel {
             data: Vec::new(),
             sentinels: Vec::new(),
+            server,
+            sentinel,
             cli,
             options,
         };
         for (i, port) in ports[..3].iter().copied().enumerate() {
             let mut node = Node::new("redis-sentinel-data", port)?;
             let master = (i > 0).then_some(ports[0]);
-            node.launch_data(&server, master, &deployment.options)?;
+            node.launch_data(&deployment.server, master, &deployment.options)?;
             deployment.data.push(node);
         }
         deployment.wait_linked(Duration::from_secs(30))?;
         for port in ports[3..].iter().copied() {
             let mut node = Node::new("redis-sentinel", port)?;
-            node.launch_sentinel(&sentinel, ports[0], &deployment.options)?;
+            node.launch_sentinel(&deployment.sentinel, ports[0], &deployment.options)?;
             deployment.sentinels.push(node);
         }
         deployment.wait_known(Duration::from_secs(30))?;
@@ -212,6 +216,29 @@ impl RedisSentinel {
     pub fn kill(&mut self, port: u16) -> Result<()> {
         self.node_mut(port)?.proc.kill();
         Ok(())
+    }
+
+    /// Starts the killed node on `port` again: a data node empty, as a replica of the master
+    /// the sentinels name now (they would make it one anyway); a sentinel from its own config
+    /// file, which it rewrote with what it knew.
+    pub fn restart(&mut self, port: u16) -> Result<()> {
+        let master = if self.data.iter().any(|node| node.port == port) {
+            Some(self.master()?)
+        } else {
+            None
+        };
+        let (server, sentinel) = (self.server.clone(), self.sentinel.clone());
+        let options = self.options.clone();
+        let node = self.node_mut(port)?;
+        if node.proc.is_running() {
+            return Err(Error::InvalidArgument(format!(
+                "the node on {port} is running: kill it first"
+            )));
+        }
+        match master {
+            Some(master) => node.launch_data(&server, Some(master), &options),
+            None => node.relaunch_sentinel(&sentinel, &options),
+        }
     }
 
     /// Freezes the node on `port` (`SIGSTOP`) until [`resume`](Self::resume).
@@ -420,8 +447,14 @@ impl Node {
                 "requirepass {password}\nsentinel sentinel-pass {password}\n"
             ));
         }
+        std::fs::write(self.dir.path().join("sentinel.conf"), config)?;
+        self.relaunch_sentinel(binary, options)
+    }
+
+    /// Starts the sentinel from the config file in its directory.
+    fn relaunch_sentinel(&mut self, binary: &Path, options: &SentinelOptions) -> Result<()> {
+        let what = format!("redis-sentinel on 127.0.0.1:{}", self.port);
         let file = self.dir.path().join("sentinel.conf");
-        std::fs::write(&file, config)?;
         let mut command = Command::new(binary);
         command.arg(&file).current_dir(self.dir.path());
         self.proc = Proc::spawn(command, &self.log)?;
