@@ -14,6 +14,7 @@ cd "$(dirname "$0")/.."
 # ones (redis-cycle-cost, etcd-handoff-cost) are built with --build and run by hand.
 benches=(
   redis
+  redis-sentinel
   redlock
   redis-scale
   etcd

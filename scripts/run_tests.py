@@ -36,6 +36,7 @@ EXPECTED = {
     "fencelock-etcd::cluster": 37,
     "lockctl::cli": 31,
     "fencelock-etcd::stopped_member": 29,
+    "fencelock-redis::sentinel": 37,
     "fencelock-redis::conformance": 29,
     "fencelock-mysql::conformance": 28,
     "fencelock-zookeeper::ensemble": 28,
@@ -46,6 +47,7 @@ EXPECTED = {
     "fencelock-postgres::least_privilege": 23,
     "fencelock-redis::redlock": 22,
     "fencelock-redis::redlock_faults": 18,
+    "fencelock-redis::sentinel_faults": 18,
     "fencelock-etcd::faults": 17,
 }
 

@@ -26,6 +26,8 @@ step() {
 # The Debian packages that the tests and builds need and are not installed.
 missing_packages() {
   command -v redis-server >/dev/null || echo redis-server
+  # The sentinels of the Redis Sentinel deployment test-servers starts.
+  command -v redis-sentinel >/dev/null || echo redis-sentinel
   command -v etcd >/dev/null || echo etcd-server
   compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null \
     || command -v initdb >/dev/null || echo postgresql
@@ -70,15 +72,14 @@ valkey_server() {
 
 # The Redis store's conformance suite (its own layout), its mode and waiting scripts, and the
 # CLI contract on one server, against Valkey instead of redis-server (test-servers starts what
-# LOCK_TEST_REDIS_SERVER names); the test step built them all.
+# LOCK_TEST_REDIS_SERVER names). The whole workspace with every feature, as the test step
+# built it: a narrower `-p` resolves other features and rebuilds the store crates.
 valkey_tests() {
   local server
   server=$(valkey_server) || return 1
   "$server" --version
-  LOCK_TEST_REDIS_SERVER=$server cargo nextest run --all-features --no-fail-fast \
-    -p fencelock-redis --test conformance --test modes --test waiting \
-    -p lockctl --test stores \
-    -E '(package(fencelock-redis) & !test(/^plain_layout::/)) | (package(lockctl) & test(/^redis::/))'
+  LOCK_TEST_REDIS_SERVER=$server cargo nextest run --workspace --all-features --no-fail-fast \
+    -E '((binary_id(fencelock-redis::conformance) | binary_id(fencelock-redis::modes) | binary_id(fencelock-redis::waiting)) & !test(/^plain_layout::/)) | (binary_id(lockctl::stores) & test(/^redis::/))'
 }
 
 install_packages() {
