@@ -185,10 +185,9 @@ async fn start_servers(sqlite_url: String) -> Servers {
     let postgres = start("postgresql", PostgresServer::start);
     let mariadb = start("mariadb", MariadbServer::start);
     let zookeeper = start("zookeeper", ZookeeperEnsemble::start_standalone);
-    let (redis, redlock, cluster, sentinel, etcd, postgres, mariadb, zookeeper) = tokio::try_join!(
-        redis, redlock, cluster, sentinel, etcd, postgres, mariadb, zookeeper
-    )
-    .expect("join");
+    let (redis, redlock, cluster, sentinel, etcd, postgres, mariadb, zookeeper) =
+        tokio::try_join!(redis, redlock, cluster, sentinel, etcd, postgres, mariadb, zookeeper)
+            .expect("join");
     let hosts: Vec<String> = redlock
         .iter()
         .map(|s| format!("127.0.0.1:{}", s.port()))

@@ -249,9 +249,13 @@ impl RedisConfig {
                     .into(),
             ));
         }
-        let master = fencelock_core::raw::url::percent_decode(master)
-            .ok_or_else(|| bad_url("the master's name is not valid percent-encoded UTF-8".into()))?;
-        let db = segments.next().map(|db| format!("/{db}")).unwrap_or_default();
+        let master = fencelock_core::raw::url::percent_decode(master).ok_or_else(|| {
+            bad_url("the master's name is not valid percent-encoded UTF-8".into())
+        })?;
+        let db = segments
+            .next()
+            .map(|db| format!("/{db}"))
+            .unwrap_or_default();
         let mut sentinels = Vec::new();
         for host in hosts.split(',') {
             if host.is_empty() {
@@ -716,11 +720,12 @@ fn options(kind: Kind) -> Vec<UrlOption<Parsing>> {
                 "0",
                 "replicas that must acknowledge an acquire (`WAIT`) before it is handed out",
                 |p: &mut Parsing, v| {
-                    p.config.min_replicas = v.parse().ok().filter(|n| *n <= 16).ok_or_else(|| {
-                        bad_url(format!(
-                            "min_replicas must be a whole number from 0 to 16, not {v:?}"
-                        ))
-                    })?;
+                    p.config.min_replicas =
+                        v.parse().ok().filter(|n| *n <= 16).ok_or_else(|| {
+                            bad_url(format!(
+                                "min_replicas must be a whole number from 0 to 16, not {v:?}"
+                            ))
+                        })?;
                     Ok(())
                 },
             ),
@@ -737,17 +742,26 @@ fn options(kind: Kind) -> Vec<UrlOption<Parsing>> {
 
 /// What `redis://` reads, for the store's descriptor.
 pub(crate) fn option_docs() -> Vec<OptionDoc> {
-    options(Kind::Single).iter().map(UrlOption::describe).collect()
+    options(Kind::Single)
+        .iter()
+        .map(UrlOption::describe)
+        .collect()
 }
 
 /// What `redis+cluster://` reads, for the store's descriptor.
 pub(crate) fn cluster_option_docs() -> Vec<OptionDoc> {
-    options(Kind::Cluster).iter().map(UrlOption::describe).collect()
+    options(Kind::Cluster)
+        .iter()
+        .map(UrlOption::describe)
+        .collect()
 }
 
 /// What `redis+sentinel://` reads, for the store's descriptor.
 pub(crate) fn sentinel_option_docs() -> Vec<OptionDoc> {
-    options(Kind::Sentinel).iter().map(UrlOption::describe).collect()
+    options(Kind::Sentinel)
+        .iter()
+        .map(UrlOption::describe)
+        .collect()
 }
 
 /// The `max_ttl` option: a window of at most fencelock-core's 24 h.

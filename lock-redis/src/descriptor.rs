@@ -43,7 +43,9 @@ pub const REDIS_SENTINEL: StoreKind = StoreKind::new(
     "redis",
     redis,
 )
-.with_eviction("deletes the key's lock (never its fencing counter) on the master and wakes its waiters")
+.with_eviction(
+    "deletes the key's lock (never its fencing counter) on the master and wakes its waiters",
+)
 .with_example("redis+sentinel://a:26379,b:26379,c:26379/mymaster")
 .with_options(crate::config::sentinel_option_docs);
 

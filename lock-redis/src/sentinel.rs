@@ -149,11 +149,11 @@ impl SentinelConn {
         let deadline = Instant::now() + self.shared.connect_timeout;
         loop {
             let (host, port) = self.ask_sentinels(deadline).await?;
-            let info = self
-                .shared
-                .node
-                .clone()
-                .set_addr(with_address(self.shared.node.addr(), host.clone(), port));
+            let info = self.shared.node.clone().set_addr(with_address(
+                self.shared.node.addr(),
+                host.clone(),
+                port,
+            ));
             let refusal = match self.connect_master(&info, deadline).await {
                 Ok(conn) => return Ok((conn, info)),
                 Err(refusal) => refusal,
@@ -269,7 +269,8 @@ impl SentinelConn {
                     )));
                 }
             };
-            let read_only = error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly)
+            let read_only = error.kind()
+                == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly)
                 || error.code() == Some("READONLY");
             if read_only || error.is_io_error() || error.is_connection_dropped() {
                 self.forget(current.generation);
@@ -435,9 +436,9 @@ async fn ask(sentinel: &ConnectionInfo, master: &str, deadline: Instant) -> Name
     match asked {
         Ok(Ok(Some((host, port)))) => Named::At(host, port),
         Ok(Ok(None)) => Named::Unknown,
-        Ok(Err(error)) if error.to_string().contains("unknown command") => Named::Failed(
-            format!("{address} is not a sentinel (it does not know the SENTINEL command)"),
-        ),
+        Ok(Err(error)) if error.to_string().contains("unknown command") => Named::Failed(format!(
+            "{address} is not a sentinel (it does not know the SENTINEL command)"
+        )),
         Ok(Err(error)) => Named::Failed(format!("{address}: {error}")),
         Err(_) => Named::Failed(format!("{address}: no answer in time")),
     }

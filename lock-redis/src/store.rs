@@ -20,12 +20,12 @@ use crate::config::{Layout, RedisConfig};
 use crate::error::redis_error;
 use crate::eviction::{self, EvictionCheck};
 use crate::keys::{KeyNames, Name, NameArg};
-use crate::sentinel::SentinelConn;
 use crate::script::{
     acquire_as_waiting_on, acquire_keys_on, acquire_on, acquire_waiting_on, evict_on, extend_as_on,
     extend_on, member, relabel_as_on, relabel_on, release_as_on, release_keys_on,
     release_labelled_on, status_on, tag_of, withdraw_on, Attempt, ModeAttempt, Place,
 };
+use crate::sentinel::SentinelConn;
 use crate::subscriber::ReleaseSubscriber;
 
 /// The longest a waiter sleeps without a notification before it tries again, so a lost

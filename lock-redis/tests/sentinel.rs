@@ -60,9 +60,7 @@ impl StoreFactory for SentinelFactory {
     }
 }
 
-fencelock_conformance::conformance_tests!(async {
-    Arc::new(SentinelFactory { url: url().await })
-});
+fencelock_conformance::conformance_tests!(async { Arc::new(SentinelFactory { url: url().await }) });
 
 /// The one line a refused connect prints, as `lockctl` would.
 async fn refusal(url: &str) -> Error {
@@ -75,7 +73,10 @@ async fn refusal(url: &str) -> Error {
 
 #[test]
 fn a_url_without_the_master_s_name_is_refused_naming_the_rule() {
-    for url in ["redis+sentinel://127.0.0.1:26379", "redis+sentinel://a:1,b:2/"] {
+    for url in [
+        "redis+sentinel://127.0.0.1:26379",
+        "redis+sentinel://a:1,b:2/",
+    ] {
         let error = RedisConfig::from_url(url).expect_err(url);
         assert!(error.to_string().contains("master's name"), "{error}");
     }
@@ -87,7 +88,10 @@ async fn an_unknown_master_is_a_store_error_naming_it() {
     let error = refusal(&format!("{url}&connect_timeout=5s")).await;
     assert!(matches!(error, Error::Store { .. }), "{error:?}");
     let text = error.to_string();
-    assert!(text.contains("no master named \"no-such-master\""), "{text}");
+    assert!(
+        text.contains("no master named \"no-such-master\""),
+        "{text}"
+    );
     assert!(!text.contains("secret"), "{text}");
 }
 
@@ -109,9 +113,10 @@ async fn unreachable_sentinels_are_unavailable_naming_each() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_sentinel_password_is_refused_without_showing_it() {
-    let url = url()
-        .await
-        .replace("sentinel_password=sentinel-secret", "sentinel_password=wrong-secret");
+    let url = url().await.replace(
+        "sentinel_password=sentinel-secret",
+        "sentinel_password=wrong-secret",
+    );
     let error = refusal(&format!("{url}&connect_timeout=2s")).await;
     let text = error.to_string();
     assert!(text.contains("no sentinel answered"), "{text}");
@@ -178,9 +183,8 @@ async fn a_master_that_says_it_is_a_replica_is_refused() {
     .await
     .expect("join");
     let sentinel = lying_sentinel(replica);
-    let url = format!(
-        "redis+sentinel://:data-secret@127.0.0.1:{sentinel}/fencelock?connect_timeout=1s"
-    );
+    let url =
+        format!("redis+sentinel://:data-secret@127.0.0.1:{sentinel}/fencelock?connect_timeout=1s");
     let error = refusal(&url).await;
     assert!(error.is_retryable(), "{error:?}");
     let text = error.to_string();

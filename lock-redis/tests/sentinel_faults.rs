@@ -84,16 +84,28 @@ async fn min_replicas_keeps_acknowledged_locks_and_tokens_across_a_killed_master
         .into_iter()
         .filter(|port| *port != master)
         .collect();
-    let (on_master, on_replica) = (time_s(&deployment, master), time_s(&deployment, replicas[0]));
+    let (on_master, on_replica) = (
+        time_s(&deployment, master),
+        time_s(&deployment, replicas[0]),
+    );
     let behind = on_master - on_replica;
     assert!(
         (DAY.as_secs() - 60..=DAY.as_secs() + 60).contains(&behind),
         "the replica's TIME is {on_replica}, its master's {on_master}: {behind} s behind, not a day"
     );
 
-    let first = acked.try_acquire("failover", TTL).await.expect("acknowledged");
-    assert_eq!(acked.release(&first).await.expect("release"), ReleaseOutcome::Released);
-    let held = acked.try_acquire("held", TTL).await.expect("acknowledged, held");
+    let first = acked
+        .try_acquire("failover", TTL)
+        .await
+        .expect("acknowledged");
+    assert_eq!(
+        acked.release(&first).await.expect("release"),
+        ReleaseOutcome::Released
+    );
+    let held = acked
+        .try_acquire("held", TTL)
+        .await
+        .expect("acknowledged, held");
 
     // Both replicas frozen and cut off: the grant is not acknowledged, so it is refused.
     for replica in &replicas {
@@ -107,7 +119,10 @@ async fn min_replicas_keeps_acknowledged_locks_and_tokens_across_a_killed_master
         matches!(&refused, Err(Error::Unavailable { message, .. }) if message.contains("min_replicas")),
         "{refused:?}"
     );
-    let lost = plain.try_acquire("failover", TTL).await.expect("unacknowledged grant");
+    let lost = plain
+        .try_acquire("failover", TTL)
+        .await
+        .expect("unacknowledged grant");
     assert!(lost.fencing_token() > first.fencing_token());
 
     // The master dies before a replica saw that grant; the sentinels promote one.
@@ -129,7 +144,8 @@ async fn min_replicas_keeps_acknowledged_locks_and_tokens_across_a_killed_master
         "the promoted master must still hold the acknowledged lease: {contended:?}"
     );
     let pttl: u64 = blocking(&deployment, move |d| {
-        d.query(promoted, &["PTTL", "fencelock:{held}:lock"]).expect("PTTL")
+        d.query(promoted, &["PTTL", "fencelock:{held}:lock"])
+            .expect("PTTL")
     })
     .await
     .trim()
@@ -209,7 +225,10 @@ async fn a_paused_master_is_replaced_within_the_bound_the_acknowledged_lease_kep
     deployment
         .query(master, &["CLIENT", "KILL", "TYPE", "replica"])
         .expect("cut the replicas off");
-    let lost = plain.try_acquire("lost", TTL).await.expect("unacknowledged grant");
+    let lost = plain
+        .try_acquire("lost", TTL)
+        .await
+        .expect("unacknowledged grant");
     let deployment = std::sync::Arc::new(std::sync::Mutex::new(deployment));
     blocking(&deployment, move |d| {
         d.pause(master).expect("pause");
@@ -270,7 +289,11 @@ async fn a_paused_master_is_replaced_within_the_bound_the_acknowledged_lease_kep
             .expect("EXISTS")
     })
     .await;
-    assert_eq!(on_promoted.trim(), "1", "the new grant is on the promoted master");
+    assert_eq!(
+        on_promoted.trim(),
+        "1",
+        "the new grant is on the promoted master"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -281,7 +304,11 @@ async fn a_kept_lease_rides_out_sentinel_failover_with_a_sentinel_down() {
     deployment.kill(first).expect("kill a sentinel");
     let url = deployment.url();
     let store = std::sync::Arc::new(
-        common::store(&url, "min_replicas=1&replica_timeout=300ms&command_timeout=2s").await,
+        common::store(
+            &url,
+            "min_replicas=1&replica_timeout=300ms&command_timeout=2s",
+        )
+        .await,
     );
     let ttl = Duration::from_secs(6);
     let guard = store.lock("kept").ttl(ttl).acquire().await.expect("lock");
@@ -293,18 +320,25 @@ async fn a_kept_lease_rides_out_sentinel_failover_with_a_sentinel_down() {
     assert_ne!(new, old);
     // Held past a TTL after the switch: only extends on the new master can have kept it.
     tokio::time::sleep(ttl + Duration::from_secs(1)).await;
-    assert!(!guard.is_lost(), "the kept lease was lost across the failover");
+    assert!(
+        !guard.is_lost(),
+        "the kept lease was lost across the failover"
+    );
     let other = common::store(&url, "").await;
     let busy = other.try_acquire("kept", TTL).await;
     assert!(matches!(busy, Err(Error::Busy { .. })), "{busy:?}");
     // Past a TTL after the switch, so extends on the new master kept it there (the old
     // master may still say it is one: the sentinels demote it seconds later).
     let on_new = blocking(&deployment, move |d| {
-        d.query(new, &["EXISTS", "fencelock:{kept}:lock"]).expect("EXISTS")
+        d.query(new, &["EXISTS", "fencelock:{kept}:lock"])
+            .expect("EXISTS")
     })
     .await;
     assert_eq!(on_new.trim(), "1", "the lease lives on the new master");
-    assert_eq!(guard.release().await.expect("release"), ReleaseOutcome::Released);
+    assert_eq!(
+        guard.release().await.expect("release"),
+        ReleaseOutcome::Released
+    );
     let next = other.try_acquire("kept", TTL).await.expect("free");
     assert!(next.fencing_token() > token);
 }

@@ -536,7 +536,11 @@ impl Nemesis {
     }
 
     /// Kills one sentinel and starts it again past the TTL.
-    fn kill_one_sentinel(&mut self, fault: Fault, deployment: &mut RedisSentinel) -> Result<String> {
+    fn kill_one_sentinel(
+        &mut self,
+        fault: Fault,
+        deployment: &mut RedisSentinel,
+    ) -> Result<String> {
         let fail = fault_error(fault);
         let sentinels = deployment.sentinel_ports();
         let sentinel = sentinels[self.rng.random_range(0..sentinels.len())];

@@ -196,8 +196,10 @@ impl RedisSentinel {
             .iter()
             .find(|node| node.proc.is_running() && !node.proc.is_paused())
             .ok_or_else(|| Error::NotRunning("every sentinel".into()))?;
-        let answer =
-            self.query_sentinel(sentinel.port, &["SENTINEL", "FAILOVER", SENTINEL_MASTER_NAME])?;
+        let answer = self.query_sentinel(
+            sentinel.port,
+            &["SENTINEL", "FAILOVER", SENTINEL_MASTER_NAME],
+        )?;
         if answer.trim() != "OK" {
             return Err(Error::InvalidArgument(format!(
                 "SENTINEL FAILOVER answered {answer:?}"
@@ -299,7 +301,10 @@ impl RedisSentinel {
                 if started.elapsed() > bound {
                     return Err(start_error(
                         "the Sentinel deployment",
-                        format!("the replica on {} has no link up after {bound:?}", node.port),
+                        format!(
+                            "the replica on {} has no link up after {bound:?}",
+                            node.port
+                        ),
                         &node.log,
                     ));
                 }

@@ -824,9 +824,7 @@ fn mask_password_options(text: &str) -> String {
         let stem = &text[name_start..start];
         let named = stem.is_empty()
             || (stem.ends_with('_')
-                && stem
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'_'));
+                && stem.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'));
         if !named {
             continue;
         }
