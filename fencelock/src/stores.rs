@@ -52,7 +52,7 @@ stores! {
     "redis" => fencelock_redis {
         REDIS: "redis", ["redis", "rediss"];
         REDIS_CLUSTER: "redis-cluster", ["redis+cluster"];
-        REDIS_SENTINEL: "redis-sentinel", ["redis+sentinel"];
+        REDIS_SENTINEL: "redis-sentinel", ["redis+sentinel", "rediss+sentinel"];
         REDLOCK: "redlock", ["redlock"];
     }
     "etcd" => fencelock_etcd { ETCD: "etcd", ["etcd", "etcds"]; }

@@ -24,6 +24,9 @@ pub(crate) const REDIS_TLS_SCHEME: &str = "rediss";
 const REDIS_CLUSTER_SCHEME: &str = "redis+cluster";
 /// `redis+sentinel://`: the master a Redis Sentinel deployment names.
 const REDIS_SENTINEL_SCHEME: &str = "redis+sentinel";
+/// `rediss+sentinel://`: the same over TLS, to the sentinels and to the master (crate feature
+/// `tls`).
+const REDIS_SENTINEL_TLS_SCHEME: &str = "rediss+sentinel";
 /// The port of a sentinel that the URL does not give one.
 const DEFAULT_SENTINEL_PORT: u16 = 26379;
 /// The URL schemes of one Redis server: its descriptor's, and the ones
@@ -34,7 +37,7 @@ pub const REDIS_URL_SCHEMES: &[&str] = &[REDIS_SCHEME, REDIS_TLS_SCHEME];
 pub const REDIS_CLUSTER_URL_SCHEMES: &[&str] = &[REDIS_CLUSTER_SCHEME];
 /// The URL schemes of a Redis Sentinel deployment: its descriptor's, and the one
 /// [`RedisConfig::from_url`] accepts for Sentinel.
-pub const REDIS_SENTINEL_URL_SCHEMES: &[&str] = &[REDIS_SENTINEL_SCHEME];
+pub const REDIS_SENTINEL_URL_SCHEMES: &[&str] = &[REDIS_SENTINEL_SCHEME, REDIS_SENTINEL_TLS_SCHEME];
 /// The default key prefix.
 pub const DEFAULT_PREFIX: &str = "fencelock:";
 /// The default bound on opening a connection (TCP connect and handshake).
@@ -115,8 +118,8 @@ impl fmt::Display for Layout {
 /// | `allow_eviction` | `false` | `true` skips the check that the server cannot evict a held lock (`maxmemory` set with a policy other than `noeviction`), accepting that risk knowingly; see the crate docs (`# Eviction`) |
 /// | `retention` | `7d` | a key's fence expires this long after its last acquire (`ms`, `s`, `m`, `h`, `d`); must exceed `max_ttl`; see the crate docs (`# Per-key state`) |
 /// | `max_ttl` | `24h` | the longest TTL this handle grants (at most 24 h) |
-/// | `tls_ca` | the system's roots | `rediss://` only: a PEM file of the CA certificates that may sign the server's certificate |
-/// | `tls_cert`, `tls_key` | none | `rediss://` only, both or neither: PEM files of the client certificate and its key, for a server that requires one (`tls-auth-clients yes`) |
+/// | `tls_ca` | the system's roots | `rediss://` and `rediss+sentinel://` only: a PEM file of the CA certificates that may sign the server's certificate |
+/// | `tls_cert`, `tls_key` | none | `rediss://` and `rediss+sentinel://` only, both or neither: PEM files of the client certificate and its key, for a server that requires one (`tls-auth-clients yes`) |
 /// | `min_replicas` | `0` | `redis+cluster://` and `redis+sentinel://` only: replicas that must acknowledge an acquire or extend (`WAIT`) before it counts, 0 to 16; see the crate docs (*Redis Cluster*) |
 /// | `replica_timeout` | `500ms` | `redis+cluster://` and `redis+sentinel://` only: bound on that acknowledgement, below `command_timeout` |
 /// | `sentinel_user` | none | `redis+sentinel://` only: the user the sentinels are asked as (their own ACL) |
@@ -129,7 +132,8 @@ impl fmt::Display for Layout {
 /// nodes), and the master of a Redis Sentinel deployment
 /// `redis+sentinel://[[user]:password@]host[:port][,host[:port]…]/MASTER[/db][?…]` (the
 /// sentinels, port 26379 unless given, and the name they know the master by; the user and
-/// password are the master's): see the crate docs, *Redis Cluster* and *Redis Sentinel*.
+/// password are the master's; `rediss+sentinel://` for TLS to the sentinels and the master):
+/// see the crate docs, *Redis Cluster* and *Redis Sentinel*.
 #[derive(Clone)]
 pub struct RedisConfig {
     pub(crate) connection: ConnectionInfo,
@@ -170,12 +174,10 @@ impl RedisConfig {
             return Self::from_cluster_url(url);
         }
         if scheme.eq_ignore_ascii_case(REDIS_SENTINEL_SCHEME) {
-            return Self::from_sentinel_url(url);
+            return Self::from_sentinel_url(url, false);
         }
-        if scheme.eq_ignore_ascii_case("rediss+sentinel") {
-            return Err(bad_url(
-                "rediss+sentinel:// (Redis Sentinel over TLS) is not supported yet".into(),
-            ));
+        if scheme.eq_ignore_ascii_case(REDIS_SENTINEL_TLS_SCHEME) {
+            return Self::from_sentinel_url(url, true);
         }
         if scheme.eq_ignore_ascii_case("rediss+cluster") {
             return Err(bad_url(
@@ -227,8 +229,10 @@ impl RedisConfig {
 
     /// `redis+sentinel://[[user]:password@]host[:port][,host[:port]…]/MASTER[/db][?option=value&…]`:
     /// the sentinels (port 26379 unless given), the master's name, and the options; the user
-    /// and password are the master's, the sentinels' own are options.
-    fn from_sentinel_url(url: &str) -> Result<Self> {
+    /// and password are the master's, the sentinels' own are options. With `tls`
+    /// (`rediss+sentinel://`) both the sentinels and the master are reached over TLS, with the
+    /// same TLS options.
+    fn from_sentinel_url(url: &str, tls: bool) -> Result<Self> {
         let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
         let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
         let (authority, tail) = rest.split_at(end);
@@ -268,7 +272,8 @@ impl RedisConfig {
             sentinels.push(sentinel);
         }
         let first = hosts.split(',').next().unwrap_or_default();
-        let shape = format!("{REDIS_SCHEME}://{userinfo}{first}{db}{query}");
+        let single = if tls { REDIS_TLS_SCHEME } else { REDIS_SCHEME };
+        let shape = format!("{single}://{userinfo}{first}{db}{query}");
         let mut config = Self::parse(&shape, Topology::Sentinel(sentinels, master))?;
         let shown = redact(&format!("{REDIS_SCHEME}://{userinfo}nodes.invalid{query}"));
         let shown = shown

@@ -35,7 +35,8 @@ pub const REDIS_CLUSTER: StoreKind = StoreKind::new(
 .with_options(crate::config::cluster_option_docs);
 
 /// The master of a Redis Sentinel deployment:
-/// `redis+sentinel://host:26379[,host:26379…]/MASTER`, see [`RedisConfig`]; the same
+/// `redis+sentinel://host:26379[,host:26379…]/MASTER` and `rediss+sentinel://` (TLS, crate
+/// feature `tls`), see [`RedisConfig`]; the same
 /// [`RedisStore`] on the master the sentinels name, found again after a failover.
 pub const REDIS_SENTINEL: StoreKind = StoreKind::new(
     "redis-sentinel",
@@ -47,6 +48,9 @@ pub const REDIS_SENTINEL: StoreKind = StoreKind::new(
     "deletes the key's lock (never its fencing counter) on the master and wakes its waiters",
 )
 .with_example("redis+sentinel://a:26379,b:26379,c:26379/mymaster")
+.with_tls_example(
+    "rediss+sentinel://:PASSWORD@a:26380,b:26380,c:26380/mymaster?tls_ca=/etc/fencelock/ca.pem",
+)
 .with_options(crate::config::sentinel_option_docs);
 
 /// Redlock over independent Redis masters: `redlock://host:port,host:port,host:port`, see

@@ -71,7 +71,10 @@ struct Current {
 enum Named {
     At(String, u16),
     Unknown,
+    /// It could not be reached or did not answer in time: worth asking again.
     Failed(String),
+    /// It refused this client (credentials, TLS, not a sentinel): asking again cannot help.
+    Refused(String),
 }
 
 impl SentinelConn {
@@ -174,12 +177,13 @@ impl SentinelConn {
             .map(|sentinel| ask(sentinel, &settings.master, deadline))
             .collect();
         let mut unknown = 0;
-        let mut failures = Vec::new();
+        let (mut failures, mut refusals) = (Vec::new(), Vec::new());
         while let Some(named) = asked.next().await {
             match named {
                 Named::At(host, port) => return Ok((host, port)),
                 Named::Unknown => unknown += 1,
                 Named::Failed(why) => failures.push(why),
+                Named::Refused(why) => refusals.push(why),
             }
         }
         let master = &settings.master;
@@ -194,6 +198,17 @@ impl SentinelConn {
                 ),
             )));
         }
+        if failures.is_empty() {
+            return Err(redis::RedisError::from((
+                redis::ErrorKind::Client,
+                "Redis Sentinel",
+                format!(
+                    "every sentinel refused this client for master {master:?}: {}",
+                    refusals.join("; ")
+                ),
+            )));
+        }
+        failures.extend(refusals);
         Err(unavailable(format!(
             "no sentinel answered for master {master:?}: {}",
             failures.join("; ")
@@ -436,9 +451,12 @@ async fn ask(sentinel: &ConnectionInfo, master: &str, deadline: Instant) -> Name
     match asked {
         Ok(Ok(Some((host, port)))) => Named::At(host, port),
         Ok(Ok(None)) => Named::Unknown,
-        Ok(Err(error)) if error.to_string().contains("unknown command") => Named::Failed(format!(
+        Ok(Err(error)) if error.to_string().contains("unknown command") => Named::Refused(format!(
             "{address} is not a sentinel (it does not know the SENTINEL command)"
         )),
+        Ok(Err(error)) if !crate::error::is_unavailable(&error) => {
+            Named::Refused(format!("{address}: {error}"))
+        }
         Ok(Err(error)) => Named::Failed(format!("{address}: {error}")),
         Err(_) => Named::Failed(format!("{address}: no answer in time")),
     }

@@ -153,7 +153,7 @@ async fn min_replicas_keeps_acknowledged_locks_and_tokens_across_a_failover_and_
     // Blocks this worker for the promotion (redis-cli and a poll); the store needs none meanwhile.
     cluster.promote(replica).expect("promote");
 
-    // The acknowledged lease survived: a second client is refused it, its holder extends it.
+    // The acknowledged lease survived: a second client is refused it.
     let contended = retrying(|| other.try_acquire(&held_key, TTL)).await;
     assert!(
         matches!(contended, Err(Error::Busy { .. })),
@@ -174,9 +174,24 @@ async fn min_replicas_keeps_acknowledged_locks_and_tokens_across_a_failover_and_
         pttl > DAY.as_millis() as u64,
         "the held lease expires in {pttl} ms on the promoted master"
     );
-    retrying(|| acked.extend(&held))
-        .await
-        .expect("the holder extends its acknowledged lease on the promoted master");
+    // The promoted master has no replica: an extend needs min_replicas acknowledgements as a
+    // grant does, so it is refused and the lease keeps its deadline (a day more to live here).
+    let mut left = 100;
+    let unacknowledged = loop {
+        match acked.extend(&held).await {
+            Err(Error::Unavailable { message, .. })
+                if !message.contains("min_replicas") && left > 0 =>
+            {
+                left -= 1;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            answer => break answer,
+        }
+    };
+    assert!(
+        matches!(&unacknowledged, Err(Error::Unavailable { message, .. }) if message.contains("min_replicas")),
+        "an extend no replica can acknowledge: {unacknowledged:?}"
+    );
 
     // The lock granted without WAIT is gone: a second holder gets it while the first still
     // believes it holds it (it learns at its next extend), and the next token is not above it.

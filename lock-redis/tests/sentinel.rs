@@ -118,8 +118,12 @@ async fn a_wrong_sentinel_password_is_refused_without_showing_it() {
         "sentinel_password=wrong-secret",
     );
     let error = refusal(&format!("{url}&connect_timeout=2s")).await;
+    assert!(
+        matches!(error, Error::Store { .. }),
+        "not retryable: {error:?}"
+    );
     let text = error.to_string();
-    assert!(text.contains("no sentinel answered"), "{text}");
+    assert!(text.contains("every sentinel refused"), "{text}");
     assert!(!text.contains("wrong-secret"), "{text}");
 }
 

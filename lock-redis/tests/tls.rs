@@ -184,3 +184,130 @@ fn tls_options_need_rediss_and_come_in_pairs() {
     let url = format!("redlock://a:1,b:2,c:3?tls=true&tls_ca={ca}");
     assert!(RedlockConfig::from_url(&url).is_ok(), "{url}");
 }
+
+// ---- Redis Sentinel over TLS ------------------------------------------------------------
+
+mod sentinel {
+    use std::sync::{Arc, OnceLock};
+    use std::time::Duration;
+
+    use fencelock_conformance::{async_trait, StoreFactory};
+    use fencelock_core::{DynLockStore, Error, LockStore, ReleaseOutcome};
+    use fencelock_redis::{RedisConfig, RedisStore};
+    use test_servers::{closed_ports, RedisSentinel, SentinelOptions, SentinelTls, TestCa};
+
+    fn tls_options() -> SentinelOptions {
+        SentinelOptions {
+            tls: Some(SentinelTls::from_ca(TestCa::shared())),
+            ..SentinelOptions::default()
+        }
+    }
+
+    /// The binary's TLS deployment for the transport cases.
+    fn deployment() -> &'static RedisSentinel {
+        static DEPLOYMENT: OnceLock<RedisSentinel> = OnceLock::new();
+        DEPLOYMENT.get_or_init(|| RedisSentinel::start(tls_options()).expect("a TLS deployment"))
+    }
+
+    struct SentinelTlsFactory {
+        url: String,
+    }
+
+    #[async_trait]
+    impl StoreFactory for SentinelTlsFactory {
+        async fn handle(&self) -> DynLockStore {
+            Arc::new(super::common::store(&self.url, "").await)
+        }
+
+        async fn unreachable_handle(&self) -> DynLockStore {
+            let ports = closed_ports(2);
+            let url = format!(
+                "rediss+sentinel://127.0.0.1:{},127.0.0.1:{}/fencelock?connect_timeout=1s&command_timeout=1s&{}",
+                ports[0],
+                ports[1],
+                TestCa::shared().ca_option()
+            );
+            Arc::new(
+                RedisStore::connect_lazy(RedisConfig::from_url(&url).expect("config"))
+                    .expect("lazy handle"),
+            )
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_transport_cases_pass_on_sentinel_over_tls() {
+        let url = tokio::task::spawn_blocking(|| deployment().url())
+            .await
+            .expect("deployment");
+        assert!(url.starts_with("rediss+sentinel://"), "{url}");
+        fencelock_conformance::expect_transport_cases(Arc::new(SentinelTlsFactory { url })).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_failover_over_tls_is_followed() {
+        let deployment = tokio::task::spawn_blocking(|| RedisSentinel::start(tls_options()))
+            .await
+            .expect("join")
+            .expect("a TLS deployment");
+        let store = super::common::store(&deployment.url(), "").await;
+        let ttl = Duration::from_secs(30);
+        let before = store
+            .try_acquire("tls-failover", ttl)
+            .await
+            .expect("acquire");
+        let (new, deployment) = tokio::task::spawn_blocking(move || {
+            (
+                deployment.failover().expect("SENTINEL FAILOVER"),
+                deployment,
+            )
+        })
+        .await
+        .expect("join");
+        let mut left = 300;
+        let released = loop {
+            match store.release(&before).await {
+                Err(Error::Unavailable { .. }) if left > 0 => {
+                    left -= 1;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                answer => break answer.expect("release on the new master"),
+            }
+        };
+        assert_eq!(released, ReleaseOutcome::Released);
+        let after = store
+            .try_acquire("tls-failover", ttl)
+            .await
+            .expect("acquire again");
+        assert!(after.fencing_token() > before.fencing_token());
+        let on_new = tokio::task::spawn_blocking(move || {
+            deployment
+                .query(new, &["EXISTS", "fencelock:{tls-failover}:lock"])
+                .expect("EXISTS")
+        })
+        .await
+        .expect("join");
+        assert_eq!(on_new.trim(), "1", "the grant is on the new master");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sentinels_whose_certificate_another_ca_signed_are_refused_in_one_line() {
+        let url = tokio::task::spawn_blocking(|| deployment().url())
+            .await
+            .expect("deployment");
+        let ca = TestCa::shared();
+        let url = url.replace(&ca.ca_option(), &ca.other_ca_option());
+        let error = RedisStore::connect(
+            RedisConfig::from_url(&format!("{url}&connect_timeout=5s")).expect("config"),
+        )
+        .await
+        .map(drop)
+        .expect_err("another CA");
+        assert!(
+            matches!(error, Error::Store { .. }),
+            "not retryable: {error:?}"
+        );
+        let text = error.to_string();
+        assert!(text.contains("every sentinel refused"), "{text}");
+        assert_eq!(text.lines().count(), 1, "{text}");
+    }
+}

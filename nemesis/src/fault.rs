@@ -156,7 +156,7 @@ impl Fault {
     /// of the stream, and the old master gets no replica back to acknowledge more) and every
     /// client fault do not. `SENTINEL FAILOVER` does: the old master keeps running, and the
     /// replica not promoted acknowledges its grants until the sentinels move it, grants the
-    /// promoted one never gets (fencelock-redis, "Redis Sentinel", names it). An etcd member stop frees locks early only when
+    /// promoted one never gets (the Redis store's docs, "Redis Sentinel", name it). An etcd member stop frees locks early only when
     /// it stops the leader of an affected etcd version; the run decides that when it injects
     /// the fault.
     pub fn frees_early(self) -> bool {

@@ -78,7 +78,9 @@ pub use ports::closed_ports;
 pub use postgres::PostgresServer;
 pub use redis::RedisServer;
 pub use redis_cluster::RedisCluster;
-pub use redis_sentinel::{RedisSentinel, SentinelOptions, DOWN_AFTER, SENTINEL_MASTER_NAME};
+pub use redis_sentinel::{
+    RedisSentinel, SentinelOptions, SentinelTls, DOWN_AFTER, SENTINEL_MASTER_NAME,
+};
 pub use relay::FreezableRelay;
 pub use tls::{ServerCert, TestCa, TlsEtcd, TlsRedis, CLIENT_CN};
 pub use zookeeper::ZookeeperEnsemble;

@@ -30,6 +30,31 @@ pub struct SentinelOptions {
     pub password: Option<String>,
     /// The sentinels' own password (`requirepass` on each sentinel).
     pub sentinel_password: Option<String>,
+    /// Every node and sentinel speaks TLS to clients and to each other, with these files;
+    /// each keeps a plain-text port for test-servers' own checks and queries.
+    pub tls: Option<SentinelTls>,
+}
+
+/// The files of a TLS deployment (see [`SentinelOptions::tls`]).
+#[derive(Clone, Debug)]
+pub struct SentinelTls {
+    /// The CA that signed the certificate, which the nodes trust.
+    pub ca: PathBuf,
+    /// The certificate every node and sentinel presents.
+    pub cert: PathBuf,
+    /// Its key.
+    pub key: PathBuf,
+}
+
+impl SentinelTls {
+    /// `ca`'s server certificate (SAN `127.0.0.1`).
+    pub fn from_ca(ca: &crate::TestCa) -> Self {
+        SentinelTls {
+            ca: ca.ca_file(),
+            cert: ca.server_cert(),
+            key: ca.server_key(),
+        }
+    }
 }
 
 /// A Redis Sentinel deployment for tests: a master and two replicas (`redis-server`) and three
@@ -55,7 +80,10 @@ pub struct RedisSentinel {
 struct Node {
     // Dropped (killed) before `dir` is removed.
     proc: Proc,
+    /// The port the node is known by: the TLS port of a TLS deployment.
     port: u16,
+    /// The plain-text port test-servers itself queries (`port` without TLS).
+    plain: u16,
     log: PathBuf,
     dir: TempDir,
 }
@@ -76,7 +104,10 @@ impl RedisSentinel {
         let server = crate::redis::server_binary()?;
         let sentinel = process::find_binary("redis-sentinel", "redis-sentinel")?;
         let cli = process::find_binary("redis-cli", "redis-tools")?;
-        let ports = process::free_ports(6)?;
+        let tls = options.tls.is_some();
+        let ports = process::free_ports(if tls { 12 } else { 6 })?;
+        // Under TLS each node's second port is its plain-text one.
+        let plain = |i: usize| if tls { ports[6 + i] } else { ports[i] };
         let mut deployment = RedisSentinel {
             data: Vec::new(),
             sentinels: Vec::new(),
@@ -86,14 +117,14 @@ impl RedisSentinel {
             options,
         };
         for (i, port) in ports[..3].iter().copied().enumerate() {
-            let mut node = Node::new("redis-sentinel-data", port)?;
+            let mut node = Node::new("redis-sentinel-data", port, plain(i))?;
             let master = (i > 0).then_some(ports[0]);
             node.launch_data(&deployment.server, master, &deployment.options)?;
             deployment.data.push(node);
         }
         deployment.wait_linked(Duration::from_secs(30))?;
-        for port in ports[3..].iter().copied() {
-            let mut node = Node::new("redis-sentinel", port)?;
+        for (i, port) in ports[3..6].iter().copied().enumerate() {
+            let mut node = Node::new("redis-sentinel", port, plain(3 + i))?;
             node.launch_sentinel(&deployment.sentinel, ports[0], &deployment.options)?;
             deployment.sentinels.push(node);
         }
@@ -102,7 +133,8 @@ impl RedisSentinel {
     }
 
     /// `redis+sentinel://[:password@]127.0.0.1:S1,127.0.0.1:S2,127.0.0.1:S3/fencelock`, with
-    /// `sentinel_password=` when the sentinels have one.
+    /// `sentinel_password=` when the sentinels have one; `rediss+sentinel://…&tls_ca=…` for a
+    /// TLS deployment.
     pub fn url(&self) -> String {
         let hosts: Vec<String> = self
             .sentinels
@@ -113,12 +145,25 @@ impl RedisSentinel {
             Some(password) => format!(":{password}@"),
             None => String::new(),
         };
+        let scheme = if self.options.tls.is_some() {
+            "rediss+sentinel"
+        } else {
+            "redis+sentinel"
+        };
+        let mut options = Vec::new();
+        if let Some(password) = &self.options.sentinel_password {
+            options.push(format!("sentinel_password={password}"));
+        }
+        if let Some(tls) = &self.options.tls {
+            options.push(format!("tls_ca={}", tls.ca.display()));
+        }
         let mut url = format!(
-            "redis+sentinel://{auth}{}/{SENTINEL_MASTER_NAME}",
+            "{scheme}://{auth}{}/{SENTINEL_MASTER_NAME}",
             hosts.join(",")
         );
-        if let Some(password) = &self.options.sentinel_password {
-            url.push_str(&format!("?sentinel_password={password}"));
+        if !options.is_empty() {
+            url.push('?');
+            url.push_str(&options.join("&"));
         }
         url
     }
@@ -275,8 +320,10 @@ impl RedisSentinel {
     }
 
     fn cli_on(&self, port: u16, password: Option<&str>, args: &[&str]) -> Result<String> {
+        // A node's plain-text port, where it has one of its own.
+        let plain = self.node(port).map_or(port, |node| node.plain);
         let mut command = Command::new(&self.cli);
-        command.args(["-h", "127.0.0.1", "-p", &port.to_string()]);
+        command.args(["-h", "127.0.0.1", "-p", &plain.to_string()]);
         if let Some(password) = password {
             command.env("REDISCLI_AUTH", password);
         }
@@ -359,7 +406,7 @@ impl RedisSentinel {
         self.data
             .iter()
             .chain(&self.sentinels)
-            .find(|node| node.port == port)
+            .find(|node| node.port == port || node.plain == port)
             .ok_or_else(|| Error::InvalidArgument(format!("no sentinel deployment node on {port}")))
     }
 
@@ -367,18 +414,19 @@ impl RedisSentinel {
         self.data
             .iter_mut()
             .chain(&mut self.sentinels)
-            .find(|node| node.port == port)
+            .find(|node| node.port == port || node.plain == port)
             .ok_or_else(|| Error::InvalidArgument(format!("no sentinel deployment node on {port}")))
     }
 }
 
 impl Node {
-    fn new(kind: &str, port: u16) -> Result<Self> {
+    fn new(kind: &str, port: u16, plain: u16) -> Result<Self> {
         let dir = TempDir::new(kind, port, None)?;
         let log = dir.path().join("redis.log");
         Ok(Node {
             proc: Proc::none(),
             port,
+            plain,
             log,
             dir,
         })
@@ -396,7 +444,7 @@ impl Node {
         let mut command = Command::new(binary);
         command
             .arg("--port")
-            .arg(self.port.to_string())
+            .arg(self.plain.to_string())
             .args(["--bind", "127.0.0.1"])
             .args(["--save", ""])
             .args(["--appendonly", "no"])
@@ -409,6 +457,13 @@ impl Node {
         if let Some(password) = &options.password {
             command.args(["--requirepass", password, "--masterauth", password]);
         }
+        if let Some(tls) = &options.tls {
+            command.args(["--tls-port", &self.port.to_string()]);
+            command.arg("--tls-cert-file").arg(&tls.cert);
+            command.arg("--tls-key-file").arg(&tls.key);
+            command.arg("--tls-ca-cert-file").arg(&tls.ca);
+            command.args(["--tls-replication", "yes", "--tls-auth-clients", "no"]);
+        }
         if let Some(master) = master {
             command.args(["--replicaof", "127.0.0.1", &master.to_string()]);
             if let Some(back) = options.replica_clock_back {
@@ -416,7 +471,7 @@ impl Node {
             }
         }
         self.proc = Proc::spawn(command, &self.log)?;
-        let port = self.port;
+        let port = self.plain;
         let password = options.password.clone();
         wait_ready(&mut self.proc, &what, &self.log, || {
             answers(port, password.as_deref())
@@ -440,7 +495,7 @@ impl Node {
              sentinel down-after-milliseconds {name} {down}\n\
              sentinel failover-timeout {name} {FAILOVER_TIMEOUT_MS}\n\
              sentinel parallel-syncs {name} 2\n",
-            port = self.port,
+            port = self.plain,
             dir = self.dir.path().display(),
             down = DOWN_AFTER.as_millis(),
         );
@@ -450,6 +505,16 @@ impl Node {
         if let Some(password) = &options.sentinel_password {
             config.push_str(&format!(
                 "requirepass {password}\nsentinel sentinel-pass {password}\n"
+            ));
+        }
+        if let Some(tls) = &options.tls {
+            config.push_str(&format!(
+                "tls-port {}\ntls-cert-file {}\ntls-key-file {}\ntls-ca-cert-file {}\n\
+                 tls-replication yes\ntls-auth-clients no\n",
+                self.port,
+                tls.cert.display(),
+                tls.key.display(),
+                tls.ca.display()
             ));
         }
         std::fs::write(self.dir.path().join("sentinel.conf"), config)?;
@@ -463,7 +528,7 @@ impl Node {
         let mut command = Command::new(binary);
         command.arg(&file).current_dir(self.dir.path());
         self.proc = Proc::spawn(command, &self.log)?;
-        let port = self.port;
+        let port = self.plain;
         let password = options.sentinel_password.clone();
         wait_ready(&mut self.proc, &what, &self.log, || {
             answers(port, password.as_deref())
