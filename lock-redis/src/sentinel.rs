@@ -225,13 +225,7 @@ impl SentinelConn {
         let master = &self.shared.settings.master;
         let left = deadline.saturating_duration_since(Instant::now());
         let connected = timeout(left, async {
-            let client = redis::Client::open(info.clone())?;
-            let config = AsyncConnectionConfig::new()
-                .set_connection_timeout(Some(left))
-                .set_response_timeout(None);
-            let mut conn = client
-                .get_multiplexed_async_connection_with_config(&config)
-                .await?;
+            let mut conn = connect_within(info, left).await?;
             let role: Value = redis::cmd("ROLE").query_async(&mut conn).await?;
             Ok::<_, redis::RedisError>((conn, role))
         })
@@ -429,18 +423,25 @@ impl ConnectionLike for SentinelConn {
     }
 }
 
+/// A connection to `info`, its connect bounded by `left` (the caller bounds what follows).
+async fn connect_within(
+    info: &ConnectionInfo,
+    left: Duration,
+) -> redis::RedisResult<MultiplexedConnection> {
+    let config = AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(left))
+        .set_response_timeout(None);
+    redis::Client::open(info.clone())?
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+}
+
 /// What one sentinel says of `master`, by `deadline`.
 async fn ask(sentinel: &ConnectionInfo, master: &str, deadline: Instant) -> Named {
     let address = address_of(sentinel);
     let left = deadline.saturating_duration_since(Instant::now());
     let asked = timeout(left, async {
-        let client = redis::Client::open(sentinel.clone())?;
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(left))
-            .set_response_timeout(None);
-        let mut conn = client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await?;
+        let mut conn = connect_within(sentinel, left).await?;
         redis::cmd("SENTINEL")
             .arg("GET-MASTER-ADDR-BY-NAME")
             .arg(master)

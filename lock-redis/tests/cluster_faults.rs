@@ -66,23 +66,13 @@ fn key_on(cluster: &RedisCluster, master: u16, stem: &str) -> String {
     panic!("no key of 200 lives on the master on {master}");
 }
 
-/// Retries `attempt` while the store is unavailable (the cluster client finding the promoted
-/// master), up to 100 times; any other answer, `Busy` included, is returned.
-async fn retrying<T, F, Fut>(mut attempt: F) -> fencelock_core::Result<T>
+/// [`common::retrying`] 100 times (up to 10 s).
+async fn retrying<T, F, Fut>(attempt: F) -> fencelock_core::Result<T>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = fencelock_core::Result<T>>,
 {
-    let mut left = 100;
-    loop {
-        match attempt().await {
-            Err(Error::Unavailable { .. }) if left > 0 => {
-                left -= 1;
-                tokio::time::sleep(Duration::from_millis(100)).await
-            }
-            answer => return answer,
-        }
-    }
+    common::retrying(100, attempt).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

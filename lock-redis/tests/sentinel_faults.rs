@@ -16,23 +16,13 @@ use test_servers::{RedisSentinel, SentinelOptions, DOWN_AFTER};
 const TTL: Duration = Duration::from_secs(30);
 const DAY: Duration = Duration::from_secs(86_400);
 
-/// Retries `attempt` while the store is unavailable (the sentinels promoting a replica, the
-/// store finding it), up to 300 times, 100 ms apart; any other answer is returned.
-async fn retrying<T, F, Fut>(mut attempt: F) -> fencelock_core::Result<T>
+/// [`common::retrying`] 300 times (up to 30 s).
+async fn retrying<T, F, Fut>(attempt: F) -> fencelock_core::Result<T>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = fencelock_core::Result<T>>,
 {
-    let mut left = 300;
-    loop {
-        match attempt().await {
-            Err(Error::Unavailable { .. }) if left > 0 => {
-                left -= 1;
-                tokio::time::sleep(Duration::from_millis(100)).await
-            }
-            answer => return answer,
-        }
-    }
+    common::retrying(300, attempt).await
 }
 
 async fn start(options: SentinelOptions) -> RedisSentinel {
@@ -51,6 +41,15 @@ async fn blocking<T: Send + 'static>(
     tokio::task::spawn_blocking(move || work(&mut deployment.lock().expect("deployment")))
         .await
         .expect("join")
+}
+
+/// The data nodes but `master`.
+fn replicas_of(deployment: &RedisSentinel, master: u16) -> Vec<u16> {
+    deployment
+        .data_ports()
+        .into_iter()
+        .filter(|port| *port != master)
+        .collect()
 }
 
 fn time_s(deployment: &RedisSentinel, port: u16) -> u64 {
@@ -79,11 +78,7 @@ async fn min_replicas_keeps_acknowledged_locks_and_tokens_across_a_killed_master
     let plain = common::store(&url, "command_timeout=3s").await;
     let other = common::store(&url, "min_replicas=1&command_timeout=3s").await;
     let master = deployment.master().expect("master");
-    let replicas: Vec<u16> = deployment
-        .data_ports()
-        .into_iter()
-        .filter(|port| *port != master)
-        .collect();
+    let replicas = replicas_of(&deployment, master);
     let (on_master, on_replica) = (
         time_s(&deployment, master),
         time_s(&deployment, replicas[0]),
@@ -212,11 +207,7 @@ async fn a_paused_master_is_replaced_within_the_bound_the_acknowledged_lease_kep
     let plain = connect(timeouts.clone()).await;
     let held = store.try_acquire("held", TTL).await.expect("acknowledged");
     let master = deployment.master().expect("master");
-    let replicas: Vec<u16> = deployment
-        .data_ports()
-        .into_iter()
-        .filter(|port| *port != master)
-        .collect();
+    let replicas = replicas_of(&deployment, master);
 
     // A grant no replica gets: the replicas frozen and cut off, then the master frozen.
     for replica in &replicas {

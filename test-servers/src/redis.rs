@@ -262,53 +262,37 @@ fn command(binary: &Path, port: u16, dir: &Path) -> Command {
 
 /// True if the server on `port` answers `PING` with `+PONG`.
 pub(crate) fn ping(port: u16) -> bool {
-    let timeout = Duration::from_millis(500);
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let Ok(mut stream) = TcpStream::connect_timeout(&addr, timeout) else {
-        return false;
-    };
-    let _ = stream.set_read_timeout(Some(timeout));
-    let _ = stream.set_write_timeout(Some(timeout));
-    if stream.write_all(b"PING\r\n").is_err() {
-        return false;
-    }
-    let mut reply = Vec::new();
-    let mut buf = [0u8; 64];
-    while !reply.ends_with(b"\r\n") {
-        match stream.read(&mut buf) {
-            Ok(0) | Err(_) => return false,
-            Ok(n) => reply.extend_from_slice(&buf[..n]),
-        }
-    }
-    reply.starts_with(b"+PONG")
+    exchange(port, b"PING\r\n", 1).is_some_and(|reply| reply.starts_with(b"+PONG"))
 }
 
 /// True if the server on `port` answers `AUTH password` with `+OK` and then `PING` with
 /// `+PONG`.
 pub(crate) fn ping_as(port: u16, password: &str) -> bool {
-    let timeout = Duration::from_millis(500);
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let Ok(mut stream) = TcpStream::connect_timeout(&addr, timeout) else {
-        return false;
-    };
-    let _ = stream.set_read_timeout(Some(timeout));
-    let _ = stream.set_write_timeout(Some(timeout));
     let request = format!(
         "*2\r\n$4\r\nAUTH\r\n${}\r\n{password}\r\n*1\r\n$4\r\nPING\r\n",
         password.len()
     );
-    if stream.write_all(request.as_bytes()).is_err() {
-        return false;
-    }
+    exchange(port, request.as_bytes(), 2).is_some_and(|reply| reply.starts_with(b"+OK\r\n+PONG"))
+}
+
+/// Sends `request` to the server on `port` and reads until `lines` lines came back, each
+/// step within 500 ms; `None` if any fails.
+fn exchange(port: u16, request: &[u8], lines: usize) -> Option<Vec<u8>> {
+    let timeout = Duration::from_millis(500);
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut stream = TcpStream::connect_timeout(&addr, timeout).ok()?;
+    stream.set_read_timeout(Some(timeout)).ok()?;
+    stream.set_write_timeout(Some(timeout)).ok()?;
+    stream.write_all(request).ok()?;
     let mut reply = Vec::new();
     let mut buf = [0u8; 64];
-    while reply.iter().filter(|b| **b == b'\n').count() < 2 {
+    while reply.iter().filter(|b| **b == b'\n').count() < lines {
         match stream.read(&mut buf) {
-            Ok(0) | Err(_) => return false,
+            Ok(0) | Err(_) => return None,
             Ok(n) => reply.extend_from_slice(&buf[..n]),
         }
     }
-    reply.starts_with(b"+OK\r\n+PONG")
+    Some(reply)
 }
 
 /// Sends one command (as a RESP array) to the server on `port` as the default user and returns

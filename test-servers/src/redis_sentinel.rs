@@ -181,22 +181,29 @@ impl RedisSentinel {
     /// The master's port as the first running sentinel names it
     /// (`SENTINEL GET-MASTER-ADDR-BY-NAME`).
     pub fn master(&self) -> Result<u16> {
-        let sentinel = self
-            .sentinels
+        let sentinel = self.running_sentinel()?;
+        self.named_by(sentinel.port).ok_or_else(|| {
+            Error::InvalidArgument(format!("the sentinel on {} names no master", sentinel.port))
+        })
+    }
+
+    /// The first sentinel that runs and is not paused.
+    fn running_sentinel(&self) -> Result<&Node> {
+        self.sentinels
             .iter()
             .find(|node| node.proc.is_running() && !node.proc.is_paused())
-            .ok_or_else(|| Error::NotRunning("every sentinel".into()))?;
-        let answer = self.query_sentinel(
-            sentinel.port,
-            &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", SENTINEL_MASTER_NAME],
-        )?;
-        answer
-            .lines()
-            .nth(1)
-            .and_then(|port| port.trim().parse().ok())
-            .ok_or_else(|| {
-                Error::InvalidArgument(format!("the sentinel names no master: {answer:?}"))
-            })
+            .ok_or_else(|| Error::NotRunning("every sentinel".into()))
+    }
+
+    /// The master's port as the sentinel on `port` names it, if it answers.
+    fn named_by(&self, port: u16) -> Option<u16> {
+        let answer = self
+            .query_sentinel(
+                port,
+                &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", SENTINEL_MASTER_NAME],
+            )
+            .ok()?;
+        answer.lines().nth(1)?.trim().parse().ok()
     }
 
     /// Waits until every running sentinel names a master other than `old` and that node says
@@ -208,14 +215,7 @@ impl RedisSentinel {
                 .sentinels
                 .iter()
                 .filter(|node| node.proc.is_running() && !node.proc.is_paused())
-                .map(|node| {
-                    self.query_sentinel(
-                        node.port,
-                        &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", SENTINEL_MASTER_NAME],
-                    )
-                    .ok()
-                    .and_then(|a| a.lines().nth(1).and_then(|p| p.trim().parse().ok()))
-                })
+                .map(|node| self.named_by(node.port))
                 .collect();
             if let Some(Some(new)) = named.first().copied() {
                 let agreed = named.iter().all(|port| *port == Some(new));
@@ -236,11 +236,7 @@ impl RedisSentinel {
     /// master need not be down), then waits until the sentinels name the new master.
     pub fn failover(&self) -> Result<u16> {
         let old = self.master()?;
-        let sentinel = self
-            .sentinels
-            .iter()
-            .find(|node| node.proc.is_running() && !node.proc.is_paused())
-            .ok_or_else(|| Error::NotRunning("every sentinel".into()))?;
+        let sentinel = self.running_sentinel()?;
         let answer = self.query_sentinel(
             sentinel.port,
             &["SENTINEL", "FAILOVER", SENTINEL_MASTER_NAME],

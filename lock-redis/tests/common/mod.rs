@@ -36,3 +36,22 @@ pub(crate) async fn admin_query<T: redis::FromRedisValue>(
 ) -> T {
     command.query_async(conn).await.expect("admin command")
 }
+
+/// Retries `attempt` while the store is unavailable (a failover in progress, the client finding
+/// the new master), up to `times` times, 100 ms apart; any other answer is returned.
+pub(crate) async fn retrying<T, F, Fut>(times: usize, mut attempt: F) -> fencelock_core::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = fencelock_core::Result<T>>,
+{
+    let mut left = times;
+    loop {
+        match attempt().await {
+            Err(fencelock_core::Error::Unavailable { .. }) if left > 0 => {
+                left -= 1;
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await
+            }
+            answer => return answer,
+        }
+    }
+}
