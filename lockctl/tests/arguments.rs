@@ -199,6 +199,7 @@ fn run_help_shows_the_readme_tls_examples() {
         stores,
         [
             "Redis",
+            "Redis Sentinel",
             "Redlock",
             "etcd",
             "ZooKeeper",
