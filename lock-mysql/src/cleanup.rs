@@ -2,8 +2,9 @@
 //!
 //! A release that finds a run due spawns one in the background (with
 //! [`spawn_if_due`](fencelock_core::raw::cleanup_task::spawn_if_due): at most one per handle at a
-//! time, at most one per [`interval`](fencelock_core::raw::cleanup::interval)); it takes a session
-//! of its own, so no acquire or release waits for it. Each batch first looks for idle rows with
+//! time, at most one per [`interval`](fencelock_core::raw::cleanup::interval)); it runs on a session
+//! of its own, a spare idle one or a new one (`Sessions::checkout_spare`), so no acquire or
+//! release waits for it and the session the release gave back stays for the next acquire. Each batch first looks for idle rows with
 //! a plain read (no locks), then, in one short transaction, locks the floor row, checks the rows again under row locks, raises
 //! the floor to their highest token and deletes them. Only bumps of new rows wait, for that
 //! transaction at most; a run stops after [`MAX_BATCHES`] batches and leaves the rest to the
@@ -36,7 +37,7 @@ pub(crate) fn spawn_if_due(sessions: &Arc<Sessions>) {
 /// Each batch commits on its own; dropping the future drops its session, so a batch in flight
 /// rolls back whole.
 pub(crate) async fn remove_idle_fences(sessions: &Sessions) -> Result<u64> {
-    let Checkout { mut session, .. } = sessions.checkout().await?;
+    let mut session = sessions.checkout_spare().await?;
     let window_us = u64::try_from(sessions.config.retention().as_micros()).unwrap_or(u64::MAX);
     // A batch is a few short statements; the whole of it is bounded as one.
     let limit = sessions.config.command_timeout();

@@ -108,6 +108,18 @@ impl Sessions {
         })
     }
 
+    /// A session for background work: a spare idle one ([`SessionPool::take_spare`]), or a
+    /// new one.
+    ///
+    /// # Cancel safety
+    /// As [`open`](Self::open).
+    pub(crate) async fn checkout_spare(&self) -> fencelock_core::Result<Session> {
+        match self.pool.take_spare(|session| !session.may_have_timed_out()) {
+            Some(session) => Ok(session),
+            None => self.open().await,
+        }
+    }
+
     /// Gives back a session that holds no lock.
     pub(crate) fn checkin(&self, mut session: Session) {
         session.idle_since = Instant::now();

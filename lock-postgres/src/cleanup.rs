@@ -2,8 +2,10 @@
 //!
 //! A release that finds a run due spawns one in the background (with
 //! [`spawn_if_due`](fencelock_core::raw::cleanup_task::spawn_if_due): at most one per handle at a
-//! time, at most one per [`interval`](fencelock_core::raw::cleanup::interval)); it takes a pooled
-//! session of its own, so no acquire or release waits for it. Each batch is one statement over at most [`BATCH_ROWS`] rows that
+//! time, at most one per [`interval`](fencelock_core::raw::cleanup::interval)); it runs on a
+//! session of its own, a spare idle one or a new one (`Sessions::checkout_spare`), so no
+//! acquire or release waits for it and the session the release gave back stays for the next
+//! acquire. Each batch is one statement over at most [`BATCH_ROWS`] rows that
 //! skips locked rows, so a bump never waits for more than one batch and the batch never waits
 //! for a bump; a run stops after [`MAX_BATCHES`] batches and leaves the rest to the next one.
 
@@ -34,7 +36,7 @@ pub(crate) fn spawn_if_due(sessions: &Arc<Sessions>) {
 /// Each batch commits on its own; dropping the future loses at most the batch in flight (its
 /// session is closed, so the statement rolls back).
 pub(crate) async fn remove_idle_fences(sessions: &Sessions) -> Result<u64> {
-    let Checkout { mut session, .. } = sessions.checkout().await?;
+    let mut session = sessions.checkout_spare().await?;
     let retention_ms = i64::try_from(sessions.config.retention().as_millis()).unwrap_or(i64::MAX);
     let behind_us = i64::try_from(sessions.config.min_retention().as_micros()).unwrap_or(i64::MAX);
     let mut removed = 0u64;

@@ -127,6 +127,18 @@ impl Sessions {
         })
     }
 
+    /// A session for background work: a spare idle one ([`SessionPool::take_spare`]), or a
+    /// new one.
+    ///
+    /// # Cancel safety
+    /// As [`open`](Self::open).
+    pub(crate) async fn checkout_spare(&self) -> fencelock_core::Result<Session> {
+        match self.pool.take_spare(|_| true) {
+            Some(session) => Ok(session),
+            None => self.open().await,
+        }
+    }
+
     /// Gives back a session that holds no lock and has its idle timeout off.
     pub(crate) fn checkin(&self, session: Session) {
         self.pool.keep_idle(session, self.config.max_idle());

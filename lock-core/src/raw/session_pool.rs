@@ -55,6 +55,21 @@ impl<S> SessionPool<S> {
         }
     }
 
+    /// For background work (removing idle rows): the most recently used idle session that
+    /// `usable` accepts, but only while another one stays idle, so the next operation still
+    /// finds one (those `usable` refuses are closed first). A release that starts such work has
+    /// just given its session back; taking that one would make the next acquire open a
+    /// connection.
+    pub fn take_spare(&self, usable: impl Fn(&S) -> bool) -> Option<S> {
+        let mut idle = self.idle_list();
+        idle.retain(|session| usable(session));
+        if idle.len() > 1 {
+            idle.pop()
+        } else {
+            None
+        }
+    }
+
     /// Keeps `session` for reuse, unless `max_idle` sessions are kept already: then it is
     /// closed (dropped).
     pub fn keep_idle(&self, session: S, max_idle: usize) {
@@ -232,6 +247,24 @@ mod tests {
 
     fn gone() -> Error {
         Error::invalid("lease", "gone")
+    }
+
+    #[test]
+    fn a_spare_session_leaves_one_idle_for_the_next_operation() {
+        let pool = SessionPool::default();
+        let any = |_: &u32| true;
+        assert_eq!(pool.take_spare(any), None);
+        pool.keep_idle(1, 4);
+        assert_eq!(pool.take_spare(any), None, "the only idle session stays");
+        assert_eq!(pool.idle_count(), 1);
+        pool.keep_idle(2, 4);
+        assert_eq!(pool.take_spare(any), Some(2), "the most recently used one");
+        assert_eq!(pool.idle_count(), 1);
+        // An unusable session is closed and does not count as the one left idle.
+        pool.keep_idle(3, 4);
+        assert_eq!(pool.take_spare(|s| *s != 1), None);
+        assert_eq!(pool.take_idle(any), Some(3));
+        assert_eq!(pool.idle_count(), 0);
     }
 
     #[tokio::test(start_paused = true)]
