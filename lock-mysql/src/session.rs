@@ -114,7 +114,10 @@ impl Sessions {
     /// # Cancel safety
     /// As [`open`](Self::open).
     pub(crate) async fn checkout_spare(&self) -> fencelock_core::Result<Session> {
-        match self.pool.take_spare(|session| !session.may_have_timed_out()) {
+        match self
+            .pool
+            .take_spare(|session| !session.may_have_timed_out())
+        {
             Some(session) => Ok(session),
             None => self.open().await,
         }

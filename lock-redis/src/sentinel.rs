@@ -118,21 +118,24 @@ impl SentinelConn {
         if !self.shared.listening.swap(true, Ordering::SeqCst) {
             tokio::spawn(listen_for_switches(Arc::downgrade(&self.shared)));
         }
-        let (conn, info) = loop {
+        loop {
             let seen = self.shared.switches.load(Ordering::SeqCst);
-            let found = self.discover().await?;
-            if self.shared.switches.load(Ordering::SeqCst) == seen {
-                break found;
+            let (conn, info) = self.discover().await?;
+            // Checked under the lock the announcement takes: a switch announced during the
+            // discovery means the sentinels asked may have named the old master.
+            let mut slot = self.shared.lock();
+            if self.shared.switches.load(Ordering::SeqCst) != seen {
+                continue;
             }
-        };
-        let generation = self.shared.generation.fetch_add(1, Ordering::SeqCst) + 1;
-        let current = Current {
-            conn,
-            info,
-            generation,
-        };
-        *self.shared.lock() = Some(current.clone());
-        Ok(current)
+            let generation = self.shared.generation.fetch_add(1, Ordering::SeqCst) + 1;
+            let current = Current {
+                conn,
+                info,
+                generation,
+            };
+            *slot = Some(current.clone());
+            return Ok(current);
+        }
     }
 
     /// The generation of the connection in use now (0: none), for [`Self::forget`].
@@ -355,9 +358,16 @@ async fn listen_for_switches(shared: std::sync::Weak<Shared>) {
             let fields: Vec<&str> = payload.split_whitespace().collect();
             if let [name, _, _, ip, port] = fields[..] {
                 if name == s.settings.master {
-                    s.switches.fetch_add(1, Ordering::SeqCst);
                     let new = format!("{ip}:{port}");
-                    s.forget_if(|c| address_of(&c.info) != new);
+                    let mut slot = s.lock();
+                    s.switches.fetch_add(1, Ordering::SeqCst);
+                    if slot.as_ref().is_some_and(|c| address_of(&c.info) != new) {
+                        tracing::debug!(
+                            master = name,
+                            "+switch-master: asking the sentinels again"
+                        );
+                        *slot = None;
+                    }
                 }
             }
         }
