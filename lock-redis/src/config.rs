@@ -351,44 +351,25 @@ impl RedisConfig {
         } = parsing;
         check_retention(config.retention, config.max_ttl)?;
         config.connection = tls_files.apply(config.connection, tls)?;
-        if let Topology::Sentinel(hosts, master) = topology {
-            let mut sentinels = Vec::with_capacity(hosts.len());
-            for host in &hosts {
-                let name = host
-                    .host_str()
-                    .filter(|h| !h.is_empty())
-                    .ok_or_else(|| bad_url("a sentinel without a host".into()))?;
-                let name = name.trim_start_matches('[').trim_end_matches(']');
-                let info = node_info(
-                    name,
-                    host.port().unwrap_or(DEFAULT_SENTINEL_PORT),
-                    sentinel_user.as_deref(),
-                    sentinel_password.as_deref(),
-                    0,
-                    tls,
-                )?;
-                sentinels.push(tls_files.apply(info, tls)?);
+        match topology {
+            Topology::Single => {}
+            Topology::Cluster(seeds) => {
+                let (user, password) = (user.as_deref(), password.as_deref());
+                let nodes = hosts_info(&seeds, 6379, user, password, tls, &tls_files)?;
+                config.cluster = Some(ClusterSettings { nodes });
             }
-            config.sentinel = Some(SentinelSettings { sentinels, master });
-        } else if let Topology::Cluster(seeds) = topology {
-            let mut nodes = Vec::with_capacity(seeds.len());
-            for seed in &seeds {
-                let host = seed
-                    .host_str()
-                    .filter(|h| !h.is_empty())
-                    .ok_or_else(|| bad_url("a cluster node without a host".into()))?;
-                let host = host.trim_start_matches('[').trim_end_matches(']');
-                let info = node_info(
-                    host,
-                    seed.port().unwrap_or(6379),
-                    user.as_deref(),
-                    password.as_deref(),
-                    0,
+            Topology::Sentinel(hosts, master) => {
+                let (user, password) = (sentinel_user.as_deref(), sentinel_password.as_deref());
+                let sentinels = hosts_info(
+                    &hosts,
+                    DEFAULT_SENTINEL_PORT,
+                    user,
+                    password,
                     tls,
+                    &tls_files,
                 )?;
-                nodes.push(tls_files.apply(info, tls)?);
+                config.sentinel = Some(SentinelSettings { sentinels, master });
             }
-            config.cluster = Some(ClusterSettings { nodes });
         }
         Ok(config)
     }
@@ -930,6 +911,31 @@ impl TlsFiles {
             "rediss:// (TLS) needs fencelock-redis's `tls` feature".into(),
         ))
     }
+}
+
+/// How the redis crate reaches each of `hosts` (a Cluster's seeds, the sentinels): database
+/// 0, `default_port` where a host gives none, the credentials and TLS files given.
+fn hosts_info(
+    hosts: &[Url],
+    default_port: u16,
+    user: Option<&str>,
+    password: Option<&str>,
+    tls: bool,
+    tls_files: &TlsFiles,
+) -> Result<Vec<ConnectionInfo>> {
+    hosts
+        .iter()
+        .map(|url| {
+            let host = url
+                .host_str()
+                .filter(|h| !h.is_empty())
+                .ok_or_else(|| bad_url(format!("{}: no host", redact(url.as_str()))))?;
+            let host = host.trim_start_matches('[').trim_end_matches(']');
+            let port = url.port().unwrap_or(default_port);
+            let info = node_info(host, port, user, password, 0, tls)?;
+            tls_files.apply(info, tls)
+        })
+        .collect()
 }
 
 /// `""`, `"/"` or `"/N"` with N a database number (0 to 2³¹).
