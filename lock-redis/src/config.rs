@@ -190,36 +190,16 @@ impl RedisConfig {
     /// `redis+cluster://[[user]:password@]host:port[,host:port…][?option=value&…]`: the seed
     /// nodes, parsed one by one as `redis://` nodes, with the options of the first.
     fn from_cluster_url(url: &str) -> Result<Self> {
-        let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
-        let tls = false;
-        let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-        let (authority, tail) = rest.split_at(end);
-        let (userinfo, hosts) = match authority.rfind('@') {
-            Some(at) => authority.split_at(at + 1),
-            None => ("", authority),
-        };
-        let single = if tls { REDIS_TLS_SCHEME } else { REDIS_SCHEME };
-        let mut nodes = Vec::new();
-        for host in hosts.split(',') {
-            if host.is_empty() {
-                return Err(bad_url(
-                    "an empty node in the redis+cluster:// host list".into(),
-                ));
-            }
-            let node = Url::parse(&format!("{single}://{userinfo}{host}"))
-                .map_err(|e| bad_url(format!("not a URL: {e}")))?;
-            nodes.push(node);
-        }
-        let first = hosts.split(',').next().unwrap_or_default();
-        let shape = format!("{single}://{userinfo}{first}{tail}");
-        let seeds = nodes.clone();
+        let list = HostList::split(url, "node")?;
+        let seeds = list.urls()?;
+        let shape = format!(
+            "{REDIS_SCHEME}://{}{}{}",
+            list.userinfo,
+            list.first(),
+            list.tail
+        );
         let mut config = Self::parse(&shape, Topology::Cluster(seeds))?;
-        let shown = redact(&format!("{single}://{userinfo}nodes.invalid"));
-        let shown_userinfo = shown
-            .strip_prefix(&format!("{single}://"))
-            .and_then(|s| s.strip_suffix("nodes.invalid"))
-            .unwrap_or_default();
-        config.redacted = format!("{scheme}://{shown_userinfo}{hosts}{tail}");
+        config.redacted = list.redacted();
         config.check()?;
         if config.connection.redis_settings().db() != 0 {
             return Err(bad_url("a Redis Cluster has only database 0".into()));
@@ -233,16 +213,10 @@ impl RedisConfig {
     /// (`rediss+sentinel://`) both the sentinels and the master are reached over TLS, with the
     /// same TLS options.
     fn from_sentinel_url(url: &str, tls: bool) -> Result<Self> {
-        let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
-        let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-        let (authority, tail) = rest.split_at(end);
-        let (userinfo, hosts) = match authority.rfind('@') {
-            Some(at) => authority.split_at(at + 1),
-            None => ("", authority),
-        };
-        let (path, query) = match tail.find(['?', '#']) {
-            Some(at) => tail.split_at(at),
-            None => (tail, ""),
+        let list = HostList::split(url, "sentinel")?;
+        let (path, query) = match list.tail.find(['?', '#']) {
+            Some(at) => list.tail.split_at(at),
+            None => (list.tail, ""),
         };
         let mut segments = path.trim_start_matches('/').splitn(2, '/');
         let master = segments.next().unwrap_or_default();
@@ -260,27 +234,10 @@ impl RedisConfig {
             .next()
             .map(|db| format!("/{db}"))
             .unwrap_or_default();
-        let mut sentinels = Vec::new();
-        for host in hosts.split(',') {
-            if host.is_empty() {
-                return Err(bad_url(
-                    "an empty sentinel in the redis+sentinel:// host list".into(),
-                ));
-            }
-            let sentinel = Url::parse(&format!("{REDIS_SCHEME}://{host}"))
-                .map_err(|e| bad_url(format!("not a URL: {e}")))?;
-            sentinels.push(sentinel);
-        }
-        let first = hosts.split(',').next().unwrap_or_default();
         let single = if tls { REDIS_TLS_SCHEME } else { REDIS_SCHEME };
-        let shape = format!("{single}://{userinfo}{first}{db}{query}");
-        let mut config = Self::parse(&shape, Topology::Sentinel(sentinels, master))?;
-        let shown = redact(&format!("{REDIS_SCHEME}://{userinfo}nodes.invalid{query}"));
-        let shown = shown
-            .strip_prefix(&format!("{REDIS_SCHEME}://"))
-            .unwrap_or_default();
-        let (shown_userinfo, shown_query) = shown.split_once("nodes.invalid").unwrap_or_default();
-        config.redacted = format!("{scheme}://{shown_userinfo}{hosts}{path}{shown_query}");
+        let shape = format!("{single}://{}{}{db}{query}", list.userinfo, list.first());
+        let mut config = Self::parse(&shape, Topology::Sentinel(list.urls()?, master))?;
+        config.redacted = list.redacted();
         config.check()?;
         Ok(config)
     }
@@ -910,6 +867,69 @@ impl TlsFiles {
         Err(bad_url(
             "rediss:// (TLS) needs fencelock-redis's `tls` feature".into(),
         ))
+    }
+}
+
+/// A URL with a comma-separated host list (`redis+cluster://`, `redis+sentinel://`), which
+/// `url::Url` cannot parse: its parts, as written.
+struct HostList<'a> {
+    scheme: &'a str,
+    /// `user:password@`, or empty.
+    userinfo: &'a str,
+    hosts: &'a str,
+    /// The path, query and fragment.
+    tail: &'a str,
+}
+
+impl<'a> HostList<'a> {
+    /// Splits `url`, refusing an empty host (a `what`, in the message).
+    fn split(url: &'a str, what: &str) -> Result<Self> {
+        let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+        let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+        let (authority, tail) = rest.split_at(end);
+        let (userinfo, hosts) = match authority.rfind('@') {
+            Some(at) => authority.split_at(at + 1),
+            None => ("", authority),
+        };
+        if hosts.split(',').any(str::is_empty) {
+            return Err(bad_url(format!(
+                "an empty {what} in the {scheme}:// host list"
+            )));
+        }
+        Ok(HostList {
+            scheme,
+            userinfo,
+            hosts,
+            tail,
+        })
+    }
+
+    fn first(&self) -> &'a str {
+        self.hosts.split(',').next().unwrap_or_default()
+    }
+
+    /// Each host as a URL of its own (host and port only).
+    fn urls(&self) -> Result<Vec<Url>> {
+        self.hosts
+            .split(',')
+            .map(|host| {
+                Url::parse(&format!("{REDIS_SCHEME}://{host}"))
+                    .map_err(|e| bad_url(format!("not a URL: {e}")))
+            })
+            .collect()
+    }
+
+    /// The URL as written, its password and password options masked.
+    fn redacted(&self) -> String {
+        let shown = redact(&format!(
+            "{REDIS_SCHEME}://{}nodes.invalid{}",
+            self.userinfo, self.tail
+        ));
+        let shown = shown
+            .strip_prefix(&format!("{REDIS_SCHEME}://"))
+            .unwrap_or_default();
+        let (userinfo, tail) = shown.split_once("nodes.invalid").unwrap_or_default();
+        format!("{}://{userinfo}{}{tail}", self.scheme, self.hosts)
     }
 }
 
