@@ -1,5 +1,6 @@
 //! The built `lockctl` over TLS, against real servers with a throwaway CA from
-//! test-servers: `rediss://` and `redlock://…?tls=true` with `tls_ca`, `etcds://` with `tls_ca`,
+//! test-servers: `rediss://`, `rediss+sentinel://` and `redlock://…?tls=true` with `tls_ca`,
+//! `etcds://` with `tls_ca`,
 //! and `postgres://…?tls_ca=` (sslmode=verify-full implied). On each, `lockctl run KEY -- true`
 //! runs the command, a second `lockctl run --wait 0s` is refused with exit 75 while a first one
 //! holds the key, and a run that trusts the wrong CA exits 76 (the store's error) with one line
@@ -212,6 +213,30 @@ fn redlock_over_tls() {
         TestCa::shared().ca_option()
     );
     runs_and_excludes_over(&url, &scratch.0);
+}
+
+#[cfg(feature = "redis")]
+#[test]
+fn sentinel_over_tls() {
+    use test_servers::{RedisSentinel, SentinelOptions, SentinelTls};
+    let ca = TestCa::shared();
+    let deployment = RedisSentinel::start(SentinelOptions {
+        tls: Some(SentinelTls::from_ca(ca)),
+        ..SentinelOptions::default()
+    })
+    .expect("a Sentinel deployment with TLS");
+    // rediss+sentinel://…/fencelock?tls_ca=…: the sentinels and the master over TLS.
+    let url = deployment.url();
+    let scratch = Scratch::new("sentinel");
+    runs_and_excludes_over(&url, &scratch.0);
+    let wrong = url
+        .replacen(
+            "rediss+sentinel://",
+            &format!("rediss+sentinel://:{SECRET}@"),
+            1,
+        )
+        .replace(&ca.ca_option(), &ca.other_ca_option());
+    wrong_ca_is_one_line_without_the_password(&wrong, &scratch.0);
 }
 
 #[cfg(feature = "etcd")]
