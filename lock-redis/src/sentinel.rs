@@ -374,8 +374,10 @@ async fn listen_for_switches(shared: std::sync::Weak<Shared>) {
     }
 }
 
-/// Forgets the connection when a command on it is dropped unanswered after the command timeout
-/// (the caller's own timer, as long as ours, fired first).
+/// Forgets the connection when a command on it is dropped unanswered late: the caller's own
+/// timer, as long as ours, started before this command was sent (after a discovery, perhaps),
+/// so it fires up to that long before the full command timeout has passed here. Half of it
+/// tells such a drop from a caller's early cancel; a wrong guess costs one discovery.
 struct Abandoned<'a> {
     conn: &'a SentinelConn,
     generation: u64,
@@ -400,7 +402,7 @@ impl<'a> Abandoned<'a> {
 
 impl Drop for Abandoned<'_> {
     fn drop(&mut self) {
-        if self.armed && self.sent.elapsed() >= self.conn.shared.command_timeout {
+        if self.armed && self.sent.elapsed() >= self.conn.shared.command_timeout / 2 {
             self.conn.forget(self.generation);
         }
     }
