@@ -7,6 +7,7 @@
 #   scripts/bench.sh            every bench; the output is also kept in target/bench/
 #   scripts/bench.sh redis etcd only those (names below)
 #   scripts/bench.sh --build redis-cycle-cost   only build it, into target/bench/bin/
+#   scripts/bench.sh --targets RUN.txt          a stored run's targets, met or MISSED
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,6 +28,37 @@ benches=(
   stores-election
   sets
 )
+
+# Every target a run printed, met or MISSED, under its bench's name, with the rows of the
+# floors measured in the same run ("floor" in their label) beside them.
+targets() {
+  python3 - "$1" <<'PY'
+import re, sys
+section, floors, out = None, [], []
+for line in open(sys.argv[1], encoding="utf-8"):
+    line = line.rstrip("\n")
+    m = re.match(r"## (\S+): ", line)
+    if m:
+        section = m.group(1)
+        out.append(f"\n{section}")
+        continue
+    if section is None or not line.strip():
+        continue
+    m = re.search(r"target (.*): (met|MISSED)$", line)
+    label = re.split(r"\s{2,}", line.strip())[0]
+    if m:
+        out.append(f"  {m.group(2):6}  {label}: {m.group(1)}")
+    elif "floor" in label and not label.startswith("samples:") and re.search(r"\d", line):
+        out.append(f"          {re.sub(r'  +', '  ', line.strip())}")
+print("targets, met or MISSED, with the floors each run measured:" + "\n".join(out))
+PY
+}
+
+# scripts/bench.sh --targets RUN.txt: the targets of a stored run, and stop.
+if [[ ${1:-} == --targets ]]; then
+  targets "$2"
+  exit 0
+fi
 
 # scripts/bench.sh --build NAME…: build those benches into target/bench/bin/NAME and stop.
 build_only=
@@ -83,4 +115,6 @@ log="target/bench/$(date -u +%Y-%m-%dT%H%M%SZ).txt"
     echo "($name took $((SECONDS - start)) s; load average $(cut -d' ' -f1-3 /proc/loadavg))"
   done
 } 2>&1 | tee "$log"
-echo "kept in $log"
+echo
+targets "$log"
+echo "kept in $log (its targets again: scripts/bench.sh --targets $log)"

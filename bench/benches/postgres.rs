@@ -9,14 +9,15 @@
 //! `pg_advisory_unlock` as three plain statements), our acquire + release cycle and its ratio
 //! (and the same cycle as a permit of a semaphore of 4 and as a shared lease, where the store
 //! keeps them),
-//! throughput with 16 tasks on distinct keys against 16 raw connections doing the same, handoff
-//! latency with 8 waiters on one key (against raw waiters that bump the fence durably after
-//! `pg_advisory_lock`, and against the bare `pg_advisory_lock` handoff), the peers' protocol
-//! (8 contenders on one key, each holding 1 ms and pausing 30 ms after each release: the
-//! acquire latency's p50, mean and p99, ours against the raw blocking `pg_advisory_lock`, a
-//! session per contender, in interleaved rounds, target each ≤ 1.2×; then, in rounds of their
-//! own, the floor in that protocol: the lock and an unsynced fence upsert as one statement
-//! against the bare lock), and 500 leases held at
+//! sqlx's `PgAdvisoryLock` cycle (no fencing token), throughput with 16 tasks on distinct keys
+//! against 16 raw connections doing the same, handoff latency with 8 waiters on one key
+//! (against raw waiters that bump the fence durably after `pg_advisory_lock`, the bare
+//! `pg_advisory_lock` handoff, sqlx's `PgAdvisoryLock`, and the fenced floor: the lock and an
+//! unsynced fence upsert as one statement, in rounds alternating with ours, target ours ≤ 1.1×
+//! it), the peers' protocol (8 contenders on one key, each holding 1 ms and pausing 30 ms after
+//! each release: the acquire latency's p50, mean and p99 and the release-to-grant handoff, ours
+//! against sqlx's `PgAdvisoryLock`, a session per contender, and the fenced floor, in
+//! interleaved rounds; target ours ≤ 1.1× the fenced floor), and 500 leases held at
 //! once with keep-alive on one store handle, with the connection count.
 
 use std::error::Error;
@@ -27,10 +28,11 @@ use async_trait::async_trait;
 use fencelock_bench::{
     cycle, cycle_into, handoff, handoff_between, hold_kept_alive, lock_throughput, micros as us,
     server_or_env, store_contenders, throughput, time_each, Contender, Handoff, ModeCycles,
-    PeersProtocol, Samples, Table, VersusPeer, PEERS_CONTENDERS,
+    PeersProtocol, Samples, Table, PEERS_CONTENDERS,
 };
 use fencelock_core::DynLockStore;
 use fencelock_postgres::{PostgresConfig, PostgresStore};
+use sqlx::postgres::{PgAdvisoryLock, PgAdvisoryLockGuard, PgAdvisoryLockKey};
 use sqlx::{Connection, PgConnection, Row};
 use tokio::time::Instant;
 
@@ -40,9 +42,15 @@ const TASKS: usize = 16;
 const RUN_FOR: Duration = Duration::from_secs(3);
 const WAITERS: usize = 8;
 const HANDOFFS: usize = 400;
+/// Rounds the handoff of ours and of the fenced floor alternate in.
+const HANDOFF_ROUNDS: usize = 4;
 const HELD: usize = 500;
 const HELD_TTL: Duration = Duration::from_secs(3);
 const TTL: Duration = Duration::from_secs(30);
+/// The peer in the peers' protocol.
+const SQLX_PEER: &str = "sqlx PgAdvisoryLock";
+/// The floor in the peers' protocol: a grant's least work.
+const FENCED_FLOOR: &str = "the fenced floor";
 
 /// The raw floor: the same three steps as an acquire + release, as plain statements.
 const RAW_TRY: &str = "SELECT pg_try_advisory_lock($1)";
@@ -166,6 +174,74 @@ impl Contender for RawWaiter {
     }
 }
 
+/// sqlx's `PgAdvisoryLock` on a connection of its own: the lock a Rust user of PostgreSQL
+/// would otherwise pick (a blocking `pg_advisory_lock`, no fencing token).
+struct SqlxWaiter {
+    /// Leaked once per waiter: the guard borrows its lock, and a contender's hold outlives
+    /// any borrow of the waiter.
+    lock: &'static PgAdvisoryLock,
+    conn: Option<PgConnection>,
+}
+
+impl SqlxWaiter {
+    async fn connect_many(url: &str, count: usize, id: i64) -> Result<Vec<Self>, sqlx::Error> {
+        let mut waiters = Vec::with_capacity(count);
+        for _ in 0..count {
+            waiters.push(SqlxWaiter {
+                lock: Box::leak(Box::new(PgAdvisoryLock::with_key(
+                    PgAdvisoryLockKey::BigInt(id),
+                ))),
+                conn: Some(PgConnection::connect(url).await?),
+            });
+        }
+        Ok(waiters)
+    }
+
+    fn conn(&mut self) -> fencelock_core::Result<PgConnection> {
+        self.conn
+            .take()
+            .ok_or_else(|| fencelock_core::Error::store("sqlx waiter", "no connection"))
+    }
+}
+
+#[async_trait]
+impl Contender for SqlxWaiter {
+    type Held = PgAdvisoryLockGuard<'static, PgConnection>;
+
+    async fn take(&mut self) -> fencelock_core::Result<Self::Held> {
+        let conn = self.conn()?;
+        self.lock.acquire(conn).await.map_err(raw_failed)
+    }
+
+    async fn give_back(&mut self, held: Self::Held) -> fencelock_core::Result<()> {
+        self.conn = Some(held.release_now().await.map_err(raw_failed)?);
+        Ok(())
+    }
+}
+
+/// `count` waiters that take the lock and bump the fence in one statement
+/// ([`RAW_LOCK_AND_BUMP`]) on sessions with synchronous_commit = off: a grant's least work.
+async fn fenced_floor_waiters(
+    url: &str,
+    count: usize,
+    id: i64,
+) -> Result<Vec<RawWaiter>, sqlx::Error> {
+    let mut waiters = Vec::with_capacity(count);
+    for _ in 0..count {
+        let mut conn = PgConnection::connect(url).await?;
+        sqlx::query("SET synchronous_commit = off")
+            .execute(&mut conn)
+            .await?;
+        waiters.push(RawWaiter {
+            conn,
+            id,
+            bump: true,
+            one_statement: true,
+        });
+    }
+    Ok(waiters)
+}
+
 fn raw_failed(e: sqlx::Error) -> fencelock_core::Error {
     fencelock_core::Error::store("raw statement", e)
 }
@@ -209,7 +285,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
     let raw_floor = bench.uncontended_cycles(&mut table).await?;
     bench.throughput(&mut table).await?;
     let handles = bench.handoff(&mut table, &round_trips).await?;
-    bench.versus_peer(&mut table, handles, &round_trips).await?;
+    bench.versus_peer(&mut table, handles).await?;
     bench.held_leases(&mut table).await?;
     table.latency("  opening one connection p50", round_trips.connects.p50());
     println!("{table}");
@@ -328,6 +404,7 @@ impl Bench {
         }
         let raw_floor = Samples::new(raw_samples);
         let our_cycles = Samples::new(our_samples);
+        let sqlx_cycles = self.sqlx_cycles().await?;
         let new_keys = self.new_key_per_cycle().await?;
 
         table.latency(
@@ -339,6 +416,16 @@ impl Bench {
             .latency("ours: try_acquire + release p50", our_cycles.p50())
             .ratio(ratio, Some(("≤ 1.2× raw floor", ratio <= 1.2)));
         table.latency("ours: try_acquire + release p99", our_cycles.p99());
+        table
+            .latency(
+                "sqlx PgAdvisoryLock: try_acquire + release_now p50 (no fencing token)",
+                sqlx_cycles.p50(),
+            )
+            .ratio(us(sqlx_cycles.p50()) / us(raw_floor.p50()), None);
+        table.push(
+            "  ours / sqlx PgAdvisoryLock, cycle p50",
+            format!("{:.2}", us(our_cycles.p50()) / us(sqlx_cycles.p50())),
+        );
         modes.rows(table, "ours: ", Some(raw_floor.p50()), None);
         table
             .latency("ours: a new key per cycle p50", new_keys.p50())
@@ -347,6 +434,31 @@ impl Bench {
             .latency("ours: a new key per cycle p99", new_keys.p99())
             .ratio(us(new_keys.p99()) / us(raw_floor.p99()), None);
         Ok(raw_floor)
+    }
+
+    /// sqlx's `PgAdvisoryLock`: `try_acquire` + `release_now` on one kept connection.
+    async fn sqlx_cycles(&self) -> fencelock_core::Result<Samples> {
+        let lock = PgAdvisoryLock::with_key(PgAdvisoryLockKey::BigInt(424_243));
+        let mut conn = PgConnection::connect(&self.url).await.map_err(raw_failed)?;
+        let mut samples = Vec::with_capacity(ITERATIONS);
+        for i in 0..ITERATIONS + 100 {
+            let started = Instant::now();
+            let guard = match lock.try_acquire(conn).await.map_err(raw_failed)? {
+                sqlx::Either::Left(guard) => guard,
+                sqlx::Either::Right(_) => {
+                    return Err(fencelock_core::Error::store(
+                        "sqlx cycle",
+                        "the key was held",
+                    ))
+                }
+            };
+            conn = guard.release_now().await.map_err(raw_failed)?;
+            // The first hundred warm the connection up.
+            if i >= 100 {
+                samples.push(started.elapsed());
+            }
+        }
+        Ok(Samples::new(samples))
     }
 
     /// The per-entity pattern: a key never locked before in every cycle (its fence row is
@@ -399,97 +511,79 @@ impl Bench {
         let raw_handoffs = handoff_between(raw_waiters, HANDOFFS, Handoff::AnyWaiter).await?;
         let bare_waiters = RawWaiter::connect_many(&self.url, WAITERS, 5_555_556, false).await?;
         let bare_handoffs = handoff_between(bare_waiters, HANDOFFS, Handoff::AnyWaiter).await?;
+        let sqlx_waiters = SqlxWaiter::connect_many(&self.url, WAITERS, 5_555_560).await?;
+        let sqlx_handoffs = handoff_between(sqlx_waiters, HANDOFFS, Handoff::AnyWaiter).await?;
         let mut handles: Vec<DynLockStore> = Vec::new();
         for _ in 0..WAITERS {
             handles.push(Arc::new(PostgresStore::connect(self.config.clone()).await?));
         }
-        let handoffs = handoff(handles.clone(), "bench:handoff", TTL, HANDOFFS).await?;
-        handoff_rows(table, round_trips, &raw_handoffs, &bare_handoffs, &handoffs);
+        // Ours and the fenced floor in alternating rounds, so both see the same load.
+        let (mut ours, mut floor) = (Vec::new(), Vec::new());
+        for _ in 0..HANDOFF_ROUNDS {
+            let per_round = HANDOFFS / HANDOFF_ROUNDS;
+            let waiters = fenced_floor_waiters(&self.url, WAITERS, 5_555_561).await?;
+            floor.push(handoff_between(waiters, per_round, Handoff::AnyWaiter).await?);
+            ours.push(handoff(handles.clone(), "bench:handoff", TTL, per_round).await?);
+        }
+        let handoffs = Samples::merged(ours);
+        let floor_handoffs = Samples::merged(floor);
+        handoff_rows(
+            table,
+            round_trips,
+            &raw_handoffs,
+            &bare_handoffs,
+            &handoffs,
+            &floor_handoffs,
+        );
+        table
+            .latency(
+                format!("sqlx PgAdvisoryLock handoff p50, {WAITERS} waiters (no fencing token)"),
+                sqlx_handoffs.p50(),
+            )
+            .ratio(us(handoffs.p50()) / us(sqlx_handoffs.p50()), None);
         Ok(handles)
     }
 
-    /// The peers' protocol (8 contenders on one key, hold 1 ms, pause 30 ms): ours against the
-    /// raw blocking pg_advisory_lock (a session per contender), in interleaved rounds; then
-    /// the floor in that protocol. Our handles are dropped between the two.
+    /// The peers' protocol (8 contenders on one key, hold 1 ms, pause 30 ms): ours against
+    /// sqlx's `PgAdvisoryLock` (a session per contender) and the fenced floor (the blocking
+    /// lock and an unsynced fence upsert, one statement), in interleaved rounds. Our handles
+    /// are dropped after it.
     async fn versus_peer(
         &self,
         table: &mut Table,
         handles: Vec<DynLockStore>,
-        round_trips: &RoundTrips,
     ) -> Result<(), Box<dyn Error>> {
-        let bare_contenders =
-            RawWaiter::connect_many(&self.url, PEERS_CONTENDERS, 5_555_557, false).await?;
+        let sqlx_contenders =
+            SqlxWaiter::connect_many(&self.url, PEERS_CONTENDERS, 5_555_557).await?;
+        let floor_contenders = fenced_floor_waiters(&self.url, PEERS_CONTENDERS, 5_555_558).await?;
         let protocol = PeersProtocol::HARNESS
-            .run(
+            .run_with_floor(
                 store_contenders(
                     handles[..PEERS_CONTENDERS].to_vec(),
                     "bench:protocol",
                     TTL,
                     Duration::from_secs(60),
                 ),
-                bare_contenders,
+                sqlx_contenders,
+                floor_contenders,
             )
             .await?;
         drop(handles);
-        let protocol_floor = self.protocol_floor().await?;
-
-        protocol.rows(table, "pg_advisory_lock", 1.2);
-        // As for the handoff: a grant also writes the fence (unsynced at the clock).
-        let floor = round_trips.floor_over(protocol.peer.p50());
-        table.push(
-            "  floor, p50: (that + unsynced upsert − 1 round trip) / that",
-            format!("{floor:.2}×"),
-        );
-        // Measured in the protocol (its own rounds): the lock and an unsynced upsert, one
-        // statement.
-        for (stat, floor, bare) in [
-            ("p50", protocol_floor.ours.p50(), protocol_floor.peer.p50()),
-            (
-                "mean",
-                protocol_floor.ours.mean(),
-                protocol_floor.peer.mean(),
-            ),
-        ] {
+        protocol.rows_with_floor(table, SQLX_PEER, 1.2, FENCED_FLOOR);
+        if let Some(floor) = &protocol.floor {
+            let ratio = us(protocol.ours.p50()) / us(floor.p50());
             table
-                .latency(
-                    format!("  floor in the protocol, {stat}: pg_advisory_lock + unsynced upsert, one statement"),
-                    floor,
+                .push(
+                    format!("  peers' protocol acquire p50 ours / {FENCED_FLOOR}"),
+                    format!("{ratio:.2}"),
                 )
-                .ratio(us(floor) / us(bare), None);
+                .ratio(
+                    ratio,
+                    Some((&format!("≤ 1.1× {FENCED_FLOOR}"), ratio <= 1.1)),
+                );
         }
+        protocol.handoff_rows(table, SQLX_PEER, None);
         Ok(())
-    }
-
-    /// The floor in the peers' protocol: a grant's least work (the blocking lock and an
-    /// unsynced fence upsert, one statement) against the bare lock, in rounds of their own.
-    /// The floor computed from the back-to-back upsert understates it: after each 30 ms pause
-    /// the backend runs the upsert cold, several times slower than back to back.
-    async fn protocol_floor(&self) -> Result<VersusPeer, Box<dyn Error>> {
-        let (mut fenced_contenders, mut bare_again) = (Vec::new(), Vec::new());
-        for _ in 0..PEERS_CONTENDERS {
-            let mut conn = PgConnection::connect(&self.url).await?;
-            sqlx::query("SET synchronous_commit = off")
-                .execute(&mut conn)
-                .await?;
-            fenced_contenders.push(RawWaiter {
-                conn,
-                id: 5_555_558,
-                bump: true,
-                one_statement: true,
-            });
-            bare_again.push(RawWaiter {
-                conn: PgConnection::connect(&self.url).await?,
-                id: 5_555_559,
-                bump: false,
-                one_statement: false,
-            });
-        }
-        Ok(PeersProtocol {
-            rounds: PeersProtocol::HARNESS.rounds / 2,
-            ..PeersProtocol::HARNESS
-        }
-        .run(fenced_contenders, bare_again)
-        .await?)
     }
 
     /// 500 leases held at once on one handle, kept alive, with the connections they take.
@@ -567,6 +661,7 @@ fn handoff_rows(
     raw_handoffs: &Samples,
     bare_handoffs: &Samples,
     handoffs: &Samples,
+    floor_handoffs: &Samples,
 ) {
     let (select_one, raw_upsert) = (&round_trips.select_one, &round_trips.raw_upsert);
     table.latency(
@@ -589,27 +684,36 @@ fn handoff_rows(
         "handoff p50 / raw handoff p50",
         format!("{:.2}", us(handoffs.p50()) / us(raw_handoffs.p50())),
     );
-    let bare_ratio = us(handoffs.p50()) / us(bare_handoffs.p50());
     table
         .latency(
             format!("raw handoff p50, {WAITERS} waiters (pg_advisory_lock alone, no fence write)"),
             bare_handoffs.p50(),
         )
-        .ratio(
-            bare_ratio,
-            Some((
-                "ours ≤ 1.2× bare pg_advisory_lock handoff",
-                bare_ratio <= 1.2,
-            )),
-        );
+        .ratio(us(handoffs.p50()) / us(bare_handoffs.p50()), None);
     table.latency(
         "raw fence upsert alone, synchronous_commit = off p50",
         round_trips.unsynced_upsert.p50(),
     );
     let floor = round_trips.floor_over(bare_handoffs.p50());
     table.push(
-        "  floor: (bare handoff + unsynced upsert − 1 round trip) / bare handoff",
+        "  floor by sum: (bare handoff + unsynced upsert − 1 round trip) / bare handoff",
         format!("{floor:.2}×"),
+    );
+    // Measured: the blocking lock and an unsynced fence upsert as one statement, in rounds
+    // alternating with ours: the least a fenced grant costs here.
+    let floor_ratio = us(handoffs.p50()) / us(floor_handoffs.p50());
+    table
+        .latency(
+            format!("fenced floor handoff p50, {WAITERS} waiters: pg_advisory_lock + unsynced upsert, one statement"),
+            floor_handoffs.p50(),
+        )
+        .ratio(
+            floor_ratio,
+            Some(("ours ≤ 1.1× this fenced floor (same rounds)", floor_ratio <= 1.1)),
+        );
+    table.push(
+        "  fenced floor handoff p50 / bare handoff p50",
+        format!("{:.2}×", us(floor_handoffs.p50()) / us(bare_handoffs.p50())),
     );
     let floor = us(select_one.p50()) + us(raw_upsert.p50());
     table.push(

@@ -790,14 +790,14 @@ impl PeersProtocol {
         mut floor: Option<Vec<F>>,
     ) -> Result<VersusPeer> {
         let warm_up = PeersProtocol { takes: 2, ..*self };
-        let mut discarded = Vec::new();
+        let mut discarded = Taken::default();
         ours = warm_up.round(ours, &mut discarded).await?;
         peer = warm_up.round(peer, &mut discarded).await?;
         if let Some(contenders) = floor.take() {
             floor = Some(warm_up.round(contenders, &mut discarded).await?);
         }
         let (mut our_samples, mut peer_samples, mut floor_samples) =
-            (Vec::new(), Vec::new(), Vec::new());
+            (Taken::default(), Taken::default(), Taken::default());
         for _ in 0..self.rounds {
             ours = self.round(ours, &mut our_samples).await?;
             peer = self.round(peer, &mut peer_samples).await?;
@@ -805,43 +805,62 @@ impl PeersProtocol {
                 floor = Some(self.round(contenders, &mut floor_samples).await?);
             }
         }
+        let has_floor = floor.is_some();
         Ok(VersusPeer {
             protocol: *self,
             contenders: (ours.len(), peer.len()),
-            ours: Samples::new(our_samples),
-            peer: Samples::new(peer_samples),
-            floor: floor.map(|_| Samples::new(floor_samples)),
+            ours: Samples::new(our_samples.takes),
+            peer: Samples::new(peer_samples.takes),
+            floor: has_floor.then(|| Samples::new(floor_samples.takes)),
+            handoffs: Handoffs {
+                ours: Samples::new(our_samples.handoffs),
+                peer: Samples::new(peer_samples.handoffs),
+                floor: has_floor.then(|| Samples::new(floor_samples.handoffs)),
+            },
         })
     }
 
     /// One round: every contender takes the key [`takes`](Self::takes) times, adding each
-    /// take's latency to `samples`; the contenders come back for the next round.
-    async fn round<C: Contender>(
-        &self,
-        contenders: Vec<C>,
-        samples: &mut Vec<Duration>,
-    ) -> Result<Vec<C>> {
+    /// take's latency to `samples.takes`, and each grant to a contender that was already
+    /// asking when the holder started its release, timed from that start, to
+    /// `samples.handoffs`; the contenders come back for the next round.
+    async fn round<C: Contender>(&self, contenders: Vec<C>, samples: &mut Taken) -> Result<Vec<C>> {
         let PeersProtocol {
             hold, pause, takes, ..
         } = *self;
         let count = u32::try_from(contenders.len()).unwrap_or(u32::MAX).max(1);
+        // When the last holder started its release; the first contender granted after it that
+        // had asked before it takes the sample.
+        let released_at: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
         let joins: Vec<_> = contenders
             .into_iter()
             .zip(0u32..)
             .map(|(mut contender, i)| {
                 let start = (hold + pause) * i / count;
+                let released_at = released_at.clone();
                 tokio::spawn(async move {
                     tokio::time::sleep(start).await;
-                    let mut waited = Vec::with_capacity(takes);
+                    let mut taken = Taken::default();
                     for _ in 0..takes {
                         let asked = Instant::now();
                         let held = contender.take().await?;
-                        waited.push(asked.elapsed());
+                        let granted = Instant::now();
+                        taken.takes.push(granted - asked);
+                        {
+                            let mut released =
+                                released_at.lock().unwrap_or_else(PoisonError::into_inner);
+                            if let Some(at) = released.filter(|&at| at > asked) {
+                                taken.handoffs.push(granted - at);
+                                *released = None;
+                            }
+                        }
                         tokio::time::sleep(hold).await;
+                        *released_at.lock().unwrap_or_else(PoisonError::into_inner) =
+                            Some(Instant::now());
                         contender.give_back(held).await?;
                         tokio::time::sleep(pause).await;
                     }
-                    Ok::<_, Error>((contender, waited))
+                    Ok::<_, Error>((contender, taken))
                 })
             })
             .collect();
@@ -849,9 +868,10 @@ impl PeersProtocol {
         let mut failed = None;
         for join in joins {
             match join.await {
-                Ok(Ok((contender, waited))) => {
+                Ok(Ok((contender, taken))) => {
                     back.push(contender);
-                    samples.extend(waited);
+                    samples.takes.extend(taken.takes);
+                    samples.handoffs.extend(taken.handoffs);
                 }
                 Ok(Err(e)) => {
                     failed.get_or_insert(e);
@@ -865,6 +885,54 @@ impl PeersProtocol {
             Some(e) => Err(e),
             None => Ok(back),
         }
+    }
+}
+
+/// What one side's contenders measured in [`PeersProtocol`] rounds.
+#[derive(Debug, Default)]
+struct Taken {
+    /// Every take, asking to holding.
+    takes: Vec<Duration>,
+    /// Every grant to a contender that was asking when the holder started its release, from
+    /// that start.
+    handoffs: Vec<Duration>,
+}
+
+/// Release-to-grant handoffs in a [`PeersProtocol`] run: from a holder starting its release
+/// to the grant of a contender that was already asking (a take that found the key free is
+/// not one).
+#[derive(Debug, Clone)]
+pub struct Handoffs {
+    /// Ours.
+    pub ours: Samples,
+    /// The peer's.
+    pub peer: Samples,
+    /// The floor's, when run with one.
+    pub floor: Option<Samples>,
+}
+
+impl VersusPeer {
+    /// Adds the handoff rows: for each of p50, mean and p99, ours (label
+    /// `"peers' protocol handoff {stat}: ours"`) with its ratio to the peer's and, where given,
+    /// the target `≤ {target}× {peer}`, then the peer's, as [`versus_rows`] prints them, after a heading
+    /// with the number of handoffs of each side.
+    pub fn handoff_rows(&self, table: &mut Table, peer: &str, target: Option<f64>) {
+        table.push(
+            "peers' protocol handoff: a holder's release to a waiting contender's grant",
+            format!(
+                "{} and {} handoffs",
+                self.handoffs.ours.len(),
+                self.handoffs.peer.len()
+            ),
+        );
+        versus_rows(
+            table,
+            "peers' protocol handoff",
+            &self.handoffs.ours,
+            peer,
+            &self.handoffs.peer,
+            target,
+        );
     }
 }
 
@@ -882,6 +950,8 @@ pub struct VersusPeer {
     /// The floor's, from its own contenders in the same rounds, when run with one
     /// ([`PeersProtocol::run_with_floor`]).
     pub floor: Option<Samples>,
+    /// The release-to-grant handoffs of the same rounds.
+    pub handoffs: Handoffs,
 }
 
 impl VersusPeer {
@@ -1361,6 +1431,29 @@ mod tests {
         assert_eq!(labels, ["shared (reader)"]);
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn peers_protocol_times_a_handoff_only_for_a_contender_that_was_waiting() {
+        let (ttl, wait) = (Duration::from_secs(10), Duration::from_secs(10));
+        let store: DynLockStore = Arc::new(MemoryStore::new());
+        // Three contenders a third of a hold apart, no pause: after the first take, every
+        // grant goes to one that asked while the key was held; the first found it free.
+        let protocol = PeersProtocol {
+            hold: Duration::from_millis(6),
+            pause: Duration::ZERO,
+            rounds: 1,
+            takes: 4,
+        };
+        let only_ours = |n| store_contenders(vec![store.clone(); n], "k", ttl, wait);
+        let versus = protocol.run(only_ours(3), only_ours(1)).await.unwrap();
+        assert_eq!(versus.ours.len(), 12);
+        assert_eq!(versus.handoffs.ours.len(), 11);
+        // A lone contender never waits: no handoff.
+        assert_eq!(versus.handoffs.peer.len(), 0);
+        let mut table = Table::default();
+        versus.handoff_rows(&mut table, "the peer", Some(1.0));
+        assert_eq!(table.rows[1].what, "peers' protocol handoff p50: ours");
+    }
+
     #[tokio::test]
     async fn peers_protocol_with_a_floor_times_it_in_the_same_rounds_and_prints_its_rows() {
         let (ttl, wait) = (Duration::from_secs(10), Duration::from_secs(10));
@@ -1392,6 +1485,11 @@ mod tests {
             ours: micros(&[90, 90, 90]),
             peer: micros(&[60, 60, 600]),
             floor: Some(micros(&[75, 75, 75])),
+            handoffs: Handoffs {
+                ours: micros(&[40]),
+                peer: micros(&[50]),
+                floor: None,
+            },
         };
         let mut table = Table::default();
         versus.rows_with_floor(&mut table, "the peer", 1.0, "the floor");

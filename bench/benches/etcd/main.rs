@@ -755,6 +755,7 @@ impl Bench {
         let protocol = PeersProtocol::HARNESS.run(ours_in_protocol, peers).await?;
         drop(handles);
         protocol.rows(table, "etcd's lock()", 1.0);
+        protocol.handoff_rows(table, "etcd's lock()", Some(1.0));
         Ok(())
     }
 
@@ -838,7 +839,15 @@ impl Cycles {
                 "cycle p50 ours / lock() + unlock() on a kept lease",
                 format!("{versus_kept:.2}"),
             )
-            .target = Some(("≤ 1.0× etcd's lock() + unlock()".into(), versus_kept <= 1.0));
+            .target = Some((
+            if fenced_versus_kept > 1.0 {
+                "≤ 1.0× etcd's lock() + unlock() (out of reach of the fenced floor in this run, above)"
+                    .into()
+            } else {
+                "≤ 1.0× etcd's lock() + unlock()".into()
+            },
+            versus_kept <= 1.0,
+        ));
     }
 }
 

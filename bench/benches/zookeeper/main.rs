@@ -520,6 +520,19 @@ fn cycle_rows(
         "  ours / raw queue cycle (the same three requests)",
         format!("{:.2}", us(ours.p50()) / us(queue_floor.p50())),
     );
+    let versus_pipelined = us(ours.p50()) / us(pipelined_floor.p50());
+    table
+        .push(
+            "  ours / raw queue cycle pipelined (as far as the protocol allows)",
+            format!("{versus_pipelined:.2}"),
+        )
+        .ratio(
+            versus_pipelined,
+            Some((
+                "≤ 1.05× the pipelined queue cycle",
+                versus_pipelined <= 1.05,
+            )),
+        );
     table
         .latency("Curator: acquire() + release() p50", curator_cycle.p50())
         .ratio(us(curator_cycle.p50()) / us(raw_floor.p50()), None);
