@@ -238,7 +238,15 @@ def parse(text):
                 state = "lenient"
                 body = []
                 continue
+            if cur.name in UNCHARTED:
+                state = "uncharted"
+                continue
             run.sections.append(cur)
+            continue
+        if state == "uncharted":
+            m = TRAILER.fullmatch(line)
+            if m and m.group(1) == cur.name:
+                state = "done"
             continue
         if state == "lenient":
             m = TRAILER.fullmatch(line)
@@ -294,7 +302,11 @@ def parse(text):
 # into one bar per part, named by the label's own names. ("samples", label, kind) takes a p99
 # the section's "samples:" note prints, e.g. "raw floor p99 2934.0 µs".
 
-FULL_RUN = ["redis", "redlock", "redis-scale", "etcd", "postgres", "mysql", "sqlite", "zookeeper"]
+FULL_RUN = ["redis", "redis-sentinel", "redlock", "redis-scale", "etcd", "postgres", "mysql",
+            "sqlite", "zookeeper"]
+# Sections a run prints that no chart draws from: the several-keys bench prints one block per
+# store with the same row labels in each (its figures are read in the run's text).
+UNCHARTED = {"sets"}
 # Stores scripts/bench.sh runs that the stored full run predates: charted when a run has their
 # section, left out of every chart when it does not. Move one into FULL_RUN once the stored
 # run has it.
@@ -307,11 +319,22 @@ ADDED = (["etcd-election", "zookeeper-election"]
 # each release. Runs before 2026-11-27 predate these rows: a chart made only of them is drawn
 # when its section has them, left out when the section has none of them (some of them missing
 # is an error, as for any row).
-PEERS_PROTOCOL_PEERS = {"etcd": "etcd's lock()", "redis": "rslock", "postgres": "pg_advisory_lock"}
+PEERS_PROTOCOL_PEERS = {"etcd": "etcd's lock()", "redis": "rslock",
+                        "postgres": "sqlx PgAdvisoryLock",
+                        "redis-sentinel": "redis:// on the master"}
+# The floor a store's bench runs in the same rounds, charted after ours and the peer's.
+PEERS_PROTOCOL_FLOORS = {"redis": "the durable fenced floor", "postgres": "the fenced floor"}
 
 
-def peers_protocol_bars(peer):
+def peers_protocol_bars(peer, floor=None):
+    sides = [("ours", "ours"), (peer, "peer")] + ([(floor, "raw")] if floor else [])
     return [(f"peers' protocol acquire {stat}: {who}", kind)
+            for stat in ("p50", "mean", "p99")
+            for who, kind in sides]
+
+
+def peers_handoff_bars(peer):
+    return [(f"peers' protocol handoff {stat}: {who}", kind)
             for stat in ("p50", "mean", "p99")
             for who, kind in (("ours", "ours"), (peer, "peer"))]
 
@@ -321,6 +344,7 @@ ADDED_ROWS = {spec[0] for peer in PEERS_PROTOCOL_PEERS.values()
 
 STORE_TITLES = {
     "redis": "Redis",
+    "redis-sentinel": "Redis Sentinel",
     "redlock": "Redlock (5 masters)",
     "redis-scale": "Redis, 10,000 held leases",
     "etcd": "etcd",
@@ -340,17 +364,21 @@ CHARTS = [
                    ("rslock: lock + unlock p50", "peer")]),
         ("redlock", [("rslock on five: lock + unlock p50", "peer"),
                      ("ours on five: try_acquire + release p50", "ours")]),
-        ("etcd", [("raw floor: lease grant + txn put + delete p50", "raw"),
+        ("etcd", [("fenced floor: our enqueue txn by hand + delete, kept lease p50", "raw"),
                   ("ours: try_acquire + release p50", "ours"),
-                  ("peer: grant + lock() + unlock() p50", "peer")]),
+                  ("peer on a kept lease: lock() + unlock() p50", "peer")]),
         ("postgres", [("raw floor: try_lock + fence upsert + unlock p50", "raw"),
-                      ("ours: try_acquire + release p50", "ours")]),
+                      ("ours: try_acquire + release p50", "ours"),
+                      ("sqlx PgAdvisoryLock: try_acquire + release_now p50 (no fencing token)",
+                       "peer")]),
         ("mysql", [("raw floor: GET_LOCK + fence upsert + RELEASE_LOCK p50", "raw"),
-                   ("ours: try_acquire + release p50", "ours")]),
+                   ("ours: try_acquire + release p50", "ours"),
+                   ("bare GET_LOCK + RELEASE_LOCK p50 (no fence write; stands in for a peer)",
+                    "peer")]),
         ("sqlite", [("raw floor: BEGIN IMMEDIATE + insert + COMMIT + delete, NORMAL (p50)", "raw"),
                     ("cycle: try_acquire + release (p50)", "ours"),
                     ("flock(2) + counter write + fdatasync + unlock (p50)", "peer")]),
-        ("zookeeper", [("raw floor: create ephemeral sequential + delete p50", "raw"),
+        ("zookeeper", [("raw queue cycle, create and list_children pipelined p50", "raw"),
                        ("ours: try_acquire + release p50", "ours"),
                        ("Curator: acquire() + release() p50", "peer")]),
     ]),
@@ -364,10 +392,14 @@ CHARTS = [
         ("etcd", [("raw handoff floor: delete → another client's watch event p50", "raw"),
                   ("handoff p50, 8 waiters", "ours"),
                   ("peer handoff p50, 8 waiters (lock/unlock)", "peer")]),
-        ("postgres", [("raw handoff p50, 8 waiters (pg_advisory_lock + upsert)", "raw"),
-                      ("handoff p50, 8 waiters", "ours")]),
+        ("postgres", [("fenced floor handoff p50, 8 waiters: pg_advisory_lock + unsynced upsert, "
+                       "one statement", "raw"),
+                      ("handoff p50, 8 waiters", "ours"),
+                      ("sqlx PgAdvisoryLock handoff p50, 8 waiters (no fencing token)", "peer")]),
         ("mysql", [("raw handoff to another p50, 8 waiters (GET_LOCK + upsert)", "raw"),
-                   ("ours: handoff to another p50, 8 waiters", "ours")]),
+                   ("ours: handoff to another p50, 8 waiters", "ours"),
+                   ("raw handoff to another p50, 8 waiters (GET_LOCK alone, no fence write)",
+                    "peer", "bare GET_LOCK handoff, stands in for a peer")]),
         ("sqlite", [("handoff between 2 processes, store (p50)", "ours"),
                     ("handoff between 2 processes, flock(2) + fdatasync (p50)", "peer")]),
         ("zookeeper", [("raw handoff floor: delete → another session's watch event p50", "raw"),
@@ -517,6 +549,8 @@ CHARTS = [
         ("postgres", [("raw round trip (SELECT 1) p50", "raw"),
                       ("raw floor: try_lock + fence upsert + unlock p50", "raw"),
                       ("ours: try_acquire + release p50", "ours"),
+                      ("sqlx PgAdvisoryLock: try_acquire + release_now p50 (no fencing token)",
+                       "peer"),
                       ("ours: semaphore permit (of 4): try_acquire_as + release p50", "ours"),
                       ("ours: shared (reader): try_acquire_as + release p50", "ours"),
                       ("ours: a new key per cycle p50", "ours")]),
@@ -537,11 +571,18 @@ CHARTS = [
         ("postgres", [("raw round trip (SELECT 1) p50", "raw"),
                       ("raw fence upsert alone (durable commit) p50", "raw"),
                       ("raw handoff p50, 8 waiters (pg_advisory_lock + upsert)", "raw"),
-                      ("handoff p50, 8 waiters", "ours")]),
+                      ("raw handoff p50, 8 waiters (pg_advisory_lock alone, no fence write)",
+                       "raw"),
+                      ("fenced floor handoff p50, 8 waiters: pg_advisory_lock + unsynced upsert, "
+                       "one statement", "raw"),
+                      ("handoff p50, 8 waiters", "ours"),
+                      ("sqlx PgAdvisoryLock handoff p50, 8 waiters (no fencing token)", "peer")]),
     ]),
     ("mysql-cycle.svg", "MariaDB: lock cycle and round trip p50 and p99", [
         ("mysql", [("raw round trip (SELECT 1) p50", "raw"),
                    ("raw floor: GET_LOCK + fence upsert + RELEASE_LOCK p50", "raw"),
+                   ("bare GET_LOCK + RELEASE_LOCK p50 (no fence write; stands in for a peer)",
+                    "peer"),
                    ("ours: try_acquire + release p50", "ours"),
                    ("samples", "raw SELECT 1 p99", "raw"),
                    ("samples", "raw floor p99", "raw"),
@@ -552,7 +593,9 @@ CHARTS = [
                    ("ours, 16 tasks, distinct keys", "ours")]),
     ]),
     ("mysql-handoff.svg", "MariaDB: handoff to another waiter", [
-        ("mysql", [("raw handoff to another p50, 8 waiters (GET_LOCK + upsert)", "raw"),
+        ("mysql", [("raw handoff to another p50, 8 waiters (GET_LOCK alone, no fence write)",
+                    "raw"),
+                   ("raw handoff to another p50, 8 waiters (GET_LOCK + upsert)", "raw"),
                    ("ours: handoff to another p50, 8 waiters", "ours"),
                    ("ours: handoff to another p99, 8 waiters", "ours")]),
     ]),
@@ -603,9 +646,54 @@ CHARTS = [
 CHARTS += [
     (f"{store}-peers-protocol.svg",
      f"{STORE_TITLES[store]}: acquire latency in the peers' protocol, ours next to {peer}",
-     [(store, peers_protocol_bars(peer))])
+     [(store, peers_protocol_bars(peer, PEERS_PROTOCOL_FLOORS.get(store)))])
     for store, peer in PEERS_PROTOCOL_PEERS.items()
+] + [
+    (f"{store}-peers-protocol-handoff.svg",
+     f"{STORE_TITLES[store]}: release-to-grant handoff in the peers' protocol, ours next to "
+     f"{PEERS_PROTOCOL_PEERS[store]}",
+     [(store, peers_handoff_bars(PEERS_PROTOCOL_PEERS[store]))])
+    for store in ("etcd", "postgres")
+] + [
+    ("redis-sentinel-cycle.svg", "Redis Sentinel: lock cycle p50 and p99, next to redis:// on its master", [
+        ("redis-sentinel", [("raw PING to the master p50 (the raw round trip)", "raw"),
+                            ("redis:// on the master: acquire + release p50", "peer"),
+                            ("redis+sentinel://: acquire + release p50", "ours"),
+                            ("redis+sentinel:// with min_replicas=1: acquire + release p50",
+                             "ours"),
+                            ("redis:// on the master: acquire + release p99", "peer"),
+                            ("redis+sentinel://: acquire + release p99", "ours"),
+                            ("redis+sentinel:// with min_replicas=1: acquire + release p99",
+                             "ours")]),
+    ]),
 ]
+
+# Target lines: in chart FILE, across the bars of SECTION whose label contains SPAN (every bar
+# when None), a dashed line at FACTOR times the figure of the bar labelled BASE, named TEXT.
+TARGET_LINES = {
+    ("overview-cycle.svg", "etcd"): ("peer on a kept lease: lock() + unlock() p50", 1.0,
+                                     "target ≤ 1.0× lock() + unlock()", None),
+    ("overview-cycle.svg", "postgres"): ("raw floor: try_lock + fence upsert + unlock p50", 1.2,
+                                         "target ≤ 1.2× raw floor", None),
+    ("overview-cycle.svg", "mysql"): ("raw floor: GET_LOCK + fence upsert + RELEASE_LOCK p50",
+                                      1.2, "target ≤ 1.2× raw floor", None),
+    ("overview-cycle.svg", "zookeeper"): ("raw queue cycle, create and list_children pipelined "
+                                          "p50", 1.05, "target ≤ 1.05× pipelined queue cycle",
+                                          None),
+    ("overview-handoff.svg", "etcd"): ("peer handoff p50, 8 waiters (lock/unlock)", 1.0,
+                                       "target ≤ 1.0× lock()", None),
+    ("overview-handoff.svg", "postgres"): ("fenced floor handoff p50, 8 waiters: pg_advisory_lock "
+                                           "+ unsynced upsert, one statement", 1.1,
+                                           "target ≤ 1.1× fenced floor", None),
+    ("overview-handoff.svg", "mysql"): ("raw handoff to another p50, 8 waiters (GET_LOCK + "
+                                        "upsert)", 1.1, "target ≤ 1.1× raw handoff", None),
+    ("overview-handoff.svg", "zookeeper"): ("handoff p50, 8 waiters: Curator", 1.0,
+                                            "target ≤ 1.0× Curator", None),
+    ("postgres-peers-protocol.svg", "postgres"): ("peers' protocol acquire p50: the fenced floor",
+                                                  1.1, "target ≤ 1.1× the fenced floor", "p50"),
+    ("etcd-peers-protocol-handoff.svg", "etcd"): ("peers' protocol handoff p50: etcd's lock()",
+                                                  1.0, "target ≤ 1.0× lock()", "p50"),
+}
 
 
 
@@ -708,6 +796,7 @@ class Bar:
         self.kind = kind
         self.note = note  # "1.12× · target …: met", or ""
         self.lineno = lineno
+        self.row_label = label  # the row's own label: what a target line's base names
 
 
 # Rows whose label a later run spells differently: the chart names the later one, and a
@@ -728,14 +817,18 @@ def find_row(section, label):
     return found[0]
 
 
-def row_bar(section, label, kind):
+def row_bar(section, label, kind, shown=None):
+    """The bar of the row labelled `label`, drawn as the row's label followed by `shown`
+    after a dash, where given."""
     row = find_row(section, label)
     if row.number is None:
         raise ParseError(f"line {row.lineno}: {label!r}: the value {row.value!r} is not one "
                          f"number with a unit")
     note = SEP.join(x for x in (row.ratio, row.target) if x)
-    return [Bar(row.label, row.value, row.number, row.unit, kind, note, row.lineno,
-                row.target)]
+    text = f"{row.label} — {shown}" if shown else row.label
+    bar = Bar(text, row.value, row.number, row.unit, kind, note, row.lineno, row.target)
+    bar.row_label = row.label
+    return [bar]
 
 
 def parts_bars(section, label, kinds):
@@ -798,7 +891,7 @@ def build(run, spec_groups):
             elif spec[0] == "samples":
                 bars += samples_bar(section, spec[1], spec[2])
             else:
-                bars += row_bar(section, spec[0], spec[1])
+                bars += row_bar(section, *spec)
         groups.append((section, bars))
     return groups
 
@@ -864,6 +957,24 @@ def higher_is_better(unit):
     return unit == "/s"
 
 
+def target_lines(fname, groups):
+    """{id(section): (value, text, span)} of the chart's target lines (TARGET_LINES), each at
+    its factor times its base bar's figure."""
+    lines = {}
+    for section, bars in groups:
+        spec = TARGET_LINES.get((fname, section.name))
+        if spec is None:
+            continue
+        base, factor, text, span = spec
+        found = [b for b in bars if b.row_label == base]
+        if len(found) != 1:
+            raise ParseError(f"{fname}: the target line of {section.name!r} is drawn from the bar "
+                             f"{base!r}, which the chart must have once ({len(found)} found)")
+        lines[id(section)] = (found[0].number * factor, f"{text} ({found[0].text} × {factor})",
+                              span)
+    return lines
+
+
 def draw(run, run_name, fname, title, groups):
     units = sorted({b.unit for _, bars in groups for b in bars})
     if len(units) != 1:
@@ -923,7 +1034,9 @@ def draw(run, run_name, fname, title, groups):
 
     left, right_pad = 20, 120
     bar_w_max = width - left - right_pad
-    top = max(b.number for _, bars in groups for b in bars)
+    lines = target_lines(fname, groups)
+    top = max([b.number for _, bars in groups for b in bars]
+              + [value for value, _, _ in lines.values()])
     step = nice_step(top) if top > 0 else 1.0
     axis_max = step
     while axis_max < top:
@@ -957,7 +1070,9 @@ def draw(run, run_name, fname, title, groups):
     y += 10
     chart_top = y
     rows = []
+    marks = []
     for section, bars in groups:
+        spans = []
         if not single:
             y += 26
             rows.append(f'<text x="{left}" y="{y}" font-size="13" font-weight="bold" '
@@ -978,7 +1093,19 @@ def draw(run, run_name, fname, title, groups):
                         f'</rect>')
             rows.append(f'<text x="{f1(left + max(w, 0.0) + 6)}" y="{y + 11}" font-size="12" '
                         f'font-weight="bold" fill="{INK}">{esc(b.text)}</text>')
+            line = lines.get(id(section))
+            if line is not None and (line[2] is None or line[2] in b.row_label):
+                spans.append(y)
             y += 14
+        if spans:
+            value, text, _ = lines[id(section)]
+            x = f1(left + value * scale)
+            marks.append(f'<line x1="{x}" y1="{spans[0] - 4}" x2="{x}" y2="{spans[-1] + 18}" '
+                         f'stroke="{INK}" stroke-width="1.5" stroke-dasharray="4 3">'
+                         f'<title>{esc(text)}</title></line>')
+            marks.append(f'<text x="{x}" y="{spans[-1] + 28}" font-size="11" '
+                         f'text-anchor="middle" fill="{INK}">{esc(text)}</text>')
+            y += 12
     chart_bottom = y + 6
     # grid and axis under the bars
     grid = []
@@ -1001,7 +1128,7 @@ def draw(run, run_name, fname, title, groups):
                f'viewBox="0 0 {width} {height}" font-family="sans-serif">')
     out.append(f'<title>{esc(title)}</title>')
     out.append(f'<rect x="0" y="0" width="{width}" height="{height}" fill="#ffffff"/>')
-    out += body + grid + rows
+    out += body + grid + rows + marks
     out.append("</svg>")
     return "\n".join(out) + "\n"
 
@@ -1017,7 +1144,7 @@ def render(run_path):
     run = parse(text)
     charted = {name for _, _, spec_groups in CHARTS for name, _ in spec_groups}
     for s in run.sections:
-        if s.name not in charted:
+        if s.name not in charted and s.name not in UNCHARTED:
             raise ParseError(f"line {s.lineno}: no charts for section {s.name!r}; add them to "
                              f"CHARTS in scripts/bench_charts.py: {s.where or s.command}")
     missing = [n for n in FULL_RUN if run.section(n) is None]
