@@ -61,6 +61,11 @@ pub(crate) struct Held {
     pub streams_open_before: Option<u64>,
     pub streams_open: Option<(u64, u64)>,
     pub streams_started: Option<u64>,
+    /// Keep-alive streams started on the server while the locks were held (the most started
+    /// count sampled less the least): a handle that keeps one stream for every lease starts
+    /// none. A stream of an earlier part of the run that closes meanwhile changes the open
+    /// count, not this.
+    pub streams_started_while_held: Option<u64>,
     pub watch_streams_open: Option<(u64, u64)>,
     /// One more lock's extend, repeated while the others are kept alive.
     pub extends: Samples,
@@ -132,6 +137,7 @@ where
     /// The least and the most of the values seen so far.
     type Range = Option<(u64, u64)>;
     let (mut connections, mut open, mut watches): (Range, Range, Range) = (None, None, None);
+    let mut started_while_held: Range = None;
     let widen =
         |range: Range, v: u64| Some(range.map_or((v, v), |(lo, hi)| (lo.min(v), hi.max(v))));
     let (mut extends, mut extends_failed) = (Vec::new(), 0);
@@ -145,6 +151,7 @@ where
             }
             if let Some((s, h)) = keep_alive_streams().await {
                 open = widen(open, s.saturating_sub(h));
+                started_while_held = widen(started_while_held, s);
             }
             if let Some((s, h)) = watch_streams().await {
                 watches = widen(watches, s.saturating_sub(h));
@@ -188,6 +195,7 @@ where
         streams_started: started_after
             .zip(streams_before)
             .map(|(after, (before, _))| after.saturating_sub(before)),
+        streams_started_while_held: started_while_held.map(|(lo, hi)| hi - lo),
         watch_streams_open: watches,
         extends: Samples::new(extends),
         extends_failed,
