@@ -62,15 +62,30 @@ pub(crate) async fn queue_cycle(client: &zk::Client, parent: &str, pipelined: bo
         (created, client.list_children(parent).await)
     };
     let (_, sequence) = created.map_err(raw_error("raw create"))?;
-    let ours = format!("n-{sequence}");
-    if !children.map_err(raw_error("raw list"))?.contains(&ours) {
+    seen_then_deleted(client, parent, &format!("{prefix}{sequence}"), children).await
+}
+
+/// The end of a queue cycle: the listing sent behind the create must show the created node
+/// (`path`), which is then deleted.
+async fn seen_then_deleted(
+    client: &zk::Client,
+    parent: &str,
+    path: &str,
+    children: std::result::Result<Vec<String>, zk::Error>,
+) -> Result<()> {
+    let ours = path.rsplit('/').next().unwrap_or_default();
+    if !children
+        .map_err(raw_error("raw list"))?
+        .iter()
+        .any(|child| child == ours)
+    {
         return Err(Error::Store {
             message: format!("raw list of {parent} did not see {ours}"),
             source: None,
         });
     }
     client
-        .delete(&format!("{prefix}{sequence}"), None)
+        .delete(path, None)
         .await
         .map_err(raw_error("raw delete"))
 }
@@ -108,21 +123,7 @@ pub(crate) async fn fenced_queue_cycle(
             })
         }
     };
-    let ours = created.rsplit('/').next().unwrap_or_default();
-    if !children
-        .map_err(raw_error("raw list"))?
-        .iter()
-        .any(|c| c == ours)
-    {
-        return Err(Error::Store {
-            message: format!("raw list of {parent} did not see {ours}"),
-            source: None,
-        });
-    }
-    client
-        .delete(&created, None)
-        .await
-        .map_err(raw_error("raw delete"))
+    seen_then_deleted(client, parent, &created, children).await
 }
 
 /// The raw handoff floor: one session deletes a node that another session watches; the time
