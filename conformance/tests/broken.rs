@@ -61,8 +61,9 @@ enum Flaw {
     ListIgnoresPrefix,
     /// A page's cursor points past the page's last name, so the next page skips one.
     ListPagesSkipOne,
-    /// The lease's local deadline is measured from a clock read 50 ms after the request was
-    /// sent, as a store that reads its clock after a slow step would: it runs past the store's.
+    /// The lease's local deadline, granted or extended, is measured from a clock read 50 ms
+    /// after the request was sent, as a store that reads its clock after a slow step would: it
+    /// runs past the store's.
     DeadlineReadLate,
 }
 
@@ -325,7 +326,10 @@ impl raw::Store for FlawedStore {
                 slot.to_owned(),
                 (lease.owner(), lease.fencing_token(), expires),
             );
-            lease.confirm(sent_at);
+            lease.confirm(match self.flaw {
+                Flaw::DeadlineReadLate => sent_at + Duration::from_millis(50),
+                _ => sent_at,
+            });
             Ok(())
         } else {
             Err(Error::lost(lease, "not held"))
@@ -653,6 +657,7 @@ async fn polling_behind_a_notified_wait_claim_is_caught() {
 #[tokio::test(start_paused = true)]
 async fn a_local_deadline_read_after_the_request_is_caught() {
     assert_caught(Flaw::DeadlineReadLate, "local_deadline_is_conservative").await;
+    assert_caught(Flaw::DeadlineReadLate, "extend_moves_the_local_deadline").await;
 }
 
 #[tokio::test(start_paused = true)]

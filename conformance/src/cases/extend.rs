@@ -55,19 +55,34 @@ pub(super) async fn extend_by_a_stale_lease_is_rejected(ctx: Ctx) -> CaseResult 
 /// measured from before the extend was sent. The TTL is [`Timing::hold_ttl`](crate::Timing)
 /// and the wait a third of the validity the grant left (not of the TTL): a grant answered late
 /// on a loaded machine leaves less, and an extend sent after the deadline proves nothing.
+///
+/// The store's renewal starts no earlier than the call, so a deadline past `sent_at + ttl`
+/// could outlive it. A store reads its clock after `sent_at`, by less than the drift margin
+/// unless the machine stalled the call: one extend within it in three shows the deadline is
+/// measured from the request (as [`local_deadline_is_conservative`] does for grants), and a
+/// store that measures from later fails all three.
 pub(super) async fn extend_moves_the_local_deadline(ctx: Ctx) -> CaseResult {
     let key = ctx.key("extend-deadline");
     let lease = ctx.store.try_acquire(&key, ctx.timing.hold_ttl).await?;
     let first = lease.valid_until();
     sleep(first.saturating_duration_since(Instant::now()) / 3).await;
-    let sent_at = Instant::now();
-    ctx.store.extend(&lease).await?;
-    let second = lease.valid_until();
-    ensure!(second > first, "extend did not move the local deadline");
-    ensure!(
-        second <= sent_at + lease.ttl() - drift(lease.ttl()) + Duration::from_millis(1),
-        "the new deadline is not measured from before the extend was sent"
-    );
+    let mut late = Vec::new();
+    loop {
+        let sent_at = Instant::now();
+        ctx.store.extend(&lease).await?;
+        let moved = lease.valid_until();
+        ensure!(moved > first, "extend did not move the local deadline");
+        let latest = sent_at + lease.ttl();
+        if moved <= latest {
+            break;
+        }
+        late.push(moved - latest);
+        ensure!(
+            late.len() < 3,
+            "the new deadline is {late:?} later than the extend's sending + TTL, in three extends: \
+             it is not measured from before the extend was sent"
+        );
+    }
     released(&ctx.store, &lease, "extended lease").await
 }
 
