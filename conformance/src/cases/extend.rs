@@ -59,7 +59,7 @@ pub(super) async fn extend_by_a_stale_lease_is_rejected(ctx: Ctx) -> CaseResult 
 /// The store's renewal starts no earlier than the call, so a deadline past `sent_at + ttl`
 /// could outlive it. A store reads its clock after `sent_at`, by less than the drift margin
 /// unless the machine stalled the call: one extend within it in three shows the deadline is
-/// measured from the request (as [`local_deadline_is_conservative`] does for grants), and a
+/// measured from the request (as `local_deadline_is_conservative` does for grants), and a
 /// store that measures from later fails all three.
 pub(super) async fn extend_moves_the_local_deadline(ctx: Ctx) -> CaseResult {
     let key = ctx.key("extend-deadline");
