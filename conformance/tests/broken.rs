@@ -108,6 +108,15 @@ impl std::fmt::Debug for State {
 }
 
 impl FlawedStore {
+    /// The instant a lease's local deadline is measured from, for a request sent at
+    /// `sent_at`: that instant, or 50 ms later under [`Flaw::DeadlineReadLate`].
+    fn deadline_read_at(&self, sent_at: Instant) -> Instant {
+        match self.flaw {
+            Flaw::DeadlineReadLate => sent_at + Duration::from_millis(50),
+            _ => sent_at,
+        }
+    }
+
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -185,11 +194,13 @@ impl FlawedStore {
         state
             .holders
             .insert(slot.to_owned(), (owner, token, expires));
-        let read_at = match self.flaw {
-            Flaw::DeadlineReadLate => sent_at + Duration::from_millis(50),
-            _ => sent_at,
-        };
-        Ok(Ok(Lease::new(key, owner, token, ttl, read_at)))
+        Ok(Ok(Lease::new(
+            key,
+            owner,
+            token,
+            ttl,
+            self.deadline_read_at(sent_at),
+        )))
     }
 
     async fn wait_for(&self, key: &str, ttl: Duration, wait: Duration) -> Result<Lease> {
@@ -326,10 +337,7 @@ impl raw::Store for FlawedStore {
                 slot.to_owned(),
                 (lease.owner(), lease.fencing_token(), expires),
             );
-            lease.confirm(match self.flaw {
-                Flaw::DeadlineReadLate => sent_at + Duration::from_millis(50),
-                _ => sent_at,
-            });
+            lease.confirm(self.deadline_read_at(sent_at));
             Ok(())
         } else {
             Err(Error::lost(lease, "not held"))
