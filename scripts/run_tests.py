@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Runs the workspace's test binaries a few at a time, as `cargo test` would run them one by one.
 
-    python3 scripts/run_tests.py [--jobs N] [-- ARGS...]
+    python3 scripts/run_tests.py [--jobs N] [--valkey SERVER] [-- ARGS...]
 
 It builds every test binary once (`cargo test --workspace --all-features --no-run`), then runs
 them concurrently, longest first, each from its package's folder with the environment cargo
@@ -9,6 +9,9 @@ gives it, and the doctests (`cargo test --doc`) beside them. Most binaries spend
 waiting on TTL timers and servers, so running them side by side costs little CPU and saves
 most of the wall time. Each binary keeps its own servers (test-servers shares a server per
 process) and its own test threads, exactly as under `cargo test`.
+
+With `--valkey SERVER`, the binaries named in VALKEY run a second time in the same pool, their
+Redis servers started from SERVER (`LOCK_TEST_REDIS_SERVER`), with the arguments given there.
 
 A binary named in EXCLUSIVE runs with nothing else running. Prints every failing binary's
 output, then the slowest ten binaries, and exits 1 if any failed. Python's standard library
@@ -49,6 +52,18 @@ EXPECTED = {
     "fencelock-redis::redlock_faults": 18,
     "fencelock-redis::sentinel_faults": 18,
     "fencelock-etcd::faults": 17,
+    "valkey: fencelock-redis::conformance": 29,
+    "valkey: lockctl::stores": 15,
+}
+
+# The Redis store's conformance suite (its own layout), its mode and waiting scripts, and the
+# CLI contract on one server: what runs again against Valkey (`--valkey`), with the libtest
+# arguments that pick those tests.
+VALKEY = {
+    "fencelock-redis::conformance": ["--skip", "plain_layout::"],
+    "fencelock-redis::modes": [],
+    "fencelock-redis::waiting": [],
+    "lockctl::stores": ["redis::"],
 }
 
 # Binaries that must have the machine to themselves (none so far: every test's margins come
@@ -133,6 +148,8 @@ class Pool:
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=int(os.environ.get("TEST_JOBS", "4")))
+    parser.add_argument("--valkey", metavar="SERVER",
+                        help="also run the VALKEY binaries against this valkey-server")
     parser.add_argument("args", nargs="*", help="passed to every test binary")
     options = parser.parse_args()
 
@@ -140,14 +157,21 @@ def main():
     binaries = build(env)
     started = time.monotonic()
     pool = Pool(options.jobs)
-    jobs = [(name, [path, *options.args], folder) for name, path, folder in binaries]
+    jobs = [(name, [path, *options.args], folder, {}) for name, path, folder in binaries]
+    if options.valkey:
+        found = {name for name, _, _ in binaries}
+        if not VALKEY.keys() <= found:
+            sys.exit(f"no test binary named {sorted(VALKEY.keys() - found)}")
+        jobs += [(f"valkey: {name}", [path, *VALKEY[name], *options.args], folder,
+                  {"LOCK_TEST_REDIS_SERVER": options.valkey})
+                 for name, path, folder in binaries if name in VALKEY]
     doc = ("doctests", ["cargo", "test", "--workspace", "--all-features", "--doc", "-q"],
            os.getcwd())
     # Longest first; the doctests (they compile each block) count as long.
     jobs.sort(key=lambda job: -EXPECTED.get(job[0], 5))
     threads = [pool.run(*doc, env, False)]
-    for name, command, folder in jobs:
-        job_env = dict(env, CARGO_MANIFEST_DIR=folder)
+    for name, command, folder, extra in jobs:
+        job_env = dict(env, CARGO_MANIFEST_DIR=folder, **extra)
         threads.append(pool.run(name, command, folder, job_env, name in EXCLUSIVE))
     for thread in threads:
         thread.join()

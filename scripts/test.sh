@@ -70,16 +70,13 @@ valkey_server() {
   echo "$PWD/$server"
 }
 
-# The Redis store's conformance suite (its own layout), its mode and waiting scripts, and the
-# CLI contract on one server, against Valkey instead of redis-server (test-servers starts what
-# LOCK_TEST_REDIS_SERVER names). The whole workspace with every feature, as the test step
-# built it: a narrower `-p` resolves other features and rebuilds the store crates.
-valkey_tests() {
-  local server
-  server=$(valkey_server) || return 1
-  "$server" --version
-  LOCK_TEST_REDIS_SERVER=$server cargo nextest run --workspace --all-features --no-fail-fast \
-    -E '((binary_id(fencelock-redis::conformance) | binary_id(fencelock-redis::modes) | binary_id(fencelock-redis::waiting)) & !test(/^plain_layout::/)) | (binary_id(lockctl::stores) & test(/^redis::/))'
+# Valkey's server, installed (see `valkey_server`) and named in `valkey` for the test step,
+# which runs the Redis store's own suites and the CLI's Redis tests on it too
+# (scripts/run_tests.py's VALKEY).
+valkey=
+install_valkey() {
+  valkey=$(valkey_server) || return 1
+  "$valkey" --version
 }
 
 install_packages() {
@@ -168,10 +165,11 @@ step clippy cargo clippy --workspace --all-targets --all-features -- -D warnings
 step deps facade_is_store_free
 step doc env RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features --quiet
 step package package_crates
+step valkey install_valkey
 # The test binaries run a few at a time (most of their time is spent waiting on TTL timers),
-# with the doctests beside them; the slowest ten are printed (scripts/run_tests.py).
-step test python3 scripts/run_tests.py
-step valkey valkey_tests
+# with the doctests beside them and the Valkey runs among them; the slowest ten are printed
+# (scripts/run_tests.py).
+step test python3 scripts/run_tests.py --valkey "$valkey"
 # The quickstart, as the test build made it (`cargo test` builds the examples too).
 step example "${CARGO_TARGET_DIR:-target}/debug/examples/quickstart"
 
