@@ -265,27 +265,25 @@ const TRY_ACQUIRE: &str = concat!(
 );
 
 /// Waits in the server's lock queue for at most $6 ms (lock_timeout, set before the wait by
-/// the chained CTEs) for the lock as the transaction's, bumps the fence, then takes the lock
-/// for the session (at once: the backend holds it) and arms the server-side TTL as
-/// [`TRY_ACQUIRE`] does. Atomic as one statement, whose last step is the session's take: any
-/// error before it, a lock timeout even as the lock is granted, rolls the lock back with it.
-/// Returns the token, the backend pid and how long the server waited (µs).
+/// the chained CTEs, for this statement's transaction only) for the lock as the transaction's,
+/// bumps the fence, then takes the lock for the session (at once: the backend holds it) and
+/// arms the server-side TTL as [`TRY_ACQUIRE`] does. Atomic as one statement; the session's
+/// take is computed from the bump's row, so it comes after the bump: any error before it, a
+/// lock timeout even as the lock is granted, rolls the lock back with it. Returns the token and
+/// the backend pid. Everything after the lock is on a handoff's path, so nothing is computed
+/// there that the client can tell itself (how long the wait took).
 const WAIT_ACQUIRE: &str = concat!(
-    "WITH settings AS MATERIALIZED (SELECT set_config('lock_timeout', ($6::int8)::text, false) AS lock_timeout),
+    "WITH settings AS MATERIALIZED (SELECT set_config('lock_timeout', ($6::int8)::text, true) AS lock_timeout),
      lock AS MATERIALIZED (SELECT pg_advisory_xact_lock($1::int8) AS locked FROM settings),
-     granted AS MATERIALIZED (SELECT clock_timestamp() - statement_timestamp() AS waited FROM lock),
      bump AS (",
-    bump_fence!("granted"),
-    "),
-     held AS MATERIALIZED (SELECT pg_advisory_lock($1::int8) AS locked, token, at_clock FROM bump)
-     SELECT held.token, pg_backend_pid() AS pid,
-            (SELECT (extract(epoch FROM waited) * 1000000)::int8 FROM granted) AS waited_us,
+    bump_fence!("lock"),
+    ")
+     SELECT bump.token, pg_advisory_lock($1::int8) AS locked, pg_backend_pid() AS pid,
             set_config('idle_session_timeout', ($4::int8)::text, false),
-            set_config('lock_timeout', '0', false),
             ",
-    grant_commit!("held.at_clock"),
+    grant_commit!("bump.at_clock"),
     "
-       FROM held"
+       FROM bump"
 );
 
 /// Extend: any statement restarts the server's idle timer; this one also proves that the

@@ -417,17 +417,15 @@ impl PostgresStore {
             }
             match reply {
                 Ok(row) => {
-                    let (token, pid, waited_us) = decode(&row, |row| {
+                    let (token, pid) = decode(&row, |row| {
                         Ok((
                             row.try_get::<i64, _>("token")?,
                             row.try_get::<i32, _>("pid")?,
-                            row.try_get::<i64, _>("waited_us")?,
                         ))
                     })?;
                     check_same_backend(&session, pid)?;
-                    let waited = Duration::from_micros(waited_us.max(0).unsigned_abs());
                     let lease = self.lease(target, owner, token, ttl, sent_at, session, EXCLUSIVE);
-                    return self.won_back(lease, waited).await;
+                    return self.won_back(lease, sent_at.elapsed()).await;
                 }
                 // The rollback takes the lock with it, even one granted as the timeout fired;
                 // but the server sends the error before it rolls back. One more round trip
@@ -1121,12 +1119,13 @@ impl PostgresStore {
         }
     }
 
-    /// A lease whose granting statement `waited` (in the server's queue, or behind a gate held
-    /// by another acquire, which a frozen one holds up to its TTL), with that time won back:
-    /// the server's TTL runs from the end of the statement, while the local deadline counts
-    /// from before it was sent, so a long wait could hand out a lease with little or no
-    /// validity left. Past a sixteenth of the TTL, the TTL is restarted (an extend, which
-    /// confirms a fresh deadline). Every waiting path, exclusive or not, goes through here.
+    /// A lease whose granting statement took `waited` from its sending to its reply (in the
+    /// server's queue, or behind a gate held by another acquire, which a frozen one holds up to
+    /// its TTL), with that time won back: the server's TTL runs from the end of the statement,
+    /// while the local deadline counts from before it was sent, so a long wait could hand out a
+    /// lease with little or no validity left. Past a sixteenth of the TTL, the TTL is restarted
+    /// (an extend, which confirms a fresh deadline). Every waiting path, exclusive or not, goes
+    /// through here.
     async fn won_back(&self, lease: Lease, waited: Duration) -> Result<Lease> {
         if waited > lease.ttl() / 16 {
             self.extend_lease(&lease).await?;
