@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # The bench targets of fencelock-bench (bench/benches/), in the order they run. The callgrind
-# ones (redis-cycle-cost, etcd-handoff-cost) are built with --build and run by hand.
+# ones (redis-cycle-cost, postgres-cycle-cost, etcd-handoff-cost) are built with --build and run by hand.
 benches=(
   redis
   redis-sentinel

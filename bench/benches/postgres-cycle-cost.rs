@@ -1,0 +1,112 @@
+//! Instructions per lock cycle, for `valgrind --tool=callgrind`: `n` sequential cycles of one
+//! contender on a current-thread runtime, against `LOCK_BENCH_URL` or a server test-servers
+//! starts (not traced: callgrind follows no child).
+//!
+//! ```text
+//! scripts/bench.sh --build postgres-cycle-cost
+//! valgrind --tool=callgrind target/bench/bin/postgres-cycle-cost wait 500
+//! valgrind --tool=callgrind target/bench/bin/postgres-cycle-cost wait 1500
+//! ```
+//! The difference of the two totals over 1000 is one cycle's cost on the client, start-up
+//! excluded. For the server's side, start `postgres` itself under `valgrind --tool=callgrind
+//! --callgrind-out-file=cg.%p` (each forked backend writes its own file), point
+//! `LOCK_BENCH_URL` at it, and take the largest file of each run the same way. Contenders:
+//! `ours` (`try_acquire` + `release` through `DynLockStore`, as the bench times it), `wait`
+//! (`acquire` with a wait: the statement a waiter runs, whose part after the lock is on a
+//! handoff's path), `sqlx` (sqlx's `PgAdvisoryLock`, no fencing token) and `floor` (the bench's
+//! fenced floor by hand: the blocking lock and the fence upsert as one statement on a session
+//! with `synchronous_commit = off`, then the unlock).
+//!
+//! Measured so (PostgreSQL 15.18), instructions per cycle, server / client: sqlx 49k / 20.2k,
+//! floor 191k / 21.6k, ours 251k / 45.8k, wait 249k / 45.6k (286k / 46.5k before its statement
+//! stopped computing the time it waited, which the client measures, and stopped resetting
+//! `lock_timeout` by hand). What ours adds to the floor on the server is the contract's: the
+//! TTL armed and the commit chosen per grant (three `set_config` calls of about 7k each with
+//! the transaction's end, `AtEOXact_GUC`), the transaction-to-session lock step, a plan of
+//! more nodes to start; on the client, the lease and its checks, the key's hash (3.5k) and a
+//! statement of more parameters and columns.
+
+use std::error::Error;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fencelock_bench::server_or_env;
+use fencelock_core::DynLockStore;
+use fencelock_postgres::{PostgresConfig, PostgresStore};
+use sqlx::postgres::{PgAdvisoryLock, PgAdvisoryLockKey};
+use sqlx::{Connection, PgConnection};
+
+const TTL: Duration = Duration::from_secs(30);
+
+const LOCK_AND_BUMP: &str = "WITH lock AS MATERIALIZED (SELECT pg_advisory_lock($1) AS locked)
+    INSERT INTO public.fencelock_fence AS f
+        (namespace, key, lock_id, lock_id_scheme, fence_scheme, token, owner, holder_pid, ttl_ms, updated_at)
+    SELECT 'bench-raw', $2, $1, 2, 3, floor(extract(epoch FROM clock_timestamp()) * 1000000)::int8,
+           'raw', pg_backend_pid(), 0, clock_timestamp()
+      FROM lock
+    ON CONFLICT (namespace, key) DO UPDATE
+       SET token = GREATEST(f.token + 1, EXCLUDED.token)
+    RETURNING f.token";
+
+fn main() -> Result<(), Box<dyn Error>> {
+    let mut args = fencelock_bench::args();
+    let which = args.next().unwrap_or_else(|| "ours".into());
+    let n: usize = args.next().map_or(Ok(1000), |n| n.parse())?;
+    let (_server, url) = server_or_env(test_servers::PostgresServer::start, |s| s.url())?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        match which.as_str() {
+            "ours" | "wait" => {
+                let config = PostgresConfig::from_url(&url)?;
+                let ours: DynLockStore = Arc::new(PostgresStore::connect(config).await?);
+                for _ in 0..n {
+                    let lease = if which == "ours" {
+                        ours.try_acquire("cycle", TTL).await?
+                    } else {
+                        ours.acquire("cycle", TTL, Duration::from_secs(5)).await?
+                    };
+                    let _ = ours.release(&lease).await?;
+                }
+            }
+            "sqlx" => {
+                let lock = PgAdvisoryLock::with_key(PgAdvisoryLockKey::BigInt(424_243));
+                let mut conn = Some(PgConnection::connect(&url).await?);
+                for _ in 0..n {
+                    let taken = conn.take().ok_or("no connection")?;
+                    let guard = lock
+                        .try_acquire(taken)
+                        .await?
+                        .left()
+                        .ok_or("the sqlx cycle found the key held")?;
+                    conn = Some(guard.release_now().await?);
+                }
+            }
+            "floor" => {
+                let mut conn = PgConnection::connect(&url).await?;
+                sqlx::query("SET synchronous_commit = off")
+                    .execute(&mut conn)
+                    .await?;
+                // The table as the store makes it.
+                let config = PostgresConfig::from_url(&url)?;
+                drop(PostgresStore::connect(config).await?);
+                for _ in 0..n {
+                    sqlx::query(LOCK_AND_BUMP)
+                        .bind(424_244i64)
+                        .bind(b"cycle".as_slice())
+                        .fetch_one(&mut conn)
+                        .await?;
+                    sqlx::query("SELECT pg_advisory_unlock($1)")
+                        .bind(424_244i64)
+                        .fetch_one(&mut conn)
+                        .await?;
+                }
+            }
+            other => {
+                return Err(format!("unknown contender {other}: ours, wait, sqlx or floor").into())
+            }
+        }
+        Ok::<_, Box<dyn Error>>(())
+    })
+}
