@@ -26,6 +26,9 @@
 //! more nodes to start; on the client, the lease and its checks, the key's hash (3.5k) and a
 //! statement of more parameters and columns.
 
+#[path = "postgres_common/floor.rs"]
+mod floor;
+
 use std::error::Error;
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,20 +36,11 @@ use std::time::Duration;
 use fencelock_bench::server_or_env;
 use fencelock_core::DynLockStore;
 use fencelock_postgres::{PostgresConfig, PostgresStore};
+use floor::RAW_LOCK_AND_BUMP;
 use sqlx::postgres::{PgAdvisoryLock, PgAdvisoryLockKey};
 use sqlx::{Connection, PgConnection};
 
 const TTL: Duration = Duration::from_secs(30);
-
-const LOCK_AND_BUMP: &str = "WITH lock AS MATERIALIZED (SELECT pg_advisory_lock($1) AS locked)
-    INSERT INTO public.fencelock_fence AS f
-        (namespace, key, lock_id, lock_id_scheme, fence_scheme, token, owner, holder_pid, ttl_ms, updated_at)
-    SELECT 'bench-raw', $2, $1, 2, 3, floor(extract(epoch FROM clock_timestamp()) * 1000000)::int8,
-           'raw', pg_backend_pid(), 0, clock_timestamp()
-      FROM lock
-    ON CONFLICT (namespace, key) DO UPDATE
-       SET token = GREATEST(f.token + 1, EXCLUDED.token)
-    RETURNING f.token";
 
 fn main() -> Result<(), Box<dyn Error>> {
     let mut args = fencelock_bench::args();
@@ -92,7 +86,7 @@ fn main() -> Result<(), Box<dyn Error>> {
                 let config = PostgresConfig::from_url(&url)?;
                 drop(PostgresStore::connect(config).await?);
                 for _ in 0..n {
-                    sqlx::query(LOCK_AND_BUMP)
+                    sqlx::query(RAW_LOCK_AND_BUMP)
                         .bind(424_244i64)
                         .bind(b"cycle".as_slice())
                         .fetch_one(&mut conn)

@@ -36,6 +36,10 @@ use sqlx::postgres::{PgAdvisoryLock, PgAdvisoryLockGuard, PgAdvisoryLockKey};
 use sqlx::{Connection, PgConnection, Row};
 use tokio::time::Instant;
 
+#[path = "postgres_common/floor.rs"]
+mod floor;
+use floor::RAW_LOCK_AND_BUMP;
+
 const ITERATIONS: usize = 2000;
 const ROUNDS: usize = 20;
 const TASKS: usize = 16;
@@ -62,17 +66,6 @@ const RAW_BUMP: &str = "INSERT INTO public.fencelock_fence AS f
        SET token = GREATEST(f.token + 1, EXCLUDED.token)
     RETURNING f.token";
 const RAW_UNLOCK: &str = "SELECT pg_advisory_unlock($1)";
-/// The blocking lock and the fence upsert as one statement: a grant's least work, one round
-/// trip (on a session with synchronous_commit = off, as our grants at the clock commit).
-const RAW_LOCK_AND_BUMP: &str = "WITH lock AS MATERIALIZED (SELECT pg_advisory_lock($1) AS locked)
-    INSERT INTO public.fencelock_fence AS f
-        (namespace, key, lock_id, lock_id_scheme, fence_scheme, token, owner, holder_pid, ttl_ms, updated_at)
-    SELECT 'bench-raw', $2, $1, 2, 3, floor(extract(epoch FROM clock_timestamp()) * 1000000)::int8,
-           'raw', pg_backend_pid(), 0, clock_timestamp()
-      FROM lock
-    ON CONFLICT (namespace, key) DO UPDATE
-       SET token = GREATEST(f.token + 1, EXCLUDED.token)
-    RETURNING f.token";
 
 async fn raw_cycle(conn: &mut PgConnection, id: i64) -> fencelock_core::Result<()> {
     let locked: bool = sqlx::query(RAW_TRY)
