@@ -36,7 +36,7 @@ use std::time::Duration;
 use fencelock_bench::server_or_env;
 use fencelock_core::DynLockStore;
 use fencelock_postgres::{PostgresConfig, PostgresStore};
-use floor::RAW_LOCK_AND_BUMP;
+use floor::{RAW_LOCK_AND_BUMP, RAW_UNLOCK};
 use sqlx::postgres::{PgAdvisoryLock, PgAdvisoryLockKey};
 use sqlx::{Connection, PgConnection};
 
@@ -91,7 +91,7 @@ fn main() -> Result<(), Box<dyn Error>> {
                         .bind(b"cycle".as_slice())
                         .fetch_one(&mut conn)
                         .await?;
-                    sqlx::query("SELECT pg_advisory_unlock($1)")
+                    sqlx::query(RAW_UNLOCK)
                         .bind(424_244i64)
                         .fetch_one(&mut conn)
                         .await?;

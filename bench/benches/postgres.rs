@@ -38,7 +38,7 @@ use tokio::time::Instant;
 
 #[path = "postgres_common/floor.rs"]
 mod floor;
-use floor::RAW_LOCK_AND_BUMP;
+use floor::{RAW_LOCK_AND_BUMP, RAW_UNLOCK};
 
 const ITERATIONS: usize = 2000;
 const ROUNDS: usize = 20;
@@ -65,7 +65,6 @@ const RAW_BUMP: &str = "INSERT INTO public.fencelock_fence AS f
     ON CONFLICT (namespace, key) DO UPDATE
        SET token = GREATEST(f.token + 1, EXCLUDED.token)
     RETURNING f.token";
-const RAW_UNLOCK: &str = "SELECT pg_advisory_unlock($1)";
 
 async fn raw_cycle(conn: &mut PgConnection, id: i64) -> fencelock_core::Result<()> {
     let locked: bool = sqlx::query(RAW_TRY)

@@ -1,4 +1,4 @@
-//! The fenced floor's statement, shared by `postgres.rs` and `postgres-cycle-cost.rs`.
+//! The fenced floor's statements, shared by `postgres.rs` and `postgres-cycle-cost.rs`.
 
 /// The blocking lock and the fence upsert as one statement: a grant's least work, one round
 /// trip (on a session with synchronous_commit = off, as our grants at the clock commit).
@@ -11,3 +11,6 @@ pub(crate) const RAW_LOCK_AND_BUMP: &str = "WITH lock AS MATERIALIZED (SELECT pg
     ON CONFLICT (namespace, key) DO UPDATE
        SET token = GREATEST(f.token + 1, EXCLUDED.token)
     RETURNING f.token";
+
+/// The unlock that ends a raw cycle.
+pub(crate) const RAW_UNLOCK: &str = "SELECT pg_advisory_unlock($1)";
