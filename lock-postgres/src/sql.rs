@@ -266,23 +266,28 @@ const TRY_ACQUIRE: &str = concat!(
 
 /// Waits in the server's lock queue for at most $6 ms (lock_timeout, set before the wait by
 /// the chained CTEs, for this statement's transaction only) for the lock as the transaction's,
-/// bumps the fence, then takes the lock for the session (at once: the backend holds it) and
-/// arms the server-side TTL as [`TRY_ACQUIRE`] does. Atomic as one statement; the session's
-/// take is computed from the bump's row, so it comes after the bump: any error before it, a
-/// lock timeout even as the lock is granted, rolls the lock back with it. Returns the token and
-/// the backend pid. Everything after the lock is on a handoff's path, so nothing is computed
-/// there that the client can tell itself (how long the wait took).
+/// bumps the fence, then takes the lock for the session (at once: the backend holds it).
+/// Atomic as one statement; the session's take is computed from the bump's row, so it comes
+/// after the bump: any error before it, a lock timeout even as the lock is granted, rolls the
+/// lock back with it. Returns the token and the backend pid.
+///
+/// Everything after the lock is on a handoff's path, so what can be settled before the wait is
+/// settled there, in `settings`: the server-side TTL ($4 ms of silence ends the session) is
+/// armed for the session, which a rollback undoes (a refused or failed wait leaves it as it
+/// was); the grant's commit is set unsynced with `{unsynced_grants}`, and set back to durable
+/// after the bump only when the token is not the clock reading (`grant_commit!`'s rule: the
+/// setting is read when the transaction commits). The client measures how long the wait took.
 const WAIT_ACQUIRE: &str = concat!(
-    "WITH settings AS MATERIALIZED (SELECT set_config('lock_timeout', ($6::int8)::text, true) AS lock_timeout),
+    "WITH settings AS MATERIALIZED (SELECT set_config('lock_timeout', ($6::int8)::text, true) AS lock_timeout,
+                                      set_config('idle_session_timeout', ($4::int8)::text, false) AS ttl,
+                                      CASE WHEN {unsynced_grants} THEN set_config('synchronous_commit', 'off', true) END AS grant_commit),
      lock AS MATERIALIZED (SELECT pg_advisory_xact_lock($1::int8) AS locked FROM settings),
      bump AS (",
     bump_fence!("lock"),
     ")
      SELECT bump.token, pg_advisory_lock($1::int8) AS locked, pg_backend_pid() AS pid,
-            set_config('idle_session_timeout', ($4::int8)::text, false),
-            ",
-    grant_commit!("bump.at_clock"),
-    "
+            CASE WHEN {unsynced_grants} AND NOT bump.at_clock
+                 THEN set_config('synchronous_commit', 'on', true) END AS durable
        FROM bump"
 );
 
@@ -660,7 +665,6 @@ mod tests {
         let durable = Statements::new("\"s\".\"t\"", "s", true);
         for (fast, durable) in [
             (fast.try_acquire.get(true), durable.try_acquire.get(true)),
-            (fast.wait_acquire.get(true), durable.wait_acquire.get(true)),
             (fast.bump_shared.get(true), durable.bump_shared.get(true)),
             (fast.bump_permit.get(true), durable.bump_permit.get(true)),
         ] {
@@ -674,5 +678,20 @@ mod tests {
                 "{durable}"
             );
         }
+        // A waiter settles its commit before the wait, and makes it durable after the bump
+        // only when the token is not the clock reading.
+        let (fast, durable) = (fast.wait_acquire.get(true), durable.wait_acquire.get(true));
+        assert!(
+            fast.contains("CASE WHEN true THEN set_config('synchronous_commit', 'off', true)"),
+            "{fast}"
+        );
+        assert!(
+            fast.contains("CASE WHEN true AND NOT bump.at_clock\n                 THEN set_config('synchronous_commit', 'on', true)"),
+            "{fast}"
+        );
+        assert!(
+            durable.contains("CASE WHEN false THEN set_config('synchronous_commit', 'off', true)"),
+            "{durable}"
+        );
     }
 }

@@ -177,6 +177,55 @@ async fn lock_timeout_races_leave_no_stray_lock() {
     assert_eq!(waiters(&mut admin, id).await, 0);
 }
 
+/// A wait arms the session's TTL before it blocks; a wait that times out rolls that back with
+/// its transaction, so the session it leaves in the pool is not ended by the server after
+/// the waiter's TTL of idling.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_that_times_out_leaves_its_session_unarmed_in_the_pool() {
+    const SHORT_TTL: Duration = Duration::from_millis(200);
+    let url = shared::postgres().url();
+    let holder = store(&url, "").await;
+    let waiter = store(&url, "").await;
+    let mut admin = admin(&url).await;
+    let key = "sessions:timed-out-wait";
+    let id = holder.lock_id(key);
+    let lease = holder.try_acquire(key, TTL).await.unwrap();
+    let task = tokio::spawn({
+        let waiter = waiter.clone();
+        async move { waiter.acquire(key, SHORT_TTL, Duration::from_secs(1)).await }
+    });
+    assert!(eventually!(
+        Duration::from_secs(5),
+        waiters(&mut admin, id).await == 1
+    ));
+    let pid: i32 = sqlx::query(
+        "SELECT pid FROM pg_locks
+          WHERE locktype = 'advisory' AND NOT granted AND objsubid = 1
+            AND classid = (($1::int8 >> 32) & 4294967295)::oid
+            AND objid = ($1::int8 & 4294967295)::oid",
+    )
+    .bind(id)
+    .fetch_one(&mut admin)
+    .await
+    .expect("the waiter's backend")
+    .get(0);
+    assert!(matches!(
+        task.await.unwrap(),
+        Err(Error::WaitTimedOut { .. })
+    ));
+    assert_eq!(waiter.idle_connections(), 1);
+    // Four of the waiter's TTLs of idling: an armed session would have been ended by now.
+    sleep(SHORT_TTL * 4).await;
+    assert!(
+        backend_exists(&mut admin, pid).await,
+        "the pooled session of a timed-out wait was ended: its TTL stayed armed"
+    );
+    assert_eq!(
+        holder.release(&lease).await.unwrap(),
+        ReleaseOutcome::Released
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_are_served_in_arrival_order_and_nobody_jumps_the_queue() {
     let url = shared::postgres().url();
