@@ -157,6 +157,11 @@ const COUNT_FENCES: &str = "SELECT count(*)::int8 AS fences FROM {fence}";
 /// tables are ordered by `F`.
 macro_rules! bump_fence {
     ($source:literal) => {
+        bump_fence!($source, returning: concat!("f.token, ", at_clock!("f"), " AS at_clock"))
+    };
+    // The same bump as the statement itself, whose RETURNING list (after the bumped row's
+    // columns are set) is `$returning`: no CTE and outer SELECT to carry the row.
+    ($source:literal, returning: $returning:expr) => {
         concat!(
             "INSERT INTO {fence} AS f (namespace, key, lock_id, lock_id_scheme, fence_scheme, token, owner, holder_pid, ttl_ms, updated_at{label_column})
              SELECT $2::text, $3::bytea, $1::int8, {scheme}, {fence_scheme},
@@ -170,9 +175,8 @@ macro_rules! bump_fence {
                     lock_id = EXCLUDED.lock_id, owner = EXCLUDED.owner,
                     holder_pid = EXCLUDED.holder_pid, ttl_ms = EXCLUDED.ttl_ms,
                     updated_at = EXCLUDED.updated_at{label_set}
-             RETURNING f.token, ",
-            at_clock!("f"),
-            " AS at_clock"
+             RETURNING ",
+            $returning
         )
     };
 }
@@ -267,7 +271,7 @@ const TRY_ACQUIRE: &str = concat!(
 /// Waits in the server's lock queue for at most $6 ms (lock_timeout, set before the wait by
 /// the chained CTEs, for this statement's transaction only) for the lock as the transaction's,
 /// bumps the fence, then takes the lock for the session (at once: the backend holds it).
-/// Atomic as one statement; the session's take is computed from the bump's row, so it comes
+/// Atomic as one statement; the session's take is in the bump's RETURNING list, so it comes
 /// after the bump: any error before it, a lock timeout even as the lock is granted, rolls the
 /// lock back with it. Returns the token and the backend pid.
 ///
@@ -281,14 +285,17 @@ const WAIT_ACQUIRE: &str = concat!(
     "WITH settings AS MATERIALIZED (SELECT set_config('lock_timeout', ($6::int8)::text, true) AS lock_timeout,
                                       set_config('idle_session_timeout', ($4::int8)::text, false) AS ttl,
                                       CASE WHEN {unsynced_grants} THEN set_config('synchronous_commit', 'off', true) END AS grant_commit),
-     lock AS MATERIALIZED (SELECT pg_advisory_xact_lock($1::int8) AS locked FROM settings),
-     bump AS (",
-    bump_fence!("lock"),
-    ")
-     SELECT bump.token, pg_advisory_lock($1::int8) AS locked, pg_backend_pid() AS pid,
-            CASE WHEN {unsynced_grants} AND NOT bump.at_clock
-                 THEN set_config('synchronous_commit', 'on', true) END AS durable
-       FROM bump"
+     lock AS MATERIALIZED (SELECT pg_advisory_xact_lock($1::int8) AS locked FROM settings)
+     ",
+    bump_fence!(
+        "lock",
+        returning: concat!(
+            "f.token, pg_advisory_lock($1::int8) AS locked, pg_backend_pid() AS pid,
+                CASE WHEN {unsynced_grants} AND NOT (",
+            at_clock!("f"),
+            ") THEN set_config('synchronous_commit', 'on', true) END AS durable"
+        )
+    )
 );
 
 /// Extend: any statement restarts the server's idle timer; this one also proves that the
@@ -686,7 +693,7 @@ mod tests {
             "{fast}"
         );
         assert!(
-            fast.contains("CASE WHEN true AND NOT bump.at_clock\n                 THEN set_config('synchronous_commit', 'on', true)"),
+            fast.contains("CASE WHEN true AND NOT (f.token = floor(extract(epoch FROM f.updated_at) * 1000000)::int8) THEN set_config('synchronous_commit', 'on', true)"),
             "{fast}"
         );
         assert!(
