@@ -215,6 +215,27 @@ macro_rules! grant_commit {
     };
 }
 
+/// `grant_commit!`'s rule in two halves, for a statement that settles what it can before it
+/// waits: the commit set unsynced with `{unsynced_grants}` before the lock, then made durable
+/// after the bump only when the token is not the clock reading (`$at_clock` false). The
+/// setting that stands at the commit decides it, as with `grant_commit!`.
+macro_rules! grant_commit_unsynced_first {
+    () => {
+        "CASE WHEN {unsynced_grants} THEN set_config('synchronous_commit', 'off', true) END"
+    };
+}
+
+/// The second half of [`grant_commit_unsynced_first!`]: durable unless `$at_clock`.
+macro_rules! grant_commit_durable_unless {
+    ($at_clock:expr) => {
+        concat!(
+            "CASE WHEN {unsynced_grants} AND NOT (",
+            $at_clock,
+            ") THEN set_config('synchronous_commit', 'on', true) END"
+        )
+    };
+}
+
 /// This backend holds the single-`bigint` advisory lock $1 (pg_locks shows it as
 /// classid = high 32 bits, objid = low 32 bits, objsubid = 1).
 macro_rules! held_by_this_backend {
@@ -279,21 +300,22 @@ const TRY_ACQUIRE: &str = concat!(
 /// settled there, in `settings`: the server-side TTL ($4 ms of silence ends the session) is
 /// armed for the session, which a rollback undoes (a refused or failed wait leaves it as it
 /// was); the grant's commit is set unsynced with `{unsynced_grants}`, and set back to durable
-/// after the bump only when the token is not the clock reading (`grant_commit!`'s rule: the
-/// setting is read when the transaction commits). The client measures how long the wait took.
+/// after the bump only when the token is not the clock reading (`grant_commit_unsynced_first!`,
+/// `grant_commit_durable_unless!`). The client measures how long the wait took.
 const WAIT_ACQUIRE: &str = concat!(
     "WITH settings AS MATERIALIZED (SELECT set_config('lock_timeout', ($6::int8)::text, true) AS lock_timeout,
                                       set_config('idle_session_timeout', ($4::int8)::text, false) AS ttl,
-                                      CASE WHEN {unsynced_grants} THEN set_config('synchronous_commit', 'off', true) END AS grant_commit),
+                                      ",
+    grant_commit_unsynced_first!(),
+    " AS grant_commit),
      lock AS MATERIALIZED (SELECT pg_advisory_xact_lock($1::int8) AS locked FROM settings)
      ",
     bump_fence!(
         "lock",
         returning: concat!(
-            "f.token, pg_advisory_lock($1::int8) AS locked, pg_backend_pid() AS pid,
-                CASE WHEN {unsynced_grants} AND NOT (",
-            at_clock!("f"),
-            ") THEN set_config('synchronous_commit', 'on', true) END AS durable"
+            "f.token, pg_advisory_lock($1::int8) AS locked, pg_backend_pid() AS pid, ",
+            grant_commit_durable_unless!(at_clock!("f")),
+            " AS durable"
         )
     )
 );

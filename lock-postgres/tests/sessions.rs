@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{admin, backend_exists, holders, store, waiters};
+use common::{admin, backend_exists, holders, store, waiter_pids, waiters};
 use fencelock_conformance::eventually;
 use fencelock_core::{Error, KeyStatus, LockStore, ReleaseOutcome};
 use sqlx::Row;
@@ -198,17 +198,9 @@ async fn a_wait_that_times_out_leaves_its_session_unarmed_in_the_pool() {
         Duration::from_secs(5),
         waiters(&mut admin, id).await == 1
     ));
-    let pid: i32 = sqlx::query(
-        "SELECT pid FROM pg_locks
-          WHERE locktype = 'advisory' AND NOT granted AND objsubid = 1
-            AND classid = (($1::int8 >> 32) & 4294967295)::oid
-            AND objid = ($1::int8 & 4294967295)::oid",
-    )
-    .bind(id)
-    .fetch_one(&mut admin)
-    .await
-    .expect("the waiter's backend")
-    .get(0);
+    let [pid] = waiter_pids(&mut admin, id).await[..] else {
+        panic!("one waiter's backend")
+    };
     assert!(matches!(
         task.await.unwrap(),
         Err(Error::WaitTimedOut { .. })

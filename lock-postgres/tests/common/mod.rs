@@ -54,6 +54,23 @@ pub(crate) async fn waiters(admin: &mut PgConnection, lock_id: i64) -> i64 {
     .get(0)
 }
 
+/// The backends waiting for advisory lock `lock_id` (not granted).
+pub(crate) async fn waiter_pids(admin: &mut PgConnection, lock_id: i64) -> Vec<i32> {
+    sqlx::query(
+        "SELECT pid FROM pg_locks
+          WHERE locktype = 'advisory' AND NOT granted AND objsubid = 1
+            AND classid = (($1::int8 >> 32) & 4294967295)::oid
+            AND objid = ($1::int8 & 4294967295)::oid",
+    )
+    .bind(lock_id)
+    .fetch_all(admin)
+    .await
+    .expect("pg_locks")
+    .iter()
+    .map(|row| row.get::<i32, _>(0))
+    .collect()
+}
+
 /// Whether backend `pid` still exists.
 pub(crate) async fn backend_exists(admin: &mut PgConnection, pid: i32) -> bool {
     sqlx::query("SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)")
