@@ -323,7 +323,10 @@ PEERS_PROTOCOL_PEERS = {"etcd": "etcd's lock()", "redis": "rslock",
                         "postgres": "sqlx PgAdvisoryLock",
                         "redis-sentinel": "redis:// on the master"}
 # The floor a store's bench runs in the same rounds, charted after ours and the peer's.
-PEERS_PROTOCOL_FLOORS = {"redis": "the durable fenced floor", "postgres": "the fenced floor"}
+PEERS_PROTOCOL_FLOORS = {"redis": "the durable fenced floor", "postgres": "the fenced floor",
+                         "etcd": "client-side recipe floor"}
+# The stores whose handoff chart shows the floor's handoff p50 too.
+PEERS_HANDOFF_FLOORS = {"etcd": "client-side recipe floor"}
 
 
 def peers_protocol_bars(peer, floor=None):
@@ -333,14 +336,22 @@ def peers_protocol_bars(peer, floor=None):
             for who, kind in sides]
 
 
-def peers_handoff_bars(peer):
-    return [(f"peers' protocol handoff {stat}: {who}", kind)
+def peers_handoff_bars(peer, floor=None):
+    bars = [(f"peers' protocol handoff {stat}: {who}", kind)
             for stat in ("p50", "mean", "p99")
             for who, kind in (("ours", "ours"), (peer, "peer"))]
+    if floor:
+        bars.insert(2, (f"peers' protocol handoff p50: {floor}", "raw"))
+    return bars
 
 
 ADDED_ROWS = {spec[0] for peer in PEERS_PROTOCOL_PEERS.values()
               for spec in peers_protocol_bars(peer)}
+
+# Rows of a chart that a stored run may predate (a floor measured since): left out of its chart.
+LATER_ROWS = {f"peers' protocol acquire {stat}: client-side recipe floor"
+              for stat in ("p50", "mean", "p99")} | {
+    "peers' protocol handoff p50: client-side recipe floor"}
 
 STORE_TITLES = {
     "redis": "Redis",
@@ -652,7 +663,7 @@ CHARTS += [
     (f"{store}-peers-protocol-handoff.svg",
      f"{STORE_TITLES[store]}: release-to-grant handoff in the peers' protocol, ours next to "
      f"{PEERS_PROTOCOL_PEERS[store]}",
-     [(store, peers_handoff_bars(PEERS_PROTOCOL_PEERS[store]))])
+     [(store, peers_handoff_bars(PEERS_PROTOCOL_PEERS[store], PEERS_HANDOFF_FLOORS.get(store)))])
     for store in ("etcd", "postgres")
 ] + [
     ("redis-sentinel-cycle.svg", "Redis Sentinel: lock cycle p50 and p99, next to redis:// on its master", [
@@ -890,6 +901,8 @@ def build(run, spec_groups):
                 bars += parts_bars(section, spec[1], spec[2])
             elif spec[0] == "samples":
                 bars += samples_bar(section, spec[1], spec[2])
+            elif spec[0] in LATER_ROWS and not any(r.label == spec[0] for r in section.rows):
+                continue
             else:
                 bars += row_bar(section, *spec)
         groups.append((section, bars))

@@ -816,6 +816,8 @@ impl PeersProtocol {
                 ours: Samples::new(our_samples.handoffs),
                 peer: Samples::new(peer_samples.handoffs),
                 floor: has_floor.then(|| Samples::new(floor_samples.handoffs)),
+                ours_queued: Samples::new(our_samples.queued_handoffs),
+                peer_queued: Samples::new(peer_samples.queued_handoffs),
             },
         })
     }
@@ -829,9 +831,9 @@ impl PeersProtocol {
             hold, pause, takes, ..
         } = *self;
         let count = u32::try_from(contenders.len()).unwrap_or(u32::MAX).max(1);
-        // When the last holder started its release; the first contender granted after it that
-        // had asked before it takes the sample.
-        let released_at: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
+        // When the last holder started its release, and when it was granted; the first
+        // contender granted after that release that had asked before it takes the sample.
+        let released_at: Arc<Mutex<Option<(Instant, Instant)>>> = Arc::new(Mutex::new(None));
         let joins: Vec<_> = contenders
             .into_iter()
             .zip(0u32..)
@@ -849,14 +851,19 @@ impl PeersProtocol {
                         {
                             let mut released =
                                 released_at.lock().unwrap_or_else(PoisonError::into_inner);
-                            if let Some(at) = released.filter(|&at| at > asked) {
+                            if let Some((at, holder_granted)) =
+                                released.filter(|&(at, _)| at > asked)
+                            {
                                 taken.handoffs.push(granted - at);
+                                if asked < holder_granted {
+                                    taken.queued_handoffs.push(granted - at);
+                                }
                                 *released = None;
                             }
                         }
                         tokio::time::sleep(hold).await;
                         *released_at.lock().unwrap_or_else(PoisonError::into_inner) =
-                            Some(Instant::now());
+                            Some((Instant::now(), granted));
                         contender.give_back(held).await?;
                         tokio::time::sleep(pause).await;
                     }
@@ -872,6 +879,7 @@ impl PeersProtocol {
                     back.push(contender);
                     samples.takes.extend(taken.takes);
                     samples.handoffs.extend(taken.handoffs);
+                    samples.queued_handoffs.extend(taken.queued_handoffs);
                 }
                 Ok(Err(e)) => {
                     failed.get_or_insert(e);
@@ -896,6 +904,9 @@ struct Taken {
     /// Every grant to a contender that was asking when the holder started its release, from
     /// that start.
     handoffs: Vec<Duration>,
+    /// Those of `handoffs` to a contender that was asking already when that holder was
+    /// granted (queued behind it for its whole hold).
+    queued_handoffs: Vec<Duration>,
 }
 
 /// Release-to-grant handoffs in a [`PeersProtocol`] run: from a holder starting its release
@@ -909,6 +920,10 @@ pub struct Handoffs {
     pub peer: Samples,
     /// The floor's, when run with one.
     pub floor: Option<Samples>,
+    /// Ours, to a contender asking since the releasing holder's grant.
+    pub ours_queued: Samples,
+    /// The peer's, likewise.
+    pub peer_queued: Samples,
 }
 
 impl VersusPeer {
@@ -917,6 +932,49 @@ impl VersusPeer {
     /// the target `≤ {target}× {peer}`, then the peer's, as [`versus_rows`] prints them, after a heading
     /// with the number of handoffs of each side.
     pub fn handoff_rows(&self, table: &mut Table, peer: &str, target: Option<f64>) {
+        self.handoff_rows_reach(table, peer, target, None);
+    }
+
+    /// [`handoff_rows`](Self::handoff_rows), and with the [`Handoffs::floor`] of a run with a
+    /// floor, named `floor`: a target the floor's handoffs miss themselves says
+    /// `(out of reach of {floor} in this run, below)`, and after the rows of the handoffs
+    /// since the holder's grant come the floor's handoff p50 with its ratio to the peer's
+    /// (label `"peers' protocol handoff p50: {floor}"`) and ours over the floor's.
+    pub fn handoff_rows_with_floor(
+        &self,
+        table: &mut Table,
+        peer: &str,
+        target: Option<f64>,
+        floor: &str,
+    ) {
+        let Some(floor_samples) = &self.handoffs.floor else {
+            return self.handoff_rows(table, peer, target);
+        };
+        self.handoff_rows_reach(table, peer, target, Some((floor, floor_samples)));
+        let (own, theirs, least) = (
+            micros(self.handoffs.ours.p50()),
+            micros(self.handoffs.peer.p50()),
+            micros(floor_samples.p50()),
+        );
+        table
+            .latency(
+                format!("peers' protocol handoff p50: {floor}"),
+                floor_samples.p50(),
+            )
+            .ratio(least / theirs, None);
+        table.push(
+            format!("  peers' protocol handoff p50 ours / {floor}"),
+            format!("{:.2}", own / least),
+        );
+    }
+
+    fn handoff_rows_reach(
+        &self,
+        table: &mut Table,
+        peer: &str,
+        target: Option<f64>,
+        floor: Option<(&str, &Samples)>,
+    ) {
         table.push(
             "peers' protocol handoff: a holder's release to a waiting contender's grant",
             format!(
@@ -925,14 +983,43 @@ impl VersusPeer {
                 self.handoffs.peer.len()
             ),
         );
-        versus_rows(
+        versus_rows_reach(
             table,
             "peers' protocol handoff",
             &self.handoffs.ours,
             peer,
             &self.handoffs.peer,
             target,
+            floor,
         );
+        self.queued_handoff_rows(table, peer);
+    }
+
+    /// The handoffs' p50 to a contender asking since the releasing holder's grant, ours with
+    /// its ratio to the peer's, then the peer's: the same handoffs with the contender's
+    /// arrival taken out, as a lock whose acquire is quicker has fewer queued contenders and
+    /// more handoffs to one still enqueueing, each of which starts later.
+    fn queued_handoff_rows(&self, table: &mut Table, peer: &str) {
+        let Handoffs {
+            ours_queued,
+            peer_queued,
+            ..
+        } = &self.handoffs;
+        let what = "peers' protocol handoff to a contender asking since the holder's grant";
+        table.push(
+            what,
+            format!("{} and {} handoffs", ours_queued.len(), peer_queued.len()),
+        );
+        let (own, other) = (ours_queued.p50(), peer_queued.p50());
+        let ratio = if other.is_zero() {
+            f64::INFINITY
+        } else {
+            micros(own) / micros(other)
+        };
+        table
+            .latency(format!("{what}, p50: ours"), own)
+            .ratio(ratio, None);
+        table.latency(format!("{what}, p50: {peer}"), other);
     }
 }
 
@@ -1059,19 +1146,45 @@ pub fn versus_rows(
     theirs: &Samples,
     target: Option<f64>,
 ) {
+    versus_rows_reach(table, what, ours, peer, theirs, target, None);
+}
+
+/// [`versus_rows`], where a target the `floor` (its name and samples, of the same run) itself
+/// misses says `(out of reach of {floor} in this run, below)`.
+fn versus_rows_reach(
+    table: &mut Table,
+    what: &str,
+    ours: &Samples,
+    peer: &str,
+    theirs: &Samples,
+    target: Option<f64>,
+    floor: Option<(&str, &Samples)>,
+) {
     const STATS: [(&str, Stat); 3] = [
         ("p50", Samples::p50),
         ("mean", Samples::mean),
         ("p99", Samples::p99),
     ];
-    for (name, stat) in STATS {
-        let (own, other) = (stat(ours), stat(theirs));
-        let ratio = if other.is_zero() {
+    let ratio = |a: Duration, b: Duration| {
+        if b.is_zero() {
             f64::INFINITY
         } else {
-            micros(own) / micros(other)
-        };
-        let text = target.map(|t| (format!("≤ {t:.1}× {peer}"), ratio <= t));
+            micros(a) / micros(b)
+        }
+    };
+    for (name, stat) in STATS {
+        let (own, other) = (stat(ours), stat(theirs));
+        let ratio_ours = ratio(own, other);
+        let text = target.map(|t| {
+            let text = match floor {
+                Some((floor, samples)) if ratio(stat(samples), other) > t => {
+                    format!("≤ {t:.1}× {peer} (out of reach of {floor} in this run, below)")
+                }
+                _ => format!("≤ {t:.1}× {peer}"),
+            };
+            (text, ratio_ours <= t)
+        });
+        let ratio = ratio_ours;
         table
             .latency(format!("{what} {name}: ours"), own)
             .ratio(ratio, text.as_ref().map(|(t, met)| (t.as_str(), *met)));
@@ -1489,6 +1602,8 @@ mod tests {
                 ours: micros(&[40]),
                 peer: micros(&[50]),
                 floor: None,
+                ours_queued: micros(&[40]),
+                peer_queued: micros(&[50]),
             },
         };
         let mut table = Table::default();

@@ -15,7 +15,10 @@
 //! another client's watch, with the CPU each spends per handoff, client and server), the same
 //! handoff one waiter at a time on a quiet machine, the peers' protocol (8 contenders on one
 //! key, each holding 1 ms and pausing 30 ms after each release: the acquire latency's p50,
-//! mean and p99, ours against etcd's `lock()` in interleaved rounds, target each ≤ 1.0×), and
+//! mean and p99, ours against etcd's `lock()` in interleaved rounds, target each ≤ 1.0×, with
+//! the client-side recipe floor (`RecipeWaiter`) in the same rounds, and the release-to-grant
+//! handoff of the same rounds, all of them and those to a contender asking since the
+//! holder's grant), and
 //! 10,000 locks held with keep-alive on one handle (TTL 10 s, three TTLs), with the client
 //! memory per lock, the client's connections and the server's keep-alive streams.
 //!
@@ -429,6 +432,129 @@ impl Contender for PeerWaiter {
     }
 }
 
+/// The client-side floor of the peers' protocol: etcd's queue recipe (the steps of the Go
+/// client's `concurrency.Mutex`) by hand on a kept lease, unfenced. A take puts the
+/// contender's key and reads the two newest keys in one transaction; while an older key is
+/// there, it watches that key's deletion (from the current revision, then reads it again to
+/// close the gap) and on the deletion reads the newest older key again. The least a lock pays
+/// whose waiters are woken over the network, as ours are when a release knows no successor to
+/// mark; etcd's `lock()` runs the same wait inside the server.
+struct RecipeWaiter {
+    client: Client,
+    lease: i64,
+    key: String,
+    prefix: String,
+}
+
+/// The name of the peers' protocol floor's rows.
+const RECIPE_FLOOR: &str = "client-side recipe floor";
+
+impl RecipeWaiter {
+    async fn connect(endpoints: &[String], prefix: &str, i: usize) -> fencelock_core::Result<Self> {
+        let mut client = Client::connect(endpoints, None)
+            .await
+            .map_err(raw_error("floor connect"))?;
+        let lease = client
+            .lease_grant(60, None)
+            .await
+            .map_err(raw_error("floor grant"))?
+            .id();
+        Ok(RecipeWaiter {
+            client,
+            lease,
+            key: format!("{prefix}{i:04}"),
+            prefix: prefix.to_owned(),
+        })
+    }
+
+    /// The newest key of the queue older than `revision`, if any.
+    async fn newest_older(&mut self, revision: i64) -> fencelock_core::Result<Option<Vec<u8>>> {
+        let options = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Descend)
+            .with_max_create_revision(revision - 1)
+            .with_limit(1)
+            .with_keys_only();
+        let answer = self
+            .client
+            .get(self.prefix.as_str(), Some(options))
+            .await
+            .map_err(raw_error("floor read"))?;
+        Ok(answer.kvs().first().map(|kv| kv.key().to_vec()))
+    }
+
+    /// Waits for `older`'s deletion.
+    async fn wait_deleted(&mut self, older: &[u8]) -> fencelock_core::Result<()> {
+        let options =
+            etcd_client::WatchOptions::new().with_filters([etcd_client::WatchFilterType::NoPut]);
+        let mut stream = self
+            .client
+            .watch(older, Some(options))
+            .await
+            .map_err(raw_error("floor watch"))?;
+        stream.message().await.map_err(raw_error("floor watch"))?;
+        let there = self
+            .client
+            .get(older, Some(GetOptions::new().with_keys_only()))
+            .await
+            .map_err(raw_error("floor read"))?;
+        if there.kvs().is_empty() {
+            return Ok(());
+        }
+        loop {
+            let Some(message) = stream.message().await.map_err(raw_error("floor event"))? else {
+                return Ok(());
+            };
+            if !message.events().is_empty() || message.canceled() {
+                return Ok(());
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Contender for RecipeWaiter {
+    type Held = ();
+
+    async fn take(&mut self) -> fencelock_core::Result<()> {
+        let put = TxnOp::put(
+            self.key.as_str(),
+            "",
+            Some(PutOptions::new().with_lease(self.lease)),
+        );
+        let newest = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Descend)
+            .with_limit(2)
+            .with_keys_only();
+        let answer = self
+            .client
+            .txn(Txn::new().and_then([put, TxnOp::get(self.prefix.as_str(), Some(newest))]))
+            .await
+            .map_err(raw_error("floor enqueue"))?;
+        // The put's revision is the new key's create revision; the read after it is in the
+        // same transaction, so the second newest key is the one right in front.
+        let revision = answer.header().map_or(0, |h| h.revision());
+        let mut older = answer.op_responses().into_iter().find_map(|op| match op {
+            etcd_client::TxnOpResponse::Get(get) => get.kvs().get(1).map(|kv| kv.key().to_vec()),
+            _ => None,
+        });
+        while let Some(key) = older {
+            self.wait_deleted(&key).await?;
+            older = self.newest_older(revision).await?;
+        }
+        Ok(())
+    }
+
+    async fn give_back(&mut self, (): ()) -> fencelock_core::Result<()> {
+        self.client
+            .delete(self.key.as_str(), None)
+            .await
+            .map(drop)
+            .map_err(raw_error("floor unlock"))
+    }
+}
+
 /// What every scenario shares: the server, our store on it and a raw client of the same
 /// library.
 struct Bench {
@@ -746,16 +872,22 @@ impl Bench {
         for _ in 0..PEERS_CONTENDERS {
             peers.push(PeerWaiter::connect(&self.endpoints, "bench/peer/protocol").await?);
         }
+        let mut floor = Vec::new();
+        for i in 0..PEERS_CONTENDERS {
+            floor.push(RecipeWaiter::connect(&self.endpoints, "bench/floor/protocol/", i).await?);
+        }
         let ours_in_protocol = store_contenders(
             handles[..PEERS_CONTENDERS].to_vec(),
             "bench:protocol",
             TTL,
             Duration::from_secs(60),
         );
-        let protocol = PeersProtocol::HARNESS.run(ours_in_protocol, peers).await?;
+        let protocol = PeersProtocol::HARNESS
+            .run_with_floor(ours_in_protocol, peers, floor)
+            .await?;
         drop(handles);
-        protocol.rows(table, "etcd's lock()", 1.0);
-        protocol.handoff_rows(table, "etcd's lock()", Some(1.0));
+        protocol.rows_with_floor(table, "etcd's lock()", 1.0, RECIPE_FLOOR);
+        protocol.handoff_rows_with_floor(table, "etcd's lock()", Some(1.0), RECIPE_FLOOR);
         Ok(())
     }
 
