@@ -938,8 +938,9 @@ impl VersusPeer {
     /// [`handoff_rows`](Self::handoff_rows), and with the [`Handoffs::floor`] of a run with a
     /// floor, named `floor`: a target the floor's handoffs miss themselves says
     /// `(out of reach of {floor} in this run, below)`, and after the rows of the handoffs
-    /// since the holder's grant come the floor's handoff p50 with its ratio to the peer's
-    /// (label `"peers' protocol handoff p50: {floor}"`) and ours over the floor's.
+    /// since the holder's grant come the floor's handoff p50, mean and p99, each with its ratio
+    /// to the peer's (labels `"peers' protocol handoff p50: {floor}"` …), and ours over the
+    /// floor's p50.
     pub fn handoff_rows_with_floor(
         &self,
         table: &mut Table,
@@ -951,20 +952,23 @@ impl VersusPeer {
             return self.handoff_rows(table, peer, target);
         };
         self.handoff_rows_reach(table, peer, target, Some((floor, floor_samples)));
-        let (own, theirs, least) = (
-            micros(self.handoffs.ours.p50()),
-            micros(self.handoffs.peer.p50()),
-            micros(floor_samples.p50()),
-        );
-        table
-            .latency(
-                format!("peers' protocol handoff p50: {floor}"),
-                floor_samples.p50(),
-            )
-            .ratio(least / theirs, None);
+        const STATS: [(&str, Stat); 3] = [
+            ("p50", Samples::p50),
+            ("mean", Samples::mean),
+            ("p99", Samples::p99),
+        ];
+        for (name, stat) in STATS {
+            let (least, theirs) = (stat(floor_samples), stat(&self.handoffs.peer));
+            table
+                .latency(format!("peers' protocol handoff {name}: {floor}"), least)
+                .ratio(micros(least) / micros(theirs), None);
+        }
         table.push(
             format!("  peers' protocol handoff p50 ours / {floor}"),
-            format!("{:.2}", own / least),
+            format!(
+                "{:.2}",
+                micros(self.handoffs.ours.p50()) / micros(floor_samples.p50())
+            ),
         );
     }
 
@@ -1650,6 +1654,80 @@ mod tests {
         assert_eq!(
             table.rows[1].target.as_ref().map(|(t, _)| t.as_str()),
             Some("≤ 1.0× the peer")
+        );
+    }
+
+    #[test]
+    fn handoff_rows_with_a_floor_say_when_the_floor_misses_the_target() {
+        let micros =
+            |us: &[u64]| Samples::new(us.iter().map(|&u| Duration::from_micros(u)).collect());
+        // Ours 150 µs against the peer's p50 of 100 and the floor's 125: the floor misses the
+        // p50 target itself, not the mean or p99 ones (the peer's tail is long).
+        let versus = VersusPeer {
+            protocol: PeersProtocol::HARNESS,
+            contenders: (8, 8),
+            ours: micros(&[1]),
+            peer: micros(&[1]),
+            floor: Some(micros(&[1])),
+            handoffs: Handoffs {
+                ours: micros(&[150, 150, 150]),
+                peer: micros(&[100, 100, 5000]),
+                floor: Some(micros(&[125, 125, 125])),
+                ours_queued: micros(&[140]),
+                peer_queued: micros(&[100]),
+            },
+        };
+        let mut table = Table::default();
+        versus.handoff_rows_with_floor(&mut table, "the peer", Some(1.0), "the floor");
+        let rows: Vec<(&str, Option<&str>, &str)> = table
+            .rows
+            .iter()
+            .map(|r| {
+                let target = r.target.as_ref().map(|(t, _)| t.as_str());
+                (r.what.as_str(), target, r.figure.as_str())
+            })
+            .collect();
+        let reach = Some("≤ 1.0× the peer (out of reach of the floor in this run, below)");
+        let plain = Some("≤ 1.0× the peer");
+        let what: Vec<_> = rows.iter().map(|r| (r.0, r.1)).collect();
+        assert_eq!(
+            what[1..],
+            [
+                ("peers' protocol handoff p50: ours", reach),
+                ("peers' protocol handoff p50: the peer", None),
+                ("peers' protocol handoff mean: ours", plain),
+                ("peers' protocol handoff mean: the peer", None),
+                ("peers' protocol handoff p99: ours", plain),
+                ("peers' protocol handoff p99: the peer", None),
+                (
+                    "peers' protocol handoff to a contender asking since the holder's grant",
+                    None
+                ),
+                (
+                    "peers' protocol handoff to a contender asking since the holder's grant, \
+                     p50: ours",
+                    None
+                ),
+                (
+                    "peers' protocol handoff to a contender asking since the holder's grant, \
+                     p50: the peer",
+                    None
+                ),
+                ("peers' protocol handoff p50: the floor", None),
+                ("peers' protocol handoff mean: the floor", None),
+                ("peers' protocol handoff p99: the floor", None),
+                ("  peers' protocol handoff p50 ours / the floor", None),
+            ]
+        );
+        assert_eq!(rows[13].2, "1.20");
+
+        // Without a floor, no floor rows and no target out of reach.
+        let mut table = Table::default();
+        versus.handoff_rows(&mut table, "the peer", Some(1.0));
+        assert_eq!(table.rows.len(), 10);
+        assert_eq!(
+            table.rows[1].target.as_ref().map(|(t, _)| t.as_str()),
+            plain
         );
     }
 
