@@ -324,9 +324,9 @@ PEERS_PROTOCOL_PEERS = {"etcd": "etcd's lock()", "redis": "rslock",
                         "redis-sentinel": "redis:// on the master"}
 # The floor a store's bench runs in the same rounds, charted after ours and the peer's.
 PEERS_PROTOCOL_FLOORS = {"redis": "the durable fenced floor", "postgres": "the fenced floor",
-                         "etcd": "client-side recipe floor"}
+                         "etcd": "fenced recipe floor"}
 # The stores whose handoff chart shows the floor's handoff p50 too.
-PEERS_HANDOFF_FLOORS = {"etcd": "client-side recipe floor"}
+PEERS_HANDOFF_FLOORS = {"etcd": "fenced recipe floor"}
 
 
 def peers_protocol_bars(peer, floor=None):
@@ -349,9 +349,8 @@ ADDED_ROWS = {spec[0] for peer in PEERS_PROTOCOL_PEERS.values()
               for spec in peers_protocol_bars(peer)}
 
 # Rows of a chart that a stored run may predate (a floor measured since): left out of its chart.
-LATER_ROWS = {f"peers' protocol acquire {stat}: client-side recipe floor"
-              for stat in ("p50", "mean", "p99")} | {
-    "peers' protocol handoff p50: client-side recipe floor"}
+LATER_ROWS = {f"peers' protocol {what} {stat}: fenced recipe floor"
+              for what in ("acquire", "handoff") for stat in ("p50", "mean", "p99")}
 
 STORE_TITLES = {
     "redis": "Redis",

@@ -16,13 +16,15 @@
 //! handoff one waiter at a time on a quiet machine, the peers' protocol (8 contenders on one
 //! key, each holding 1 ms and pausing 30 ms after each release: the acquire latency's p50,
 //! mean and p99, ours against etcd's `lock()` in interleaved rounds, target each ≤ 1.0×, with
-//! the client-side recipe floor (`RecipeWaiter`) in the same rounds, and the release-to-grant
+//! a recipe floor (`RecipeWaiter`: etcd's queue recipe with our requests by hand) in the same
+//! rounds, and the release-to-grant
 //! handoff of the same rounds, all of them and those to a contender asking since the
 //! holder's grant), and
 //! 10,000 locks held with keep-alive on one handle (TTL 10 s, three TTLs), with the client
 //! memory per lock, the client's connections and the server's keep-alive streams.
 //!
-//! `ETCD_BENCH_HELD=N` holds N locks instead of 10,000.
+//! `ETCD_BENCH_HELD=N` holds N locks instead of 10,000; `ETCD_BENCH_RECIPE=plain` runs the
+//! recipe's own requests as the protocol's floor instead of ours.
 
 use std::error::Error;
 use std::sync::Arc;
@@ -433,24 +435,43 @@ impl Contender for PeerWaiter {
 }
 
 /// The client-side floor of the peers' protocol: etcd's queue recipe (the steps of the Go
-/// client's `concurrency.Mutex`) by hand on a kept lease, unfenced. A take puts the
-/// contender's key and reads the two newest keys in one transaction; while an older key is
-/// there, it watches that key's deletion (from the current revision, then reads it again to
-/// close the gap) and on the deletion reads the newest older key again. The least a lock pays
-/// whose waiters are woken over the network, as ours are when a release knows no successor to
-/// mark; etcd's `lock()` runs the same wait inside the server.
+/// client's `concurrency.Mutex`) by hand on a kept lease. A take puts the contender's key and
+/// reads the newest keys in one transaction; while an older key is there, it watches that
+/// key's deletion (from the current revision, then reads it again to close the gap) and on the
+/// deletion reads the newest older key again. The least a lock pays whose waiters are woken
+/// over the network, as ours are when a release knows no successor to mark; etcd's `lock()`
+/// runs the same wait inside the server.
+///
+/// `fenced` (the bench's floor): each request is ours written by hand, as the fenced floor of
+/// the cycle writes them: the enqueue transaction (the offset's raise, the put, the entry, the
+/// head, the two newest entries and the offset read), the release as a transaction on the
+/// entry's existence, and after a deletion our read (the newest older entry, our own, the
+/// entries behind ours). Otherwise (`ETCD_BENCH_RECIPE=plain`) the recipe's own: a put and a
+/// read of the two newest keys, a delete, one read. Unfenced either way: no token is minted.
 struct RecipeWaiter {
     client: Client,
     lease: i64,
     key: String,
     prefix: String,
+    fenced: bool,
 }
 
-/// The name of the peers' protocol floor's rows.
-const RECIPE_FLOOR: &str = "client-side recipe floor";
-
 impl RecipeWaiter {
-    async fn connect(endpoints: &[String], prefix: &str, i: usize) -> fencelock_core::Result<Self> {
+    /// The floor's name in the rows.
+    fn name(fenced: bool) -> &'static str {
+        if fenced {
+            "fenced recipe floor"
+        } else {
+            "plain recipe floor"
+        }
+    }
+
+    async fn connect(
+        endpoints: &[String],
+        prefix: &str,
+        i: usize,
+        fenced: bool,
+    ) -> fencelock_core::Result<Self> {
         let mut client = Client::connect(endpoints, None)
             .await
             .map_err(raw_error("floor connect"))?;
@@ -464,23 +485,98 @@ impl RecipeWaiter {
             lease,
             key: format!("{prefix}{i:04}"),
             prefix: prefix.to_owned(),
+            fenced,
         })
+    }
+
+    /// The enqueue: the key's put on the lease, then (in the same transaction, so after it)
+    /// the newest keys; returns the put's revision, the new key's create revision, and the
+    /// key right in front of it, if any.
+    async fn enqueue(&mut self) -> fencelock_core::Result<(i64, Option<Vec<u8>>)> {
+        let newest = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Descend)
+            .with_limit(2);
+        let put = TxnOp::put(
+            self.key.as_str(),
+            "",
+            Some(PutOptions::new().with_lease(self.lease)),
+        );
+        let (txn, newest_at) = if self.fenced {
+            let offset = "bench/fenced-recipe/~offset";
+            let below = "0000000000000000001";
+            let create = Txn::new()
+                .when([Compare::version(offset, CompareOp::Equal, 0)])
+                .and_then([TxnOp::put(offset, below, None)]);
+            let raise = Txn::new()
+                .when([Compare::value(offset, CompareOp::Less, below)])
+                .and_then([TxnOp::put(offset, below, None)])
+                .or_else([TxnOp::txn(create)]);
+            let head = GetOptions::new()
+                .with_prefix()
+                .with_sort(SortTarget::Create, SortOrder::Ascend)
+                .with_limit(1);
+            let txn = Txn::new().and_then([
+                TxnOp::txn(raise),
+                put,
+                TxnOp::get(self.key.as_str(), Some(GetOptions::new().with_keys_only())),
+                TxnOp::get(self.prefix.as_str(), Some(head)),
+                TxnOp::get(self.prefix.as_str(), Some(newest)),
+                TxnOp::get(offset, None),
+            ]);
+            (txn, 2)
+        } else {
+            let newest = newest.with_keys_only();
+            let txn = Txn::new().and_then([put, TxnOp::get(self.prefix.as_str(), Some(newest))]);
+            (txn, 0)
+        };
+        let answer = self
+            .client
+            .txn(txn)
+            .await
+            .map_err(raw_error("floor enqueue"))?;
+        let revision = answer.header().map_or(0, |h| h.revision());
+        let older = gets(answer)
+            .nth(newest_at)
+            .and_then(|kvs| kvs.get(1).map(|kv| kv.key().to_vec()));
+        Ok((revision, older))
     }
 
     /// The newest key of the queue older than `revision`, if any.
     async fn newest_older(&mut self, revision: i64) -> fencelock_core::Result<Option<Vec<u8>>> {
-        let options = GetOptions::new()
+        let older = GetOptions::new()
             .with_prefix()
             .with_sort(SortTarget::Create, SortOrder::Descend)
             .with_max_create_revision(revision - 1)
             .with_limit(1)
             .with_keys_only();
+        if !self.fenced {
+            let answer = self
+                .client
+                .get(self.prefix.as_str(), Some(older))
+                .await
+                .map_err(raw_error("floor read"))?;
+            return Ok(answer.kvs().first().map(|kv| kv.key().to_vec()));
+        }
+        let newer = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Ascend)
+            .with_min_create_revision(revision + 1)
+            .with_limit(8)
+            .with_keys_only();
+        let txn = Txn::new().and_then([
+            TxnOp::get(self.prefix.as_str(), Some(older)),
+            TxnOp::get(self.key.as_str(), Some(GetOptions::new().with_keys_only())),
+            TxnOp::get(self.prefix.as_str(), Some(newer)),
+        ]);
         let answer = self
             .client
-            .get(self.prefix.as_str(), Some(options))
+            .txn(txn)
             .await
             .map_err(raw_error("floor read"))?;
-        Ok(answer.kvs().first().map(|kv| kv.key().to_vec()))
+        Ok(gets(answer)
+            .next()
+            .and_then(|kvs| kvs.first().map(|kv| kv.key().to_vec())))
     }
 
     /// Waits for `older`'s deletion.
@@ -512,33 +608,20 @@ impl RecipeWaiter {
     }
 }
 
+/// The key-values of each read of a transaction's answer, in order.
+fn gets(answer: etcd_client::TxnResponse) -> impl Iterator<Item = Vec<etcd_client::KeyValue>> {
+    answer.op_responses().into_iter().filter_map(|op| match op {
+        etcd_client::TxnOpResponse::Get(mut get) => Some(get.take_kvs()),
+        _ => None,
+    })
+}
+
 #[async_trait]
 impl Contender for RecipeWaiter {
     type Held = ();
 
     async fn take(&mut self) -> fencelock_core::Result<()> {
-        let put = TxnOp::put(
-            self.key.as_str(),
-            "",
-            Some(PutOptions::new().with_lease(self.lease)),
-        );
-        let newest = GetOptions::new()
-            .with_prefix()
-            .with_sort(SortTarget::Create, SortOrder::Descend)
-            .with_limit(2)
-            .with_keys_only();
-        let answer = self
-            .client
-            .txn(Txn::new().and_then([put, TxnOp::get(self.prefix.as_str(), Some(newest))]))
-            .await
-            .map_err(raw_error("floor enqueue"))?;
-        // The put's revision is the new key's create revision; the read after it is in the
-        // same transaction, so the second newest key is the one right in front.
-        let revision = answer.header().map_or(0, |h| h.revision());
-        let mut older = answer.op_responses().into_iter().find_map(|op| match op {
-            etcd_client::TxnOpResponse::Get(get) => get.kvs().get(1).map(|kv| kv.key().to_vec()),
-            _ => None,
-        });
+        let (revision, mut older) = self.enqueue().await?;
         while let Some(key) = older {
             self.wait_deleted(&key).await?;
             older = self.newest_older(revision).await?;
@@ -547,11 +630,16 @@ impl Contender for RecipeWaiter {
     }
 
     async fn give_back(&mut self, (): ()) -> fencelock_core::Result<()> {
-        self.client
-            .delete(self.key.as_str(), None)
-            .await
-            .map(drop)
-            .map_err(raw_error("floor unlock"))
+        let key = self.key.as_str();
+        let released = if self.fenced {
+            let delete = Txn::new()
+                .when([Compare::create_revision(key, CompareOp::Greater, 0)])
+                .and_then([TxnOp::delete(key, None)]);
+            self.client.txn(delete).await.map(drop)
+        } else {
+            self.client.delete(key, None).await.map(drop)
+        };
+        released.map_err(raw_error("floor unlock"))
     }
 }
 
@@ -872,9 +960,11 @@ impl Bench {
         for _ in 0..PEERS_CONTENDERS {
             peers.push(PeerWaiter::connect(&self.endpoints, "bench/peer/protocol").await?);
         }
+        let fenced = std::env::var("ETCD_BENCH_RECIPE").map_or(true, |recipe| recipe != "plain");
         let mut floor = Vec::new();
         for i in 0..PEERS_CONTENDERS {
-            floor.push(RecipeWaiter::connect(&self.endpoints, "bench/floor/protocol/", i).await?);
+            let prefix = "bench/floor/protocol/";
+            floor.push(RecipeWaiter::connect(&self.endpoints, prefix, i, fenced).await?);
         }
         let ours_in_protocol = store_contenders(
             handles[..PEERS_CONTENDERS].to_vec(),
@@ -886,8 +976,9 @@ impl Bench {
             .run_with_floor(ours_in_protocol, peers, floor)
             .await?;
         drop(handles);
-        protocol.rows_with_floor(table, "etcd's lock()", 1.0, RECIPE_FLOOR);
-        protocol.handoff_rows_with_floor(table, "etcd's lock()", Some(1.0), RECIPE_FLOOR);
+        let floor = RecipeWaiter::name(fenced);
+        protocol.rows_with_floor(table, "etcd's lock()", 1.0, floor);
+        protocol.handoff_rows_with_floor(table, "etcd's lock()", Some(1.0), floor);
         Ok(())
     }
 
