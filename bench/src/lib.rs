@@ -952,11 +952,6 @@ impl VersusPeer {
             return self.handoff_rows(table, peer, target);
         };
         self.handoff_rows_reach(table, peer, target, Some((floor, floor_samples)));
-        const STATS: [(&str, Stat); 3] = [
-            ("p50", Samples::p50),
-            ("mean", Samples::mean),
-            ("p99", Samples::p99),
-        ];
         for (name, stat) in STATS {
             let (least, theirs) = (stat(floor_samples), stat(&self.handoffs.peer));
             table
@@ -1091,12 +1086,6 @@ impl VersusPeer {
                 micros(a) / micros(b)
             }
         };
-        type Stat = fn(&Samples) -> Duration;
-        const STATS: [(&str, Stat); 3] = [
-            ("p50", Samples::p50),
-            ("mean", Samples::mean),
-            ("p99", Samples::p99),
-        ];
         for (name, stat) in STATS {
             let (ours, theirs) = (stat(&self.ours), stat(&self.peer));
             let out_of_reach = self
@@ -1137,6 +1126,13 @@ impl VersusPeer {
 /// The statistics the rows of [`versus_rows`] and [`against_rows`] print.
 type Stat = fn(&Samples) -> Duration;
 
+/// The p50, mean and p99, each with its name, as the comparison rows print them.
+const STATS: [(&str, Stat); 3] = [
+    ("p50", Samples::p50),
+    ("mean", Samples::mean),
+    ("p99", Samples::p99),
+];
+
 /// Adds, for each of p50, mean and p99, a row of ours (`"{what} {stat}: ours"`) with its ratio
 /// to the peer's and, where `target` is given, the target `≤ {target}× {peer}`, then the
 /// peer's (`"{what} {stat}: {peer}"`). For figures of ours and a peer measured in the same
@@ -1164,11 +1160,6 @@ fn versus_rows_reach(
     target: Option<f64>,
     floor: Option<(&str, &Samples)>,
 ) {
-    const STATS: [(&str, Stat); 3] = [
-        ("p50", Samples::p50),
-        ("mean", Samples::mean),
-        ("p99", Samples::p99),
-    ];
     let ratio = |a: Duration, b: Duration| {
         if b.is_zero() {
             f64::INFINITY
