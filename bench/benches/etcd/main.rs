@@ -446,8 +446,9 @@ impl Contender for PeerWaiter {
 /// the cycle writes them: the enqueue transaction (the offset's raise, the put, the entry, the
 /// head, the two newest entries and the offset read), the release as a transaction on the
 /// entry's existence, and after a deletion our read (the newest older entry, our own, the
-/// entries behind ours). Otherwise (`ETCD_BENCH_RECIPE=plain`) the recipe's own: a put and a
-/// read of the two newest keys, a delete, one read. Unfenced either way: no token is minted.
+/// entries behind ours), so it reads what our tokens are made of (the offset and the create
+/// revision). Otherwise (`ETCD_BENCH_RECIPE=plain`) the recipe's own: a put and a read of the
+/// two newest keys, a delete, one read, with nothing a token could be made of.
 struct RecipeWaiter {
     client: Client,
     lease: i64,
