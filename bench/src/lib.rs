@@ -956,13 +956,13 @@ impl VersusPeer {
             let (least, theirs) = (stat(floor_samples), stat(&self.handoffs.peer));
             table
                 .latency(format!("peers' protocol handoff {name}: {floor}"), least)
-                .ratio(micros(least) / micros(theirs), None);
+                .ratio(ratio(least, theirs), None);
         }
         table.push(
             format!("  peers' protocol handoff p50 ours / {floor}"),
             format!(
                 "{:.2}",
-                micros(self.handoffs.ours.p50()) / micros(floor_samples.p50())
+                ratio(self.handoffs.ours.p50(), floor_samples.p50())
             ),
         );
     }
@@ -1010,14 +1010,9 @@ impl VersusPeer {
             format!("{} and {} handoffs", ours_queued.len(), peer_queued.len()),
         );
         let (own, other) = (ours_queued.p50(), peer_queued.p50());
-        let ratio = if other.is_zero() {
-            f64::INFINITY
-        } else {
-            micros(own) / micros(other)
-        };
         table
             .latency(format!("{what}, p50: ours"), own)
-            .ratio(ratio, None);
+            .ratio(ratio(own, other), None);
         table.latency(format!("{what}, p50: {peer}"), other);
     }
 }
@@ -1079,13 +1074,6 @@ impl VersusPeer {
                 self.peer.len()
             ),
         );
-        let ratio = |a: Duration, b: Duration| {
-            if b.is_zero() {
-                f64::INFINITY
-            } else {
-                micros(a) / micros(b)
-            }
-        };
         for (name, stat) in STATS {
             let (ours, theirs) = (stat(&self.ours), stat(&self.peer));
             let out_of_reach = self
@@ -1120,6 +1108,15 @@ impl VersusPeer {
             format!("  ours / {floor}, p50"),
             format!("{:.2}", ratio(self.ours.p50(), floor_samples.p50())),
         );
+    }
+}
+
+/// `a` over `b` (infinite over nothing), as the comparison rows print their ratios.
+fn ratio(a: Duration, b: Duration) -> f64 {
+    if b.is_zero() {
+        f64::INFINITY
+    } else {
+        micros(a) / micros(b)
     }
 }
 
@@ -1160,16 +1157,9 @@ fn versus_rows_reach(
     target: Option<f64>,
     floor: Option<(&str, &Samples)>,
 ) {
-    let ratio = |a: Duration, b: Duration| {
-        if b.is_zero() {
-            f64::INFINITY
-        } else {
-            micros(a) / micros(b)
-        }
-    };
     for (name, stat) in STATS {
         let (own, other) = (stat(ours), stat(theirs));
-        let ratio_ours = ratio(own, other);
+        let ours_ratio = ratio(own, other);
         let text = target.map(|t| {
             let text = match floor {
                 Some((floor, samples)) if ratio(stat(samples), other) > t => {
@@ -1177,12 +1167,11 @@ fn versus_rows_reach(
                 }
                 _ => format!("≤ {t:.1}× {peer}"),
             };
-            (text, ratio_ours <= t)
+            (text, ours_ratio <= t)
         });
-        let ratio = ratio_ours;
         table
             .latency(format!("{what} {name}: ours"), own)
-            .ratio(ratio, text.as_ref().map(|(t, met)| (t.as_str(), *met)));
+            .ratio(ours_ratio, text.as_ref().map(|(t, met)| (t.as_str(), *met)));
         table.latency(format!("{what} {name}: {peer}"), other);
     }
 }

@@ -390,16 +390,26 @@ struct PeerWaiter {
     name: String,
 }
 
+/// A client of its own and a lease kept for the whole run (60 s, past the protocol's rounds,
+/// so not kept alive), for a contender written by hand; `who` names it in errors.
+async fn client_with_lease(
+    endpoints: &[String],
+    who: &'static str,
+) -> fencelock_core::Result<(Client, i64)> {
+    let mut client = Client::connect(endpoints, None)
+        .await
+        .map_err(raw_error(who))?;
+    let lease = client
+        .lease_grant(60, None)
+        .await
+        .map_err(raw_error(who))?
+        .id();
+    Ok((client, lease))
+}
+
 impl PeerWaiter {
     async fn connect(endpoints: &[String], name: &str) -> fencelock_core::Result<Self> {
-        let mut client = Client::connect(endpoints, None)
-            .await
-            .map_err(raw_error("peer connect"))?;
-        let lease = client
-            .lease_grant(60, None)
-            .await
-            .map_err(raw_error("peer grant"))?
-            .id();
+        let (client, lease) = client_with_lease(endpoints, "peer connect").await?;
         Ok(PeerWaiter {
             client,
             lease,
@@ -473,14 +483,7 @@ impl RecipeWaiter {
         i: usize,
         fenced: bool,
     ) -> fencelock_core::Result<Self> {
-        let mut client = Client::connect(endpoints, None)
-            .await
-            .map_err(raw_error("floor connect"))?;
-        let lease = client
-            .lease_grant(60, None)
-            .await
-            .map_err(raw_error("floor grant"))?
-            .id();
+        let (client, lease) = client_with_lease(endpoints, "floor connect").await?;
         Ok(RecipeWaiter {
             client,
             lease,

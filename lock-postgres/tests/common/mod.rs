@@ -24,45 +24,29 @@ pub(crate) async fn store(url: &str, options: &str) -> PostgresStore {
 
 /// The pids of the backends that hold advisory lock `lock_id`.
 pub(crate) async fn holders(admin: &mut PgConnection, lock_id: i64) -> Vec<i32> {
-    sqlx::query(
-        "SELECT pid FROM pg_locks
-          WHERE locktype = 'advisory' AND granted AND objsubid = 1
-            AND classid = (($1::int8 >> 32) & 4294967295)::oid
-            AND objid = ($1::int8 & 4294967295)::oid",
-    )
-    .bind(lock_id)
-    .fetch_all(admin)
-    .await
-    .expect("pg_locks")
-    .iter()
-    .map(|row| row.get::<i32, _>(0))
-    .collect()
+    advisory_pids(admin, lock_id, true).await
 }
 
 /// How many backends wait for advisory lock `lock_id`.
 pub(crate) async fn waiters(admin: &mut PgConnection, lock_id: i64) -> i64 {
-    sqlx::query(
-        "SELECT count(*) FROM pg_locks
-          WHERE locktype = 'advisory' AND NOT granted AND objsubid = 1
-            AND classid = (($1::int8 >> 32) & 4294967295)::oid
-            AND objid = ($1::int8 & 4294967295)::oid",
-    )
-    .bind(lock_id)
-    .fetch_one(admin)
-    .await
-    .expect("pg_locks")
-    .get(0)
+    i64::try_from(waiter_pids(admin, lock_id).await.len()).expect("a count")
 }
 
 /// The backends waiting for advisory lock `lock_id` (not granted).
 pub(crate) async fn waiter_pids(admin: &mut PgConnection, lock_id: i64) -> Vec<i32> {
+    advisory_pids(admin, lock_id, false).await
+}
+
+/// The backends whose advisory lock `lock_id` is `granted`, or not yet (waiting).
+async fn advisory_pids(admin: &mut PgConnection, lock_id: i64, granted: bool) -> Vec<i32> {
     sqlx::query(
         "SELECT pid FROM pg_locks
-          WHERE locktype = 'advisory' AND NOT granted AND objsubid = 1
+          WHERE locktype = 'advisory' AND granted = $2 AND objsubid = 1
             AND classid = (($1::int8 >> 32) & 4294967295)::oid
             AND objid = ($1::int8 & 4294967295)::oid",
     )
     .bind(lock_id)
+    .bind(granted)
     .fetch_all(admin)
     .await
     .expect("pg_locks")
