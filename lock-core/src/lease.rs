@@ -20,8 +20,9 @@ pub trait FencingToken {
     fn fencing_token(&self) -> u64;
 }
 
-/// A random 128-bit identity minted for one acquisition. Release and extend compare it, so a
-/// stale lease can never act on its successor.
+/// A 128-bit identity minted for one acquisition, never another's of the same store: random,
+/// or made by the store of numbers it never repeats (etcd's: the entry's lease and create
+/// revision). Release and extend compare it, so a stale lease can never act on its successor.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct OwnerId(u128);
 

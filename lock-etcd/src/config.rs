@@ -38,7 +38,7 @@ pub(crate) const TTL_GRANULARITY: Duration = Duration::from_secs(1);
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Layout {
-    /// `layout=fencelock`, the default: entries `{prefix}{escaped key}/{owner id}`, the
+    /// `layout=fencelock`, the default: entries `{prefix}{escaped key}/{lease id in hex}`, the
     /// prefix's token offset `{prefix}~offset` plus the holder entry's create revision as the
     /// token, at the client's clock in µs like every other store's (crate docs, *Tokens across
     /// a swap*). Seen only by fencelock clients.

@@ -23,7 +23,8 @@ const MARK: &str = "handoff";
 /// An exclusive entry newer than a holder's, as one read listed it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Successor {
-    /// The entry's name in its queue directory (its owner id).
+    /// The entry's name in its queue directory: its lease id in hex (an older build's entry:
+    /// its owner id).
     pub(crate) name: String,
     /// Its create revision when read.
     pub(crate) created: i64,
@@ -38,10 +39,13 @@ impl Successor {
     }
 }
 
-/// Whether `name` (an entry's key past its directory) is an exclusive entry's: an owner id,
-/// 32 hexadecimal digits. Readers' and permits' entries (`~r/…`, `~p/…`) are not.
+/// Whether `name` (an entry's key past its directory) is an exclusive entry's: a lease id in
+/// hex, or an older build's owner id (32 hexadecimal digits). Readers' and permits' entries
+/// (`~r/…`, `~p/…`) are not. (An older build sees no exclusive entry in a lease-named one:
+/// its release then hands off to none, and its waiter reads after a deletion, both safe.)
 fn exclusive_name(name: &str) -> bool {
-    name.len() == 32 && name.bytes().all(|b| b.is_ascii_hexdigit())
+    crate::keys::is_lease_name(name)
+        || (name.len() == 32 && name.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 /// The name of `key` in queue directory `dir` if it is an exclusive entry's (not a reader's
@@ -115,8 +119,18 @@ pub(crate) fn parse_mark(value: &[u8]) -> Option<Vec<Successor>> {
 mod tests {
     use super::*;
     use crate::modes::EntryMode;
+    use fencelock_core::Mode;
 
-    fn successor(n: u128, created: i64, lease_id: i64) -> Successor {
+    fn successor(lease_id: i64, created: i64) -> Successor {
+        Successor {
+            name: crate::keys::lease_name(lease_id),
+            created,
+            lease_id,
+        }
+    }
+
+    /// An older build's entry, named by its owner id.
+    fn older(n: u128, created: i64, lease_id: i64) -> Successor {
         Successor {
             name: fencelock_core::OwnerId::from(n).to_string(),
             created,
@@ -126,7 +140,12 @@ mod tests {
 
     #[test]
     fn a_mark_carries_the_successors_after_it() {
-        let after = vec![successor(1, 10, 77), successor(u128::MAX, 12, -5)];
+        let after = vec![
+            successor(77, 10),
+            older(1, 11, 78),
+            older(u128::MAX, 12, -5),
+            successor(-5, 13),
+        ];
         let value = mark(&after);
         assert_eq!(parse_mark(value.as_bytes()), Some(after));
         assert_eq!(parse_mark(b"handoff"), Some(vec![]));
@@ -148,7 +167,7 @@ mod tests {
             assert_eq!(parse_mark(value), None, "{value:?}");
         }
         // A malformed item ends the list there.
-        let good = successor(3, 4, 5);
+        let good = successor(5, 4);
         let value = format!(
             "{} ~r/{} {}/x/1",
             mark(std::slice::from_ref(&good)),
@@ -159,34 +178,30 @@ mod tests {
     }
 
     #[test]
-    fn only_an_owner_named_entry_is_exclusive() {
+    fn only_a_lease_or_owner_named_entry_is_exclusive() {
         let dir = crate::keys::queue_dir("fencelock/", "k");
-        let owner = fencelock_core::OwnerId::from(9);
-        let exclusive = crate::keys::entry_key(&dir, owner);
-        assert!(is_exclusive_entry(&dir, exclusive.as_bytes()));
-        for mode in [
-            fencelock_core::Mode::Shared,
-            fencelock_core::Mode::permits(2),
-        ] {
-            let entry = crate::keys::mode_entry(&dir, owner, mode);
+        let exclusive = crate::keys::entry(&dir, 0x694d_77aa_9e3b_1d5c, Mode::Exclusive);
+        let older = format!("{dir}{}", fencelock_core::OwnerId::from(9));
+        for entry in [&exclusive, &older] {
+            assert!(is_exclusive_entry(&dir, entry.as_bytes()), "{entry}");
+            assert!(!is_exclusive_entry("fencelock/other/", entry.as_bytes()));
+        }
+        for mode in [Mode::Shared, Mode::permits(2)] {
+            let entry = crate::keys::entry(&dir, 0x694d_77aa_9e3b_1d5c, mode);
             assert!(!is_exclusive_entry(&dir, entry.as_bytes()), "{entry}");
         }
-        assert!(!is_exclusive_entry(
-            "fencelock/other/",
-            exclusive.as_bytes()
-        ));
+        for names in ["~r/", "~p/"] {
+            let older = format!("{dir}{names}{}", fencelock_core::OwnerId::from(9));
+            assert!(!is_exclusive_entry(&dir, older.as_bytes()), "{older}");
+        }
     }
 
     #[test]
     fn readers_and_permits_are_no_successors() {
         let dir = crate::keys::queue_dir("fencelock/", "k");
-        let owner = fencelock_core::OwnerId::from(9);
-        assert!(exclusive_name(&owner.to_string()));
-        for mode in [
-            fencelock_core::Mode::Shared,
-            fencelock_core::Mode::permits(2),
-        ] {
-            let entry = crate::keys::mode_entry(&dir, owner, mode);
+        assert!(exclusive_name(&crate::keys::lease_name(9)));
+        for mode in [Mode::Shared, Mode::permits(2)] {
+            let entry = crate::keys::entry(&dir, 9, mode);
             assert!(!exclusive_name(&entry[dir.len()..]), "{entry}");
         }
     }

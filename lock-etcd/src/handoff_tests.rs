@@ -219,3 +219,63 @@ async fn the_etcd_layout_never_marks_an_entry() {
     );
     released(&store, &last).await;
 }
+
+/// An older build named its entries by owner id, not by etcd lease. In a queue with such
+/// entries, `status` reads the holder's owner from the name, a waiter of this build is granted
+/// once the older holder goes, and its release hands the lock to the older waiter behind it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_builds_entries_are_read_and_handed_the_lock() {
+    use etcd_client::PutOptions;
+    use fencelock_core::KeyStatus;
+    let prefix = format!("handoff-{}/", OwnerId::random());
+    let store = handle(&format!("&prefix={prefix}")).await;
+    let dir = crate::keys::dir(store.config().layout, &prefix, "k");
+    let mut client = raw().await;
+    let older = async |client: &mut Client| {
+        let owner = OwnerId::random();
+        let lease = client.lease_grant(30, None).await.expect("grant").id();
+        let entry = format!("{dir}{owner}");
+        let on_lease = PutOptions::new().with_lease(lease);
+        client
+            .put(entry.as_str(), "exclusive", Some(on_lease))
+            .await
+            .expect("an older build's entry");
+        (owner, entry, lease)
+    };
+    let (first, first_entry, first_lease) = older(&mut client).await;
+    let owner_held = |status: KeyStatus| match status {
+        KeyStatus::Held { owner, .. } => owner,
+        other => panic!("not held: {other:?}"),
+    };
+    assert_eq!(
+        owner_held(store.status("k").await.expect("status")),
+        Some(first)
+    );
+    let ours = wait_in_line(&store, "k");
+    queued(&mut client, &dir, 2).await;
+    let (last, last_entry, last_lease) = older(&mut client).await;
+    queued(&mut client, &dir, 3).await;
+    client
+        .delete(first_entry, None)
+        .await
+        .expect("the older holder goes");
+    let ours = granted(ours).await;
+    assert_eq!(
+        owner_held(store.status("k").await.expect("status")),
+        Some(ours.owner())
+    );
+    // Granted by a read that listed the older waiter behind it: the release marks it.
+    released(&store, &ours).await;
+    let held = queue(&mut client, &dir).await;
+    assert_eq!(held.len(), 1);
+    assert_eq!(held[0].key(), last_entry.as_bytes());
+    assert_eq!(held[0].lease(), last_lease);
+    assert_eq!(parse_mark(held[0].value()), Some(vec![]), "handed the lock");
+    assert_eq!(
+        owner_held(store.status("k").await.expect("status")),
+        Some(last)
+    );
+    for lease in [first_lease, last_lease] {
+        client.lease_revoke(lease).await.expect("revoke");
+    }
+}

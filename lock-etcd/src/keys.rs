@@ -2,16 +2,26 @@
 //!
 //! A lock on `key` is a queue directory; each acquisition puts one entry in it on its own etcd
 //! lease. The entry with the lowest create revision holds the lock; the others wait in
-//! create-revision order. [`Layout::Fencelock`]: the directory `{prefix}{escaped key}/`, the
-//! entry `{dir}{owner id}`. [`Layout::Etcd`]: the directory `{prefix}{key}/`, the entry
+//! create-revision order. [`Layout::Fencelock`]: the directory `{prefix}{escaped key}/`.
+//! [`Layout::Etcd`]: the directory `{prefix}{key}/`. In both, an exclusive entry is
 //! `{dir}{lease id in hex}`, as etcd's `concurrency.Mutex` names them (`NewMutex(session, pfx)`
 //! puts `fmt.Sprintf("%s%x", pfx + "/", session.Lease())`).
+//!
+//! Named by lease, not by acquisition: a handle reuses a released lock's etcd lease for its
+//! next one, and so the entry's name. etcd keeps every name a range has had in its index until
+//! a compaction, and a range read sorted by create revision (every read of a queue) visits
+//! each; a name per acquisition would slow a busy key's every read without bound on a cluster
+//! that never compacts. Older builds named [`Layout::Fencelock`] entries `{dir}{owner id}`;
+//! those are still read ([`entry_owner`], [`crate::handoff`]).
+//!
+//! The owner id of an acquisition is its entry's lease and create revision ([`owner`]), which
+//! no other acquisition of the cluster has, so [`entry_owner`] reads it back from any entry.
 //!
 //! A holder's label: in [`Layout::Etcd`], its entry's value, as etcd's `concurrency.Election`
 //! keeps a leader's value. In [`Layout::Fencelock`] an entry's value is its mode and grant
 //! (rewritten by the marks of [`crate::modes`] and [`crate::handoff`], which another client
-//! writes), so the label has a key of its own beside the queue, on the entry's lease:
-//! `{prefix}{escaped key}%labels/{owner id}`.
+//! writes), so the label has a key of its own beside the queue, on the entry's lease, named as
+//! the entry is: `{prefix}{escaped key}%labels/{lease id in hex}`.
 
 use crate::config::Layout;
 
@@ -23,17 +33,13 @@ pub(crate) fn dir(layout: Layout, prefix: &str, key: &str) -> String {
     }
 }
 
-/// The queue entry of one acquisition in `layout`, holding the etcd lease `lease_id`.
-pub(crate) fn entry(
-    layout: Layout,
-    dir: &str,
-    owner: fencelock_core::OwnerId,
-    lease_id: i64,
-) -> String {
-    match layout {
-        Layout::Fencelock => entry_key(dir, owner),
-        Layout::Etcd => mutex_entry(dir, lease_id),
-    }
+/// The owner id of the acquisition whose entry is on etcd lease `lease_id` and was created at
+/// store revision `created`: the lease in the high 64 bits, the revision in the low. A lease
+/// carries one entry at a time and revisions only grow, so no two acquisitions share one.
+pub(crate) fn owner(lease_id: i64, created: i64) -> fencelock_core::OwnerId {
+    // Two's-complement bits: etcd grants neither a negative lease nor a negative revision.
+    let (lease, created) = (u128::from(lease_id as u64), u128::from(created as u64));
+    fencelock_core::OwnerId::from(lease << 64 | created)
 }
 
 /// etcd's `Mutex` directory: the name as given, then `/`. Not escaped, so that it is byte for
@@ -43,14 +49,24 @@ pub(crate) fn mutex_dir(prefix: &str, key: &str) -> String {
     format!("{prefix}{key}/")
 }
 
-/// etcd's `Mutex` entry: the lease id in lower-case hex, as Go's `%x` prints an `int64`.
-pub(crate) fn mutex_entry(dir: &str, lease_id: i64) -> String {
+/// The lease id in lower-case hex, as Go's `%x` prints an `int64`.
+pub(crate) fn lease_name(lease_id: i64) -> String {
     if lease_id < 0 {
         // etcd never grants a negative id; written as Go would, so both sides still agree.
-        format!("{dir}-{:x}", lease_id.unsigned_abs())
+        format!("-{:x}", lease_id.unsigned_abs())
     } else {
-        format!("{dir}{lease_id:x}")
+        format!("{lease_id:x}")
     }
+}
+
+/// Whether `name` (an entry's name past its directory and mode) is a [`lease_name`]: at most
+/// 16 hex digits, after a `-` for a negative id. An owner id (older builds' names) has 32.
+pub(crate) fn is_lease_name(name: &str) -> bool {
+    let digits = name.strip_prefix('-').unwrap_or(name);
+    (1..=16).contains(&digits.len())
+        && digits
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// The queue directory of `key`. `%` and `/` are escaped (`%25`, `%2F`) so no directory is a
@@ -119,15 +135,15 @@ pub(crate) fn labels_dir(dir: &str) -> String {
     format!("{}{LABELS}", dir.strip_suffix('/').unwrap_or(dir))
 }
 
-/// The key of the label of the acquisition `owner` in label directory `labels`.
-pub(crate) fn label_key(labels: &str, owner: fencelock_core::OwnerId) -> String {
-    format!("{labels}{owner}")
+/// The key of the label of the acquisition on etcd lease `lease_id` in label directory
+/// `labels`.
+pub(crate) fn label_key(labels: &str, lease_id: i64) -> String {
+    format!("{labels}{}", lease_name(lease_id))
 }
 
-/// The owner id a label key of `labels` names, if it is one.
-pub(crate) fn label_owner(labels: &str, key: &[u8]) -> Option<fencelock_core::OwnerId> {
-    let rest = key.strip_prefix(labels.as_bytes())?;
-    fencelock_core::OwnerId::parse(std::str::from_utf8(rest).ok()?)
+/// The name of a label key of `labels`: the [`entry_name`] of the entry it labels.
+pub(crate) fn label_name<'k>(labels: &str, key: &'k [u8]) -> Option<&'k str> {
+    std::str::from_utf8(key.strip_prefix(labels.as_bytes())?).ok()
 }
 
 /// A stored label as `status` reports it: a value that is not UTF-8 (put by another client)
@@ -136,31 +152,24 @@ pub(crate) fn label_text(value: &[u8]) -> Option<String> {
     (!value.is_empty()).then(|| String::from_utf8_lossy(value).into_owned())
 }
 
-/// The queue entry of one acquisition.
-pub(crate) fn entry_key(dir: &str, owner: fencelock_core::OwnerId) -> String {
-    format!("{dir}{owner}")
-}
-
-/// Where readers' entries are named in a queue directory: `{dir}~r/{owner id}`. Owner ids are
-/// hexadecimal, so every other entry of the directory (exclusive `{dir}{owner id}`, permits
-/// `{dir}~p/{owner id}`) sorts before `{dir}~r/`: a reader reads the range `[dir, dir~r/)`
-/// for the writers older than itself, as etcd's `RWMutex` recipe reads its `write` keys.
+/// Where readers' entries are named in a queue directory: `{dir}~r/{lease id in hex}`. Lease
+/// ids (and older builds' owner ids) are hexadecimal, so every other entry of the directory
+/// (exclusive `{dir}{lease id}`, permits `{dir}~p/{lease id}`) sorts before `{dir}~r/`: a
+/// reader reads the range `[dir, dir~r/)` for the writers older than itself, as etcd's
+/// `RWMutex` recipe reads its `write` keys.
 const SHARED_NAMES: &str = "~r/";
-/// Where permits' entries are named: `{dir}~p/{owner id}` (inside the writers' range).
+/// Where permits' entries are named: `{dir}~p/{lease id in hex}` (inside the writers' range).
 const PERMIT_NAMES: &str = "~p/";
 
-/// The queue entry of one acquisition in `mode` (in [`Layout::Fencelock`], the only layout
-/// that keeps modes).
-pub(crate) fn mode_entry(
-    dir: &str,
-    owner: fencelock_core::OwnerId,
-    mode: fencelock_core::Mode,
-) -> String {
-    match mode {
-        fencelock_core::Mode::Shared => format!("{dir}{SHARED_NAMES}{owner}"),
-        fencelock_core::Mode::Permit { .. } => format!("{dir}{PERMIT_NAMES}{owner}"),
-        _ => entry_key(dir, owner),
-    }
+/// The queue entry of one acquisition in `mode` on etcd lease `lease_id` (only
+/// [`Layout::Fencelock`] keeps modes other than exclusive).
+pub(crate) fn entry(dir: &str, lease_id: i64, mode: fencelock_core::Mode) -> String {
+    let names = match mode {
+        fencelock_core::Mode::Shared => SHARED_NAMES,
+        fencelock_core::Mode::Permit { .. } => PERMIT_NAMES,
+        _ => "",
+    };
+    format!("{dir}{names}{}", lease_name(lease_id))
 }
 
 /// The readers' part of `dir`: `[start, end)`, every entry in it a reader's.
@@ -173,20 +182,43 @@ pub(crate) fn not_shared_end(dir: &str) -> String {
     format!("{dir}{SHARED_NAMES}")
 }
 
-/// The owner id at the end of an entry of `dir`, if it is one.
-pub(crate) fn entry_owner(dir: &str, entry: &[u8]) -> Option<fencelock_core::OwnerId> {
+/// The name of an entry of `dir` past its directory and its mode's names: a lease id in hex,
+/// or an older build's owner id. Its label key has the same name ([`label_key`]).
+pub(crate) fn entry_name<'k>(dir: &str, entry: &'k [u8]) -> Option<&'k str> {
     let rest = entry.strip_prefix(dir.as_bytes())?;
     let rest = rest
         .strip_prefix(SHARED_NAMES.as_bytes())
         .or_else(|| rest.strip_prefix(PERMIT_NAMES.as_bytes()))
         .unwrap_or(rest);
-    fencelock_core::OwnerId::parse(std::str::from_utf8(rest).ok()?)
+    std::str::from_utf8(rest).ok()
+}
+
+/// The owner id of the acquisition that put `entry`, a key of `dir` on etcd lease `lease_id`
+/// created at revision `created` ([`Layout::Fencelock`]): [`owner`] of the two if the entry
+/// is named by that lease, the owner id in its name if an older build put it; `None` for any
+/// other key.
+pub(crate) fn entry_owner(
+    dir: &str,
+    entry: &[u8],
+    lease_id: i64,
+    created: i64,
+) -> Option<fencelock_core::OwnerId> {
+    let name = entry_name(dir, entry)?;
+    if name == lease_name(lease_id) {
+        return Some(owner(lease_id, created));
+    }
+    fencelock_core::OwnerId::parse(name)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fencelock_core::OwnerId;
+    use fencelock_core::{Mode, OwnerId};
+
+    /// An older build's name for an exclusive entry: `{dir}{owner id}`.
+    fn older(dir: &str, owner: OwnerId) -> String {
+        format!("{dir}{owner}")
+    }
 
     #[test]
     fn no_queue_is_a_prefix_of_another_keys_entries() {
@@ -196,11 +228,16 @@ mod tests {
                 if a == b {
                     continue;
                 }
-                let entry = entry_key(&queue_dir("p/", b), OwnerId::from(7));
-                assert!(
-                    !entry.starts_with(&queue_dir("p/", a)),
-                    "the queue of {a:?} would contain the entries of {b:?}"
-                );
+                let dir = queue_dir("p/", b);
+                for entry in [
+                    entry(&dir, 7, Mode::Exclusive),
+                    older(&dir, OwnerId::from(7)),
+                ] {
+                    assert!(
+                        !entry.starts_with(&queue_dir("p/", a)),
+                        "the queue of {a:?} would contain the entries of {b:?}"
+                    );
+                }
             }
         }
     }
@@ -219,11 +256,16 @@ mod tests {
             "~offset",
             "ключ/🔒",
         ];
-        let owner = OwnerId::random();
         for a in keys {
-            let labels = labels_dir(&queue_dir("p/", a));
-            let label = label_key(&labels, owner);
-            assert_eq!(label_owner(&labels, label.as_bytes()), Some(owner));
+            let dir = queue_dir("p/", a);
+            let labels = labels_dir(&dir);
+            let label = label_key(&labels, 0x694d_77aa_9e3b_1d5c);
+            // Named as the entry it labels.
+            let entry = entry(&dir, 0x694d_77aa_9e3b_1d5c, Mode::Exclusive);
+            assert_eq!(
+                label_name(&labels, label.as_bytes()),
+                entry_name(&dir, entry.as_bytes())
+            );
             assert_ne!(label, crate::offset::key("p/"));
             for b in keys {
                 assert!(
@@ -242,35 +284,69 @@ mod tests {
     }
 
     #[test]
-    fn the_etcd_layout_names_entries_as_etcds_mutex_does() {
+    fn entries_are_named_as_etcds_mutex_names_them() {
         // `etcdctl lock jobs/nightly` on lease 0x694d77aa9e3b1d5c puts this key.
         let dir = dir(Layout::Etcd, "", "jobs/nightly");
         assert_eq!(dir, "jobs/nightly/");
         assert_eq!(
-            entry(Layout::Etcd, &dir, OwnerId::from(7), 0x694d_77aa_9e3b_1d5c),
+            entry(&dir, 0x694d_77aa_9e3b_1d5c, Mode::Exclusive),
             "jobs/nightly/694d77aa9e3b1d5c"
         );
-        assert_eq!(mutex_entry("k/", 10), "k/a");
-        assert_eq!(mutex_entry("k/", -10), "k/-a");
+        // The same name in a queue of this crate's layout, so a reused lease reuses it.
+        let ours = queue_dir("fencelock/", "jobs/nightly");
+        assert_eq!(
+            entry(&ours, 0x694d_77aa_9e3b_1d5c, Mode::Exclusive),
+            "fencelock/jobs%2Fnightly/694d77aa9e3b1d5c"
+        );
+        assert_eq!(entry("k/", 10, Mode::Exclusive), "k/a");
+        assert_eq!(entry("k/", -10, Mode::Exclusive), "k/-a");
         assert_eq!(mutex_dir("locks/", "a%/b"), "locks/a%/b/");
-        // Its entries carry no owner id.
-        assert_eq!(entry_owner(&dir, b"jobs/nightly/694d77aa9e3b1d5c"), None);
+        for lease in [1, 10, -10, i64::MAX, i64::MIN] {
+            assert!(is_lease_name(&lease_name(lease)), "{lease}");
+        }
+        for name in [
+            "",
+            "-",
+            "A",
+            "+a",
+            "0123456789abcdef0",
+            &OwnerId::from(7).to_string(),
+        ] {
+            assert!(!is_lease_name(name), "{name:?}");
+        }
     }
 
     #[test]
     fn the_owner_comes_back_from_the_entry() {
         let dir = queue_dir("fencelock/", "nul\u{0}inside");
-        let owner = OwnerId::random();
-        let entry = entry_key(&dir, owner);
-        assert_eq!(entry_owner(&dir, entry.as_bytes()), Some(owner));
-        assert_eq!(entry_owner(&dir, b"elsewhere"), None);
-        for mode in [
-            fencelock_core::Mode::Shared,
-            fencelock_core::Mode::permits(3),
-        ] {
-            let entry = mode_entry(&dir, owner, mode);
-            assert_eq!(entry_owner(&dir, entry.as_bytes()), Some(owner));
+        let (lease, created) = (0x694d_77aa_9e3b_1d5c, 41);
+        let ours = owner(lease, created);
+        for mode in [Mode::Exclusive, Mode::Shared, Mode::permits(3)] {
+            let entry = entry(&dir, lease, mode);
+            assert_eq!(
+                entry_owner(&dir, entry.as_bytes(), lease, created),
+                Some(ours)
+            );
+            // Another acquisition on the same lease, later: another owner.
+            let next = entry_owner(&dir, entry.as_bytes(), lease, created + 5);
+            assert!(next.is_some() && next != Some(ours), "{mode}");
+            // A name of this lease on another lease was put by someone else.
+            assert_eq!(
+                entry_owner(&dir, entry.as_bytes(), lease + 1, created),
+                None
+            );
         }
+        // An older build's entry names its owner.
+        let theirs = OwnerId::random();
+        let entry = older(&dir, theirs);
+        assert_eq!(
+            entry_owner(&dir, entry.as_bytes(), lease, created),
+            Some(theirs)
+        );
+        assert_eq!(entry_owner(&dir, b"elsewhere", lease, created), None);
+        // Owners of two leases, or two revisions, differ.
+        assert_ne!(owner(1, 2), owner(2, 1));
+        assert_ne!(owner(1, 2), owner(1, 3));
     }
 
     #[test]
@@ -278,20 +354,19 @@ mod tests {
         let dir = queue_dir("fencelock/", "k");
         let (start, end) = shared_range(&dir);
         let writers_end = not_shared_end(&dir);
-        let owners = [
-            OwnerId::from(0),
-            OwnerId::from(u128::MAX),
-            OwnerId::random(),
-        ];
-        for owner in owners {
-            let reader = mode_entry(&dir, owner, fencelock_core::Mode::Shared);
+        for lease in [1, 0xf, i64::MAX, -1] {
+            let reader = entry(&dir, lease, Mode::Shared);
             assert!(reader >= start && reader < end, "{reader}");
             for other in [
-                mode_entry(&dir, owner, fencelock_core::Mode::permits(2)),
-                mode_entry(&dir, owner, fencelock_core::Mode::Exclusive),
+                entry(&dir, lease, Mode::permits(2)),
+                entry(&dir, lease, Mode::Exclusive),
             ] {
                 assert!(other >= dir && other < writers_end, "{other}");
             }
+        }
+        for owner in [OwnerId::from(0), OwnerId::from(u128::MAX)] {
+            let other = older(&dir, owner);
+            assert!(other >= dir && other < writers_end, "{other}");
         }
     }
 }

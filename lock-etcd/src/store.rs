@@ -14,7 +14,7 @@ use fencelock_core::raw::ttl::whole_secs;
 use fencelock_core::raw::{self, AcquireRequest, LeaseExt};
 use fencelock_core::{
     raw::drift, Capabilities, Error, HolderStatus, Instant, KeyStatus, Lease, ListCursor, Listing,
-    Mode, OwnerId, ReleaseOutcome, Result,
+    Mode, ReleaseOutcome, Result,
 };
 use tokio::time::{sleep_until, timeout, timeout_at};
 
@@ -167,6 +167,8 @@ struct Queued<'a> {
     /// The TTL of the etcd lease, as etcd granted it (it may be more than asked for).
     granted: Duration,
     entry: String,
+    /// The key of the entry's label in [`Layout::Fencelock`] (whether or not it has one).
+    label_key: Option<String>,
     enqueued: Enqueued,
     /// When the request that last renewed the etcd lease was sent: the enqueue's, or earlier
     /// for a fresh idle lease.
@@ -441,9 +443,7 @@ impl EtcdStore {
         };
         let mut use_idle = true;
         loop {
-            let owner = OwnerId::random();
-            let label_key = attempt.label_key(owner);
-            let queued = attempt.enqueue(owner, label_key.as_deref(), use_idle);
+            let queued = attempt.enqueue(use_idle);
             let Some(queued) = queued.await? else {
                 // The idle lease had ended (its entry, if put, with it): grant afresh.
                 use_idle = false;
@@ -469,7 +469,7 @@ impl EtcdStore {
                 }
             };
             let token = attempt.token(&queued.enqueued, grant.answered_at).await?;
-            return Ok(attempt.hold(owner, label_key, token, queued, grant));
+            return Ok(attempt.hold(token, queued, grant));
         }
     }
 
@@ -538,11 +538,12 @@ impl EtcdStore {
 }
 
 impl<'a> Attempt<'a> {
-    /// The key of `owner`'s label, in [`Layout::Fencelock`] (whether or not it has one).
-    fn label_key(&self, owner: OwnerId) -> Option<String> {
+    /// The key of the label of the acquisition on etcd lease `lease_id`, in
+    /// [`Layout::Fencelock`] (whether or not it has one).
+    fn label_key(&self, lease_id: i64) -> Option<String> {
         self.labels
             .as_deref()
-            .map(|labels| keys::label_key(labels, owner))
+            .map(|labels| keys::label_key(labels, lease_id))
     }
 
     /// The error of an attempt that ran out of time to queue again: its wait timed out, or a
@@ -559,23 +560,9 @@ impl<'a> Attempt<'a> {
         }
     }
 
-    /// The name of `owner`'s entry on etcd lease `lease_id`, in this attempt's mode.
-    fn entry(&self, owner: OwnerId, lease_id: i64) -> String {
-        match self.mode {
-            Mode::Exclusive => keys::entry(self.layout, &self.dir, owner, lease_id),
-            mode => keys::mode_entry(&self.dir, owner, mode),
-        }
-    }
-
-    /// Puts `owner`'s entry in the key's queue: on an idle etcd lease if `use_idle` and one is
-    /// likely alive (a grant saved), else on a new one. `None` when the idle lease had ended.
-    async fn enqueue(
-        &self,
-        owner: OwnerId,
-        label_key: Option<&str>,
-        use_idle: bool,
-    ) -> Result<Option<Queued<'a>>> {
-        let put_label = self.label.map(|label| (label_key, label));
+    /// Puts an entry in the key's queue: on an idle etcd lease if `use_idle` and one is likely
+    /// alive (a grant saved), else on a new one. `None` when the idle lease had ended.
+    async fn enqueue(&self, use_idle: bool) -> Result<Option<Queued<'a>>> {
         let sent_at = Instant::now();
         let idle = if use_idle {
             self.store.take_idle(self.ttl)
@@ -583,26 +570,35 @@ impl<'a> Attempt<'a> {
             None
         };
         match idle {
-            Some(idle) => self.enqueue_on_idle(owner, put_label, idle, sent_at).await,
-            None => self
-                .enqueue_on_grant(owner, put_label, sent_at)
-                .await
-                .map(Some),
+            Some(idle) => self.enqueue_on_idle(idle, sent_at).await,
+            None => self.enqueue_on_grant(sent_at).await.map(Some),
         }
+    }
+
+    /// Puts the entry of this attempt's mode on etcd lease `lease_id`, with its label if asked.
+    async fn put_entry(
+        &self,
+        lease_id: i64,
+        entry: &str,
+        label_key: Option<&str>,
+    ) -> Result<Enqueued> {
+        let put_label = self.label.map(|label| (label_key, label));
+        self.store
+            .enqueue(&self.dir, entry, lease_id, self.mode, put_label)
+            .await
     }
 
     /// Enqueues on an idle etcd lease, renewing it alongside (the request sent at `sent_at`)
     /// unless it was confirmed moments ago. `None` when etcd no longer knows it.
     async fn enqueue_on_idle(
         &self,
-        owner: OwnerId,
-        put_label: Option<(Option<&str>, &str)>,
         idle: IdleLease,
         sent_at: Instant,
     ) -> Result<Option<Queued<'a>>> {
         let store = self.store;
         let revoke = RevokeOnDrop::new(&store.etcd, idle.lease_id);
-        let entry = self.entry(owner, idle.lease_id);
+        let entry = keys::entry(&self.dir, idle.lease_id, self.mode);
+        let label_key = self.label_key(idle.lease_id);
         // The renewal restarts the idle lease's TTL after `sent_at`, in parallel with the
         // enqueue; only a lease etcd still knows is used. A lease confirmed moments ago is
         // measured from that confirmation instead.
@@ -616,7 +612,7 @@ impl<'a> Attempt<'a> {
         };
         let (renewed, enqueued) = tokio::join!(
             renew,
-            store.enqueue(&self.dir, &entry, idle.lease_id, self.mode, put_label)
+            self.put_entry(idle.lease_id, &entry, label_key.as_deref())
         );
         let confirmed_at = if fresh { idle.confirmed_at } else { sent_at };
         match (renewed, enqueued) {
@@ -624,6 +620,7 @@ impl<'a> Attempt<'a> {
                 lease_id: idle.lease_id,
                 granted: idle.ttl,
                 entry,
+                label_key,
                 enqueued,
                 confirmed_at,
                 revoke,
@@ -636,23 +633,20 @@ impl<'a> Attempt<'a> {
     }
 
     /// Grants a new etcd lease (the request sent at `sent_at`) and enqueues on it.
-    async fn enqueue_on_grant(
-        &self,
-        owner: OwnerId,
-        put_label: Option<(Option<&str>, &str)>,
-        sent_at: Instant,
-    ) -> Result<Queued<'a>> {
+    async fn enqueue_on_grant(&self, sent_at: Instant) -> Result<Queued<'a>> {
         let store = self.store;
         let (lease_id, granted) = store.etcd.grant(self.ttl).await?;
         let revoke = RevokeOnDrop::new(&store.etcd, lease_id);
-        let entry = self.entry(owner, lease_id);
-        let enqueued = store
-            .enqueue(&self.dir, &entry, lease_id, self.mode, put_label)
+        let entry = keys::entry(&self.dir, lease_id, self.mode);
+        let label_key = self.label_key(lease_id);
+        let enqueued = self
+            .put_entry(lease_id, &entry, label_key.as_deref())
             .await?;
         Ok(Queued {
             lease_id,
             granted,
             entry,
+            label_key,
             enqueued,
             confirmed_at: sent_at,
             revoke,
@@ -806,16 +800,13 @@ impl<'a> Attempt<'a> {
 
     /// The lease of `queued`'s entry, which got the key by `grant` with `token`. From here the
     /// etcd lease is the lock's: no longer revoked when the attempt ends.
-    fn hold(
-        &self,
-        owner: OwnerId,
-        label_key: Option<String>,
-        token: u64,
-        queued: Queued<'_>,
-        grant: Grant,
-    ) -> Lease {
+    fn hold(&self, token: u64, queued: Queued<'_>, grant: Grant) -> Lease {
         let (key, mode, layout) = (self.key, self.mode, self.layout);
         let (lease_id, slot, successors) = (queued.lease_id, grant.slot, grant.successors);
+        let (owner, label_key) = (
+            keys::owner(lease_id, queued.enqueued.revision),
+            queued.label_key,
+        );
         queued.revoke.disarm();
         tracing::debug!(key, token, lease_id, %mode, slot, "acquired");
         let lease = Lease::with_store_state(
@@ -1102,8 +1093,8 @@ impl raw::Store for EtcdStore {
     async fn status(&self, key: &str) -> Result<KeyStatus> {
         let dir = self.dir(key);
         let refused = || self.refused("status", &dir, Right::Read);
-        // Each holder's label, by owner id ([`Layout::Fencelock`]; in [`Layout::Etcd`] it is
-        // the entry's value).
+        // Each holder's label, by its entry's name ([`Layout::Fencelock`]; in [`Layout::Etcd`]
+        // it is the entry's value).
         let mut labels = HashMap::new();
         let queue = match self.config().layout {
             Layout::Fencelock => {
@@ -1117,8 +1108,8 @@ impl raw::Store for EtcdStore {
                 let mut reads = txn::gets(&answer).into_iter();
                 let queue = reads.next().unwrap_or_default();
                 for kv in reads.next().unwrap_or_default() {
-                    if let Some(owner) = keys::label_owner(&labels_dir, kv.key()) {
-                        labels.insert(owner, kv.value().to_vec());
+                    if let Some(name) = keys::label_name(&labels_dir, kv.key()) {
+                        labels.insert(name.to_owned(), kv.value().to_vec());
                     }
                 }
                 queue
@@ -1131,11 +1122,13 @@ impl raw::Store for EtcdStore {
                 .collect(),
         };
         let label_of = |kv: &KeyValue| match self.config().layout {
-            Layout::Fencelock => entry_owner(&dir, kv.key())
-                .and_then(|owner| labels.get(&owner))
+            Layout::Fencelock => keys::entry_name(&dir, kv.key())
+                .and_then(|name| labels.get(name))
                 .and_then(|value| keys::label_text(value)),
             Layout::Etcd => keys::label_text(kv.value()),
         };
+        let owner_of =
+            |kv: &KeyValue| entry_owner(&dir, kv.key(), kv.lease(), kv.create_revision());
         let Some(head) = queue.first() else {
             return Ok(KeyStatus::Free);
         };
@@ -1204,7 +1197,7 @@ impl raw::Store for EtcdStore {
                 };
                 holders.push(
                     HolderStatus::new(
-                        entry_owner(&dir, kv.key()),
+                        owner_of(kv),
                         tokens.get(&kv.create_revision()).copied().flatten(),
                         slot,
                         remaining,
@@ -1238,7 +1231,7 @@ impl raw::Store for EtcdStore {
                 .and_then(|_| u64::try_from(head.create_revision()).ok()),
         };
         Ok(KeyStatus::Held {
-            owner: entry_owner(&dir, head.key()),
+            owner: owner_of(head),
             token,
             remaining,
             label: label_of(head),

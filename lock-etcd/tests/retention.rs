@@ -254,3 +254,117 @@ async fn labels_go_with_their_release() {
     );
     assert_eq!(live_keys(&mut client, prefix).await, 0, "left behind");
 }
+
+/// A busy key's entries are named by their etcd lease, which a handle reuses for its next lock,
+/// so they reuse their names: etcd keeps every name a range has had in its index until a
+/// compaction, and each sorted read of the queue visits them all. Hundreds of acquisitions in
+/// every mode, waited for and handed off too, leave a few names (one per etcd lease the handle
+/// used), not one per acquisition; and `status` names the holder's owner from its entry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_keys_entries_reuse_their_names() {
+    use etcd_client::{EventType, WatchOptions};
+    use fencelock_core::{KeyStatus, LockStoreExt, Mode};
+    use std::collections::HashMap;
+    let url = shared::etcd().url();
+    let prefix = "retention-names/";
+    let store = Arc::new(common::store(&url, &format!("&prefix={prefix}")).await);
+    let mut client = client().await;
+    let start = client
+        .get(prefix, None)
+        .await
+        .expect("a revision")
+        .header()
+        .expect("a header")
+        .revision();
+    let cycles = 50;
+    for mode in [Mode::Exclusive, Mode::Shared, Mode::permits(2)] {
+        for i in 0..cycles {
+            let lock = store.lock("busy").ttl(TTL).mode(mode);
+            let lock = if i % 2 == 0 {
+                lock.label("host-a")
+            } else {
+                lock
+            };
+            let lease = lock.lease().await.expect("a free key");
+            if mode == Mode::Exclusive && i == 0 {
+                let status = store.status("busy").await.expect("status");
+                assert!(
+                    matches!(status, KeyStatus::Held { owner: Some(owner), .. } if owner == lease.owner()),
+                    "status names the holder's owner: {status:?}"
+                );
+            }
+            let outcome = store.release(&lease).await.expect("release");
+            assert_eq!(outcome, ReleaseOutcome::Released, "{mode}");
+        }
+    }
+    // Contended: each release hands the lock to a waiter or wakes one.
+    let mut contenders = tokio::task::JoinSet::new();
+    for _ in 0..4 {
+        let store = store.clone();
+        contenders.spawn(async move {
+            for _ in 0..cycles {
+                let lease = store
+                    .acquire("busy", TTL, Duration::from_secs(30))
+                    .await
+                    .expect("granted");
+                let outcome = store.release(&lease).await.expect("release");
+                assert_eq!(outcome, ReleaseOutcome::Released);
+            }
+        });
+    }
+    while let Some(done) = contenders.join_next().await {
+        done.expect("contender");
+    }
+    // The last put under the prefix, for the history's read to stop at (other tests of this
+    // binary write under their own prefixes meanwhile).
+    let end_marker = format!("{prefix}~end");
+    client
+        .put(end_marker.as_str(), "", None)
+        .await
+        .expect("the end marker");
+    // Every put under the prefix since `start`, as etcd's index has them: name to lease.
+    let options = WatchOptions::new()
+        .with_prefix()
+        .with_start_revision(start + 1);
+    let mut stream = client.watch(prefix, Some(options)).await.expect("watch");
+    let (mut names, mut puts, mut ended) = (HashMap::new(), 0, false);
+    while !ended {
+        let message = tokio::time::timeout(GONE_WITHIN, stream.message())
+            .await
+            .expect("the history up to the end marker, in time")
+            .expect("history")
+            .expect("a message");
+        for event in message.events() {
+            let kv = event.kv().expect("an event's key");
+            let name = String::from_utf8_lossy(kv.key()).into_owned();
+            ended |= name == end_marker;
+            if event.event_type() == EventType::Put && !name.ends_with("~offset") && !ended {
+                puts += 1;
+                names.entry(name).or_insert(kv.lease());
+            }
+        }
+    }
+    client
+        .delete(end_marker, None)
+        .await
+        .expect("delete the marker");
+    let acquisitions = 3 * cycles + 4 * cycles;
+    assert!(
+        puts >= acquisitions,
+        "{puts} puts for {acquisitions} acquisitions"
+    );
+    for (name, lease) in &names {
+        assert!(
+            name.ends_with(&format!("{lease:x}")),
+            "{name} is not named by its etcd lease {lease:x}"
+        );
+    }
+    // At most the handle's idle leases (8 per TTL) and the contenders' own, in each of the
+    // names a lease can have: an exclusive, a reader's and a permit's entry, and a label.
+    assert!(
+        names.len() <= 4 * (8 + 4),
+        "{} names for {acquisitions} acquisitions: {:?}",
+        names.len(),
+        names.keys().collect::<Vec<_>>()
+    );
+}
