@@ -1127,8 +1127,11 @@ impl raw::Store for EtcdStore {
                 .and_then(|value| keys::label_text(value)),
             Layout::Etcd => keys::label_text(kv.value()),
         };
-        let owner_of =
-            |kv: &KeyValue| entry_owner(&dir, kv.key(), kv.lease(), kv.create_revision());
+        // In [`Layout::Etcd`] an entry may be any client's: no owner is named.
+        let owner_of = |kv: &KeyValue| match self.config().layout {
+            Layout::Fencelock => entry_owner(&dir, kv.key(), kv.lease(), kv.create_revision()),
+            Layout::Etcd => None,
+        };
         let Some(head) = queue.first() else {
             return Ok(KeyStatus::Free);
         };
