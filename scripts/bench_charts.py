@@ -37,7 +37,8 @@ class ParseError(Exception):
 
 
 NUMBER_UNIT = re.compile(r"(-?\d+(?:\.\d+)?)(?: ?(µs|ms|s|/s|B|MiB))?")
-RATIO = re.compile(r"-?\d+(?:\.\d+)?×")
+# `inf×`: a ratio to an empty sample, which the bench printed before it left such rows out.
+RATIO = re.compile(r"-?\d+(?:\.\d+)?×|inf×")
 SECTION = re.compile(r"## (\S+): (cargo (?:run|bench) .+)")
 TRAILER = re.compile(r"\((\S+) took (\d+) s; load average [\d. ]+\)")
 RUN_HEADER = re.compile(r"# scripts/bench\.sh, (\S+), .+")

@@ -1009,11 +1009,17 @@ impl VersusPeer {
             what,
             format!("{} and {} handoffs", ours_queued.len(), peer_queued.len()),
         );
+        // A side with no such handoff has no p50 (and ours no ratio to it).
         let (own, other) = (ours_queued.p50(), peer_queued.p50());
-        table
-            .latency(format!("{what}, p50: ours"), own)
-            .ratio(ratio(own, other), None);
-        table.latency(format!("{what}, p50: {peer}"), other);
+        if !ours_queued.is_empty() {
+            let row = table.latency(format!("{what}, p50: ours"), own);
+            if !peer_queued.is_empty() {
+                row.ratio(ratio(own, other), None);
+            }
+        }
+        if !peer_queued.is_empty() {
+            table.latency(format!("{what}, p50: {peer}"), other);
+        }
     }
 }
 
@@ -1708,6 +1714,32 @@ mod tests {
         assert_eq!(
             table.rows[1].target.as_ref().map(|(t, _)| t.as_str()),
             plain
+        );
+
+        // A side with no handoff to a contender asking already: no p50 of nothing, no ratio.
+        let mut none_queued = versus.clone();
+        none_queued.handoffs.peer_queued = micros(&[]);
+        let mut table = Table::default();
+        none_queued.handoff_rows(&mut table, "the peer", Some(1.0));
+        let queued: Vec<_> = table
+            .rows
+            .iter()
+            .filter(|r| r.what.contains("asking since"))
+            .map(|r| (r.what.as_str(), r.ratio))
+            .collect();
+        assert_eq!(
+            queued,
+            [
+                (
+                    "peers' protocol handoff to a contender asking since the holder's grant",
+                    None
+                ),
+                (
+                    "peers' protocol handoff to a contender asking since the holder's grant, \
+                     p50: ours",
+                    None
+                ),
+            ]
         );
     }
 
