@@ -189,8 +189,8 @@ struct Raise {
 enum Committed {
     /// It was applied: its results.
     Done(Vec<zk::MultiWriteResult>),
-    /// It failed on something mended meanwhile: try again.
-    Again,
+    /// It failed on what it names, mended meanwhile: try again.
+    Again(&'static str),
     /// Its answer was lost, and every node of ours deleted: try again, replacing none.
     Afresh,
 }
@@ -259,6 +259,7 @@ impl Enqueued {
         let data = data::created(self.label.as_deref());
         let session = self.session.clone();
         let client = &session.client;
+        let mut last = "";
         for _ in 0..CREATE_ATTEMPTS {
             // Armed before the create is sent: a drop from here on cleans up.
             let create = client.create(&name, &data, &lock_node);
@@ -274,14 +275,18 @@ impl Enqueued {
                     self.listing = listed;
                     return Ok(());
                 }
-                Err(Failure::NoNode) => self.make_container(place).await?,
+                Err(Failure::NoNode) => {
+                    last = "the container vanished";
+                    self.make_container(place).await?
+                }
                 Err(Failure::Other(error)) if self.session.unsettled(&error) => {
+                    last = "the answer was lost";
                     self.settle(error).await?
                 }
                 Err(other) => return Err(other.into_error("creating a lock node")),
             }
         }
-        Err(self.vanished())
+        Err(self.vanished(last))
     }
 
     /// [`Layout::Fencelock`]: the create is one `multi` with the token offset's check (or its
@@ -305,6 +310,8 @@ impl Enqueued {
         let client = &session.client;
         // A node of ours whose token fell behind the clock: deleted by the next create.
         let mut replace: Option<String> = None;
+        // Why the last try was redone, for the error if none settles.
+        let mut last = "";
         for _ in 0..CREATE_ATTEMPTS {
             let known = self.known_offsets(&floored).await?;
             let raise = self.plan_raise(place, &floored, known.as_ref()).await?;
@@ -325,14 +332,19 @@ impl Enqueued {
                 .await?
             {
                 Committed::Done(results) => results,
-                Committed::Again => continue,
+                Committed::Again(why) => {
+                    last = why;
+                    continue;
+                }
                 Committed::Afresh => {
+                    last = "the answer was lost";
                     replace = None;
                     continue;
                 }
             };
             let (path, token) = self.record(&floored, results, known, &raise).await?;
             if offset::behind(token, raise.clock) {
+                last = "the token fell a granule behind the clock";
                 replace = Some(path);
                 continue;
             }
@@ -340,7 +352,7 @@ impl Enqueued {
             self.listing = listed;
             return Ok(());
         }
-        Err(self.vanished())
+        Err(self.vanished(last))
     }
 
     /// The token offset as this handle knows it, or as stored now when it knows none: the
@@ -438,15 +450,15 @@ impl Enqueued {
                 // The offset node (or the prefix) is missing.
                 floored.state().known = None;
                 self.make_prefix(place).await?;
-                Ok(Committed::Again)
+                Ok(Committed::Again("the token offset was missing"))
             }
             Err(MultiFailure::Op(0, zk::Error::BadVersion | zk::Error::NodeExists)) => {
                 floored.state().known = None; // raised or made meanwhile: read it again
-                Ok(Committed::Again)
+                Ok(Committed::Again("the token offset changed"))
             }
             Err(MultiFailure::Op(index, zk::Error::NoNode)) if index == create_at => {
                 self.make_container(place).await?;
-                Ok(Committed::Again)
+                Ok(Committed::Again("the container vanished"))
             }
             Err(MultiFailure::Op(index, error)) => Err(crate::error::client_error(
                 &format!("{what} (operation {index} of its multi)"),
@@ -576,7 +588,7 @@ impl Enqueued {
                 Err(other) => return Err(other.into_error(what)),
             }
         }
-        Err(self.vanished())
+        Err(self.vanished("the container vanished"))
     }
 
     /// Makes the prefix (persistent, with its ancestors) if missing.
@@ -619,11 +631,13 @@ impl Enqueued {
         }
     }
 
-    fn vanished(&self) -> Error {
+    /// The error of a create that did not settle, naming why its `last` try was redone.
+    fn vanished(&self, last: &str) -> Error {
         Error::Unavailable {
             message: format!(
                 "the lock node's create under {:?} did not settle in {CREATE_ATTEMPTS} tries (the \
-                 container vanished, the token offset changed, or the answer was lost, each time)",
+                 container vanished, the token offset changed, or the answer was lost, each \
+                 time; the last time, {last})",
                 self.container
             ),
             source: None,
