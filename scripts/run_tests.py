@@ -101,6 +101,17 @@ def build(extra_env):
     return sorted(set(binaries))
 
 
+def cpu_times():
+    """(busy, total) clock ticks of every CPU since boot, from /proc/stat; None elsewhere."""
+    try:
+        with open("/proc/stat", encoding="ascii") as stat:
+            fields = [int(f) for f in stat.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
 def package_name(manifest_path):
     """The `name` of a manifest's [package] section."""
     in_package = False
@@ -162,6 +173,7 @@ def main():
     env = dict(os.environ)
     binaries = build(env)
     started = time.monotonic()
+    cpu_before = cpu_times()
     pool = Pool(options.jobs)
     jobs = [(name, [path, *options.args], folder, {}) for name, path, folder in binaries]
     if options.valkey:
@@ -182,6 +194,7 @@ def main():
     for thread in threads:
         thread.join()
     wall = time.monotonic() - started
+    cpu_after = cpu_times()
 
     passed = failed = 0
     for name, code, elapsed, output in pool.results:
@@ -195,6 +208,11 @@ def main():
     print(f"==> {len(pool.results)} test binaries (doctests included), {options.jobs} at a time:"
           f" {passed} tests passed, {failed} failed, {wall:.0f} s wall,"
           f" {sum(r[2] for r in pool.results):.0f} s summed")
+    # How busy the machine was: whether more binaries at a time would shorten the run, or
+    # only load the CPUs the tests' timers run on.
+    if cpu_before and cpu_after and cpu_after[1] > cpu_before[1]:
+        busy = (cpu_after[0] - cpu_before[0]) / (cpu_after[1] - cpu_before[1])
+        print(f"==> CPUs busy {busy:.0%} of the run ({os.cpu_count()} CPUs, every process)")
     print("slowest ten:")
     for name, code, elapsed, _ in sorted(pool.results, key=lambda r: -r[2])[:10]:
         print(f"  {elapsed:6.1f} s  {name}{'' if code == 0 else '  FAILED'}")
