@@ -49,6 +49,11 @@ impl std::fmt::Debug for Session {
 }
 
 impl Session {
+    /// The bound on one request to the ensemble (the URL's `command_timeout`).
+    pub(crate) fn command_timeout(&self) -> Duration {
+        self.command_timeout
+    }
+
     /// Opens a session asking for `requested` as its timeout, within the connect timeout, and
     /// starts the task that watches its state.
     ///

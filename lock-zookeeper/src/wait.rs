@@ -33,8 +33,11 @@ use crate::offset::{self, Offsets, TokenState};
 use crate::session::{Failure, MultiFailure, Session};
 
 /// How many times a create is tried again after the container vanished under it (swept as
-/// empty between our creating it and the child's create: ZooKeeper answers `NoNode`), the
-/// token offset changed under it, or its token fell behind the clock.
+/// empty between our creating it and the child's create: ZooKeeper answers `NoNode`), its
+/// answer was lost, or its token fell behind the clock. A try that lost a race for the token
+/// offset (another create raised or made it first) counts for none: each such loss is another
+/// create's progress, and a busy prefix whose round trips outlast the granule loses one race
+/// per create ahead of it. Those are tried again for up to one command timeout instead.
 const CREATE_ATTEMPTS: usize = 8;
 
 /// Where the acquisition's node stands in its queue.
@@ -191,6 +194,8 @@ enum Committed {
     Done(Vec<zk::MultiWriteResult>),
     /// It failed on what it names, mended meanwhile: try again.
     Again(&'static str),
+    /// Another create changed the token offset first: read it again and try again.
+    Raced,
     /// Its answer was lost, and every node of ours deleted: try again, replacing none.
     Afresh,
 }
@@ -312,7 +317,10 @@ impl Enqueued {
         let mut replace: Option<String> = None;
         // Why the last try was redone, for the error if none settles.
         let mut last = "";
-        for _ in 0..CREATE_ATTEMPTS {
+        let races_until = Instant::now() + self.session.command_timeout();
+        let mut tries = 0;
+        while tries < CREATE_ATTEMPTS {
+            tries += 1;
             let known = self.known_offsets(&floored).await?;
             let raise = self.plan_raise(place, &floored, known.as_ref()).await?;
             let mut writer = client.new_multi_writer();
@@ -334,6 +342,15 @@ impl Enqueued {
                 Committed::Done(results) => results,
                 Committed::Again(why) => {
                     last = why;
+                    continue;
+                }
+                Committed::Raced if Instant::now() < races_until => {
+                    last = "the token offset changed";
+                    tries -= 1;
+                    continue;
+                }
+                Committed::Raced => {
+                    last = "the token offset changed, for a whole command timeout";
                     continue;
                 }
                 Committed::Afresh => {
@@ -454,7 +471,7 @@ impl Enqueued {
             }
             Err(MultiFailure::Op(0, zk::Error::BadVersion | zk::Error::NodeExists)) => {
                 floored.state().known = None; // raised or made meanwhile: read it again
-                Ok(Committed::Again("the token offset changed"))
+                Ok(Committed::Raced)
             }
             Err(MultiFailure::Op(index, zk::Error::NoNode)) if index == create_at => {
                 self.make_container(place).await?;

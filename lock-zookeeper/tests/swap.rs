@@ -181,3 +181,47 @@ async fn an_offset_of_another_scheme_is_refused() {
     let left = raw.list_children(&container).await.unwrap_or_default();
     assert!(left.is_empty(), "{left:?}");
 }
+
+/// Creates of one prefix race for its token offset. Behind a relay that delays each way by
+/// [`RACE_DELAY`], a create's next plan is more than a granule past the raise it lost to (its
+/// failed answer and the offset's read again are two round trips of at least
+/// 2 × `RACE_DELAY` each), so each of its tries needs a raise of its own and loses to any
+/// create raising first: of [`RACERS`] creates, each round grants one. Every loss is another
+/// create's progress, so none may end the create: all are granted, in up to `RACERS` rounds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn creates_racing_for_the_token_offset_are_all_granted() {
+    use std::sync::Arc;
+    use test_servers::FreezableRelay;
+    /// More than the tries a create has for other failures (8).
+    const RACERS: usize = 12;
+    /// Half a granule and more each way: two round trips outlast the granule.
+    const RACE_DELAY: Duration = Duration::from_millis(30);
+    let server = ZookeeperEnsemble::shared_standalone();
+    let relay = FreezableRelay::start(&server.endpoints()[0]).expect("a relay");
+    let prefix = format!("/swap-race-{}", fencelock_core::OwnerId::random());
+    // Room for every round: `RACERS` rounds of a few round trips each.
+    let url = format!("zookeeper://{}", relay.address());
+    let options = format!("&prefix={prefix}&command_timeout=60");
+    let store = Arc::new(common::store(&url, &options).await);
+    relay.set_delay(RACE_DELAY);
+    let mut racers = tokio::task::JoinSet::new();
+    for i in 0..RACERS {
+        let store = store.clone();
+        racers.spawn(async move { store.try_acquire(&format!("race-{i}"), TTL).await });
+    }
+    let mut leases = Vec::new();
+    while let Some(granted) = racers.join_next().await {
+        leases.push(
+            granted
+                .expect("a racer")
+                .expect("granted, the offset's race lost or won"),
+        );
+    }
+    relay.set_delay(Duration::ZERO);
+    for lease in &leases {
+        assert_eq!(
+            store.release(lease).await.unwrap(),
+            ReleaseOutcome::Released
+        );
+    }
+}
