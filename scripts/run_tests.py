@@ -150,13 +150,17 @@ class Pool:
     def _run(self, name, command, folder, env):
         started = time.monotonic()
         with tempfile.TemporaryFile(mode="w+") as log:
-            code = subprocess.call(command, cwd=folder, env=env, stdout=log,
-                                   stderr=subprocess.STDOUT)
+            child = subprocess.Popen(command, cwd=folder, env=env, stdout=log,
+                                     stderr=subprocess.STDOUT)
+            # wait4's usage counts the binary and every process it waited for: its servers.
+            _, status, usage = os.wait4(child.pid, 0)
+            child.returncode = code = os.waitstatus_to_exitcode(status)
             log.seek(0)
             output = log.read()
         elapsed = time.monotonic() - started
+        cpu = usage.ru_utime + usage.ru_stime
         with self.cond:
-            self.results.append((name, code, elapsed, output))
+            self.results.append((name, code, elapsed, output, cpu))
             self.running -= 1
             self.exclusive = False
             self.cond.notify_all()
@@ -197,12 +201,12 @@ def main():
     cpu_after = cpu_times()
 
     passed = failed = 0
-    for name, code, elapsed, output in pool.results:
+    for name, code, elapsed, output, _ in pool.results:
         for match in re.finditer(r"test result: \w+\. (\d+) passed; (\d+) failed", output):
             passed += int(match.group(1))
             failed += int(match.group(2))
     failures = [r for r in pool.results if r[1] != 0]
-    for name, code, elapsed, output in failures:
+    for name, code, elapsed, output, _ in failures:
         print(f"==> FAILED: {name} (exit {code}, {elapsed:.1f} s)")
         print(output)
     print(f"==> {len(pool.results)} test binaries (doctests included), {options.jobs} at a time:"
@@ -213,9 +217,13 @@ def main():
     if cpu_before and cpu_after and cpu_after[1] > cpu_before[1]:
         busy = (cpu_after[0] - cpu_before[0]) / (cpu_after[1] - cpu_before[1])
         print(f"==> CPUs busy {busy:.0%} of the run ({os.cpu_count()} CPUs, every process)")
-    print("slowest ten:")
-    for name, code, elapsed, _ in sorted(pool.results, key=lambda r: -r[2])[:10]:
-        print(f"  {elapsed:6.1f} s  {name}{'' if code == 0 else '  FAILED'}")
+    print(f"==> CPU time of the binaries and their servers: {sum(r[4] for r in pool.results):.0f} s")
+    print("slowest ten (wall, then CPU of the binary and its servers):")
+    for name, code, elapsed, _, cpu in sorted(pool.results, key=lambda r: -r[2])[:10]:
+        print(f"  {elapsed:6.1f} s {cpu:6.1f} s  {name}{'' if code == 0 else '  FAILED'}")
+    print("most CPU ten:")
+    for name, code, elapsed, _, cpu in sorted(pool.results, key=lambda r: -r[4])[:10]:
+        print(f"  {elapsed:6.1f} s {cpu:6.1f} s  {name}")
     sys.exit(1 if failures else 0)
 
 
