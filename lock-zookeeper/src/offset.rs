@@ -119,6 +119,21 @@ pub(crate) struct TokenState {
     pub(crate) hint: ZxidHint,
 }
 
+impl TokenState {
+    /// Keeps the offset node as a committed create left it, unless a later version is known:
+    /// concurrent creates can finish out of order, and the older node would fail the next
+    /// create's version check, costing it a read and a try.
+    pub(crate) fn learn(&mut self, offsets: Offsets) {
+        if self
+            .known
+            .as_ref()
+            .is_none_or(|known| known.version <= offsets.version)
+        {
+            self.known = Some(offsets);
+        }
+    }
+}
+
 /// The client's clock in µs since the Unix epoch (0 before it).
 pub(crate) fn clock_micros() -> u64 {
     SystemTime::now()
@@ -184,6 +199,21 @@ pub(crate) fn token(offset: u64, zxid: i64) -> Result<u64> {
 mod tests {
     use super::*;
     use fencelock_core::Instant;
+
+    #[test]
+    fn a_create_finishing_late_keeps_the_later_node_known() {
+        let older = Offsets::parse("p", b"1000", 10, 3).unwrap();
+        let newer = Offsets::parse("p", &older.raised(5000), 20, 4).unwrap();
+        let mut state = TokenState::default();
+        state.learn(newer.clone());
+        state.learn(older.clone());
+        assert_eq!(state.known.as_ref().map(|k| k.version), Some(4));
+        state.known = None; // a raced create forgot it: the next committed one is kept
+        state.learn(older);
+        assert_eq!(state.known.as_ref().map(|k| k.version), Some(3));
+        state.learn(newer);
+        assert_eq!(state.known.as_ref().map(|k| k.version), Some(4));
+    }
 
     #[test]
     fn the_node_keeps_earlier_offsets_with_the_zxid_they_began_at() {

@@ -515,7 +515,7 @@ impl Enqueued {
         {
             let mut state = floored.state();
             state.hint.note(czxid, raise.sent_at);
-            state.known = Some(offsets);
+            state.learn(offsets);
         }
         Ok((path, token))
     }
