@@ -153,8 +153,18 @@ impl SentinelConn {
     /// or the connect timeout passed.
     async fn discover(&self) -> redis::RedisResult<(MultiplexedConnection, ConnectionInfo)> {
         let deadline = Instant::now() + self.shared.connect_timeout;
+        // The last refusal of a try that finished: a try the deadline cut short only says
+        // "timed out", which would hide why the earlier ones were refused.
+        let mut earlier = None;
+        let said = |refusal, earlier: Option<redis::RedisError>| match earlier {
+            Some(earlier) if Instant::now() >= deadline => earlier,
+            _ => refusal,
+        };
         loop {
-            let (host, port) = self.ask_sentinels(deadline).await?;
+            let (host, port) = match self.ask_sentinels(deadline).await {
+                Ok(named) => named,
+                Err(refusal) => return Err(said(refusal, earlier)),
+            };
             let info = self.shared.node.clone().set_addr(with_address(
                 self.shared.node.addr(),
                 host.clone(),
@@ -162,11 +172,12 @@ impl SentinelConn {
             ));
             let refusal = match self.connect_master(&info, deadline).await {
                 Ok(conn) => return Ok((conn, info)),
-                Err(refusal) => refusal,
+                Err(refusal) => said(refusal, earlier.take()),
             };
             if Instant::now() + ASK_AGAIN >= deadline {
                 return Err(refusal);
             }
+            earlier = Some(refusal);
             tokio::time::sleep(ASK_AGAIN).await;
         }
     }

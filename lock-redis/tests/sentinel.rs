@@ -6,6 +6,7 @@ mod common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread;
 use std::time::Duration;
@@ -130,17 +131,24 @@ async fn a_wrong_sentinel_password_is_refused_without_showing_it() {
 /// A sentinel that names `port` as the master of every name: enough of the protocol for a
 /// client's handshake and `SENTINEL GET-MASTER-ADDR-BY-NAME`.
 fn lying_sentinel(port: u16) -> u16 {
+    slow_lying_sentinel(port, Duration::ZERO)
+}
+
+/// [`lying_sentinel`], answering every `SENTINEL` command after its first `late` late.
+fn slow_lying_sentinel(port: u16, late: Duration) -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let address = listener.local_addr().expect("address").port();
+    let asked = Arc::new(AtomicBool::new(false));
     thread::spawn(move || {
         for stream in listener.incoming().flatten() {
-            thread::spawn(move || answer_as_sentinel(stream, port));
+            let asked = Arc::clone(&asked);
+            thread::spawn(move || answer_as_sentinel(stream, port, &asked, late));
         }
     });
     address
 }
 
-fn answer_as_sentinel(stream: TcpStream, master: u16) {
+fn answer_as_sentinel(stream: TcpStream, master: u16, asked: &AtomicBool, late: Duration) {
     let mut reader = BufReader::new(stream.try_clone().expect("clone"));
     let mut writer = stream;
     loop {
@@ -162,6 +170,9 @@ fn answer_as_sentinel(stream: TcpStream, master: u16) {
         }
         let reply = match args.first().map(String::as_str) {
             Some("SENTINEL") => {
+                if asked.swap(true, Ordering::SeqCst) {
+                    thread::sleep(late);
+                }
                 let port = master.to_string();
                 format!("*2\r\n$9\r\n127.0.0.1\r\n${}\r\n{port}\r\n", port.len())
             }
@@ -173,9 +184,9 @@ fn answer_as_sentinel(stream: TcpStream, master: u16) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_master_that_says_it_is_a_replica_is_refused() {
-    let replica = tokio::task::spawn_blocking(|| {
+/// The replica the shared deployment's sentinels do not name as master.
+async fn a_replica() -> u16 {
+    tokio::task::spawn_blocking(|| {
         let deployment = deployment();
         let master = deployment.master().expect("master");
         deployment
@@ -185,7 +196,29 @@ async fn a_master_that_says_it_is_a_replica_is_refused() {
             .expect("a replica")
     })
     .await
-    .expect("join");
+    .expect("join")
+}
+
+/// Discovery asks again while the server named says it is a replica; the try the connect
+/// timeout cuts short does not replace why the earlier ones were refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_try_cut_short_by_the_connect_timeout_keeps_the_earlier_refusal() {
+    let replica = a_replica().await;
+    // Every ask after the first outlasts the connect timeout.
+    let sentinel = slow_lying_sentinel(replica, Duration::from_secs(5));
+    let url =
+        format!("redis+sentinel://:data-secret@127.0.0.1:{sentinel}/fencelock?connect_timeout=1s");
+    let error = refusal(&url).await;
+    let text = error.to_string();
+    assert!(
+        text.contains(&format!("127.0.0.1:{replica}")) && text.contains("ROLE slave"),
+        "{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_that_says_it_is_a_replica_is_refused() {
+    let replica = a_replica().await;
     let sentinel = lying_sentinel(replica);
     let url =
         format!("redis+sentinel://:data-secret@127.0.0.1:{sentinel}/fencelock?connect_timeout=1s");
