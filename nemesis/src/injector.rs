@@ -484,7 +484,7 @@ impl Nemesis {
     }
 
     /// Kills the Sentinel deployment's master; once the sentinels promoted a replica, starts
-    /// it again empty, as a replica of the new one.
+    /// it again empty, as a replica of the new one. Healed once a replica follows the new one.
     fn kill_sentinel_master(
         &mut self,
         fault: Fault,
@@ -498,13 +498,19 @@ impl Nemesis {
             .wait_master_other_than(master, FAILOVER_WITHIN)
             .map_err(&fail)?;
         deployment.restart(master).map_err(&fail)?;
+        // The run's store asks one replica to acknowledge every grant: until the old master
+        // is demoted and a replica follows the new one, grants fall short, so the fault lasts.
+        deployment
+            .wait_failover_settled(master, new, FAILOVER_WITHIN)
+            .map_err(&fail)?;
         self.healed(id);
         Ok(format!(
             "master {master} killed, {new} promoted, {master} back as its replica"
         ))
     }
 
-    /// Freezes the Sentinel deployment's master until the sentinels promoted a replica.
+    /// Freezes the Sentinel deployment's master until the sentinels promoted a replica; healed
+    /// once the failover settled (the old master demoted, a replica following the new one).
     fn pause_sentinel_master(
         &mut self,
         fault: Fault,
@@ -518,19 +524,27 @@ impl Nemesis {
         // Resumed whatever happened, so a failed wait does not leave it frozen.
         deployment.resume(master).map_err(&fail)?;
         let new = promoted.map_err(&fail)?;
+        deployment
+            .wait_failover_settled(master, new, FAILOVER_WITHIN)
+            .map_err(&fail)?;
         self.healed(id);
         Ok(format!("master {master} paused until {new} was promoted"))
     }
 
-    /// `SENTINEL FAILOVER`, healed once the sentinels name the new master.
+    /// `SENTINEL FAILOVER`, healed once the failover settled: the old master demoted and a
+    /// replica following the new one.
     fn force_sentinel_failover(
         &mut self,
         fault: Fault,
         deployment: &mut RedisSentinel,
     ) -> Result<String> {
         let fail = fault_error(fault);
+        let old = deployment.master().map_err(&fail)?;
         let id = self.record(fault, None, "SENTINEL FAILOVER");
         let new = deployment.failover().map_err(&fail)?;
+        deployment
+            .wait_failover_settled(old, new, FAILOVER_WITHIN)
+            .map_err(&fail)?;
         self.healed(id);
         Ok(format!("failed over to {new}"))
     }

@@ -232,6 +232,38 @@ impl RedisSentinel {
         }
     }
 
+    /// Waits until a failover from `old` to `new` is over for a client that asks one replica to
+    /// acknowledge each write (`WAIT 1`): `old` no longer says `ROLE` master (a node left
+    /// running believes it is one until the sentinels demote it, and its replicas have moved),
+    /// and `new` has a replica online (`INFO replication` lists one with `state=online`).
+    /// Fails after `bound`.
+    pub fn wait_failover_settled(&self, old: u16, new: u16, bound: Duration) -> Result<()> {
+        let started = Instant::now();
+        loop {
+            let demoted = self.role(old).map_or(true, |role| role != "master");
+            let info = self
+                .query(new, &["INFO", "replication"])
+                .unwrap_or_default();
+            let online = info
+                .lines()
+                .any(|l| l.trim().starts_with("slave") && l.contains("state=online"));
+            if demoted && online {
+                return Ok(());
+            }
+            if started.elapsed() > bound {
+                return Err(Error::InvalidArgument(format!(
+                    "{bound:?} after a failover from {old} to {new}: {}",
+                    if demoted {
+                        "the new master has no replica online"
+                    } else {
+                        "the old master still says it is one"
+                    }
+                )));
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// `SENTINEL FAILOVER` on the first running sentinel (a failover without agreement, the
     /// master need not be down), then waits until the sentinels name the new master.
     pub fn failover(&self) -> Result<u16> {
