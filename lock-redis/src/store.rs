@@ -122,7 +122,13 @@ impl RedisStore {
     /// Dropping the future closes whatever connection it opened; nothing is held.
     pub async fn connect(config: RedisConfig) -> Result<Self> {
         let store = Self::connect_lazy(config)?;
-        let bound = store.inner.config.connect_timeout;
+        let config = &store.inner.config;
+        let bound = match store.inner.conn {
+            // Discovery bounds itself by the connect timeout and the PING after it by the
+            // command timeout, and says why it gave up: a bound of its own would race them.
+            Conn::Sentinel(_) => config.connect_timeout + config.command_timeout,
+            _ => config.connect_timeout,
+        };
         let mut conn = store.inner.conn.clone();
         let ping_command = redis::cmd("PING");
         let ping = ping_command.query_async::<String>(&mut conn);
