@@ -217,8 +217,11 @@ def main():
     if cpu_before and cpu_after and cpu_after[1] > cpu_before[1]:
         busy = (cpu_after[0] - cpu_before[0]) / (cpu_after[1] - cpu_before[1])
         print(f"==> CPUs busy {busy:.0%} of the run ({os.cpu_count()} CPUs, every process)")
-    print(f"==> CPU time of the binaries and their servers: {sum(r[4] for r in pool.results):.0f} s")
-    print("slowest ten (wall, then CPU of the binary and its servers):")
+    # Shared servers end with their test process (parent-death signal) and are never waited
+    # for: their time is not in these figures.
+    print(f"==> CPU time of the binaries and the servers they waited for:"
+          f" {sum(r[4] for r in pool.results):.0f} s")
+    print("slowest ten (wall, then CPU of the binary and the servers it waited for):")
     for name, code, elapsed, _, cpu in sorted(pool.results, key=lambda r: -r[2])[:10]:
         print(f"  {elapsed:6.1f} s {cpu:6.1f} s  {name}{'' if code == 0 else '  FAILED'}")
     print("most CPU ten:")
